@@ -1,0 +1,48 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let package = Package(
+    name: "coordfs",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "FileCoordination", targets: ["FileCoordination"]),
+        .library(name: "Coordination", targets: ["Coordination"]),
+        .executable(name: "coordfs", targets: ["coordfs"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+    ],
+    targets: [
+        // The engine: lock table, conflicts, waiters, wait-for graph, presenter and service registries.
+        // Pure Swift: no Foundation, no I/O, no C.
+        .target(name: "Coordination"),
+        // Foundation-shaped public API over the engine.
+        .target(
+            name: "FileCoordination",
+            dependencies: ["Coordination", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        // One file per subcommand.
+        .target(
+            name: "CoordFSCommands",
+            dependencies: [
+                "FileCoordination",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .executableTarget(name: "coordfs", dependencies: ["CoordFSCommands"]),
+        .executableTarget(
+            name: "CoordFSBench",
+            dependencies: ["Coordination", "FileCoordination"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
+        .testTarget(
+            name: "FileCoordinationTests",
+            dependencies: ["FileCoordination", "Coordination"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+    ]
+)

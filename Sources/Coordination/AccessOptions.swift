@@ -1,0 +1,91 @@
+/// Options of a coordinated read. Raw values are Apple's (rule O10).
+public struct ReadingOptions: OptionSet, Hashable, Sendable {
+    public let rawValue: UInt
+    public init(rawValue: UInt) { self.rawValue = rawValue }
+
+    /// Do not ask presenters to save first (O1).
+    public static let withoutChanges = ReadingOptions(rawValue: 1)
+    /// Coordinate the target of a symbolic link (O2).
+    public static let resolvesSymbolicLink = ReadingOptions(rawValue: 2)
+    /// Ask no presenter anything; wait only for deleting, moving or replacing writes (O3).
+    public static let immediatelyAvailableMetadataOnly = ReadingOptions(rawValue: 4)
+    /// Hand the accessor a snapshot taken under coordination (O4).
+    public static let forUploading = ReadingOptions(rawValue: 8)
+}
+
+/// Options of a coordinated write. Raw values are Apple's; a write carries at most one (O10).
+public struct WritingOptions: OptionSet, Hashable, Sendable {
+    public let rawValue: UInt
+    public init(rawValue: UInt) { self.rawValue = rawValue }
+
+    public static let forDeleting = WritingOptions(rawValue: 1)
+    public static let forMoving = WritingOptions(rawValue: 2)
+    public static let forMerging = WritingOptions(rawValue: 4)
+    public static let forReplacing = WritingOptions(rawValue: 8)
+    public static let contentIndependentMetadataOnly = WritingOptions(rawValue: 16)
+
+    static let known: WritingOptions = [.forDeleting, .forMoving, .forMerging, .forReplacing,
+                                        .contentIndependentMetadataOnly]
+    /// The options whose write on a directory covers everything inside it (C19).
+    static let destructive: WritingOptions = [.forDeleting, .forMoving, .forReplacing]
+
+    /// True when at most one known option is set and no unknown bit is.
+    public var isValid: Bool {
+        rawValue & ~WritingOptions.known.rawValue == 0 && rawValue & (rawValue &- 1) == 0
+    }
+}
+
+/// What an intent does to its item.
+public enum AccessKind: Hashable, Sendable {
+    case reading(ReadingOptions)
+    case writing(WritingOptions)
+
+    public var isWrite: Bool { if case .writing = self { return true } else { return false } }
+
+    var writingOptions: WritingOptions {
+        if case .writing(let options) = self { return options } else { return [] }
+    }
+    var readingOptions: ReadingOptions {
+        if case .reading(let options) = self { return options } else { return [] }
+    }
+}
+
+/// The facts about an item the engine needs and may not find out itself (that would be I/O).
+public struct AccessTarget: Hashable, Sendable {
+    /// The item, canonical.
+    public var path: ItemPath
+    /// Whether the item is (or, for a creation, will be) a directory.
+    public var isDirectory: Bool
+    /// File packages strictly enclosing the item, outermost first (C17, P16).
+    public var enclosingPackages: [ItemPath]
+    /// Whether the item is itself a file package.
+    public var isPackage: Bool
+
+    public init(path: ItemPath, isDirectory: Bool = false, isPackage: Bool = false,
+                enclosingPackages: [ItemPath] = []) {
+        self.path = path
+        self.isDirectory = isDirectory || isPackage
+        self.isPackage = isPackage
+        self.enclosingPackages = enclosingPackages
+    }
+}
+
+/// One read or write of one item.
+public struct Intent: Hashable, Sendable {
+    public var target: AccessTarget
+    public var kind: AccessKind
+
+    public init(_ kind: AccessKind, _ target: AccessTarget) {
+        self.kind = kind
+        self.target = target
+    }
+
+    public static func read(_ path: ItemPath, _ options: ReadingOptions = []) -> Intent {
+        Intent(.reading(options), AccessTarget(path: path))
+    }
+    public static func write(_ path: ItemPath, _ options: WritingOptions = []) -> Intent {
+        Intent(.writing(options), AccessTarget(path: path))
+    }
+
+    public var path: ItemPath { target.path }
+}

@@ -1,0 +1,186 @@
+import Synchronization
+
+/// The coordination engine: a lock table over item paths, FIFO waiters, a wait-for graph, and
+/// the registries of presenters and services.
+///
+/// It performs no I/O and never calls out while holding its lock: waiters are resumed and
+/// messages are returned to the caller after the lock is released (X6). Timeouts are the
+/// caller's: it abandons a ticket when its clock says so.
+///
+/// Lock order: `state` is the only lock; nothing is called while it is held.
+public final class CoordinationEngine: Sendable {
+    /// Resumes a waiting request exactly once, with its grant or the reason it ended.
+    public typealias Resume = @Sendable (Result<Grant, CoordinationError>) -> Void
+
+    let state = Mutex(State())
+
+    public init() {}
+
+    // MARK: Acquisition
+
+    /// What `acquire` did at once.
+    public enum Acquisition: Sendable {
+        /// Every intent is held; `resume` will not be called.
+        case granted(Grant)
+        /// The request waits; `resume` will be called exactly once.
+        case waiting(TicketID)
+        /// Refused at once (would block without waiting, deadlock, invalid); `resume` will not be called.
+        case refused(CoordinationError)
+    }
+
+    /// Asks for all of `request`'s intents at once (C6): they are granted together or the
+    /// request waits holding none of them.
+    public func acquire(_ request: AccessRequest, resume: @escaping Resume) -> Acquisition {
+        if let problem = request.validationProblem { return .refused(.invalidRequest(problem)) }
+        let modes = request.intents.map(LockMode.init)
+        return state.withLock { state -> Acquisition in
+            let blockers = state.blockers(of: request.identity, modes, queuedBefore: state.waiting.count)
+            if blockers.isEmpty {
+                return .granted(state.grant(request, modes))
+            }
+            if !request.waits { return .refused(.wouldBlock) }
+            if let cycle = state.cycle(from: request.identity, through: blockers) {
+                return .refused(.deadlock(cycle: cycle))
+            }
+            let ticket = TicketID(rawValue: state.takeNumber())
+            state.waiting.append(State.Waiter(ticket: ticket, request: request, modes: modes,
+                                              blockers: blockers, resume: resume))
+            return .waiting(ticket)
+        }
+    }
+
+    /// Ends a waiting request with `reason` (a timeout, a cancellation). Returns false when it
+    /// was no longer waiting: it was granted, and its `resume` has been or is being called.
+    @discardableResult
+    public func abandon(_ ticket: TicketID, because reason: CoordinationError) -> Bool {
+        let (resume, woken) = state.withLock { state -> (Resume?, [State.Wakeup]) in
+            guard let index = state.waiting.firstIndex(where: { $0.ticket == ticket }) else { return (nil, []) }
+            let waiter = state.waiting.remove(at: index)
+            return (waiter.resume, state.grantWaiters())
+        }
+        resume?(.failure(reason))
+        woken.forEach { $0.run() }
+        return resume != nil
+    }
+
+    /// Clears the grant's waiver for the presenters it was messaging: from now on the owners of
+    /// those presenters wait for it like anyone else (C21).
+    public func finishMessaging(_ grant: GrantID) {
+        state.withLock { state in state.grants[grant]?.messaging = [] }
+    }
+
+    /// Ends a grant, wakes whoever can now proceed, and returns the notifications its writes
+    /// call for (P9, P10, P12, P19, P20). `outcomes` parallels the grant's intents; pass nil for
+    /// an access that changed nothing.
+    @discardableResult
+    public func release(_ grant: GrantID, outcomes: [IntentOutcome]? = nil)
+        -> [PresenterDelivery<PresenterNotification>]
+    {
+        let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
+            guard let record = state.removeGrant(grant) else { return ([], []) }
+            let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []
+            return (notes, state.grantWaiters())
+        }
+        woken.forEach { $0.run() }
+        return notifications
+    }
+
+    /// Ends everything `identity` holds, waits for and presents: its process died or its client
+    /// closed the connection (X4). Waiters of that identity end with `.ownerGone`.
+    public func endSession(of identity: CoordinatorIdentity) {
+        let (ended, woken) = state.withLock { state -> ([Resume], [State.Wakeup]) in
+            for (id, record) in state.grants where record.identity == identity { _ = state.removeGrant(id) }
+            var ended: [Resume] = []
+            state.waiting.removeAll { waiter in
+                guard waiter.request.identity == identity else { return false }
+                ended.append(waiter.resume)
+                return true
+            }
+            for (id, record) in state.presenters where record.owner == identity { state.removePresenter(id) }
+            for (id, record) in state.services where record.owner == identity { state.services[id] = nil }
+            for id in state.grants.keys { state.grants[id]!.messaging.remove(identity) }
+            return (ended, state.grantWaiters())
+        }
+        ended.forEach { $0(.failure(.ownerGone)) }
+        woken.forEach { $0.run() }
+    }
+
+    // MARK: Presenters
+
+    /// Registers a presenter (C16).
+    public func addPresenter(_ record: PresenterRecord) -> PresenterID {
+        state.withLock { state in
+            let id = PresenterID(rawValue: state.takeNumber())
+            state.insertPresenter(id, record)
+            return id
+        }
+    }
+
+    /// Unregisters a presenter; unknown ids are ignored.
+    public func removePresenter(_ id: PresenterID) {
+        state.withLock { state in state.removePresenter(id) }
+    }
+
+    /// Re-indexes a presenter under the URL it now reports (C22, P8).
+    public func updatePresenter(_ id: PresenterID, path: ItemPath?, primaryPath: ItemPath?) {
+        state.withLock { state in
+            guard var record = state.presenters[id] else { return }
+            if record.path == path && record.primaryPath == primaryPath { return }
+            state.removePresenter(id)
+            record.path = path
+            record.primaryPath = primaryPath
+            state.insertPresenter(id, record)
+        }
+    }
+
+    /// The record of a presenter, if registered.
+    public func presenter(_ id: PresenterID) -> PresenterRecord? {
+        state.withLock { $0.presenters[id] }
+    }
+
+    /// Every registered presenter.
+    public var presenters: [PresenterID: PresenterRecord] { state.withLock { $0.presenters } }
+}
+
+/// One coordination call: who asks, and for what.
+public struct AccessRequest: Sendable {
+    public var identity: CoordinatorIdentity
+    public var intents: [Intent]
+    /// False for a non-blocking request (`O_NONBLOCK`): refused with `.wouldBlock` instead of waiting.
+    public var waits: Bool
+    /// Presenters asked to relinquish already (by an enclosing prepared batch, C9): they are not
+    /// asked again (P21).
+    public var alreadyRelinquished: Set<PresenterID>
+    /// False when the caller will not message presenters (the `off` and metadata paths).
+    public var messagesPresenters: Bool
+    /// True for a prepared batch: presenters of everything inside the items are asked too (C9).
+    public var messagesContents: Bool = false
+
+    public init(identity: CoordinatorIdentity, intents: [Intent], waits: Bool = true,
+                alreadyRelinquished: Set<PresenterID> = [], messagesPresenters: Bool = true) {
+        self.identity = identity
+        self.intents = intents
+        self.waits = waits
+        self.alreadyRelinquished = alreadyRelinquished
+        self.messagesPresenters = messagesPresenters
+    }
+
+    var validationProblem: String? {
+        if intents.isEmpty { return "a coordination call needs at least one intent" }
+        for intent in intents {
+            if case .writing(let options) = intent.kind, !options.isValid {
+                return "a write carries at most one writing option (raw value \(options.rawValue))"
+            }
+        }
+        return nil
+    }
+}
+
+/// A granted call: the intents, with their paths as moved while the call waited (C11), and the
+/// requests to put to presenters before the accessor may run.
+public struct Grant: Sendable {
+    public let id: GrantID
+    public let identity: CoordinatorIdentity
+    public let intents: [Intent]
+    public let requests: [PresenterDelivery<PresenterRequest>]
+}

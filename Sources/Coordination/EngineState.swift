@@ -1,0 +1,198 @@
+/// The engine's state; every helper here runs with the engine's lock held.
+struct State: ~Copyable {
+    struct Hold {
+        let grant: GrantID
+        let identity: CoordinatorIdentity
+        let mode: LockMode
+    }
+
+    struct GrantRecord {
+        let identity: CoordinatorIdentity
+        let intents: [Intent]
+        let modes: [LockMode]
+        /// Owners of the presenters this grant is messaging: their requests do not wait for it
+        /// while it does (C21), and the grant's owner waits for them (wait-for graph).
+        var messaging: Set<CoordinatorIdentity>
+    }
+
+    struct Waiter {
+        let ticket: TicketID
+        var request: AccessRequest
+        var modes: [LockMode]
+        /// Whom it waits for, as of the last scan: the edges of the wait-for graph.
+        var blockers: Set<CoordinatorIdentity>
+        let resume: CoordinationEngine.Resume
+    }
+
+    /// A resumption to run once the lock is released.
+    struct Wakeup {
+        let resume: CoordinationEngine.Resume
+        let grant: Grant
+        func run() { resume(.success(grant)) }
+    }
+
+    private var lastNumber: UInt64 = 0
+    var holds: [ItemPath: [Hold]] = [:]
+    /// Holds that cover a subtree; while zero, ancestors need no look.
+    var subtreeHoldCount = 0
+    var grants: [GrantID: GrantRecord] = [:]
+    /// FIFO: earlier requests are granted first when they conflict with later ones (X3).
+    var waiting: [Waiter] = []
+    var presenters: [PresenterID: PresenterRecord] = [:]
+    var presenterTree = PresenterTree()
+    var services: [ServiceRegistrationID: ServiceRecord] = [:]
+
+    mutating func takeNumber() -> UInt64 {
+        lastNumber += 1
+        return lastNumber
+    }
+
+    // MARK: Conflicts
+
+    /// The identities a request must wait for: conflicting holders, and conflicting requests
+    /// queued before it — except those that themselves wait for the requester, which it would
+    /// otherwise deadlock with through fairness alone (a process re-opening what it holds).
+    func blockers(of identity: CoordinatorIdentity, _ modes: [LockMode],
+                  queuedBefore position: Int) -> Set<CoordinatorIdentity> {
+        var found = Set<CoordinatorIdentity>()
+        for mode in modes {
+            if let sameItem = holds[mode.path] {
+                for hold in sameItem where isBlocking(hold, for: identity) && hold.mode.conflicts(with: mode) {
+                    found.insert(hold.identity)
+                }
+            }
+            if subtreeHoldCount > 0 {
+                for ancestor in mode.path.ancestors {
+                    for hold in holds[ancestor] ?? [] where hold.mode.coversSubtree && isBlocking(hold, for: identity) {
+                        found.insert(hold.identity)
+                    }
+                }
+            }
+            if mode.coversSubtree {
+                // Rare (deleting or moving a directory): a scan of the held items.
+                for (path, inside) in holds where mode.path.isAncestor(of: path) {
+                    for hold in inside where isBlocking(hold, for: identity) { found.insert(hold.identity) }
+                }
+            }
+        }
+        for waiter in waiting[..<position] where waiter.request.identity != identity {
+            guard !found.contains(waiter.request.identity),
+                  waiter.modes.contains(where: { theirs in modes.contains { theirs.conflicts(with: $0) } })
+            else { continue }
+            if !waits(waiter.request.identity, for: identity) { found.insert(waiter.request.identity) }
+        }
+        return found
+    }
+
+    /// A hold blocks `identity` unless it is its own (C4) or its grant is messaging a presenter
+    /// of `identity` right now (C21).
+    private func isBlocking(_ hold: Hold, for identity: CoordinatorIdentity) -> Bool {
+        hold.identity != identity && !(grants[hold.grant]?.messaging.contains(identity) ?? false)
+    }
+
+    // MARK: Wait-for graph
+
+    /// The identities `identity` waits for directly: blockers of its waiting requests, and the
+    /// owners of presenters its grants are messaging.
+    private func edges(from identity: CoordinatorIdentity) -> Set<CoordinatorIdentity> {
+        var next = Set<CoordinatorIdentity>()
+        for waiter in waiting where waiter.request.identity == identity { next.formUnion(waiter.blockers) }
+        for record in grants.values where record.identity == identity { next.formUnion(record.messaging) }
+        return next
+    }
+
+    /// Whether `start` waits, directly or through others, for `target`.
+    func waits(_ start: CoordinatorIdentity, for target: CoordinatorIdentity) -> Bool {
+        path(from: start, to: target) != nil
+    }
+
+    /// The chain `start … target` in the wait-for graph, if there is one.
+    private func path(from start: CoordinatorIdentity, to target: CoordinatorIdentity) -> [CoordinatorIdentity]? {
+        var parent: [CoordinatorIdentity: CoordinatorIdentity] = [:]
+        var visited: Set<CoordinatorIdentity> = [start]
+        var frontier = [start]
+        while let current = frontier.popLast() {
+            for next in edges(from: current) where !visited.contains(next) {
+                parent[next] = current
+                if next == target {
+                    var chain = [target]
+                    var walk = target
+                    while let previous = parent[walk] { chain.append(previous); walk = previous }
+                    return chain.reversed()
+                }
+                visited.insert(next)
+                frontier.append(next)
+            }
+        }
+        return nil
+    }
+
+    /// The cycle that `identity` waiting for `blockers` would close (X1), as a list that starts
+    /// and ends with `identity`.
+    func cycle(from identity: CoordinatorIdentity, through blockers: Set<CoordinatorIdentity>) -> [CoordinatorIdentity]? {
+        for blocker in blockers.sorted(by: { $0.description < $1.description }) {
+            if let chain = path(from: blocker, to: identity) { return [identity] + chain }
+        }
+        return nil
+    }
+
+    // MARK: Granting
+
+    mutating func grant(_ request: AccessRequest, _ modes: [LockMode]) -> Grant {
+        let id = GrantID(rawValue: takeNumber())
+        for mode in modes {
+            holds[mode.path, default: []].append(Hold(grant: id, identity: request.identity, mode: mode))
+            if mode.coversSubtree { subtreeHoldCount += 1 }
+        }
+        let requests = request.messagesPresenters ? requestPlan(for: request) : []
+        var messaging = Set<CoordinatorIdentity>()
+        for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
+        grants[id] = GrantRecord(identity: request.identity, intents: request.intents, modes: modes,
+                                 messaging: messaging)
+        return Grant(id: id, identity: request.identity, intents: request.intents, requests: requests)
+    }
+
+    mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
+        guard let record = grants.removeValue(forKey: id) else { return nil }
+        for mode in record.modes {
+            if mode.coversSubtree { subtreeHoldCount -= 1 }
+            guard var list = holds[mode.path] else { continue }
+            if let index = list.firstIndex(where: { $0.grant == id }) { list.remove(at: index) }
+            holds[mode.path] = list.isEmpty ? nil : list
+        }
+        return record
+    }
+
+    /// Grants every waiter that can now proceed, in arrival order, and refreshes the blockers of
+    /// the others.
+    mutating func grantWaiters() -> [Wakeup] {
+        var woken: [Wakeup] = []
+        var index = 0
+        while index < waiting.count {
+            let waiter = waiting[index]
+            let blockers = blockers(of: waiter.request.identity, waiter.modes, queuedBefore: index)
+            if blockers.isEmpty {
+                waiting.remove(at: index)
+                woken.append(Wakeup(resume: waiter.resume, grant: grant(waiter.request, waiter.modes)))
+            } else {
+                waiting[index].blockers = blockers
+                index += 1
+            }
+        }
+        return woken
+    }
+
+    // MARK: Presenter index
+
+    mutating func insertPresenter(_ id: PresenterID, _ record: PresenterRecord) {
+        presenters[id] = record
+        if let path = record.path { presenterTree.insert(id, at: path) }
+        if let primary = record.primaryPath, primary != record.path { presenterTree.insert(id, at: primary) }
+    }
+
+    mutating func removePresenter(_ id: PresenterID) {
+        guard let record = presenters.removeValue(forKey: id) else { return }
+        if let path = record.path { presenterTree.remove(id, at: path) }
+        if let primary = record.primaryPath, primary != record.path { presenterTree.remove(id, at: primary) }
+    }
+}

@@ -1,0 +1,43 @@
+/// Who holds intents. Intents of one identity never block each other (rule C4), and presenters
+/// owned by an identity are never messaged about that identity's own accesses (C14).
+public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
+    /// A `FileCoordinator` purpose identifier; coordinators sharing one count as one.
+    case purpose(String)
+    /// An unmodified program coming through a mount: its thread-group id.
+    case process(Int32)
+    /// An object with no purpose string, such as a presenter (numbered by its owner).
+    case object(UInt64)
+
+    public var description: String {
+        switch self {
+        case .purpose(let id): return "purpose:\(id)"
+        case .process(let pid): return "pid:\(pid)"
+        case .object(let number): return "object:\(number)"
+        }
+    }
+}
+
+/// One granted coordination call: all its intents are held together and released together.
+public struct GrantID: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public var description: String { "grant#\(rawValue)" }
+}
+
+/// A request that is waiting; abandon it with `CoordinationEngine.abandon(_:because:)`.
+public struct TicketID: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public var description: String { "ticket#\(rawValue)" }
+}
+
+/// A registered presenter.
+public struct PresenterID: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
+    public var description: String { "presenter#\(rawValue)" }
+}
+
+/// A vended service registration.
+public struct ServiceRegistrationID: Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt64
+    public var description: String { "service#\(rawValue)" }
+}

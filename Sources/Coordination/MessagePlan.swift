@@ -1,0 +1,122 @@
+/// Which presenters hear what, before and after an access. The rules cited are those of
+/// `coordination-rules.md`; delivery itself is the caller's.
+extension State {
+    /// Builds deliveries, merging messages per presenter and dropping its owner's (C14).
+    struct DeliveryBuilder<Message: Hashable & Sendable> {
+        let excludedOwner: CoordinatorIdentity
+        private(set) var deliveries: [PresenterDelivery<Message>] = []
+        private var indexByPresenter: [PresenterID: Int] = [:]
+
+        init(excluding owner: CoordinatorIdentity) { excludedOwner = owner }
+
+        mutating func add(_ messages: [Message], to id: PresenterID, at path: ItemPath, package: Bool,
+                          records: [PresenterID: PresenterRecord]) {
+            guard !messages.isEmpty, let record = records[id], record.owner != excludedOwner else { return }
+            if let index = indexByPresenter[id] {
+                for message in messages where !deliveries[index].messages.contains(message) {
+                    deliveries[index].messages.append(message)
+                }
+            } else {
+                indexByPresenter[id] = deliveries.count
+                deliveries.append(PresenterDelivery(presenter: id, presentedPath: path, presentsPackage: package,
+                                                    messages: messages))
+            }
+        }
+    }
+
+    /// The requests to put to presenters before the accessor of `request` runs.
+    func requestPlan(for request: AccessRequest) -> [PresenterDelivery<PresenterRequest>] {
+        if presenterTree.isEmpty { return [] }
+        var builder = DeliveryBuilder<PresenterRequest>(excluding: request.identity)
+        for intent in request.intents {
+            let path = intent.path
+            let target = intent.target
+            let packages = Set(target.enclosingPackages)
+            var own: [PresenterRequest] = []          // the item and everything it stands for
+            var enclosingPackage: [PresenterRequest] = []
+            var inside: [PresenterRequest] = []       // items inside a directory being removed
+            var enclosingDirectory: [PresenterRequest] = []
+
+            switch intent.kind {
+            case .reading(let options):
+                if options.contains(.immediatelyAvailableMetadataOnly) { break }          // O3
+                own = [.relinquishToReader]                                               // P4
+                if !options.contains(.withoutChanges) { own.append(.saveChanges) }        // O1, P6
+                enclosingPackage = own                                                    // P16
+            case .writing(let options):
+                if options.contains(.contentIndependentMetadataOnly) { break }            // O9
+                own = [.relinquishToWriter]                                               // P5
+                if options.contains(.forMerging) { own.append(.saveChanges) }             // O7
+                enclosingPackage = own
+                let deleting = !options.isDisjoint(with: [.forDeleting, .forReplacing])
+                if deleting {
+                    own.append(.accommodateDeletion)                                      // O5, O8, P7
+                    enclosingPackage.append(.accommodateSubitemDeletion(path))            // P13, P22
+                    enclosingDirectory = [.accommodateSubitemDeletion(path)]              // P13
+                }
+                if target.isDirectory && !options.isDisjoint(with: WritingOptions.destructive) {
+                    inside = deleting ? [.relinquishToWriter, .accommodateDeletion] : [.relinquishToWriter]  // P17, O6
+                }
+            }
+            if own.isEmpty { continue }
+            if request.messagesContents { inside = own }
+
+            for id in presenterTree.presenters(at: path) {
+                builder.add(own, to: id, at: path, package: target.isPackage, records: presenters)   // P3 via primary index
+            }
+            for (ancestor, ids) in presenterTree.presentersAbove(path) {
+                let isPackage = packages.contains(ancestor)
+                let messages = isPackage ? enclosingPackage : enclosingDirectory
+                for id in ids { builder.add(messages, to: id, at: ancestor, package: isPackage, records: presenters) }
+            }
+            if !inside.isEmpty || target.isPackage {
+                // Everything inside a package is the package (C17): its inner presenters hear
+                // what the package hears; inside a directory only removal concerns them.
+                let messages = target.isPackage && inside.isEmpty ? own.filter { $0.deliveryRank == 0 } : inside
+                for (innerPath, id) in presenterTree.presentersInside(path) {
+                    builder.add(messages, to: id, at: innerPath, package: false, records: presenters)
+                }
+            }
+        }
+        return builder.deliveries.map { delivery in
+            var delivery = delivery
+            if request.alreadyRelinquished.contains(delivery.presenter) {
+                delivery.messages.removeAll { $0.deliveryRank == 0 }                      // P21
+            }
+            if delivery.messages.contains(.relinquishToWriter) {
+                delivery.messages.removeAll { $0 == .relinquishToReader }
+            }
+            delivery.messages.sort { $0.deliveryRank < $1.deliveryRank }
+            return delivery
+        }.filter { !$0.messages.isEmpty }
+    }
+
+    /// The notifications after a grant's writes end (P9, P10, P12, P19, P20).
+    func notifications(after record: GrantRecord, outcomes: [IntentOutcome]) -> [PresenterDelivery<PresenterNotification>] {
+        if presenterTree.isEmpty { return [] }
+        var builder = DeliveryBuilder<PresenterNotification>(excluding: record.identity)
+        for (intent, outcome) in zip(record.intents, outcomes) {
+            guard case .writing(let options) = intent.kind, !options.contains(.forMoving) else { continue }
+            if !outcome.existedBefore && !outcome.existsAfter { continue }
+            let path = intent.path
+            let target = intent.target
+            let packages = Set(target.enclosingPackages)
+            let subitemNews: PresenterNotification
+            switch (outcome.existedBefore, outcome.existsAfter) {
+            case (false, _): subitemNews = .subitemDidAppear(path)
+            case (true, true): subitemNews = .subitemDidChange(path)
+            case (true, false): subitemNews = .subitemWasDeleted(path)
+            }
+            if outcome.existsAfter && (!target.isDirectory || target.isPackage) {       // P19
+                for id in presenterTree.presenters(at: path) {
+                    builder.add([.didChange], to: id, at: path, package: target.isPackage, records: presenters)
+                }
+            }
+            for (ancestor, ids) in presenterTree.presentersAbove(path) {                 // P19: any depth
+                let isPackage = packages.contains(ancestor)
+                for id in ids { builder.add([subitemNews], to: id, at: ancestor, package: isPackage, records: presenters) }
+            }
+        }
+        return builder.deliveries
+    }
+}

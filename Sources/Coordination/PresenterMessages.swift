@@ -1,0 +1,56 @@
+/// A question put to a presenter before an access; the access waits for every answer (P14).
+public enum PresenterRequest: Hashable, Sendable {
+    case relinquishToReader                       // P4
+    case relinquishToWriter                       // P5
+    case saveChanges                              // P6
+    case accommodateDeletion                      // P7
+    case accommodateSubitemDeletion(ItemPath)     // P13
+
+    /// Relinquishing comes before saving and accommodating (reference P12).
+    public var deliveryRank: Int {
+        switch self {
+        case .relinquishToReader, .relinquishToWriter: return 0
+        case .saveChanges: return 1
+        case .accommodateDeletion, .accommodateSubitemDeletion: return 2
+        }
+    }
+}
+
+/// News for a presenter after an access; nobody waits for it.
+public enum PresenterNotification: Hashable, Sendable {
+    case didMove(to: ItemPath)                           // P8
+    case didChange                                       // P9
+    case subitemDidAppear(ItemPath)                      // P10
+    case subitemDidMove(from: ItemPath, to: ItemPath)    // P11
+    case subitemDidChange(ItemPath)                      // P12
+    /// An item inside was deleted. Apple has no callback for it; the event channel has.
+    case subitemWasDeleted(ItemPath)
+
+    /// True for the subitem notifications a package presenter may receive as did-change (P20).
+    public var isSubitemNotification: Bool {
+        switch self {
+        case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted: return true
+        case .didMove, .didChange: return false
+        }
+    }
+}
+
+/// Messages for one presenter, in delivery order.
+public struct PresenterDelivery<Message: Hashable & Sendable>: Sendable {
+    public let presenter: PresenterID
+    /// The presenter's item as the engine knows it now.
+    public let presentedPath: ItemPath
+    /// Whether that item is a file package (for the did-change fallback, P20).
+    public let presentsPackage: Bool
+    public internal(set) var messages: [Message]
+}
+
+/// The notifications that follow one intent of a granted access.
+public struct IntentOutcome: Hashable, Sendable {
+    public var existedBefore: Bool
+    public var existsAfter: Bool
+    public init(existedBefore: Bool, existsAfter: Bool) {
+        self.existedBefore = existedBefore
+        self.existsAfter = existsAfter
+    }
+}

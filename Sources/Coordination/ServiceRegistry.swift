@@ -1,0 +1,55 @@
+/// A named service vended for an item and everything inside it (S1).
+public struct ServiceRecord: Hashable, Sendable {
+    public let name: String
+    /// The item it was vended for; it follows moves.
+    public internal(set) var path: ItemPath
+    /// The provider: its session's end withdraws the service.
+    public let owner: CoordinatorIdentity
+}
+
+extension CoordinationEngine {
+    /// The longest service name accepted.
+    public static let maximumServiceNameLength = 255
+
+    /// Vends `name` for `path` and everything inside it.
+    public func vendService(named name: String, at path: ItemPath, owner: CoordinatorIdentity)
+        throws(CoordinationError) -> ServiceRegistrationID
+    {
+        if name.isEmpty { throw .invalidRequest("a service name cannot be empty") }
+        if name.utf8.count > Self.maximumServiceNameLength {
+            throw .invalidRequest("a service name is at most \(Self.maximumServiceNameLength) bytes")
+        }
+        if name.contains(where: { $0.isNewline || $0 == "\0" }) {
+            throw .invalidRequest("a service name cannot hold a newline or NUL")
+        }
+        return state.withLock { state in
+            let id = ServiceRegistrationID(rawValue: state.takeNumber())
+            state.services[id] = ServiceRecord(name: name, path: path, owner: owner)
+            return id
+        }
+    }
+
+    /// Withdraws a vended service; unknown ids are ignored.
+    public func withdrawService(_ id: ServiceRegistrationID) {
+        state.withLock { state in state.services[id] = nil }
+    }
+
+    /// The services of `path`: per name, the registration nearest up the tree (S2, S4).
+    public func services(for path: ItemPath) -> [String: (ServiceRegistrationID, ServiceRecord)] {
+        state.withLock { state in
+            var best: [String: (ServiceRegistrationID, ServiceRecord)] = [:]
+            for (id, record) in state.services where path.isSameOrInside(record.path) {
+                if let current = best[record.name], current.1.path.string.utf8.count >= record.path.string.utf8.count {
+                    continue
+                }
+                best[record.name] = (id, record)
+            }
+            return best
+        }
+    }
+
+    /// The registration, if it is still vended.
+    public func service(_ id: ServiceRegistrationID) -> ServiceRecord? {
+        state.withLock { $0.services[id] }
+    }
+}

@@ -1,0 +1,173 @@
+import Coordination
+import Dispatch
+import Foundation
+
+/// One coordination call on its way to the accessor: waiting in the engine, then asking
+/// presenters, then granted. Every coordinate method — synchronous, on a queue, async/await or
+/// as an `Operation` — runs through this one path.
+final class CoordinatedAccess: @unchecked Sendable {
+    enum Phase {
+        case idle
+        case waiting(TicketID)
+        case messaging(Grant, PresenterMessenger)
+        case granted(Grant, PresenterMessenger)
+        case ended
+    }
+
+    let coordinator: FileCoordinator
+    let request: AccessRequest
+    private let lock = NSLock()
+    private var phase: Phase = .idle
+    private var completion: (@Sendable (Result<CoordinatedAccess, Error>) -> Void)?
+    private var timer: DispatchWorkItem?
+    /// Set by a cancel that came before the request reached the engine.
+    private var cancelRequested: CoordinationError?
+    /// Existence of each written item once presenters have answered, for the notifications after.
+    private var existedBefore: [Bool] = []
+
+    init(coordinator: FileCoordinator, request: AccessRequest) {
+        self.coordinator = coordinator
+        self.request = request
+    }
+
+    var domain: CoordinationDomain { coordinator.domain }
+
+    /// The intents as granted, with their paths updated by moves while waiting (C11).
+    var grantedIntents: [Intent] {
+        lock.withLock {
+            switch phase {
+            case .granted(let grant, _), .messaging(let grant, _): return grant.intents
+            default: return request.intents
+            }
+        }
+    }
+
+    var grantID: GrantID? {
+        lock.withLock {
+            if case .granted(let grant, _) = phase { return grant.id }
+            return nil
+        }
+    }
+
+    /// Presenters this access asked to relinquish (for a prepared batch, C9).
+    var relinquishedPresenters: Set<PresenterID> {
+        lock.withLock {
+            guard case .granted(let grant, _) = phase else { return [] }
+            return Set(grant.requests.filter { $0.messages.contains { $0.deliveryRank == 0 } }.map(\.presenter))
+        }
+    }
+
+    /// Starts; `completion` runs once, with this access granted or the error that stopped it.
+    /// It may run before `start` returns, on the calling thread.
+    func start(waitTimeout: Duration?, completion: @escaping @Sendable (Result<CoordinatedAccess, Error>) -> Void) {
+        let early = lock.withLock { () -> CoordinationError? in
+            self.completion = completion
+            return cancelRequested
+        }
+        if coordinator.isCancelled || early != nil { return fail(FileCoordinationError.from(early ?? .cancelled)) }
+        coordinator.track(self)
+        switch domain.engine.acquire(request, resume: { [self] result in
+            switch result {
+            case .success(let grant): granted(grant)
+            case .failure(let error): fail(FileCoordinationError.from(error))
+            }
+        }) {
+        case .granted(let grant):
+            granted(grant)
+        case .refused(let error):
+            fail(FileCoordinationError.from(error))
+        case .waiting(let ticket):
+            let (armed, cancelled) = lock.withLock { () -> (Bool, CoordinationError?) in
+                guard case .idle = phase else { return (false, nil) }    // resumed already
+                phase = .waiting(ticket)
+                return (true, cancelRequested)
+            }
+            if armed, let cancelled {
+                domain.engine.abandon(ticket, because: cancelled)
+            } else if armed, let waitTimeout {
+                let item = DispatchWorkItem { [weak self] in self?.cancel(because: .timedOut) }
+                lock.withLock { timer = item }
+                DispatchQueue.global().asyncAfter(deadline: .now() + waitTimeout.timeInterval, execute: item)
+            }
+        }
+    }
+
+    /// Stops waiting (for the engine or for presenters); no effect once granted (C13).
+    func cancel(because reason: CoordinationError = .cancelled) {
+        let current = lock.withLock { () -> Phase in
+            if cancelRequested == nil { cancelRequested = reason }
+            return phase
+        }
+        switch current {
+        case .waiting(let ticket):
+            // The engine resumes the waiter with `reason` unless it was granted meanwhile.
+            _ = domain.engine.abandon(ticket, because: reason)
+        case .messaging(_, let messenger):
+            messenger.cancel()
+        case .idle, .granted, .ended:
+            break
+        }
+    }
+
+    private func granted(_ grant: Grant) {
+        lock.withLock {
+            timer?.cancel()
+            timer = nil
+        }
+        let messenger = PresenterMessenger(grant.requests, domain: domain) { [self] error in
+            if let error {
+                domain.engine.release(grant.id)
+                let messenger = lock.withLock { () -> PresenterMessenger? in
+                    if case .messaging(_, let messenger) = phase { return messenger }
+                    return nil
+                }
+                messenger?.endAccess()
+                fail(error)
+                return
+            }
+            domain.engine.finishMessaging(grant.id)
+            let before = grant.intents.map { $0.kind.isWrite && ItemLocator.exists($0.path) }
+            let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
+                guard case .messaging(_, let messenger) = phase else { return nil }
+                existedBefore = before
+                phase = .granted(grant, messenger)
+                defer { self.completion = nil }
+                return self.completion
+            }
+            completion?(.success(self))
+        }
+        lock.withLock { phase = .messaging(grant, messenger) }
+        messenger.start()
+    }
+
+    private func fail(_ error: Error) {
+        let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
+            timer?.cancel()
+            timer = nil
+            phase = .ended
+            defer { self.completion = nil }
+            return self.completion
+        }
+        coordinator.untrack(self)
+        completion?(.failure(error))
+    }
+
+    /// Ends the access: releases the grant, tells presenters what changed, runs reacquirers, and
+    /// reads the coordinator's presenter's URL again (C5, C22).
+    func end() {
+        let ended = lock.withLock { () -> (Grant, PresenterMessenger, [Bool])? in
+            guard case .granted(let grant, let messenger) = phase else { return nil }
+            phase = .ended
+            return (grant, messenger, existedBefore)
+        }
+        coordinator.untrack(self)
+        guard let (grant, messenger, before) = ended else { return }
+        let outcomes = zip(grant.intents, before).map { intent, existed in
+            IntentOutcome(existedBefore: existed, existsAfter: intent.kind.isWrite && ItemLocator.exists(intent.path))
+        }
+        let notifications = domain.engine.release(grant.id, outcomes: outcomes)
+        PresenterNotifier.deliver(notifications, domain: domain)
+        messenger.endAccess()
+        if let presenter = coordinator.filePresenter { domain.refresh(presenter) }
+    }
+}

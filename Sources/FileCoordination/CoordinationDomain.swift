@@ -1,0 +1,156 @@
+import Coordination
+import Foundation
+import Logging
+
+/// The engine a set of coordinators and presenters share, with its settings: in a process,
+/// `CoordinationDomain.shared`, which `FileCoordinator` uses unless told otherwise.
+public final class CoordinationDomain: @unchecked Sendable {
+    /// The process-wide domain.
+    public static let shared = CoordinationDomain()
+
+    /// The engine. Exposed for diagnosis and for layers such as the mount.
+    public let engine = CoordinationEngine()
+
+    private let lock = NSLock()
+    private var _presenterTimeout: Duration = .seconds(10)
+    private var _defaultWaitTimeout: Duration? = .seconds(120)
+    private var _packageExtensions: Set<String> = []
+    private var _reportHandler: (@Sendable (CoordinationReport) -> Void)?
+    private var presenterObjects: [PresenterID: FilePresenter] = [:]
+    private var presenterIDs: [ObjectIdentifier: PresenterID] = [:]
+    private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, URL) -> Void] = [:]
+
+    let logger = Logger(label: "org.coordfs.coordination")
+
+    public init() {}
+
+    /// How long an access waits for presenters' answers before it goes on without them (X2).
+    public var presenterTimeout: Duration {
+        get { withLock { _presenterTimeout } }
+        set { withLock { _presenterTimeout = newValue } }
+    }
+
+    /// The wait timeout of coordinators that set none (X5); nil waits forever, as Apple does.
+    public var defaultWaitTimeout: Duration? {
+        get { withLock { _defaultWaitTimeout } }
+        set { withLock { _defaultWaitTimeout = newValue } }
+    }
+
+    /// Name extensions that make a directory a file package (besides the `.coordfs-package` marker).
+    public var packageExtensions: Set<String> {
+        get { withLock { _packageExtensions } }
+        set { withLock { _packageExtensions = newValue } }
+    }
+
+    /// Called for events worth a diagnosis, such as a presenter that did not answer in time.
+    public var reportHandler: (@Sendable (CoordinationReport) -> Void)? {
+        get { withLock { _reportHandler } }
+        set { withLock { _reportHandler = newValue } }
+    }
+
+    var locator: ItemLocator { ItemLocator(packageExtensions: packageExtensions) }
+
+    func report(_ event: CoordinationReport) {
+        logger.warning("\(event)")
+        reportHandler?(event)
+    }
+
+    // MARK: Presenter objects
+
+    /// Registers `presenter` in this domain (`FileCoordinator.addFilePresenter` does it in the
+    /// shared one). The domain keeps it until it is removed.
+    public func addFilePresenter(_ presenter: FilePresenter) { register(presenter) }
+
+    /// Unregisters `presenter`; unknown presenters are ignored.
+    public func removeFilePresenter(_ presenter: FilePresenter) { unregister(presenter) }
+
+    /// The presenters registered in this domain, in registration order.
+    public var filePresenters: [FilePresenter] { registeredPresenters }
+
+    /// A diagnostic dump of holders, waiters, presenters and services (C27).
+    public func stateDump() -> String { engine.snapshot().description }
+
+    func register(_ presenter: FilePresenter) {
+        let key = ObjectIdentifier(presenter)
+        if withLock({ presenterIDs[key] != nil }) { return }
+        let record = presenterRecord(for: presenter)
+        let id = engine.addPresenter(record)
+        withLock {
+            presenterIDs[key] = id
+            presenterObjects[id] = presenter
+        }
+    }
+
+    func unregister(_ presenter: FilePresenter) {
+        let id: PresenterID? = withLock {
+            guard let id = presenterIDs.removeValue(forKey: ObjectIdentifier(presenter)) else { return nil }
+            presenterObjects[id] = nil
+            return id
+        }
+        if let id { engine.removePresenter(id) }
+    }
+
+    var registeredPresenters: [FilePresenter] {
+        withLock { presenterObjects.sorted { $0.key.rawValue < $1.key.rawValue }.map(\.value) }
+    }
+
+    func presenter(_ id: PresenterID) -> FilePresenter? { withLock { presenterObjects[id] } }
+
+    func presenterID(of presenter: FilePresenter) -> PresenterID? {
+        withLock { presenterIDs[ObjectIdentifier(presenter)] }
+    }
+
+    // MARK: Service handlers
+
+    func setServiceHandler(_ handler: @escaping @Sendable (FileHandle, URL) -> Void, for id: ServiceRegistrationID) {
+        withLock { serviceHandlers[id] = handler }
+    }
+
+    func serviceHandler(_ id: ServiceRegistrationID) -> (@Sendable (FileHandle, URL) -> Void)? {
+        guard engine.service(id) != nil else { return nil }
+        return withLock { serviceHandlers[id] }
+    }
+
+    func withdrawService(_ id: ServiceRegistrationID) {
+        engine.withdrawService(id)
+        withLock { serviceHandlers[id] = nil }
+    }
+
+    /// Reads the presenter's URLs again and re-indexes it (C22, P8).
+    func refresh(_ presenter: FilePresenter) {
+        guard let id = presenterID(of: presenter) else { return }
+        let record = presenterRecord(for: presenter)
+        engine.updatePresenter(id, path: record.path, primaryPath: record.primaryPath)
+    }
+
+    private func presenterRecord(for presenter: FilePresenter) -> PresenterRecord {
+        let locator = self.locator
+        return PresenterRecord(owner: Self.identity(of: presenter),
+                               path: presenter.presentedItemURL.flatMap { try? locator.canonicalPath(of: $0) },
+                               primaryPath: presenter.primaryPresentedItemURL.flatMap { try? locator.canonicalPath(of: $0) })
+    }
+
+    /// The identity of a presenter, shared by every coordinator created with it (C14, C21).
+    static func identity(of presenter: FilePresenter) -> CoordinatorIdentity {
+        .object(UInt64(UInt(bitPattern: ObjectIdentifier(presenter))))
+    }
+
+    private func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+}
+
+/// An event the coordination layer reports for diagnosis.
+public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
+    /// A presenter did not answer `request` within the presenter timeout; the access went on (X2).
+    case presenterDidNotAnswer(presentedItem: String, request: String, waited: Duration)
+
+    public var description: String {
+        switch self {
+        case .presenterDidNotAnswer(let item, let request, let waited):
+            return "presenter of \(item) did not answer \(request) within \(waited); access proceeded"
+        }
+    }
+}

@@ -1,0 +1,69 @@
+import Coordination
+import Foundation
+
+/// Errors of coordfs's coordination API that Foundation has no code for.
+///
+/// Mapping to Apple: cancellation is `CocoaError(.userCancelled)` (3072) exactly as on Apple
+/// platforms, and a presenter's error fails the access with that very error. The cases below are
+/// what Apple either raises as an exception (programmer errors) or cannot report at all (it waits
+/// forever): coordfs throws instead, so nothing crashes and nothing hangs.
+public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
+    /// The URL is not a `file:` URL or not absolute (C26, reference X13).
+    case invalidURL(String)
+    /// A coordination call with no intent.
+    case emptyIntentList
+    /// Options that are not valid together, or not valid for this call (C25, O10).
+    case invalidOptions(String)
+    /// Waiting lasted longer than the coordinator's `waitTimeout` (X5).
+    case timedOut
+    /// Waiting would close a cycle of coordinators (X1); the cycle, as identities.
+    case deadlock(cycle: [String])
+    /// `item(at:didMoveTo:)` outside a coordinated write (C24).
+    case moveReportedOutsideWrite
+    /// A non-blocking attempt found the item held.
+    case wouldBlock
+    /// A named service that the item does not have (S2, S4).
+    case noSuchService(String)
+    /// A service name that is empty, too long, or holds a newline.
+    case invalidServiceName(String)
+    /// The item has no such file or directory where one is needed.
+    case noSuchItem(String)
+    /// The operating system refused something (creating a snapshot, a socket); errno.
+    case systemError(String, Int32)
+
+    public var description: String {
+        switch self {
+        case .invalidURL(let why): return "invalid URL for coordination: \(why)"
+        case .emptyIntentList: return "a coordination call needs at least one intent"
+        case .invalidOptions(let why): return "invalid options: \(why)"
+        case .timedOut: return "timed out waiting for coordinated access"
+        case .deadlock(let cycle): return "waiting would deadlock: " + cycle.joined(separator: " -> ")
+        case .moveReportedOutsideWrite: return "item(at:didMoveTo:) is only allowed inside a coordinated write"
+        case .wouldBlock: return "the item is held by another coordinator"
+        case .noSuchService(let name): return "the item has no service named '\(name)'"
+        case .invalidServiceName(let why): return "invalid service name: \(why)"
+        case .noSuchItem(let path): return "no such file or directory: \(path)"
+        case .systemError(let what, let code): return "\(what): \(String(cString: strerror(code)))"
+        }
+    }
+
+    /// The API's error for an engine refusal.
+    static func from(_ error: CoordinationError) -> Error {
+        switch error {
+        case .cancelled, .ownerGone: return CocoaError(.userCancelled)
+        case .timedOut: return FileCoordinationError.timedOut
+        case .deadlock(let cycle): return FileCoordinationError.deadlock(cycle: cycle.map(\.description))
+        case .wouldBlock: return FileCoordinationError.wouldBlock
+        case .notInsideWrite: return FileCoordinationError.moveReportedOutsideWrite
+        case .invalidRequest(let why): return FileCoordinationError.invalidOptions(why)
+        case .unknownRegistration: return FileCoordinationError.noSuchService("(withdrawn)")
+        }
+    }
+}
+
+extension Error {
+    /// True for the user-cancelled error that cancellation produces.
+    public var isCoordinationCancellation: Bool {
+        (self as? CocoaError)?.code == .userCancelled
+    }
+}

@@ -1,0 +1,180 @@
+import Coordination
+import Foundation
+
+extension FileCoordinator {
+    // MARK: Coordination on an operation queue (C10, Q1)
+
+    /// Waits for all `intents` without blocking the caller, then runs `accessor` on `queue`:
+    /// with nil once access is granted — each intent's `url` is then the location to use — or
+    /// with the error that stopped it. The access ends when `accessor` returns (C36).
+    public func coordinate(with intents: [FileAccessIntent], queue: OperationQueue,
+                           byAccessor accessor: @escaping @Sendable (Error?) -> Void) {
+        let access: CoordinatedAccess
+        do {
+            access = try makeAccess(for: intents)
+        } catch {
+            queue.addOperation { accessor(error) }
+            return
+        }
+        access.start(waitTimeout: waitTimeout) { [self] result in
+            switch result {
+            case .failure(let error):
+                queue.addOperation { accessor(error) }
+            case .success:
+                queue.addOperation { [self] in
+                    apply(access, to: intents)
+                    pushRunning(access)
+                    accessor(nil)
+                    popRunning(access)
+                    access.end()
+                }
+            }
+        }
+    }
+
+    func makeAccess(for intents: [FileAccessIntent]) throws -> CoordinatedAccess {
+        if intents.isEmpty { throw FileCoordinationError.emptyIntentList }
+        return makeAccess(try intents.map { try engineIntent($0.url, $0.kind) })
+    }
+
+    /// Points each intent at its item's location after moves made while waiting (C11).
+    func apply(_ access: CoordinatedAccess, to intents: [FileAccessIntent]) {
+        for (intent, (requested, granted)) in zip(intents, zip(access.request.intents, access.grantedIntents)) {
+            intent.update(url: Self.accessorURL(original: intent.url, requested: requested, granted: granted))
+        }
+    }
+
+    // MARK: Swift concurrency
+
+    /// Waits for all `intents` — cancelling the task cancels the wait (C13) — then runs
+    /// `accessor`; the access ends when it returns.
+    public func coordinate<T>(with intents: [FileAccessIntent],
+                              byAccessor accessor: () async throws -> T) async throws -> T {
+        let access = try makeAccess(for: intents)
+        try await grant(access)
+        apply(access, to: intents)
+        pushRunning(access)
+        defer {
+            popRunning(access)
+            access.end()
+        }
+        return try await accessor()
+    }
+
+    /// An async read of `url`.
+    public func coordinate<T>(readingItemAt url: URL, options: ReadingOptions = [],
+                              byAccessor reader: (URL) async throws -> T) async throws -> T {
+        let intent = FileAccessIntent.readingIntent(with: url, options: options)
+        return try await coordinate(with: [intent]) { try await reader(intent.url) }
+    }
+
+    /// An async write of `url`.
+    public func coordinate<T>(writingItemAt url: URL, options: WritingOptions = [],
+                              byAccessor writer: (URL) async throws -> T) async throws -> T {
+        let intent = FileAccessIntent.writingIntent(with: url, options: options)
+        return try await coordinate(with: [intent]) { try await writer(intent.url) }
+    }
+
+    private func grant(_ access: CoordinatedAccess) async throws {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                if Task.isCancelled { access.cancel() }
+                access.start(waitTimeout: waitTimeout) { result in
+                    continuation.resume(with: result.map { _ in () })
+                }
+            }
+        } onCancel: {
+            access.cancel()
+        }
+    }
+}
+
+/// A coordinated access as an `Operation`: it becomes ready when its dependencies finish (Q2),
+/// waits for its intents without occupying a queue thread, runs `accessor` once they are granted
+/// and finishes when the access ends (Q4). Cancelled before or while waiting, it finishes
+/// without running `accessor`, with `error` set to the cancellation (Q3).
+public final class CoordinatedAccessOperation: Operation, @unchecked Sendable {
+    public let coordinator: FileCoordinator
+    public let intents: [FileAccessIntent]
+    private let accessor: ([FileAccessIntent]) throws -> Void
+
+    private let stateLock = NSLock()
+    private var _executing = false
+    private var _finished = false
+    private var _error: Error?
+    private var access: CoordinatedAccess?
+
+    /// An operation that coordinates `intents` with `coordinator` and then runs `accessor`.
+    public init(coordinator: FileCoordinator, intents: [FileAccessIntent],
+                accessor: @escaping ([FileAccessIntent]) throws -> Void) {
+        self.coordinator = coordinator
+        self.intents = intents
+        self.accessor = accessor
+    }
+
+    /// Why the access did not happen or failed; nil after a successful access.
+    public var error: Error? { stateLock.withLock { _error } }
+
+    public override var isAsynchronous: Bool { true }
+    public override var isExecuting: Bool { stateLock.withLock { _executing } }
+    public override var isFinished: Bool { stateLock.withLock { _finished } }
+
+    public override func start() {
+        if isCancelled {
+            finish(with: CocoaError(.userCancelled))
+            return
+        }
+        setExecuting()
+        let access: CoordinatedAccess
+        do {
+            access = try coordinator.makeAccess(for: intents)
+        } catch {
+            finish(with: error)
+            return
+        }
+        stateLock.withLock { self.access = access }
+        if isCancelled { access.cancel() }
+        access.start(waitTimeout: coordinator.waitTimeout) { [self] result in
+            switch result {
+            case .failure(let error):
+                finish(with: error)
+            case .success:
+                if isCancelled {
+                    access.end()
+                    finish(with: CocoaError(.userCancelled))
+                    return
+                }
+                coordinator.apply(access, to: intents)
+                coordinator.pushRunning(access)
+                var failure: Error?
+                do { try accessor(intents) } catch { failure = error }
+                coordinator.popRunning(access)
+                access.end()
+                finish(with: failure)
+            }
+        }
+    }
+
+    public override func cancel() {
+        super.cancel()
+        stateLock.withLock { access }?.cancel()
+    }
+
+    private func setExecuting() {
+        willChangeValue(forKey: "isExecuting")
+        stateLock.withLock { _executing = true }
+        didChangeValue(forKey: "isExecuting")
+    }
+
+    private func finish(with error: Error?) {
+        willChangeValue(forKey: "isExecuting")
+        willChangeValue(forKey: "isFinished")
+        stateLock.withLock {
+            _error = error
+            _executing = false
+            _finished = true
+        }
+        didChangeValue(forKey: "isExecuting")
+        didChangeValue(forKey: "isFinished")
+    }
+}

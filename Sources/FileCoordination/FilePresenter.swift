@@ -1,0 +1,74 @@
+import Foundation
+
+/// An object that presents an item to its user and wants to hear about, and have a say in,
+/// other coordinators' accesses to it — Foundation's `NSFilePresenter`.
+///
+/// Every message runs as an operation on `presentedItemOperationQueue` (P2). All members but
+/// the two required properties have default implementations that do what Apple does for a
+/// presenter lacking them: consent at once, have nothing to save, and ignore news.
+public protocol FilePresenter: AnyObject {
+    /// The presented item; nil when it does not exist yet (C22, P1). Read on any thread.
+    var presentedItemURL: URL? { get }
+    /// The primary item this secondary item belongs to; messaged for it too (P3).
+    var primaryPresentedItemURL: URL? { get }
+    /// The queue every message runs on.
+    var presentedItemOperationQueue: OperationQueue { get }
+
+    /// Another coordinator is about to read: prepare, then call `reader`, optionally with a
+    /// reacquirer that runs once that read has ended (P4).
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void)
+    /// Another coordinator is about to write: stop editing, then call `writer` (P5).
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void)
+    /// Save unsaved changes, then call the handler with nil or an error that fails the access (P6).
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void)
+    /// The item is about to be deleted or replaced; an error fails the access (P7).
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void)
+    /// The item moved; return the new URL from `presentedItemURL` from now on (P8).
+    func presentedItemDidMove(to newURL: URL)
+    /// Another coordinator changed the item (files and packages only, P9, P19).
+    func presentedItemDidChange()
+    /// An item appeared inside the presented directory (P10).
+    func presentedSubitemDidAppear(at url: URL)
+    /// An item inside the presented directory moved (P11).
+    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL)
+    /// An item inside the presented directory changed (P12).
+    func presentedSubitemDidChange(at url: URL)
+    /// An item inside the presented directory or package is about to be deleted (P13).
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void)
+}
+
+extension FilePresenter {
+    public var primaryPresentedItemURL: URL? { nil }
+
+    public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { reader(nil) }
+    public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { writer(nil) }
+    public func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
+    public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
+    public func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
+        completionHandler(nil)
+    }
+    public func presentedItemDidMove(to newURL: URL) { UnimplementedCallback.note() }
+    public func presentedItemDidChange() { UnimplementedCallback.note() }
+    public func presentedSubitemDidAppear(at url: URL) { UnimplementedCallback.note() }
+    public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { UnimplementedCallback.note() }
+    public func presentedSubitemDidChange(at url: URL) { UnimplementedCallback.note() }
+}
+
+/// Swift cannot ask whether a protocol method is implemented, yet a package presenter lacking a
+/// subitem notification must get did-change instead (P20). The default implementations leave a
+/// mark on the calling thread; the messenger looks for it right after the call.
+enum UnimplementedCallback {
+    private static let key = "org.coordfs.unimplemented-callback"
+
+    static func note() { Thread.current.threadDictionary[key] = true }
+
+    /// Runs `call` and tells whether it reached a default implementation.
+    static func reachedDefault(_ call: () -> Void) -> Bool {
+        let dictionary = Thread.current.threadDictionary
+        dictionary[key] = nil
+        call()
+        let reached = dictionary[key] != nil
+        dictionary[key] = nil
+        return reached
+    }
+}

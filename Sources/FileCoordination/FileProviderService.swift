@@ -1,0 +1,100 @@
+import Coordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A named service that a provider vends for an item and everything inside it — the role of
+/// Apple's `NSFileProviderService` (S1–S5). coordfs carries bytes, not meaning: both sides agree
+/// on the name and the protocol beforehand (S5).
+public struct FileProviderService: Sendable {
+    /// The service's name, reverse-DNS by convention.
+    public let name: String
+    /// The item the service was obtained for (S5 of the reference: bound to it).
+    public let itemURL: URL
+    let registration: ServiceRegistrationID
+    let domain: CoordinationDomain
+
+    /// A connection to the provider: a connected stream socket whose other end the provider's
+    /// handler received (S3). Fails when the provider has withdrawn the service.
+    public func connection() throws -> FileHandle {
+        guard let handler = domain.serviceHandler(registration) else {
+            throw FileCoordinationError.noSuchService(name)
+        }
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            throw FileCoordinationError.systemError("socketpair", errno)
+        }
+        let providerEnd = FileHandle(fileDescriptor: fds[1], closeOnDealloc: true)
+        DispatchQueue.global().async { handler(providerEnd, itemURL) }
+        return FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
+    }
+}
+
+/// A vended service; withdraw it when the provider stops serving.
+public final class ServiceRegistration: @unchecked Sendable {
+    public let name: String
+    let id: ServiceRegistrationID
+    let domain: CoordinationDomain
+
+    init(name: String, id: ServiceRegistrationID, domain: CoordinationDomain) {
+        self.name = name
+        self.id = id
+        self.domain = domain
+    }
+
+    /// Stops vending: clients no longer find the service, and new connections fail.
+    public func withdraw() { domain.withdrawService(id) }
+}
+
+/// Vending and finding services.
+public enum FileProviderServices {
+    /// Vends `name` for the item at `url` and everything inside it. `handler` runs, on a
+    /// background queue, for every connection a client opens, with the provider's end of the
+    /// connection and the item the client asked about.
+    public static func vend(named name: String, forItemAt url: URL, domain: CoordinationDomain = .shared,
+                            handler: @escaping @Sendable (FileHandle, URL) -> Void) throws -> ServiceRegistration {
+        let path = try domain.locator.canonicalPath(of: url)
+        guard ItemLocator.exists(path) else { throw FileCoordinationError.noSuchItem(path.string) }
+        let owner = CoordinatorIdentity.purpose("service-provider-\(UUID().uuidString)")
+        do {
+            let id = try domain.engine.vendService(named: name, at: path, owner: owner)
+            domain.setServiceHandler(handler, for: id)
+            return ServiceRegistration(name: name, id: id, domain: domain)
+        } catch .invalidRequest(let why) {
+            throw FileCoordinationError.invalidServiceName(why)
+        } catch {
+            throw FileCoordinationError.from(error)
+        }
+    }
+
+    /// The services of the item at `url`: per name, the nearest provider up the tree (S2, S4).
+    public static func services(forItemAt url: URL, domain: CoordinationDomain = .shared) throws -> [String: FileProviderService] {
+        let path = try domain.locator.canonicalPath(of: url)
+        var result: [String: FileProviderService] = [:]
+        for (name, (id, _)) in domain.engine.services(for: path) {
+            result[name] = FileProviderService(name: name, itemURL: url, registration: id, domain: domain)
+        }
+        return result
+    }
+
+    /// The service `name` of the item at `url`, or `FileCoordinationError.noSuchService`.
+    public static func service(named name: String, forItemAt url: URL,
+                               domain: CoordinationDomain = .shared) throws -> FileProviderService {
+        guard let service = try services(forItemAt: url, domain: domain)[name] else {
+            throw FileCoordinationError.noSuchService(name)
+        }
+        return service
+    }
+}
+
+extension FileManager {
+    /// Apple's spelling: the services of the item at `url`, delivered on a background queue.
+    public func getFileProviderServicesForItem(at url: URL,
+                                               completionHandler: @escaping @Sendable ([String: FileProviderService]?, Error?) -> Void) {
+        DispatchQueue.global().async {
+            do { completionHandler(try FileProviderServices.services(forItemAt: url), nil) }
+            catch { completionHandler(nil, error) }
+        }
+    }
+}

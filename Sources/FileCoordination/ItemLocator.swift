@@ -1,0 +1,79 @@
+import Coordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Turns URLs into the engine's canonical paths and facts (the only place this module looks at
+/// the file system for coordination). Symbolic links in parent directories are resolved, so one
+/// item never looks like two (C26, reference X15).
+struct ItemLocator: Sendable {
+    /// Name extensions that make a directory a file package.
+    var packageExtensions: Set<String>
+    /// A directory holding a file of this name is a file package.
+    static let packageMarker = ".coordfs-package"
+
+    /// The canonical path of `url`; with `resolvingLink`, the path of the link's target (O2).
+    func canonicalPath(of url: URL, resolvingLink: Bool = false) throws -> ItemPath {
+        guard url.isFileURL else {
+            throw FileCoordinationError.invalidURL("'\(url.absoluteString)' is not a file URL")
+        }
+        let raw = url.path
+        guard raw.hasPrefix("/"), let lexical = ItemPath(raw) else {
+            throw FileCoordinationError.invalidURL("'\(raw)' is not an absolute path")
+        }
+        if lexical.isRoot { return lexical }
+        if resolvingLink, let resolved = Self.realPath(lexical.string) { return resolved }
+        // Resolve the longest existing ancestor, keep the rest as spelled.
+        var suffix: [Substring] = [lexical.lastComponent]
+        var directory = lexical.parent!
+        while true {
+            if let resolved = Self.realPath(directory.string) {
+                return suffix.reversed().reduce(resolved) { $0.appending($1) }
+            }
+            guard let up = directory.parent else { return lexical }
+            suffix.append(directory.lastComponent)
+            directory = up
+        }
+    }
+
+    private static func realPath(_ path: String) -> ItemPath? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return ItemPath(String(cString: resolved))
+    }
+
+    /// The engine's facts about the item at `path`.
+    func target(for path: ItemPath) -> AccessTarget {
+        let isDirectory = Self.isDirectory(path)
+        let isPackage = isDirectory && isPackageDirectory(path)
+        var packages: [ItemPath] = []
+        for ancestor in path.ancestors where !ancestor.isRoot && isPackageDirectory(ancestor) {
+            packages.append(ancestor)
+        }
+        return AccessTarget(path: path, isDirectory: isDirectory, isPackage: isPackage,
+                            enclosingPackages: packages.reversed())
+    }
+
+    func isPackageDirectory(_ path: ItemPath) -> Bool {
+        let name = path.lastComponent
+        if let dot = name.lastIndex(of: "."), packageExtensions.contains(String(name[name.index(after: dot)...])) {
+            return true
+        }
+        return access(path.appending(Self.packageMarker).string, F_OK) == 0
+    }
+
+    static func isDirectory(_ path: ItemPath) -> Bool {
+        var info = stat()
+        return lstat(path.string, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    static func exists(_ path: ItemPath) -> Bool {
+        var info = stat()
+        return lstat(path.string, &info) == 0
+    }
+}
+
+extension ItemPath {
+    var fileURL: URL { URL(fileURLWithPath: string, isDirectory: false) }
+}

@@ -1,0 +1,168 @@
+import Coordination
+import Dispatch
+import Foundation
+
+/// Puts a grant's requests to presenters on their own queues, in parallel, and gathers the
+/// answers within the presenter timeout (P2, P14, X2). Reacquirers handed back are kept until
+/// the access ends (P4, P5).
+final class PresenterMessenger: @unchecked Sendable {
+    typealias Completion = @Sendable (Error?) -> Void
+
+    private let lock = NSLock()
+    private let domain: CoordinationDomain
+    private var pending: Set<PresenterID>
+    private var completion: Completion?
+    private var reacquirers: [(OperationQueue, @Sendable () -> Void)] = []
+    private var accessEnded = false
+    private var current: [PresenterID: String] = [:]
+
+    private let deliveries: [PresenterDelivery<PresenterRequest>]
+
+    /// A messenger for `deliveries`; nothing is sent before `start()`. `completion` is called
+    /// once: nil when everyone consented (or timed out), else the first error (a presenter's, or
+    /// cancellation).
+    init(_ deliveries: [PresenterDelivery<PresenterRequest>], domain: CoordinationDomain,
+         completion: @escaping Completion) {
+        self.domain = domain
+        self.deliveries = deliveries
+        self.pending = Set(deliveries.map(\.presenter))
+        self.completion = completion
+    }
+
+    /// Sends the first message of every delivery, in parallel.
+    func start() {
+        if deliveries.isEmpty {
+            finish(nil)
+            return
+        }
+        let timeout = domain.presenterTimeout
+        let started = ContinuousClock.now
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) { [weak self] in
+            self?.timeOut(after: ContinuousClock.now - started)
+        }
+        for delivery in deliveries {
+            deliver(delivery.messages[...], delivery)
+        }
+    }
+
+    /// Stops waiting for answers; the access fails with cancellation (C13).
+    func cancel() { finish(CocoaError(.userCancelled)) }
+
+    /// The access has ended: run reacquirers now and any that arrive late at once.
+    func endAccess() {
+        let toRun: [(OperationQueue, @Sendable () -> Void)] = lock.withLock {
+            accessEnded = true
+            defer { reacquirers = [] }
+            return reacquirers
+        }
+        for (queue, reacquirer) in toRun { queue.addOperation(reacquirer) }
+    }
+
+    private func deliver(_ messages: ArraySlice<PresenterRequest>, _ delivery: PresenterDelivery<PresenterRequest>) {
+        guard let message = messages.first, let presenter = domain.presenter(delivery.presenter) else {
+            answered(delivery.presenter, error: nil)
+            return
+        }
+        lock.withLock { current[delivery.presenter] = "\(message) for \(delivery.presentedPath)" }
+        let queue = presenter.presentedItemOperationQueue
+        let rest = messages.dropFirst()
+        let next: @Sendable (Error?) -> Void = { [self] error in
+            if let error { answered(delivery.presenter, error: error) } else { deliver(rest, delivery) }
+        }
+        let relinquished: @Sendable ((@Sendable () -> Void)?) -> Void = { [self] reacquirer in
+            if let reacquirer { keep(reacquirer, on: queue) }
+            next(nil)
+        }
+        queue.addOperation {
+            switch message {
+            case .relinquishToReader: presenter.relinquishPresentedItem(toReader: relinquished)
+            case .relinquishToWriter: presenter.relinquishPresentedItem(toWriter: relinquished)
+            case .saveChanges: presenter.savePresentedItemChanges(completionHandler: next)
+            case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: next)
+            case .accommodateSubitemDeletion(let path):
+                presenter.accommodatePresentedSubitemDeletion(at: path.fileURL, completionHandler: next)
+            }
+        }
+    }
+
+    private func keep(_ reacquirer: @escaping @Sendable () -> Void, on queue: OperationQueue) {
+        let runNow = lock.withLock { () -> Bool in
+            if accessEnded { return true }
+            reacquirers.append((queue, reacquirer))
+            return false
+        }
+        if runNow { queue.addOperation(reacquirer) }
+    }
+
+    private func answered(_ presenter: PresenterID, error: Error?) {
+        let done = lock.withLock { () -> Bool in
+            pending.remove(presenter)
+            current[presenter] = nil
+            return pending.isEmpty
+        }
+        if let error { finish(error) } else if done { finish(nil) }
+    }
+
+    private func timeOut(after waited: Duration) {
+        let late = lock.withLock { () -> [String] in
+            guard completion != nil else { return [] }
+            let late = pending.map { current[$0] ?? "\($0)" }
+            pending = []
+            return late
+        }
+        guard !late.isEmpty else { return }
+        for what in late {
+            let parts = what.components(separatedBy: " for ")
+            domain.report(.presenterDidNotAnswer(presentedItem: parts.last ?? what, request: parts.first ?? what,
+                                                 waited: waited))
+        }
+        finish(nil)
+    }
+
+    private func finish(_ error: Error?) {
+        let completion: Completion? = lock.withLock {
+            defer { self.completion = nil }
+            return self.completion
+        }
+        completion?(error)
+    }
+}
+
+/// Delivers notifications on presenters' queues, with the package fallback (P20) and the URL
+/// refresh after a move (P8).
+enum PresenterNotifier {
+    static func deliver(_ deliveries: [PresenterDelivery<PresenterNotification>], domain: CoordinationDomain) {
+        for delivery in deliveries {
+            guard let presenter = domain.presenter(delivery.presenter) else { continue }
+            let package = delivery.presentsPackage
+            let messages = delivery.messages
+            presenter.presentedItemOperationQueue.addOperation {
+                var sentDidChange = false
+                for message in messages {
+                    let reachedDefault = UnimplementedCallback.reachedDefault {
+                        switch message {
+                        case .didMove(let path): presenter.presentedItemDidMove(to: path.fileURL)
+                        case .didChange: presenter.presentedItemDidChange(); sentDidChange = true
+                        case .subitemDidAppear(let path): presenter.presentedSubitemDidAppear(at: path.fileURL)
+                        case .subitemDidMove(let from, let to): presenter.presentedSubitem(at: from.fileURL, didMoveTo: to.fileURL)
+                        case .subitemDidChange(let path): presenter.presentedSubitemDidChange(at: path.fileURL)
+                        case .subitemWasDeleted: UnimplementedCallback.note()   // no Apple callback
+                        }
+                    }
+                    if reachedDefault && package && message.isSubitemNotification && !sentDidChange {
+                        presenter.presentedItemDidChange()                  // P20, reference C45
+                        sentDidChange = true
+                    }
+                    if case .didMove = message { domain.refresh(presenter) }
+                }
+            }
+        }
+    }
+}
+
+extension Duration {
+    var timeInterval: TimeInterval {
+        let (seconds, attoseconds) = components
+        return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
+    }
+}

@@ -1,0 +1,306 @@
+import Coordination
+import Dispatch
+import FileCoordination
+import Foundation
+import Testing
+
+/// A domain of its own, a temporary directory, and helpers; each test makes one, so tests run
+/// in parallel without seeing each other.
+final class Fixture: @unchecked Sendable {
+    let domain = CoordinationDomain()
+    let root: URL
+    let log = EventLog()
+
+    init(presenterTimeout: Duration = .seconds(5), waitTimeout: Duration? = .seconds(10)) throws {
+        domain.presenterTimeout = presenterTimeout
+        domain.defaultWaitTimeout = waitTimeout
+        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("coordfs-tests-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        // Canonical from the start, so URLs compare equal to what coordination hands back.
+        root = URL(fileURLWithPath: base.resolvingSymlinksInPath().path)
+    }
+
+    deinit { try? FileManager.default.removeItem(at: root) }
+
+    var engine: CoordinationEngine { domain.engine }
+
+    func coordinator(_ presenter: FilePresenter? = nil) -> FileCoordinator {
+        FileCoordinator(filePresenter: presenter, domain: domain)
+    }
+
+    /// A URL under the fixture's root; nothing is created.
+    func url(_ relative: String) -> URL { root.appendingPathComponent(relative) }
+
+    /// Creates a file (and its directories) with `contents`.
+    @discardableResult
+    func file(_ relative: String, _ contents: String = "x") throws -> URL {
+        let url = self.url(relative)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(contents.utf8).write(to: url)
+        return url
+    }
+
+    /// Creates a directory (and its parents).
+    @discardableResult
+    func directory(_ relative: String) throws -> URL {
+        let url = self.url(relative)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    /// Creates a file package: a directory with the marker file.
+    @discardableResult
+    func package(_ relative: String) throws -> URL {
+        let url = try directory(relative)
+        try Data().write(to: url.appendingPathComponent(".coordfs-package"))
+        return url
+    }
+
+    func presenter(_ name: String, _ relative: String?) -> TestPresenter {
+        let presenter = TestPresenter(name: name, url: relative.map(url), log: log)
+        domain.addFilePresenter(presenter)
+        return presenter
+    }
+
+    /// Waits until the engine shows `count` waiting requests: proof that a call is blocked.
+    func waitForWaiters(_ count: Int, timeout: Duration = .seconds(10)) -> Bool {
+        eventually(timeout) { self.engine.snapshot().waiters.count == count }
+    }
+
+    var isIdle: Bool { engine.snapshot().isIdle }
+}
+
+/// Polls `condition` until it holds or `timeout` passes.
+func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        usleep(2_000)
+    }
+    return condition()
+}
+
+/// An ordered, thread-safe record of what happened.
+final class EventLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage: [String] = []
+
+    func add(_ event: String) { lock.lock(); storage.append(event); lock.unlock() }
+    var events: [String] { lock.lock(); defer { lock.unlock() }; return storage }
+
+    func index(of event: String) -> Int? { events.firstIndex(of: event) }
+    func contains(_ event: String) -> Bool { events.contains(event) }
+    func count(_ event: String) -> Int { events.filter { $0 == event }.count }
+    func matching(_ prefix: String) -> [String] { events.filter { $0.hasPrefix(prefix) } }
+
+    /// True when `first` was logged before `second` (both logged).
+    func order(_ first: String, before second: String) -> Bool {
+        guard let a = index(of: first), let b = index(of: second) else { return false }
+        return a < b
+    }
+
+    func waitFor(_ event: String, timeout: Duration = .seconds(10)) -> Bool {
+        eventually(timeout) { self.contains(event) }
+    }
+}
+
+/// A gate a test opens once: accessors wait on it to hold their access open.
+final class Gate: @unchecked Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    func open() { semaphore.signal(); }
+    func wait() { semaphore.wait(); semaphore.signal() }
+}
+
+/// Runs `body` on a new thread; `join()` waits for it and returns what it returned or threw.
+final class Background<T>: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var result: Result<T, Error>?
+
+    init(_ body: @escaping () throws -> T) {
+        let thread = Thread { [self] in
+            result = Result { try body() }
+            done.signal()
+        }
+        thread.start()
+    }
+
+    func join(timeout: Duration = .seconds(20)) throws -> T {
+        guard done.wait(timeout: .now() + timeout.seconds) == .success else { throw TestTimeout() }
+        done.signal()
+        return try result!.get()
+    }
+
+    var isFinished: Bool {
+        guard done.wait(timeout: .now()) == .success else { return false }
+        done.signal()
+        return true
+    }
+}
+
+struct TestTimeout: Error {}
+struct PresenterRefusal: Error, Equatable { let code: Int }
+
+extension Duration {
+    var seconds: Double {
+        let (s, a) = components
+        return Double(s) + Double(a) / 1e18
+    }
+}
+
+/// A presenter that logs every message as "<name>:<message>", optionally answering with errors,
+/// handing back reacquirers, or following moves.
+final class TestPresenter: FilePresenter, @unchecked Sendable {
+    let name: String
+    let log: EventLog
+    let presentedItemOperationQueue: OperationQueue
+    private let lock = NSLock()
+    private var url: URL?
+    var primaryURL: URL?
+    var saveError: Error?
+    var deletionError: Error?
+    var givesReacquirer = false
+    var followsMoves = true
+    /// Runs inside savePresentedItemChanges before it answers.
+    var onSave: (() -> Void)?
+    /// Set when a message ran off the presenter's queue (P2).
+    private(set) var ranOffQueue = false
+
+    init(name: String, url: URL?, log: EventLog) {
+        self.name = name
+        self.url = url
+        self.log = log
+        presentedItemOperationQueue = OperationQueue()
+        presentedItemOperationQueue.maxConcurrentOperationCount = 1
+        presentedItemOperationQueue.name = "presenter \(name)"
+    }
+
+    var presentedItemURL: URL? {
+        get { lock.lock(); defer { lock.unlock() }; return url }
+        set { lock.lock(); url = newValue; lock.unlock() }
+    }
+    var primaryPresentedItemURL: URL? { primaryURL }
+
+    private func note(_ message: String) {
+        if OperationQueue.current !== presentedItemOperationQueue { ranOffQueue = true }
+        log.add("\(name):\(message)")
+    }
+
+    private var reacquirer: (@Sendable () -> Void)? {
+        guard givesReacquirer else { return nil }
+        return { [self] in note("reacquire") }
+    }
+
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        note("relinquishToReader")
+        reader(reacquirer)
+    }
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        note("relinquishToWriter")
+        writer(reacquirer)
+    }
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        note("save")
+        onSave?()
+        completionHandler(saveError)
+    }
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        note("accommodateDeletion")
+        completionHandler(deletionError)
+    }
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
+        note("accommodateSubitemDeletion \(url.lastPathComponent)")
+        completionHandler(deletionError)
+    }
+    func presentedItemDidMove(to newURL: URL) {
+        note("didMove \(newURL.path)")
+        if followsMoves { presentedItemURL = newURL }
+    }
+    func presentedItemDidChange() { note("didChange") }
+    func presentedSubitemDidAppear(at url: URL) { note("subitemDidAppear \(url.lastPathComponent)") }
+    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
+        note("subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
+    }
+    func presentedSubitemDidChange(at url: URL) { note("subitemDidChange \(url.lastPathComponent)") }
+}
+
+/// A presenter that implements only did-change, as many package presenters do (P20).
+final class ChangeOnlyPresenter: FilePresenter, @unchecked Sendable {
+    let presentedItemURL: URL?
+    let presentedItemOperationQueue = OperationQueue()
+    let log: EventLog
+    let name: String
+    init(name: String, url: URL, log: EventLog) {
+        self.name = name
+        self.presentedItemURL = url
+        self.log = log
+    }
+    func presentedItemDidChange() { log.add("\(name):didChange") }
+}
+
+/// An access held open on a background thread until `release()`: it logs "<name>-start" once
+/// its accessor runs and "<name>-end" just before the accessor returns.
+final class Holding: @unchecked Sendable {
+    let name: String
+    private let gate = Gate()
+    private var task: Background<Void>!
+
+    init(_ fixture: Fixture, _ name: String, coordinator: FileCoordinator? = nil,
+         _ access: @escaping (FileCoordinator, _ inside: () -> Void) throws -> Void) {
+        self.name = name
+        let coordinator = coordinator ?? fixture.coordinator()
+        let gate = self.gate
+        let log = fixture.log
+        task = Background {
+            try access(coordinator) {
+                log.add("\(name)-start")
+                gate.wait()
+                log.add("\(name)-end")
+            }
+        }
+    }
+
+    /// Waits until the accessor runs; false if it did not within the timeout.
+    func started(_ fixture: Fixture) -> Bool { fixture.log.waitFor("\(name)-start") }
+
+    func release() throws {
+        gate.open()
+        try task.join()
+    }
+
+    /// Waits for the access to end by itself (a failure, say) and returns what it threw.
+    func outcome() -> Error? {
+        do { try task.join(); return nil } catch { return error }
+    }
+}
+
+extension Fixture {
+    func holdWrite(_ name: String, _ url: URL, _ options: FileCoordinator.WritingOptions = [],
+                   coordinator: FileCoordinator? = nil) -> Holding {
+        Holding(self, name, coordinator: coordinator) { c, inside in
+            try c.coordinate(writingItemAt: url, options: options) { _ in inside() }
+        }
+    }
+
+    func holdRead(_ name: String, _ url: URL, _ options: FileCoordinator.ReadingOptions = [],
+                  coordinator: FileCoordinator? = nil) -> Holding {
+        Holding(self, name, coordinator: coordinator) { c, inside in
+            try c.coordinate(readingItemAt: url, options: options) { _ in inside() }
+        }
+    }
+
+    /// A read on a background thread that logs "<name>-run" when its accessor runs.
+    func read(_ name: String, _ url: URL, _ options: FileCoordinator.ReadingOptions = [],
+              coordinator: FileCoordinator? = nil) -> Background<Void> {
+        let coordinator = coordinator ?? self.coordinator()
+        let log = self.log
+        return Background { try coordinator.coordinate(readingItemAt: url, options: options) { _ in log.add("\(name)-run") } }
+    }
+
+    /// A write on a background thread that logs "<name>-run" when its accessor runs.
+    func write(_ name: String, _ url: URL, _ options: FileCoordinator.WritingOptions = [],
+               coordinator: FileCoordinator? = nil) -> Background<Void> {
+        let coordinator = coordinator ?? self.coordinator()
+        let log = self.log
+        return Background { try coordinator.coordinate(writingItemAt: url, options: options) { _ in log.add("\(name)-run") } }
+    }
+}
