@@ -13,6 +13,8 @@ struct State: ~Copyable {
         /// Owners of the presenters this grant is messaging: their requests do not wait for it
         /// while it does (C21), and the grant's owner waits for them (wait-for graph).
         var messaging: Set<CoordinatorIdentity>
+        /// Moves reported inside this grant: their notifications replace the writes' own.
+        var moved: [ItemPath] = []
     }
 
     struct Waiter {

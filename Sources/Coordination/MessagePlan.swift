@@ -98,6 +98,8 @@ extension State {
         for (intent, outcome) in zip(record.intents, outcomes) {
             guard case .writing(let options) = intent.kind, !options.contains(.forMoving) else { continue }
             if !outcome.existedBefore && !outcome.existsAfter { continue }
+            if outcome.existedBefore && outcome.existsAfter && !outcome.changed { continue }
+            if record.moved.contains(where: { intent.path.isSameOrInside($0) }) { continue }   // told as a move
             let path = intent.path
             let target = intent.target
             let packages = Set(target.enclosingPackages)

@@ -48,6 +48,7 @@ extension CoordinationEngine {
                 }
             }
 
+            state.grants[grant]!.moved += [from, to]
             state.relocateWaiters(from: from, to: to)
             for (id, service) in state.services {
                 if let path = service.path.relocated(from: from, to: to) { state.services[id]!.path = path }

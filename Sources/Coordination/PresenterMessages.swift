@@ -49,8 +49,11 @@ public struct PresenterDelivery<Message: Hashable & Sendable>: Sendable {
 public struct IntentOutcome: Hashable, Sendable {
     public var existedBefore: Bool
     public var existsAfter: Bool
-    public init(existedBefore: Bool, existsAfter: Bool) {
+    /// Whether the item's contents or attributes changed (ignored unless it existed before and after).
+    public var changed: Bool
+    public init(existedBefore: Bool, existsAfter: Bool, changed: Bool = true) {
         self.existedBefore = existedBefore
         self.existsAfter = existsAfter
+        self.changed = changed
     }
 }

@@ -23,7 +23,7 @@ final class CoordinatedAccess: @unchecked Sendable {
     /// Set by a cancel that came before the request reached the engine.
     private var cancelRequested: CoordinationError?
     /// Existence of each written item once presenters have answered, for the notifications after.
-    private var existedBefore: [Bool] = []
+    private var before: [ItemLocator.Fingerprint?] = []
 
     init(coordinator: FileCoordinator, request: AccessRequest) {
         self.coordinator = coordinator
@@ -126,10 +126,10 @@ final class CoordinatedAccess: @unchecked Sendable {
                 return
             }
             domain.engine.finishMessaging(grant.id)
-            let before = grant.intents.map { $0.kind.isWrite && ItemLocator.exists($0.path) }
+            let fingerprints = grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint($0.path) : nil }
             let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
                 guard case .messaging(_, let messenger) = phase else { return nil }
-                existedBefore = before
+                before = fingerprints
                 phase = .granted(grant, messenger)
                 defer { self.completion = nil }
                 return self.completion
@@ -155,15 +155,16 @@ final class CoordinatedAccess: @unchecked Sendable {
     /// Ends the access: releases the grant, tells presenters what changed, runs reacquirers, and
     /// reads the coordinator's presenter's URL again (C5, C22).
     func end() {
-        let ended = lock.withLock { () -> (Grant, PresenterMessenger, [Bool])? in
+        let ended = lock.withLock { () -> (Grant, PresenterMessenger, [ItemLocator.Fingerprint?])? in
             guard case .granted(let grant, let messenger) = phase else { return nil }
             phase = .ended
-            return (grant, messenger, existedBefore)
+            return (grant, messenger, before)
         }
         coordinator.untrack(self)
         guard let (grant, messenger, before) = ended else { return }
-        let outcomes = zip(grant.intents, before).map { intent, existed in
-            IntentOutcome(existedBefore: existed, existsAfter: intent.kind.isWrite && ItemLocator.exists(intent.path))
+        let outcomes = zip(grant.intents, before).map { intent, old -> IntentOutcome in
+            let new = intent.kind.isWrite ? ItemLocator.fingerprint(intent.path) : nil
+            return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
         }
         let notifications = domain.engine.release(grant.id, outcomes: outcomes)
         PresenterNotifier.deliver(notifications, domain: domain)

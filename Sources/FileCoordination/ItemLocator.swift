@@ -68,6 +68,25 @@ struct ItemLocator: Sendable {
         return lstat(path.string, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
+    /// What tells whether an item changed: identity, size and times (nil when it does not exist).
+    struct Fingerprint: Equatable {
+        let device: UInt64, inode: UInt64, size: Int64
+        let modified: timespec, changed: timespec
+
+        static func == (a: Fingerprint, b: Fingerprint) -> Bool {
+            a.device == b.device && a.inode == b.inode && a.size == b.size
+                && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
+                && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
+        }
+    }
+
+    static func fingerprint(_ path: ItemPath) -> Fingerprint? {
+        var info = stat()
+        guard lstat(path.string, &info) == 0 else { return nil }
+        return Fingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+                           modified: info.st_mtim, changed: info.st_ctim)
+    }
+
     static func exists(_ path: ItemPath) -> Bool {
         var info = stat()
         return lstat(path.string, &info) == 0
