@@ -61,16 +61,18 @@ extension FileCoordinator {
         return try await accessor()
     }
 
-    /// An async read of `url`.
-    public func coordinate<T>(readingItemAt url: URL, options: ReadingOptions = [],
-                              byAccessor reader: (URL) async throws -> T) async throws -> T {
+    /// A coordinated read of `url` that suspends instead of blocking while it waits; cancelling
+    /// the task cancels the wait. (Not spelled `coordinate(readingItemAt:)`: a synchronous
+    /// closure would pick the blocking overload, which no task cancellation can reach.)
+    public func read<T>(at url: URL, options: ReadingOptions = [],
+                        byAccessor reader: (URL) async throws -> T) async throws -> T {
         let intent = FileAccessIntent.readingIntent(with: url, options: options)
         return try await coordinate(with: [intent]) { try await reader(intent.url) }
     }
 
-    /// An async write of `url`.
-    public func coordinate<T>(writingItemAt url: URL, options: WritingOptions = [],
-                              byAccessor writer: (URL) async throws -> T) async throws -> T {
+    /// A coordinated write of `url` that suspends instead of blocking while it waits.
+    public func write<T>(at url: URL, options: WritingOptions = [],
+                         byAccessor writer: (URL) async throws -> T) async throws -> T {
         let intent = FileAccessIntent.writingIntent(with: url, options: options)
         return try await coordinate(with: [intent]) { try await writer(intent.url) }
     }
