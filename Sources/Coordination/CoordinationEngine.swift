@@ -69,11 +69,13 @@ public final class CoordinationEngine: Sendable {
         state.withLock { state in state.grants[grant]?.messaging = [] }
     }
 
-    /// Ends a grant, wakes whoever can now proceed, and returns the notifications its writes
-    /// call for (P9, P10, P12, P19, P20). `outcomes` parallels the grant's intents; pass nil for
-    /// an access that changed nothing.
+    /// Ends a grant and returns the notifications its writes call for (P9, P10, P12, P19, P20),
+    /// after handing them to `deliver` and before waking whoever can now proceed — so a
+    /// presenter hears of a write before it is asked about the next access. `outcomes` parallels
+    /// the grant's intents; pass nil for an access that changed nothing.
     @discardableResult
-    public func release(_ grant: GrantID, outcomes: [IntentOutcome]? = nil)
+    public func release(_ grant: GrantID, outcomes: [IntentOutcome]? = nil,
+                        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in })
         -> [PresenterDelivery<PresenterNotification>]
     {
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
@@ -81,6 +83,7 @@ public final class CoordinationEngine: Sendable {
             let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []
             return (notes, state.grantWaiters())
         }
+        if !notifications.isEmpty { deliver(notifications) }
         woken.forEach { $0.run() }
         return notifications
     }

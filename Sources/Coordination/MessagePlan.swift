@@ -31,7 +31,11 @@ extension State {
         for intent in request.intents {
             let path = intent.path
             let target = intent.target
-            let packages = Set(target.enclosingPackages)
+            let packages = target.enclosingPackages
+            let direct = presenterTree.presenters(at: path)
+            let reachesBeyondItem = !packages.isEmpty || request.messagesContents || target.isPackage
+                || !intent.kind.writingOptions.isDisjoint(with: WritingOptions.destructive)
+            if direct.isEmpty && !reachesBeyondItem { continue }     // the common case: nobody to ask
             var own: [PresenterRequest] = []          // the item and everything it stands for
             var enclosingPackage: [PresenterRequest] = []
             var inside: [PresenterRequest] = []       // items inside a directory being removed
@@ -61,13 +65,16 @@ extension State {
             if own.isEmpty { continue }
             if request.messagesContents { inside = own }
 
-            for id in presenterTree.presenters(at: path) {
+            for id in direct {
                 builder.add(own, to: id, at: path, package: target.isPackage, records: presenters)   // P3 via primary index
             }
-            for (ancestor, ids) in presenterTree.presentersAbove(path) {
-                let isPackage = packages.contains(ancestor)
-                let messages = isPackage ? enclosingPackage : enclosingDirectory
-                for id in ids { builder.add(messages, to: id, at: ancestor, package: isPackage, records: presenters) }
+            // Enclosing directories hear only of deletions; enclosing packages of everything.
+            if !packages.isEmpty || !enclosingDirectory.isEmpty {
+                for (ancestor, ids) in presenterTree.presentersAbove(path) {
+                    let isPackage = packages.contains(ancestor)
+                    let messages = isPackage ? enclosingPackage : enclosingDirectory
+                    for id in ids { builder.add(messages, to: id, at: ancestor, package: isPackage, records: presenters) }
+                }
             }
             if !inside.isEmpty || target.isPackage {
                 // Everything inside a package is the package (C17): its inner presenters hear
@@ -102,7 +109,7 @@ extension State {
             if record.moved.contains(where: { intent.path.isSameOrInside($0) }) { continue }   // told as a move
             let path = intent.path
             let target = intent.target
-            let packages = Set(target.enclosingPackages)
+            let packages = target.enclosingPackages
             let subitemNews: PresenterNotification
             switch (outcome.existedBefore, outcome.existsAfter) {
             case (false, _): subitemNews = .subitemDidAppear(path)

@@ -70,17 +70,22 @@ struct PresenterTree {
         return node(at: path)?.presenters ?? []
     }
 
-    /// Presenters at each strict ancestor of `path`, nearest first.
+    /// Presenters at each strict ancestor of `path`, nearest first. Allocates only for the
+    /// ancestors that have presenters.
     func presentersAbove(_ path: ItemPath) -> [(ItemPath, [PresenterID])] {
-        if isEmpty { return [] }
+        if isEmpty || path.isRoot { return [] }
         var found: [(ItemPath, [PresenterID])] = []
+        if !root.presenters.isEmpty { found.append((.root, root.presenters)) }
         var node = root
-        var current = ItemPath.root
-        for component in path.components {
-            if !node.presenters.isEmpty { found.append((current, node.presenters)) }
-            guard let next = node.children[String(component)], next.subtreeCount > 0 else { break }
+        let string = path.string
+        var start = string.utf8.index(after: string.utf8.startIndex)
+        while let slash = string.utf8[start...].firstIndex(of: UInt8(ascii: "/")) {
+            guard let next = node.children[String(string[start..<slash])], next.subtreeCount > 0 else { break }
             node = next
-            current = current.appending(component)
+            if !node.presenters.isEmpty {
+                found.append((ItemPath(uncheckedCanonical: String(string[..<slash])), node.presenters))
+            }
+            start = string.utf8.index(after: slash)
         }
         return found.reversed()
     }
@@ -98,11 +103,16 @@ struct PresenterTree {
     }
 
     private func node(at path: ItemPath) -> Node? {
+        if path.isRoot { return root }
         var node = root
-        for component in path.components {
-            guard let next = node.children[String(component)] else { return nil }
+        let string = path.string
+        var start = string.utf8.index(after: string.utf8.startIndex)
+        while true {
+            let end = string.utf8[start...].firstIndex(of: UInt8(ascii: "/")) ?? string.utf8.endIndex
+            guard let next = node.children[String(string[start..<end])], next.subtreeCount > 0 else { return nil }
             node = next
+            if end == string.utf8.endIndex { return node }
+            start = string.utf8.index(after: end)
         }
-        return node
     }
 }

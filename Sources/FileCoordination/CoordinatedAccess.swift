@@ -166,8 +166,7 @@ final class CoordinatedAccess: @unchecked Sendable {
             let new = intent.kind.isWrite ? ItemLocator.fingerprint(intent.path) : nil
             return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
         }
-        let notifications = domain.engine.release(grant.id, outcomes: outcomes)
-        PresenterNotifier.deliver(notifications, domain: domain)
+        domain.engine.release(grant.id, outcomes: outcomes) { PresenterNotifier.deliver($0, domain: domain) }
         messenger.endAccess()
         if let presenter = coordinator.filePresenter { domain.refresh(presenter) }
     }

@@ -119,6 +119,21 @@ import Testing
         try fx.coordinator().coordinate(writingItemAt: a) { url in try Data("new".utf8).write(to: url) }
         #expect(fx.log.waitFor("P:didChange"))
         #expect(fx.log.order("P:relinquishToWriter", before: "P:didChange"))
+
+        // A reader queued behind the write: the presenter hears of the change before it is asked
+        // to relinquish to that reader.
+        let writer = Holding(fx, "W") { c, inside in
+            try c.coordinate(writingItemAt: a) { url in inside(); try? Data("newer".utf8).write(to: url) }
+        }
+        #expect(writer.started(fx))
+        let reader = fx.read("R", a)
+        #expect(fx.waitForWaiters(1))
+        fx.log.add("---")
+        try writer.release()
+        try reader.join()
+        #expect(fx.log.waitFor("P:save"))
+        let after = Array(fx.log.events.drop { $0 != "---" }.filter { $0.hasPrefix("P:") })
+        #expect(Array(after.prefix(2)) == ["P:didChange", "P:relinquishToReader"], "\(after)")
     }
 
     @Test("P10 a directory presenter hears of items appearing inside it, created or moved in") func p10() throws {

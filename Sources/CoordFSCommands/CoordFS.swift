@@ -1,0 +1,13 @@
+import ArgumentParser
+
+/// `coordfs`: file coordination for Linux.
+public struct CoordFS: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "coordfs",
+        abstract: "File coordination for Linux: Apple's coordinator and presenter model, enforced for every program.",
+        version: "0.1.0",
+        subcommands: [Demo.self]
+    )
+
+    public init() {}
+}

@@ -1,0 +1,126 @@
+import ArgumentParser
+import Dispatch
+import FileCoordination
+import Foundation
+
+/// `coordfs demo`: coordination at work inside one process, narrated.
+struct Demo: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show coordination at work in this process: a writer, a waiting reader, a presenter, a move, a deletion."
+    )
+
+    @Option(help: "A directory to work in (default: a new temporary directory, removed afterwards).")
+    var directory: String?
+
+    func run() throws {
+        let fileManager = FileManager.default
+        let base: URL
+        if let directory {
+            base = URL(fileURLWithPath: directory)
+            guard fileManager.fileExists(atPath: base.path) else {
+                throw ValidationError("no such directory: \(directory)")
+            }
+        } else {
+            base = fileManager.temporaryDirectory.appendingPathComponent("coordfs-demo-\(getpid())")
+            try fileManager.createDirectory(at: base, withIntermediateDirectories: true)
+        }
+        defer { if directory == nil { try? fileManager.removeItem(at: base) } }
+
+        let narrator = Narrator()
+        let notes = base.appendingPathComponent("notes.txt")
+        try Data("draft\n".utf8).write(to: notes)
+        let editor = NarratingPresenter(url: notes, narrator: narrator)
+        FileCoordinator.addFilePresenter(editor)
+        defer { FileCoordinator.removeFilePresenter(editor) }
+
+        narrator.say("main", "an editor presents \(notes.lastPathComponent) and has unsaved changes")
+        let writerHolds = DispatchSemaphore(value: 0), writerMayEnd = DispatchSemaphore(value: 0)
+        let writer = Thread {
+            try? FileCoordinator().coordinate(writingItemAt: notes) { url in
+                narrator.say("writer", "granted a write; holding it for a moment")
+                writerHolds.signal()
+                writerMayEnd.wait()
+                try? Data("draft\nwritten by the writer\n".utf8).write(to: url)
+                narrator.say("writer", "done; releasing")
+            }
+        }
+        writer.start()
+        writerHolds.wait()
+        let reader = Thread {
+            narrator.say("reader", "asks to read; must wait for the writer")
+            let text = try? FileCoordinator().coordinate(readingItemAt: notes) { try String(contentsOf: $0, encoding: .utf8) }
+            narrator.say("reader", "read \(text?.split(separator: "\n").count ?? 0) lines: \(text?.replacingOccurrences(of: "\n", with: " | ") ?? "-")")
+        }
+        reader.start()
+        usleep(300_000)
+        narrator.say("main", "state while the reader waits:\n" + CoordinationDomain.shared.stateDump().split(separator: "\n").map { "        " + $0 }.joined(separator: "\n"))
+        writerMayEnd.signal()
+        while !reader.isFinished { usleep(10_000) }
+
+        let renamed = base.appendingPathComponent("notes-final.txt")
+        let mover = FileCoordinator()
+        try mover.coordinate(writingItemAt: notes, options: .forMoving, writingItemAt: renamed, options: .forReplacing) { source, target in
+            narrator.say("mover", "renames \(source.lastPathComponent) to \(target.lastPathComponent)")
+            try fileManager.moveItem(at: source, to: target)
+            try mover.item(at: source, didMoveTo: target)
+        }
+        usleep(100_000)
+        try FileCoordinator().coordinate(writingItemAt: renamed, options: .forDeleting) { url in
+            narrator.say("deleter", "deletes \(url.lastPathComponent)")
+            try fileManager.removeItem(at: url)
+        }
+        usleep(100_000)
+        narrator.say("main", "done. Try `make test` for the rules, one test each.")
+    }
+}
+
+/// Prints numbered lines, one speaker a line, from any thread.
+final class Narrator: @unchecked Sendable {
+    private let lock = NSLock()
+    private var step = 0
+    func say(_ who: String, _ what: String) {
+        lock.lock()
+        step += 1
+        let label = who.padding(toLength: 8, withPad: " ", startingAt: 0)
+        print("\(step < 10 ? " " : "")\(step)  \(label) \(what)")
+        lock.unlock()
+    }
+}
+
+/// An editor that saves when asked and follows its document around.
+final class NarratingPresenter: FilePresenter, @unchecked Sendable {
+    private let lock = NSLock()
+    private var url: URL?
+    let narrator: Narrator
+    let presentedItemOperationQueue = OperationQueue()
+
+    init(url: URL, narrator: Narrator) {
+        self.url = url
+        self.narrator = narrator
+        presentedItemOperationQueue.maxConcurrentOperationCount = 1
+    }
+
+    var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
+
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        narrator.say("editor", "asked to relinquish to a reader")
+        reader { [narrator] in narrator.say("editor", "reacquires after the read") }
+    }
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        narrator.say("editor", "asked to relinquish to a writer")
+        writer(nil)
+    }
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        narrator.say("editor", "asked to save; saves its changes")
+        completionHandler(nil)
+    }
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        narrator.say("editor", "asked to accommodate the deletion; closes the document")
+        completionHandler(nil)
+    }
+    func presentedItemDidMove(to newURL: URL) {
+        narrator.say("editor", "told its document moved to \(newURL.lastPathComponent)")
+        lock.lock(); url = newURL; lock.unlock()
+    }
+    func presentedItemDidChange() { narrator.say("editor", "told its document changed") }
+}

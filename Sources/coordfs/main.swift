@@ -1,0 +1,3 @@
+import CoordFSCommands
+
+CoordFS.main()

@@ -1,0 +1,139 @@
+@testable import Coordination
+import Synchronization
+import Testing
+
+/// The engine alone: acquisition, fairness, the wait-for graph, registries.
+@Suite struct EngineTests {
+    let a = ItemPath("/a")!, b = ItemPath("/b")!
+
+    func request(_ who: CoordinatorIdentity, _ intents: Intent..., waits: Bool = true) -> AccessRequest {
+        AccessRequest(identity: who, intents: intents, waits: waits)
+    }
+
+    /// Records resumptions.
+    final class Resumed: Sendable {
+        let results = Mutex<[String: Result<Grant, CoordinationError>]>([:])
+        func resume(_ name: String) -> CoordinationEngine.Resume {
+            { result in self.results.withLock { $0[name] = result } }
+        }
+        func grant(_ name: String) -> Grant? { results.withLock { try? $0[name]?.get() } }
+        func error(_ name: String) -> CoordinationError? {
+            results.withLock { if case .failure(let e)? = $0[name] { return e } else { return nil } }
+        }
+    }
+
+    func granted(_ acquisition: CoordinationEngine.Acquisition) -> Grant? {
+        if case .granted(let grant) = acquisition { return grant } else { return nil }
+    }
+
+    @Test func grantsFIFOAndWakesOnRelease() throws {
+        let engine = CoordinationEngine(), resumed = Resumed()
+        let r1 = try #require(granted(engine.acquire(request(.process(1), .read(a)), resume: resumed.resume("r1"))))
+        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("w")) else { Issue.record(); return }
+        guard case .waiting = engine.acquire(request(.process(3), .read(a)), resume: resumed.resume("r2")) else { Issue.record(); return }
+        engine.release(r1.id)
+        let w = try #require(resumed.grant("w"))
+        #expect(resumed.grant("r2") == nil)
+        engine.release(w.id)
+        #expect(resumed.grant("r2") != nil)
+    }
+
+    @Test func nonBlockingRefusesAtOnce() {
+        let engine = CoordinationEngine()
+        _ = engine.acquire(request(.process(1), .write(a)), resume: { _ in })
+        guard case .refused(.wouldBlock) = engine.acquire(request(.process(2), .read(a), waits: false), resume: { _ in }) else {
+            Issue.record("expected wouldBlock"); return
+        }
+        #expect(engine.snapshot().waiters.isEmpty)
+    }
+
+    @Test func reentryDoesNotQueueBehindWaitersOfItself() throws {
+        // P holds a; Q waits for a; P asks for a again: granted, not deadlocked by fairness.
+        let engine = CoordinationEngine(), resumed = Resumed()
+        _ = try #require(granted(engine.acquire(request(.process(1), .read(a)), resume: { _ in })))
+        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("q")) else { Issue.record(); return }
+        #expect(granted(engine.acquire(request(.process(1), .read(a)), resume: { _ in })) != nil)
+    }
+
+    @Test func deadlockGoesToTheNewestWaiter() throws {
+        let engine = CoordinationEngine(), resumed = Resumed()
+        _ = try #require(granted(engine.acquire(request(.process(1), .write(a)), resume: { _ in })))
+        _ = try #require(granted(engine.acquire(request(.process(2), .write(b)), resume: { _ in })))
+        guard case .waiting = engine.acquire(request(.process(1), .write(b)), resume: resumed.resume("p1")) else { Issue.record(); return }
+        guard case .refused(.deadlock(let cycle)) = engine.acquire(request(.process(2), .write(a)), resume: { _ in }) else {
+            Issue.record("expected deadlock"); return
+        }
+        #expect(cycle == [.process(2), .process(1), .process(2)])
+        #expect(engine.snapshot().waiters.count == 1, "the older waiter is undisturbed")
+    }
+
+    @Test func abandonEndsOnlyWaiting() throws {
+        let engine = CoordinationEngine(), resumed = Resumed()
+        let held = try #require(granted(engine.acquire(request(.process(1), .write(a)), resume: { _ in })))
+        guard case .waiting(let ticket) = engine.acquire(request(.process(2), .read(a)), resume: resumed.resume("r")) else { Issue.record(); return }
+        #expect(engine.abandon(ticket, because: .timedOut))
+        #expect(resumed.error("r") == .timedOut)
+        #expect(!engine.abandon(ticket, because: .timedOut))
+        engine.release(held.id)
+        #expect(engine.snapshot().isIdle)
+    }
+
+    @Test func messagingWaiverLetsThePresentersOwnerThrough() throws {
+        let engine = CoordinationEngine()
+        let owner = CoordinatorIdentity.object(9)
+        _ = engine.addPresenter(PresenterRecord(owner: owner, path: a))
+        let read = try #require(granted(engine.acquire(request(.process(1), .read(a)), resume: { _ in })))
+        #expect(read.requests.map(\.messages) == [[.relinquishToReader, .saveChanges]])
+        let save = try #require(granted(engine.acquire(request(owner, .write(a)), resume: { _ in })), "C21")
+        engine.release(save.id)
+        engine.finishMessaging(read.id)
+        guard case .refused(.wouldBlock) = engine.acquire(request(owner, .write(a), waits: false), resume: { _ in }) else {
+            Issue.record("after messaging the owner waits like anyone"); return
+        }
+    }
+
+    @Test func presenterLookupScalesWithDepthNotCount() {
+        let engine = CoordinationEngine()
+        for index in 0..<10_000 { _ = engine.addPresenter(PresenterRecord(owner: .object(1), path: ItemPath("/other/\(index)")!)) }
+        let target = ItemPath("/docs/x/y")!
+        let id = engine.addPresenter(PresenterRecord(owner: .object(2), path: ItemPath("/docs")!))
+        let tree = engine.state.withLock { $0.presenterTree.presentersAbove(target) }
+        #expect(tree.count == 1 && tree[0].1 == [id])
+        engine.removePresenter(id)
+        #expect(engine.state.withLock { $0.presenterTree.presentersAbove(target).isEmpty })
+    }
+
+    @Test func servicesNearestWinsAndFollowMoves() throws {
+        let engine = CoordinationEngine()
+        let outer = try engine.vendService(named: "s", at: ItemPath("/m")!, owner: .process(1))
+        let inner = try engine.vendService(named: "s", at: ItemPath("/m/sub")!, owner: .process(2))
+        #expect(engine.services(for: ItemPath("/m/sub/f")!)["s"]?.0 == inner)
+        #expect(engine.services(for: ItemPath("/m/f")!)["s"]?.0 == outer)
+        let write = try #require(granted(engine.acquire(request(.process(3), .write(ItemPath("/m")!, .forMoving)), resume: { _ in })))
+        _ = try engine.reportMove(in: write.id, from: AccessTarget(path: ItemPath("/m")!, isDirectory: true),
+                                  to: AccessTarget(path: ItemPath("/n")!, isDirectory: true))
+        #expect(engine.services(for: ItemPath("/n/sub/f")!)["s"]?.0 == inner)
+        engine.endSession(of: .process(2))
+        #expect(engine.services(for: ItemPath("/n/sub/f")!)["s"]?.0 == outer)
+        #expect(throws: CoordinationError.self) { try engine.vendService(named: "", at: .root, owner: .process(1)) }
+    }
+}
+
+@Suite struct CrossProcessPlanning {
+    /// The engine half of P15: a presenter registered for another process is planned exactly as
+    /// one of this process. Delivering it over the control socket is the event channel's part.
+    @Test("P15 engine half: a presenter of another process gets the same messages") func p15EngineHalf() throws {
+        let engine = CoordinationEngine()
+        let item = ItemPath("/docs/a")!
+        let local = engine.addPresenter(PresenterRecord(owner: .object(1), path: item))
+        let remote = engine.addPresenter(PresenterRecord(owner: .process(777), path: item))
+        for intent in [Intent.read(item), .write(item, .forDeleting), .write(item, .forMerging)] {
+            guard case .granted(let grant) = engine.acquire(AccessRequest(identity: .process(1), intents: [intent]), resume: { _ in }) else {
+                Issue.record("not granted"); return
+            }
+            let byPresenter = Dictionary(uniqueKeysWithValues: grant.requests.map { ($0.presenter, $0.messages) })
+            #expect(byPresenter[local] != nil && byPresenter[local] == byPresenter[remote])
+            engine.release(grant.id)
+        }
+    }
+}
