@@ -23,11 +23,21 @@ let package = Package(
             dependencies: ["Coordination", .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
+        // libfuse3's low-level API: the one C boundary.
+        .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
+                       providers: [.apt(["libfuse3-dev"])]),
+        // The FUSE filesystem: operations become coordinated intents.
+        .target(
+            name: "CoordFSMount",
+            dependencies: ["CFuse3", "Coordination", "FileCoordination",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
         // One file per subcommand.
         .target(
             name: "CoordFSCommands",
             dependencies: [
-                "FileCoordination",
+                "FileCoordination", "CoordFSMount",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v5)]

@@ -32,7 +32,7 @@ public final class CoordinationEngine: Sendable {
     /// request waits holding none of them.
     public func acquire(_ request: AccessRequest, resume: @escaping Resume) -> Acquisition {
         if let problem = request.validationProblem { return .refused(.invalidRequest(problem)) }
-        let modes = request.intents.map(LockMode.init)
+        let modes = request.holdsIntents ? request.intents.map(LockMode.init) : []
         return state.withLock { state -> Acquisition in
             let blockers = state.blockers(of: request.identity, modes, queuedBefore: state.waiting.count)
             if blockers.isEmpty {
@@ -158,6 +158,9 @@ public struct AccessRequest: Sendable {
     public var messagesPresenters: Bool
     /// True for a prepared batch: presenters of everything inside the items are asked too (C9).
     public var messagesContents: Bool = false
+    /// False for an access that only tells (a mount's `notify` mode): granted at once, it holds
+    /// nothing and blocks nobody; its release still yields notifications.
+    public var holdsIntents: Bool = true
 
     public init(identity: CoordinatorIdentity, intents: [Intent], waits: Bool = true,
                 alreadyRelinquished: Set<PresenterID> = [], messagesPresenters: Bool = true) {

@@ -14,7 +14,9 @@ final class CoordinatedAccess: @unchecked Sendable {
         case ended
     }
 
-    let coordinator: FileCoordinator
+    /// The coordinator it runs for; nil for an `AccessClaim` (a mount's kernel request).
+    let coordinator: FileCoordinator?
+    let domain: CoordinationDomain
     let request: AccessRequest
     private let lock = NSLock()
     private var phase: Phase = .idle
@@ -27,10 +29,15 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     init(coordinator: FileCoordinator, request: AccessRequest) {
         self.coordinator = coordinator
+        self.domain = coordinator.domain
         self.request = request
     }
 
-    var domain: CoordinationDomain { coordinator.domain }
+    init(domain: CoordinationDomain, request: AccessRequest) {
+        self.coordinator = nil
+        self.domain = domain
+        self.request = request
+    }
 
     /// The intents as granted, with their paths updated by moves while waiting (C11).
     var grantedIntents: [Intent] {
@@ -64,8 +71,8 @@ final class CoordinatedAccess: @unchecked Sendable {
             self.completion = completion
             return cancelRequested
         }
-        if coordinator.isCancelled || early != nil { return fail(FileCoordinationError.from(early ?? .cancelled)) }
-        coordinator.track(self)
+        if coordinator?.isCancelled == true || early != nil { return fail(FileCoordinationError.from(early ?? .cancelled)) }
+        coordinator?.track(self)
         switch domain.engine.acquire(request, resume: { [self] result in
             switch result {
             case .success(let grant): granted(grant)
@@ -126,7 +133,8 @@ final class CoordinatedAccess: @unchecked Sendable {
                 return
             }
             domain.engine.finishMessaging(grant.id)
-            let fingerprints = grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint($0.path) : nil }
+            // A claim's owner reports outcomes itself (and its items may be behind this very mount).
+            let fingerprints = coordinator == nil ? [] : grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint($0.path) : nil }
             let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
                 guard case .messaging(_, let messenger) = phase else { return nil }
                 before = fingerprints
@@ -148,26 +156,27 @@ final class CoordinatedAccess: @unchecked Sendable {
             defer { self.completion = nil }
             return self.completion
         }
-        coordinator.untrack(self)
+        coordinator?.untrack(self)
         completion?(.failure(error))
     }
 
-    /// Ends the access: releases the grant, tells presenters what changed, runs reacquirers, and
-    /// reads the coordinator's presenter's URL again (C5, C22).
-    func end() {
+    /// Ends the access: releases the grant, tells presenters what changed (from `outcomes`, or
+    /// by looking at the items), runs reacquirers, and reads the coordinator's presenter's URL
+    /// again (C5, C22).
+    func end(outcomes given: [IntentOutcome]? = nil) {
         let ended = lock.withLock { () -> (Grant, PresenterMessenger, [ItemLocator.Fingerprint?])? in
             guard case .granted(let grant, let messenger) = phase else { return nil }
             phase = .ended
             return (grant, messenger, before)
         }
-        coordinator.untrack(self)
+        coordinator?.untrack(self)
         guard let (grant, messenger, before) = ended else { return }
-        let outcomes = zip(grant.intents, before).map { intent, old -> IntentOutcome in
+        let outcomes = given ?? zip(grant.intents, before).map { intent, old -> IntentOutcome in
             let new = intent.kind.isWrite ? ItemLocator.fingerprint(intent.path) : nil
             return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
         }
         domain.engine.release(grant.id, outcomes: outcomes) { PresenterNotifier.deliver($0, domain: domain) }
         messenger.endAccess()
-        if let presenter = coordinator.filePresenter { domain.refresh(presenter) }
+        if let presenter = coordinator?.filePresenter { domain.refresh(presenter) }
     }
 }

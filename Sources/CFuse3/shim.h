@@ -1,0 +1,126 @@
+// The only C that coordfs sees: libfuse3's low-level API, pinned to one version, and small
+// inline helpers for what Swift cannot express (macros, bit flags, buffer vectors).
+#ifndef COORDFS_CFUSE3_SHIM_H
+#define COORDFS_CFUSE3_SHIM_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <sys/file.h>
+#include <sys/statvfs.h>
+#include <dirent.h>
+#include <unistd.h>
+#include <stdlib.h>
+#include <string.h>
+
+// fuse_session_new is a function in 3.14 and a macro in later versions.
+static inline struct fuse_session *cfs_session_new(struct fuse_args *args, const struct fuse_lowlevel_ops *ops,
+                                                   void *userdata) {
+    return fuse_session_new(args, ops, sizeof(*ops), userdata);
+}
+
+// The multi-threaded loop with its configuration.
+static inline int cfs_session_loop_mt(struct fuse_session *se, unsigned max_threads, unsigned idle_threads) {
+    struct fuse_loop_config *config = fuse_loop_cfg_create();
+    if (!config) return -ENOMEM;
+    fuse_loop_cfg_set_max_threads(config, max_threads);
+    fuse_loop_cfg_set_idle_threads(config, idle_threads);
+    int result = fuse_session_loop_mt(se, config);
+    fuse_loop_cfg_destroy(config);
+    return result;
+}
+
+// What a mount asks of the kernel at INIT.
+static inline void cfs_configure_connection(struct fuse_conn_info *conn, int writeback_cache) {
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+    if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
+    // Let the kernel clear suid/sgid on write and truncate: no GETXATTR security.capability
+    // before every write (fuse-measurements.md, finding 2).
+    if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
+    if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+    if (writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    else conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+    // Locks stay local to the kernel's view of the mount (POSIX and flock both).
+    conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+    conn->max_write = 1024 * 1024;
+    conn->max_readahead = 1024 * 1024;
+}
+
+// Replies with `size` bytes of `fd` at `offset`, spliced when the kernel allows.
+static inline int cfs_reply_fd_data(fuse_req_t req, int fd, off_t offset, size_t size) {
+    struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+    buf.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    buf.buf[0].fd = fd;
+    buf.buf[0].pos = offset;
+    return fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+// Writes an incoming buffer vector to `fd` at `offset`; returns bytes written or -errno.
+static inline ssize_t cfs_write_buf(struct fuse_bufvec *in, int fd, off_t offset) {
+    struct fuse_bufvec out = FUSE_BUFVEC_INIT(fuse_buf_size(in));
+    out.buf[0].flags = (enum fuse_buf_flags)(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+    out.buf[0].fd = fd;
+    out.buf[0].pos = offset;
+    return fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
+}
+
+// errno, readable from Swift right after a call.
+static inline int cfs_errno(void) { return errno; }
+
+// Open-file flags FUSE passes as they are.
+static inline int cfs_file_info_flags(const struct fuse_file_info *fi) { return fi->flags; }
+static inline uint64_t cfs_file_info_handle(const struct fuse_file_info *fi) { return fi->fh; }
+static inline void cfs_file_info_set(struct fuse_file_info *fi, uint64_t handle, int keep_cache, int direct_io) {
+    fi->fh = handle;
+    fi->keep_cache = keep_cache ? 1 : 0;
+    fi->direct_io = direct_io ? 1 : 0;
+}
+
+// The directory entry helpers take a name and a stat by pointer.
+static inline size_t cfs_add_direntry(fuse_req_t req, char *buf, size_t size, const char *name,
+                                      ino_t ino, mode_t mode, off_t next) {
+    struct stat st;
+    memset(&st, 0, sizeof(st));
+    st.st_ino = ino;
+    st.st_mode = mode;
+    return fuse_add_direntry(req, buf, size, name, &st, next);
+}
+
+// GNU calls and constants Swift's Glibc module does not carry, as plain functions.
+#include <sys/syscall.h>
+static const int CFS_O_PATH = 010000000;
+static const int CFS_AT_EMPTY_PATH = 0x1000;
+static const unsigned CFS_RENAME_NOREPLACE = 1;
+static const unsigned CFS_RENAME_EXCHANGE = 2;
+static const long CFS_UTIME_NOW = ((1l << 30) - 1l);
+static const long CFS_UTIME_OMIT = ((1l << 30) - 2l);
+
+static inline int cfs_fallocate(int fd, int mode, off_t offset, off_t length) {
+    return (int)syscall(SYS_fallocate, fd, mode, offset, length);
+}
+static inline ssize_t cfs_getxattr(const char *path, const char *name, void *value, size_t size) {
+    return getxattr(path, name, value, size);
+}
+static inline ssize_t cfs_listxattr(const char *path, char *list, size_t size) {
+    return listxattr(path, list, size);
+}
+static inline int cfs_setxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
+    return setxattr(path, name, value, size, flags);
+}
+static inline int cfs_removexattr(const char *path, const char *name) {
+    return removexattr(path, name);
+}
+static inline ssize_t cfs_copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t len, unsigned flags) {
+    return syscall(SYS_copy_file_range, in, in_off, out, out_off, len, flags);
+}
+
+// Renames with flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
+static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
+    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
+#endif

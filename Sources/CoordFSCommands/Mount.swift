@@ -1,0 +1,251 @@
+import ArgumentParser
+import CoordFSMount
+import FileCoordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension CoordinationMode: ExpressibleByArgument {}
+
+/// `coordfs mount BACKING MOUNTPOINT`.
+struct Mount: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show BACKING at MOUNTPOINT, coordinating every open, create, rename and unlink.",
+        discussion: """
+        Returns once the mount is ready; -f stays in the foreground. SIGINT, SIGTERM or \
+        `coordfs unmount MOUNTPOINT` unmount it cleanly. An open that conflicts waits; the wait \
+        ends with EINTR on a signal, EAGAIN at once for O_NONBLOCK, EDEADLK on a cycle of \
+        processes, and EBUSY after --wait-timeout.
+        """
+    )
+
+    @Argument(help: "The directory to show (taken from the profile when omitted).")
+    var backing: String?
+
+    @Argument(help: "An empty directory to mount on (taken from the profile when omitted).")
+    var mountPoint: String?
+
+    @Flag(name: .short, help: "Stay in the foreground.")
+    var foreground = false
+
+    @Option(name: .short, help: ArgumentHelp("FUSE options, comma-separated (allow_other, ro, ...).", valueName: "options"))
+    var o: [String] = []
+
+    @Option(help: "exclusive (wait as the model says), notify (presenters told, nobody waits) or off.")
+    var coordination: CoordinationMode?
+
+    @Option(help: "Seconds an access waits for others before EBUSY (0: forever; default 60).")
+    var waitTimeout: Double?
+
+    @Option(help: "Seconds presenters have to answer (default 5).")
+    var presenterTimeout: Double?
+
+    @Option(help: "A profile: Mounts/NAME.profile, or a path to one.")
+    var profile: String?
+
+    @Option(help: "Write the daemon's log to this file.")
+    var log: String?
+
+    func run() throws {
+        let configuration = try makeConfiguration()
+        try Self.validate(configuration)
+        if foreground {
+            try serve(configuration)
+        } else {
+            try spawnDaemon()
+        }
+    }
+
+    func makeConfiguration() throws -> MountConfiguration {
+        var loaded: Profile?
+        if let profile {
+            guard let url = Profile.locate(profile) else { throw ValidationError("no profile named '\(profile)' (looked in ./Mounts)") }
+            loaded = try Profile(contentsOf: url)
+        }
+        guard let backing = backing ?? loaded?.backing else { throw ValidationError("missing BACKING directory") }
+        guard let mountPoint = mountPoint ?? loaded?.mountPoint else { throw ValidationError("missing MOUNTPOINT") }
+        var configuration = MountConfiguration(backing: Self.absolute(backing), mountPoint: Self.absolute(mountPoint))
+        configuration.mode = coordination ?? loaded?.mode ?? .exclusive
+        configuration.modeRules = loaded?.rules.map { (pattern: $0.0, mode: $0.1) } ?? []
+        let wait = waitTimeout ?? loaded?.waitTimeout ?? 60
+        configuration.waitTimeout = wait == 0 ? nil : .milliseconds(Int64(wait * 1000))
+        configuration.presenterTimeout = .milliseconds(Int64((presenterTimeout ?? loaded?.presenterTimeout ?? 5) * 1000))
+        configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
+        let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
+        configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) }
+        return configuration
+    }
+
+    /// Options mount(8) and fstab pass that are not FUSE's.
+    static let mountHelperOptions: Set<String> = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail"]
+
+    static func absolute(_ path: String) -> String {
+        let url = path.hasPrefix("/") ? URL(fileURLWithPath: path) : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(path)
+        return url.standardizedFileURL.path
+    }
+
+    /// Refuses what would not work, with one clear line each.
+    static func validate(_ configuration: MountConfiguration) throws {
+        var isDirectory: ObjCBool = false
+        let fileManager = FileManager.default
+        guard fileManager.fileExists(atPath: configuration.backing, isDirectory: &isDirectory) else {
+            throw ValidationError("backing directory '\(configuration.backing)' does not exist")
+        }
+        guard isDirectory.boolValue else { throw ValidationError("backing '\(configuration.backing)' is not a directory") }
+        guard fileManager.fileExists(atPath: configuration.mountPoint, isDirectory: &isDirectory) else {
+            throw ValidationError("mount point '\(configuration.mountPoint)' does not exist")
+        }
+        guard isDirectory.boolValue else { throw ValidationError("mount point '\(configuration.mountPoint)' is not a directory") }
+        if MountTable.isMountPoint(configuration.mountPoint) {
+            throw ValidationError("'\(configuration.mountPoint)' is already a mount point")
+        }
+        if let entries = try? fileManager.contentsOfDirectory(atPath: configuration.mountPoint), !entries.isEmpty {
+            throw ValidationError("mount point '\(configuration.mountPoint)' is not empty")
+        }
+        let backing = URL(fileURLWithPath: configuration.backing).resolvingSymlinksInPath().path
+        let mountPoint = URL(fileURLWithPath: configuration.mountPoint).resolvingSymlinksInPath().path
+        if backing == mountPoint || backing.hasPrefix(mountPoint + "/") {
+            throw ValidationError("backing directory '\(configuration.backing)' is inside the mount point")
+        }
+        if mountPoint.hasPrefix(backing + "/") {
+            throw ValidationError("mount point '\(configuration.mountPoint)' is inside the backing directory")
+        }
+        for rule in configuration.modeRules where rule.pattern.isEmpty {
+            throw ValidationError("an empty path pattern in the mode rules")
+        }
+    }
+
+    /// Mounts and serves until unmounted; with COORDFS_READY_PIPE set, tells the parent once ready.
+    private func serve(_ configuration: MountConfiguration) throws {
+        let notifyParent = ProcessInfo.processInfo.environment["COORDFS_NOTIFY_READY"] == "1"
+        var configuration = configuration
+        configuration.mountPoint = URL(fileURLWithPath: configuration.mountPoint).resolvingSymlinksInPath().path
+        let session = try MountSession(configuration: configuration)
+        do {
+            try session.mount()
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        if notifyParent {
+            FileHandle.standardOutput.write(Data("ready\n".utf8))
+            // Detach from the parent's pipes and terminal.
+            let target = log.map { Glibc.open($0, O_WRONLY | O_CREAT | O_APPEND, 0o644) } ?? Glibc.open("/dev/null", O_WRONLY)
+            let null = Glibc.open("/dev/null", O_RDONLY)
+            dup2(null, 0); dup2(target, 1); dup2(target, 2)
+            close(null); close(target)
+        }
+        let result = session.run()
+        if result < 0 { throw ExitCode(1) }
+    }
+
+    /// Starts `coordfs mount … -f` as a daemon in its own session and waits until it is ready.
+    private func spawnDaemon() throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        var arguments = Array(CommandLine.arguments.dropFirst())
+        if arguments.first != "mount" { arguments.insert("mount", at: 0) }
+        arguments.append("-f")
+        process.arguments = ["daemon-start"] + arguments
+        var environment = ProcessInfo.processInfo.environment
+        environment["COORDFS_NOTIFY_READY"] = "1"
+        process.environment = environment
+        let output = Pipe(), errors = Pipe()
+        process.standardOutput = output
+        process.standardError = errors
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let line = output.fileHandleForReading.readLine()
+        if line == "ready" { return }
+        process.waitUntilExit()
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        throw ValidationError(message.isEmpty ? "the mount did not start" : message.replacingOccurrences(of: "Error: ", with: ""))
+    }
+}
+
+/// Starts a new session (no controlling terminal), then runs the mount in the foreground.
+struct DaemonStart: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "daemon-start", shouldDisplay: false)
+
+    @Argument(parsing: .captureForPassthrough) var arguments: [String] = []
+
+    func run() throws {
+        _ = setsid()
+        var command = try CoordFS.parseAsRoot(arguments)
+        try command.run()
+    }
+}
+
+/// `coordfs unmount MOUNTPOINT`.
+struct Unmount: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unmount a coordfs mount cleanly.")
+
+    @Argument(help: "The mount point.")
+    var mountPoint: String
+
+    func run() throws {
+        let path = URL(fileURLWithPath: Mount.absolute(mountPoint)).resolvingSymlinksInPath().path
+        guard let type = MountTable.type(of: path) else { throw ValidationError("'\(mountPoint)' is not a mount point") }
+        guard type == "fuse.coordfs" else { throw ValidationError("'\(mountPoint)' is a \(type) mount, not coordfs") }
+        if geteuid() == 0 {
+            if umount2(path, 0) != 0 { throw ValidationError("cannot unmount '\(mountPoint)': \(String(cString: strerror(errno)))") }
+            return
+        }
+        let helper = Process()
+        helper.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
+        helper.arguments = ["-u", path]
+        try helper.run()
+        helper.waitUntilExit()
+        if helper.terminationStatus != 0 { throw ExitCode(helper.terminationStatus) }
+    }
+}
+
+/// Reads /proc/self/mountinfo.
+enum MountTable {
+    static func entries() -> [(mountPoint: String, type: String)] {
+        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: " ")
+            guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 1, fields.count > 4 else { return nil }
+            return (unescape(String(fields[4])), String(fields[dash + 1]))
+        }
+    }
+
+    static func type(of path: String) -> String? { entries().last { $0.mountPoint == path }?.type }
+    static func isMountPoint(_ path: String) -> Bool {
+        let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
+        return type(of: resolved) != nil
+    }
+
+    /// mountinfo escapes space, tab, newline and backslash as octal.
+    private static func unescape(_ text: String) -> String {
+        var result = ""
+        var iterator = Array(text.utf8)[...]
+        var bytes: [UInt8] = []
+        while let byte = iterator.popFirst() {
+            if byte == UInt8(ascii: "\\"), iterator.count >= 3, let value = UInt8(String(decoding: iterator.prefix(3), as: UTF8.self), radix: 8) {
+                bytes.append(value)
+                iterator = iterator.dropFirst(3)
+            } else {
+                bytes.append(byte)
+            }
+        }
+        result = String(decoding: bytes, as: UTF8.self)
+        return result
+    }
+}
+
+extension FileHandle {
+    /// Reads up to a newline (without it); nil at end of file.
+    func readLine() -> String? {
+        var bytes: [UInt8] = []
+        while true {
+            guard let chunk = try? read(upToCount: 1), let byte = chunk.first else {
+                return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self)
+            }
+            if byte == UInt8(ascii: "\n") { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(byte)
+        }
+    }
+}

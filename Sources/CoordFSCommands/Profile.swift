@@ -1,0 +1,83 @@
+import CoordFSMount
+import Foundation
+
+/// A named mount profile: `Mounts/NAME.profile`, lines of `key = value`, `#` comments.
+///
+///     backing = demo                 # relative paths are relative to the profile's folder
+///     mountpoint = run/demo
+///     coordination = exclusive       # exclusive | notify | off
+///     wait-timeout = 30              # seconds; 0 waits forever
+///     presenter-timeout = 5
+///     package-extensions = pkg, bundle
+///     options = allow_other          # FUSE -o options
+///     mode *.log = notify            # per path glob, first match wins
+struct Profile {
+    var backing: String?
+    var mountPoint: String?
+    var mode: CoordinationMode?
+    var waitTimeout: Double?
+    var presenterTimeout: Double?
+    var packageExtensions: [String] = []
+    var options: [String] = []
+    var rules: [(String, CoordinationMode)] = []
+
+    /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
+    static func locate(_ name: String) -> URL? {
+        let fileManager = FileManager.default
+        if name.contains("/") { return fileManager.fileExists(atPath: name) ? URL(fileURLWithPath: name) : nil }
+        let folders = [ProcessInfo.processInfo.environment["COORDFS_MOUNTS"], fileManager.currentDirectoryPath + "/Mounts"]
+        for folder in folders.compactMap({ $0 }) {
+            let candidate = URL(fileURLWithPath: folder).appendingPathComponent(name + ".profile")
+            if fileManager.fileExists(atPath: candidate.path) { return candidate }
+        }
+        return nil
+    }
+
+    init(contentsOf url: URL) throws {
+        let folder = url.deletingLastPathComponent()
+        func resolve(_ path: String) -> String {
+            path.hasPrefix("/") ? path : folder.appendingPathComponent(path).standardizedFileURL.path
+        }
+        let text = try String(contentsOf: url, encoding: .utf8)
+        for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?
+                .trimmingCharacters(in: .whitespaces) ?? ""
+            if line.isEmpty { continue }
+            guard let equals = line.firstIndex(of: "=") else {
+                throw ProfileError("\(url.path):\(number + 1): expected 'key = value'")
+            }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            func mode(_ text: String) throws -> CoordinationMode {
+                guard let mode = CoordinationMode(rawValue: text) else {
+                    throw ProfileError("\(url.path):\(number + 1): mode must be exclusive, notify or off, not '\(text)'")
+                }
+                return mode
+            }
+            func seconds(_ text: String) throws -> Double {
+                guard let value = Double(text), value >= 0 else {
+                    throw ProfileError("\(url.path):\(number + 1): '\(text)' is not a number of seconds")
+                }
+                return value
+            }
+            switch key {
+            case "backing": backing = resolve(value)
+            case "mountpoint": mountPoint = resolve(value)
+            case "coordination": self.mode = try mode(value)
+            case "wait-timeout": waitTimeout = try seconds(value)
+            case "presenter-timeout": presenterTimeout = try seconds(value)
+            case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            case _ where key.hasPrefix("mode "):
+                rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))
+            default:
+                throw ProfileError("\(url.path):\(number + 1): unknown key '\(key)'")
+            }
+        }
+    }
+}
+
+struct ProfileError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}

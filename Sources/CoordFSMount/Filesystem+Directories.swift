@@ -1,0 +1,63 @@
+import CFuse3
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// opendir, readdir, releasedir, fsyncdir. Listing a directory is a metadata read: not
+/// coordinated.
+extension Filesystem {
+    func opendir(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        let fd = Glibc.open(procPath(inode.fd), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd == -1 { return reply.error(Errno.current) }
+        guard let stream = fdopendir(fd) else {
+            let failure = Errno.current
+            close(fd)
+            return reply.error(failure)
+        }
+        let file = OpenFile(fd: fd, inode: inode, claim: nil, created: false)
+        file.directory = stream
+        reply.open(fi.pointee, handle: files.insert(file), keepCache: false)
+    }
+
+    func readdir(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
+        guard let file = files[handle], let stream = file.directory else { return reply.error(EBADF) }
+        var buffer = [CChar](repeating: 0, count: size)
+        var used = 0
+        seekdir(stream, offset)
+        while true {
+            errno = 0
+            guard let entry = Glibc.readdir(stream) else {
+                if errno != 0 && used == 0 { return reply.error(Errno.current) }
+                break
+            }
+            let name = withUnsafePointer(to: entry.pointee.d_name) { pointer in
+                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            let type = mode_t(entry.pointee.d_type) << 12
+            let next = entry.pointee.d_off
+            let needed = buffer.withUnsafeMutableBufferPointer { pointer in
+                cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, name, entry.pointee.d_ino, type, next)
+            }
+            if needed > size - used {
+                seekdir(stream, telldir(stream))   // this entry comes first next time
+                break
+            }
+            used += needed
+        }
+        buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<used])) }
+    }
+
+    func releasedir(_ reply: Reply, _ handle: UInt64) {
+        guard let file = files.remove(handle) else { return reply.error(EBADF) }
+        if let stream = file.directory { closedir(stream) } else { close(file.fd) }
+        reply.ok()
+    }
+
+    func fsyncdir(_ reply: Reply, _ handle: UInt64, dataOnly: Bool) {
+        guard let file = files[handle] else { return reply.error(EBADF) }
+        if (dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)) == -1 { return reply.error(Errno.current) }
+        reply.ok()
+    }
+}

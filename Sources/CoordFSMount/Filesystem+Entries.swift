@@ -1,0 +1,102 @@
+import CFuse3
+import Coordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// lookup, forget, getattr, setattr, readlink, statfs, access. Metadata reads are not
+/// coordinated; setattr is a write (metadata-only unless it truncates).
+extension Filesystem {
+    func lookup(_ reply: Reply, _ parentID: UInt64, _ name: String) {
+        guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        do {
+            let (inode, info) = try lookupNode(parent, name)
+            reply.entry(inode, info, timeout: timeout)
+        } catch {
+            reply.error(error)
+        }
+    }
+
+    func forget(_ id: UInt64, _ count: UInt64) { inodes.forget(id, count) }
+
+    func getattr(_ reply: Reply, _ id: UInt64, _ handle: UInt64?) {
+        let fd = handle.flatMap { files[$0]?.fd } ?? inodes[id]?.fd
+        guard let fd else { return reply.error(ENOENT) }
+        var info = stat()
+        let result = handle != nil && files[handle!] != nil ? fstat(fd, &info) : fstatat(fd, "", &info, CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
+        if result == -1 { return reply.error(Errno.current) }
+        reply.attr(info, timeout: timeout)
+    }
+
+    struct AttributeChange {
+        var mode: mode_t?
+        var uid: uid_t?
+        var gid: gid_t?
+        var size: off_t?
+        var atime: timespec?
+        var mtime: timespec?
+    }
+
+    func setattr(_ reply: Reply, _ id: UInt64, _ change: AttributeChange, _ handle: UInt64?) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        let open = handle.flatMap { files[$0] }
+        let (relative, path) = itemPath(inode)
+        // Truncation changes contents: a plain write. The rest is metadata (O9).
+        let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
+        coordinate(reply, [Wanted(kind: .writing(options), relative: relative, path: path, isDirectory: inode.isDirectory)]) { [self] claim in
+            do {
+                try apply(change, to: inode, open: open)
+                if change.size != nil { open?.written.store(true, ordering: .relaxed) }
+                let info = try open.map { file throws(Errno) -> stat in
+                    var info = stat(); _ = try check(fstat(file.fd, &info)); return info
+                } ?? statOf(inode.fd)
+                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
+                reply.attr(info, timeout: timeout)
+            } catch {
+                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
+                reply.error(error)
+            }
+        }
+    }
+
+    private func apply(_ change: AttributeChange, to inode: Inode, open: OpenFile?) throws(Errno) {
+        let path = procPath(inode.fd)
+        if let mode = change.mode {
+            if let open { _ = try check(fchmod(open.fd, mode)) } else { _ = try check(chmod(path, mode)) }
+        }
+        if change.uid != nil || change.gid != nil {
+            _ = try check(fchownat(inode.fd, "", change.uid ?? uid_t.max, change.gid ?? gid_t.max,
+                                   CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+        }
+        if let size = change.size {
+            if let open { _ = try check(ftruncate(open.fd, size)) } else { _ = try check(truncate(path, size)) }
+        }
+        if change.atime != nil || change.mtime != nil {
+            var times = [change.atime ?? timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_OMIT)),
+                         change.mtime ?? timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_OMIT))]
+            if let open { _ = try check(futimens(open.fd, &times)) } else { _ = try check(utimensat(AT_FDCWD, path, &times, 0)) }
+        }
+    }
+
+    func readlink(_ reply: Reply, _ id: UInt64) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlinkat(inode.fd, "", &buffer, buffer.count - 1)
+        if count == -1 { return reply.error(Errno.current) }
+        buffer[count] = 0
+        reply.readlink(String(cString: buffer))
+    }
+
+    func statfs(_ reply: Reply, _ id: UInt64) {
+        var info = statvfs()
+        if statvfs(procPath(inodes[id]?.fd ?? inodes.root.fd), &info) == -1 { return reply.error(Errno.current) }
+        reply.statfs(info)
+    }
+
+    func access(_ reply: Reply, _ id: UInt64, _ mask: Int32) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        if faccessat(AT_FDCWD, procPath(inode.fd), mask, 0) == -1 { return reply.error(Errno.current) }
+        reply.ok()
+    }
+}

@@ -1,0 +1,135 @@
+import CFuse3
+import Coordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// open, create, read, write, flush, release, fsync, fallocate, copy_file_range, lseek. An open
+/// holds its intent — read for read-only, write for writable — until the last release.
+extension Filesystem {
+    func open(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        let flags = cfs_file_info_flags(fi)
+        let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
+        let (relative, path) = itemPath(inode)
+        let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), relative: relative, path: path, isDirectory: false)
+        let info = fi.pointee
+        coordinate(reply, [wanted], nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
+            // Opened by /proc path: the CFS_O_PATH descriptor gives no access of its own.
+            let fd = Glibc.open(procPath(inode.fd), (flags & ~O_NOFOLLOW & ~O_CREAT) | O_CLOEXEC)
+            if fd == -1 {
+                let failure = Errno.current
+                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
+                return reply.error(failure)
+            }
+            let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false)
+            if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
+            let handle = files.insert(file)
+            reply.open(info, handle: handle, keepCache: unchangedSinceLastOpen(inode, fd))
+        }
+    }
+
+    /// True when the backing file is as the mount last left it: the kernel's cached pages are
+    /// still right (fuse-measurements.md, finding 1).
+    private func unchangedSinceLastOpen(_ inode: Inode, _ fd: Int32) -> Bool {
+        guard !configuration.writebackCache, let seen = inodes.lastSeen(inode) else { return false }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return false }
+        return seen.size == Int64(info.st_size) && seen.mtime.tv_sec == info.st_mtim.tv_sec
+            && seen.mtime.tv_nsec == info.st_mtim.tv_nsec && seen.ctime.tv_sec == info.st_ctim.tv_sec
+            && seen.ctime.tv_nsec == info.st_ctim.tv_nsec
+    }
+
+    func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        let flags = cfs_file_info_flags(fi)
+        let (relative, path) = itemPath(parent, name)
+        let info = fi.pointee
+        // A write on the new item; it stays held as the open's intent.
+        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)],
+                   nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
+            let fd = openat(parent.fd, name, (flags | O_CREAT) & ~O_NOFOLLOW | O_CLOEXEC, mode)
+            if fd == -1 {
+                let failure = Errno.current
+                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
+                return reply.error(failure)
+            }
+            giveToCaller(reply.req, parent: parent, name: name)
+            do {
+                let (inode, attributes) = try lookupNode(parent, name)
+                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true)
+                let handle = files.insert(file)
+                reply.create(inode, attributes, timeout: timeout, info, handle: handle)
+            } catch {
+                close(fd)
+                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+                reply.error(error)
+            }
+        }
+    }
+
+    func read(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
+        guard let file = files[handle] else { return reply.error(EBADF) }
+        _ = cfs_reply_fd_data(reply.req, file.fd, offset, size)
+    }
+
+    func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t) {
+        guard let file = files[handle] else { return reply.error(EBADF) }
+        let written = cfs_write_buf(buffers, file.fd, offset)
+        if written < 0 { return reply.error(Int32(-written)) }
+        file.written.store(true, ordering: .relaxed)
+        reply.written(written)
+    }
+
+    func flush(_ reply: Reply, _ handle: UInt64) {
+        guard let file = files[handle] else { return reply.error(EBADF) }
+        // Reports errors of deferred writes to close(2), as the backing filesystem would.
+        let duplicate = dup(file.fd)
+        if duplicate == -1 { return reply.error(Errno.current) }
+        if close(duplicate) == -1 { return reply.error(Errno.current) }
+        reply.ok()
+    }
+
+    func release(_ reply: Reply, _ handle: UInt64) {
+        guard let file = files.remove(handle) else { return reply.error(EBADF) }
+        var info = stat()
+        let known = fstat(file.fd, &info) == 0
+        close(file.fd)
+        inodes.updateLastSeen(file.inode, known ? info : nil)
+        let written = file.written.load(ordering: .relaxed)
+        file.claim?.end(outcomes: [IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: written)])
+        reply.ok()
+    }
+
+    func fsync(_ reply: Reply, _ handle: UInt64, dataOnly: Bool) {
+        guard let file = files[handle] else { return reply.error(EBADF) }
+        let result = dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)
+        if result == -1 { return reply.error(Errno.current) }
+        reply.ok()
+    }
+
+    func fallocate(_ reply: Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
+        guard let file = files[handle] else { return reply.error(EBADF) }
+        if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
+        file.written.store(true, ordering: .relaxed)
+        reply.ok()
+    }
+
+    func copyFileRange(_ reply: Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
+                       _ length: Int, _ flags: UInt32) {
+        guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
+        var from = inputOffset, to = outputOffset
+        let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)
+        if copied == -1 { return reply.error(Errno.current) }
+        target.written.store(true, ordering: .relaxed)
+        reply.written(copied)
+    }
+
+    func lseek(_ reply: Reply, _ handle: UInt64, _ offset: off_t, _ whence: Int32) {
+        guard let file = files[handle] else { return reply.error(EBADF) }
+        let result = Glibc.lseek(file.fd, offset, whence)
+        if result == -1 { return reply.error(Errno.current) }
+        reply.lseek(result)
+    }
+}

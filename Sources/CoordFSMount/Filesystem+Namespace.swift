@@ -1,0 +1,120 @@
+import CFuse3
+import Coordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// mknod, mkdir, symlink, link, unlink, rmdir, rename: each a write on the items it names,
+/// held for the call (SPEC §3).
+extension Filesystem {
+    /// Creates `name` in `parent` with `make`, under a write on the new item, and answers with
+    /// its entry.
+    private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool,
+                          _ make: @escaping @Sendable (Inode) throws(Errno) -> Void) {
+        guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        let (relative, path) = itemPath(parent, name)
+        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: isDirectory)]) { [self] claim in
+            do {
+                try make(parent)
+                giveToCaller(reply.req, parent: parent, name: name)
+                let (inode, info) = try lookupNode(parent, name)
+                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+                reply.entry(inode, info, timeout: timeout)
+            } catch {
+                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
+                reply.error(error)
+            }
+        }
+    }
+
+    func mknod(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
+        makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
+            _ = try check(mknodat(parent.fd, name, mode, device))
+        }
+    }
+
+    func mkdir(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
+        makeItem(reply, parent, name, isDirectory: true) { parent throws(Errno) in
+            _ = try check(mkdirat(parent.fd, name, mode))
+        }
+    }
+
+    func symlink(_ reply: Reply, _ target: String, _ parent: UInt64, _ name: String) {
+        makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
+            _ = try check(symlinkat(target, parent.fd, name))
+        }
+    }
+
+    func link(_ reply: Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
+        guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        let (relative, path) = itemPath(parent, name)
+        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)]) { [self] claim in
+            do {
+                _ = try check(linkat(AT_FDCWD, procPath(inode.fd), parent.fd, name, AT_SYMLINK_FOLLOW))
+                let (linked, info) = try lookupNode(parent, name)
+                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+                reply.entry(linked, info, timeout: timeout)
+            } catch {
+                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
+                reply.error(error)
+            }
+        }
+    }
+
+    func unlink(_ reply: Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
+        guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        let (relative, path) = itemPath(parent, name)
+        coordinate(reply, [Wanted(kind: .writing(.forDeleting), relative: relative, path: path, isDirectory: directory)]) { claim in
+            let result = unlinkat(parent.fd, name, directory ? AT_REMOVEDIR : 0)
+            let failure = result == -1 ? Errno.current : nil
+            claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false)])
+            if let failure { reply.error(failure) } else { reply.ok() }
+        }
+    }
+
+    func rename(_ reply: Reply, _ parentID: UInt64, _ name: String, _ newParentID: UInt64, _ newName: String, _ flags: UInt32) {
+        guard let parent = inodes[parentID], let newParent = inodes[newParentID] else { return reply.error(ENOENT) }
+        var sourceStat = stat()
+        if fstatat(parent.fd, name, &sourceStat, AT_SYMLINK_NOFOLLOW) == -1 { return reply.error(Errno.current) }
+        let sourceInfo = sourceStat
+        let sourceIsDirectory = (sourceInfo.st_mode & S_IFMT) == S_IFDIR
+        var destinationStat = stat()
+        let destinationExisted = fstatat(newParent.fd, newName, &destinationStat, AT_SYMLINK_NOFOLLOW) == 0
+        let destinationInfo = destinationStat
+        let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
+        let source = itemPath(parent, name), destination = itemPath(newParent, newName)
+        let exchange = flags & UInt32(CFS_RENAME_EXCHANGE) != 0
+        // Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
+        let wanted = [
+            Wanted(kind: .writing(.forMoving), relative: source.relative, path: source.path, isDirectory: sourceIsDirectory),
+            Wanted(kind: .writing(exchange ? .forMoving : .forReplacing), relative: destination.relative,
+                   path: destination.path, isDirectory: destinationIsDirectory),
+        ]
+        coordinate(reply, wanted) { [self] claim in
+            if cfs_renameat2(parent.fd, name, newParent.fd, newName, flags) == -1 {
+                let failure = Errno.current
+                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
+                                      IntentOutcome(existedBefore: destinationExisted, existsAfter: destinationExisted, changed: false)])
+                return reply.error(failure)
+            }
+            if let moved = inodes.node(device: UInt64(sourceInfo.st_dev), number: UInt64(sourceInfo.st_ino)) {
+                inodes.moved(moved.id, to: newParent.id, name: newName)
+            }
+            if exchange {
+                if let other = inodes.node(device: UInt64(destinationInfo.st_dev), number: UInt64(destinationInfo.st_ino)) {
+                    inodes.moved(other.id, to: parent.id, name: name)
+                }
+                // Both items changed place; told as changes of both paths.
+                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
+                                      IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
+            } else {
+                claim?.reportMove(from: target(source.relative, source.path, isDirectory: sourceIsDirectory),
+                                  to: target(destination.relative, destination.path, isDirectory: sourceIsDirectory))
+                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
+                                      IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
+            }
+            reply.ok()
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import CFuse3
+import Coordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Extended attributes, passed through. Setting or removing one is a metadata-only write. The
+/// mount root answers `user.coordfs.*` attributes of its own (the control socket, later).
+extension Filesystem {
+    func getxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ size: Int) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        if let own = ownAttribute(inode, name) { return answer(reply, Array(own.utf8), size) }
+        if size == 0 {
+            let needed = cfs_getxattr(procPath(inode.fd), name, nil, 0)
+            if needed == -1 { return reply.error(Errno.current) }
+            return reply.xattrSize(needed)
+        }
+        var buffer = [UInt8](repeating: 0, count: size)
+        let count = cfs_getxattr(procPath(inode.fd), name, &buffer, size)
+        if count == -1 { return reply.error(Errno.current) }
+        buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    }
+
+    func listxattr(_ reply: Reply, _ id: UInt64, _ size: Int) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        if size == 0 {
+            let needed = cfs_listxattr(procPath(inode.fd), nil, 0)
+            if needed == -1 { return reply.error(Errno.current) }
+            return reply.xattrSize(needed)
+        }
+        var buffer = [CChar](repeating: 0, count: size)
+        let count = cfs_listxattr(procPath(inode.fd), &buffer, size)
+        if count == -1 { return reply.error(Errno.current) }
+        buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    }
+
+    func setxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ value: [UInt8], _ flags: Int32) {
+        changeAttribute(reply, id) { inode in cfs_setxattr(procPath(inode.fd), name, value, value.count, flags) }
+    }
+
+    func removexattr(_ reply: Reply, _ id: UInt64, _ name: String) {
+        changeAttribute(reply, id) { inode in cfs_removexattr(procPath(inode.fd), name) }
+    }
+
+    private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Inode) -> Int32) {
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        let (relative, path) = itemPath(inode)
+        coordinate(reply, [Wanted(kind: .writing(.contentIndependentMetadataOnly), relative: relative, path: path,
+                                  isDirectory: inode.isDirectory)]) { claim in
+            let result = change(inode)
+            let failure = result == -1 ? Errno.current : nil
+            claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil)])
+            if let failure { reply.error(failure) } else { reply.ok() }
+        }
+    }
+
+    private func answer(_ reply: Reply, _ value: [UInt8], _ size: Int) {
+        if size == 0 { return reply.xattrSize(value.count) }
+        if size < value.count { return reply.error(ERANGE) }
+        value.withUnsafeBytes { reply.buffer($0) }
+    }
+
+    /// Attributes coordfs answers itself on the mount root.
+    private func ownAttribute(_ inode: Inode, _ name: String) -> String? {
+        guard inode.id == InodeTable.rootID, name.hasPrefix("user.coordfs.") else { return nil }
+        switch name {
+        case "user.coordfs.backing": return configuration.backing
+        case "user.coordfs.mode": return configuration.mode.rawValue
+        case "user.coordfs.state": return domain.stateDump()
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,196 @@
+import CFuse3
+import Coordination
+import FileCoordination
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The passthrough filesystem: serves the backing directory and turns opens, creations, renames
+/// and deletions into coordinated intents of the calling process (SPEC §3). Handlers are
+/// grouped by family in `Filesystem+*.swift`; the C trampolines are all in `FuseBridge.swift`.
+public final class Filesystem: @unchecked Sendable {
+    public let configuration: MountConfiguration
+    public let domain: CoordinationDomain
+    let inodes: InodeTable
+    let files = OpenFileTable()
+    /// The mount point as the engine names items: presenters see paths under it.
+    let mountRoot: ItemPath
+    let logger = Logger(label: "org.coordfs.mount")
+    /// Waiting claims by number, for FUSE interrupts.
+    private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
+    private let nextWaiting = Atomic<UInt>(1)
+    /// Created items are given to the caller (we can only when running as root).
+    let givesOwnership = geteuid() == 0
+
+    /// Opens the backing directory; the mount point must be canonical.
+    public init(configuration: MountConfiguration, domain: CoordinationDomain) throws {
+        self.configuration = configuration
+        self.domain = domain
+        guard let root = ItemPath(configuration.mountPoint) else {
+            throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
+        }
+        mountRoot = root
+        let fd = Glibc.open(configuration.backing, CFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(String(cString: strerror(errno)))") }
+        var info = stat()
+        guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0 else {
+            close(fd)
+            throw MountError.invalid("cannot stat backing directory '\(configuration.backing)'")
+        }
+        inodes = InodeTable(rootFD: fd, rootStat: info)
+    }
+
+    var timeout: Double { configuration.cacheTimeout }
+
+    // MARK: Paths and intents
+
+    /// The engine's path of `name` in `parent` (or of `parent` itself).
+    func itemPath(_ parent: Inode, _ name: String? = nil) -> (relative: String, path: ItemPath) {
+        var relative = inodes.relativePath(of: parent.id)
+        if let name { relative = relative.isEmpty ? name : relative + "/" + name }
+        let path = relative.isEmpty ? mountRoot : (ItemPath(mountRoot.string + "/" + relative) ?? mountRoot)
+        return (relative, path)
+    }
+
+    /// The engine's facts for an item: directory or not, and the packages around it.
+    func target(_ relative: String, _ path: ItemPath, isDirectory: Bool) -> AccessTarget {
+        guard !relative.isEmpty else { return AccessTarget(path: path, isDirectory: true) }
+        var packages: [ItemPath] = []
+        var prefix = ""
+        let components = relative.split(separator: "/")
+        for component in components.dropLast() {
+            prefix = prefix.isEmpty ? String(component) : prefix + "/" + component
+            if isPackage(prefix) { packages.append(mountRoot.appending(prefix)) }
+        }
+        let itemIsPackage = isDirectory && isPackage(relative)
+        return AccessTarget(path: path, isDirectory: isDirectory, isPackage: itemIsPackage, enclosingPackages: packages)
+    }
+
+    private func isPackage(_ relative: String) -> Bool {
+        if let dot = relative.lastIndex(of: "."), !configuration.packageExtensions.isEmpty,
+           configuration.packageExtensions.contains(String(relative[relative.index(after: dot)...])) {
+            return true
+        }
+        return faccessat(inodes.root.fd, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
+    }
+
+    /// One intent of a kernel request.
+    struct Wanted {
+        var kind: AccessKind
+        var relative: String
+        var path: ItemPath
+        var isDirectory: Bool
+    }
+
+    /// Takes `wanted` for the calling process, then runs `body` with the claim (nil when the path
+    /// is not coordinated). On refusal the request is answered with the errno and `body` does not
+    /// run. An interrupt from the kernel ends the wait with EINTR.
+    func coordinate(_ reply: Reply, _ wanted: [Wanted], nonBlocking: Bool = false,
+                    _ body: @escaping @Sendable (AccessClaim?) -> Void) {
+        let modes = wanted.map { configuration.mode(for: $0.relative) }
+        let mode: CoordinationMode = modes.contains(.exclusive) ? .exclusive : modes.contains(.notify) ? .notify : .off
+        if mode == .off { return body(nil) }
+        let intents = wanted.map { Intent($0.kind, target($0.relative, $0.path, isDirectory: $0.isDirectory)) }
+        let identity = CoordinatorIdentity.process(callerThreadGroup(reply.req))
+        let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
+        let claimBox = ClaimBox()
+        // Registered before the claim starts: the claim may be granted (and answered) at once.
+        fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
+        let claim = AccessClaim.begin(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
+                                      holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
+            claimBox.resolved()
+            waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
+            switch result {
+            case .success(let claim): body(claim)
+            case .failure(let error): reply.error(Errno.from(coordination: error))
+            }
+        }
+        guard claimBox.register() else { return }
+        let interrupted = waiting.withLock { state -> Bool in
+            state.claims[number] = claim
+            return state.interruptedEarly.remove(number) != nil
+        }
+        if interrupted { claim.cancel() }
+    }
+
+    /// The kernel interrupted a waiting request (possibly before its claim was registered).
+    func interrupt(_ number: UInt) {
+        let claim = waiting.withLock { state -> AccessClaim? in
+            if let claim = state.claims[number] { return claim }
+            state.interruptedEarly.insert(number)
+            return nil
+        }
+        claim?.cancel()
+    }
+
+    /// The thread group of the calling thread: the process is the coordinator.
+    func callerThreadGroup(_ req: fuse_req_t) -> Int32 {
+        let tid = fuse_req_ctx(req).pointee.pid
+        return ProcessInfoCache.threadGroup(of: tid)
+    }
+
+    /// Gives an item created for the caller to the caller (the daemon runs as root).
+    func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String) {
+        guard givesOwnership else { return }
+        let ctx = fuse_req_ctx(req).pointee
+        if ctx.uid == 0 && ctx.gid == 0 { return }
+        var parentInfo = stat()
+        let inheritsGroup = fstatat(parent.fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
+        _ = fchownat(parent.fd, name, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, AT_SYMLINK_NOFOLLOW)
+    }
+
+    /// Looks up `name` in `parent` on the backing directory and records the node.
+    func lookupNode(_ parent: Inode, _ name: String) throws(Errno) -> (Inode, stat) {
+        let fd = try check(openat(parent.fd, name, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC))
+        let info: stat
+        do throws(Errno) { info = try statOf(fd) } catch { close(fd); throw error }
+        return (inodes.remember(fd: fd, info: info, parent: parent.id, name: name), info)
+    }
+}
+
+/// The marker file that makes a directory a file package (as the API's `ItemLocator`).
+enum ItemLocatorMarker { static let name = ".coordfs-package" }
+
+/// Whether a claim's completion came before `begin` returned (then it is not kept for interrupts).
+final class ClaimBox: @unchecked Sendable {
+    private let state = Mutex<(resolved: Bool, registered: Bool)>((false, false))
+    func resolved() { state.withLock { $0.resolved = true } }
+    /// True when the claim still waits and should be kept.
+    func register() -> Bool {
+        state.withLock { state in
+            state.registered = true
+            return !state.resolved
+        }
+    }
+}
+
+/// Thread id → thread group id, read from /proc.
+enum ProcessInfoCache {
+    static func threadGroup(of tid: pid_t) -> pid_t {
+        let fd = open("/proc/\(tid)/status", O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return tid }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 1024)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return tid }
+        let text = String(decoding: buffer[0..<count], as: UTF8.self)
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
+              let value = Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) else { return tid }
+        return value
+    }
+}
+
+/// Why a mount could not be made.
+public enum MountError: Error, CustomStringConvertible {
+    case invalid(String)
+    case fuse(String)
+
+    public var description: String {
+        switch self {
+        case .invalid(let why), .fuse(let why): return why
+        }
+    }
+}

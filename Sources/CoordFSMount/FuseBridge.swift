@@ -1,0 +1,129 @@
+import CFuse3
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// Every C entry point of the mount, installed in one table. Each trampoline finds the
+// `Filesystem` from the request, converts C arguments once, and calls its Swift handler.
+
+@inline(__always)
+private func filesystem(_ req: fuse_req_t?) -> Filesystem {
+    Unmanaged<Filesystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+}
+
+@inline(__always)
+private func reply(_ req: fuse_req_t?) -> Reply { Reply(req: req!) }
+
+/// The interrupt callback libfuse calls when the kernel interrupts a waiting request.
+let interruptTrampoline: fuse_interrupt_func_t = { req, data in
+    filesystem(req).interrupt(UInt(bitPattern: data))
+}
+
+enum FuseBridge {
+    static func operations() -> fuse_lowlevel_ops {
+        var ops = fuse_lowlevel_ops()
+        ops.`init` = { userdata, conn in
+            let fs = Unmanaged<Filesystem>.fromOpaque(userdata!).takeUnretainedValue()
+            cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0)
+        }
+        ops.lookup = { req, parent, name in
+            filesystem(req).lookup(reply(req), UInt64(parent), String(cString: name!))
+        }
+        ops.forget = { req, ino, count in
+            filesystem(req).forget(UInt64(ino), count)
+            fuse_reply_none(req)
+        }
+        ops.forget_multi = { req, count, forgets in
+            let fs = filesystem(req)
+            for index in 0..<count { fs.forget(UInt64(forgets![index].ino), forgets![index].nlookup) }
+            fuse_reply_none(req)
+        }
+        ops.getattr = { req, ino, fi in
+            filesystem(req).getattr(reply(req), UInt64(ino), fi.map { cfs_file_info_handle($0) })
+        }
+        ops.setattr = { req, ino, attr, toSet, fi in
+            let attr = attr!.pointee
+            var change = Filesystem.AttributeChange()
+            if toSet & FUSE_SET_ATTR_MODE != 0 { change.mode = attr.st_mode }
+            if toSet & FUSE_SET_ATTR_UID != 0 { change.uid = attr.st_uid }
+            if toSet & FUSE_SET_ATTR_GID != 0 { change.gid = attr.st_gid }
+            if toSet & FUSE_SET_ATTR_SIZE != 0 { change.size = attr.st_size }
+            if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { change.atime = timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_NOW)) }
+            else if toSet & FUSE_SET_ATTR_ATIME != 0 { change.atime = attr.st_atim }
+            if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { change.mtime = timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_NOW)) }
+            else if toSet & FUSE_SET_ATTR_MTIME != 0 { change.mtime = attr.st_mtim }
+            filesystem(req).setattr(reply(req), UInt64(ino), change, fi.map { cfs_file_info_handle($0) })
+        }
+        ops.readlink = { req, ino in filesystem(req).readlink(reply(req), UInt64(ino)) }
+        ops.mknod = { req, parent, name, mode, device in
+            filesystem(req).mknod(reply(req), UInt64(parent), String(cString: name!), mode, device)
+        }
+        ops.mkdir = { req, parent, name, mode in
+            filesystem(req).mkdir(reply(req), UInt64(parent), String(cString: name!), mode)
+        }
+        ops.unlink = { req, parent, name in
+            filesystem(req).unlink(reply(req), UInt64(parent), String(cString: name!), directory: false)
+        }
+        ops.rmdir = { req, parent, name in
+            filesystem(req).unlink(reply(req), UInt64(parent), String(cString: name!), directory: true)
+        }
+        ops.symlink = { req, target, parent, name in
+            filesystem(req).symlink(reply(req), String(cString: target!), UInt64(parent), String(cString: name!))
+        }
+        ops.rename = { req, parent, name, newParent, newName, flags in
+            filesystem(req).rename(reply(req), UInt64(parent), String(cString: name!), UInt64(newParent),
+                                   String(cString: newName!), UInt32(flags))
+        }
+        ops.link = { req, ino, parent, name in
+            filesystem(req).link(reply(req), UInt64(ino), UInt64(parent), String(cString: name!))
+        }
+        ops.open = { req, ino, fi in filesystem(req).open(reply(req), UInt64(ino), fi!) }
+        ops.create = { req, parent, name, mode, fi in
+            filesystem(req).create(reply(req), UInt64(parent), String(cString: name!), mode, fi!)
+        }
+        ops.read = { req, _, size, offset, fi in
+            filesystem(req).read(reply(req), cfs_file_info_handle(fi!), size, offset)
+        }
+        ops.write_buf = { req, _, buffers, offset, fi in
+            filesystem(req).write(reply(req), cfs_file_info_handle(fi!), buffers!, offset)
+        }
+        ops.flush = { req, _, fi in filesystem(req).flush(reply(req), cfs_file_info_handle(fi!)) }
+        ops.release = { req, _, fi in filesystem(req).release(reply(req), cfs_file_info_handle(fi!)) }
+        ops.fsync = { req, _, dataOnly, fi in
+            filesystem(req).fsync(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
+        }
+        ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), UInt64(ino), fi!) }
+        ops.readdir = { req, _, size, offset, fi in
+            filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset)
+        }
+        ops.releasedir = { req, _, fi in filesystem(req).releasedir(reply(req), cfs_file_info_handle(fi!)) }
+        ops.fsyncdir = { req, _, dataOnly, fi in
+            filesystem(req).fsyncdir(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
+        }
+        ops.statfs = { req, ino in filesystem(req).statfs(reply(req), UInt64(ino)) }
+        ops.setxattr = { req, ino, name, value, size, flags in
+            let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+            filesystem(req).setxattr(reply(req), UInt64(ino), String(cString: name!), bytes.map { UInt8($0) }, flags)
+        }
+        ops.getxattr = { req, ino, name, size in
+            filesystem(req).getxattr(reply(req), UInt64(ino), String(cString: name!), size)
+        }
+        ops.listxattr = { req, ino, size in filesystem(req).listxattr(reply(req), UInt64(ino), size) }
+        ops.removexattr = { req, ino, name in
+            filesystem(req).removexattr(reply(req), UInt64(ino), String(cString: name!))
+        }
+        ops.access = { req, ino, mask in filesystem(req).access(reply(req), UInt64(ino), mask) }
+        ops.fallocate = { req, _, mode, offset, length, fi in
+            filesystem(req).fallocate(reply(req), cfs_file_info_handle(fi!), mode, offset, length)
+        }
+        ops.copy_file_range = { req, _, inOffset, inFile, _, outOffset, outFile, length, flags in
+            filesystem(req).copyFileRange(reply(req), cfs_file_info_handle(inFile!), inOffset,
+                                          cfs_file_info_handle(outFile!), outOffset, length, UInt32(flags))
+        }
+        ops.lseek = { req, _, offset, whence, fi in
+            filesystem(req).lseek(reply(req), cfs_file_info_handle(fi!), offset, whence)
+        }
+        return ops
+    }
+}

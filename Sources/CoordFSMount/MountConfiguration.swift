@@ -1,0 +1,46 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How a path of the mount is coordinated.
+public enum CoordinationMode: String, Sendable, CaseIterable {
+    /// Opens, creations, renames and deletions take intents and wait as the model says.
+    case exclusive
+    /// Presenters are told afterwards; nobody waits.
+    case notify
+    /// Plain passthrough.
+    case off
+}
+
+/// Everything a mount needs to know; built from the command line or a profile in `Mounts/`.
+public struct MountConfiguration: Sendable {
+    public var backing: String
+    public var mountPoint: String
+    public var mode: CoordinationMode = .exclusive
+    /// Per-path modes: a glob against the path relative to the mount root (`*` crosses `/`);
+    /// the first that matches wins.
+    public var modeRules: [(pattern: String, mode: CoordinationMode)] = []
+    /// How long an open may wait for others before it fails with EBUSY; nil waits forever.
+    public var waitTimeout: Duration? = .seconds(60)
+    /// How long presenters have to answer.
+    public var presenterTimeout: Duration = .seconds(5)
+    public var packageExtensions: Set<String> = []
+    /// Extra FUSE options (`-o`), besides the ones coordfs always sets.
+    public var fuseOptions: [String] = []
+    /// Attribute and entry timeouts the kernel may cache for.
+    public var cacheTimeout: Double = 1.0
+    public var writebackCache = false
+    public var maxThreads: UInt32 = 16
+
+    public init(backing: String, mountPoint: String) {
+        self.backing = backing
+        self.mountPoint = mountPoint
+    }
+
+    /// The mode for a path relative to the mount root.
+    public func mode(for relativePath: String) -> CoordinationMode {
+        for rule in modeRules where fnmatch(rule.pattern, relativePath, 0) == 0 { return rule.mode }
+        return mode
+    }
+}

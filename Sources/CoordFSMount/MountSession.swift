@@ -1,0 +1,69 @@
+import CFuse3
+import Coordination
+import FileCoordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A mounted coordfs: create it, `mount()`, `run()` until it is unmounted or signalled, and it
+/// cleans up after itself.
+public final class MountSession: @unchecked Sendable {
+    public let filesystem: Filesystem
+    private var session: OpaquePointer?
+    private var handlesSignals = false
+
+    public init(configuration: MountConfiguration, domain: CoordinationDomain = .shared) throws {
+        domain.presenterTimeout = configuration.presenterTimeout
+        domain.packageExtensions = configuration.packageExtensions
+        filesystem = try Filesystem(configuration: configuration, domain: domain)
+    }
+
+    /// Mounts at the configuration's mount point. With `handlingSignals`, SIGINT, SIGTERM and
+    /// SIGHUP end `run()` and unmount.
+    public func mount(handlingSignals: Bool = true) throws {
+        let configuration = filesystem.configuration
+        var options = ["default_permissions", "fsname=coordfs", "subtype=coordfs"]
+        options += configuration.fuseOptions
+        let arguments = ["coordfs", "-o", options.joined(separator: ",")]
+        var cArguments = arguments.map { strdup($0) }
+        defer { cArguments.forEach { free($0) } }
+        var ops = FuseBridge.operations()
+        let userdata = Unmanaged.passUnretained(filesystem).toOpaque()
+        session = cArguments.withUnsafeMutableBufferPointer { buffer -> OpaquePointer? in
+            var args = fuse_args(argc: Int32(buffer.count), argv: buffer.baseAddress, allocated: 0)
+            defer { fuse_opt_free_args(&args) }
+            return cfs_session_new(&args, &ops, userdata)
+        }
+        guard let session else { throw MountError.fuse("could not create the FUSE session (bad -o option?)") }
+        if handlingSignals {
+            guard fuse_set_signal_handlers(session) == 0 else { throw MountError.fuse("could not install signal handlers") }
+            handlesSignals = true
+        }
+        guard fuse_session_mount(session, configuration.mountPoint) == 0 else {
+            if handlesSignals { fuse_remove_signal_handlers(session) }
+            fuse_session_destroy(session)
+            self.session = nil
+            throw MountError.fuse("could not mount on \(configuration.mountPoint)")
+        }
+    }
+
+    /// Serves requests until unmounted or signalled; then unmounts and tears down.
+    @discardableResult
+    public func run() -> Int32 {
+        guard let session else { return -1 }
+        let result = cfs_session_loop_mt(session, filesystem.configuration.maxThreads, 4)
+        if handlesSignals { fuse_remove_signal_handlers(session) }
+        fuse_session_unmount(session)
+        fuse_session_destroy(session)
+        self.session = nil
+        return result
+    }
+
+    /// Ends `run()` from another thread of this process (tests): unmounts lazily so the loop's
+    /// reads end.
+    public func stop() {
+        if let session { fuse_session_exit(session) }
+        _ = umount2(filesystem.configuration.mountPoint, Int32(MNT_DETACH))
+    }
+}

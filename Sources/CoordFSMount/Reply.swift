@@ -1,0 +1,57 @@
+import CFuse3
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One kernel request's answer. Every handler answers each request exactly once, through one
+/// of these methods, possibly later and from another thread (after a wait).
+struct Reply: @unchecked Sendable {
+    let req: fuse_req_t
+
+    func error(_ code: Int32) { fuse_reply_err(req, code) }
+    func error(_ errno: Errno) { fuse_reply_err(req, errno.code) }
+    func error(_ error: Error) { fuse_reply_err(req, (error as? Errno)?.code ?? EIO) }
+    func ok() { fuse_reply_err(req, 0) }
+    func none() { fuse_reply_none(req) }
+
+    func entry(_ inode: Inode, _ info: stat, timeout: Double) {
+        var entry = fuse_entry_param()
+        entry.ino = fuse_ino_t(inode.id)
+        entry.attr = info
+        entry.attr_timeout = timeout
+        entry.entry_timeout = timeout
+        fuse_reply_entry(req, &entry)
+    }
+
+    func attr(_ info: stat, timeout: Double) {
+        var info = info
+        fuse_reply_attr(req, &info, timeout)
+    }
+
+    /// `fi` is a copy: libfuse's own lives on its dispatcher's stack, gone once a handler that
+    /// waits has returned.
+    func open(_ fi: fuse_file_info, handle: UInt64, keepCache: Bool) {
+        var fi = fi
+        cfs_file_info_set(&fi, handle, keepCache ? 1 : 0, 0)
+        fuse_reply_open(req, &fi)
+    }
+
+    func create(_ inode: Inode, _ info: stat, timeout: Double, _ fi: fuse_file_info, handle: UInt64) {
+        var fi = fi
+        var entry = fuse_entry_param()
+        entry.ino = fuse_ino_t(inode.id)
+        entry.attr = info
+        entry.attr_timeout = timeout
+        entry.entry_timeout = timeout
+        cfs_file_info_set(&fi, handle, 0, 0)
+        fuse_reply_create(req, &entry, &fi)
+    }
+
+    func written(_ count: Int) { fuse_reply_write(req, count) }
+    func buffer(_ bytes: UnsafeRawBufferPointer) { fuse_reply_buf(req, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count) }
+    func readlink(_ target: String) { fuse_reply_readlink(req, target) }
+    func statfs(_ info: statvfs) { var info = info; fuse_reply_statfs(req, &info) }
+    func xattrSize(_ size: Int) { fuse_reply_xattr(req, size) }
+    func lseek(_ offset: off_t) { fuse_reply_lseek(req, offset) }
+}
