@@ -49,6 +49,12 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
+        // Real mounts, real child processes.
+        .testTarget(
+            name: "CoordFSIntegrationTests",
+            dependencies: ["CoordFSMount", "FileCoordination", "Coordination"],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
         .testTarget(
             name: "FileCoordinationTests",
             dependencies: ["FileCoordination", "Coordination"],

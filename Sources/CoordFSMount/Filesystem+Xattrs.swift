@@ -68,6 +68,7 @@ extension Filesystem {
         case "user.coordfs.backing": return configuration.backing
         case "user.coordfs.mode": return configuration.mode.rawValue
         case "user.coordfs.state": return domain.stateDump()
+        case "user.coordfs.pid": return String(getpid())
         default: return nil
         }
     }

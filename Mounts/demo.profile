@@ -1,0 +1,9 @@
+# The demo mount `make run` starts: the sample tree in Mounts/demo at Mounts/run/demo.
+backing = demo
+mountpoint = run/demo
+coordination = exclusive
+wait-timeout = 60
+presenter-timeout = 5
+package-extensions = pkg
+# Logs are told, never waited for.
+mode *.log = notify

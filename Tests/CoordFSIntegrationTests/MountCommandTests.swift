@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `coordfs mount` and `coordfs unmount` as a user runs them.
+@Suite struct MountCommand {
+    let binary = Paths.binary.path
+
+    func scratch() throws -> URL {
+        let url = URL(fileURLWithPath: "/tmp/coordfs-cli-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url.appendingPathComponent("backing"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: url.appendingPathComponent("mnt"), withIntermediateDirectories: true)
+        return url
+    }
+
+    @Test func badArgumentsGetOneClearLineAndAFailure() throws {
+        let dir = try scratch()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let backing = dir.appendingPathComponent("backing").path, mnt = dir.appendingPathComponent("mnt").path
+        try Data().write(to: dir.appendingPathComponent("file"))
+        let cases: [([String], String)] = [
+            (["mount", dir.appendingPathComponent("missing").path, mnt], "does not exist"),
+            (["mount", dir.appendingPathComponent("file").path, mnt], "not a directory"),
+            (["mount", backing, dir.appendingPathComponent("nope").path], "does not exist"),
+            (["mount", mnt + "/inner", mnt], "does not exist"),
+            (["mount", backing], "missing MOUNTPOINT"),
+            (["mount", backing, mnt, "--coordination", "sometimes"], "sometimes"),
+            (["mount", backing, mnt, "--profile", "no-such-profile"], "no profile"),
+        ]
+        for (arguments, message) in cases {
+            let result = try run(binary, arguments)
+            #expect(result.status != 0, "\(arguments)")
+            #expect(result.errors.contains(message), "\(arguments): \(result.errors)")
+        }
+        try FileManager.default.createDirectory(atPath: mnt + "/inner", withIntermediateDirectories: true)
+        let inside = try run(binary, ["mount", mnt + "/inner", mnt])
+        #expect(inside.status != 0 && inside.errors.contains("not empty") || inside.errors.contains("inside the mount point"))
+        try FileManager.default.removeItem(atPath: mnt + "/inner")
+        try Data().write(to: URL(fileURLWithPath: mnt + "/x"))
+        let busy = try run(binary, ["mount", backing, mnt])
+        #expect(busy.status != 0 && busy.errors.contains("not empty"))
+        #expect(!MountFixture.isMounted(mnt))
+    }
+
+    @Test func anAlreadyMountedMountPointIsRefused() throws {
+        let fx = try MountFixture()
+        let again = try run(binary, ["mount", fx.backing.path, fx.mountPoint.path])
+        #expect(again.status != 0)
+        #expect(again.errors.contains("already a mount point"))
+    }
+
+    @Test func unmountUnmountsAndRefusesWhatIsNotACoordfsMount() throws {
+        let fx = try MountFixture()
+        #expect(MountFixture.isMounted(fx.mountPoint.path))
+        #expect(try run(binary, ["unmount", fx.mountPoint.path]).status == 0)
+        #expect(eventually { !MountFixture.isMounted(fx.mountPoint.path) })
+        let notMounted = try run(binary, ["unmount", fx.mountPoint.path])
+        #expect(notMounted.status != 0 && notMounted.errors.contains("not a mount point"))
+        let proc = try run(binary, ["unmount", "/proc"])
+        #expect(proc.status != 0 && proc.errors.contains("not coordfs"))
+    }
+
+    @Test func sigtermUnmountsCleanly() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt", "data\n")
+        let daemon = try #require(daemonPID(for: fx.mountPoint.path))
+        try #require(daemon != getpid() && daemon > 1, "a daemon of its own")
+        kill(daemon, SIGTERM)
+        #expect(eventually { !MountFixture.isMounted(fx.mountPoint.path) })
+        #expect(eventually { kill(daemon, 0) != 0 }, "the daemon exits")
+        #expect(try String(contentsOfFile: fx.backingPath("a.txt"), encoding: .utf8) == "data\n")
+    }
+
+    @Test func everyCommandHasHelp() throws {
+        for command in [[], ["mount"], ["unmount"], ["demo"]] {
+            let result = try run(binary, command + ["--help"])
+            #expect(result.status == 0 && result.output.contains("USAGE"), "\(command)")
+        }
+    }
+
+    @Test func theDemoProfileMounts() throws {
+        let profile = Paths.repository.appendingPathComponent("Mounts/demo.profile")
+        let dir = try scratch()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let mnt = dir.appendingPathComponent("mnt").path
+        let result = try run(binary, ["mount", "--profile", profile.path, Paths.repository.appendingPathComponent("Mounts/demo").path, mnt])
+        #expect(result.status == 0, "\(result.errors)")
+        defer { _ = try? run(binary, ["unmount", mnt]) }
+        #expect(FileManager.default.fileExists(atPath: mnt + "/README.txt"))
+    }
+
+    /// The daemon serving `mountPoint`, as the mount root's `user.coordfs.pid` says.
+    func daemonPID(for mountPoint: String) -> pid_t? {
+        let result = try? run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())", mountPoint])
+        return result.flatMap { pid_t($0.output.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+}

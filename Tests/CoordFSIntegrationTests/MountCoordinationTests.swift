@@ -1,0 +1,144 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Unmodified programs, as separate processes, coordinated through a real mount.
+@Suite struct MountCoordination {
+    @Test func aReaderWaitsForAWriterAndProceedsAfterItsClose() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt", "one\n")
+        let writer = try Child.holder(), reader = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        reader.send("open r \(fx.path("a.txt"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true }, "the reader waits")
+        #expect(writer.ask("write 1 two") == "ok")
+        #expect(writer.ask("close 1") == "ok")
+        #expect(reader.next() == "ok 1")
+        #expect(reader.ask("read 1") == "data one|two|", "the reader sees what the writer wrote before closing")
+    }
+
+    @Test func readersShare() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt")
+        let first = try Child.holder(), second = try Child.holder()
+        #expect(first.ask("open r \(fx.path("a.txt"))") == "ok 1")
+        #expect(second.ask("open rn \(fx.path("a.txt"))") == "ok 1", "granted at once, even non-blocking")
+    }
+
+    @Test func aWriterWaitsForReaders() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt")
+        let reader = try Child.holder(), writer = try Child.holder()
+        #expect(reader.ask("open r \(fx.path("a.txt"))") == "ok 1")
+        writer.send("open w \(fx.path("a.txt"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
+        #expect(reader.ask("close 1") == "ok")
+        #expect(writer.next() == "ok 1")
+    }
+
+    @Test func unlinkAndRenameWaitForAnOpenFile() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt")
+        try fx.seed("b.txt")
+        let reader = try Child.holder(), other = try Child.holder()
+        #expect(reader.ask("open r \(fx.path("a.txt"))") == "ok 1")
+        #expect(reader.ask("open r \(fx.path("b.txt"))") == "ok 2")
+        other.send("unlink \(fx.path("a.txt"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
+        #expect(reader.ask("close 1") == "ok")
+        #expect(other.next() == "ok")
+        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("a.txt")))
+        other.send("rename \(fx.path("b.txt")) \(fx.path("c.txt"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
+        #expect(reader.ask("close 2") == "ok")
+        #expect(other.next() == "ok")
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("c.txt")))
+    }
+
+    @Test func nonBlockingOpensGetEAGAINAtOnce() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt")
+        let writer = try Child.holder(), other = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        let start = ContinuousClock.now
+        #expect(other.ask("open rn \(fx.path("a.txt"))") == "err EAGAIN")
+        #expect(other.ask("open wn \(fx.path("a.txt"))") == "err EAGAIN")
+        #expect(ContinuousClock.now - start < .seconds(2))
+        #expect(try fx.state().contains("WAIT") == false)
+    }
+
+    @Test func aWaitingCatKilledBySignalLeavesNothingHeld() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt", "content\n")
+        let writer = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        let cat = try Child("/bin/cat", [fx.path("a.txt")])
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
+        cat.signal(SIGKILL)
+        #expect(cat.waitForExit() != nil, "the killed cat does not hang")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == false }, "its wait is gone")
+        #expect(writer.ask("close 1") == "ok")
+        #expect(eventually { (try? fx.state())?.contains("HOLD") == false }, "nothing held")
+        let next = try Child.holder()
+        #expect(next.ask("open wn \(fx.path("a.txt"))") == "ok 1")
+    }
+
+    @Test func aCycleOfTwoProcessesGetsEDEADLK() throws {
+        let fx = try MountFixture()
+        try fx.seed("x")
+        try fx.seed("y")
+        let first = try Child.holder(), second = try Child.holder()
+        #expect(first.ask("open w \(fx.path("x"))") == "ok 1")
+        #expect(second.ask("open w \(fx.path("y"))") == "ok 1")
+        first.send("open w \(fx.path("y"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
+        #expect(second.ask("open w \(fx.path("x"))") == "err EDEADLK", "the newest waiter is refused")
+        #expect(second.ask("close 1") == "ok")
+        #expect(first.next() == "ok 2", "the other proceeds")
+    }
+
+    @Test func theWaitTimeoutGivesEBUSY() throws {
+        let fx = try MountFixture(["--wait-timeout", "1"])
+        try fx.seed("a.txt")
+        let writer = try Child.holder(), reader = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        let start = ContinuousClock.now
+        #expect(reader.ask("open r \(fx.path("a.txt"))", timeout: .seconds(10)) == "err EBUSY")
+        let waited = ContinuousClock.now - start
+        #expect(waited >= .milliseconds(900) && waited < .seconds(5))
+    }
+
+    @Test func aProcessNeverWaitsForItself() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt")
+        let process = try Child.holder()
+        #expect(process.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        #expect(process.ask("open rn \(fx.path("a.txt"))") == "ok 2")
+        #expect(process.ask("open w \(fx.path("a.txt"))") == "ok 3")
+        #expect(process.ask("unlink \(fx.path("a.txt"))") == "ok")
+    }
+
+    @Test func coordinationOffNeverWaits() throws {
+        let fx = try MountFixture(["--coordination", "off"])
+        try fx.seed("a.txt")
+        let writer = try Child.holder(), other = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        #expect(other.ask("open wn \(fx.path("a.txt"))") == "ok 1")
+        #expect(other.ask("open r \(fx.path("a.txt"))", timeout: .seconds(2)) == "ok 2")
+        #expect(other.ask("unlink \(fx.path("a.txt"))", timeout: .seconds(2)) == "ok")
+    }
+
+    @Test func aShellPipelineThatReadsAndTruncatesTheSameFileEndsWithinTheTimeout() throws {
+        // `cat f | sort > f`: two processes of one pipeline, one reading and one truncating.
+        // Whichever opens second waits; the pipeline's own data flow cannot release the first,
+        // so it ends with EBUSY after the wait timeout rather than hanging.
+        let fx = try MountFixture(["--wait-timeout", "1"])
+        try fx.seed("f", "b\na\n")
+        let start = ContinuousClock.now
+        _ = try run("/bin/sh", ["-c", "cat \(fx.path("f")) | sort > \(fx.path("f"))"])
+        #expect(ContinuousClock.now - start < .seconds(8))
+        #expect(eventually { (try? fx.state())?.contains("HOLD") == false })
+    }
+}

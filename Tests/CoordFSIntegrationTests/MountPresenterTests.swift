@@ -1,0 +1,85 @@
+import FileCoordination
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Presenters registered in the mount's process hear of other processes' accesses.
+@Suite struct MountPresenters {
+    @Test func aReadByAnotherProcessAsksToRelinquishAndSaveThenReacquires() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("doc.txt", "v1\n")
+        let log = EventLog()
+        let presenter = LoggingPresenter("P", fx.path("doc.txt"), log: log)
+        fx.domain!.addFilePresenter(presenter)
+        let result = try run("/bin/cat", [fx.path("doc.txt")])
+        #expect(result.output == "v1\n")
+        #expect(log.waitFor("P:reacquire"))
+        #expect(log.order("P:relinquishToReader", before: "P:save"))
+        #expect(log.order("P:save", before: "P:reacquire"))
+    }
+
+    @Test func writesAndCreationsAreReportedAfterTheClose() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("dir/doc.txt", "v1\n")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(LoggingPresenter("F", fx.path("dir/doc.txt"), log: log))
+        fx.domain!.addFilePresenter(LoggingPresenter("D", fx.path("dir"), log: log))
+        _ = try run("/bin/sh", ["-c", "echo v2 >> \(fx.path("dir/doc.txt")); echo new > \(fx.path("dir/new.txt"))"])
+        #expect(log.waitFor("F:didChange"))
+        #expect(log.waitFor("D:subitemDidChange doc.txt"))
+        #expect(log.waitFor("D:subitemDidAppear new.txt"))
+        #expect(log.order("F:relinquishToWriter", before: "F:didChange"))
+    }
+
+    @Test func unlinkAsksToAccommodateAndAPresentersRefusalFailsIt() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("dir/doc.txt")
+        try fx.seed("dir/keep.txt")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(LoggingPresenter("F", fx.path("dir/doc.txt"), log: log))
+        fx.domain!.addFilePresenter(LoggingPresenter("D", fx.path("dir"), log: log))
+        let keeper = LoggingPresenter("K", fx.path("dir/keep.txt"), log: log)
+        keeper.deletionError = POSIXError(.EACCES)
+        fx.domain!.addFilePresenter(keeper)
+        let removed = try run("/bin/rm", [fx.path("dir/doc.txt")])
+        #expect(removed.status == 0)
+        #expect(log.events.contains("F:accommodateDeletion"))
+        #expect(log.events.contains("D:accommodateSubitemDeletion doc.txt"))
+        let refused = try run("/bin/rm", [fx.path("dir/keep.txt")])
+        #expect(refused.status != 0 && refused.errors.contains("Permission denied"))
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("dir/keep.txt")), "nothing was lost")
+    }
+
+    @Test func aRenameMovesThePresenterAndTellsTheDirectory() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("dir/old.txt")
+        let log = EventLog()
+        let presenter = LoggingPresenter("F", fx.path("dir/old.txt"), log: log)
+        fx.domain!.addFilePresenter(presenter)
+        fx.domain!.addFilePresenter(LoggingPresenter("D", fx.path("dir"), log: log))
+        #expect(try run("/bin/mv", [fx.path("dir/old.txt"), fx.path("dir/new.txt")]).status == 0)
+        #expect(log.waitFor("F:didMove new.txt"))
+        #expect(log.waitFor("D:subitemDidMove old.txt new.txt"))
+        #expect(log.order("F:relinquishToWriter", before: "F:didMove new.txt"))
+        #expect(eventually { presenter.presentedItemURL?.path == fx.path("dir/new.txt") })
+        // And it is asked under its new name.
+        _ = try run("/bin/cat", [fx.path("dir/new.txt")])
+        #expect(log.waitFor("F:relinquishToReader"))
+    }
+
+    @Test func notifyModeTellsButNobodyWaits() throws {
+        let fx = try MountFixture(inProcess: { $0.mode = .notify })
+        try fx.seed("a.txt")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(LoggingPresenter("F", fx.path("a.txt"), log: log))
+        let holder = try Child.holder(), other = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        #expect(other.ask("open wn \(fx.path("a.txt"))") == "ok 1")
+        #expect(holder.ask("write 1 more") == "ok")
+        #expect(holder.ask("close 1") == "ok")
+        #expect(log.waitFor("F:didChange"))
+        #expect(!log.events.contains { $0.contains("relinquish") }, "nobody is asked, only told")
+    }
+}

@@ -1,0 +1,283 @@
+import CoordFSMount
+import Coordination
+import Dispatch
+import FileCoordination
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where the repository and the built `coordfs` are.
+enum Paths {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let scripts = repository.appendingPathComponent("Tests/Scripts")
+    static let fio = repository.appendingPathComponent("Tests/fio")
+    static var binary: URL {
+        let candidates = [
+            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("coordfs"),
+            repository.appendingPathComponent(".build/debug/coordfs"),
+        ]
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) } ?? candidates[1]
+    }
+}
+
+/// A temporary backing directory and mount point, mounted by the real `coordfs mount` (a daemon
+/// of its own) or in this process (so its presenters can be registered here). It always
+/// unmounts — on `unmount()`, or when it is released, even after a failed expectation.
+final class MountFixture: @unchecked Sendable {
+    let base: URL
+    let backing: URL
+    let mountPoint: URL
+    private var session: MountSession?
+    private var sessionThread: Thread?
+    private var mounted = false
+    let domain: CoordinationDomain?
+
+    /// Mounts with `coordfs mount` and `arguments`.
+    init(_ arguments: [String] = [], backingMode: mode_t = 0o755) throws {
+        (base, backing, mountPoint) = try Self.makeDirectories(backingMode)
+        domain = nil
+        let result = try run(Paths.binary.path, ["mount", backing.path, mountPoint.path] + arguments)
+        guard result.status == 0 else { throw FixtureError("coordfs mount failed: \(result.errors)") }
+        mounted = true
+    }
+
+    /// Mounts in this process, with `domain` for presenters registered by the test. (No default
+    /// for `configure`: `MountFixture()` must mean the real daemon.)
+    init(inProcess configure: (inout MountConfiguration) -> Void) throws {
+        (base, backing, mountPoint) = try Self.makeDirectories(0o755)
+        let domain = CoordinationDomain()
+        self.domain = domain
+        var configuration = MountConfiguration(backing: backing.path, mountPoint: mountPoint.path)
+        configuration.waitTimeout = .seconds(10)
+        configure(&configuration)
+        let session = try MountSession(configuration: configuration, domain: domain)
+        try session.mount(handlingSignals: false)
+        self.session = session
+        let thread = Thread { session.run() }
+        thread.start()
+        sessionThread = thread
+        mounted = true
+    }
+
+    private static func makeDirectories(_ mode: mode_t) throws -> (URL, URL, URL) {
+        let base = URL(fileURLWithPath: "/tmp/coordfs-it-\(UUID().uuidString.prefix(8))")
+        let backing = base.appendingPathComponent("backing"), mountPoint = base.appendingPathComponent("mnt")
+        try FileManager.default.createDirectory(at: backing, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: mountPoint, withIntermediateDirectories: true)
+        chmod(base.path, 0o755)
+        chmod(backing.path, mode)
+        return (base, backing, mountPoint)
+    }
+
+    /// A path inside the mount.
+    func path(_ relative: String) -> String { mountPoint.appendingPathComponent(relative).path }
+    /// A path inside the backing directory.
+    func backingPath(_ relative: String) -> String { backing.appendingPathComponent(relative).path }
+
+    /// Writes a file in the backing directory directly (setup, not coordinated).
+    func seed(_ relative: String, _ contents: String = "seed\n") throws {
+        let url = backing.appendingPathComponent(relative)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(contents.utf8).write(to: url)
+    }
+
+    /// The engine's state as the mount root's `user.coordfs.state` attribute shows it.
+    func state() throws -> String {
+        let result = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.state').decode())", mountPoint.path])
+        return result.output
+    }
+
+    func unmount() {
+        guard mounted else { return }
+        mounted = false
+        if let session {
+            session.stop()
+            while sessionThread?.isFinished == false { usleep(5_000) }
+            self.session = nil
+        } else {
+            let result = try? run(Paths.binary.path, ["unmount", mountPoint.path])
+            if result?.status != 0 { _ = umount2(mountPoint.path, Int32(MNT_DETACH)) }
+            // The daemon exits once unmounted.
+            _ = eventually(.seconds(5)) { !MountFixture.isMounted(self.mountPoint.path) }
+        }
+    }
+
+    static func isMounted(_ path: String) -> Bool {
+        ((try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)) ?? "").contains(" \(path) ")
+    }
+
+    deinit {
+        unmount()
+        try? FileManager.default.removeItem(at: base)
+    }
+}
+
+struct FixtureError: Error, CustomStringConvertible {
+    let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs a program to the end.
+@discardableResult
+func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String, errors: String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: program)
+    process.arguments = arguments
+    if let environment { process.environment = environment }
+    let output = Pipe(), errors = Pipe()
+    process.standardOutput = output
+    process.standardError = errors
+    process.standardInput = FileHandle.nullDevice
+    try process.run()
+    let outData = output.fileHandleForReading.readDataToEndOfFile()
+    let errData = errors.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+}
+
+/// A child process driven line by line (`hold.py`, a shell), killed when released.
+final class Child: @unchecked Sendable {
+    let process = Process()
+    private let input = Pipe(), output = Pipe()
+    private let lock = NSLock()
+    private var lines: [String] = []
+    private let arrived = DispatchSemaphore(value: 0)
+
+    init(_ program: String, _ arguments: [String]) throws {
+        process.executableURL = URL(fileURLWithPath: program)
+        process.arguments = arguments
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let handle = output.fileHandleForReading
+        Thread { [weak self] in
+            var buffer: [UInt8] = []
+            // availableData returns what has arrived; read(upToCount:) would wait for all 4096.
+            while case let chunk = handle.availableData, !chunk.isEmpty {
+                for byte in chunk {
+                    if byte == UInt8(ascii: "\n") {
+                        self?.deliver(String(decoding: buffer, as: UTF8.self))
+                        buffer = []
+                    } else {
+                        buffer.append(byte)
+                    }
+                }
+            }
+        }.start()
+    }
+
+    /// A `hold.py` process.
+    static func holder() throws -> Child { try Child("/usr/bin/python3", [Paths.scripts.appendingPathComponent("hold.py").path]) }
+
+    private func deliver(_ line: String) {
+        lock.lock(); lines.append(line); lock.unlock()
+        arrived.signal()
+    }
+
+    func send(_ line: String) { input.fileHandleForWriting.write(Data((line + "\n").utf8)) }
+
+    /// The next line, or nil if none came within `timeout`.
+    func next(timeout: Duration = .seconds(10)) -> String? {
+        guard arrived.wait(timeout: .now() + timeout.seconds) == .success else { return nil }
+        lock.lock(); defer { lock.unlock() }
+        return lines.removeFirst()
+    }
+
+    /// Sends a command and returns its answer.
+    func ask(_ command: String, timeout: Duration = .seconds(10)) -> String? {
+        send(command)
+        return next(timeout: timeout)
+    }
+
+    var pid: Int32 { process.processIdentifier }
+
+    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+
+    /// Waits for the process to end; its status, or nil if it did not within `timeout`.
+    func waitForExit(timeout: Duration = .seconds(10)) -> Int32? {
+        eventually(timeout) { !self.process.isRunning } ? process.terminationStatus : nil
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
+    }
+}
+
+/// Polls `condition` until it holds or `timeout` passes.
+func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        usleep(5_000)
+    }
+    return condition()
+}
+
+extension Duration {
+    var seconds: Double {
+        let (s, a) = components
+        return Double(s) + Double(a) / 1e18
+    }
+}
+
+/// An ordered, thread-safe record of presenter messages.
+final class EventLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var storage: [String] = []
+    func add(_ event: String) { lock.lock(); storage.append(event); lock.unlock() }
+    var events: [String] { lock.lock(); defer { lock.unlock() }; return storage }
+    func waitFor(_ event: String, timeout: Duration = .seconds(10)) -> Bool { eventually(timeout) { self.events.contains(event) } }
+    func order(_ first: String, before second: String) -> Bool {
+        let events = self.events
+        guard let a = events.firstIndex(of: first), let b = events.firstIndex(of: second) else { return false }
+        return a < b
+    }
+}
+
+/// A presenter inside the mount, in this (the mount's) process.
+final class LoggingPresenter: FilePresenter, @unchecked Sendable {
+    let name: String
+    let log: EventLog
+    private let lock = NSLock()
+    private var url: URL?
+    let presentedItemOperationQueue = OperationQueue()
+    var deletionError: Error?
+
+    init(_ name: String, _ path: String, log: EventLog) {
+        self.name = name
+        self.url = URL(fileURLWithPath: path)
+        self.log = log
+        presentedItemOperationQueue.maxConcurrentOperationCount = 1
+    }
+
+    var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
+
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        log.add("\(name):relinquishToReader"); reader { [self] in log.add("\(name):reacquire") }
+    }
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        log.add("\(name):relinquishToWriter"); writer { [self] in log.add("\(name):reacquire") }
+    }
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        log.add("\(name):save"); completionHandler(nil)
+    }
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        log.add("\(name):accommodateDeletion"); completionHandler(deletionError)
+    }
+    func presentedItemDidMove(to newURL: URL) {
+        log.add("\(name):didMove \(newURL.lastPathComponent)")
+        lock.lock(); url = newURL; lock.unlock()
+    }
+    func presentedItemDidChange() { log.add("\(name):didChange") }
+    func presentedSubitemDidAppear(at url: URL) { log.add("\(name):subitemDidAppear \(url.lastPathComponent)") }
+    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
+        log.add("\(name):subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
+    }
+    func presentedSubitemDidChange(at url: URL) { log.add("\(name):subitemDidChange \(url.lastPathComponent)") }
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
+        log.add("\(name):accommodateSubitemDeletion \(url.lastPathComponent)"); completionHandler(nil)
+    }
+}
