@@ -3,7 +3,11 @@ SWIFT      ?= swift
 PACKAGES   := libfuse3-dev fuse3 fio pkg-config
 STAMP      := .build/.setup-done
 
-.PHONY: all setup build test bench run clean
+DEMO_MNT   := Mounts/run/demo
+COORDFS    := .build/debug/coordfs
+PREFIX     ?= /usr/local
+
+.PHONY: all setup build test bench run stop install clean
 
 all: build
 
@@ -32,8 +36,32 @@ bench: setup
 	$(SWIFT) build -c release --product CoordFSBench
 	.build/release/CoordFSBench
 
+# Mounts the demo profile (Mounts/demo.profile: the sample tree Mounts/demo at Mounts/run/demo).
 run: build
-	$(SWIFT) run --skip-build coordfs demo
+	@mkdir -p $(DEMO_MNT)
+	@if findmnt -n $(CURDIR)/$(DEMO_MNT) >/dev/null 2>&1; then $(COORDFS) unmount $(DEMO_MNT); fi
+	@$(COORDFS) mount --profile demo
+	@echo ""
+	@echo "coordfs: Mounts/demo is mounted at $(DEMO_MNT) (profile Mounts/demo.profile)."
+	@echo ""
+	@echo "Try it in two terminals:"
+	@echo "  1\$$ exec 3>>$(DEMO_MNT)/notes/todo.txt     # this shell now holds a write"
+	@echo "  2\$$ cat $(DEMO_MNT)/notes/todo.txt         # waits ..."
+	@echo "  1\$$ exec 3>&-                              # ... until the write is released"
+	@echo "  2\$$ cat < /dev/null > /dev/null; python3 -c \"import os; os.open('$(DEMO_MNT)/notes/todo.txt', os.O_RDONLY|os.O_NONBLOCK)\"  # EAGAIN while held"
+	@echo "  Who holds and who waits:  python3 -c \"import os; print(os.getxattr('$(DEMO_MNT)', 'user.coordfs.state').decode())\""
+	@echo "  Presenters' messages, in one process:  $(COORDFS) demo"
+	@echo ""
+	@echo "Unmount with: make stop   (or $(COORDFS) unmount $(DEMO_MNT))"
+
+stop:
+	@if findmnt -n $(CURDIR)/$(DEMO_MNT) >/dev/null 2>&1; then $(COORDFS) unmount $(DEMO_MNT); fi
+
+# Installs coordfs, and mount.coordfs for mount(8) and /etc/fstab.
+install: build
+	$(SWIFT) build -c release --product coordfs
+	install -m 0755 .build/release/coordfs $(PREFIX)/bin/coordfs
+	ln -sf $(PREFIX)/bin/coordfs /sbin/mount.coordfs
 
 clean:
 	rm -rf .build

@@ -12,3 +12,19 @@ public struct CoordFS: ParsableCommand {
 
     public init() {}
 }
+
+extension CoordFS {
+    /// The arguments to parse. `mount(8)` runs `mount.coordfs SOURCE DIR -o OPTIONS`, and
+    /// mount.fuse3 (for `-t fuse.coordfs` and fstab) runs `coordfs SOURCE DIR -o OPTIONS`: both
+    /// mean `coordfs mount SOURCE DIR -o OPTIONS`.
+    public static func arguments(from commandLine: [String]) -> [String] {
+        let name = commandLine.first.map { String($0.split(separator: "/").last ?? "") } ?? ""
+        let rest = Array(commandLine.dropFirst())
+        if name == "mount.coordfs" || name == "mount.fuse.coordfs" { return ["mount"] + rest }
+        let subcommands = Set(configuration.subcommands.map { $0._commandName })
+        if let first = rest.first, !first.hasPrefix("-"), !subcommands.contains(first), rest.count >= 2 {
+            return ["mount"] + rest
+        }
+        return rest
+    }
+}

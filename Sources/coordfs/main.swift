@@ -1,3 +1,3 @@
 import CoordFSCommands
 
-CoordFS.main()
+CoordFS.main(CoordFS.arguments(from: CommandLine.arguments))

@@ -97,3 +97,27 @@ import Glibc
         return result.flatMap { pid_t($0.output.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 }
+
+/// `mount.coordfs` (mount(8)'s helper name) and `coordfs SOURCE DIR -o …` (what mount.fuse3 runs
+/// for `-t fuse.coordfs` and fstab) both mount.
+@Suite struct MountHelper {
+    @Test func mountHelperNamesMount() throws {
+        let dir = URL(fileURLWithPath: "/tmp/coordfs-helper-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("b"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("m"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("m2"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try Data("x\n".utf8).write(to: dir.appendingPathComponent("b/f"))
+        let helper = dir.appendingPathComponent("mount.coordfs")
+        try FileManager.default.createSymbolicLink(at: helper, withDestinationURL: Paths.binary)
+        let mnt = dir.appendingPathComponent("m").path, mnt2 = dir.appendingPathComponent("m2").path
+        let viaHelper = try run(helper.path, [dir.appendingPathComponent("b").path, mnt, "-o", "rw,noauto,allow_other"])
+        defer { _ = try? run(Paths.binary.path, ["unmount", mnt]) }
+        #expect(viaHelper.status == 0, "\(viaHelper.errors)")
+        #expect(FileManager.default.fileExists(atPath: mnt + "/f"))
+        let viaFuse = try run(Paths.binary.path, [dir.appendingPathComponent("b").path, mnt2, "-o", "rw,nofail"])
+        defer { _ = try? run(Paths.binary.path, ["unmount", mnt2]) }
+        #expect(viaFuse.status == 0, "\(viaFuse.errors)")
+        #expect(FileManager.default.fileExists(atPath: mnt2 + "/f"))
+    }
+}

@@ -141,4 +141,44 @@ import Glibc
         #expect(ContinuousClock.now - start < .seconds(8))
         #expect(eventually { (try? fx.state())?.contains("HOLD") == false })
     }
+
+    @Test func aSignalEndsAWaitWithEINTRAndLeavesNothingWaiting() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt")
+        let writer = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        // A handler that raises: Python does not retry the open, and shows the errno it got.
+        let script = """
+        import os, signal, errno
+        def interrupted(signum, frame): raise InterruptedError(errno.EINTR, "interrupted")
+        signal.signal(signal.SIGALRM, interrupted)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])  # the test runner's threads block it
+        signal.alarm(1)
+        try:
+            os.open("\(fx.path("a.txt"))", os.O_RDONLY)
+            print("opened")
+        except InterruptedError:
+            print("EINTR")
+        """
+        let result = try run("/usr/bin/python3", ["-c", script])
+        #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "EINTR")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == false })
+        #expect(writer.ask("close 1") == "ok")
+    }
+
+    @Test func modesFollowPathGlobs() throws {
+        let fx = try MountFixture(inProcess: { configuration in
+            configuration.modeRules = [(pattern: "*.log", mode: .off), (pattern: "scratch/*", mode: .notify)]
+        })
+        try fx.seed("app.log")
+        try fx.seed("scratch/tmp")
+        try fx.seed("doc.txt")
+        let holder = try Child.holder(), other = try Child.holder()
+        for name in ["app.log", "scratch/tmp", "doc.txt"] {
+            #expect(holder.ask("open w \(fx.path(name))")?.hasPrefix("ok") == true)
+        }
+        #expect(other.ask("open wn \(fx.path("app.log"))")?.hasPrefix("ok") == true, "off: never waits")
+        #expect(other.ask("open wn \(fx.path("scratch/tmp"))")?.hasPrefix("ok") == true, "notify: never waits")
+        #expect(other.ask("open wn \(fx.path("doc.txt"))") == "err EAGAIN", "exclusive elsewhere")
+    }
 }
