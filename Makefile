@@ -48,7 +48,7 @@ run: build
 	@echo "  1\$$ exec 3>>$(DEMO_MNT)/notes/todo.txt     # this shell now holds a write"
 	@echo "  2\$$ cat $(DEMO_MNT)/notes/todo.txt         # waits ..."
 	@echo "  1\$$ exec 3>&-                              # ... until the write is released"
-	@echo "  2\$$ cat < /dev/null > /dev/null; python3 -c \"import os; os.open('$(DEMO_MNT)/notes/todo.txt', os.O_RDONLY|os.O_NONBLOCK)\"  # EAGAIN while held"
+	@echo "  2\$$ python3 -c \"import os; os.open('$(DEMO_MNT)/notes/todo.txt', os.O_RDONLY|os.O_NONBLOCK)\"  # EAGAIN at once while held"
 	@echo "  Who holds and who waits:  python3 -c \"import os; print(os.getxattr('$(DEMO_MNT)', 'user.coordfs.state').decode())\""
 	@echo "  Presenters' messages, in one process:  $(COORDFS) demo"
 	@echo ""

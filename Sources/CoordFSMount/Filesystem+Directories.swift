@@ -21,7 +21,9 @@ extension Filesystem {
         reply.open(fi.pointee, handle: files.insert(file), keepCache: false)
     }
 
-    func readdir(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
+    /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts
+    /// as a lookup (not `.` and `..`), which saves the kernel a LOOKUP per entry.
+    func readdir(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t, plus: Bool) {
         guard let file = files[handle], let stream = file.directory else { return reply.error(EBADF) }
         var buffer = [CChar](repeating: 0, count: size)
         var used = 0
@@ -35,10 +37,31 @@ extension Filesystem {
             let name = withUnsafePointer(to: entry.pointee.d_name) { pointer in
                 pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
             }
-            let type = mode_t(entry.pointee.d_type) << 12
             let next = entry.pointee.d_off
-            let needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, name, entry.pointee.d_ino, type, next)
+            let needed: Int
+            if plus {
+                var parameters = fuse_entry_param()
+                var found: Inode?
+                if name != "." && name != ".." {
+                    guard let (inode, info) = try? lookupNode(file.inode, name) else { continue }   // gone meanwhile
+                    found = inode
+                    parameters.ino = fuse_ino_t(inode.id)
+                    parameters.attr = info
+                    parameters.attr_timeout = timeout
+                    parameters.entry_timeout = timeout
+                } else {
+                    parameters.attr.st_ino = entry.pointee.d_ino
+                    parameters.attr.st_mode = mode_t(entry.pointee.d_type) << 12
+                }
+                needed = buffer.withUnsafeMutableBufferPointer { pointer in
+                    fuse_add_direntry_plus(reply.req, pointer.baseAddress! + used, size - used, name, &parameters, next)
+                }
+                if needed > size - used, let found { inodes.forget(found.id, 1) }   // not sent: not looked up
+            } else {
+                let type = mode_t(entry.pointee.d_type) << 12
+                needed = buffer.withUnsafeMutableBufferPointer { pointer in
+                    cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, name, entry.pointee.d_ino, type, next)
+                }
             }
             if needed > size - used {
                 seekdir(stream, telldir(stream))   // this entry comes first next time

@@ -95,7 +95,10 @@ enum FuseBridge {
         }
         ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), UInt64(ino), fi!) }
         ops.readdir = { req, _, size, offset, fi in
-            filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset)
+            filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: false)
+        }
+        ops.readdirplus = { req, _, size, offset, fi in
+            filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: true)
         }
         ops.releasedir = { req, _, fi in filesystem(req).releasedir(reply(req), cfs_file_info_handle(fi!)) }
         ops.fsyncdir = { req, _, dataOnly, fi in
