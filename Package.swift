@@ -23,13 +23,22 @@ let package = Package(
             dependencies: ["Coordination", .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
+        // The control socket's protocol: values and bytes, no I/O.
+        .target(name: "CoordinationWire", swiftSettings: [.swiftLanguageMode(.v5)]),
+        // The control socket: peer credentials, wire <-> engine, remote presenters.
+        .target(
+            name: "CoordinationServer",
+            dependencies: ["CoordinationWire", "Coordination", "FileCoordination",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
         // libfuse3's low-level API: the one C boundary.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
         // The FUSE filesystem: operations become coordinated intents.
         .target(
             name: "CoordFSMount",
-            dependencies: ["CFuse3", "Coordination", "FileCoordination",
+            dependencies: ["CFuse3", "Coordination", "FileCoordination", "CoordinationServer",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
@@ -37,7 +46,7 @@ let package = Package(
         .target(
             name: "CoordFSCommands",
             dependencies: [
-                "FileCoordination", "CoordFSMount",
+                "FileCoordination", "CoordFSMount", "CoordinationServer", "CoordinationWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v5)]
@@ -49,6 +58,8 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
+        .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",

@@ -61,9 +61,12 @@ extension Filesystem {
         value.withUnsafeBytes { reply.buffer($0) }
     }
 
-    /// Attributes coordfs answers itself on the mount root.
+    /// Attributes coordfs answers itself: the control socket on every item, the rest on the root.
     private func ownAttribute(_ inode: Inode, _ name: String) -> String? {
-        guard inode.id == InodeTable.rootID, name.hasPrefix("user.coordfs.") else { return nil }
+        guard name.hasPrefix("user.coordfs.") else { return nil }
+        // The socket is found from any item of the mount; the rest only on its root.
+        if name == "user.coordfs.socket" { return socketPath }
+        guard inode.id == InodeTable.rootID else { return nil }
         switch name {
         case "user.coordfs.backing": return configuration.backing
         case "user.coordfs.mode": return configuration.mode.rawValue

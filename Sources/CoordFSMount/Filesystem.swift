@@ -1,5 +1,6 @@
 import CFuse3
 import Coordination
+import CoordinationServer
 import FileCoordination
 import Foundation
 import Logging
@@ -24,6 +25,12 @@ public final class Filesystem: @unchecked Sendable {
     private let nextWaiting = Atomic<UInt>(1)
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
+    /// The control socket's path, answered as `user.coordfs.socket` on every item.
+    var socketPath: String? {
+        get { socket.withLock { $0 } }
+        set { socket.withLock { $0 = newValue } }
+    }
+    private let socket = Mutex<String?>(nil)
 
     /// Opens the backing directory; the mount point must be canonical.
     public init(configuration: MountConfiguration, domain: CoordinationDomain) throws {
@@ -126,10 +133,20 @@ public final class Filesystem: @unchecked Sendable {
         claim?.cancel()
     }
 
-    /// The thread group of the calling thread: the process is the coordinator.
+    /// The thread group of the calling thread: the process is the coordinator — or, when it
+    /// descends from a process whose holds are inherited (`coordfs coordinate`), that process.
     func callerThreadGroup(_ req: fuse_req_t) -> Int32 {
         let tid = fuse_req_ctx(req).pointee.pid
-        return ProcessInfoCache.threadGroup(of: tid)
+        let process = ProcessInfoCache.threadGroup(of: tid)
+        let inheriting = domain.inheritingProcesses
+        guard !inheriting.isEmpty else { return process }
+        var current = process
+        for _ in 0..<32 {
+            if inheriting.contains(current) { return current }
+            guard let parent = ProcFile.parent(of: current), parent > 1 else { break }
+            current = parent
+        }
+        return process
     }
 
     /// Gives an item created for the caller to the caller (the daemon runs as root).

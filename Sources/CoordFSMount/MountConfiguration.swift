@@ -32,6 +32,13 @@ public struct MountConfiguration: Sendable {
     public var cacheTimeout: Double = 1.0
     public var writebackCache = false
     public var maxThreads: UInt32 = 16
+    /// The control socket (nil: one under /run/coordfs or the user's runtime directory).
+    public var socketPath: String?
+    /// Whether to serve the control socket at all.
+    public var servesControlSocket = true
+
+    /// Whether other users may use the mount (and so the control socket).
+    public var allowsOthers: Bool { fuseOptions.contains("allow_other") }
 
     public init(backing: String, mountPoint: String) {
         self.backing = backing

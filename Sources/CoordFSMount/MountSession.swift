@@ -1,5 +1,6 @@
 import CFuse3
 import Coordination
+import CoordinationServer
 import FileCoordination
 import Foundation
 #if canImport(Glibc)
@@ -12,6 +13,8 @@ public final class MountSession: @unchecked Sendable {
     public let filesystem: Filesystem
     private var session: OpaquePointer?
     private var handlesSignals = false
+    /// The control socket of this mount, once mounted.
+    public private(set) var controlServer: ControlServer?
 
     public init(configuration: MountConfiguration, domain: CoordinationDomain = .shared) throws {
         domain.presenterTimeout = configuration.presenterTimeout
@@ -46,6 +49,19 @@ public final class MountSession: @unchecked Sendable {
             self.session = nil
             throw MountError.fuse("could not mount on \(configuration.mountPoint)")
         }
+        if configuration.servesControlSocket {
+            let path = configuration.socketPath ?? ControlServer.defaultSocketPath(name: "mount-\(getpid())")
+            let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
+                                       domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
+                                       root: filesystem.mountRoot.string)
+            do {
+                try server.start()
+            } catch {
+                filesystem.logger.error("control socket not served: \(error)")
+            }
+            controlServer = server
+            filesystem.socketPath = path
+        }
     }
 
     /// Serves requests until unmounted or signalled; then unmounts and tears down.
@@ -53,6 +69,7 @@ public final class MountSession: @unchecked Sendable {
     public func run() -> Int32 {
         guard let session else { return -1 }
         let result = cfs_session_loop_mt(session, filesystem.configuration.maxThreads, 4)
+        controlServer?.stop()
         if handlesSignals { fuse_remove_signal_handlers(session) }
         fuse_session_unmount(session)
         fuse_session_destroy(session)
@@ -63,6 +80,7 @@ public final class MountSession: @unchecked Sendable {
     /// Ends `run()` from another thread of this process (tests): unmounts lazily so the loop's
     /// reads end.
     public func stop() {
+        controlServer?.stop()
         if let session { fuse_session_exit(session) }
         _ = umount2(filesystem.configuration.mountPoint, Int32(MNT_DETACH))
     }

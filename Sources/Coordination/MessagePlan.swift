@@ -116,6 +116,11 @@ extension State {
             case (true, true): subitemNews = .subitemDidChange(path)
             case (true, false): subitemNews = .subitemWasDeleted(path)
             }
+            if outcome.existedBefore && !outcome.existsAfter {
+                for id in presenterTree.presenters(at: path) {
+                    builder.add([.itemWasDeleted], to: id, at: path, package: target.isPackage, records: presenters)
+                }
+            }
             if outcome.existsAfter && (!target.isDirectory || target.isPackage) {       // P19
                 for id in presenterTree.presenters(at: path) {
                     builder.add([.didChange], to: id, at: path, package: target.isPackage, records: presenters)

@@ -25,12 +25,14 @@ public enum PresenterNotification: Hashable, Sendable {
     case subitemDidChange(ItemPath)                      // P12
     /// An item inside was deleted. Apple has no callback for it; the event channel has.
     case subitemWasDeleted(ItemPath)
+    /// The presented item itself was deleted (the event channel removes the watch).
+    case itemWasDeleted
 
     /// True for the subitem notifications a package presenter may receive as did-change (P20).
     public var isSubitemNotification: Bool {
         switch self {
         case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted: return true
-        case .didMove, .didChange: return false
+        case .didMove, .didChange, .itemWasDeleted: return false
         }
     }
 }

@@ -18,6 +18,8 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var _reportHandler: (@Sendable (CoordinationReport) -> Void)?
     private var presenterObjects: [PresenterID: FilePresenter] = [:]
     private var presenterIDs: [ObjectIdentifier: PresenterID] = [:]
+    private var owners: [ObjectIdentifier: CoordinatorIdentity] = [:]
+    private var inheriting: Set<Int32> = []
     private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, URL) -> Void] = [:]
 
     let logger = Logger(label: "org.coordfs.coordination")
@@ -70,6 +72,21 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// A diagnostic dump of holders, waiters, presenters and services (C27).
     public func stateDump() -> String { engine.snapshot().description }
 
+    /// Registers a presenter that stands for `owner` (a process, for a control-socket client):
+    /// that owner's accesses never message it and pass while it is asked (C14, C21).
+    public func addFilePresenter(_ presenter: FilePresenter, owner: CoordinatorIdentity) {
+        withLock { owners[ObjectIdentifier(presenter)] = owner }
+        register(presenter)
+    }
+
+    /// Processes whose descendants count as themselves for coordination through a mount (a
+    /// `coordfs coordinate` running its command).
+    public func setInheriting(_ pid: Int32, _ inherits: Bool) {
+        withLock { if inherits { inheriting.insert(pid) } else { inheriting.remove(pid) } }
+    }
+
+    public var inheritingProcesses: Set<Int32> { withLock { inheriting } }
+
     func register(_ presenter: FilePresenter) {
         let key = ObjectIdentifier(presenter)
         if withLock({ presenterIDs[key] != nil }) { return }
@@ -83,6 +100,7 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     func unregister(_ presenter: FilePresenter) {
         let id: PresenterID? = withLock {
+            owners[ObjectIdentifier(presenter)] = nil
             guard let id = presenterIDs.removeValue(forKey: ObjectIdentifier(presenter)) else { return nil }
             presenterObjects[id] = nil
             return id
@@ -125,7 +143,8 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     private func presenterRecord(for presenter: FilePresenter) -> PresenterRecord {
         let locator = self.locator
-        return PresenterRecord(owner: Self.identity(of: presenter),
+        let owner = withLock { owners[ObjectIdentifier(presenter)] } ?? Self.identity(of: presenter)
+        return PresenterRecord(owner: owner,
                                path: presenter.presentedItemURL.flatMap { try? locator.canonicalPath(of: $0) },
                                primaryPath: presenter.primaryPresentedItemURL.flatMap { try? locator.canonicalPath(of: $0) })
     }
@@ -152,5 +171,14 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
         case .presenterDidNotAnswer(let item, let request, let waited):
             return "presenter of \(item) did not answer \(request) within \(waited); access proceeded"
         }
+    }
+}
+
+extension CoordinationDomain {
+    /// The engine's facts for the item at `url`: its canonical path, whether it is a directory
+    /// or a package, and the packages around it (for layers that build intents themselves).
+    public func accessTarget(for url: URL, resolvingLink: Bool = false) throws -> AccessTarget {
+        let locator = self.locator
+        return locator.target(for: try locator.canonicalPath(of: url, resolvingLink: resolvingLink))
     }
 }

@@ -75,8 +75,16 @@ final class PresenterMessenger: @unchecked Sendable {
         }
         queue.addOperation {
             switch message {
-            case .relinquishToReader: presenter.relinquishPresentedItem(toReader: relinquished)
-            case .relinquishToWriter: presenter.relinquishPresentedItem(toWriter: relinquished)
+            case .relinquishToReader, .relinquishToWriter:
+                if let extended = presenter as? ExtendedFilePresenter {
+                    extended.relinquishPresentedItem(toWriter: message == .relinquishToWriter) { error, reacquirer in
+                        if let error { next(error) } else { relinquished(reacquirer) }
+                    }
+                } else if message == .relinquishToReader {
+                    presenter.relinquishPresentedItem(toReader: relinquished)
+                } else {
+                    presenter.relinquishPresentedItem(toWriter: relinquished)
+                }
             case .saveChanges: presenter.savePresentedItemChanges(completionHandler: next)
             case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: next)
             case .accommodateSubitemDeletion(let path):
@@ -146,7 +154,11 @@ enum PresenterNotifier {
                         case .subitemDidAppear(let path): presenter.presentedSubitemDidAppear(at: path.fileURL)
                         case .subitemDidMove(let from, let to): presenter.presentedSubitem(at: from.fileURL, didMoveTo: to.fileURL)
                         case .subitemDidChange(let path): presenter.presentedSubitemDidChange(at: path.fileURL)
-                        case .subitemWasDeleted: UnimplementedCallback.note()   // no Apple callback
+                        case .subitemWasDeleted(let path):
+                            if let extended = presenter as? ExtendedFilePresenter { extended.presentedSubitemWasDeleted(at: path.fileURL) }
+                            else { UnimplementedCallback.note() }   // no Apple callback
+                        case .itemWasDeleted:
+                            (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
                         }
                     }
                     if reachedDefault && package && message.isSubitemNotification && !sentDidChange {

@@ -1,0 +1,28 @@
+import Coordination
+import CoordinationServer
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Control-socket paths of a mount: absolute paths under the mount point, mapped to the backing
+/// directory for their facts and permissions. Paths are taken lexically (clients resolve
+/// symbolic links, as `realpath` does, before sending).
+struct MountItemResolver: ItemResolver {
+    let filesystem: Filesystem
+
+    var permissionBase: String { filesystem.configuration.backing }
+
+    func resolve(_ path: String) throws(ResolveError) -> (target: AccessTarget, realPath: String) {
+        guard path.hasPrefix("/"), let item = ItemPath(path) else { throw ResolveError("EINVAL", "'\(path)' is not an absolute path") }
+        let root = filesystem.mountRoot
+        guard item == root || root.isAncestor(of: item) else {
+            throw ResolveError("EXDEV", "'\(path)' is not inside the mount \(root)")
+        }
+        let relative = item == root ? "" : String(item.string.dropFirst(root.string.utf8.count + 1))
+        let real = relative.isEmpty ? filesystem.configuration.backing : filesystem.configuration.backing + "/" + relative
+        var info = stat()
+        let isDirectory = lstat(real, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        return (filesystem.target(relative, item, isDirectory: isDirectory), real)
+    }
+}

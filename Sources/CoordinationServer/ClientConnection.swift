@@ -1,0 +1,284 @@
+import Coordination
+import CoordinationWire
+import FileCoordination
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One client of the control socket: its watches (remote presenters), its holds, and the
+/// requests it has yet to answer. When it closes or dies, all of them end at once and nothing
+/// waits on it (X4).
+final class ClientConnection: @unchecked Sendable {
+    let fd: Int32
+    let peer: PeerCredentials
+    private unowned let server: ControlServer
+    private let lock = NSLock()
+    private let writeLock = NSLock()
+    private var greeted = false
+    private var closed = false
+    private var watches: [Int: RemotePresenter] = [:]
+    private var holds: [Int: AccessClaim] = [:]
+    private var inheritingHolds: Set<Int> = []
+    private var pendingHolds: [Int: AccessClaim] = [:]
+    private var answers: [UInt64: @Sendable (Int32) -> Void] = [:]
+    private var lastNumber = 0
+    private var lastCookie: UInt64 = 0
+
+    init(fd: Int32, peer: PeerCredentials, server: ControlServer) {
+        self.fd = fd
+        self.peer = peer
+        self.server = server
+    }
+
+    var identity: CoordinatorIdentity { .process(peer.pid) }
+
+    // MARK: Reading
+
+    /// Reads and handles lines until the client closes, errs or sends something malformed.
+    func run() {
+        var pending: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        reading: while true {
+            let count = read(fd, &buffer, buffer.count)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            pending += buffer[0..<count]
+            while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = pending[..<newline]
+                do {
+                    try handle(try WireCodec.decodeClient(line))
+                } catch {
+                    send(.error(id: nil, errno: "EPROTO", message: "\(error)"))
+                    break reading
+                }
+                pending.removeSubrange(...newline)
+            }
+            if pending.count > WireProtocol.maximumLineLength {
+                send(.error(id: nil, errno: "EPROTO", message: "line longer than \(WireProtocol.maximumLineLength) bytes"))
+                break
+            }
+        }
+        close()
+    }
+
+    private func handle(_ message: ClientMessage) throws(WireError) {
+        let greeted = lock.withLock { self.greeted }
+        if case .hello(let id, let version) = message {
+            guard version == WireProtocol.version else {
+                send(.error(id: id, errno: "EPROTONOSUPPORT", message: "this server speaks version \(WireProtocol.version)"))
+                throw WireError("unsupported version \(version)")
+            }
+            lock.withLock { self.greeted = true }
+            send(.ok(id: id, fields: ["version": .int(WireProtocol.version), "server": .string("coordfs"),
+                                      "root": .string(server.root), "pid": .int(Int(getpid()))]))
+            return
+        }
+        guard greeted else { throw WireError("the first message must be hello") }
+        switch message {
+        case .hello: break
+        case .watch(let id, let path, let mask): watch(id, path, mask)
+        case .unwatch(let id, let wd):
+            if removeWatch(wd) { send(.ok(id: id, fields: [:])) }
+            else { send(.error(id: id, errno: "EINVAL", message: "no watch \(wd)")) }
+        case .answer(let cookie, let code):
+            guard let answered = lock.withLock({ answers.removeValue(forKey: cookie) }) else {
+                throw WireError("no request with cookie \(cookie) is waiting for an answer")
+            }
+            answered(code)
+        case .hold(let id, let intents, let wait, let timeout, let inherit): hold(id, intents, wait, timeout, inherit)
+        case .release(let id, let number, let changed):
+            guard let claim = lock.withLock({ () -> AccessClaim? in
+                inheritingHolds.remove(number)
+                return holds.removeValue(forKey: number)
+            }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
+            updateInheritance()
+            claim.end(outcomes: claim.intents.map { IntentOutcome(existedBefore: true, existsAfter: true, changed: changed && $0.kind.isWrite) })
+            send(.ok(id: id, fields: [:]))
+        case .cancel(let id, let request):
+            guard let claim = lock.withLock({ pendingHolds[request] }) else {
+                return send(.error(id: id, errno: "EINVAL", message: "no pending hold \(request)"))
+            }
+            claim.cancel()
+            send(.ok(id: id, fields: [:]))
+        case .status(let id):
+            send(.ok(id: id, fields: server.status()))
+        }
+    }
+
+    // MARK: Watches
+
+    private func watch(_ id: Int, _ path: String, _ mask: EventMask) {
+        let resolved: (target: AccessTarget, realPath: String)
+        do { resolved = try server.resolver.resolve(path) } catch {
+            return send(.error(id: id, errno: error.errno, message: error.message))
+        }
+        guard Permissions.allows(peer, resolved.realPath, .read, from: server.resolver.permissionBase) else {
+            return send(.error(id: id, errno: "EACCES", message: "cannot read '\(path)'"))
+        }
+        let wd = lock.withLock { () -> Int in lastNumber += 1; return lastNumber }
+        let presenter = RemotePresenter(wd: wd, path: resolved.target.path.string, mask: mask, connection: self)
+        let accepted = lock.withLock { () -> Bool in
+            guard !closed else { return false }
+            watches[wd] = presenter
+            return true
+        }
+        guard accepted else { return }
+        server.domain.addFilePresenter(presenter, owner: identity)
+        send(.ok(id: id, fields: ["wd": .int(wd), "path": .string(resolved.target.path.string)]))
+    }
+
+    @discardableResult
+    func removeWatch(_ wd: Int) -> Bool {
+        guard let presenter = lock.withLock({ watches.removeValue(forKey: wd) }) else { return false }
+        server.domain.removeFilePresenter(presenter)
+        return true
+    }
+
+    // MARK: Holds
+
+    private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool) {
+        var intents: [Intent] = []
+        for item in wanted {
+            let resolved: (target: AccessTarget, realPath: String)
+            do { resolved = try server.resolver.resolve(item.path) } catch {
+                return send(.error(id: id, errno: error.errno, message: error.message))
+            }
+            guard let kind = Self.kind(item) else {
+                return send(.error(id: id, errno: "EINVAL", message: "unknown options \(item.options ?? []) for a \(item.access.rawValue)"))
+            }
+            guard Permissions.allows(peer, resolved.realPath, item.access == .read ? .read : .write, from: server.resolver.permissionBase) else {
+                return send(.error(id: id, errno: "EACCES", message: "cannot \(item.access.rawValue) '\(item.path)'"))
+            }
+            intents.append(Intent(kind, resolved.target))
+        }
+        let duplicate = lock.withLock { pendingHolds[id] != nil }
+        if duplicate { return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending")) }
+        let claimTimeout: Duration? = timeout.map { .milliseconds(Int64($0 * 1000)) } ?? server.domain.defaultWaitTimeout
+        let box = PendingBox()
+        let claim = AccessClaim.begin(in: server.domain, identity: identity, intents: intents, waits: wait,
+                                      timeout: claimTimeout) { [weak self] result in
+            box.resolved()
+            guard let self else { return }
+            self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
+            switch result {
+            case .failure(let error):
+                self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
+            case .success(let claim):
+                let number = self.lock.withLock { () -> Int? in
+                    guard !self.closed else { return nil }
+                    self.lastNumber += 1
+                    self.holds[self.lastNumber] = claim
+                    if inherit { self.inheritingHolds.insert(self.lastNumber) }
+                    return self.lastNumber
+                }
+                guard let number else { return claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) }) }
+                self.updateInheritance()
+                self.send(.ok(id: id, fields: ["hold": .int(number),
+                                               "paths": .array(claim.intents.map { .string($0.path.string) })]))
+            }
+        }
+        if box.stillPending() { lock.withLock { pendingHolds[id] = claim } }
+    }
+
+    private func updateInheritance() {
+        let inherits = lock.withLock { !inheritingHolds.isEmpty && !closed }
+        server.domain.setInheriting(peer.pid, inherits)
+    }
+
+    static func kind(_ intent: WireIntent) -> AccessKind? {
+        let names = intent.options ?? []
+        switch intent.access {
+        case .read:
+            var options = ReadingOptions()
+            for name in names {
+                switch name {
+                case "withoutChanges": options.insert(.withoutChanges)
+                case "resolvesSymbolicLink": options.insert(.resolvesSymbolicLink)
+                case "immediatelyAvailableMetadataOnly": options.insert(.immediatelyAvailableMetadataOnly)
+                default: return nil
+                }
+            }
+            return .reading(options)
+        case .write:
+            var options = WritingOptions()
+            for name in names {
+                switch name {
+                case "forDeleting": options.insert(.forDeleting)
+                case "forMoving": options.insert(.forMoving)
+                case "forMerging": options.insert(.forMerging)
+                case "forReplacing": options.insert(.forReplacing)
+                case "contentIndependentMetadataOnly": options.insert(.contentIndependentMetadataOnly)
+                default: return nil
+                }
+            }
+            return options.isValid ? .writing(options) : nil
+        }
+    }
+
+    static func errnoName(_ error: Error) -> String {
+        switch error {
+        case let error as FileCoordinationError:
+            switch error {
+            case .timedOut: return "EBUSY"
+            case .deadlock: return "EDEADLK"
+            case .wouldBlock: return "EAGAIN"
+            default: return "EINVAL"
+            }
+        case let error as CocoaError where error.code == .userCancelled: return "ECANCELED"
+        case let error as POSIXError: return ErrnoNames.name(of: error.code.rawValue)
+        default: return "EACCES"
+        }
+    }
+
+    // MARK: Writing
+
+    func nextCookie() -> UInt64 { lock.withLock { lastCookie += 1; return lastCookie } }
+
+    /// Sends a request record; `answered` gets the client's errno, or 0 if the client goes away.
+    func request(_ record: EventRecord, _ answered: @escaping @Sendable (Int32) -> Void) {
+        let accepted = lock.withLock { () -> Bool in
+            guard !closed else { return false }
+            answers[record.cookie] = answered
+            return true
+        }
+        guard accepted else { return answered(0) }
+        send(.event(record))
+    }
+
+    func send(_ message: ServerMessage) {
+        let bytes = WireCodec.encode(message)
+        let written = writeLock.withLock { UnixSocket.writeAll(fd, bytes) }
+        if !written { shutdown(fd, Int32(SHUT_RDWR)) }   // the reader sees the end and cleans up
+    }
+
+    // MARK: Ending
+
+    /// Ends everything the client had: watches go, holds end, pending holds are cancelled, and
+    /// requests it never answered count as consent.
+    func close() {
+        let (presenters, claims, pending, unanswered) = lock.withLock { () -> ([RemotePresenter], [AccessClaim], [AccessClaim], [@Sendable (Int32) -> Void]) in
+            if closed { return ([], [], [], []) }
+            closed = true
+            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = [] }
+            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), Array(answers.values))
+        }
+        server.domain.setInheriting(peer.pid, false)
+        for presenter in presenters { server.domain.removeFilePresenter(presenter) }
+        for claim in pending { claim.cancel() }
+        for claim in claims { claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) }) }
+        for answered in unanswered { answered(0) }
+        shutdown(fd, Int32(SHUT_RDWR))
+        Glibc.close(fd)
+        server.forget(self)
+    }
+}
+
+/// Whether a hold's completion came before `begin` returned.
+final class PendingBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var done = false
+    func resolved() { lock.withLock { done = true } }
+    func stillPending() -> Bool { lock.withLock { !done } }
+}

@@ -1,0 +1,133 @@
+import Coordination
+import CoordinationWire
+import FileCoordination
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The control socket: clients present items (watches) and hold intents over it, in the
+/// protocol of docs/protocol.md. A mount serves one; so does `coordfs daemon`.
+public final class ControlServer: @unchecked Sendable {
+    public let socketPath: String
+    public let domain: CoordinationDomain
+    let resolver: ItemResolver
+    /// What paths this server serves ("/" for the daemon, the mount point for a mount).
+    let root: String
+    private let mode: mode_t
+    private let lock = NSLock()
+    private var listener: Int32 = -1
+    private var connections: [ObjectIdentifier: ClientConnection] = [:]
+    private var acceptThread: Thread?
+    let logger = Logger(label: "org.coordfs.control")
+
+    /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
+    public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String) {
+        self.socketPath = socketPath
+        self.mode = mode
+        self.domain = domain
+        self.resolver = resolver
+        self.root = root
+    }
+
+    /// A socket path for a server of this process: /run/coordfs when root, else the user's
+    /// runtime directory.
+    public static func defaultSocketPath(name: String) -> String {
+        let directory = geteuid() == 0 ? "/run/coordfs"
+            : (ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].map { $0 + "/coordfs" } ?? "/tmp/coordfs-\(geteuid())")
+        mkdir(directory, 0o755)
+        return directory + "/" + name + ".sock"
+    }
+
+    public func start() throws {
+        let fd = try UnixSocket.listen(at: socketPath, mode: mode)
+        lock.withLock { listener = fd }
+        let thread = Thread { [self] in acceptLoop(fd) }
+        thread.name = "coordfs control socket"
+        thread.start()
+        acceptThread = thread
+    }
+
+    private func acceptLoop(_ listener: Int32) {
+        while true {
+            let fd = accept(listener, nil, nil)
+            if fd < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                return   // closed by stop()
+            }
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+            guard let peer = UnixSocket.peerCredentials(fd) else { Glibc.close(fd); continue }
+            UnixSocket.setSendTimeout(fd, seconds: 5)
+            let connection = ClientConnection(fd: fd, peer: peer, server: self)
+            let accepted = lock.withLock { () -> Bool in
+                guard self.listener >= 0 else { return false }
+                connections[ObjectIdentifier(connection)] = connection
+                return true
+            }
+            guard accepted else { Glibc.close(fd); return }
+            let thread = Thread { connection.run() }
+            thread.name = "coordfs client \(peer.pid)"
+            thread.start()
+        }
+    }
+
+    func forget(_ connection: ClientConnection) {
+        lock.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(connection)) }
+    }
+
+    /// Stops accepting, ends every connection, and removes the socket file.
+    public func stop() {
+        let (fd, open) = lock.withLock { () -> (Int32, [ClientConnection]) in
+            defer { listener = -1 }
+            return (listener, Array(connections.values))
+        }
+        if fd >= 0 {
+            shutdown(fd, Int32(SHUT_RDWR))
+            Glibc.close(fd)
+            unlink(socketPath)
+        }
+        for connection in open { shutdown(connection.fd, Int32(SHUT_RDWR)) }
+    }
+
+    public var clientCount: Int { lock.withLock { connections.count } }
+
+    /// The engine's state as a status reply: like lslocks, with each holder's command.
+    func status() -> [String: WireValue] {
+        let snapshot = domain.engine.snapshot()
+        func who(_ identity: CoordinatorIdentity) -> [String: WireValue] {
+            var fields: [String: WireValue] = ["identity": .string(identity.description)]
+            if case .process(let pid) = identity {
+                fields["pid"] = .int(Int(pid))
+                if let command = ProcFile.command(of: pid) { fields["command"] = .string(command) }
+            }
+            return fields
+        }
+        func describe(_ intent: Intent) -> WireValue {
+            let mode: String
+            switch intent.kind {
+            case .reading(let options): mode = options.isEmpty ? "read" : "read(\(options.rawValue))"
+            case .writing(let options): mode = options.isEmpty ? "write" : "write(\(options.rawValue))"
+            }
+            return .object(["path": .string(intent.path.string), "mode": .string(mode)])
+        }
+        let holders: [WireValue] = snapshot.holders.map { holder in
+            var fields = who(holder.identity)
+            fields["intents"] = .array(holder.intents.map(describe))
+            return .object(fields)
+        }
+        let waiters: [WireValue] = snapshot.waiters.map { waiter in
+            var fields = who(waiter.identity)
+            fields["intents"] = .array(waiter.intents.map(describe))
+            fields["waits_for"] = .array(waiter.waitsFor.map { .string($0.description) }.sorted { "\($0)" < "\($1)" })
+            return .object(fields)
+        }
+        let presenters: [WireValue] = snapshot.presenters.map { _, record in
+            var fields = who(record.owner)
+            fields["path"] = .string(record.path?.string ?? "")
+            return .object(fields)
+        }
+        return ["root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
+                "waiters": .array(waiters), "presenters": .array(presenters)]
+    }
+}

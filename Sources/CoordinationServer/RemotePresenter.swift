@@ -1,0 +1,121 @@
+import Coordination
+import CoordinationWire
+import FileCoordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A watch of a control-socket client, standing in the domain as a presenter: each message
+/// becomes an event record on the client's connection, and requests wait for its answer.
+/// Requests outside the watch's mask are consented to at once, as for a presenter lacking the
+/// callback.
+final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
+    let wd: Int
+    let mask: EventMask
+    private weak var connection: ClientConnection?
+    private let lock = NSLock()
+    private var url: URL
+    /// Answers come from the socket, not from this queue: its operations only send.
+    let presentedItemOperationQueue = OperationQueue()
+
+    init(wd: Int, path: String, mask: EventMask, connection: ClientConnection) {
+        self.wd = wd
+        self.mask = mask
+        self.url = URL(fileURLWithPath: path)
+        self.connection = connection
+        presentedItemOperationQueue.maxConcurrentOperationCount = 1
+    }
+
+    var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
+
+    private var path: String { presentedItemURL?.path ?? "" }
+
+    /// The name of `other` as inotify gives it: relative to the watched item when inside it.
+    private func name(_ other: URL) -> String {
+        let base = path
+        return other.path.hasPrefix(base + "/") ? String(other.path.dropFirst(base.count + 1)) : other.path
+    }
+
+    private func record(_ bits: EventMask, cookie: UInt64, name: String = "", path: String? = nil) -> EventRecord {
+        EventRecord(wd: wd, mask: bits, cookie: cookie, name: name, path: path ?? self.path)
+    }
+
+    /// Sends a request and calls `answered` with the errno (0 to consent) — at once when the
+    /// watch does not want it or the client is gone.
+    private func ask(_ bit: EventMask, name: String = "", path: String? = nil,
+                     _ answered: @escaping @Sendable (UInt64, Int32) -> Void) {
+        guard mask.contains(bit), let connection else { return answered(0, 0) }
+        let cookie = connection.nextCookie()
+        connection.request(record([bit, .request], cookie: cookie, name: name, path: path)) { answered(cookie, $0) }
+    }
+
+    private func tell(_ bit: EventMask, cookie: UInt64 = 0, name: String = "", path: String? = nil) {
+        guard mask.contains(bit), let connection else { return }
+        connection.send(.event(record(bit, cookie: cookie, name: name, path: path)))
+    }
+
+    private static func error(_ code: Int32) -> Error? {
+        code == 0 ? nil : POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+    }
+
+    // MARK: Requests
+
+    func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+        ask(toWriter ? .relinquishToWriter : .relinquishToReader) { [weak self] cookie, code in
+            if code != 0 { return completion(Self.error(code), nil) }
+            if cookie == 0 { return completion(nil, nil) }
+            let reacquire: @Sendable () -> Void = { self?.tell(.reacquire, cookie: cookie) }
+            completion(nil, reacquire)
+        }
+    }
+
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        relinquishPresentedItem(toWriter: false) { _, reacquirer in reader(reacquirer) }
+    }
+
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        relinquishPresentedItem(toWriter: true) { _, reacquirer in writer(reacquirer) }
+    }
+
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        ask(.save) { _, code in completionHandler(Self.error(code)) }
+    }
+
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        ask(.accommodateDeletion) { _, code in completionHandler(Self.error(code)) }
+    }
+
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
+        ask(.accommodateSubitemDeletion, name: name(url), path: url.path) { _, code in completionHandler(Self.error(code)) }
+    }
+
+    // MARK: Notifications
+
+    func presentedItemDidMove(to newURL: URL) {
+        let old = path
+        let cookie = connection?.nextCookie() ?? 0
+        lock.lock(); url = newURL; lock.unlock()
+        tell(.movedFrom, cookie: cookie, path: old)
+        tell(.movedTo, cookie: cookie, path: newURL.path)
+    }
+
+    func presentedItemDidChange() { tell(.changed) }
+
+    func presentedSubitemDidAppear(at url: URL) { tell(.subitemAppeared, name: name(url), path: url.path) }
+
+    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
+        let cookie = connection?.nextCookie() ?? 0
+        tell(.movedFrom, cookie: cookie, name: name(oldURL), path: oldURL.path)
+        tell(.movedTo, cookie: cookie, name: name(newURL), path: newURL.path)
+    }
+
+    func presentedSubitemDidChange(at url: URL) { tell(.subitemChanged, name: name(url), path: url.path) }
+
+    func presentedSubitemWasDeleted(at url: URL) { tell(.subitemDeleted, name: name(url), path: url.path) }
+
+    func presentedItemWasDeleted() {
+        tell(.presenterRemoved)
+        connection?.removeWatch(wd)
+    }
+}

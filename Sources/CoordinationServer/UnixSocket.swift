@@ -1,0 +1,121 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The few socket calls the control socket needs, with errno turned into `SocketError` once.
+struct SocketError: Error, CustomStringConvertible {
+    let call: String
+    let code: Int32
+    var description: String { "\(call): \(String(cString: strerror(code)))" }
+}
+
+/// The credentials of the process at the other end (SO_PEERCRED), and its groups.
+public struct PeerCredentials: Sendable, Hashable {
+    public let pid: Int32
+    public let uid: UInt32
+    public let gid: UInt32
+    public let groups: Set<UInt32>
+}
+
+enum UnixSocket {
+    static let peerCredentialsOption: Int32 = 17   // SO_PEERCRED on Linux
+
+    static func withAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) throws -> T {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard bytes.count < capacity else { throw SocketError(call: "socket path too long", code: ENAMETOOLONG) }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        return withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+    }
+
+    /// A listening socket at `path` with `mode`; a stale socket file there is replaced.
+    static func listen(at path: String, mode: mode_t) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SocketError(call: "socket", code: errno) }
+        unlink(path)
+        let bound = try withAddress(path) { bind(fd, $0, $1) }
+        guard bound == 0 else { let code = errno; close(fd); throw SocketError(call: "bind \(path)", code: code) }
+        chmod(path, mode)
+        guard Glibc.listen(fd, 64) == 0 else { let code = errno; close(fd); throw SocketError(call: "listen", code: code) }
+        return fd
+    }
+
+    /// A connected client socket.
+    static func connect(to path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SocketError(call: "socket", code: errno) }
+        let result = try withAddress(path) { Glibc.connect(fd, $0, $1) }
+        guard result == 0 else { let code = errno; close(fd); throw SocketError(call: "connect \(path)", code: code) }
+        return fd
+    }
+
+    static func peerCredentials(_ fd: Int32) -> PeerCredentials? {
+        var raw = (Int32(0), UInt32(0), UInt32(0))
+        var length = socklen_t(MemoryLayout.size(ofValue: raw))
+        guard getsockopt(fd, SOL_SOCKET, peerCredentialsOption, &raw, &length) == 0 else { return nil }
+        return PeerCredentials(pid: raw.0, uid: raw.1, gid: raw.2, groups: groups(of: raw.0, primary: raw.2))
+    }
+
+    /// The supplementary groups of a process, from /proc.
+    static func groups(of pid: Int32, primary: UInt32) -> Set<UInt32> {
+        var result: Set<UInt32> = [primary]
+        guard let text = ProcFile.read("/proc/\(pid)/status"),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Groups:") }) else { return result }
+        for field in line.dropFirst(7).split(separator: " ") { if let gid = UInt32(field) { result.insert(gid) } }
+        return result
+    }
+
+    /// Writes all of `bytes`; false on failure (the peer is gone or too slow).
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if written < 0 { if errno == EINTR { continue }; return false }
+            offset += written
+        }
+        return true
+    }
+
+    /// Gives up on a peer that does not read its events for this long.
+    static func setSendTimeout(_ fd: Int32, seconds: Int) {
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+}
+
+/// Reads small /proc files, which report a size of zero.
+public enum ProcFile {
+    public static func read(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var data = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = Glibc.read(fd, &chunk, chunk.count)
+            if count <= 0 { break }
+            data += chunk[0..<count]
+        }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// A process's parent, or nil.
+    public static func parent(of pid: Int32) -> Int32? {
+        guard let text = read("/proc/\(pid)/status"),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("PPid:") }) else { return nil }
+        return Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces))
+    }
+
+    /// A process's command name.
+    public static func command(of pid: Int32) -> String? {
+        read("/proc/\(pid)/comm")?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}

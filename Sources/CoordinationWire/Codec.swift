@@ -1,0 +1,209 @@
+import Foundation
+
+/// Why a line could not be decoded. The server answers with an error and closes the connection.
+public struct WireError: Error, Hashable, Sendable, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Lines to messages and back. Total: every input gives a message or a `WireError`, never a trap.
+public enum WireCodec {
+    // MARK: Client messages
+
+    public static func decodeClient(_ line: some Collection<UInt8>) throws(WireError) -> ClientMessage {
+        let object = try parseObject(line)
+        guard let op = object["op"] as? String else { throw WireError("missing \"op\"") }
+        switch op {
+        case "hello":
+            return .hello(id: try int(object, "id"), version: try int(object, "version"))
+        case "watch":
+            let mask: EventMask
+            switch object["mask"] {
+            case nil: mask = .all
+            case let names as [String]:
+                guard let parsed = EventMask(names: names) else { throw WireError("unknown event name in \"mask\"") }
+                mask = parsed
+            case let value where JSONValue.int(value).map { $0 >= 0 && $0 <= Int(UInt32.max) } == true:
+                mask = EventMask(rawValue: UInt32(JSONValue.int(value)!))
+            default: throw WireError("\"mask\" must be a list of event names or a number")
+            }
+            return .watch(id: try int(object, "id"), path: try string(object, "path"), mask: mask)
+        case "unwatch":
+            return .unwatch(id: try int(object, "id"), wd: try int(object, "wd"))
+        case "answer":
+            let cookie = try int(object, "cookie")
+            guard cookie >= 0 else { throw WireError("\"cookie\" must not be negative") }
+            let code: Int32
+            switch object["errno"] {
+            case nil: code = 0
+            case let value where JSONValue.int(value).map { $0 >= 0 && $0 < 4096 } == true: code = Int32(JSONValue.int(value)!)
+            case let name as String:
+                guard let known = ErrnoNames.code(of: name) else { throw WireError("unknown errno name \"\(name)\"") }
+                code = known
+            default: throw WireError("\"errno\" must be a number or an errno name")
+            }
+            return .answer(cookie: UInt64(cookie), errno: code)
+        case "hold":
+            guard let list = object["intents"] as? [[String: Any]], !list.isEmpty else {
+                throw WireError("\"intents\" must be a non-empty list")
+            }
+            guard list.count <= 64 else { throw WireError("at most 64 intents") }
+            let intents = try list.map { entry throws(WireError) -> WireIntent in
+                guard let access = (entry["access"] as? String).flatMap(WireIntent.Access.init(rawValue:)) else {
+                    throw WireError("an intent's \"access\" must be \"read\" or \"write\"")
+                }
+                let options = entry["options"] as? [String]
+                if entry["options"] != nil && options == nil { throw WireError("\"options\" must be a list of names") }
+                return WireIntent(path: try string(entry, "path"), access: access, options: options)
+            }
+            let timeout = JSONValue.double(object["timeout"])
+            if object["timeout"] != nil && timeout == nil { throw WireError("\"timeout\" must be a number of seconds") }
+            if let timeout, timeout < 0 || !timeout.isFinite { throw WireError("\"timeout\" must be a number of seconds") }
+            return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
+                         timeout: timeout, inherit: try bool(object, "inherit", default: false))
+        case "release":
+            return .release(id: try int(object, "id"), hold: try int(object, "hold"), changed: try bool(object, "changed", default: true))
+        case "cancel":
+            return .cancel(id: try int(object, "id"), request: try int(object, "request"))
+        case "status":
+            return .status(id: try int(object, "id"))
+        default:
+            throw WireError("unknown op \"\(op)\"")
+        }
+    }
+
+    public static func encode(_ message: ClientMessage) -> [UInt8] {
+        var object: [String: Any]
+        switch message {
+        case .hello(let id, let version): object = ["op": "hello", "id": id, "version": version]
+        case .watch(let id, let path, let mask): object = ["op": "watch", "id": id, "path": path, "mask": mask.names]
+        case .unwatch(let id, let wd): object = ["op": "unwatch", "id": id, "wd": wd]
+        case .answer(let cookie, let code): object = ["op": "answer", "cookie": Int(cookie), "errno": Int(code)]
+        case .hold(let id, let intents, let wait, let timeout, let inherit):
+            object = ["op": "hold", "id": id, "wait": wait, "inherit": inherit,
+                      "intents": intents.map { intent -> [String: Any] in
+                          var entry: [String: Any] = ["path": intent.path, "access": intent.access.rawValue]
+                          if let options = intent.options { entry["options"] = options }
+                          return entry
+                      }]
+            if let timeout { object["timeout"] = timeout }
+        case .release(let id, let hold, let changed): object = ["op": "release", "id": id, "hold": hold, "changed": changed]
+        case .cancel(let id, let request): object = ["op": "cancel", "id": id, "request": request]
+        case .status(let id): object = ["op": "status", "id": id]
+        }
+        return line(object)
+    }
+
+    // MARK: Server messages
+
+    public static func encode(_ message: ServerMessage) -> [UInt8] {
+        switch message {
+        case .ok(let id, let fields):
+            var object = fields.mapValues(\.json)
+            object["id"] = id
+            object["ok"] = true
+            return line(object)
+        case .error(let id, let code, let text):
+            var object: [String: Any] = ["error": code, "message": text]
+            if let id { object["id"] = id }
+            return line(object)
+        case .event(let record):
+            return line(["wd": record.wd, "mask": Int(record.mask.rawValue), "events": record.mask.names,
+                         "cookie": Int(record.cookie), "name": record.name, "path": record.path])
+        }
+    }
+
+    public static func decodeServer(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
+        let object = try parseObject(line)
+        if let wd = JSONValue.int(object["wd"]) {
+            guard let mask = JSONValue.int(object["mask"]), mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
+            return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, JSONValue.int(object["cookie"]) ?? 0)),
+                                      name: object["name"] as? String ?? "", path: object["path"] as? String ?? ""))
+        }
+        if let code = object["error"] as? String {
+            return .error(id: JSONValue.int(object["id"]), errno: code, message: object["message"] as? String ?? "")
+        }
+        guard JSONValue.bool(object["ok"]) == true else { throw WireError("neither an event, an error nor ok") }
+        var fields: [String: WireValue] = [:]
+        for (key, value) in object where key != "id" && key != "ok" {
+            guard let converted = WireValue(json: value) else { throw WireError("unsupported value for \"\(key)\"") }
+            fields[key] = converted
+        }
+        return .ok(id: try int(object, "id"), fields: fields)
+    }
+
+    // MARK: Helpers
+
+    private static func parseObject(_ line: some Collection<UInt8>) throws(WireError) -> [String: Any] {
+        guard line.count <= WireProtocol.maximumLineLength else { throw WireError("line longer than \(WireProtocol.maximumLineLength) bytes") }
+        guard !line.isEmpty else { throw WireError("empty line") }
+        let parsed: Any
+        do { parsed = try JSONSerialization.jsonObject(with: Data(line), options: []) } catch {
+            throw WireError("not JSON")
+        }
+        guard let object = parsed as? [String: Any] else { throw WireError("not a JSON object") }
+        return object
+    }
+
+    private static func int(_ object: [String: Any], _ key: String) throws(WireError) -> Int {
+        guard let value = JSONValue.int(object[key]) else { throw WireError("\"\(key)\" must be a whole number") }
+        return value
+    }
+
+    private static func bool(_ object: [String: Any], _ key: String, default fallback: Bool) throws(WireError) -> Bool {
+        guard let value = object[key] else { return fallback }
+        guard let flag = JSONValue.bool(value) else { throw WireError("\"\(key)\" must be true or false") }
+        return flag
+    }
+
+    private static func string(_ object: [String: Any], _ key: String) throws(WireError) -> String {
+        guard let value = object[key] as? String, !value.isEmpty, !value.contains("\0") else {
+            throw WireError("\"\(key)\" must be a non-empty string")
+        }
+        return value
+    }
+
+    private static func line(_ object: [String: Any]) -> [UInt8] {
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
+        return Array(data) + [UInt8(ascii: "\n")]
+    }
+}
+
+/// errno names on the wire ("EACCES") and their numbers on Linux.
+public enum ErrnoNames {
+    public static let table: [(String, Int32)] = [
+        ("EPERM", 1), ("ENOENT", 2), ("EINTR", 4), ("EIO", 5), ("EBADF", 9), ("EAGAIN", 11), ("ENOMEM", 12),
+        ("EACCES", 13), ("EBUSY", 16), ("EEXIST", 17), ("ENOTDIR", 20), ("EISDIR", 21), ("EINVAL", 22),
+        ("ENOSPC", 28), ("EROFS", 30), ("ENAMETOOLONG", 36), ("EDEADLK", 35), ("ENOSYS", 38), ("ENOTEMPTY", 39),
+        ("EPROTO", 71), ("EPROTONOSUPPORT", 93), ("ETIMEDOUT", 110), ("ECANCELED", 125),
+    ]
+
+    public static func code(of name: String) -> Int32? { table.first { $0.0 == name }?.1 }
+    public static func name(of code: Int32) -> String { table.first { $0.1 == code }?.0 ?? "E\(code)" }
+}
+
+/// JSON numbers and booleans as Foundation parses them on Linux: both are NSNumber, and a
+/// boolean is the one whose objCType is "c".
+enum JSONValue {
+    static func isBool(_ value: Any?) -> Bool {
+        guard let number = value as? NSNumber else { return false }
+        return String(cString: number.objCType) == "c"
+    }
+
+    static func bool(_ value: Any?) -> Bool? {
+        guard isBool(value) else { return nil }
+        return (value as? NSNumber)?.boolValue
+    }
+
+    static func int(_ value: Any?) -> Int? {
+        guard let number = value as? NSNumber, !isBool(value) else { return nil }
+        let double = number.doubleValue
+        guard double.isFinite, double == double.rounded(), abs(double) < 9.0e15 else { return nil }
+        return number.intValue
+    }
+
+    static func double(_ value: Any?) -> Double? {
+        guard let number = value as? NSNumber, !isBool(value) else { return nil }
+        return number.doubleValue.isFinite ? number.doubleValue : nil
+    }
+}

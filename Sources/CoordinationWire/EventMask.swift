@@ -1,0 +1,49 @@
+/// What a watch wants to hear, and what an event record says: bits, as inotify's masks.
+public struct EventMask: OptionSet, Hashable, Sendable, Codable {
+    public let rawValue: UInt32
+    public init(rawValue: UInt32) { self.rawValue = rawValue }
+
+    // Requests: the access waits for the answer.
+    public static let relinquishToReader = EventMask(rawValue: 1 << 0)
+    public static let relinquishToWriter = EventMask(rawValue: 1 << 1)
+    public static let save = EventMask(rawValue: 1 << 2)
+    public static let accommodateDeletion = EventMask(rawValue: 1 << 3)
+    public static let accommodateSubitemDeletion = EventMask(rawValue: 1 << 4)
+    // Notifications.
+    public static let reacquire = EventMask(rawValue: 1 << 5)
+    public static let changed = EventMask(rawValue: 1 << 8)
+    public static let movedFrom = EventMask(rawValue: 1 << 9)
+    public static let movedTo = EventMask(rawValue: 1 << 10)
+    public static let subitemAppeared = EventMask(rawValue: 1 << 11)
+    public static let subitemChanged = EventMask(rawValue: 1 << 12)
+    public static let subitemDeleted = EventMask(rawValue: 1 << 13)
+    public static let presenterRemoved = EventMask(rawValue: 1 << 15)
+    /// Set on records that wait for an answer.
+    public static let request = EventMask(rawValue: 1 << 30)
+
+    public static let requests: EventMask = [.relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion]
+    public static let all: EventMask = [.requests, .reacquire, .changed, .movedFrom, .movedTo, .subitemAppeared,
+                                        .subitemChanged, .subitemDeleted, .presenterRemoved]
+
+    /// The names used on the wire and by `coordfs watch`.
+    public static let names: [(String, EventMask)] = [
+        ("RELINQUISH_READER", .relinquishToReader), ("RELINQUISH_WRITER", .relinquishToWriter), ("SAVE", .save),
+        ("ACCOMMODATE_DELETION", .accommodateDeletion), ("ACCOMMODATE_SUBITEM_DELETION", .accommodateSubitemDeletion),
+        ("REACQUIRE", .reacquire), ("CHANGED", .changed), ("MOVED_FROM", .movedFrom), ("MOVED_TO", .movedTo),
+        ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged), ("SUBITEM_DELETED", .subitemDeleted),
+        ("PRESENTER_REMOVED", .presenterRemoved), ("REQUEST", .request),
+    ]
+
+    public var names: [String] { Self.names.filter { contains($0.1) }.map(\.0) }
+
+    /// A mask from names such as `["SAVE", "CHANGED"]`, or nil if one is unknown. "ALL" is all.
+    public init?(names: [String]) {
+        var mask = EventMask()
+        for name in names {
+            if name == "ALL" { mask.formUnion(.all); continue }
+            guard let bit = Self.names.first(where: { $0.0 == name })?.1 else { return nil }
+            mask.formUnion(bit)
+        }
+        self = mask
+    }
+}

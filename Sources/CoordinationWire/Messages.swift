@@ -1,0 +1,112 @@
+import Foundation
+
+/// The control socket's protocol, version 1: one JSON object per line, each at most
+/// `maximumLineLength` bytes. See docs/protocol.md. This module only turns values into bytes and
+/// back; it does no I/O.
+public enum WireProtocol {
+    public static let version = 1
+    public static let maximumLineLength = 65_536
+}
+
+/// One intent of a `hold`.
+public struct WireIntent: Codable, Hashable, Sendable {
+    public enum Access: String, Codable, Sendable { case read, write }
+    public var path: String
+    public var access: Access
+    /// Apple's option names: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly
+    /// (reads); forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly (writes).
+    public var options: [String]?
+
+    public init(path: String, access: Access, options: [String]? = nil) {
+        self.path = path
+        self.access = access
+        self.options = options
+    }
+}
+
+/// A message from a client.
+public enum ClientMessage: Hashable, Sendable {
+    /// Must come first: the protocol version the client speaks.
+    case hello(id: Int, version: Int)
+    /// Present `path` (a watch): events in `mask` are sent; requests outside it are answered "ok"
+    /// by the server, as for a presenter that lacks the callback.
+    case watch(id: Int, path: String, mask: EventMask)
+    case unwatch(id: Int, wd: Int)
+    /// The answer to a request event: errno 0 consents, any other errno fails the access.
+    case answer(cookie: UInt64, errno: Int32)
+    /// Hold intents, all or none; the reply comes once granted (or refused). `inherit` lets the
+    /// client's child processes count as the client (as `coordfs coordinate` needs).
+    case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool)
+    /// Ends a hold; `changed` says the holder changed the items (presenters are told).
+    case release(id: Int, hold: Int, changed: Bool)
+    /// Stops waiting for a `hold` still pending.
+    case cancel(id: Int, request: Int)
+    /// Who holds, waits and presents.
+    case status(id: Int)
+}
+
+/// A message from the server.
+public enum ServerMessage: Hashable, Sendable {
+    case ok(id: Int, fields: [String: WireValue])
+    case error(id: Int?, errno: String, message: String)
+    case event(EventRecord)
+}
+
+/// An event, as inotify's: the watch, what happened, a cookie pairing related records (a request
+/// and its answer and reacquire; moved-from and moved-to), and the subitem's name for events of
+/// a directory watch ("" for the watched item itself).
+public struct EventRecord: Hashable, Sendable {
+    public var wd: Int
+    public var mask: EventMask
+    public var cookie: UInt64
+    public var name: String
+    /// The full path concerned, for convenience.
+    public var path: String
+
+    public init(wd: Int, mask: EventMask, cookie: UInt64, name: String, path: String) {
+        self.wd = wd
+        self.mask = mask
+        self.cookie = cookie
+        self.name = name
+        self.path = path
+    }
+}
+
+/// A JSON value in a reply's fields.
+public enum WireValue: Hashable, Sendable {
+    case int(Int)
+    case string(String)
+    case bool(Bool)
+    case array([WireValue])
+    case object([String: WireValue])
+
+    var json: Any {
+        switch self {
+        case .int(let value): return value
+        case .string(let value): return value
+        case .bool(let value): return value
+        case .array(let values): return values.map(\.json)
+        case .object(let fields): return fields.mapValues(\.json)
+        }
+    }
+
+    init?(json: Any) {
+        switch json {
+        case let value where JSONValue.isBool(value): self = .bool(JSONValue.bool(value)!)
+        case let value where JSONValue.int(value) != nil: self = .int(JSONValue.int(value)!)
+        case let value as String: self = .string(value)
+        case let values as [Any]:
+            let converted = values.compactMap(WireValue.init(json:))
+            guard converted.count == values.count else { return nil }
+            self = .array(converted)
+        case let fields as [String: Any]:
+            var converted: [String: WireValue] = [:]
+            for (key, value) in fields {
+                guard let value = WireValue(json: value) else { return nil }
+                converted[key] = value
+            }
+            self = .object(converted)
+        default: return nil
+        }
+    }
+}

@@ -1,0 +1,14 @@
+import Foundation
+
+/// What a presenter standing for another process (a control-socket client) needs beyond
+/// Apple's protocol: to refuse a relinquish with an error, and to hear of deletions that Apple
+/// has no callback for. Ordinary presenters need not adopt it.
+public protocol ExtendedFilePresenter: FilePresenter {
+    /// Like `relinquishPresentedItem(toReader:)` / `(toWriter:)`, but may refuse: `completion`
+    /// gets nil and an optional reacquirer to consent, or an error that fails the access.
+    func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void)
+    /// An item inside the presented directory was deleted.
+    func presentedSubitemWasDeleted(at url: URL)
+    /// The presented item itself was deleted.
+    func presentedItemWasDeleted()
+}
