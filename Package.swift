@@ -32,6 +32,9 @@ let package = Package(
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
+        // Connects to a mount's or the daemon's control socket.
+        .target(name: "CoordinationClient", dependencies: ["CoordinationWire"],
+                swiftSettings: [.swiftLanguageMode(.v5)]),
         // libfuse3's low-level API: the one C boundary.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
@@ -46,7 +49,7 @@ let package = Package(
         .target(
             name: "CoordFSCommands",
             dependencies: [
-                "FileCoordination", "CoordFSMount", "CoordinationServer", "CoordinationWire",
+                "FileCoordination", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v5)]

@@ -6,7 +6,8 @@ public struct CoordFS: ParsableCommand {
         commandName: "coordfs",
         abstract: "File coordination for Linux: Apple's coordinator and presenter model, enforced for every program.",
         version: "0.1.0",
-        subcommands: [Mount.self, Unmount.self, Demo.self, DaemonStart.self],
+        subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Daemon.self, Demo.self,
+                      DaemonStart.self],
         defaultSubcommand: nil
     )
 

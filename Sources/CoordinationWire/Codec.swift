@@ -115,7 +115,8 @@ public enum WireCodec {
 
     public static func decodeServer(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
         let object = try parseObject(line)
-        if let wd = JSONValue.int(object["wd"]) {
+        // Replies carry "ok" or "error" (a watch's reply has a "wd" too); events carry neither.
+        if object["ok"] == nil && object["error"] == nil, let wd = JSONValue.int(object["wd"]) {
             guard let mask = JSONValue.int(object["mask"]), mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
             return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, JSONValue.int(object["cookie"]) ?? 0)),
                                       name: object["name"] as? String ?? "", path: object["path"] as? String ?? ""))

@@ -1,0 +1,82 @@
+import ArgumentParser
+import CoordinationClient
+import CoordinationWire
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `coordfs coordinate --read P --write P -- CMD ARGS`: hold intents while a command runs, like
+/// flock(1). The command and its children count as this process, so their own opens of the
+/// held items through the mount do not wait on the hold.
+struct Coordinate: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run a command while holding coordinated reads and writes, like flock(1).",
+        discussion: "Exits with the command's status; 1 when the intents could not be taken (with the reason)."
+    )
+
+    @Option(name: .long, help: "An item to hold for reading (repeatable).")
+    var read: [String] = []
+
+    @Option(name: .long, help: "An item to hold for writing (repeatable).")
+    var write: [String] = []
+
+    @Option(name: .long, help: "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.")
+    var readOption: [String] = []
+
+    @Option(name: .long, help: "The writing option for every --write: forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly.")
+    var writeOption: String?
+
+    @Flag(name: [.customShort("n"), .long], help: "Fail at once instead of waiting (as flock -n).")
+    var nonblock = false
+
+    @Option(help: "Seconds to wait before giving up (default: the server's).")
+    var timeout: Double?
+
+    @Option(help: "The control socket (default: found from the paths).")
+    var socket: String?
+
+    @Argument(parsing: .postTerminator, help: "The command and its arguments, after --.")
+    var command: [String] = []
+
+    func validate() throws {
+        if read.isEmpty && write.isEmpty { throw ValidationError("name at least one --read or --write item") }
+        if command.isEmpty { throw ValidationError("name the command to run after --") }
+    }
+
+    func run() throws {
+        let resolve = { (path: String) in URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path }
+        let intents = read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
+            + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
+        let sockets = Set(intents.map { socket ?? ControlClient.socketPath(for: $0.path) ?? "" })
+        guard sockets.count == 1, let socketPath = sockets.first, !socketPath.isEmpty else {
+            throw ValidationError(sockets.contains("") ? "an item is not inside a coordfs mount, and no coordfs daemon runs"
+                                                        : "the items belong to different coordfs mounts")
+        }
+        let client: ControlClient
+        let hold: Int
+        do {
+            client = try ControlClient(socketPath: socketPath)
+            let fields = try client.request { .hold(id: $0, intents: intents, wait: !nonblock, timeout: timeout, inherit: true) }
+            guard case .int(let number)? = fields["hold"] else { throw ControlError("EPROTO", "no hold in the reply") }
+            hold = number
+        } catch {
+            throw ValidationError("cannot take the intents: \(error)")
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = command
+        let status: Int32
+        do {
+            try process.run()
+            process.waitUntilExit()
+            status = process.terminationStatus
+        } catch {
+            _ = try? client.request { .release(id: $0, hold: hold, changed: false) }
+            throw ValidationError("cannot run \(command[0]): \(error)")
+        }
+        _ = try? client.request { .release(id: $0, hold: hold, changed: !write.isEmpty) }
+        client.close()
+        throw ExitCode(status)
+    }
+}

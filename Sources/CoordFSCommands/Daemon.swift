@@ -1,0 +1,40 @@
+import ArgumentParser
+import CoordinationServer
+import FileCoordination
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `coordfs daemon`: the control socket's protocol for coordination outside any mount.
+struct Daemon: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Serve the control socket for coordination outside any mount (foreground).",
+        discussion: "Clients find it at --socket, $COORDFS_SOCKET, or the default path printed at start."
+    )
+
+    @Option(help: "The socket path (default: /run/coordfs/daemon.sock as root).")
+    var socket: String?
+
+    @Flag(help: "Let every user connect (socket mode 0666); permission checks still apply per item.")
+    var allowOthers = false
+
+    func run() throws {
+        // Block the signals before any thread starts, so only sigwait below receives them.
+        var signals = sigset_t()
+        sigemptyset(&signals)
+        sigaddset(&signals, SIGINT)
+        sigaddset(&signals, SIGTERM)
+        pthread_sigmask(SIG_BLOCK, &signals, nil)
+        let path = socket ?? ControlServer.defaultSocketPath(name: "daemon")
+        let domain = CoordinationDomain.shared
+        let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
+                                   resolver: HostItemResolver(domain: domain), root: "/")
+        do { try server.start() } catch { throw ValidationError("cannot serve \(path): \(error)") }
+        FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\n".utf8))
+        // Wait for SIGINT or SIGTERM, then remove the socket.
+        var received: Int32 = 0
+        sigwait(&signals, &received)
+        server.stop()
+    }
+}

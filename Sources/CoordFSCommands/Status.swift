@@ -1,0 +1,72 @@
+import ArgumentParser
+import CoordinationClient
+import CoordinationWire
+import Foundation
+
+/// `coordfs status [MOUNTPOINT]`: who holds what, who waits, who presents, like lslocks.
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show who holds, who waits and who presents, like lslocks.")
+
+    @Argument(help: "A coordfs mount point or any path inside one (default: the daemon).")
+    var path: String?
+
+    @Option(help: "The control socket (default: found from the path).")
+    var socket: String?
+
+    @Flag(help: "The server's reply as JSON.")
+    var json = false
+
+    func run() throws {
+        let target = path.map { URL(fileURLWithPath: Mount.absolute($0)).resolvingSymlinksInPath().path } ?? "/"
+        guard let socketPath = socket ?? ControlClient.socketPath(for: target) else {
+            throw ValidationError(path == nil ? "no coordfs daemon runs; name a mount point" : "'\(path!)' is not inside a coordfs mount")
+        }
+        let fields: [String: WireValue]
+        do {
+            let client = try ControlClient(socketPath: socketPath)
+            fields = try client.request { .status(id: $0) }
+            client.close()
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        if json {
+            print(String(decoding: WireCodec.encode(.ok(id: 0, fields: fields)).dropLast(), as: UTF8.self))
+            return
+        }
+        print("\(string(fields["root"])) — control socket \(string(fields["socket"]))")
+        var rows: [[String]] = [["TYPE", "PID", "COMMAND", "MODE", "PATH", "WAITS FOR"]]
+        func add(_ type: String, _ entries: WireValue?) {
+            for entry in array(entries) {
+                guard case .object(let object) = entry else { continue }
+                let pid = object["pid"].map { value -> String in if case .int(let n) = value { return String(n) }; return "-" } ?? "-"
+                let command = string(object["command"], fallback: string(object["identity"]))
+                let waitsFor = array(object["waits_for"]).map { string($0) }.joined(separator: ",")
+                if let path = object["path"] {
+                    rows.append([type, pid, command, "-", string(path), ""])
+                }
+                for intent in array(object["intents"]) {
+                    guard case .object(let item) = intent else { continue }
+                    rows.append([type, pid, command, string(item["mode"]), string(item["path"]), waitsFor])
+                }
+            }
+        }
+        add("HOLD", fields["holders"])
+        add("WAIT", fields["waiters"])
+        add("PRESENT", fields["presenters"])
+        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
+        for row in rows {
+            print(row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+        }
+    }
+
+    private func string(_ value: WireValue?, fallback: String = "-") -> String {
+        if case .string(let text)? = value { return text }
+        return fallback
+    }
+
+    private func array(_ value: WireValue?) -> [WireValue] {
+        if case .array(let values)? = value { return values }
+        return []
+    }
+}

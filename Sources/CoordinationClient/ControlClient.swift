@@ -1,0 +1,157 @@
+import CoordinationWire
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// glibc's getxattr, which Swift's Glibc module does not carry.
+@_silgen_name("getxattr")
+private func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
+
+/// Why a control-socket request failed: the server's errno name and message.
+public struct ControlError: Error, CustomStringConvertible, Equatable {
+    public let errno: String
+    public let message: String
+    public init(_ errno: String, _ message: String) {
+        self.errno = errno
+        self.message = message
+    }
+    public var description: String { message.isEmpty ? errno : "\(message) (\(errno))" }
+}
+
+/// A connection to a coordfs control socket (a mount's or the daemon's): requests wait for their
+/// reply; events go to `onEvent`, in order, on the connection's reader thread.
+public final class ControlClient: @unchecked Sendable {
+    private let fd: Int32
+    private let lock = NSLock()
+    private let writeLock = NSLock()
+    private var nextID = 1
+    private var waiting: [Int: (DispatchSemaphore, Box)] = [:]
+    private var closed = false
+    private var eventHandler: (@Sendable (EventRecord) -> Void)?
+    private var endHandler: (@Sendable () -> Void)?
+    /// What the server said in reply to hello.
+    public private(set) var server: [String: WireValue] = [:]
+
+    final class Box: @unchecked Sendable { var message: ServerMessage? }
+
+    /// The control socket serving `path`: the `user.coordfs.socket` attribute of any item of a
+    /// mount, else $COORDFS_SOCKET, else the daemon's default socket if it exists.
+    public static func socketPath(for path: String) -> String? {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = c_getxattr(path, "user.coordfs.socket", &buffer, buffer.count)
+        if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
+        if let environment = ProcessInfo.processInfo.environment["COORDFS_SOCKET"] { return environment }
+        let daemon = geteuid() == 0 ? "/run/coordfs/daemon.sock" : (ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"] ?? "/tmp") + "/coordfs/daemon.sock"
+        return FileManager.default.fileExists(atPath: daemon) ? daemon : nil
+    }
+
+    /// Connects and says hello.
+    public init(socketPath: String) throws {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw ControlError("EIO", "socket: \(String(cString: strerror(errno)))") }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(socketPath.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            Glibc.close(fd)
+            throw ControlError("ENAMETOOLONG", "socket path too long")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: bytes); raw[bytes.count] = 0 }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else {
+            let message = String(cString: strerror(errno))
+            Glibc.close(fd)
+            throw ControlError("ECONNREFUSED", "cannot connect to \(socketPath): \(message)")
+        }
+        self.fd = fd
+        Thread { [self] in readLoop() }.start()
+        server = try request { .hello(id: $0, version: WireProtocol.version) }
+    }
+
+    /// Called for each event record.
+    public func onEvent(_ handler: @escaping @Sendable (EventRecord) -> Void) { lock.withLock { eventHandler = handler } }
+
+    /// Called once when the server closes the connection.
+    public func onEnd(_ handler: @escaping @Sendable () -> Void) { lock.withLock { endHandler = handler } }
+
+    /// Sends a request and waits for its reply's fields, or throws its error.
+    @discardableResult
+    public func request(_ make: (Int) -> ClientMessage) throws -> [String: WireValue] {
+        let semaphore = DispatchSemaphore(value: 0)
+        let box = Box()
+        let id = try lock.withLock { () throws -> Int in
+            guard !closed else { throw ControlError("ECONNRESET", "the connection is closed") }
+            nextID += 1
+            waiting[nextID] = (semaphore, box)
+            return nextID
+        }
+        send(make(id))
+        semaphore.wait()
+        switch box.message {
+        case .ok(_, let fields)?: return fields
+        case .error(_, let code, let message)?: throw ControlError(code, message)
+        default: throw ControlError("ECONNRESET", "the server closed the connection")
+        }
+    }
+
+    /// Answers a request event: 0 consents, an errno refuses.
+    public func answer(cookie: UInt64, errno code: Int32) { send(.answer(cookie: cookie, errno: code)) }
+
+    public func send(_ message: ClientMessage) {
+        let bytes = WireCodec.encode(message)
+        writeLock.withLock {
+            var offset = 0
+            while offset < bytes.count {
+                let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                if written <= 0 { if errno == EINTR { continue }; return }
+                offset += written
+            }
+        }
+    }
+
+    public func close() {
+        shutdown(fd, Int32(SHUT_RDWR))
+    }
+
+    private func readLoop() {
+        var pending: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let count = read(fd, &buffer, buffer.count)
+            if count < 0 && errno == EINTR { continue }
+            if count <= 0 { break }
+            pending += buffer[0..<count]
+            while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                if let message = try? WireCodec.decodeServer(pending[..<newline]) { dispatch(message) }
+                pending.removeSubrange(...newline)
+            }
+        }
+        let (waiters, end) = lock.withLock { () -> ([(DispatchSemaphore, Box)], (@Sendable () -> Void)?) in
+            closed = true
+            defer { waiting = [:] }
+            return (Array(waiting.values), endHandler)
+        }
+        for (semaphore, _) in waiters { semaphore.signal() }
+        Glibc.close(fd)
+        end?()
+    }
+
+    private func dispatch(_ message: ServerMessage) {
+        switch message {
+        case .event(let record):
+            lock.withLock { eventHandler }?(record)
+        case .ok(let id, _), .error(let id?, _, _):
+            if let (semaphore, box) = lock.withLock({ waiting.removeValue(forKey: id) }) {
+                box.message = message
+                semaphore.signal()
+            }
+        case .error(nil, _, _):
+            // A protocol error for the whole connection: fail every waiter.
+            let all = lock.withLock { () -> [(DispatchSemaphore, Box)] in defer { waiting = [:] }; return Array(waiting.values) }
+            for (semaphore, box) in all { box.message = message; semaphore.signal() }
+        }
+    }
+}
