@@ -61,7 +61,9 @@ struct Coordinate: ParsableCommand {
             guard case .int(let number)? = fields["hold"] else { throw ControlError("EPROTO", "no hold in the reply") }
             hold = number
         } catch {
-            throw ValidationError("cannot take the intents: \(error)")
+            // Like flock(1): a conflict is exit status 1, not a usage error.
+            FileHandle.standardError.write(Data("Error: cannot take the intents: \(error)\n".utf8))
+            throw ExitCode(1)
         }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")

@@ -27,9 +27,10 @@ enum Permissions {
         if let info = status(path) {
             return check(info, peer, need == .read ? S_IRUSR : S_IWUSR)
         }
-        // A write that creates the item needs to write and search its directory.
-        guard need == .write, let parent = status(prefix.isEmpty ? "/" : prefix) else { return false }
-        return check(parent, peer, S_IWUSR) && check(parent, peer, S_IXUSR)
+        // An item that does not exist yet: presenting it (an untitled document, C22) needs to
+        // read its directory; creating it needs to write there.
+        guard let parent = status(prefix.isEmpty ? "/" : prefix), check(parent, peer, S_IXUSR) else { return false }
+        return check(parent, peer, need == .read ? S_IRUSR : S_IWUSR)
     }
 
     private static func status(_ path: String) -> stat? {

@@ -74,7 +74,7 @@ import Glibc
     }
 
     @Test func everyCommandHasHelp() throws {
-        for command in [[], ["mount"], ["unmount"], ["demo"]] {
+        for command in [[], ["mount"], ["unmount"], ["demo"], ["watch"], ["status"], ["coordinate"], ["daemon"]] {
             let result = try run(binary, command + ["--help"])
             #expect(result.status == 0 && result.output.contains("USAGE"), "\(command)")
         }

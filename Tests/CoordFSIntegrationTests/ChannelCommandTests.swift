@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `coordfs watch`, `status`, `coordinate` and `daemon`, as a user runs them.
+@Suite struct ChannelCommands {
+    let binary = Paths.binary.path
+
+    @Test func watchPrintsEventsAndAnswersAsTold() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "hello\n")
+        let watcher = try Child(binary, ["watch", fx.path("doc.txt"), "--answer", "EACCES", "--events", "SAVE,CHANGED"])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        let cat = try run("/bin/cat", [fx.path("doc.txt")])
+        #expect(cat.status != 0 && cat.errors.contains("Permission denied"))
+        #expect(watcher.next() == "\(fx.path("doc.txt")) SAVE,REQUEST cookie=1")
+        let json = try Child(binary, ["watch", "--json", "--events", "CHANGED", fx.path("doc.txt")])
+        #expect(eventually { (try? fx.state())?.components(separatedBy: "PRESENT").count == 3 })
+        _ = try run("/bin/sh", ["-c", "echo more >> \(fx.path("doc.txt"))"])
+        let line = try #require(json.next())
+        let record = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        #expect(record?["events"] as? [String] == ["CHANGED"] && record?["path"] as? String == fx.path("doc.txt"))
+    }
+
+    @Test func watchRefusesWhatItCannotWatch() throws {
+        let outside = try run(binary, ["watch", "/etc/hostname"], environment: ["PATH": "/usr/bin:/bin"])
+        #expect(outside.status != 0 && outside.errors.contains("not inside a coordfs mount"))
+        let fx = try MountFixture()
+        let badAnswer = try run(binary, ["watch", fx.mountPoint.path, "--answer", "maybe"])
+        #expect(badAnswer.status != 0 && badAnswer.errors.contains("--answer"))
+        let badEvents = try run(binary, ["watch", fx.mountPoint.path, "--events", "SOMETIMES"])
+        #expect(badEvents.status != 0 && badEvents.errors.contains("unknown event"))
+    }
+
+    @Test func statusShowsHoldersWaitersAndPresenters() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let holder = try Child.holder(), waiter = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("doc.txt"))") == "ok 1")
+        waiter.send("open r \(fx.path("doc.txt"))")
+        let watcher = try Child(binary, ["watch", fx.mountPoint.path])
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true && (try? fx.state())?.contains("PRESENT") == true })
+        let status = try run(binary, ["status", fx.mountPoint.path])
+        #expect(status.status == 0)
+        let lines = status.output.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.hasPrefix("HOLD") && $0.contains(String(holder.pid)) && $0.contains("python3") && $0.contains("write") })
+        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(waiter.pid)) && $0.contains("pid:\(holder.pid)") })
+        #expect(lines.contains { $0.hasPrefix("PRESENT") && $0.contains(String(watcher.pid)) })
+        let json = try run(binary, ["status", "--json", fx.path("doc.txt")])
+        #expect(json.output.contains("\"holders\""))
+        #expect(holder.ask("close 1") == "ok")
+        #expect(waiter.next() == "ok 1")
+    }
+
+    @Test func coordinateHoldsWhileTheCommandRunsAndPassesItsStatus() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "one\n")
+        let doc = fx.path("doc.txt")
+        // The command's own opens pass its hold; others' wait.
+        let coordinate = try Child(binary, ["coordinate", "--write", doc, "--", "sh", "-c", "echo two >> \(doc); echo held; read line; cat \(doc)"])
+        #expect(coordinate.next() == "held")
+        let other = try Child.holder()
+        #expect(other.ask("open rn \(doc)") == "err EAGAIN")
+        let refused = try run(binary, ["coordinate", "-n", "--read", doc, "--", "true"])
+        #expect(refused.status == 1 && refused.errors.contains("EAGAIN"))
+        coordinate.send("go")
+        #expect(coordinate.next() == "one")
+        #expect(coordinate.next() == "two")
+        #expect(coordinate.waitForExit() == 0)
+        #expect(other.ask("open rn \(doc)")?.hasPrefix("ok") == true, "released when the command ended")
+        #expect(try run(binary, ["coordinate", "--read", doc, "--", "sh", "-c", "exit 7"]).status == 7)
+        let usage = try run(binary, ["coordinate", "--", "true"])
+        #expect(usage.status != 0 && usage.errors.contains("--read or --write"))
+    }
+
+    @Test func theDaemonCoordinatesOutsideAnyMount() throws {
+        let dir = URL(fileURLWithPath: "/tmp/coordfs-daemon-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let socket = dir.appendingPathComponent("d.sock").path
+        let file = dir.appendingPathComponent("shared.txt").path
+        FileManager.default.createFile(atPath: file, contents: Data("x\n".utf8))
+        let daemon = try Child(binary, ["daemon", "--socket", socket])
+        #expect(eventually { FileManager.default.fileExists(atPath: socket) })
+        let holding = try Child(binary, ["coordinate", "--socket", socket, "--write", file, "--", "sh", "-c", "echo held; read line"])
+        #expect(holding.next() == "held")
+        let refused = try run(binary, ["coordinate", "--socket", socket, "-n", "--write", file, "--", "true"])
+        #expect(refused.status == 1 && refused.errors.contains("EAGAIN"))
+        let status = try run(binary, ["status", "--socket", socket])
+        #expect(status.output.contains("HOLD") && status.output.contains(file))
+        holding.send("go")
+        #expect(holding.waitForExit() == 0)
+        #expect(try run(binary, ["coordinate", "--socket", socket, "-n", "--write", file, "--", "true"]).status == 0)
+        daemon.signal(SIGTERM)
+        #expect(daemon.waitForExit() != nil)
+        #expect(!FileManager.default.fileExists(atPath: socket), "the socket is removed")
+    }
+}

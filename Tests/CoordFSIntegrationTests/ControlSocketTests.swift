@@ -1,0 +1,169 @@
+import FileCoordination
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Presenters in other processes, speaking only the documented protocol (Tests/Scripts/presenter.py).
+@Suite struct ControlSocket {
+    static let presenter = Paths.scripts.appendingPathComponent("presenter.py").path
+
+    /// Starts presenter.py on `path` and waits until its watch is established.
+    func startPresenter(_ path: String, _ arguments: [String] = []) throws -> Child {
+        let child = try Child("/usr/bin/python3", [Self.presenter, path] + arguments)
+        #expect(child.next()?.contains("\"ok\": true") == true, "hello")
+        #expect(child.next()?.contains("\"wd\"") == true, "watch")
+        return child
+    }
+
+    @Test func aPresenterIsAskedToSaveBeforeCatReadsAndCatSeesTheSavedBytes() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "stale\n")
+        let presenter = try startPresenter(fx.path("doc.txt"), ["--on-save", "saved by the presenter\n"])
+        let cat = try run("/bin/cat", [fx.path("doc.txt")])
+        #expect(cat.output == "saved by the presenter\n")
+        let first = presenter.next(), second = presenter.next()
+        #expect(first?.contains("RELINQUISH_READER") == true && second?.contains("SAVE") == true)
+        #expect(presenter.next()?.contains("REACQUIRE") == true)
+    }
+
+    @Test func aPresentersErrnoFailsTheOpenWithThatErrno() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let presenter = try startPresenter(fx.path("doc.txt"), ["--answer", "EACCES", "--mask", "SAVE"])
+        defer { withExtendedLifetime(presenter) {} }   // a released Child is killed
+        let cat = try run("/bin/cat", [fx.path("doc.txt")])
+        #expect(cat.status != 0 && cat.errors.contains("Permission denied"), "\(cat.errors)")
+        let refused = try run("/usr/bin/python3", ["-c", "import os,sys\ntry: os.open(sys.argv[1], os.O_RDONLY)\nexcept OSError as e: print(e.errno)", fx.path("doc.txt")])
+        #expect(refused.output.trimmingCharacters(in: .whitespacesAndNewlines) == String(EACCES))
+    }
+
+    @Test func aPresenterThatNeverAnswersDelaysByThePresenterTimeoutOnly() throws {
+        let fx = try MountFixture(["--presenter-timeout", "1"])
+        try fx.seed("doc.txt", "content\n")
+        let presenter = try startPresenter(fx.path("doc.txt"), ["--answer", "never"])
+        let start = ContinuousClock.now
+        let cat = try run("/bin/cat", [fx.path("doc.txt")])
+        let waited = ContinuousClock.now - start
+        #expect(presenter.next()?.contains("RELINQUISH_READER") == true, "it was asked")
+        #expect(cat.output == "content\n")
+        #expect(waited >= .milliseconds(900) && waited < .seconds(4), "\(waited)")
+    }
+
+    @Test func mvYieldsMovedFromAndMovedToWithOneCookieAndASwiftPresenterFollows() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("dir/old.txt")
+        let log = EventLog()
+        let swiftPresenter = LoggingPresenter("S", fx.path("dir/old.txt"), log: log)
+        fx.domain!.addFilePresenter(swiftPresenter)
+        let watcher = try startPresenter(fx.path("dir"), ["--mask", "MOVED_FROM,MOVED_TO"])
+        #expect(try run("/bin/mv", [fx.path("dir/old.txt"), fx.path("dir/new.txt")]).status == 0)
+        let from = watcher.next() ?? "", to = watcher.next() ?? ""
+        #expect(from.contains("MOVED_FROM") && from.contains("\"name\": \"old.txt\""), "\(from)")
+        #expect(to.contains("MOVED_TO") && to.contains("\"name\": \"new.txt\""), "\(to)")
+        let cookie = { (line: String) in (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["cookie"] as? Int }
+        #expect(cookie(from) != nil && cookie(from) == cookie(to), "one cookie pairs them")
+        #expect(eventually { swiftPresenter.presentedItemURL?.path == fx.path("dir/new.txt") })
+    }
+
+    @Test func killingAPresenterMidRequestReleasesTheWaiterAtOnce() throws {
+        let fx = try MountFixture(["--presenter-timeout", "30"])
+        try fx.seed("doc.txt", "content\n")
+        let presenter = try startPresenter(fx.path("doc.txt"), ["--answer", "never"])
+        let reader = try Child("/bin/cat", [fx.path("doc.txt")])
+        #expect(presenter.next()?.contains("REQUEST") == true, "the request is out")
+        let start = ContinuousClock.now
+        presenter.signal(SIGKILL)
+        #expect(reader.waitForExit(timeout: .seconds(5)) == 0)
+        #expect(ContinuousClock.now - start < .seconds(5), "not the 30 s presenter timeout")
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == false }, "its watch is gone")
+    }
+
+    @Test func malformedMessagesGetAnErrorAndACloseWhileOthersAreServed() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let script = """
+        import os, socket, sys, json, random
+        path = sys.argv[1]
+        address = os.getxattr(path, "user.coordfs.socket").decode()
+        good = socket.socket(socket.AF_UNIX); good.connect(address); goodf = good.makefile("rwb", buffering=0)
+        goodf.write(b'{"op":"hello","id":1,"version":1}\\n'); assert json.loads(goodf.readline())["ok"]
+        random.seed(7)
+        bad_lines = [b"garbage\\n", b"{}\\n", b'{"op":"watch","id":1}\\n', b"[1]\\n", b"\\xff\\xfe\\n",
+                     b'{"op":"hello","id":1,"version":99}\\n', b"x" * 70000 + b"\\n", b'{"op":"answer","cookie":123}\\n']
+        bad_lines += [bytes(random.getrandbits(8) for _ in range(random.randint(1, 200))) + b"\\n" for _ in range(40)]
+        closed = 0
+        for line in bad_lines:
+            s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(address); f = s.makefile("rwb", buffering=0)
+            if not line.startswith(b'{"op":"hello"') and not line.startswith(b'{"op":"answer"'):
+                f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+            try: f.write(line)
+            except BrokenPipeError: pass
+            replies = []
+            try:
+                while True:
+                    reply = f.readline()
+                    if not reply: break
+                    replies.append(reply)
+            except socket.timeout:
+                replies.append(b"(still open)")
+            if replies and all(b'"error"' in r for r in replies): closed += 1
+            s.close()
+        goodf.write(json.dumps({"op": "watch", "id": 2, "path": path}).encode() + b"\\n")
+        print("closed", closed, "of", len(bad_lines), "good", "wd" in json.loads(goodf.readline()))
+        """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
+        #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "closed 48 of 48 good True", "\(result.output) \(result.errors)")
+        #expect(try run("/bin/cat", [fx.path("doc.txt")]).status == 0, "the mount still serves")
+    }
+
+    @Test func anotherUidCannotPresentOrHoldWhatItCannotRead() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try fx.seed("private/secret.txt", "secret\n")
+        try fx.seed("public.txt", "public\n")
+        chmod(fx.backingPath("private"), 0o700)
+        chmod(fx.backingPath("public.txt"), 0o644)
+        let script = """
+        import os, socket, sys, json
+        address = os.getxattr(sys.argv[1], "user.coordfs.socket").decode()
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)
+        s = socket.socket(socket.AF_UNIX); s.connect(address); f = s.makefile("rwb", buffering=0)
+        def ask(message):
+            f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+        ask({"op": "hello", "id": 1, "version": 1})
+        root = sys.argv[1]
+        print(ask({"op": "watch", "id": 2, "path": root + "/private/secret.txt"}).get("error"))
+        print(ask({"op": "hold", "id": 3, "intents": [{"path": root + "/private/secret.txt", "access": "read"}]}).get("error"))
+        print(ask({"op": "hold", "id": 4, "intents": [{"path": root + "/public.txt", "access": "write"}]}).get("error"))
+        print(ask({"op": "watch", "id": 5, "path": root + "/public.txt"}).get("ok"))
+        print(ask({"op": "hold", "id": 6, "intents": [{"path": root + "/public.txt", "access": "read"}]}).get("ok"))
+        print(ask({"op": "watch", "id": 7, "path": "/etc/shadow"}).get("error"))
+        """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
+        #expect(result.output.split(separator: "\n") == ["EACCES", "EACCES", "EACCES", "True", "True", "EXDEV"], "\(result.output) \(result.errors)")
+    }
+
+    @Test func holdsFromTheSocketCoordinateWithOpensThroughTheMount() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let script = """
+        import os, socket, sys, json, subprocess, time
+        path = sys.argv[1]
+        s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(path, "user.coordfs.socket").decode()); f = s.makefile("rwb", buffering=0)
+        def ask(message):
+            f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+        ask({"op": "hello", "id": 1, "version": 1})
+        hold = ask({"op": "hold", "id": 2, "intents": [{"path": path, "access": "write"}]})["hold"]
+        other = subprocess.run([sys.executable, "-c", "import os,sys\\ntry: os.open(sys.argv[1], os.O_RDONLY|os.O_NONBLOCK); print('opened')\\nexcept BlockingIOError: print('EAGAIN')", path], capture_output=True, text=True)
+        print("other", other.stdout.strip())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK); os.close(fd); print("self opened")
+        print("again", ask({"op": "hold", "id": 3, "intents": [{"path": path, "access": "read"}], "wait": False}).get("ok"))
+        ask({"op": "release", "id": 4, "hold": hold})
+        other = subprocess.run([sys.executable, "-c", "import os,sys\\nos.open(sys.argv[1], os.O_RDONLY|os.O_NONBLOCK); print('opened')", path], capture_output=True, text=True)
+        print("after", other.stdout.strip())
+        """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
+        #expect(result.output.split(separator: "\n") == ["other EAGAIN", "self opened", "again True", "after opened"], "\(result.output) \(result.errors)")
+    }
+}

@@ -1,0 +1,106 @@
+import CoordinationWire
+import Foundation
+import Testing
+
+@Suite struct CodecTests {
+    /// Golden lines: each decodes to the value and the value encodes back to the same bytes.
+    static let golden: [(String, ClientMessage)] = [
+        (#"{"id":1,"op":"hello","version":1}"#, .hello(id: 1, version: 1)),
+        (#"{"id":2,"mask":["RELINQUISH_READER","SAVE","CHANGED"],"op":"watch","path":"\/m\/a"}"#,
+         .watch(id: 2, path: "/m/a", mask: [.relinquishToReader, .save, .changed])),
+        (#"{"id":3,"op":"unwatch","wd":4}"#, .unwatch(id: 3, wd: 4)),
+        (#"{"cookie":9,"errno":13,"op":"answer"}"#, .answer(cookie: 9, errno: 13)),
+        (#"{"id":5,"inherit":true,"intents":[{"access":"read","path":"\/m\/a"},{"access":"write","options":["forMoving"],"path":"\/m\/b"}],"op":"hold","timeout":2.5,"wait":false}"#,
+         .hold(id: 5, intents: [WireIntent(path: "/m/a", access: .read), WireIntent(path: "/m/b", access: .write, options: ["forMoving"])],
+               wait: false, timeout: 2.5, inherit: true)),
+        (#"{"changed":false,"hold":6,"id":7,"op":"release"}"#, .release(id: 7, hold: 6, changed: false)),
+        (#"{"id":8,"op":"cancel","request":5}"#, .cancel(id: 8, request: 5)),
+        (#"{"id":9,"op":"status"}"#, .status(id: 9)),
+    ]
+
+    @Test func goldenClientLinesRoundTrip() throws {
+        for (line, message) in Self.golden {
+            #expect(try WireCodec.decodeClient(Array(line.utf8)) == message, "\(line)")
+            #expect(String(decoding: WireCodec.encode(message), as: UTF8.self) == line + "\n")
+        }
+    }
+
+    @Test func eventsAndRepliesRoundTrip() throws {
+        let event = ServerMessage.event(EventRecord(wd: 1, mask: [.save, .request], cookie: 7, name: "", path: "/m/doc"))
+        let line = String(decoding: WireCodec.encode(event), as: UTF8.self)
+        #expect(line == #"{"cookie":7,"events":["SAVE","REQUEST"],"mask":1073741828,"name":"","path":"\/m\/doc","wd":1}"# + "\n")
+        #expect(try WireCodec.decodeServer(WireCodec.encode(event)) == event)
+        // A reply with a "wd" field is a reply, not an event.
+        let reply = ServerMessage.ok(id: 2, fields: ["wd": .int(3), "path": .string("/m/doc")])
+        #expect(try WireCodec.decodeServer(WireCodec.encode(reply)) == reply)
+        let error = ServerMessage.error(id: 4, errno: "EACCES", message: "no")
+        #expect(try WireCodec.decodeServer(WireCodec.encode(error)) == error)
+    }
+
+    @Test func answersTakeErrnoNamesAndDefaults() throws {
+        #expect(try WireCodec.decodeClient(Array(#"{"op":"answer","cookie":3,"errno":"EACCES"}"#.utf8)) == .answer(cookie: 3, errno: 13))
+        #expect(try WireCodec.decodeClient(Array(#"{"op":"answer","cookie":3}"#.utf8)) == .answer(cookie: 3, errno: 0))
+        #expect(try WireCodec.decodeClient(Array(#"{"op":"watch","id":1,"path":"/x"}"#.utf8)) == .watch(id: 1, path: "/x", mask: .all))
+    }
+
+    @Test(arguments: [
+        "", "not json", "[1,2]", "42", #"{"id":1}"#, #"{"op":"launch","id":1}"#, #"{"op":"hello","id":"one","version":1}"#,
+        #"{"op":"hello","id":true,"version":1}"#, #"{"op":"hello","id":1.5,"version":1}"#, #"{"op":"watch","id":1}"#,
+        #"{"op":"watch","id":1,"path":""}"#, #"{"op":"watch","id":1,"path":"/a","mask":["NOPE"]}"#,
+        #"{"op":"watch","id":1,"path":"/a","mask":-1}"#, #"{"op":"answer","cookie":-1}"#, #"{"op":"answer","cookie":1,"errno":"EWHAT"}"#,
+        #"{"op":"hold","id":1,"intents":[]}"#, #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"execute"}]}"#,
+        #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read","options":"x"}]}"#,
+        #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read"}],"wait":"yes"}"#,
+        #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read"}],"timeout":-3}"#,
+        #"{"op":"release","id":1}"#, #"{"op":"hello","id":1,"version":1"#,
+    ])
+    func malformedLinesAreErrors(_ line: String) {
+        #expect(throws: WireError.self) { try WireCodec.decodeClient(Array(line.utf8)) }
+    }
+
+    @Test func oversizedLinesAreErrors() {
+        let path = String(repeating: "a", count: WireProtocol.maximumLineLength)
+        #expect(throws: WireError.self) { try WireCodec.decodeClient(Array(#"{"op":"watch","id":1,"path":"/\#(path)"}"#.utf8)) }
+    }
+
+    /// Random bytes, and valid lines with bytes flipped, dropped or repeated: the decoder answers
+    /// every one with a message or an error, and never traps. Bounded and seeded.
+    @Test func fuzzedInputNeverTraps() {
+        var generator = SeededGenerator(seed: 0xC00D_F5)
+        let valid = Self.golden.map { Array($0.0.utf8) }
+        var decoded = 0, refused = 0
+        for round in 0..<20_000 {
+            var bytes: [UInt8]
+            if round % 4 == 0 {
+                bytes = (0..<Int.random(in: 0...80, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            } else {
+                bytes = valid.randomElement(using: &generator)!
+                for _ in 0..<Int.random(in: 1...4, using: &generator) where !bytes.isEmpty {
+                    let index = Int.random(in: 0..<bytes.count, using: &generator)
+                    switch Int.random(in: 0..<3, using: &generator) {
+                    case 0: bytes[index] = UInt8.random(in: 0...255, using: &generator)
+                    case 1: bytes.remove(at: index)
+                    default: bytes.insert(bytes[index], at: index)
+                    }
+                }
+            }
+            do { _ = try WireCodec.decodeClient(bytes); decoded += 1 } catch { refused += 1 }
+            do { _ = try WireCodec.decodeServer(bytes) } catch {}
+        }
+        #expect(decoded + refused == 20_000)
+        #expect(refused > 10_000, "most mutations are refused")
+    }
+}
+
+/// A small deterministic generator (SplitMix64), so the fuzz run is repeatable.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
