@@ -20,7 +20,8 @@ let package = Package(
         // Foundation-shaped public API over the engine.
         .target(
             name: "FileCoordination",
-            dependencies: ["Coordination", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["Coordination", "CoordinationClient", "CoordinationWire",
+                           .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         // The control socket's protocol: values and bytes, no I/O.

@@ -27,6 +27,7 @@ public final class ControlClient: @unchecked Sendable {
     private let writeLock = NSLock()
     private var nextID = 1
     private var waiting: [Int: (DispatchSemaphore, Box)] = [:]
+    private var callbacks: [Int: @Sendable (Result<[String: WireValue], ControlError>) -> Void] = [:]
     private var closed = false
     private var eventHandler: (@Sendable (EventRecord) -> Void)?
     private var endHandler: (@Sendable () -> Void)?
@@ -97,6 +98,25 @@ public final class ControlClient: @unchecked Sendable {
         }
     }
 
+    /// Sends a request without waiting; `completion` gets its reply (on the reader thread).
+    /// Returns the request's id (for `cancel`).
+    @discardableResult
+    public func request(_ make: (Int) -> ClientMessage,
+                        completion: @escaping @Sendable (Result<[String: WireValue], ControlError>) -> Void) -> Int {
+        let id = lock.withLock { () -> Int? in
+            guard !closed else { return nil }
+            nextID += 1
+            callbacks[nextID] = completion
+            return nextID
+        }
+        guard let id else {
+            completion(.failure(ControlError("ECONNRESET", "the connection is closed")))
+            return 0
+        }
+        send(make(id))
+        return id
+    }
+
     /// Answers a request event: 0 consents, an errno refuses.
     public func answer(cookie: UInt64, errno code: Int32) { send(.answer(cookie: cookie, errno: code)) }
 
@@ -116,6 +136,9 @@ public final class ControlClient: @unchecked Sendable {
         shutdown(fd, Int32(SHUT_RDWR))
     }
 
+    /// Whether the server has closed the connection.
+    public var isClosed: Bool { lock.withLock { closed } }
+
     private func readLoop() {
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
@@ -129,12 +152,13 @@ public final class ControlClient: @unchecked Sendable {
                 pending.removeSubrange(...newline)
             }
         }
-        let (waiters, end) = lock.withLock { () -> ([(DispatchSemaphore, Box)], (@Sendable () -> Void)?) in
+        let (waiters, callbacksLeft, end) = lock.withLock { () -> ([(DispatchSemaphore, Box)], [@Sendable (Result<[String: WireValue], ControlError>) -> Void], (@Sendable () -> Void)?) in
             closed = true
-            defer { waiting = [:] }
-            return (Array(waiting.values), endHandler)
+            defer { waiting = [:]; callbacks = [:] }
+            return (Array(waiting.values), Array(callbacks.values), endHandler)
         }
         for (semaphore, _) in waiters { semaphore.signal() }
+        for completion in callbacksLeft { completion(.failure(ControlError("ECONNRESET", "the server closed the connection"))) }
         Glibc.close(fd)
         end?()
     }
@@ -147,6 +171,9 @@ public final class ControlClient: @unchecked Sendable {
             if let (semaphore, box) = lock.withLock({ waiting.removeValue(forKey: id) }) {
                 box.message = message
                 semaphore.signal()
+            } else if let completion = lock.withLock({ callbacks.removeValue(forKey: id) }) {
+                if case .ok(_, let fields) = message { completion(.success(fields)) }
+                if case .error(_, let code, let text) = message { completion(.failure(ControlError(code, text))) }
             }
         case .error(nil, _, _):
             // A protocol error for the whole connection: fail every waiter.

@@ -24,6 +24,9 @@ final class CoordinatedAccess: @unchecked Sendable {
     private var timer: DispatchWorkItem?
     /// Set by a cancel that came before the request reached the engine.
     private var cancelRequested: CoordinationError?
+    /// Holds taken in coordfs mounts served by other processes, and the one being waited for.
+    private var remoteHolds: [(MountLink, Int)] = []
+    private var remoteRequest: (link: MountLink, id: Int)?
     /// Existence of each written item once presenters have answered, for the notifications after.
     private var before: [ItemLocator.Fingerprint?] = []
 
@@ -111,6 +114,7 @@ final class CoordinatedAccess: @unchecked Sendable {
             _ = domain.engine.abandon(ticket, because: reason)
         case .messaging(_, let messenger):
             messenger.cancel()
+            if let remote = lock.withLock({ remoteRequest }) { remote.link.cancel(remote.id) }
         case .idle, .granted, .ended:
             break
         }
@@ -133,19 +137,78 @@ final class CoordinatedAccess: @unchecked Sendable {
                 return
             }
             domain.engine.finishMessaging(grant.id)
-            // A claim's owner reports outcomes itself (and its items may be behind this very mount).
-            let fingerprints = coordinator == nil ? [] : grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint($0.path) : nil }
-            let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
-                guard case .messaging(_, let messenger) = phase else { return nil }
-                before = fingerprints
-                phase = .granted(grant, messenger)
-                defer { self.completion = nil }
-                return self.completion
+            takeRemote(remoteGroups(grant)[...]) { [self] error in
+                if let error { return abandonGrant(grant, error) }
+                completeGrant(grant)
             }
-            completion?(.success(self))
         }
         lock.withLock { phase = .messaging(grant, messenger) }
         messenger.start()
+    }
+
+    /// The intents inside coordfs mounts served by other processes, by mount.
+    private func remoteGroups(_ grant: Grant) -> [(MountLink, [Intent])] {
+        guard coordinator != nil, domain.usesMounts else { return [] }
+        var groups: [(MountLink, [Intent])] = []
+        for intent in grant.intents {
+            guard let link = domain.link(for: intent.path) else { continue }
+            if let index = groups.firstIndex(where: { $0.0 === link }) { groups[index].1.append(intent) }
+            else { groups.append((link, [intent])) }
+        }
+        return groups
+    }
+
+    /// Takes the remote holds one mount after another; `finish` gets nil or the first error.
+    private func takeRemote(_ groups: ArraySlice<(MountLink, [Intent])>, _ finish: @escaping @Sendable (Error?) -> Void) {
+        guard let (link, intents) = groups.first else { return finish(nil) }
+        let done = PendingFlag()
+        let id = link.hold(intents, timeout: coordinator?.waitTimeout) { [self] result in
+            done.set()
+            lock.withLock { remoteRequest = nil }
+            switch result {
+            case .success(let number):
+                lock.withLock { remoteHolds.append((link, number)) }
+                takeRemote(groups.dropFirst(), finish)
+            case .failure(let error):
+                finish(error)
+            }
+        }
+        let cancelled = lock.withLock { () -> Bool in
+            guard !done.isSet else { return false }
+            remoteRequest = (link, id)
+            return cancelRequested != nil
+        }
+        if cancelled { link.cancel(id) }
+    }
+
+    private func releaseRemote(changed: Bool) {
+        let holds = lock.withLock { () -> [(MountLink, Int)] in defer { remoteHolds = [] }; return remoteHolds }
+        for (link, number) in holds { link.release(number, changed: changed) }
+    }
+
+    /// The wait failed after the local grant: give everything back and fail.
+    private func abandonGrant(_ grant: Grant, _ error: Error) {
+        releaseRemote(changed: false)
+        domain.engine.release(grant.id)
+        let messenger = lock.withLock { () -> PresenterMessenger? in
+            if case .messaging(_, let messenger) = phase { return messenger }
+            return nil
+        }
+        messenger?.endAccess()
+        fail(error)
+    }
+
+    private func completeGrant(_ grant: Grant) {
+        // A claim's owner reports outcomes itself (and its items may be behind this very mount).
+        let fingerprints = coordinator == nil ? [] : grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint($0.path) : nil }
+        let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
+            guard case .messaging(_, let messenger) = phase else { return nil }
+            before = fingerprints
+            phase = .granted(grant, messenger)
+            defer { self.completion = nil }
+            return self.completion
+        }
+        completion?(.success(self))
     }
 
     private func fail(_ error: Error) {
@@ -176,7 +239,16 @@ final class CoordinatedAccess: @unchecked Sendable {
             return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
         }
         domain.engine.release(grant.id, outcomes: outcomes) { PresenterNotifier.deliver($0, domain: domain) }
+        releaseRemote(changed: outcomes.contains { $0.changed && ($0.existedBefore || $0.existsAfter) })
         messenger.endAccess()
         if let presenter = coordinator?.filePresenter { domain.refresh(presenter) }
     }
+}
+
+/// Set once, read from any thread.
+final class PendingFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.withLock { value = true } }
+    var isSet: Bool { lock.withLock { value } }
 }

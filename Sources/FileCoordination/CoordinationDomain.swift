@@ -6,7 +6,7 @@ import Logging
 /// `CoordinationDomain.shared`, which `FileCoordinator` uses unless told otherwise.
 public final class CoordinationDomain: @unchecked Sendable {
     /// The process-wide domain.
-    public static let shared = CoordinationDomain()
+    public static let shared = CoordinationDomain(shared: true)
 
     /// The engine. Exposed for diagnosis and for layers such as the mount.
     public let engine = CoordinationEngine()
@@ -20,11 +20,16 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var presenterIDs: [ObjectIdentifier: PresenterID] = [:]
     private var owners: [ObjectIdentifier: CoordinatorIdentity] = [:]
     private var inheriting: Set<Int32> = []
+    private var links: [String: MountLink] = [:]
+    private var _usesMounts: Bool
     private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, URL) -> Void] = [:]
 
     let logger = Logger(label: "org.coordfs.coordination")
 
-    public init() {}
+    /// A domain of its own; it does not reach out to coordfs mounts unless `usesMounts` is set.
+    public init() { _usesMounts = false }
+
+    private init(shared: Bool) { _usesMounts = shared }
 
     /// How long an access waits for presenters' answers before it goes on without them (X2).
     public var presenterTimeout: Duration {
@@ -42,6 +47,22 @@ public final class CoordinationDomain: @unchecked Sendable {
     public var packageExtensions: Set<String> {
         get { withLock { _packageExtensions } }
         set { withLock { _packageExtensions = newValue } }
+    }
+
+    /// Whether coordinators and presenters of items inside a coordfs mount served by another
+    /// process also coordinate through that mount's control socket (true for `shared`).
+    public var usesMounts: Bool {
+        get { withLock { _usesMounts } }
+        set { withLock { _usesMounts = newValue } }
+    }
+
+    /// The link to the mount holding `path`, if it is served by another process.
+    func link(for path: ItemPath) -> MountLink? {
+        guard usesMounts, let socket = MountLink.socket(for: path) else { return nil }
+        if let existing = withLock({ links[socket] }), !existing.isClosed { return existing }
+        guard let link = try? MountLink(socketPath: socket), !link.isOwnProcess else { return nil }
+        withLock { links[socket] = link }
+        return link
     }
 
     /// Called for events worth a diagnosis, such as a presenter that did not answer in time.
@@ -96,6 +117,11 @@ public final class CoordinationDomain: @unchecked Sendable {
             presenterIDs[key] = id
             presenterObjects[id] = presenter
         }
+        // Presenters of items in a mount served elsewhere hear of other processes' accesses too.
+        let remote = withLock { owners[key] == nil }
+        if remote, let path = record.path ?? record.primaryPath, let link = link(for: path) {
+            link.watch(presenter, at: path)
+        }
     }
 
     func unregister(_ presenter: FilePresenter) {
@@ -106,6 +132,8 @@ public final class CoordinationDomain: @unchecked Sendable {
             return id
         }
         if let id { engine.removePresenter(id) }
+        let open = withLock { Array(links.values) }
+        for link in open { link.unwatch(presenter) }
     }
 
     var registeredPresenters: [FilePresenter] {

@@ -1,0 +1,195 @@
+import Coordination
+import CoordinationClient
+import CoordinationWire
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// glibc's getxattr, which Swift's Glibc module does not carry.
+@_silgen_name("getxattr")
+private func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
+
+/// This process's connection to a coordfs mount served by another process: coordinators take
+/// their intents there too (for this process, so its own opens through the mount never wait on
+/// them), and presenters of items inside it are watched there, so that programs using the mount
+/// — `cp`, a Python script, another Swift program — and this one coordinate with each other.
+final class MountLink: @unchecked Sendable {
+    let socketPath: String
+    let mountRoot: String
+    private let client: ControlClient
+    private let lock = NSLock()
+    private var presenters: [Int: FilePresenter] = [:]
+    private var watches: [ObjectIdentifier: Int] = [:]
+    private var reacquirers: [UInt64: (OperationQueue, @Sendable () -> Void)] = [:]
+    private var movedFrom: [UInt64: String] = [:]
+
+    /// The control socket of the mount holding `path`, if another process serves it.
+    static func socket(for path: ItemPath) -> String? {
+        var current: ItemPath? = path
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while let item = current {
+            let count = c_getxattr(item.string, "user.coordfs.socket", &buffer, buffer.count)
+            if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
+            // Only a missing item sends us up; a real answer (no such attribute) is final.
+            guard count < 0 && errno == ENOENT else { return nil }
+            current = item.parent
+        }
+        return nil
+    }
+
+    init(socketPath: String) throws {
+        self.socketPath = socketPath
+        client = try ControlClient(socketPath: socketPath)
+        if case .string(let root)? = client.server["root"] { mountRoot = root } else { mountRoot = "/" }
+        client.onEvent { [weak self] record in self?.deliver(record) }
+    }
+
+    /// True when this very process serves the socket (a mount's own process): it needs no link.
+    var isOwnProcess: Bool {
+        if case .int(let pid)? = client.server["pid"] { return pid == Int(getpid()) }
+        return false
+    }
+
+    var isClosed: Bool { client.isClosed }
+
+    // MARK: Holds
+
+    /// Holds `intents` for this process; `completion` gets the hold number or the error.
+    func hold(_ intents: [Intent], timeout: Duration?, completion: @escaping @Sendable (Result<Int, Error>) -> Void) -> Int {
+        let wire = intents.map { intent -> WireIntent in
+            switch intent.kind {
+            case .reading(let options):
+                return WireIntent(path: intent.path.string, access: .read, options: Self.names(reading: options))
+            case .writing(let options):
+                return WireIntent(path: intent.path.string, access: .write, options: Self.names(writing: options))
+            }
+        }
+        let seconds = timeout.map { $0.timeInterval }
+        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false) }) { result in
+            switch result {
+            case .success(let fields):
+                if case .int(let number)? = fields["hold"] { completion(.success(number)) }
+                else { completion(.failure(FileCoordinationError.systemError("no hold in the mount's reply", EPROTO))) }
+            case .failure(let error):
+                completion(.failure(Self.error(error)))
+            }
+        }
+    }
+
+    func cancel(_ request: Int) { client.send(.cancel(id: 0, request: request)) }
+
+    func release(_ hold: Int, changed: Bool) { client.send(.release(id: 0, hold: hold, changed: changed)) }
+
+    static func error(_ error: ControlError) -> Error {
+        switch error.errno {
+        case "EDEADLK": return FileCoordinationError.deadlock(cycle: [error.message])
+        case "EBUSY": return FileCoordinationError.timedOut
+        case "EAGAIN": return FileCoordinationError.wouldBlock
+        case "ECANCELED": return CocoaError(.userCancelled)
+        default:
+            let code = ErrnoNames.code(of: error.errno) ?? EIO
+            return POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+        }
+    }
+
+    private static func names(reading options: ReadingOptions) -> [String]? {
+        var names: [String] = []
+        if options.contains(.withoutChanges) { names.append("withoutChanges") }
+        if options.contains(.immediatelyAvailableMetadataOnly) { names.append("immediatelyAvailableMetadataOnly") }
+        return names.isEmpty ? nil : names
+    }
+
+    private static func names(writing options: WritingOptions) -> [String]? {
+        let table: [(WritingOptions, String)] = [(.forDeleting, "forDeleting"), (.forMoving, "forMoving"), (.forMerging, "forMerging"),
+                                                  (.forReplacing, "forReplacing"), (.contentIndependentMetadataOnly, "contentIndependentMetadataOnly")]
+        let names = table.filter { options.contains($0.0) }.map(\.1)
+        return names.isEmpty ? nil : names
+    }
+
+    // MARK: Presenters
+
+    func watch(_ presenter: FilePresenter, at path: ItemPath) {
+        guard let fields = try? client.request({ .watch(id: $0, path: path.string, mask: .all) }),
+              case .int(let wd)? = fields["wd"] else { return }
+        lock.withLock {
+            presenters[wd] = presenter
+            watches[ObjectIdentifier(presenter)] = wd
+        }
+    }
+
+    func unwatch(_ presenter: FilePresenter) {
+        guard let wd = lock.withLock({ () -> Int? in
+            guard let wd = watches.removeValue(forKey: ObjectIdentifier(presenter)) else { return nil }
+            presenters[wd] = nil
+            return wd
+        }) else { return }
+        client.send(.unwatch(id: 0, wd: wd))
+    }
+
+    /// Turns an event record into the presenter's callback, on its queue; answers requests.
+    private func deliver(_ record: EventRecord) {
+        guard let presenter = lock.withLock({ presenters[record.wd] }) else {
+            if record.mask.contains(.request) { client.answer(cookie: record.cookie, errno: 0) }
+            return
+        }
+        let queue = presenter.presentedItemOperationQueue
+        let url = URL(fileURLWithPath: record.path)
+        let cookie = record.cookie
+        let answer: @Sendable (Error?) -> Void = { [client] error in
+            client.answer(cookie: cookie, errno: error.map(Self.errnoCode) ?? 0)
+        }
+        let relinquished: @Sendable ((@Sendable () -> Void)?) -> Void = { [weak self] reacquirer in
+            if let reacquirer { self?.lock.withLock { self?.reacquirers[cookie] = (queue, reacquirer) } }
+            answer(nil)
+        }
+        let mask = record.mask
+        if mask.contains(.reacquire) {
+            if let (queue, reacquirer) = lock.withLock({ reacquirers.removeValue(forKey: cookie) }) { queue.addOperation(reacquirer) }
+            return
+        }
+        if mask.contains(.movedFrom) {
+            lock.withLock { movedFrom[cookie] = record.path }
+            return
+        }
+        let from = mask.contains(.movedTo) ? lock.withLock { movedFrom.removeValue(forKey: cookie) } : nil
+        queue.addOperation {
+            if mask.contains(.relinquishToReader) || mask.contains(.relinquishToWriter) {
+                let toWriter = mask.contains(.relinquishToWriter)
+                if let extended = presenter as? ExtendedFilePresenter {
+                    extended.relinquishPresentedItem(toWriter: toWriter) { error, reacquirer in
+                        if let error { answer(error) } else { relinquished(reacquirer) }
+                    }
+                } else if toWriter {
+                    presenter.relinquishPresentedItem(toWriter: relinquished)
+                } else {
+                    presenter.relinquishPresentedItem(toReader: relinquished)
+                }
+            } else if mask.contains(.save) {
+                presenter.savePresentedItemChanges(completionHandler: answer)
+            } else if mask.contains(.accommodateDeletion) {
+                presenter.accommodatePresentedItemDeletion(completionHandler: answer)
+            } else if mask.contains(.accommodateSubitemDeletion) {
+                presenter.accommodatePresentedSubitemDeletion(at: url, completionHandler: answer)
+            } else if mask.contains(.movedTo) {
+                if record.name.isEmpty { presenter.presentedItemDidMove(to: url) }
+                else if let from { presenter.presentedSubitem(at: URL(fileURLWithPath: from), didMoveTo: url) }
+            } else if mask.contains(.changed) {
+                presenter.presentedItemDidChange()
+            } else if mask.contains(.subitemAppeared) {
+                presenter.presentedSubitemDidAppear(at: url)
+            } else if mask.contains(.subitemChanged) {
+                presenter.presentedSubitemDidChange(at: url)
+            } else if mask.contains(.subitemDeleted) {
+                (presenter as? ExtendedFilePresenter)?.presentedSubitemWasDeleted(at: url)
+            } else if mask.contains(.presenterRemoved) {
+                (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
+            }
+        }
+    }
+
+    private static func errnoCode(_ error: Error) -> Int32 {
+        if let posix = error as? POSIXError { return posix.code.rawValue }
+        return EACCES
+    }
+}

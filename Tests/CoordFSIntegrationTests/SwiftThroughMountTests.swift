@@ -1,0 +1,108 @@
+import FileCoordination
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A Swift program (this test process, with the shared domain) and unmodified programs in other
+/// processes coordinate through a mount's control socket, transparently.
+@Suite struct SwiftThroughMount {
+    @Test func aSwiftWriteHoldsOffOtherProcessesButNotItsOwnOpens() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "v1\n")
+        let url = URL(fileURLWithPath: fx.path("doc.txt"))
+        let other = try Child.holder()
+        try FileCoordinator().coordinate(writingItemAt: url) { url in
+            #expect(other.ask("open rn \(url.path)") == "err EAGAIN", "another process is held off")
+            // This process's own open through the mount does not wait on its own intent.
+            try Data("v2\n".utf8).write(to: url)
+        }
+        #expect(other.ask("open rn \(url.path)") == "ok 1", "released when the accessor returned")
+        #expect(other.ask("read 1") == "data v2|")
+    }
+
+    @Test func aSwiftReadWaitsForAnotherProcessesWriter() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let url = URL(fileURLWithPath: fx.path("doc.txt"))
+        let writer = try Child.holder()
+        #expect(writer.ask("open w \(url.path)") == "ok 1")
+        let impatient = FileCoordinator()
+        impatient.waitTimeout = .milliseconds(300)
+        #expect(throws: FileCoordinationError.timedOut) { try impatient.coordinate(readingItemAt: url) { _ in } }
+        let reader = Background { try FileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) } }
+        usleep(100_000)
+        #expect(writer.ask("write 1 written") == "ok")
+        #expect(writer.ask("close 1") == "ok")
+        #expect(try reader.join() == "seed\nwritten\n", "granted after the writer closed, and sees its bytes")
+    }
+
+    @Test func aSwiftPresenterSavesBeforeAnotherProcessReads() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "unsaved\n")
+        let url = URL(fileURLWithPath: fx.path("doc.txt"))
+        let editor = SavingEditor(url: url, contents: "saved by the Swift editor\n")
+        FileCoordinator.addFilePresenter(editor)
+        defer { FileCoordinator.removeFilePresenter(editor) }
+        let cat = try run("/bin/cat", [url.path])
+        #expect(cat.output == "saved by the Swift editor\n")
+        #expect(editor.log.events.starts(with: ["relinquishToReader", "save"]), "\(editor.log.events)")
+        #expect(eventually { editor.log.events.contains("reacquire") })
+        // Another process renames it: the editor follows.
+        #expect(try run("/bin/mv", [url.path, fx.path("renamed.txt")]).status == 0)
+        #expect(eventually { editor.presentedItemURL?.path == fx.path("renamed.txt") })
+    }
+}
+
+/// Saves its contents when asked, follows moves, logs what it was asked.
+final class SavingEditor: FilePresenter, @unchecked Sendable {
+    let log = EventLog()
+    let contents: String
+    private let lock = NSLock()
+    private var url: URL
+    let presentedItemOperationQueue = OperationQueue()
+
+    init(url: URL, contents: String) {
+        self.url = url
+        self.contents = contents
+        presentedItemOperationQueue.maxConcurrentOperationCount = 1
+    }
+
+    var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
+
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        log.add("relinquishToReader")
+        reader { [log] in log.add("reacquire") }
+    }
+
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        log.add("save")
+        // Saving through its own coordinator is granted while the reader waits (C21).
+        let target = presentedItemURL!
+        do {
+            try FileCoordinator(filePresenter: self).coordinate(writingItemAt: target) { try Data(contents.utf8).write(to: $0) }
+            completionHandler(nil)
+        } catch {
+            completionHandler(error)
+        }
+    }
+
+    func presentedItemDidMove(to newURL: URL) {
+        log.add("didMove")
+        lock.lock(); url = newURL; lock.unlock()
+    }
+}
+
+/// Runs `body` on a new thread; `join()` waits for it.
+final class Background<T>: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var result: Result<T, Error>?
+    init(_ body: @escaping () throws -> T) {
+        Thread { [self] in result = Result { try body() }; done.signal() }.start()
+    }
+    func join(timeout: Duration = .seconds(20)) throws -> T {
+        guard done.wait(timeout: .now() + timeout.seconds) == .success else { throw FixtureError("timed out") }
+        return try result!.get()
+    }
+}
