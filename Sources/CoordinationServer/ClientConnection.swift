@@ -232,6 +232,14 @@ final class ClientConnection: @unchecked Sendable {
         }
     }
 
+    /// Whether the client may learn of `path`: it could read the directory that lists it.
+    func mayLearn(of path: String) -> Bool {
+        if peer.uid == 0 { return true }
+        let parent = (path as NSString).deletingLastPathComponent
+        guard let resolved = try? server.resolver.resolve(parent.isEmpty ? "/" : parent) else { return false }
+        return Permissions.allows(peer, resolved.realPath, .read, from: server.resolver.permissionBase)
+    }
+
     // MARK: Writing
 
     func nextCookie() -> UInt64 { lock.withLock { lastCookie += 1; return lastCookie } }

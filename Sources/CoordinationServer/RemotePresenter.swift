@@ -52,6 +52,8 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
 
     private func tell(_ bit: EventMask, cookie: UInt64 = 0, name: String = "", path: String? = nil) {
         guard mask.contains(bit), let connection else { return }
+        // Items deep inside a watched directory: only if the client could list their directory.
+        if name.contains("/"), let path, !connection.mayLearn(of: path) { return }
         connection.send(.event(record(bit, cookie: cookie, name: name, path: path)))
     }
 
@@ -87,6 +89,7 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
     }
 
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
+        if let connection, name(url).contains("/"), !connection.mayLearn(of: url.path) { return completionHandler(nil) }
         ask(.accommodateSubitemDeletion, name: name(url), path: url.path) { _, code in completionHandler(Self.error(code)) }
     }
 

@@ -166,4 +166,63 @@ import Glibc
         let result = try run("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
         #expect(result.output.split(separator: "\n") == ["other EAGAIN", "self opened", "again True", "after opened"], "\(result.output) \(result.errors)")
     }
+
+    @Test func theSocketsModeFollowsAllowOther() throws {
+        let shared = try MountFixture(["-o", "allow_other"])
+        let privateMount = try MountFixture()
+        func mode(_ fx: MountFixture) throws -> Int? {
+            let socket = try run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.socket').decode())", fx.mountPoint.path])
+            return try FileManager.default.attributesOfItem(atPath: socket.output.trimmingCharacters(in: .whitespacesAndNewlines))[.posixPermissions] as? Int
+        }
+        #expect(try mode(shared) == 0o666)
+        #expect(try mode(privateMount) == 0o600)
+    }
+
+    @Test func aClientKilledWhileHoldingReleasesItsHold() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let script = """
+        import os, socket, sys, json
+        path = sys.argv[1]
+        s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(path, "user.coordfs.socket").decode()); f = s.makefile("rwb", buffering=0)
+        f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+        f.write(json.dumps({"op": "hold", "id": 2, "intents": [{"path": path, "access": "write"}]}).encode() + b"\\n")
+        print(json.loads(f.readline()).get("hold"), flush=True)
+        sys.stdin.readline()
+        """
+        let holder = try Child("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
+        #expect(holder.next() == "1")
+        let other = try Child.holder()
+        #expect(other.ask("open rn \(fx.path("doc.txt"))") == "err EAGAIN")
+        holder.signal(SIGKILL)
+        #expect(holder.waitForExit() != nil)
+        #expect(eventually { other.ask("open rn \(fx.path("doc.txt"))")?.hasPrefix("ok") == true }, "released at once")
+    }
+
+    @Test func aDirectoryWatchLearnsNothingOfDirectoriesItCannotRead() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try fx.seed("shared/visible.txt")
+        try fx.seed("shared/closed/hidden.txt")
+        chmod(fx.backingPath("shared"), 0o755)
+        chmod(fx.backingPath("shared/closed"), 0o700)
+        let script = """
+        import os, socket, sys, json
+        path = sys.argv[1]
+        address = os.getxattr(path, "user.coordfs.socket").decode()
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)
+        s = socket.socket(socket.AF_UNIX); s.connect(address); f = s.makefile("rwb", buffering=0)
+        f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+        f.write(json.dumps({"op": "watch", "id": 2, "path": path, "mask": ["SUBITEM_CHANGED"]}).encode() + b"\\n")
+        print(json.loads(f.readline()).get("wd"), flush=True)
+        while True:
+            line = f.readline()
+            if not line: break
+            print(json.loads(line)["name"], flush=True)
+        """
+        let watcher = try Child("/usr/bin/python3", ["-c", script, fx.path("shared")])
+        #expect(watcher.next() == "1")
+        _ = try run("/bin/sh", ["-c", "echo x >> \(fx.path("shared/closed/hidden.txt")); echo y >> \(fx.path("shared/visible.txt"))"])
+        #expect(watcher.next() == "visible.txt", "the first it hears of is the visible one")
+        #expect(watcher.next(timeout: .milliseconds(300)) == nil, "nothing about hidden.txt")
+    }
 }
