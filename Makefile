@@ -1,6 +1,6 @@
 # coordfs — `make run` and `make test` set up everything a fresh machine needs.
 SWIFT      ?= swift
-PACKAGES   := libfuse3-dev fuse3 fio pkg-config
+PACKAGES   := libfuse3-dev fuse3 fio pkg-config rsync sqlite3 git
 STAMP      := .build/.setup-done
 
 DEMO_MNT   := Mounts/run/demo

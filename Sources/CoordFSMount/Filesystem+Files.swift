@@ -16,8 +16,10 @@ extension Filesystem {
         let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), relative: relative, path: path, isDirectory: false)
         let info = fi.pointee
         coordinate(reply, [wanted], nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
-            // Opened by /proc path: the CFS_O_PATH descriptor gives no access of its own.
-            let fd = Glibc.open(procPath(inode.fd), (flags & ~O_NOFOLLOW & ~O_CREAT) | O_CLOEXEC)
+            // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
+            // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
+            // for an O_DIRECT backing file.
+            let fd = Glibc.open(procPath(inode.fd), (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC)
             if fd == -1 {
                 let failure = Errno.current
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
@@ -26,7 +28,8 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
             let handle = files.insert(file)
-            reply.open(info, handle: handle, keepCache: unchangedSinceLastOpen(inode, fd))
+            let direct = flags & CFS_O_DIRECT != 0
+            reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct)
         }
     }
 
@@ -49,7 +52,7 @@ extension Filesystem {
         // A write on the new item; it stays held as the open's intent.
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)],
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
-            let fd = openat(parent.fd, name, (flags | O_CREAT) & ~O_NOFOLLOW | O_CLOEXEC, mode)
+            let fd = openat(parent.fd, name, (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC, mode)
             if fd == -1 {
                 let failure = Errno.current
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
@@ -60,7 +63,7 @@ extension Filesystem {
                 let (inode, attributes) = try lookupNode(parent, name)
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true)
                 let handle = files.insert(file)
-                reply.create(inode, attributes, timeout: timeout, info, handle: handle)
+                reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: flags & CFS_O_DIRECT != 0)
             } catch {
                 close(fd)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])

@@ -5,7 +5,7 @@ import Synchronization
 import Glibc
 #endif
 
-/// A node the kernel knows: an CFS_O_PATH descriptor of the backing item, the kernel's lookup count,
+/// A node the kernel knows: an O_PATH descriptor of the backing item, the kernel's lookup count,
 /// and the parent and name it was last reached by (the path coordination uses; renames made
 /// through the mount keep it right).
 final class Inode: @unchecked Sendable {

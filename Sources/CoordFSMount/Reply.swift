@@ -31,20 +31,20 @@ struct Reply: @unchecked Sendable {
 
     /// `fi` is a copy: libfuse's own lives on its dispatcher's stack, gone once a handler that
     /// waits has returned.
-    func open(_ fi: fuse_file_info, handle: UInt64, keepCache: Bool) {
+    func open(_ fi: fuse_file_info, handle: UInt64, keepCache: Bool, directIO: Bool = false) {
         var fi = fi
-        cfs_file_info_set(&fi, handle, keepCache ? 1 : 0, 0)
+        cfs_file_info_set(&fi, handle, keepCache ? 1 : 0, directIO ? 1 : 0)
         fuse_reply_open(req, &fi)
     }
 
-    func create(_ inode: Inode, _ info: stat, timeout: Double, _ fi: fuse_file_info, handle: UInt64) {
+    func create(_ inode: Inode, _ info: stat, timeout: Double, _ fi: fuse_file_info, handle: UInt64, directIO: Bool = false) {
         var fi = fi
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id)
         entry.attr = info
         entry.attr_timeout = timeout
         entry.entry_timeout = timeout
-        cfs_file_info_set(&fi, handle, 0, 0)
+        cfs_file_info_set(&fi, handle, 0, directIO ? 1 : 0)
         fuse_reply_create(req, &entry, &fi)
     }
 

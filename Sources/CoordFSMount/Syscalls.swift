@@ -27,14 +27,14 @@ func check(_ result: Int) throws(Errno) -> Int {
     return result
 }
 
-/// `stat` of the item `fd` refers to (an CFS_O_PATH descriptor is fine), not following links.
+/// `stat` of the item `fd` refers to (an O_PATH descriptor is fine), not following links.
 func statOf(_ fd: Int32) throws(Errno) -> stat {
     var info = stat()
     _ = try check(fstatat(fd, "", &info, CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
     return info
 }
 
-/// The path under /proc that reopens an CFS_O_PATH descriptor with real access.
+/// The path under /proc that reopens an O_PATH descriptor with real access.
 func procPath(_ fd: Int32) -> String { "/proc/self/fd/\(fd)" }
 
 extension Errno {
