@@ -7,7 +7,9 @@ DEMO_MNT   := Mounts/run/demo
 COORDFS    := .build/debug/coordfs
 PREFIX     ?= /usr/local
 
-.PHONY: all setup build test bench run stop install clean
+SOAK_SECONDS ?= 300
+
+.PHONY: all setup build test bench soak run stop install clean
 
 all: build
 
@@ -35,6 +37,10 @@ test: setup
 bench: setup
 	$(SWIFT) build -c release --product CoordFSBench
 	.build/release/CoordFSBench
+
+# The long run (not in CI): fio rounds for SOAK_SECONDS under churn and a presenter, then a summary.
+soak: build
+	python3 Tests/Scripts/soak.py $(COORDFS) $(SOAK_SECONDS)
 
 # Mounts the demo profile (Mounts/demo.profile: the sample tree Mounts/demo at Mounts/run/demo).
 run: build

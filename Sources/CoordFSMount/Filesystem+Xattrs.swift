@@ -72,6 +72,7 @@ extension Filesystem {
         case "user.coordfs.mode": return configuration.mode.rawValue
         case "user.coordfs.state": return domain.stateDump()
         case "user.coordfs.pid": return String(getpid())
+        case "user.coordfs.stats": return statistics.json
         default: return nil
         }
     }

@@ -23,6 +23,7 @@ public final class Filesystem: @unchecked Sendable {
     /// Waiting claims by number, for FUSE interrupts.
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
+    let statistics = MountStatistics()
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
@@ -106,16 +107,21 @@ public final class Filesystem: @unchecked Sendable {
         let claimBox = ClaimBox()
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
+        statistics.coordinated.add(1, ordering: .relaxed)
         let claim = AccessClaim.begin(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
                                       holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
             claimBox.resolved()
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
             switch result {
             case .success(let claim): body(claim)
-            case .failure(let error): reply.error(Errno.from(coordination: error))
+            case .failure(let error):
+                let errno = Errno.from(coordination: error)
+                statistics.count(errno)
+                reply.error(errno)
             }
         }
         guard claimBox.register() else { return }
+        statistics.waited.add(1, ordering: .relaxed)
         let interrupted = waiting.withLock { state -> Bool in
             state.claims[number] = claim
             return state.interruptedEarly.remove(number) != nil

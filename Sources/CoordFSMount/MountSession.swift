@@ -20,6 +20,12 @@ public final class MountSession: @unchecked Sendable {
         domain.presenterTimeout = configuration.presenterTimeout
         domain.packageExtensions = configuration.packageExtensions
         filesystem = try Filesystem(configuration: configuration, domain: domain)
+        if domain.reportHandler == nil {
+            let statistics = filesystem.statistics
+            domain.reportHandler = { report in
+                if case .presenterDidNotAnswer = report { statistics.presenterTimeouts.add(1, ordering: .relaxed) }
+            }
+        }
     }
 
     /// Mounts at the configuration's mount point. With `handlingSignals`, SIGINT, SIGTERM and

@@ -179,6 +179,9 @@ final class Child: @unchecked Sendable {
 
     func send(_ line: String) { input.fileHandleForWriting.write(Data((line + "\n").utf8)) }
 
+    /// Ends the child's standard input.
+    func closeInput() { try? input.fileHandleForWriting.close() }
+
     /// The next line, or nil if none came within `timeout`.
     func next(timeout: Duration = .seconds(10)) -> String? {
         guard arrived.wait(timeout: .now() + timeout.seconds) == .success else { return nil }

@@ -1,0 +1,37 @@
+import Foundation
+import Synchronization
+
+/// What the mount has coordinated: for `coordfs status`, the soak run, and diagnosis. Answered
+/// as JSON in the mount root's `user.coordfs.stats` attribute.
+final class MountStatistics: Sendable {
+    let coordinated = Atomic<Int>(0)
+    let waited = Atomic<Int>(0)
+    let timedOut = Atomic<Int>(0)
+    let deadlocks = Atomic<Int>(0)
+    let interrupted = Atomic<Int>(0)
+    let wouldBlock = Atomic<Int>(0)
+    let refusedByPresenters = Atomic<Int>(0)
+    let presenterTimeouts = Atomic<Int>(0)
+
+    /// Counts a refused or failed coordination by its errno.
+    func count(_ errno: Errno) {
+        switch errno.code {
+        case EBUSY: timedOut.add(1, ordering: .relaxed)
+        case EDEADLK: deadlocks.add(1, ordering: .relaxed)
+        case EINTR: interrupted.add(1, ordering: .relaxed)
+        case EAGAIN: wouldBlock.add(1, ordering: .relaxed)
+        default: refusedByPresenters.add(1, ordering: .relaxed)
+        }
+    }
+
+    var json: String {
+        let fields: [(String, Int)] = [
+            ("coordinated", coordinated.load(ordering: .relaxed)), ("waited", waited.load(ordering: .relaxed)),
+            ("timed_out", timedOut.load(ordering: .relaxed)), ("deadlocks", deadlocks.load(ordering: .relaxed)),
+            ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),
+            ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),
+            ("presenter_timeouts", presenterTimeouts.load(ordering: .relaxed)),
+        ]
+        return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+    }
+}
