@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 /// `coordfs`: file coordination for Linux.
 public struct CoordFS: ParsableCommand {
@@ -6,8 +7,8 @@ public struct CoordFS: ParsableCommand {
         commandName: "coordfs",
         abstract: "File coordination for Linux: Apple's coordinator and presenter model, enforced for every program.",
         version: "0.1.0",
-        subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Daemon.self, Demo.self,
-                      DaemonStart.self],
+        subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Services.self, Vend.self,
+                      Daemon.self, Demo.self, DaemonStart.self],
         defaultSubcommand: nil
     )
 
@@ -28,4 +29,12 @@ extension CoordFS {
         }
         return rest
     }
+}
+
+/// A command that could not do its work: printed as one line, `Error: …`, exit status 1 — no
+/// usage text, since the arguments were fine.
+struct CommandFailure: Error, CustomStringConvertible, LocalizedError {
+    let description: String
+    init(_ description: String) { self.description = description }
+    var errorDescription: String? { description }
 }

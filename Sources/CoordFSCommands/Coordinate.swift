@@ -50,7 +50,7 @@ struct Coordinate: ParsableCommand {
             + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
         let sockets = Set(intents.map { socket ?? ControlClient.socketPath(for: $0.path) ?? "" })
         guard sockets.count == 1, let socketPath = sockets.first, !socketPath.isEmpty else {
-            throw ValidationError(sockets.contains("") ? "an item is not inside a coordfs mount, and no coordfs daemon runs"
+            throw CommandFailure(sockets.contains("") ? "an item is not inside a coordfs mount, and no coordfs daemon runs"
                                                         : "the items belong to different coordfs mounts")
         }
         let client: ControlClient
@@ -75,7 +75,7 @@ struct Coordinate: ParsableCommand {
             status = process.terminationStatus
         } catch {
             _ = try? client.request { .release(id: $0, hold: hold, changed: false) }
-            throw ValidationError("cannot run \(command[0]): \(error)")
+            throw CommandFailure("cannot run \(command[0]): \(error)")
         }
         _ = try? client.request { .release(id: $0, hold: hold, changed: !write.isEmpty) }
         client.close()

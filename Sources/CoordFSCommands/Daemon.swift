@@ -30,7 +30,7 @@ struct Daemon: ParsableCommand {
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")
-        do { try server.start() } catch { throw ValidationError("cannot serve \(path): \(error)") }
+        do { try server.start() } catch { throw CommandFailure("cannot serve \(path): \(error)") }
         FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\n".utf8))
         // Wait for SIGINT or SIGTERM, then remove the socket.
         var received: Int32 = 0

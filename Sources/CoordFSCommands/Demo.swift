@@ -18,7 +18,7 @@ struct Demo: ParsableCommand {
         if let directory {
             base = URL(fileURLWithPath: directory)
             guard fileManager.fileExists(atPath: base.path) else {
-                throw ValidationError("no such directory: \(directory)")
+                throw CommandFailure("no such directory: \(directory)")
             }
         } else {
             base = fileManager.temporaryDirectory.appendingPathComponent("coordfs-demo-\(getpid())")

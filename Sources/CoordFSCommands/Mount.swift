@@ -60,11 +60,11 @@ struct Mount: ParsableCommand {
     func makeConfiguration() throws -> MountConfiguration {
         var loaded: Profile?
         if let profile {
-            guard let url = Profile.locate(profile) else { throw ValidationError("no profile named '\(profile)' (looked in ./Mounts)") }
+            guard let url = Profile.locate(profile) else { throw CommandFailure("no profile named '\(profile)' (looked in ./Mounts)") }
             loaded = try Profile(contentsOf: url)
         }
-        guard let backing = backing ?? loaded?.backing else { throw ValidationError("missing BACKING directory") }
-        guard let mountPoint = mountPoint ?? loaded?.mountPoint else { throw ValidationError("missing MOUNTPOINT") }
+        guard let backing = backing ?? loaded?.backing else { throw CommandFailure("missing BACKING directory") }
+        guard let mountPoint = mountPoint ?? loaded?.mountPoint else { throw CommandFailure("missing MOUNTPOINT") }
         var configuration = MountConfiguration(backing: Self.absolute(backing), mountPoint: Self.absolute(mountPoint))
         configuration.mode = coordination ?? loaded?.mode ?? .exclusive
         configuration.modeRules = loaded?.rules.map { (pattern: $0.0, mode: $0.1) } ?? []
@@ -90,29 +90,29 @@ struct Mount: ParsableCommand {
         var isDirectory: ObjCBool = false
         let fileManager = FileManager.default
         guard fileManager.fileExists(atPath: configuration.backing, isDirectory: &isDirectory) else {
-            throw ValidationError("backing directory '\(configuration.backing)' does not exist")
+            throw CommandFailure("backing directory '\(configuration.backing)' does not exist")
         }
-        guard isDirectory.boolValue else { throw ValidationError("backing '\(configuration.backing)' is not a directory") }
+        guard isDirectory.boolValue else { throw CommandFailure("backing '\(configuration.backing)' is not a directory") }
         guard fileManager.fileExists(atPath: configuration.mountPoint, isDirectory: &isDirectory) else {
-            throw ValidationError("mount point '\(configuration.mountPoint)' does not exist")
+            throw CommandFailure("mount point '\(configuration.mountPoint)' does not exist")
         }
-        guard isDirectory.boolValue else { throw ValidationError("mount point '\(configuration.mountPoint)' is not a directory") }
+        guard isDirectory.boolValue else { throw CommandFailure("mount point '\(configuration.mountPoint)' is not a directory") }
         if MountTable.isMountPoint(configuration.mountPoint) {
-            throw ValidationError("'\(configuration.mountPoint)' is already a mount point")
+            throw CommandFailure("'\(configuration.mountPoint)' is already a mount point")
         }
         if let entries = try? fileManager.contentsOfDirectory(atPath: configuration.mountPoint), !entries.isEmpty {
-            throw ValidationError("mount point '\(configuration.mountPoint)' is not empty")
+            throw CommandFailure("mount point '\(configuration.mountPoint)' is not empty")
         }
         let backing = URL(fileURLWithPath: configuration.backing).resolvingSymlinksInPath().path
         let mountPoint = URL(fileURLWithPath: configuration.mountPoint).resolvingSymlinksInPath().path
         if backing == mountPoint || backing.hasPrefix(mountPoint + "/") {
-            throw ValidationError("backing directory '\(configuration.backing)' is inside the mount point")
+            throw CommandFailure("backing directory '\(configuration.backing)' is inside the mount point")
         }
         if mountPoint.hasPrefix(backing + "/") {
-            throw ValidationError("mount point '\(configuration.mountPoint)' is inside the backing directory")
+            throw CommandFailure("mount point '\(configuration.mountPoint)' is inside the backing directory")
         }
         for rule in configuration.modeRules where rule.pattern.isEmpty {
-            throw ValidationError("an empty path pattern in the mode rules")
+            throw CommandFailure("an empty path pattern in the mode rules")
         }
     }
 
@@ -125,7 +125,7 @@ struct Mount: ParsableCommand {
         do {
             try session.mount()
         } catch {
-            throw ValidationError("\(error)")
+            throw CommandFailure("\(error)")
         }
         if notifyParent {
             FileHandle.standardOutput.write(Data("ready\n".utf8))
@@ -160,7 +160,7 @@ struct Mount: ParsableCommand {
         process.waitUntilExit()
         let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        throw ValidationError(message.isEmpty ? "the mount did not start" : message.replacingOccurrences(of: "Error: ", with: ""))
+        throw CommandFailure(message.isEmpty ? "the mount did not start" : message.replacingOccurrences(of: "Error: ", with: ""))
     }
 }
 
@@ -192,10 +192,10 @@ struct Unmount: ParsableCommand {
 
     func run() throws {
         let path = URL(fileURLWithPath: Mount.absolute(mountPoint)).resolvingSymlinksInPath().path
-        guard let type = MountTable.type(of: path) else { throw ValidationError("'\(mountPoint)' is not a mount point") }
-        guard type == "fuse.coordfs" else { throw ValidationError("'\(mountPoint)' is a \(type) mount, not coordfs") }
+        guard let type = MountTable.type(of: path) else { throw CommandFailure("'\(mountPoint)' is not a mount point") }
+        guard type == "fuse.coordfs" else { throw CommandFailure("'\(mountPoint)' is a \(type) mount, not coordfs") }
         if geteuid() == 0 {
-            if umount2(path, 0) != 0 { throw ValidationError("cannot unmount '\(mountPoint)': \(String(cString: strerror(errno)))") }
+            if umount2(path, 0) != 0 { throw CommandFailure("cannot unmount '\(mountPoint)': \(String(cString: strerror(errno)))") }
             return
         }
         let helper = Process()

@@ -19,7 +19,7 @@ struct Status: ParsableCommand {
     func run() throws {
         let target = path.map { URL(fileURLWithPath: Mount.absolute($0)).resolvingSymlinksInPath().path } ?? "/"
         guard let socketPath = socket ?? ControlClient.socketPath(for: target) else {
-            throw ValidationError(path == nil ? "no coordfs daemon runs; name a mount point" : "'\(path!)' is not inside a coordfs mount")
+            throw CommandFailure(path == nil ? "no coordfs daemon runs; name a mount point" : "'\(path!)' is not inside a coordfs mount")
         }
         let fields: [String: WireValue]
         do {
@@ -27,7 +27,7 @@ struct Status: ParsableCommand {
             fields = try client.request { .status(id: $0) }
             client.close()
         } catch {
-            throw ValidationError("\(error)")
+            throw CommandFailure("\(error)")
         }
         if json {
             print(String(decoding: WireCodec.encode(.ok(id: 0, fields: fields)).dropLast(), as: UTF8.self))

@@ -51,7 +51,7 @@ struct Watch: ParsableCommand {
         for path in paths {
             let resolved = URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path
             guard let socketPath = socket ?? ControlClient.socketPath(for: resolved) else {
-                throw ValidationError("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
+                throw CommandFailure("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
             }
             let client: ControlClient
             if let existing = clients[socketPath] {
@@ -68,16 +68,16 @@ struct Watch: ParsableCommand {
             do {
                 _ = try client.request { .watch(id: $0, path: resolved, mask: mask) }
             } catch {
-                throw ValidationError("cannot watch '\(path)': \(error)")
+                throw CommandFailure("cannot watch '\(path)': \(error)")
             }
         }
         printer.note("Watches established.")
         ended.wait()
-        throw ValidationError("the coordination server went away")
+        throw CommandFailure("the coordination server went away")
     }
 
     private func connect(_ path: String) throws -> ControlClient {
-        do { return try ControlClient(socketPath: path) } catch { throw ValidationError("\(error)") }
+        do { return try ControlClient(socketPath: path) } catch { throw CommandFailure("\(error)") }
     }
 }
 

@@ -81,6 +81,10 @@ public final class CoordinationEngine: Sendable {
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
             guard let record = state.removeGrant(grant) else { return ([], []) }
             let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []
+            // Services of a deleted item end with it.
+            for (intent, outcome) in zip(record.intents, outcomes ?? []) where outcome.existedBefore && !outcome.existsAfter {
+                state.services = state.services.filter { !$0.value.path.isSameOrInside(intent.path) }
+            }
             return (notes, state.grantWaiters())
         }
         if !notifications.isEmpty { deliver(notifications) }

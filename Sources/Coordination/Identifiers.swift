@@ -39,5 +39,6 @@ public struct PresenterID: Hashable, Sendable, CustomStringConvertible {
 /// A vended service registration.
 public struct ServiceRegistrationID: Hashable, Sendable, CustomStringConvertible {
     public let rawValue: UInt64
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
     public var description: String { "service#\(rawValue)" }
 }

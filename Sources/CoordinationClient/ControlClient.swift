@@ -30,18 +30,30 @@ public final class ControlClient: @unchecked Sendable {
     private var callbacks: [Int: @Sendable (Result<[String: WireValue], ControlError>) -> Void] = [:]
     private var closed = false
     private var eventHandler: (@Sendable (EventRecord) -> Void)?
+    private var serviceHandler: (@Sendable (EventRecord, FileHandle) -> Void)?
+    /// Descriptors received and not yet given to the line that carries them.
+    private var descriptors: [Int32] = []
     private var endHandler: (@Sendable () -> Void)?
     /// What the server said in reply to hello.
     public private(set) var server: [String: WireValue] = [:]
 
-    final class Box: @unchecked Sendable { var message: ServerMessage? }
+    final class Box: @unchecked Sendable {
+        var message: ServerMessage?
+        var descriptor: Int32?
+    }
 
     /// The control socket serving `path`: the `user.coordfs.socket` attribute of any item of a
     /// mount, else $COORDFS_SOCKET, else the daemon's default socket if it exists.
     public static func socketPath(for path: String) -> String? {
         var buffer = [UInt8](repeating: 0, count: 4096)
-        let count = c_getxattr(path, "user.coordfs.socket", &buffer, buffer.count)
-        if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
+        // A missing item is looked up through its nearest existing directory.
+        var current = path
+        while true {
+            let count = c_getxattr(current, "user.coordfs.socket", &buffer, buffer.count)
+            if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
+            guard count < 0 && errno == ENOENT, current != "/", !current.isEmpty else { break }
+            current = (current as NSString).deletingLastPathComponent
+        }
         if let environment = ProcessInfo.processInfo.environment["COORDFS_SOCKET"] { return environment }
         let daemon = geteuid() == 0 ? "/run/coordfs/daemon.sock" : (ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"] ?? "/tmp") + "/coordfs/daemon.sock"
         return FileManager.default.fileExists(atPath: daemon) ? daemon : nil
@@ -60,7 +72,7 @@ public final class ControlClient: @unchecked Sendable {
         }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: bytes); raw[bytes.count] = 0 }
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
             let message = String(cString: strerror(errno))
@@ -75,12 +87,31 @@ public final class ControlClient: @unchecked Sendable {
     /// Called for each event record.
     public func onEvent(_ handler: @escaping @Sendable (EventRecord) -> Void) { lock.withLock { eventHandler = handler } }
 
+    /// Called for each client that connects to a service this connection vends, with the
+    /// provider's end of the connection.
+    public func onServiceConnection(_ handler: @escaping @Sendable (EventRecord, FileHandle) -> Void) {
+        lock.withLock { serviceHandler = handler }
+    }
+
+    /// A connection to the service `name` of the item at `path`.
+    public func connect(service name: String, at path: String) throws -> FileHandle {
+        let (_, descriptor) = try requestWithDescriptor { .connect(id: $0, name: name, path: path) }
+        guard let descriptor else { throw ControlError("EPROTO", "the reply carried no connection") }
+        return FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+    }
+
     /// Called once when the server closes the connection.
     public func onEnd(_ handler: @escaping @Sendable () -> Void) { lock.withLock { endHandler = handler } }
 
     /// Sends a request and waits for its reply's fields, or throws its error.
     @discardableResult
     public func request(_ make: (Int) -> ClientMessage) throws -> [String: WireValue] {
+        let (fields, descriptor) = try requestWithDescriptor(make)
+        if let descriptor { Glibc.close(descriptor) }
+        return fields
+    }
+
+    private func requestWithDescriptor(_ make: (Int) -> ClientMessage) throws -> ([String: WireValue], Int32?) {
         let semaphore = DispatchSemaphore(value: 0)
         let box = Box()
         let id = try lock.withLock { () throws -> Int in
@@ -92,7 +123,7 @@ public final class ControlClient: @unchecked Sendable {
         send(make(id))
         semaphore.wait()
         switch box.message {
-        case .ok(_, let fields)?: return fields
+        case .ok(_, let fields)?: return (fields, box.descriptor)
         case .error(_, let code, let message)?: throw ControlError(code, message)
         default: throw ControlError("ECONNRESET", "the server closed the connection")
         }
@@ -143,7 +174,8 @@ public final class ControlClient: @unchecked Sendable {
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
-            let count = read(fd, &buffer, buffer.count)
+            let (count, received) = DescriptorPassing.receive(fd, into: &buffer)
+            if !received.isEmpty { lock.withLock { descriptors += received } }
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             pending += buffer[0..<count]
@@ -165,13 +197,24 @@ public final class ControlClient: @unchecked Sendable {
 
     private func dispatch(_ message: ServerMessage) {
         switch message {
+        case .event(let record) where record.mask.contains(.serviceConnection):
+            let (descriptor, handler) = lock.withLock { (descriptors.isEmpty ? nil : descriptors.removeFirst(), serviceHandler) }
+            guard let descriptor else { return }
+            if let handler { handler(record, FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)) }
+            else { Glibc.close(descriptor) }
         case .event(let record):
             lock.withLock { eventHandler }?(record)
         case .ok(let id, _), .error(let id?, _, _):
+            var descriptor: Int32?
+            if case .ok(_, let fields) = message, case .bool(true)? = fields["descriptor"] {
+                descriptor = lock.withLock { descriptors.isEmpty ? nil : descriptors.removeFirst() }
+            }
             if let (semaphore, box) = lock.withLock({ waiting.removeValue(forKey: id) }) {
                 box.message = message
+                box.descriptor = descriptor
                 semaphore.signal()
             } else if let completion = lock.withLock({ callbacks.removeValue(forKey: id) }) {
+                if let descriptor { Glibc.close(descriptor) }   // only synchronous requests take connections
                 if case .ok(_, let fields) = message { completion(.success(fields)) }
                 if case .error(_, let code, let text) = message { completion(.failure(ControlError(code, text))) }
             }

@@ -23,6 +23,7 @@ final class ClientConnection: @unchecked Sendable {
     private var inheritingHolds: Set<Int> = []
     private var pendingHolds: [Int: AccessClaim] = [:]
     private var answers: [UInt64: @Sendable (Int32) -> Void] = [:]
+    private var vended: Set<ServiceRegistrationID> = []
     private var lastNumber = 0
     private var lastCookie: UInt64 = 0
 
@@ -104,7 +105,85 @@ final class ClientConnection: @unchecked Sendable {
             send(.ok(id: id, fields: [:]))
         case .status(let id):
             send(.ok(id: id, fields: server.status()))
+        case .vend(let id, let name, let path): vend(id, name, path)
+        case .withdraw(let id, let number):
+            let service = ServiceRegistrationID(rawValue: UInt64(max(0, number)))
+            guard lock.withLock({ vended.remove(service) }) != nil else {
+                return send(.error(id: id, errno: "EINVAL", message: "no service \(number) of yours"))
+            }
+            server.domain.engine.withdrawService(service)
+            server.setProvider(nil, for: service)
+            send(.ok(id: id, fields: [:]))
+        case .services(let id, let path): services(id, path)
+        case .connect(let id, let name, let path): connect(id, name, path)
         }
+    }
+
+    // MARK: Services
+
+    /// The item at `path`, if this client may read it; else answers the error and returns nil.
+    private func readable(_ id: Int, _ path: String) -> AccessTarget? {
+        let resolved: (target: AccessTarget, realPath: String)
+        do { resolved = try server.resolver.resolve(path) } catch {
+            send(.error(id: id, errno: error.errno, message: error.message))
+            return nil
+        }
+        var info = stat()
+        guard lstat(resolved.realPath, &info) == 0 else {
+            send(.error(id: id, errno: "ENOENT", message: "no item at '\(path)'"))
+            return nil
+        }
+        guard Permissions.allows(peer, resolved.realPath, .read, from: server.resolver.permissionBase) else {
+            send(.error(id: id, errno: "EACCES", message: "cannot read '\(path)'"))
+            return nil
+        }
+        return resolved.target
+    }
+
+    private func vend(_ id: Int, _ name: String, _ path: String) {
+        guard let target = readable(id, path) else { return }
+        do {
+            let service = try server.domain.engine.vendService(named: name, at: target.path, owner: identity)
+            let kept = lock.withLock { () -> Bool in
+                guard !closed else { return false }
+                vended.insert(service)
+                return true
+            }
+            guard kept else { return server.domain.engine.withdrawService(service) }
+            server.setProvider(self, for: service)
+            send(.ok(id: id, fields: ["service": .int(Int(service.rawValue)), "path": .string(target.path.string)]))
+        } catch {
+            send(.error(id: id, errno: "EINVAL", message: "\(error)"))
+        }
+    }
+
+    private func services(_ id: Int, _ path: String) {
+        guard let target = readable(id, path) else { return }
+        let found = server.domain.engine.services(for: target.path).sorted { $0.key < $1.key }.map { name, entry -> WireValue in
+            var fields: [String: WireValue] = ["name": .string(name), "path": .string(entry.1.path.string)]
+            if case .process(let pid) = entry.1.owner { fields["pid"] = .int(Int(pid)) }
+            return .object(fields)
+        }
+        send(.ok(id: id, fields: ["services": .array(found)]))
+    }
+
+    private func connect(_ id: Int, _ name: String, _ path: String) {
+        guard let target = readable(id, path) else { return }
+        guard let (service, registration) = server.domain.engine.services(for: target.path)[name],
+              let provider = server.provider(of: service) else {
+            return send(.error(id: id, errno: "ENOENT", message: "'\(path)' has no service named '\(name)'"))
+        }
+        var ends: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+            return send(.error(id: id, errno: ErrnoNames.name(of: errno), message: "socketpair failed"))
+        }
+        defer { Glibc.close(ends[0]); Glibc.close(ends[1]) }
+        let record = EventRecord(wd: Int(service.rawValue), mask: .serviceConnection, cookie: UInt64(peer.pid),
+                                 name: registration.name, path: target.path.string)
+        guard provider.send(.event(record), descriptor: ends[1]) else {
+            return send(.error(id: id, errno: "ECONNREFUSED", message: "the provider of '\(name)' is gone"))
+        }
+        _ = send(.ok(id: id, fields: ["name": .string(name), "descriptor": .bool(true)]), descriptor: ends[0])
     }
 
     // MARK: Watches
@@ -261,16 +340,30 @@ final class ClientConnection: @unchecked Sendable {
         if !written { shutdown(fd, Int32(SHUT_RDWR)) }   // the reader sees the end and cleans up
     }
 
+    /// Sends a line with a descriptor attached; false if the client is gone.
+    @discardableResult
+    func send(_ message: ServerMessage, descriptor: Int32) -> Bool {
+        guard !lock.withLock({ closed }) else { return false }
+        let bytes = WireCodec.encode(message)
+        let written = writeLock.withLock { DescriptorPassing.send(fd, bytes, descriptor: descriptor) }
+        if !written { shutdown(fd, Int32(SHUT_RDWR)) }
+        return written
+    }
+
     // MARK: Ending
 
     /// Ends everything the client had: watches go, holds end, pending holds are cancelled, and
     /// requests it never answered count as consent.
     func close() {
-        let (presenters, claims, pending, unanswered) = lock.withLock { () -> ([RemotePresenter], [AccessClaim], [AccessClaim], [@Sendable (Int32) -> Void]) in
-            if closed { return ([], [], [], []) }
+        let (presenters, claims, pending, unanswered, services) = lock.withLock { () -> ([RemotePresenter], [AccessClaim], [AccessClaim], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>) in
+            if closed { return ([], [], [], [], []) }
             closed = true
-            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = [] }
-            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), Array(answers.values))
+            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = []; vended = [] }
+            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), Array(answers.values), vended)
+        }
+        for service in services {
+            server.domain.engine.withdrawService(service)
+            server.setProvider(nil, for: service)
         }
         server.domain.setInheriting(peer.pid, false)
         for presenter in presenters { server.domain.removeFilePresenter(presenter) }

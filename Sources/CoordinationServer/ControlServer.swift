@@ -19,6 +19,8 @@ public final class ControlServer: @unchecked Sendable {
     private let lock = NSLock()
     private var listener: Int32 = -1
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
+    /// Which connection provides each vended service.
+    private var providers: [ServiceRegistrationID: ClientConnection] = [:]
     private var acceptThread: Thread?
     let logger = Logger(label: "org.coordfs.control")
 
@@ -71,6 +73,12 @@ public final class ControlServer: @unchecked Sendable {
             thread.start()
         }
     }
+
+    func setProvider(_ connection: ClientConnection?, for service: ServiceRegistrationID) {
+        lock.withLock { providers[service] = connection }
+    }
+
+    func provider(of service: ServiceRegistrationID) -> ClientConnection? { lock.withLock { providers[service] } }
 
     func forget(_ connection: ClientConnection) {
         lock.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(connection)) }

@@ -67,6 +67,14 @@ public enum WireCodec {
             return .cancel(id: try int(object, "id"), request: try int(object, "request"))
         case "status":
             return .status(id: try int(object, "id"))
+        case "vend":
+            return .vend(id: try int(object, "id"), name: try string(object, "name"), path: try string(object, "path"))
+        case "withdraw":
+            return .withdraw(id: try int(object, "id"), service: try int(object, "service"))
+        case "services":
+            return .services(id: try int(object, "id"), path: try string(object, "path"))
+        case "connect":
+            return .connect(id: try int(object, "id"), name: try string(object, "name"), path: try string(object, "path"))
         default:
             throw WireError("unknown op \"\(op)\"")
         }
@@ -90,6 +98,10 @@ public enum WireCodec {
         case .release(let id, let hold, let changed): object = ["op": "release", "id": id, "hold": hold, "changed": changed]
         case .cancel(let id, let request): object = ["op": "cancel", "id": id, "request": request]
         case .status(let id): object = ["op": "status", "id": id]
+        case .vend(let id, let name, let path): object = ["op": "vend", "id": id, "name": name, "path": path]
+        case .withdraw(let id, let service): object = ["op": "withdraw", "id": id, "service": service]
+        case .services(let id, let path): object = ["op": "services", "id": id, "path": path]
+        case .connect(let id, let name, let path): object = ["op": "connect", "id": id, "name": name, "path": path]
         }
         return line(object)
     }

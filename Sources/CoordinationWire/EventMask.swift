@@ -18,6 +18,9 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     public static let subitemChanged = EventMask(rawValue: 1 << 12)
     public static let subitemDeleted = EventMask(rawValue: 1 << 13)
     public static let presenterRemoved = EventMask(rawValue: 1 << 15)
+    /// To a provider: a client connected to one of its services (the record carries the socket;
+    /// `wd` is the service, `name` its name, `path` the item the client asked about).
+    public static let serviceConnection = EventMask(rawValue: 1 << 16)
     /// Set on records that wait for an answer.
     public static let request = EventMask(rawValue: 1 << 30)
 
@@ -31,7 +34,7 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
         ("ACCOMMODATE_DELETION", .accommodateDeletion), ("ACCOMMODATE_SUBITEM_DELETION", .accommodateSubitemDeletion),
         ("REACQUIRE", .reacquire), ("CHANGED", .changed), ("MOVED_FROM", .movedFrom), ("MOVED_TO", .movedTo),
         ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged), ("SUBITEM_DELETED", .subitemDeleted),
-        ("PRESENTER_REMOVED", .presenterRemoved), ("REQUEST", .request),
+        ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("REQUEST", .request),
     ]
 
     public var names: [String] { Self.names.filter { contains($0.1) }.map(\.0) }

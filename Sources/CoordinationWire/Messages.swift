@@ -43,6 +43,15 @@ public enum ClientMessage: Hashable, Sendable {
     case cancel(id: Int, request: Int)
     /// Who holds, waits and presents.
     case status(id: Int)
+    /// Vend the service `name` for the item at `path` and everything inside it. Each client that
+    /// connects arrives as a `SERVICE_CONNECTION` event carrying a connected socket.
+    case vend(id: Int, name: String, path: String)
+    case withdraw(id: Int, service: Int)
+    /// The services of the item at `path`: per name, the nearest provider up the tree.
+    case services(id: Int, path: String)
+    /// A connection to the service `name` of the item at `path`: the reply carries a connected
+    /// socket whose other end the provider received.
+    case connect(id: Int, name: String, path: String)
 }
 
 /// A message from the server.

@@ -14,10 +14,15 @@ public struct FileProviderService: Sendable {
     public let itemURL: URL
     let registration: ServiceRegistrationID
     let domain: CoordinationDomain
+    /// Set for a service of a mount served by another process.
+    let link: MountLink?
 
     /// A connection to the provider: a connected stream socket whose other end the provider's
     /// handler received (S3). Fails when the provider has withdrawn the service.
     public func connection() throws -> FileHandle {
+        if let link {
+            return try link.connect(name, at: try domain.locator.canonicalPath(of: itemURL))
+        }
         guard let handler = domain.serviceHandler(registration) else {
             throw FileCoordinationError.noSuchService(name)
         }
@@ -36,15 +41,19 @@ public final class ServiceRegistration: @unchecked Sendable {
     public let name: String
     let id: ServiceRegistrationID
     let domain: CoordinationDomain
+    let remote: (MountLink, Int)?
 
-    init(name: String, id: ServiceRegistrationID, domain: CoordinationDomain) {
+    init(name: String, id: ServiceRegistrationID, domain: CoordinationDomain, remote: (MountLink, Int)? = nil) {
         self.name = name
         self.id = id
         self.domain = domain
+        self.remote = remote
     }
 
     /// Stops vending: clients no longer find the service, and new connections fail.
-    public func withdraw() { domain.withdrawService(id) }
+    public func withdraw() {
+        if let (link, number) = remote { link.withdraw(number) } else { domain.withdrawService(id) }
+    }
 }
 
 /// Vending and finding services.
@@ -56,6 +65,12 @@ public enum FileProviderServices {
                             handler: @escaping @Sendable (FileHandle, URL) -> Void) throws -> ServiceRegistration {
         let path = try domain.locator.canonicalPath(of: url)
         guard ItemLocator.exists(path) else { throw FileCoordinationError.noSuchItem(path.string) }
+        if let link = domain.link(for: path) {
+            // Inside a mount served by another process: vend there, for every process to find.
+            let number = try link.vend(name, at: path, handler: handler)
+            return ServiceRegistration(name: name, id: ServiceRegistrationID(rawValue: UInt64(number)), domain: domain,
+                                       remote: (link, number))
+        }
         let owner = CoordinatorIdentity.purpose("service-provider-\(UUID().uuidString)")
         do {
             let id = try domain.engine.vendService(named: name, at: path, owner: owner)
@@ -72,8 +87,15 @@ public enum FileProviderServices {
     public static func services(forItemAt url: URL, domain: CoordinationDomain = .shared) throws -> [String: FileProviderService] {
         let path = try domain.locator.canonicalPath(of: url)
         var result: [String: FileProviderService] = [:]
+        if let link = domain.link(for: path) {
+            for name in try link.services(at: path) {
+                result[name] = FileProviderService(name: name, itemURL: url, registration: ServiceRegistrationID(rawValue: 0),
+                                                   domain: domain, link: link)
+            }
+            return result
+        }
         for (name, (id, _)) in domain.engine.services(for: path) {
-            result[name] = FileProviderService(name: name, itemURL: url, registration: id, domain: domain)
+            result[name] = FileProviderService(name: name, itemURL: url, registration: id, domain: domain, link: nil)
         }
         return result
     }

@@ -23,6 +23,7 @@ final class MountLink: @unchecked Sendable {
     private var watches: [ObjectIdentifier: Int] = [:]
     private var reacquirers: [UInt64: (OperationQueue, @Sendable () -> Void)] = [:]
     private var movedFrom: [UInt64: String] = [:]
+    private var serviceHandlers: [Int: @Sendable (FileHandle, URL) -> Void] = [:]
 
     /// The control socket of the mount holding `path`, if another process serves it.
     static func socket(for path: ItemPath) -> String? {
@@ -43,6 +44,47 @@ final class MountLink: @unchecked Sendable {
         client = try ControlClient(socketPath: socketPath)
         if case .string(let root)? = client.server["root"] { mountRoot = root } else { mountRoot = "/" }
         client.onEvent { [weak self] record in self?.deliver(record) }
+        client.onServiceConnection { [weak self] record, connection in
+            guard let handler = self?.lock.withLock({ self?.serviceHandlers[record.wd] }) else { return }
+            DispatchQueue.global().async { handler(connection, URL(fileURLWithPath: record.path)) }
+        }
+    }
+
+    // MARK: Services
+
+    /// Vends `name` for `path` in the mount; returns the registration number.
+    func vend(_ name: String, at path: ItemPath, handler: @escaping @Sendable (FileHandle, URL) -> Void) throws -> Int {
+        let fields: [String: WireValue]
+        do { fields = try client.request { .vend(id: $0, name: name, path: path.string) } } catch let error as ControlError {
+            throw error.errno == "EINVAL" ? FileCoordinationError.invalidServiceName(error.message) : FileCoordinationError.noSuchItem(error.message)
+        }
+        guard case .int(let number)? = fields["service"] else { throw FileCoordinationError.systemError("no service in the reply", EPROTO) }
+        lock.withLock { serviceHandlers[number] = handler }
+        return number
+    }
+
+    func withdraw(_ number: Int) {
+        lock.withLock { _ = serviceHandlers.removeValue(forKey: number) }
+        client.send(.withdraw(id: 0, service: number))
+    }
+
+    /// The names of the services of `path`.
+    func services(at path: ItemPath) throws -> [String] {
+        let fields: [String: WireValue]
+        do { fields = try client.request { .services(id: $0, path: path.string) } } catch let error as ControlError {
+            throw FileCoordinationError.noSuchItem(error.description)
+        }
+        guard case .array(let entries)? = fields["services"] else { return [] }
+        return entries.compactMap { entry in
+            if case .object(let object) = entry, case .string(let name)? = object["name"] { return name }
+            return nil
+        }
+    }
+
+    func connect(_ name: String, at path: ItemPath) throws -> FileHandle {
+        do { return try client.connect(service: name, at: path.string) } catch let error as ControlError {
+            throw error.errno == "ENOENT" ? FileCoordinationError.noSuchService(name) : FileCoordinationError.systemError(error.description, ECONNREFUSED)
+        }
     }
 
     /// True when this very process serves the socket (a mount's own process): it needs no link.

@@ -1,0 +1,82 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Sending and receiving a line with a file descriptor attached (SCM_RIGHTS), for service
+/// connections. The descriptor rides on the line's first byte; a reader keeps descriptors in
+/// arrival order and gives each to the next line that carries one (a `connect` reply or a
+/// `SERVICE_CONNECTION` event).
+public enum DescriptorPassing {
+    private static let controlSpace = 24          // CMSG_SPACE(sizeof(int)) on 64-bit Linux
+    private static let controlLength = 20         // CMSG_LEN(sizeof(int))
+    private static let rights: Int32 = 1          // SCM_RIGHTS
+
+    /// Sends `bytes` with `descriptor` attached; false on failure.
+    public static func send(_ socket: Int32, _ bytes: [UInt8], descriptor: Int32) -> Bool {
+        var control = [UInt8](repeating: 0, count: controlSpace)
+        control.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: UInt(controlLength), toByteOffset: 0, as: UInt.self)
+            raw.storeBytes(of: SOL_SOCKET, toByteOffset: 8, as: Int32.self)
+            raw.storeBytes(of: rights, toByteOffset: 12, as: Int32.self)
+            raw.storeBytes(of: descriptor, toByteOffset: 16, as: Int32.self)
+        }
+        var bytes = bytes
+        return bytes.withUnsafeMutableBytes { data in
+            control.withUnsafeMutableBytes { controlBuffer in
+                var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
+                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                    var message = msghdr()
+                    message.msg_iov = vectorPointer
+                    message.msg_iovlen = 1
+                    message.msg_control = controlBuffer.baseAddress
+                    message.msg_controllen = controlSpace
+                    let sent = sendmsg(socket, &message, Int32(MSG_NOSIGNAL))
+                    guard sent >= 0 else { return false }
+                    // The rest of a partly sent line goes without the descriptor.
+                    var offset = sent
+                    while offset < data.count {
+                        let more = Glibc.send(socket, data.baseAddress! + offset, data.count - offset, Int32(MSG_NOSIGNAL))
+                        if more <= 0 { if errno == EINTR { continue }; return false }
+                        offset += more
+                    }
+                    return true
+                }
+            }
+        }
+    }
+
+    /// Reads into `buffer`; returns the byte count (0 at end, -1 on error) and any descriptors
+    /// that came with them.
+    public static func receive(_ socket: Int32, into buffer: inout [UInt8]) -> (count: Int, descriptors: [Int32]) {
+        var control = [UInt8](repeating: 0, count: controlSpace * 4)
+        let result = buffer.withUnsafeMutableBytes { data in
+            control.withUnsafeMutableBytes { controlBuffer -> (Int, Int) in
+                var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
+                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                    var message = msghdr()
+                    message.msg_iov = vectorPointer
+                    message.msg_iovlen = 1
+                    message.msg_control = controlBuffer.baseAddress
+                    message.msg_controllen = controlBuffer.count
+                    let count = recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC))
+                    return (count, Int(message.msg_controllen))
+                }
+            }
+        }
+        var descriptors: [Int32] = []
+        var offset = 0
+        while offset + 16 <= result.1 {
+            let length = control.withUnsafeBytes { Int($0.load(fromByteOffset: offset, as: UInt.self)) }
+            let level = control.withUnsafeBytes { $0.load(fromByteOffset: offset + 8, as: Int32.self) }
+            let type = control.withUnsafeBytes { $0.load(fromByteOffset: offset + 12, as: Int32.self) }
+            if level == SOL_SOCKET && type == rights && length >= 16 {
+                for index in 0..<((length - 16) / 4) {
+                    descriptors.append(control.withUnsafeBytes { $0.load(fromByteOffset: offset + 16 + index * 4, as: Int32.self) })
+                }
+            }
+            guard length > 0 else { break }
+            offset += (length + 7) & ~7
+        }
+        return (result.0, descriptors)
+    }
+}

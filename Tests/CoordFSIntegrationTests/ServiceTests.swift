@@ -1,0 +1,162 @@
+import FileCoordination
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Named services across processes: providers vend for a subtree, clients find and connect.
+@Suite struct NamedServices {
+    let binary = Paths.binary.path
+
+    /// A `coordfs vend` provider answering each line with "<label>: <line>".
+    func provider(_ name: String, _ path: String, label: String) throws -> Child {
+        let child = try Child(binary, ["vend", name, path, "--", "sh", "-c", "while read l; do echo \"\(label): $l\"; done"])
+        return child
+    }
+
+    func services(_ path: String) throws -> [String] {
+        try run(binary, ["services", path]).output.split(separator: "\n").map { String($0.split(separator: " ").first ?? "") }
+    }
+
+    func talk(_ path: String, _ name: String, _ input: String) throws -> (status: Int32, output: String, errors: String) {
+        try run("/bin/sh", ["-c", "printf '\(input)' | \(binary) services '\(path)' --connect \(name)"])
+    }
+
+    @Test func aProviderVendsTwoNamesAndAClientDeepInsideConnectsBothWays() throws {
+        let fx = try MountFixture()
+        try fx.seed("project/src/deep/file.txt")
+        let echo = try provider("org.example.echo", fx.path("project"), label: "echo")
+        let status = try provider("org.example.status", fx.path("project"), label: "status")
+        defer { withExtendedLifetime((echo, status)) {} }
+        let deep = fx.path("project/src/deep/file.txt")
+        #expect(eventually { (try? services(deep)) == ["org.example.echo", "org.example.status"] })
+        let reply = try talk(deep, "org.example.echo", "hello\\nagain\\n")
+        #expect(reply.output == "echo: hello\necho: again\n", "\(reply.errors)")
+        #expect(try talk(deep, "org.example.status", "ping\\n").output == "status: ping\n")
+        // Outside the subtree: nothing; an unknown name: a clear error.
+        try fx.seed("elsewhere.txt")
+        #expect(try services(fx.path("elsewhere.txt")).isEmpty)
+        let unknown = try talk(deep, "org.example.missing", "x\\n")
+        #expect(unknown.status != 0 && unknown.errors.contains("no service named 'org.example.missing'"))
+    }
+
+    @Test func aNearerRegistrationWinsAndAMoveKeepsTheServices() throws {
+        let fx = try MountFixture()
+        try fx.seed("project/sub/file.txt")
+        let outer = try provider("org.example.svc", fx.path("project"), label: "outer")
+        let inner = try provider("org.example.svc", fx.path("project/sub"), label: "inner")
+        defer { withExtendedLifetime((outer, inner)) {} }
+        try fx.seed("project/top.txt")
+        #expect(eventually { (try? services(fx.path("project/sub/file.txt"))) == ["org.example.svc"] })
+        #expect(eventually { (try? talk(fx.path("project/sub/file.txt"), "org.example.svc", "a\\n").output) == "inner: a\n" })
+        #expect(try talk(fx.path("project/top.txt"), "org.example.svc", "b\\n").output == "outer: b\n")
+        #expect(try run("/bin/mv", [fx.path("project"), fx.path("renamed")]).status == 0)
+        #expect(try talk(fx.path("renamed/sub/file.txt"), "org.example.svc", "c\\n").output == "inner: c\n")
+        #expect(try talk(fx.path("renamed/top.txt"), "org.example.svc", "d\\n").output == "outer: d\n")
+    }
+
+    @Test func theProvidersDeathRemovesItsServicesAndItsClientsSeeEndOfFile() throws {
+        let fx = try MountFixture()
+        try fx.seed("project/file.txt")
+        let provider = try provider("org.example.svc", fx.path("project"), label: "p")
+        #expect(eventually { (try? services(fx.path("project/file.txt"))) == ["org.example.svc"] })
+        // A client that stays connected.
+        let client = try Child(binary, ["services", fx.path("project/file.txt"), "--connect", "org.example.svc"])
+        client.send("first")
+        #expect(client.next() == "p: first")
+        provider.signal(SIGKILL)
+        #expect(client.waitForExit(timeout: .seconds(5)) == 0, "the client sees end-of-file and ends")
+        #expect(eventually { (try? services(fx.path("project/file.txt")))?.isEmpty == true })
+    }
+
+    @Test func deletingTheItemEndsItsServices() throws {
+        let fx = try MountFixture()
+        try fx.seed("gone/file.txt")
+        try fx.seed("kept.txt")
+        let provider = try provider("org.example.svc", fx.path("gone"), label: "p")
+        defer { withExtendedLifetime(provider) {} }
+        #expect(eventually { (try? services(fx.path("gone/file.txt"))) == ["org.example.svc"] })
+        #expect(try run("/bin/rm", ["-r", fx.path("gone")]).status == 0)
+        try FileManager.default.createDirectory(atPath: fx.path("gone"), withIntermediateDirectories: true)
+        #expect(try services(fx.path("gone")).isEmpty, "a new item at the path has no services")
+    }
+
+    @Test func badRegistrationsGetClearErrors() throws {
+        let fx = try MountFixture()
+        try fx.seed("dir/file.txt")
+        let cases: [([String], String)] = [
+            (["vend", "", fx.path("dir"), "--", "cat"], "empty"),
+            (["vend", String(repeating: "n", count: 256), fx.path("dir"), "--", "cat"], "at most 255"),
+            (["vend", "org.example.x", fx.path("missing"), "--", "cat"], "no item"),
+            (["vend", "org.example.x", "/etc", "--socket", try socketPath(fx), "--", "cat"], "not inside the mount"),
+            (["vend", "org.example.x", fx.path("dir")], "command"),
+        ]
+        for (arguments, message) in cases {
+            let result = try run(binary, arguments)
+            #expect(result.status != 0 && result.errors.contains(message), "\(arguments.prefix(2)): \(result.errors)")
+        }
+    }
+
+    @Test func theSwiftAPIVendsAndConnectsThroughTheMount() throws {
+        let fx = try MountFixture()
+        try fx.seed("project/deep/file.txt")
+        // This process provides, through FileProviderServices; another process connects.
+        let registration = try FileProviderServices.vend(named: "org.example.swift", forItemAt: URL(fileURLWithPath: fx.path("project"))) { connection, item in
+            while case let data = connection.availableData, !data.isEmpty {
+                connection.write(Data("swift saw \(item.lastPathComponent): ".utf8) + data)
+            }
+        }
+        defer { registration.withdraw() }
+        let reply = try talk(fx.path("project/deep/file.txt"), "org.example.swift", "hi\\n")
+        #expect(reply.output == "swift saw file.txt: hi\n", "\(reply.errors)")
+        // Another process provides; this process finds and connects through the Swift API.
+        let other = try provider("org.example.cli", fx.path("project"), label: "cli")
+        defer { withExtendedLifetime(other) {} }
+        let deep = URL(fileURLWithPath: fx.path("project/deep/file.txt"))
+        #expect(eventually { (try? FileProviderServices.services(forItemAt: deep).keys.sorted()) == ["org.example.cli", "org.example.swift"] })
+        let connection = try FileProviderServices.service(named: "org.example.cli", forItemAt: deep).connection()
+        connection.write(Data("ping\n".utf8))
+        var received = Data()
+        while !received.contains(UInt8(ascii: "\n")), case let chunk = connection.availableData, !chunk.isEmpty { received += chunk }
+        #expect(String(decoding: received, as: UTF8.self) == "cli: ping\n")
+        #expect(throws: FileCoordinationError.noSuchService("org.example.none")) {
+            try FileProviderServices.service(named: "org.example.none", forItemAt: deep)
+        }
+    }
+
+    @Test func onlyReadersSeeOrConnectAndOnlyReadersVend() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try fx.seed("open/file.txt")
+        try fx.seed("private/file.txt")
+        chmod(fx.backingPath("open"), 0o755)
+        chmod(fx.backingPath("private"), 0o700)
+        let open = try provider("org.example.svc", fx.path("open"), label: "o")
+        let closed = try provider("org.example.svc", fx.path("private"), label: "p")
+        defer { withExtendedLifetime((open, closed)) {} }
+        #expect(eventually { (try? services(fx.path("private/file.txt"))) == ["org.example.svc"] })
+        let script = """
+        import os, socket, sys, json
+        root = sys.argv[1]
+        address = os.getxattr(root, "user.coordfs.socket").decode()
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)
+        s = socket.socket(socket.AF_UNIX); s.connect(address); f = s.makefile("rwb", buffering=0)
+        def ask(message):
+            f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+        ask({"op": "hello", "id": 1, "version": 1})
+        print([entry["name"] for entry in ask({"op": "services", "id": 2, "path": root + "/open/file.txt"})["services"]])
+        print(ask({"op": "services", "id": 3, "path": root + "/private/file.txt"}).get("error"))
+        print(ask({"op": "connect", "id": 4, "name": "org.example.svc", "path": root + "/private/file.txt"}).get("error"))
+        print(ask({"op": "vend", "id": 5, "name": "org.example.mine", "path": root + "/private"}).get("error"))
+        print(ask({"op": "vend", "id": 6, "name": "org.example.mine", "path": root + "/open"}).get("ok"))
+        """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
+        #expect(result.output.split(separator: "\n") == ["['org.example.svc']", "EACCES", "EACCES", "EACCES", "True"],
+                "\(result.output) \(result.errors)")
+    }
+
+    func socketPath(_ fx: MountFixture) throws -> String {
+        try run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.socket').decode())", fx.mountPoint.path])
+            .output.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
