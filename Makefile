@@ -34,9 +34,15 @@ test: setup
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --no-parallel
 
+# The engine's figures, then the filesystem table (native, coordfs on and off, bindfs,
+# passthrough_ll); BENCH_REPEATS sets the interleaved repeats.
+BENCH_REPEATS ?= 3
 bench: setup
+	@command -v bindfs >/dev/null || { apt-get install -y -qq bindfs >/dev/null 2>&1 || true; }
 	$(SWIFT) build -c release --product CoordFSBench
+	$(SWIFT) build -c release --product coordfs
 	.build/release/CoordFSBench
+	python3 Benchmarks/fsbench.py .build/release/coordfs --repeats $(BENCH_REPEATS)
 
 # The long run (not in CI): fio rounds for SOAK_SECONDS under churn and a presenter, then a summary.
 soak: build

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""The filesystem benchmark of `make bench`: one fixed job set against the native backing
+directory and several FUSE mounts of the same kind of directory, repeats interleaved, printed as
+one table of medians with each target's ratio to native.
+
+  fsbench.py COORDFS_BINARY [--repeats N] [--quick]
+
+Targets: native, coordfs (coordination on), coordfs --coordination off, and, when available,
+bindfs and libfuse's passthrough_ll (built from the libfuse3-dev examples).
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+binary = os.path.abspath(sys.argv[1])
+repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
+quick = "--quick" in sys.argv
+size_mb = 64 if quick else 256
+runtime = 2 if quick else 4
+files = 500 if quick else 2000
+base = tempfile.mkdtemp(prefix="coordfs-bench-", dir="/tmp")
+
+
+def sh(*args, **kwargs):
+    return subprocess.run(args, check=True, capture_output=True, text=True, **kwargs)
+
+
+def drop_caches():
+    subprocess.run(["sync"])
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as out:
+            out.write("3")
+    except OSError:
+        pass
+
+
+def build_passthrough_ll():
+    examples = "/usr/share/doc/libfuse3-dev/examples"
+    if not os.path.exists(examples + "/passthrough_ll.c"):
+        return None
+    os.makedirs(os.path.join(base, "bin"), exist_ok=True)
+    target = os.path.join(base, "bin", "passthrough_ll")
+    try:
+        flags = sh("pkg-config", "fuse3", "--cflags", "--libs").stdout.split()
+        sh("gcc", "-O2", "-o", target, examples + "/passthrough_ll.c", "-I", examples, *flags)
+        return target
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return None
+
+
+class Target:
+    def __init__(self, name, mount):
+        self.name = name
+        self.mount = mount          # a function(backing, mountpoint) -> unmount function, or None for native
+        self.backing = os.path.join(base, name, "backing")
+        self.point = os.path.join(base, name, "mnt")
+        os.makedirs(self.backing)
+        os.makedirs(self.point)
+        self.unmount = mount(self.backing, self.point) if mount else None
+        self.directory = self.point if mount else self.backing
+
+
+def coordfs(*extra):
+    def mount(backing, point):
+        sh(binary, "mount", backing, point, *extra)
+        return lambda: subprocess.run([binary, "unmount", point])
+    return mount
+
+
+def fuse_program(*command):
+    def mount(backing, point):
+        subprocess.run([part.format(backing=backing, point=point) for part in command], check=True, capture_output=True)
+        for _ in range(100):
+            if os.path.ismount(point):
+                break
+            time.sleep(0.05)
+        return lambda: subprocess.run(["fusermount3", "-u", point])
+    return mount
+
+
+targets = []
+
+
+def fio(directory, name, *options):
+    result = subprocess.run(["fio", "--name=" + name, "--directory=" + directory, "--output-format=json",
+                             "--group_reporting", *options], capture_output=True, text=True)
+    report = json.loads(result.stdout[result.stdout.index("{"):])["jobs"][0]
+    return report
+
+
+def job_seq_write(t):
+    r = fio(t.directory, "seqwrite", "--rw=write", "--bs=1m", "--size=%dm" % size_mb, "--end_fsync=0", "--ioengine=psync")
+    return r["write"]["bw_bytes"] / 2**20
+
+
+def prepare_read_file(t):
+    path = os.path.join(t.directory, "seqread.0.0")
+    if not os.path.exists(path):
+        fio(t.directory, "seqread", "--rw=write", "--bs=1m", "--size=%dm" % size_mb)
+
+
+def job_seq_read_cold(t):
+    prepare_read_file(t)
+    drop_caches()
+    return fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb)["read"]["bw_bytes"] / 2**20
+
+
+def job_seq_read_warm(t):
+    prepare_read_file(t)
+    fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb)
+    return fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb)["read"]["bw_bytes"] / 2**20
+
+
+def job_rand_read(t):
+    prepare_read_file(t)
+    fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb)
+    return fio(t.directory, "seqread", "--rw=randread", "--bs=4k", "--size=%dm" % size_mb,
+               "--time_based", "--runtime=%d" % runtime)["read"]["iops"]
+
+
+def job_rand_write(t):
+    return fio(t.directory, "randwrite", "--rw=randwrite", "--bs=4k", "--size=%dm" % (size_mb // 4),
+               "--time_based", "--runtime=%d" % runtime)["write"]["iops"]
+
+
+def job_four_writers(t):
+    return fio(t.directory, "four", "--rw=write", "--bs=1m", "--size=%dm" % (size_mb // 4), "--numjobs=4")["write"]["bw_bytes"] / 2**20
+
+
+def metadata(t, phase):
+    directory = os.path.join(t.directory, "meta")
+    os.makedirs(directory, exist_ok=True)
+    names = [os.path.join(directory, "f%05d" % i) for i in range(files)]
+    rates = []
+    chunk = max(1, files // 10)
+    for start in range(0, files, chunk):
+        began = time.perf_counter()
+        for name in names[start:start + chunk]:
+            if phase == "create":
+                os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
+            elif phase == "stat":
+                os.stat(name)
+            else:
+                os.unlink(name)
+        rates.append(chunk / (time.perf_counter() - began))
+    return statistics.median(rates)
+
+
+def job_create(t): return metadata(t, "create")
+def job_stat(t): return metadata(t, "stat")
+def job_unlink(t): return metadata(t, "unlink")
+
+
+jobs = [("seq write 1 MiB (MiB/s)", job_seq_write), ("seq read cold 1 MiB (MiB/s)", job_seq_read_cold),
+        ("seq read warm 1 MiB (MiB/s)", job_seq_read_warm), ("rand read 4 KiB cached (IOPS)", job_rand_read),
+        ("rand write 4 KiB (IOPS)", job_rand_write), ("4 seq writers 1 MiB (MiB/s)", job_four_writers),
+        ("create+close (ops/s)", job_create), ("stat (ops/s)", job_stat), ("unlink (ops/s)", job_unlink)]
+
+results = {}
+try:
+    # Mounted inside the try: whatever fails, what was mounted is unmounted.
+    targets.append(Target("native", None))
+    targets.append(Target("coordfs", coordfs()))
+    targets.append(Target("coordfs-off", coordfs("--coordination", "off")))
+    if shutil.which("bindfs"):
+        targets.append(Target("bindfs", fuse_program("bindfs", "{backing}", "{point}")))
+    passthrough_ll = build_passthrough_ll()
+    if passthrough_ll:
+        targets.append(Target("passthrough_ll", fuse_program(passthrough_ll, "-o", "source={backing}", "{point}")))
+    results = {(job, t.name): [] for job, _ in jobs for t in targets}
+    for round_number in range(repeats):
+        for job, run in jobs:
+            for t in (targets if round_number % 2 == 0 else list(reversed(targets))):
+                results[(job, t.name)].append(run(t))
+        for t in targets:
+            for entry in os.listdir(t.directory):
+                path = os.path.join(t.directory, entry)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+finally:
+    for t in targets:
+        if t.unmount:
+            t.unmount()
+    shutil.rmtree(base, ignore_errors=True)
+
+names = [t.name for t in targets]
+print("filesystem benchmark: %d repeats interleaved, %d MiB files, %d metadata ops; medians, ratio to native"
+      % (repeats, size_mb, files))
+width = max(len(job) for job, _ in jobs)
+print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
+for job, _ in jobs:
+    native = statistics.median(results[(job, "native")])
+    cells = []
+    for name in names:
+        value = statistics.median(results[(job, name)])
+        cells.append("%-20s" % ("%.0f" % value if name == "native" else "%.0f (%.2fx)" % (value, value / native if native else 0)))
+    print("%-*s  %s" % (width, job, "  ".join(cells)))
