@@ -190,9 +190,23 @@ final class ClaimBox: @unchecked Sendable {
     }
 }
 
-/// Thread id → thread group id, read from /proc.
+/// Thread id → thread group id, read from /proc and remembered for a second: a thread id is not
+/// reused that fast, and metadata-heavy programs make thousands of calls a second.
 enum ProcessInfoCache {
+    private static let cache = Mutex<[pid_t: (group: pid_t, read: ContinuousClock.Instant)]>([:])
+
     static func threadGroup(of tid: pid_t) -> pid_t {
+        let now = ContinuousClock.now
+        if let known = cache.withLock({ $0[tid] }), now - known.read < .seconds(1) { return known.group }
+        let group = readThreadGroup(of: tid)
+        cache.withLock { cache in
+            if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
+            cache[tid] = (group, now)
+        }
+        return group
+    }
+
+    private static func readThreadGroup(of tid: pid_t) -> pid_t {
         let fd = open("/proc/\(tid)/status", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return tid }
         defer { close(fd) }
