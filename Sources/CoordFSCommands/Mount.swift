@@ -47,6 +47,9 @@ struct Mount: ParsableCommand {
     @Option(help: "Write the daemon's log to this file.")
     var log: String?
 
+    @Flag(help: "Let the kernel cache writes and send them later (faster small writes; see the README for the trade-off).")
+    var writebackCache = false
+
     func run() throws {
         let configuration = try makeConfiguration()
         try Self.validate(configuration)
@@ -72,6 +75,7 @@ struct Mount: ParsableCommand {
         configuration.waitTimeout = wait == 0 ? nil : .milliseconds(Int64(wait * 1000))
         configuration.presenterTimeout = .milliseconds(Int64((presenterTimeout ?? loaded?.presenterTimeout ?? 5) * 1000))
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
+        configuration.writebackCache = writebackCache || loaded?.writebackCache == true
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
         configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) }
         return configuration

@@ -20,6 +20,7 @@ struct Profile {
     var packageExtensions: [String] = []
     var options: [String] = []
     var rules: [(String, CoordinationMode)] = []
+    var writebackCache = false
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
     static func locate(_ name: String) -> URL? {
@@ -67,6 +68,7 @@ struct Profile {
             case "wait-timeout": waitTimeout = try seconds(value)
             case "presenter-timeout": presenterTimeout = try seconds(value)
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            case "writeback-cache": writebackCache = ["true", "yes", "on", "1"].contains(value)
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             case _ where key.hasPrefix("mode "):
                 rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))

@@ -10,7 +10,7 @@ import Glibc
 extension Filesystem {
     func open(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let flags = cfs_file_info_flags(fi)
+        let flags = backingFlags(cfs_file_info_flags(fi))
         let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
         let (relative, path) = itemPath(inode)
         let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), relative: relative, path: path, isDirectory: false)
@@ -33,6 +33,15 @@ extension Filesystem {
         }
     }
 
+    /// With the writeback cache the kernel reads pages it writes partly and appends by itself:
+    /// write-only opens become read-write, and O_APPEND is the kernel's.
+    private func backingFlags(_ flags: Int32) -> Int32 {
+        guard configuration.writebackCache else { return flags }
+        var flags = flags & ~O_APPEND
+        if flags & O_ACCMODE == O_WRONLY { flags = (flags & ~O_ACCMODE) | O_RDWR }
+        return flags
+    }
+
     /// True when the backing file is as the mount last left it: the kernel's cached pages are
     /// still right (fuse-measurements.md, finding 1).
     private func unchangedSinceLastOpen(_ inode: Inode, _ fd: Int32) -> Bool {
@@ -46,7 +55,7 @@ extension Filesystem {
 
     func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        let flags = cfs_file_info_flags(fi)
+        let flags = backingFlags(cfs_file_info_flags(fi))
         let (relative, path) = itemPath(parent, name)
         let info = fi.pointee
         // A write on the new item; it stays held as the open's intent.

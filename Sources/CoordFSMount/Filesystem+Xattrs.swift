@@ -11,9 +11,15 @@ extension Filesystem {
     func getxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ size: Int) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         if let own = ownAttribute(inode, name) { return answer(reply, Array(own.utf8), size) }
+        let isCapability = name == "security.capability"
+        if isCapability && inode.hasNoCapability.load(ordering: .relaxed) { return reply.error(ENODATA) }
         if size == 0 {
             let needed = cfs_getxattr(procPath(inode.fd), name, nil, 0)
-            if needed == -1 { return reply.error(Errno.current) }
+            if needed == -1 {
+                let failure = Errno.current
+                if isCapability && failure.code == ENODATA { inode.hasNoCapability.store(true, ordering: .relaxed) }
+                return reply.error(failure)
+            }
             return reply.xattrSize(needed)
         }
         var buffer = [UInt8](repeating: 0, count: size)
@@ -36,10 +42,12 @@ extension Filesystem {
     }
 
     func setxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ value: [UInt8], _ flags: Int32) {
+        inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
         changeAttribute(reply, id) { inode in cfs_setxattr(procPath(inode.fd), name, value, value.count, flags) }
     }
 
     func removexattr(_ reply: Reply, _ id: UInt64, _ name: String) {
+        inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
         changeAttribute(reply, id) { inode in cfs_removexattr(procPath(inode.fd), name) }
     }
 

@@ -21,6 +21,9 @@ final class Inode: @unchecked Sendable {
     /// Size, mtime and ctime when the last open of it ended: if they are the same at the next
     /// open, nothing changed behind the mount's back and the kernel may keep its page cache.
     var lastSeen: (size: Int64, mtime: timespec, ctime: timespec)?
+    /// Known to have no `security.capability`: the kernel asks before every write, and every
+    /// change of it goes through the mount (fuse-measurements.md, finding 2).
+    let hasNoCapability = Atomic<Bool>(false)
 
     init(id: UInt64, device: UInt64, number: UInt64, fd: Int32, isDirectory: Bool, parent: UInt64, name: String) {
         self.id = id
