@@ -225,4 +225,13 @@ import Glibc
         #expect(watcher.next() == "visible.txt", "the first it hears of is the visible one")
         #expect(watcher.next(timeout: .milliseconds(300)) == nil, "nothing about hidden.txt")
     }
+
+    @Test func aWatchEndsWithPresenterRemovedWhenItsItemIsDeleted() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let watcher = try startPresenter(fx.path("doc.txt"), ["--mask", "PRESENTER_REMOVED"])
+        #expect(try run("/bin/rm", [fx.path("doc.txt")]).status == 0)
+        #expect(watcher.next()?.contains("PRESENTER_REMOVED") == true)
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == false }, "the watch is gone")
+    }
 }

@@ -55,6 +55,35 @@ import Glibc
     }
 }
 
+/// P15 across processes: the same access messages a presenter in another process exactly as
+/// one in the coordinator's own process.
+@Suite struct PresentersInOtherProcesses {
+    @Test("P15 presenters in other processes are messaged exactly as those in the coordinator's process") func p15() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "text\n")
+        let url = URL(fileURLWithPath: fx.path("doc.txt"))
+        let log = EventLog()
+        let local = LoggingPresenter("L", url.path, log: log)   // answers without writing anything
+        FileCoordinator.addFilePresenter(local)
+        defer { FileCoordinator.removeFilePresenter(local) }
+        let remote = try Child("/usr/bin/python3", [Paths.scripts.appendingPathComponent("presenter.py").path, url.path])
+        #expect(remote.next()?.contains("\"ok\": true") == true && remote.next()?.contains("\"wd\"") == true)
+        func remoteEvents() -> [String] {
+            var names: [String] = []
+            while let line = remote.next(timeout: .milliseconds(500)),
+                  let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] {
+                names.append(((record["events"] as? [String]) ?? []).filter { $0 != "REQUEST" }.joined(separator: ","))
+            }
+            return names
+        }
+        // A read by this process's own coordinator: both presenters, the same messages.
+        try FileCoordinator().coordinate(readingItemAt: url) { _ in }
+        #expect(eventually { log.events.count == 3 })
+        #expect(log.events == ["L:relinquishToReader", "L:save", "L:reacquire"])
+        #expect(remoteEvents() == ["RELINQUISH_READER", "SAVE", "REACQUIRE"])
+    }
+}
+
 /// Saves its contents when asked, follows moves, logs what it was asked.
 final class SavingEditor: FilePresenter, @unchecked Sendable {
     let log = EventLog()
