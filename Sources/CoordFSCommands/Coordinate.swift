@@ -45,7 +45,7 @@ struct Coordinate: ParsableCommand {
     }
 
     func run() throws {
-        let resolve = { (path: String) in URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path }
+        let resolve = ServerConnection.resolve
         let intents = read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
             + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
         let sockets = Set(intents.map { socket ?? ControlClient.socketPath(for: $0.path) ?? "" })

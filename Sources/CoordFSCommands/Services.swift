@@ -23,12 +23,8 @@ struct Services: ParsableCommand {
     var socket: String?
 
     func run() throws {
-        let resolved = URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path
-        guard let socketPath = socket ?? ControlClient.socketPath(for: resolved) else {
-            throw CommandFailure("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
-        }
-        let client: ControlClient
-        do { client = try ControlClient(socketPath: socketPath) } catch { throw CommandFailure("\(error)") }
+        let resolved = ServerConnection.resolve(path)
+        let client = try ServerConnection.connect(for: resolved, explicit: socket)
         guard let name = connect else {
             let fields: [String: WireValue]
             do { fields = try client.request { .services(id: $0, path: resolved) } } catch { throw CommandFailure("\(error)") }

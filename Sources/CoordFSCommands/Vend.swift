@@ -34,12 +34,8 @@ struct Vend: ParsableCommand {
     }
 
     func run() throws {
-        let resolved = URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path
-        guard let socketPath = socket ?? ControlClient.socketPath(for: resolved) else {
-            throw CommandFailure("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
-        }
-        let client: ControlClient
-        do { client = try ControlClient(socketPath: socketPath) } catch { throw CommandFailure("\(error)") }
+        let resolved = ServerConnection.resolve(path)
+        let client = try ServerConnection.connect(for: resolved, explicit: socket)
         let command = self.command
         client.onServiceConnection { record, connection in
             Thread { Vend.serve(connection, record, command) }.start()

@@ -49,10 +49,8 @@ struct Watch: ParsableCommand {
         var clients: [String: ControlClient] = [:]
         let ended = DispatchSemaphore(value: 0)
         for path in paths {
-            let resolved = URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path
-            guard let socketPath = socket ?? ControlClient.socketPath(for: resolved) else {
-                throw CommandFailure("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
-            }
+            let resolved = ServerConnection.resolve(path)
+            let socketPath = try ServerConnection.socket(for: resolved, explicit: socket)
             let client: ControlClient
             if let existing = clients[socketPath] {
                 client = existing

@@ -126,16 +126,7 @@ final class CoordinatedAccess: @unchecked Sendable {
             timer = nil
         }
         let messenger = PresenterMessenger(grant.requests, domain: domain) { [self] error in
-            if let error {
-                domain.engine.release(grant.id)
-                let messenger = lock.withLock { () -> PresenterMessenger? in
-                    if case .messaging(_, let messenger) = phase { return messenger }
-                    return nil
-                }
-                messenger?.endAccess()
-                fail(error)
-                return
-            }
+            if let error { return abandonGrant(grant, error) }
             domain.engine.finishMessaging(grant.id)
             takeRemote(remoteGroups(grant)[...]) { [self] error in
                 if let error { return abandonGrant(grant, error) }

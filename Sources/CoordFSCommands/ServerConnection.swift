@@ -1,0 +1,24 @@
+import CoordinationClient
+import Foundation
+
+/// Finding and reaching the control socket that serves a path, for every command that needs one.
+enum ServerConnection {
+    /// `path` made absolute with symbolic links resolved, as the server expects it.
+    static func resolve(_ path: String) -> String {
+        URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path
+    }
+
+    /// The socket serving `path`: `explicit` when given, else the mount's or the daemon's.
+    static func socket(for path: String, explicit: String?) throws -> String {
+        guard let socket = explicit ?? ControlClient.socketPath(for: path) else {
+            throw CommandFailure("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
+        }
+        return socket
+    }
+
+    /// A connected, greeted client of the socket serving `path`.
+    static func connect(for path: String, explicit: String?) throws -> ControlClient {
+        let socket = try socket(for: path, explicit: explicit)
+        do { return try ControlClient(socketPath: socket) } catch { throw CommandFailure("\(error)") }
+    }
+}
