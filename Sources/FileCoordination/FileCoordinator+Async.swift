@@ -22,10 +22,15 @@ extension FileCoordinator {
                 queue.addOperation { accessor(error) }
             case .success:
                 queue.addOperation { [self] in
-                    apply(access, to: intents)
+                    let snapshots: [UploadSnapshot]
+                    do { snapshots = try apply(access, to: intents) } catch {
+                        access.end()
+                        return accessor(error)
+                    }
                     pushRunning(access)
                     accessor(nil)
                     popRunning(access)
+                    snapshots.forEach { $0.remove() }
                     access.end()
                 }
             }
@@ -37,11 +42,27 @@ extension FileCoordinator {
         return makeAccess(try intents.map { try engineIntent($0.url, $0.kind) })
     }
 
-    /// Points each intent at its item's location after moves made while waiting (C11).
-    func apply(_ access: CoordinatedAccess, to intents: [FileAccessIntent]) {
-        for (intent, (requested, granted)) in zip(intents, zip(access.request.intents, access.grantedIntents)) {
-            intent.update(url: Self.accessorURL(original: intent.url, requested: requested, granted: granted))
+    /// Points each intent at its item's location after moves made while waiting (C11), or, for
+    /// a forUploading read, at a snapshot of it (O4). The snapshots are the caller's to remove
+    /// when the accessor returns. (Here the item stays held until then: a call's intents are
+    /// released together.)
+    func apply(_ access: CoordinatedAccess, to intents: [FileAccessIntent]) throws -> [UploadSnapshot] {
+        var snapshots: [UploadSnapshot] = []
+        do {
+            for (intent, (requested, granted)) in zip(intents, zip(access.request.intents, access.grantedIntents)) {
+                if requested.kind.readingOptionsValue.contains(.forUploading) {
+                    let snapshot = try UploadSnapshot(of: granted.path)
+                    snapshots.append(snapshot)
+                    intent.update(url: snapshot.url)
+                } else {
+                    intent.update(url: Self.accessorURL(original: intent.url, requested: requested, granted: granted))
+                }
+            }
+        } catch {
+            snapshots.forEach { $0.remove() }
+            throw error
         }
+        return snapshots
     }
 
     // MARK: Swift concurrency
@@ -52,10 +73,15 @@ extension FileCoordinator {
                               byAccessor accessor: () async throws -> T) async throws -> T {
         let access = try makeAccess(for: intents)
         try await grant(access)
-        apply(access, to: intents)
+        let snapshots: [UploadSnapshot]
+        do { snapshots = try apply(access, to: intents) } catch {
+            access.end()
+            throw error
+        }
         pushRunning(access)
         defer {
             popRunning(access)
+            snapshots.forEach { $0.remove() }
             access.end()
         }
         return try await accessor()
@@ -146,11 +172,18 @@ public final class CoordinatedAccessOperation: Operation, @unchecked Sendable {
                     finish(with: CocoaError(.userCancelled))
                     return
                 }
-                coordinator.apply(access, to: intents)
-                coordinator.pushRunning(access)
                 var failure: Error?
-                do { try accessor(intents) } catch { failure = error }
-                coordinator.popRunning(access)
+                do {
+                    let snapshots = try coordinator.apply(access, to: intents)
+                    coordinator.pushRunning(access)
+                    defer {
+                        coordinator.popRunning(access)
+                        snapshots.forEach { $0.remove() }
+                    }
+                    try accessor(intents)
+                } catch {
+                    failure = error
+                }
                 access.end()
                 finish(with: failure)
             }

@@ -87,6 +87,18 @@ import Testing
             return String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         }
         #expect(listing.contains("pkg/a.txt") && listing.contains("pkg/sub/b.txt"))
+
+        // On a queue and with async/await too: the intent's URL is the snapshot, gone afterwards.
+        let intent = FileAccessIntent.readingIntent(with: file, options: .forUploading)
+        let done = Gate()
+        let seen = EventLog()
+        fx.coordinator().coordinate(with: [intent], queue: OperationQueue()) { error in
+            seen.add(error == nil && intent.url != file ? (try? String(contentsOf: intent.url, encoding: .utf8)) ?? "unreadable" : "no snapshot")
+            done.open()
+        }
+        done.wait()
+        #expect(seen.events == ["hello"])
+        #expect(!FileManager.default.fileExists(atPath: intent.url.path))
     }
 
     @Test("O5 forDeleting asks the item's presenters, and those inside it, to accommodate the deletion") func o5() throws {
