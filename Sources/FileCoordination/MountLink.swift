@@ -108,20 +108,30 @@ final class MountLink: @unchecked Sendable {
             }
         }
         let seconds = timeout.map { $0.timeInterval }
-        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false) }) { result in
-            switch result {
-            case .success(let fields):
-                if case .int(let number)? = fields["hold"] { completion(.success(number)) }
-                else { completion(.failure(FileCoordinationError.systemError("no hold in the mount's reply", EPROTO))) }
-            case .failure(let error):
-                completion(.failure(Self.error(error)))
-            }
+        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false) }) { reply in
+            // Off the connection's reader thread: what follows may run an accessor, and the
+            // reader must stay free to deliver events (and the release's reply).
+            DispatchQueue.global().async { Self.finishHold(reply, completion) }
+        }
+    }
+
+    private static func finishHold(_ result: Result<[String: WireValue], ControlError>,
+                                   _ completion: @escaping @Sendable (Result<Int, Error>) -> Void) {
+        switch result {
+        case .success(let fields):
+            if case .int(let number)? = fields["hold"] { completion(.success(number)) }
+            else { completion(.failure(FileCoordinationError.systemError("no hold in the mount's reply", EPROTO))) }
+        case .failure(let error):
+            completion(.failure(Self.error(error)))
         }
     }
 
     func cancel(_ request: Int) { client.send(.cancel(id: 0, request: request)) }
 
-    func release(_ hold: Int, changed: Bool) { client.send(.release(id: 0, hold: hold, changed: changed)) }
+    /// Ends a hold and waits until the mount has: once an accessor returns, others may proceed.
+    func release(_ hold: Int, changed: Bool) {
+        _ = try? client.request { .release(id: $0, hold: hold, changed: changed) }
+    }
 
     static func error(_ error: ControlError) -> Error {
         switch error.errno {

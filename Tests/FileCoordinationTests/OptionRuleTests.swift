@@ -98,7 +98,7 @@ import Testing
         }
         done.wait()
         #expect(seen.events == ["hello"])
-        #expect(!FileManager.default.fileExists(atPath: intent.url.path))
+        #expect(eventually { !FileManager.default.fileExists(atPath: intent.url.path) }, "removed once the accessor returned")
     }
 
     @Test("O5 forDeleting asks the item's presenters, and those inside it, to accommodate the deletion") func o5() throws {
