@@ -23,26 +23,28 @@ final class OpenFile: @unchecked Sendable {
     }
 }
 
-/// Open files by handle number (the `fh` the kernel hands back).
+/// Open files by handle: the handle the kernel hands back is the retained `OpenFile` itself, so
+/// a read or a write finds its file with no lock and no lookup. The kernel keeps a handle valid
+/// from the open's reply until its release.
 final class OpenFileTable: Sendable {
-    private struct State {
-        var files: [UInt64: OpenFile] = [:]
-        var next: UInt64 = 1
-    }
-    private let state = Mutex(State())
+    private let open = Atomic<Int>(0)
 
     func insert(_ file: OpenFile) -> UInt64 {
-        state.withLock { state in
-            let handle = state.next
-            state.next += 1
-            state.files[handle] = file
-            return handle
-        }
+        open.add(1, ordering: .relaxed)
+        return UInt64(UInt(bitPattern: Unmanaged.passRetained(file).toOpaque()))
     }
 
-    subscript(handle: UInt64) -> OpenFile? { state.withLock { $0.files[handle] } }
+    subscript(handle: UInt64) -> OpenFile? {
+        guard let pointer = UnsafeRawPointer(bitPattern: UInt(handle)) else { return nil }
+        return Unmanaged<OpenFile>.fromOpaque(pointer).takeUnretainedValue()
+    }
 
-    func remove(_ handle: UInt64) -> OpenFile? { state.withLock { $0.files.removeValue(forKey: handle) } }
+    /// Ends the handle (at release): the file is the caller's from now on.
+    func remove(_ handle: UInt64) -> OpenFile? {
+        guard let pointer = UnsafeRawPointer(bitPattern: UInt(handle)) else { return nil }
+        open.subtract(1, ordering: .relaxed)
+        return Unmanaged<OpenFile>.fromOpaque(pointer).takeRetainedValue()
+    }
 
-    var count: Int { state.withLock { $0.files.count } }
+    var count: Int { open.load(ordering: .relaxed) }
 }
