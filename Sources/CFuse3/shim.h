@@ -119,6 +119,27 @@ static inline ssize_t cfs_copy_file_range(int in, off_t *in_off, int out, off_t 
     return syscall(SYS_copy_file_range, in, in_off, out, out_off, len, flags);
 }
 
+// File handles, so an inode's descriptor can be closed and opened again (the open-file limit,
+// fuse-measurements.md finding 3). Raw syscalls: the glibc wrappers need _GNU_SOURCE.
+#define CFS_MAX_HANDLE 128
+struct cfs_file_handle {
+    unsigned int handle_bytes;
+    int handle_type;
+    unsigned char f_handle[CFS_MAX_HANDLE];
+};
+
+/// The handle of the item `fd` refers to; 0 or -1 (errno).
+static inline int cfs_name_to_handle(int fd, struct cfs_file_handle *handle) {
+    int mount_id = 0;
+    handle->handle_bytes = CFS_MAX_HANDLE;
+    return (int)syscall(SYS_name_to_handle_at, fd, "", handle, &mount_id, 0x1000 /* AT_EMPTY_PATH */);
+}
+
+/// An O_PATH descriptor for `handle`, on the filesystem of `mount_fd`; or -1 (errno).
+static inline int cfs_open_by_handle(int mount_fd, struct cfs_file_handle *handle) {
+    return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
+}
+
 // Renames with flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
 static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);

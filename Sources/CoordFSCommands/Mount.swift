@@ -50,6 +50,9 @@ struct Mount: ParsableCommand {
     @Flag(help: "Let the kernel cache writes and send them later (faster small writes; see the README for the trade-off).")
     var writebackCache = false
 
+    @Option(help: "How many inode descriptors to keep open (default 12000; the rest reopen by file handle).")
+    var descriptorBudget: Int?
+
     func run() throws {
         let configuration = try makeConfiguration()
         try Self.validate(configuration)
@@ -76,6 +79,10 @@ struct Mount: ParsableCommand {
         configuration.presenterTimeout = .milliseconds(Int64((presenterTimeout ?? loaded?.presenterTimeout ?? 5) * 1000))
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true
+        if let descriptorBudget {
+            guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
+            configuration.descriptorBudget = descriptorBudget
+        }
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
         configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) }
         return configuration

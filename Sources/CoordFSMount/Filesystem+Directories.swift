@@ -9,8 +9,11 @@ import Glibc
 extension Filesystem {
     func opendir(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let fd = Glibc.open(procPath(inode.fd), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd == -1 { return reply.error(Errno.current) }
+        let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
+            let fd = Glibc.open(procPath(inodeFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            return (fd, fd == -1 ? Errno.current : nil)
+        }
+        if let failure { return reply.error(failure) }
         guard let stream = fdopendir(fd) else {
             let failure = Errno.current
             close(fd)

@@ -21,12 +21,18 @@ extension Filesystem {
     func forget(_ id: UInt64, _ count: UInt64) { inodes.forget(id, count) }
 
     func getattr(_ reply: Reply, _ id: UInt64, _ handle: UInt64?) {
-        let fd = handle.flatMap { files[$0]?.fd } ?? inodes[id]?.fd
-        guard let fd else { return reply.error(ENOENT) }
         var info = stat()
-        let result = handle != nil && files[handle!] != nil ? fstat(fd, &info) : fstatat(fd, "", &info, CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)
-        if result == -1 { return reply.error(Errno.current) }
-        reply.attr(info, timeout: timeout)
+        if let file = handle.flatMap({ files[$0] }) {
+            if fstat(file.fd, &info) == -1 { return reply.error(Errno.current) }
+            return reply.attr(info, timeout: timeout)
+        }
+        guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        do {
+            info = try inodes.withFD(inode) { fd throws(Errno) in try statOf(fd) }
+            reply.attr(info, timeout: timeout)
+        } catch {
+            reply.error(error)
+        }
     }
 
     struct AttributeChange {
@@ -46,11 +52,16 @@ extension Filesystem {
         let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
         coordinate(reply, [Wanted(kind: .writing(options), relative: relative, path: path, isDirectory: inode.isDirectory)]) { [self] claim in
             do {
-                try apply(change, to: inode, open: open)
-                if change.size != nil { open?.written.store(true, ordering: .relaxed) }
-                let info = try open.map { file throws(Errno) -> stat in
-                    var info = stat(); _ = try check(fstat(file.fd, &info)); return info
-                } ?? statOf(inode.fd)
+                let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
+                    try apply(change, to: fd, open: open)
+                    if change.size != nil { open?.written.store(true, ordering: .relaxed) }
+                    if let open {
+                        var info = stat()
+                        _ = try check(fstat(open.fd, &info))
+                        return info
+                    }
+                    return try statOf(fd)
+                }
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
                 reply.attr(info, timeout: timeout)
             } catch {
@@ -60,13 +71,13 @@ extension Filesystem {
         }
     }
 
-    private func apply(_ change: AttributeChange, to inode: Inode, open: OpenFile?) throws(Errno) {
-        let path = procPath(inode.fd)
+    private func apply(_ change: AttributeChange, to inodeFD: Int32, open: OpenFile?) throws(Errno) {
+        let path = procPath(inodeFD)
         if let mode = change.mode {
             if let open { _ = try check(fchmod(open.fd, mode)) } else { _ = try check(chmod(path, mode)) }
         }
         if change.uid != nil || change.gid != nil {
-            _ = try check(fchownat(inode.fd, "", change.uid ?? uid_t.max, change.gid ?? gid_t.max,
+            _ = try check(fchownat(inodeFD, "", change.uid ?? uid_t.max, change.gid ?? gid_t.max,
                                    CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
         }
         if let size = change.size {
@@ -81,22 +92,27 @@ extension Filesystem {
 
     func readlink(_ reply: Reply, _ id: UInt64) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlinkat(inode.fd, "", &buffer, buffer.count - 1)
-        if count == -1 { return reply.error(Errno.current) }
-        buffer[count] = 0
-        reply.readlink(String(cString: buffer))
+        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let count = readlinkat(fd, "", &buffer, buffer.count - 1)
+            if count == -1 { return reply.error(Errno.current) }
+            buffer[count] = 0
+            reply.readlink(String(cString: buffer))
+        }
     }
 
     func statfs(_ reply: Reply, _ id: UInt64) {
         var info = statvfs()
-        if statvfs(procPath(inodes[id]?.fd ?? inodes.root.fd), &info) == -1 { return reply.error(Errno.current) }
+        // Every item of the mount is on the backing filesystem: the root answers for all.
+        if statvfs(procPath(inodes.root.descriptor), &info) == -1 { return reply.error(Errno.current) }
         reply.statfs(info)
     }
 
     func access(_ reply: Reply, _ id: UInt64, _ mask: Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        if faccessat(AT_FDCWD, procPath(inode.fd), mask, 0) == -1 { return reply.error(Errno.current) }
-        reply.ok()
+        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+            if faccessat(AT_FDCWD, procPath(fd), mask, 0) == -1 { return reply.error(Errno.current) }
+            reply.ok()
+        }
     }
 }

@@ -19,9 +19,12 @@ extension Filesystem {
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
             // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
             // for an O_DIRECT backing file.
-            let fd = Glibc.open(procPath(inode.fd), (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC)
-            if fd == -1 {
-                let failure = Errno.current
+            // errno is read inside: releasing the pin may touch it.
+            let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
+                let fd = Glibc.open(procPath(inodeFD), (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC)
+                return (fd, fd == -1 ? Errno.current : nil)
+            }
+            if let failure = openFailure {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
                 return reply.error(failure)
             }
@@ -61,9 +64,11 @@ extension Filesystem {
         // A write on the new item; it stays held as the open's intent.
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)],
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
-            let fd = openat(parent.fd, name, (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC, mode)
-            if fd == -1 {
-                let failure = Errno.current
+            let (fd, createFailure) = inodes.withFD(parent, orElse: { (Int32(-1), $0) }) { parentFD -> (Int32, Errno?) in
+                let fd = openat(parentFD, name, (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC, mode)
+                return (fd, fd == -1 ? Errno.current : nil)
+            }
+            if let failure = createFailure {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
                 return reply.error(failure)
             }

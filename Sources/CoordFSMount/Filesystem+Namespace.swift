@@ -11,12 +11,12 @@ extension Filesystem {
     /// Creates `name` in `parent` with `make`, under a write on the new item, and answers with
     /// its entry.
     private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool,
-                          _ make: @escaping @Sendable (Inode) throws(Errno) -> Void) {
+                          _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         let (relative, path) = itemPath(parent, name)
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: isDirectory)]) { [self] claim in
             do {
-                try make(parent)
+                try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 giveToCaller(reply.req, parent: parent, name: name)
                 let (inode, info) = try lookupNode(parent, name)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
@@ -30,19 +30,19 @@ extension Filesystem {
 
     func mknod(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
-            _ = try check(mknodat(parent.fd, name, mode, device))
+            _ = try check(mknodat(parent, name, mode, device))
         }
     }
 
     func mkdir(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
         makeItem(reply, parent, name, isDirectory: true) { parent throws(Errno) in
-            _ = try check(mkdirat(parent.fd, name, mode))
+            _ = try check(mkdirat(parent, name, mode))
         }
     }
 
     func symlink(_ reply: Reply, _ target: String, _ parent: UInt64, _ name: String) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
-            _ = try check(symlinkat(target, parent.fd, name))
+            _ = try check(symlinkat(target, parent, name))
         }
     }
 
@@ -51,7 +51,11 @@ extension Filesystem {
         let (relative, path) = itemPath(parent, name)
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)]) { [self] claim in
             do {
-                _ = try check(linkat(AT_FDCWD, procPath(inode.fd), parent.fd, name, AT_SYMLINK_FOLLOW))
+                try inodes.withFD(inode) { inodeFD throws(Errno) in
+                    try inodes.withFD(parent) { parentFD throws(Errno) in
+                        _ = try check(linkat(AT_FDCWD, procPath(inodeFD), parentFD, name, AT_SYMLINK_FOLLOW))
+                    }
+                }
                 let (linked, info) = try lookupNode(parent, name)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
                 reply.entry(linked, info, timeout: timeout)
@@ -66,8 +70,9 @@ extension Filesystem {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         let (relative, path) = itemPath(parent, name)
         coordinate(reply, [Wanted(kind: .writing(.forDeleting), relative: relative, path: path, isDirectory: directory)]) { claim in
-            let result = unlinkat(parent.fd, name, directory ? AT_REMOVEDIR : 0)
-            let failure = result == -1 ? Errno.current : nil
+            let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
+                unlinkat(fd, name, directory ? AT_REMOVEDIR : 0) == -1 ? Errno.current : nil
+            }
             claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false)])
             if let failure { reply.error(failure) } else { reply.ok() }
         }
@@ -76,11 +81,16 @@ extension Filesystem {
     func rename(_ reply: Reply, _ parentID: UInt64, _ name: String, _ newParentID: UInt64, _ newName: String, _ flags: UInt32) {
         guard let parent = inodes[parentID], let newParent = inodes[newParentID] else { return reply.error(ENOENT) }
         var sourceStat = stat()
-        if fstatat(parent.fd, name, &sourceStat, AT_SYMLINK_NOFOLLOW) == -1 { return reply.error(Errno.current) }
+        let sourceFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fd in
+            fstatat(fd, name, &sourceStat, AT_SYMLINK_NOFOLLOW) == -1 ? Errno.current : nil
+        }
+        if let sourceFailure { return reply.error(sourceFailure) }
         let sourceInfo = sourceStat
         let sourceIsDirectory = (sourceInfo.st_mode & S_IFMT) == S_IFDIR
         var destinationStat = stat()
-        let destinationExisted = fstatat(newParent.fd, newName, &destinationStat, AT_SYMLINK_NOFOLLOW) == 0
+        let destinationExisted = inodes.withFD(newParent, orElse: { _ in false }) { fd in
+            fstatat(fd, newName, &destinationStat, AT_SYMLINK_NOFOLLOW) == 0
+        }
         let destinationInfo = destinationStat
         let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
         let source = itemPath(parent, name), destination = itemPath(newParent, newName)
@@ -92,8 +102,12 @@ extension Filesystem {
                    path: destination.path, isDirectory: destinationIsDirectory),
         ]
         coordinate(reply, wanted) { [self] claim in
-            if cfs_renameat2(parent.fd, name, newParent.fd, newName, flags) == -1 {
-                let failure = Errno.current
+            let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
+                inodes.withFD(newParent, orElse: { $0 }) { toFD in
+                    cfs_renameat2(fromFD, name, toFD, newName, flags) == -1 ? Errno.current : nil
+                }
+            }
+            if let failure = renameFailure {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
                                       IntentOutcome(existedBefore: destinationExisted, existsAfter: destinationExisted, changed: false)])
                 return reply.error(failure)

@@ -13,51 +13,54 @@ extension Filesystem {
         if let own = ownAttribute(inode, name) { return answer(reply, Array(own.utf8), size) }
         let isCapability = name == "security.capability"
         if isCapability && inode.hasNoCapability.load(ordering: .relaxed) { return reply.error(ENODATA) }
-        if size == 0 {
-            let needed = cfs_getxattr(procPath(inode.fd), name, nil, 0)
-            if needed == -1 {
-                let failure = Errno.current
-                if isCapability && failure.code == ENODATA { inode.hasNoCapability.store(true, ordering: .relaxed) }
-                return reply.error(failure)
+        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+            if size == 0 {
+                let needed = cfs_getxattr(procPath(fd), name, nil, 0)
+                if needed == -1 {
+                    let failure = Errno.current
+                    if isCapability && failure.code == ENODATA { inode.hasNoCapability.store(true, ordering: .relaxed) }
+                    return reply.error(failure)
+                }
+                return reply.xattrSize(needed)
             }
-            return reply.xattrSize(needed)
+            var buffer = [UInt8](repeating: 0, count: size)
+            let count = cfs_getxattr(procPath(fd), name, &buffer, size)
+            if count == -1 { return reply.error(Errno.current) }
+            buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
         }
-        var buffer = [UInt8](repeating: 0, count: size)
-        let count = cfs_getxattr(procPath(inode.fd), name, &buffer, size)
-        if count == -1 { return reply.error(Errno.current) }
-        buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
     }
 
     func listxattr(_ reply: Reply, _ id: UInt64, _ size: Int) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        if size == 0 {
-            let needed = cfs_listxattr(procPath(inode.fd), nil, 0)
-            if needed == -1 { return reply.error(Errno.current) }
-            return reply.xattrSize(needed)
+        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+            if size == 0 {
+                let needed = cfs_listxattr(procPath(fd), nil, 0)
+                if needed == -1 { return reply.error(Errno.current) }
+                return reply.xattrSize(needed)
+            }
+            var buffer = [CChar](repeating: 0, count: size)
+            let count = cfs_listxattr(procPath(fd), &buffer, size)
+            if count == -1 { return reply.error(Errno.current) }
+            buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
         }
-        var buffer = [CChar](repeating: 0, count: size)
-        let count = cfs_listxattr(procPath(inode.fd), &buffer, size)
-        if count == -1 { return reply.error(Errno.current) }
-        buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
     }
 
     func setxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ value: [UInt8], _ flags: Int32) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
-        changeAttribute(reply, id) { inode in cfs_setxattr(procPath(inode.fd), name, value, value.count, flags) }
+        changeAttribute(reply, id) { fd in cfs_setxattr(procPath(fd), name, value, value.count, flags) }
     }
 
     func removexattr(_ reply: Reply, _ id: UInt64, _ name: String) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
-        changeAttribute(reply, id) { inode in cfs_removexattr(procPath(inode.fd), name) }
+        changeAttribute(reply, id) { fd in cfs_removexattr(procPath(fd), name) }
     }
 
-    private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Inode) -> Int32) {
+    private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let (relative, path) = itemPath(inode)
         coordinate(reply, [Wanted(kind: .writing(.contentIndependentMetadataOnly), relative: relative, path: path,
                                   isDirectory: inode.isDirectory)]) { claim in
-            let result = change(inode)
-            let failure = result == -1 ? Errno.current : nil
+            let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
             claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil)])
             if let failure { reply.error(failure) } else { reply.ok() }
         }
@@ -80,7 +83,9 @@ extension Filesystem {
         case "user.coordfs.mode": return configuration.mode.rawValue
         case "user.coordfs.state": return domain.stateDump()
         case "user.coordfs.pid": return String(getpid())
-        case "user.coordfs.stats": return statistics.json
+        case "user.coordfs.stats":
+            return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
+                + "\"descriptor_budget\":\(inodes.reopens ? inodes.descriptorBudget : -1),\"open_files\":\(files.count)}"
         default: return nil
         }
     }

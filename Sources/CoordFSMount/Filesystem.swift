@@ -48,7 +48,7 @@ public final class Filesystem: @unchecked Sendable {
             close(fd)
             throw MountError.invalid("cannot stat backing directory '\(configuration.backing)'")
         }
-        inodes = InodeTable(rootFD: fd, rootStat: info)
+        inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: configuration.descriptorBudget)
     }
 
     var timeout: Double { configuration.cacheTimeout }
@@ -82,7 +82,7 @@ public final class Filesystem: @unchecked Sendable {
            configuration.packageExtensions.contains(String(relative[relative.index(after: dot)...])) {
             return true
         }
-        return faccessat(inodes.root.fd, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
+        return faccessat(inodes.root.descriptor, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
     }
 
     /// One intent of a kernel request.
@@ -160,14 +160,18 @@ public final class Filesystem: @unchecked Sendable {
         guard givesOwnership else { return }
         let ctx = fuse_req_ctx(req).pointee
         if ctx.uid == 0 && ctx.gid == 0 { return }
-        var parentInfo = stat()
-        let inheritsGroup = fstatat(parent.fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
-        _ = fchownat(parent.fd, name, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, AT_SYMLINK_NOFOLLOW)
+        inodes.withFD(parent, orElse: { _ in }) { fd in
+            var parentInfo = stat()
+            let inheritsGroup = fstatat(fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
+            _ = fchownat(fd, name, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, AT_SYMLINK_NOFOLLOW)
+        }
     }
 
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String) throws(Errno) -> (Inode, stat) {
-        let fd = try check(openat(parent.fd, name, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC))
+        let fd = try inodes.withFD(parent) { parentFD throws(Errno) in
+            try check(openat(parentFD, name, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC))
+        }
         let info: stat
         do throws(Errno) { info = try statOf(fd) } catch { close(fd); throw error }
         return (inodes.remember(fd: fd, info: info, parent: parent.id, name: name), info)

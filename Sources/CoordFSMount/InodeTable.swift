@@ -5,19 +5,27 @@ import Synchronization
 import Glibc
 #endif
 
-/// A node the kernel knows: an O_PATH descriptor of the backing item, the kernel's lookup count,
-/// and the parent and name it was last reached by (the path coordination uses; renames made
-/// through the mount keep it right).
+/// A node the kernel knows: a file handle and, while it is in use or recently was, an O_PATH
+/// descriptor of the backing item; the kernel's lookup count; and the parent and name it was
+/// last reached by (the path coordination uses; renames made through the mount keep it right).
+///
+/// Its descriptor is reached only through `InodeTable.withFD`, which pins it for the call.
 final class Inode: @unchecked Sendable {
     let id: UInt64
     let device: UInt64
     let number: UInt64
-    let fd: Int32
     let isDirectory: Bool
+    /// The kernel's file handle; nil when the filesystem or our privileges give none (then the
+    /// descriptor is kept for the node's life).
+    let handle: cfs_file_handle?
     // Guarded by the table's lock.
     var lookups: UInt64 = 0
     var parent: UInt64
     var name: String
+    var descriptor: Int32
+    var pins = 0
+    var lastUsed: UInt64 = 0
+    var forgotten = false
     /// Size, mtime and ctime when the last open of it ended: if they are the same at the next
     /// open, nothing changed behind the mount's back and the kernel may keep its page cache.
     var lastSeen: (size: Int64, mtime: timespec, ctime: timespec)?
@@ -25,11 +33,13 @@ final class Inode: @unchecked Sendable {
     /// change of it goes through the mount (fuse-measurements.md, finding 2).
     let hasNoCapability = Atomic<Bool>(false)
 
-    init(id: UInt64, device: UInt64, number: UInt64, fd: Int32, isDirectory: Bool, parent: UInt64, name: String) {
+    init(id: UInt64, device: UInt64, number: UInt64, descriptor: Int32, handle: cfs_file_handle?,
+         isDirectory: Bool, parent: UInt64, name: String) {
         self.id = id
         self.device = device
         self.number = number
-        self.fd = fd
+        self.descriptor = descriptor
+        self.handle = handle
         self.isDirectory = isDirectory
         self.parent = parent
         self.name = name
@@ -37,6 +47,10 @@ final class Inode: @unchecked Sendable {
 }
 
 /// Inodes by node id and by (device, inode number). Node ids are never reused.
+///
+/// The open-file limit here is 20 000 and cannot be raised, while the kernel may remember far
+/// more inodes: at most `descriptorBudget` descriptors stay open; the least recently used
+/// unpinned ones are closed and opened again from their file handle when next needed.
 final class InodeTable: Sendable {
     static let rootID: UInt64 = 1
 
@@ -45,15 +59,31 @@ final class InodeTable: Sendable {
         var byID: [UInt64: Inode] = [:]
         var byKey: [Key: UInt64] = [:]
         var nextID: UInt64 = 2
+        var openDescriptors = 0
+        var clock: UInt64 = 0
     }
 
     private let state = Mutex(State())
     let root: Inode
+    /// A regular (not O_PATH) descriptor of the backing root: open_by_handle_at wants one.
+    private let handleBase: Int32
+    let descriptorBudget: Int
+    /// Whether descriptors can be opened again from handles (needs CAP_DAC_READ_SEARCH).
+    let reopens: Bool
 
-    init(rootFD: Int32, rootStat: stat) {
+    init(rootFD: Int32, rootStat: stat, descriptorBudget: Int) {
+        handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         root = Inode(id: Self.rootID, device: UInt64(rootStat.st_dev), number: UInt64(rootStat.st_ino),
-                     fd: rootFD, isDirectory: true, parent: Self.rootID, name: "")
+                     descriptor: rootFD, handle: nil, isDirectory: true, parent: Self.rootID, name: "")
         root.lookups = 1
+        self.descriptorBudget = max(16, descriptorBudget)
+        var probe = cfs_file_handle()
+        var reopens = false
+        if handleBase >= 0, cfs_name_to_handle(rootFD, &probe) == 0 {
+            let again = cfs_open_by_handle(handleBase, &probe)
+            if again >= 0 { close(again); reopens = true }
+        }
+        self.reopens = reopens
         let root = self.root
         state.withLock { state in
             state.byID[Self.rootID] = root
@@ -66,42 +96,127 @@ final class InodeTable: Sendable {
         return state.withLock { $0.byID[id] }
     }
 
+    /// Runs `body` with the node's descriptor, pinned: it is not closed until `body` returns.
+    func withFD<T>(_ inode: Inode, _ body: (Int32) throws(Errno) -> T) throws(Errno) -> T {
+        let fd = try pin(inode)
+        defer { unpin(inode) }
+        return try body(fd)
+    }
+
+    /// `withFD` for bodies that report failure in their result rather than by throwing.
+    func withFD<T>(_ inode: Inode, orElse failure: (Errno) -> T, _ body: (Int32) -> T) -> T {
+        do { return try withFD(inode) { fd throws(Errno) in body(fd) } } catch { return failure(error) }
+    }
+
+    private func pin(_ inode: Inode) throws(Errno) -> Int32 {
+        if inode.id == Self.rootID { return inode.descriptor }
+        let ready = state.withLock { state -> Int32? in
+            state.clock += 1
+            inode.lastUsed = state.clock
+            guard inode.descriptor >= 0 else { return nil }
+            inode.pins += 1
+            return inode.descriptor
+        }
+        if let ready { return ready }
+        guard var handle = inode.handle else { throw Errno(code: ESTALE) }
+        let fd = cfs_open_by_handle(handleBase, &handle)
+        if fd < 0 { throw Errno.current }
+        let (chosen, extra, evicted) = state.withLock { state -> (Int32, Int32?, [Int32]) in
+            if inode.descriptor >= 0 {                // opened meanwhile by another request
+                inode.pins += 1
+                return (inode.descriptor, fd, [])
+            }
+            inode.descriptor = fd
+            inode.pins += 1
+            state.openDescriptors += 1
+            return (fd, nil, evict(&state))
+        }
+        if let extra { close(extra) }
+        evicted.forEach { close($0) }
+        return chosen
+    }
+
+    private func unpin(_ inode: Inode) {
+        if inode.id == Self.rootID { return }
+        let closing = state.withLock { state -> Int32? in
+            inode.pins -= 1
+            guard inode.pins == 0, inode.forgotten, inode.descriptor >= 0 else { return nil }
+            defer { inode.descriptor = -1; state.openDescriptors -= 1 }
+            return inode.descriptor
+        }
+        if let closing { close(closing) }
+    }
+
+    /// Over budget: the least recently used unpinned descriptors that can be reopened, down to
+    /// nine tenths of the budget. Returns them to close outside the lock.
+    private func evict(_ state: inout State) -> [Int32] {
+        guard reopens, state.openDescriptors > descriptorBudget else { return [] }
+        let target = descriptorBudget * 9 / 10
+        let candidates = state.byID.values
+            .filter { $0.id != Self.rootID && $0.descriptor >= 0 && $0.pins == 0 && $0.handle != nil }
+            .sorted { $0.lastUsed < $1.lastUsed }
+        var closing: [Int32] = []
+        for inode in candidates where state.openDescriptors > target {
+            closing.append(inode.descriptor)
+            inode.descriptor = -1
+            state.openDescriptors -= 1
+        }
+        return closing
+    }
+
     /// Records a lookup of `name` in `parent` that found the item open at `fd` with `info`.
     /// Takes ownership of `fd` (closes it when the item was known already).
     func remember(fd: Int32, info: stat, parent: UInt64, name: String) -> Inode {
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
-        let (inode, duplicate) = state.withLock { state -> (Inode, Bool) in
+        var handle = cfs_file_handle()
+        let hasHandle = reopens && cfs_name_to_handle(fd, &handle) == 0
+        let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
+            state.clock += 1
             if let id = state.byKey[key], let known = state.byID[id] {
                 known.lookups += 1
                 known.parent = parent
                 known.name = name
-                return (known, true)
+                known.lastUsed = state.clock
+                if known.descriptor < 0 {            // reopened for free: keep this one
+                    known.descriptor = fd
+                    state.openDescriptors += 1
+                    return (known, nil, evict(&state))
+                }
+                return (known, fd, [])
             }
             let id = state.nextID
             state.nextID += 1
-            let inode = Inode(id: id, device: key.device, number: key.number, fd: fd,
-                              isDirectory: (info.st_mode & S_IFMT) == S_IFDIR, parent: parent, name: name)
+            let inode = Inode(id: id, device: key.device, number: key.number, descriptor: fd,
+                              handle: hasHandle ? handle : nil, isDirectory: (info.st_mode & S_IFMT) == S_IFDIR,
+                              parent: parent, name: name)
             inode.lookups = 1
+            inode.lastUsed = state.clock
             state.byID[id] = inode
             state.byKey[key] = id
-            return (inode, false)
+            state.openDescriptors += 1
+            return (inode, nil, evict(&state))
         }
-        if duplicate { close(fd) }
+        if let unused { close(unused) }
+        evicted.forEach { close($0) }
         return inode
     }
 
-    /// The kernel forgets `count` lookups; at zero the node and its descriptor go.
+    /// The kernel forgets `count` lookups; at zero the node goes, and its descriptor once no
+    /// request holds it.
     func forget(_ id: UInt64, _ count: UInt64) {
         if id == Self.rootID { return }
-        let gone: Inode? = state.withLock { state in
+        let closing: Int32? = state.withLock { state in
             guard let inode = state.byID[id] else { return nil }
             inode.lookups -= min(count, inode.lookups)
             guard inode.lookups == 0 else { return nil }
             state.byID[id] = nil
             state.byKey[Key(device: inode.device, number: inode.number)] = nil
-            return inode
+            inode.forgotten = true
+            guard inode.pins == 0, inode.descriptor >= 0 else { return nil }
+            defer { inode.descriptor = -1; state.openDescriptors -= 1 }
+            return inode.descriptor
         }
-        if let gone { close(gone.fd) }
+        if let closing { close(closing) }
     }
 
     /// The path of a node relative to the mount root ("" for the root).
@@ -144,4 +259,6 @@ final class InodeTable: Sendable {
     }
 
     var count: Int { state.withLock { $0.byID.count } }
+    /// Descriptors open for inodes, the root's aside.
+    var openDescriptors: Int { state.withLock { $0.openDescriptors } }
 }

@@ -32,6 +32,8 @@ public struct MountConfiguration: Sendable {
     public var cacheTimeout: Double = 1.0
     public var writebackCache = false
     public var maxThreads: UInt32 = 16
+    /// How many inode descriptors stay open (the open-file limit here is 20 000).
+    public var descriptorBudget = 12_000
     /// The control socket (nil: one under /run/coordfs or the user's runtime directory).
     public var socketPath: String?
     /// Whether to serve the control socket at all.
