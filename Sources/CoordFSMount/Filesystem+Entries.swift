@@ -13,6 +13,10 @@ extension Filesystem {
         do {
             let (inode, info) = try lookupNode(parent, name)
             reply.entry(inode, info, timeout: timeout)
+        } catch where error.code == ENOENT {
+            // A negative entry the kernel may cache: creations go through the mount, which
+            // updates it, so a create need not be preceded by a LOOKUP each time.
+            reply.negativeEntry(timeout: timeout)
         } catch {
             reply.error(error)
         }

@@ -168,8 +168,11 @@ final class InodeTable: Sendable {
     /// Takes ownership of `fd` (closes it when the item was known already).
     func remember(fd: Int32, info: stat, parent: UInt64, name: String) -> Inode {
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        // A handle costs a syscall and matters only once the budget can be reached: items
+        // remembered while under half of it keep their descriptor for life.
         var handle = cfs_file_handle()
-        let hasHandle = reopens && cfs_name_to_handle(fd, &handle) == 0
+        let wantsHandle = reopens && state.withLock { $0.openDescriptors } >= descriptorBudget / 2
+        let hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.clock += 1
             if let id = state.byKey[key], let known = state.byID[id] {

@@ -24,6 +24,13 @@ struct Reply: @unchecked Sendable {
         fuse_reply_entry(req, &entry)
     }
 
+    func negativeEntry(timeout: Double) {
+        var entry = fuse_entry_param()
+        entry.ino = 0
+        entry.entry_timeout = timeout
+        fuse_reply_entry(req, &entry)
+    }
+
     func attr(_ info: stat, timeout: Double) {
         var info = info
         fuse_reply_attr(req, &info, timeout)

@@ -82,8 +82,10 @@ public final class CoordinationEngine: Sendable {
             guard let record = state.removeGrant(grant) else { return ([], []) }
             let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []
             // Services of a deleted item end with it.
-            for (intent, outcome) in zip(record.intents, outcomes ?? []) where outcome.existedBefore && !outcome.existsAfter {
-                state.services = state.services.filter { !$0.value.path.isSameOrInside(intent.path) }
+            if !state.services.isEmpty {
+                for (intent, outcome) in zip(record.intents, outcomes ?? []) where outcome.existedBefore && !outcome.existsAfter {
+                    state.services = state.services.filter { !$0.value.path.isSameOrInside(intent.path) }
+                }
             }
             return (notes, state.grantWaiters())
         }
