@@ -13,7 +13,7 @@ struct Daemon: ParsableCommand {
         discussion: "Clients find it at --socket, $COORDFS_SOCKET, or the default path printed at start."
     )
 
-    @Option(help: "The socket path (default: /run/coordfs/daemon.sock as root).")
+    @Option(help: "The socket path (default: /run/coordfs/daemon.sock as root, else under $XDG_RUNTIME_DIR/coordfs).")
     var socket: String?
 
     @Flag(help: "Let every user connect (socket mode 0666); permission checks still apply per item.")

@@ -42,9 +42,18 @@ public final class ControlClient: @unchecked Sendable {
         var descriptor: Int32?
     }
 
-    /// The control socket serving `path`: the `user.coordfs.socket` attribute of any item of a
-    /// mount, else $COORDFS_SOCKET, else the daemon's default socket if it exists.
+    /// The control socket serving `path`: the mount's, else $COORDFS_SOCKET, else the daemon's
+    /// default socket if it exists.
     public static func socketPath(for path: String) -> String? {
+        if let mount = mountSocketPath(for: path) { return mount }
+        if let environment = ProcessInfo.processInfo.environment["COORDFS_SOCKET"] { return environment }
+        let daemon = WireProtocol.daemonSocketPath
+        return FileManager.default.fileExists(atPath: daemon) ? daemon : nil
+    }
+
+    /// The control socket of the coordfs mount holding `path`: the `user.coordfs.socket`
+    /// attribute of any item of the mount, or nil outside any mount.
+    public static func mountSocketPath(for path: String) -> String? {
         var buffer = [UInt8](repeating: 0, count: 4096)
         // A missing item is looked up through its nearest existing directory.
         var current = path
@@ -54,9 +63,7 @@ public final class ControlClient: @unchecked Sendable {
             guard count < 0 && errno == ENOENT, current != "/", !current.isEmpty else { break }
             current = (current as NSString).deletingLastPathComponent
         }
-        if let environment = ProcessInfo.processInfo.environment["COORDFS_SOCKET"] { return environment }
-        let daemon = geteuid() == 0 ? "/run/coordfs/daemon.sock" : (ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"] ?? "/tmp") + "/coordfs/daemon.sock"
-        return FileManager.default.fileExists(atPath: daemon) ? daemon : nil
+        return nil
     }
 
     /// Connects and says hello.

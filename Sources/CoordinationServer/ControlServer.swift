@@ -36,8 +36,7 @@ public final class ControlServer: @unchecked Sendable {
     /// A socket path for a server of this process: /run/coordfs when root, else the user's
     /// runtime directory.
     public static func defaultSocketPath(name: String) -> String {
-        let directory = geteuid() == 0 ? "/run/coordfs"
-            : (ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].map { $0 + "/coordfs" } ?? "/tmp/coordfs-\(geteuid())")
+        let directory = WireProtocol.runtimeDirectory
         mkdir(directory, 0o755)
         return directory + "/" + name + ".sock"
     }

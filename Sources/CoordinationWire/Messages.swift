@@ -119,3 +119,20 @@ public enum WireValue: Hashable, Sendable {
         }
     }
 }
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension WireProtocol {
+    /// Where sockets live by default, for servers and clients alike: /run/coordfs for root,
+    /// else $XDG_RUNTIME_DIR/coordfs, else /tmp/coordfs-UID.
+    public static var runtimeDirectory: String {
+        if geteuid() == 0 { return "/run/coordfs" }
+        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"] { return runtime + "/coordfs" }
+        return "/tmp/coordfs-\(geteuid())"
+    }
+
+    /// The standalone daemon's default socket.
+    public static var daemonSocketPath: String { runtimeDirectory + "/daemon.sock" }
+}

@@ -6,10 +6,6 @@ import Foundation
 import Glibc
 #endif
 
-// glibc's getxattr, which Swift's Glibc module does not carry.
-@_silgen_name("getxattr")
-private func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
-
 /// This process's connection to a coordfs mount served by another process: coordinators take
 /// their intents there too (for this process, so its own opens through the mount never wait on
 /// them), and presenters of items inside it are watched there, so that programs using the mount
@@ -25,19 +21,8 @@ final class MountLink: @unchecked Sendable {
     private var movedFrom: [UInt64: String] = [:]
     private var serviceHandlers: [Int: @Sendable (FileHandle, URL) -> Void] = [:]
 
-    /// The control socket of the mount holding `path`, if another process serves it.
-    static func socket(for path: ItemPath) -> String? {
-        var current: ItemPath? = path
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while let item = current {
-            let count = c_getxattr(item.string, "user.coordfs.socket", &buffer, buffer.count)
-            if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
-            // Only a missing item sends us up; a real answer (no such attribute) is final.
-            guard count < 0 && errno == ENOENT else { return nil }
-            current = item.parent
-        }
-        return nil
-    }
+    /// The control socket of the mount holding `path` (whoever serves it).
+    static func socket(for path: ItemPath) -> String? { ControlClient.mountSocketPath(for: path.string) }
 
     init(socketPath: String) throws {
         self.socketPath = socketPath
