@@ -211,16 +211,7 @@ enum ProcessInfoCache {
     }
 
     private static func readThreadGroup(of tid: pid_t) -> pid_t {
-        let fd = open("/proc/\(tid)/status", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return tid }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 1024)
-        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard count > 0 else { return tid }
-        let text = String(decoding: buffer[0..<count], as: UTF8.self)
-        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Tgid:") }),
-              let value = Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces)) else { return tid }
-        return value
+        ProcFile.threadGroup(of: tid) ?? tid
     }
 }
 

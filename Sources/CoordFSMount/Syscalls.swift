@@ -38,25 +38,8 @@ func statOf(_ fd: Int32) throws(Errno) -> stat {
 func procPath(_ fd: Int32) -> String { "/proc/self/fd/\(fd)" }
 
 extension Errno {
-    /// The errno for a refused or failed coordination: the one mapping the FUSE layer uses.
+    /// The errno for a refused or failed coordination; an interrupted wait is EINTR.
     static func from(coordination error: Error) -> Errno {
-        switch error {
-        case let error as FileCoordinationError:
-            switch error {
-            case .timedOut: return Errno(code: EBUSY)
-            case .deadlock: return Errno(code: EDEADLK)
-            case .wouldBlock: return Errno(code: EAGAIN)
-            case .invalidURL, .emptyIntentList, .invalidOptions, .moveReportedOutsideWrite,
-                 .invalidServiceName: return Errno(code: EINVAL)
-            case .noSuchService, .noSuchItem: return Errno(code: ENOENT)
-            case .systemError(_, let code): return Errno(code: code)
-            }
-        case let error as CocoaError where error.code == .userCancelled:
-            return Errno(code: EINTR)
-        case let error as POSIXError:
-            return Errno(code: error.code.rawValue)      // a presenter's refusal, as it gave it
-        default:
-            return Errno(code: EACCES)                   // a presenter refused without an errno
-        }
+        Errno(code: FileCoordinationError.errno(for: error, cancellation: EINTR))
     }
 }

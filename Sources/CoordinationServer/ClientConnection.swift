@@ -297,18 +297,7 @@ final class ClientConnection: @unchecked Sendable {
     }
 
     static func errnoName(_ error: Error) -> String {
-        switch error {
-        case let error as FileCoordinationError:
-            switch error {
-            case .timedOut: return "EBUSY"
-            case .deadlock: return "EDEADLK"
-            case .wouldBlock: return "EAGAIN"
-            default: return "EINVAL"
-            }
-        case let error as CocoaError where error.code == .userCancelled: return "ECANCELED"
-        case let error as POSIXError: return ErrnoNames.name(of: error.code.rawValue)
-        default: return "EACCES"
-        }
+        ErrnoNames.name(of: FileCoordinationError.errno(for: error, cancellation: ECANCELED))
     }
 
     /// Whether the client may learn of `path`: it could read the directory that lists it.

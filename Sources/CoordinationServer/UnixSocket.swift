@@ -67,9 +67,9 @@ enum UnixSocket {
     /// The supplementary groups of a process, from /proc.
     static func groups(of pid: Int32, primary: UInt32) -> Set<UInt32> {
         var result: Set<UInt32> = [primary]
-        guard let text = ProcFile.read("/proc/\(pid)/status"),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Groups:") }) else { return result }
-        for field in line.dropFirst(7).split(separator: " ") { if let gid = UInt32(field) { result.insert(gid) } }
+        for field in ProcFile.statusField("Groups", of: pid)?.split(separator: " ") ?? [] {
+            if let gid = UInt32(field) { result.insert(gid) }
+        }
         return result
     }
 
@@ -107,11 +107,21 @@ public enum ProcFile {
         return String(decoding: data, as: UTF8.self)
     }
 
+    /// A field of /proc/PID/status ("PPid", "Tgid", "Groups"), without its name.
+    public static func statusField(_ field: String, of pid: Int32) -> Substring? {
+        guard let text = read("/proc/\(pid)/status"),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }) else { return nil }
+        return line.dropFirst(field.count + 1)
+    }
+
     /// A process's parent, or nil.
     public static func parent(of pid: Int32) -> Int32? {
-        guard let text = read("/proc/\(pid)/status"),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("PPid:") }) else { return nil }
-        return Int32(line.dropFirst(5).trimmingCharacters(in: .whitespaces))
+        statusField("PPid", of: pid).flatMap { Int32($0.trimmingCharacters(in: .whitespaces)) }
+    }
+
+    /// The thread group (process) of a thread, or nil.
+    public static func threadGroup(of tid: Int32) -> Int32? {
+        statusField("Tgid", of: tid).flatMap { Int32($0.trimmingCharacters(in: .whitespaces)) }
     }
 
     /// A process's command name.

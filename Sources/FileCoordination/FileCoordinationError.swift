@@ -61,6 +61,32 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     }
 }
 
+extension FileCoordinationError {
+    /// The errno that reports `error` — a refusal of the engine, a presenter's error, a
+    /// cancellation — to a process: the one mapping the mount and the control socket share.
+    /// `cancellation` is the errno for a cancelled wait (EINTR for an interrupted system call,
+    /// ECANCELED for a cancelled request).
+    public static func errno(for error: Error, cancellation: Int32) -> Int32 {
+        switch error {
+        case let error as FileCoordinationError:
+            switch error {
+            case .timedOut: return EBUSY
+            case .deadlock: return EDEADLK
+            case .wouldBlock: return EAGAIN
+            case .invalidURL, .emptyIntentList, .invalidOptions, .moveReportedOutsideWrite, .invalidServiceName: return EINVAL
+            case .noSuchService, .noSuchItem: return ENOENT
+            case .systemError(_, let code): return code
+            }
+        case let error as CocoaError where error.code == .userCancelled:
+            return cancellation
+        case let error as POSIXError:
+            return error.code.rawValue      // a presenter's refusal, as it gave it
+        default:
+            return EACCES                   // a presenter refused without an errno
+        }
+    }
+}
+
 extension Error {
     /// True for the user-cancelled error that cancellation produces.
     public var isCoordinationCancellation: Bool {
