@@ -61,18 +61,20 @@ let package = Package(
             dependencies: ["Coordination", "FileCoordination"],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
+        // Helpers the test targets share.
+        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
-            dependencies: ["CoordFSMount", "FileCoordination", "Coordination"],
+            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "TestSupport"],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .testTarget(
             name: "FileCoordinationTests",
-            dependencies: ["FileCoordination", "Coordination"],
+            dependencies: ["FileCoordination", "Coordination", "TestSupport"],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
     ]

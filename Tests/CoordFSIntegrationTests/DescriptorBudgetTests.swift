@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The open-file limit here is 20 000: the mount keeps at most a budget of inode descriptors and

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// fio writes through the mount and verifies every block it wrote (crc32c).

@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc

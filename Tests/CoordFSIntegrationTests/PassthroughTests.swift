@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 /// The rest of the data path: locks, copy_file_range, fallocate, lseek on holes, large listings.

@@ -3,6 +3,7 @@ import Coordination
 import Dispatch
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -206,37 +207,6 @@ final class Child: @unchecked Sendable {
 
     deinit {
         if process.isRunning { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
-    }
-}
-
-/// Polls `condition` until it holds or `timeout` passes.
-func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        usleep(5_000)
-    }
-    return condition()
-}
-
-extension Duration {
-    var seconds: Double {
-        let (s, a) = components
-        return Double(s) + Double(a) / 1e18
-    }
-}
-
-/// An ordered, thread-safe record of presenter messages.
-final class EventLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var storage: [String] = []
-    func add(_ event: String) { lock.lock(); storage.append(event); lock.unlock() }
-    var events: [String] { lock.lock(); defer { lock.unlock() }; return storage }
-    func waitFor(_ event: String, timeout: Duration = .seconds(10)) -> Bool { eventually(timeout) { self.events.contains(event) } }
-    func order(_ first: String, before second: String) -> Bool {
-        let events = self.events
-        guard let a = events.firstIndex(of: first), let b = events.firstIndex(of: second) else { return false }
-        return a < b
     }
 }
 

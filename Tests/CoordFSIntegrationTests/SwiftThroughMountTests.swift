@@ -1,5 +1,6 @@
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -120,18 +121,5 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
     func presentedItemDidMove(to newURL: URL) {
         log.add("didMove")
         lock.lock(); url = newURL; lock.unlock()
-    }
-}
-
-/// Runs `body` on a new thread; `join()` waits for it.
-final class Background<T>: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    private var result: Result<T, Error>?
-    init(_ body: @escaping () throws -> T) {
-        Thread { [self] in result = Result { try body() }; done.signal() }.start()
-    }
-    func join(timeout: Duration = .seconds(20)) throws -> T {
-        guard done.wait(timeout: .now() + timeout.seconds) == .success else { throw FixtureError("timed out") }
-        return try result!.get()
     }
 }

@@ -1,6 +1,7 @@
 import Coordination
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 
 /// Bad input gets a clear error or a bounded wait — never a crash or a stuck lock.

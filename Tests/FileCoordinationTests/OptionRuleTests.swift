@@ -1,6 +1,7 @@
 import Coordination
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 
 /// The O rules: reading and writing options.

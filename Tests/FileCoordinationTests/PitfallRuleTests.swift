@@ -2,6 +2,7 @@ import Coordination
 import Dispatch
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 
 /// The X rules: the pitfalls of Apple's coordination, made safe.

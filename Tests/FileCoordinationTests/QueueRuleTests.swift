@@ -2,6 +2,7 @@ import Coordination
 import Dispatch
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 
 /// The Q rules: operations and queues.

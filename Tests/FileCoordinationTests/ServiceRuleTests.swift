@@ -1,6 +1,7 @@
 import Coordination
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 
 /// The S rules: named services, in one process. (Across processes: the control socket.)

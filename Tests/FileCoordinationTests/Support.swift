@@ -2,6 +2,7 @@ import Coordination
 import Dispatch
 import FileCoordination
 import Foundation
+import TestSupport
 import Testing
 
 /// A domain of its own, a temporary directory, and helpers; each test makes one, so tests run
@@ -70,82 +71,7 @@ final class Fixture: @unchecked Sendable {
     var isIdle: Bool { engine.snapshot().isIdle }
 }
 
-/// Polls `condition` until it holds or `timeout` passes.
-func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        usleep(2_000)
-    }
-    return condition()
-}
-
-/// An ordered, thread-safe record of what happened.
-final class EventLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var storage: [String] = []
-
-    func add(_ event: String) { lock.lock(); storage.append(event); lock.unlock() }
-    var events: [String] { lock.lock(); defer { lock.unlock() }; return storage }
-
-    func index(of event: String) -> Int? { events.firstIndex(of: event) }
-    func contains(_ event: String) -> Bool { events.contains(event) }
-    func count(_ event: String) -> Int { events.filter { $0 == event }.count }
-    func matching(_ prefix: String) -> [String] { events.filter { $0.hasPrefix(prefix) } }
-
-    /// True when `first` was logged before `second` (both logged).
-    func order(_ first: String, before second: String) -> Bool {
-        guard let a = index(of: first), let b = index(of: second) else { return false }
-        return a < b
-    }
-
-    func waitFor(_ event: String, timeout: Duration = .seconds(10)) -> Bool {
-        eventually(timeout) { self.contains(event) }
-    }
-}
-
-/// A gate a test opens once: accessors wait on it to hold their access open.
-final class Gate: @unchecked Sendable {
-    private let semaphore = DispatchSemaphore(value: 0)
-    func open() { semaphore.signal(); }
-    func wait() { semaphore.wait(); semaphore.signal() }
-}
-
-/// Runs `body` on a new thread; `join()` waits for it and returns what it returned or threw.
-final class Background<T>: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    private var result: Result<T, Error>?
-
-    init(_ body: @escaping () throws -> T) {
-        let thread = Thread { [self] in
-            result = Result { try body() }
-            done.signal()
-        }
-        thread.start()
-    }
-
-    func join(timeout: Duration = .seconds(20)) throws -> T {
-        guard done.wait(timeout: .now() + timeout.seconds) == .success else { throw TestTimeout() }
-        done.signal()
-        return try result!.get()
-    }
-
-    var isFinished: Bool {
-        guard done.wait(timeout: .now()) == .success else { return false }
-        done.signal()
-        return true
-    }
-}
-
-struct TestTimeout: Error {}
 struct PresenterRefusal: Error, Equatable { let code: Int }
-
-extension Duration {
-    var seconds: Double {
-        let (s, a) = components
-        return Double(s) + Double(a) / 1e18
-    }
-}
 
 /// A presenter that logs every message as "<name>:<message>", optionally answering with errors,
 /// handing back reacquirers, or following moves.
