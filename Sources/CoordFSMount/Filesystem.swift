@@ -104,13 +104,11 @@ public final class Filesystem: @unchecked Sendable {
         let intents = wanted.map { Intent($0.kind, target($0.relative, $0.path, isDirectory: $0.isDirectory)) }
         let identity = CoordinatorIdentity.process(callerThreadGroup(reply.req))
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
-        let claimBox = ClaimBox()
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
         statistics.coordinated.add(1, ordering: .relaxed)
         let claim = AccessClaim.begin(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
                                       holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
-            claimBox.resolved()
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
             switch result {
             case .success(let claim): body(claim)
@@ -120,12 +118,14 @@ public final class Filesystem: @unchecked Sendable {
                 reply.error(errno)
             }
         }
-        guard claimBox.register() else { return }
+        var interrupted = false
+        guard claim.ifStillWaiting({
+            interrupted = waiting.withLock { state -> Bool in
+                state.claims[number] = claim
+                return state.interruptedEarly.remove(number) != nil
+            }
+        }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
-        let interrupted = waiting.withLock { state -> Bool in
-            state.claims[number] = claim
-            return state.interruptedEarly.remove(number) != nil
-        }
         if interrupted { claim.cancel() }
     }
 
@@ -180,19 +180,6 @@ public final class Filesystem: @unchecked Sendable {
 
 /// The marker file that makes a directory a file package (as the API's `ItemLocator`).
 enum ItemLocatorMarker { static let name = ".coordfs-package" }
-
-/// Whether a claim's completion came before `begin` returned (then it is not kept for interrupts).
-final class ClaimBox: @unchecked Sendable {
-    private let state = Mutex<(resolved: Bool, registered: Bool)>((false, false))
-    func resolved() { state.withLock { $0.resolved = true } }
-    /// True when the claim still waits and should be kept.
-    func register() -> Bool {
-        state.withLock { state in
-            state.registered = true
-            return !state.resolved
-        }
-    }
-}
 
 /// Thread id → thread group id, read from /proc and remembered for a second: a thread id is not
 /// reused that fast, and metadata-heavy programs make thousands of calls a second.

@@ -235,10 +235,8 @@ final class ClientConnection: @unchecked Sendable {
         let duplicate = lock.withLock { pendingHolds[id] != nil }
         if duplicate { return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending")) }
         let claimTimeout: Duration? = timeout.map { .milliseconds(Int64($0 * 1000)) } ?? server.domain.defaultWaitTimeout
-        let box = PendingBox()
         let claim = AccessClaim.begin(in: server.domain, identity: identity, intents: intents, waits: wait,
                                       timeout: claimTimeout) { [weak self] result in
-            box.resolved()
             guard let self else { return }
             self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
             switch result {
@@ -258,7 +256,7 @@ final class ClientConnection: @unchecked Sendable {
                                                "paths": .array(claim.intents.map { .string($0.path.string) })]))
             }
         }
-        if box.stillPending() { lock.withLock { pendingHolds[id] = claim } }
+        claim.ifStillWaiting { lock.withLock { pendingHolds[id] = claim } }
     }
 
     private func updateInheritance() {
@@ -363,12 +361,4 @@ final class ClientConnection: @unchecked Sendable {
         Glibc.close(fd)
         server.forget(self)
     }
-}
-
-/// Whether a hold's completion came before `begin` returned.
-final class PendingBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var done = false
-    func resolved() { lock.withLock { done = true } }
-    func stillPending() -> Bool { lock.withLock { !done } }
 }

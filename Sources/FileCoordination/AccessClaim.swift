@@ -28,6 +28,12 @@ public final class AccessClaim: @unchecked Sendable {
         return claim
     }
 
+    /// Runs `body` only if the claim is still waiting — its completion has not run and will not
+    /// run before `body` returns — so that a table of waiting claims (for interrupts or
+    /// cancellation) never keeps one that has already been settled. Returns whether it ran.
+    @discardableResult
+    public func ifStillWaiting(_ body: () -> Void) -> Bool { access.ifUnsettled(body) }
+
     /// Stops waiting (an interrupted system call); no effect once granted.
     public func cancel() { access.cancel() }
 

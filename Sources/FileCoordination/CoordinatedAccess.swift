@@ -102,6 +102,16 @@ final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` if the completion has not been delivered yet, under the lock that delivers it:
+    /// what `body` registers is in place before the completion can run. Returns whether it ran.
+    func ifUnsettled(_ body: () -> Void) -> Bool {
+        lock.withLock {
+            guard completion != nil else { return false }
+            body()
+            return true
+        }
+    }
+
     /// Stops waiting (for the engine or for presenters); no effect once granted (C13).
     func cancel(because reason: CoordinationError = .cancelled) {
         let current = lock.withLock { () -> Phase in
