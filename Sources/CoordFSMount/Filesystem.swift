@@ -96,13 +96,19 @@ public final class Filesystem: @unchecked Sendable {
     /// Takes `wanted` for the calling process, then runs `body` with the claim (nil when the path
     /// is not coordinated). On refusal the request is answered with the errno and `body` does not
     /// run. An interrupt from the kernel ends the wait with EINTR.
+    ///
+    /// Requests of the kernel's own threads are not coordinated: they finish what a coordinated
+    /// open started (with the writeback cache, the flusher writes pages and file times back).
+    /// Making the flusher wait for the open's holder would stall writeback for the whole mount,
+    /// and with it every writer throttled on dirty pages.
     func coordinate(_ reply: Reply, _ wanted: [Wanted], nonBlocking: Bool = false,
                     _ body: @escaping @Sendable (AccessClaim?) -> Void) {
         let modes = wanted.map { configuration.mode(for: $0.relative) }
         let mode: CoordinationMode = modes.contains(.exclusive) ? .exclusive : modes.contains(.notify) ? .notify : .off
         if mode == .off { return body(nil) }
+        guard let process = callingProcess(reply.req) else { return body(nil) }
         let intents = wanted.map { Intent($0.kind, target($0.relative, $0.path, isDirectory: $0.isDirectory)) }
-        let identity = CoordinatorIdentity.process(callerThreadGroup(reply.req))
+        let identity = CoordinatorIdentity.process(process)
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
@@ -141,9 +147,12 @@ public final class Filesystem: @unchecked Sendable {
 
     /// The thread group of the calling thread: the process is the coordinator — or, when it
     /// descends from a process whose holds are inherited (`coordfs coordinate`), that process.
-    func callerThreadGroup(_ req: fuse_req_t) -> Int32 {
+    /// Nil for a kernel thread.
+    func callingProcess(_ req: fuse_req_t) -> Int32? {
         let tid = fuse_req_ctx(req).pointee.pid
-        let process = ProcessInfoCache.threadGroup(of: tid)
+        let caller = ProcessInfoCache.caller(of: tid)
+        if caller.isKernelThread { return nil }
+        let process = caller.process
         let inheriting = domain.inheritingProcesses
         guard !inheriting.isEmpty else { return process }
         var current = process
@@ -181,24 +190,21 @@ public final class Filesystem: @unchecked Sendable {
 /// The marker file that makes a directory a file package (as the API's `ItemLocator`).
 enum ItemLocatorMarker { static let name = ".coordfs-package" }
 
-/// Thread id → thread group id, read from /proc and remembered for a second: a thread id is not
-/// reused that fast, and metadata-heavy programs make thousands of calls a second.
+/// Thread id → the caller's process, read from /proc and remembered for a second: a thread id
+/// is not reused that fast, and metadata-heavy programs make thousands of calls a second.
 enum ProcessInfoCache {
-    private static let cache = Mutex<[pid_t: (group: pid_t, read: ContinuousClock.Instant)]>([:])
+    private static let cache = Mutex<[pid_t: (caller: ProcFile.Caller, read: ContinuousClock.Instant)]>([:])
 
-    static func threadGroup(of tid: pid_t) -> pid_t {
+    static func caller(of tid: pid_t) -> ProcFile.Caller {
         let now = ContinuousClock.now
-        if let known = cache.withLock({ $0[tid] }), now - known.read < .seconds(1) { return known.group }
-        let group = readThreadGroup(of: tid)
+        if let known = cache.withLock({ $0[tid] }), now - known.read < .seconds(1) { return known.caller }
+        // A thread gone already: its own id stands for its process.
+        let caller = ProcFile.caller(of: tid) ?? ProcFile.Caller(process: tid, isKernelThread: false)
         cache.withLock { cache in
             if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
-            cache[tid] = (group, now)
+            cache[tid] = (caller, now)
         }
-        return group
-    }
-
-    private static func readThreadGroup(of tid: pid_t) -> pid_t {
-        ProcFile.threadGroup(of: tid) ?? tid
+        return caller
     }
 }
 

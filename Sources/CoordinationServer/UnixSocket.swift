@@ -119,9 +119,32 @@ public enum ProcFile {
         statusField("PPid", of: pid).flatMap { Int32($0.trimmingCharacters(in: .whitespaces)) }
     }
 
-    /// The thread group (process) of a thread, or nil.
-    public static func threadGroup(of tid: Int32) -> Int32? {
-        statusField("Tgid", of: tid).flatMap { Int32($0.trimmingCharacters(in: .whitespaces)) }
+    /// Who a thread works for: its process, and whether it is one of the kernel's own threads
+    /// (writeback flushers, nfsd). One read of /proc/TID/status.
+    public struct Caller: Sendable, Equatable {
+        public let process: Int32
+        public let isKernelThread: Bool
+
+        public init(process: Int32, isKernelThread: Bool) {
+            self.process = process
+            self.isKernelThread = isKernelThread
+        }
+    }
+
+    public static func caller(of tid: Int32) -> Caller? {
+        guard let text = read("/proc/\(tid)/status") else { return nil }
+        var fields: [Substring: Substring] = [:]
+        for line in text.split(separator: "\n") {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            let name = line[..<colon]
+            if name == "Tgid" || name == "PPid" || name == "Kthread" {
+                fields[name] = line[line.index(after: colon)...].drop(while: { $0 == " " || $0 == "\t" })
+            }
+        }
+        guard let group = fields["Tgid"].flatMap({ Int32($0) }) else { return nil }
+        // "Kthread" exists since Linux 6.x; before it, kernel threads are kthreadd (2) and its children.
+        let isKernelThread = fields["Kthread"].map { $0 == "1" } ?? (group == 2 || fields["PPid"] == "2")
+        return Caller(process: group, isKernelThread: isKernelThread)
     }
 
     /// A process's command name.

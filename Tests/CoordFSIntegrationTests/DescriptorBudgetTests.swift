@@ -20,10 +20,9 @@ import Testing
         let expected = try run("/usr/bin/python3", [script, native.appendingPathComponent("run").path])
         let actual = try run("/usr/bin/python3", [script, fx.path("run")])
         #expect(expected.output == actual.output && !actual.output.isEmpty)
-        let stats = try run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", fx.mountPoint.path])
-        let fields = try JSONSerialization.jsonObject(with: Data(stats.output.utf8)) as? [String: Int]
-        #expect((fields?["inode_descriptors"] ?? .max) <= 32, "\(stats.output)")
-        #expect((fields?["inodes"] ?? 0) > 100, "far more inodes than descriptors")
+        let fields = try fx.statistics()
+        #expect((fields["inode_descriptors"] ?? .max) <= 32, "\(fields)")
+        #expect((fields["inodes"] ?? 0) > 100, "far more inodes than descriptors")
     }
 
     @Test func moreFilesThanTheOpenFileLimitStayUsable() throws {

@@ -4,10 +4,11 @@ import Testing
 
 /// fio writes through the mount and verifies every block it wrote (crc32c).
 @Suite struct Fio {
-    @Test func sequentialAndRandomWritesVerify() throws {
+    @Test(arguments: [[], ["--writeback-cache"]])
+    func sequentialAndRandomWritesVerify(mountOptions: [String]) throws {
         let fio = ["/usr/bin/fio", "/usr/local/bin/fio"].first { FileManager.default.isExecutableFile(atPath: $0) }
         let path = try #require(fio, "fio is installed by `make setup`")
-        let fx = try MountFixture()
+        let fx = try MountFixture(mountOptions)
         try FileManager.default.createDirectory(atPath: fx.path("fio"), withIntermediateDirectories: true)
         var environment = ProcessInfo.processInfo.environment
         environment["FIO_DIR"] = fx.path("fio")

@@ -84,6 +84,12 @@ final class MountFixture: @unchecked Sendable {
         try Data(contents.utf8).write(to: url)
     }
 
+    /// The mount's counters, as the root's `user.coordfs.stats` attribute shows them.
+    func statistics() throws -> [String: Int] {
+        let result = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mountPoint.path])
+        return try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Int] ?? [:]
+    }
+
     /// The engine's state as the mount root's `user.coordfs.state` attribute shows it.
     func state() throws -> String {
         let result = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.state').decode())", mountPoint.path])
