@@ -39,10 +39,12 @@ let package = Package(
         // libfuse3's low-level API: the one C boundary.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
+        // Kernel passthrough on libfuse 3.14's device I/O hooks (thread-locals need real C).
+        .target(name: "CFusePassthrough", dependencies: ["CFuse3"]),
         // The FUSE filesystem: operations become coordinated intents.
         .target(
             name: "CoordFSMount",
-            dependencies: ["CFuse3", "Coordination", "FileCoordination", "CoordinationServer",
+            dependencies: ["CFuse3", "CFusePassthrough", "Coordination", "FileCoordination", "CoordinationServer",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),

@@ -50,6 +50,9 @@ struct Mount: ParsableCommand {
     @Flag(help: "Let the kernel cache writes and send them later (faster small writes; see the README for the trade-off).")
     var writebackCache = false
 
+    @Flag(inversion: .prefixedNo, help: "Let the kernel serve reads and writes of open files straight from the backing files (Linux 6.9+, as root; default on, off with --writeback-cache).")
+    var kernelPassthrough = true
+
     @Option(help: "How many inode descriptors to keep open (default 12000; the rest reopen by file handle).")
     var descriptorBudget: Int?
 
@@ -79,6 +82,7 @@ struct Mount: ParsableCommand {
         configuration.presenterTimeout = .milliseconds(Int64((presenterTimeout ?? loaded?.presenterTimeout ?? 5) * 1000))
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true
+        configuration.kernelPassthrough = kernelPassthrough && loaded?.kernelPassthrough != false
         if let descriptorBudget {
             guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
             configuration.descriptorBudget = descriptorBudget

@@ -21,6 +21,7 @@ struct Profile {
     var options: [String] = []
     var rules: [(String, CoordinationMode)] = []
     var writebackCache = false
+    var kernelPassthrough = true
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
     static func locate(_ name: String) -> URL? {
@@ -55,6 +56,11 @@ struct Profile {
                 }
                 return mode
             }
+            func boolean(_ text: String) throws -> Bool {
+                if ["true", "yes", "on", "1"].contains(text) { return true }
+                if ["false", "no", "off", "0"].contains(text) { return false }
+                throw ProfileError("\(url.path):\(number + 1): '\(key)' must be on or off, not '\(text)'")
+            }
             func seconds(_ text: String) throws -> Double {
                 guard let value = Double(text), value >= 0 else {
                     throw ProfileError("\(url.path):\(number + 1): '\(text)' is not a number of seconds")
@@ -68,7 +74,8 @@ struct Profile {
             case "wait-timeout": waitTimeout = try seconds(value)
             case "presenter-timeout": presenterTimeout = try seconds(value)
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            case "writeback-cache": writebackCache = ["true", "yes", "on", "1"].contains(value)
+            case "writeback-cache": writebackCache = try boolean(value)
+            case "kernel-passthrough": kernelPassthrough = try boolean(value)
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             case _ where key.hasPrefix("mode "):
                 rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))

@@ -28,11 +28,29 @@ extension Filesystem {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
                 return reply.error(failure)
             }
-            let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false)
+            let mode: KernelPassthrough.Mode
+            do throws(Errno) { mode = try beginPassthrough(inode, writes: writes) } catch {
+                close(fd)
+                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
+                return reply.error(error)
+            }
+            let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
             let handle = files.insert(file)
+            if case .backed(let id, _) = mode { return reply.open(info, handle: handle, backingID: id) }
             let direct = flags & CFS_O_DIRECT != 0
             reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct)
+        }
+    }
+
+    /// The kernel-passthrough mode of a new open of `inode` (cached without passthrough).
+    private func beginPassthrough(_ inode: Inode, writes: Bool) throws(Errno) -> KernelPassthrough.Mode {
+        guard let passthrough else { return .cached }
+        return try passthrough.beginOpen(of: inode.id, writes: writes) { readWrite in
+            inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
+                let fd = Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
+                return fd >= 0 ? fd : nil
+            }
         }
     }
 
@@ -75,9 +93,14 @@ extension Filesystem {
             giveToCaller(reply.req, parent: parent, name: name)
             do {
                 let (inode, attributes) = try lookupNode(parent, name)
-                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true)
+                let mode = try beginPassthrough(inode, writes: true)
+                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true)
                 let handle = files.insert(file)
-                reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: flags & CFS_O_DIRECT != 0)
+                if case .backed(let id, _) = mode {
+                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, backingID: id)
+                } else {
+                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: flags & CFS_O_DIRECT != 0)
+                }
             } catch {
                 close(fd)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
@@ -113,9 +136,10 @@ extension Filesystem {
         var info = stat()
         let known = fstat(file.fd, &info) == 0
         close(file.fd)
+        passthrough?.endOpen(of: file.inode.id)
         inodes.updateLastSeen(file.inode, known ? info : nil)
-        let written = file.written.load(ordering: .relaxed)
-        file.claim?.end(outcomes: [IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: written)])
+        let changed = file.changed(now: known ? info : nil)
+        file.claim?.end(outcomes: [IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)])
         reply.ok()
     }
 

@@ -17,6 +17,8 @@ public final class Filesystem: @unchecked Sendable {
     public let domain: CoordinationDomain
     let inodes: InodeTable
     let files = OpenFileTable()
+    /// Kernel passthrough of open files; nil when the configuration does not use it.
+    let passthrough: KernelPassthrough?
     /// The mount point as the engine names items: presenters see paths under it.
     let mountRoot: ItemPath
     let logger = Logger(label: "org.coordfs.mount")
@@ -41,6 +43,7 @@ public final class Filesystem: @unchecked Sendable {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
         mountRoot = root
+        passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
         let fd = Glibc.open(configuration.backing, CFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(String(cString: strerror(errno)))") }
         var info = stat()

@@ -1,4 +1,5 @@
 import CFuse3
+import CFusePassthrough
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -26,6 +27,7 @@ enum FuseBridge {
         ops.`init` = { userdata, conn in
             let fs = Unmanaged<Filesystem>.fromOpaque(userdata!).takeUnretainedValue()
             cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0)
+            cfs_want_passthrough(fs.passthrough != nil ? 1 : 0)
         }
         ops.lookup = { req, parent, name in
             filesystem(req).lookup(reply(req), UInt64(parent), String(cString: name!))

@@ -31,6 +31,9 @@ public struct MountConfiguration: Sendable {
     /// Attribute and entry timeouts the kernel may cache for.
     public var cacheTimeout: Double = 1.0
     public var writebackCache = false
+    /// Let the kernel serve reads and writes of open files straight from the backing files
+    /// (Linux 6.9 or later, root); off with the writeback cache, which needs the page cache.
+    public var kernelPassthrough = true
     public var maxThreads: UInt32 = 16
     /// How many inode descriptors stay open (the open-file limit here is 20 000).
     public var descriptorBudget = 12_000

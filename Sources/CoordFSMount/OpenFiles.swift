@@ -12,14 +12,31 @@ final class OpenFile: @unchecked Sendable {
     let written = Atomic<Bool>(false)
     /// Whether it was created by this open (for the notification at release).
     let created: Bool
+    /// Served by kernel passthrough: writes never reach the mount, so a writable open compares
+    /// the file's size and times at release with these, taken at the open.
+    let passthrough: Bool
+    let atOpen: stat?
     /// Directory streams for readdir, opened lazily.
     var directory: OpaquePointer?
 
-    init(fd: Int32, inode: Inode, claim: AccessClaim?, created: Bool) {
+    init(fd: Int32, inode: Inode, claim: AccessClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false) {
         self.fd = fd
         self.inode = inode
         self.claim = claim
         self.created = created
+        self.passthrough = passthrough
+        var info = stat()
+        atOpen = passthrough && writes && fstat(fd, &info) == 0 ? info : nil
+    }
+
+    /// Whether the file changed since the open, as far as the mount can tell.
+    func changed(now: stat?) -> Bool {
+        if written.load(ordering: .relaxed) { return true }
+        guard let before = atOpen else { return false }
+        guard let now else { return true }
+        return before.st_size != now.st_size || before.st_mtim.tv_sec != now.st_mtim.tv_sec
+            || before.st_mtim.tv_nsec != now.st_mtim.tv_nsec || before.st_ctim.tv_sec != now.st_ctim.tv_sec
+            || before.st_ctim.tv_nsec != now.st_ctim.tv_nsec
     }
 }
 

@@ -1,4 +1,5 @@
 import CFuse3
+import CFusePassthrough
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -44,7 +45,16 @@ struct Reply: @unchecked Sendable {
         fuse_reply_open(req, &fi)
     }
 
-    func create(_ inode: Inode, _ info: stat, timeout: Double, _ fi: fuse_file_info, handle: UInt64, directIO: Bool = false) {
+    /// An open the kernel serves from backing file `backingID` (kernel passthrough).
+    func open(_ fi: fuse_file_info, handle: UInt64, backingID: Int32) {
+        var fi = fi
+        cfs_file_info_set(&fi, handle, 0, 0)
+        cfs_reply_open_backed(UnsafeMutableRawPointer(req), &fi, backingID)
+    }
+
+    /// `backingID`: served by kernel passthrough from that backing file.
+    func create(_ inode: Inode, _ info: stat, timeout: Double, _ fi: fuse_file_info, handle: UInt64, directIO: Bool = false,
+                backingID: Int32? = nil) {
         var fi = fi
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id)
@@ -52,7 +62,7 @@ struct Reply: @unchecked Sendable {
         entry.attr_timeout = timeout
         entry.entry_timeout = timeout
         cfs_file_info_set(&fi, handle, 0, directIO ? 1 : 0)
-        fuse_reply_create(req, &entry, &fi)
+        if let backingID { cfs_reply_create_backed(UnsafeMutableRawPointer(req), &entry, &fi, backingID) } else { fuse_reply_create(req, &entry, &fi) }
     }
 
     func written(_ count: Int) { fuse_reply_write(req, count) }

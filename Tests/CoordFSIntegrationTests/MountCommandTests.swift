@@ -21,6 +21,8 @@ import Glibc
         defer { try? FileManager.default.removeItem(at: dir) }
         let backing = dir.appendingPathComponent("backing").path, mnt = dir.appendingPathComponent("mnt").path
         try Data().write(to: dir.appendingPathComponent("file"))
+        let badProfile = dir.appendingPathComponent("bad.profile").path
+        try Data("kernel-passthrough = sometimes\n".utf8).write(to: URL(fileURLWithPath: badProfile))
         let cases: [([String], String)] = [
             (["mount", dir.appendingPathComponent("missing").path, mnt], "does not exist"),
             (["mount", dir.appendingPathComponent("file").path, mnt], "not a directory"),
@@ -29,6 +31,7 @@ import Glibc
             (["mount", backing], "missing MOUNTPOINT"),
             (["mount", backing, mnt, "--coordination", "sometimes"], "sometimes"),
             (["mount", backing, mnt, "--profile", "no-such-profile"], "no profile"),
+            (["mount", backing, mnt, "--profile", badProfile], "'kernel-passthrough' must be on or off, not 'sometimes'"),
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)

@@ -1,0 +1,20 @@
+// Kernel passthrough for libfuse 3.14 (see passthrough.c). Pointers are libfuse's own types
+// (struct fuse_session, fuse_req_t, struct fuse_file_info, struct fuse_entry_param), passed
+// untyped so that this module does not declare libfuse's types a second time.
+#ifndef COORDFS_FUSE_PASSTHROUGH_H
+#define COORDFS_FUSE_PASSTHROUGH_H
+
+#include <stdint.h>
+
+/// Puts the passthrough hooks on a mounted session's device. 0 or -errno.
+int cfs_session_hook_device(void *session);
+/// From the mount's init callback: whether to ask the kernel for passthrough.
+void cfs_want_passthrough(int wanted);
+/// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
+int32_t cfs_backing_open(int device, int fd);
+int cfs_backing_close(int device, int32_t id);
+/// fuse_reply_open and fuse_reply_create, served by the kernel from backing file `backing_id`.
+int cfs_reply_open_backed(void *req, const void *fi, int32_t backing_id);
+int cfs_reply_create_backed(void *req, const void *entry, const void *fi, int32_t backing_id);
+
+#endif

@@ -1,0 +1,131 @@
+// Kernel passthrough for libfuse 3.14, which cannot negotiate it (it arrived in 3.17).
+//
+// With passthrough (Linux >= 6.9) the kernel serves read, write and mmap of an open file straight
+// from a backing file the server registered: the data path runs at the backing filesystem's speed
+// and never reaches the daemon. Opens, creations and releases still do, so coordination is
+// untouched. The session's device I/O goes through these hooks, which
+//   - note whether the kernel's INIT offers FUSE_PASSTHROUGH and, if the mount wants it, add it
+//     (and a stacking depth of 1) to libfuse's INIT reply;
+//   - add FOPEN_PASSTHROUGH and a backing id to an open or create reply the mount marked.
+// libfuse answers a request on the thread that read it, so thread-locals carry the marks.
+#define FUSE_USE_VERSION 312
+#include "fuse_passthrough.h"
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+// Wire layouts of the kernel protocol (linux/fuse.h, 7.40), only the parts used here.
+struct cfs_in_header { uint32_t len, opcode; uint64_t unique, nodeid; uint32_t uid, gid, pid; uint16_t extlen, padding; };
+struct cfs_out_header { uint32_t len; int32_t error; uint64_t unique; };
+struct cfs_init_in { uint32_t major, minor, max_readahead, flags, flags2; };
+struct cfs_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
+
+enum {
+    CFS_FUSE_INIT = 26,
+    CFS_FUSE_INIT_EXT = 1u << 30,
+    CFS_FUSE_PASSTHROUGH_FLAGS2 = 1u << (37 - 32),
+    CFS_FOPEN_PASSTHROUGH = 1u << 7,
+    CFS_INIT_OUT_FLAGS = 12, CFS_INIT_OUT_FLAGS2 = 32, CFS_INIT_OUT_MAX_STACK_DEPTH = 36,
+};
+#define CFS_FUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct cfs_backing_map)
+#define CFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+static _Thread_local uint64_t cfs_init_unique;     // the INIT being answered on this thread
+static _Thread_local int cfs_init_offers_passthrough;
+static _Thread_local int cfs_init_wants_passthrough; // set by the mount's init callback
+static _Thread_local int32_t cfs_reply_backing_id;  // set around an open or create reply
+
+static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
+    (void)userdata;
+    ssize_t count = read(fd, buf, len);
+    if (count >= (ssize_t)(sizeof(struct cfs_in_header) + sizeof(struct cfs_init_in))) {
+        const struct cfs_in_header *header = (const struct cfs_in_header *)buf;
+        if (header->opcode == CFS_FUSE_INIT) {
+            const struct cfs_init_in *init = (const struct cfs_init_in *)(header + 1);
+            cfs_init_unique = header->unique;
+            cfs_init_offers_passthrough = (init->flags & CFS_FUSE_INIT_EXT) && (init->flags2 & CFS_FUSE_PASSTHROUGH_FLAGS2);
+        }
+    }
+    return count;
+}
+
+static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdata) {
+    (void)userdata;
+    if (count >= 2 && iov[0].iov_len >= sizeof(struct cfs_out_header)) {
+        const struct cfs_out_header *header = (const struct cfs_out_header *)iov[0].iov_base;
+        if (cfs_reply_backing_id > 0 && header->error == 0 && iov[count - 1].iov_len >= 16) {
+            // The open arguments end both replies: { fh, open_flags, backing_id }.
+            char *end = (char *)iov[count - 1].iov_base + iov[count - 1].iov_len;
+            *(uint32_t *)(end - 8) |= CFS_FOPEN_PASSTHROUGH;
+            *(int32_t *)(end - 4) = cfs_reply_backing_id;
+        } else if (cfs_init_unique != 0 && header->unique == cfs_init_unique) {
+            if (header->error == 0 && cfs_init_offers_passthrough && cfs_init_wants_passthrough
+                && iov[1].iov_len >= CFS_INIT_OUT_MAX_STACK_DEPTH + 4) {
+                char *out = (char *)iov[1].iov_base;
+                *(uint32_t *)(out + CFS_INIT_OUT_FLAGS) |= CFS_FUSE_INIT_EXT;
+                *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_PASSTHROUGH_FLAGS2;
+                *(uint32_t *)(out + CFS_INIT_OUT_MAX_STACK_DEPTH) = 1;
+            }
+            cfs_init_unique = 0;
+        }
+    }
+    return writev(fd, iov, count);
+}
+
+static ssize_t cfs_io_splice_receive(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                                     unsigned int flags, void *userdata) {
+    (void)userdata;
+    return syscall(SYS_splice, fdin, offin, fdout, offout, len, flags); // glibc's needs _GNU_SOURCE
+}
+
+static ssize_t cfs_io_splice_send(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
+                                  unsigned int flags, void *userdata) {
+    (void)userdata;
+    return syscall(SYS_splice, fdin, offin, fdout, offout, len, flags);
+}
+
+// Puts the hooks on a mounted session's device. Returns 0 or -errno.
+int cfs_session_hook_device(void *session) {
+    struct fuse_session *se = session;
+    static const struct fuse_custom_io io = {
+        .writev = cfs_io_writev, .read = cfs_io_read,
+        .splice_receive = cfs_io_splice_receive, .splice_send = cfs_io_splice_send,
+    };
+    return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+}
+
+// Called from the mount's init callback (on the thread answering INIT).
+void cfs_want_passthrough(int wanted) { cfs_init_wants_passthrough = wanted; }
+
+// Registers `fd` as a backing file: its id (> 0), or -errno (EPERM: passthrough not negotiated).
+int32_t cfs_backing_open(int device, int fd) {
+    struct cfs_backing_map map = { .fd = fd, .flags = 0, .padding = 0 };
+    int id = ioctl(device, CFS_FUSE_DEV_IOC_BACKING_OPEN, &map);
+    return id < 0 ? -errno : id;
+}
+
+int cfs_backing_close(int device, int32_t id) {
+    uint32_t value = (uint32_t)id;
+    return ioctl(device, CFS_FUSE_DEV_IOC_BACKING_CLOSE, &value) < 0 ? -errno : 0;
+}
+
+// Open and create replies served by the kernel from backing file `backing_id`.
+int cfs_reply_open_backed(void *req, const void *fi, int32_t backing_id) {
+    cfs_reply_backing_id = backing_id;
+    int result = fuse_reply_open(req, fi);
+    cfs_reply_backing_id = 0;
+    return result;
+}
+
+int cfs_reply_create_backed(void *req, const void *entry, const void *fi, int32_t backing_id) {
+    cfs_reply_backing_id = backing_id;
+    int result = fuse_reply_create(req, entry, fi);
+    cfs_reply_backing_id = 0;
+    return result;
+}
+

@@ -1,0 +1,79 @@
+import Foundation
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Kernel passthrough: the kernel serves reads, writes and mmap of open files from the backing
+/// files; opens and releases still reach the mount and hold their intents. (Passthrough is the
+/// default, so every other mount test runs with it: coordination, presenters, fio, programs.)
+@Suite struct KernelPassthrough {
+    /// Writes at offsets, appends, and writes through a shared mapping, then reads all of it back
+    /// through the mount and compares with the backing file.
+    static let exercise = """
+    import mmap, os, random, sys
+    path = sys.argv[1]
+    rng = random.Random(7)
+    data = bytearray(rng.randbytes(4 << 20))
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    os.write(fd, data)
+    for _ in range(200):
+        offset = rng.randrange(0, len(data) - 4096)
+        block = rng.randbytes(rng.randrange(1, 4096))
+        os.pwrite(fd, block, offset)
+        data[offset:offset + len(block)] = block
+    os.fsync(fd)
+    with mmap.mmap(fd, len(data)) as mapping:
+        mapping[100:200] = b"m" * 100
+        data[100:200] = b"m" * 100
+        mapping.flush()
+    os.close(fd)
+    with open(path, "ab") as appending:
+        appending.write(b"tail")
+    data += b"tail"
+    assert open(path, "rb").read() == bytes(data), "read back through the mount"
+    print(len(data))
+    """
+
+    @Test func readsWritesAndMappingsOfOpenFilesReachTheBackingFile() throws {
+        let fx = try MountFixture()
+        let result = try run("/usr/bin/python3", ["-c", Self.exercise, fx.path("data.bin")])
+        #expect(result.status == 0, "\(result.errors)")
+        #expect(result.output == "\((4 << 20) + 4)\n")
+        #expect(try run("/usr/bin/cmp", [fx.path("data.bin"), fx.backingPath("data.bin")]).status == 0)
+        let counters = try fx.statistics()
+        #expect(counters["kernel_passthrough"] == 1, "root on Linux 6.9+ gets passthrough: \(counters)")
+        #expect((counters["passthrough_opens"] ?? 0) >= 3, "\(counters)")
+    }
+
+    @Test func aFileRootCannotOpenForWritingIsServedReadOnly() throws {
+        let fx = try MountFixture()
+        try fx.seed("frozen.txt", "frozen\n")
+        // Immutable: even root opens it read-only, so its backing file is read-only.
+        guard try run("/usr/bin/chattr", ["+i", fx.backingPath("frozen.txt")]).status == 0 else {
+            Issue.record("chattr +i is not supported under /tmp here")
+            return
+        }
+        defer { _ = try? run("/usr/bin/chattr", ["-i", fx.backingPath("frozen.txt")]) }
+        let first = try Child.holder(), second = try Child.holder()
+        #expect(first.ask("open r \(fx.path("frozen.txt"))") == "ok 1")
+        #expect(second.ask("open r \(fx.path("frozen.txt"))") == "ok 1", "a second open shares the backing file")
+        #expect(second.ask("read 1") == "data frozen|")
+        #expect(first.ask("close 1") == "ok")
+        #expect(second.ask("open w \(fx.path("frozen.txt"))") == "err EPERM", "writing fails as it would directly")
+        #expect(second.ask("close all") == "ok")
+        #expect(try run("/bin/cat", [fx.path("frozen.txt")]).output == "frozen\n")
+    }
+
+    @Test func withoutPassthroughTheMountServesTheData() throws {
+        for options in [["--no-kernel-passthrough"], ["--writeback-cache"]] {
+            let fx = try MountFixture(options)
+            let result = try run("/usr/bin/python3", ["-c", Self.exercise, fx.path("data.bin")])
+            #expect(result.status == 0, "\(options): \(result.errors)")
+            #expect(try run("/usr/bin/cmp", [fx.path("data.bin"), fx.backingPath("data.bin")]).status == 0)
+            let counters = try fx.statistics()
+            #expect(counters["kernel_passthrough"] == 0 && counters["passthrough_opens"] == 0, "\(options): \(counters)")
+        }
+    }
+}
