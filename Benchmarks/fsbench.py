@@ -3,10 +3,15 @@
 directory and several FUSE mounts of the same kind of directory, repeats interleaved, printed as
 one table of medians with each target's ratio to native.
 
-  fsbench.py COORDFS_BINARY [--repeats N] [--quick]
+  fsbench.py COORDFS_BINARY [--repeats N] [--quick] [--on-tmp]
 
-Targets: native, coordfs (coordination on), coordfs --coordination off, and, when available,
-bindfs and libfuse's passthrough_ll (built from the libfuse3-dev examples).
+Targets: native, coordfs (coordination on), coordfs --coordination off, coordfs without kernel
+passthrough, and, when available, bindfs and libfuse's passthrough_ll (built from the
+libfuse3-dev examples).
+
+Every target's directory lies on one fresh, journaled ext4 image, loop-mounted with direct I/O
+(fuse-measurements.md, finding 5: this machine's root filesystem has no journal and its metadata
+timings are bimodal). --on-tmp uses /tmp instead.
 """
 import json
 import os
@@ -24,6 +29,25 @@ size_mb = 64 if quick else 256
 runtime = 2 if quick else 4
 files = 500 if quick else 2000
 base = tempfile.mkdtemp(prefix="coordfs-bench-", dir="/tmp")
+image_mount = None
+
+
+def mount_image():
+    """A fresh journaled ext4 on a loop device (direct I/O: no second page cache below it)."""
+    global base, image_mount
+    image = os.path.join(base, "ext4.img")
+    point = os.path.join(base, "ext4")
+    os.makedirs(point)
+    with open(image, "wb") as out:
+        out.truncate(8 << 30)
+    sh("mkfs.ext4", "-q", "-F", image)
+    device = sh("losetup", "--find", "--show", "--direct-io=on", image).stdout.strip()
+    try:
+        sh("mount", device, point)
+    finally:
+        sh("losetup", "--detach", device)   # the mount keeps it; detached once unmounted
+    image_mount = point
+    base = point
 
 
 def sh(*args, **kwargs):
@@ -165,11 +189,15 @@ jobs = [("seq write 1 MiB (MiB/s)", job_seq_write), ("seq read cold 1 MiB (MiB/s
         ("create+close (ops/s)", job_create), ("stat (ops/s)", job_stat), ("unlink (ops/s)", job_unlink)]
 
 results = {}
+scratch = base
 try:
     # Mounted inside the try: whatever fails, what was mounted is unmounted.
+    if "--on-tmp" not in sys.argv:
+        mount_image()
     targets.append(Target("native", None))
     targets.append(Target("coordfs", coordfs()))
     targets.append(Target("coordfs-off", coordfs("--coordination", "off")))
+    targets.append(Target("no-passthrough", coordfs("--no-kernel-passthrough")))
     if shutil.which("bindfs"):
         targets.append(Target("bindfs", fuse_program("bindfs", "{backing}", "{point}")))
     passthrough_ll = build_passthrough_ll()
@@ -188,11 +216,13 @@ finally:
     for t in targets:
         if t.unmount:
             t.unmount()
-    shutil.rmtree(base, ignore_errors=True)
+    if image_mount:
+        subprocess.run(["umount", image_mount])
+    shutil.rmtree(scratch, ignore_errors=True)
 
 names = [t.name for t in targets]
-print("filesystem benchmark: %d repeats interleaved, %d MiB files, %d metadata ops; medians, ratio to native"
-      % (repeats, size_mb, files))
+print("filesystem benchmark on %s: %d repeats interleaved, %d MiB files, %d metadata ops; medians, ratio to native"
+      % ("a loop-mounted journaled ext4" if image_mount else "/tmp", repeats, size_mb, files))
 width = max(len(job) for job, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
 for job, _ in jobs:

@@ -38,8 +38,9 @@ static inline void cfs_configure_connection(struct fuse_conn_info *conn, int wri
     if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
     if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
-    // Let the kernel clear suid/sgid on write and truncate: no GETXATTR security.capability
-    // before every write (fuse-measurements.md, finding 2).
+    // The mount clears suid/sgid itself (Filesystem+Files.swift). The device hooks upgrade this to
+    // KILLPRIV_V2, which also ends the GETXATTR security.capability before every write
+    // (fuse-measurements.md, finding 2).
     if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
     if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
     if (writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;

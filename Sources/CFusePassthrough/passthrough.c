@@ -1,4 +1,4 @@
-// Kernel passthrough for libfuse 3.14, which cannot negotiate it (it arrived in 3.17).
+// Kernel passthrough and KILLPRIV_V2 for libfuse 3.14, which cannot negotiate them.
 //
 // With passthrough (Linux >= 6.9) the kernel serves read, write and mmap of an open file straight
 // from a backing file the server registered: the data path runs at the backing filesystem's speed
@@ -6,7 +6,10 @@
 // untouched. The session's device I/O goes through these hooks, which
 //   - note whether the kernel's INIT offers FUSE_PASSTHROUGH and, if the mount wants it, add it
 //     (and a stacking depth of 1) to libfuse's INIT reply;
-//   - add FOPEN_PASSTHROUGH and a backing id to an open or create reply the mount marked.
+//   - add FOPEN_PASSTHROUGH and a backing id to an open or create reply the mount marked;
+//   - ask for FUSE_HANDLE_KILLPRIV_V2, also past libfuse 3.14: the kernel then trusts the mount
+//     to clear setuid/setgid on writes, truncation and O_TRUNC opens (it does, see
+//     Filesystem+Files.swift), and no longer asks for security.capability before every write.
 // libfuse answers a request on the thread that read it, so thread-locals carry the marks.
 #define FUSE_USE_VERSION 312
 #include "fuse_passthrough.h"
@@ -28,6 +31,8 @@ struct cfs_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
 enum {
     CFS_FUSE_INIT = 26,
     CFS_FUSE_INIT_EXT = 1u << 30,
+    CFS_FUSE_HANDLE_KILLPRIV = 1u << 19,
+    CFS_FUSE_HANDLE_KILLPRIV_V2 = 1u << 28,
     CFS_FUSE_PASSTHROUGH_FLAGS2 = 1u << (37 - 32),
     CFS_FOPEN_PASSTHROUGH = 1u << 7,
     CFS_INIT_OUT_FLAGS = 12, CFS_INIT_OUT_FLAGS2 = 32, CFS_INIT_OUT_MAX_STACK_DEPTH = 36,
@@ -37,6 +42,7 @@ enum {
 
 static _Thread_local uint64_t cfs_init_unique;     // the INIT being answered on this thread
 static _Thread_local int cfs_init_offers_passthrough;
+static _Thread_local int cfs_init_offers_killpriv_v2;
 static _Thread_local int cfs_init_wants_passthrough; // set by the mount's init callback
 static _Thread_local int32_t cfs_reply_backing_id;  // set around an open or create reply
 
@@ -49,6 +55,7 @@ static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
             const struct cfs_init_in *init = (const struct cfs_init_in *)(header + 1);
             cfs_init_unique = header->unique;
             cfs_init_offers_passthrough = (init->flags & CFS_FUSE_INIT_EXT) && (init->flags2 & CFS_FUSE_PASSTHROUGH_FLAGS2);
+            cfs_init_offers_killpriv_v2 = (init->flags & CFS_FUSE_HANDLE_KILLPRIV_V2) != 0;
         }
     }
     return count;
@@ -64,9 +71,13 @@ static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdat
             *(uint32_t *)(end - 8) |= CFS_FOPEN_PASSTHROUGH;
             *(int32_t *)(end - 4) = cfs_reply_backing_id;
         } else if (cfs_init_unique != 0 && header->unique == cfs_init_unique) {
+            char *out = (char *)iov[1].iov_base;
+            if (header->error == 0 && cfs_init_offers_killpriv_v2 && iov[1].iov_len >= CFS_INIT_OUT_FLAGS + 4) {
+                uint32_t *flags = (uint32_t *)(out + CFS_INIT_OUT_FLAGS);
+                *flags = (*flags & ~CFS_FUSE_HANDLE_KILLPRIV) | CFS_FUSE_HANDLE_KILLPRIV_V2;
+            }
             if (header->error == 0 && cfs_init_offers_passthrough && cfs_init_wants_passthrough
                 && iov[1].iov_len >= CFS_INIT_OUT_MAX_STACK_DEPTH + 4) {
-                char *out = (char *)iov[1].iov_base;
                 *(uint32_t *)(out + CFS_INIT_OUT_FLAGS) |= CFS_FUSE_INIT_EXT;
                 *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_PASSTHROUGH_FLAGS2;
                 *(uint32_t *)(out + CFS_INIT_OUT_MAX_STACK_DEPTH) = 1;

@@ -58,7 +58,10 @@ extension Filesystem {
             do {
                 let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                     try apply(change, to: fd, open: open)
-                    if change.size != nil { open?.written.store(true, ordering: .relaxed) }
+                    if change.size != nil {
+                        open?.written.store(true, ordering: .relaxed)
+                        if callerLacksFSetID(reply) { dropPrivilegeBits(open?.fd ?? fd) }
+                    }
                     if let open {
                         var info = stat()
                         _ = try check(fstat(open.fd, &info))

@@ -28,8 +28,12 @@ extension Filesystem {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
                 return reply.error(failure)
             }
+            let unprivileged = callerLacksFSetID(reply)
+            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd) }
+            // Writes of a setuid file by others must reach the mount, which clears the bit.
+            let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
             let mode: KernelPassthrough.Mode
-            do throws(Errno) { mode = try beginPassthrough(inode, writes: writes) } catch {
+            do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
                 close(fd)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
                 return reply.error(error)
@@ -37,16 +41,20 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
             let handle = files.insert(file)
-            if case .backed(let id, _) = mode { return reply.open(info, handle: handle, backingID: id) }
+            if case .backed(let id, _) = mode {
+                // Already served from a backing file: the bits go now instead of at the first write.
+                if keepsBits { dropPrivilegeBits(fd) }
+                return reply.open(info, handle: handle, backingID: id)
+            }
             let direct = flags & CFS_O_DIRECT != 0
             reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct)
         }
     }
 
     /// The kernel-passthrough mode of a new open of `inode` (cached without passthrough).
-    private func beginPassthrough(_ inode: Inode, writes: Bool) throws(Errno) -> KernelPassthrough.Mode {
+    private func beginPassthrough(_ inode: Inode, writes: Bool, prefersCached: Bool = false) throws(Errno) -> KernelPassthrough.Mode {
         guard let passthrough else { return .cached }
-        return try passthrough.beginOpen(of: inode.id, writes: writes) { readWrite in
+        return try passthrough.beginOpen(of: inode.id, writes: writes, prefersCached: prefersCached) { readWrite in
             inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
                 let fd = Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
                 return fd >= 0 ? fd : nil
@@ -116,6 +124,7 @@ extension Filesystem {
 
     func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
+        if callerLacksFSetID(reply) { dropPrivilegeBits(file.fd) }
         let written = cfs_write_buf(buffers, file.fd, offset)
         if written < 0 { return reply.error(Int32(-written)) }
         file.written.store(true, ordering: .relaxed)
@@ -152,6 +161,7 @@ extension Filesystem {
 
     func fallocate(_ reply: Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
+        if callerLacksFSetID(reply) { dropPrivilegeBits(file.fd) }
         if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
         file.written.store(true, ordering: .relaxed)
         reply.ok()
@@ -160,6 +170,7 @@ extension Filesystem {
     func copyFileRange(_ reply: Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
                        _ length: Int, _ flags: UInt32) {
         guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
+        if callerLacksFSetID(reply) { dropPrivilegeBits(target.fd) }
         var from = inputOffset, to = outputOffset
         let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)
         if copied == -1 { return reply.error(Errno.current) }
@@ -172,5 +183,31 @@ extension Filesystem {
         let result = Glibc.lseek(file.fd, offset, whence)
         if result == -1 { return reply.error(Errno.current) }
         reply.lseek(result)
+    }
+}
+
+/// setuid and setgid on writes. The kernel leaves them to the mount (HANDLE_KILLPRIV and _V2),
+/// whose own writes run as root and so would keep them: a writer without CAP_FSETID (anyone but
+/// root, here) clears setuid, and setgid where group execute is set, as the kernel does natively.
+extension Filesystem {
+    func callerLacksFSetID(_ reply: Reply) -> Bool { fuse_req_ctx(reply.req).pointee.uid != 0 }
+
+    func hasPrivilegeBits(_ fd: Int32) -> Bool {
+        var info = stat()
+        return fstat(fd, &info) == 0 && Self.privilegeBits(info.st_mode) != 0
+    }
+
+    func dropPrivilegeBits(_ fd: Int32) {
+        var info = stat()
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return }
+        let bits = Self.privilegeBits(info.st_mode)
+        // By path: `fd` may be an O_PATH descriptor, which fchmod refuses.
+        if bits != 0 { _ = chmod(procPath(fd), info.st_mode & 0o7777 & ~bits) }
+    }
+
+    private static func privilegeBits(_ mode: mode_t) -> mode_t {
+        var bits = mode & S_ISUID
+        if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP { bits |= S_ISGID }
+        return bits
     }
 }

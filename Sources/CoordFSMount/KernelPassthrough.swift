@@ -34,8 +34,10 @@ final class KernelPassthrough: Sendable {
     var isEnabled: Bool { device.load(ordering: .relaxed) >= 0 }
 
     /// Starts an open of `inode`: the mode it must use. `openBacking(readWrite)` opens the backing
-    /// file anew (for the kernel to keep); nil when it cannot be opened so.
-    func beginOpen(of inode: UInt64, writes: Bool, openBacking: (_ readWrite: Bool) -> Int32?) throws(Errno) -> Mode {
+    /// file anew (for the kernel to keep); nil when it cannot be opened so. `prefersCached`: the
+    /// first open of an inode is then served through the mount.
+    func beginOpen(of inode: UInt64, writes: Bool, prefersCached: Bool = false,
+                   openBacking: (_ readWrite: Bool) -> Int32?) throws(Errno) -> Mode {
         let device = device.load(ordering: .relaxed)
         let mode = try inodes.withLock { inodes throws(Errno) -> Mode in
             if let current = inodes[inode] {
@@ -45,7 +47,7 @@ final class KernelPassthrough: Sendable {
                 inodes[inode] = (current.mode, current.opens + 1)
                 return current.mode
             }
-            let mode = device >= 0 ? register(openBacking, device: device) : .cached
+            let mode = device >= 0 && !prefersCached ? register(openBacking, device: device) : .cached
             inodes[inode] = (mode, 1)
             return mode
         }

@@ -56,14 +56,12 @@ public final class MountSession: @unchecked Sendable {
             self.session = nil
             throw MountError.fuse("could not mount on \(configuration.mountPoint)")
         }
-        if let passthrough = filesystem.passthrough {
-            // Hooked before the loop reads the kernel's INIT, which is waiting already.
-            let hooked = cfs_session_hook_device(UnsafeMutableRawPointer(session))
-            if hooked == 0 {
-                passthrough.enable(device: fuse_session_fd(session))
-            } else {
-                filesystem.logger.warning("kernel passthrough not available: \(String(cString: strerror(-hooked)))")
-            }
+        // Hooked before the loop reads the kernel's INIT, which is waiting already.
+        let hooked = cfs_session_hook_device(UnsafeMutableRawPointer(session))
+        if hooked == 0 {
+            filesystem.passthrough?.enable(device: fuse_session_fd(session))
+        } else {
+            filesystem.logger.warning("device hooks not installed (no kernel passthrough): \(String(cString: strerror(-hooked)))")
         }
         if configuration.servesControlSocket {
             let path = configuration.socketPath ?? ControlServer.defaultSocketPath(name: "mount-\(getpid())")

@@ -11,8 +11,8 @@ import Glibc
 @Suite struct Conformance {
     let script = Paths.scripts.appendingPathComponent("posix_steps.py").path
 
-    func compare(_ extra: [String]) throws {
-        let fx = try MountFixture(["-o", "allow_other"])
+    func compare(_ extra: [String], mountOptions: [String] = []) throws {
+        let fx = try MountFixture(["-o", "allow_other"] + mountOptions)
         let native = fx.base.appendingPathComponent("native")
         try FileManager.default.createDirectory(at: native, withIntermediateDirectories: true)
         chmod(native.path, 0o755)
@@ -30,4 +30,9 @@ import Glibc
     @Test func asRoot() throws { try compare([]) }
 
     @Test func asAnotherUserWithAllowOther() throws { try compare(["--as", "65534"]) }
+
+    /// Writes then reach the mount, which must clear setuid as the kernel would.
+    @Test func asAnotherUserWithoutKernelPassthrough() throws {
+        try compare(["--as", "65534"], mountOptions: ["--no-kernel-passthrough"])
+    }
 }

@@ -54,6 +54,35 @@ def create(path, mode=0o644, data=b""):
     os.close(fd)
 
 
+def privileged(name, mode):
+    create(name, 0o755, b"data")
+    os.chmod(name, mode)
+
+
+def append(path):
+    with open(path, "ab") as out:
+        out.write(b"x")
+
+
+def pwrite(path):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b"x", 1)
+    finally:
+        os.close(fd)
+
+
+def privilege_steps(folder):
+    """Writing, truncating or opening with O_TRUNC clears setuid, and setgid with group
+    execute, unless the writer has CAP_FSETID (root)."""
+    for name, mode, action in [("w", 0o6755, pwrite), ("a", 0o4755, append), ("t", 0o6755, lambda p: os.truncate(p, 1)),
+                               ("o", 0o6755, lambda p: os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))),
+                               ("g", 0o2745, pwrite), ("l", 0o2645, pwrite)]:
+        path = folder + "/priv-" + name
+        step("make %s %o" % (name, mode), lambda: privileged(path, mode), path)
+        step("change %s" % name, lambda: action(path), path)
+
+
 def root_steps():
     step("create 0640", lambda: create("f", 0o640, b"0123456789"), "f")
     step("create excl existing", lambda: create("f"))
@@ -112,6 +141,7 @@ def root_steps():
     step("deep file over PATH_MAX", lambda: create(path + "/" + "f" * 100))
     step("unlink", lambda: os.unlink("x-link"), "x")
     step("rmdir", lambda: (os.unlink("d/inner"), os.rmdir("d")))
+    privilege_steps(".")
     step("listing", lambda: sorted(os.listdir("."))[:12])
 
 
@@ -153,6 +183,7 @@ def other_steps(uid):
     step("create in setgid dir", lambda: create("sg/mine"), "sg/mine")
     step("mkdir in setgid dir", lambda: os.mkdir("sg/dir"), "sg/dir")
     step("hard link to rootfile", lambda: os.link("rootfile", "pub/link"))
+    privilege_steps("pub")
 
 
 def main():
