@@ -60,7 +60,7 @@ extension Filesystem {
                     try apply(change, to: fd, open: open)
                     if change.size != nil {
                         open?.written.store(true, ordering: .relaxed)
-                        if callerLacksFSetID(reply) { dropPrivilegeBits(open?.fd ?? fd) }
+                        dropPrivilegeBits(open?.fd ?? fd, unlessRootCalls: reply)
                     }
                     if let open {
                         var info = stat()

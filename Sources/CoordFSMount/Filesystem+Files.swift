@@ -124,7 +124,7 @@ extension Filesystem {
 
     func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        if callerLacksFSetID(reply) { dropPrivilegeBits(file.fd) }
+        dropPrivilegeBits(file.fd, unlessRootCalls: reply)
         let written = cfs_write_buf(buffers, file.fd, offset)
         if written < 0 { return reply.error(Int32(-written)) }
         file.written.store(true, ordering: .relaxed)
@@ -161,7 +161,7 @@ extension Filesystem {
 
     func fallocate(_ reply: Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        if callerLacksFSetID(reply) { dropPrivilegeBits(file.fd) }
+        dropPrivilegeBits(file.fd, unlessRootCalls: reply)
         if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
         file.written.store(true, ordering: .relaxed)
         reply.ok()
@@ -170,7 +170,7 @@ extension Filesystem {
     func copyFileRange(_ reply: Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
                        _ length: Int, _ flags: UInt32) {
         guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
-        if callerLacksFSetID(reply) { dropPrivilegeBits(target.fd) }
+        dropPrivilegeBits(target.fd, unlessRootCalls: reply)
         var from = inputOffset, to = outputOffset
         let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)
         if copied == -1 { return reply.error(Errno.current) }
@@ -195,6 +195,11 @@ extension Filesystem {
     func hasPrivilegeBits(_ fd: Int32) -> Bool {
         var info = stat()
         return fstat(fd, &info) == 0 && Self.privilegeBits(info.st_mode) != 0
+    }
+
+    /// For writes: nothing to look at when root writes (the common case on this path).
+    func dropPrivilegeBits(_ fd: Int32, unlessRootCalls reply: Reply) {
+        if callerLacksFSetID(reply) { dropPrivilegeBits(fd) }
     }
 
     func dropPrivilegeBits(_ fd: Int32) {
