@@ -30,9 +30,12 @@ build: setup
 # Builds once, then runs every suite against that build. Serially: many tests block threads on
 # purpose (a held access, a waiting reader), which in parallel would starve the 2-thread pool
 # that async tests need; serially the whole run takes seconds.
+# CI shows only the end of a run: a failed run ends with its failures again.
 test: setup
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --no-parallel
+	@bash -o pipefail -c '$(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
+	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
+	  grep -E -A6 "recorded an issue|Exited with|Fatal error|error:" .build/test.log | head -150; exit 1; }
 
 # The engine's figures, then the filesystem table (native, coordfs on and off, bindfs,
 # passthrough_ll); BENCH_REPEATS sets the interleaved repeats.

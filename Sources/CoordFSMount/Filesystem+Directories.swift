@@ -37,10 +37,8 @@ extension Filesystem {
                 if errno != 0 && used == 0 { return reply.error(Errno.current) }
                 break
             }
-            let name = withUnsafePointer(to: entry.pointee.d_name) { pointer in
-                pointer.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            let next = entry.pointee.d_off
+            let record = DirectoryEntry(entry)
+            let name = record.name, next = record.next
             let needed: Int
             if plus {
                 var parameters = fuse_entry_param()
@@ -53,17 +51,16 @@ extension Filesystem {
                     parameters.attr_timeout = timeout
                     parameters.entry_timeout = timeout
                 } else {
-                    parameters.attr.st_ino = entry.pointee.d_ino
-                    parameters.attr.st_mode = mode_t(entry.pointee.d_type) << 12
+                    parameters.attr.st_ino = ino_t(record.number)
+                    parameters.attr.st_mode = record.type
                 }
                 needed = buffer.withUnsafeMutableBufferPointer { pointer in
                     fuse_add_direntry_plus(reply.req, pointer.baseAddress! + used, size - used, name, &parameters, next)
                 }
                 if needed > size - used, let found { inodes.forget(found.id, 1) }   // not sent: not looked up
             } else {
-                let type = mode_t(entry.pointee.d_type) << 12
                 needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                    cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, name, entry.pointee.d_ino, type, next)
+                    cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, name, ino_t(record.number), record.type, next)
                 }
             }
             if needed > size - used {

@@ -73,6 +73,7 @@ import Glibc
         #expect(eventually { (try? String(contentsOfFile: ledger, encoding: .utf8)).flatMap { Int($0) }.map { $0 >= 256 } == true },
                 "it wrote and fsynced at least 1 MiB")
         let daemon = try #require(pid_t((try run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())", fx.mountPoint.path])).output.trimmingCharacters(in: .whitespacesAndNewlines)))
+        fx.daemonWillEnd()
         kill(daemon, SIGTERM)
         #expect(writer.next(timeout: .seconds(10))?.hasPrefix("stopped") == true, "the writer gets an error, not a hang")
         #expect(writer.waitForExit() != nil)

@@ -58,6 +58,7 @@ import Glibc
     @Test func unmountUnmountsAndRefusesWhatIsNotACoordfsMount() throws {
         let fx = try MountFixture()
         #expect(MountFixture.isMounted(fx.mountPoint.path))
+        fx.daemonWillEnd()
         #expect(try run(binary, ["unmount", fx.mountPoint.path]).status == 0)
         #expect(eventually { !MountFixture.isMounted(fx.mountPoint.path) })
         let notMounted = try run(binary, ["unmount", fx.mountPoint.path])
@@ -71,6 +72,7 @@ import Glibc
         try fx.seed("a.txt", "data\n")
         let daemon = try #require(daemonPID(for: fx.mountPoint.path))
         try #require(daemon != getpid() && daemon > 1, "a daemon of its own")
+        fx.daemonWillEnd()
         kill(daemon, SIGTERM)
         #expect(eventually { !MountFixture.isMounted(fx.mountPoint.path) })
         #expect(eventually { kill(daemon, 0) != 0 }, "the daemon exits")

@@ -33,6 +33,8 @@ final class MountFixture: @unchecked Sendable {
     private var session: MountSession?
     private var sessionThread: Thread?
     private var mounted = false
+    /// Set by tests that stop the daemon themselves; otherwise a daemon gone before the end fails the test.
+    private var daemonMayEnd = false
     let domain: CoordinationDomain?
 
     /// Mounts with `coordfs mount` and `arguments`.
@@ -96,6 +98,9 @@ final class MountFixture: @unchecked Sendable {
         return result.output
     }
 
+    /// The test itself ends the daemon (a signal, `coordfs unmount`).
+    func daemonWillEnd() { daemonMayEnd = true }
+
     func unmount() {
         guard mounted else { return }
         mounted = false
@@ -104,6 +109,13 @@ final class MountFixture: @unchecked Sendable {
             while sessionThread?.isFinished == false { usleep(5_000) }
             self.session = nil
         } else {
+            // A daemon that died leaves its mount answering ENOTCONN: that fails the test, even
+            // when nothing it checked noticed. (statfs, not stat: stat may be answered from cache.)
+            var info = statvfs()
+            let gone = !Self.isMounted(mountPoint.path) || (statvfs(mountPoint.path, &info) == -1 && (errno == ENOTCONN || errno == ECONNABORTED))
+            if gone && !daemonMayEnd {
+                Issue.record("the coordfs daemon of \(mountPoint.path) is gone (crashed?): see dmesg")
+            }
             let result = try? run(Paths.binary.path, ["unmount", mountPoint.path])
             if result?.status != 0 { _ = umount2(mountPoint.path, Int32(MNT_DETACH)) }
             // The daemon exits once unmounted.
