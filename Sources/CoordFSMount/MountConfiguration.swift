@@ -45,6 +45,13 @@ public struct MountConfiguration: Sendable {
     /// Whether other users may use the mount (and so the control socket).
     public var allowsOthers: Bool { fuseOptions.contains("allow_other") }
 
+    /// Whether the kernel checks permissions (`default_permissions`): always when others may use
+    /// the mount. Without `allow_other` the kernel lets in only processes of the mount's own user,
+    /// whose rights the daemon has: a check there would change nothing but cost a GETATTR of the
+    /// directory before every create, unlink and rename (the kernel forgets a directory's
+    /// attributes at each change in it). `-o default_permissions` asks for it anyway.
+    public var kernelChecksPermissions: Bool { allowsOthers || fuseOptions.contains("default_permissions") }
+
     public init(backing: String, mountPoint: String) {
         self.backing = backing
         self.mountPoint = mountPoint

@@ -33,8 +33,10 @@ public final class MountSession: @unchecked Sendable {
     /// SIGHUP end `run()` and unmount.
     public func mount(handlingSignals: Bool = true) throws {
         let configuration = filesystem.configuration
-        var options = ["default_permissions", "fsname=coordfs", "subtype=coordfs"]
-        options += configuration.fuseOptions
+        var options = ["fsname=coordfs", "subtype=coordfs"] + configuration.fuseOptions
+        if configuration.kernelChecksPermissions && !options.contains("default_permissions") {
+            options.append("default_permissions")
+        }
         let arguments = ["coordfs", "-o", options.joined(separator: ",")]
         var cArguments = arguments.map { strdup($0) }
         defer { cArguments.forEach { free($0) } }

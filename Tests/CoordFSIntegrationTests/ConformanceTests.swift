@@ -11,8 +11,8 @@ import Glibc
 @Suite struct Conformance {
     let script = Paths.scripts.appendingPathComponent("posix_steps.py").path
 
-    func compare(_ extra: [String], mountOptions: [String] = []) throws {
-        let fx = try MountFixture(["-o", "allow_other"] + mountOptions)
+    func compare(_ extra: [String], mountOptions: [String] = ["-o", "allow_other"]) throws {
+        let fx = try MountFixture(mountOptions)
         let native = fx.base.appendingPathComponent("native")
         try FileManager.default.createDirectory(at: native, withIntermediateDirectories: true)
         chmod(native.path, 0o755)
@@ -33,6 +33,42 @@ import Glibc
 
     /// Writes then reach the mount, which must clear setuid as the kernel would.
     @Test func asAnotherUserWithoutKernelPassthrough() throws {
-        try compare(["--as", "65534"], mountOptions: ["--no-kernel-passthrough"])
+        try compare(["--as", "65534"], mountOptions: ["-o", "allow_other", "--no-kernel-passthrough"])
+    }
+
+    /// Without allow_other the kernel lets only root in and leaves permissions to the daemon
+    /// (no default_permissions): the steps are root's all the same.
+    @Test func asRootWithoutAllowOther() throws { try compare([], mountOptions: []) }
+
+    /// The kernel checks permissions exactly when others may use the mount; without allow_other,
+    /// others do not get in at all.
+    @Test func othersGetInOnlyWithAllowOtherAndThenTheKernelChecks() throws {
+        let mountOptions = { (fx: MountFixture) -> String in
+            let line = (try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8))?
+                .split(separator: "\n").first { $0.contains(" \(fx.mountPoint.path) ") }
+            return line.map(String.init) ?? ""
+        }
+        let asNobody = """
+        import os, sys
+        os.setgroups([]); os.setgid(65534); os.setuid(65534)
+        for path in sys.argv[1:]:
+            try: open(path).close(); print("read")
+            except OSError as e: print(e.errno)
+        """
+        let shared = try MountFixture(["-o", "allow_other"])
+        try shared.seed("secret", "root only\n")
+        chmod(shared.backingPath("secret"), 0o600)
+        try shared.seed("public", "all\n")
+        chmod(shared.backingPath("public"), 0o644)
+        #expect(mountOptions(shared).contains("default_permissions"))
+        let sharedRun = try run("/usr/bin/python3", ["-c", asNobody, shared.path("secret"), shared.path("public")])
+        #expect(sharedRun.output == "\(EACCES)\nread\n", "\(sharedRun.output) \(sharedRun.errors)")
+
+        let own = try MountFixture()
+        try own.seed("public", "all\n")
+        chmod(own.backingPath("public"), 0o644)
+        #expect(!mountOptions(own).contains("default_permissions"))
+        let ownRun = try run("/usr/bin/python3", ["-c", asNobody, own.path("public")])
+        #expect(ownRun.output == "\(EACCES)\n", "\(ownRun.output) \(ownRun.errors)")
     }
 }
