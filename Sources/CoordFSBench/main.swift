@@ -128,3 +128,22 @@ for _ in 0..<apiIterations {
 samples.sort()
 print("  write  median \(format(percentile(samples, 0.5)))   p99 \(format(percentile(samples, 0.99)))")
 try? FileManager.default.removeItem(at: directory)
+
+print("")
+print("AccessClaim.begin + end, as the mount takes one per create, unlink or open")
+let claimDomain = CoordinationDomain()
+let claimIntent = Intent(.writing([]), AccessTarget(path: ItemPath("/bench/mount/dir/file")!, isDirectory: false))
+samples = []
+for index in 0..<latencyIterations {
+    let start = ContinuousClock.now
+    let claim = AccessClaim.begin(in: claimDomain, identity: .process(Int32(1000 + index % 7)), intents: [claimIntent],
+                                  timeout: .seconds(60)) { result in
+        if case .success(let claim) = result {
+            claim.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: false)])
+        }
+    }
+    _ = claim
+    samples.append(nanoseconds(ContinuousClock.now - start))
+}
+samples.sort()
+print("  write  median \(format(percentile(samples, 0.5)))   p99 \(format(percentile(samples, 0.99)))")

@@ -26,6 +26,7 @@ public final class Filesystem: @unchecked Sendable {
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
     let statistics = MountStatistics()
+    let packageMarkers: PackageMarkers
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
@@ -43,6 +44,7 @@ public final class Filesystem: @unchecked Sendable {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
         mountRoot = root
+        packageMarkers = PackageMarkers(lifetime: .milliseconds(Int64(configuration.cacheTimeout * 1000)))
         passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
         let fd = Glibc.open(configuration.backing, CFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(String(cString: strerror(errno)))") }
@@ -60,8 +62,7 @@ public final class Filesystem: @unchecked Sendable {
 
     /// The engine's path of `name` in `parent` (or of `parent` itself).
     func itemPath(_ parent: Inode, _ name: String? = nil) -> (relative: String, path: ItemPath) {
-        var relative = inodes.relativePath(of: parent.id)
-        if let name { relative = relative.isEmpty ? name : relative + "/" + name }
+        let relative = inodes.relativePath(of: parent.id, appending: name)
         let path = relative.isEmpty ? mountRoot : (ItemPath(mountRoot.string + "/" + relative) ?? mountRoot)
         return (relative, path)
     }
@@ -70,22 +71,31 @@ public final class Filesystem: @unchecked Sendable {
     func target(_ relative: String, _ path: ItemPath, isDirectory: Bool) -> AccessTarget {
         guard !relative.isEmpty else { return AccessTarget(path: path, isDirectory: true) }
         var packages: [ItemPath] = []
-        var prefix = ""
-        let components = relative.split(separator: "/")
-        for component in components.dropLast() {
-            prefix = prefix.isEmpty ? String(component) : prefix + "/" + component
-            if isPackage(prefix) { packages.append(mountRoot.appending(prefix)) }
+        let bytes = relative.utf8
+        var start = bytes.startIndex
+        while let slash = bytes[start...].firstIndex(of: UInt8(ascii: "/")) {
+            let directory = String(relative[..<slash])
+            if isPackage(directory) { packages.append(mountRoot.appending(directory)) }
+            start = bytes.index(after: slash)
         }
         let itemIsPackage = isDirectory && isPackage(relative)
         return AccessTarget(path: path, isDirectory: isDirectory, isPackage: itemIsPackage, enclosingPackages: packages)
     }
 
     private func isPackage(_ relative: String) -> Bool {
-        if let dot = relative.lastIndex(of: "."), !configuration.packageExtensions.isEmpty,
+        if !configuration.packageExtensions.isEmpty, let dot = relative.utf8.lastIndex(of: UInt8(ascii: ".")),
            configuration.packageExtensions.contains(String(relative[relative.index(after: dot)...])) {
             return true
         }
-        return faccessat(inodes.root.descriptor, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
+        return packageMarkers.isMarked(relative) {
+            faccessat(inodes.root.descriptor, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
+        }
+    }
+
+    /// After a change of the namespace through the mount: which directories are packages may
+    /// have changed when a marker or a directory came or went.
+    func namespaceChanged(names: String..., directory: Bool) {
+        if directory || names.contains(ItemLocatorMarker.name) { packageMarkers.forgetAll() }
     }
 
     /// One intent of a kernel request.

@@ -222,18 +222,28 @@ final class InodeTable: Sendable {
         if let closing { close(closing) }
     }
 
-    /// The path of a node relative to the mount root ("" for the root).
-    func relativePath(of id: UInt64) -> String {
+    /// The path of a node relative to the mount root ("" for the root), with `name` appended.
+    func relativePath(of id: UInt64, appending name: String? = nil) -> String {
         state.withLock { state in
             var names: [String] = []
+            var length = name.map { $0.utf8.count } ?? 0
             var current = id
-            var guardCount = 0
-            while current != Self.rootID, let inode = state.byID[current], guardCount < 4096 {
+            while current != Self.rootID, let inode = state.byID[current], names.count < 4096 {
                 names.append(inode.name)
+                length += inode.name.utf8.count + 1
                 current = inode.parent
-                guardCount += 1
             }
-            return names.reversed().joined(separator: "/")
+            var path = ""
+            path.reserveCapacity(length)
+            for component in names.reversed() {
+                if !path.isEmpty { path += "/" }
+                path += component
+            }
+            if let name {
+                if !path.isEmpty { path += "/" }
+                path += name
+            }
+            return path
         }
     }
 

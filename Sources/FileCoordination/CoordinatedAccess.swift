@@ -9,8 +9,9 @@ final class CoordinatedAccess: @unchecked Sendable {
     enum Phase {
         case idle
         case waiting(TicketID)
-        case messaging(Grant, PresenterMessenger)
-        case granted(Grant, PresenterMessenger)
+        /// The messenger is nil when there was nobody to ask.
+        case messaging(Grant, PresenterMessenger?)
+        case granted(Grant, PresenterMessenger?)
         case ended
     }
 
@@ -123,7 +124,7 @@ final class CoordinatedAccess: @unchecked Sendable {
             // The engine resumes the waiter with `reason` unless it was granted meanwhile.
             _ = domain.engine.abandon(ticket, because: reason)
         case .messaging(_, let messenger):
-            messenger.cancel()
+            messenger?.cancel()
             if let remote = lock.withLock({ remoteRequest }) { remote.link.cancel(remote.id) }
         case .idle, .granted, .ended:
             break
@@ -134,6 +135,12 @@ final class CoordinatedAccess: @unchecked Sendable {
         lock.withLock {
             timer?.cancel()
             timer = nil
+        }
+        // Nobody to ask and nothing held in other mounts, the common case: granted at once, with
+        // no messenger and no engine call to end a messaging that never began.
+        if grant.requests.isEmpty && remoteGroups(grant).isEmpty {
+            lock.withLock { phase = .messaging(grant, nil) }
+            return completeGrant(grant)
         }
         let messenger = PresenterMessenger(grant.requests, domain: domain) { [self] error in
             if let error { return abandonGrant(grant, error) }
@@ -228,7 +235,7 @@ final class CoordinatedAccess: @unchecked Sendable {
     /// by looking at the items), runs reacquirers, and reads the coordinator's presenter's URL
     /// again (C5, C22).
     func end(outcomes given: [IntentOutcome]? = nil) {
-        let ended = lock.withLock { () -> (Grant, PresenterMessenger, [ItemLocator.Fingerprint?])? in
+        let ended = lock.withLock { () -> (Grant, PresenterMessenger?, [ItemLocator.Fingerprint?])? in
             guard case .granted(let grant, let messenger) = phase else { return nil }
             phase = .ended
             return (grant, messenger, before)
@@ -241,7 +248,7 @@ final class CoordinatedAccess: @unchecked Sendable {
         }
         domain.engine.release(grant.id, outcomes: outcomes) { PresenterNotifier.deliver($0, domain: domain) }
         releaseRemote(changed: outcomes.contains { $0.changed && ($0.existedBefore || $0.existsAfter) })
-        messenger.endAccess()
+        messenger?.endAccess()
         if let presenter = coordinator?.filePresenter { domain.refresh(presenter) }
     }
 }

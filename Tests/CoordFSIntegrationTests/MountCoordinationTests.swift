@@ -182,4 +182,25 @@ import Glibc
         #expect(other.ask("open wn \(fx.path("scratch/tmp"))")?.hasPrefix("ok") == true, "notify: never waits")
         #expect(other.ask("open wn \(fx.path("doc.txt"))") == "err EAGAIN", "exclusive elsewhere")
     }
+
+    /// C17 through the mount: once a directory holds the package marker, an open of anything in
+    /// it is an access to the whole package. Markers made and removed through the mount count at once.
+    @Test func C17_insideAMarkedPackageOpensConflictAsTheWholePackage() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.pkg/a.txt")
+        try fx.seed("doc.pkg/b.txt")
+        let holder = try Child.holder(), other = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("doc.pkg/a.txt"))") == "ok 1")
+        #expect(other.ask("open wn \(fx.path("doc.pkg/b.txt"))") == "ok 1", "a plain directory: separate items")
+        #expect(other.ask("close all") == "ok" && holder.ask("close all") == "ok")
+
+        #expect(try run("/usr/bin/touch", [fx.path("doc.pkg/.coordfs-package")]).status == 0)
+        #expect(holder.ask("open w \(fx.path("doc.pkg/a.txt"))") == "ok 2")
+        #expect(other.ask("open wn \(fx.path("doc.pkg/b.txt"))") == "err EAGAIN", "a package: one item")
+        #expect(holder.ask("close all") == "ok")
+
+        #expect(try run("/bin/rm", [fx.path("doc.pkg/.coordfs-package")]).status == 0)
+        #expect(holder.ask("open w \(fx.path("doc.pkg/a.txt"))") == "ok 3")
+        #expect(other.ask("open wn \(fx.path("doc.pkg/b.txt"))") == "ok 2", "a plain directory again")
+    }
 }
