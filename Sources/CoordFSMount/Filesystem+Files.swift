@@ -51,11 +51,21 @@ extension Filesystem {
         }
     }
 
+    /// Flags a backing file keeps and every open served from it would feel.
+    static let flagsOfTheBackingFile = O_APPEND | CFS_O_DIRECT | O_SYNC | O_DSYNC | O_NONBLOCK | CFS_O_NOATIME
+
     /// The kernel-passthrough mode of a new open of `inode` (cached without passthrough).
-    private func beginPassthrough(_ inode: Inode, writes: Bool, prefersCached: Bool = false) throws(Errno) -> KernelPassthrough.Mode {
+    /// `openedReadWrite`: a read-write descriptor of it the caller has already, without
+    /// `flagsOfTheBackingFile`, that can serve as the backing file.
+    private func beginPassthrough(_ inode: Inode, writes: Bool, prefersCached: Bool = false,
+                                  openedReadWrite: Int32? = nil) throws(Errno) -> KernelPassthrough.Mode {
         guard let passthrough else { return .cached }
         return try passthrough.beginOpen(of: inode.id, writes: writes, prefersCached: prefersCached) { readWrite in
-            inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
+            if readWrite, let openedReadWrite {
+                let fd = dup(openedReadWrite)
+                if fd >= 0 { return fd }
+            }
+            return inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
                 let fd = Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
                 return fd >= 0 ? fd : nil
             }
@@ -88,11 +98,19 @@ extension Filesystem {
         let (relative, path) = itemPath(parent, name)
         let info = fi.pointee
         // A write on the new item; it stays held as the open's intent.
+        // With passthrough the new file is opened read-write when its flags would not reach other
+        // opens through a shared backing file: it then is the backing file, with no second open.
+        let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)],
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
-            let (fd, createFailure) = inodes.withFD(parent, orElse: { (Int32(-1), $0) }) { parentFD -> (Int32, Errno?) in
-                let fd = openat(parentFD, name, (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC, mode)
-                return (fd, fd == -1 ? Errno.current : nil)
+            let (fd, createFailure, readWrite) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
+                let creating = (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
+                if sharesBacking {
+                    let fd = openat(parentFD, name, (creating & ~O_ACCMODE) | O_RDWR, mode)
+                    if fd >= 0 { return (fd, nil, true) }
+                }
+                let fd = openat(parentFD, name, creating, mode)
+                return (fd, fd == -1 ? Errno.current : nil, flags & O_ACCMODE == O_RDWR)
             }
             if let failure = createFailure {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
@@ -102,7 +120,7 @@ extension Filesystem {
             giveToCaller(reply.req, parent: parent, name: name)
             do {
                 let (inode, attributes) = try lookupNode(parent, name)
-                let mode = try beginPassthrough(inode, writes: true)
+                let mode = try beginPassthrough(inode, writes: true, openedReadWrite: sharesBacking && readWrite ? fd : nil)
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true)
                 let handle = files.insert(file)
                 if case .backed(let id, _) = mode {

@@ -26,7 +26,8 @@ final class OpenFile: @unchecked Sendable {
         self.created = created
         self.passthrough = passthrough
         var info = stat()
-        atOpen = passthrough && writes && fstat(fd, &info) == 0 ? info : nil
+        // A created file is reported as new whatever was written: nothing to compare.
+        atOpen = passthrough && writes && !created && fstat(fd, &info) == 0 ? info : nil
     }
 
     /// Whether the file changed since the open, as far as the mount can tell.

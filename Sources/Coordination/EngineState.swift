@@ -158,9 +158,10 @@ struct State: ~Copyable {
         guard let record = grants.removeValue(forKey: id) else { return nil }
         for mode in record.modes {
             if mode.coversSubtree { subtreeHoldCount -= 1 }
-            guard var list = holds[mode.path] else { continue }
-            if let index = list.firstIndex(where: { $0.grant == id }) { list.remove(at: index) }
-            holds[mode.path] = list.isEmpty ? nil : list
+            // In place, with one hash of the path: this runs at the end of every access.
+            guard let slot = holds.index(forKey: mode.path),
+                  let index = holds.values[slot].firstIndex(where: { $0.grant == id }) else { continue }
+            if holds.values[slot].count == 1 { holds.remove(at: slot) } else { holds.values[slot].remove(at: index) }
         }
         return record
     }
