@@ -97,10 +97,10 @@ extension Filesystem {
         let flags = backingFlags(cfs_file_info_flags(fi))
         let (relative, path) = itemPath(parent, name)
         let info = fi.pointee
-        // A write on the new item; it stays held as the open's intent.
         // With passthrough the new file is opened read-write when its flags would not reach other
         // opens through a shared backing file: it then is the backing file, with no second open.
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
+        // A write on the new item; it stays held as the open's intent.
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)],
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             let (fd, createFailure, readWrite) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
