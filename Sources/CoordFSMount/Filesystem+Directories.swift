@@ -38,13 +38,12 @@ extension Filesystem {
                 break
             }
             let record = DirectoryEntry(entry)
-            let name = record.name, next = record.next
             let needed: Int
             if plus {
                 var parameters = fuse_entry_param()
                 var found: Inode?
-                if name != "." && name != ".." {
-                    guard let (inode, info) = try? lookupNode(file.inode, name) else { continue }   // gone meanwhile
+                if record.name != "." && record.name != ".." {
+                    guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }   // gone meanwhile
                     found = inode
                     parameters.ino = fuse_ino_t(inode.id)
                     parameters.attr = info
@@ -55,12 +54,12 @@ extension Filesystem {
                     parameters.attr.st_mode = record.type
                 }
                 needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                    fuse_add_direntry_plus(reply.req, pointer.baseAddress! + used, size - used, name, &parameters, next)
+                    fuse_add_direntry_plus(reply.req, pointer.baseAddress! + used, size - used, record.name, &parameters, record.next)
                 }
                 if needed > size - used, let found { inodes.forget(found.id, 1) }   // not sent: not looked up
             } else {
                 needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                    cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, name, ino_t(record.number), record.type, next)
+                    cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, record.name, ino_t(record.number), record.type, record.next)
                 }
             }
             if needed > size - used {

@@ -103,14 +103,15 @@ extension Filesystem {
         // A write on the new item; it stays held as the open's intent.
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)],
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
-            let (fd, createFailure, readWrite) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
+            // `backing`: opened read-write to serve as the backing file.
+            let (fd, createFailure, backing) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
                 let creating = (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
                 if sharesBacking {
                     let fd = openat(parentFD, name, (creating & ~O_ACCMODE) | O_RDWR, mode)
                     if fd >= 0 { return (fd, nil, true) }
                 }
                 let fd = openat(parentFD, name, creating, mode)
-                return (fd, fd == -1 ? Errno.current : nil, flags & O_ACCMODE == O_RDWR)
+                return (fd, fd == -1 ? Errno.current : nil, false)
             }
             if let failure = createFailure {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
@@ -120,7 +121,7 @@ extension Filesystem {
             giveToCaller(reply.req, parent: parent, name: name)
             do {
                 let (inode, attributes) = try lookupNode(parent, name)
-                let mode = try beginPassthrough(inode, writes: true, openedReadWrite: sharesBacking && readWrite ? fd : nil)
+                let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true)
                 let handle = files.insert(file)
                 if case .backed(let id, _) = mode {
