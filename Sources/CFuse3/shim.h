@@ -7,6 +7,7 @@
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
 #include <errno.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <sys/file.h>
@@ -69,16 +70,24 @@ static inline ssize_t cfs_write_buf(struct fuse_bufvec *in, int fd, off_t offset
     return fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
 }
 
+// The filesystem type (statfs f_type) of an open descriptor; -1 when it cannot be told.
+static inline long cfs_filesystem_type(int fd) {
+    struct statfs info;
+    return fstatfs(fd, &info) == 0 ? (long)info.f_type : -1;
+}
+
 // errno, readable from Swift right after a call.
 static inline int cfs_errno(void) { return errno; }
 
 // Open-file flags FUSE passes as they are.
 static inline int cfs_file_info_flags(const struct fuse_file_info *fi) { return fi->flags; }
 static inline uint64_t cfs_file_info_handle(const struct fuse_file_info *fi) { return fi->fh; }
-static inline void cfs_file_info_set(struct fuse_file_info *fi, uint64_t handle, int keep_cache, int direct_io) {
+static inline void cfs_file_info_set(struct fuse_file_info *fi, uint64_t handle, int keep_cache, int direct_io,
+                                     int noflush) {
     fi->fh = handle;
     fi->keep_cache = keep_cache ? 1 : 0;
     fi->direct_io = direct_io ? 1 : 0;
+    fi->noflush = noflush ? 1 : 0;
 }
 
 // The directory entry helpers take a name and a stat by pointer.

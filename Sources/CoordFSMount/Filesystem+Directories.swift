@@ -21,7 +21,7 @@ extension Filesystem {
         }
         let file = OpenFile(fd: fd, inode: inode, claim: nil, created: false)
         file.directory = stream
-        reply.open(fi.pointee, handle: files.insert(file), keepCache: false)
+        reply.open(fi.pointee, handle: files.insert(file), keepCache: false, noFlush: false)
     }
 
     /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts

@@ -51,10 +51,10 @@ extension Filesystem {
     func setattr(_ reply: Reply, _ id: UInt64, _ change: AttributeChange, _ handle: UInt64?) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let open = handle.flatMap { files[$0] }
-        let (relative, path) = itemPath(inode)
+        let relative = relativePath(inode)
         // Truncation changes contents: a plain write. The rest is metadata (O9).
         let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
-        coordinate(reply, [Wanted(kind: .writing(options), relative: relative, path: path, isDirectory: inode.isDirectory)]) { [self] claim in
+        coordinate(reply, [Wanted(kind: .writing(options), relative: relative, isDirectory: inode.isDirectory)]) { [self] claim in
             do {
                 let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                     try apply(change, to: fd, open: open)

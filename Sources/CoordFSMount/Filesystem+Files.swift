@@ -12,8 +12,8 @@ extension Filesystem {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(cfs_file_info_flags(fi))
         let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
-        let (relative, path) = itemPath(inode)
-        let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), relative: relative, path: path, isDirectory: false)
+        let relative = relativePath(inode)
+        let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), relative: relative, isDirectory: false)
         let info = fi.pointee
         coordinate(reply, [wanted], nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
@@ -44,10 +44,11 @@ extension Filesystem {
             if case .backed(let id, _) = mode {
                 // Already served from a backing file: the bits go now instead of at the first write.
                 if keepsBits { dropPrivilegeBits(fd) }
-                return reply.open(info, handle: handle, backingID: id)
+                return reply.open(info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
             }
             let direct = flags & CFS_O_DIRECT != 0
-            reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct)
+            reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct,
+                       noFlush: sendsNoFlush(inode))
         }
     }
 
@@ -95,13 +96,13 @@ extension Filesystem {
     func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         let flags = backingFlags(cfs_file_info_flags(fi))
-        let (relative, path) = itemPath(parent, name)
+        let relative = relativePath(parent, name)
         let info = fi.pointee
         // With passthrough the new file is opened read-write when its flags would not reach other
         // opens through a shared backing file: it then is the backing file, with no second open.
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
         // A write on the new item; it stays held as the open's intent.
-        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)],
+        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, isDirectory: false)],
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // `backing`: opened read-write to serve as the backing file.
             let (fd, createFailure, backing) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
@@ -125,9 +126,10 @@ extension Filesystem {
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true)
                 let handle = files.insert(file)
                 if case .backed(let id, _) = mode {
-                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, backingID: id)
+                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
                 } else {
-                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: flags & CFS_O_DIRECT != 0)
+                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: flags & CFS_O_DIRECT != 0,
+                                 noFlush: sendsNoFlush(inode))
                 }
             } catch {
                 close(fd)
@@ -153,6 +155,7 @@ extension Filesystem {
 
     func flush(_ reply: Reply, _ handle: UInt64) {
         guard let file = files[handle] else { return reply.error(EBADF) }
+        statistics.flushes.add(1, ordering: .relaxed)
         // Reports errors of deferred writes to close(2), as the backing filesystem would.
         let duplicate = dup(file.fd)
         if duplicate == -1 { return reply.error(Errno.current) }

@@ -13,8 +13,8 @@ extension Filesystem {
     private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        let (relative, path) = itemPath(parent, name)
-        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: isDirectory)]) { [self] claim in
+        let relative = relativePath(parent, name)
+        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, isDirectory: isDirectory)]) { [self] claim in
             do {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 namespaceChanged(names: name, directory: false)
@@ -49,8 +49,8 @@ extension Filesystem {
 
     func link(_ reply: Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        let (relative, path) = itemPath(parent, name)
-        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, path: path, isDirectory: false)]) { [self] claim in
+        let relative = relativePath(parent, name)
+        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, isDirectory: false)]) { [self] claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
                     try inodes.withFD(parent) { parentFD throws(Errno) in
@@ -70,8 +70,8 @@ extension Filesystem {
 
     func unlink(_ reply: Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        let (relative, path) = itemPath(parent, name)
-        coordinate(reply, [Wanted(kind: .writing(.forDeleting), relative: relative, path: path, isDirectory: directory)]) { claim in
+        let relative = relativePath(parent, name)
+        coordinate(reply, [Wanted(kind: .writing(.forDeleting), relative: relative, isDirectory: directory)]) { claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 unlinkat(fd, name, directory ? AT_REMOVEDIR : 0) == -1 ? Errno.current : nil
             }
@@ -96,13 +96,13 @@ extension Filesystem {
         }
         let destinationInfo = destinationStat
         let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
-        let source = itemPath(parent, name), destination = itemPath(newParent, newName)
+        let source = relativePath(parent, name), destination = relativePath(newParent, newName)
         let exchange = flags & UInt32(CFS_RENAME_EXCHANGE) != 0
         // Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
         let wanted = [
-            Wanted(kind: .writing(.forMoving), relative: source.relative, path: source.path, isDirectory: sourceIsDirectory),
-            Wanted(kind: .writing(exchange ? .forMoving : .forReplacing), relative: destination.relative,
-                   path: destination.path, isDirectory: destinationIsDirectory),
+            Wanted(kind: .writing(.forMoving), relative: source, isDirectory: sourceIsDirectory),
+            Wanted(kind: .writing(exchange ? .forMoving : .forReplacing), relative: destination,
+                   isDirectory: destinationIsDirectory),
         ]
         coordinate(reply, wanted) { [self] claim in
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
@@ -127,8 +127,8 @@ extension Filesystem {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
                                       IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
             } else {
-                claim?.reportMove(from: target(source.relative, source.path, isDirectory: sourceIsDirectory),
-                                  to: target(destination.relative, destination.path, isDirectory: sourceIsDirectory))
+                claim?.reportMove(from: target(source, isDirectory: sourceIsDirectory),
+                                  to: target(destination, isDirectory: sourceIsDirectory))
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
                                       IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
             }

@@ -57,8 +57,8 @@ extension Filesystem {
 
     private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let (relative, path) = itemPath(inode)
-        coordinate(reply, [Wanted(kind: .writing(.contentIndependentMetadataOnly), relative: relative, path: path,
+        let relative = relativePath(inode)
+        coordinate(reply, [Wanted(kind: .writing(.contentIndependentMetadataOnly), relative: relative,
                                   isDirectory: inode.isDirectory)]) { claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
             claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil)])

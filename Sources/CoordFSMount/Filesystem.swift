@@ -29,6 +29,9 @@ public final class Filesystem: @unchecked Sendable {
     let packageMarkers: PackageMarkers
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
+    /// The backing filesystem's close(2) never reports an error: a FLUSH would be a round trip
+    /// for nothing (see `sendsNoFlush`).
+    let backingCloseReportsNothing: Bool
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
     var socketPath: String? {
         get { socket.withLock { $0 } }
@@ -44,7 +47,7 @@ public final class Filesystem: @unchecked Sendable {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
         mountRoot = root
-        packageMarkers = PackageMarkers(lifetime: .milliseconds(Int64(configuration.cacheTimeout * 1000)))
+        packageMarkers = PackageMarkers(lifetimeMilliseconds: Int64(configuration.cacheTimeout * 1000))
         passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
         let fd = Glibc.open(configuration.backing, CFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(String(cString: strerror(errno)))") }
@@ -54,29 +57,56 @@ public final class Filesystem: @unchecked Sendable {
             throw MountError.invalid("cannot stat backing directory '\(configuration.backing)'")
         }
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: configuration.descriptorBudget)
+        backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(Int64(cfs_filesystem_type(fd)))
+    }
+
+    /// Local filesystems whose files have no flush method: close(2) reports nothing, and
+    /// writes are reported by write(2) and fsync(2). Network filesystems (NFS, SMB, FUSE) do
+    /// report deferred errors at close, and keep their FLUSH.
+    private static let filesystemsWithoutFlush: Set<Int64> = [
+        0xEF53,         // ext2, ext3, ext4
+        0x58465342,     // xfs
+        0x9123683E,     // btrfs
+        0x01021994,     // tmpfs
+        0x858458F6,     // ramfs
+        0xF2F52010,     // f2fs
+    ]
+
+    /// Whether close(2) of an open of `inode` can go without a FLUSH to the daemon: its
+    /// backing file is on the backing directory's own filesystem, and that filesystem reports
+    /// nothing at close. Flushing was then a dup and a close of the backing descriptor, and its
+    /// round trip was a third of a create+close. (The writeback cache still flushes its dirty
+    /// pages: the kernel sends FLUSH then regardless.)
+    func sendsNoFlush(_ inode: Inode) -> Bool {
+        backingCloseReportsNothing && inode.device == inodes.root.device
     }
 
     var timeout: Double { configuration.cacheTimeout }
 
     // MARK: Paths and intents
 
-    /// The engine's path of `name` in `parent` (or of `parent` itself).
-    func itemPath(_ parent: Inode, _ name: String? = nil) -> (relative: String, path: ItemPath) {
-        let relative = inodes.relativePath(of: parent.id, appending: name)
-        let path = relative.isEmpty ? mountRoot : (ItemPath(mountRoot.string + "/" + relative) ?? mountRoot)
-        return (relative, path)
+    /// The path of `name` in `parent` (or of `parent` itself) below the mount root.
+    func relativePath(_ parent: Inode, _ name: String? = nil) -> String {
+        inodes.relativePath(of: parent.id, appending: name)
+    }
+
+    /// The engine's path of an item below the mount root; made only when coordinating.
+    func itemPath(_ relative: String) -> ItemPath {
+        // Canonical by construction: the kernel's names are single components, never . or ..
+        relative.isEmpty ? mountRoot : mountRoot.appending(relative)
     }
 
     /// The engine's facts for an item: directory or not, and the packages around it.
-    func target(_ relative: String, _ path: ItemPath, isDirectory: Bool) -> AccessTarget {
+    func target(_ relative: String, isDirectory: Bool) -> AccessTarget {
+        let path = itemPath(relative)
         guard !relative.isEmpty else { return AccessTarget(path: path, isDirectory: true) }
         var packages: [ItemPath] = []
-        let bytes = relative.utf8
-        var start = bytes.startIndex
-        while let slash = bytes[start...].firstIndex(of: UInt8(ascii: "/")) {
-            let directory = String(relative[..<slash])
-            if isPackage(directory) { packages.append(mountRoot.appending(directory)) }
-            start = bytes.index(after: slash)
+        var bytes = relative
+        bytes.withUTF8 { bytes in
+            for (offset, byte) in bytes.enumerated() where byte == UInt8(ascii: "/") {
+                let directory = String(decoding: UnsafeBufferPointer(rebasing: bytes[..<offset]), as: UTF8.self)
+                if isPackage(directory) { packages.append(mountRoot.appending(directory)) }
+            }
         }
         let itemIsPackage = isDirectory && isPackage(relative)
         return AccessTarget(path: path, isDirectory: isDirectory, isPackage: itemIsPackage, enclosingPackages: packages)
@@ -102,7 +132,6 @@ public final class Filesystem: @unchecked Sendable {
     struct Wanted {
         var kind: AccessKind
         var relative: String
-        var path: ItemPath
         var isDirectory: Bool
     }
 
@@ -116,16 +145,23 @@ public final class Filesystem: @unchecked Sendable {
     /// and with it every writer throttled on dirty pages.
     func coordinate(_ reply: Reply, _ wanted: [Wanted], nonBlocking: Bool = false,
                     _ body: @escaping @Sendable (AccessClaim?) -> Void) {
-        let modes = wanted.map { configuration.mode(for: $0.relative) }
-        let mode: CoordinationMode = modes.contains(.exclusive) ? .exclusive : modes.contains(.notify) ? .notify : .off
+        var mode = CoordinationMode.off
+        for item in wanted where mode != .exclusive {
+            let itemMode = configuration.mode(for: item.relative)
+            if itemMode != .off { mode = itemMode }
+        }
         if mode == .off { return body(nil) }
         guard let process = callingProcess(reply.req) else { return body(nil) }
-        let intents = wanted.map { Intent($0.kind, target($0.relative, $0.path, isDirectory: $0.isDirectory)) }
+        let intents = wanted.map { Intent($0.kind, target($0.relative, isDirectory: $0.isDirectory)) }
         let identity = CoordinatorIdentity.process(process)
+        statistics.coordinated.add(1, ordering: .relaxed)
+        // Most requests: nothing in the way and nobody to ask.
+        if let claim = AccessClaim.grantedAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
+            return body(claim)
+        }
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
-        statistics.coordinated.add(1, ordering: .relaxed)
         let claim = AccessClaim.begin(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
                                       holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
@@ -206,16 +242,21 @@ enum ItemLocatorMarker { static let name = ".coordfs-package" }
 /// Thread id → the caller's process, read from /proc and remembered for a second: a thread id
 /// is not reused that fast, and metadata-heavy programs make thousands of calls a second.
 enum ProcessInfoCache {
-    private static let cache = Mutex<[pid_t: (caller: ProcFile.Caller, read: ContinuousClock.Instant)]>([:])
+    private struct Entry {
+        let caller: ProcFile.Caller
+        let read: Int64
+    }
+
+    private static let cache = Mutex<[pid_t: Entry]>([:])
 
     static func caller(of tid: pid_t) -> ProcFile.Caller {
-        let now = ContinuousClock.now
-        if let known = cache.withLock({ $0[tid] }), now - known.read < .seconds(1) { return known.caller }
+        let now = coarseMilliseconds()
+        if let known = cache.withLock({ $0[tid] }), now - known.read < 1000 { return known.caller }
         // A thread gone already: its own id stands for its process.
         let caller = ProcFile.caller(of: tid) ?? ProcFile.Caller(process: tid, isKernelThread: false)
         cache.withLock { cache in
             if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
-            cache[tid] = (caller, now)
+            cache[tid] = Entry(caller: caller, read: now)
         }
         return caller
     }

@@ -225,25 +225,35 @@ final class InodeTable: Sendable {
     /// The path of a node relative to the mount root ("" for the root), with `name` appended.
     func relativePath(of id: UInt64, appending name: String? = nil) -> String {
         state.withLock { state in
-            var names: [String] = []
-            var length = name.map { $0.utf8.count } ?? 0
+            // Two walks up the parents, the second writing names from the end: one allocation.
+            var length = name.map { $0.utf8.count } ?? -1
+            var depth = 0
             var current = id
-            while current != Self.rootID, let inode = state.byID[current], names.count < 4096 {
-                names.append(inode.name)
+            while current != Self.rootID, let inode = state.byID[current], depth < 4096 {
                 length += inode.name.utf8.count + 1
+                depth += 1
                 current = inode.parent
             }
-            var path = ""
-            path.reserveCapacity(length)
-            for component in names.reversed() {
-                if !path.isEmpty { path += "/" }
-                path += component
+            guard length > 0 else { return "" }
+            return String(unsafeUninitializedCapacity: length) { buffer in
+                var end = length
+                func put(_ component: String) {
+                    var component = component
+                    component.withUTF8 { bytes in
+                        end -= bytes.count
+                        _ = UnsafeMutableBufferPointer(rebasing: buffer[end..<end + bytes.count]).initialize(fromContentsOf: bytes)
+                    }
+                    if end > 0 { end -= 1; buffer[end] = UInt8(ascii: "/") }
+                }
+                if let name { put(name) }
+                var current = id
+                for _ in 0..<depth {
+                    guard let inode = state.byID[current] else { break }
+                    put(inode.name)
+                    current = inode.parent
+                }
+                return length
             }
-            if let name {
-                if !path.isEmpty { path += "/" }
-                path += name
-            }
-            return path
         }
     }
 

@@ -12,6 +12,8 @@ final class MountStatistics: Sendable {
     let wouldBlock = Atomic<Int>(0)
     let refusedByPresenters = Atomic<Int>(0)
     let presenterTimeouts = Atomic<Int>(0)
+    /// FLUSH requests: none for opens told they need none (`Filesystem.sendsNoFlush`).
+    let flushes = Atomic<Int>(0)
 
     /// Counts a refused or failed coordination by its errno.
     func count(_ errno: Errno) {
@@ -31,6 +33,7 @@ final class MountStatistics: Sendable {
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),
             ("presenter_timeouts", presenterTimeouts.load(ordering: .relaxed)),
+            ("flushes", flushes.load(ordering: .relaxed)),
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

@@ -39,29 +39,30 @@ struct Reply: @unchecked Sendable {
 
     /// `fi` is a copy: libfuse's own lives on its dispatcher's stack, gone once a handler that
     /// waits has returned.
-    func open(_ fi: fuse_file_info, handle: UInt64, keepCache: Bool, directIO: Bool = false) {
+    /// `noFlush`: close(2) of it sends no FLUSH (see `Filesystem.closeNeedsNoFlush`).
+    func open(_ fi: fuse_file_info, handle: UInt64, keepCache: Bool, directIO: Bool = false, noFlush: Bool) {
         var fi = fi
-        cfs_file_info_set(&fi, handle, keepCache ? 1 : 0, directIO ? 1 : 0)
+        cfs_file_info_set(&fi, handle, keepCache ? 1 : 0, directIO ? 1 : 0, noFlush ? 1 : 0)
         fuse_reply_open(req, &fi)
     }
 
     /// An open the kernel serves from backing file `backingID` (kernel passthrough).
-    func open(_ fi: fuse_file_info, handle: UInt64, backingID: Int32) {
+    func open(_ fi: fuse_file_info, handle: UInt64, backingID: Int32, noFlush: Bool) {
         var fi = fi
-        cfs_file_info_set(&fi, handle, 0, 0)
+        cfs_file_info_set(&fi, handle, 0, 0, noFlush ? 1 : 0)
         cfs_reply_open_backed(UnsafeMutableRawPointer(req), &fi, backingID)
     }
 
     /// `backingID`: served by kernel passthrough from that backing file.
     func create(_ inode: Inode, _ info: stat, timeout: Double, _ fi: fuse_file_info, handle: UInt64, directIO: Bool = false,
-                backingID: Int32? = nil) {
+                backingID: Int32? = nil, noFlush: Bool) {
         var fi = fi
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id)
         entry.attr = info
         entry.attr_timeout = timeout
         entry.entry_timeout = timeout
-        cfs_file_info_set(&fi, handle, 0, directIO ? 1 : 0)
+        cfs_file_info_set(&fi, handle, 0, directIO ? 1 : 0, noFlush ? 1 : 0)
         if let backingID { cfs_reply_create_backed(UnsafeMutableRawPointer(req), &entry, &fi, backingID) } else { fuse_reply_create(req, &entry, &fi) }
     }
 

@@ -34,6 +34,15 @@ func statOf(_ fd: Int32) throws(Errno) -> stat {
     return info
 }
 
+/// Monotonic milliseconds from the kernel's tick-resolution clock: a vDSO read with no
+/// arithmetic on `Duration`, for the mount's per-request caches (whose lifetimes are seconds).
+@inline(__always)
+func coarseMilliseconds() -> Int64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now)
+    return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
+}
+
 /// The path under /proc that reopens an O_PATH descriptor with real access.
 func procPath(_ fd: Int32) -> String { "/proc/self/fd/\(fd)" }
 

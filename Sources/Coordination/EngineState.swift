@@ -140,13 +140,14 @@ struct State: ~Copyable {
 
     // MARK: Granting
 
-    mutating func grant(_ request: AccessRequest, _ modes: [LockMode]) -> Grant {
+    /// Takes `modes` for `request`; `requests` is its `requestPlan` (empty when it messages nobody).
+    mutating func grant(_ request: AccessRequest, _ modes: [LockMode],
+                        requests: [PresenterDelivery<PresenterRequest>]) -> Grant {
         let id = GrantID(rawValue: takeNumber())
         for mode in modes {
             holds[mode.path, default: []].append(Hold(grant: id, identity: request.identity, mode: mode))
             if mode.coversSubtree { subtreeHoldCount += 1 }
         }
-        let requests = request.messagesPresenters ? requestPlan(for: request) : []
         var messaging = Set<CoordinatorIdentity>()
         for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
         grants[id] = GrantRecord(identity: request.identity, intents: request.intents, modes: modes,
@@ -176,7 +177,8 @@ struct State: ~Copyable {
             let blockers = blockers(of: waiter.request.identity, waiter.modes, queuedBefore: index)
             if blockers.isEmpty {
                 waiting.remove(at: index)
-                woken.append(Wakeup(resume: waiter.resume, grant: grant(waiter.request, waiter.modes)))
+                let requests = waiter.request.messagesPresenters ? requestPlan(for: waiter.request) : []
+                woken.append(Wakeup(resume: waiter.resume, grant: grant(waiter.request, waiter.modes, requests: requests)))
             } else {
                 waiting[index].blockers = blockers
                 index += 1

@@ -1,13 +1,33 @@
 import Coordination
 import Foundation
+import Synchronization
 
 /// Intents held for someone who is not a `FileCoordinator` — a program coming through a coordfs
 /// mount, a client of the control socket — with the same waiting, presenter messaging and
 /// notifications as a coordinator's own accesses.
 public final class AccessClaim: @unchecked Sendable {
-    private let access: CoordinatedAccess
+    /// Granted at once by the engine, with nobody to ask (most kernel requests): the grant is
+    /// all there is. Otherwise `access` waited or asked presenters, and carries the rest.
+    private let domain: CoordinationDomain
+    private let atOnce: (id: GrantID, intents: [Intent])?
+    private let access: CoordinatedAccess?
+    /// Set by the first `end` of a claim granted at once.
+    private let ended = Atomic<Bool>(false)
 
-    private init(_ access: CoordinatedAccess) { self.access = access }
+    private init(domain: CoordinationDomain, atOnce: (id: GrantID, intents: [Intent])?, access: CoordinatedAccess?) {
+        self.domain = domain
+        self.atOnce = atOnce
+        self.access = access
+    }
+
+    /// The claim, granted now, when nothing blocks `intents` and no presenter has to be asked
+    /// first; nil otherwise, having taken nothing: then `begin` waits and asks. A mount answers
+    /// most requests this way without a wait table or any completion.
+    public static func grantedAtOnce(in domain: CoordinationDomain, identity: CoordinatorIdentity,
+                                     intents: [Intent], holds: Bool = true) -> AccessClaim? {
+        guard let grant = domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds)) else { return nil }
+        return AccessClaim(domain: domain, atOnce: (grant.id, grant.intents), access: nil)
+    }
 
     /// Starts claiming `intents` for `identity`. `completion` runs once — possibly before this
     /// returns, on the calling thread — with the claim, granted and presenters answered, or the
@@ -18,36 +38,49 @@ public final class AccessClaim: @unchecked Sendable {
     public static func begin(in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
                              waits: Bool = true, holds: Bool = true, timeout: Duration?,
                              completion: @escaping @Sendable (Result<AccessClaim, Error>) -> Void) -> AccessClaim {
-        var request = AccessRequest(identity: identity, intents: intents, waits: waits)
-        request.holdsIntents = holds
-        request.messagesPresenters = holds
-        let claim = AccessClaim(CoordinatedAccess(domain: domain, request: request))
-        claim.access.start(waitTimeout: timeout) { result in
+        if let claim = grantedAtOnce(in: domain, identity: identity, intents: intents, holds: holds) {
+            completion(.success(claim))
+            return claim
+        }
+        let access = CoordinatedAccess(domain: domain, request: request(identity, intents, waits: waits, holds: holds))
+        let claim = AccessClaim(domain: domain, atOnce: nil, access: access)
+        access.start(waitTimeout: timeout) { result in
             completion(result.map { _ in claim })
         }
         return claim
+    }
+
+    private static func request(_ identity: CoordinatorIdentity, _ intents: [Intent], waits: Bool, holds: Bool) -> AccessRequest {
+        var request = AccessRequest(identity: identity, intents: intents, waits: waits)
+        request.holdsIntents = holds
+        request.messagesPresenters = holds
+        return request
     }
 
     /// Runs `body` only if the claim is still waiting — its completion has not run and will not
     /// run before `body` returns — so that a table of waiting claims (for interrupts or
     /// cancellation) never keeps one that has already been settled. Returns whether it ran.
     @discardableResult
-    public func ifStillWaiting(_ body: () -> Void) -> Bool { access.ifUnsettled(body) }
+    public func ifStillWaiting(_ body: () -> Void) -> Bool { access?.ifUnsettled(body) ?? false }
 
     /// Stops waiting (an interrupted system call); no effect once granted.
-    public func cancel() { access.cancel() }
+    public func cancel() { access?.cancel() }
 
     /// The intents as granted: paths moved while waiting are updated (C11).
-    public var intents: [Intent] { access.grantedIntents }
+    public var intents: [Intent] { atOnce?.intents ?? access?.grantedIntents ?? [] }
 
     /// Reports a move made under this claim: presenters follow it (C15).
     public func reportMove(from source: AccessTarget, to destination: AccessTarget) {
-        guard let grant = access.grantID,
-              let notifications = try? access.domain.engine.reportMove(in: grant, from: source, to: destination)
+        let grantID = atOnce.flatMap { ended.load(ordering: .acquiring) ? nil : $0.id } ?? access?.grantID
+        guard let grantID, let notifications = try? domain.engine.reportMove(in: grantID, from: source, to: destination)
         else { return }
-        PresenterNotifier.deliver(notifications, domain: access.domain)
+        PresenterNotifier.deliver(notifications, domain: domain)
     }
 
     /// Ends the claim; `outcomes` (one per intent) say what happened to each item.
-    public func end(outcomes: [IntentOutcome]) { access.end(outcomes: outcomes) }
+    public func end(outcomes: [IntentOutcome]) {
+        if let access { return access.end(outcomes: outcomes) }
+        guard let atOnce, !ended.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        domain.engine.release(atOnce.id, outcomes: outcomes) { [domain] in PresenterNotifier.deliver($0, domain: domain) }
+    }
 }

@@ -28,7 +28,7 @@ enum Paths {
 /// unmounts — on `unmount()`, or when it is released, even after a failed expectation.
 final class MountFixture: @unchecked Sendable {
     let base: URL
-    let backing: URL
+    private(set) var backing: URL
     let mountPoint: URL
     private var session: MountSession?
     private var sessionThread: Thread?
@@ -37,9 +37,10 @@ final class MountFixture: @unchecked Sendable {
     private var daemonMayEnd = false
     let domain: CoordinationDomain?
 
-    /// Mounts with `coordfs mount` and `arguments`.
-    init(_ arguments: [String] = [], backingMode: mode_t = 0o755) throws {
+    /// Mounts with `coordfs mount` and `arguments`; `backing` replaces the fresh backing directory.
+    init(_ arguments: [String] = [], backingMode: mode_t = 0o755, backing existing: URL? = nil) throws {
         (base, backing, mountPoint) = try Self.makeDirectories(backingMode)
+        if let existing { backing = existing }
         domain = nil
         let result = try run(Paths.binary.path, ["mount", backing.path, mountPoint.path] + arguments)
         guard result.status == 0 else { throw FixtureError("coordfs mount failed: \(result.errors)") }

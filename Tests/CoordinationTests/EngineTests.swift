@@ -47,6 +47,26 @@ import Testing
         #expect(engine.snapshot().waiters.isEmpty)
     }
 
+    @Test func grantsAtOnceOnlyWhenNothingWaitsOrAsks() throws {
+        let engine = CoordinationEngine(), resumed = Resumed()
+        // Nothing in the way: granted, and held like any grant.
+        let first = try #require(engine.acquireAtOnce(request(.process(1), .write(a))))
+        #expect(engine.acquireAtOnce(request(.process(2), .read(a))) == nil)
+        #expect(engine.snapshot().waiters.isEmpty, "a refusal takes nothing and queues nothing")
+        // Behind a queued waiter it is refused too, or it would overtake it (X3).
+        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("w")) else { Issue.record(); return }
+        engine.release(first.id)
+        let waiter = try #require(resumed.grant("w"))
+        #expect(engine.acquireAtOnce(request(.process(3), .read(a))) == nil)
+        engine.release(waiter.id)
+        #expect(engine.acquireAtOnce(request(.process(3), .read(b))) != nil, "other items are free")
+        // A presenter to ask first: the caller has to go through `acquire`, which asks it.
+        _ = engine.addPresenter(PresenterRecord(owner: .process(9), path: a))
+        #expect(engine.acquireAtOnce(request(.process(4), .write(a))) == nil)
+        guard case .granted(let asking) = engine.acquire(request(.process(4), .write(a)), resume: { _ in }) else { Issue.record(); return }
+        #expect(!asking.requests.isEmpty)
+    }
+
     @Test func reentryDoesNotQueueBehindWaitersOfItself() throws {
         // P holds a; Q waits for a; P asks for a again: granted, not deadlocked by fairness.
         let engine = CoordinationEngine(), resumed = Resumed()
