@@ -33,8 +33,40 @@ struct State: ~Copyable {
         func run() { resume(.success(grant)) }
     }
 
+    /// The holds on one item: nearly always one, kept without an array of its own.
+    struct Holds: Sequence {
+        private var first: Hold?
+        private var rest: [Hold] = []
+
+        var isEmpty: Bool { first == nil }
+
+        mutating func append(_ hold: Hold) {
+            if first == nil { first = hold } else { rest.append(hold) }
+        }
+
+        /// Removes the hold of `grant`, if any.
+        mutating func remove(grant: GrantID) {
+            if first?.grant == grant {
+                first = rest.isEmpty ? nil : rest.removeFirst()
+            } else if let index = rest.firstIndex(where: { $0.grant == grant }) {
+                rest.remove(at: index)
+            }
+        }
+
+        struct Iterator: IteratorProtocol {
+            fileprivate var first: Hold?
+            fileprivate var rest: IndexingIterator<[Hold]>
+            mutating func next() -> Hold? {
+                if let hold = first { first = nil; return hold }
+                return rest.next()
+            }
+        }
+
+        func makeIterator() -> Iterator { Iterator(first: first, rest: rest.makeIterator()) }
+    }
+
     private var lastNumber: UInt64 = 0
-    var holds: [ItemPath: [Hold]] = [:]
+    var holds: [ItemPath: Holds] = [:]
     /// Holds that cover a subtree; while zero, ancestors need no look.
     var subtreeHoldCount = 0
     var grants: [GrantID: GrantRecord] = [:]
@@ -65,7 +97,7 @@ struct State: ~Copyable {
             }
             if subtreeHoldCount > 0 {
                 for ancestor in mode.path.ancestors {
-                    for hold in holds[ancestor] ?? [] where hold.mode.coversSubtree && isBlocking(hold, for: identity) {
+                    for hold in holds[ancestor] ?? Holds() where hold.mode.coversSubtree && isBlocking(hold, for: identity) {
                         found.insert(hold.identity)
                     }
                 }
@@ -145,7 +177,7 @@ struct State: ~Copyable {
                         requests: [PresenterDelivery<PresenterRequest>]) -> Grant {
         let id = GrantID(rawValue: takeNumber())
         for mode in modes {
-            holds[mode.path, default: []].append(Hold(grant: id, identity: request.identity, mode: mode))
+            holds[mode.path, default: Holds()].append(Hold(grant: id, identity: request.identity, mode: mode))
             if mode.coversSubtree { subtreeHoldCount += 1 }
         }
         var messaging = Set<CoordinatorIdentity>()
@@ -160,9 +192,9 @@ struct State: ~Copyable {
         for mode in record.modes {
             if mode.coversSubtree { subtreeHoldCount -= 1 }
             // In place, with one hash of the path: this runs at the end of every access.
-            guard let slot = holds.index(forKey: mode.path),
-                  let index = holds.values[slot].firstIndex(where: { $0.grant == id }) else { continue }
-            if holds.values[slot].count == 1 { holds.remove(at: slot) } else { holds.values[slot].remove(at: index) }
+            guard let slot = holds.index(forKey: mode.path) else { continue }
+            holds.values[slot].remove(grant: id)
+            if holds.values[slot].isEmpty { holds.remove(at: slot) }
         }
         return record
     }
