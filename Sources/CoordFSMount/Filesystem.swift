@@ -249,16 +249,51 @@ enum ProcessInfoCache {
 
     private static let cache = Mutex<[pid_t: Entry]>([:])
 
+    /// The last answer of each worker thread: one program's calls land on every worker in turn,
+    /// and a hit here touches nothing another thread writes.
+    private final class LastAnswer {
+        var tid: pid_t = 0
+        var entry: Entry?
+    }
+
+    private static let lastAnswer = ThreadLocal { LastAnswer() }
+
     static func caller(of tid: pid_t) -> ProcFile.Caller {
         let now = coarseMilliseconds()
-        if let known = cache.withLock({ $0[tid] }), now - known.read < 1000 { return known.caller }
-        // A thread gone already: its own id stands for its process.
-        let caller = ProcFile.caller(of: tid) ?? ProcFile.Caller(process: tid, isKernelThread: false)
-        cache.withLock { cache in
-            if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
-            cache[tid] = Entry(caller: caller, read: now)
+        let last = lastAnswer.value
+        if last.tid == tid, let entry = last.entry, now - entry.read < 1000 { return entry.caller }
+        let entry: Entry
+        if let known = cache.withLock({ $0[tid] }), now - known.read < 1000 {
+            entry = known
+        } else {
+            // A thread gone already: its own id stands for its process.
+            entry = Entry(caller: ProcFile.caller(of: tid) ?? ProcFile.Caller(process: tid, isKernelThread: false), read: now)
+            cache.withLock { cache in
+                if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
+                cache[tid] = entry
+            }
         }
-        return caller
+        last.tid = tid
+        last.entry = entry
+        return entry.caller
+    }
+}
+
+/// One value per thread, made on the thread's first use and released when it exits.
+final class ThreadLocal<Value: AnyObject>: @unchecked Sendable {
+    private var key = pthread_key_t()
+    private let make: () -> Value
+
+    init(_ make: @escaping () -> Value) {
+        self.make = make
+        pthread_key_create(&key) { if let stored = $0 { Unmanaged<AnyObject>.fromOpaque(stored).release() } }
+    }
+
+    var value: Value {
+        if let stored = pthread_getspecific(key) { return Unmanaged<Value>.fromOpaque(stored).takeUnretainedValue() }
+        let value = make()
+        pthread_setspecific(key, Unmanaged.passRetained(value as AnyObject).toOpaque())
+        return value
     }
 }
 

@@ -18,28 +18,51 @@ final class PackageMarkers: Sendable {
     }
 
     private let memory = Mutex(Memory())
+    /// `memory.generation`, readable without the lock.
+    private let generation = Atomic<Int>(0)
     private let lifetime: Int64
+
+    /// Each worker thread's last answer: most requests ask about the directory the previous
+    /// one did, and a hit here touches nothing another thread writes.
+    private final class LastAnswer {
+        var relative = ""
+        var known: Known?
+        var generation = -1
+    }
+
+    private let lastAnswer = ThreadLocal { LastAnswer() }
 
     init(lifetimeMilliseconds: Int64) { self.lifetime = lifetimeMilliseconds }
 
     /// Whether the directory at `relative` is marked; `look` asks the backing directory.
     func isMarked(_ relative: String, look: () -> Bool) -> Bool {
         let now = coarseMilliseconds()
-        let (known, generation) = memory.withLock { ($0.marked[relative], $0.generation) }
-        if let known, now < known.until { return known.marked }
-        let marked = look()
-        memory.withLock { memory in
-            guard memory.generation == generation else { return }
-            if memory.marked.count >= 4096 { memory.marked.removeAll(keepingCapacity: true) }
-            memory.marked[relative] = Known(marked: marked, until: now + lifetime)
+        let last = lastAnswer.value
+        if let known = last.known, now < known.until, last.generation == generation.load(ordering: .acquiring),
+           last.relative == relative {
+            return known.marked
         }
-        return marked
+        let (remembered, generation) = memory.withLock { ($0.marked[relative], $0.generation) }
+        let known: Known
+        if let remembered, now < remembered.until {
+            known = remembered
+        } else {
+            known = Known(marked: look(), until: now + lifetime)
+            memory.withLock { memory in
+                guard memory.generation == generation else { return }
+                if memory.marked.count >= 4096 { memory.marked.removeAll(keepingCapacity: true) }
+                memory.marked[relative] = known
+            }
+        }
+        (last.relative, last.known, last.generation) = (relative, known, generation)
+        return known.marked
     }
 
     func forgetAll() {
         memory.withLock { memory in
             memory.generation += 1
             memory.marked.removeAll(keepingCapacity: true)
+            generation.store(memory.generation, ordering: .releasing)
         }
     }
 }

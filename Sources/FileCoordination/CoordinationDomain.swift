@@ -1,6 +1,7 @@
 import Coordination
 import Foundation
 import Logging
+import Synchronization
 
 /// The engine a set of coordinators and presenters share, with its settings: in a process,
 /// `CoordinationDomain.shared`, which `FileCoordinator` uses unless told otherwise.
@@ -20,6 +21,8 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var presenterIDs: [ObjectIdentifier: PresenterID] = [:]
     private var owners: [ObjectIdentifier: CoordinatorIdentity] = [:]
     private var inheriting: Set<Int32> = []
+    /// `inheriting.count`, readable without the lock: a mount checks it on every request.
+    private let inheritingCount = Atomic<Int>(0)
     private var links: [String: MountLink] = [:]
     private var _usesMounts: Bool
     private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, URL) -> Void] = [:]
@@ -103,10 +106,17 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// Processes whose descendants count as themselves for coordination through a mount (a
     /// `coordfs coordinate` running its command).
     public func setInheriting(_ pid: Int32, _ inherits: Bool) {
-        withLock { if inherits { inheriting.insert(pid) } else { inheriting.remove(pid) } }
+        withLock {
+            if inherits { inheriting.insert(pid) } else { inheriting.remove(pid) }
+            inheritingCount.store(inheriting.count, ordering: .releasing)
+        }
     }
 
-    public var inheritingProcesses: Set<Int32> { withLock { inheriting } }
+    public var inheritingProcesses: Set<Int32> {
+        // Nearly always empty: answered without taking the lock another thread just wrote.
+        if inheritingCount.load(ordering: .acquiring) == 0 { return [] }
+        return withLock { inheriting }
+    }
 
     func register(_ presenter: FilePresenter) {
         let key = ObjectIdentifier(presenter)
