@@ -4,6 +4,8 @@ mountpoint = run/demo
 coordination = exclusive
 wait-timeout = 60
 presenter-timeout = 5
+# Seconds the kernel keeps names and attributes; changes made straight in demo/ show within it.
+cache-timeout = 1
 package-extensions = pkg
 # Logs are told, never waited for.
 mode *.log = notify

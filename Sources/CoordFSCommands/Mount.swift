@@ -41,6 +41,9 @@ struct Mount: ParsableCommand {
     @Option(help: "Seconds presenters have to answer (default 5).")
     var presenterTimeout: Double?
 
+    @Option(help: "Seconds the kernel may keep names and attributes, and package markers are remembered (default 1; a change made behind the mount's back shows within this time).")
+    var cacheTimeout: Double?
+
     @Option(help: "A profile: Mounts/NAME.profile, or a path to one.")
     var profile: String?
 
@@ -80,6 +83,9 @@ struct Mount: ParsableCommand {
         let wait = waitTimeout ?? loaded?.waitTimeout ?? 60
         configuration.waitTimeout = wait == 0 ? nil : .milliseconds(Int64(wait * 1000))
         configuration.presenterTimeout = .milliseconds(Int64((presenterTimeout ?? loaded?.presenterTimeout ?? 5) * 1000))
+        let cache = cacheTimeout ?? loaded?.cacheTimeout ?? 1
+        guard cache >= 0 && cache <= 86_400 else { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
+        configuration.cacheTimeout = cache
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true
         configuration.kernelPassthrough = kernelPassthrough && loaded?.kernelPassthrough != false

@@ -8,6 +8,7 @@ import Foundation
 ///     coordination = exclusive       # exclusive | notify | off
 ///     wait-timeout = 30              # seconds; 0 waits forever
 ///     presenter-timeout = 5
+///     cache-timeout = 1              # seconds the kernel keeps names and attributes
 ///     package-extensions = pkg, bundle
 ///     options = allow_other          # FUSE -o options
 ///     mode *.log = notify            # per path glob, first match wins
@@ -17,6 +18,7 @@ struct Profile {
     var mode: CoordinationMode?
     var waitTimeout: Double?
     var presenterTimeout: Double?
+    var cacheTimeout: Double?
     var packageExtensions: [String] = []
     var options: [String] = []
     var rules: [(String, CoordinationMode)] = []
@@ -73,6 +75,7 @@ struct Profile {
             case "coordination": self.mode = try mode(value)
             case "wait-timeout": waitTimeout = try seconds(value)
             case "presenter-timeout": presenterTimeout = try seconds(value)
+            case "cache-timeout": cacheTimeout = try seconds(value)
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "writeback-cache": writebackCache = try boolean(value)
             case "kernel-passthrough": kernelPassthrough = try boolean(value)

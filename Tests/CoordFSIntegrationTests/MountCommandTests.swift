@@ -32,6 +32,8 @@ import Glibc
             (["mount", backing, mnt, "--coordination", "sometimes"], "sometimes"),
             (["mount", backing, mnt, "--profile", "no-such-profile"], "no profile"),
             (["mount", backing, mnt, "--profile", badProfile], "'kernel-passthrough' must be on or off, not 'sometimes'"),
+            (["mount", backing, mnt, "--cache-timeout=-1"], "--cache-timeout must be between 0 and 86400 seconds"),
+            (["mount", backing, mnt, "--cache-timeout", "soon"], "soon"),
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)
@@ -95,6 +97,31 @@ import Glibc
         #expect(result.status == 0, "\(result.errors)")
         defer { _ = try? run(binary, ["unmount", mnt]) }
         #expect(FileManager.default.fileExists(atPath: mnt + "/README.txt"))
+    }
+
+    @Test func cacheTimeoutDecidesHowSoonChangesBehindTheMountShow() throws {
+        func sizes(_ fx: MountFixture) throws -> (Int, Int) {
+            try fx.seed("f", "a")
+            var info = stat()
+            guard stat(fx.path("f"), &info) == 0 else { throw FixtureError("stat: \(errno)") }
+            let before = Int(info.st_size)
+            let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: fx.backingPath("f")))
+            try handle.seekToEnd()
+            try handle.write(contentsOf: Data("bb".utf8))
+            try handle.close()
+            guard stat(fx.path("f"), &info) == 0 else { throw FixtureError("stat: \(errno)") }
+            return (before, Int(info.st_size))
+        }
+        // Nothing kept, from the command line or a profile: the change shows at once.
+        let uncached = try MountFixture(["--cache-timeout", "0"])
+        #expect(try sizes(uncached) == (1, 3))
+        let profile = uncached.base.appendingPathComponent("uncached.profile")
+        try Data("cache-timeout = 0\n".utf8).write(to: profile)
+        let uncachedByProfile = try MountFixture(["--profile", profile.path])
+        #expect(try sizes(uncachedByProfile) == (1, 3))
+        // Kept for a minute: the kernel still answers with what it was told.
+        let cached = try MountFixture(["--cache-timeout", "60"])
+        #expect(try sizes(cached) == (1, 1))
     }
 
     /// The daemon serving `mountPoint`, as the mount root's `user.coordfs.pid` says.
