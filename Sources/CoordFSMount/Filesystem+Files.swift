@@ -118,7 +118,7 @@ extension Filesystem {
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
                 return reply.error(failure)
             }
-            namespaceChanged(names: name, directory: false)
+            namespaceChanged(name: name, directory: false)
             giveToCaller(reply.req, parent: parent, name: name)
             do {
                 let (inode, attributes) = try lookupNode(parent, name)

@@ -17,7 +17,7 @@ extension Filesystem {
         coordinate(reply, [Wanted(kind: .writing([]), relative: relative, isDirectory: isDirectory)]) { [self] claim in
             do {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
-                namespaceChanged(names: name, directory: false)
+                namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.req, parent: parent, name: name)
                 let (inode, info) = try lookupNode(parent, name)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
@@ -57,7 +57,7 @@ extension Filesystem {
                         _ = try check(linkat(AT_FDCWD, procPath(inodeFD), parentFD, name, AT_SYMLINK_FOLLOW))
                     }
                 }
-                namespaceChanged(names: name, directory: false)
+                namespaceChanged(name: name, directory: false)
                 let (linked, info) = try lookupNode(parent, name)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
                 reply.entry(linked, info, timeout: timeout)
@@ -75,7 +75,7 @@ extension Filesystem {
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 unlinkat(fd, name, directory ? AT_REMOVEDIR : 0) == -1 ? Errno.current : nil
             }
-            if failure == nil { self.namespaceChanged(names: name, directory: directory) }
+            if failure == nil { self.namespaceChanged(name: name, directory: directory) }
             claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false)])
             if let failure { reply.error(failure) } else { reply.ok() }
         }
@@ -115,7 +115,7 @@ extension Filesystem {
                                       IntentOutcome(existedBefore: destinationExisted, existsAfter: destinationExisted, changed: false)])
                 return reply.error(failure)
             }
-            namespaceChanged(names: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
+            namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
             if let moved = inodes.node(device: UInt64(sourceInfo.st_dev), number: UInt64(sourceInfo.st_ino)) {
                 inodes.moved(moved.id, to: newParent.id, name: newName)
             }

@@ -124,8 +124,13 @@ public final class Filesystem: @unchecked Sendable {
 
     /// After a change of the namespace through the mount: which directories are packages may
     /// have changed when a marker or a directory came or went.
-    func namespaceChanged(names: String..., directory: Bool) {
-        if directory || names.contains(ItemLocatorMarker.name) { packageMarkers.forgetAll() }
+    func namespaceChanged(name: String, directory: Bool) {
+        if directory || name == ItemLocatorMarker.name { packageMarkers.forgetAll() }
+    }
+
+    /// `namespaceChanged` for a rename's two names.
+    func namespaceChanged(name: String, _ other: String, directory: Bool) {
+        namespaceChanged(name: name, directory: directory || other == ItemLocatorMarker.name)
     }
 
     /// One intent of a kernel request.

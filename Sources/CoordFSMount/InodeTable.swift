@@ -225,34 +225,41 @@ final class InodeTable: Sendable {
     /// The path of a node relative to the mount root ("" for the root), with `name` appended.
     func relativePath(of id: UInt64, appending name: String? = nil) -> String {
         state.withLock { state in
-            // Two walks up the parents, the second writing names from the end: one allocation.
-            var length = name.map { $0.utf8.count } ?? -1
-            var depth = 0
-            var current = id
-            while current != Self.rootID, let inode = state.byID[current], depth < 4096 {
-                length += inode.name.utf8.count + 1
-                depth += 1
-                current = inode.parent
-            }
-            guard length > 0 else { return "" }
-            return String(unsafeUninitializedCapacity: length) { buffer in
-                var end = length
-                func put(_ component: String) {
-                    var component = component
-                    component.withUTF8 { bytes in
-                        end -= bytes.count
-                        _ = UnsafeMutableBufferPointer(rebasing: buffer[end..<end + bytes.count]).initialize(fromContentsOf: bytes)
-                    }
-                    if end > 0 { end -= 1; buffer[end] = UInt8(ascii: "/") }
-                }
-                if let name { put(name) }
+            // One walk up the parents into a buffer on the stack, then the names written into
+            // one allocation. Deeper than the buffer, a second walk fetches the rest.
+            withUnsafeTemporaryAllocation(of: Unmanaged<Inode>.self, capacity: 32) { ancestors -> String in
+                var length = name.map { $0.utf8.count } ?? -1
+                var depth = 0
                 var current = id
-                for _ in 0..<depth {
-                    guard let inode = state.byID[current] else { break }
-                    put(inode.name)
+                while current != Self.rootID, let inode = state.byID[current], depth < 4096 {
+                    if depth < ancestors.count { ancestors[depth] = Unmanaged.passUnretained(inode) }
+                    length += inode.name.utf8.count + 1
+                    depth += 1
                     current = inode.parent
                 }
-                return length
+                guard length > 0 else { return "" }
+                return String(unsafeUninitializedCapacity: length) { buffer in
+                    var end = length
+                    func put(_ component: String) {
+                        var component = component
+                        component.withUTF8 { bytes in
+                            end -= bytes.count
+                            _ = UnsafeMutableBufferPointer(rebasing: buffer[end..<end + bytes.count]).initialize(fromContentsOf: bytes)
+                        }
+                        if end > 0 { end -= 1; buffer[end] = UInt8(ascii: "/") }
+                    }
+                    if let name { put(name) }
+                    for index in 0..<min(depth, ancestors.count) { put(ancestors[index].takeUnretainedValue().name) }
+                    if depth > ancestors.count {
+                        var current = ancestors[ancestors.count - 1].takeUnretainedValue().parent
+                        for _ in ancestors.count..<depth {
+                            guard let inode = state.byID[current] else { break }
+                            put(inode.name)
+                            current = inode.parent
+                        }
+                    }
+                    return length
+                }
             }
         }
     }

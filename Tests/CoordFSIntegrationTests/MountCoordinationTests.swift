@@ -20,6 +20,22 @@ import Glibc
         #expect(reader.ask("read 1") == "data one|two|", "the reader sees what the writer wrote before closing")
     }
 
+    @Test func deepItemsAreNamedByTheirWholePath() throws {
+        // Deeper than the walk's buffer on the stack (32): the rest of the names come from a second walk.
+        let fx = try MountFixture()
+        for depth in [1, 31, 32, 33, 70] {
+            let directories = (0..<depth).map { "d\($0)" }.joined(separator: "/")
+            try FileManager.default.createDirectory(atPath: fx.path("deep\(depth)/" + directories), withIntermediateDirectories: true)
+            let file = "deep\(depth)/" + directories + "/leaf.txt"
+            #expect(FileManager.default.createFile(atPath: fx.path(file), contents: nil))
+            let holder = try Child.holder()
+            #expect(holder.ask("open w \(fx.path(file))") == "ok 1")
+            let held = try fx.state()
+            #expect(held.contains("write(0) \(fx.path(file))\n") || held.hasSuffix("write(0) \(fx.path(file))"), "depth \(depth): \(held)")
+            #expect(holder.ask("close 1") == "ok")
+        }
+    }
+
     @Test func readersShare() throws {
         let fx = try MountFixture()
         try fx.seed("a.txt")
