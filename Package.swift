@@ -64,7 +64,8 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         // Helpers the test targets share.
-        .target(name: "TestSupport", path: "Tests/TestSupport", swiftSettings: [.swiftLanguageMode(.v5)]),
+        .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport",
+                swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),

@@ -70,6 +70,49 @@ import Glibc
         #expect(log.waitFor("F:relinquishToReader"))
     }
 
+    /// A directory made a package through its marker file, in the backing directory.
+    func package(_ fx: MountFixture, _ relative: String) throws {
+        try fx.seed(relative + "/.coordfs-package", "")
+    }
+
+    @Test("P16 presenters of every enclosing package are messaged, through the mount") func p16() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try package(fx, "Outer.pkg")
+        try package(fx, "Outer.pkg/Inner.pkg")
+        try fx.seed("Outer.pkg/Inner.pkg/leaf", "leaf\n")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(LoggingPresenter("outer", fx.path("Outer.pkg"), log: log))
+        fx.domain!.addFilePresenter(LoggingPresenter("inner", fx.path("Outer.pkg/Inner.pkg"), log: log))
+        #expect(try run("/bin/cat", [fx.path("Outer.pkg/Inner.pkg/leaf")]).output == "leaf\n")
+        #expect(log.waitFor("outer:reacquire") && log.waitFor("inner:reacquire"))
+        #expect(log.events.contains("outer:relinquishToReader") && log.events.contains("inner:relinquishToReader"))
+    }
+
+    @Test("P20 a package presenter lacking subitem notifications gets did-change, through the mount") func p20() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try package(fx, "Doc.pkg")
+        try fx.seed("Doc.pkg/page", "1\n")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(ChangeOnlyPresenter(name: "K", url: URL(fileURLWithPath: fx.path("Doc.pkg")), log: log))
+        #expect(try run("/bin/sh", ["-c", "echo 2 >> \(fx.path("Doc.pkg/page"))"]).status == 0)
+        #expect(log.waitFor("K:didChange"))
+        #expect(try run("/bin/sh", ["-c", "echo new > \(fx.path("Doc.pkg/new"))"]).status == 0)
+        #expect(eventually { log.count("K:didChange") == 2 }, "\(log.events)")
+    }
+
+    @Test("P22 deleting inside a package is a write to the package, through the mount") func p22() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try package(fx, "Doc.pkg")
+        try fx.seed("Doc.pkg/page")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(LoggingPresenter("K", fx.path("Doc.pkg"), log: log))
+        #expect(try run("/bin/rm", [fx.path("Doc.pkg/page")]).status == 0)
+        #expect(log.waitFor("K:accommodateSubitemDeletion page"))
+        #expect(log.events.contains("K:relinquishToWriter"))
+        #expect(!log.events.contains("K:accommodateDeletion"))
+        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("Doc.pkg/page")))
+    }
+
     @Test func notifyModeTellsButNobodyWaits() throws {
         let fx = try MountFixture(inProcess: { $0.mode = .notify })
         try fx.seed("a.txt")

@@ -149,19 +149,6 @@ final class TestPresenter: FilePresenter, @unchecked Sendable {
     func presentedSubitemDidChange(at url: URL) { note("subitemDidChange \(url.lastPathComponent)") }
 }
 
-/// A presenter that implements only did-change, as many package presenters do (P20).
-final class ChangeOnlyPresenter: FilePresenter, @unchecked Sendable {
-    let presentedItemURL: URL?
-    let presentedItemOperationQueue = OperationQueue()
-    let log: EventLog
-    let name: String
-    init(name: String, url: URL, log: EventLog) {
-        self.name = name
-        self.presentedItemURL = url
-        self.log = log
-    }
-    func presentedItemDidChange() { log.add("\(name):didChange") }
-}
 
 /// An access held open on a background thread until `release()`: it logs "<name>-start" once
 /// its accessor runs and "<name>-end" just before the accessor returns.

@@ -1,4 +1,5 @@
 import Dispatch
+import FileCoordination
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -86,4 +87,18 @@ extension Duration {
         let (s, a) = components
         return Double(s) + Double(a) / 1e18
     }
+}
+
+/// A presenter that implements only did-change, as many package presenters do (P20).
+public final class ChangeOnlyPresenter: FilePresenter, @unchecked Sendable {
+    public let presentedItemURL: URL?
+    public let presentedItemOperationQueue = OperationQueue()
+    let log: EventLog
+    let name: String
+    public init(name: String, url: URL, log: EventLog) {
+        self.name = name
+        self.presentedItemURL = url
+        self.log = log
+    }
+    public func presentedItemDidChange() { log.add("\(name):didChange") }
 }
