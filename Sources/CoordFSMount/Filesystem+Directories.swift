@@ -62,10 +62,8 @@ extension Filesystem {
                     cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, record.name, ino_t(record.number), record.type, record.next)
                 }
             }
-            if needed > size - used {
-                seekdir(stream, telldir(stream))   // this entry comes first next time
-                break
-            }
+            // Not sent: the next READDIR starts at the last sent entry's offset (the seekdir above).
+            if needed > size - used { break }
             used += needed
         }
         buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<used])) }

@@ -153,4 +153,27 @@ import Glibc
         #expect(viaFuse.status == 0, "\(viaFuse.errors)")
         #expect(FileManager.default.fileExists(atPath: mnt2 + "/f"))
     }
+
+    @Test func mountFuse3RunsItForTypeFuseCoordfs() throws {
+        // What `mount -t fuse.coordfs` and an fstab line end in: mount(8) runs mount.fuse3, which
+        // runs `coordfs SOURCE DIR -o OPTIONS` from the PATH (mount(8) itself uses the standard
+        // PATH, where `make install` puts coordfs).
+        guard let helper = ["/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"].first(where: FileManager.default.isExecutableFile) else {
+            Issue.record("mount.fuse3 is not installed (fuse3)")
+            return
+        }
+        let dir = URL(fileURLWithPath: "/tmp/coordfs-fstab-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("b"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("m"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        try Data("x\n".utf8).write(to: dir.appendingPathComponent("b/f"))
+        let mnt = dir.appendingPathComponent("m").path
+        let path = Paths.binary.deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        let mounted = try run(helper, [dir.appendingPathComponent("b").path, mnt, "-t", "coordfs", "-o", "rw,nofail,noauto"],
+                              environment: ["PATH": path])
+        defer { _ = try? run(Paths.binary.path, ["unmount", mnt]) }
+        #expect(mounted.status == 0, "\(mounted.errors)")
+        #expect(((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(" \(mnt) fuse.coordfs "))
+        #expect((try? String(contentsOfFile: mnt + "/f", encoding: .utf8)) == "x\n")
+    }
 }
