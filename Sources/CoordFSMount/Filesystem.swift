@@ -101,8 +101,8 @@ public final class Filesystem: @unchecked Sendable {
         let path = itemPath(relative)
         guard !relative.isEmpty else { return AccessTarget(path: path, isDirectory: true) }
         var packages: [ItemPath] = []
-        var bytes = relative
-        bytes.withUTF8 { bytes in
+        var scanned = relative
+        scanned.withUTF8 { bytes in
             for (offset, byte) in bytes.enumerated() where byte == UInt8(ascii: "/") {
                 let directory = String(decoding: UnsafeBufferPointer(rebasing: bytes[..<offset]), as: UTF8.self)
                 if isPackage(directory) { packages.append(mountRoot.appending(directory)) }
@@ -281,24 +281,6 @@ enum ProcessInfoCache {
         last.tid = tid
         last.entry = entry
         return entry.caller
-    }
-}
-
-/// One value per thread, made on the thread's first use and released when it exits.
-final class ThreadLocal<Value: AnyObject>: @unchecked Sendable {
-    private var key = pthread_key_t()
-    private let make: () -> Value
-
-    init(_ make: @escaping () -> Value) {
-        self.make = make
-        pthread_key_create(&key) { if let stored = $0 { Unmanaged<AnyObject>.fromOpaque(stored).release() } }
-    }
-
-    var value: Value {
-        if let stored = pthread_getspecific(key) { return Unmanaged<Value>.fromOpaque(stored).takeUnretainedValue() }
-        let value = make()
-        pthread_setspecific(key, Unmanaged.passRetained(value as AnyObject).toOpaque())
-        return value
     }
 }
 

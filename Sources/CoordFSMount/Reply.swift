@@ -39,7 +39,7 @@ struct Reply: @unchecked Sendable {
 
     /// `fi` is a copy: libfuse's own lives on its dispatcher's stack, gone once a handler that
     /// waits has returned.
-    /// `noFlush`: close(2) of it sends no FLUSH (see `Filesystem.closeNeedsNoFlush`).
+    /// `noFlush`: close(2) of it sends no FLUSH (see `Filesystem.sendsNoFlush`).
     func open(_ fi: fuse_file_info, handle: UInt64, keepCache: Bool, directIO: Bool = false, noFlush: Bool) {
         var fi = fi
         cfs_file_info_set(&fi, handle, keepCache ? 1 : 0, directIO ? 1 : 0, noFlush ? 1 : 0)
