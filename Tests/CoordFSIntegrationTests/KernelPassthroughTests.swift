@@ -66,6 +66,31 @@ import Glibc
         #expect(try run("/bin/cat", [fx.path("frozen.txt")]).output == "frozen\n")
     }
 
+    @Test func aRunningProgramIsServedReadOnlyAndWritersGetETXTBSY() throws {
+        let fx = try MountFixture()
+        try FileManager.default.copyItem(atPath: "/bin/sleep", toPath: fx.backingPath("sleeper"))
+        // Running from the backing directory: nobody may open it for writing, root included.
+        let running = Process()
+        running.executableURL = URL(fileURLWithPath: fx.backingPath("sleeper"))
+        running.arguments = ["30"]
+        try running.run()
+        var stopped = false
+        defer { if !stopped { kill(running.processIdentifier, SIGKILL); running.waitUntilExit() } }
+        // One process, so that coordination lets its writers past its own reader (C4).
+        let holder = try Child.holder()
+        #expect(holder.ask("open r \(fx.path("sleeper"))") == "ok 1", "served from a read-only backing file")
+        #expect(holder.ask("open w \(fx.path("sleeper"))") == "err ETXTBSY", "as opening it directly fails")
+        kill(running.processIdentifier, SIGKILL)
+        running.waitUntilExit()
+        stopped = true
+        // Writable again, but its opens share the read-only backing file until the last closes.
+        #expect(holder.ask("open w \(fx.path("sleeper"))") == "err ETXTBSY")
+        #expect(holder.ask("close 1") == "ok")
+        #expect(holder.ask("open w \(fx.path("sleeper"))") == "ok 2", "a new backing file, opened for writing")
+        #expect(holder.ask("close all") == "ok")
+        #expect(try run("/usr/bin/cmp", ["/bin/sleep", fx.path("sleeper")]).status == 0)
+    }
+
     @Test func withoutPassthroughTheMountServesTheData() throws {
         for options in [["--no-kernel-passthrough"], ["--writeback-cache"]] {
             let fx = try MountFixture(options)
