@@ -248,3 +248,16 @@ for job, _ in jobs:
         value = statistics.median(results[(job, name)])
         cells.append("%-20s" % ("%.0f" % value if name == "native" else "%.0f (%.2fx)" % (value, value / native if native else 0)))
     print("%-*s  %s" % (width, job, "  ".join(cells)))
+
+# The noise the medians hide: how far the repeats of each cell lie apart.
+if repeats > 1:
+    print()
+    print("spread of the repeats, (largest - smallest) / median:")
+    print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
+    for job, _ in jobs:
+        cells = []
+        for name in names:
+            values = results[(job, name)]
+            middle = statistics.median(values)
+            cells.append("%-20s" % ("%.0f %%" % (100 * (max(values) - min(values)) / middle if middle else 0)))
+        print("%-*s  %s" % (width, job, "  ".join(cells)))
