@@ -12,19 +12,23 @@ import Testing
         let mine = local.value
         mine.touched += 1
         #expect(local.value === mine, "the same value on the same thread")
-        var theirs: [ObjectIdentifier] = []
+        // The values themselves, not their addresses: a value goes with its thread, and the next
+        // thread's may take its place in memory.
+        var theirs: [Box] = []
         let lock = NSLock()
         let threads = (0..<4).map { _ in
             Thread {
                 let value = local.value
                 value.touched += 1
                 #expect(local.value === value)
-                lock.withLock { theirs.append(ObjectIdentifier(value)) }
+                lock.withLock { theirs.append(value) }
             }
         }
         threads.forEach { $0.start() }
         #expect(eventually { lock.withLock { theirs.count } == 4 })
-        #expect(Set(theirs).count == 4 && !theirs.contains(ObjectIdentifier(mine)), "one value per thread")
+        let values = lock.withLock { theirs }
+        #expect(Set(values.map(ObjectIdentifier.init)).count == 4 && !values.contains { $0 === mine }, "one value per thread")
+        #expect(values.allSatisfy { $0.touched == 1 })
         #expect(mine.touched == 1)
     }
 
