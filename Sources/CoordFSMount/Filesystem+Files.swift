@@ -61,12 +61,9 @@ extension Filesystem {
     private func beginPassthrough(_ inode: Inode, writes: Bool, prefersCached: Bool = false,
                                   openedReadWrite: Int32? = nil) throws(Errno) -> KernelPassthrough.Mode {
         guard let passthrough else { return .cached }
-        return try passthrough.beginOpen(of: inode.id, writes: writes, prefersCached: prefersCached) { readWrite in
-            if readWrite, let openedReadWrite {
-                let fd = dup(openedReadWrite)
-                if fd >= 0 { return fd }
-            }
-            return inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
+        return try passthrough.beginOpen(of: inode.id, writes: writes, prefersCached: prefersCached,
+                                         readWrite: openedReadWrite) { readWrite in
+            inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
                 let fd = Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
                 return fd >= 0 ? fd : nil
             }
@@ -125,12 +122,10 @@ extension Filesystem {
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true)
                 let handle = files.insert(file)
-                if case .backed(let id, _) = mode {
-                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
-                } else {
-                    reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: flags & CFS_O_DIRECT != 0,
-                                 noFlush: sendsNoFlush(inode))
-                }
+                let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
+                reply.create(inode, attributes, timeout: timeout, info, handle: handle,
+                             directIO: backingID == nil && flags & CFS_O_DIRECT != 0, backingID: backingID,
+                             noFlush: sendsNoFlush(inode))
             } catch {
                 close(fd)
                 claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])

@@ -167,8 +167,8 @@ public final class Filesystem: @unchecked Sendable {
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
-        let claim = AccessClaim.begin(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
-                                      holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
+        let claim = AccessClaim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
+                                             holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
             switch result {
             case .success(let claim): body(claim)

@@ -34,9 +34,10 @@ final class KernelPassthrough: Sendable {
     var isEnabled: Bool { device.load(ordering: .relaxed) >= 0 }
 
     /// Starts an open of `inode`: the mode it must use. `openBacking(readWrite)` opens the backing
-    /// file anew (for the kernel to keep); nil when it cannot be opened so. `prefersCached`: the
-    /// first open of an inode is then served through the mount.
-    func beginOpen(of inode: UInt64, writes: Bool, prefersCached: Bool = false,
+    /// file anew (for the kernel to keep); nil when it cannot be opened so. `readWrite`: a
+    /// read-write descriptor of it the caller keeps, registered as the backing file if one is
+    /// needed. `prefersCached`: the first open of an inode is then served through the mount.
+    func beginOpen(of inode: UInt64, writes: Bool, prefersCached: Bool = false, readWrite: Int32? = nil,
                    openBacking: (_ readWrite: Bool) -> Int32?) throws(Errno) -> Mode {
         let device = device.load(ordering: .relaxed)
         let mode = try inodes.withLock { inodes throws(Errno) -> Mode in
@@ -47,7 +48,7 @@ final class KernelPassthrough: Sendable {
                 inodes[inode] = (current.mode, current.opens + 1)
                 return current.mode
             }
-            let mode = device >= 0 && !prefersCached ? register(openBacking, device: device) : .cached
+            let mode = device >= 0 && !prefersCached ? register(readWrite, openBacking, device: device) : .cached
             inodes[inode] = (mode, 1)
             return mode
         }
@@ -66,11 +67,11 @@ final class KernelPassthrough: Sendable {
         }
     }
 
-    private func register(_ openBacking: (Bool) -> Int32?, device: Int32) -> Mode {
+    private func register(_ kept: Int32?, _ openBacking: (Bool) -> Int32?, device: Int32) -> Mode {
         var writable = true
-        guard let fd = openBacking(true) ?? { writable = false; return openBacking(false) }() else { return .cached }
-        // The kernel keeps its own reference: the descriptor is not needed afterwards.
-        defer { close(fd) }
+        guard let fd = kept ?? openBacking(true) ?? { writable = false; return openBacking(false) }() else { return .cached }
+        // The kernel keeps its own reference: a descriptor opened here is not needed afterwards.
+        defer { if fd != kept { close(fd) } }
         let id = cfs_backing_open(device, fd)
         if id == -EPERM || id == -ENOTTY || id == -EINVAL {
             // Not negotiated (or not allowed for this user): no passthrough for this session.

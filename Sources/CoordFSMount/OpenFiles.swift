@@ -12,9 +12,8 @@ final class OpenFile: @unchecked Sendable {
     let written = Atomic<Bool>(false)
     /// Whether it was created by this open (for the notification at release).
     let created: Bool
-    /// Served by kernel passthrough: writes never reach the mount, so a writable open compares
-    /// the file's size and times at release with these, taken at the open.
-    let passthrough: Bool
+    /// Size and times at the open of a writable open served by kernel passthrough: its writes
+    /// never reach the mount, so its release compares the file with these.
     let atOpen: stat?
     /// Directory streams for readdir, opened lazily.
     var directory: OpaquePointer?
@@ -24,7 +23,6 @@ final class OpenFile: @unchecked Sendable {
         self.inode = inode
         self.claim = claim
         self.created = created
-        self.passthrough = passthrough
         var info = stat()
         // A created file is reported as new whatever was written: nothing to compare.
         atOpen = passthrough && writes && !created && fstat(fd, &info) == 0 ? info : nil

@@ -42,6 +42,16 @@ public final class AccessClaim: @unchecked Sendable {
             completion(.success(claim))
             return claim
         }
+        return beginWaiting(in: domain, identity: identity, intents: intents, waits: waits, holds: holds,
+                            timeout: timeout, completion: completion)
+    }
+
+    /// `begin` for a caller whose `grantedAtOnce` just came back nil: it waits (or is refused)
+    /// and asks presenters, without trying the engine's at-once grant a second time.
+    @discardableResult
+    public static func beginWaiting(in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
+                                    waits: Bool = true, holds: Bool = true, timeout: Duration?,
+                                    completion: @escaping @Sendable (Result<AccessClaim, Error>) -> Void) -> AccessClaim {
         let access = CoordinatedAccess(domain: domain, request: request(identity, intents, waits: waits, holds: holds))
         let claim = AccessClaim(domain: domain, atOnce: nil, access: access)
         access.start(waitTimeout: timeout) { result in
