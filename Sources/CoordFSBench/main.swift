@@ -116,7 +116,7 @@ print("FileCoordinator.coordinate(writingItemAt:), with its realpath and stat ca
 let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("coordfs-bench-\(getpid())")
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 let file = directory.appendingPathComponent("file")
-FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8))
+guard FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)) else { fatalError("cannot create \(file.path)") }
 let coordinator = FileCoordinator()
 var samples = [Double]()
 let apiIterations = latencyIterations / 10

@@ -55,12 +55,20 @@ public final class CoordinationEngine: Sendable {
     /// goes through `acquire`. It allocates no waiter, so it costs a fraction of a full call.
     public func acquireAtOnce(_ request: AccessRequest) -> Grant? {
         if request.validationProblem != nil { return nil }
-        let modes = request.holdsIntents ? request.intents.map(LockMode.init) : []
+        let count = request.holdsIntents ? request.intents.count : 0
         return state.withLock { state -> Grant? in
-            guard state.blockers(of: request.identity, modes, queuedBefore: state.waiting.count).isEmpty else { return nil }
-            let requests = request.messagesPresenters ? state.requestPlan(for: request) : []
-            guard requests.isEmpty else { return nil }
-            return state.grant(request, modes, requests: requests)
+            // The modes live only for this call: on the stack, not in an array of their own.
+            withUnsafeTemporaryAllocation(of: LockMode.self, capacity: count) { storage -> Grant? in
+                for (index, intent) in request.intents.prefix(count).enumerated() {
+                    (storage.baseAddress! + index).initialize(to: LockMode(intent))
+                }
+                defer { _ = storage.baseAddress?.deinitialize(count: count) }
+                let modes = UnsafeBufferPointer(storage)
+                guard state.blockers(of: request.identity, modes, queuedBefore: state.waiting.count).isEmpty else { return nil }
+                let requests = request.messagesPresenters ? state.requestPlan(for: request) : []
+                guard requests.isEmpty else { return nil }
+                return state.grant(request, modes, requests: requests)
+            }
         }
     }
 
@@ -122,7 +130,7 @@ public final class CoordinationEngine: Sendable {
             }
             for (id, record) in state.presenters where record.owner == identity { state.removePresenter(id) }
             for (id, record) in state.services where record.owner == identity { state.services[id] = nil }
-            for id in state.grants.keys { state.grants[id]!.messaging.remove(identity) }
+            for (id, _) in state.grants { state.grants[id]!.messaging.remove(identity) }
             return (ended, state.grantWaiters())
         }
         ended.forEach { $0(.failure(.ownerGone)) }

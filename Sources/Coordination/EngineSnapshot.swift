@@ -50,8 +50,8 @@ extension CoordinationEngine {
     public func snapshot() -> EngineSnapshot {
         state.withLock { state in
             EngineSnapshot(
-                holders: state.grants.sorted { $0.key.rawValue < $1.key.rawValue }.map {
-                    .init(grant: $0.key, identity: $0.value.identity, intents: $0.value.intents, messaging: $0.value.messaging)
+                holders: state.grants.sorted { $0.record.number < $1.record.number }.map {
+                    .init(grant: $0.id, identity: $0.record.identity, intents: $0.record.intents, messaging: $0.record.messaging)
                 },
                 waiters: state.waiting.map {
                     .init(ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents, waitsFor: $0.blockers)

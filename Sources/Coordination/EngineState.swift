@@ -7,9 +7,12 @@ struct State: ~Copyable {
     }
 
     struct GrantRecord {
+        /// When it was granted, among all numbers the engine hands out: orders a snapshot.
+        let number: UInt64
         let identity: CoordinatorIdentity
         let intents: [Intent]
-        let modes: [LockMode]
+        /// False for an access that only tells (`AccessRequest.holdsIntents`).
+        let holdsIntents: Bool
         /// Owners of the presenters this grant is messaging: their requests do not wait for it
         /// while it does (C21), and the grant's owner waits for them (wait-for graph).
         var messaging: Set<CoordinatorIdentity>
@@ -69,7 +72,7 @@ struct State: ~Copyable {
     var holds: [ItemPath: Holds] = [:]
     /// Holds that cover a subtree; while zero, ancestors need no look.
     var subtreeHoldCount = 0
-    var grants: [GrantID: GrantRecord] = [:]
+    var grants = GrantTable()
     /// FIFO: earlier requests are granted first when they conflict with later ones (X3).
     var waiting: [Waiter] = []
     var presenters: [PresenterID: PresenterRecord] = [:]
@@ -83,10 +86,21 @@ struct State: ~Copyable {
 
     // MARK: Conflicts
 
+    // `blockers` and `grant` read their modes through a buffer: `acquireAtOnce` keeps them on
+    // the stack; these take them from an array.
+
+    func blockers(of identity: CoordinatorIdentity, _ modes: [LockMode], queuedBefore position: Int) -> Set<CoordinatorIdentity> {
+        modes.withUnsafeBufferPointer { blockers(of: identity, $0, queuedBefore: position) }
+    }
+
+    mutating func grant(_ request: AccessRequest, _ modes: [LockMode], requests: [PresenterDelivery<PresenterRequest>]) -> Grant {
+        modes.withUnsafeBufferPointer { grant(request, $0, requests: requests) }
+    }
+
     /// The identities a request must wait for: conflicting holders, and conflicting requests
     /// queued before it — except those that themselves wait for the requester, which it would
     /// otherwise deadlock with through fairness alone (a process re-opening what it holds).
-    func blockers(of identity: CoordinatorIdentity, _ modes: [LockMode],
+    func blockers(of identity: CoordinatorIdentity, _ modes: UnsafeBufferPointer<LockMode>,
                   queuedBefore position: Int) -> Set<CoordinatorIdentity> {
         var found = Set<CoordinatorIdentity>()
         for mode in modes {
@@ -131,7 +145,7 @@ struct State: ~Copyable {
     private func edges(from identity: CoordinatorIdentity) -> Set<CoordinatorIdentity> {
         var next = Set<CoordinatorIdentity>()
         for waiter in waiting where waiter.request.identity == identity { next.formUnion(waiter.blockers) }
-        for record in grants.values where record.identity == identity { next.formUnion(record.messaging) }
+        for (_, record) in grants where record.identity == identity { next.formUnion(record.messaging) }
         return next
     }
 
@@ -173,23 +187,23 @@ struct State: ~Copyable {
     // MARK: Granting
 
     /// Takes `modes` for `request`; `requests` is its `requestPlan` (empty when it messages nobody).
-    mutating func grant(_ request: AccessRequest, _ modes: [LockMode],
+    mutating func grant(_ request: AccessRequest, _ modes: UnsafeBufferPointer<LockMode>,
                         requests: [PresenterDelivery<PresenterRequest>]) -> Grant {
-        let id = GrantID(rawValue: takeNumber())
+        var messaging = Set<CoordinatorIdentity>()
+        for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
+        let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
+                                           holdsIntents: request.holdsIntents, messaging: messaging))
         for mode in modes {
             holds[mode.path, default: Holds()].append(Hold(grant: id, identity: request.identity, mode: mode))
             if mode.coversSubtree { subtreeHoldCount += 1 }
         }
-        var messaging = Set<CoordinatorIdentity>()
-        for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
-        grants[id] = GrantRecord(identity: request.identity, intents: request.intents, modes: modes,
-                                 messaging: messaging)
         return Grant(id: id, identity: request.identity, intents: request.intents, requests: requests)
     }
 
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
-        guard let record = grants.removeValue(forKey: id) else { return nil }
-        for mode in record.modes {
+        guard let record = grants.remove(id) else { return nil }
+        for intent in record.intents where record.holdsIntents {
+            let mode = LockMode(intent)
             if mode.coversSubtree { subtreeHoldCount -= 1 }
             // In place, with one hash of the path: this runs at the end of every access.
             guard let slot = holds.index(forKey: mode.path) else { continue }

@@ -18,9 +18,18 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// One granted coordination call: all its intents are held together and released together.
+/// It names a slot of the engine's grant table and that slot's generation.
 public struct GrantID: Hashable, Sendable, CustomStringConvertible {
     public let rawValue: UInt64
-    public var description: String { "grant#\(rawValue)" }
+
+    init(index: UInt32, generation: UInt32) {
+        rawValue = UInt64(generation) << 32 | UInt64(index)
+    }
+
+    var index: UInt32 { UInt32(truncatingIfNeeded: rawValue) }
+    var generation: UInt32 { UInt32(truncatingIfNeeded: rawValue >> 32) }
+
+    public var description: String { "grant#\(index).\(generation)" }
 }
 
 /// A request that is waiting; abandon it with `CoordinationEngine.abandon(_:because:)`.

@@ -67,7 +67,7 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
         ask(toWriter ? .relinquishToWriter : .relinquishToReader) { [weak self] cookie, code in
             if code != 0 { return completion(Self.error(code), nil) }
             if cookie == 0 { return completion(nil, nil) }
-            let reacquire: @Sendable () -> Void = { self?.tell(.reacquire, cookie: cookie) }
+            let reacquire: @Sendable () -> Void = { [weak self] in self?.tell(.reacquire, cookie: cookie) }
             completion(nil, reacquire)
         }
     }

@@ -82,7 +82,7 @@ import Glibc
         defer { try? FileManager.default.removeItem(at: dir) }
         let socket = dir.appendingPathComponent("d.sock").path
         let file = dir.appendingPathComponent("shared.txt").path
-        FileManager.default.createFile(atPath: file, contents: Data("x\n".utf8))
+        #expect(FileManager.default.createFile(atPath: file, contents: Data("x\n".utf8)))
         let daemon = try Child(binary, ["daemon", "--socket", socket])
         #expect(eventually { FileManager.default.fileExists(atPath: socket) })
         let holding = try Child(binary, ["coordinate", "--socket", socket, "--write", file, "--", "sh", "-c", "echo held; read line"])

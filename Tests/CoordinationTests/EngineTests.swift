@@ -67,6 +67,40 @@ import Testing
         #expect(!asking.requests.isEmpty)
     }
 
+    @Test func aStaleGrantIDEndsNothing() throws {
+        let engine = CoordinationEngine()
+        let first = try #require(engine.acquireAtOnce(request(.process(1), .write(a))))
+        engine.release(first.id)
+        // The freed slot is reused by the next grant, under a new generation.
+        let second = try #require(engine.acquireAtOnce(request(.process(2), .write(a))))
+        #expect(second.id.index == first.id.index && second.id != first.id)
+        // Ending the first grant again (a claim ended twice) must not end the second.
+        engine.release(first.id)
+        engine.finishMessaging(first.id)
+        #expect(throws: CoordinationError.notInsideWrite) {
+            try engine.reportMove(in: first.id, from: AccessTarget(path: a), to: AccessTarget(path: b))
+        }
+        #expect(engine.snapshot().holders.map(\.grant) == [second.id])
+        #expect(engine.acquireAtOnce(request(.process(3), .read(a))) == nil, "the second grant still holds the item")
+        engine.release(second.id)
+        #expect(engine.snapshot().holders.isEmpty)
+    }
+
+    @Test func grantTableReusesSlotsAndListsTheLiveOnes() throws {
+        let engine = CoordinationEngine()
+        let grants = try (0..<5).map { i in
+            try #require(engine.acquireAtOnce(request(.process(Int32(i)), .write(ItemPath("/item\(i)")!))))
+        }
+        engine.release(grants[1].id)
+        engine.release(grants[3].id)
+        let again = try #require(engine.acquireAtOnce(request(.process(9), .write(ItemPath("/item9")!))))
+        #expect(again.id.index == grants[3].id.index, "the last slot freed is reused first")
+        // The snapshot lists the live grants in the order they were granted.
+        #expect(engine.snapshot().holders.map(\.grant) == [grants[0].id, grants[2].id, grants[4].id, again.id])
+        for grant in [grants[0], grants[2], grants[4], again] { engine.release(grant.id) }
+        #expect(engine.snapshot().holders.isEmpty)
+    }
+
     @Test func reentryDoesNotQueueBehindWaitersOfItself() throws {
         // P holds a; Q waits for a; P asks for a again: granted, not deadlocked by fairness.
         let engine = CoordinationEngine(), resumed = Resumed()

@@ -1,0 +1,81 @@
+/// The granted calls, kept in slots that are reused once released. A grant's id names its slot,
+/// so finding a grant is an index, not a hash: a mount looks one up twice per kernel request.
+///
+/// Each reuse of a slot bumps its generation, which is part of the id: a stale id (a grant ended
+/// twice, a late `finishMessaging`) finds nothing instead of someone else's grant.
+struct GrantTable: Sequence {
+    fileprivate struct Slot {
+        var generation: UInt32
+        var record: State.GrantRecord?
+    }
+
+    private var slots: [Slot] = []
+    /// Empty slots, reused last-in first-out so that the live ones stay few and close together.
+    private var vacant: [UInt32] = []
+    private(set) var count = 0
+
+    var isEmpty: Bool { count == 0 }
+
+    /// Stores `record` in a free slot and returns its id.
+    mutating func insert(_ record: consuming State.GrantRecord) -> GrantID {
+        count += 1
+        if let index = vacant.popLast() {
+            slots[Int(index)].generation &+= 1
+            slots[Int(index)].record = record
+            return GrantID(index: index, generation: slots[Int(index)].generation)
+        }
+        slots.append(Slot(generation: 0, record: record))
+        return GrantID(index: UInt32(slots.count - 1), generation: 0)
+    }
+
+    /// The record of a live grant; setting nil is not allowed (use `remove`).
+    subscript(id: GrantID) -> State.GrantRecord? {
+        get {
+            guard let index = liveIndex(id) else { return nil }
+            return slots[index].record
+        }
+        _modify {
+            // Only live grants are modified in place; a stale id yields a scratch nil.
+            if let index = liveIndex(id) {
+                yield &slots[index].record
+                precondition(slots[index].record != nil, "a grant is ended with remove(_:)")
+            } else {
+                var none: State.GrantRecord? = nil
+                yield &none
+            }
+        }
+    }
+
+    /// Ends a grant's slot and returns its record; nil for an id that is not live.
+    mutating func remove(_ id: GrantID) -> State.GrantRecord? {
+        guard let index = liveIndex(id) else { return nil }
+        let record = slots[index].record.take()
+        vacant.append(UInt32(index))
+        count -= 1
+        return record
+    }
+
+    struct Iterator: IteratorProtocol {
+        fileprivate let slots: [Slot]
+        fileprivate var index = 0
+
+        mutating func next() -> (id: GrantID, record: State.GrantRecord)? {
+            while index < slots.count {
+                defer { index += 1 }
+                if let record = slots[index].record {
+                    return (GrantID(index: UInt32(index), generation: slots[index].generation), record)
+                }
+            }
+            return nil
+        }
+    }
+
+    /// Every live grant, in no particular order (a snapshot sorts by `GrantRecord.number`).
+    func makeIterator() -> Iterator { Iterator(slots: slots) }
+
+    private func liveIndex(_ id: GrantID) -> Int? {
+        let index = Int(id.index)
+        guard index < slots.count, slots[index].generation == id.generation, slots[index].record != nil else { return nil }
+        return index
+    }
+}
