@@ -10,7 +10,8 @@
 public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// The canonical spelling.
     public let string: String
-    private let hashCode: Int
+    /// FNV-1a over the bytes of `string`; a prefix's hash is the running value at its end.
+    let hashCode: Int
 
     /// The root directory.
     public static let root = ItemPath(uncheckedCanonical: "/")
@@ -41,10 +42,34 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
     private static func fnv1a(_ string: String) -> Int {
         var string = string
         return string.withUTF8 { bytes in
-            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            var hash = fnvBasis
+            for byte in bytes { hash = (hash ^ UInt64(byte)) &* fnvPrime }
             return Int(truncatingIfNeeded: hash)
         }
+    }
+
+    private static let fnvBasis: UInt64 = 0xcbf2_9ce4_8422_2325
+    private static let fnvPrime: UInt64 = 0x100_0000_01b3
+
+    /// Calls `body` with the hash and the spelling of each strict ancestor but the root,
+    /// outermost first, until it returns false. Each spelling is a prefix of this path's bytes:
+    /// nothing is allocated, and finding the presenters above an item runs on every access.
+    func forEachAncestorPrefix(_ body: (_ hash: Int, _ spelling: UnsafeBufferPointer<UInt8>) -> Bool) {
+        var string = string
+        string.withUTF8 { bytes in
+            var hash = Self.fnvBasis
+            for (offset, byte) in bytes.enumerated() {
+                if byte == UInt8(ascii: "/") && offset > 0
+                    && !body(Int(truncatingIfNeeded: hash), UnsafeBufferPointer(rebasing: bytes[..<offset])) { return }
+                hash = (hash ^ UInt64(byte)) &* Self.fnvPrime
+            }
+        }
+    }
+
+    /// Whether `self` is spelled `bytes`.
+    func isSpelled(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var string = string
+        return string.withUTF8 { Self.sameBytes($0, bytes) }
     }
 
     public static func == (lhs: ItemPath, rhs: ItemPath) -> Bool {

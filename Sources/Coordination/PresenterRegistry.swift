@@ -18,49 +18,68 @@ public struct PresenterRecord: Hashable, Sendable {
 /// Presenters indexed by path in a tree, so that the presenters concerned by an access are found
 /// in time proportional to the depth of its path and to the number found, never to the number
 /// registered.
+///
+/// Every node is also in a table keyed by its path's hash. An item's presenters are one look-up,
+/// and the walk over an item's ancestors hashes each prefix of the item's own spelling as it goes:
+/// no string is made, and the walk stops at the first ancestor with nobody at or below it.
 struct PresenterTree {
     final class Node {
-        var children: [String: Node] = [:]
+        let path: ItemPath
         var presenters: [PresenterID] = []
-        /// Presenters at this node and below.
+        /// Presenters at this node and below; a node is dropped when it reaches zero.
         var subtreeCount = 0
+        var children: [Node] = []
+        /// The next node whose path has the same hash (nearly always nil).
+        var sameHash: Node?
+
+        init(path: ItemPath) { self.path = path }
     }
 
-    private(set) var root = Node()
+    private let root = Node(path: .root)
+    /// Every node but the root, by `path.hashCode`.
+    private var nodes: [Int: Node] = [:]
 
     var isEmpty: Bool { root.subtreeCount == 0 }
 
     mutating func insert(_ id: PresenterID, at path: ItemPath) {
-        var node = root
-        node.subtreeCount += 1
-        for component in path.components {
-            let key = String(component)
-            let next: Node
-            if let existing = node.children[key] { next = existing } else {
-                next = Node(); node.children[key] = next
+        root.subtreeCount += 1
+        var parent = root
+        for (hash, spelling) in Self.chain(to: path) {
+            let node: Node
+            if let existing = find(hash, spelling) {
+                node = existing
+            } else {
+                node = Node(path: ItemPath(uncheckedCanonical: spelling))
+                node.sameHash = nodes[hash]
+                nodes[hash] = node
+                parent.children.append(node)
             }
-            next.subtreeCount += 1
-            node = next
+            node.subtreeCount += 1
+            parent = node
         }
-        node.presenters.append(id)
+        parent.presenters.append(id)
     }
 
     mutating func remove(_ id: PresenterID, at path: ItemPath) {
-        var trail: [(Node, String)] = []
-        var node = root
-        for component in path.components {
-            let key = String(component)
-            guard let next = node.children[key] else { return }
-            trail.append((node, key))
-            node = next
-        }
-        guard let index = node.presenters.firstIndex(of: id) else { return }
+        guard let node = node(at: path), let index = node.presenters.firstIndex(of: id) else { return }
         node.presenters.remove(at: index)
         root.subtreeCount -= 1
-        for (parent, key) in trail {
-            let child = parent.children[key]!
+        var parent = root
+        for (hash, spelling) in Self.chain(to: path) {
+            let child = find(hash, spelling)!
             child.subtreeCount -= 1
-            if child.subtreeCount == 0 { parent.children[key] = nil }
+            if child.subtreeCount == 0 {
+                parent.children.removeAll { $0 === child }
+                unlink(child, hash: hash)
+                // Everything below it is empty too, and goes with it.
+                var stack = child.children
+                while let below = stack.popLast() {
+                    unlink(below, hash: below.path.hashCode)
+                    stack.append(contentsOf: below.children)
+                }
+                return
+            }
+            parent = child
         }
     }
 
@@ -76,16 +95,10 @@ struct PresenterTree {
         if isEmpty || path.isRoot { return [] }
         var found: [(ItemPath, [PresenterID])] = []
         if !root.presenters.isEmpty { found.append((.root, root.presenters)) }
-        var node = root
-        let string = path.string
-        var start = string.utf8.index(after: string.utf8.startIndex)
-        while let slash = string.utf8[start...].firstIndex(of: UInt8(ascii: "/")) {
-            guard let next = node.children[String(string[start..<slash])], next.subtreeCount > 0 else { break }
-            node = next
-            if !node.presenters.isEmpty {
-                found.append((ItemPath(uncheckedCanonical: String(string[..<slash])), node.presenters))
-            }
-            start = string.utf8.index(after: slash)
+        path.forEachAncestorPrefix { hash, spelling in
+            guard let node = find(hash, spelling) else { return false }
+            if !node.presenters.isEmpty { found.append((node.path, node.presenters)) }
+            return true
         }
         return found.reversed()
     }
@@ -94,25 +107,55 @@ struct PresenterTree {
     func presentersInside(_ path: ItemPath) -> [(ItemPath, PresenterID)] {
         guard let start = node(at: path), start.subtreeCount > start.presenters.count else { return [] }
         var found: [(ItemPath, PresenterID)] = []
-        var stack: [(ItemPath, Node)] = start.children.map { (path.appending($0.key), $0.value) }
-        while let (childPath, node) = stack.popLast() {
-            for id in node.presenters { found.append((childPath, id)) }
-            for (name, child) in node.children { stack.append((childPath.appending(name), child)) }
+        var stack = start.children
+        while let node = stack.popLast() {
+            for id in node.presenters { found.append((node.path, id)) }
+            stack.append(contentsOf: node.children)
         }
         return found
     }
 
     private func node(at path: ItemPath) -> Node? {
         if path.isRoot { return root }
-        var node = root
-        let string = path.string
-        var start = string.utf8.index(after: string.utf8.startIndex)
-        while true {
-            let end = string.utf8[start...].firstIndex(of: UInt8(ascii: "/")) ?? string.utf8.endIndex
-            guard let next = node.children[String(string[start..<end])], next.subtreeCount > 0 else { return nil }
-            node = next
-            if end == string.utf8.endIndex { return node }
-            start = string.utf8.index(after: end)
+        var string = path.string
+        return string.withUTF8 { find(path.hashCode, $0) }
+    }
+
+    /// The node spelled `spelling`, whose hash is `hash`.
+    private func find(_ hash: Int, _ spelling: UnsafeBufferPointer<UInt8>) -> Node? {
+        var candidate = nodes[hash]
+        while let node = candidate {
+            if node.path.isSpelled(spelling) { return node }
+            candidate = node.sameHash
         }
+        return nil
+    }
+
+    /// The hash and spelling of every node from the root's child down to `path` (registering
+    /// and removing: spellings are copied, these are not hot).
+    private static func chain(to path: ItemPath) -> [(hash: Int, spelling: String)] {
+        var chain: [(hash: Int, spelling: String)] = []
+        path.forEachAncestorPrefix { hash, spelling in
+            chain.append((hash, String(decoding: spelling, as: UTF8.self)))
+            return true
+        }
+        if !path.isRoot { chain.append((path.hashCode, path.string)) }
+        return chain
+    }
+
+    private func find(_ hash: Int, _ spelling: String) -> Node? {
+        var spelling = spelling
+        return spelling.withUTF8 { find(hash, $0) }
+    }
+
+    private mutating func unlink(_ node: Node, hash: Int) {
+        if nodes[hash] === node {
+            nodes[hash] = node.sameHash
+        } else {
+            var previous = nodes[hash]
+            while let current = previous, current.sameHash !== node { previous = current.sameHash }
+            previous?.sameHash = node.sameHash
+        }
+        node.sameHash = nil
     }
 }

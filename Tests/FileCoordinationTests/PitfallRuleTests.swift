@@ -104,9 +104,11 @@ import Testing
         #expect(throws: FileCoordinationError.timedOut) { try coordinator.coordinate(readingItemAt: a) { _ in } }
         await #expect(throws: FileCoordinationError.timedOut) { try await coordinator.read(at: a) { _ in } }
         let op = CoordinatedAccessOperation(coordinator: coordinator, intents: [.readingIntent(with: a)]) { _ in }
-        let queue = OperationQueue()
-        queue.addOperation(op)
-        queue.waitUntilAllOperationsAreFinished()
+        // Waited for through the operation's own completion: this test is async.
+        await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
+            op.completionBlock = { finished.resume() }
+            OperationQueue().addOperation(op)
+        }
         #expect(op.error as? FileCoordinationError == .timedOut)
         #expect(FileCoordinationError.timedOut.description.contains("timed out"))
         try holder.release()
