@@ -87,6 +87,9 @@ extension State {
         }
         return builder.deliveries.map { delivery in
             var delivery = delivery
+            if let answers = presenters[delivery.presenter]?.answers, answers != .all {
+                delivery.messages.removeAll { !answers.contains($0.kind) }
+            }
             if request.alreadyRelinquished.contains(delivery.presenter) {
                 delivery.messages.removeAll { $0.deliveryRank == 0 }                      // P21
             }

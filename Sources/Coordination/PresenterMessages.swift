@@ -6,6 +6,30 @@ public enum PresenterRequest: Hashable, Sendable {
     case accommodateDeletion                      // P7
     case accommodateSubitemDeletion(ItemPath)     // P13
 
+    /// Kinds of request, as a set: what a presenter answers.
+    public struct Kinds: OptionSet, Hashable, Sendable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+
+        public static let relinquishToReader = Kinds(rawValue: 1 << 0)
+        public static let relinquishToWriter = Kinds(rawValue: 1 << 1)
+        public static let saveChanges = Kinds(rawValue: 1 << 2)
+        public static let accommodateDeletion = Kinds(rawValue: 1 << 3)
+        public static let accommodateSubitemDeletion = Kinds(rawValue: 1 << 4)
+        public static let all: Kinds = [.relinquishToReader, .relinquishToWriter, .saveChanges, .accommodateDeletion,
+                                        .accommodateSubitemDeletion]
+    }
+
+    public var kind: Kinds {
+        switch self {
+        case .relinquishToReader: return .relinquishToReader
+        case .relinquishToWriter: return .relinquishToWriter
+        case .saveChanges: return .saveChanges
+        case .accommodateDeletion: return .accommodateDeletion
+        case .accommodateSubitemDeletion: return .accommodateSubitemDeletion
+        }
+    }
+
     /// Relinquishing comes before saving and accommodating (reference P12).
     public var deliveryRank: Int {
         switch self {

@@ -7,11 +7,16 @@ public struct PresenterRecord: Hashable, Sendable {
     public var path: ItemPath?
     /// The primary item of a secondary presenter (P3).
     public var primaryPath: ItemPath?
+    /// The requests it answers. It is asked nothing else: an access that would ask it only
+    /// those goes on at once, as with a presenter that consents at once, but without the wait.
+    public var answers: PresenterRequest.Kinds
 
-    public init(owner: CoordinatorIdentity, path: ItemPath?, primaryPath: ItemPath? = nil) {
+    public init(owner: CoordinatorIdentity, path: ItemPath?, primaryPath: ItemPath? = nil,
+                answers: PresenterRequest.Kinds = .all) {
         self.owner = owner
         self.path = path
         self.primaryPath = primaryPath
+        self.answers = answers
     }
 }
 

@@ -8,8 +8,8 @@ import Glibc
 
 /// A watch of a control-socket client, standing in the domain as a presenter: each message
 /// becomes an event record on the client's connection, and requests wait for its answer.
-/// Requests outside the watch's mask are consented to at once, as for a presenter lacking the
-/// callback.
+/// Requests outside the watch's mask are not put to it (`answeredRequests`), and consented to at
+/// once should one come, as for a presenter lacking the callback.
 final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
     let wd: Int
     let mask: EventMask
@@ -28,6 +28,15 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
     }
 
     var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
+
+    var answeredRequests: PresenterRequest.Kinds {
+        let kinds: [(EventMask, PresenterRequest.Kinds)] = [
+            (.relinquishToReader, .relinquishToReader), (.relinquishToWriter, .relinquishToWriter),
+            (.save, .saveChanges), (.accommodateDeletion, .accommodateDeletion),
+            (.accommodateSubitemDeletion, .accommodateSubitemDeletion),
+        ]
+        return kinds.reduce(into: []) { answered, pair in if mask.contains(pair.0) { answered.insert(pair.1) } }
+    }
 
     private var path: String { presentedItemURL?.path ?? "" }
 

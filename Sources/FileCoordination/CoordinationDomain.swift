@@ -184,7 +184,8 @@ public final class CoordinationDomain: @unchecked Sendable {
         let owner = withLock { owners[ObjectIdentifier(presenter)] } ?? Self.identity(of: presenter)
         return PresenterRecord(owner: owner,
                                path: presenter.presentedItemURL.flatMap { try? locator.canonicalPath(of: $0) },
-                               primaryPath: presenter.primaryPresentedItemURL.flatMap { try? locator.canonicalPath(of: $0) })
+                               primaryPath: presenter.primaryPresentedItemURL.flatMap { try? locator.canonicalPath(of: $0) },
+                               answers: (presenter as? ExtendedFilePresenter)?.answeredRequests ?? .all)
     }
 
     /// The identity of a presenter, shared by every coordinator created with it (C14, C21).

@@ -1,3 +1,4 @@
+import Coordination
 import Foundation
 
 /// What a presenter standing for another process (a control-socket client) needs beyond
@@ -11,4 +12,10 @@ public protocol ExtendedFilePresenter: FilePresenter {
     func presentedSubitemWasDeleted(at url: URL)
     /// The presented item itself was deleted.
     func presentedItemWasDeleted()
+    /// The requests it answers; accesses do not ask or wait for it about others (default: all).
+    var answeredRequests: PresenterRequest.Kinds { get }
+}
+
+extension ExtendedFilePresenter {
+    public var answeredRequests: PresenterRequest.Kinds { .all }
 }

@@ -227,6 +227,23 @@ import Glibc
         #expect(watcher.next(timeout: .milliseconds(300)) == nil, "nothing about hidden.txt")
     }
 
+    @Test func aWatchIsAskedOnlyWhatItsMaskTakesAndHoldsNobodyUp() throws {
+        let fx = try MountFixture()
+        try fx.seed("dir/a.txt")
+        try fx.seed("dir/b.txt")
+        let quiet = try startPresenter(fx.path("dir"), ["--mask", "SUBITEM_DELETED"])
+        let before = try fx.statistics()["waited"] ?? 0
+        #expect(try run("/bin/rm", [fx.path("dir/a.txt")]).status == 0)
+        #expect(quiet.next()?.contains("SUBITEM_DELETED") == true)
+        #expect(try fx.statistics()["waited"] == before, "granted at once: nobody to ask")
+        // A watch that takes ACCOMMODATE_SUBITEM_DELETION is asked, and the unlink waits for it.
+        let asked = try startPresenter(fx.path("dir"), ["--mask", "ACCOMMODATE_SUBITEM_DELETION"])
+        #expect(try run("/bin/rm", [fx.path("dir/b.txt")]).status == 0)
+        #expect(asked.next()?.contains("ACCOMMODATE_SUBITEM_DELETION") == true)
+        #expect(try fx.statistics()["waited"] == before + 1)
+        withExtendedLifetime(quiet) {}
+    }
+
     @Test func aWatchEndsWithPresenterRemovedWhenItsItemIsDeleted() throws {
         let fx = try MountFixture()
         try fx.seed("doc.txt")

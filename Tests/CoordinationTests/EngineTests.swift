@@ -101,6 +101,29 @@ import Testing
         #expect(engine.snapshot().holders.isEmpty)
     }
 
+    @Test func presentersAreAskedOnlyWhatTheyAnswer() throws {
+        let engine = CoordinationEngine()
+        let directory = ItemPath("/d")!, item = ItemPath("/d/x")!
+        let deleting = request(.process(1), .write(item, .forDeleting))
+        // A presenter of the directory that hears of deletions but answers no request.
+        let quiet = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: []))
+        let granted = try #require(engine.acquireAtOnce(deleting), "nobody to ask: granted at once")
+        engine.release(granted.id)
+        let planned = engine.state.withLock { $0.requestPlan(for: deleting) }
+        #expect(planned.isEmpty)
+        // The same presenter answering subitem deletions is asked, so the grant waits for it.
+        engine.removePresenter(quiet)
+        _ = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: [.accommodateSubitemDeletion]))
+        #expect(engine.acquireAtOnce(deleting) == nil)
+        let asked = engine.state.withLock { $0.requestPlan(for: deleting) }
+        #expect(asked.map(\.messages) == [[.accommodateSubitemDeletion(item)]])
+        // Only what it answers: a write of the item asks a presenter of the item to relinquish and
+        // save, and one that answers only saving is asked only that.
+        _ = engine.addPresenter(PresenterRecord(owner: .process(3), path: item, answers: [.saveChanges]))
+        let merging = request(.process(1), .write(item, .forMerging))
+        #expect(engine.state.withLock { $0.requestPlan(for: merging) }.map(\.messages) == [[.saveChanges]])
+    }
+
     @Test func reentryDoesNotQueueBehindWaitersOfItself() throws {
         // P holds a; Q waits for a; P asks for a again: granted, not deadlocked by fairness.
         let engine = CoordinationEngine(), resumed = Resumed()
