@@ -1,5 +1,6 @@
 @testable import CoordFSMount
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -14,19 +15,18 @@ import Testing
         #expect(local.value === mine, "the same value on the same thread")
         // The values themselves, not their addresses: a value goes with its thread, and the next
         // thread's may take its place in memory.
-        var theirs: [Box] = []
-        let lock = NSLock()
+        let theirs = Mutex<[Box]>([])
         let threads = (0..<4).map { _ in
             Thread {
                 let value = local.value
                 value.touched += 1
                 #expect(local.value === value)
-                lock.withLock { theirs.append(value) }
+                theirs.withLock { $0.append(value) }
             }
         }
         threads.forEach { $0.start() }
-        #expect(eventually { lock.withLock { theirs.count } == 4 })
-        let values = lock.withLock { theirs }
+        #expect(eventually { theirs.withLock { $0.count } == 4 })
+        let values = theirs.withLock { $0 }
         #expect(Set(values.map(ObjectIdentifier.init)).count == 4 && !values.contains { $0 === mine }, "one value per thread")
         #expect(values.allSatisfy { $0.touched == 1 })
         #expect(mine.touched == 1)

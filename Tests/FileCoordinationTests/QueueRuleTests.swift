@@ -2,6 +2,7 @@ import Coordination
 import Dispatch
 import FileCoordination
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -144,21 +145,20 @@ import Testing
         let fx = try Fixture()
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
-        let lock = NSLock()
-        var running = 0, peak = 0, count = 0
+        let tally = Mutex((running: 0, peak: 0, count: 0))
         let files = try (0..<8).map { try fx.file("f\($0)") }   // distinct items: only the queue serialises
         let group = DispatchGroup()
         for file in files {
             group.enter()
             fx.coordinator().coordinate(with: [.readingIntent(with: file)], queue: queue) { _ in
-                lock.lock(); running += 1; peak = max(peak, running); lock.unlock()
+                tally.withLock { $0.running += 1; $0.peak = max($0.peak, $0.running) }
                 usleep(5_000)
-                lock.lock(); running -= 1; count += 1; lock.unlock()
+                tally.withLock { $0.running -= 1; $0.count += 1 }
                 group.leave()
             }
         }
         group.wait()
-        #expect(peak == 1 && count == 8)
+        #expect(tally.withLock { $0.peak == 1 && $0.count == 8 })
     }
 
     @Test("Q8 the OperationQueue behaviours Linux once got wrong") func q8() throws {
