@@ -35,7 +35,10 @@ import Testing
         #expect(log.events == ["refused"])
         await #expect(throws: FileCoordinationError.emptyIntentList) { try await fx.coordinator().coordinate(with: []) { } }
         let op = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: []) { _ in }
-        OperationQueue().addOperations([op], waitUntilFinished: true)
+        await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
+            op.completionBlock = { finished.resume() }
+            OperationQueue().addOperation(op)
+        }
         #expect(op.error as? FileCoordinationError == .emptyIntentList)
     }
 

@@ -169,7 +169,8 @@ import Testing
         #expect(fx.log.count("P:relinquishToWriter") == 0, "nested write did not ask again")
         usleep(50_000)
         #expect(!fx.log.contains("P:reacquire"), "reacquirer waits for the batch's end")
-        DispatchQueue.global().async { complete?(); finish.open() }
+        let completeBatch = complete
+        DispatchQueue.global().async { completeBatch?(); finish.open() }
         finish.wait()
         #expect(fx.log.waitFor("P:reacquire"))
         #expect(fx.isIdle)
