@@ -66,8 +66,8 @@ let package = Package(
         // Helpers the test targets share.
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport",
                 swiftSettings: [.swiftLanguageMode(.v5)]),
-        .testTarget(name: "CoordinationTests", dependencies: ["Coordination"]),
-        .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire"],
+        .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
+        .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
         // Real mounts, real child processes.
         .testTarget(

@@ -1,24 +1,13 @@
 @testable import Coordination
+import TestSupport
 import Testing
 
 /// The presenter index against a plain list of (path, presenter): the same answers for every
 /// query, through random registrations and removals.
 @Suite struct PresenterTreeTests {
-    /// A deterministic generator, so that a failure can be replayed.
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9e37_79b9_7f4a_7c15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-            z = (z ^ (z >> 27)) &* 0x94d4_9bb8_2913_3111
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Paths over a small alphabet, so that they share ancestors often; some long enough that
     /// their spelling is not a small string.
-    static func randomPath(_ random: inout SplitMix) -> ItemPath {
+    static func randomPath(_ random: inout SeededGenerator) -> ItemPath {
         let names = ["a", "b", "docs", "a-rather-long-directory-name", "é", "e\u{301}"]
         let depth = Int.random(in: 0...4, using: &random)
         if depth == 0 { return .root }
@@ -26,7 +15,7 @@ import Testing
     }
 
     @Test func answersAsAPlainListDoes() {
-        var random = SplitMix(state: 7)
+        var random = SeededGenerator(seed: 7)
         var tree = PresenterTree()
         var model: [(ItemPath, PresenterID)] = []
         var probes: [ItemPath] = (0..<40).map { _ in Self.randomPath(&random) }

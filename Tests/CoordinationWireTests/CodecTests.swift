@@ -1,5 +1,6 @@
 import CoordinationWire
 import Foundation
+import TestSupport
 import Testing
 
 @Suite struct CodecTests {
@@ -89,18 +90,5 @@ import Testing
         }
         #expect(decoded + refused == 20_000)
         #expect(refused > 10_000, "most mutations are refused")
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so the fuzz run is repeatable.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
