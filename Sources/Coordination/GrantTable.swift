@@ -12,13 +12,9 @@ struct GrantTable: Sequence {
     private var slots: [Slot] = []
     /// Empty slots, reused last-in first-out so that the live ones stay few and close together.
     private var vacant: [UInt32] = []
-    private(set) var count = 0
-
-    var isEmpty: Bool { count == 0 }
 
     /// Stores `record` in a free slot and returns its id.
     mutating func insert(_ record: consuming State.GrantRecord) -> GrantID {
-        count += 1
         if let index = vacant.popLast() {
             slots[Int(index)].generation &+= 1
             slots[Int(index)].record = record
@@ -51,7 +47,6 @@ struct GrantTable: Sequence {
         guard let index = liveIndex(id) else { return nil }
         let record = slots[index].record.take()
         vacant.append(UInt32(index))
-        count -= 1
         return record
     }
 

@@ -75,11 +75,11 @@ struct PresenterTree {
             child.subtreeCount -= 1
             if child.subtreeCount == 0 {
                 parent.children.removeAll { $0 === child }
-                unlink(child, hash: hash)
+                unlink(child)
                 // Everything below it is empty too, and goes with it.
                 var stack = child.children
                 while let below = stack.popLast() {
-                    unlink(below, hash: below.path.hashCode)
+                    unlink(below)
                     stack.append(contentsOf: below.children)
                 }
                 return
@@ -153,7 +153,8 @@ struct PresenterTree {
         return spelling.withUTF8 { find(hash, $0) }
     }
 
-    private mutating func unlink(_ node: Node, hash: Int) {
+    private mutating func unlink(_ node: Node) {
+        let hash = node.path.hashCode
         if nodes[hash] === node {
             nodes[hash] = node.sameHash
         } else {
