@@ -166,8 +166,12 @@ extension Filesystem {
         passthrough?.endOpen(of: file.inode.id)
         inodes.updateLastSeen(file.inode, known ? info : nil)
         let changed = file.changed(now: known ? info : nil)
-        file.claim?.end(outcomes: [IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)])
-        reply.ok()
+        let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
+        guard let claim = file.claim else { return reply.ok() }
+        claim.notifyingPresentersAfter {
+            claim.end(outcomes: [outcome])
+            reply.ok()
+        }
     }
 
     func fsync(_ reply: Reply, _ handle: UInt64, dataOnly: Bool) {

@@ -162,7 +162,7 @@ public final class Filesystem: @unchecked Sendable {
         statistics.coordinated.add(1, ordering: .relaxed)
         // Most requests: nothing in the way and nobody to ask.
         if let claim = AccessClaim.grantedAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
-            return body(claim)
+            return claim.notifyingPresentersAfter { body(claim) }
         }
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
         // Registered before the claim starts: the claim may be granted (and answered) at once.
@@ -171,7 +171,7 @@ public final class Filesystem: @unchecked Sendable {
                                              holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
             switch result {
-            case .success(let claim): body(claim)
+            case .success(let claim): claim.notifyingPresentersAfter { body(claim) }
             case .failure(let error):
                 let errno = Errno.from(coordination: error)
                 statistics.count(errno)

@@ -15,7 +15,7 @@ final class ClientConnection: @unchecked Sendable {
     let peer: PeerCredentials
     private unowned let server: ControlServer
     private let lock = NSLock()
-    private let writeLock = NSLock()
+    private let outbox: Outbox
     private var greeted = false
     private var closed = false
     private var watches: [Int: RemotePresenter] = [:]
@@ -31,6 +31,7 @@ final class ClientConnection: @unchecked Sendable {
         self.fd = fd
         self.peer = peer
         self.server = server
+        self.outbox = Outbox(fd: fd)
     }
 
     var identity: CoordinatorIdentity { .process(peer.pid) }
@@ -321,20 +322,16 @@ final class ClientConnection: @unchecked Sendable {
         send(.event(record))
     }
 
+    /// Sends a line now, without blocking: what the socket does not take waits in the outbox.
     func send(_ message: ServerMessage) {
-        let bytes = WireCodec.encode(message)
-        let written = writeLock.withLock { UnixSocket.writeAll(fd, bytes) }
-        if !written { shutdown(fd, Int32(SHUT_RDWR)) }   // the reader sees the end and cleans up
+        outbox.send(WireCodec.encode(message))
     }
 
-    /// Sends a line with a descriptor attached; false if the client is gone.
+    /// Sends a line with (a duplicate of) `descriptor` attached; false if the client is gone.
     @discardableResult
     func send(_ message: ServerMessage, descriptor: Int32) -> Bool {
         guard !lock.withLock({ closed }) else { return false }
-        let bytes = WireCodec.encode(message)
-        let written = writeLock.withLock { DescriptorPassing.send(fd, bytes, descriptor: descriptor) }
-        if !written { shutdown(fd, Int32(SHUT_RDWR)) }
-        return written
+        return outbox.send(WireCodec.encode(message), descriptor: descriptor)
     }
 
     // MARK: Ending
@@ -357,6 +354,7 @@ final class ClientConnection: @unchecked Sendable {
         for claim in pending { claim.cancel() }
         for claim in claims { claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) }) }
         for answered in unanswered { answered(0) }
+        outbox.close(grace: .seconds(1))   // a last error line still goes out
         shutdown(fd, Int32(SHUT_RDWR))
         Glibc.close(fd)
         server.forget(self)

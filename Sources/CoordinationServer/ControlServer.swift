@@ -59,7 +59,6 @@ public final class ControlServer: @unchecked Sendable {
             }
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             guard let peer = UnixSocket.peerCredentials(fd) else { Glibc.close(fd); continue }
-            UnixSocket.setSendTimeout(fd, seconds: 5)
             let connection = ClientConnection(fd: fd, peer: peer, server: self)
             let accepted = lock.withLock { () -> Bool in
                 guard self.listener >= 0 else { return false }

@@ -16,7 +16,8 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
     private weak var connection: ClientConnection?
     private let lock = NSLock()
     private var url: URL
-    /// Answers come from the socket, not from this queue: its operations only send.
+    /// Only reacquirers run here: messages are taken inline (`takesMessagesInline`), and answers
+    /// come from the socket.
     let presentedItemOperationQueue = OperationQueue()
 
     init(wd: Int, path: String, mask: EventMask, connection: ClientConnection) {
@@ -37,6 +38,9 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
         ]
         return kinds.reduce(into: []) { answered, pair in if mask.contains(pair.0) { answered.insert(pair.1) } }
     }
+
+    /// Every callback only queues a line on the connection's outbox, which never blocks.
+    var takesMessagesInline: Bool { true }
 
     private var path: String { presentedItemURL?.path ?? "" }
 

@@ -72,23 +72,6 @@ enum UnixSocket {
         }
         return result
     }
-
-    /// Writes all of `bytes`; false on failure (the peer is gone or too slow).
-    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if written < 0 { if errno == EINTR { continue }; return false }
-            offset += written
-        }
-        return true
-    }
-
-    /// Gives up on a peer that does not read its events for this long.
-    static func setSendTimeout(_ fd: Int32, seconds: Int) {
-        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-    }
 }
 
 /// Reads small /proc files, which report a size of zero.

@@ -11,36 +11,23 @@ public enum DescriptorPassing {
     private static let controlLength = 20         // CMSG_LEN(sizeof(int))
     private static let rights: Int32 = 1          // SCM_RIGHTS
 
-    /// Sends `bytes` with `descriptor` attached; false on failure.
-    public static func send(_ socket: Int32, _ bytes: [UInt8], descriptor: Int32) -> Bool {
-        var control = [UInt8](repeating: 0, count: controlSpace)
-        control.withUnsafeMutableBytes { raw in
-            raw.storeBytes(of: UInt(controlLength), toByteOffset: 0, as: UInt.self)
-            raw.storeBytes(of: SOL_SOCKET, toByteOffset: 8, as: Int32.self)
-            raw.storeBytes(of: rights, toByteOffset: 12, as: Int32.self)
-            raw.storeBytes(of: descriptor, toByteOffset: 16, as: Int32.self)
-        }
-        var bytes = bytes
-        return bytes.withUnsafeMutableBytes { data in
-            control.withUnsafeMutableBytes { controlBuffer in
-                var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
-                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
-                    var message = msghdr()
-                    message.msg_iov = vectorPointer
-                    message.msg_iovlen = 1
-                    message.msg_control = controlBuffer.baseAddress
-                    message.msg_controllen = controlSpace
-                    let sent = sendmsg(socket, &message, Int32(MSG_NOSIGNAL))
-                    guard sent >= 0 else { return false }
-                    // The rest of a partly sent line goes without the descriptor.
-                    var offset = sent
-                    while offset < data.count {
-                        let more = Glibc.send(socket, data.baseAddress! + offset, data.count - offset, Int32(MSG_NOSIGNAL))
-                        if more <= 0 { if errno == EINTR { continue }; return false }
-                        offset += more
-                    }
-                    return true
-                }
+    /// One `sendmsg` of `bytes` with `descriptor` attached: the count sent (the descriptor goes
+    /// with the first byte), or -1 with errno set. `flags` adds to MSG_NOSIGNAL.
+    public static func send(_ socket: Int32, _ bytes: UnsafeRawBufferPointer, descriptor: Int32, flags: Int32 = 0) -> Int {
+        var control = (UInt64(0), UInt64(0), UInt64(0))   // controlSpace bytes, 8-aligned
+        return withUnsafeMutableBytes(of: &control) { controlBuffer in
+            controlBuffer.storeBytes(of: UInt(controlLength), toByteOffset: 0, as: UInt.self)
+            controlBuffer.storeBytes(of: SOL_SOCKET, toByteOffset: 8, as: Int32.self)
+            controlBuffer.storeBytes(of: rights, toByteOffset: 12, as: Int32.self)
+            controlBuffer.storeBytes(of: descriptor, toByteOffset: 16, as: Int32.self)
+            var vector = iovec(iov_base: UnsafeMutableRawPointer(mutating: bytes.baseAddress), iov_len: bytes.count)
+            return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                var message = msghdr()
+                message.msg_iov = vectorPointer
+                message.msg_iovlen = 1
+                message.msg_control = controlBuffer.baseAddress
+                message.msg_controllen = controlSpace
+                return sendmsg(socket, &message, Int32(MSG_NOSIGNAL) | flags)
             }
         }
     }

@@ -89,16 +89,6 @@ public enum WireValue: Hashable, Sendable {
     case array([WireValue])
     case object([String: WireValue])
 
-    var json: Any {
-        switch self {
-        case .int(let value): return value
-        case .string(let value): return value
-        case .bool(let value): return value
-        case .array(let values): return values.map(\.json)
-        case .object(let fields): return fields.mapValues(\.json)
-        }
-    }
-
     init?(json: Any) {
         switch json {
         case let value where JSONValue.isBool(value): self = .bool(JSONValue.bool(value)!)

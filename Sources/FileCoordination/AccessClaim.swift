@@ -13,6 +13,8 @@ public final class AccessClaim: @unchecked Sendable {
     private let access: CoordinatedAccess?
     /// Set by the first `end` of a claim granted at once.
     private let ended = Atomic<Bool>(false)
+    /// Notifications held back while `notifyingPresentersAfter` runs; nil outside it.
+    private let heldNotifications = Mutex<[[PresenterDelivery<PresenterNotification>]]?>(nil)
 
     private init(domain: CoordinationDomain, atOnce: (id: GrantID, intents: [Intent])?, access: CoordinatedAccess?) {
         self.domain = domain
@@ -84,13 +86,35 @@ public final class AccessClaim: @unchecked Sendable {
         let grantID = atOnce.flatMap { ended.load(ordering: .acquiring) ? nil : $0.id } ?? access?.grantID
         guard let grantID, let notifications = try? domain.engine.reportMove(in: grantID, from: source, to: destination)
         else { return }
-        PresenterNotifier.deliver(notifications, domain: domain)
+        notify(notifications)
     }
 
     /// Ends the claim; `outcomes` (one per intent) say what happened to each item.
     public func end(outcomes: [IntentOutcome]) {
-        if let access { return access.end(outcomes: outcomes) }
+        if let access { return access.end(outcomes: outcomes, notify: notify) }
         guard let atOnce, !ended.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        domain.engine.release(atOnce.id, outcomes: outcomes) { [domain] in PresenterNotifier.deliver($0, domain: domain) }
+        domain.engine.release(atOnce.id, outcomes: outcomes, deliver: notify)
+    }
+
+    /// Runs `body`, and tells presenters what it did (`end`, `reportMove`) only when it returns.
+    /// A mount replies to the kernel inside `body`: its caller goes on first, and the presenters
+    /// (and the clients behind them, on a small machine) are woken after, not in its way.
+    public func notifyingPresentersAfter(_ body: () -> Void) {
+        heldNotifications.withLock { $0 = [] }
+        body()
+        let held = heldNotifications.withLock { held in
+            defer { held = nil }
+            return held ?? []
+        }
+        for deliveries in held { PresenterNotifier.deliver(deliveries, domain: domain) }
+    }
+
+    private func notify(_ deliveries: [PresenterDelivery<PresenterNotification>]) {
+        let now = heldNotifications.withLock { held -> Bool in
+            guard held != nil else { return true }
+            held!.append(deliveries)
+            return false
+        }
+        if now { PresenterNotifier.deliver(deliveries, domain: domain) }
     }
 }

@@ -233,8 +233,9 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// Ends the access: releases the grant, tells presenters what changed (from `outcomes`, or
     /// by looking at the items), runs reacquirers, and reads the coordinator's presenter's URL
-    /// again (C5, C22).
-    func end(outcomes given: [IntentOutcome]? = nil) {
+    /// again (C5, C22). `notify` delivers the notifications (default: at once).
+    func end(outcomes given: [IntentOutcome]? = nil,
+             notify: (([PresenterDelivery<PresenterNotification>]) -> Void)? = nil) {
         let ended = lock.withLock { () -> (Grant, PresenterMessenger?, [ItemLocator.Fingerprint?])? in
             guard case .granted(let grant, let messenger) = phase else { return nil }
             phase = .ended
@@ -246,7 +247,7 @@ final class CoordinatedAccess: @unchecked Sendable {
             let new = intent.kind.isWrite ? ItemLocator.fingerprint(intent.path) : nil
             return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
         }
-        domain.engine.release(grant.id, outcomes: outcomes) { PresenterNotifier.deliver($0, domain: domain) }
+        domain.engine.release(grant.id, outcomes: outcomes) { notify?($0) ?? PresenterNotifier.deliver($0, domain: domain) }
         releaseRemote(changed: outcomes.contains { $0.changed && ($0.existedBefore || $0.existsAfter) })
         messenger?.endAccess()
         if let presenter = coordinator?.filePresenter { domain.refresh(presenter) }

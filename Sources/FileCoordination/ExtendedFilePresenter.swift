@@ -14,8 +14,21 @@ public protocol ExtendedFilePresenter: FilePresenter {
     func presentedItemWasDeleted()
     /// The requests it answers; accesses do not ask or wait for it about others (default: all).
     var answeredRequests: PresenterRequest.Kinds { get }
+    /// Whether its callbacks may run on the thread that sends the message instead of on its
+    /// queue: they never block and need no queue's order (default: false). A control-socket
+    /// watch says yes, so a request reaches its client without two thread hand-offs first.
+    var takesMessagesInline: Bool { get }
 }
 
 extension ExtendedFilePresenter {
     public var answeredRequests: PresenterRequest.Kinds { .all }
+    public var takesMessagesInline: Bool { false }
+}
+
+extension FilePresenter {
+    /// Runs `body` at once when the presenter takes its messages inline, else on its queue.
+    func perform(_ body: @escaping @Sendable () -> Void) {
+        if (self as? ExtendedFilePresenter)?.takesMessagesInline == true { body() }
+        else { presentedItemOperationQueue.addOperation(body) }
+    }
 }

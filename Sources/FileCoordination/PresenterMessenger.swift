@@ -73,7 +73,7 @@ final class PresenterMessenger: @unchecked Sendable {
             if let reacquirer { keep(reacquirer, on: queue) }
             next(nil)
         }
-        queue.addOperation {
+        presenter.perform {
             switch message {
             case .relinquishToReader, .relinquishToWriter:
                 if let extended = presenter as? ExtendedFilePresenter {
@@ -144,7 +144,7 @@ enum PresenterNotifier {
             guard let presenter = domain.presenter(delivery.presenter) else { continue }
             let package = delivery.presentsPackage
             let messages = delivery.messages
-            presenter.presentedItemOperationQueue.addOperation {
+            presenter.perform {
                 var sentDidChange = false
                 for message in messages {
                     let reachedDefault = UnimplementedCallback.reachedDefault {

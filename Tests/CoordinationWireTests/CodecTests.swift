@@ -38,6 +38,18 @@ import Testing
         #expect(try WireCodec.decodeServer(WireCodec.encode(error)) == error)
     }
 
+    /// Nested fields, sorted keys at every level, and every kind of character a path may hold.
+    @Test func repliesEscapeAndNestExactly() throws {
+        let name = "a \"b\"\\c\nd\u{1}é"
+        let reply = ServerMessage.ok(id: 5, fields: [
+            "holders": .array([.object(["pid": .int(-3), "path": .string("/m/" + name), "ok": .bool(false)])]),
+            "empty": .array([]), "none": .object([:]),
+        ])
+        let line = String(decoding: WireCodec.encode(reply), as: UTF8.self)
+        #expect(line == #"{"empty":[],"holders":[{"ok":false,"path":"\/m\/a \"b\"\\c\nd\u0001é","pid":-3}],"id":5,"none":{},"ok":true}"# + "\n")
+        #expect(try WireCodec.decodeServer(Array(line.utf8).dropLast()) == reply)
+    }
+
     @Test func answersTakeErrnoNamesAndDefaults() throws {
         #expect(try WireCodec.decodeClient(Array(#"{"op":"answer","cookie":3,"errno":"EACCES"}"#.utf8)) == .answer(cookie: 3, errno: 13))
         #expect(try WireCodec.decodeClient(Array(#"{"op":"answer","cookie":3}"#.utf8)) == .answer(cookie: 3, errno: 0))
