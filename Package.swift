@@ -69,6 +69,8 @@ let package = Package(
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
+        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "TestSupport"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
