@@ -58,8 +58,9 @@ struct Watch: ParsableCommand {
                 client = try connect(socketPath)
                 clients[socketPath] = client
                 client.onEvent { record in
-                    printer.print(record)
+                    // Answered before printed: the access waits on the answer, not on our output.
                     if record.mask.contains(.request), let code { client.answer(cookie: record.cookie, errno: code) }
+                    printer.print(record)
                 }
                 client.onEnd { ended.signal() }
             }
