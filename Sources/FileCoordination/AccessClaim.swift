@@ -13,8 +13,14 @@ public final class AccessClaim: @unchecked Sendable {
     private let access: CoordinatedAccess?
     /// Set by the first `end` of a claim granted at once.
     private let ended = Atomic<Bool>(false)
-    /// Notifications held back while `notifyingPresentersAfter` runs; nil outside it.
-    private let heldNotifications = Mutex<[[PresenterDelivery<PresenterNotification>]]?>(nil)
+    /// Notifications held back while `notifyingPresentersAfter` runs (on any thread: a release
+    /// may overlap the end of the open that made its handle).
+    private let held = Mutex(HeldNotifications())
+
+    private struct HeldNotifications {
+        var scopes = 0
+        var deliveries: [[PresenterDelivery<PresenterNotification>]] = []
+    }
 
     private init(domain: CoordinationDomain, atOnce: (id: GrantID, intents: [Intent])?, access: CoordinatedAccess?) {
         self.domain = domain
@@ -99,20 +105,23 @@ public final class AccessClaim: @unchecked Sendable {
     /// Runs `body`, and tells presenters what it did (`end`, `reportMove`) only when it returns.
     /// A mount replies to the kernel inside `body`: its caller goes on first, and the presenters
     /// (and the clients behind them, on a small machine) are woken after, not in its way.
+    /// Overlapping scopes deliver when the last one ends.
     public func notifyingPresentersAfter(_ body: () -> Void) {
-        heldNotifications.withLock { $0 = [] }
+        held.withLock { $0.scopes += 1 }
         body()
-        let held = heldNotifications.withLock { held in
-            defer { held = nil }
-            return held ?? []
+        let due = held.withLock { held -> [[PresenterDelivery<PresenterNotification>]] in
+            held.scopes -= 1
+            guard held.scopes == 0 else { return [] }
+            defer { held.deliveries = [] }
+            return held.deliveries
         }
-        for deliveries in held { PresenterNotifier.deliver(deliveries, domain: domain) }
+        for deliveries in due { PresenterNotifier.deliver(deliveries, domain: domain) }
     }
 
     private func notify(_ deliveries: [PresenterDelivery<PresenterNotification>]) {
-        let now = heldNotifications.withLock { held -> Bool in
-            guard held != nil else { return true }
-            held!.append(deliveries)
+        let now = held.withLock { held -> Bool in
+            guard held.scopes > 0 else { return true }
+            held.deliveries.append(deliveries)
             return false
         }
         if now { PresenterNotifier.deliver(deliveries, domain: domain) }
