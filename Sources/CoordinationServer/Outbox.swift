@@ -1,4 +1,5 @@
 import CoordinationWire
+import FileCoordination
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -29,7 +30,7 @@ final class Outbox: @unchecked Sendable {
     /// Descriptors to attach, each at the offset in `pending` of its line's first byte; owned
     /// here (duplicates of the callers').
     private var descriptors: [(offset: Int, descriptor: Int32)] = []
-    private var writerStarted = false
+    /// The writer thread exists; it ends only once the outbox has ended.
     private var writerRunning = false
     /// The writer is waiting for room: the socket is full, so senders only queue.
     private var writerBusy = false
@@ -68,7 +69,7 @@ final class Outbox: @unchecked Sendable {
     /// drops the rest and ends the writer. Nothing is written after this returns, so the caller
     /// may close the socket.
     func close(grace: Duration) {
-        let deadline = Date(timeIntervalSinceNow: grace.seconds)
+        let deadline = Date(timeIntervalSinceNow: grace.timeInterval)
         condition.lock()
         while !ended && head < pending.count && condition.wait(until: deadline) {}
         if !ended { end() }
@@ -79,8 +80,7 @@ final class Outbox: @unchecked Sendable {
     // MARK: Writing (all with the lock held)
 
     private func wakeWriter() {
-        if !writerStarted {
-            writerStarted = true
+        if !writerRunning {
             writerRunning = true
             let thread = Thread { [self] in writeLoop() }
             thread.name = "coordfs outbox \(fd)"
@@ -110,7 +110,7 @@ final class Outbox: @unchecked Sendable {
             if left <= .zero { giveUp(); break }
             condition.unlock()
             var room = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&room, 1, Int32(max(1, min(left.seconds * 1000, 1000))))
+            _ = poll(&room, 1, Int32(max(1, min(left.timeInterval * 1000, 1000))))
             condition.lock()
         }
         writerRunning = false
@@ -178,12 +178,5 @@ final class Outbox: @unchecked Sendable {
     private func giveUp() {
         end()
         shutdown(fd, Int32(SHUT_RDWR))   // the reader sees the end and cleans up
-    }
-}
-
-extension Duration {
-    /// In seconds, as a Double.
-    var seconds: Double {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
     }
 }

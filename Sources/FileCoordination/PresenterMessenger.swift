@@ -173,7 +173,8 @@ enum PresenterNotifier {
 }
 
 extension Duration {
-    var timeInterval: TimeInterval {
+    /// In seconds; shared with the control socket's server.
+    package var timeInterval: TimeInterval {
         let (seconds, attoseconds) = components
         return TimeInterval(seconds) + TimeInterval(attoseconds) / 1e18
     }
