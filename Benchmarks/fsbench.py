@@ -7,6 +7,9 @@ one table of medians with each target's ratio to native.
 
 --jobs keeps the jobs whose names contain one of the words (e.g. --jobs write,create).
 
+The data jobs run on one target after another; the metadata jobs run on all targets at once,
+interleaved chunk by chunk (see `metadata`), since their differences are a few per cent.
+
 Targets: native, coordfs (coordination on), coordfs --coordination off, coordfs without kernel
 passthrough, and, when available, bindfs and libfuse's passthrough_ll (built from the
 libfuse3-dev examples).
@@ -29,7 +32,7 @@ repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.a
 quick = "--quick" in sys.argv
 size_mb = 64 if quick else 256
 runtime = 2 if quick else 4
-files = 500 if quick else 2000
+files = 1000 if quick else 4000
 base = tempfile.mkdtemp(prefix="coordfs-bench-", dir="/tmp")
 image_mount = None
 
@@ -161,48 +164,60 @@ def job_four_writers(t):
                "--end_fsync=1")["write"]["bw_bytes"] / 2**20
 
 
-def metadata(t, phase):
-    """Each job makes its own starting state, so that none depends on what ran before it. The
-    stat job waits past every mount's 1 s entry and attribute cache: each stat then costs a
-    LOOKUP, the per-request cost of the mount, not the timing of the kernel's cache."""
-    directory = os.path.join(t.directory, "meta")
-    os.makedirs(directory, exist_ok=True)
-    names = [os.path.join(directory, "f%05d" % i) for i in range(files)]
-    if phase != "create":
-        for name in names:
-            os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
-    if phase == "stat":
-        time.sleep(1.5)
-    rates = []
-    chunk = max(1, files // 10)
-    for start in range(0, files, chunk):
-        began = time.perf_counter()
-        for name in names[start:start + chunk]:
-            if phase == "create":
+def metadata(ts, phase):
+    """One metadata job on every target at once, chunk by chunk: chunk k runs on each target in
+    turn (the order alternating) before chunk k+1 runs anywhere, so whatever drifts during the
+    job (a journal commit, the host's other guests) falls on all targets alike. A target's
+    result is the median of its chunks' rates.
+
+    Each job makes its own starting state. The stat and unlink jobs wait past every mount's 1 s
+    entry and attribute cache first: each call then costs a LOOKUP as well, the per-request cost
+    of the mount rather than the timing of the kernel's cache (and an old tree's `rm -r` looks
+    up every name too)."""
+    names = {}
+    for t in ts:
+        directory = os.path.join(t.directory, "meta")
+        os.makedirs(directory, exist_ok=True)
+        names[t.name] = [os.path.join(directory, "f%05d" % i) for i in range(files)]
+        if phase != "create":
+            for name in names[t.name]:
                 os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
-            elif phase == "stat":
-                os.stat(name)
-            else:
-                os.unlink(name)
-        rates.append(chunk / (time.perf_counter() - began))
-    if phase != "unlink":
-        shutil.rmtree(directory)
-    return statistics.median(rates)
+    if phase != "create":
+        time.sleep(1.5)
+    rates = {t.name: [] for t in ts}
+    chunk = max(1, files // 20)
+    for number, start in enumerate(range(0, files, chunk)):
+        for t in (ts if number % 2 == 0 else ts[::-1]):
+            batch = names[t.name][start:start + chunk]
+            began = time.perf_counter()
+            for name in batch:
+                if phase == "create":
+                    os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
+                elif phase == "stat":
+                    os.stat(name)
+                else:
+                    os.unlink(name)
+            rates[t.name].append(len(batch) / (time.perf_counter() - began))
+    for t in ts:
+        shutil.rmtree(os.path.join(t.directory, "meta"))
+    return {name: statistics.median(values) for name, values in rates.items()}
 
 
-def job_create(t): return metadata(t, "create")
-def job_stat(t): return metadata(t, "stat")
-def job_unlink(t): return metadata(t, "unlink")
+def job_create(ts): return metadata(ts, "create")
+def job_stat(ts): return metadata(ts, "stat")
+def job_unlink(ts): return metadata(ts, "unlink")
 
 
-jobs = [("seq write 1 MiB (MiB/s)", job_seq_write), ("seq read cold 1 MiB (MiB/s)", job_seq_read_cold),
-        ("seq read warm 1 MiB (MiB/s)", job_seq_read_warm), ("rand read 4 KiB cached (IOPS)", job_rand_read),
-        ("rand write 4 KiB (IOPS)", job_rand_write), ("4 seq writers 1 MiB (MiB/s)", job_four_writers),
-        ("create+close (ops/s)", job_create), ("stat, uncached (ops/s)", job_stat), ("unlink (ops/s)", job_unlink)]
+# (name, function, paired): a paired job takes every target at once and returns their results.
+jobs = [("seq write 1 MiB (MiB/s)", job_seq_write, False), ("seq read cold 1 MiB (MiB/s)", job_seq_read_cold, False),
+        ("seq read warm 1 MiB (MiB/s)", job_seq_read_warm, False), ("rand read 4 KiB cached (IOPS)", job_rand_read, False),
+        ("rand write 4 KiB (IOPS)", job_rand_write, False), ("4 seq writers 1 MiB (MiB/s)", job_four_writers, False),
+        ("create+close (ops/s)", job_create, True), ("stat, uncached (ops/s)", job_stat, True),
+        ("unlink, uncached (ops/s)", job_unlink, True)]
 
 if "--jobs" in sys.argv:
     words = sys.argv[sys.argv.index("--jobs") + 1].split(",")
-    jobs = [(job, run) for job, run in jobs if any(word in job for word in words)]
+    jobs = [(job, run, paired) for job, run, paired in jobs if any(word in job for word in words)]
 
 results = {}
 scratch = base
@@ -219,11 +234,16 @@ try:
     passthrough_ll = build_passthrough_ll()
     if passthrough_ll:
         targets.append(Target("passthrough_ll", fuse_program(passthrough_ll, "-o", "source={backing}", "{point}")))
-    results = {(job, t.name): [] for job, _ in jobs for t in targets}
+    results = {(job, t.name): [] for job, _, _ in jobs for t in targets}
     for round_number in range(repeats):
-        for job, run in jobs:
-            for t in (targets if round_number % 2 == 0 else list(reversed(targets))):
-                results[(job, t.name)].append(run(t))
+        for job, run, paired in jobs:
+            order = targets if round_number % 2 == 0 else list(reversed(targets))
+            if paired:
+                for name, value in run(order).items():
+                    results[(job, name)].append(value)
+            else:
+                for t in order:
+                    results[(job, t.name)].append(run(t))
         for t in targets:
             for entry in os.listdir(t.directory):
                 path = os.path.join(t.directory, entry)
@@ -239,9 +259,9 @@ finally:
 names = [t.name for t in targets]
 print("filesystem benchmark on %s: %d repeats interleaved, %d MiB files, %d metadata ops; medians, ratio to native"
       % ("a loop-mounted journaled ext4" if image_mount else "/tmp", repeats, size_mb, files))
-width = max(len(job) for job, _ in jobs)
+width = max(len(job) for job, _, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
-for job, _ in jobs:
+for job, _, _ in jobs:
     native = statistics.median(results[(job, "native")])
     cells = []
     for name in names:
@@ -254,7 +274,7 @@ if repeats > 1:
     print()
     print("spread of the repeats, (largest - smallest) / median:")
     print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
-    for job, _ in jobs:
+    for job, _, _ in jobs:
         cells = []
         for name in names:
             values = results[(job, name)]

@@ -139,7 +139,7 @@ for index in 0..<latencyIterations {
     let claim = AccessClaim.begin(in: claimDomain, identity: .process(Int32(1000 + index % 7)), intents: [claimIntent],
                                   timeout: .seconds(60)) { result in
         if case .success(let claim) = result {
-            claim.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: false)])
+            claim.end(outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false))
         }
     }
     _ = claim

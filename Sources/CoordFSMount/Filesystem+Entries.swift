@@ -51,10 +51,9 @@ extension Filesystem {
     func setattr(_ reply: Reply, _ id: UInt64, _ change: AttributeChange, _ handle: UInt64?) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let open = handle.flatMap { files[$0] }
-        let relative = relativePath(inode)
         // Truncation changes contents: a plain write. The rest is metadata (O9).
         let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
-        coordinate(reply, [Wanted(kind: .writing(options), relative: relative, isDirectory: inode.isDirectory)]) { [self] claim in
+        coordinate(reply, [Wanted(kind: .writing(options), node: inode, isDirectory: inode.isDirectory)]) { [self] claim in
             do {
                 let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                     try apply(change, to: fd, open: open)
@@ -69,10 +68,10 @@ extension Filesystem {
                     }
                     return try statOf(fd)
                 }
-                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
+                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
                 reply.attr(info, timeout: timeout)
             } catch {
-                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
+                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 reply.error(error)
             }
         }

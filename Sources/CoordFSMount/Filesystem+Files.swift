@@ -12,8 +12,7 @@ extension Filesystem {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(cfs_file_info_flags(fi))
         let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
-        let relative = relativePath(inode)
-        let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), relative: relative, isDirectory: false)
+        let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), node: inode, isDirectory: false)
         let info = fi.pointee
         coordinate(reply, [wanted], nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
@@ -25,7 +24,7 @@ extension Filesystem {
                 return (fd, fd == -1 ? Errno.current : nil)
             }
             if let failure = openFailure {
-                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
+                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(failure)
             }
             let unprivileged = callerLacksFSetID(reply)
@@ -35,7 +34,7 @@ extension Filesystem {
             let mode: KernelPassthrough.Mode
             do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
                 close(fd)
-                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false)])
+                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(error)
             }
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes)
@@ -93,26 +92,25 @@ extension Filesystem {
     func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         let flags = backingFlags(cfs_file_info_flags(fi))
-        let relative = relativePath(parent, name)
         let info = fi.pointee
         // With passthrough the new file is opened read-write when its flags would not reach other
         // opens through a shared backing file: it then is the backing file, with no second open.
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
         // A write on the new item; it stays held as the open's intent.
-        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, isDirectory: false)],
+        coordinate(reply, [Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false)],
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // `backing`: opened read-write to serve as the backing file.
             let (fd, createFailure, backing) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
                 let creating = (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
                 if sharesBacking {
-                    let fd = openat(parentFD, name, (creating & ~O_ACCMODE) | O_RDWR, mode)
+                    let fd = name.withCString { openat(parentFD, $0, (creating & ~O_ACCMODE) | O_RDWR, mode) }
                     if fd >= 0 { return (fd, nil, true) }
                 }
-                let fd = openat(parentFD, name, creating, mode)
+                let fd = name.withCString { openat(parentFD, $0, creating, mode) }
                 return (fd, fd == -1 ? Errno.current : nil, false)
             }
             if let failure = createFailure {
-                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
+                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 return reply.error(failure)
             }
             namespaceChanged(name: name, directory: false)
@@ -128,7 +126,7 @@ extension Filesystem {
                              noFlush: sendsNoFlush(inode))
             } catch {
                 close(fd)
-                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.error(error)
             }
         }
@@ -169,7 +167,7 @@ extension Filesystem {
         let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
         guard let claim = file.claim else { return reply.ok() }
         claim.notifyingPresentersAfter {
-            claim.end(outcomes: [outcome])
+            claim.end(outcome: outcome)
             reply.ok()
         }
     }

@@ -13,17 +13,16 @@ extension Filesystem {
     private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        let relative = relativePath(parent, name)
-        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, isDirectory: isDirectory)]) { [self] claim in
+        coordinate(reply, [Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory)]) { [self] claim in
             do {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.req, parent: parent, name: name)
                 let (inode, info) = try lookupNode(parent, name)
-                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(inode, info, timeout: timeout)
             } catch {
-                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
+                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
             }
         }
@@ -49,8 +48,7 @@ extension Filesystem {
 
     func link(_ reply: Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        let relative = relativePath(parent, name)
-        coordinate(reply, [Wanted(kind: .writing([]), relative: relative, isDirectory: false)]) { [self] claim in
+        coordinate(reply, [Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false)]) { [self] claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
                     try inodes.withFD(parent) { parentFD throws(Errno) in
@@ -59,10 +57,10 @@ extension Filesystem {
                 }
                 namespaceChanged(name: name, directory: false)
                 let (linked, info) = try lookupNode(parent, name)
-                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(linked, info, timeout: timeout)
             } catch {
-                claim?.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: false)])
+                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
             }
         }
@@ -70,13 +68,12 @@ extension Filesystem {
 
     func unlink(_ reply: Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        let relative = relativePath(parent, name)
-        coordinate(reply, [Wanted(kind: .writing(.forDeleting), relative: relative, isDirectory: directory)]) { claim in
+        coordinate(reply, [Wanted(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory)]) { claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
-                unlinkat(fd, name, directory ? AT_REMOVEDIR : 0) == -1 ? Errno.current : nil
+                name.withCString { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
             }
             if failure == nil { self.namespaceChanged(name: name, directory: directory) }
-            claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false)])
+            claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
             if let failure { reply.error(failure) } else { reply.ok() }
         }
     }
@@ -96,12 +93,11 @@ extension Filesystem {
         }
         let destinationInfo = destinationStat
         let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
-        let source = relativePath(parent, name), destination = relativePath(newParent, newName)
         let exchange = flags & UInt32(CFS_RENAME_EXCHANGE) != 0
         // Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
         let wanted = [
-            Wanted(kind: .writing(.forMoving), relative: source, isDirectory: sourceIsDirectory),
-            Wanted(kind: .writing(exchange ? .forMoving : .forReplacing), relative: destination,
+            Wanted(kind: .writing(.forMoving), node: parent, name: name, isDirectory: sourceIsDirectory),
+            Wanted(kind: .writing(exchange ? .forMoving : .forReplacing), node: newParent, name: newName,
                    isDirectory: destinationIsDirectory),
         ]
         coordinate(reply, wanted) { [self] claim in
@@ -126,10 +122,11 @@ extension Filesystem {
                 // Both items changed place; told as changes of both paths.
                 claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
                                       IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
-            } else {
-                claim?.reportMove(from: target(source, isDirectory: sourceIsDirectory),
-                                  to: target(destination, isDirectory: sourceIsDirectory))
-                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
+            } else if let claim {
+                // The paths as granted (C11); the destination is now what the source was.
+                let granted = claim.intents
+                claim.reportMove(from: granted[0].target, to: target(granted[1].path, isDirectory: sourceIsDirectory))
+                claim.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
                                       IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
             }
             reply.ok()

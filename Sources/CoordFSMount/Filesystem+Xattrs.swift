@@ -57,11 +57,10 @@ extension Filesystem {
 
     private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let relative = relativePath(inode)
-        coordinate(reply, [Wanted(kind: .writing(.contentIndependentMetadataOnly), relative: relative,
+        coordinate(reply, [Wanted(kind: .writing(.contentIndependentMetadataOnly), node: inode,
                                   isDirectory: inode.isDirectory)]) { claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
-            claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil)])
+            claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
             if let failure { reply.error(failure) } else { reply.ok() }
         }
     }

@@ -87,28 +87,38 @@ public final class Filesystem: @unchecked Sendable {
 
     /// The path of `name` in `parent` (or of `parent` itself) below the mount root.
     func relativePath(_ parent: Inode, _ name: String? = nil) -> String {
-        inodes.relativePath(of: parent.id, appending: name)
+        inodes.path(of: parent.id, appending: name)
     }
 
-    /// The engine's path of an item below the mount root; made only when coordinating.
+    /// The engine's path of `name` in `parent` (or of `parent` itself): written in one go, mount
+    /// point included. Canonical by construction: the kernel's names are single components,
+    /// never . or ..
+    func itemPath(_ parent: Inode, _ name: String? = nil) -> ItemPath {
+        ItemPath(canonical: inodes.path(of: parent.id, appending: name, under: mountRoot.string))
+    }
+
+    /// The engine's path of an item given relative to the mount root.
     func itemPath(_ relative: String) -> ItemPath {
-        // Canonical by construction: the kernel's names are single components, never . or ..
         relative.isEmpty ? mountRoot : mountRoot.appending(relative)
     }
 
-    /// The engine's facts for an item: directory or not, and the packages around it.
-    func target(_ relative: String, isDirectory: Bool) -> AccessTarget {
-        let path = itemPath(relative)
-        guard !relative.isEmpty else { return AccessTarget(path: path, isDirectory: true) }
+    /// The engine's facts for an item of the mount: directory or not, and the packages around it.
+    func target(_ path: ItemPath, isDirectory: Bool) -> AccessTarget {
+        guard path != mountRoot else { return AccessTarget(path: path, isDirectory: true) }
+        // Its directories below the mount root, outermost first, each spelled from the root:
+        // the packages among them enclose the item.
         var packages: [ItemPath] = []
-        var scanned = relative
-        scanned.withUTF8 { bytes in
-            for (offset, byte) in bytes.enumerated() where byte == UInt8(ascii: "/") {
-                let directory = String(decoding: UnsafeBufferPointer(rebasing: bytes[..<offset]), as: UTF8.self)
-                if isPackage(directory) { packages.append(mountRoot.appending(directory)) }
+        let start = mountRoot.isRoot ? 1 : mountRoot.string.utf8.count + 1
+        let itemIsPackage = path.string.withBorrowedUTF8 { bytes -> Bool in
+            let relative = UnsafeBufferPointer(rebasing: bytes[start...])
+            for (offset, byte) in relative.enumerated() where byte == UInt8(ascii: "/") {
+                let directory = String(decoding: UnsafeBufferPointer(rebasing: relative[..<offset]), as: UTF8.self)
+                if isPackage(directory) {
+                    packages.append(ItemPath(canonical: String(decoding: UnsafeBufferPointer(rebasing: bytes[..<(start + offset)]), as: UTF8.self)))
+                }
             }
+            return isDirectory && isPackage(String(decoding: relative, as: UTF8.self))
         }
-        let itemIsPackage = isDirectory && isPackage(relative)
         return AccessTarget(path: path, isDirectory: isDirectory, isPackage: itemIsPackage, enclosingPackages: packages)
     }
 
@@ -136,7 +146,9 @@ public final class Filesystem: @unchecked Sendable {
     /// One intent of a kernel request.
     struct Wanted {
         var kind: AccessKind
-        var relative: String
+        /// The item itself, or the directory that holds `name`.
+        var node: Inode
+        var name: String? = nil
         var isDirectory: Bool
     }
 
@@ -150,14 +162,17 @@ public final class Filesystem: @unchecked Sendable {
     /// and with it every writer throttled on dirty pages.
     func coordinate(_ reply: Reply, _ wanted: [Wanted], nonBlocking: Bool = false,
                     _ body: @escaping @Sendable (AccessClaim?) -> Void) {
-        var mode = CoordinationMode.off
-        for item in wanted where mode != .exclusive {
-            let itemMode = configuration.mode(for: item.relative)
-            if itemMode != .off { mode = itemMode }
+        var mode = configuration.mode
+        if !configuration.modeRules.isEmpty {
+            mode = .off
+            for item in wanted where mode != .exclusive {
+                let itemMode = configuration.mode(for: relativePath(item.node, item.name))
+                if itemMode != .off { mode = itemMode }
+            }
         }
         if mode == .off { return body(nil) }
         guard let process = callingProcess(reply.req) else { return body(nil) }
-        let intents = wanted.map { Intent($0.kind, target($0.relative, isDirectory: $0.isDirectory)) }
+        let intents = wanted.map { Intent($0.kind, target(itemPath($0.node, $0.name), isDirectory: $0.isDirectory)) }
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add(1, ordering: .relaxed)
         // Most requests: nothing in the way and nobody to ask.
@@ -233,7 +248,8 @@ public final class Filesystem: @unchecked Sendable {
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String) throws(Errno) -> (Inode, stat) {
         let fd = try inodes.withFD(parent) { parentFD throws(Errno) in
-            try check(openat(parentFD, name, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC))
+            // A short name is no contiguous C string: passed as a String it would be copied to the heap.
+            try check(name.withCString { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
         }
         let info: stat
         do throws(Errno) { info = try statOf(fd) } catch { close(fd); throw error }

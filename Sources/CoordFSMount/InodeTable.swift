@@ -222,27 +222,31 @@ final class InodeTable: Sendable {
         if let closing { close(closing) }
     }
 
-    /// The path of a node relative to the mount root ("" for the root), with `name` appended.
-    func relativePath(of id: UInt64, appending name: String? = nil) -> String {
+    /// The path of a node below `base` — `base`, a slash, then the names from the root down
+    /// (just `base` for the root) — with `name` appended. A `base` of "" gives the path relative
+    /// to the root ("" for the root itself); "/" gives "/" and the names.
+    func path(of id: UInt64, appending name: String? = nil, under base: String = "") -> String {
         state.withLock { state in
             // One walk up the parents into a buffer on the stack, then the names written into
             // one allocation. Deeper than the buffer, a second walk fetches the rest.
             withUnsafeTemporaryAllocation(of: Unmanaged<Inode>.self, capacity: 32) { ancestors -> String in
-                var length = name.map { $0.utf8.count } ?? -1
+                var below = name.map { $0.utf8.count } ?? -1
                 var depth = 0
                 var current = id
                 while current != Self.rootID, let inode = state.byID[current], depth < 4096 {
                     if depth < ancestors.count { ancestors[depth] = Unmanaged.passUnretained(inode) }
-                    length += inode.name.utf8.count + 1
+                    below += inode.name.utf8.count + 1
                     depth += 1
                     current = inode.parent
                 }
-                guard length > 0 else { return "" }
-                return String(unsafeUninitializedCapacity: length) { buffer in
-                    var end = length
+                guard below > 0 else { return base }
+                // The root's "/" is the slash before the first name.
+                let prefix = base == "/" ? "" : base
+                let total = base.isEmpty ? below : prefix.utf8.count + 1 + below
+                return String(unsafeUninitializedCapacity: total) { buffer in
+                    var end = total
                     func put(_ component: String) {
-                        var component = component
-                        component.withUTF8 { bytes in
+                        component.withBorrowedUTF8 { bytes in
                             end -= bytes.count
                             _ = UnsafeMutableBufferPointer(rebasing: buffer[end..<end + bytes.count]).initialize(fromContentsOf: bytes)
                         }
@@ -258,7 +262,8 @@ final class InodeTable: Sendable {
                             current = inode.parent
                         }
                     }
-                    return length
+                    prefix.withBorrowedUTF8 { bytes in _ = UnsafeMutableBufferPointer(rebasing: buffer[..<bytes.count]).initialize(fromContentsOf: bytes) }
+                    return total
                 }
             }
         }

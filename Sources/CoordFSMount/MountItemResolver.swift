@@ -23,6 +23,6 @@ struct MountItemResolver: ItemResolver {
         let real = relative.isEmpty ? filesystem.configuration.backing : filesystem.configuration.backing + "/" + relative
         var info = stat()
         let isDirectory = lstat(real, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-        return (filesystem.target(relative, isDirectory: isDirectory), real)
+        return (filesystem.target(item, isDirectory: isDirectory), real)
     }
 }

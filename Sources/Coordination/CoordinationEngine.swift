@@ -101,12 +101,29 @@ public final class CoordinationEngine: Sendable {
                         deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in })
         -> [PresenterDelivery<PresenterNotification>]
     {
+        release(grant, someOutcomes: outcomes, deliver: deliver)
+    }
+
+    /// `release` of a one-intent grant, without an array for its one outcome: the end of most
+    /// kernel requests.
+    @discardableResult
+    public func release(_ grant: GrantID, outcome: IntentOutcome,
+                        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in })
+        -> [PresenterDelivery<PresenterNotification>]
+    {
+        release(grant, someOutcomes: CollectionOfOne(outcome), deliver: deliver)
+    }
+
+    private func release<Outcomes: Collection<IntentOutcome> & Sendable>(
+        _ grant: GrantID, someOutcomes outcomes: Outcomes?,
+        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void
+    ) -> [PresenterDelivery<PresenterNotification>] {
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
             guard let record = state.removeGrant(grant) else { return ([], []) }
             let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []
             // Services of a deleted item end with it.
-            if !state.services.isEmpty {
-                for (intent, outcome) in zip(record.intents, outcomes ?? []) where outcome.existedBefore && !outcome.existsAfter {
+            if !state.services.isEmpty, let outcomes {
+                for (intent, outcome) in zip(record.intents, outcomes) where outcome.existedBefore && !outcome.existsAfter {
                     state.services = state.services.filter { !$0.value.path.isSameOrInside(intent.path) }
                 }
             }

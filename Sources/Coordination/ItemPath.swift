@@ -32,6 +32,13 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
         self.init(uncheckedCanonical: parts.isEmpty ? "/" : "/" + parts.joined(separator: "/"))
     }
 
+    /// A path its maker spells canonically already (a mount joins the kernel's names, which are
+    /// single components and never `.` or `..`): taken as it is, unchecked in release builds.
+    public init(canonical path: String) {
+        assert(path.utf8.first == UInt8(ascii: "/") && Self.isCanonical(path), "not a canonical path: \(path)")
+        self.init(uncheckedCanonical: path)
+    }
+
     init(uncheckedCanonical: String) {
         self.string = uncheckedCanonical
         self.hashCode = Self.fnv1a(uncheckedCanonical)
@@ -40,8 +47,7 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
     /// FNV-1a over the bytes: a fraction of the cost of hashing the `String` (the dictionaries
     /// still mix it with their per-process seed).
     private static func fnv1a(_ string: String) -> Int {
-        var string = string
-        return string.withUTF8 { bytes in
+        string.withBorrowedUTF8 { bytes in
             var hash = fnvBasis
             for byte in bytes { hash = (hash ^ UInt64(byte)) &* fnvPrime }
             return Int(truncatingIfNeeded: hash)
@@ -55,8 +61,7 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
     /// outermost first, until it returns false. Each spelling is a prefix of this path's bytes:
     /// nothing is allocated, and finding the presenters above an item runs on every access.
     func forEachAncestorPrefix(_ body: (_ hash: Int, _ spelling: UnsafeBufferPointer<UInt8>) -> Bool) {
-        var string = string
-        string.withUTF8 { bytes in
+        string.withBorrowedUTF8 { bytes in
             var hash = Self.fnvBasis
             for (offset, byte) in bytes.enumerated() {
                 if byte == UInt8(ascii: "/") && offset > 0
@@ -68,14 +73,12 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
 
     /// Whether `self` is spelled `bytes`.
     func isSpelled(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        var string = string
-        return string.withUTF8 { Self.sameBytes($0, bytes) }
+        string.withBorrowedUTF8 { Self.sameBytes($0, bytes) }
     }
 
     public static func == (lhs: ItemPath, rhs: ItemPath) -> Bool {
         guard lhs.hashCode == rhs.hashCode else { return false }
-        var left = lhs.string, right = rhs.string
-        return left.withUTF8 { a in right.withUTF8 { b in sameBytes(a, b) } }
+        return lhs.string.withBorrowedUTF8 { a in rhs.string.withBorrowedUTF8 { b in sameBytes(a, b) } }
     }
 
     /// Eight bytes at a time: paths are compared on every lookup of the engine's tables.
@@ -191,5 +194,16 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
     /// Byte order, consistent with `==`.
     public static func < (lhs: ItemPath, rhs: ItemPath) -> Bool {
         lhs.string.utf8.lexicographicallyPrecedes(rhs.string.utf8)
+    }
+}
+
+extension String {
+    /// The UTF-8 bytes, borrowed: no copy of the string and no retain of its storage, which
+    /// `withUTF8` on a `var` copy costs. Native strings are contiguous; the copy is a fallback.
+    @inlinable @inline(__always)
+    package func withBorrowedUTF8<Result>(_ body: (UnsafeBufferPointer<UInt8>) -> Result) -> Result {
+        if let result = utf8.withContiguousStorageIfAvailable(body) { return result }
+        var copy = self
+        return copy.withUTF8(body)
     }
 }

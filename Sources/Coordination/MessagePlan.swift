@@ -102,7 +102,7 @@ extension State {
     }
 
     /// The notifications after a grant's writes end (P9, P10, P12, P19, P20).
-    func notifications(after record: GrantRecord, outcomes: [IntentOutcome]) -> [PresenterDelivery<PresenterNotification>] {
+    func notifications(after record: GrantRecord, outcomes: some Sequence<IntentOutcome>) -> [PresenterDelivery<PresenterNotification>] {
         if presenterTree.isEmpty { return [] }
         var builder = DeliveryBuilder<PresenterNotification>(excluding: record.identity)
         for (intent, outcome) in zip(record.intents, outcomes) {

@@ -102,6 +102,13 @@ public final class AccessClaim: @unchecked Sendable {
         domain.engine.release(atOnce.id, outcomes: outcomes, deliver: notify)
     }
 
+    /// `end` of a one-intent claim.
+    public func end(outcome: IntentOutcome) {
+        if let access { return access.end(outcomes: [outcome], notify: notify) }
+        guard let atOnce, !ended.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        domain.engine.release(atOnce.id, outcome: outcome, deliver: notify)
+    }
+
     /// Runs `body`, and tells presenters what it did (`end`, `reportMove`) only when it returns.
     /// A mount replies to the kernel inside `body`: its caller goes on first, and the presenters
     /// (and the clients behind them, on a small machine) are woken after, not in its way.

@@ -124,6 +124,32 @@ import Testing
         #expect(engine.state.withLock { $0.requestPlan(for: merging) }.map(\.messages) == [[.saveChanges]])
     }
 
+    @Test func releaseWithOneOutcomeTellsWhatTheArrayFormTells() throws {
+        // The mount ends most grants with `release(_:outcome:)`: the same notifications and
+        // wake-ups as `release(_:outcomes:)` with a one-element array.
+        let directory = ItemPath("/d")!, item = ItemPath("/d/x")!
+        let deleted = IntentOutcome(existedBefore: true, existsAfter: false)
+        var told: [[PresenterDelivery<PresenterNotification>]] = []
+        for one in [true, false] {
+            let engine = CoordinationEngine(), resumed = Resumed()
+            _ = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: []))
+            _ = engine.addPresenter(PresenterRecord(owner: .process(3), path: item, answers: []))
+            let grant = try #require(engine.acquireAtOnce(request(.process(1), .write(item, .forDeleting))))
+            guard case .waiting = engine.acquire(request(.process(4), .read(item)), resume: resumed.resume("r")) else {
+                Issue.record("a read waits for the deletion"); return
+            }
+            var delivered: [PresenterDelivery<PresenterNotification>] = []
+            let returned = one ? engine.release(grant.id, outcome: deleted) { delivered = $0 }
+                               : engine.release(grant.id, outcomes: [deleted]) { delivered = $0 }
+            #expect(returned.map(\.messages) == delivered.map(\.messages))
+            #expect(resumed.grant("r") != nil, "the waiting read is granted")
+            told.append(returned)
+        }
+        let messages = told.map { Dictionary(uniqueKeysWithValues: $0.map { ($0.presentedPath, $0.messages) }) }
+        #expect(messages[0] == [directory: [.subitemWasDeleted(item)], item: [.itemWasDeleted]])
+        #expect(messages[0] == messages[1])
+    }
+
     @Test func reentryDoesNotQueueBehindWaitersOfItself() throws {
         // P holds a; Q waits for a; P asks for a again: granted, not deadlocked by fairness.
         let engine = CoordinationEngine(), resumed = Resumed()

@@ -1,0 +1,66 @@
+@testable import CoordFSMount
+import Coordination
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `InodeTable.path`: the one walk that spells every coordinated request's item, relative to
+/// the mount root or with the mount point in front.
+@Suite struct InodeTablePaths {
+    /// A table over a fresh directory, and the chain of `depth` nested directories remembered
+    /// in it (innermost last). Names alternate short (inline strings) and long (heap strings).
+    private func nested(depth: Int) throws -> (table: InodeTable, chain: [Inode], names: [String], cleanup: () -> Void) {
+        let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-paths-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
+        let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try #require(rootFD >= 0)
+        var rootInfo = stat()
+        try #require(fstat(rootFD, &rootInfo) == 0)
+        let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 1000)
+        var chain: [Inode] = [], names: [String] = []
+        var parentFD = rootFD, parentID = InodeTable.rootID
+        for level in 0..<depth {
+            let name = level % 2 == 0 ? "d\(level)" : "a-directory-name-longer-than-fifteen-\(level)"
+            try #require(mkdirat(parentFD, name, 0o755) == 0)
+            let fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            try #require(fd >= 0)
+            var info = stat()
+            try #require(fstat(fd, &info) == 0)
+            let inode = table.remember(fd: fd, info: info, parent: parentID, name: name)
+            chain.append(inode)
+            names.append(name)
+            (parentFD, parentID) = (fd, inode.id)
+        }
+        return (table, chain, names, { try? FileManager.default.removeItem(atPath: backing) })
+    }
+
+    @Test func theRootIsTheBase() throws {
+        let (table, _, _, cleanup) = try nested(depth: 1)
+        defer { cleanup() }
+        #expect(table.path(of: InodeTable.rootID) == "")
+        #expect(table.path(of: InodeTable.rootID, under: "/") == "/")
+        #expect(table.path(of: InodeTable.rootID, under: "/mnt/point") == "/mnt/point")
+        #expect(table.path(of: InodeTable.rootID, appending: "name") == "name")
+        #expect(table.path(of: InodeTable.rootID, appending: "name", under: "/") == "/name")
+        #expect(table.path(of: InodeTable.rootID, appending: "name", under: "/mnt/point") == "/mnt/point/name")
+    }
+
+    @Test(arguments: [1, 2, 31, 32, 33, 40])
+    func nestedItemsAreSpelledFromTheRootDown(depth: Int) throws {
+        // 32 ancestors fit the walk's stack buffer; deeper ones are fetched by a second walk.
+        let (table, chain, names, cleanup) = try nested(depth: depth)
+        defer { cleanup() }
+        let relative = names.joined(separator: "/")
+        let innermost = chain.last!.id
+        #expect(table.path(of: innermost) == relative)
+        #expect(table.path(of: innermost, appending: "leaf") == relative + "/leaf")
+        #expect(table.path(of: innermost, under: "/") == "/" + relative)
+        #expect(table.path(of: innermost, appending: "leaf", under: "/mnt/point") == "/mnt/point/" + relative + "/leaf")
+        // What the mount hands the engine: the same item as the checked spelling.
+        let canonical = ItemPath(canonical: table.path(of: innermost, appending: "leaf", under: "/mnt/point"))
+        #expect(canonical == ItemPath("/mnt/point/" + relative + "/leaf")!)
+        #expect(canonical.hashValue == ItemPath("/mnt/point/" + relative + "/leaf")!.hashValue)
+    }
+}
