@@ -30,19 +30,19 @@ extension Filesystem {
 
     func mknod(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
-            _ = try check(mknodat(parent, name, mode, device))
+            _ = try check(name.withCString { mknodat(parent, $0, mode, device) })
         }
     }
 
     func mkdir(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
         makeItem(reply, parent, name, isDirectory: true) { parent throws(Errno) in
-            _ = try check(mkdirat(parent, name, mode))
+            _ = try check(name.withCString { mkdirat(parent, $0, mode) })
         }
     }
 
     func symlink(_ reply: Reply, _ target: String, _ parent: UInt64, _ name: String) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
-            _ = try check(symlinkat(target, parent, name))
+            _ = try check(name.withCString { symlinkat(target, parent, $0) })
         }
     }
 
@@ -82,14 +82,14 @@ extension Filesystem {
         guard let parent = inodes[parentID], let newParent = inodes[newParentID] else { return reply.error(ENOENT) }
         var sourceStat = stat()
         let sourceFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fd in
-            fstatat(fd, name, &sourceStat, AT_SYMLINK_NOFOLLOW) == -1 ? Errno.current : nil
+            name.withCString { fstatat(fd, $0, &sourceStat, AT_SYMLINK_NOFOLLOW) } == -1 ? Errno.current : nil
         }
         if let sourceFailure { return reply.error(sourceFailure) }
         let sourceInfo = sourceStat
         let sourceIsDirectory = (sourceInfo.st_mode & S_IFMT) == S_IFDIR
         var destinationStat = stat()
         let destinationExisted = inodes.withFD(newParent, orElse: { _ in false }) { fd in
-            fstatat(fd, newName, &destinationStat, AT_SYMLINK_NOFOLLOW) == 0
+            newName.withCString { fstatat(fd, $0, &destinationStat, AT_SYMLINK_NOFOLLOW) } == 0
         }
         let destinationInfo = destinationStat
         let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
@@ -103,7 +103,8 @@ extension Filesystem {
         coordinate(reply, wanted) { [self] claim in
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
                 inodes.withFD(newParent, orElse: { $0 }) { toFD in
-                    cfs_renameat2(fromFD, name, toFD, newName, flags) == -1 ? Errno.current : nil
+                    name.withCString { from in newName.withCString { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1
+                        ? Errno.current : nil
                 }
             }
             if let failure = renameFailure {

@@ -241,7 +241,7 @@ public final class Filesystem: @unchecked Sendable {
         inodes.withFD(parent, orElse: { _ in }) { fd in
             var parentInfo = stat()
             let inheritsGroup = fstatat(fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
-            _ = fchownat(fd, name, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, AT_SYMLINK_NOFOLLOW)
+            _ = name.withCString { fchownat(fd, $0, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, AT_SYMLINK_NOFOLLOW) }
         }
     }
 

@@ -19,7 +19,7 @@ struct MountItemResolver: ItemResolver {
         guard item == root || root.isAncestor(of: item) else {
             throw ResolveError("EXDEV", "'\(path)' is not inside the mount \(root)")
         }
-        let relative = item == root ? "" : String(item.string.dropFirst(root.string.utf8.count + 1))
+        let relative = item == root ? "" : String(decoding: item.string.utf8.dropFirst(root.isRoot ? 1 : root.string.utf8.count + 1), as: UTF8.self)
         let real = relative.isEmpty ? filesystem.configuration.backing : filesystem.configuration.backing + "/" + relative
         var info = stat()
         let isDirectory = lstat(real, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
