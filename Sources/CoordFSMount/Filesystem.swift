@@ -97,11 +97,6 @@ public final class Filesystem: @unchecked Sendable {
         ItemPath(canonical: inodes.path(of: parent.id, appending: name, under: mountRoot.string))
     }
 
-    /// The engine's path of an item given relative to the mount root.
-    func itemPath(_ relative: String) -> ItemPath {
-        relative.isEmpty ? mountRoot : mountRoot.appending(relative)
-    }
-
     /// The engine's facts for an item of the mount: directory or not, and the packages around it.
     func target(_ path: ItemPath, isDirectory: Bool) -> AccessTarget {
         guard path != mountRoot else { return AccessTarget(path: path, isDirectory: true) }
