@@ -18,18 +18,35 @@ Every target's directory lies on one fresh, journaled ext4 image, loop-mounted w
 (fuse-measurements.md, finding 5: this machine's root filesystem has no journal and its metadata
 timings are bimodal). --on-tmp uses /tmp instead.
 """
+import argparse
 import json
 import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
-binary = os.path.abspath(sys.argv[1])
-repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
-quick = "--quick" in sys.argv
+
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+parser = argparse.ArgumentParser(description="coordfs filesystem benchmark (run by `make bench`).")
+parser.add_argument("binary", help="the coordfs executable to mount with")
+parser.add_argument("--repeats", type=positive, default=3, help="rounds, interleaved across targets (default 3)")
+parser.add_argument("--quick", action="store_true", help="64 MiB files, 2 s jobs, 1000 metadata operations")
+parser.add_argument("--on-tmp", action="store_true", help="benchmark in /tmp instead of a fresh ext4 image")
+parser.add_argument("--jobs", metavar="WORD,...", help="keep only the jobs whose names contain one of the words")
+arguments = parser.parse_args()
+if not (os.path.isfile(arguments.binary) and os.access(arguments.binary, os.X_OK)):
+    parser.error(f"{arguments.binary}: not an executable file")
+binary = os.path.abspath(arguments.binary)
+repeats = arguments.repeats
+quick = arguments.quick
 size_mb = 64 if quick else 256
 runtime = 2 if quick else 4
 files = 1000 if quick else 4000
@@ -215,15 +232,19 @@ jobs = [("seq write 1 MiB (MiB/s)", job_seq_write, False), ("seq read cold 1 MiB
         ("create+close (ops/s)", job_create, True), ("stat, uncached (ops/s)", job_stat, True),
         ("unlink, uncached (ops/s)", job_unlink, True)]
 
-if "--jobs" in sys.argv:
-    words = sys.argv[sys.argv.index("--jobs") + 1].split(",")
-    jobs = [(job, run, paired) for job, run, paired in jobs if any(word in job for word in words)]
+if arguments.jobs:
+    words = [word for word in arguments.jobs.split(",") if word]
+    kept = [(job, run, paired) for job, run, paired in jobs if any(word in job for word in words)]
+    if not kept:
+        os.rmdir(base)
+        parser.error(f"--jobs {arguments.jobs}: no job matches; the jobs are: " + "; ".join(job for job, _, _ in jobs))
+    jobs = kept
 
 results = {}
 scratch = base
 try:
     # Mounted inside the try: whatever fails, what was mounted is unmounted.
-    if "--on-tmp" not in sys.argv:
+    if not arguments.on_tmp:
         mount_image()
     targets.append(Target("native", None))
     targets.append(Target("coordfs", coordfs()))
