@@ -59,6 +59,12 @@ struct Mount: ParsableCommand {
     @Option(help: "How many inode descriptors to keep open (default 12000; the rest reopen by file handle).")
     var descriptorBudget: Int?
 
+    @Option(help: "At most this many threads serve kernel requests (default 16; see the README for 1).")
+    var threads: Int?
+
+    @Flag(name: .customShort("s"), help: "One thread serves kernel requests, as --threads 1 (FUSE's -s).")
+    var singleThreaded = false
+
     func run() throws {
         let configuration = try makeConfiguration()
         try Self.validate(configuration)
@@ -92,6 +98,15 @@ struct Mount: ParsableCommand {
         if let descriptorBudget {
             guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
             configuration.descriptorBudget = descriptorBudget
+        }
+        if singleThreaded && threads.map({ $0 != 1 }) == true {
+            throw CommandFailure("-s is --threads 1; it cannot go with --threads \(threads!)")
+        }
+        if let count = singleThreaded ? 1 : threads ?? loaded?.threads {
+            guard MountCommandLimits.threads.contains(count) else {
+                throw CommandFailure("--threads must be from 1 to \(MountCommandLimits.threads.upperBound)")
+            }
+            configuration.maxThreads = UInt32(count)
         }
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
         configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) }
@@ -275,4 +290,9 @@ extension FileHandle {
             bytes.append(byte)
         }
     }
+}
+
+enum MountCommandLimits {
+    /// Threads serving kernel requests: libfuse starts them as requests overlap.
+    static let threads = 1...256
 }

@@ -24,6 +24,7 @@ struct Profile {
     var rules: [(String, CoordinationMode)] = []
     var writebackCache = false
     var kernelPassthrough = true
+    var threads: Int?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
     static func locate(_ name: String) -> URL? {
@@ -79,6 +80,11 @@ struct Profile {
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "writeback-cache": writebackCache = try boolean(value)
             case "kernel-passthrough": kernelPassthrough = try boolean(value)
+            case "threads":
+                guard let count = Int(value), MountCommandLimits.threads.contains(count) else {
+                    throw ProfileError("\(url.path):\(number + 1): threads must be a whole number from 1 to \(MountCommandLimits.threads.upperBound), not '\(value)'")
+                }
+                threads = count
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             case _ where key.hasPrefix("mode "):
                 rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))

@@ -85,7 +85,8 @@ extension Filesystem {
         case "user.coordfs.stats":
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
                 + "\"descriptor_budget\":\(inodes.reopens ? inodes.descriptorBudget : -1),\"open_files\":\(files.count),"
-                + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0)}"
+                + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
+                + "\"max_threads\":\(configuration.maxThreads)}"
         default: return nil
         }
     }

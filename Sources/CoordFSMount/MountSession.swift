@@ -84,7 +84,8 @@ public final class MountSession: @unchecked Sendable {
     @discardableResult
     public func run() -> Int32 {
         guard let session else { return -1 }
-        let result = cfs_session_loop_mt(session, filesystem.configuration.maxThreads, 4)
+        let threads = max(filesystem.configuration.maxThreads, 1)
+        let result = cfs_session_loop_mt(session, threads, min(threads, 4))
         controlServer?.stop()
         if handlesSignals { fuse_remove_signal_handlers(session) }
         fuse_session_unmount(session)

@@ -23,6 +23,8 @@ import Glibc
         try Data().write(to: dir.appendingPathComponent("file"))
         let badProfile = dir.appendingPathComponent("bad.profile").path
         try Data("kernel-passthrough = sometimes\n".utf8).write(to: URL(fileURLWithPath: badProfile))
+        let badThreads = dir.appendingPathComponent("threads.profile").path
+        try Data("threads = 0\n".utf8).write(to: URL(fileURLWithPath: badThreads))
         let cases: [([String], String)] = [
             (["mount", dir.appendingPathComponent("missing").path, mnt], "does not exist"),
             (["mount", dir.appendingPathComponent("file").path, mnt], "not a directory"),
@@ -34,6 +36,11 @@ import Glibc
             (["mount", backing, mnt, "--profile", badProfile], "'kernel-passthrough' must be on or off, not 'sometimes'"),
             (["mount", backing, mnt, "--cache-timeout=-1"], "--cache-timeout must be between 0 and 86400 seconds"),
             (["mount", backing, mnt, "--cache-timeout", "soon"], "soon"),
+            (["mount", backing, mnt, "--threads", "0"], "--threads must be from 1 to 256"),
+            (["mount", backing, mnt, "--threads", "257"], "--threads must be from 1 to 256"),
+            (["mount", backing, mnt, "--threads", "many"], "many"),
+            (["mount", backing, mnt, "-s", "--threads", "4"], "-s is --threads 1; it cannot go with --threads 4"),
+            (["mount", backing, mnt, "--profile", badThreads], "threads must be a whole number from 1 to 256, not '0'"),
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)

@@ -20,6 +20,31 @@ import Glibc
         #expect(reader.ask("read 1") == "data one|two|", "the reader sees what the writer wrote before closing")
     }
 
+    @Test func oneServingThreadIsNotHeldByAWaitingOpen() throws {
+        // With -s one thread serves every request: a waiting open must not hold it, or the
+        // writer could never close and nobody else could get in.
+        let fx = try MountFixture(["-s"])
+        #expect(try fx.statistics()["max_threads"] == 1)
+        try fx.seed("a.txt", "one\n")
+        try fx.seed("b.txt")
+        let writer = try Child.holder(), reader = try Child.holder(), bystander = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
+        reader.send("open r \(fx.path("a.txt"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true }, "the reader waits")
+        #expect(bystander.ask("open w \(fx.path("b.txt"))") == "ok 1", "other items are served meanwhile")
+        #expect(bystander.ask("write 1 other") == "ok")
+        #expect(bystander.ask("close 1") == "ok")
+        #expect(writer.ask("write 1 two") == "ok")
+        #expect(writer.ask("close 1") == "ok")
+        #expect(reader.next() == "ok 1")
+        #expect(reader.ask("read 1") == "data one|two|")
+    }
+
+    @Test func theDefaultServesWithSixteenThreadsAndThreadsChangesIt() throws {
+        #expect(try MountFixture().statistics()["max_threads"] == 16)
+        #expect(try MountFixture(["--threads", "3"]).statistics()["max_threads"] == 3)
+    }
+
     @Test func deepItemsAreNamedByTheirWholePath() throws {
         // Deeper than the walk's buffer on the stack (32): the rest of the names come from a second walk.
         let fx = try MountFixture()
