@@ -99,8 +99,8 @@ struct Mount: ParsableCommand {
             guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
             configuration.descriptorBudget = descriptorBudget
         }
-        if singleThreaded && threads.map({ $0 != 1 }) == true {
-            throw CommandFailure("-s is --threads 1; it cannot go with --threads \(threads!)")
+        if singleThreaded, let threads, threads != 1 {
+            throw CommandFailure("-s is --threads 1; it cannot go with --threads \(threads)")
         }
         if let count = singleThreaded ? 1 : threads ?? loaded?.threads {
             guard MountCommandLimits.threads.contains(count) else {

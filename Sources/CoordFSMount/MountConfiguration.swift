@@ -34,10 +34,10 @@ public struct MountConfiguration: Sendable {
     /// Let the kernel serve reads and writes of open files straight from the backing files
     /// (Linux 6.9 or later, root); off with the writeback cache, which needs the page cache.
     public var kernelPassthrough = true
-    /// Threads serving kernel requests, started as requests overlap. One thread answers each
-    /// request of a lone caller on the CPU it has just used, which is much faster on a small VM
-    /// (see the README), but a slow system call on the backing directory then holds up every
-    /// other request; waits for coordination never do (they hold no thread).
+    /// Threads serving kernel requests, started as requests overlap. One thread served a lone
+    /// program's metadata calls much faster on a small VM (see the README), but a slow system
+    /// call on the backing directory then holds up every other request; waits for coordination
+    /// never do (they hold no thread).
     public var maxThreads: UInt32 = 16
     /// How many inode descriptors stay open (the open-file limit here is 20 000).
     public var descriptorBudget = 12_000
