@@ -27,6 +27,7 @@ public final class Filesystem: @unchecked Sendable {
     private let nextWaiting = Atomic<UInt>(1)
     let statistics = MountStatistics()
     let packageMarkers: PackageMarkers
+    let directoryContexts = DirectoryContexts()
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
     /// The backing filesystem's close(2) never reports an error: a FLUSH would be a round trip
@@ -117,6 +118,13 @@ public final class Filesystem: @unchecked Sendable {
         return AccessTarget(path: path, isDirectory: isDirectory, isPackage: itemIsPackage, enclosingPackages: packages)
     }
 
+    /// Whether the directory at `path`, below the mount root, is a file package.
+    func isPackage(directoryAt path: ItemPath) -> Bool {
+        guard path != mountRoot else { return false }
+        let start = mountRoot.isRoot ? 1 : mountRoot.string.utf8.count + 1
+        return isPackage(path.string.withBorrowedUTF8 { String(decoding: UnsafeBufferPointer(rebasing: $0[start...]), as: UTF8.self) })
+    }
+
     private func isPackage(_ relative: String) -> Bool {
         if !configuration.packageExtensions.isEmpty, let dot = relative.utf8.lastIndex(of: UInt8(ascii: ".")),
            configuration.packageExtensions.contains(String(relative[relative.index(after: dot)...])) {
@@ -167,7 +175,7 @@ public final class Filesystem: @unchecked Sendable {
         }
         if mode == .off { return body(nil) }
         guard let process = callingProcess(reply.req) else { return body(nil) }
-        let intents = wanted.map { Intent($0.kind, target(itemPath($0.node, $0.name), isDirectory: $0.isDirectory)) }
+        let intents = wanted.map { Intent($0.kind, target(of: $0)) }
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add(1, ordering: .relaxed)
         // Most requests: nothing in the way and nobody to ask.

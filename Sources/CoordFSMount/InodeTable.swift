@@ -70,6 +70,9 @@ final class InodeTable: Sendable {
     let descriptorBudget: Int
     /// Whether descriptors can be opened again from handles (needs CAP_DAC_READ_SEARCH).
     let reopens: Bool
+    /// Bumped whenever a directory is known by another parent or name: every path at or below
+    /// it changed, and paths remembered from before (`DirectoryContexts`) are stale.
+    let directoryNamesGeneration = Atomic<Int>(0)
 
     init(rootFD: Int32, rootStat: stat, descriptorBudget: Int) {
         handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -177,6 +180,9 @@ final class InodeTable: Sendable {
             state.clock += 1
             if let id = state.byKey[key], let known = state.byID[id] {
                 known.lookups += 1
+                if known.isDirectory && (known.parent != parent || known.name != name) {
+                    directoryNamesGeneration.add(1, ordering: .releasing)
+                }
                 known.parent = parent
                 known.name = name
                 known.lastUsed = state.clock
@@ -273,9 +279,15 @@ final class InodeTable: Sendable {
     func moved(_ id: UInt64, to parent: UInt64, name: String) {
         state.withLock { state in
             guard let inode = state.byID[id] else { return }
+            if inode.isDirectory { directoryNamesGeneration.add(1, ordering: .releasing) }
             inode.parent = parent
             inode.name = name
         }
+    }
+
+    /// The parent and name a node was last reached by.
+    func placement(of inode: Inode) -> (parent: UInt64, name: String) {
+        state.withLock { _ in (inode.parent, inode.name) }
     }
 
     /// The node known for (device, inode number), if any.

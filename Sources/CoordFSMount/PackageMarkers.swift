@@ -20,7 +20,8 @@ final class PackageMarkers: Sendable {
     private let memory = Mutex(Memory())
     /// `memory.generation`, readable without the lock.
     private let generation = Atomic<Int>(0)
-    private let lifetime: Int64
+    /// How long an answer is remembered, in milliseconds.
+    let lifetime: Int64
 
     /// Each worker thread's last answer: most requests ask about the directory the previous
     /// one did, and a hit here touches nothing another thread writes.
@@ -57,6 +58,9 @@ final class PackageMarkers: Sendable {
         (last.relative, last.known, last.generation) = (relative, known, generation)
         return known.marked
     }
+
+    /// Changes at each `forgetAll`: answers given before it are void.
+    var currentGeneration: Int { generation.load(ordering: .acquiring) }
 
     func forgetAll() {
         memory.withLock { memory in

@@ -44,6 +44,11 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
         self.hashCode = Self.fnv1a(uncheckedCanonical)
     }
 
+    private init(uncheckedCanonical: String, hashCode: Int) {
+        self.string = uncheckedCanonical
+        self.hashCode = hashCode
+    }
+
     /// FNV-1a over the bytes: a fraction of the cost of hashing the `String` (the dictionaries
     /// still mix it with their per-process seed).
     private static func fnv1a(_ string: String) -> Int {
@@ -164,22 +169,27 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
         appending(String(name))
     }
 
-    /// `appending` for a `String`, the mount's per-request case: one allocation.
+    /// `appending` for a `String`, the mount's per-request case: one allocation, and the hash
+    /// goes on from this path's instead of starting over (FNV-1a runs byte by byte).
     public func appending(_ name: String) -> ItemPath {
-        if isRoot { return ItemPath(uncheckedCanonical: "/" + name) }
-        var head = string, tail = name
-        let count = head.utf8.count + 1 + tail.utf8.count
-        let joined = head.withUTF8 { head in
-            tail.withUTF8 { tail in
-                String(unsafeUninitializedCapacity: count) { buffer in
+        let slash = UInt8(ascii: "/")
+        // The root's slash is the separator already.
+        let separator = isRoot ? 0 : 1
+        var hash = UInt64(UInt(bitPattern: hashCode))
+        if separator == 1 { hash = (hash ^ UInt64(slash)) &* Self.fnvPrime }
+        let joined = string.withBorrowedUTF8 { head in
+            name.withBorrowedUTF8 { tail in
+                let count = head.count + separator + tail.count
+                return String(unsafeUninitializedCapacity: count) { buffer in
                     _ = buffer.initialize(fromContentsOf: head)
-                    buffer[head.count] = UInt8(ascii: "/")
-                    _ = UnsafeMutableBufferPointer(rebasing: buffer[(head.count + 1)...]).initialize(fromContentsOf: tail)
+                    if separator == 1 { buffer[head.count] = slash }
+                    _ = UnsafeMutableBufferPointer(rebasing: buffer[(head.count + separator)...]).initialize(fromContentsOf: tail)
+                    for byte in tail { hash = (hash ^ UInt64(byte)) &* Self.fnvPrime }
                     return count
                 }
             }
         }
-        return ItemPath(uncheckedCanonical: joined)
+        return ItemPath(uncheckedCanonical: joined, hashCode: Int(truncatingIfNeeded: hash))
     }
 
     /// Where `self` lands when `old` (itself or an ancestor of `self`) moves to `new`; nil when

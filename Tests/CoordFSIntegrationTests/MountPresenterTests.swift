@@ -127,3 +127,43 @@ import Glibc
         #expect(!log.events.contains { $0.contains("relinquish") }, "nobody is asked, only told")
     }
 }
+
+/// The mount remembers each directory's path and packages between requests
+/// (`DirectoryContexts`); what changes them through the mount must be seen at the next request.
+/// One serving thread: what it remembered is what the next request finds.
+@Suite struct RememberedDirectories {
+    @Test func aDirectoryRenamedThroughTheMountIsCoordinatedUnderItsNewPath() throws {
+        let fx = try MountFixture(inProcess: { $0.maxThreads = 1 })
+        try fx.seed("dir/a/doc.txt", "v1\n")
+        for _ in 0..<3 { #expect(try run("/bin/cat", [fx.path("dir/a/doc.txt")]).output == "v1\n") }
+        #expect(try run("/bin/mv", [fx.path("dir/a"), fx.path("dir/b")]).status == 0)
+        let log = EventLog()
+        fx.domain!.addFilePresenter(LoggingPresenter("F", fx.path("dir/b/doc.txt"), log: log))
+        #expect(try run("/bin/cat", [fx.path("dir/b/doc.txt")]).output == "v1\n")
+        #expect(log.waitFor("F:relinquishToReader"), "\(log.events)")
+    }
+
+    @Test func aDirectoryRenamedBehindTheMountIsCoordinatedUnderTheNameLookedUp() throws {
+        // Long caches: only the lookup of the new name can tell the mount.
+        let fx = try MountFixture(inProcess: { $0.maxThreads = 1; $0.cacheTimeout = 60 })
+        try fx.seed("dir/a/doc.txt", "v1\n")
+        for _ in 0..<3 { #expect(try run("/bin/cat", [fx.path("dir/a/doc.txt")]).output == "v1\n") }
+        #expect(rename(fx.backingPath("dir/a"), fx.backingPath("dir/b")) == 0)
+        let log = EventLog()
+        fx.domain!.addFilePresenter(LoggingPresenter("F", fx.path("dir/b/doc.txt"), log: log))
+        #expect(try run("/bin/cat", [fx.path("dir/b/doc.txt")]).output == "v1\n")
+        #expect(log.waitFor("F:relinquishToReader"), "\(log.events)")
+    }
+
+    @Test func aPackageMarkerMadeThroughTheMountCountsAtOnce() throws {
+        let fx = try MountFixture(inProcess: { $0.maxThreads = 1 })
+        try fx.seed("Doc/page", "1\n")
+        for _ in 0..<3 { #expect(try run("/bin/sh", ["-c", "echo x >> \(fx.path("Doc/page"))"]).status == 0) }
+        let log = EventLog()
+        fx.domain!.addFilePresenter(ChangeOnlyPresenter(name: "K", url: URL(fileURLWithPath: fx.path("Doc")), log: log))
+        #expect(try run("/bin/touch", [fx.path("Doc/.coordfs-package")]).status == 0)
+        #expect(try run("/bin/sh", ["-c", "echo 2 >> \(fx.path("Doc/page"))"]).status == 0)
+        // A package presenter without subitem callbacks hears of changes inside it (P20).
+        #expect(log.waitFor("K:didChange"), "\(log.events)")
+    }
+}

@@ -1,0 +1,101 @@
+import Coordination
+
+/// What the engine needs to know of a directory to name an item in it: the directory's path
+/// from the mount point, and the file packages around its items. Nearly every coordinated
+/// request names an item in a directory the previous one did. Working both out again walks up
+/// the inode table and asks about packages once per level: a quarter of a request's
+/// coordination one level down, and growing with depth. A class: handing one out is one retain.
+final class DirectoryContext: Sendable {
+    let path: ItemPath
+    let isPackage: Bool
+    /// Packages strictly enclosing the directory, outermost first.
+    let enclosingPackages: [ItemPath]
+    /// Packages enclosing an item in the directory: those, and the directory when it is one.
+    let packagesOfItems: [ItemPath]
+
+    init(_ target: AccessTarget) {
+        path = target.path
+        isPackage = target.isPackage
+        enclosingPackages = target.enclosingPackages
+        packagesOfItems = target.isPackage ? target.enclosingPackages + [target.path] : target.enclosingPackages
+    }
+
+    var target: AccessTarget {
+        AccessTarget(path: path, isDirectory: true, isPackage: isPackage, enclosingPackages: enclosingPackages)
+    }
+}
+
+/// Each serving thread's last few directory contexts. One is good while no directory has
+/// changed parent or name (`InodeTable.directoryNamesGeneration`), no package marker came or
+/// went through the mount, and for as long as the package markers' own answers are (markers
+/// made behind the mount's back count within that time, as before).
+final class DirectoryContexts: @unchecked Sendable {
+    private struct Entry {
+        var directory: UInt64
+        var names: Int
+        var markers: Int
+        var until: Int64
+        var context: DirectoryContext
+    }
+
+    /// A thread's entries: a handful, searched in order, replaced in turn.
+    private final class Recent {
+        var entries: [Entry] = []
+        var next = 0
+    }
+
+    private static let capacity = 4
+    private let recent = ThreadLocal { Recent() }
+
+    /// The context of `directory`, remembered or made with `make`.
+    func context(of directory: UInt64, names: Int, markers: Int, lifetime: Int64,
+                 make: () -> DirectoryContext) -> DirectoryContext {
+        let now = coarseMilliseconds()
+        let mine = recent.value
+        for entry in mine.entries where entry.directory == directory {
+            if entry.names == names && entry.markers == markers && now < entry.until { return entry.context }
+        }
+        let context = make()
+        let entry = Entry(directory: directory, names: names, markers: markers, until: now + lifetime, context: context)
+        if let index = mine.entries.firstIndex(where: { $0.directory == directory }) {
+            mine.entries[index] = entry
+        } else if mine.entries.count < Self.capacity {
+            mine.entries.append(entry)
+        } else {
+            mine.entries[mine.next] = entry
+            mine.next = (mine.next + 1) % Self.capacity
+        }
+        return context
+    }
+}
+
+extension Filesystem {
+    /// The context of directory node `directory` (the mount root included).
+    func directoryContext(_ directory: UInt64) -> DirectoryContext {
+        // Read before the context is made: a change during the making leaves it stale at once.
+        let names = inodes.directoryNamesGeneration.load(ordering: .acquiring)
+        let markers = packageMarkers.currentGeneration
+        return directoryContexts.context(of: directory, names: names, markers: markers, lifetime: packageMarkers.lifetime) {
+            DirectoryContext(target(ItemPath(canonical: inodes.path(of: directory, under: mountRoot.string)), isDirectory: true))
+        }
+    }
+
+    /// The engine's facts for the item `wanted` names.
+    func target(of wanted: Wanted) -> AccessTarget {
+        let directory: UInt64, name: String
+        if let wantedName = wanted.name {
+            (directory, name) = (wanted.node.id, wantedName)
+        } else if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {
+            return directoryContext(wanted.node.id).target
+        } else {
+            (directory, name) = inodes.placement(of: wanted.node)
+        }
+        let context = directoryContext(directory)
+        let path = context.path.appending(name)
+        // Whether a directory is itself a package is looked at per request: only directories
+        // made, removed or renamed ask, and a marker's answer is remembered anyway.
+        let isPackage = wanted.isDirectory && isPackage(directoryAt: path)
+        return AccessTarget(path: path, isDirectory: wanted.isDirectory, isPackage: isPackage,
+                            enclosingPackages: context.packagesOfItems)
+    }
+}
