@@ -21,6 +21,7 @@ timings are bimodal). --on-tmp uses /tmp instead.
 import argparse
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -181,11 +182,19 @@ def job_four_writers(t):
                "--end_fsync=1")["write"]["bw_bytes"] / 2**20
 
 
+shuffler = random.Random(2026)
+
+
 def metadata(ts, phase):
     """One metadata job on every target at once, chunk by chunk: chunk k runs on each target in
-    turn (the order alternating) before chunk k+1 runs anywhere, so whatever drifts during the
-    job (a journal commit, the host's other guests) falls on all targets alike. A target's
-    result is the median of its chunks' rates.
+    turn before chunk k+1 runs anywhere, so whatever drifts during the job (a journal commit,
+    the host's other guests) falls on all targets alike. A target's result is the median of its
+    chunks' rates.
+
+    The order is shuffled for each chunk (from a fixed seed, so runs compare). A fixed order,
+    even one alternating forwards and backwards, puts the same target next to native's chunk
+    every time, and on this VM whichever target that was ran up to a quarter slower: a
+    position, not a filesystem, was being measured.
 
     Each job makes its own starting state. The stat and unlink jobs wait past every mount's 1 s
     entry and attribute cache first: each call then costs a LOOKUP as well, the per-request cost
@@ -203,8 +212,10 @@ def metadata(ts, phase):
         time.sleep(1.5)
     rates = {t.name: [] for t in ts}
     chunk = max(1, files // 20)
-    for number, start in enumerate(range(0, files, chunk)):
-        for t in (ts if number % 2 == 0 else ts[::-1]):
+    order = list(ts)
+    for start in range(0, files, chunk):
+        shuffler.shuffle(order)
+        for t in order:
             batch = names[t.name][start:start + chunk]
             began = time.perf_counter()
             for name in batch:
