@@ -6,22 +6,14 @@ import Coordination
 /// the inode table and asks about packages once per level: a quarter of a request's
 /// coordination one level down, and growing with depth. A class: handing one out is one retain.
 final class DirectoryContext: Sendable {
-    let path: ItemPath
-    let isPackage: Bool
-    /// Packages strictly enclosing the directory, outermost first.
-    let enclosingPackages: [ItemPath]
-    /// Packages enclosing an item in the directory: those, and the directory when it is one.
+    /// The directory itself.
+    let target: AccessTarget
+    /// Packages enclosing an item in the directory: the directory's, and itself when it is one.
     let packagesOfItems: [ItemPath]
 
     init(_ target: AccessTarget) {
-        path = target.path
-        isPackage = target.isPackage
-        enclosingPackages = target.enclosingPackages
+        self.target = target
         packagesOfItems = target.isPackage ? target.enclosingPackages + [target.path] : target.enclosingPackages
-    }
-
-    var target: AccessTarget {
-        AccessTarget(path: path, isDirectory: true, isPackage: isPackage, enclosingPackages: enclosingPackages)
     }
 }
 
@@ -52,13 +44,14 @@ final class DirectoryContexts: @unchecked Sendable {
                  make: () -> DirectoryContext) -> DirectoryContext {
         let now = coarseMilliseconds()
         let mine = recent.value
-        for entry in mine.entries where entry.directory == directory {
-            if entry.names == names && entry.markers == markers && now < entry.until { return entry.context }
+        let known = mine.entries.firstIndex { $0.directory == directory }
+        if let known, case let entry = mine.entries[known], entry.names == names && entry.markers == markers && now < entry.until {
+            return entry.context
         }
         let context = make()
         let entry = Entry(directory: directory, names: names, markers: markers, until: now + lifetime, context: context)
-        if let index = mine.entries.firstIndex(where: { $0.directory == directory }) {
-            mine.entries[index] = entry
+        if let known {
+            mine.entries[known] = entry
         } else if mine.entries.count < Self.capacity {
             mine.entries.append(entry)
         } else {
@@ -76,6 +69,7 @@ extension Filesystem {
         let names = inodes.directoryNamesGeneration.load(ordering: .acquiring)
         let markers = packageMarkers.currentGeneration
         return directoryContexts.context(of: directory, names: names, markers: markers, lifetime: packageMarkers.lifetime) {
+            // Canonical by construction: the kernel's names are single components, never . or ..
             DirectoryContext(target(ItemPath(canonical: inodes.path(of: directory, under: mountRoot.string)), isDirectory: true))
         }
     }
@@ -91,7 +85,7 @@ extension Filesystem {
             (directory, name) = inodes.placement(of: wanted.node)
         }
         let context = directoryContext(directory)
-        let path = context.path.appending(name)
+        let path = context.target.path.appending(name)
         // Whether a directory is itself a package is looked at per request: only directories
         // made, removed or renamed ask, and a marker's answer is remembered anyway.
         let isPackage = wanted.isDirectory && isPackage(directoryAt: path)

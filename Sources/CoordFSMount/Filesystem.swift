@@ -91,13 +91,6 @@ public final class Filesystem: @unchecked Sendable {
         inodes.path(of: parent.id, appending: name)
     }
 
-    /// The engine's path of `name` in `parent` (or of `parent` itself): written in one go, mount
-    /// point included. Canonical by construction: the kernel's names are single components,
-    /// never . or ..
-    func itemPath(_ parent: Inode, _ name: String? = nil) -> ItemPath {
-        ItemPath(canonical: inodes.path(of: parent.id, appending: name, under: mountRoot.string))
-    }
-
     /// The engine's facts for an item of the mount: directory or not, and the packages around it.
     func target(_ path: ItemPath, isDirectory: Bool) -> AccessTarget {
         guard path != mountRoot else { return AccessTarget(path: path, isDirectory: true) }
