@@ -91,13 +91,16 @@ public final class Filesystem: @unchecked Sendable {
         inodes.path(of: parent.id, appending: name)
     }
 
+    /// Where a path of the mount's items, spelled from `/`, goes on below the mount root.
+    private var relativeStart: Int { mountRoot.isRoot ? 1 : mountRoot.string.utf8.count + 1 }
+
     /// The engine's facts for an item of the mount: directory or not, and the packages around it.
     func target(_ path: ItemPath, isDirectory: Bool) -> AccessTarget {
         guard path != mountRoot else { return AccessTarget(path: path, isDirectory: true) }
         // Its directories below the mount root, outermost first, each spelled from the root:
         // the packages among them enclose the item.
         var packages: [ItemPath] = []
-        let start = mountRoot.isRoot ? 1 : mountRoot.string.utf8.count + 1
+        let start = relativeStart
         let itemIsPackage = path.string.withBorrowedUTF8 { bytes -> Bool in
             let relative = UnsafeBufferPointer(rebasing: bytes[start...])
             for (offset, byte) in relative.enumerated() where byte == UInt8(ascii: "/") {
@@ -114,7 +117,7 @@ public final class Filesystem: @unchecked Sendable {
     /// Whether the directory at `path`, below the mount root, is a file package.
     func isPackage(directoryAt path: ItemPath) -> Bool {
         guard path != mountRoot else { return false }
-        let start = mountRoot.isRoot ? 1 : mountRoot.string.utf8.count + 1
+        let start = relativeStart
         return isPackage(path.string.withBorrowedUTF8 { String(decoding: UnsafeBufferPointer(rebasing: $0[start...]), as: UTF8.self) })
     }
 
