@@ -66,7 +66,7 @@ extension Filesystem {
     /// The context of directory node `directory` (the mount root included).
     func directoryContext(_ directory: UInt64) -> DirectoryContext {
         // Read before the context is made: a change during the making leaves it stale at once.
-        let names = inodes.directoryNamesGeneration.load(ordering: .acquiring)
+        let names = inodes.directoryNamesGeneration.value
         let markers = packageMarkers.currentGeneration
         return directoryContexts.context(of: directory, names: names, markers: markers, lifetime: packageMarkers.lifetime) {
             // Canonical by construction: the kernel's names are single components, never . or ..

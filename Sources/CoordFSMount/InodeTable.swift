@@ -72,7 +72,7 @@ final class InodeTable: Sendable {
     let reopens: Bool
     /// Bumped whenever a directory is known by another parent or name: every path at or below
     /// it changed, and paths remembered from before (`DirectoryContexts`) are stale.
-    let directoryNamesGeneration = Atomic<Int>(0)
+    let directoryNamesGeneration = LoneCounter()
 
     init(rootFD: Int32, rootStat: stat, descriptorBudget: Int) {
         handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -181,7 +181,7 @@ final class InodeTable: Sendable {
             if let id = state.byKey[key], let known = state.byID[id] {
                 known.lookups += 1
                 if known.isDirectory && (known.parent != parent || known.name != name) {
-                    directoryNamesGeneration.add(1, ordering: .releasing)
+                    directoryNamesGeneration.increment()
                 }
                 known.parent = parent
                 known.name = name
@@ -279,7 +279,7 @@ final class InodeTable: Sendable {
     func moved(_ id: UInt64, to parent: UInt64, name: String) {
         state.withLock { state in
             guard let inode = state.byID[id] else { return }
-            if inode.isDirectory { directoryNamesGeneration.add(1, ordering: .releasing) }
+            if inode.isDirectory { directoryNamesGeneration.increment() }
             inode.parent = parent
             inode.name = name
         }

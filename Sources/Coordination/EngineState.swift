@@ -41,6 +41,10 @@ struct State: ~Copyable {
         private var first: Hold?
         private var rest: [Hold] = []
 
+        init() {}
+
+        init(_ hold: consuming Hold) { first = hold }
+
         var isEmpty: Bool { first == nil }
 
         mutating func append(_ hold: Hold) {
@@ -69,7 +73,7 @@ struct State: ~Copyable {
     }
 
     private var lastNumber: UInt64 = 0
-    var holds: [ItemPath: Holds] = [:]
+    var holds = HoldTable()
     /// Holds that cover a subtree; while zero, ancestors need no look.
     var subtreeHoldCount = 0
     var grants = GrantTable()
@@ -194,7 +198,7 @@ struct State: ~Copyable {
         let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
                                            holdsIntents: request.holdsIntents, messaging: messaging))
         for mode in modes {
-            holds[mode.path, default: Holds()].append(Hold(grant: id, identity: request.identity, mode: mode))
+            holds.append(Hold(grant: id, identity: request.identity, mode: mode), at: mode.path)
             if mode.coversSubtree { subtreeHoldCount += 1 }
         }
         return Grant(id: id, identity: request.identity, intents: request.intents, requests: requests)
@@ -205,10 +209,7 @@ struct State: ~Copyable {
         for intent in record.intents where record.holdsIntents {
             let mode = LockMode(intent)
             if mode.coversSubtree { subtreeHoldCount -= 1 }
-            // In place, with one hash of the path: this runs at the end of every access.
-            guard let slot = holds.index(forKey: mode.path) else { continue }
-            holds.values[slot].remove(grant: id)
-            if holds.values[slot].isEmpty { holds.remove(at: slot) }
+            holds.remove(grant: id, at: mode.path)
         }
         return record
     }

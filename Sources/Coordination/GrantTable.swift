@@ -7,18 +7,24 @@ struct GrantTable: Sequence {
     fileprivate struct Slot {
         var generation: UInt32
         var record: State.GrantRecord?
+        /// While empty: the next empty slot.
+        var nextVacant: UInt32 = GrantTable.none
     }
 
+    private static let none = UInt32.max
     private var slots: [Slot] = []
-    /// Empty slots, reused last-in first-out so that the live ones stay few and close together.
-    private var vacant: [UInt32] = []
+    /// The empty slots, chained through the slots themselves and reused last-in first-out, so
+    /// that the live ones stay few and close together and a grant touches no second array.
+    private var firstVacant = GrantTable.none
 
     /// Stores `record` in a free slot and returns its id.
     mutating func insert(_ record: consuming State.GrantRecord) -> GrantID {
-        if let index = vacant.popLast() {
-            slots[Int(index)].generation &+= 1
-            slots[Int(index)].record = record
-            return GrantID(index: index, generation: slots[Int(index)].generation)
+        if firstVacant != Self.none {
+            let index = Int(firstVacant)
+            firstVacant = slots[index].nextVacant
+            slots[index].generation &+= 1
+            slots[index].record = record
+            return GrantID(index: UInt32(index), generation: slots[index].generation)
         }
         slots.append(Slot(generation: 0, record: record))
         return GrantID(index: UInt32(slots.count - 1), generation: 0)
@@ -46,7 +52,8 @@ struct GrantTable: Sequence {
     mutating func remove(_ id: GrantID) -> State.GrantRecord? {
         guard let index = liveIndex(id) else { return nil }
         let record = slots[index].record.take()
-        vacant.append(UInt32(index))
+        slots[index].nextVacant = firstVacant
+        firstVacant = UInt32(index)
         return record
     }
 
