@@ -1,8 +1,8 @@
 /// The holds on items, by path: an open-addressing table with linear probing that starts from
 /// the hash each `ItemPath` carries. A `Dictionary` runs SipHash over that hash on every lookup
 /// and keeps keys, values and occupancy in three places; a mount looks an item up at least twice
-/// per request (to take it and to let it go), on memory another CPU touched last, so both the
-/// hashing and the extra cache lines showed.
+/// per request (to take it and to let it go), usually on memory another CPU touched last, so
+/// both the hashing and the extra cache lines are worth saving.
 ///
 /// The stored hash is FNV-1a, which anyone who names files can aim at; it is mixed with a
 /// random seed per table before it picks a slot, so names cannot be aimed at one run of slots
@@ -24,8 +24,6 @@ struct HoldTable: Sequence {
         while size < capacity { size *= 2 }
         slots = Array(repeating: nil, count: size)
     }
-
-    var isEmpty: Bool { count == 0 }
 
     /// The holds on `path`, if any.
     subscript(path: ItemPath) -> State.Holds? {
@@ -98,13 +96,13 @@ struct HoldTable: Sequence {
         }
     }
 
-    private func isEmpty(_ index: Int) -> Bool {
+    private func isVacant(_ index: Int) -> Bool {
         slots.withUnsafeBufferPointer { $0[index] == nil }
     }
 
     private mutating func insertNew(_ entry: consuming Entry) {
         var index = home(of: entry.path)
-        while !isEmpty(index) { index = (index + 1) & mask }
+        while !isVacant(index) { index = (index + 1) & mask }
         slots[index] = entry
     }
 
@@ -115,7 +113,7 @@ struct HoldTable: Sequence {
         count -= 1
         var hole = index
         var next = (index + 1) & mask
-        while !isEmpty(next) {
+        while !isVacant(next) {
             let start = slots.withUnsafeBufferPointer { slots -> Int in home(of: slots[next]!.path) }
             // The entry may fill the hole when its home is not in the cyclic range (hole, next].
             let distanceToNext = (next - start) & mask
