@@ -1,19 +1,8 @@
 @testable import Coordination
+import TestSupport
 import Testing
 
 @Suite struct HoldTableTests {
-    /// A small deterministic generator: a failing sequence repeats.
-    struct SplitMix: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9e37_79b9_7f4a_7c15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-            z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-            return z ^ (z >> 31)
-        }
-    }
-
     func hold(_ number: UInt32, on path: ItemPath) -> State.Hold {
         State.Hold(grant: GrantID(index: number, generation: 0), identity: .process(Int32(number % 7)),
                    mode: LockMode(Intent.write(path)))
@@ -23,7 +12,7 @@ import Testing
     /// count and iteration agree, whatever the table had to grow or move back on removal.
     @Test(arguments: [(paths: 6, seed: UInt64(1)), (paths: 300, seed: 2), (paths: 40, seed: 0)])
     func agreesWithADictionary(paths pathCount: Int, seed: UInt64) {
-        var random = SplitMix(state: seed &+ 17)
+        var random = SeededGenerator(seed: seed &+ 17)
         let paths = (0..<pathCount).map { ItemPath("/d\($0 % 5)/item\($0)")! }
         var table = HoldTable(capacity: 8, seed: seed)
         var model: [ItemPath: [UInt32]] = [:]
