@@ -1,7 +1,8 @@
 # coordfs — `make run` and `make test` set up everything a fresh machine needs.
 SWIFT      ?= swift
-PACKAGES   := libfuse3-dev fuse3 fio pkg-config rsync sqlite3 git
-STAMP      := .build/.setup-done
+PACKAGES   := libfuse3-dev liburing-dev fuse3 fio pkg-config rsync sqlite3 git
+# Named after what it installs: a new package list installs again.
+STAMP      := .build/.setup-done-uring
 
 DEMO_MNT   := Mounts/run/demo
 COORDFS    := .build/debug/coordfs
@@ -9,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup build test bench soak run stop install clean
+.PHONY: all setup io-uring build test bench soak run stop install clean
 
 all: build
 
@@ -24,14 +25,19 @@ $(STAMP):
 	fi
 	@mkdir -p .build && touch $(STAMP)
 
-build: setup
+# FUSE over io_uring (Linux 6.14+) is off until the fuse module's enable_uring is on; it only
+# lets a daemon ask for it at mount time. Turned on here when the kernel has it and we may.
+io-uring:
+	@f=/sys/module/fuse/parameters/enable_uring; if [ -w $$f ] && [ "$$(cat $$f)" != Y ]; then echo Y > $$f; fi; true
+
+build: setup io-uring
 	$(SWIFT) build
 
 # Builds once, then runs every suite against that build. Serially: many tests block threads on
 # purpose (a held access, a waiting reader), which in parallel would starve the 2-thread pool
 # that async tests need; serially the whole run takes seconds.
 # CI shows only the end of a run: a failed run ends with its failures again.
-test: setup
+test: setup io-uring
 	$(SWIFT) build --build-tests
 	@bash -o pipefail -c '$(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
 	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
@@ -40,7 +46,7 @@ test: setup
 # The engine's figures, then the filesystem table (native, coordfs on and off, bindfs,
 # passthrough_ll); BENCH_REPEATS sets the interleaved repeats.
 BENCH_REPEATS ?= 3
-bench: setup
+bench: setup io-uring
 	@command -v bindfs >/dev/null || { apt-get install -y -qq bindfs >/dev/null 2>&1 || true; }
 	$(SWIFT) build -c release --product CoordFSBench
 	$(SWIFT) build -c release --product coordfs

@@ -39,8 +39,9 @@ let package = Package(
         // libfuse3's low-level API: the one C boundary.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
-        // Kernel passthrough on libfuse 3.14's device I/O hooks (thread-locals need real C).
-        .target(name: "CFusePassthrough", dependencies: ["CFuse3"]),
+        // libfuse 3.14's device I/O hooks (thread-locals need real C): kernel passthrough, and
+        // FUSE over io_uring through liburing.
+        .target(name: "CFusePassthrough", dependencies: ["CFuse3"], linkerSettings: [.linkedLibrary("uring")]),
         // The FUSE filesystem: operations become coordinated intents.
         .target(
             name: "CoordFSMount",

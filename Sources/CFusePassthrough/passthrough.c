@@ -9,13 +9,17 @@
 //   - add FOPEN_PASSTHROUGH and a backing id to an open or create reply the mount marked;
 //   - ask for FUSE_HANDLE_KILLPRIV_V2, also past libfuse 3.14: the kernel then trusts the mount
 //     to clear setuid/setgid on writes, truncation and O_TRUNC opens (it does, see
-//     Filesystem+Files.swift), and no longer asks for security.capability before every write.
+//     Filesystem+Files.swift), and no longer asks for security.capability before every write;
+//   - offer FUSE over io_uring when the kernel does and the mount wants it, and hand the replies
+//     of requests that came through it to their ring entries (ring.c).
 // libfuse answers a request on the thread that read it, so thread-locals carry the marks.
 #define FUSE_USE_VERSION 312
 #include "fuse_passthrough.h"
+#include "ring.h"
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -34,8 +38,11 @@ enum {
     CFS_FUSE_HANDLE_KILLPRIV = 1u << 19,
     CFS_FUSE_HANDLE_KILLPRIV_V2 = 1u << 28,
     CFS_FUSE_PASSTHROUGH_FLAGS2 = 1u << (37 - 32),
+    CFS_FUSE_MAX_PAGES = 1u << 22,
+    CFS_FUSE_OVER_IO_URING_FLAGS2 = 1u << (41 - 32),
     CFS_FOPEN_PASSTHROUGH = 1u << 7,
-    CFS_INIT_OUT_FLAGS = 12, CFS_INIT_OUT_FLAGS2 = 32, CFS_INIT_OUT_MAX_STACK_DEPTH = 36,
+    CFS_INIT_OUT_FLAGS = 12, CFS_INIT_OUT_MAX_WRITE = 20, CFS_INIT_OUT_MAX_PAGES = 28, CFS_INIT_OUT_FLAGS2 = 32,
+    CFS_INIT_OUT_MAX_STACK_DEPTH = 36,
 };
 #define CFS_FUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct cfs_backing_map)
 #define CFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
@@ -44,7 +51,24 @@ static _Thread_local uint64_t cfs_init_unique;     // the INIT being answered on
 static _Thread_local int cfs_init_offers_passthrough;
 static _Thread_local int cfs_init_offers_killpriv_v2;
 static _Thread_local int cfs_init_wants_passthrough; // set by the mount's init callback
+static _Thread_local int cfs_init_offers_ring;
+static _Thread_local int cfs_init_wants_ring;        // set by the mount's init callback
 static _Thread_local int32_t cfs_reply_backing_id;  // set around an open or create reply
+
+// Hooked sessions by device descriptor: the ring serves requests to its session.
+enum { CFS_MOST_SESSIONS = 64 };
+static pthread_mutex_t cfs_sessions_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct { int device; void *session; } cfs_sessions[CFS_MOST_SESSIONS];
+
+static void *cfs_session_of(int device) {
+    void *session = NULL;
+    pthread_mutex_lock(&cfs_sessions_lock);
+    for (int index = 0; index < CFS_MOST_SESSIONS; index++) {
+        if (cfs_sessions[index].session != NULL && cfs_sessions[index].device == device) session = cfs_sessions[index].session;
+    }
+    pthread_mutex_unlock(&cfs_sessions_lock);
+    return session;
+}
 
 static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
@@ -56,6 +80,7 @@ static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
             cfs_init_unique = header->unique;
             cfs_init_offers_passthrough = (init->flags & CFS_FUSE_INIT_EXT) && (init->flags2 & CFS_FUSE_PASSTHROUGH_FLAGS2);
             cfs_init_offers_killpriv_v2 = (init->flags & CFS_FUSE_HANDLE_KILLPRIV_V2) != 0;
+            cfs_init_offers_ring = (init->flags & CFS_FUSE_INIT_EXT) && (init->flags2 & CFS_FUSE_OVER_IO_URING_FLAGS2);
         }
     }
     return count;
@@ -63,6 +88,7 @@ static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
 
 static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdata) {
     (void)userdata;
+    int ring_offered = 0;
     if (count >= 2 && iov[0].iov_len >= sizeof(struct cfs_out_header)) {
         const struct cfs_out_header *header = (const struct cfs_out_header *)iov[0].iov_base;
         if (cfs_reply_backing_id > 0 && header->error == 0 && iov[count - 1].iov_len >= 16) {
@@ -82,10 +108,33 @@ static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdat
                 *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_PASSTHROUGH_FLAGS2;
                 *(uint32_t *)(out + CFS_INIT_OUT_MAX_STACK_DEPTH) = 1;
             }
+            if (header->error == 0 && cfs_init_offers_ring && cfs_init_wants_ring
+                && iov[1].iov_len >= CFS_INIT_OUT_FLAGS2 + 4) {
+                // The kernel's largest request payload: its max_write, or max_pages pages.
+                uint32_t flags = *(uint32_t *)(out + CFS_INIT_OUT_FLAGS);
+                size_t page = (size_t)sysconf(_SC_PAGESIZE), pages = *(uint16_t *)(out + CFS_INIT_OUT_MAX_PAGES);
+                size_t payload = *(uint32_t *)(out + CFS_INIT_OUT_MAX_WRITE);
+                if (!(flags & CFS_FUSE_MAX_PAGES) || pages < 32) pages = 32;
+                if (payload < pages * page) payload = pages * page;
+                if (payload < 8192) payload = 8192;
+                void *session = cfs_session_of(fd);
+                if (session != NULL && cfs_ring_prepare(session, fd, payload) == 0) {
+                    *(uint32_t *)(out + CFS_INIT_OUT_FLAGS) |= CFS_FUSE_INIT_EXT;
+                    *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_OVER_IO_URING_FLAGS2;
+                    ring_offered = 1;
+                }
+            }
             cfs_init_unique = 0;
         }
     }
-    return writev(fd, iov, count);
+    if (!ring_offered && cfs_ring_capture(fd, iov, count)) {
+        ssize_t total = 0;
+        for (int index = 0; index < count; index++) total += (ssize_t)iov[index].iov_len;
+        return total;
+    }
+    ssize_t written = writev(fd, iov, count);
+    if (ring_offered) cfs_ring_start(fd, written >= 0);
+    return written;
 }
 
 static ssize_t cfs_io_splice_receive(int fdin, off_t *offin, int fdout, off_t *offout, size_t len,
@@ -107,7 +156,36 @@ int cfs_session_hook_device(void *session) {
         .writev = cfs_io_writev, .read = cfs_io_read,
         .splice_receive = cfs_io_splice_receive, .splice_send = cfs_io_splice_send,
     };
-    return fuse_session_custom_io(se, &io, fuse_session_fd(se));
+    int device = fuse_session_fd(se);
+    int result = fuse_session_custom_io(se, &io, device);
+    if (result != 0) return result;
+    pthread_mutex_lock(&cfs_sessions_lock);
+    for (int index = 0; index < CFS_MOST_SESSIONS; index++) {
+        if (cfs_sessions[index].session == NULL) {
+            cfs_sessions[index].device = device;
+            cfs_sessions[index].session = se;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cfs_sessions_lock);
+    return 0;
+}
+
+void cfs_session_unhook_device(void *session) {
+    struct fuse_session *se = session;
+    cfs_ring_stop(fuse_session_fd(se));
+    pthread_mutex_lock(&cfs_sessions_lock);
+    for (int index = 0; index < CFS_MOST_SESSIONS; index++) {
+        if (cfs_sessions[index].session == session) cfs_sessions[index].session = NULL;
+    }
+    pthread_mutex_unlock(&cfs_sessions_lock);
+}
+
+void cfs_want_ring(void *connection, int wanted) {
+    struct fuse_conn_info *conn = connection;
+    cfs_init_wants_ring = wanted;
+    // A reply spliced into /dev/fuse cannot answer a request that came through the ring.
+    if (wanted && cfs_init_offers_ring) conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 }
 
 // Called from the mount's init callback (on the thread answering INIT).

@@ -56,6 +56,9 @@ struct Mount: ParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Let the kernel serve reads and writes of open files straight from the backing files (Linux 6.9+, as root; default on, off with --writeback-cache).")
     var kernelPassthrough = true
 
+    @Flag(inversion: .prefixedNo, help: "Take requests through FUSE over io_uring, one queue per CPU, when the kernel offers it (Linux 6.14+ with the fuse module's enable_uring=Y; default on).")
+    var ioUring = true
+
     @Option(help: "How many inode descriptors to keep open (default 12000; the rest reopen by file handle).")
     var descriptorBudget: Int?
 
@@ -95,6 +98,7 @@ struct Mount: ParsableCommand {
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true
         configuration.kernelPassthrough = kernelPassthrough && loaded?.kernelPassthrough != false
+        configuration.ioUring = ioUring && loaded?.ioUring != false
         if let descriptorBudget {
             guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
             configuration.descriptorBudget = descriptorBudget

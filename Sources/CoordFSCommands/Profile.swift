@@ -24,6 +24,7 @@ struct Profile {
     var rules: [(String, CoordinationMode)] = []
     var writebackCache = false
     var kernelPassthrough = true
+    var ioUring = true
     var threads: Int?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
@@ -80,6 +81,7 @@ struct Profile {
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "writeback-cache": writebackCache = try boolean(value)
             case "kernel-passthrough": kernelPassthrough = try boolean(value)
+            case "io-uring": ioUring = try boolean(value)
             case "threads":
                 guard let count = Int(value), MountCommandLimits.threads.contains(count) else {
                     throw ProfileError("\(url.path):\(number + 1): threads must be a whole number from 1 to \(MountCommandLimits.threads.upperBound), not '\(value)'")

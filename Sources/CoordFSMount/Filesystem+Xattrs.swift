@@ -1,4 +1,5 @@
 import CFuse3
+import CFusePassthrough
 import Coordination
 import Foundation
 #if canImport(Glibc)
@@ -86,7 +87,8 @@ extension Filesystem {
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
                 + "\"descriptor_budget\":\(inodes.reopens ? inodes.descriptorBudget : -1),\"open_files\":\(files.count),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
-                + "\"max_threads\":\(configuration.maxThreads)}"
+                + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(cfs_ring_queues(device.load(ordering: .relaxed))),"
+                + "\"ring_requests\":\(cfs_ring_served(device.load(ordering: .relaxed)))}"
         default: return nil
         }
     }

@@ -26,6 +26,8 @@ public final class Filesystem: @unchecked Sendable {
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
     let statistics = MountStatistics()
+    /// The session's /dev/fuse descriptor once mounted (-1 before): names its io_uring queues.
+    let device = Atomic<Int32>(-1)
     let packageMarkers: PackageMarkers
     let directoryContexts = DirectoryContexts()
     /// Created items are given to the caller (we can only when running as root).

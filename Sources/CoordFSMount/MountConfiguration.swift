@@ -34,6 +34,9 @@ public struct MountConfiguration: Sendable {
     /// Let the kernel serve reads and writes of open files straight from the backing files
     /// (Linux 6.9 or later, root); off with the writeback cache, which needs the page cache.
     public var kernelPassthrough = true
+    /// Take requests through FUSE over io_uring when the kernel offers it (Linux 6.14 or later
+    /// with `fuse.enable_uring=Y`): one queue per CPU, served by a thread on that CPU.
+    public var ioUring = true
     /// Threads serving kernel requests, started as requests overlap. One thread served a lone
     /// program's metadata calls much faster on a small VM (see the README), but a slow system
     /// call on the backing directory then holds up every other request; waits for coordination

@@ -1,0 +1,481 @@
+// FUSE over io_uring for libfuse 3.14 (Linux >= 6.14 with fuse.enable_uring=Y).
+//
+// Through /dev/fuse, a request wakes whichever daemon thread waits in read(2), on whichever CPU.
+// On a virtual machine, waking an idle vCPU for it costs more than the request itself, and the
+// daemon's caches are cold there. With io_uring the kernel keeps one queue per CPU and hands a
+// request to the queue of the CPU its caller runs on; each queue is served here by a thread
+// pinned to that CPU, so the wake-up is local and the caches are warm.
+//
+// Each ring entry is a header buffer (the request's fuse_in_header and the operation's fixed
+// arguments) and a payload buffer (names, write data). libfuse 3.14 only parses contiguous
+// requests, so the payload buffer has room in front of it, and the header and arguments are
+// copied there: the payload itself is never moved. Replies reach the device hook's writev
+// (`cfs_ring_capture`), which copies them into the entry for the kernel to commit.
+//
+// A request whose coordination waits keeps its entry until it is answered, from another thread.
+// The kernel only hands a CPU's requests to that CPU's entries, so a queue registers more
+// entries while few are free: the holder's next request (a close) must never wait behind
+// requests that wait for it.
+//
+// Interrupts, forgets and notifications still go through /dev/fuse and libfuse's own loop.
+#define _GNU_SOURCE
+#define FUSE_USE_VERSION 312
+#include "fuse_passthrough.h"
+#include "ring.h"
+#include <errno.h>
+#include <fuse_lowlevel.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <semaphore.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
+
+// Wire layouts of the io_uring transport (linux/fuse.h, 7.42).
+struct cfs_ring_ent_in_out { uint64_t flags, commit_id; uint32_t payload_sz, padding; uint64_t reserved; };
+struct cfs_ring_header { char in_out[128]; char op_in[128]; struct cfs_ring_ent_in_out ent; };
+struct cfs_ring_cmd { uint64_t flags, commit_id; uint16_t qid; uint8_t padding[6]; };
+enum { CFS_RING_REGISTER = 1, CFS_RING_COMMIT_AND_FETCH = 2 };
+struct cfs_in_header { uint32_t len, opcode; uint64_t unique, nodeid; uint32_t uid, gid, pid; uint16_t extlen, padding; };
+struct cfs_out_header { uint32_t len; int32_t error; uint64_t unique; };
+
+enum {
+    HEADROOM = 256,             // room for fuse_in_header (40) and the fixed arguments (<= 128)
+    FIRST_ENTRIES = 8,          // per queue at the start
+    MOST_ENTRIES = 1024,        // per queue: requests waiting for coordination at once
+    SPARE_ENTRIES = 4,          // free entries a queue keeps while it can grow
+    SQ_SIZE = 256,
+    CQ_SIZE = 4096,             // > MOST_ENTRIES + the eventfd's
+};
+#define EVENTFD_TAG ((uint64_t)1)
+
+struct cfs_ring_queue;
+
+struct cfs_ring_entry {
+    struct cfs_ring_queue *queue;
+    struct cfs_ring_header *header;
+    char *buffer;                 // HEADROOM bytes, then the payload
+    struct iovec iov[2];
+    _Atomic uint64_t awaiting;    // the unique of the request it serves; 0 while none
+    struct cfs_ring_entry *next;  // in a list of entries to commit
+};
+
+struct cfs_ring_queue {
+    struct cfs_ring *ring;
+    int qid;
+    struct io_uring uring;
+    int eventfd;
+    pthread_t thread;
+    pthread_mutex_t lock;         // the entries array (read by other threads) and `answered`
+    struct cfs_ring_entry **entries;
+    size_t count;
+    struct cfs_ring_entry *answered;  // answered on other threads, to commit
+    size_t busy;                  // handed to the daemon and not yet committed (queue thread only)
+    size_t in_flight;             // commands the kernel holds (queue thread only)
+    int setup_error;
+};
+
+struct cfs_ring {
+    struct fuse_session *session;
+    int device;
+    size_t payload_size;
+    size_t queue_count;
+    struct cfs_ring_queue *queues;
+    sem_t started;                // each queue thread posts once its io_uring exists (or failed)
+    sem_t go;                     // posted per queue once INIT has been answered
+    _Atomic int stopping;
+    _Atomic int failed;
+    _Atomic uint64_t served;
+    struct cfs_ring *next;        // in the list of rings
+};
+
+// The process's rings, found by their device descriptor from the writev hook.
+static pthread_rwlock_t cfs_rings_lock = PTHREAD_RWLOCK_INITIALIZER;
+static struct cfs_ring *cfs_rings;
+// The entry whose request this thread is serving right now (queue threads only).
+static _Thread_local struct cfs_ring_entry *cfs_serving;
+// Entries answered on their own queue's thread, to commit after the request returns.
+static _Thread_local struct cfs_ring_entry *cfs_answered_here;
+static _Thread_local struct cfs_ring_queue *cfs_own_queue;
+
+static void *cfs_ring_thread(void *arg);
+
+static struct io_uring_sqe *cfs_sqe(struct cfs_ring_queue *queue) {
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&queue->uring);
+    if (sqe == NULL) {
+        io_uring_submit(&queue->uring);
+        sqe = io_uring_get_sqe(&queue->uring);
+    }
+    return sqe;
+}
+
+static int cfs_submit_command(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry, uint32_t command,
+                              uint64_t commit_id) {
+    struct io_uring_sqe *sqe = cfs_sqe(queue);
+    if (sqe == NULL) return -EBUSY;
+    memset(sqe, 0, 128);
+    sqe->opcode = IORING_OP_URING_CMD;
+    sqe->fd = queue->ring->device;
+    sqe->cmd_op = command;
+    if (command == CFS_RING_REGISTER) {
+        sqe->addr = (uint64_t)(uintptr_t)entry->iov;
+        sqe->len = 2;
+    }
+    struct cfs_ring_cmd *cmd = (struct cfs_ring_cmd *)sqe->cmd;
+    cmd->qid = (uint16_t)queue->qid;
+    cmd->commit_id = commit_id;
+    io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)entry);
+    queue->in_flight++;
+    return 0;
+}
+
+static void cfs_arm_eventfd(struct cfs_ring_queue *queue) {
+    struct io_uring_sqe *sqe = cfs_sqe(queue);
+    if (sqe == NULL) return;
+    io_uring_prep_poll_add(sqe, queue->eventfd, POLLIN);
+    io_uring_sqe_set_data64(sqe, EVENTFD_TAG);
+}
+
+// A new entry, registered with the kernel. 0 or -errno.
+static int cfs_add_entry(struct cfs_ring_queue *queue) {
+    struct cfs_ring_entry *entry = calloc(1, sizeof(*entry));
+    if (entry == NULL) return -ENOMEM;
+    if (posix_memalign((void **)&entry->header, 4096, sizeof(struct cfs_ring_header)) != 0) {
+        free(entry);
+        return -ENOMEM;
+    }
+    // Large: malloc maps it, and only the pages a request touches become resident.
+    entry->buffer = malloc(HEADROOM + queue->ring->payload_size);
+    if (entry->buffer == NULL) {
+        free(entry->header);
+        free(entry);
+        return -ENOMEM;
+    }
+    entry->queue = queue;
+    entry->iov[0] = (struct iovec){ entry->header, sizeof(struct cfs_ring_header) };
+    entry->iov[1] = (struct iovec){ entry->buffer + HEADROOM, queue->ring->payload_size };
+    pthread_mutex_lock(&queue->lock);
+    struct cfs_ring_entry **grown = realloc(queue->entries, (queue->count + 1) * sizeof(*grown));
+    if (grown == NULL) {
+        pthread_mutex_unlock(&queue->lock);
+        free(entry->buffer);
+        free(entry->header);
+        free(entry);
+        return -ENOMEM;
+    }
+    queue->entries = grown;
+    queue->entries[queue->count++] = entry;
+    pthread_mutex_unlock(&queue->lock);
+    return cfs_submit_command(queue, entry, CFS_RING_REGISTER, 0);
+}
+
+static void cfs_free_queue(struct cfs_ring_queue *queue) {
+    for (size_t index = 0; index < queue->count; index++) {
+        free(queue->entries[index]->buffer);
+        free(queue->entries[index]->header);
+        free(queue->entries[index]);
+    }
+    free(queue->entries);
+    queue->entries = NULL;
+    queue->count = 0;
+    if (queue->eventfd >= 0) close(queue->eventfd);
+    queue->eventfd = -1;
+    pthread_mutex_destroy(&queue->lock);
+}
+
+int cfs_ring_prepare(void *session, int device, size_t payload_size) {
+    struct cfs_ring *ring = calloc(1, sizeof(*ring));
+    if (ring == NULL) return -ENOMEM;
+    ring->session = session;
+    ring->device = device;
+    ring->payload_size = payload_size;
+    ring->queue_count = (size_t)get_nprocs_conf();
+    ring->queues = calloc(ring->queue_count, sizeof(struct cfs_ring_queue));
+    if (ring->queues == NULL) { free(ring); return -ENOMEM; }
+    sem_init(&ring->started, 0, 0);
+    sem_init(&ring->go, 0, 0);
+    size_t started = 0;
+    int error = 0;
+    for (; started < ring->queue_count; started++) {
+        struct cfs_ring_queue *queue = &ring->queues[started];
+        queue->ring = ring;
+        queue->qid = (int)started;
+        queue->eventfd = -1;
+        pthread_mutex_init(&queue->lock, NULL);
+        if ((error = -pthread_create(&queue->thread, NULL, cfs_ring_thread, queue)) != 0) break;
+    }
+    for (size_t index = 0; index < started; index++) sem_wait(&ring->started);
+    for (size_t index = 0; index < started && error == 0; index++) error = ring->queues[index].setup_error;
+    if (error != 0 || started < ring->queue_count) {
+        atomic_store(&ring->failed, 1);
+        for (size_t index = 0; index < started; index++) sem_post(&ring->go);
+        for (size_t index = 0; index < started; index++) pthread_join(ring->queues[index].thread, NULL);
+        for (size_t index = 0; index < ring->queue_count; index++) {
+            if (index >= started) pthread_mutex_destroy(&ring->queues[index].lock);
+            else cfs_free_queue(&ring->queues[index]);
+        }
+        free(ring->queues);
+        free(ring);
+        return error != 0 ? error : -EAGAIN;
+    }
+    pthread_rwlock_wrlock(&cfs_rings_lock);
+    ring->next = cfs_rings;
+    cfs_rings = ring;
+    pthread_rwlock_unlock(&cfs_rings_lock);
+    return 0;
+}
+
+static struct cfs_ring *cfs_ring_of(int device) {
+    for (struct cfs_ring *ring = cfs_rings; ring != NULL; ring = ring->next) {
+        if (ring->device == device) return ring;
+    }
+    return NULL;
+}
+
+void cfs_ring_start(int device, int negotiated) {
+    pthread_rwlock_rdlock(&cfs_rings_lock);
+    struct cfs_ring *ring = cfs_ring_of(device);
+    pthread_rwlock_unlock(&cfs_rings_lock);
+    if (ring == NULL) return;
+    if (!negotiated) atomic_store(&ring->failed, 1);
+    for (size_t index = 0; index < ring->queue_count; index++) sem_post(&ring->go);
+    if (!negotiated) cfs_ring_stop(device);
+}
+
+void cfs_ring_stop(int device) {
+    pthread_rwlock_wrlock(&cfs_rings_lock);
+    struct cfs_ring **link = &cfs_rings;
+    while (*link != NULL && (*link)->device != device) link = &(*link)->next;
+    struct cfs_ring *ring = *link;
+    if (ring != NULL) *link = ring->next;
+    pthread_rwlock_unlock(&cfs_rings_lock);
+    if (ring == NULL) return;
+    atomic_store(&ring->stopping, 1);
+    for (size_t index = 0; index < ring->queue_count; index++) {
+        uint64_t one = 1;
+        ssize_t written = write(ring->queues[index].eventfd, &one, sizeof(one));
+        (void)written;
+    }
+    // Once its thread has ended, the kernel writes no more into a queue's buffers: requests are
+    // copied to them only in that thread's context.
+    for (size_t index = 0; index < ring->queue_count; index++) pthread_join(ring->queues[index].thread, NULL);
+    for (size_t index = 0; index < ring->queue_count; index++) cfs_free_queue(&ring->queues[index]);
+    free(ring->queues);
+    free(ring);
+}
+
+uint64_t cfs_ring_served(int device) {
+    pthread_rwlock_rdlock(&cfs_rings_lock);
+    struct cfs_ring *ring = cfs_ring_of(device);
+    uint64_t served = ring != NULL ? atomic_load_explicit(&ring->served, memory_order_relaxed) : 0;
+    pthread_rwlock_unlock(&cfs_rings_lock);
+    return served;
+}
+
+size_t cfs_ring_queues(int device) {
+    pthread_rwlock_rdlock(&cfs_rings_lock);
+    struct cfs_ring *ring = cfs_ring_of(device);
+    size_t count = ring != NULL && !atomic_load(&ring->failed) ? ring->queue_count : 0;
+    pthread_rwlock_unlock(&cfs_rings_lock);
+    return count;
+}
+
+// Copies a reply into `entry` for the kernel to commit.
+static void cfs_copy_reply(struct cfs_ring_entry *entry, const struct iovec *iov, int count) {
+    char *payload = entry->buffer + HEADROOM;
+    size_t limit = entry->queue->ring->payload_size, size = 0;
+    int32_t error = 0;
+    memcpy(entry->header->in_out, iov[0].iov_base, sizeof(struct cfs_out_header));
+    for (int index = 0; index < count; index++) {
+        const char *base = iov[index].iov_base;
+        size_t length = iov[index].iov_len;
+        if (index == 0) { base += sizeof(struct cfs_out_header); length -= sizeof(struct cfs_out_header); }
+        if (size + length > limit) { error = -EIO; break; }
+        memcpy(payload + size, base, length);
+        size += length;
+    }
+    struct cfs_out_header *out = (struct cfs_out_header *)entry->header->in_out;
+    if (error != 0) { out->error = error; size = 0; }
+    out->len = (uint32_t)(sizeof(struct cfs_out_header) + size);
+    entry->header->ent.payload_sz = (uint32_t)size;
+}
+
+int cfs_ring_capture(int device, const struct iovec *iov, int count) {
+    if (count < 1 || iov[0].iov_len < sizeof(struct cfs_out_header)) return 0;
+    uint64_t unique = ((const struct cfs_out_header *)iov[0].iov_base)->unique;
+    if (unique == 0) return 0;  // a notification
+    struct cfs_ring_entry *entry = cfs_serving;
+    uint64_t expected = unique;
+    if (entry != NULL && atomic_compare_exchange_strong(&entry->awaiting, &expected, 0)) {
+        cfs_copy_reply(entry, iov, count);
+        entry->next = cfs_answered_here;
+        cfs_answered_here = entry;
+        return 1;
+    }
+    // Answered later (a wait for coordination ended), from any thread.
+    pthread_rwlock_rdlock(&cfs_rings_lock);
+    struct cfs_ring *ring = cfs_ring_of(device);
+    entry = NULL;
+    for (size_t q = 0; ring != NULL && q < ring->queue_count && entry == NULL; q++) {
+        struct cfs_ring_queue *queue = &ring->queues[q];
+        pthread_mutex_lock(&queue->lock);
+        for (size_t index = 0; index < queue->count; index++) {
+            expected = unique;
+            if (atomic_compare_exchange_strong(&queue->entries[index]->awaiting, &expected, 0)) {
+                entry = queue->entries[index];
+                break;
+            }
+        }
+        pthread_mutex_unlock(&queue->lock);
+    }
+    if (entry != NULL) {
+        cfs_copy_reply(entry, iov, count);
+        struct cfs_ring_queue *queue = entry->queue;
+        if (cfs_own_queue == queue) {
+            entry->next = cfs_answered_here;
+            cfs_answered_here = entry;
+        } else {
+            pthread_mutex_lock(&queue->lock);
+            entry->next = queue->answered;
+            queue->answered = entry;
+            pthread_mutex_unlock(&queue->lock);
+            uint64_t one = 1;
+            ssize_t written = write(queue->eventfd, &one, sizeof(one));
+            (void)written;
+        }
+    }
+    pthread_rwlock_unlock(&cfs_rings_lock);
+    return entry != NULL;
+}
+
+static void cfs_commit_list(struct cfs_ring_queue *queue, struct cfs_ring_entry *list) {
+    while (list != NULL) {
+        struct cfs_ring_entry *entry = list;
+        list = entry->next;
+        entry->next = NULL;
+        queue->busy--;
+        uint64_t unique = ((struct cfs_out_header *)entry->header->in_out)->unique;
+        cfs_submit_command(queue, entry, CFS_RING_COMMIT_AND_FETCH, unique);
+    }
+}
+
+// Hands the request in `entry` to libfuse, as if read from /dev/fuse.
+static void cfs_serve(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry) {
+    struct cfs_ring *ring = queue->ring;
+    struct cfs_in_header in;
+    memcpy(&in, entry->header->in_out, sizeof(in));
+    uint32_t payload = entry->header->ent.payload_sz;
+    // What the kernel put in the header area: the request's length less its header and payload.
+    size_t arguments = in.len >= sizeof(in) + payload ? in.len - sizeof(in) - payload : SIZE_MAX;
+    queue->busy++;
+    atomic_fetch_add_explicit(&ring->served, 1, memory_order_relaxed);
+    if (arguments > sizeof(entry->header->op_in) || payload > ring->payload_size || in.unique == 0) {
+        // Not a request this transport understands: answer EIO rather than guess.
+        struct cfs_out_header out = { sizeof(out), -EIO, in.unique };
+        struct iovec iov = { &out, sizeof(out) };
+        atomic_store(&entry->awaiting, in.unique);
+        cfs_serving = entry;
+        cfs_ring_capture(ring->device, &iov, 1);
+        cfs_serving = NULL;
+        return;
+    }
+    char *start = entry->buffer + HEADROOM - arguments - sizeof(in);
+    memcpy(start + sizeof(in), entry->header->op_in, arguments);
+    memcpy(start, &in, sizeof(in));
+    struct fuse_buf buf = { .size = sizeof(in) + arguments + payload, .flags = 0, .mem = start, .fd = -1, .pos = 0 };
+    atomic_store(&entry->awaiting, in.unique);
+    cfs_serving = entry;
+    fuse_session_process_buf(ring->session, &buf);
+    cfs_serving = NULL;
+}
+
+static void cfs_pin(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    // A CPU this process may not use is not fatal: its queue is served from elsewhere.
+    (void)sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void *cfs_ring_thread(void *arg) {
+    struct cfs_ring_queue *queue = arg;
+    struct cfs_ring *ring = queue->ring;
+    char name[16];
+    snprintf(name, sizeof(name), "coordfs-ring%d", queue->qid);
+    pthread_setname_np(pthread_self(), name);
+    cfs_pin(queue->qid);
+    struct io_uring_params params = { 0 };
+    params.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE;
+    params.cq_entries = CQ_SIZE;
+    int error = io_uring_queue_init_params(SQ_SIZE, &queue->uring, &params);
+    if (error == 0) {
+        queue->eventfd = eventfd(0, EFD_CLOEXEC);
+        if (queue->eventfd < 0) { error = -errno; io_uring_queue_exit(&queue->uring); }
+    }
+    queue->setup_error = error;
+    sem_post(&ring->started);
+    if (error != 0) return NULL;
+    sem_wait(&ring->go);
+    if (atomic_load(&ring->failed)) { io_uring_queue_exit(&queue->uring); return NULL; }
+    cfs_own_queue = queue;
+    for (int index = 0; index < FIRST_ENTRIES; index++) cfs_add_entry(queue);
+    cfs_arm_eventfd(queue);
+    int ended = 0;
+    while (!ended) {
+        int waited = io_uring_submit_and_wait(&queue->uring, 1);
+        if (waited < 0 && waited != -EINTR && waited != -EAGAIN && waited != -EBUSY) break;
+        struct io_uring_cqe *cqe;
+        unsigned head, seen = 0;
+        io_uring_for_each_cqe(&queue->uring, head, cqe) {
+            seen++;
+            uint64_t data = io_uring_cqe_get_data64(cqe);
+            if (data == EVENTFD_TAG) {
+                uint64_t value;
+                ssize_t got = read(queue->eventfd, &value, sizeof(value));
+                (void)got;
+                if (atomic_load(&ring->stopping)) { ended = 1; continue; }
+                pthread_mutex_lock(&queue->lock);
+                struct cfs_ring_entry *answered = queue->answered;
+                queue->answered = NULL;
+                pthread_mutex_unlock(&queue->lock);
+                cfs_commit_list(queue, answered);
+                cfs_arm_eventfd(queue);
+                continue;
+            }
+            struct cfs_ring_entry *entry = (struct cfs_ring_entry *)(uintptr_t)data;
+            queue->in_flight--;
+            if (cqe->res == -EAGAIN || cqe->res == -EINTR) {
+                // Registered before the kernel finished INIT: again, shortly.
+                struct timespec pause = { 0, 1000000 };
+                nanosleep(&pause, NULL);
+                cfs_submit_command(queue, entry, CFS_RING_REGISTER, 0);
+                continue;
+            }
+            if (cqe->res < 0) {
+                // The connection ended (unmounted or aborted): nothing more comes.
+                if (queue->in_flight == 0) ended = 1;
+                continue;
+            }
+            cfs_serve(queue, entry);
+            struct cfs_ring_entry *answered = cfs_answered_here;
+            cfs_answered_here = NULL;
+            cfs_commit_list(queue, answered);
+        }
+        io_uring_cq_advance(&queue->uring, seen);
+        // Requests that wait for coordination keep their entries: keep some free.
+        while (!ended && queue->count - queue->busy < SPARE_ENTRIES && queue->count < MOST_ENTRIES) {
+            if (cfs_add_entry(queue) != 0) break;
+        }
+        if (atomic_load(&ring->stopping)) ended = 1;
+    }
+    cfs_own_queue = NULL;
+    io_uring_queue_exit(&queue->uring);
+    return NULL;
+}
