@@ -99,6 +99,8 @@ struct cfs_ring {
 // The process's rings, found by their device descriptor from the writev hook.
 static pthread_rwlock_t cfs_rings_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct cfs_ring *cfs_rings;
+// How many there are: a reply through /dev/fuse takes no lock while there are none.
+static _Atomic int cfs_ring_count;
 // The entry whose request this thread is serving right now (queue threads only).
 static _Thread_local struct cfs_ring_entry *cfs_serving;
 // Entries answered on their own queue's thread, to commit after the request returns.
@@ -228,6 +230,7 @@ int cfs_ring_prepare(void *session, int device, size_t payload_size) {
     pthread_rwlock_wrlock(&cfs_rings_lock);
     ring->next = cfs_rings;
     cfs_rings = ring;
+    atomic_fetch_add(&cfs_ring_count, 1);
     pthread_rwlock_unlock(&cfs_rings_lock);
     return 0;
 }
@@ -254,7 +257,10 @@ void cfs_ring_stop(int device) {
     struct cfs_ring **link = &cfs_rings;
     while (*link != NULL && (*link)->device != device) link = &(*link)->next;
     struct cfs_ring *ring = *link;
-    if (ring != NULL) *link = ring->next;
+    if (ring != NULL) {
+        *link = ring->next;
+        atomic_fetch_sub(&cfs_ring_count, 1);
+    }
     pthread_rwlock_unlock(&cfs_rings_lock);
     if (ring == NULL) return;
     atomic_store(&ring->stopping, 1);
@@ -320,6 +326,7 @@ int cfs_ring_capture(int device, const struct iovec *iov, int count) {
         return 1;
     }
     // Answered later (a wait for coordination ended), from any thread.
+    if (atomic_load_explicit(&cfs_ring_count, memory_order_relaxed) == 0) return 0;
     pthread_rwlock_rdlock(&cfs_rings_lock);
     struct cfs_ring *ring = cfs_ring_of(device);
     entry = NULL;
