@@ -19,7 +19,6 @@
 #include <errno.h>
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
@@ -52,23 +51,8 @@ static _Thread_local int cfs_init_offers_passthrough;
 static _Thread_local int cfs_init_offers_killpriv_v2;
 static _Thread_local int cfs_init_wants_passthrough; // set by the mount's init callback
 static _Thread_local int cfs_init_offers_ring;
-static _Thread_local int cfs_init_wants_ring;        // set by the mount's init callback
+static _Thread_local void *cfs_init_ring_session;   // set by the mount's init callback when it wants the ring
 static _Thread_local int32_t cfs_reply_backing_id;  // set around an open or create reply
-
-// Hooked sessions by device descriptor: the ring serves requests to its session.
-enum { CFS_MOST_SESSIONS = 64 };
-static pthread_mutex_t cfs_sessions_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct { int device; void *session; } cfs_sessions[CFS_MOST_SESSIONS];
-
-static void *cfs_session_of(int device) {
-    void *session = NULL;
-    pthread_mutex_lock(&cfs_sessions_lock);
-    for (int index = 0; index < CFS_MOST_SESSIONS; index++) {
-        if (cfs_sessions[index].session != NULL && cfs_sessions[index].device == device) session = cfs_sessions[index].session;
-    }
-    pthread_mutex_unlock(&cfs_sessions_lock);
-    return session;
-}
 
 static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
@@ -108,7 +92,7 @@ static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdat
                 *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_PASSTHROUGH_FLAGS2;
                 *(uint32_t *)(out + CFS_INIT_OUT_MAX_STACK_DEPTH) = 1;
             }
-            if (header->error == 0 && cfs_init_offers_ring && cfs_init_wants_ring
+            if (header->error == 0 && cfs_init_offers_ring && cfs_init_ring_session != NULL
                 && iov[1].iov_len >= CFS_INIT_OUT_FLAGS2 + 4) {
                 // The kernel's largest request payload: its max_write, or max_pages pages.
                 uint32_t flags = *(uint32_t *)(out + CFS_INIT_OUT_FLAGS);
@@ -117,8 +101,7 @@ static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdat
                 if (!(flags & CFS_FUSE_MAX_PAGES) || pages < 32) pages = 32;
                 if (payload < pages * page) payload = pages * page;
                 if (payload < 8192) payload = 8192;
-                void *session = cfs_session_of(fd);
-                if (session != NULL && cfs_ring_prepare(session, fd, payload) == 0) {
+                if (cfs_ring_prepare(cfs_init_ring_session, fd, payload) == 0) {
                     *(uint32_t *)(out + CFS_INIT_OUT_FLAGS) |= CFS_FUSE_INIT_EXT;
                     *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_OVER_IO_URING_FLAGS2;
                     ring_offered = 1;
@@ -156,36 +139,14 @@ int cfs_session_hook_device(void *session) {
         .writev = cfs_io_writev, .read = cfs_io_read,
         .splice_receive = cfs_io_splice_receive, .splice_send = cfs_io_splice_send,
     };
-    int device = fuse_session_fd(se);
-    int result = fuse_session_custom_io(se, &io, device);
-    if (result != 0) return result;
-    pthread_mutex_lock(&cfs_sessions_lock);
-    for (int index = 0; index < CFS_MOST_SESSIONS; index++) {
-        if (cfs_sessions[index].session == NULL) {
-            cfs_sessions[index].device = device;
-            cfs_sessions[index].session = se;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&cfs_sessions_lock);
-    return 0;
+    return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 }
 
-void cfs_session_unhook_device(void *session) {
-    struct fuse_session *se = session;
-    cfs_ring_stop(fuse_session_fd(se));
-    pthread_mutex_lock(&cfs_sessions_lock);
-    for (int index = 0; index < CFS_MOST_SESSIONS; index++) {
-        if (cfs_sessions[index].session == session) cfs_sessions[index].session = NULL;
-    }
-    pthread_mutex_unlock(&cfs_sessions_lock);
-}
-
-void cfs_want_ring(void *connection, int wanted) {
+void cfs_want_ring(void *connection, void *session) {
     struct fuse_conn_info *conn = connection;
-    cfs_init_wants_ring = wanted;
+    cfs_init_ring_session = session;
     // A reply spliced into /dev/fuse cannot answer a request that came through the ring.
-    if (wanted && cfs_init_offers_ring) conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+    if (session != NULL && cfs_init_offers_ring) conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 }
 
 // Called from the mount's init callback (on the thread answering INIT).

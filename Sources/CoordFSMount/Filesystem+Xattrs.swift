@@ -87,8 +87,8 @@ extension Filesystem {
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
                 + "\"descriptor_budget\":\(inodes.reopens ? inodes.descriptorBudget : -1),\"open_files\":\(files.count),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
-                + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(cfs_ring_queues(device.load(ordering: .relaxed))),"
-                + "\"ring_requests\":\(cfs_ring_served(device.load(ordering: .relaxed)))}"
+                + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(cfs_ring_queues(device)),"
+                + "\"ring_requests\":\(cfs_ring_served(device))}"
         default: return nil
         }
     }

@@ -26,8 +26,9 @@ public final class Filesystem: @unchecked Sendable {
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
     let statistics = MountStatistics()
-    /// The session's /dev/fuse descriptor once mounted (-1 before): names its io_uring queues.
-    let device = Atomic<Int32>(-1)
+    /// The FUSE session once mounted: its io_uring queues serve it, named by its descriptor.
+    let session = Atomic<UnsafeMutableRawPointer?>(nil)
+    var device: Int32 { session.load(ordering: .relaxed).map { fuse_session_fd(OpaquePointer($0)) } ?? -1 }
     let packageMarkers: PackageMarkers
     let directoryContexts = DirectoryContexts()
     /// Created items are given to the caller (we can only when running as root).

@@ -60,7 +60,7 @@ public final class MountSession: @unchecked Sendable {
         }
         // Hooked before the loop reads the kernel's INIT, which is waiting already.
         let hooked = cfs_session_hook_device(UnsafeMutableRawPointer(session))
-        filesystem.device.store(fuse_session_fd(session), ordering: .relaxed)
+        filesystem.session.store(UnsafeMutableRawPointer(session), ordering: .relaxed)
         if hooked == 0 {
             filesystem.passthrough?.enable(device: fuse_session_fd(session))
         } else {
@@ -91,7 +91,7 @@ public final class MountSession: @unchecked Sendable {
         if handlesSignals { fuse_remove_signal_handlers(session) }
         fuse_session_unmount(session)
         // The io_uring queues serve this session: they end before it does.
-        cfs_session_unhook_device(UnsafeMutableRawPointer(session))
+        cfs_ring_stop(fuse_session_fd(session))
         fuse_session_destroy(session)
         self.session = nil
         return result

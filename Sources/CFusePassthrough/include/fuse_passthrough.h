@@ -9,18 +9,16 @@
 
 /// Puts the passthrough hooks on a mounted session's device. 0 or -errno.
 int cfs_session_hook_device(void *session);
-/// Takes the hooks off before the session is destroyed; stops its io_uring queues.
-void cfs_session_unhook_device(void *session);
 /// From the mount's init callback: whether to ask the kernel for passthrough.
 void cfs_want_passthrough(int wanted);
-/// From the mount's init callback (`connection`: its struct fuse_conn_info): whether to serve
-/// requests through io_uring when the kernel offers it.
-void cfs_want_ring(void *connection, int wanted);
+/// From the mount's init callback (`connection`: its struct fuse_conn_info): the session to serve
+/// through io_uring when the kernel offers it, or NULL for none.
+void cfs_want_ring(void *connection, void *session);
 /// The io_uring queues serving the session on `device` (0: requests come through /dev/fuse),
 /// and the requests they have served.
 size_t cfs_ring_queues(int device);
 uint64_t cfs_ring_served(int device);
-/// Stops the io_uring queues of `device` (none: nothing happens).
+/// Stops the io_uring queues of `device` before its session is destroyed (none: nothing happens).
 void cfs_ring_stop(int device);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
 int32_t cfs_backing_open(int device, int fd);
