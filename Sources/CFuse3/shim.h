@@ -156,4 +156,9 @@ static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd,
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
+// The CPU the calling thread runs on: glibc reads it from rseq or the vDSO, no system call.
+// (Declared here: <sched.h> declares it only under _GNU_SOURCE.)
+extern int sched_getcpu(void);
+static inline int cfs_current_cpu(void) { return sched_getcpu(); }
+
 #endif

@@ -31,7 +31,7 @@ final class DirectoryContexts: @unchecked Sendable {
     }
 
     /// A thread's entries: a handful, searched in order, replaced in turn.
-    private final class Recent {
+    private struct Recent {
         var entries: [Entry] = []
         var next = 0
     }
@@ -43,20 +43,23 @@ final class DirectoryContexts: @unchecked Sendable {
     func context(of directory: UInt64, names: Int, markers: Int, lifetime: Int64,
                  make: () -> DirectoryContext) -> DirectoryContext {
         let now = coarseMilliseconds()
-        let mine = recent.value
-        let known = mine.entries.firstIndex { $0.directory == directory }
-        if let known, case let entry = mine.entries[known], entry.names == names && entry.markers == markers && now < entry.until {
-            return entry.context
+        let known = recent.withValue { mine -> (index: Int?, context: DirectoryContext?) in
+            guard let index = mine.entries.firstIndex(where: { $0.directory == directory }) else { return (nil, nil) }
+            let entry = mine.entries[index]
+            return (index, entry.names == names && entry.markers == markers && now < entry.until ? entry.context : nil)
         }
+        if let context = known.context { return context }
         let context = make()
         let entry = Entry(directory: directory, names: names, markers: markers, until: now + lifetime, context: context)
-        if let known {
-            mine.entries[known] = entry
-        } else if mine.entries.count < Self.capacity {
-            mine.entries.append(entry)
-        } else {
-            mine.entries[mine.next] = entry
-            mine.next = (mine.next + 1) % Self.capacity
+        recent.withValue { mine in
+            if let index = known.index {
+                mine.entries[index] = entry
+            } else if mine.entries.count < Self.capacity {
+                mine.entries.append(entry)
+            } else {
+                mine.entries[mine.next] = entry
+                mine.next = (mine.next + 1) % Self.capacity
+            }
         }
         return context
     }

@@ -174,9 +174,10 @@ public final class Filesystem: @unchecked Sendable {
         }
         if mode == .off { return body(nil) }
         guard let process = callingProcess(reply.req) else { return body(nil) }
-        let intents = wanted.map { Intent($0.kind, target(of: $0)) }
+        // Most requests name one item: its array is made once, not grown by a map.
+        let intents = wanted.count == 1 ? [Intent(wanted[0].kind, target(of: wanted[0]))] : wanted.map { Intent($0.kind, target(of: $0)) }
         let identity = CoordinatorIdentity.process(process)
-        statistics.coordinated.add(1, ordering: .relaxed)
+        statistics.coordinated.add()
         // Most requests: nothing in the way and nobody to ask.
         if let claim = AccessClaim.grantedAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
             return claim.notifyingPresentersAfter { body(claim) }
@@ -274,7 +275,7 @@ enum ProcessInfoCache {
 
     /// The last answer of each worker thread: one program's calls land on every worker in turn,
     /// and a hit here touches nothing another thread writes.
-    private final class LastAnswer {
+    private struct LastAnswer {
         var tid: pid_t = 0
         var entry: Entry?
     }
@@ -283,8 +284,11 @@ enum ProcessInfoCache {
 
     static func caller(of tid: pid_t) -> ProcFile.Caller {
         let now = coarseMilliseconds()
-        let last = lastAnswer.value
-        if last.tid == tid, let entry = last.entry, now - entry.read < 1000 { return entry.caller }
+        let remembered = lastAnswer.withValue { last -> ProcFile.Caller? in
+            guard last.tid == tid, let entry = last.entry, now - entry.read < 1000 else { return nil }
+            return entry.caller
+        }
+        if let remembered { return remembered }
         let entry: Entry
         if let known = cache.withLock({ $0[tid] }), now - known.read < 1000 {
             entry = known
@@ -296,8 +300,7 @@ enum ProcessInfoCache {
                 cache[tid] = entry
             }
         }
-        last.tid = tid
-        last.entry = entry
+        lastAnswer.withValue { $0 = LastAnswer(tid: tid, entry: entry) }
         return entry.caller
     }
 }

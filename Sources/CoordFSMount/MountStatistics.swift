@@ -4,7 +4,8 @@ import Synchronization
 /// What the mount has coordinated: for `coordfs status`, the soak run, and diagnosis. Answered
 /// as JSON in the mount root's `user.coordfs.stats` attribute.
 final class MountStatistics: Sendable {
-    let coordinated = Atomic<Int>(0)
+    /// Every coordinated request adds to it: striped by CPU.
+    let coordinated = StripedCounter()
     let waited = Atomic<Int>(0)
     let timedOut = Atomic<Int>(0)
     let deadlocks = Atomic<Int>(0)
@@ -28,7 +29,7 @@ final class MountStatistics: Sendable {
 
     var json: String {
         let fields: [(String, Int)] = [
-            ("coordinated", coordinated.load(ordering: .relaxed)), ("waited", waited.load(ordering: .relaxed)),
+            ("coordinated", coordinated.value), ("waited", waited.load(ordering: .relaxed)),
             ("timed_out", timedOut.load(ordering: .relaxed)), ("deadlocks", deadlocks.load(ordering: .relaxed)),
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),

@@ -25,7 +25,7 @@ final class PackageMarkers: Sendable {
 
     /// Each worker thread's last answer: most requests ask about the directory the previous
     /// one did, and a hit here touches nothing another thread writes.
-    private final class LastAnswer {
+    private struct LastAnswer {
         var relative = ""
         var known: Known?
         var generation = -1
@@ -38,11 +38,12 @@ final class PackageMarkers: Sendable {
     /// Whether the directory at `relative` is marked; `look` asks the backing directory.
     func isMarked(_ relative: String, look: () -> Bool) -> Bool {
         let now = coarseMilliseconds()
-        let last = lastAnswer.value
-        if let known = last.known, now < known.until, last.generation == generation.load(ordering: .acquiring),
-           last.relative == relative {
+        let current = generation.load(ordering: .acquiring)
+        let lastKnown = lastAnswer.withValue { last -> Bool? in
+            guard let known = last.known, now < known.until, last.generation == current, last.relative == relative else { return nil }
             return known.marked
         }
+        if let lastKnown { return lastKnown }
         let (remembered, generation) = memory.withLock { ($0.marked[relative], $0.generation) }
         let known: Known
         if let remembered, now < remembered.until {
@@ -55,7 +56,7 @@ final class PackageMarkers: Sendable {
                 memory.marked[relative] = known
             }
         }
-        (last.relative, last.known, last.generation) = (relative, known, generation)
+        lastAnswer.withValue { $0 = LastAnswer(relative: relative, known: known, generation: generation) }
         return known.marked
     }
 
