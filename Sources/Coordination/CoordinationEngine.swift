@@ -53,12 +53,13 @@ public final class CoordinationEngine: Sendable {
     /// Grants `request` at once when nothing blocks it and no presenter has to be asked first,
     /// the common case of a busy mount; otherwise takes nothing and returns nil, and the caller
     /// goes through `acquire`. It allocates no waiter, so it costs a fraction of a full call.
-    public func acquireAtOnce(_ request: AccessRequest) -> Grant? {
+    /// The grant's intents are the request's (nothing moved them while it waited: it did not).
+    public func acquireAtOnce(_ request: AccessRequest) -> GrantID? {
         if request.validationProblem != nil { return nil }
         let count = request.holdsIntents ? request.intents.count : 0
-        return state.withLock { state -> Grant? in
+        return state.withLock { state -> GrantID? in
             // The modes live only for this call: on the stack, not in an array of their own.
-            withUnsafeTemporaryAllocation(of: LockMode.self, capacity: count) { storage -> Grant? in
+            withUnsafeTemporaryAllocation(of: LockMode.self, capacity: count) { storage -> GrantID? in
                 for (index, intent) in request.intents.prefix(count).enumerated() {
                     (storage.baseAddress! + index).initialize(to: LockMode(intent))
                 }

@@ -98,7 +98,8 @@ struct State: ~Copyable {
     }
 
     mutating func grant(_ request: AccessRequest, _ modes: [LockMode], requests: [PresenterDelivery<PresenterRequest>]) -> Grant {
-        modes.withUnsafeBufferPointer { grant(request, $0, requests: requests) }
+        let id = modes.withUnsafeBufferPointer { grant(request, $0, requests: requests) }
+        return Grant(id: id, identity: request.identity, intents: request.intents, requests: requests)
     }
 
     /// The identities a request must wait for: conflicting holders, and conflicting requests
@@ -192,7 +193,7 @@ struct State: ~Copyable {
 
     /// Takes `modes` for `request`; `requests` is its `requestPlan` (empty when it messages nobody).
     mutating func grant(_ request: AccessRequest, _ modes: UnsafeBufferPointer<LockMode>,
-                        requests: [PresenterDelivery<PresenterRequest>]) -> Grant {
+                        requests: [PresenterDelivery<PresenterRequest>]) -> GrantID {
         var messaging = Set<CoordinatorIdentity>()
         for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
         let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
@@ -201,7 +202,7 @@ struct State: ~Copyable {
             holds.append(Hold(grant: id, identity: request.identity, mode: mode), at: mode.path)
             if mode.coversSubtree { subtreeHoldCount += 1 }
         }
-        return Grant(id: id, identity: request.identity, intents: request.intents, requests: requests)
+        return id
     }
 
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {

@@ -34,7 +34,7 @@ public final class AccessClaim: @unchecked Sendable {
     public static func grantedAtOnce(in domain: CoordinationDomain, identity: CoordinatorIdentity,
                                      intents: [Intent], holds: Bool = true) -> AccessClaim? {
         guard let grant = domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds)) else { return nil }
-        return AccessClaim(domain: domain, atOnce: (grant.id, grant.intents), access: nil)
+        return AccessClaim(domain: domain, atOnce: (grant, intents), access: nil)
     }
 
     /// Starts claiming `intents` for `identity`. `completion` runs once — possibly before this

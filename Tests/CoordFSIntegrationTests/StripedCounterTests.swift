@@ -20,8 +20,8 @@ import Testing
         #expect(counter.value == 8 * 10_005)
     }
 
-    @Test func oneSlotStillCounts() {
-        let counter = StripedCounter(slots: 1)
+    @Test func addsOnOneThreadCount() {
+        let counter = StripedCounter()
         counter.add()
         counter.add(2)
         #expect(counter.value == 3)

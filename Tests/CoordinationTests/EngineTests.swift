@@ -55,7 +55,7 @@ import Testing
         #expect(engine.snapshot().waiters.isEmpty, "a refusal takes nothing and queues nothing")
         // Behind a queued waiter it is refused too, or it would overtake it (X3).
         guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("w")) else { Issue.record(); return }
-        engine.release(first.id)
+        engine.release(first)
         let waiter = try #require(resumed.grant("w"))
         #expect(engine.acquireAtOnce(request(.process(3), .read(a))) == nil)
         engine.release(waiter.id)
@@ -70,19 +70,19 @@ import Testing
     @Test func aStaleGrantIDEndsNothing() throws {
         let engine = CoordinationEngine()
         let first = try #require(engine.acquireAtOnce(request(.process(1), .write(a))))
-        engine.release(first.id)
+        engine.release(first)
         // The freed slot is reused by the next grant, under a new generation.
         let second = try #require(engine.acquireAtOnce(request(.process(2), .write(a))))
-        #expect(second.id.index == first.id.index && second.id != first.id)
+        #expect(second.index == first.index && second != first)
         // Ending the first grant again (a claim ended twice) must not end the second.
-        engine.release(first.id)
-        engine.finishMessaging(first.id)
+        engine.release(first)
+        engine.finishMessaging(first)
         #expect(throws: CoordinationError.notInsideWrite) {
-            try engine.reportMove(in: first.id, from: AccessTarget(path: a), to: AccessTarget(path: b))
+            try engine.reportMove(in: first, from: AccessTarget(path: a), to: AccessTarget(path: b))
         }
-        #expect(engine.snapshot().holders.map(\.grant) == [second.id])
+        #expect(engine.snapshot().holders.map(\.grant) == [second])
         #expect(engine.acquireAtOnce(request(.process(3), .read(a))) == nil, "the second grant still holds the item")
-        engine.release(second.id)
+        engine.release(second)
         #expect(engine.snapshot().holders.isEmpty)
     }
 
@@ -91,13 +91,13 @@ import Testing
         let grants = try (0..<5).map { i in
             try #require(engine.acquireAtOnce(request(.process(Int32(i)), .write(ItemPath("/item\(i)")!))))
         }
-        engine.release(grants[1].id)
-        engine.release(grants[3].id)
+        engine.release(grants[1])
+        engine.release(grants[3])
         let again = try #require(engine.acquireAtOnce(request(.process(9), .write(ItemPath("/item9")!))))
-        #expect(again.id.index == grants[3].id.index, "the last slot freed is reused first")
+        #expect(again.index == grants[3].index, "the last slot freed is reused first")
         // The snapshot lists the live grants in the order they were granted.
-        #expect(engine.snapshot().holders.map(\.grant) == [grants[0].id, grants[2].id, grants[4].id, again.id])
-        for grant in [grants[0], grants[2], grants[4], again] { engine.release(grant.id) }
+        #expect(engine.snapshot().holders.map(\.grant) == [grants[0], grants[2], grants[4], again])
+        for grant in [grants[0], grants[2], grants[4], again] { engine.release(grant) }
         #expect(engine.snapshot().holders.isEmpty)
     }
 
@@ -108,7 +108,7 @@ import Testing
         // A presenter of the directory that hears of deletions but answers no request.
         let quiet = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: []))
         let granted = try #require(engine.acquireAtOnce(deleting), "nobody to ask: granted at once")
-        engine.release(granted.id)
+        engine.release(granted)
         let planned = engine.state.withLock { $0.requestPlan(for: deleting) }
         #expect(planned.isEmpty)
         // The same presenter answering subitem deletions is asked, so the grant waits for it.
@@ -139,8 +139,8 @@ import Testing
                 Issue.record("a read waits for the deletion"); return
             }
             var delivered: [PresenterDelivery<PresenterNotification>] = []
-            let returned = one ? engine.release(grant.id, outcome: deleted) { delivered = $0 }
-                               : engine.release(grant.id, outcomes: [deleted]) { delivered = $0 }
+            let returned = one ? engine.release(grant, outcome: deleted) { delivered = $0 }
+                               : engine.release(grant, outcomes: [deleted]) { delivered = $0 }
             #expect(returned.map(\.messages) == delivered.map(\.messages))
             #expect(resumed.grant("r") != nil, "the waiting read is granted")
             told.append(returned)
