@@ -17,6 +17,11 @@
 // entries while few are free: the holder's next request (a close) must never wait behind
 // requests that wait for it.
 //
+// A request that may wait long for the disk or the network (fsync, fallocate, a truncation, a
+// read or write the kernel did not pass through) is served by a lane thread of its queue,
+// pinned to the same CPU: served on the queue thread, it held up every later request of that
+// CPU, from any program, for as long as it waited (a 0.8 s fsync stalled a stat 0.8 s).
+//
 // Interrupts, forgets and notifications still go through /dev/fuse and libfuse's own loop.
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 312
@@ -31,6 +36,7 @@
 #include <stdio.h>
 #include <semaphore.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -53,6 +59,14 @@ enum {
     SPARE_ENTRIES = 4,          // free entries a queue keeps while it can grow
     SQ_SIZE = 256,
     CQ_SIZE = 4096,             // > MOST_ENTRIES + the eventfd's
+    LANE_MOST = 8,              // per queue: requests that may block, served at once
+};
+
+// Opcodes (linux/fuse.h) and the setattr bit that make a request one that may block.
+enum {
+    CFS_OP_SETATTR = 4, CFS_OP_READ = 15, CFS_OP_WRITE = 16, CFS_OP_FSYNC = 20, CFS_OP_FLUSH = 25,
+    CFS_OP_FSYNCDIR = 30, CFS_OP_FALLOCATE = 43, CFS_OP_LSEEK = 46, CFS_OP_COPY_FILE_RANGE = 47,
+    CFS_OP_SYNCFS = 50, CFS_FATTR_SIZE = 1 << 3,
 };
 #define EVENTFD_TAG ((uint64_t)1)
 
@@ -65,6 +79,15 @@ struct cfs_ring_entry {
     struct iovec iov[2];
     _Atomic uint64_t awaiting;    // the unique of the request it serves; 0 while none
     struct cfs_ring_entry *next;  // in a list of entries to commit
+};
+
+// Threads of one queue for the requests that may block, started as they are needed.
+struct cfs_ring_lane {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct cfs_ring_entry *head, *tail;   // waiting for a lane thread
+    size_t waiting, idle, threads;
+    pthread_t ids[LANE_MOST];
 };
 
 struct cfs_ring_queue {
@@ -80,6 +103,7 @@ struct cfs_ring_queue {
     size_t busy;                  // handed to the daemon and not yet committed (queue thread only)
     size_t in_flight;             // commands the kernel holds (queue thread only)
     int setup_error;
+    struct cfs_ring_lane lane;
 };
 
 struct cfs_ring {
@@ -93,6 +117,7 @@ struct cfs_ring {
     _Atomic int stopping;
     _Atomic int failed;
     _Atomic uint64_t served;
+    _Atomic uint64_t laned;       // of those, served by lane threads
     struct cfs_ring *next;        // in the list of rings
 };
 
@@ -108,6 +133,7 @@ static _Thread_local struct cfs_ring_entry *cfs_answered_here;
 static _Thread_local struct cfs_ring_queue *cfs_own_queue;
 
 static void *cfs_ring_thread(void *arg);
+static void *cfs_lane_thread(void *arg);
 
 static struct io_uring_sqe *cfs_sqe(struct cfs_ring_queue *queue) {
     struct io_uring_sqe *sqe = io_uring_get_sqe(&queue->uring);
@@ -190,6 +216,8 @@ static void cfs_free_queue(struct cfs_ring_queue *queue) {
     if (queue->eventfd >= 0) close(queue->eventfd);
     queue->eventfd = -1;
     pthread_mutex_destroy(&queue->lock);
+    pthread_mutex_destroy(&queue->lane.lock);
+    pthread_cond_destroy(&queue->lane.wake);
 }
 
 int cfs_ring_prepare(void *session, int device, size_t payload_size) {
@@ -211,6 +239,8 @@ int cfs_ring_prepare(void *session, int device, size_t payload_size) {
         queue->qid = (int)started;
         queue->eventfd = -1;
         pthread_mutex_init(&queue->lock, NULL);
+        pthread_mutex_init(&queue->lane.lock, NULL);
+        pthread_cond_init(&queue->lane.wake, NULL);
         if ((error = -pthread_create(&queue->thread, NULL, cfs_ring_thread, queue)) != 0) break;
     }
     for (size_t index = 0; index < started; index++) sem_wait(&ring->started);
@@ -220,8 +250,13 @@ int cfs_ring_prepare(void *session, int device, size_t payload_size) {
         for (size_t index = 0; index < started; index++) sem_post(&ring->go);
         for (size_t index = 0; index < started; index++) pthread_join(ring->queues[index].thread, NULL);
         for (size_t index = 0; index < ring->queue_count; index++) {
-            if (index >= started) pthread_mutex_destroy(&ring->queues[index].lock);
-            else cfs_free_queue(&ring->queues[index]);
+            if (index >= started) {
+                pthread_mutex_destroy(&ring->queues[index].lock);
+                pthread_mutex_destroy(&ring->queues[index].lane.lock);
+                pthread_cond_destroy(&ring->queues[index].lane.wake);
+            } else {
+                cfs_free_queue(&ring->queues[index]);
+            }
         }
         free(ring->queues);
         free(ring);
@@ -272,18 +307,33 @@ void cfs_ring_stop(int device) {
     // Once its thread has ended, the kernel writes no more into a queue's buffers: requests are
     // copied to them only in that thread's context.
     for (size_t index = 0; index < ring->queue_count; index++) pthread_join(ring->queues[index].thread, NULL);
+    // The queue threads hand nothing more to the lanes: they end once they have served what
+    // they were handed (the replies find no ring and go nowhere: the connection has ended).
+    for (size_t index = 0; index < ring->queue_count; index++) {
+        struct cfs_ring_lane *lane = &ring->queues[index].lane;
+        pthread_mutex_lock(&lane->lock);
+        pthread_cond_broadcast(&lane->wake);
+        size_t threads = lane->threads;
+        pthread_mutex_unlock(&lane->lock);
+        for (size_t thread = 0; thread < threads; thread++) pthread_join(lane->ids[thread], NULL);
+    }
     for (size_t index = 0; index < ring->queue_count; index++) cfs_free_queue(&ring->queues[index]);
     free(ring->queues);
     free(ring);
 }
 
-uint64_t cfs_ring_served(int device) {
+// The counter at `offset` in the ring of `device` (0 when there is none).
+static uint64_t cfs_ring_counter(int device, size_t offset) {
     pthread_rwlock_rdlock(&cfs_rings_lock);
     struct cfs_ring *ring = cfs_ring_of(device);
-    uint64_t served = ring != NULL ? atomic_load_explicit(&ring->served, memory_order_relaxed) : 0;
+    uint64_t value = ring != NULL ? atomic_load_explicit((_Atomic uint64_t *)((char *)ring + offset), memory_order_relaxed) : 0;
     pthread_rwlock_unlock(&cfs_rings_lock);
-    return served;
+    return value;
 }
+
+uint64_t cfs_ring_served(int device) { return cfs_ring_counter(device, offsetof(struct cfs_ring, served)); }
+
+uint64_t cfs_ring_laned(int device) { return cfs_ring_counter(device, offsetof(struct cfs_ring, laned)); }
 
 size_t cfs_ring_queues(int device) {
     pthread_rwlock_rdlock(&cfs_rings_lock);
@@ -313,6 +363,24 @@ static void cfs_copy_reply(struct cfs_ring_entry *entry, const struct iovec *iov
     entry->header->ent.payload_sz = (uint32_t)size;
 }
 
+// An entry holds its reply: its queue thread commits it, after the request in hand when
+// answered there, otherwise when woken through the queue's eventfd.
+static void cfs_answered(struct cfs_ring_entry *entry) {
+    struct cfs_ring_queue *queue = entry->queue;
+    if (cfs_own_queue == queue) {
+        entry->next = cfs_answered_here;
+        cfs_answered_here = entry;
+        return;
+    }
+    pthread_mutex_lock(&queue->lock);
+    entry->next = queue->answered;
+    queue->answered = entry;
+    pthread_mutex_unlock(&queue->lock);
+    uint64_t one = 1;
+    ssize_t written = write(queue->eventfd, &one, sizeof(one));
+    (void)written;
+}
+
 int cfs_ring_capture(int device, const struct iovec *iov, int count) {
     if (count < 1 || iov[0].iov_len < sizeof(struct cfs_out_header)) return 0;
     uint64_t unique = ((const struct cfs_out_header *)iov[0].iov_base)->unique;
@@ -321,8 +389,7 @@ int cfs_ring_capture(int device, const struct iovec *iov, int count) {
     uint64_t expected = unique;
     if (entry != NULL && atomic_compare_exchange_strong(&entry->awaiting, &expected, 0)) {
         cfs_copy_reply(entry, iov, count);
-        entry->next = cfs_answered_here;
-        cfs_answered_here = entry;
+        cfs_answered(entry);
         return 1;
     }
     // Answered later (a wait for coordination ended), from any thread.
@@ -344,19 +411,7 @@ int cfs_ring_capture(int device, const struct iovec *iov, int count) {
     }
     if (entry != NULL) {
         cfs_copy_reply(entry, iov, count);
-        struct cfs_ring_queue *queue = entry->queue;
-        if (cfs_own_queue == queue) {
-            entry->next = cfs_answered_here;
-            cfs_answered_here = entry;
-        } else {
-            pthread_mutex_lock(&queue->lock);
-            entry->next = queue->answered;
-            queue->answered = entry;
-            pthread_mutex_unlock(&queue->lock);
-            uint64_t one = 1;
-            ssize_t written = write(queue->eventfd, &one, sizeof(one));
-            (void)written;
-        }
+        cfs_answered(entry);
     }
     pthread_rwlock_unlock(&cfs_rings_lock);
     return entry != NULL;
@@ -373,16 +428,15 @@ static void cfs_commit_list(struct cfs_ring_queue *queue, struct cfs_ring_entry 
     }
 }
 
-// Hands the request in `entry` to libfuse, as if read from /dev/fuse.
-static void cfs_serve(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry) {
-    struct cfs_ring *ring = queue->ring;
+// Hands the request in `entry` to libfuse, as if read from /dev/fuse (on its queue's thread or
+// a lane thread).
+static void cfs_process(struct cfs_ring_entry *entry) {
+    struct cfs_ring *ring = entry->queue->ring;
     struct cfs_in_header in;
     memcpy(&in, entry->header->in_out, sizeof(in));
     uint32_t payload = entry->header->ent.payload_sz;
     // What the kernel put in the header area: the request's length less its header and payload.
     size_t arguments = in.len >= sizeof(in) + payload ? in.len - sizeof(in) - payload : SIZE_MAX;
-    queue->busy++;
-    atomic_fetch_add_explicit(&ring->served, 1, memory_order_relaxed);
     if (arguments > sizeof(entry->header->op_in) || payload > ring->payload_size || in.unique == 0) {
         // Not a request this transport understands: answer EIO rather than guess.
         struct cfs_out_header out = { sizeof(out), -EIO, in.unique };
@@ -403,12 +457,91 @@ static void cfs_serve(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry
     cfs_serving = NULL;
 }
 
+// Whether the request may wait long on the disk or the network (see the top of this file).
+// Metadata requests stay on the queue thread: their latency is what the transport is for.
+static int cfs_may_block(const struct cfs_ring_entry *entry) {
+    struct cfs_in_header in;
+    memcpy(&in, entry->header->in_out, sizeof(in));
+    switch (in.opcode) {
+    case CFS_OP_READ: case CFS_OP_WRITE: case CFS_OP_FSYNC: case CFS_OP_FLUSH: case CFS_OP_FSYNCDIR:
+    case CFS_OP_FALLOCATE: case CFS_OP_LSEEK: case CFS_OP_COPY_FILE_RANGE: case CFS_OP_SYNCFS:
+        return 1;
+    case CFS_OP_SETATTR: {
+        uint32_t valid;  // fuse_setattr_in starts with its `valid` bits
+        memcpy(&valid, entry->header->op_in, sizeof(valid));
+        return (valid & CFS_FATTR_SIZE) != 0;
+    }
+    default:
+        return 0;
+    }
+}
+
+// Hands `entry` to a lane thread of `queue`, starting one when none is free. 0, or -1 when
+// no thread could serve it (the caller serves it itself).
+static int cfs_lane_push(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry) {
+    struct cfs_ring_lane *lane = &queue->lane;
+    pthread_mutex_lock(&lane->lock);
+    if (lane->waiting >= lane->idle && lane->threads < LANE_MOST
+        && pthread_create(&lane->ids[lane->threads], NULL, cfs_lane_thread, queue) == 0) {
+        lane->threads++;
+    }
+    if (lane->threads == 0) {
+        pthread_mutex_unlock(&lane->lock);
+        return -1;
+    }
+    entry->next = NULL;
+    if (lane->tail != NULL) lane->tail->next = entry; else lane->head = entry;
+    lane->tail = entry;
+    lane->waiting++;
+    pthread_cond_signal(&lane->wake);
+    pthread_mutex_unlock(&lane->lock);
+    return 0;
+}
+
+// Serves an entry the kernel just filled: counted here, on the queue thread.
+static void cfs_serve(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry) {
+    queue->busy++;
+    atomic_fetch_add_explicit(&queue->ring->served, 1, memory_order_relaxed);
+    if (cfs_may_block(entry) && cfs_lane_push(queue, entry) == 0) {
+        atomic_fetch_add_explicit(&queue->ring->laned, 1, memory_order_relaxed);
+        return;
+    }
+    cfs_process(entry);
+}
+
 static void cfs_pin(int cpu) {
     cpu_set_t set;
     CPU_ZERO(&set);
     CPU_SET(cpu, &set);
     // A CPU this process may not use is not fatal: its queue is served from elsewhere.
     (void)sched_setaffinity(0, sizeof(set), &set);
+}
+
+static void *cfs_lane_thread(void *arg) {
+    struct cfs_ring_queue *queue = arg;
+    struct cfs_ring_lane *lane = &queue->lane;
+    char name[16];
+    snprintf(name, sizeof(name), "coordfs-lane%d", queue->qid);
+    pthread_setname_np(pthread_self(), name);
+    cfs_pin(queue->qid);
+    pthread_mutex_lock(&lane->lock);
+    for (;;) {
+        while (lane->head == NULL && !atomic_load(&queue->ring->stopping)) {
+            lane->idle++;
+            pthread_cond_wait(&lane->wake, &lane->lock);
+            lane->idle--;
+        }
+        struct cfs_ring_entry *entry = lane->head;
+        if (entry == NULL) break;
+        lane->head = entry->next;
+        if (lane->head == NULL) lane->tail = NULL;
+        lane->waiting--;
+        pthread_mutex_unlock(&lane->lock);
+        cfs_process(entry);
+        pthread_mutex_lock(&lane->lock);
+    }
+    pthread_mutex_unlock(&lane->lock);
+    return NULL;
 }
 
 static void *cfs_ring_thread(void *arg) {

@@ -15,9 +15,10 @@ void cfs_want_passthrough(int wanted);
 /// through io_uring when the kernel offers it, or NULL for none.
 void cfs_want_ring(void *connection, void *session);
 /// The io_uring queues serving the session on `device` (0: requests come through /dev/fuse),
-/// and the requests they have served.
+/// the requests they have served, and how many of those their lane threads served.
 size_t cfs_ring_queues(int device);
 uint64_t cfs_ring_served(int device);
+uint64_t cfs_ring_laned(int device);
 /// Stops the io_uring queues of `device` before its session is destroyed (none: nothing happens).
 void cfs_ring_stop(int device);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
