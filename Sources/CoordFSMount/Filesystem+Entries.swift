@@ -68,10 +68,10 @@ extension Filesystem {
                     }
                     return try statOf(fd)
                 }
-                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
                 reply.attr(info, timeout: timeout)
             } catch {
-                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 reply.error(error)
             }
         }

@@ -24,7 +24,7 @@ extension Filesystem {
                 return (fd, fd == -1 ? Errno.current : nil)
             }
             if let failure = openFailure {
-                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(failure)
             }
             let unprivileged = callerLacksFSetID(reply)
@@ -34,7 +34,7 @@ extension Filesystem {
             let mode: KernelPassthrough.Mode
             do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
                 close(fd)
-                claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(error)
             }
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes)
@@ -110,7 +110,7 @@ extension Filesystem {
                 return (fd, fd == -1 ? Errno.current : nil, false)
             }
             if let failure = createFailure {
-                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: false))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 return reply.error(failure)
             }
             namespaceChanged(name: name, directory: false)
@@ -126,7 +126,7 @@ extension Filesystem {
                              noFlush: sendsNoFlush(inode))
             } catch {
                 close(fd)
-                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.error(error)
             }
         }
@@ -166,8 +166,8 @@ extension Filesystem {
         let changed = file.changed(now: known ? info : nil)
         let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
         guard let claim = file.claim else { return reply.ok() }
-        claim.notifyingPresentersAfter {
-            claim.end(outcome: outcome)
+        notifyingPresentersAfter(claim) {
+            end(claim, outcome: outcome)
             reply.ok()
         }
     }

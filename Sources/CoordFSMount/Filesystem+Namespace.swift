@@ -19,10 +19,10 @@ extension Filesystem {
                 namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.req, parent: parent, name: name)
                 let (inode, info) = try lookupNode(parent, name)
-                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(inode, info, timeout: timeout)
             } catch {
-                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: false))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
             }
         }
@@ -57,10 +57,10 @@ extension Filesystem {
                 }
                 namespaceChanged(name: name, directory: false)
                 let (linked, info) = try lookupNode(parent, name)
-                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(linked, info, timeout: timeout)
             } catch {
-                claim?.end(outcome: IntentOutcome(existedBefore: false, existsAfter: false))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
             }
         }
@@ -73,7 +73,7 @@ extension Filesystem {
                 name.withCString { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
             }
             if failure == nil { self.namespaceChanged(name: name, directory: directory) }
-            claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
+            self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
             if let failure { reply.error(failure) } else { reply.ok() }
         }
     }
@@ -108,7 +108,7 @@ extension Filesystem {
                 }
             }
             if let failure = renameFailure {
-                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
+                end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
                                       IntentOutcome(existedBefore: destinationExisted, existsAfter: destinationExisted, changed: false)])
                 return reply.error(failure)
             }
@@ -121,13 +121,13 @@ extension Filesystem {
                     inodes.moved(other.id, to: parent.id, name: name)
                 }
                 // Both items changed place; told as changes of both paths.
-                claim?.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
+                end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
                                       IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
             } else if let claim {
                 // The paths as granted (C11); the destination is now what the source was.
                 let granted = claim.intents
-                claim.reportMove(from: granted[0].target, to: target(granted[1].path, isDirectory: sourceIsDirectory))
-                claim.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
+                reportMove(claim, from: granted[0].target, to: target(granted[1].path, isDirectory: sourceIsDirectory))
+                end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
                                       IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
             }
             reply.ok()

@@ -61,7 +61,7 @@ extension Filesystem {
         coordinate(reply, [Wanted(kind: .writing(.contentIndependentMetadataOnly), node: inode,
                                   isDirectory: inode.isDirectory)]) { claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
-            claim?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
+            self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
             if let failure { reply.error(failure) } else { reply.ok() }
         }
     }

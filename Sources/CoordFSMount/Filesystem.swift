@@ -31,6 +31,8 @@ public final class Filesystem: @unchecked Sendable {
     var device: Int32 { session.load(ordering: .relaxed).map { fuse_session_fd(OpaquePointer($0)) } ?? -1 }
     let packageMarkers: PackageMarkers
     let directoryContexts = DirectoryContexts()
+    /// Notifications held back while a handler runs, per thread (`notifyingPresentersAfter`).
+    let heldNotifications = ThreadLocal { HeldNotifications() }
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
     /// The backing filesystem's close(2) never reports an error: a FLUSH would be a round trip
@@ -154,8 +156,8 @@ public final class Filesystem: @unchecked Sendable {
         var isDirectory: Bool
     }
 
-    /// Takes `wanted` for the calling process, then runs `body` with the claim (nil when the path
-    /// is not coordinated). On refusal the request is answered with the errno and `body` does not
+    /// Takes `wanted` for the calling process, then runs `body` with what it holds (nil when the
+    /// path is not coordinated). On refusal the request is answered with the errno and `body` does not
     /// run. An interrupt from the kernel ends the wait with EINTR.
     ///
     /// Requests of the kernel's own threads are not coordinated: they finish what a coordinated
@@ -163,7 +165,7 @@ public final class Filesystem: @unchecked Sendable {
     /// Making the flusher wait for the open's holder would stall writeback for the whole mount,
     /// and with it every writer throttled on dirty pages.
     func coordinate(_ reply: Reply, _ wanted: [Wanted], nonBlocking: Bool = false,
-                    _ body: @escaping @Sendable (AccessClaim?) -> Void) {
+                    _ body: @escaping @Sendable (RequestClaim?) -> Void) {
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = .off
@@ -179,8 +181,9 @@ public final class Filesystem: @unchecked Sendable {
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add()
         // Most requests: nothing in the way and nobody to ask.
-        if let claim = AccessClaim.grantedAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
-            return claim.notifyingPresentersAfter { body(claim) }
+        if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
+            let claim = RequestClaim.grant(grant, intents: intents)
+            return notifyingPresentersAfter(claim) { body(claim) }
         }
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
         // Registered before the claim starts: the claim may be granted (and answered) at once.
@@ -189,7 +192,7 @@ public final class Filesystem: @unchecked Sendable {
                                              holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
             switch result {
-            case .success(let claim): claim.notifyingPresentersAfter { body(claim) }
+            case .success(let claim): claim.notifyingPresentersAfter { body(.claim(claim)) }
             case .failure(let error):
                 let errno = Errno.from(coordination: error)
                 statistics.count(errno)

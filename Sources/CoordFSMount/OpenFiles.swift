@@ -7,7 +7,7 @@ import Synchronization
 final class OpenFile: @unchecked Sendable {
     let fd: Int32
     let inode: Inode
-    let claim: AccessClaim?
+    let claim: RequestClaim?
     /// Whether anything was written through it: its release then tells presenters.
     let written = Atomic<Bool>(false)
     /// Whether it was created by this open (for the notification at release).
@@ -18,7 +18,7 @@ final class OpenFile: @unchecked Sendable {
     /// Directory streams for readdir, opened lazily.
     var directory: OpaquePointer?
 
-    init(fd: Int32, inode: Inode, claim: AccessClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false) {
+    init(fd: Int32, inode: Inode, claim: RequestClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false) {
         self.fd = fd
         self.inode = inode
         self.claim = claim

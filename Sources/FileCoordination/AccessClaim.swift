@@ -33,8 +33,17 @@ public final class AccessClaim: @unchecked Sendable {
     /// most requests this way without a wait table or any completion.
     public static func grantedAtOnce(in domain: CoordinationDomain, identity: CoordinatorIdentity,
                                      intents: [Intent], holds: Bool = true) -> AccessClaim? {
-        guard let grant = domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds)) else { return nil }
+        guard let grant = grantAtOnce(in: domain, identity: identity, intents: intents, holds: holds) else { return nil }
         return AccessClaim(domain: domain, atOnce: (grant, intents), access: nil)
+    }
+
+    /// `grantedAtOnce` without the claim: the engine's grant of `intents`, which the caller ends
+    /// with `CoordinationEngine.release` and whose notifications it hands to
+    /// `CoordinationDomain.deliver`. For a caller that holds the grant no longer than a call of
+    /// its own (a mount's request), the claim object is most of what a grant costs.
+    public static func grantAtOnce(in domain: CoordinationDomain, identity: CoordinatorIdentity,
+                                   intents: [Intent], holds: Bool = true) -> GrantID? {
+        domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds))
     }
 
     /// Starts claiming `intents` for `identity`. `completion` runs once — possibly before this
@@ -122,7 +131,7 @@ public final class AccessClaim: @unchecked Sendable {
             defer { held.deliveries = [] }
             return held.deliveries
         }
-        for deliveries in due { PresenterNotifier.deliver(deliveries, domain: domain) }
+        for deliveries in due { domain.deliver(deliveries) }
     }
 
     private func notify(_ deliveries: [PresenterDelivery<PresenterNotification>]) {
@@ -131,6 +140,6 @@ public final class AccessClaim: @unchecked Sendable {
             held.deliveries.append(deliveries)
             return false
         }
-        if now { PresenterNotifier.deliver(deliveries, domain: domain) }
+        if now { domain.deliver(deliveries) }
     }
 }

@@ -150,6 +150,12 @@ public final class CoordinationDomain: @unchecked Sendable {
         withLock { presenterObjects.sorted { $0.key.rawValue < $1.key.rawValue }.map(\.value) }
     }
 
+    /// Tells this domain's presenters what an access did: the notifications its grant's release
+    /// or reported move returned.
+    public func deliver(_ notifications: [PresenterDelivery<PresenterNotification>]) {
+        PresenterNotifier.deliver(notifications, domain: self)
+    }
+
     func presenter(_ id: PresenterID) -> FilePresenter? { withLock { presenterObjects[id] } }
 
     func presenterID(of presenter: FilePresenter) -> PresenterID? {

@@ -1,0 +1,91 @@
+import Coordination
+import FileCoordination
+
+/// What a coordinated request holds while its handler runs (and an open, until its release).
+///
+/// Most requests are granted at once with nobody to ask: they hold only the engine's grant. An
+/// `AccessClaim` for them was an object made and freed per request, with a lock of its own for
+/// its notifications, and cost a sixth of what coordination adds to a request. The others hold
+/// the claim that waited or asked presenters.
+enum RequestClaim: Sendable {
+    /// Granted at once; its intents are the request's.
+    case grant(GrantID, intents: [Intent])
+    case claim(AccessClaim)
+
+    /// The intents as granted: paths moved while the request waited are updated (C11).
+    var intents: [Intent] {
+        switch self {
+        case .grant(_, let intents): intents
+        case .claim(let claim): claim.intents
+        }
+    }
+}
+
+/// Notifications of grants ended by this thread's running handlers: delivered when the
+/// outermost handler returns, after its reply (see `Filesystem.notifyingPresentersAfter`).
+struct HeldNotifications {
+    var depth = 0
+    var deliveries: [[PresenterDelivery<PresenterNotification>]] = []
+}
+
+extension Filesystem {
+    /// Runs `body`, and tells presenters what it did (`end`, `reportMove`) only when it returns.
+    /// A handler replies to the kernel inside `body`: its caller goes on first, and the
+    /// presenters (and the clients behind them, on a small machine) are woken after.
+    func notifyingPresentersAfter(_ claim: RequestClaim, _ body: () -> Void) {
+        guard case .grant = claim else {
+            if case .claim(let claim) = claim { claim.notifyingPresentersAfter(body) }
+            return
+        }
+        heldNotifications.withValue { $0.depth += 1 }
+        body()
+        let due = heldNotifications.withValue { held -> [[PresenterDelivery<PresenterNotification>]] in
+            held.depth -= 1
+            guard held.depth == 0, !held.deliveries.isEmpty else { return [] }
+            defer { held.deliveries = [] }
+            return held.deliveries
+        }
+        for deliveries in due { domain.deliver(deliveries) }
+    }
+
+    /// Ends `claim`; `outcome` says what happened to its one item. Ending twice does nothing.
+    func end(_ claim: RequestClaim?, outcome: IntentOutcome) {
+        switch claim {
+        case .grant(let id, _): domain.engine.release(id, outcome: outcome, deliver: notify)
+        case .claim(let claim): claim.end(outcome: outcome)
+        case nil: break
+        }
+    }
+
+    /// Ends `claim`; `outcomes` (one per intent) say what happened to each item.
+    func end(_ claim: RequestClaim?, outcomes: [IntentOutcome]) {
+        switch claim {
+        case .grant(let id, _): domain.engine.release(id, outcomes: outcomes, deliver: notify)
+        case .claim(let claim): claim.end(outcomes: outcomes)
+        case nil: break
+        }
+    }
+
+    /// Reports a move made under `claim`: presenters follow it (C15).
+    func reportMove(_ claim: RequestClaim, from source: AccessTarget, to destination: AccessTarget) {
+        switch claim {
+        case .grant(let id, _):
+            // An ended grant has no move to report.
+            if let notifications = try? domain.engine.reportMove(in: id, from: source, to: destination), !notifications.isEmpty {
+                notify(notifications)
+            }
+        case .claim(let claim):
+            claim.reportMove(from: source, to: destination)
+        }
+    }
+
+    /// Holds `deliveries` back while a handler on this thread runs; delivers them otherwise.
+    private func notify(_ deliveries: [PresenterDelivery<PresenterNotification>]) {
+        let held = heldNotifications.withValue { held -> Bool in
+            guard held.depth > 0 else { return false }
+            held.deliveries.append(deliveries)
+            return true
+        }
+        if !held { domain.deliver(deliveries) }
+    }
+}
