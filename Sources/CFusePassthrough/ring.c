@@ -307,8 +307,8 @@ void cfs_ring_stop(int device) {
     // Once its thread has ended, the kernel writes no more into a queue's buffers: requests are
     // copied to them only in that thread's context.
     for (size_t index = 0; index < ring->queue_count; index++) pthread_join(ring->queues[index].thread, NULL);
-    // The queue threads hand nothing more to the lanes: they end once they have served what
-    // they were handed (the replies find no ring and go nowhere: the connection has ended).
+    // The queue threads hand nothing more to the lanes, which end once they have served what
+    // they were handed (those replies stay in entries nobody commits: the connection has ended).
     for (size_t index = 0; index < ring->queue_count; index++) {
         struct cfs_ring_lane *lane = &ring->queues[index].lane;
         pthread_mutex_lock(&lane->lock);
