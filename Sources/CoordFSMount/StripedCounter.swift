@@ -2,8 +2,8 @@ import CFuse3
 import Synchronization
 
 /// A counter that every request adds to, kept in one slot per CPU: a single shared counter
-/// moved its cache line between the CPUs on each request, and that miss cost a request more
-/// than the rest of its bookkeeping. Reading sums the slots.
+/// moved its cache line between the CPUs on each request served on the other one. Reading sums
+/// the slots.
 final class StripedCounter: Sendable {
     /// A slot filling two cache lines, so that no two slots (and nothing else) share one.
     private struct Slot: ~Copyable, Sendable {

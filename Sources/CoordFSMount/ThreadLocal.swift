@@ -36,7 +36,10 @@ final class ThreadLocal<Value>: @unchecked Sendable {
         // thread's reference is borrowed, not retained.
         guard let stored = pthread_getspecific(key) else {
             let storage = ManagedBuffer<Value, UInt8>.create(minimumCapacity: 0) { _ in make() }
-            pthread_setspecific(key, Unmanaged.passRetained(storage).toOpaque())
+            // Not kept (out of memory): this use works on it, the next makes another.
+            if pthread_setspecific(key, Unmanaged.passRetained(storage).toOpaque()) != 0 {
+                Unmanaged.passUnretained(storage).release()
+            }
             return storage.withUnsafeMutablePointerToHeader { body(&$0.pointee) }
         }
         return Unmanaged<ManagedBuffer<Value, UInt8>>.fromOpaque(stored)._withUnsafeGuaranteedRef { storage in
