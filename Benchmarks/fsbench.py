@@ -183,6 +183,9 @@ def job_four_writers(t):
 
 
 shuffler = random.Random(2026)
+# Each metadata chunk's rate per target, by phase: coordfs and --coordination off ran the same
+# chunk moments apart, so their ratio chunk by chunk is free of the drift between chunks.
+chunks = {}
 
 
 def metadata(ts, phase):
@@ -226,6 +229,7 @@ def metadata(ts, phase):
                 else:
                     os.unlink(name)
             rates[t.name].append(len(batch) / (time.perf_counter() - began))
+        chunks.setdefault(phase, []).append({t.name: rates[t.name][-1] for t in ts})
     for t in ts:
         shutil.rmtree(os.path.join(t.directory, "meta"))
     return {name: statistics.median(values) for name, values in rates.items()}
@@ -313,3 +317,17 @@ if repeats > 1:
             middle = statistics.median(values)
             cells.append("%-20s" % ("%.0f %%" % (100 * (max(values) - min(values)) / middle if middle else 0)))
         print("%-*s  %s" % (width, job, "  ".join(cells)))
+
+# Coordination's own cost, paired: coordfs against --coordination off chunk by chunk (each pair
+# ran within moments), the median of those ratios and their quartiles.
+pairs = [(phase, [c["coordfs"] / c["coordfs-off"] - 1 for c in rounds if c.get("coordfs") and c.get("coordfs-off")])
+         for phase, rounds in chunks.items()]
+if any(len(ratios) >= 4 for _, ratios in pairs):
+    print()
+    print("coordfs against coordfs-off, paired chunk by chunk: median ratio - 1 (quartiles):")
+    for phase, ratios in pairs:
+        if len(ratios) < 4: continue
+        low, middle, high = statistics.quantiles(ratios, n=4)
+        label = {"create": "create+close", "stat": "stat, uncached", "unlink": "unlink, uncached"}.get(phase, phase)
+        print("%-*s  %+.1f %%  (%+.1f %% to %+.1f %%), %d chunks"
+              % (width, label, 100 * statistics.median(ratios), 100 * low, 100 * high, len(ratios)))
