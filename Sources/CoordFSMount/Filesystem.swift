@@ -177,7 +177,9 @@ public final class Filesystem: @unchecked Sendable {
         if mode == .off { return body(nil) }
         guard let process = callingProcess(reply.req) else { return body(nil) }
         // Most requests name one item: its array is made once, not grown by a map.
-        let intents = wanted.count == 1 ? [Intent(wanted[0].kind, target(of: wanted[0]))] : wanted.map { Intent($0.kind, target(of: $0)) }
+        let intents = wanted.count == 1
+            ? [Intent(wanted[0].kind, target(of: wanted[0]))]
+            : wanted.map { Intent($0.kind, target(of: $0)) }
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add()
         // Most requests: nothing in the way and nobody to ask.
@@ -192,7 +194,9 @@ public final class Filesystem: @unchecked Sendable {
                                              holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
             switch result {
-            case .success(let claim): claim.notifyingPresentersAfter { body(.claim(claim)) }
+            case .success(let claim):
+                let held = RequestClaim.claim(claim)
+                notifyingPresentersAfter(held) { body(held) }
             case .failure(let error):
                 let errno = Errno.from(coordination: error)
                 statistics.count(errno)
