@@ -3,7 +3,8 @@ struct State: ~Copyable {
     struct Hold {
         let grant: GrantID
         let identity: CoordinatorIdentity
-        let mode: LockMode
+        /// Filed under its item's path in `holds`: the path is not repeated here.
+        let kind: LockKind
     }
 
     struct GrantRecord {
@@ -110,13 +111,13 @@ struct State: ~Copyable {
         var found = Set<CoordinatorIdentity>()
         for mode in modes {
             if let sameItem = holds[mode.path] {
-                for hold in sameItem where isBlocking(hold, for: identity) && hold.mode.conflicts(with: mode) {
+                for hold in sameItem where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: mode.kind) {
                     found.insert(hold.identity)
                 }
             }
             if subtreeHoldCount > 0 {
                 for ancestor in mode.path.ancestors {
-                    for hold in holds[ancestor] ?? Holds() where hold.mode.coversSubtree && isBlocking(hold, for: identity) {
+                    for hold in holds[ancestor] ?? Holds() where hold.kind.coversSubtree && isBlocking(hold, for: identity) {
                         found.insert(hold.identity)
                     }
                 }
@@ -199,7 +200,7 @@ struct State: ~Copyable {
         let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
                                            holdsIntents: request.holdsIntents, messaging: messaging))
         for mode in modes {
-            holds.append(Hold(grant: id, identity: request.identity, mode: mode), at: mode.path)
+            holds.append(Hold(grant: id, identity: request.identity, kind: mode.kind), at: mode.path)
             if mode.coversSubtree { subtreeHoldCount += 1 }
         }
         return id
@@ -207,10 +208,11 @@ struct State: ~Copyable {
 
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
         guard let record = grants.remove(id) else { return nil }
-        for intent in record.intents where record.holdsIntents {
-            let mode = LockMode(intent)
-            if mode.coversSubtree { subtreeHoldCount -= 1 }
-            holds.remove(grant: id, at: mode.path)
+        guard record.holdsIntents else { return record }
+        // Read in place: a `LockMode` per intent would copy (and retain) each path.
+        for index in record.intents.indices {
+            if LockKind(record.intents[index]).coversSubtree { subtreeHoldCount -= 1 }
+            holds.remove(grant: id, at: record.intents[index].target.enclosingPackages.first ?? record.intents[index].target.path)
         }
         return record
     }

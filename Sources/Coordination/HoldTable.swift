@@ -15,6 +15,9 @@ struct HoldTable: Sequence {
     }
 
     private var slots: [Entry?]
+    /// Each slot's path hash with its low bit set, or 0 while the slot is empty: probes read
+    /// these plain integers and look at an entry (and its path's bytes) only on a match.
+    private var keys: [Int]
     private(set) var count = 0
     private let seed: UInt64
 
@@ -23,6 +26,7 @@ struct HoldTable: Sequence {
         var size = 8
         while size < capacity { size *= 2 }
         slots = Array(repeating: nil, count: size)
+        keys = Array(repeating: 0, count: size)
     }
 
     /// The holds on `path`, if any.
@@ -70,9 +74,11 @@ struct HoldTable: Sequence {
 
     private var mask: Int { slots.count - 1 }
 
-    private func home(of path: ItemPath) -> Int {
+    private func home(of path: ItemPath) -> Int { home(ofKey: Self.key(of: path)) }
+
+    private func home(ofKey key: Int) -> Int {
         // The finalizer of MurmurHash3: every bit of the seeded hash reaches the low bits.
-        var hash = UInt64(UInt(bitPattern: path.hashCode)) ^ seed
+        var hash = UInt64(UInt(bitPattern: key)) ^ seed
         hash ^= hash >> 33
         hash &*= 0xff51_afd7_ed55_8ccd
         hash ^= hash >> 33
@@ -81,28 +87,26 @@ struct HoldTable: Sequence {
         return Int(truncatingIfNeeded: hash) & mask
     }
 
-    // The probes read entries in place: copying an entry out retains everything in it, and
-    // that cost more than the hashing saved.
+    private static func key(of path: ItemPath) -> Int { path.hashCode | 1 }
 
     private func index(of path: ItemPath) -> Int? {
         guard count > 0 else { return nil }
-        return slots.withUnsafeBufferPointer { slots -> Int? in
-            var index = home(of: path)
-            while let hash = slots[index]?.path.hashCode {
-                if hash == path.hashCode && slots[index]!.path == path { return index }
-                index = (index + 1) & mask
-            }
-            return nil
+        let key = Self.key(of: path)
+        var index = home(of: path)
+        while true {
+            let found = keys[index]
+            if found == 0 { return nil }
+            if found == key && slots[index]!.path == path { return index }
+            index = (index + 1) & mask
         }
     }
 
-    private func isVacant(_ index: Int) -> Bool {
-        slots.withUnsafeBufferPointer { $0[index] == nil }
-    }
+    private func isVacant(_ index: Int) -> Bool { keys[index] == 0 }
 
     private mutating func insertNew(_ entry: consuming Entry) {
         var index = home(of: entry.path)
         while !isVacant(index) { index = (index + 1) & mask }
+        keys[index] = Self.key(of: entry.path)
         slots[index] = entry
     }
 
@@ -110,16 +114,18 @@ struct HoldTable: Sequence {
     /// every lookup still reaches its entry before an empty slot (no tombstones).
     private mutating func removeEntry(at index: Int) {
         slots[index] = nil
+        keys[index] = 0
         count -= 1
         var hole = index
         var next = (index + 1) & mask
         while !isVacant(next) {
-            let start = slots.withUnsafeBufferPointer { slots -> Int in home(of: slots[next]!.path) }
+            let start = home(ofKey: keys[next])
             // The entry may fill the hole when its home is not in the cyclic range (hole, next].
             let distanceToNext = (next - start) & mask
             let distanceToHole = (next - hole) & mask
             if distanceToNext >= distanceToHole {
                 slots.swapAt(hole, next)
+                keys.swapAt(hole, next)
                 hole = next
             }
             next = (next + 1) & mask
@@ -129,6 +135,7 @@ struct HoldTable: Sequence {
     private mutating func grow() {
         let old = slots
         slots = Array(repeating: nil, count: old.count * 2)
+        keys = Array(repeating: 0, count: old.count * 2)
         for case let entry? in old { insertNew(entry) }
     }
 }

@@ -4,6 +4,32 @@
 struct LockMode: Hashable, Sendable {
     /// The item the lock is on: the outermost enclosing file package, or the item itself (C17).
     var path: ItemPath
+    var kind: LockKind
+
+    init(_ intent: Intent) {
+        path = Self.lockedPath(intent)
+        kind = LockKind(intent)
+    }
+
+    /// The item an intent locks: the outermost enclosing package, or the item itself (C17).
+    static func lockedPath(_ intent: Intent) -> ItemPath {
+        intent.target.enclosingPackages.first ?? intent.target.path
+    }
+
+    var coversSubtree: Bool { kind.coversSubtree }
+
+    /// The conflict predicate: may `self` and `other`, held by different coordinators, coexist?
+    func conflicts(with other: LockMode) -> Bool {
+        if path == other.path { return kind.conflicts(onTheSameItemWith: other.kind) }
+        if path.isAncestor(of: other.path) { return kind.coversSubtree }   // C18, C19
+        if other.path.isAncestor(of: path) { return other.kind.coversSubtree }
+        return false
+    }
+}
+
+/// A lock's mode without its place: what a hold keeps beside the item it is filed under. It
+/// holds no reference, so holds are copied and dropped without touching a reference count.
+struct LockKind: Hashable, Sendable {
     var isWrite: Bool
     /// A read with immediatelyAvailableMetadataOnly (O3) or a write with
     /// contentIndependentMetadataOnly (O9).
@@ -14,7 +40,6 @@ struct LockMode: Hashable, Sendable {
     var coversSubtree: Bool
 
     init(_ intent: Intent) {
-        let target = intent.target
         switch intent.kind {
         case .reading(let options):
             isWrite = false
@@ -25,34 +50,25 @@ struct LockMode: Hashable, Sendable {
             metadataOnly = options.contains(.contentIndependentMetadataOnly)
             destructive = !options.isDisjoint(with: WritingOptions.destructive)
         }
-        if let package = target.enclosingPackages.first {
+        if !intent.target.enclosingPackages.isEmpty {
             // Inside a package every access is the same kind of access to the package; deleting
             // or moving something inside it is a plain write to the package (P22).
-            path = package
             destructive = false
             coversSubtree = false
         } else {
-            path = target.path
-            coversSubtree = destructive && target.isDirectory
+            coversSubtree = destructive && intent.target.isDirectory
         }
     }
 
-    /// The conflict predicate: may `self` and `other`, held by different coordinators, coexist?
-    func conflicts(with other: LockMode) -> Bool {
-        if path == other.path { return Self.sameItemConflict(self, other) }
-        if path.isAncestor(of: other.path) { return coversSubtree }   // C18, C19
-        if other.path.isAncestor(of: path) { return other.coversSubtree }
-        return false
-    }
-
-    private static func sameItemConflict(_ a: LockMode, _ b: LockMode) -> Bool {
-        if !a.isWrite && !b.isWrite { return false }                    // C3: readers share
-        if a.destructive || b.destructive { return true }               // O3: even metadata reads wait
-        let (writer, other) = a.isWrite ? (a, b) : (b, a)
-        if !other.isWrite {
+    /// Two locks on one item, held by different coordinators: may they coexist?
+    func conflicts(onTheSameItemWith other: LockKind) -> Bool {
+        if !isWrite && !other.isWrite { return false }                  // C3: readers share
+        if destructive || other.destructive { return true }             // O3: even metadata reads wait
+        let (writer, reader) = isWrite ? (self, other) : (other, self)
+        if !reader.isWrite {
             // A metadata-only read waits only for destructive writes (O3); a metadata-only write
             // does not wait for reads of the contents (O9).
-            return !(other.metadataOnly || writer.metadataOnly)
+            return !(reader.metadataOnly || writer.metadataOnly)
         }
         return true                                                     // C2: writers exclude writers
     }

@@ -40,7 +40,7 @@ import Testing
         let package = ItemPath("/p.pkg")!
         let a = mode(.writing(.forDeleting), ItemPath("/p.pkg/a")!, packages: [package])
         let b = mode(.reading([]), ItemPath("/p.pkg/sub/b")!, packages: [package])
-        #expect(a.path == package && !a.destructive)           // P22: a write to the package
+        #expect(a.path == package && !a.kind.destructive)           // P22: a write to the package
         #expect(a.conflicts(with: b))                           // C17
     }
 }
