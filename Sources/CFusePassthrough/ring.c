@@ -25,6 +25,11 @@
 // keeps it, and the blocks go when that descriptor closes, at the kernel's FORGET, which comes
 // through /dev/fuse.
 //
+// On a backing directory whose filesystem is not local (NFS, SMB, FUSE, ...), any request may
+// wait on the network: a lookup or an open on a stalled server held up every later request of
+// its CPU. There the lane threads serve every request (`lanes_all`); a round trip to the server
+// costs more than the hand-over.
+//
 // Interrupts, forgets and notifications still go through /dev/fuse and libfuse's own loop.
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 312
@@ -119,6 +124,7 @@ struct cfs_ring {
     struct cfs_ring_queue *queues;
     sem_t started;                // each queue thread posts once its io_uring exists (or failed)
     sem_t go;                     // posted per queue once INIT has been answered
+    int lanes_all;                // every request to a lane thread, not only those that may block
     _Atomic int stopping;
     _Atomic int failed;
     _Atomic uint64_t served;
@@ -225,10 +231,11 @@ static void cfs_free_queue(struct cfs_ring_queue *queue) {
     pthread_cond_destroy(&queue->lane.wake);
 }
 
-int cfs_ring_prepare(void *session, int device, size_t payload_size) {
+int cfs_ring_prepare(void *session, int device, size_t payload_size, int lanes_all) {
     struct cfs_ring *ring = calloc(1, sizeof(*ring));
     if (ring == NULL) return -ENOMEM;
     ring->session = session;
+    ring->lanes_all = lanes_all != 0;
     ring->device = device;
     ring->payload_size = payload_size;
     ring->queue_count = (size_t)get_nprocs_conf();
@@ -339,6 +346,14 @@ static uint64_t cfs_ring_counter(int device, size_t offset) {
 uint64_t cfs_ring_served(int device) { return cfs_ring_counter(device, offsetof(struct cfs_ring, served)); }
 
 uint64_t cfs_ring_laned(int device) { return cfs_ring_counter(device, offsetof(struct cfs_ring, laned)); }
+
+int cfs_ring_lanes_all(int device) {
+    pthread_rwlock_rdlock(&cfs_rings_lock);
+    struct cfs_ring *ring = cfs_ring_of(device);
+    int all = ring != NULL && !atomic_load(&ring->failed) && ring->lanes_all;
+    pthread_rwlock_unlock(&cfs_rings_lock);
+    return all;
+}
 
 size_t cfs_ring_queues(int device) {
     pthread_rwlock_rdlock(&cfs_rings_lock);
@@ -513,7 +528,7 @@ static int cfs_lane_push(struct cfs_ring_queue *queue, struct cfs_ring_entry *en
 static void cfs_serve(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry) {
     queue->busy++;
     atomic_fetch_add_explicit(&queue->ring->served, 1, memory_order_relaxed);
-    if (cfs_may_block(entry) && cfs_lane_push(queue, entry) == 0) {
+    if ((queue->ring->lanes_all || cfs_may_block(entry)) && cfs_lane_push(queue, entry) == 0) {
         atomic_fetch_add_explicit(&queue->ring->laned, 1, memory_order_relaxed);
         return;
     }

@@ -88,7 +88,8 @@ extension Filesystem {
                 + "\"descriptor_budget\":\(inodes.reopens ? inodes.descriptorBudget : -1),\"open_files\":\(files.count),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(cfs_ring_queues(device)),"
-                + "\"ring_requests\":\(cfs_ring_served(device)),\"ring_lane_requests\":\(cfs_ring_laned(device))}"
+                + "\"ring_requests\":\(cfs_ring_served(device)),\"ring_lane_requests\":\(cfs_ring_laned(device)),"
+                + "\"ring_lanes_all\":\(cfs_ring_lanes_all(device))}"
         default: return nil
         }
     }

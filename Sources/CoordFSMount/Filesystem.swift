@@ -38,6 +38,9 @@ public final class Filesystem: @unchecked Sendable {
     /// The backing filesystem's close(2) never reports an error: a FLUSH would be a round trip
     /// for nothing (see `sendsNoFlush`).
     let backingCloseReportsNothing: Bool
+    /// The backing directory is on a local filesystem: a request seldom waits long on it, and
+    /// the io_uring queue threads serve requests themselves (see `localFilesystems`).
+    let backingIsLocal: Bool
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
     var socketPath: String? {
         get { socket.withLock { $0 } }
@@ -63,7 +66,9 @@ public final class Filesystem: @unchecked Sendable {
             throw MountError.invalid("cannot stat backing directory '\(configuration.backing)'")
         }
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: configuration.descriptorBudget)
-        backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(Int64(cfs_filesystem_type(fd)))
+        let type = Int64(cfs_filesystem_type(fd))
+        backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(type)
+        backingIsLocal = Self.localFilesystems.contains(type)
     }
 
     /// Local filesystems whose files have no flush method: close(2) reports nothing, and
@@ -77,6 +82,20 @@ public final class Filesystem: @unchecked Sendable {
         0x858458F6,     // ramfs
         0xF2F52010,     // f2fs
     ]
+
+    /// Local filesystems, on a disk of this machine or in its memory: their lookups and opens
+    /// wait at most for the disk. Any other (NFS, SMB, 9p, Ceph, FUSE, or one not known here)
+    /// may keep a request for as long as a server or a program takes, and the io_uring queues
+    /// then hand every request to their lane threads, so that none holds up its CPU's queue
+    /// (ring.c). A submount of another kind inside the backing directory is not looked at.
+    static let localFilesystems: Set<Int64> = filesystemsWithoutFlush.union([
+        0x794C7630,     // overlayfs
+        0x2FC12FC1,     // zfs
+        0xCA451A4E,     // bcachefs
+        0x4D44,         // vfat
+        0x2011BAB0,     // exfat
+        0x7366746E,     // ntfs3
+    ])
 
     /// Whether close(2) of an open of `inode` can go without a FLUSH to the daemon: its
     /// backing file is on the backing directory's own filesystem, and that filesystem reports

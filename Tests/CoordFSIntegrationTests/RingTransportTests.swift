@@ -146,4 +146,52 @@ import Glibc
         #expect(worst < took / 2, "a setattr on the same CPU waited \(worst) s during a \(took) s \(operation)")
         #expect((try fx.statistics()["ring_lane_requests"] ?? 0) >= 1, "the \(operation) went to a lane thread")
     }
+
+    /// A backing directory on a filesystem that is not local (here another coordfs mount, whose
+    /// open of a file held for writing waits there): every request goes to a lane thread, and a
+    /// request that waits on the backing holds up no other on its CPU. On the queue thread, an
+    /// open that waited on the backing held up every later setattr and readdir of its CPU until
+    /// it was answered. A local backing keeps metadata requests on the queue threads.
+    @Test func aBackingThatIsNotLocalHoldsUpNoQueue() throws {
+        guard Self.kernelOffersRings() else { return }
+        let inner = try MountFixture()
+        try inner.seed("held")
+        try inner.seed("other")
+        // Passthrough does not stack on a FUSE backing.
+        let outer = try MountFixture(["--no-kernel-passthrough"], backing: inner.mountPoint)
+        defer { outer.unmount() }
+        let (innerCounters, outerCounters) = (try inner.statistics(), try outer.statistics())
+        #expect(innerCounters["ring_lanes_all"] == 0, "a local backing: \(innerCounters)")
+        #expect(outerCounters["ring_lanes_all"] == 1, "a FUSE backing: \(outerCounters)")
+
+        let writer = try Child.holder()
+        #expect(writer.ask("open w \(inner.path("held"))") == "ok 1")
+        let script = """
+        import os, sys, threading, time
+        held, other, directory = sys.argv[1:4]
+        os.sched_setaffinity(0, {0})
+        def opener():
+            os.close(os.open(held, os.O_RDONLY))
+            print("opened", flush=True)
+        threading.Thread(target=opener).start()
+        time.sleep(0.3)
+        worst, end = 0.0, time.time() + 1.0
+        while time.time() < end:
+            began = time.perf_counter()
+            os.utime(other)
+            os.listdir(directory)
+            worst = max(worst, time.perf_counter() - began)
+            time.sleep(0.01)
+        print("worst %f" % worst, flush=True)
+        """
+        let prober = try Child("/usr/bin/python3", ["-c", script, outer.path("held"), outer.path("other"), outer.mountPoint.path])
+        // Held up, the prober answers only once the writer lets go: a late answer is the failure.
+        let report = prober.next(timeout: .seconds(5))
+        #expect(writer.ask("close all") == "ok")
+        let lines = [report, prober.next(timeout: .seconds(15))].compactMap { $0 }
+        #expect(report?.hasPrefix("worst ") == true, "the prober was held up while the open waited: \(lines)")
+        let worst = lines.first { $0.hasPrefix("worst ") }.flatMap { Double($0.dropFirst(6)) }
+        #expect((worst ?? .infinity) < 0.25, "a setattr and a readdir on the open's CPU waited \(worst ?? -1) s: \(lines)")
+        #expect(lines.contains("opened"), "the open went on once the writer let go: \(lines)")
+    }
 }

@@ -12,13 +12,17 @@ int cfs_session_hook_device(void *session);
 /// From the mount's init callback: whether to ask the kernel for passthrough.
 void cfs_want_passthrough(int wanted);
 /// From the mount's init callback (`connection`: its struct fuse_conn_info): the session to serve
-/// through io_uring when the kernel offers it, or NULL for none.
-void cfs_want_ring(void *connection, void *session);
+/// through io_uring when the kernel offers it, or NULL for none; `lanes_all` nonzero when any
+/// request may block for long (a backing directory on the network): then every request is
+/// served by a lane thread, and none holds up its CPU's queue.
+void cfs_want_ring(void *connection, void *session, int lanes_all);
 /// The io_uring queues serving the session on `device` (0: requests come through /dev/fuse),
 /// the requests they have served, and how many of those their lane threads served.
 size_t cfs_ring_queues(int device);
 uint64_t cfs_ring_served(int device);
 uint64_t cfs_ring_laned(int device);
+/// Whether the queues of `device` hand every request to their lane threads.
+int cfs_ring_lanes_all(int device);
 /// Stops the io_uring queues of `device` before its session is destroyed (none: nothing happens).
 void cfs_ring_stop(int device);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
