@@ -577,8 +577,12 @@ static void *cfs_ring_thread(void *arg) {
     snprintf(name, sizeof(name), "coordfs-ring%d", queue->qid);
     pthread_setname_np(pthread_self(), name);
     cfs_pin(queue->qid);
+    // Only this thread submits, and the kernel's completions (each new request) wait for it to
+    // ask for them. Otherwise each one is task work signalled to this thread, and a system call
+    // it is in that waits interruptibly (an open on a network or FUSE backing) failed with
+    // EINTR whenever a request for this queue came in meanwhile.
     struct io_uring_params params = { 0 };
-    params.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE;
+    params.flags = IORING_SETUP_SQE128 | IORING_SETUP_CQSIZE | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
     params.cq_entries = CQ_SIZE;
     int error = io_uring_queue_init_params(SQ_SIZE, &queue->uring, &params);
     if (error == 0) {

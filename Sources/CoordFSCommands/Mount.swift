@@ -7,6 +7,7 @@ import Glibc
 #endif
 
 extension CoordinationMode: ExpressibleByArgument {}
+extension RingLanes: ExpressibleByArgument {}
 
 /// `coordfs mount BACKING MOUNTPOINT`.
 struct Mount: ParsableCommand {
@@ -59,6 +60,9 @@ struct Mount: ParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Take requests through FUSE over io_uring, one queue per CPU, when the kernel offers it (Linux 6.14+ with the fuse module's enable_uring=Y; default on).")
     var ioUring = true
 
+    @Option(help: "Which io_uring requests go to lane threads: auto (all on a backing that is not local, else blocking), all, or blocking (fsync, truncation and the like).")
+    var ringLanes: RingLanes?
+
     @Option(help: "How many inode descriptors to keep open (default 12000; the rest reopen by file handle).")
     var descriptorBudget: Int?
 
@@ -99,6 +103,7 @@ struct Mount: ParsableCommand {
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true
         configuration.kernelPassthrough = kernelPassthrough && loaded?.kernelPassthrough != false
         configuration.ioUring = ioUring && loaded?.ioUring != false
+        configuration.ringLanes = ringLanes ?? loaded?.ringLanes ?? .auto
         if let descriptorBudget {
             guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
             configuration.descriptorBudget = descriptorBudget

@@ -25,6 +25,7 @@ struct Profile {
     var writebackCache = false
     var kernelPassthrough = true
     var ioUring = true
+    var ringLanes: RingLanes?
     var threads: Int?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
@@ -82,6 +83,11 @@ struct Profile {
             case "writeback-cache": writebackCache = try boolean(value)
             case "kernel-passthrough": kernelPassthrough = try boolean(value)
             case "io-uring": ioUring = try boolean(value)
+            case "ring-lanes":
+                guard let lanes = RingLanes(rawValue: value) else {
+                    throw ProfileError("\(url.path):\(number + 1): ring-lanes must be auto, all or blocking, not '\(value)'")
+                }
+                ringLanes = lanes
             case "threads":
                 guard let count = Int(value), MountCommandLimits.threads.contains(count) else {
                     throw ProfileError("\(url.path):\(number + 1): threads must be a whole number from 1 to \(MountCommandLimits.threads.upperBound), not '\(value)'")

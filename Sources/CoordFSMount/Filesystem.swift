@@ -38,9 +38,9 @@ public final class Filesystem: @unchecked Sendable {
     /// The backing filesystem's close(2) never reports an error: a FLUSH would be a round trip
     /// for nothing (see `sendsNoFlush`).
     let backingCloseReportsNothing: Bool
-    /// The backing directory is on a local filesystem: a request seldom waits long on it, and
-    /// the io_uring queue threads serve requests themselves (see `localFilesystems`).
-    let backingIsLocal: Bool
+    /// The io_uring queues hand every request to their lane threads (`RingLanes`): the backing
+    /// directory's filesystem is not local, or the configuration says so.
+    let lanesAll: Bool
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
     var socketPath: String? {
         get { socket.withLock { $0 } }
@@ -68,7 +68,11 @@ public final class Filesystem: @unchecked Sendable {
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: configuration.descriptorBudget)
         let type = Int64(cfs_filesystem_type(fd))
         backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(type)
-        backingIsLocal = Self.localFilesystems.contains(type)
+        switch configuration.ringLanes {
+        case .auto: lanesAll = !Self.localFilesystems.contains(type)
+        case .all: lanesAll = true
+        case .blocking: lanesAll = false
+        }
     }
 
     /// Local filesystems whose files have no flush method: close(2) reports nothing, and

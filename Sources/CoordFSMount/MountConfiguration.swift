@@ -37,6 +37,8 @@ public struct MountConfiguration: Sendable {
     /// Take requests through FUSE over io_uring when the kernel offers it (Linux 6.14 or later
     /// with `fuse.enable_uring=Y`): one queue per CPU, served by a thread on that CPU.
     public var ioUring = true
+    /// Which requests the io_uring queues hand to their lane threads (see `RingLanes`).
+    public var ringLanes = RingLanes.auto
     /// Threads serving kernel requests, started as requests overlap. One thread served a lone
     /// program's metadata calls much faster on a small VM (see the README), but a slow system
     /// call on the backing directory then holds up every other request; waits for coordination
@@ -69,4 +71,18 @@ public struct MountConfiguration: Sendable {
         for rule in modeRules where fnmatch(rule.pattern, relativePath, 0) == 0 { return rule.mode }
         return mode
     }
+}
+
+/// Which requests an io_uring queue hands to its lane threads instead of serving them itself.
+/// A lane costs a hand-over between two threads; a request served on the queue thread holds up
+/// that CPU's later requests while it waits.
+public enum RingLanes: String, Sendable, CaseIterable {
+    /// `blocking` on a local backing filesystem, `all` on any other (`Filesystem.localFilesystems`).
+    case auto
+    /// Every request: for a backing directory where any call may wait long (a network or FUSE
+    /// filesystem, or one mounted over such).
+    case all
+    /// Only requests that may wait long on any filesystem: fsync, truncation, data not passed
+    /// through, and the like.
+    case blocking
 }

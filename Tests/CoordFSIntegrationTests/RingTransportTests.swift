@@ -194,4 +194,47 @@ import Glibc
         #expect((worst ?? .infinity) < 0.25, "a setattr and a readdir on the open's CPU waited \(worst ?? -1) s: \(lines)")
         #expect(lines.contains("opened"), "the open went on once the writer let go: \(lines)")
     }
+
+    /// With `--ring-lanes blocking` a queue thread serves an open on a FUSE backing itself, and
+    /// waits there for a writer. Requests that come for its queue meanwhile must not interrupt
+    /// that wait: the kernel's completions were task work signalled to the thread, and the
+    /// open failed with EINTR, which a C program sees as it is (Python retries EINTR: the
+    /// script calls open(2) through ctypes).
+    @Test func aQueueThreadWaitingOnTheBackingIsNotInterruptedByNewRequests() throws {
+        guard Self.kernelOffersRings() else { return }
+        let inner = try MountFixture()
+        try inner.seed("held")
+        try inner.seed("other")
+        let outer = try MountFixture(["--no-kernel-passthrough", "--ring-lanes", "blocking"], backing: inner.mountPoint)
+        defer { outer.unmount() }
+        let counters = try outer.statistics()
+        #expect(counters["ring_lanes_all"] == 0, "\(counters)")
+
+        let writer = try Child.holder()
+        #expect(writer.ask("open w \(inner.path("held"))") == "ok 1")
+        let script = """
+        import ctypes, os, sys, threading, time
+        held, other = sys.argv[1:3]
+        libc = ctypes.CDLL(None, use_errno=True)
+        os.sched_setaffinity(0, {0})
+        result = []
+        def opener():
+            fd = libc.open(held.encode(), os.O_RDONLY)
+            result.append("open %d errno %d" % (fd, ctypes.get_errno()))
+            if fd >= 0: os.close(fd)
+        thread = threading.Thread(target=opener)
+        thread.start()
+        time.sleep(0.3)
+        for _ in range(3): os.utime(other)
+        thread.join()
+        print(result[0], flush=True)
+        """
+        let prober = try Child("/usr/bin/python3", ["-c", script, outer.path("held"), outer.path("other")])
+        // The open waits for the writer, and the setattrs come in behind it on its CPU.
+        Thread.sleep(forTimeInterval: 1.0)
+        #expect(writer.ask("close all") == "ok")
+        let line = prober.next(timeout: .seconds(15))
+        #expect(line?.hasPrefix("open ") == true && line?.hasPrefix("open -1") == false,
+                "the open through the outer mount: \(line ?? "no answer")")
+    }
 }
