@@ -25,6 +25,8 @@ import Glibc
         try Data("kernel-passthrough = sometimes\n".utf8).write(to: URL(fileURLWithPath: badProfile))
         let badThreads = dir.appendingPathComponent("threads.profile").path
         try Data("threads = 0\n".utf8).write(to: URL(fileURLWithPath: badThreads))
+        let badLanes = dir.appendingPathComponent("lanes.profile").path
+        try Data("ring-lanes = sometimes\n".utf8).write(to: URL(fileURLWithPath: badLanes))
         let cases: [([String], String)] = [
             (["mount", dir.appendingPathComponent("missing").path, mnt], "does not exist"),
             (["mount", dir.appendingPathComponent("file").path, mnt], "not a directory"),
@@ -41,6 +43,8 @@ import Glibc
             (["mount", backing, mnt, "--threads", "many"], "many"),
             (["mount", backing, mnt, "-s", "--threads", "4"], "-s is --threads 1; it cannot go with --threads 4"),
             (["mount", backing, mnt, "--profile", badThreads], "threads must be a whole number from 1 to 256, not '0'"),
+            (["mount", backing, mnt, "--ring-lanes", "sometimes"], "sometimes"),
+            (["mount", backing, mnt, "--profile", badLanes], "ring-lanes must be auto, all or blocking, not 'sometimes'"),
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)

@@ -54,6 +54,18 @@ import Glibc
         }
     }
 
+    /// `--ring-lanes all` on a local backing: lane threads serve every request, and the same
+    /// work gets done.
+    @Test func ringLanesAllSendsEveryRequestToALane() throws {
+        guard Self.kernelOffersRings() else { return }
+        let fx = try MountFixture(["--ring-lanes", "all"])
+        try Self.exercise(fx)
+        let counters = try fx.statistics()
+        #expect(counters["ring_lanes_all"] == 1, "\(counters)")
+        let served = counters["ring_requests"] ?? 0, laned = counters["ring_lane_requests"] ?? 0
+        #expect(served >= 150 && laned == served, "\(counters)")
+    }
+
     @Test func withoutIoUringRequestsComeThroughTheDevice() throws {
         _ = Self.kernelOffersRings()
         let fx = try MountFixture(["--no-io-uring"])
