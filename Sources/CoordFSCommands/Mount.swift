@@ -63,7 +63,7 @@ struct Mount: ParsableCommand {
     @Option(help: "Which io_uring requests go to lane threads: auto (all on a backing that is not local, else blocking), all, or blocking (fsync, truncation and the like).")
     var ringLanes: RingLanes?
 
-    @Option(help: "How many inode descriptors to keep open (default 12000; the rest reopen by file handle).")
+    @Option(help: "How many inode descriptors to keep open (default 12000, or three fifths of the open-file limit where that is lower; the rest reopen by file handle).")
     var descriptorBudget: Int?
 
     @Option(help: "At most this many threads serve kernel requests (default 16; see the README for 1).")
@@ -158,6 +158,11 @@ struct Mount: ParsableCommand {
         }
         for rule in configuration.modeRules where rule.pattern.isEmpty {
             throw CommandFailure("an empty path pattern in the mode rules")
+        }
+        // Raised here too: the daemon inherits the limit from this process.
+        let limit = DescriptorLimit.raise()
+        if let budget = configuration.descriptorBudget, DescriptorLimit.budget(budget, under: limit) == nil {
+            throw CommandFailure("--descriptor-budget \(budget) is more than the open-file limit allows (at most \(DescriptorLimit.largestBudget(under: limit)) of \(limit))")
         }
     }
 

@@ -41,6 +41,8 @@ public final class Filesystem: @unchecked Sendable {
     /// The io_uring queues hand every request to their lane threads (`RingLanes`): the backing
     /// directory's filesystem is not local, or the configuration says so.
     let lanesAll: Bool
+    /// The process's open-file limit, raised to the hard limit at mount (`DescriptorLimit`).
+    let openFileLimit: Int
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
     var socketPath: String? {
         get { socket.withLock { $0 } }
@@ -65,7 +67,13 @@ public final class Filesystem: @unchecked Sendable {
             close(fd)
             throw MountError.invalid("cannot stat backing directory '\(configuration.backing)'")
         }
-        inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: configuration.descriptorBudget)
+        let limit = DescriptorLimit.raise()
+        openFileLimit = limit
+        guard let budget = DescriptorLimit.budget(configuration.descriptorBudget, under: limit) else {
+            close(fd)
+            throw MountError.invalid("a descriptor budget of \(configuration.descriptorBudget ?? 0) is more than the open-file limit allows (at most \(DescriptorLimit.largestBudget(under: limit)) of \(limit))")
+        }
+        inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget)
         let type = Int64(cfs_filesystem_type(fd))
         backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(type)
         switch configuration.ringLanes {

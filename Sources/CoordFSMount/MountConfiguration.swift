@@ -44,8 +44,9 @@ public struct MountConfiguration: Sendable {
     /// call on the backing directory then holds up every other request; waits for coordination
     /// never do (they hold no thread).
     public var maxThreads: UInt32 = 16
-    /// How many inode descriptors stay open (the open-file limit here is 20 000).
-    public var descriptorBudget = 12_000
+    /// How many inode descriptors stay open; nil: `DescriptorLimit.defaultBudget`, or less
+    /// where the open-file limit is lower (see `DescriptorLimit`).
+    public var descriptorBudget: Int?
     /// The control socket (nil: one under /run/coordfs or the user's runtime directory).
     public var socketPath: String?
     /// Whether to serve the control socket at all.

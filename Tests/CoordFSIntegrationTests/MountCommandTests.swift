@@ -44,6 +44,7 @@ import Glibc
             (["mount", backing, mnt, "-s", "--threads", "4"], "-s is --threads 1; it cannot go with --threads 4"),
             (["mount", backing, mnt, "--profile", badThreads], "threads must be a whole number from 1 to 256, not '0'"),
             (["mount", backing, mnt, "--ring-lanes", "sometimes"], "sometimes"),
+            (["mount", backing, mnt, "--descriptor-budget", "100000000"], "--descriptor-budget 100000000 is more than the open-file limit allows"),
             (["mount", backing, mnt, "--profile", badLanes], "ring-lanes must be auto, all or blocking, not 'sometimes'"),
         ]
         for (arguments, message) in cases {

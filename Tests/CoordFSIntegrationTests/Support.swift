@@ -37,12 +37,16 @@ final class MountFixture: @unchecked Sendable {
     private var daemonMayEnd = false
     let domain: CoordinationDomain?
 
-    /// Mounts with `coordfs mount` and `arguments`; `backing` replaces the fresh backing directory.
-    init(_ arguments: [String] = [], backingMode: mode_t = 0o755, backing existing: URL? = nil) throws {
+    /// Mounts with `coordfs mount` and `arguments`; `backing` replaces the fresh backing directory;
+    /// `softFileLimit` starts the command with that soft open-file limit (as many systems do).
+    init(_ arguments: [String] = [], backingMode: mode_t = 0o755, backing existing: URL? = nil,
+         softFileLimit: Int? = nil) throws {
         (base, backing, mountPoint) = try Self.makeDirectories(backingMode)
         if let existing { backing = existing }
         domain = nil
-        let result = try run(Paths.binary.path, ["mount", backing.path, mountPoint.path] + arguments)
+        let command = [Paths.binary.path, "mount", backing.path, mountPoint.path] + arguments
+        let result = try softFileLimit.map { try run("/usr/bin/prlimit", ["--nofile=\($0):"] + command) }
+            ?? run(command[0], Array(command.dropFirst()))
         guard result.status == 0 else { throw FixtureError("coordfs mount failed: \(result.errors)") }
         mounted = true
     }
