@@ -64,3 +64,23 @@ import Glibc
         #expect(canonical.hashValue == ItemPath("/mnt/point/" + relative + "/leaf")!.hashValue)
     }
 }
+
+/// `InodeTable.select`, which finds the budget's oldest descriptors without sorting them all.
+@Suite struct InodeTableEviction {
+    @Test(arguments: [1, 2, 7, 100, 1201])
+    func selectFindsTheValueOfEachRank(count: Int) {
+        var generator = SystemRandomNumberGenerator()
+        for trial in 0..<20 {
+            // Distinct values (as the clock's), then repeated ones: the selection must not rely
+            // on either.
+            let range = trial % 2 == 0 ? UInt64(count * 1000) : UInt64(max(2, count / 4))
+            let values = (0..<count).map { _ in UInt64.random(in: 0..<range, using: &generator) }
+            let sorted = values.sorted()
+            let ranks = count <= 100 ? Array(0..<count) : [0, count / 3, count / 2, count - 2, count - 1]
+            for rank in ranks {
+                var scratch = values
+                #expect(InodeTable.select(rank, in: &scratch) == sorted[rank], "rank \(rank) of \(values)")
+            }
+        }
+    }
+}
