@@ -73,6 +73,8 @@ public final class Filesystem: @unchecked Sendable {
             close(fd)
             throw MountError.invalid("a descriptor budget of \(configuration.descriptorBudget ?? 0) is more than the open-file limit allows (at most \(DescriptorLimit.largestBudget(under: limit)) of \(limit))")
         }
+        // Room for the budget and the files open through the mount, within the limit.
+        DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget)
         let type = Int64(cfs_filesystem_type(fd))
         backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(type)
