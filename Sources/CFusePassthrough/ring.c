@@ -528,9 +528,11 @@ static int cfs_lane_push(struct cfs_ring_queue *queue, struct cfs_ring_entry *en
 static void cfs_serve(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry) {
     queue->busy++;
     atomic_fetch_add_explicit(&queue->ring->served, 1, memory_order_relaxed);
-    if ((queue->ring->lanes_all || cfs_may_block(entry)) && cfs_lane_push(queue, entry) == 0) {
+    if (queue->ring->lanes_all || cfs_may_block(entry)) {
+        // Counted first: the lane may serve it (a read of the counters, say) before the push returns.
         atomic_fetch_add_explicit(&queue->ring->laned, 1, memory_order_relaxed);
-        return;
+        if (cfs_lane_push(queue, entry) == 0) return;
+        atomic_fetch_sub_explicit(&queue->ring->laned, 1, memory_order_relaxed);
     }
     cfs_process(entry);
 }

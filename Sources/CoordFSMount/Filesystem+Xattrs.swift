@@ -85,7 +85,7 @@ extension Filesystem {
         case "user.coordfs.pid": return String(getpid())
         case "user.coordfs.stats":
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
-                + "\"descriptor_budget\":\(inodes.reopens ? inodes.descriptorBudget : -1),\"open_file_limit\":\(openFileLimit),\"open_files\":\(files.count),"
+                + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(openFileLimit),\"open_files\":\(files.count),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(cfs_ring_queues(device)),"
                 + "\"ring_requests\":\(cfs_ring_served(device)),\"ring_lane_requests\":\(cfs_ring_laned(device)),"

@@ -75,7 +75,7 @@ public final class Filesystem: @unchecked Sendable {
         }
         // Room for the budget and the files open through the mount, within the limit.
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
-        inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget)
+        inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
         let type = Int64(cfs_filesystem_type(fd))
         backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(type)
         switch configuration.ringLanes {

@@ -96,30 +96,39 @@ final class InodeTable: Sendable {
     /// A regular (not O_PATH) descriptor of the backing root: open_by_handle_at wants one.
     private let handleBase: Int32
     let descriptorBudget: Int
-    /// Whether descriptors can be opened again from handles (needs CAP_DAC_READ_SEARCH).
-    let reopens: Bool
+    /// Whether evicted descriptors are opened again from file handles (needs
+    /// CAP_DAC_READ_SEARCH and a backing filesystem that has them); otherwise by name, from the
+    /// parent's descriptor, and only if the name still leads to the same inode.
+    let usesHandles: Bool
     /// Bumped whenever a directory is known by another parent or name: every path at or below
     /// it changed, and paths remembered from before (`DirectoryContexts`) are stale.
     let directoryNamesGeneration = LoneCounter()
 
-    init(rootFD: Int32, rootStat: stat, descriptorBudget: Int) {
+    init(rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true) {
         handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         root = Inode(id: Self.rootID, device: UInt64(rootStat.st_dev), number: UInt64(rootStat.st_ino),
                      descriptor: rootFD, handle: nil, isDirectory: true, parent: Self.rootID, name: "")
         root.lookups = 1
         self.descriptorBudget = max(16, descriptorBudget)
         var probe = cfs_file_handle()
-        var reopens = false
-        if handleBase >= 0, cfs_name_to_handle(rootFD, &probe) == 0 {
+        var usesHandles = false
+        if fileHandles, handleBase >= 0, cfs_name_to_handle(rootFD, &probe) == 0 {
             let again = cfs_open_by_handle(handleBase, &probe)
-            if again >= 0 { close(again); reopens = true }
+            if again >= 0 { close(again); usesHandles = true }
         }
-        self.reopens = reopens
+        self.usesHandles = usesHandles
         let root = self.root
         state.withLock { state in
             state.byID[Self.rootID] = root
             state.byKey[Key(device: root.device, number: root.number)] = Self.rootID
         }
+    }
+
+    /// A mount made in a process that lives on (a program using the library, the tests) gives
+    /// its descriptors back when its table goes: thousands of them otherwise stayed open.
+    deinit {
+        let descriptors = state.withLock { state in state.holders.map(\.descriptor) }
+        for fd in descriptors + [root.descriptor, handleBase] where fd >= 0 { close(fd) }
     }
 
     subscript(id: UInt64) -> Inode? {
@@ -149,9 +158,13 @@ final class InodeTable: Sendable {
             return inode.descriptor
         }
         if let ready { return ready }
-        guard var handle = inode.handle else { throw Errno(code: ESTALE) }
-        let fd = cfs_open_by_handle(handleBase, &handle)
-        if fd < 0 { throw Errno.current }
+        let fd: Int32
+        if var handle = inode.handle {
+            fd = cfs_open_by_handle(handleBase, &handle)
+            if fd < 0 { throw Errno.current }
+        } else {
+            fd = try reopenByName(inode)
+        }
         let (chosen, extra, evicted) = state.withLock { state -> (Int32, Int32?, [Int32]) in
             if inode.descriptor >= 0 {                // opened meanwhile by another request
                 inode.pins += 1
@@ -164,6 +177,24 @@ final class InodeTable: Sendable {
         if let extra { close(extra) }
         closeLater(evicted)
         return chosen
+    }
+
+    /// Opens `inode` again from its parent's descriptor and its last known name, which may
+    /// mean opening the parent again first. ESTALE when the name now leads elsewhere (renamed
+    /// or replaced behind the mount's back): the kernel looks the name up again after that.
+    private func reopenByName(_ inode: Inode) throws(Errno) -> Int32 {
+        let (parentID, name) = state.withLock { _ in (inode.parent, inode.name) }
+        guard let parent = self[parentID], parent !== inode else { throw Errno(code: ESTALE) }
+        let fd = try withFD(parent) { parentFD throws(Errno) in
+            try check(name.withCString { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
+        }
+        var info = stat()
+        guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0,
+              UInt64(info.st_dev) == inode.device, UInt64(info.st_ino) == inode.number else {
+            close(fd)
+            throw Errno(code: ESTALE)
+        }
+        return fd
     }
 
     private func unpin(_ inode: Inode) {
@@ -183,9 +214,11 @@ final class InodeTable: Sendable {
     /// by selection, not by sorting: with a budget of 12 000 in a tree of 40 000 files, an
     /// eviction held the table 1.5–3.3 ms when it sorted every inode's candidates.
     private func evict(_ state: inout State) -> [Int32] {
-        guard reopens, state.openDescriptors > descriptorBudget else { return [] }
+        guard state.openDescriptors > descriptorBudget else { return [] }
         let excess = state.openDescriptors - descriptorBudget * 9 / 10
-        let candidates = state.holders.filter { $0.pins == 0 && $0.handle != nil }
+        // With handles, items remembered early (without one) keep their descriptor for life, as
+        // a name can be changed behind the mount's back; without handles, names it is.
+        let candidates = state.holders.filter { $0.pins == 0 && ($0.handle != nil || !usesHandles) }
         // Uses are numbered by one clock, so the `excess`-th oldest use splits them exactly.
         var uses = candidates.map(\.lastUsed)
         let newestEvicted = uses.count > excess ? Self.select(excess - 1, in: &uses) : .max
@@ -235,7 +268,7 @@ final class InodeTable: Sendable {
         // A handle costs a syscall and matters only once the budget can be reached: items
         // remembered while under half of it keep their descriptor for life.
         var handle = cfs_file_handle()
-        let wantsHandle = reopens && state.withLock { $0.openDescriptors } >= descriptorBudget / 2
+        let wantsHandle = usesHandles && state.withLock { $0.openDescriptors } >= descriptorBudget / 2
         let hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.clock += 1

@@ -44,6 +44,9 @@ public struct MountConfiguration: Sendable {
     /// call on the backing directory then holds up every other request; waits for coordination
     /// never do (they hold no thread).
     public var maxThreads: UInt32 = 16
+    /// Reopen evicted inode descriptors from file handles where the process and the backing
+    /// filesystem allow; false (or where they do not), from the parent and the name.
+    public var fileHandles = true
     /// How many inode descriptors stay open; nil: `DescriptorLimit.defaultBudget`, or less
     /// where the open-file limit is lower (see `DescriptorLimit`).
     public var descriptorBudget: Int?

@@ -46,8 +46,8 @@ public final class ControlServer: @unchecked Sendable {
         lock.withLock { listener = fd }
         let thread = Thread { [self] in acceptLoop(fd) }
         thread.name = "coordfs control socket"
+        lock.withLock { acceptThread = thread }
         thread.start()
-        acceptThread = thread
     }
 
     private func acceptLoop(_ listener: Int32) {
@@ -86,6 +86,9 @@ public final class ControlServer: @unchecked Sendable {
     public func stop() {
         let (fd, open) = lock.withLock { () -> (Int32, [ClientConnection]) in
             defer { listener = -1 }
+            // The accept thread's closure holds the server: kept here, the two held each other
+            // (and a mount's whole filesystem, through the resolver) for the life of the process.
+            acceptThread = nil
             return (listener, Array(connections.values))
         }
         if fd >= 0 {

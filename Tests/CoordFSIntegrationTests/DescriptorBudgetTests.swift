@@ -8,7 +8,20 @@ import Testing
 /// descriptors; with the default one, more files than the limit stay usable.
 @Suite struct DescriptorBudget {
     @Test func realProgramsAndPosixStepsAreUnchangedWithATinyBudget() throws {
-        let fx = try MountFixture(["--descriptor-budget", "32", "-o", "allow_other"])
+        try Self.runProgramsAndPosixSteps(on: MountFixture(["--descriptor-budget", "32", "-o", "allow_other"]))
+    }
+
+    /// The same without file handles (as a mount not run as root): evicted descriptors are
+    /// opened again by name.
+    @Test func realProgramsAndPosixStepsAreUnchangedWithATinyBudgetAndNoFileHandles() throws {
+        try Self.runProgramsAndPosixSteps(on: MountFixture(inProcess: { configuration in
+            configuration.descriptorBudget = 32
+            configuration.fileHandles = false
+            configuration.fuseOptions = ["allow_other"]
+        }))
+    }
+
+    static func runProgramsAndPosixSteps(on fx: MountFixture) throws {
         let scratch = fx.base.appendingPathComponent("scratch")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
         let programs = try run("/bin/sh", [Paths.scripts.appendingPathComponent("programs.sh").path, fx.mountPoint.path,
@@ -75,7 +88,16 @@ import Testing
     }
 
     @Test func moreFilesThanTheOpenFileLimitStayUsable() throws {
-        let fx = try MountFixture()
+        try Self.useMoreFilesThanTheOpenFileLimit(on: MountFixture())
+    }
+
+    /// Without file handles, too: before, every descriptor was kept, and such a mount answered
+    /// EMFILE once the tree outgrew the open-file limit.
+    @Test func moreFilesThanTheOpenFileLimitStayUsableWithoutFileHandles() throws {
+        try Self.useMoreFilesThanTheOpenFileLimit(on: MountFixture(inProcess: { $0.fileHandles = false }))
+    }
+
+    static func useMoreFilesThanTheOpenFileLimit(on fx: MountFixture) throws {
         let script = """
         import os, sys
         d = os.path.join(sys.argv[1], "many")
@@ -87,5 +109,30 @@ import Testing
         """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
         #expect(result.output == "21000 0\n", "\(result.output) \(result.errors)")
+    }
+}
+
+/// A mount made inside a process that lives on gives back its descriptors when it ends.
+@Suite(.serialized) struct InProcessMountDescriptors {
+    static func openDescriptors() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+    }
+
+    @Test func anEndedMountLeavesNoInodeDescriptorsOpen() throws {
+        let before = Self.openDescriptors()
+        do {
+            let fx = try MountFixture(inProcess: { _ in })
+            let script = """
+            import os, sys
+            for i in range(2000): open(os.path.join(sys.argv[1], "f%d" % i), "w").close()
+            print(sum(1 for name in os.listdir(sys.argv[1]) if os.stat(os.path.join(sys.argv[1], name)).st_size == 0))
+            """
+            let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
+            #expect(result.output == "2000\n", "\(result.errors)")
+            #expect(Self.openDescriptors() >= before + 2000, "the mount keeps a descriptor per item")
+            fx.unmount()
+        }
+        // The table goes once nothing holds the mount's filesystem any more.
+        #expect(eventually(.seconds(5)) { Self.openDescriptors() < before + 50 }, "\(Self.openDescriptors()) open, \(before) before")
     }
 }

@@ -84,3 +84,57 @@ import Glibc
         }
     }
 }
+
+/// Without file handles (a mount not run as root, or a backing filesystem without them), an
+/// evicted descriptor is opened again from its parent and its name, and only if the name still
+/// leads to the same inode.
+@Suite struct InodeTableReopeningByName {
+    @Test func evictedItemsReopenByNameAndNeverAsAnotherFile() throws {
+        let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-names-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: backing + "/sub", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: backing) }
+        let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try #require(rootFD >= 0)
+        var rootInfo = stat()
+        try #require(fstat(rootFD, &rootInfo) == 0)
+        let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 16, fileHandles: false)
+        #expect(!table.usesHandles)
+        func remember(_ name: String, in parent: Inode) throws -> Inode {
+            try table.withFD(parent) { parentFD throws(Errno) -> Inode in
+                let fd = try check(openat(parentFD, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC))
+                var info = stat()
+                _ = fstat(fd, &info)
+                return table.remember(fd: fd, info: info, parent: parent.id, name: name)
+            }
+        }
+        func number(_ inode: Inode) throws -> UInt64 {
+            try table.withFD(inode) { fd throws(Errno) -> UInt64 in
+                var info = stat()
+                _ = try check(fstat(fd, &info))
+                return UInt64(info.st_ino)
+            }
+        }
+        let sub = try remember("sub", in: table.root)
+        var files: [Inode] = []
+        for index in 0..<40 {
+            #expect(FileManager.default.createFile(atPath: backing + "/sub/f\(index)", contents: Data("\(index)".utf8)))
+            files.append(try remember("f\(index)", in: sub))
+        }
+        // Items in the root, until the directory itself is among the oldest.
+        for index in 0..<20 {
+            #expect(FileManager.default.createFile(atPath: backing + "/g\(index)", contents: Data()))
+            _ = try remember("g\(index)", in: table.root)
+        }
+        #expect(table.openDescriptors <= 16, "over budget, the oldest were let go")
+        #expect(files[0].descriptor == -1 && sub.descriptor == -1, "the first file and its directory were evicted")
+        // Reopened by name, the parent first: the same inodes as remembered.
+        for inode in files { #expect(try number(inode) == inode.number) }
+        // Behind the table's back, f1's name goes to another file: f1's inode is not reopened
+        // as that one.
+        for index in 2..<40 { _ = try number(files[index]) }    // f1 is the oldest again
+        #expect(files[1].descriptor == -1)
+        try FileManager.default.moveItem(atPath: backing + "/sub/f1", toPath: backing + "/sub/moved")
+        #expect(FileManager.default.createFile(atPath: backing + "/sub/f1", contents: Data("other".utf8)))
+        #expect(throws: Errno.self) { try number(files[1]) }
+    }
+}
