@@ -25,6 +25,7 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -71,6 +72,19 @@ def mount_image():
         sh("losetup", "--detach", device)   # the mount keeps it; detached once unmounted
     image_mount = point
     base = point
+
+
+def unmount_image(point):
+    """Unmounts the benchmark's ext4 image. A FUSE daemon goes on closing its descriptors of the
+    image for a moment after its unmount returns, and the image is busy until then: a single
+    try left the image mounted (and its loop device attached) after a run."""
+    for _ in range(50):
+        if subprocess.run(["umount", point], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.2)
+    # Still busy after 10 s: detached once the last holder lets go.
+    subprocess.run(["umount", "--lazy", point])
+    print("note: the benchmark image was still busy; unmounted lazily", file=sys.stderr)
 
 
 def sh(*args, **kwargs):
@@ -289,7 +303,7 @@ finally:
         if t.unmount:
             t.unmount()
     if image_mount:
-        subprocess.run(["umount", image_mount])
+        unmount_image(image_mount)
     shutil.rmtree(scratch, ignore_errors=True)
 
 names = [t.name for t in targets]
