@@ -290,12 +290,7 @@ public final class Filesystem: @unchecked Sendable {
 
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String) throws(Errno) -> (Inode, stat) {
-        let fd = try inodes.withFD(parent) { parentFD throws(Errno) in
-            // A short name is no contiguous C string: passed as a String it would be copied to the heap.
-            try check(name.withCString { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
-        }
-        let info: stat
-        do throws(Errno) { info = try statOf(fd) } catch { close(fd); throw error }
+        let (fd, info) = try inodes.openChild(named: name, in: parent)
         return (inodes.remember(fd: fd, info: info, parent: parent.id, name: name), info)
     }
 }

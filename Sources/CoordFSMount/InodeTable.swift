@@ -197,16 +197,21 @@ final class InodeTable: Sendable {
     private func reopenByName(_ inode: Inode) throws(Errno) -> Int32 {
         let (parentID, name) = state.withLock { _ in (inode.parent, inode.name) }
         guard let parent = self[parentID], parent !== inode else { throw Errno(code: ESTALE) }
-        let fd = try withFD(parent) { parentFD throws(Errno) in
-            try check(name.withCString { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
-        }
-        var info = stat()
-        guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0,
-              UInt64(info.st_dev) == inode.device, UInt64(info.st_ino) == inode.number else {
+        let (fd, info) = try openChild(named: name, in: parent)
+        guard UInt64(info.st_dev) == inode.device, UInt64(info.st_ino) == inode.number else {
             close(fd)
             throw Errno(code: ESTALE)
         }
         return fd
+    }
+
+    /// `name` in `parent`, opened O_PATH (not following a symbolic link), and its attributes.
+    func openChild(named name: String, in parent: Inode) throws(Errno) -> (fd: Int32, info: stat) {
+        let fd = try withFD(parent) { parentFD throws(Errno) in
+            // A short name is no contiguous C string: passed as a String it would be copied to the heap.
+            try check(name.withCString { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
+        }
+        do throws(Errno) { return (fd, try statOf(fd)) } catch { close(fd); throw error }
     }
 
     private func unpin(_ inode: Inode) {
