@@ -89,9 +89,12 @@ public final class MountSession: @unchecked Sendable {
         let result = cfs_session_loop_mt(session, threads, min(threads, 4))
         controlServer?.stop()
         if handlesSignals { fuse_remove_signal_handlers(session) }
-        fuse_session_unmount(session)
-        // The io_uring queues serve this session: they end before it does.
+        // The io_uring queues serve this session: they end before it does, and before the
+        // unmount, which closes the session's descriptor (the queues are found by it). Stopped
+        // after it, with -1, none stopped: their lane threads lived on, and a queue thread
+        // could serve a late request with the filesystem gone.
         cfs_ring_stop(fuse_session_fd(session))
+        fuse_session_unmount(session)
         fuse_session_destroy(session)
         self.session = nil
         return result

@@ -112,10 +112,33 @@ import Testing
     }
 }
 
-/// A mount made inside a process that lives on gives back its descriptors when it ends.
+/// A mount made inside a process that lives on gives back its descriptors and its threads when
+/// it ends.
 @Suite(.serialized) struct InProcessMountDescriptors {
     static func openDescriptors() -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+    }
+
+    /// The names of this process's io_uring queue and lane threads.
+    static func ringThreads() -> [String] {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        return tasks.compactMap { try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8) }
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            .filter { $0.hasPrefix("coordfs-ring") || $0.hasPrefix("coordfs-lane") }
+    }
+
+    /// Its queue threads end with it: they outlived the session (its descriptor was read after
+    /// the unmount had closed it), and one served a late request with the filesystem gone.
+    @Test func anEndedMountLeavesNoRingThreads() throws {
+        guard RingTransport.kernelOffersRings() else { return }
+        let before = Self.ringThreads().count
+        do {
+            let fx = try MountFixture(inProcess: { _ in })
+            try RingTransport.exercise(fx)
+            #expect(Self.ringThreads().count > before, "the mount is served through io_uring")
+            fx.unmount()
+        }
+        #expect(Self.ringThreads().count <= before, "left running: \(Self.ringThreads())")
     }
 
     @Test func anEndedMountLeavesNoInodeDescriptorsOpen() throws {
