@@ -1,4 +1,5 @@
 import ArgumentParser
+import CoordFSMount
 import CoordinationServer
 import FileCoordination
 import Foundation
@@ -26,6 +27,9 @@ struct Daemon: ParsableCommand {
         sigaddset(&signals, SIGINT)
         sigaddset(&signals, SIGTERM)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
+        // A connection is a descriptor: a soft limit of 1024, many systems' default, would
+        // refuse the thousandth client.
+        DescriptorLimit.raise()
         let path = socket ?? ControlServer.defaultSocketPath(name: "daemon")
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,

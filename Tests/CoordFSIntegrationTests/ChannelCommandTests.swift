@@ -83,8 +83,13 @@ import Glibc
         let socket = dir.appendingPathComponent("d.sock").path
         let file = dir.appendingPathComponent("shared.txt").path
         #expect(FileManager.default.createFile(atPath: file, contents: Data("x\n".utf8)))
-        let daemon = try Child(binary, ["daemon", "--socket", socket])
+        // Started with a soft open-file limit of 1024, as many systems start programs.
+        let daemon = try Child("/usr/bin/prlimit", ["--nofile=1024:", binary, "daemon", "--socket", socket])
         #expect(eventually { FileManager.default.fileExists(atPath: socket) })
+        let limits = try String(contentsOfFile: "/proc/\(daemon.pid)/limits", encoding: .utf8)
+        let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }?
+            .split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).prefix(2).map(String.init) ?? []
+        #expect(openFiles.count == 2 && openFiles[0] == openFiles[1], "the soft limit is raised to the hard one: \(openFiles)")
         let holding = try Child(binary, ["coordinate", "--socket", socket, "--write", file, "--", "sh", "-c", "echo held; read line"])
         #expect(holding.next() == "held")
         let refused = try run(binary, ["coordinate", "--socket", socket, "-n", "--write", file, "--", "true"])
