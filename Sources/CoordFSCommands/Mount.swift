@@ -162,7 +162,7 @@ struct Mount: ParsableCommand {
         // Raised here too: the daemon inherits the limit from this process.
         let limit = DescriptorLimit.raise()
         if let budget = configuration.descriptorBudget, DescriptorLimit.budget(budget, under: limit) == nil {
-            throw CommandFailure("--descriptor-budget \(budget) is more than the open-file limit allows (at most \(DescriptorLimit.largestBudget(under: limit)) of \(limit))")
+            throw CommandFailure(DescriptorLimit.refusal(of: "--descriptor-budget \(budget)", under: limit))
         }
     }
 

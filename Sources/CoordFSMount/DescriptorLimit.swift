@@ -40,6 +40,11 @@ public enum DescriptorLimit {
     /// files, sockets and the daemon's own.
     public static func largestBudget(under limit: Int) -> Int { limit - limit / 10 }
 
+    /// Why a budget, named `subject` for the reader, is refused under `limit`.
+    public static func refusal(of subject: String, under limit: Int) -> String {
+        "\(subject) is more than the open-file limit allows (at most \(largestBudget(under: limit)) of \(limit))"
+    }
+
     /// `explicit`, or the default scaled down to three fifths of `limit` when that is lower
     /// (the rest is for files open through the mount). Nil when `explicit` asks for more than
     /// `largestBudget(under:)`.

@@ -71,7 +71,7 @@ public final class Filesystem: @unchecked Sendable {
         openFileLimit = limit
         guard let budget = DescriptorLimit.budget(configuration.descriptorBudget, under: limit) else {
             close(fd)
-            throw MountError.invalid("a descriptor budget of \(configuration.descriptorBudget ?? 0) is more than the open-file limit allows (at most \(DescriptorLimit.largestBudget(under: limit)) of \(limit))")
+            throw MountError.invalid(DescriptorLimit.refusal(of: "a descriptor budget of \(configuration.descriptorBudget ?? 0)", under: limit))
         }
         // Room for the budget and the files open through the mount, within the limit.
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
