@@ -334,33 +334,19 @@ void cfs_ring_stop(int device) {
     free(ring);
 }
 
-// The counter at `offset` in the ring of `device` (0 when there is none).
-static uint64_t cfs_ring_counter(int device, size_t offset) {
+struct cfs_ring_facts cfs_ring_facts(int device) {
+    struct cfs_ring_facts facts = { 0 };
     pthread_rwlock_rdlock(&cfs_rings_lock);
     struct cfs_ring *ring = cfs_ring_of(device);
-    uint64_t value = ring != NULL ? atomic_load_explicit((_Atomic uint64_t *)((char *)ring + offset), memory_order_relaxed) : 0;
+    if (ring != NULL) {
+        int serving = !atomic_load(&ring->failed);
+        facts.queues = serving ? ring->queue_count : 0;
+        facts.lanes_all = serving && ring->lanes_all;
+        facts.served = atomic_load_explicit(&ring->served, memory_order_relaxed);
+        facts.laned = atomic_load_explicit(&ring->laned, memory_order_relaxed);
+    }
     pthread_rwlock_unlock(&cfs_rings_lock);
-    return value;
-}
-
-uint64_t cfs_ring_served(int device) { return cfs_ring_counter(device, offsetof(struct cfs_ring, served)); }
-
-uint64_t cfs_ring_laned(int device) { return cfs_ring_counter(device, offsetof(struct cfs_ring, laned)); }
-
-int cfs_ring_lanes_all(int device) {
-    pthread_rwlock_rdlock(&cfs_rings_lock);
-    struct cfs_ring *ring = cfs_ring_of(device);
-    int all = ring != NULL && !atomic_load(&ring->failed) && ring->lanes_all;
-    pthread_rwlock_unlock(&cfs_rings_lock);
-    return all;
-}
-
-size_t cfs_ring_queues(int device) {
-    pthread_rwlock_rdlock(&cfs_rings_lock);
-    struct cfs_ring *ring = cfs_ring_of(device);
-    size_t count = ring != NULL && !atomic_load(&ring->failed) ? ring->queue_count : 0;
-    pthread_rwlock_unlock(&cfs_rings_lock);
-    return count;
+    return facts;
 }
 
 // Copies a reply into `entry` for the kernel to commit.

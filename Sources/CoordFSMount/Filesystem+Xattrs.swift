@@ -84,12 +84,13 @@ extension Filesystem {
         case "user.coordfs.state": return domain.stateDump()
         case "user.coordfs.pid": return String(getpid())
         case "user.coordfs.stats":
+            let ring = cfs_ring_facts(device)
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
                 + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(openFileLimit),\"open_files\":\(files.count),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
-                + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(cfs_ring_queues(device)),"
-                + "\"ring_requests\":\(cfs_ring_served(device)),\"ring_lane_requests\":\(cfs_ring_laned(device)),"
-                + "\"ring_lanes_all\":\(cfs_ring_lanes_all(device))}"
+                + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
+                + "\"ring_requests\":\(ring.served),\"ring_lane_requests\":\(ring.laned),"
+                + "\"ring_lanes_all\":\(ring.lanes_all)}"
         default: return nil
         }
     }

@@ -209,10 +209,10 @@ struct State: ~Copyable {
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
         guard let record = grants.remove(id) else { return nil }
         guard record.holdsIntents else { return record }
-        // Read in place: a `LockMode` per intent would copy (and retain) each path.
+        // By index: iterating would copy (and retain) each intent.
         for index in record.intents.indices {
             if LockKind(record.intents[index]).coversSubtree { subtreeHoldCount -= 1 }
-            holds.remove(grant: id, at: record.intents[index].target.enclosingPackages.first ?? record.intents[index].target.path)
+            holds.remove(grant: id, at: LockMode.lockedPath(record.intents[index]))
         }
         return record
     }

@@ -16,13 +16,14 @@ void cfs_want_passthrough(int wanted);
 /// request may block for long (a backing directory on the network): then every request is
 /// served by a lane thread, and none holds up its CPU's queue.
 void cfs_want_ring(void *connection, void *session, int lanes_all);
-/// The io_uring queues serving the session on `device` (0: requests come through /dev/fuse),
-/// the requests they have served, and how many of those their lane threads served.
-size_t cfs_ring_queues(int device);
-uint64_t cfs_ring_served(int device);
-uint64_t cfs_ring_laned(int device);
-/// Whether the queues of `device` hand every request to their lane threads.
-int cfs_ring_lanes_all(int device);
+/// The io_uring transport of the session on `device`, for its statistics.
+struct cfs_ring_facts {
+    size_t queues;          // serving it (0: requests come through /dev/fuse)
+    uint64_t served;        // requests the queues have taken
+    uint64_t laned;         // of those, served by lane threads
+    int lanes_all;          // every request goes to a lane thread
+};
+struct cfs_ring_facts cfs_ring_facts(int device);
 /// Stops the io_uring queues of `device` before its session is destroyed (none: nothing happens).
 void cfs_ring_stop(int device);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
