@@ -159,6 +159,16 @@ import Glibc
         #expect((try fx.statistics()["ring_lane_requests"] ?? 0) >= 1, "the \(operation) went to a lane thread")
     }
 
+    /// A mount with `arguments` whose backing is another coordfs mount holding `held` and
+    /// `other` (without kernel passthrough, which does not stack on a FUSE backing). The caller
+    /// unmounts the outer one first.
+    static func mountOverAnotherMount(_ arguments: [String]) throws -> (inner: MountFixture, outer: MountFixture) {
+        let inner = try MountFixture()
+        try inner.seed("held")
+        try inner.seed("other")
+        return (inner, try MountFixture(["--no-kernel-passthrough"] + arguments, backing: inner.mountPoint))
+    }
+
     /// A backing directory on a filesystem that is not local (here another coordfs mount, whose
     /// open of a file held for writing waits there): every request goes to a lane thread, and a
     /// request that waits on the backing holds up no other on its CPU. On the queue thread, an
@@ -166,12 +176,9 @@ import Glibc
     /// it was answered. A local backing keeps metadata requests on the queue threads.
     @Test func aBackingThatIsNotLocalHoldsUpNoQueue() throws {
         guard Self.kernelOffersRings() else { return }
-        let inner = try MountFixture()
-        try inner.seed("held")
-        try inner.seed("other")
-        // Passthrough does not stack on a FUSE backing.
-        let outer = try MountFixture(["--no-kernel-passthrough"], backing: inner.mountPoint)
-        defer { outer.unmount() }
+        let (inner, outer) = try Self.mountOverAnotherMount([])
+        // The outer one first; the inner one lives until then.
+        defer { outer.unmount(); withExtendedLifetime(inner) {} }
         let (innerCounters, outerCounters) = (try inner.statistics(), try outer.statistics())
         #expect(innerCounters["ring_lanes_all"] == 0, "a local backing: \(innerCounters)")
         #expect(outerCounters["ring_lanes_all"] == 1, "a FUSE backing: \(outerCounters)")
@@ -214,11 +221,9 @@ import Glibc
     /// script calls open(2) through ctypes).
     @Test func aQueueThreadWaitingOnTheBackingIsNotInterruptedByNewRequests() throws {
         guard Self.kernelOffersRings() else { return }
-        let inner = try MountFixture()
-        try inner.seed("held")
-        try inner.seed("other")
-        let outer = try MountFixture(["--no-kernel-passthrough", "--ring-lanes", "blocking"], backing: inner.mountPoint)
-        defer { outer.unmount() }
+        let (inner, outer) = try Self.mountOverAnotherMount(["--ring-lanes", "blocking"])
+        // The outer one first; the inner one lives until then.
+        defer { outer.unmount(); withExtendedLifetime(inner) {} }
         let counters = try outer.statistics()
         #expect(counters["ring_lanes_all"] == 0, "\(counters)")
 
