@@ -28,7 +28,8 @@
 // On a backing directory whose filesystem is not local (NFS, SMB, FUSE, ...), any request may
 // wait on the network: a lookup or an open on a stalled server held up every later request of
 // its CPU. There the lane threads serve every request (`lanes_all`); a round trip to the server
-// costs more than the hand-over.
+// costs more than the hand-over. The same holds from the moment such a filesystem is found
+// mounted inside a local backing directory (`cfs_ring_lane_everything`).
 //
 // Interrupts, forgets and notifications still go through /dev/fuse and libfuse's own loop.
 #define _GNU_SOURCE
@@ -124,7 +125,7 @@ struct cfs_ring {
     struct cfs_ring_queue *queues;
     sem_t started;                // each queue thread posts once its io_uring exists (or failed)
     sem_t go;                     // posted per queue once INIT has been answered
-    int lanes_all;                // every request to a lane thread, not only those that may block
+    _Atomic int lanes_all;        // every request to a lane thread, not only those that may block
     _Atomic int stopping;
     _Atomic int failed;
     _Atomic uint64_t served;
@@ -334,6 +335,13 @@ void cfs_ring_stop(int device) {
     free(ring);
 }
 
+void cfs_ring_lane_everything(int device) {
+    pthread_rwlock_rdlock(&cfs_rings_lock);
+    struct cfs_ring *ring = cfs_ring_of(device);
+    if (ring != NULL) atomic_store(&ring->lanes_all, 1);
+    pthread_rwlock_unlock(&cfs_rings_lock);
+}
+
 struct cfs_ring_facts cfs_ring_facts(int device) {
     struct cfs_ring_facts facts = { 0 };
     pthread_rwlock_rdlock(&cfs_rings_lock);
@@ -341,7 +349,7 @@ struct cfs_ring_facts cfs_ring_facts(int device) {
     if (ring != NULL) {
         int serving = !atomic_load(&ring->failed);
         facts.queues = serving ? ring->queue_count : 0;
-        facts.lanes_all = serving && ring->lanes_all;
+        facts.lanes_all = serving && atomic_load(&ring->lanes_all);
         facts.served = atomic_load_explicit(&ring->served, memory_order_relaxed);
         facts.laned = atomic_load_explicit(&ring->laned, memory_order_relaxed);
     }
@@ -514,7 +522,7 @@ static int cfs_lane_push(struct cfs_ring_queue *queue, struct cfs_ring_entry *en
 static void cfs_serve(struct cfs_ring_queue *queue, struct cfs_ring_entry *entry) {
     queue->busy++;
     atomic_fetch_add_explicit(&queue->ring->served, 1, memory_order_relaxed);
-    if (queue->ring->lanes_all || cfs_may_block(entry)) {
+    if (atomic_load_explicit(&queue->ring->lanes_all, memory_order_relaxed) || cfs_may_block(entry)) {
         // Counted first: the lane may serve it (a read of the counters, say) before the push returns.
         atomic_fetch_add_explicit(&queue->ring->laned, 1, memory_order_relaxed);
         if (cfs_lane_push(queue, entry) == 0) return;

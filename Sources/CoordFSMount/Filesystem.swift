@@ -1,4 +1,5 @@
 import CFuse3
+import CFusePassthrough
 import Coordination
 import CoordinationServer
 import FileCoordination
@@ -35,12 +36,8 @@ public final class Filesystem: @unchecked Sendable {
     let heldNotifications = ThreadLocal { HeldNotifications() }
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
-    /// The backing filesystem's close(2) never reports an error: a FLUSH would be a round trip
-    /// for nothing (see `sendsNoFlush`).
-    let backingCloseReportsNothing: Bool
-    /// The io_uring queues hand every request to their lane threads (`RingLanes`): the backing
-    /// directory's filesystem is not local, or the configuration says so.
-    let lanesAll: Bool
+    /// The filesystems under the mount, the backing's own and those mounted inside it.
+    let filesystems: BackingFilesystems
     /// The process's open-file limit, raised to the hard limit at mount (`DescriptorLimit`).
     let openFileLimit: Int
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
@@ -76,40 +73,18 @@ public final class Filesystem: @unchecked Sendable {
         // Room for the budget and the files open through the mount, within the limit.
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
-        let type = Int64(cfs_filesystem_type(fd))
-        backingCloseReportsNothing = Self.filesystemsWithoutFlush.contains(type)
-        switch configuration.ringLanes {
-        case .auto: lanesAll = !Self.localFilesystems.contains(type)
-        case .all: lanesAll = true
-        case .blocking: lanesAll = false
-        }
+        filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
     }
 
-    /// Local filesystems whose files have no flush method: close(2) reports nothing, and
-    /// writes are reported by write(2) and fsync(2). Network filesystems (NFS, SMB, FUSE) do
-    /// report deferred errors at close, and keep their FLUSH.
-    private static let filesystemsWithoutFlush: Set<Int64> = [
-        0xEF53,         // ext2, ext3, ext4
-        0x58465342,     // xfs
-        0x9123683E,     // btrfs
-        0x01021994,     // tmpfs
-        0x858458F6,     // ramfs
-        0xF2F52010,     // f2fs
-    ]
-
-    /// Local filesystems, on a disk of this machine or in its memory: their lookups and opens
-    /// wait at most for the disk. Any other (NFS, SMB, 9p, Ceph, FUSE, or one not known here)
-    /// may keep a request for as long as a server or a program takes, and the io_uring queues
-    /// then hand every request to their lane threads, so that none holds up its CPU's queue
-    /// (ring.c). A submount of another kind inside the backing directory is not looked at.
-    static let localFilesystems: Set<Int64> = filesystemsWithoutFlush.union([
-        0x794C7630,     // overlayfs
-        0x2FC12FC1,     // zfs
-        0xCA451A4E,     // bcachefs
-        0x4D44,         // vfat
-        0x2011BAB0,     // exfat
-        0x7366746E,     // ntfs3
-    ])
+    /// The io_uring queues hand every request to their lane threads (`RingLanes`): a filesystem
+    /// that is not local was met (with `auto`), or the configuration says so.
+    var lanesAll: Bool {
+        switch configuration.ringLanes {
+        case .auto: filesystems.anyNotLocal
+        case .all: true
+        case .blocking: false
+        }
+    }
 
     /// Whether close(2) of an open of `inode` can go without a FLUSH to the daemon: its
     /// backing file is on the backing directory's own filesystem, and that filesystem reports
@@ -117,7 +92,7 @@ public final class Filesystem: @unchecked Sendable {
     /// round trip was a third of a create+close. (The writeback cache still flushes its dirty
     /// pages: the kernel sends FLUSH then regardless.)
     func sendsNoFlush(_ inode: Inode) -> Bool {
-        backingCloseReportsNothing && inode.device == inodes.root.device
+        filesystems.rootReportsNothingAtClose && inode.device == filesystems.rootDevice
     }
 
     var timeout: Double { configuration.cacheTimeout }
@@ -291,7 +266,22 @@ public final class Filesystem: @unchecked Sendable {
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String) throws(Errno) -> (Inode, stat) {
         let (fd, info) = try inodes.openChild(named: name, in: parent)
+        if filesystems.meet(device: UInt64(info.st_dev), fd: fd), configuration.ringLanes == .auto {
+            laneEverything(foundAt: relativePath(parent, name))
+        }
         return (inodes.remember(fd: fd, info: info, parent: parent.id, name: name), info)
+    }
+
+    /// A filesystem that is not local is mounted inside the backing directory, at `path`: any
+    /// request may now wait on a server, and on a queue thread it would hold up its CPU's
+    /// queue. (The lookup that found it was served where it came.)
+    private func laneEverything(foundAt path: String) {
+        let device = device
+        guard configuration.ioUring, device >= 0 else { return }
+        cfs_ring_lane_everything(device)
+        if cfs_ring_facts(device).queues > 0 {
+            logger.notice("a filesystem that is not local is mounted at '\(path)': lane threads now serve every request")
+        }
     }
 }
 

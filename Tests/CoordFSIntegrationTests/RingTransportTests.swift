@@ -182,9 +182,36 @@ import Glibc
         let (innerCounters, outerCounters) = (try inner.statistics(), try outer.statistics())
         #expect(innerCounters["ring_lanes_all"] == 0, "a local backing: \(innerCounters)")
         #expect(outerCounters["ring_lanes_all"] == 1, "a FUSE backing: \(outerCounters)")
+        try Self.expectNoQueueHeldUp(writing: inner.path("held"), opening: outer.path("held"),
+                                     touching: outer.path("other"), listing: outer.mountPoint.path)
+    }
 
+    /// The same with a local backing directory that has a FUSE mount inside it (as a home
+    /// directory may have an NFS or sshfs mount): the queues keep metadata requests until the
+    /// first lookup meets that mount, and hand every request to their lanes from then on.
+    @Test func aFilesystemThatIsNotLocalInsideTheBackingHoldsUpNoQueue() throws {
+        guard Self.kernelOffersRings() else { return }
+        let inner = try MountFixture()
+        try inner.seed("held")
+        try inner.seed("other")
+        // The outer backing holds the inner mount point, `mnt`.
+        let outer = try MountFixture([], backing: inner.base)
+        defer { outer.unmount(); withExtendedLifetime(inner) {} }
+        let before = try outer.statistics()
+        #expect(before["ring_lanes_all"] == 0, "a local backing: \(before)")
+        _ = try FileManager.default.contentsOfDirectory(atPath: outer.path("mnt"))
+        let after = try outer.statistics()
+        #expect(after["ring_lanes_all"] == 1, "a FUSE mount was met inside it: \(after)")
+        try Self.expectNoQueueHeldUp(writing: inner.path("held"), opening: outer.path("mnt/held"),
+                                     touching: outer.path("mnt/other"), listing: outer.path("mnt"))
+    }
+
+    /// While `writing` is held open for writing, an open of `opening` (the same file, seen
+    /// through a mount over its own) waits; setattrs of `touching` and listings of `listing`
+    /// made meanwhile on the same CPU must not wait behind it.
+    static func expectNoQueueHeldUp(writing: String, opening: String, touching: String, listing: String) throws {
         let writer = try Child.holder()
-        #expect(writer.ask("open w \(inner.path("held"))") == "ok 1")
+        #expect(writer.ask("open w \(writing)") == "ok 1")
         let script = """
         import os, sys, threading, time
         held, other, directory = sys.argv[1:4]
@@ -203,7 +230,7 @@ import Glibc
             time.sleep(0.01)
         print("worst %f" % worst, flush=True)
         """
-        let prober = try Child("/usr/bin/python3", ["-c", script, outer.path("held"), outer.path("other"), outer.mountPoint.path])
+        let prober = try Child("/usr/bin/python3", ["-c", script, opening, touching, listing])
         // Held up, the prober answers only once the writer lets go: a late answer is the failure.
         let report = prober.next(timeout: .seconds(5))
         #expect(writer.ask("close all") == "ok")

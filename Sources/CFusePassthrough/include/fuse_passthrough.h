@@ -24,6 +24,9 @@ struct cfs_ring_facts {
     int lanes_all;          // every request goes to a lane thread
 };
 struct cfs_ring_facts cfs_ring_facts(int device);
+/// From now on, lane threads serve every request of the session on `device` (a filesystem that
+/// may keep a request long was found inside the backing directory). None: nothing happens.
+void cfs_ring_lane_everything(int device);
 /// Stops the io_uring queues of `device` before its session is destroyed (none: nothing happens).
 void cfs_ring_stop(int device);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.

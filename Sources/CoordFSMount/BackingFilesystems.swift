@@ -1,0 +1,66 @@
+import CFuse3
+import CFusePassthrough
+import Synchronization
+
+/// The filesystems under the mount: the backing directory's own, and those mounted inside it
+/// (an NFS or sshfs mount in a home directory, an automount point), each looked at once, when
+/// a lookup first meets its device.
+final class BackingFilesystems: Sendable {
+    /// The backing directory's own device.
+    let rootDevice: UInt64
+    /// The backing directory's own filesystem is local (`localFilesystems`).
+    let rootIsLocal: Bool
+    /// The backing directory's filesystem reports nothing at close (see `withoutFlush`).
+    let rootReportsNothingAtClose: Bool
+    private let met: Mutex<Set<UInt64>>
+    private let foundNotLocal: Atomic<Bool>
+
+    /// `rootFD`: the backing directory, open.
+    init(rootFD: Int32, rootDevice: UInt64) {
+        let type = Int64(cfs_filesystem_type(rootFD))
+        self.rootDevice = rootDevice
+        rootIsLocal = Self.localFilesystems.contains(type)
+        rootReportsNothingAtClose = Self.withoutFlush.contains(type)
+        met = Mutex([rootDevice])
+        foundNotLocal = Atomic(!rootIsLocal)
+    }
+
+    /// Whether a filesystem that is not local was met so far (the backing's own included).
+    var anyNotLocal: Bool { foundNotLocal.load(ordering: .relaxed) }
+
+    /// Looks at the filesystem of an item just looked up (`fd`, on `device`) if its device is
+    /// new. True only the first time one that is not local is met.
+    func meet(device: UInt64, fd: Int32) -> Bool {
+        // Most lookups stay on the backing's own device: nothing to lock.
+        if device == rootDevice { return false }
+        guard met.withLock({ $0.insert(device).inserted }) else { return false }
+        guard !Self.localFilesystems.contains(Int64(cfs_filesystem_type(fd))) else { return false }
+        return !foundNotLocal.exchange(true, ordering: .relaxed)
+    }
+
+    /// Local filesystems whose files have no flush method: close(2) reports nothing, and
+    /// writes are reported by write(2) and fsync(2). Network filesystems (NFS, SMB, FUSE) do
+    /// report deferred errors at close, and keep their FLUSH.
+    static let withoutFlush: Set<Int64> = [
+        0xEF53,         // ext2, ext3, ext4
+        0x58465342,     // xfs
+        0x9123683E,     // btrfs
+        0x01021994,     // tmpfs
+        0x858458F6,     // ramfs
+        0xF2F52010,     // f2fs
+    ]
+
+    /// Local filesystems, on a disk of this machine or in its memory: their lookups and opens
+    /// wait at most for the disk. Any other (NFS, SMB, 9p, Ceph, FUSE, autofs, or one not known
+    /// here) may keep a request for as long as a server or a program takes, and the io_uring
+    /// queues then hand every request to their lane threads, so that none holds up its CPU's
+    /// queue (ring.c).
+    static let localFilesystems: Set<Int64> = withoutFlush.union([
+        0x794C7630,     // overlayfs
+        0x2FC12FC1,     // zfs
+        0xCA451A4E,     // bcachefs
+        0x4D44,         // vfat
+        0x2011BAB0,     // exfat
+        0x7366746E,     // ntfs3
+    ])
+}
