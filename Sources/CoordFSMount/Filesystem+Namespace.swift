@@ -114,11 +114,11 @@ extension Filesystem {
             }
             namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
             if let moved = inodes.node(device: UInt64(sourceInfo.st_dev), number: UInt64(sourceInfo.st_ino)) {
-                inodes.moved(moved.id, to: newParent.id, name: newName)
+                inodes.moved(moved.id, from: (parent.id, name), to: newParent.id, name: newName)
             }
             if exchange {
                 if let other = inodes.node(device: UInt64(destinationInfo.st_dev), number: UInt64(destinationInfo.st_ino)) {
-                    inodes.moved(other.id, to: parent.id, name: name)
+                    inodes.moved(other.id, from: (newParent.id, newName), to: parent.id, name: name)
                 }
                 // Both items changed place; told as changes of both paths.
                 end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true),

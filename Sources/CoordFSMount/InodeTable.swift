@@ -7,7 +7,8 @@ import Glibc
 
 /// A node the kernel knows: a file handle and, while it is in use or recently was, an O_PATH
 /// descriptor of the backing item; the kernel's lookup count; and the parent and name it was
-/// last reached by (the path coordination uses; renames made through the mount keep it right).
+/// last reached by (the path coordination uses; renames made through the mount keep it right),
+/// with the other names a file with hard links was reached by.
 ///
 /// Its descriptor is reached only through `InodeTable.withFD`, which pins it for the call.
 final class Inode: @unchecked Sendable {
@@ -22,6 +23,9 @@ final class Inode: @unchecked Sendable {
     var lookups: UInt64 = 0
     var parent: UInt64
     var name: String
+    /// Other (parent, name) places of a file with several links, most recent last: without
+    /// file handles, an evicted file is reopened by one of them when its own name is gone.
+    var otherPlaces: [Place] = []
     var descriptor: Int32
     var pins = 0
     /// Where it stands among the table's descriptor holders (-1: it holds none, or is the root).
@@ -33,6 +37,27 @@ final class Inode: @unchecked Sendable {
     /// Known to have no `security.capability`: the kernel asks before every write, and every
     /// change of it goes through the mount (fuse-measurements.md, finding 2).
     let hasNoCapability = Atomic<Bool>(false)
+
+    struct Place: Equatable {
+        let parent: UInt64
+        let name: String
+    }
+
+    /// Moves the node to `place`; with `keepingOld`, its old place is one of its other names.
+    /// (Other places that turn out wrong are dropped when a reopen tries them.)
+    fileprivate func place(at place: Place, keepingOld: Bool) {
+        let old = Place(parent: parent, name: name)
+        guard old != place else { return }
+        otherPlaces.removeAll { $0 == place || $0 == old }
+        if keepingOld {
+            if otherPlaces.count == Self.mostOtherPlaces { otherPlaces.removeFirst() }
+            otherPlaces.append(old)
+        }
+        parent = place.parent
+        name = place.name
+    }
+
+    static let mostOtherPlaces = 8
 
     init(id: UInt64, device: UInt64, number: UInt64, descriptor: Int32, handle: cfs_file_handle?,
          isDirectory: Bool, parent: UInt64, name: String) {
@@ -192,17 +217,38 @@ final class InodeTable: Sendable {
     }
 
     /// Opens `inode` again from its parent's descriptor and its last known name, which may
-    /// mean opening the parent again first. ESTALE when the name now leads elsewhere (renamed
-    /// or replaced behind the mount's back): the kernel looks the name up again after that.
+    /// mean opening the parent again first; for a file with hard links, by another name it was
+    /// reached by when that one is gone (which then becomes its name). ESTALE when no name
+    /// leads to it any more (renamed or replaced behind the mount's back): the kernel looks
+    /// the name up again after that.
     private func reopenByName(_ inode: Inode) throws(Errno) -> Int32 {
-        let (parentID, name) = state.withLock { _ in (inode.parent, inode.name) }
-        guard let parent = self[parentID], parent !== inode else { throw Errno(code: ESTALE) }
-        let (fd, info) = try openChild(named: name, in: parent)
-        guard UInt64(info.st_dev) == inode.device, UInt64(info.st_ino) == inode.number else {
-            close(fd)
-            throw Errno(code: ESTALE)
+        let (first, others) = state.withLock { _ in (Inode.Place(parent: inode.parent, name: inode.name), inode.otherPlaces) }
+        var failure = Errno(code: ESTALE)
+        var wrong: [Inode.Place] = []
+        var found: (fd: Int32, place: Inode.Place)?
+        for place in [first] + others.reversed() where found == nil {
+            guard let parent = self[place.parent], parent !== inode else { wrong.append(place); continue }
+            do throws(Errno) {
+                let (fd, info) = try openChild(named: place.name, in: parent)
+                if UInt64(info.st_dev) == inode.device, UInt64(info.st_ino) == inode.number {
+                    found = (fd, place)
+                } else {
+                    close(fd)
+                    wrong.append(place)
+                }
+            } catch {
+                if error.code == ENOENT { wrong.append(place) } else if error.code != ESTALE { failure = error }
+            }
         }
-        return fd
+        state.withLock { _ in
+            inode.otherPlaces.removeAll { wrong.contains($0) }
+            // Known by the name that led to it from now on, unless a lookup meanwhile moved it.
+            if let found, found.place != first, inode.parent == first.parent, inode.name == first.name {
+                inode.place(at: found.place, keepingOld: false)
+            }
+        }
+        guard let found else { throw failure }
+        return found.fd
     }
 
     /// `name` in `parent`, opened O_PATH (not following a symbolic link), and its attributes.
@@ -297,8 +343,8 @@ final class InodeTable: Sendable {
                 if known.isDirectory && (known.parent != parent || known.name != name) {
                     directoryNamesGeneration.increment()
                 }
-                known.parent = parent
-                known.name = name
+                // Reached by another name: a hard link, or a rename behind the mount's back.
+                known.place(at: Inode.Place(parent: parent, name: name), keepingOld: !known.isDirectory && info.st_nlink > 1)
                 state.touch(known)
                 if known.descriptor < 0 {            // reopened for free: keep this one
                     state.attach(fd, to: known, evictable: evictable(known))
@@ -386,13 +432,16 @@ final class InodeTable: Sendable {
         }
     }
 
-    /// The node now at `name` in `parent` moved there by a rename through the mount.
-    func moved(_ id: UInt64, to parent: UInt64, name: String) {
+    /// The node now at `name` in `parent` moved there from `source` by a rename through the
+    /// mount. A file with hard links known by another name than `source` keeps that one too.
+    func moved(_ id: UInt64, from source: (parent: UInt64, name: String), to parent: UInt64, name: String) {
         state.withLock { state in
             guard let inode = state.byID[id] else { return }
             if inode.isDirectory { directoryNamesGeneration.increment() }
-            inode.parent = parent
-            inode.name = name
+            let from = Inode.Place(parent: source.parent, name: source.name)
+            inode.otherPlaces.removeAll { $0 == from }
+            let keepsOld = !inode.isDirectory && (inode.parent != from.parent || inode.name != from.name)
+            inode.place(at: Inode.Place(parent: parent, name: name), keepingOld: keepsOld)
         }
     }
 

@@ -137,4 +137,68 @@ import Glibc
         #expect(FileManager.default.createFile(atPath: backing + "/sub/f1", contents: Data("other".utf8)))
         #expect(throws: Errno.self) { try number(files[1]) }
     }
+
+    /// A file with two names, both looked up, loses the one it is known by: evicted, it is
+    /// reopened by the other, which it is known by from then on. (It answered ESTALE until
+    /// the kernel happened to look the other name up again.)
+    @Test func anEvictedFileWithHardLinksReopensByItsOtherName() throws {
+        let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-links-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: backing + "/a", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: backing + "/b", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: backing) }
+        let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        try #require(rootFD >= 0)
+        var rootInfo = stat()
+        try #require(fstat(rootFD, &rootInfo) == 0)
+        let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 16, fileHandles: false)
+        func remember(_ name: String, in parent: Inode) throws -> Inode {
+            let (fd, info) = try table.openChild(named: name, in: parent)
+            return table.remember(fd: fd, info: info, parent: parent.id, name: name)
+        }
+        func number(_ inode: Inode) throws -> UInt64 {
+            try table.withFD(inode) { fd throws(Errno) -> UInt64 in UInt64(try statOf(fd).st_ino) }
+        }
+        func evict(_ inode: Inode, using others: [Inode]) throws {
+            for other in others { _ = try number(other) }
+            #expect(inode.descriptor == -1, "evicted")
+        }
+        let (a, b) = (try remember("a", in: table.root), try remember("b", in: table.root))
+        #expect(FileManager.default.createFile(atPath: backing + "/a/first", contents: Data("linked".utf8)))
+        try #require(link(backing + "/a/first", backing + "/b/second") == 0)
+        let file = try remember("first", in: a)
+        #expect(try remember("second", in: b) === file, "one inode, two names")
+        #expect(table.path(of: file.id) == "b/second", "known by the name last looked up")
+        var others: [Inode] = []
+        for index in 0..<20 {
+            #expect(FileManager.default.createFile(atPath: backing + "/g\(index)", contents: Data()))
+            others.append(try remember("g\(index)", in: table.root))
+        }
+        let keep = [a, b] + others
+
+        // The name it is known by goes: reopened by the other.
+        try evict(file, using: keep)
+        try FileManager.default.removeItem(atPath: backing + "/b/second")
+        #expect(try number(file) == file.number)
+        #expect(table.path(of: file.id) == "a/first", "known by the name that led to it")
+
+        // A third name is looked up, then the first is renamed through the mount: the file is
+        // known by the new name, and the third stays one of its names.
+        try #require(link(backing + "/a/first", backing + "/b/third") == 0)
+        #expect(try remember("third", in: b) === file)
+        try FileManager.default.moveItem(atPath: backing + "/a/first", toPath: backing + "/a/fifth")
+        table.moved(file.id, from: (a.id, "first"), to: a.id, name: "fifth")
+        #expect(table.path(of: file.id) == "a/fifth")
+        try evict(file, using: keep)
+        try FileManager.default.removeItem(atPath: backing + "/a/fifth")
+        #expect(try number(file) == file.number)
+        #expect(table.path(of: file.id) == "b/third")
+
+        // Every name it was reached by gone, or leading to another file: ESTALE, never the
+        // other file. (Moved away, not removed: a removed file's inode number may be given to
+        // the next file made, and a name proves no more than the number.)
+        try evict(file, using: keep)
+        try FileManager.default.moveItem(atPath: backing + "/b/third", toPath: backing + "/moved")
+        #expect(FileManager.default.createFile(atPath: backing + "/b/third", contents: Data("other".utf8)))
+        #expect(throws: Errno(code: ESTALE)) { try number(file) }
+    }
 }
