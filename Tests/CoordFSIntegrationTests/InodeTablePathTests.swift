@@ -89,16 +89,25 @@ import Glibc
 /// evicted descriptor is opened again from its parent and its name, and only if the name still
 /// leads to the same inode.
 @Suite struct InodeTableReopeningByName {
-    @Test func evictedItemsReopenByNameAndNeverAsAnotherFile() throws {
+    /// A table of 16 descriptors without file handles, over a new backing directory holding
+    /// the directories `directories`; the caller removes the directory.
+    static func smallTable(directories: [String]) throws -> (backing: String, table: InodeTable) {
         let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-names-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: backing + "/sub", withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: backing) }
+        for directory in directories {
+            try FileManager.default.createDirectory(atPath: backing + "/" + directory, withIntermediateDirectories: true)
+        }
         let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         try #require(rootFD >= 0)
         var rootInfo = stat()
         try #require(fstat(rootFD, &rootInfo) == 0)
         let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 16, fileHandles: false)
         #expect(!table.usesHandles)
+        return (backing, table)
+    }
+
+    @Test func evictedItemsReopenByNameAndNeverAsAnotherFile() throws {
+        let (backing, table) = try Self.smallTable(directories: ["sub"])
+        defer { try? FileManager.default.removeItem(atPath: backing) }
         func remember(_ name: String, in parent: Inode) throws -> Inode {
             try table.withFD(parent) { parentFD throws(Errno) -> Inode in
                 let fd = try check(openat(parentFD, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC))
@@ -142,15 +151,8 @@ import Glibc
     /// reopened by the other, which it is known by from then on. (It answered ESTALE until
     /// the kernel happened to look the other name up again.)
     @Test func anEvictedFileWithHardLinksReopensByItsOtherName() throws {
-        let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-links-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: backing + "/a", withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(atPath: backing + "/b", withIntermediateDirectories: true)
+        let (backing, table) = try Self.smallTable(directories: ["a", "b"])
         defer { try? FileManager.default.removeItem(atPath: backing) }
-        let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        try #require(rootFD >= 0)
-        var rootInfo = stat()
-        try #require(fstat(rootFD, &rootInfo) == 0)
-        let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 16, fileHandles: false)
         func remember(_ name: String, in parent: Inode) throws -> Inode {
             let (fd, info) = try table.openChild(named: name, in: parent)
             return table.remember(fd: fd, info: info, parent: parent.id, name: name)
