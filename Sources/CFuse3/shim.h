@@ -12,6 +12,7 @@
 #include <sys/xattr.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
+#include <sys/sysinfo.h>
 #include <dirent.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -160,5 +161,19 @@ static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd,
 // (Declared here: <sched.h> declares it only under _GNU_SOURCE.)
 extern int sched_getcpu(void);
 static inline int cfs_current_cpu(void) { return sched_getcpu(); }
+
+// Lets the calling thread run on any CPU of the machine but `cpu`, or, when the process may use
+// none of those, on any. 0 or -1. (cpu_set_t and its macros need _GNU_SOURCE too.)
+static inline int cfs_run_away_from_cpu(int cpu) {
+    unsigned long mask[16] = { 0 };
+    int cpus = get_nprocs_conf();
+    if (cpus > (int)(sizeof(mask) * 8)) cpus = (int)(sizeof(mask) * 8);
+    for (int index = 0; index < cpus; index++) {
+        if (index != cpu) mask[index / 64] |= 1UL << (index % 64);
+    }
+    if (syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask) == 0) return 0;
+    if (cpu >= 0 && cpu < cpus) mask[cpu / 64] |= 1UL << (cpu % 64);
+    return (int)syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask);
+}
 
 #endif

@@ -1,0 +1,63 @@
+import CFuse3
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Closes the descriptors the budget evicts, on a thread of its own that runs away from the CPU
+/// of the request that evicted them.
+///
+/// 1200 closes take about a millisecond, and the last descriptor of a file deleted behind the
+/// mount's back frees the file's blocks as it closes (unlinking a big file took 0.44 s on ext4
+/// here): no request waits for that. Nor may the closes run on the request's CPU. A worker
+/// woken from there was put there, and a walk of 40 000 files, its caller on one CPU, stalled
+/// about 0.9 ms at each eviction behind the closes; run on another CPU, 0.3 ms, the eviction
+/// itself.
+final class DescriptorCloser: Sendable {
+    static let shared = DescriptorCloser()
+
+    private struct Batch {
+        let descriptors: [Int32]
+        let evictedOn: Int32
+    }
+
+    private let pending = Mutex<[Batch]>([])
+    private let wake = DispatchSemaphore(value: 0)
+
+    private init() {
+        let thread = Thread { [self] in
+            Thread.current.name = "coordfs-closer"
+            run()
+        }
+        thread.start()
+    }
+
+    /// Closes `descriptors` soon, away from `cpu` (the calling thread's).
+    func close(_ descriptors: [Int32], awayFrom cpu: Int32 = cfs_current_cpu()) {
+        guard !descriptors.isEmpty else { return }
+        let batch = Batch(descriptors: descriptors, evictedOn: cpu)
+        pending.withLock { $0.append(batch) }
+        wake.signal()
+    }
+
+    private func run() {
+        // Started from a request's thread, this one took its CPU affinity (a queue thread is
+        // pinned): it is set before the first batch.
+        var avoided: Int32 = -2
+        while true {
+            wake.wait()
+            let batches = pending.withLock { batches -> [Batch] in
+                defer { batches = [] }
+                return batches
+            }
+            for batch in batches {
+                if batch.evictedOn != avoided {
+                    _ = cfs_run_away_from_cpu(batch.evictedOn)
+                    avoided = batch.evictedOn
+                }
+                for fd in batch.descriptors { Glibc.close(fd) }
+            }
+        }
+    }
+}

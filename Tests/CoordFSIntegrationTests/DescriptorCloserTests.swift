@@ -1,0 +1,46 @@
+@testable import CoordFSMount
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Evicted descriptors are closed on the closer's thread, on another CPU than the request's.
+@Suite(.serialized) struct DescriptorCloserPlacement {
+    /// The CPUs the closer thread may run on, from /proc (nil before it exists).
+    static func closerCPUs() -> Set<Int>? {
+        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task") else { return nil }
+        for task in tasks {
+            let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
+            guard comm.hasPrefix("coordfs-closer"),
+                  let status = try? String(contentsOfFile: "/proc/self/task/\(task)/status", encoding: .utf8),
+                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Cpus_allowed_list:") })
+            else { continue }
+            var cpus = Set<Int>()
+            for range in line.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces).split(separator: ",") {
+                let ends = range.split(separator: "-").compactMap { Int($0) }
+                if let first = ends.first { cpus.formUnion(first...(ends.last ?? first)) }
+            }
+            return cpus
+        }
+        return nil
+    }
+
+    static func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) != -1 }
+
+    @Test(arguments: [Int32(0), 1])
+    func descriptorsAreClosedAwayFromTheEvictingCPU(cpu: Int32) throws {
+        let cpus = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
+        let descriptors = (0..<50).map { _ in open("/dev/null", O_RDONLY | O_CLOEXEC) }
+        try #require(descriptors.allSatisfy { $0 >= 0 })
+        DescriptorCloser.shared.close(descriptors, awayFrom: cpu)
+        let deadline = Date().addingTimeInterval(10)
+        while descriptors.contains(where: Self.isOpen) && Date() < deadline { usleep(1000) }
+        #expect(!descriptors.contains(where: Self.isOpen), "all closed")
+        let allowed = try #require(Self.closerCPUs(), "the closer thread exists")
+        guard cpus >= 2 else { return }
+        #expect(!allowed.contains(Int(cpu)), "runs away from CPU \(cpu): \(allowed)")
+        // Anywhere else: not pinned where the thread that started it was.
+        #expect(allowed == Set(0..<cpus).subtracting([Int(cpu)]), "\(allowed) of \(cpus)")
+    }
+}
