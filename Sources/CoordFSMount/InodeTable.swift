@@ -80,10 +80,13 @@ final class Inode: @unchecked Sendable {
 final class InodeTable: Sendable {
     static let rootID: UInt64 = 1
 
-    private struct Key: Hashable { let device: UInt64, number: UInt64 }
+    private struct Key: ShardedKey {
+        let device: UInt64, number: UInt64
+        var shard: Int { Self.shard(of: number ^ device) }
+    }
     private struct State {
-        var byID: [UInt64: Inode] = [:]
-        var byKey: [Key: UInt64] = [:]
+        var byID = ShardedDictionary<UInt64, Inode>()
+        var byKey = ShardedDictionary<Key, UInt64>()
         var nextID: UInt64 = 2
         var openDescriptors = 0
         var clock: UInt64 = 0
