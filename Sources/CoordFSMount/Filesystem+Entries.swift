@@ -110,7 +110,7 @@ extension Filesystem {
     func statfs(_ reply: Reply, _ id: UInt64) {
         var info = statvfs()
         // Every item of the mount is on the backing filesystem: the root answers for all.
-        if statvfs(procPath(inodes.root.descriptor), &info) == -1 { return reply.error(Errno.current) }
+        if statvfs(procPath(inodes.rootDescriptor), &info) == -1 { return reply.error(Errno.current) }
         reply.statfs(info)
     }
 

@@ -140,7 +140,7 @@ public final class Filesystem: @unchecked Sendable {
             return true
         }
         return packageMarkers.isMarked(relative) {
-            faccessat(inodes.root.descriptor, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
+            faccessat(inodes.rootDescriptor, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
         }
     }
 

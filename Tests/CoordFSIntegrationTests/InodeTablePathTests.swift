@@ -2,6 +2,7 @@
 import Coordination
 import Foundation
 import Testing
+import TestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -65,8 +66,47 @@ import Glibc
     }
 }
 
-/// `InodeTable.select`, which finds the budget's oldest descriptors without sorting them all.
+/// `InodeTable.age(evicting:of:)`: the age up to which an eviction closes descriptors, found
+/// from a sample of the slots' last uses (distinct, as the clock's; `UInt64.max` for slots never
+/// evicted or free).
 @Suite struct InodeTableEviction {
+    /// How many of `uses` an eviction up to `age` closes.
+    static func evicted(_ uses: [UInt64], upTo age: UInt64) -> Int { uses.count { $0 <= age } }
+
+    /// Uses 1...count, shuffled, with every seventh slot never evicted.
+    static func uses(_ count: Int, shuffled: Bool, using generator: inout SeededGenerator) -> [UInt64] {
+        var uses = (1...UInt64(count)).map { $0 % 7 == 0 ? UInt64.max : $0 }
+        if shuffled { uses.shuffle(using: &generator) }
+        return uses
+    }
+
+    /// Up to 1024 uses, every one is in the sample: exactly `count` go.
+    @Test(arguments: [16, 100, 1024])
+    func smallTablesEvictExactlyTheOldest(size: Int) {
+        var generator = SeededGenerator(seed: UInt64(size))
+        let uses = Self.uses(size, shuffled: true, using: &generator)
+        let evictable = uses.count { $0 != .max }
+        for count in [1, 2, size / 10, evictable - 1] where count > 0 {
+            let age = InodeTable.age(evicting: count, of: uses)
+            #expect(Self.evicted(uses, upTo: age) == count, "\(count) of \(size)")
+            #expect(uses.filter { $0 <= age }.allSatisfy { $0 != .max })
+        }
+    }
+
+    /// 12 000 slots and more, a tenth to go, filled in order (a first walk) or in any order:
+    /// exactly the oldest tenth, though only a sample and a bracket of them are looked at.
+    @Test(arguments: [false, true])
+    func largeTablesEvictExactlyTheOldest(shuffled: Bool) {
+        var generator = SeededGenerator(seed: shuffled ? 7 : 8)
+        for trial in 0..<10 {
+            let uses = Self.uses(12_000 + trial * 3_137, shuffled: shuffled, using: &generator)
+            for count in [1, 1200, uses.count / 2] {
+                #expect(Self.evicted(uses, upTo: InodeTable.age(evicting: count, of: uses)) == count, "\(count) of \(uses.count)")
+            }
+        }
+    }
+
+    /// The selection both steps use.
     @Test(arguments: [1, 2, 7, 100, 1201])
     func selectFindsTheValueOfEachRank(count: Int) {
         var generator = SystemRandomNumberGenerator()
@@ -82,6 +122,14 @@ import Glibc
                 #expect(InodeTable.select(rank, in: &scratch) == sorted[rank], "rank \(rank) of \(values)")
             }
         }
+    }
+
+    /// More to evict than can be: every evictable one, and none never evicted.
+    @Test func moreThanThereAreEvictsAllThatCanGo() {
+        var generator = SeededGenerator(seed: 9)
+        let uses = Self.uses(5000, shuffled: true, using: &generator)
+        let age = InodeTable.age(evicting: 6000, of: uses)
+        #expect(Self.evicted(uses, upTo: age) == uses.count { $0 != .max })
     }
 }
 
@@ -135,13 +183,13 @@ import Glibc
             _ = try remember("g\(index)", in: table.root)
         }
         #expect(table.openDescriptors <= 16, "over budget, the oldest were let go")
-        #expect(files[0].descriptor == -1 && sub.descriptor == -1, "the first file and its directory were evicted")
+        #expect(!table.holdsDescriptor(files[0]) && !table.holdsDescriptor(sub), "the first file and its directory were evicted")
         // Reopened by name, the parent first: the same inodes as remembered.
         for inode in files { #expect(try number(inode) == inode.number) }
         // Behind the table's back, f1's name goes to another file: f1's inode is not reopened
         // as that one.
         for index in 2..<40 { _ = try number(files[index]) }    // f1 is the oldest again
-        #expect(files[1].descriptor == -1)
+        #expect(!table.holdsDescriptor(files[1]))
         try FileManager.default.moveItem(atPath: backing + "/sub/f1", toPath: backing + "/sub/moved")
         #expect(FileManager.default.createFile(atPath: backing + "/sub/f1", contents: Data("other".utf8)))
         #expect(throws: Errno.self) { try number(files[1]) }
@@ -162,7 +210,7 @@ import Glibc
         }
         func evict(_ inode: Inode, using others: [Inode]) throws {
             for other in others { _ = try number(other) }
-            #expect(inode.descriptor == -1, "evicted")
+            #expect(!table.holdsDescriptor(inode), "evicted")
         }
         let (a, b) = (try remember("a", in: table.root), try remember("b", in: table.root))
         #expect(FileManager.default.createFile(atPath: backing + "/a/first", contents: Data("linked".utf8)))
