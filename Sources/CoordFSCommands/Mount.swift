@@ -60,7 +60,7 @@ struct Mount: ParsableCommand {
     @Flag(inversion: .prefixedNo, help: "Take requests through FUSE over io_uring, one queue per CPU, when the kernel offers it (Linux 6.14+ with the fuse module's enable_uring=Y; default on).")
     var ioUring = true
 
-    @Option(help: "Which io_uring requests go to lane threads: auto (all once a filesystem that is not local is met, as the backing or mounted inside it; else blocking), all, or blocking (fsync, truncation and the like).")
+    @Option(help: "Which io_uring requests go to lane threads: auto (all on a backing that is not local; on a local one, blocking, and all for items on a filesystem that is not local mounted inside it), all, or blocking (fsync, truncation and the like).")
     var ringLanes: RingLanes?
 
     @Option(help: "How many inode descriptors to keep open (default 12000, or three fifths of the open-file limit where that is lower; the rest reopen by file handle).")

@@ -12,8 +12,8 @@ final class BackingFilesystems: Sendable {
     let rootIsLocal: Bool
     /// The backing directory's filesystem reports nothing at close (see `withoutFlush`).
     let rootReportsNothingAtClose: Bool
-    private let met: Mutex<Set<UInt64>>
-    private let foundNotLocal: Atomic<Bool>
+    /// Devices met other than the root's, and whether each is local.
+    private let others = Mutex<[UInt64: Bool]>([:])
 
     /// `rootFD`: the backing directory, open.
     init(rootFD: Int32, rootDevice: UInt64) {
@@ -21,21 +21,17 @@ final class BackingFilesystems: Sendable {
         self.rootDevice = rootDevice
         rootIsLocal = Self.localFilesystems.contains(type)
         rootReportsNothingAtClose = Self.withoutFlush.contains(type)
-        met = Mutex([rootDevice])
-        foundNotLocal = Atomic(!rootIsLocal)
     }
 
-    /// Whether a filesystem that is not local was met so far (the backing's own included).
-    var anyNotLocal: Bool { foundNotLocal.load(ordering: .relaxed) }
-
-    /// Looks at the filesystem of an item just looked up (`fd`, on `device`) if its device is
-    /// new. True only the first time one that is not local is met.
-    func meet(device: UInt64, fd: Int32) -> Bool {
+    /// Whether the filesystem of an item just looked up (`fd`, on `device`) is local, and
+    /// whether this is the first time its device is met.
+    func look(atDevice device: UInt64, of fd: Int32) -> (isLocal: Bool, isNew: Bool) {
         // Most lookups stay on the backing's own device: nothing to lock.
-        if device == rootDevice { return false }
-        guard met.withLock({ $0.insert(device).inserted }) else { return false }
-        guard !Self.localFilesystems.contains(Int64(cfs_filesystem_type(fd))) else { return false }
-        return !foundNotLocal.exchange(true, ordering: .relaxed)
+        if device == rootDevice { return (rootIsLocal, false) }
+        if let known = others.withLock({ $0[device] }) { return (known, false) }
+        let isLocal = Self.localFilesystems.contains(Int64(cfs_filesystem_type(fd)))
+        let isNew = others.withLock { $0.updateValue(isLocal, forKey: device) == nil }
+        return (isLocal, isNew)
     }
 
     /// Local filesystems whose files have no flush method: close(2) reports nothing, and

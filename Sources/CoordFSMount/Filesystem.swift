@@ -76,11 +76,11 @@ public final class Filesystem: @unchecked Sendable {
         filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
     }
 
-    /// The io_uring queues hand every request to their lane threads (`RingLanes`): a filesystem
-    /// that is not local was met (with `auto`), or the configuration says so.
+    /// The io_uring queues hand every request to their lane threads (`RingLanes`): the backing
+    /// directory's filesystem is not local (with `auto`), or the configuration says so.
     var lanesAll: Bool {
         switch configuration.ringLanes {
-        case .auto: filesystems.anyNotLocal
+        case .auto: !filesystems.rootIsLocal
         case .all: true
         case .blocking: false
         }
@@ -266,21 +266,24 @@ public final class Filesystem: @unchecked Sendable {
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String) throws(Errno) -> (Inode, stat) {
         let (fd, info) = try inodes.openChild(named: name, in: parent)
-        if filesystems.meet(device: UInt64(info.st_dev), fd: fd), configuration.ringLanes == .auto {
-            laneEverything(foundAt: relativePath(parent, name))
-        }
-        return (inodes.remember(fd: fd, info: info, parent: parent.id, name: name), info)
+        let filesystem = filesystems.look(atDevice: UInt64(info.st_dev), of: fd)
+        let inode = inodes.remember(fd: fd, info: info, parent: parent.id, name: name)
+        if !filesystem.isLocal { laneRequests(about: inode, in: parent, firstOnItsFilesystem: filesystem.isNew) }
+        return (inode, info)
     }
 
-    /// A filesystem that is not local is mounted inside the backing directory, at `path`: any
-    /// request may now wait on a server, and on a queue thread it would hold up its CPU's
-    /// queue. (The lookup that found it was served where it came.)
-    private func laneEverything(foundAt path: String) {
+    /// `inode` lies on a filesystem that is not local, mounted inside a local backing
+    /// directory: a request about it may wait on a server, and on a queue thread it would hold
+    /// up its CPU's queue. Its requests go to the lanes from now on, and those about the
+    /// directory it is mounted in when it is a mount's root (a lookup there crosses into it).
+    /// The lookup that found it was served where it came.
+    private func laneRequests(about inode: Inode, in parent: Inode, firstOnItsFilesystem: Bool) {
         let device = device
-        guard configuration.ioUring, device >= 0 else { return }
-        cfs_ring_lane_everything(device)
-        if cfs_ring_facts(device).queues > 0 {
-            logger.notice("a filesystem that is not local is mounted at '\(path)': lane threads now serve every request")
+        guard configuration.ringLanes == .auto, filesystems.rootIsLocal, configuration.ioUring, device >= 0 else { return }
+        cfs_ring_lane_node(device, inode.id)
+        if parent.device != inode.device { cfs_ring_lane_node(device, parent.id) }
+        if firstOnItsFilesystem && cfs_ring_facts(device).queues > 0 {
+            logger.notice("a filesystem that is not local is mounted at '\(relativePath(inode))': lane threads serve its requests")
         }
     }
 }

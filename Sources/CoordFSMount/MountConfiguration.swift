@@ -81,8 +81,9 @@ public struct MountConfiguration: Sendable {
 /// A lane costs a hand-over between two threads; a request served on the queue thread holds up
 /// that CPU's later requests while it waits.
 public enum RingLanes: String, Sendable, CaseIterable {
-    /// `blocking` on a local backing filesystem, `all` on any other, and from the moment one is
-    /// found mounted inside the backing directory (`BackingFilesystems.localFilesystems`).
+    /// `blocking` on a local backing filesystem, `all` on any other; on a local one, also every
+    /// request about an item on a filesystem that is not local, mounted inside it, once a lookup
+    /// has met that mount (`BackingFilesystems.localFilesystems`).
     case auto
     /// Every request: for a backing directory where any call may wait long (a network or FUSE
     /// filesystem, or one mounted over such).

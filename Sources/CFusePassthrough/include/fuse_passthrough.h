@@ -22,11 +22,13 @@ struct cfs_ring_facts {
     uint64_t served;        // requests the queues have taken
     uint64_t laned;         // of those, served by lane threads
     int lanes_all;          // every request goes to a lane thread
+    uint64_t lane_nodes;    // nodes whose requests go to a lane thread (`cfs_ring_lane_node`)
 };
 struct cfs_ring_facts cfs_ring_facts(int device);
-/// From now on, lane threads serve every request of the session on `device` (a filesystem that
-/// may keep a request long was found inside the backing directory). None: nothing happens.
-void cfs_ring_lane_everything(int device);
+/// From now on, lane threads serve the requests of the session on `device` about node `nodeid`
+/// (it lies on, or a directory holding a mount of, a filesystem that may keep a request long).
+/// No ring: nothing happens.
+void cfs_ring_lane_node(int device, uint64_t nodeid);
 /// Stops the io_uring queues of `device` before its session is destroyed (none: nothing happens).
 void cfs_ring_stop(int device);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
