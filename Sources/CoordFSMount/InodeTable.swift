@@ -43,18 +43,20 @@ final class Inode: @unchecked Sendable {
         let name: String
     }
 
-    /// Moves the node to `place`; with `keepingOld`, its old place is one of its other names.
+    /// Moves the node to `place`, which is no longer one of its others.
     /// (Other places that turn out wrong are dropped when a reopen tries them.)
-    fileprivate func place(at place: Place, keepingOld: Bool) {
-        let old = Place(parent: parent, name: name)
-        guard old != place else { return }
-        otherPlaces.removeAll { $0 == place || $0 == old }
-        if keepingOld {
-            if otherPlaces.count == Self.mostOtherPlaces { otherPlaces.removeFirst() }
-            otherPlaces.append(old)
-        }
+    fileprivate func place(at place: Place) {
+        otherPlaces.removeAll { $0 == place }
         parent = place.parent
         name = place.name
+    }
+
+    /// Adds `place` to the other places (a name of a file with hard links looked up anew).
+    fileprivate func addOtherPlace(_ place: Place) {
+        guard place != Place(parent: parent, name: name) else { return }
+        otherPlaces.removeAll { $0 == place }
+        if otherPlaces.count == Self.mostOtherPlaces { otherPlaces.removeFirst() }
+        otherPlaces.append(place)
     }
 
     static let mostOtherPlaces = 8
@@ -266,7 +268,7 @@ final class InodeTable: Sendable {
             inode.otherPlaces.removeAll { wrong.contains($0) }
             // Known by the name that led to it from now on, unless a lookup meanwhile moved it.
             if let found, found.place != first, inode.parent == first.parent, inode.name == first.name {
-                inode.place(at: found.place, keepingOld: false)
+                inode.place(at: found.place)
             }
         }
         guard let found else { throw failure }
@@ -397,8 +399,17 @@ final class InodeTable: Sendable {
                 if known.isDirectory && (known.parent != parent || known.name != name) {
                     directoryNamesGeneration.increment()
                 }
-                // Reached by another name: a hard link, or a rename behind the mount's back.
-                known.place(at: Inode.Place(parent: parent, name: name), keepingOld: !known.isDirectory && info.st_nlink > 1)
+                let place = Inode.Place(parent: parent, name: name)
+                if !known.isDirectory && info.st_nlink > 1 {
+                    // Another name of a file with hard links: the file keeps the path it is
+                    // coordinated by, so that opens by either name conflict (when each lookup
+                    // moved it, a reader that looked up the other name opened the file while
+                    // a writer held it).
+                    known.addOtherPlace(place)
+                } else {
+                    // Renamed behind the mount's back.
+                    known.place(at: place)
+                }
                 state.touch(known)
                 if state.slot(of: known) == nil {     // reopened for free: keep this one
                     state.attach(fd, to: known, evictable: evictable(known))
@@ -487,15 +498,19 @@ final class InodeTable: Sendable {
     }
 
     /// The node now at `name` in `parent` moved there from `source` by a rename through the
-    /// mount. A file with hard links known by another name than `source` keeps that one too.
+    /// mount. A file with hard links renamed by another name than the one it is known by keeps
+    /// that one, and the new name is one of its others.
     func moved(_ id: UInt64, from source: (parent: UInt64, name: String), to parent: UInt64, name: String) {
         state.withLock { state in
             guard let inode = state.byID[id] else { return }
             if inode.isDirectory { directoryNamesGeneration.increment() }
-            let from = Inode.Place(parent: source.parent, name: source.name)
+            let from = Inode.Place(parent: source.parent, name: source.name), to = Inode.Place(parent: parent, name: name)
             inode.otherPlaces.removeAll { $0 == from }
-            let keepsOld = !inode.isDirectory && (inode.parent != from.parent || inode.name != from.name)
-            inode.place(at: Inode.Place(parent: parent, name: name), keepingOld: keepsOld)
+            if inode.isDirectory || (inode.parent == from.parent && inode.name == from.name) {
+                inode.place(at: to)
+            } else {
+                inode.addOtherPlace(to)
+            }
         }
     }
 

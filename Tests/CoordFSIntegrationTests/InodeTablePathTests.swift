@@ -195,9 +195,10 @@ import Glibc
         #expect(throws: Errno.self) { try number(files[1]) }
     }
 
-    /// A file with two names, both looked up, loses the one it is known by: evicted, it is
-    /// reopened by the other, which it is known by from then on. (It answered ESTALE until
-    /// the kernel happened to look the other name up again.)
+    /// A file with two names, both looked up, is coordinated by the first: opens by either
+    /// name must conflict. When that name goes, an evicted descriptor is reopened by the other,
+    /// which it is known by from then on. (It answered ESTALE until the kernel happened to look
+    /// the other name up again.)
     @Test func anEvictedFileWithHardLinksReopensByItsOtherName() throws {
         let (backing, table) = try Self.smallTable(directories: ["a", "b"])
         defer { try? FileManager.default.removeItem(atPath: backing) }
@@ -217,7 +218,7 @@ import Glibc
         try #require(link(backing + "/a/first", backing + "/b/second") == 0)
         let file = try remember("first", in: a)
         #expect(try remember("second", in: b) === file, "one inode, two names")
-        #expect(table.path(of: file.id) == "b/second", "known by the name last looked up")
+        #expect(table.path(of: file.id) == "a/first", "coordinated by one path, whichever name was looked up last")
         var others: [Inode] = []
         for index in 0..<20 {
             #expect(FileManager.default.createFile(atPath: backing + "/g\(index)", contents: Data()))
@@ -225,30 +226,33 @@ import Glibc
         }
         let keep = [a, b] + others
 
-        // The name it is known by goes: reopened by the other.
+        // The name it is known by goes: reopened by the other, and known by it.
         try evict(file, using: keep)
-        try FileManager.default.removeItem(atPath: backing + "/b/second")
+        try FileManager.default.removeItem(atPath: backing + "/a/first")
         #expect(try number(file) == file.number)
-        #expect(table.path(of: file.id) == "a/first", "known by the name that led to it")
+        #expect(table.path(of: file.id) == "b/second", "known by the name that led to it")
 
-        // A third name is looked up, then the first is renamed through the mount: the file is
-        // known by the new name, and the third stays one of its names.
-        try #require(link(backing + "/a/first", backing + "/b/third") == 0)
-        #expect(try remember("third", in: b) === file)
-        try FileManager.default.moveItem(atPath: backing + "/a/first", toPath: backing + "/a/fifth")
-        table.moved(file.id, from: (a.id, "first"), to: a.id, name: "fifth")
-        #expect(table.path(of: file.id) == "a/fifth")
+        // A third name is looked up, then both are renamed through the mount: the name it is
+        // known by moves with its rename, the other stays one of its names under its new one.
+        try #require(link(backing + "/b/second", backing + "/a/third") == 0)
+        #expect(try remember("third", in: a) === file)
+        try FileManager.default.moveItem(atPath: backing + "/b/second", toPath: backing + "/b/fifth")
+        table.moved(file.id, from: (b.id, "second"), to: b.id, name: "fifth")
+        #expect(table.path(of: file.id) == "b/fifth")
+        try FileManager.default.moveItem(atPath: backing + "/a/third", toPath: backing + "/a/sixth")
+        table.moved(file.id, from: (a.id, "third"), to: a.id, name: "sixth")
+        #expect(table.path(of: file.id) == "b/fifth", "another name's rename moves nothing")
         try evict(file, using: keep)
-        try FileManager.default.removeItem(atPath: backing + "/a/fifth")
+        try FileManager.default.removeItem(atPath: backing + "/b/fifth")
         #expect(try number(file) == file.number)
-        #expect(table.path(of: file.id) == "b/third")
+        #expect(table.path(of: file.id) == "a/sixth")
 
         // Every name it was reached by gone, or leading to another file: ESTALE, never the
         // other file. (Moved away, not removed: a removed file's inode number may be given to
         // the next file made, and a name proves no more than the number.)
         try evict(file, using: keep)
-        try FileManager.default.moveItem(atPath: backing + "/b/third", toPath: backing + "/moved")
-        #expect(FileManager.default.createFile(atPath: backing + "/b/third", contents: Data("other".utf8)))
+        try FileManager.default.moveItem(atPath: backing + "/a/sixth", toPath: backing + "/moved")
+        #expect(FileManager.default.createFile(atPath: backing + "/a/sixth", contents: Data("other".utf8)))
         #expect(throws: Errno(code: ESTALE)) { try number(file) }
     }
 }

@@ -111,6 +111,28 @@ import Glibc
         #expect(try fx.state().contains("WAIT") == false)
     }
 
+    /// A file with two names is one item: an open by one name conflicts with a hold taken by
+    /// the other, whichever name the kernel looked up last. (Each lookup moved the path the
+    /// file was coordinated by, and a reader that had just looked up the other name opened the
+    /// file while a writer held it.)
+    @Test func opensOfAFileByEitherOfItsNamesConflict() throws {
+        let fx = try MountFixture(["--cache-timeout", "0.2"])
+        try FileManager.default.createDirectory(atPath: fx.path("a"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: fx.path("b"), withIntermediateDirectories: false)
+        #expect(FileManager.default.createFile(atPath: fx.path("a/first"), contents: Data("linked".utf8)))
+        try #require(link(fx.path("a/first"), fx.path("b/second")) == 0)
+        let writer = try Child.holder(), reader = try Child.holder()
+        // Each name looked up afresh (past the cache timeout) just before it is opened.
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(writer.ask("open w \(fx.path("a/first"))") == "ok 1")
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(reader.ask("open rn \(fx.path("b/second"))") == "err EAGAIN")
+        Thread.sleep(forTimeInterval: 0.3)
+        #expect(reader.ask("open wn \(fx.path("a/first"))") == "err EAGAIN")
+        #expect(writer.ask("close all") == "ok")
+        #expect(reader.ask("open rn \(fx.path("b/second"))") == "ok 1")
+    }
+
     @Test func aWaitingCatKilledBySignalLeavesNothingHeld() throws {
         let fx = try MountFixture()
         try fx.seed("a.txt", "content\n")
