@@ -70,7 +70,8 @@ extension Filesystem {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         coordinate(reply, [Wanted(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory)]) { claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
-                name.withCString { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
+                if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
+                return name.withCString { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
             }
             if failure == nil { self.namespaceChanged(name: name, directory: directory) }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
@@ -113,6 +114,11 @@ extension Filesystem {
                 return reply.error(failure)
             }
             namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
+            let replacedItself = destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
+            if destinationExisted && !exchange && !destinationIsDirectory && !replacedItself {
+                inodes.nameRemoved(newName, in: newParent.id, device: UInt64(destinationInfo.st_dev),
+                                   number: UInt64(destinationInfo.st_ino))
+            }
             if let moved = inodes.node(device: UInt64(sourceInfo.st_dev), number: UInt64(sourceInfo.st_ino)) {
                 inodes.moved(moved.id, from: (parent.id, name), to: newParent.id, name: newName)
             }

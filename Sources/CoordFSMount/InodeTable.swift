@@ -26,7 +26,7 @@ final class Inode: @unchecked Sendable {
     var name: String
     /// Other (parent, name) places of a file with several links, most recent last: without
     /// file handles, an evicted file is reopened by one of them when its own name is gone.
-    var otherPlaces: [Place] = []
+    fileprivate(set) var otherPlaces: [Place] = []
     /// The table's descriptor slot it was last given (-1: none yet). It holds the slot while
     /// the slot's owner is its id: an evicted slot is freed and may go to another node.
     fileprivate var slot = -1
@@ -164,6 +164,18 @@ final class InodeTable: Sendable {
     /// Bumped whenever a directory is known by another parent or name: every path at or below
     /// it changed, and paths remembered from before (`DirectoryContexts`) are stale.
     let directoryNamesGeneration = LoneCounter()
+    /// Nodes with other places (files with hard links looked up by several names): while there
+    /// are none, removing a name needs no look at what it named (`nameGoing`).
+    private let nodesWithOtherPlaces = Atomic<Int>(0)
+
+    /// Runs `change` on `inode`'s places, the table locked, and keeps count of the nodes that
+    /// have other places.
+    private func changingPlaces(of inode: Inode, _ change: (Inode) -> Void) {
+        let hadOthers = !inode.otherPlaces.isEmpty
+        change(inode)
+        let hasOthers = !inode.otherPlaces.isEmpty
+        if hadOthers != hasOthers { nodesWithOtherPlaces.add(hasOthers ? 1 : -1, ordering: .relaxed) }
+    }
 
     init(rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true) {
         handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -265,10 +277,12 @@ final class InodeTable: Sendable {
             }
         }
         state.withLock { _ in
-            inode.otherPlaces.removeAll { wrong.contains($0) }
-            // Known by the name that led to it from now on, unless a lookup meanwhile moved it.
-            if let found, found.place != first, inode.parent == first.parent, inode.name == first.name {
-                inode.place(at: found.place)
+            changingPlaces(of: inode) { inode in
+                inode.otherPlaces.removeAll { wrong.contains($0) }
+                // Known by the name that led to it from now on, unless a lookup meanwhile moved it.
+                if let found, found.place != first, inode.parent == first.parent, inode.name == first.name {
+                    inode.place(at: found.place)
+                }
             }
         }
         guard let found else { throw failure }
@@ -400,15 +414,17 @@ final class InodeTable: Sendable {
                     directoryNamesGeneration.increment()
                 }
                 let place = Inode.Place(parent: parent, name: name)
-                if !known.isDirectory && info.st_nlink > 1 {
-                    // Another name of a file with hard links: the file keeps the path it is
-                    // coordinated by, so that opens by either name conflict (when each lookup
-                    // moved it, a reader that looked up the other name opened the file while
-                    // a writer held it).
-                    known.addOtherPlace(place)
-                } else {
-                    // Renamed behind the mount's back.
-                    known.place(at: place)
+                changingPlaces(of: known) { known in
+                    if !known.isDirectory && info.st_nlink > 1 {
+                        // Another name of a file with hard links: the file keeps the path it is
+                        // coordinated by, so that opens by either name conflict (when each lookup
+                        // moved it, a reader that looked up the other name opened the file while
+                        // a writer held it).
+                        known.addOtherPlace(place)
+                    } else {
+                        // Renamed behind the mount's back.
+                        known.place(at: place)
+                    }
                 }
                 state.touch(known)
                 if state.slot(of: known) == nil {     // reopened for free: keep this one
@@ -444,6 +460,7 @@ final class InodeTable: Sendable {
             state.byID[id] = nil
             state.byKey[Key(device: inode.device, number: inode.number)] = nil
             inode.forgotten = true
+            changingPlaces(of: inode) { $0.otherPlaces = [] }
             guard let slot = state.slot(of: inode), state.slots.pins[slot] == 0 else { return nil }
             return state.detach(slot)
         }
@@ -505,11 +522,42 @@ final class InodeTable: Sendable {
             guard let inode = state.byID[id] else { return }
             if inode.isDirectory { directoryNamesGeneration.increment() }
             let from = Inode.Place(parent: source.parent, name: source.name), to = Inode.Place(parent: parent, name: name)
-            inode.otherPlaces.removeAll { $0 == from }
-            if inode.isDirectory || (inode.parent == from.parent && inode.name == from.name) {
-                inode.place(at: to)
-            } else {
-                inode.addOtherPlace(to)
+            changingPlaces(of: inode) { inode in
+                inode.otherPlaces.removeAll { $0 == from }
+                if inode.isDirectory || (inode.parent == from.parent && inode.name == from.name) {
+                    inode.place(at: to)
+                } else {
+                    inode.addOtherPlace(to)
+                }
+            }
+        }
+    }
+
+    /// `name` in `parent` is about to be removed through the mount (`parentFD` is the parent's
+    /// descriptor). A file with hard links known by that name is known by another of its names
+    /// from then on; otherwise its path would stay a name that is gone, and a new file made
+    /// there would conflict with it. A look at the name only while such files are known.
+    func nameGoing(_ name: String, in parent: Inode, parentFD: Int32) {
+        guard nodesWithOtherPlaces.load(ordering: .relaxed) > 0 else { return }
+        var info = stat()
+        guard name.withCString({ fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return }
+        nameRemoved(name, in: parent.id, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+    }
+
+    /// `name` in `parent`, which named the item (`device`, `number`), was removed or replaced
+    /// through the mount: see `nameGoing`.
+    func nameRemoved(_ name: String, in parent: UInt64, device: UInt64, number: UInt64) {
+        guard nodesWithOtherPlaces.load(ordering: .relaxed) > 0 else { return }
+        state.withLock { state in
+            guard let id = state.byKey[Key(device: device, number: number)], let inode = state.byID[id],
+                  !inode.otherPlaces.isEmpty else { return }
+            let gone = Inode.Place(parent: parent, name: name)
+            changingPlaces(of: inode) { inode in
+                if inode.parent == gone.parent && inode.name == gone.name {
+                    inode.place(at: inode.otherPlaces[inode.otherPlaces.count - 1])
+                } else {
+                    inode.otherPlaces.removeAll { $0 == gone }
+                }
             }
         }
     }

@@ -195,6 +195,37 @@ import Glibc
         #expect(throws: Errno.self) { try number(files[1]) }
     }
 
+    /// Names of a file with hard links removed through the mount: another name it still has
+    /// becomes its path when its own goes; one of its others just goes.
+    @Test func namesRemovedThroughTheMountLeaveTheFileANameItHas() throws {
+        let (backing, table) = try Self.smallTable(directories: ["a"])
+        defer { try? FileManager.default.removeItem(atPath: backing) }
+        func remember(_ name: String, in parent: Inode) throws -> Inode {
+            let (fd, info) = try table.openChild(named: name, in: parent)
+            return table.remember(fd: fd, info: info, parent: parent.id, name: name)
+        }
+        let a = try remember("a", in: table.root)
+        #expect(FileManager.default.createFile(atPath: backing + "/a/one", contents: Data()))
+        for name in ["two", "three"] { try #require(link(backing + "/a/one", backing + "/a/" + name) == 0) }
+        let file = try remember("one", in: a)
+        // Looked up last, "two" would be the first other to stand in.
+        for name in ["three", "two"] { #expect(try remember(name, in: a) === file) }
+        #expect(table.path(of: file.id) == "a/one")
+        let rootFD = open(backing + "/a", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { close(rootFD) }
+        // One of its others goes: its path stays.
+        table.nameGoing("two", in: a, parentFD: rootFD)
+        try FileManager.default.removeItem(atPath: backing + "/a/two")
+        #expect(table.path(of: file.id) == "a/one")
+        // Its own goes: the other it still has.
+        table.nameGoing("one", in: a, parentFD: rootFD)
+        try FileManager.default.removeItem(atPath: backing + "/a/one")
+        #expect(table.path(of: file.id) == "a/three")
+        // Its last name goes: nothing else to be known by.
+        table.nameGoing("three", in: a, parentFD: rootFD)
+        #expect(table.path(of: file.id) == "a/three")
+    }
+
     /// A file with two names, both looked up, is coordinated by the first: opens by either
     /// name must conflict. When that name goes, an evicted descriptor is reopened by the other,
     /// which it is known by from then on. (It answered ESTALE until the kernel happened to look

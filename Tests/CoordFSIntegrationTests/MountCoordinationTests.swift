@@ -133,6 +133,25 @@ import Glibc
         #expect(reader.ask("open rn \(fx.path("b/second"))") == "ok 1")
     }
 
+    /// The name a file with hard links is coordinated by is removed through the mount: the file
+    /// is coordinated by another of its names from then on. (The path stayed the removed name,
+    /// so status showed it, and a new file made under it conflicted with the linked one.)
+    @Test func aFileWithHardLinksIsCoordinatedByANameItStillHas() throws {
+        let fx = try MountFixture()
+        try FileManager.default.createDirectory(atPath: fx.path("a"), withIntermediateDirectories: false)
+        try FileManager.default.createDirectory(atPath: fx.path("b"), withIntermediateDirectories: false)
+        #expect(FileManager.default.createFile(atPath: fx.path("a/first"), contents: Data("linked".utf8)))
+        try #require(link(fx.path("a/first"), fx.path("b/second")) == 0)
+        try FileManager.default.removeItem(atPath: fx.path("a/first"))
+        let writer = try Child.holder(), other = try Child.holder()
+        #expect(writer.ask("open w \(fx.path("b/second"))") == "ok 1")
+        let state = try fx.state()
+        #expect(state.contains("/b/second") && !state.contains("/a/first"), "\(state)")
+        #expect(FileManager.default.createFile(atPath: fx.path("a/first"), contents: Data("new".utf8)))
+        #expect(other.ask("open wn \(fx.path("a/first"))") == "ok 1", "another file now")
+        #expect(other.ask("open rn \(fx.path("b/second"))") == "err EAGAIN")
+    }
+
     @Test func aWaitingCatKilledBySignalLeavesNothingHeld() throws {
         let fx = try MountFixture()
         try fx.seed("a.txt", "content\n")
