@@ -24,8 +24,9 @@ final class Inode: @unchecked Sendable {
     var lookups: UInt64 = 0
     var parent: UInt64
     var name: String
-    /// Other (parent, name) places of a file with several links, most recent last: without
-    /// file handles, an evicted file is reopened by one of them when its own name is gone.
+    /// Other (parent, name) places of a file with several links, most recent last: one takes
+    /// over when the name it is known by goes (`nameRemoved`, `reopenByName`), and without file
+    /// handles an evicted file is reopened by one of them when its own name is gone.
     fileprivate(set) var otherPlaces: [Place] = []
     /// The table's descriptor slot it was last given (-1: none yet). It holds the slot while
     /// the slot's owner is its id: an evicted slot is freed and may go to another node.
