@@ -44,6 +44,9 @@ final class Inode: @unchecked Sendable {
         let name: String
     }
 
+    /// The parent and name it is known by.
+    var knownPlace: Place { Place(parent: parent, name: name) }
+
     /// Moves the node to `place`, which is no longer one of its others.
     /// (Other places that turn out wrong are dropped when a reopen tries them.)
     fileprivate func place(at place: Place) {
@@ -54,7 +57,7 @@ final class Inode: @unchecked Sendable {
 
     /// Adds `place` to the other places (a name of a file with hard links looked up anew).
     fileprivate func addOtherPlace(_ place: Place) {
-        guard place != Place(parent: parent, name: name) else { return }
+        guard place != knownPlace else { return }
         otherPlaces.removeAll { $0 == place }
         if otherPlaces.count == Self.mostOtherPlaces { otherPlaces.removeFirst() }
         otherPlaces.append(place)
@@ -259,7 +262,7 @@ final class InodeTable: Sendable {
     /// leads to it any more (renamed or replaced behind the mount's back): the kernel looks
     /// the name up again after that.
     private func reopenByName(_ inode: Inode) throws(Errno) -> Int32 {
-        let (first, others) = state.withLock { _ in (Inode.Place(parent: inode.parent, name: inode.name), inode.otherPlaces) }
+        let (first, others) = state.withLock { _ in (inode.knownPlace, inode.otherPlaces) }
         var failure = Errno(code: ESTALE)
         var wrong: [Inode.Place] = []
         var found: (fd: Int32, place: Inode.Place)?
@@ -281,7 +284,7 @@ final class InodeTable: Sendable {
             changingPlaces(of: inode) { inode in
                 inode.otherPlaces.removeAll { wrong.contains($0) }
                 // Known by the name that led to it from now on, unless a lookup meanwhile moved it.
-                if let found, found.place != first, inode.parent == first.parent, inode.name == first.name {
+                if let found, found.place != first, inode.knownPlace == first {
                     inode.place(at: found.place)
                 }
             }
@@ -315,7 +318,7 @@ final class InodeTable: Sendable {
     /// about nine tenths of the budget. Returns them to close outside the lock.
     ///
     /// The lock is held, so only the slots' arrays are read, side by side, and the age to evict
-    /// up to is read from a sorted sample of the uses: with a budget of 12 000 in a tree of
+    /// up to is found from a sample of the uses (`age`): with a budget of 12 000 in a tree of
     /// 40 000 files, an eviction held the table 1.5–3.3 ms when it sorted candidates out of
     /// every inode, and 0.2 ms when it selected among all uses and visited each evicted inode.
     private func evict(_ state: inout State) -> [Int32] {
@@ -336,6 +339,7 @@ final class InodeTable: Sendable {
     /// below the bracket and gathers those within (about 1000 of 12 000), and the answer is
     /// selected among these. A selection among all of them took 90 µs under the lock.
     static func age(evicting count: Int, of uses: [UInt64]) -> UInt64 {
+        guard count > 0 else { return 0 }
         let stride = max(1, uses.count / 1024)
         var sample: [UInt64] = []
         sample.reserveCapacity(uses.count / stride + 1)
@@ -348,7 +352,6 @@ final class InodeTable: Sendable {
             untilSampled -= 1
             evictable += 1
         }
-        guard count > 0 else { return 0 }
         guard count < evictable else { return .max - 1 }
         // The rank in the sample, give or take five standard deviations of a sample's rank.
         let center = count * sample.count / evictable
@@ -525,7 +528,7 @@ final class InodeTable: Sendable {
             let from = Inode.Place(parent: source.parent, name: source.name), to = Inode.Place(parent: parent, name: name)
             changingPlaces(of: inode) { inode in
                 inode.otherPlaces.removeAll { $0 == from }
-                if inode.isDirectory || (inode.parent == from.parent && inode.name == from.name) {
+                if inode.isDirectory || inode.knownPlace == from {
                     inode.place(at: to)
                 } else {
                     inode.addOtherPlace(to)
@@ -554,7 +557,7 @@ final class InodeTable: Sendable {
                   !inode.otherPlaces.isEmpty else { return }
             let gone = Inode.Place(parent: parent, name: name)
             changingPlaces(of: inode) { inode in
-                if inode.parent == gone.parent && inode.name == gone.name {
+                if inode.knownPlace == gone {
                     inode.place(at: inode.otherPlaces[inode.otherPlaces.count - 1])
                 } else {
                     inode.otherPlaces.removeAll { $0 == gone }
