@@ -195,6 +195,8 @@ final class InodeTable: Sendable {
             if again >= 0 { close(again); usesHandles = true }
         }
         self.usesHandles = usesHandles
+        // Its thread is started now, not by the first eviction's request.
+        _ = DescriptorCloser.shared
         let root = self.root
         state.withLock { state in
             state.byID[Self.rootID] = root
