@@ -18,7 +18,6 @@ Every target's directory lies on one fresh, journaled ext4 image, loop-mounted w
 (fuse-measurements.md, finding 5: this machine's root filesystem has no journal and its metadata
 timings are bimodal). --on-tmp uses /tmp instead.
 """
-import argparse
 import json
 import os
 import random
@@ -30,23 +29,15 @@ import tempfile
 import time
 
 
-def positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
+from benchargs import coordfs_parser, executable, positive
 
-
-parser = argparse.ArgumentParser(description="coordfs filesystem benchmark (run by `make bench`).")
-parser.add_argument("binary", help="the coordfs executable to mount with")
+parser = coordfs_parser("coordfs filesystem benchmark (run by `make bench`).")
 parser.add_argument("--repeats", type=positive, default=3, help="rounds, interleaved across targets (default 3)")
 parser.add_argument("--quick", action="store_true", help="64 MiB files, 2 s jobs, 1000 metadata operations")
 parser.add_argument("--on-tmp", action="store_true", help="benchmark in /tmp instead of a fresh ext4 image")
 parser.add_argument("--jobs", metavar="WORD,...", help="keep only the jobs whose names contain one of the words")
 arguments = parser.parse_args()
-if not (os.path.isfile(arguments.binary) and os.access(arguments.binary, os.X_OK)):
-    parser.error(f"{arguments.binary}: not an executable file")
-binary = os.path.abspath(arguments.binary)
+binary = executable(parser, arguments)
 repeats = arguments.repeats
 quick = arguments.quick
 size_mb = 64 if quick else 256

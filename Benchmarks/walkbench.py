@@ -9,7 +9,6 @@ each eviction, and each growth of a table, falls on the call that causes it. The
 shows the per-request cost; the slowest calls show those pauses. The walking process runs on
 CPU 0 (the mount's queue for that CPU serves it), and each repeat mounts afresh.
 """
-import argparse
 import os
 import shutil
 import statistics
@@ -18,21 +17,14 @@ import tempfile
 import time
 
 
-def positive(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
+from benchargs import coordfs_parser, executable, positive
 
-
-parser = argparse.ArgumentParser(description="first-walk latency of a coordfs mount (run by `make bench-walk`).")
-parser.add_argument("binary", help="the coordfs executable to mount with")
+parser = coordfs_parser("first-walk latency of a coordfs mount (run by `make bench-walk`).")
 parser.add_argument("--files", type=positive, default=40_000, help="files in the tree (default 40 000)")
 parser.add_argument("--budget", type=positive, default=12_000, help="the mount's --descriptor-budget (default 12 000)")
 parser.add_argument("--repeats", type=positive, default=3, help="fresh mounts walked (default 3)")
 arguments = parser.parse_args()
-if not (os.path.isfile(arguments.binary) and os.access(arguments.binary, os.X_OK)):
-    parser.error(f"{arguments.binary}: not an executable file")
+binary = executable(parser, arguments)
 
 base = tempfile.mkdtemp(prefix="coordfs-walk-", dir="/tmp")
 backing, point = os.path.join(base, "backing"), os.path.join(base, "mnt")
@@ -74,7 +66,7 @@ try:
     for repeat in range(arguments.repeats):
         subprocess.run(["sync"])
         summary(f"native, repeat {repeat + 1}", walk(backing))
-        subprocess.run([arguments.binary, "mount", backing, point, "--descriptor-budget", str(arguments.budget)],
+        subprocess.run([binary, "mount", backing, point, "--descriptor-budget", str(arguments.budget)],
                        check=True)
         try:
             summary(f"coordfs, repeat {repeat + 1}", walk(point))
