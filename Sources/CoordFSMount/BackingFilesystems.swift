@@ -1,5 +1,4 @@
 import CFuse3
-import CFusePassthrough
 import Synchronization
 
 /// The filesystems under the mount: the backing directory's own, and those mounted inside it

@@ -38,6 +38,9 @@ public final class Filesystem: @unchecked Sendable {
     let givesOwnership = geteuid() == 0
     /// The filesystems under the mount, the backing's own and those mounted inside it.
     let filesystems: BackingFilesystems
+    /// Requests about items on a filesystem that is not local, mounted inside the (local)
+    /// backing directory, go to the io_uring lanes (`laneRequests`).
+    let lanesByItem: Bool
     /// The process's open-file limit, raised to the hard limit at mount (`DescriptorLimit`).
     let openFileLimit: Int
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
@@ -74,6 +77,7 @@ public final class Filesystem: @unchecked Sendable {
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
         filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
+        lanesByItem = configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal
     }
 
     /// The io_uring queues hand every request to their lane threads (`RingLanes`): the backing
@@ -266,6 +270,8 @@ public final class Filesystem: @unchecked Sendable {
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String) throws(Errno) -> (Inode, stat) {
         let (fd, info) = try inodes.openChild(named: name, in: parent)
+        guard lanesByItem else { return (inodes.remember(fd: fd, info: info, parent: parent.id, name: name), info) }
+        // Looked at before `remember`, which may close `fd`.
         let filesystem = filesystems.look(atDevice: UInt64(info.st_dev), of: fd)
         let inode = inodes.remember(fd: fd, info: info, parent: parent.id, name: name)
         if !filesystem.isLocal { laneRequests(about: inode, in: parent, firstOnItsFilesystem: filesystem.isNew) }
@@ -279,7 +285,7 @@ public final class Filesystem: @unchecked Sendable {
     /// The lookup that found it was served where it came.
     private func laneRequests(about inode: Inode, in parent: Inode, firstOnItsFilesystem: Bool) {
         let device = device
-        guard configuration.ringLanes == .auto, filesystems.rootIsLocal, configuration.ioUring, device >= 0 else { return }
+        guard device >= 0 else { return }
         cfs_ring_lane_node(device, inode.id)
         if parent.device != inode.device { cfs_ring_lane_node(device, parent.id) }
         if firstOnItsFilesystem && cfs_ring_facts(device).queues > 0 {

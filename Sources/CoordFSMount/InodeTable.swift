@@ -93,7 +93,6 @@ final class InodeTable: Sendable {
         var byID = ShardedDictionary<UInt64, Inode>()
         var byKey = ShardedDictionary<Key, UInt64>()
         var nextID: UInt64 = 2
-        var openDescriptors = 0
         var clock: UInt64 = 0
         /// The descriptors held for inodes (the root's aside), in slots kept side by side:
         /// eviction reads and writes only these arrays, never an inode (a cache miss apiece,
@@ -110,6 +109,9 @@ final class InodeTable: Sendable {
             var owners: [UInt64] = []
             var free: [Int] = []
         }
+
+        /// Descriptors held: the slots in use.
+        var openDescriptors: Int { slots.descriptors.count - slots.free.count }
 
         /// The slot holding `inode`'s descriptor, if it holds one.
         func slot(of inode: Inode) -> Int? {
@@ -133,7 +135,6 @@ final class InodeTable: Sendable {
                 slots.pins.append(0)
                 slots.owners.append(inode.id)
             }
-            openDescriptors += 1
         }
 
         /// Records a use of `inode` now.
@@ -149,7 +150,6 @@ final class InodeTable: Sendable {
             slots.uses[slot] = .max
             slots.owners[slot] = 0
             slots.free.append(slot)
-            openDescriptors -= 1
             return fd
         }
     }
