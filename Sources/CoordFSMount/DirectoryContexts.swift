@@ -39,10 +39,10 @@ final class DirectoryContexts: @unchecked Sendable {
     private static let capacity = 4
     private let recent = ThreadLocal { Recent() }
 
-    /// The context of `directory`, remembered or made with `make`.
-    func context(of directory: UInt64, names: Int, markers: Int, lifetime: Int64,
+    /// The context of `directory`, remembered or made with `make`; `now` is the request's
+    /// `coarseMilliseconds()`.
+    func context(of directory: UInt64, names: Int, markers: Int, lifetime: Int64, now: Int64,
                  make: () -> DirectoryContext) -> DirectoryContext {
-        let now = coarseMilliseconds()
         let known = recent.withValue { mine -> (index: Int?, context: DirectoryContext?) in
             guard let index = mine.entries.firstIndex(where: { $0.directory == directory }) else { return (nil, nil) }
             let entry = mine.entries[index]
@@ -67,27 +67,27 @@ final class DirectoryContexts: @unchecked Sendable {
 
 extension Filesystem {
     /// The context of directory node `directory` (the mount root included).
-    func directoryContext(_ directory: UInt64) -> DirectoryContext {
+    func directoryContext(_ directory: UInt64, now: Int64) -> DirectoryContext {
         // Read before the context is made: a change during the making leaves it stale at once.
         let names = inodes.directoryNamesGeneration.value
         let markers = packageMarkers.currentGeneration
-        return directoryContexts.context(of: directory, names: names, markers: markers, lifetime: packageMarkers.lifetime) {
+        return directoryContexts.context(of: directory, names: names, markers: markers, lifetime: packageMarkers.lifetime, now: now) {
             // Canonical by construction: the kernel's names are single components, never . or ..
             DirectoryContext(target(ItemPath(canonical: inodes.path(of: directory, under: mountRoot.string)), isDirectory: true))
         }
     }
 
     /// The engine's facts for the item `wanted` names.
-    func target(of wanted: Wanted) -> AccessTarget {
+    func target(of wanted: Wanted, now: Int64) -> AccessTarget {
         let directory: UInt64, name: String
         if let wantedName = wanted.name {
             (directory, name) = (wanted.node.id, wantedName)
         } else if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {
-            return directoryContext(wanted.node.id).target
+            return directoryContext(wanted.node.id, now: now).target
         } else {
             (directory, name) = inodes.placement(of: wanted.node)
         }
-        let context = directoryContext(directory)
+        let context = directoryContext(directory, now: now)
         let path = context.target.path.appending(name)
         // Whether a directory is itself a package is looked at per request: only directories
         // made, removed or renamed ask, and a marker's answer is remembered anyway.

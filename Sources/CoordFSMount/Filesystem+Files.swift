@@ -14,7 +14,7 @@ extension Filesystem {
         let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
         let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), node: inode, isDirectory: false)
         let info = fi.pointee
-        coordinate(reply, [wanted], nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
+        coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
             // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
             // for an O_DIRECT backing file.
@@ -97,7 +97,7 @@ extension Filesystem {
         // opens through a shared backing file: it then is the backing file, with no second open.
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
         // A write on the new item; it stays held as the open's intent.
-        coordinate(reply, [Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false)],
+        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // `backing`: opened read-write to serve as the backing file.
             let (fd, createFailure, backing) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in

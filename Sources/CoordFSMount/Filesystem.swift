@@ -168,30 +168,39 @@ public final class Filesystem: @unchecked Sendable {
         var isDirectory: Bool
     }
 
-    /// Takes `wanted` for the calling process, then runs `body` with what it holds (nil when the
-    /// path is not coordinated). On refusal the request is answered with the errno and `body` does not
-    /// run. An interrupt from the kernel ends the wait with EINTR.
+    /// The mode the configuration's rules give the item `wanted` names.
+    private func mode(for wanted: Wanted) -> CoordinationMode {
+        configuration.mode(for: relativePath(wanted.node, wanted.name))
+    }
+
+    /// Takes `wanted` (and `other`, both or none) for the calling process, then runs `body`
+    /// with what it holds (nil when the path is not coordinated). On refusal the request is
+    /// answered with the errno and `body` does not run. An interrupt from the kernel ends the
+    /// wait with EINTR.
     ///
     /// Requests of the kernel's own threads are not coordinated: they finish what a coordinated
     /// open started (with the writeback cache, the flusher writes pages and file times back).
     /// Making the flusher wait for the open's holder would stall writeback for the whole mount,
     /// and with it every writer throttled on dirty pages.
-    func coordinate(_ reply: Reply, _ wanted: [Wanted], nonBlocking: Bool = false,
+    func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
                     _ body: @escaping @Sendable (RequestClaim?) -> Void) {
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
-            mode = .off
-            for item in wanted where mode != .exclusive {
-                let itemMode = configuration.mode(for: relativePath(item.node, item.name))
-                if itemMode != .off { mode = itemMode }
+            mode = self.mode(for: wanted)
+            if let other, mode != .exclusive {
+                let otherMode = self.mode(for: other)
+                if otherMode != .off { mode = otherMode }
             }
         }
         if mode == .off { return body(nil) }
-        guard let process = callingProcess(reply.req) else { return body(nil) }
-        // Most requests name one item: its array is made once, not grown by a map.
-        let intents = wanted.count == 1
-            ? [Intent(wanted[0].kind, target(of: wanted[0]))]
-            : wanted.map { Intent($0.kind, target(of: $0)) }
+        // One clock reading serves the request's caches.
+        let now = coarseMilliseconds()
+        guard let process = callingProcess(reply.req, now: now) else { return body(nil) }
+        let intents = if let other {
+            [Intent(wanted.kind, target(of: wanted, now: now)), Intent(other.kind, target(of: other, now: now))]
+        } else {
+            [Intent(wanted.kind, target(of: wanted, now: now))]
+        }
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add()
         // Most requests: nothing in the way and nobody to ask.
@@ -239,9 +248,9 @@ public final class Filesystem: @unchecked Sendable {
     /// The thread group of the calling thread: the process is the coordinator — or, when it
     /// descends from a process whose holds are inherited (`coordfs coordinate`), that process.
     /// Nil for a kernel thread.
-    func callingProcess(_ req: fuse_req_t) -> Int32? {
+    func callingProcess(_ req: fuse_req_t, now: Int64) -> Int32? {
         let tid = fuse_req_ctx(req).pointee.pid
-        let caller = ProcessInfoCache.caller(of: tid)
+        let caller = ProcessInfoCache.caller(of: tid, now: now)
         if caller.isKernelThread { return nil }
         let process = caller.process
         let inheriting = domain.inheritingProcesses
@@ -316,8 +325,8 @@ enum ProcessInfoCache {
 
     private static let lastAnswer = ThreadLocal { LastAnswer() }
 
-    static func caller(of tid: pid_t) -> ProcFile.Caller {
-        let now = coarseMilliseconds()
+    /// `now` is `coarseMilliseconds()`.
+    static func caller(of tid: pid_t, now: Int64) -> ProcFile.Caller {
         let remembered = lastAnswer.withValue { last -> ProcFile.Caller? in
             guard last.tid == tid, let entry = last.entry, now - entry.read < 1000 else { return nil }
             return entry.caller
