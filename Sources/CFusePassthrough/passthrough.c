@@ -53,6 +53,7 @@ static _Thread_local int cfs_init_wants_passthrough; // set by the mount's init 
 static _Thread_local int cfs_init_offers_ring;
 static _Thread_local void *cfs_init_ring_session;   // set by the mount's init callback when it wants the ring
 static _Thread_local int cfs_init_ring_lanes_all;   // every request to lane threads (see ring.h)
+static _Thread_local int cfs_init_ring_queue_nice;  // the queue threads' nice value (see ring.h)
 static _Thread_local int32_t cfs_reply_backing_id;  // set around an open or create reply
 
 static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
@@ -102,7 +103,7 @@ static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdat
                 if (!(flags & CFS_FUSE_MAX_PAGES) || pages < 32) pages = 32;
                 if (payload < pages * page) payload = pages * page;
                 if (payload < 8192) payload = 8192;
-                if (cfs_ring_prepare(cfs_init_ring_session, fd, payload, cfs_init_ring_lanes_all) == 0) {
+                if (cfs_ring_prepare(cfs_init_ring_session, fd, payload, cfs_init_ring_lanes_all, cfs_init_ring_queue_nice) == 0) {
                     *(uint32_t *)(out + CFS_INIT_OUT_FLAGS) |= CFS_FUSE_INIT_EXT;
                     *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_OVER_IO_URING_FLAGS2;
                     ring_offered = 1;
@@ -143,10 +144,11 @@ int cfs_session_hook_device(void *session) {
     return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 }
 
-void cfs_want_ring(void *connection, void *session, int lanes_all) {
+void cfs_want_ring(void *connection, void *session, int lanes_all, int queue_nice) {
     struct fuse_conn_info *conn = connection;
     cfs_init_ring_session = session;
     cfs_init_ring_lanes_all = lanes_all;
+    cfs_init_ring_queue_nice = queue_nice;
     // A reply spliced into /dev/fuse cannot answer a request that came through the ring.
     if (session != NULL && cfs_init_offers_ring) conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 }

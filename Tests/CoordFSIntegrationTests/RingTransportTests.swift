@@ -66,6 +66,38 @@ import Glibc
         #expect(served >= 150 && laned == served, "\(counters)")
     }
 
+    /// The queue threads run a few nice steps ahead of the programs they serve (ring.c,
+    /// `cfs_take_nice`): -5 unless told otherwise, from the command line or a profile.
+    @Test func queueThreadsRunAtTheQueueNiceValue() throws {
+        guard Self.kernelOffersRings() else { return }
+        let profile = URL(fileURLWithPath: "/tmp/coordfs-it-nice-\(UUID().uuidString.prefix(8)).profile")
+        defer { try? FileManager.default.removeItem(at: profile) }
+        try Data("queue-nice = 2\n".utf8).write(to: profile)
+        for (arguments, expected) in [([], -5), (["--queue-nice=0"], 0), (["--queue-nice", "3"], 3), (["--profile", profile.path], 2)] {
+            let fx = try MountFixture(arguments)
+            try Self.exercise(fx)
+            let nices = try Self.niceValues(ofThreadsNamed: "coordfs-ring", in: fx)
+            #expect(nices.count == Self.cpus, "\(arguments): \(nices)")
+            #expect(nices.allSatisfy { $0 == expected }, "\(arguments): \(nices)")
+            #expect(try fx.statistics()["ring_queue_nice"] == expected, "\(arguments)")
+        }
+    }
+
+    /// The nice values of the mount daemon's threads whose names start with `prefix`.
+    static func niceValues(ofThreadsNamed prefix: String, in fx: MountFixture) throws -> [Int] {
+        let pid = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())",
+                                                fx.mountPoint.path]).output
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
+        return tasks.compactMap { task -> Int? in
+            guard let comm = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8), comm.hasPrefix(prefix),
+                  let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
+                  let end = stat.lastIndex(of: ")") else { return nil }
+            // After the name: state is field 3, nice field 19.
+            let fields = stat[stat.index(after: end)...].split(separator: " ")
+            return fields.count > 16 ? Int(fields[16]) : nil
+        }
+    }
+
     @Test func withoutIoUringRequestsComeThroughTheDevice() throws {
         _ = Self.kernelOffersRings()
         let fx = try MountFixture(["--no-io-uring"])

@@ -14,8 +14,9 @@ void cfs_want_passthrough(int wanted);
 /// From the mount's init callback (`connection`: its struct fuse_conn_info): the session to serve
 /// through io_uring when the kernel offers it, or NULL for none; `lanes_all` nonzero when any
 /// request may block for long (a backing directory on the network): then every request is
-/// served by a lane thread, and none holds up its CPU's queue.
-void cfs_want_ring(void *connection, void *session, int lanes_all);
+/// served by a lane thread, and none holds up its CPU's queue. The queue threads (and the lane
+/// threads they start) run at `queue_nice` where the process may set it (see ring.c).
+void cfs_want_ring(void *connection, void *session, int lanes_all, int queue_nice);
 /// The io_uring transport of the session on `device`, for its statistics.
 struct cfs_ring_facts {
     size_t queues;          // serving it (0: requests come through /dev/fuse)
@@ -23,6 +24,7 @@ struct cfs_ring_facts {
     uint64_t laned;         // of those, served by lane threads
     int lanes_all;          // every request goes to a lane thread
     uint64_t lane_nodes;    // nodes whose requests go to a lane thread (`cfs_ring_lane_node`)
+    int queue_nice;         // the nice value the queue threads run at
 };
 struct cfs_ring_facts cfs_ring_facts(int device);
 /// From now on, lane threads serve the requests of the session on `device` about node `nodeid`
