@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test bench bench-walk soak run stop install clean
+.PHONY: all setup io-uring build test bench bench-walk bench-programs soak run stop install clean
 
 all: build
 
@@ -46,6 +46,7 @@ test: setup io-uring
 # The engine's figures, then the filesystem table (native, coordfs on and off, bindfs,
 # passthrough_ll); BENCH_REPEATS sets the interleaved repeats.
 BENCH_REPEATS ?= 3
+BENCH_ROUNDS ?= 8
 bench: setup io-uring
 	@command -v bindfs >/dev/null || { apt-get install -y -qq bindfs >/dev/null 2>&1 || true; }
 	$(SWIFT) build -c release --product CoordFSBench
@@ -58,6 +59,12 @@ bench: setup io-uring
 bench-walk: setup io-uring
 	$(SWIFT) build -c release --product coordfs
 	python3 Benchmarks/walkbench.py .build/release/coordfs --repeats $(BENCH_REPEATS)
+
+# Real programs (cat, ls -l, find, grep, du, tar, cp), each a fresh process, through mounts made
+# different ways side by side, against the backing directory itself.
+bench-programs: setup io-uring
+	$(SWIFT) build -c release --product coordfs
+	python3 Benchmarks/programbench.py .build/release/coordfs --rounds $(BENCH_ROUNDS)
 
 # The long run (not in CI): fio rounds for SOAK_SECONDS under churn and a presenter, then a summary.
 soak: build
