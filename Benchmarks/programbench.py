@@ -39,6 +39,8 @@ PROGRAMS = [
     ("du -s", "du -s {d} > /dev/null"),
     ("tar c 5000 files", "tar cf /dev/null -C {d} many"),
     ("cp -r Sources/ out", "rm -rf {scratch}/out && cp -r {d}/src {scratch}/out"),
+    ("cp -r Sources/ in", "rm -rf {d}/in && cp -r {sources} {d}/in"),
+    ("tar x Sources/ in", "rm -rf {d}/untar && mkdir {d}/untar && tar xf {scratch}/sources.tar -C {d}/untar"),
 ]
 
 base = tempfile.mkdtemp(prefix="coordfs-programs-")
@@ -63,6 +65,7 @@ try:
         directories[name] = point
     scratch = os.path.join(base, "scratch")
     os.makedirs(scratch)
+    subprocess.run(["tar", "cf", os.path.join(scratch, "sources.tar"), "-C", os.path.dirname(sources), "Sources"], check=True)
     times = {(program, name): [] for program, _ in PROGRAMS for name, _ in TARGETS}
     order = [name for name, _ in TARGETS]
     shuffler = random.Random(2026)
@@ -72,7 +75,7 @@ try:
             for name in order:
                 time.sleep(1.1)
                 began = time.perf_counter()
-                subprocess.run(command.format(d=directories[name], scratch=scratch), shell=True, check=True)
+                subprocess.run(command.format(d=directories[name], scratch=scratch, sources=sources), shell=True, check=True)
                 times[(program, name)].append(time.perf_counter() - began)
 finally:
     for point in mounted:
