@@ -76,9 +76,15 @@ import Glibc
         for (arguments, expected) in [([], -5), (["--queue-nice=0"], 0), (["--queue-nice", "3"], 3), (["--profile", profile.path], 2)] {
             let fx = try MountFixture(arguments)
             try Self.exercise(fx)
+            // An fsync goes to a lane thread, which its queue thread starts: it keeps the value.
+            let synced = try run("/usr/bin/python3", ["-c", "import os,sys; fd = os.open(sys.argv[1], os.O_CREAT | os.O_WRONLY); os.write(fd, b'x'); os.fsync(fd); os.close(fd)",
+                                                      fx.path("synced")])
+            #expect(synced.status == 0, "\(synced.errors)")
             let nices = try Self.niceValues(ofThreadsNamed: "coordfs-ring", in: fx)
             #expect(nices.count == Self.cpus, "\(arguments): \(nices)")
             #expect(nices.allSatisfy { $0 == expected }, "\(arguments): \(nices)")
+            let lanes = try Self.niceValues(ofThreadsNamed: "coordfs-lane", in: fx)
+            #expect(!lanes.isEmpty && lanes.allSatisfy { $0 == expected }, "\(arguments): lanes \(lanes)")
             #expect(try fx.statistics()["ring_queue_nice"] == expected, "\(arguments)")
         }
     }
