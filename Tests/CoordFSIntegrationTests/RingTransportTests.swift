@@ -104,6 +104,28 @@ import Glibc
         }
     }
 
+    /// A kernel that has the transport switched off gets a mount through /dev/fuse, and one line
+    /// on stderr that says so and how to switch it on; `--no-io-uring` asked for that: no line.
+    @Test func aKernelWithTheTransportSwitchedOffGetsANote() throws {
+        guard Self.kernelOffersRings() else { return }
+        try "N".write(toFile: Self.switchPath, atomically: false, encoding: .utf8)
+        defer { _ = Self.kernelOffersRings() }
+        for (arguments, noted) in [([String](), true), (["--no-io-uring"], false)] {
+            let dir = URL(fileURLWithPath: "/tmp/coordfs-it-note-\(UUID().uuidString.prefix(8))")
+            defer { try? FileManager.default.removeItem(at: dir) }
+            let backing = dir.appendingPathComponent("backing").path, mnt = dir.appendingPathComponent("mnt").path
+            try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(atPath: mnt, withIntermediateDirectories: true)
+            let mounted = try run(Paths.binary.path, ["mount", backing, mnt] + arguments)
+            #expect(mounted.status == 0, "\(mounted.errors)")
+            defer { _ = try? run(Paths.binary.path, ["unmount", mnt]) }
+            #expect(mounted.errors.contains("FUSE over io_uring switched off") == noted, "\(arguments): \(mounted.errors)")
+            #expect(mounted.errors.contains("echo Y > \(Self.switchPath)") == noted, "\(arguments): \(mounted.errors)")
+            let stats = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mnt])
+            #expect(stats.output.contains("\"ring_queues\":0"), "\(stats.output)")
+        }
+    }
+
     @Test func withoutIoUringRequestsComeThroughTheDevice() throws {
         _ = Self.kernelOffersRings()
         let fx = try MountFixture(["--no-io-uring"])
