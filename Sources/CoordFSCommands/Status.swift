@@ -34,6 +34,7 @@ struct Status: ParsableCommand {
             return
         }
         print("\(string(fields["root"])) — control socket \(string(fields["socket"]))")
+        if case .string(let root)? = fields["root"], let transport = Self.transport(ofMountAt: root) { print(transport) }
         var rows: [[String]] = [["TYPE", "PID", "COMMAND", "MODE", "PATH", "WAITS FOR"]]
         func add(_ type: String, _ entries: WireValue?) {
             for entry in array(entries) {
@@ -58,6 +59,21 @@ struct Status: ParsableCommand {
             print(row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
                 .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
+    }
+
+    /// How the kernel's requests reach the mount at `root`, from its `user.coordfs.stats`; nil
+    /// when `root` is not a mount's root (the daemon's "/").
+    static func transport(ofMountAt root: String) -> String? {
+        guard let text = ControlClient.attribute("user.coordfs.stats", of: root),
+              let stats = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
+              let queues = stats["ring_queues"] as? Int else { return nil }
+        if queues > 0 {
+            let nice = stats["ring_queue_nice"] as? Int ?? 0
+            let lanes = stats["ring_lanes_all"] as? Int == 1 ? ", every request on lane threads" : ""
+            return "requests: FUSE over io_uring, \(queues) queues at nice \(nice)\(lanes)"
+        }
+        let switchedOff = (try? String(contentsOfFile: Mount.ioUringSwitch, encoding: .utf8))?.hasPrefix("N") == true
+        return "requests: /dev/fuse" + (switchedOff ? " (this kernel has FUSE over io_uring switched off: echo Y > \(Mount.ioUringSwitch))" : "")
     }
 
     private func string(_ value: WireValue?, fallback: String = "-") -> String {

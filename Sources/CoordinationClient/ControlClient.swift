@@ -66,6 +66,16 @@ public final class ControlClient: @unchecked Sendable {
         return nil
     }
 
+    /// The extended attribute `name` of `path` as text (a mount root's `user.coordfs.stats`,
+    /// say), or nil when it cannot be read.
+    public static func attribute(_ name: String, of path: String) -> String? {
+        let size = c_getxattr(path, name, nil, 0)
+        guard size > 0 else { return nil }
+        var buffer = [UInt8](repeating: 0, count: size)
+        let count = c_getxattr(path, name, &buffer, size)
+        return count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self) : nil
+    }
+
     /// Connects and says hello.
     public init(socketPath: String) throws {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
