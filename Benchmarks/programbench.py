@@ -9,7 +9,7 @@ are). It prints each target's median time per program and, paired round by round
 the first coordfs target.
 
 The targets: native (the backing directory itself), coordfs as mounted by default, coordfs
-with its queue threads at the daemon's nice value (`--queue-nice=0`, see the README), and
+with its serving threads at the daemon's nice value (`--serve-nice=0`, see the README), and
 coordfs `--coordination off`.
 """
 import os
@@ -30,7 +30,7 @@ arguments = parser.parse_args()
 binary = executable(parser, arguments)
 sources = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Sources")
 
-TARGETS = [("native", None), ("coordfs", []), ("queue-nice=0", ["--queue-nice=0"]), ("coordination off", ["--coordination", "off"])]
+TARGETS = [("native", None), ("coordfs", []), ("serve-nice=0", ["--serve-nice=0"]), ("coordination off", ["--coordination", "off"])]
 PROGRAMS = [
     ("cat 5000 files", "cat {d}/many/* > /dev/null"),
     ("ls -l 5000 files", "ls -l {d}/many > /dev/null"),

@@ -63,8 +63,8 @@ struct Mount: ParsableCommand {
     @Option(help: "Which io_uring requests go to lane threads: auto (all on a backing that is not local; on a local one, blocking, and all for items on a filesystem that is not local mounted inside it), all, or blocking (fsync, truncation and the like).")
     var ringLanes: RingLanes?
 
-    @Option(help: ArgumentHelp("The nice value of the io_uring queue threads, written --queue-nice=N (default -5, a few steps ahead of the programs they serve; 0 leaves them at the daemon's; below 0 needs root).", valueName: "n"))
-    var queueNice: Int?
+    @Option(help: ArgumentHelp("The nice value of the threads that serve the kernel's requests, written --serve-nice=N (default -5, a few steps ahead of the programs they serve; 0 leaves them at the daemon's; below 0 needs root).", valueName: "n"))
+    var serveNice: Int?
 
     @Option(help: "How many inode descriptors to keep open (default 12000, or three fifths of the open-file limit where that is lower; the rest reopen by file handle).")
     var descriptorBudget: Int?
@@ -123,11 +123,11 @@ struct Mount: ParsableCommand {
         configuration.kernelPassthrough = kernelPassthrough && loaded?.kernelPassthrough != false
         configuration.ioUring = ioUring && loaded?.ioUring != false
         configuration.ringLanes = ringLanes ?? loaded?.ringLanes ?? .auto
-        let nice = queueNice ?? loaded?.queueNice ?? Int(configuration.queueNice)
+        let nice = serveNice ?? loaded?.serveNice ?? Int(configuration.serveNice)
         guard MountCommandLimits.nice.contains(nice) else {
-            throw CommandFailure("--queue-nice must be from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound)")
+            throw CommandFailure("--serve-nice must be from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound)")
         }
-        configuration.queueNice = Int32(nice)
+        configuration.serveNice = Int32(nice)
         if let descriptorBudget {
             guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
             configuration.descriptorBudget = descriptorBudget

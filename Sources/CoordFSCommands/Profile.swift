@@ -26,7 +26,7 @@ struct Profile {
     var kernelPassthrough = true
     var ioUring = true
     var ringLanes: RingLanes?
-    var queueNice: Int?
+    var serveNice: Int?
     var threads: Int?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
@@ -89,11 +89,11 @@ struct Profile {
                     throw ProfileError("\(url.path):\(number + 1): ring-lanes must be auto, all or blocking, not '\(value)'")
                 }
                 ringLanes = lanes
-            case "queue-nice":
+            case "serve-nice":
                 guard let nice = Int(value), MountCommandLimits.nice.contains(nice) else {
-                    throw ProfileError("\(url.path):\(number + 1): queue-nice must be a whole number from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound), not '\(value)'")
+                    throw ProfileError("\(url.path):\(number + 1): serve-nice must be a whole number from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound), not '\(value)'")
                 }
-                queueNice = nice
+                serveNice = nice
             case "threads":
                 guard let count = Int(value), MountCommandLimits.threads.contains(count) else {
                     throw ProfileError("\(url.path):\(number + 1): threads must be a whole number from 1 to \(MountCommandLimits.threads.upperBound), not '\(value)'")

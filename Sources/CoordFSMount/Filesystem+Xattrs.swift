@@ -90,7 +90,8 @@ extension Filesystem {
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
                 + "\"ring_requests\":\(ring.served),\"ring_lane_requests\":\(ring.laned),"
-                + "\"ring_lanes_all\":\(ring.lanes_all),\"ring_lane_nodes\":\(ring.lane_nodes),\"ring_queue_nice\":\(ring.queue_nice)}"
+                + "\"ring_lanes_all\":\(ring.lanes_all),\"ring_lane_nodes\":\(ring.lane_nodes),"
+                + "\"serve_nice\":\(ring.queues > 0 ? ring.queue_nice : workerNice.load(ordering: .relaxed))}"
         default: return nil
         }
     }

@@ -41,6 +41,8 @@ public final class Filesystem: @unchecked Sendable {
     /// Requests about items on a filesystem that is not local, mounted inside the (local)
     /// backing directory, go to the io_uring lanes (`laneRequests`).
     let lanesByItem: Bool
+    /// The nice value libfuse's workers run at (`MountSession.run`).
+    let workerNice = Atomic<Int32>(0)
     /// The process's open-file limit, raised to the hard limit at mount (`DescriptorLimit`).
     let openFileLimit: Int
     /// The control socket's path, answered as `user.coordfs.socket` on every item.

@@ -29,7 +29,7 @@ enum FuseBridge {
             cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0)
             cfs_want_passthrough(fs.passthrough != nil ? 1 : 0)
             cfs_want_ring(conn, fs.configuration.ioUring ? fs.session.load(ordering: .relaxed) : nil, fs.lanesAll ? 1 : 0,
-                          fs.configuration.queueNice)
+                          fs.configuration.serveNice)
         }
         ops.lookup = { req, parent, name in
             filesystem(req).lookup(reply(req), UInt64(parent), String(cString: name!))

@@ -39,10 +39,11 @@ public struct MountConfiguration: Sendable {
     public var ioUring = true
     /// Which requests the io_uring queues hand to their lane threads (see `RingLanes`).
     public var ringLanes = RingLanes.auto
-    /// The nice value of the io_uring queue threads (and the lane threads they start); 0 leaves
-    /// them at the daemon's. A few steps ahead of the programs they serve, a lone program is not
-    /// moved to the other CPU by each reply (ring.c, `cfs_take_nice`). Needs root to go below 0.
-    public var queueNice: Int32 = -5
+    /// The nice value of the threads that serve the kernel's requests: the io_uring queue
+    /// threads and the lane threads they start, or libfuse's workers on /dev/fuse; 0 leaves them
+    /// at the daemon's. A few steps ahead of the programs they serve, a lone program is not
+    /// moved to the other CPU by each reply (ring.c, `cfs_take_nice`). Below 0 needs root.
+    public var serveNice: Int32 = -5
     /// Threads serving kernel requests, started as requests overlap. One thread served a lone
     /// program's metadata calls much faster on a small VM (see the README), but a slow system
     /// call on the backing directory then holds up every other request; waits for coordination

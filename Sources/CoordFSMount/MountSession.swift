@@ -86,7 +86,12 @@ public final class MountSession: @unchecked Sendable {
     public func run() -> Int32 {
         guard let session else { return -1 }
         let threads = max(filesystem.configuration.maxThreads, 1)
+        // libfuse's workers start from this thread and from each other, and keep its value;
+        // restored after, for a caller that runs a mount on a thread of its own.
+        let nice = filesystem.configuration.serveNice, before = cfs_thread_nice()
+        filesystem.workerNice.store(Int32(nice != 0 ? cfs_set_thread_nice(nice) : before), ordering: .relaxed)
         let result = cfs_session_loop_mt(session, threads, min(threads, 4))
+        if nice != 0 { _ = cfs_set_thread_nice(before) }
         controlServer?.stop()
         if handlesSignals { fuse_remove_signal_handlers(session) }
         // The io_uring queues serve this session: they end before it does, and before the

@@ -28,7 +28,7 @@ import Glibc
         let badLanes = dir.appendingPathComponent("lanes.profile").path
         try Data("ring-lanes = sometimes\n".utf8).write(to: URL(fileURLWithPath: badLanes))
         let badNice = dir.appendingPathComponent("nice.profile").path
-        try Data("queue-nice = -21\n".utf8).write(to: URL(fileURLWithPath: badNice))
+        try Data("serve-nice = -21\n".utf8).write(to: URL(fileURLWithPath: badNice))
         let cases: [([String], String)] = [
             (["mount", dir.appendingPathComponent("missing").path, mnt], "does not exist"),
             (["mount", dir.appendingPathComponent("file").path, mnt], "not a directory"),
@@ -48,9 +48,9 @@ import Glibc
             (["mount", backing, mnt, "--ring-lanes", "sometimes"], "sometimes"),
             (["mount", backing, mnt, "--descriptor-budget", "100000000"], "--descriptor-budget 100000000 is more than the open-file limit allows"),
             (["mount", backing, mnt, "--profile", badLanes], "ring-lanes must be auto, all or blocking, not 'sometimes'"),
-            (["mount", backing, mnt, "--queue-nice=20"], "--queue-nice must be from -20 to 19"),
-            (["mount", backing, mnt, "--queue-nice", "fast"], "fast"),
-            (["mount", backing, mnt, "--profile", badNice], "queue-nice must be a whole number from -20 to 19, not '-21'"),
+            (["mount", backing, mnt, "--serve-nice=20"], "--serve-nice must be from -20 to 19"),
+            (["mount", backing, mnt, "--serve-nice", "fast"], "fast"),
+            (["mount", backing, mnt, "--profile", badNice], "serve-nice must be a whole number from -20 to 19, not '-21'"),
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)

@@ -68,12 +68,12 @@ import Glibc
 
     /// The queue threads run a few nice steps ahead of the programs they serve (ring.c,
     /// `cfs_take_nice`): -5 unless told otherwise, from the command line or a profile.
-    @Test func queueThreadsRunAtTheQueueNiceValue() throws {
+    @Test func queueThreadsRunAtTheServeNiceValue() throws {
         guard Self.kernelOffersRings() else { return }
         let profile = URL(fileURLWithPath: "/tmp/coordfs-it-nice-\(UUID().uuidString.prefix(8)).profile")
         defer { try? FileManager.default.removeItem(at: profile) }
-        try Data("queue-nice = 2\n".utf8).write(to: profile)
-        for (arguments, expected) in [([], -5), (["--queue-nice=0"], 0), (["--queue-nice", "3"], 3), (["--profile", profile.path], 2)] {
+        try Data("serve-nice = 2\n".utf8).write(to: profile)
+        for (arguments, expected) in [([], -5), (["--serve-nice=0"], 0), (["--serve-nice", "3"], 3), (["--profile", profile.path], 2)] {
             let fx = try MountFixture(arguments)
             try Self.exercise(fx)
             // An fsync goes to a lane thread, which its queue thread starts: it keeps the value.
@@ -85,17 +85,34 @@ import Glibc
             #expect(nices.allSatisfy { $0 == expected }, "\(arguments): \(nices)")
             let lanes = try Self.niceValues(ofThreadsNamed: "coordfs-lane", in: fx)
             #expect(!lanes.isEmpty && lanes.allSatisfy { $0 == expected }, "\(arguments): lanes \(lanes)")
-            #expect(try fx.statistics()["ring_queue_nice"] == expected, "\(arguments)")
+            #expect(try fx.statistics()["serve_nice"] == expected, "\(arguments)")
         }
     }
 
-    /// The nice values of the mount daemon's threads whose names start with `prefix`.
-    static func niceValues(ofThreadsNamed prefix: String, in fx: MountFixture) throws -> [Int] {
+    /// Through /dev/fuse, libfuse's workers start from the thread that runs the session's loop,
+    /// and keep the value it takes.
+    @Test func workersOnTheDeviceRunAtTheServeNiceValue() throws {
+        for (arguments, expected) in [(["--no-io-uring"], -5), (["--no-io-uring", "--serve-nice=0"], 0)] {
+            let fx = try MountFixture(arguments)
+            try Self.exercise(fx)
+            #expect(try fx.statistics()["serve_nice"] == expected, "\(arguments)")
+            // The loop's thread and its workers keep the process's name; the control socket's
+            // threads (started before the loop) too, at the daemon's value.
+            let named = try Self.niceValues(ofThreadsNamed: "coordfs", in: fx, exactly: true)
+            #expect(named.filter { $0 == -5 }.count >= (expected == -5 ? 2 : 0) && (expected == -5 || !named.contains(-5)),
+                    "\(arguments): \(named)")
+        }
+    }
+
+    /// The nice values of the mount daemon's threads whose names start with `prefix` (or are
+    /// `prefix`, `exactly`).
+    static func niceValues(ofThreadsNamed prefix: String, in fx: MountFixture, exactly: Bool = false) throws -> [Int] {
         let pid = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())",
                                                 fx.mountPoint.path]).output
         let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
         return tasks.compactMap { task -> Int? in
-            guard let comm = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8), comm.hasPrefix(prefix),
+            guard let comm = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8),
+                  exactly ? comm == prefix + "\n" : comm.hasPrefix(prefix),
                   let stat = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8),
                   let end = stat.lastIndex(of: ")") else { return nil }
             // After the name: state is field 3, nice field 19.
