@@ -603,8 +603,9 @@ static void cfs_pin(int cpu) {
 // next request goes to that CPU's queue. Each call so crossed CPUs twice, waking an idle one
 // each time: a getxattr or an open+close cost about 30 us instead of 8-20. A few steps ahead of
 // the caller in priority (nice -5 against 0), the woken queue thread runs at once, before the
-// caller has gone to sleep; the reply then finds the caller still on its CPU. (Lane threads start from
-// their queue thread and keep its value.) Without the privilege (not root) the value stays.
+// caller has gone to sleep; the reply then finds the caller still on its CPU. Lane threads
+// start from their queue thread and keep its value. Without the privilege (not root) the
+// value stays as it was.
 static void cfs_take_nice(struct cfs_ring_queue *queue) {
     struct cfs_ring *ring = queue->ring;
     // Linux: the calling thread's own value, not the process's.

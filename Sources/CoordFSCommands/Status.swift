@@ -67,13 +67,12 @@ struct Status: ParsableCommand {
         guard let text = ControlClient.attribute("user.coordfs.stats", of: root),
               let stats = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
               let queues = stats["ring_queues"] as? Int else { return nil }
+        let nice = stats["serve_nice"] as? Int ?? 0
         if queues > 0 {
-            let nice = stats["serve_nice"] as? Int ?? 0
             let lanes = stats["ring_lanes_all"] as? Int == 1 ? ", every request on lane threads" : ""
             return "requests: FUSE over io_uring, \(queues) queues at nice \(nice)\(lanes)"
         }
         let switchedOff = (try? String(contentsOfFile: Mount.ioUringSwitch, encoding: .utf8))?.hasPrefix("N") == true
-        let nice = stats["serve_nice"] as? Int ?? 0
         return "requests: /dev/fuse, workers at nice \(nice)" + (switchedOff ? " (this kernel has FUSE over io_uring switched off: echo Y > \(Mount.ioUringSwitch))" : "")
     }
 
