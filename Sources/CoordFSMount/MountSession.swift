@@ -89,7 +89,7 @@ public final class MountSession: @unchecked Sendable {
         // libfuse's workers start from this thread and from each other, and keep its value;
         // restored after, for a caller that runs a mount on a thread of its own.
         let nice = filesystem.configuration.serveNice, before = cfs_thread_nice()
-        filesystem.workerNice.store(Int32(nice != 0 ? cfs_set_thread_nice(nice) : before), ordering: .relaxed)
+        filesystem.workerNice.store(nice != 0 ? cfs_set_thread_nice(nice) : before, ordering: .relaxed)
         let result = cfs_session_loop_mt(session, threads, min(threads, 4))
         if nice != 0 { _ = cfs_set_thread_nice(before) }
         controlServer?.stop()
