@@ -262,12 +262,19 @@ if arguments.jobs:
 
 results = {}
 scratch = base
+transport = None    # how the kernel's requests reach the coordfs mounts, from their statistics
 try:
     # Mounted inside the try: whatever fails, what was mounted is unmounted.
     if not arguments.on_tmp:
         mount_image()
     targets.append(Target("native", None))
     targets.append(Target("coordfs", coordfs()))
+    try:
+        stats = json.loads(os.getxattr(targets[-1].point, "user.coordfs.stats"))
+        transport = ("FUSE over io_uring, %d queues at nice %d" % (stats["ring_queues"], stats.get("serve_nice", 0))
+                     if stats.get("ring_queues") else "/dev/fuse, workers at nice %d" % stats.get("serve_nice", 0))
+    except (OSError, ValueError, KeyError):
+        transport = "unknown"
     targets.append(Target("coordfs-off", coordfs("--coordination", "off")))
     targets.append(Target("no-passthrough", coordfs("--no-kernel-passthrough")))
     if shutil.which("bindfs"):
@@ -300,6 +307,7 @@ finally:
 names = [t.name for t in targets]
 print("filesystem benchmark on %s: %d repeats interleaved, %d MiB files, %d metadata ops; medians, ratio to native"
       % ("a loop-mounted journaled ext4" if image_mount else "/tmp", repeats, size_mb, files))
+print("coordfs requests: %s" % transport)
 width = max(len(job) for job, _, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
 for job, _, _ in jobs:
