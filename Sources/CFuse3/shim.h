@@ -12,7 +12,6 @@
 #include <sys/xattr.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
-#include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -162,20 +161,6 @@ static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd,
 // (Declared here: <sched.h> declares it only under _GNU_SOURCE.)
 extern int sched_getcpu(void);
 static inline int cfs_current_cpu(void) { return sched_getcpu(); }
-
-// The calling thread's nice value (on Linux each thread has its own), 0 when unreadable.
-static inline int cfs_thread_nice(void) {
-    errno = 0;
-    int nice = getpriority(PRIO_PROCESS, 0);
-    return errno == 0 ? nice : 0;
-}
-
-// Sets the calling thread's nice value where the process may (below 0 needs CAP_SYS_NICE); the
-// threads it starts from now on inherit it. Returns the value it runs at afterwards.
-static inline int cfs_set_thread_nice(int nice) {
-    (void)setpriority(PRIO_PROCESS, 0, nice);
-    return cfs_thread_nice();
-}
 
 // Lets the calling thread run on any CPU of the machine but `cpu`, or, when the process may use
 // none of those, on any. 0 or -1. (cpu_set_t and its macros need _GNU_SOURCE too.)

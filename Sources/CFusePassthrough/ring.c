@@ -351,6 +351,9 @@ void cfs_ring_stop(int device) {
     free(ring);
 }
 
+// The word of its page that holds `nodeid`'s bit in the lane map.
+static size_t cfs_lane_word(uint64_t nodeid) { return (size_t)((nodeid & ((1 << LANE_PAGE_BITS) - 1)) >> 6); }
+
 // Marks `nodeid` in the lane map, making its pages on first use. 1 when it was not marked.
 static int cfs_mark_lane_node(struct cfs_ring *ring, uint64_t nodeid) {
     if (nodeid >> LANE_PAGE_BITS >= LANE_PAGES) {             // beyond the map: lane everything
@@ -373,7 +376,7 @@ static int cfs_mark_lane_node(struct cfs_ring *ring, uint64_t nodeid) {
         else page = made;
     }
     uint64_t bit = (uint64_t)1 << (nodeid & 63);
-    uint64_t before = atomic_fetch_or(&page[(nodeid & ((1 << LANE_PAGE_BITS) - 1)) >> 6], bit);
+    uint64_t before = atomic_fetch_or(&page[cfs_lane_word(nodeid)], bit);
     return (before & bit) == 0;
 }
 
@@ -393,7 +396,7 @@ static int cfs_lanes_node(struct cfs_ring *ring, const struct cfs_ring_entry *en
     if (in.nodeid >> LANE_PAGE_BITS >= LANE_PAGES) return 0;  // (lanes_all covers those)
     _Atomic(uint64_t) *page = atomic_load_explicit(&pages[in.nodeid >> LANE_PAGE_BITS], memory_order_acquire);
     if (page == NULL) return 0;
-    uint64_t word = atomic_load_explicit(&page[(in.nodeid & ((1 << LANE_PAGE_BITS) - 1)) >> 6], memory_order_relaxed);
+    uint64_t word = atomic_load_explicit(&page[cfs_lane_word(in.nodeid)], memory_order_relaxed);
     return (word >> (in.nodeid & 63)) & 1;
 }
 
@@ -608,11 +611,19 @@ static void cfs_pin(int cpu) {
 // value stays as it was.
 static void cfs_take_nice(struct cfs_ring_queue *queue) {
     struct cfs_ring *ring = queue->ring;
-    // Linux: the calling thread's own value, not the process's.
-    if (ring->queue_nice != 0) (void)setpriority(PRIO_PROCESS, 0, ring->queue_nice);
+    int running = ring->queue_nice != 0 ? cfs_set_thread_nice(ring->queue_nice) : cfs_thread_nice();
+    if (queue->qid == 0) atomic_store(&ring->running_nice, running);
+}
+
+int cfs_thread_nice(void) {
     errno = 0;
-    int running = getpriority(PRIO_PROCESS, 0);
-    if (queue->qid == 0 && errno == 0) atomic_store(&ring->running_nice, running);
+    int nice = getpriority(PRIO_PROCESS, 0);   // Linux: the calling thread's, not the process's
+    return errno == 0 ? nice : 0;
+}
+
+int cfs_set_thread_nice(int nice) {
+    (void)setpriority(PRIO_PROCESS, 0, nice);
+    return cfs_thread_nice();
 }
 
 static void *cfs_lane_thread(void *arg) {

@@ -42,8 +42,8 @@ final class DescriptorCloser: Sendable {
     }
 
     private func run() {
-        // Started from a request's thread, this one took its CPU affinity (a queue thread is
-        // pinned): it is set before the first batch.
+        // It took the CPUs of the thread that started it (which may be pinned): they are set
+        // per batch, before the first.
         var avoided: Int32 = -2
         while true {
             wake.wait()

@@ -27,6 +27,11 @@ struct cfs_ring_facts {
     int queue_nice;         // the nice value the queue threads run at
 };
 struct cfs_ring_facts cfs_ring_facts(int device);
+/// The calling thread's nice value (on Linux each thread has its own), 0 when unreadable.
+int cfs_thread_nice(void);
+/// Sets the calling thread's nice value where the process may (below 0 needs CAP_SYS_NICE); the
+/// threads it starts from now on inherit it. Returns the value it runs at afterwards.
+int cfs_set_thread_nice(int nice);
 /// From now on, lane threads serve the requests of the session on `device` about node `nodeid`
 /// (it lies on, or a directory holding a mount of, a filesystem that may keep a request long).
 /// No ring: nothing happens.
