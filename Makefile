@@ -60,8 +60,8 @@ bench-walk: setup io-uring
 	$(SWIFT) build -c release --product coordfs
 	python3 Benchmarks/walkbench.py .build/release/coordfs --repeats $(BENCH_REPEATS)
 
-# Real programs (cat, ls -l, find, grep, du, tar, cp in and out), each a fresh process, through mounts made
-# different ways side by side, against the backing directory itself.
+# Real programs (cat, ls -l, find, grep, du, tar, cp in and out), each a fresh process,
+# through mounts made different ways side by side, against the backing directory itself.
 bench-programs: setup io-uring
 	$(SWIFT) build -c release --product coordfs
 	python3 Benchmarks/programbench.py .build/release/coordfs --rounds $(BENCH_ROUNDS)

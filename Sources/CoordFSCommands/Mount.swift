@@ -91,11 +91,16 @@ struct Mount: ParsableCommand {
     /// Where this kernel switches FUSE over io_uring on and off (absent before Linux 6.14).
     static let ioUringSwitch = "/sys/module/fuse/parameters/enable_uring"
 
+    /// Whether this kernel has FUSE over io_uring, switched off.
+    static var ioUringSwitchedOff: Bool {
+        (try? String(contentsOfFile: ioUringSwitch, encoding: .utf8))?.hasPrefix("N") == true
+    }
+
     /// One line on stderr when FUSE over io_uring is wanted and the kernel has it, switched off:
     /// the mount then works through /dev/fuse, at about half the speed on metadata, and nothing
     /// else would tell.
     static func noteTransport(_ configuration: MountConfiguration) {
-        guard configuration.ioUring, let value = try? String(contentsOfFile: ioUringSwitch, encoding: .utf8), value.hasPrefix("N") else { return }
+        guard configuration.ioUring, ioUringSwitchedOff else { return }
         FileHandle.standardError.write(Data(("coordfs: note: this kernel has FUSE over io_uring switched off (fuse enable_uring=N), so requests "
             + "go through /dev/fuse, about half as fast on metadata; as root, `echo Y > \(ioUringSwitch)` switches it on for later "
             + "mounts (--no-io-uring: no note)\n").utf8))

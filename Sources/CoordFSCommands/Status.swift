@@ -72,8 +72,7 @@ struct Status: ParsableCommand {
             let lanes = stats["ring_lanes_all"] as? Int == 1 ? ", every request on lane threads" : ""
             return "requests: FUSE over io_uring, \(queues) queues at nice \(nice)\(lanes)"
         }
-        let switchedOff = (try? String(contentsOfFile: Mount.ioUringSwitch, encoding: .utf8))?.hasPrefix("N") == true
-        return "requests: /dev/fuse, workers at nice \(nice)" + (switchedOff ? " (this kernel has FUSE over io_uring switched off: echo Y > \(Mount.ioUringSwitch))" : "")
+        return "requests: /dev/fuse, workers at nice \(nice)" + (Mount.ioUringSwitchedOff ? " (this kernel has FUSE over io_uring switched off: echo Y > \(Mount.ioUringSwitch))" : "")
     }
 
     private func string(_ value: WireValue?, fallback: String = "-") -> String {
