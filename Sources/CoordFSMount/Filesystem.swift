@@ -178,14 +178,15 @@ public final class Filesystem: @unchecked Sendable {
     /// Takes `wanted` (and `other`, both or none) for the calling process, then runs `body`
     /// with what it holds (nil when the path is not coordinated). On refusal the request is
     /// answered with the errno and `body` does not run. An interrupt from the kernel ends the
-    /// wait with EINTR.
+    /// wait with EINTR. `brief`: `body` ends the claim before it replies and reports no move,
+    /// so the engine may keep it as a brief grant (`CoordinationEngine.acquireBriefly`).
     ///
     /// Requests of the kernel's own threads are not coordinated: they finish what a coordinated
     /// open started (with the writeback cache, the flusher writes pages and file times back).
     /// Making the flusher wait for the open's holder would stall writeback for the whole mount,
     /// and with it every writer throttled on dirty pages.
     func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
-                    _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+                    brief: Bool = false, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = self.mode(for: wanted)
@@ -206,7 +207,10 @@ public final class Filesystem: @unchecked Sendable {
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add()
         // Most requests: nothing in the way and nobody to ask.
-        if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
+        let grant = brief
+            ? AccessClaim.grantBriefly(in: domain, identity: identity, intents: intents, holds: mode == .exclusive)
+            : AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive)
+        if let grant {
             let claim = RequestClaim.grant(grant, intents: intents)
             return notifyingPresentersAfter(claim) { body(claim) }
         }

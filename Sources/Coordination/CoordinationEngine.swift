@@ -56,19 +56,23 @@ public final class CoordinationEngine: Sendable {
     /// The grant's intents are the request's (nothing moved them while it waited: it did not).
     public func acquireAtOnce(_ request: AccessRequest) -> GrantID? {
         if request.validationProblem != nil { return nil }
-        let count = request.holdsIntents ? request.intents.count : 0
+        return state.withLock { state in state.grantAtOnce(request) }
+    }
+
+    /// `acquireAtOnce` for a grant its caller releases before its own call returns (a mount's
+    /// kernel request): one that has to be short. A grant of one item, with nothing waiting
+    /// and nobody to ask, is then kept as a brief grant (`BriefHolds`), which costs less to take
+    /// and to end; others are granted as by `acquireAtOnce`. Either way it blocks and is released
+    /// like any grant. A brief grant has nothing to finish messaging and cannot report a move
+    /// (`reportMove` throws `.notInsideWrite`): a caller that may move an item asks
+    /// `acquireAtOnce`.
+    public func acquireBriefly(_ request: AccessRequest) -> GrantID? {
+        if request.validationProblem != nil { return nil }
         return state.withLock { state -> GrantID? in
-            // The modes live only for this call: on the stack, not in an array of their own.
-            withUnsafeTemporaryAllocation(of: LockMode.self, capacity: count) { storage -> GrantID? in
-                for (index, intent) in request.intents.prefix(count).enumerated() {
-                    (storage.baseAddress! + index).initialize(to: LockMode(intent))
-                }
-                defer { _ = storage.baseAddress?.deinitialize(count: count) }
-                let modes = UnsafeBufferPointer(storage)
-                guard state.blockers(of: request.identity, modes, queuedBefore: state.waiting.count).isEmpty else { return nil }
-                let requests = request.messagesPresenters ? state.requestPlan(for: request) : []
-                guard requests.isEmpty else { return nil }
-                return state.grant(request, modes, requests: requests)
+            switch state.grantBriefly(request) {
+            case .granted(let id): id
+            case .blocked: nil
+            case .unsuited: state.grantAtOnce(request)
             }
         }
     }
@@ -120,14 +124,16 @@ public final class CoordinationEngine: Sendable {
         deliver: ([PresenterDelivery<PresenterNotification>]) -> Void
     ) -> [PresenterDelivery<PresenterNotification>] {
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
+            if grant.isBrief {
+                guard let entry = state.brief.remove(number: grant.briefNumber) else { return ([], []) }
+                let intents = CollectionOfOne(entry.intent)
+                let notes = outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []
+                if let outcomes { state.endServices(ofItemsDeletedBy: intents, outcomes: outcomes) }
+                return (notes, state.waiting.isEmpty ? [] : state.grantWaiters())
+            }
             guard let record = state.removeGrant(grant) else { return ([], []) }
             let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []
-            // Services of a deleted item end with it.
-            if !state.services.isEmpty, let outcomes {
-                for (intent, outcome) in zip(record.intents, outcomes) where outcome.existedBefore && !outcome.existsAfter {
-                    state.services = state.services.filter { !$0.value.path.isSameOrInside(intent.path) }
-                }
-            }
+            if let outcomes { state.endServices(ofItemsDeletedBy: record.intents, outcomes: outcomes) }
             return (notes, state.grantWaiters())
         }
         if !notifications.isEmpty { deliver(notifications) }
@@ -140,6 +146,7 @@ public final class CoordinationEngine: Sendable {
     public func endSession(of identity: CoordinatorIdentity) {
         let (ended, woken) = state.withLock { state -> ([Resume], [State.Wakeup]) in
             for (id, record) in state.grants where record.identity == identity { _ = state.removeGrant(id) }
+            state.brief.removeAll(of: identity)
             var ended: [Resume] = []
             state.waiting.removeAll { waiter in
                 guard waiter.request.identity == identity else { return false }

@@ -78,6 +78,8 @@ struct State: ~Copyable {
     /// Holds that cover a subtree; while zero, ancestors need no look.
     var subtreeHoldCount = 0
     var grants = GrantTable()
+    /// One-intent grants that end with their caller's call: see `BriefHolds`.
+    var brief = BriefHolds()
     /// FIFO: earlier requests are granted first when they conflict with later ones (X3).
     var waiting: [Waiter] = []
     var presenters: [PresenterID: PresenterRecord] = [:]
@@ -128,6 +130,7 @@ struct State: ~Copyable {
                     for hold in inside where isBlocking(hold, for: identity) { found.insert(hold.identity) }
                 }
             }
+            if !brief.isEmpty { brief.forEachHolder(blocking: mode, for: identity) { found.insert($0) } }
         }
         for waiter in waiting[..<position] where waiter.request.identity != identity {
             guard !found.contains(waiter.request.identity),
@@ -140,7 +143,7 @@ struct State: ~Copyable {
 
     /// A hold blocks `identity` unless it is its own (C4) or its grant is messaging a presenter
     /// of `identity` right now (C21).
-    private func isBlocking(_ hold: Hold, for identity: CoordinatorIdentity) -> Bool {
+    func isBlocking(_ hold: Hold, for identity: CoordinatorIdentity) -> Bool {
         hold.identity != identity && !(grants[hold.grant]?.messaging.contains(identity) ?? false)
     }
 
@@ -191,6 +194,55 @@ struct State: ~Copyable {
     }
 
     // MARK: Granting
+
+    /// What `grantBriefly` did.
+    enum BriefAttempt {
+        case granted(GrantID)
+        /// Something holds what the request wants: it would wait.
+        case blocked
+        /// Not a request for the brief list (see `BriefHolds`): the tables decide.
+        case unsuited
+    }
+
+    /// Grants `request` as a brief grant when it wants one item, nothing waits, no presenter is
+    /// to be asked and no directory is held for deletion or a move.
+    mutating func grantBriefly(_ request: AccessRequest) -> BriefAttempt {
+        guard request.intents.count == 1, request.holdsIntents, !request.messagesContents,
+              waiting.isEmpty, subtreeHoldCount == 0, !brief.isFull,
+              !request.messagesPresenters || presenterTree.isEmpty
+        else { return .unsuited }
+        let intent = request.intents[0]
+        let mode = LockMode(intent)
+        if mode.coversSubtree { return .unsuited }
+        let identity = request.identity
+        if let sameItem = holds[mode.path] {
+            for hold in sameItem where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: mode.kind) {
+                return .blocked
+            }
+        }
+        if brief.blocks(mode, for: identity) { return .blocked }
+        let number = takeNumber()
+        brief.add(BriefHolds.Entry(number: number, identity: identity, mode: mode, intent: intent))
+        return .granted(GrantID(briefNumber: number))
+    }
+
+    /// Grants `request` from the tables when nothing blocks it and no presenter is to be asked
+    /// first; nil otherwise, having taken nothing.
+    mutating func grantAtOnce(_ request: AccessRequest) -> GrantID? {
+        let count = request.holdsIntents ? request.intents.count : 0
+        // The modes live only for this call: on the stack, not in an array of their own.
+        return withUnsafeTemporaryAllocation(of: LockMode.self, capacity: count) { storage -> GrantID? in
+            for (index, intent) in request.intents.prefix(count).enumerated() {
+                (storage.baseAddress! + index).initialize(to: LockMode(intent))
+            }
+            defer { _ = storage.baseAddress?.deinitialize(count: count) }
+            let modes = UnsafeBufferPointer(storage)
+            guard blockers(of: request.identity, modes, queuedBefore: waiting.count).isEmpty else { return nil }
+            let requests = request.messagesPresenters ? requestPlan(for: request) : []
+            guard requests.isEmpty else { return nil }
+            return grant(request, modes, requests: requests)
+        }
+    }
 
     /// Takes `modes` for `request`; `requests` is its `requestPlan` (empty when it messages nobody).
     mutating func grant(_ request: AccessRequest, _ modes: UnsafeBufferPointer<LockMode>,

@@ -18,18 +18,29 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
 }
 
 /// One granted coordination call: all its intents are held together and released together.
-/// It names a slot of the engine's grant table and that slot's generation.
+/// It names a slot of the engine's grant table and that slot's generation (below 2³¹), or, with
+/// the top bit set, a brief grant by its number (`CoordinationEngine.acquireBriefly`).
 public struct GrantID: Hashable, Sendable, CustomStringConvertible {
     public let rawValue: UInt64
 
+    private static let briefFlag: UInt64 = 1 << 63
+
     init(index: UInt32, generation: UInt32) {
+        assert(generation < 1 << 31, "a slot's generation leaves the top bit to brief grants")
         rawValue = UInt64(generation) << 32 | UInt64(index)
     }
+
+    init(briefNumber number: UInt64) {
+        rawValue = Self.briefFlag | number
+    }
+
+    var isBrief: Bool { rawValue & Self.briefFlag != 0 }
+    var briefNumber: UInt64 { rawValue & ~Self.briefFlag }
 
     var index: UInt32 { UInt32(truncatingIfNeeded: rawValue) }
     var generation: UInt32 { UInt32(truncatingIfNeeded: rawValue >> 32) }
 
-    public var description: String { "grant#\(index).\(generation)" }
+    public var description: String { isBrief ? "grant#brief.\(briefNumber)" : "grant#\(index).\(generation)" }
 }
 
 /// A request that is waiting; abandon it with `CoordinationEngine.abandon(_:because:)`.

@@ -103,13 +103,20 @@ extension State {
 
     /// The notifications after a grant's writes end (P9, P10, P12, P19, P20).
     func notifications(after record: GrantRecord, outcomes: some Sequence<IntentOutcome>) -> [PresenterDelivery<PresenterNotification>] {
+        notifications(by: record.identity, of: record.intents, moved: record.moved, outcomes: outcomes)
+    }
+
+    /// The notifications after `identity`'s writes of `intents` end; `moved` are the moves
+    /// reported inside the grant.
+    func notifications(by identity: CoordinatorIdentity, of intents: some Sequence<Intent>, moved: [ItemPath],
+                       outcomes: some Sequence<IntentOutcome>) -> [PresenterDelivery<PresenterNotification>] {
         if presenterTree.isEmpty { return [] }
-        var builder = DeliveryBuilder<PresenterNotification>(excluding: record.identity)
-        for (intent, outcome) in zip(record.intents, outcomes) {
+        var builder = DeliveryBuilder<PresenterNotification>(excluding: identity)
+        for (intent, outcome) in zip(intents, outcomes) {
             guard case .writing(let options) = intent.kind, !options.contains(.forMoving) else { continue }
             if !outcome.existedBefore && !outcome.existsAfter { continue }
             if outcome.existedBefore && outcome.existsAfter && !outcome.changed { continue }
-            if record.moved.contains(where: { intent.path.isSameOrInside($0) }) { continue }   // told as a move
+            if moved.contains(where: { intent.path.isSameOrInside($0) }) { continue }   // told as a move
             let path = intent.path
             let target = intent.target
             let packages = target.enclosingPackages

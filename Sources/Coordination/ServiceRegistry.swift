@@ -53,3 +53,13 @@ extension CoordinationEngine {
         state.withLock { $0.services[id] }
     }
 }
+
+extension State {
+    /// Services of an item a grant deleted end with it; `outcomes` parallels `intents`.
+    mutating func endServices(ofItemsDeletedBy intents: some Sequence<Intent>, outcomes: some Sequence<IntentOutcome>) {
+        guard !services.isEmpty else { return }
+        for (intent, outcome) in zip(intents, outcomes) where outcome.existedBefore && !outcome.existsAfter {
+            services = services.filter { !$0.value.path.isSameOrInside(intent.path) }
+        }
+    }
+}
