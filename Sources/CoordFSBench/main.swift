@@ -149,14 +149,14 @@ samples.sort()
 print("  write  median \(format(percentile(samples, 0.5)))   p99 \(format(percentile(samples, 0.99)))")
 
 print("")
-print("AccessClaim.grantAtOnce (create, open) or grantBriefly (unlink, mkdir, setattr) + engine release, as the mount")
+print("AccessClaim.grantAtOnce (create, open) or the engine's acquireBriefly (unlink, mkdir, setattr) + release, as the mount")
 for (name, brief) in [("at once", false), ("briefly", true)] {
     samples = []
     for index in 0..<latencyIterations {
         let identity = CoordinatorIdentity.process(Int32(1000 + index % 7))
         let start = ContinuousClock.now
         let grant = brief
-            ? AccessClaim.grantBriefly(in: claimDomain, identity: identity, intents: [claimIntent])
+            ? claimDomain.engine.acquireBriefly(claimIntent, for: identity)
             : AccessClaim.grantAtOnce(in: claimDomain, identity: identity, intents: [claimIntent])
         if let grant {
             claimDomain.engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false))

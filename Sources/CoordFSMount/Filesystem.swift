@@ -199,20 +199,28 @@ public final class Filesystem: @unchecked Sendable {
         // One clock reading serves the request's caches.
         let now = coarseMilliseconds()
         guard let process = callingProcess(reply.req, now: now) else { return body(nil) }
-        let intents = if let other {
-            [Intent(wanted.kind, target(of: wanted, now: now)), Intent(other.kind, target(of: other, now: now))]
-        } else {
-            [Intent(wanted.kind, target(of: wanted, now: now))]
-        }
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add()
-        // Most requests: nothing in the way and nobody to ask.
-        let grant = brief
-            ? AccessClaim.grantBriefly(in: domain, identity: identity, intents: intents, holds: mode == .exclusive)
-            : AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive)
-        if let grant {
-            let claim = RequestClaim.grant(grant, intents: intents)
-            return notifyingPresentersAfter(claim) { body(claim) }
+        let intents: [Intent]
+        if brief && other == nil && mode == .exclusive {
+            // Most requests: nothing in the way and nobody to ask. Without an intents array
+            // unless the request has to wait.
+            let intent = Intent(wanted.kind, target(of: wanted, now: now))
+            if let grant = domain.engine.acquireBriefly(intent, for: identity) {
+                let claim = RequestClaim.brief(grant)
+                return notifyingPresentersAfter(claim) { body(claim) }
+            }
+            intents = [intent]
+        } else {
+            intents = if let other {
+                [Intent(wanted.kind, target(of: wanted, now: now)), Intent(other.kind, target(of: other, now: now))]
+            } else {
+                [Intent(wanted.kind, target(of: wanted, now: now))]
+            }
+            if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
+                let claim = RequestClaim.grant(grant, intents: intents)
+                return notifyingPresentersAfter(claim) { body(claim) }
+            }
         }
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
         // Registered before the claim starts: the claim may be granted (and answered) at once.

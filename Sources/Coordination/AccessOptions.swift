@@ -88,4 +88,11 @@ public struct Intent: Hashable, Sendable {
     }
 
     public var path: ItemPath { target.path }
+
+    var validationProblem: String? {
+        if case .writing(let options) = kind, !options.isValid {
+            return "a write carries at most one writing option (raw value \(options.rawValue))"
+        }
+        return nil
+    }
 }

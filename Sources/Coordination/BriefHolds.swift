@@ -14,8 +14,18 @@ struct BriefHolds {
     struct Entry {
         let number: UInt64
         let identity: CoordinatorIdentity
-        let mode: LockMode
+        let kind: LockKind
         let intent: Intent
+
+        /// Whether the item this grant locks (its outermost package, or itself: C17) is `path`.
+        func locks(_ path: ItemPath) -> Bool {
+            intent.target.enclosingPackages.isEmpty ? intent.target.path == path : intent.target.enclosingPackages[0] == path
+        }
+
+        /// Whether the item this grant locks lies inside `directory`.
+        func locks(inside directory: ItemPath) -> Bool {
+            directory.isAncestor(of: intent.target.enclosingPackages.isEmpty ? intent.target.path : intent.target.enclosingPackages[0])
+        }
     }
 
     /// More brief grants at once than a mount has serving threads means the caller does not end
@@ -49,18 +59,17 @@ struct BriefHolds {
     func forEachHolder(blocking mode: LockMode, for identity: CoordinatorIdentity,
                        _ body: (CoordinatorIdentity) -> Void) {
         for entry in entries where entry.identity != identity {
-            if entry.mode.path == mode.path {
-                if entry.mode.kind.conflicts(onTheSameItemWith: mode.kind) { body(entry.identity) }
-            } else if mode.coversSubtree && mode.path.isAncestor(of: entry.mode.path) {
+            if entry.locks(mode.path) {
+                if entry.kind.conflicts(onTheSameItemWith: mode.kind) { body(entry.identity) }
+            } else if mode.coversSubtree && entry.locks(inside: mode.path) {
                 body(entry.identity)
             }
         }
     }
 
-    /// Whether a brief grant of another identity stops `mode` (which covers no subtree).
-    func blocks(_ mode: LockMode, for identity: CoordinatorIdentity) -> Bool {
-        var blocked = false
-        forEachHolder(blocking: mode, for: identity) { _ in blocked = true }
-        return blocked
+    /// Whether a brief grant of another identity stops a lock of `kind`, which covers no
+    /// subtree, on `path`.
+    func blocks(_ kind: LockKind, on path: ItemPath, for identity: CoordinatorIdentity) -> Bool {
+        entries.contains { $0.identity != identity && $0.locks(path) && $0.kind.conflicts(onTheSameItemWith: kind) }
     }
 }

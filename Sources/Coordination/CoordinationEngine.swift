@@ -69,10 +69,26 @@ public final class CoordinationEngine: Sendable {
     public func acquireBriefly(_ request: AccessRequest) -> GrantID? {
         if request.validationProblem != nil { return nil }
         return state.withLock { state -> GrantID? in
-            switch state.grantBriefly(request) {
-            case .granted(let id): id
-            case .blocked: nil
-            case .unsuited: state.grantAtOnce(request)
+            let attempt = request.intents.count == 1 && request.holdsIntents && !request.messagesContents
+                ? state.grantBriefly(request.intents[0], for: request.identity, messagesPresenters: request.messagesPresenters)
+                : .unsuited
+            switch attempt {
+            case .granted(let id): return id
+            case .blocked: return nil
+            case .unsuited: return state.grantAtOnce(request)
+            }
+        }
+    }
+
+    /// `acquireBriefly` of one intent that holds its item and asks presenters when there are
+    /// any to ask (a mount's request): no request is built unless the tables decide.
+    public func acquireBriefly(_ intent: Intent, for identity: CoordinatorIdentity) -> GrantID? {
+        if intent.validationProblem != nil { return nil }
+        return state.withLock { state -> GrantID? in
+            switch state.grantBriefly(intent, for: identity, messagesPresenters: true) {
+            case .granted(let id): return id
+            case .blocked: return nil
+            case .unsuited: return state.grantAtOnce(AccessRequest(identity: identity, intents: [intent], waits: false))
             }
         }
     }
@@ -126,6 +142,8 @@ public final class CoordinationEngine: Sendable {
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
             if grant.isBrief {
                 guard let entry = state.brief.remove(number: grant.briefNumber) else { return ([], []) }
+                // The common case: nobody to tell, no service to end, nobody to wake.
+                if state.presenterTree.isEmpty && state.services.isEmpty && state.waiting.isEmpty { return ([], []) }
                 let intents = CollectionOfOne(entry.intent)
                 let notes = outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []
                 if let outcomes { state.endServices(ofItemsDeletedBy: intents, outcomes: outcomes) }
@@ -228,9 +246,7 @@ public struct AccessRequest: Sendable {
     var validationProblem: String? {
         if intents.isEmpty { return "a coordination call needs at least one intent" }
         for intent in intents {
-            if case .writing(let options) = intent.kind, !options.isValid {
-                return "a write carries at most one writing option (raw value \(options.rawValue))"
-            }
+            if let problem = intent.validationProblem { return problem }
         }
         return nil
     }

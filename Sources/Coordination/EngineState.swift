@@ -204,25 +204,23 @@ struct State: ~Copyable {
         case unsuited
     }
 
-    /// Grants `request` as a brief grant when it wants one item, nothing waits, no presenter is
-    /// to be asked and no directory is held for deletion or a move.
-    mutating func grantBriefly(_ request: AccessRequest) -> BriefAttempt {
-        guard request.intents.count == 1, request.holdsIntents, !request.messagesContents,
-              waiting.isEmpty, subtreeHoldCount == 0, !brief.isFull,
-              !request.messagesPresenters || presenterTree.isEmpty
-        else { return .unsuited }
-        let intent = request.intents[0]
-        let mode = LockMode(intent)
-        if mode.coversSubtree { return .unsuited }
-        let identity = request.identity
-        if let sameItem = holds[mode.path] {
-            for hold in sameItem where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: mode.kind) {
+    /// Grants `intent`, which holds its item, as a brief grant when nothing waits, no presenter
+    /// is to be asked and no directory is held for deletion or a move.
+    mutating func grantBriefly(_ intent: Intent, for identity: CoordinatorIdentity, messagesPresenters: Bool) -> BriefAttempt {
+        guard waiting.isEmpty, subtreeHoldCount == 0, !brief.isFull, !messagesPresenters || presenterTree.isEmpty else {
+            return .unsuited
+        }
+        let kind = LockKind(intent)
+        if kind.coversSubtree { return .unsuited }
+        let path = LockMode.lockedPath(intent)
+        if let sameItem = holds[path] {
+            for hold in sameItem where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: kind) {
                 return .blocked
             }
         }
-        if brief.blocks(mode, for: identity) { return .blocked }
+        if brief.blocks(kind, on: path, for: identity) { return .blocked }
         let number = takeNumber()
-        brief.add(BriefHolds.Entry(number: number, identity: identity, mode: mode, intent: intent))
+        brief.add(BriefHolds.Entry(number: number, identity: identity, kind: kind, intent: intent))
         return .granted(GrantID(briefNumber: number))
     }
 

@@ -12,7 +12,7 @@ struct LockMode: Hashable, Sendable {
     }
 
     /// The item an intent locks: the outermost enclosing package, or the item itself (C17).
-    static func lockedPath(_ intent: Intent) -> ItemPath {
+    static func lockedPath(_ intent: borrowing Intent) -> ItemPath {
         intent.target.enclosingPackages.first ?? intent.target.path
     }
 
@@ -39,7 +39,7 @@ struct LockKind: Hashable, Sendable {
     /// A destructive write on a directory: it conflicts with everything inside it (C19, O11).
     var coversSubtree: Bool
 
-    init(_ intent: Intent) {
+    init(_ intent: borrowing Intent) {
         switch intent.kind {
         case .reading(let options):
             isWrite = false

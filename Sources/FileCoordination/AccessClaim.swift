@@ -46,14 +46,6 @@ public final class AccessClaim: @unchecked Sendable {
         domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds))
     }
 
-    /// `grantAtOnce` for a grant the caller ends before its own call returns and that reports no
-    /// move (a mount's unlink, mkdir or setattr): the engine keeps a grant of one item as a brief
-    /// grant, which costs less to take and to end (`CoordinationEngine.acquireBriefly`).
-    public static func grantBriefly(in domain: CoordinationDomain, identity: CoordinatorIdentity,
-                                    intents: [Intent], holds: Bool = true) -> GrantID? {
-        domain.engine.acquireBriefly(request(identity, intents, waits: false, holds: holds))
-    }
-
     /// Starts claiming `intents` for `identity`. `completion` runs once — possibly before this
     /// returns, on the calling thread — with the claim, granted and presenters answered, or the
     /// error that stopped it (`FileCoordinationError`, `CocoaError(.userCancelled)`, or a

@@ -113,6 +113,24 @@ import Testing
         #expect(engine.snapshot().isIdle)
     }
 
+    @Test func theOneIntentFormDecidesAsTheRequestForm() throws {
+        let engine = CoordinationEngine()
+        let first = try #require(engine.acquireBriefly(.write(a, .forDeleting), for: .process(1)))
+        #expect(first.isBrief)
+        #expect(engine.acquireBriefly(.read(a), for: .process(2)) == nil, "blocked: nil, holding nothing")
+        #expect(engine.acquireBriefly(.write(b, [.forDeleting, .forMoving]), for: .process(2)) == nil, "an invalid intent")
+        // A presenter elsewhere with nothing to be asked: the tables grant it.
+        _ = engine.addPresenter(PresenterRecord(owner: .process(9), path: ItemPath("/elsewhere")!))
+        let fromTheTables = try #require(engine.acquireBriefly(.write(b), for: .process(2)))
+        #expect(!fromTheTables.isBrief)
+        // A presenter of the item: nil, so that the caller asks it through `acquire`.
+        _ = engine.addPresenter(PresenterRecord(owner: .process(9), path: ItemPath("/c")!))
+        #expect(engine.acquireBriefly(.write(ItemPath("/c")!), for: .process(2)) == nil)
+        engine.release(first)
+        engine.release(fromTheTables)
+        #expect(engine.snapshot().isIdle)
+    }
+
     @Test func briefGrantsAreListedInGrantOrderAndEndWithTheirSession() throws {
         let engine = CoordinationEngine()
         let first = try briefGrant(engine, .process(1), .write(a))
@@ -142,17 +160,26 @@ import Testing
         engine.release(grant)
     }
 
-    @Test func theReleaseOfABriefGrantTellsPresentersAndEndsServices() throws {
+    @Test func theReleaseOfABriefGrantTellsPresenters() throws {
         let engine = CoordinationEngine()
         let directory = ItemPath("/d")!, item = ItemPath("/d/x")!
         let grant = try briefGrant(engine, .process(1), .write(item, .forDeleting))
         // Registered while the grant was held: nobody was to be asked when it was taken, but
         // the deletion is news to them when it ends (P12).
         let watcher = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory))
-        let service = try engine.vendService(named: "sync", at: item, owner: .process(3))
         let delivered = engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: false))
         #expect(delivered.map(\.presenter) == [watcher])
         #expect(delivered.first?.messages == [.subitemWasDeleted(item)])
-        #expect(engine.service(service) == nil, "a deleted item's services end with it")
+    }
+
+    @Test func theReleaseOfABriefGrantEndsTheServicesOfWhatItDeleted() throws {
+        let engine = CoordinationEngine()
+        let item = ItemPath("/d/x")!
+        let kept = try engine.vendService(named: "sync", at: ItemPath("/d")!, owner: .process(3))
+        let deleted = try engine.vendService(named: "sync", at: item, owner: .process(3))
+        let grant = try briefGrant(engine, .process(1), .write(item, .forDeleting))
+        engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: false))
+        #expect(engine.service(deleted) == nil, "a deleted item's services end with it")
+        #expect(engine.service(kept) != nil)
     }
 }
