@@ -207,8 +207,9 @@ public final class Filesystem: @unchecked Sendable {
             // unless the request has to wait.
             let intent = Intent(wanted.kind, target(of: wanted, now: now))
             if let grant = domain.engine.acquireBriefly(intent, for: identity) {
-                let claim = RequestClaim.brief(grant)
-                return notifyingPresentersAfter(claim) { body(claim) }
+                holdNotifications()
+                body(.brief(grant))
+                return deliverHeldNotifications()
             }
             intents = [intent]
         } else {
@@ -218,8 +219,9 @@ public final class Filesystem: @unchecked Sendable {
                 [Intent(wanted.kind, target(of: wanted, now: now))]
             }
             if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
-                let claim = RequestClaim.grant(grant, intents: intents)
-                return notifyingPresentersAfter(claim) { body(claim) }
+                holdNotifications()
+                body(.grant(grant, intents: intents))
+                return deliverHeldNotifications()
             }
         }
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue

@@ -39,8 +39,20 @@ extension Filesystem {
     /// presenters (and the clients behind them, on a small machine) are woken after.
     func notifyingPresentersAfter(_ claim: RequestClaim, _ body: () -> Void) {
         if case .claim(let claim) = claim { return claim.notifyingPresentersAfter(body) }
-        heldNotifications.withValue { $0.depth += 1 }
+        holdNotifications()
         body()
+        deliverHeldNotifications()
+    }
+
+    /// `notifyingPresentersAfter` in two halves, for a claim granted at once, whose handler is
+    /// called between them. Called through a closure, the handler's captures were retained
+    /// and released again: several reference counts on a mount's commonest requests.
+    func holdNotifications() {
+        heldNotifications.withValue { $0.depth += 1 }
+    }
+
+    /// The second half: delivers what this thread's outermost handler held back.
+    func deliverHeldNotifications() {
         let due = heldNotifications.withValue { held -> [[PresenterDelivery<PresenterNotification>]] in
             held.depth -= 1
             guard held.depth == 0, !held.deliveries.isEmpty else { return [] }
