@@ -149,14 +149,14 @@ samples.sort()
 print("  write  median \(format(percentile(samples, 0.5)))   p99 \(format(percentile(samples, 0.99)))")
 
 print("")
-print("AccessClaim.grantAtOnce (create, open) or the engine's acquireBriefly (unlink, mkdir, setattr) + release, as the mount")
-for (name, brief) in [("at once", false), ("briefly", true)] {
+print("a grant at once + release: from the tables (AccessClaim.grantAtOnce) and as the mount takes one (acquireAtOnce(_:for:))")
+for (name, oneItem) in [("tables", false), ("short list", true)] {
     samples = []
     for index in 0..<latencyIterations {
         let identity = CoordinatorIdentity.process(Int32(1000 + index % 7))
         let start = ContinuousClock.now
-        let grant = brief
-            ? claimDomain.engine.acquireBriefly(claimIntent, for: identity)
+        let grant = oneItem
+            ? claimDomain.engine.acquireAtOnce(claimIntent, for: identity)
             : AccessClaim.grantAtOnce(in: claimDomain, identity: identity, intents: [claimIntent])
         if let grant {
             claimDomain.engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false))

@@ -13,7 +13,7 @@ extension Filesystem {
     private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory), brief: true) { [self] claim in
+        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory)) { [self] claim in
             do {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 namespaceChanged(name: name, directory: false)
@@ -48,7 +48,7 @@ extension Filesystem {
 
     func link(_ reply: Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false), brief: true) { [self] claim in
+        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false)) { [self] claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
                     try inodes.withFD(parent) { parentFD throws(Errno) in
@@ -68,8 +68,7 @@ extension Filesystem {
 
     func unlink(_ reply: Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory),
-                   brief: true) { claim in
+        coordinate(reply, Wanted(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory)) { claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
                 return name.withCString { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil

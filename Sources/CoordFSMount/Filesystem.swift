@@ -178,15 +178,14 @@ public final class Filesystem: @unchecked Sendable {
     /// Takes `wanted` (and `other`, both or none) for the calling process, then runs `body`
     /// with what it holds (nil when the path is not coordinated). On refusal the request is
     /// answered with the errno and `body` does not run. An interrupt from the kernel ends the
-    /// wait with EINTR. `brief`: `body` ends the claim before it replies and reports no move,
-    /// so the engine may keep it as a brief grant (`CoordinationEngine.acquireBriefly`).
+    /// wait with EINTR.
     ///
     /// Requests of the kernel's own threads are not coordinated: they finish what a coordinated
     /// open started (with the writeback cache, the flusher writes pages and file times back).
     /// Making the flusher wait for the open's holder would stall writeback for the whole mount,
     /// and with it every writer throttled on dirty pages.
     func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
-                    brief: Bool = false, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+                    _ body: @escaping @Sendable (RequestClaim?) -> Void) {
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = self.mode(for: wanted)
@@ -202,13 +201,13 @@ public final class Filesystem: @unchecked Sendable {
         let identity = CoordinatorIdentity.process(process)
         statistics.coordinated.add()
         let intents: [Intent]
-        if brief && other == nil && mode == .exclusive {
-            // Most requests: nothing in the way and nobody to ask. Without an intents array
-            // unless the request has to wait.
+        if other == nil && mode == .exclusive {
+            // Most requests: one item, nothing in the way and nobody to ask. Without an intents
+            // array unless the request has to wait. (Only a rename, of two items, reports a move.)
             let intent = Intent(wanted.kind, target(of: wanted, now: now))
-            if let grant = domain.engine.acquireBriefly(intent, for: identity) {
+            if let grant = domain.engine.acquireAtOnce(intent, for: identity) {
                 holdNotifications()
-                body(.brief(grant))
+                body(.single(grant))
                 return deliverHeldNotifications()
             }
             intents = [intent]

@@ -10,17 +10,17 @@ import FileCoordination
 enum RequestClaim: Sendable {
     /// Granted at once; its intents are the request's.
     case grant(GrantID, intents: [Intent])
-    /// Granted at once as a brief grant (`CoordinationEngine.acquireBriefly`): it ends before
-    /// its request's reply and reports no move, so it keeps no intents.
-    case brief(GrantID)
+    /// Granted at once for one item (`CoordinationEngine.acquireAtOnce(_:for:)`): it reports no
+    /// move, so it keeps no intents.
+    case single(GrantID)
     case claim(AccessClaim)
 
-    /// The intents as granted: paths moved while the request waited are updated (C11). A brief
+    /// The intents as granted: paths moved while the request waited are updated (C11). A single
     /// claim has none to give.
     var intents: [Intent] {
         switch self {
         case .grant(_, let intents): intents
-        case .brief: []
+        case .single: []
         case .claim(let claim): claim.intents
         }
     }
@@ -65,7 +65,7 @@ extension Filesystem {
     /// Ends `claim`; `outcome` says what happened to its one item. Ending twice does nothing.
     func end(_ claim: RequestClaim?, outcome: IntentOutcome) {
         switch claim {
-        case .grant(let id, _), .brief(let id): domain.engine.release(id, outcome: outcome, deliver: notify)
+        case .grant(let id, _), .single(let id): domain.engine.release(id, outcome: outcome, deliver: notify)
         case .claim(let claim): claim.end(outcome: outcome)
         case nil: break
         }
@@ -74,7 +74,7 @@ extension Filesystem {
     /// Ends `claim`; `outcomes` (one per intent) say what happened to each item.
     func end(_ claim: RequestClaim?, outcomes: [IntentOutcome]) {
         switch claim {
-        case .grant(let id, _), .brief(let id): domain.engine.release(id, outcomes: outcomes, deliver: notify)
+        case .grant(let id, _), .single(let id): domain.engine.release(id, outcomes: outcomes, deliver: notify)
         case .claim(let claim): claim.end(outcomes: outcomes)
         case nil: break
         }
@@ -83,8 +83,8 @@ extension Filesystem {
     /// Reports a move made under `claim`: presenters follow it (C15).
     func reportMove(_ claim: RequestClaim, from source: AccessTarget, to destination: AccessTarget) {
         switch claim {
-        case .brief:
-            assertionFailure("a brief claim reports no move")
+        case .single:
+            assertionFailure("a single claim reports no move")
         case .grant(let id, _):
             // An ended grant has no move to report.
             if let notifications = try? domain.engine.reportMove(in: id, from: source, to: destination), !notifications.isEmpty {

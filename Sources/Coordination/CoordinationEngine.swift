@@ -59,33 +59,16 @@ public final class CoordinationEngine: Sendable {
         return state.withLock { state in state.grantAtOnce(request) }
     }
 
-    /// `acquireAtOnce` for a grant its caller releases before its own call returns (a mount's
-    /// kernel request): one that has to be short. A grant of one item, with nothing waiting
-    /// and nobody to ask, is then kept as a brief grant (`BriefHolds`), which costs less to take
-    /// and to end; others are granted as by `acquireAtOnce`. Either way it blocks and is released
-    /// like any grant. A brief grant has nothing to finish messaging and cannot report a move
-    /// (`reportMove` throws `.notInsideWrite`): a caller that may move an item asks
-    /// `acquireAtOnce`.
-    public func acquireBriefly(_ request: AccessRequest) -> GrantID? {
-        if request.validationProblem != nil { return nil }
-        return state.withLock { state -> GrantID? in
-            let attempt = request.intents.count == 1 && request.holdsIntents && !request.messagesContents
-                ? state.grantBriefly(request.intents[0], for: request.identity, messagesPresenters: request.messagesPresenters)
-                : .unsuited
-            switch attempt {
-            case .granted(let id): return id
-            case .blocked: return nil
-            case .unsuited: return state.grantAtOnce(request)
-            }
-        }
-    }
-
-    /// `acquireBriefly` of one intent that holds its item and asks presenters when there are
-    /// any to ask (a mount's request): no request is built unless the tables decide.
-    public func acquireBriefly(_ intent: Intent, for identity: CoordinatorIdentity) -> GrantID? {
+    /// `acquireAtOnce` of one intent that holds its item and whose grant reports no move (a
+    /// mount's request, or its open file): no request is built unless the tables decide. Such a
+    /// grant, with nothing waiting and nobody to ask, is kept on the engine's short list
+    /// (`ShortList`), which costs less to take and to end; it blocks and is released like any
+    /// grant, has nothing to finish messaging and cannot report a move (`reportMove` throws
+    /// `.notInsideWrite`). A caller that may move the item uses `acquireAtOnce(_:)`.
+    public func acquireAtOnce(_ intent: Intent, for identity: CoordinatorIdentity) -> GrantID? {
         if intent.validationProblem != nil { return nil }
         return state.withLock { state -> GrantID? in
-            switch state.grantBriefly(intent, for: identity, messagesPresenters: true) {
+            switch state.grantOnShortList(intent, for: identity) {
             case .granted(let id): return id
             case .blocked: return nil
             case .unsuited: return state.grantAtOnce(AccessRequest(identity: identity, intents: [intent], waits: false))
@@ -140,8 +123,8 @@ public final class CoordinationEngine: Sendable {
         deliver: ([PresenterDelivery<PresenterNotification>]) -> Void
     ) -> [PresenterDelivery<PresenterNotification>] {
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
-            if grant.isBrief {
-                guard let entry = state.brief.remove(number: grant.briefNumber) else { return ([], []) }
+            if grant.isOnShortList {
+                guard let entry = state.shortList.remove(number: grant.shortListNumber) else { return ([], []) }
                 // The common case: nobody to tell, no service to end, nobody to wake.
                 if state.presenterTree.isEmpty && state.services.isEmpty && state.waiting.isEmpty { return ([], []) }
                 let intents = CollectionOfOne(entry.intent)
@@ -164,7 +147,7 @@ public final class CoordinationEngine: Sendable {
     public func endSession(of identity: CoordinatorIdentity) {
         let (ended, woken) = state.withLock { state -> ([Resume], [State.Wakeup]) in
             for (id, record) in state.grants where record.identity == identity { _ = state.removeGrant(id) }
-            state.brief.removeAll(of: identity)
+            state.shortList.removeAll(of: identity)
             var ended: [Resume] = []
             state.waiting.removeAll { waiter in
                 guard waiter.request.identity == identity else { return false }

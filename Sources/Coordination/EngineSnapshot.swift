@@ -52,8 +52,8 @@ extension CoordinationEngine {
             EngineSnapshot(
                 holders: (state.grants.map { (number: $0.record.number, holder: EngineSnapshot.Holder(
                               grant: $0.id, identity: $0.record.identity, intents: $0.record.intents, messaging: $0.record.messaging)) }
-                          + state.brief.entries.map { (number: $0.number, holder: EngineSnapshot.Holder(
-                              grant: GrantID(briefNumber: $0.number), identity: $0.identity, intents: [$0.intent], messaging: [])) })
+                          + state.shortList.entries.map { (number: $0.number, holder: EngineSnapshot.Holder(
+                              grant: GrantID(shortListNumber: $0.number), identity: $0.identity, intents: [$0.intent], messaging: [])) })
                     .sorted { $0.number < $1.number }.map(\.holder),
                 waiters: state.waiting.map {
                     .init(ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents, waitsFor: $0.blockers)

@@ -78,8 +78,8 @@ struct State: ~Copyable {
     /// Holds that cover a subtree; while zero, ancestors need no look.
     var subtreeHoldCount = 0
     var grants = GrantTable()
-    /// One-intent grants that end with their caller's call: see `BriefHolds`.
-    var brief = BriefHolds()
+    /// One-item grants that nothing stood in the way of: see `ShortList`.
+    var shortList = ShortList()
     /// FIFO: earlier requests are granted first when they conflict with later ones (X3).
     var waiting: [Waiter] = []
     var presenters: [PresenterID: PresenterRecord] = [:]
@@ -130,7 +130,7 @@ struct State: ~Copyable {
                     for hold in inside where isBlocking(hold, for: identity) { found.insert(hold.identity) }
                 }
             }
-            if !brief.isEmpty { brief.forEachHolder(blocking: mode, for: identity) { found.insert($0) } }
+            if !shortList.isEmpty { shortList.forEachHolder(blocking: mode, for: identity) { found.insert($0) } }
         }
         for waiter in waiting[..<position] where waiter.request.identity != identity {
             guard !found.contains(waiter.request.identity),
@@ -195,19 +195,19 @@ struct State: ~Copyable {
 
     // MARK: Granting
 
-    /// What `grantBriefly` did.
-    enum BriefAttempt {
+    /// What `grantOnShortList` did.
+    enum ShortListAttempt {
         case granted(GrantID)
         /// Something holds what the request wants: it would wait.
         case blocked
-        /// Not a request for the brief list (see `BriefHolds`): the tables decide.
+        /// Not a grant for the short list: the tables decide.
         case unsuited
     }
 
-    /// Grants `intent`, which holds its item, as a brief grant when nothing waits, no presenter
-    /// is to be asked and no directory is held for deletion or a move.
-    mutating func grantBriefly(_ intent: Intent, for identity: CoordinatorIdentity, messagesPresenters: Bool) -> BriefAttempt {
-        guard waiting.isEmpty, subtreeHoldCount == 0, !brief.isFull, !messagesPresenters || presenterTree.isEmpty else {
+    /// Grants `intent`, which holds its item, on the short list when nothing waits, no presenter
+    /// is to be asked, no directory is held for deletion or a move and the list has room.
+    mutating func grantOnShortList(_ intent: Intent, for identity: CoordinatorIdentity) -> ShortListAttempt {
+        guard waiting.isEmpty, subtreeHoldCount == 0, !shortList.isFull, presenterTree.isEmpty else {
             return .unsuited
         }
         let kind = LockKind(intent)
@@ -218,10 +218,10 @@ struct State: ~Copyable {
                 return .blocked
             }
         }
-        if brief.blocks(kind, on: path, for: identity) { return .blocked }
+        if shortList.blocks(kind, on: path, for: identity) { return .blocked }
         let number = takeNumber()
-        brief.add(BriefHolds.Entry(number: number, identity: identity, kind: kind, intent: intent))
-        return .granted(GrantID(briefNumber: number))
+        shortList.add(ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent), lockedPath: path)
+        return .granted(GrantID(shortListNumber: number))
     }
 
     /// Grants `request` from the tables when nothing blocks it and no presenter is to be asked

@@ -22,7 +22,7 @@ struct GrantTable: Sequence {
         if firstVacant != Self.none {
             let index = Int(firstVacant)
             firstVacant = slots[index].nextVacant
-            // 31 bits: a generation never reads as a brief grant's flag.
+            // 31 bits: a generation never reads as the short list's flag.
             slots[index].generation = (slots[index].generation &+ 1) & 0x7fff_ffff
             slots[index].record = record
             return GrantID(index: UInt32(index), generation: slots[index].generation)

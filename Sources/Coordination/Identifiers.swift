@@ -19,28 +19,28 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
 
 /// One granted coordination call: all its intents are held together and released together.
 /// It names a slot of the engine's grant table and that slot's generation (below 2³¹), or, with
-/// the top bit set, a brief grant by its number (`CoordinationEngine.acquireBriefly`).
+/// the top bit set, a grant on the engine's short list by its number (`ShortList`).
 public struct GrantID: Hashable, Sendable, CustomStringConvertible {
     public let rawValue: UInt64
 
-    private static let briefFlag: UInt64 = 1 << 63
+    private static let shortListFlag: UInt64 = 1 << 63
 
     init(index: UInt32, generation: UInt32) {
-        assert(generation < 1 << 31, "a slot's generation leaves the top bit to brief grants")
+        assert(generation < 1 << 31, "a slot's generation leaves the top bit to the short list")
         rawValue = UInt64(generation) << 32 | UInt64(index)
     }
 
-    init(briefNumber number: UInt64) {
-        rawValue = Self.briefFlag | number
+    init(shortListNumber number: UInt64) {
+        rawValue = Self.shortListFlag | number
     }
 
-    var isBrief: Bool { rawValue & Self.briefFlag != 0 }
-    var briefNumber: UInt64 { rawValue & ~Self.briefFlag }
+    var isOnShortList: Bool { rawValue & Self.shortListFlag != 0 }
+    var shortListNumber: UInt64 { rawValue & ~Self.shortListFlag }
 
     var index: UInt32 { UInt32(truncatingIfNeeded: rawValue) }
     var generation: UInt32 { UInt32(truncatingIfNeeded: rawValue >> 32) }
 
-    public var description: String { isBrief ? "grant#brief.\(briefNumber)" : "grant#\(index).\(generation)" }
+    public var description: String { isOnShortList ? "grant#list.\(shortListNumber)" : "grant#\(index).\(generation)" }
 }
 
 /// A request that is waiting; abandon it with `CoordinationEngine.abandon(_:because:)`.

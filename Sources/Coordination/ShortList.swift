@@ -1,0 +1,99 @@
+/// Grants of one item that nothing stood in the way of, with nobody waiting and no presenter
+/// to ask: nearly every grant of a busy mount (an open, a create, an unlink, a setattr). The
+/// engine keeps them on a short list beside its grant and hold tables.
+///
+/// Why a list of their own: between a kernel request's grant and its release the kernel does
+/// the request's work, which leaves little of the engine in the CPU's caches. Filing a grant in
+/// the grant table and its hold in the hold table ran the code of both tables twice per request,
+/// cold; a grant on the short list touches one short array.
+///
+/// Every other path sees them: they block other requests (`State.blockers`), a release wakes
+/// waiters, a snapshot lists them, and a session's end ends them. A grant on the list messages
+/// nobody and reports no move (`CoordinationEngine.acquireAtOnce(_:for:)`).
+struct ShortList {
+    struct Entry {
+        let number: UInt64
+        let identity: CoordinatorIdentity
+        let kind: LockKind
+        let intent: Intent
+
+        /// The item this grant locks: its outermost package, or itself (C17).
+        func locks(_ path: ItemPath) -> Bool {
+            intent.target.enclosingPackages.isEmpty ? intent.target.path == path : intent.target.enclosingPackages[0] == path
+        }
+
+        /// Whether the item this grant locks lies inside `directory`.
+        func locks(inside directory: ItemPath) -> Bool {
+            directory.isAncestor(of: intent.target.enclosingPackages.isEmpty ? intent.target.path : intent.target.enclosingPackages[0])
+        }
+    }
+
+    /// Every request looks through the list, so it stays short: an open file keeps its place
+    /// until it is closed, and a grant that finds the list full goes to the tables, where
+    /// lookups do not scan.
+    static let capacity = 32
+
+    private(set) var entries: [Entry] = []
+    /// Each entry's locked path's hash, in step with `entries`: a look for one item reads these
+    /// few integers, and an entry only when its hash matches.
+    private var keys: [Int] = []
+
+    init() {
+        entries.reserveCapacity(Self.capacity)
+        keys.reserveCapacity(Self.capacity)
+    }
+
+    var isEmpty: Bool { entries.isEmpty }
+    var isFull: Bool { entries.count >= Self.capacity }
+
+    mutating func add(_ entry: consuming Entry, lockedPath: ItemPath) {
+        keys.append(lockedPath.hashCode)
+        entries.append(entry)
+    }
+
+    /// Removes and returns the grant numbered `number`; nil when it is not listed.
+    mutating func remove(number: UInt64) -> Entry? {
+        guard let index = entries.firstIndex(where: { $0.number == number }) else { return nil }
+        // Order does not matter here; a snapshot sorts by number.
+        let last = entries.count - 1
+        if index != last {
+            entries.swapAt(index, last)
+            keys.swapAt(index, last)
+        }
+        keys.removeLast()
+        return entries.removeLast()
+    }
+
+    mutating func removeAll(of identity: CoordinatorIdentity) {
+        var index = 0
+        while index < entries.count {
+            if entries[index].identity == identity { _ = remove(number: entries[index].number) } else { index += 1 }
+        }
+    }
+
+    /// Calls `body` with the owner of each listed grant that `mode`, wanted by `identity`, must
+    /// wait for. A listed grant never covers a subtree, so only the same item and, for a mode
+    /// that covers a subtree, the items inside it matter.
+    func forEachHolder(blocking mode: LockMode, for identity: CoordinatorIdentity,
+                       _ body: (CoordinatorIdentity) -> Void) {
+        let key = mode.path.hashCode
+        for index in entries.indices where entries[index].identity != identity {
+            if keys[index] == key && entries[index].locks(mode.path) {
+                if entries[index].kind.conflicts(onTheSameItemWith: mode.kind) { body(entries[index].identity) }
+            } else if mode.coversSubtree && entries[index].locks(inside: mode.path) {
+                body(entries[index].identity)
+            }
+        }
+    }
+
+    /// Whether a listed grant of another identity stops a lock of `kind`, which covers no
+    /// subtree, on `path`.
+    func blocks(_ kind: LockKind, on path: ItemPath, for identity: CoordinatorIdentity) -> Bool {
+        let key = path.hashCode
+        for index in keys.indices where keys[index] == key {
+            let entry = entries[index]
+            if entry.identity != identity && entry.locks(path) && entry.kind.conflicts(onTheSameItemWith: kind) { return true }
+        }
+        return false
+    }
+}
