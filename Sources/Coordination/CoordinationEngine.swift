@@ -50,8 +50,8 @@ public final class CoordinationEngine: Sendable {
         }
     }
 
-    /// Grants `request` at once when nothing blocks it and no presenter has to be asked first,
-    /// the common case of a busy mount; otherwise takes nothing and returns nil, and the caller
+    /// Grants `request` at once, from the tables, when nothing blocks it and no presenter has to
+    /// be asked first; otherwise takes nothing and returns nil, and the caller
     /// goes through `acquire`. It allocates no waiter, so it costs a fraction of a full call.
     /// The grant's intents are the request's (nothing moved them while it waited: it did not).
     public func acquireAtOnce(_ request: AccessRequest) -> GrantID? {

@@ -1,5 +1,6 @@
 /// The granted calls, kept in slots that are reused once released. A grant's id names its slot,
-/// so finding a grant is an index, not a hash: a mount looks one up twice per kernel request.
+/// so finding a grant is an index, not a hash: a grant is looked up when it ends and whenever a
+/// hold of it is weighed. (A mount's one-item grants are mostly on the short list instead.)
 ///
 /// Each reuse of a slot bumps its generation, which is part of the id: a stale id (a grant ended
 /// twice, a late `finishMessaging`) finds nothing instead of someone else's grant.

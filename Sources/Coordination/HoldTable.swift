@@ -1,8 +1,8 @@
 /// The holds on items, by path: an open-addressing table with linear probing that starts from
 /// the hash each `ItemPath` carries. A `Dictionary` runs SipHash over that hash on every lookup
-/// and keeps keys, values and occupancy in three places; a mount looks an item up at least twice
-/// per request (to take it and to let it go), usually on memory another CPU touched last, so
-/// both the hashing and the extra cache lines are worth saving.
+/// and keeps keys, values and occupancy in three places; every request looks its items up here
+/// (even one that ends on the short list), usually on memory another CPU touched last, so both
+/// the hashing and the extra cache lines are worth saving.
 ///
 /// The stored hash is FNV-1a, which anyone who names files can aim at; it is mixed with a
 /// random seed per table before it picks a slot, so names cannot be aimed at one run of slots

@@ -65,9 +65,9 @@ struct ShortList {
     }
 
     mutating func removeAll(of identity: CoordinatorIdentity) {
-        var index = 0
-        while index < entries.count {
-            if entries[index].identity == identity { _ = remove(number: entries[index].number) } else { index += 1 }
+        for index in entries.indices.reversed() where entries[index].identity == identity {
+            entries.remove(at: index)
+            keys.remove(at: index)
         }
     }
 

@@ -40,7 +40,8 @@ public final class AccessClaim: @unchecked Sendable {
     /// `grantedAtOnce` without the claim: the engine's grant of `intents`, which the caller ends
     /// with `CoordinationEngine.release` and whose notifications it hands to
     /// `CoordinationDomain.deliver`. For a caller that holds the grant no longer than a call of
-    /// its own (a mount's request), the claim object is most of what a grant costs.
+    /// its own (a mount's rename), the claim object is most of what a grant costs; a mount's
+    /// one-item requests go to `CoordinationEngine.acquireAtOnce(_:for:)` instead.
     public static func grantAtOnce(in domain: CoordinationDomain, identity: CoordinatorIdentity,
                                    intents: [Intent], holds: Bool = true) -> GrantID? {
         domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds))
