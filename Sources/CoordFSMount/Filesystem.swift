@@ -16,6 +16,9 @@ import Glibc
 public final class Filesystem: @unchecked Sendable {
     public let configuration: MountConfiguration
     public let domain: CoordinationDomain
+    /// `domain.engine`, held directly: reached through the domain, the compiler retained and
+    /// released it around every grant and release.
+    let engine: CoordinationEngine
     let inodes: InodeTable
     let files = OpenFileTable()
     /// Kernel passthrough of open files; nil when the configuration does not use it.
@@ -56,6 +59,7 @@ public final class Filesystem: @unchecked Sendable {
     public init(configuration: MountConfiguration, domain: CoordinationDomain) throws {
         self.configuration = configuration
         self.domain = domain
+        engine = domain.engine
         guard let root = ItemPath(configuration.mountPoint) else {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
@@ -204,13 +208,13 @@ public final class Filesystem: @unchecked Sendable {
         if other == nil && mode == .exclusive {
             // Most requests: one item, nothing in the way and nobody to ask. Without an intents
             // array unless the request has to wait. (Only a rename, of two items, reports a move.)
-            let intent = Intent(wanted.kind, target(of: wanted, now: now))
-            if let grant = domain.engine.acquireAtOnce(intent, for: identity) {
+            // The engine keeps the intent it is given; one that waits is made again.
+            if let grant = engine.acquireAtOnce(Intent(wanted.kind, target(of: wanted, now: now)), for: identity) {
                 holdNotifications()
                 body(.single(grant))
                 return deliverHeldNotifications()
             }
-            intents = [intent]
+            intents = [Intent(wanted.kind, target(of: wanted, now: now))]
         } else {
             intents = if let other {
                 [Intent(wanted.kind, target(of: wanted, now: now)), Intent(other.kind, target(of: other, now: now))]

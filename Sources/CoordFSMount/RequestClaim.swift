@@ -65,7 +65,7 @@ extension Filesystem {
     /// Ends `claim`; `outcome` says what happened to its one item. Ending twice does nothing.
     func end(_ claim: RequestClaim?, outcome: IntentOutcome) {
         switch claim {
-        case .grant(let id, _), .single(let id): domain.engine.release(id, outcome: outcome, deliver: notify)
+        case .grant(let id, _), .single(let id): engine.release(id, outcome: outcome) { notify($0) }
         case .claim(let claim): claim.end(outcome: outcome)
         case nil: break
         }
@@ -74,7 +74,7 @@ extension Filesystem {
     /// Ends `claim`; `outcomes` (one per intent) say what happened to each item.
     func end(_ claim: RequestClaim?, outcomes: [IntentOutcome]) {
         switch claim {
-        case .grant(let id, _), .single(let id): domain.engine.release(id, outcomes: outcomes, deliver: notify)
+        case .grant(let id, _), .single(let id): engine.release(id, outcomes: outcomes) { notify($0) }
         case .claim(let claim): claim.end(outcomes: outcomes)
         case nil: break
         }
@@ -87,7 +87,7 @@ extension Filesystem {
             assertionFailure("a single claim reports no move")
         case .grant(let id, _):
             // An ended grant has no move to report.
-            if let notifications = try? domain.engine.reportMove(in: id, from: source, to: destination), !notifications.isEmpty {
+            if let notifications = try? engine.reportMove(in: id, from: source, to: destination), !notifications.isEmpty {
                 notify(notifications)
             }
         case .claim(let claim):

@@ -65,14 +65,16 @@ public final class CoordinationEngine: Sendable {
     /// (`ShortList`), which costs less to take and to end; it blocks and is released like any
     /// grant, has nothing to finish messaging and cannot report a move (`reportMove` throws
     /// `.notInsideWrite`). A caller that may move the item uses `acquireAtOnce(_:)`.
-    public func acquireAtOnce(_ intent: Intent, for identity: CoordinatorIdentity) -> GrantID? {
+    public func acquireAtOnce(_ intent: consuming Intent, for identity: CoordinatorIdentity) -> GrantID? {
         if intent.validationProblem != nil { return nil }
+        let kind = LockKind(intent)
+        // Moved into the lock's closure and on into the grant, never copied.
+        var given = Optional(consume intent)
         return state.withLock { state -> GrantID? in
-            switch state.grantOnShortList(intent, for: identity) {
-            case .granted(let id): return id
-            case .blocked: return nil
-            case .unsuited: return state.grantAtOnce(AccessRequest(identity: identity, intents: [intent], waits: false))
+            guard state.suitsShortList(kind) else {
+                return state.grantAtOnce(AccessRequest(identity: identity, intents: [given.take()!], waits: false))
             }
+            return state.grantOnShortList(given.take()!, kind: kind, for: identity)
         }
     }
 

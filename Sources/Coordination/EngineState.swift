@@ -195,33 +195,28 @@ struct State: ~Copyable {
 
     // MARK: Granting
 
-    /// What `grantOnShortList` did.
-    enum ShortListAttempt {
-        case granted(GrantID)
-        /// Something holds what the request wants: it would wait.
-        case blocked
-        /// Not a grant for the short list: the tables decide.
-        case unsuited
+    /// Whether a grant of `kind`, which holds its item, goes on the short list: nothing waits,
+    /// no presenter is to be asked, no directory is held for deletion or a move, the list has
+    /// room, and the grant covers no subtree itself.
+    func suitsShortList(_ kind: LockKind) -> Bool {
+        waiting.isEmpty && subtreeHoldCount == 0 && !shortList.isFull && presenterTree.isEmpty && !kind.coversSubtree
     }
 
-    /// Grants `intent`, which holds its item, on the short list when nothing waits, no presenter
-    /// is to be asked, no directory is held for deletion or a move and the list has room.
-    mutating func grantOnShortList(_ intent: Intent, for identity: CoordinatorIdentity) -> ShortListAttempt {
-        guard waiting.isEmpty, subtreeHoldCount == 0, !shortList.isFull, presenterTree.isEmpty else {
-            return .unsuited
-        }
-        let kind = LockKind(intent)
-        if kind.coversSubtree { return .unsuited }
+    /// Grants `intent` (of `kind`, which `suitsShortList`) on the short list; nil when something
+    /// holds what it wants. The listed grant keeps `intent` itself: it is not copied.
+    mutating func grantOnShortList(_ intent: consuming Intent, kind: LockKind,
+                                   for identity: CoordinatorIdentity) -> GrantID? {
         let path = LockMode.lockedPath(intent)
-        if let sameItem = holds[path] {
+        // An empty hold table (the usual case on a mount) is not probed.
+        if holds.count > 0, let sameItem = holds[path] {
             for hold in sameItem where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: kind) {
-                return .blocked
+                return nil
             }
         }
-        if shortList.blocks(kind, on: path, for: identity) { return .blocked }
+        if shortList.blocks(kind, on: path, for: identity) { return nil }
         let number = takeNumber()
         shortList.add(ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent), lockedPath: path)
-        return .granted(GrantID(shortListNumber: number))
+        return GrantID(shortListNumber: number)
     }
 
     /// Grants `request` from the tables when nothing blocks it and no presenter is to be asked
