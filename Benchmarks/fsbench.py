@@ -145,8 +145,16 @@ def fio(directory, name, *options):
     return report
 
 
+def settle():
+    """Writes back what earlier jobs and targets left dirty (the read jobs' files are not
+    fsynced, the random writes are timed without, and a round ends by deleting every file), so
+    that a write job is not charged with writing back a previous one's data."""
+    subprocess.run(["sync"])
+
+
 def job_seq_write(t):
     # Until the data is on disk: a filesystem's write throughput, not the page cache's.
+    settle()
     r = fio(t.directory, "seqwrite", "--rw=write", "--bs=1m", "--size=%dm" % size_mb, "--end_fsync=1", "--ioengine=psync")
     return r["write"]["bw_bytes"] / 2**20
 
@@ -178,11 +186,13 @@ def job_rand_read(t):
 
 
 def job_rand_write(t):
+    settle()
     return fio(t.directory, "randwrite", "--rw=randwrite", "--bs=4k", "--size=%dm" % (size_mb // 4),
                "--time_based", "--runtime=%d" % runtime)["write"]["iops"]
 
 
 def job_four_writers(t):
+    settle()
     return fio(t.directory, "four", "--rw=write", "--bs=1m", "--size=%dm" % (size_mb // 4), "--numjobs=4",
                "--end_fsync=1")["write"]["bw_bytes"] / 2**20
 
