@@ -80,8 +80,8 @@ extension Filesystem {
     /// The engine's facts for the item `wanted` names.
     func target(of wanted: Wanted, now: Int64) -> AccessTarget {
         let directory: UInt64, name: String
-        if let wantedName = wanted.name {
-            (directory, name) = (wanted.node.id, wantedName)
+        if !wanted.name.isEmpty {
+            (directory, name) = (wanted.node.id, wanted.name)
         } else if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {
             return directoryContext(wanted.node.id, now: now).target
         } else {

@@ -170,13 +170,15 @@ public final class Filesystem: @unchecked Sendable {
         var kind: AccessKind
         /// The item itself, or the directory that holds `name`.
         var node: Inode
-        var name: String? = nil
+        /// Empty for `node` itself: the kernel never names an item so. Not an optional: copying
+        /// a `String?` ran the optional's value witnesses, some ten cache lines of code.
+        var name: String = ""
         var isDirectory: Bool
     }
 
     /// The mode the configuration's rules give the item `wanted` names.
     private func mode(for wanted: Wanted) -> CoordinationMode {
-        configuration.mode(for: relativePath(wanted.node, wanted.name))
+        configuration.mode(for: relativePath(wanted.node, wanted.name.isEmpty ? nil : wanted.name))
     }
 
     /// Takes `wanted` (and `other`, both or none) for the calling process, then runs `body`
@@ -210,6 +212,10 @@ public final class Filesystem: @unchecked Sendable {
             // array unless the request has to wait. (Only a rename, of two items, reports a move.)
             // The engine keeps the intent it is given; one that waits is made again.
             if let grant = engine.acquireAtOnce(Intent(wanted.kind, target(of: wanted, now: now)), for: identity) {
+                // Listed, it was made with no presenter registered: its end has nobody to tell
+                // unless one registers meanwhile, who then hears of it just before the reply
+                // instead of just after. Holding back nothing costs two per-thread lookups less.
+                if grant.isOnShortList { return body(.single(grant)) }
                 holdNotifications()
                 body(.single(grant))
                 return deliverHeldNotifications()
@@ -272,8 +278,8 @@ public final class Filesystem: @unchecked Sendable {
         let caller = ProcessInfoCache.caller(of: tid, now: now)
         if caller.isKernelThread { return nil }
         let process = caller.process
+        guard domain.hasInheritingProcesses else { return process }
         let inheriting = domain.inheritingProcesses
-        guard !inheriting.isEmpty else { return process }
         var current = process
         for _ in 0..<32 {
             if inheriting.contains(current) { return current }

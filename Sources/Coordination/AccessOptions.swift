@@ -89,6 +89,13 @@ public struct Intent: Hashable, Sendable {
 
     public var path: ItemPath { target.path }
 
+    /// Whether the intent is well formed (`validationProblem` is nil), without making the
+    /// message: a grant's fast path asks only this.
+    var isValid: Bool {
+        if case .writing(let options) = kind { return options.isValid }
+        return true
+    }
+
     var validationProblem: String? {
         if case .writing(let options) = kind, !options.isValid {
             return "a write carries at most one writing option (raw value \(options.rawValue))"

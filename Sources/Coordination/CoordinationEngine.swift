@@ -66,7 +66,7 @@ public final class CoordinationEngine: Sendable {
     /// grant, has nothing to finish messaging and cannot report a move (`reportMove` throws
     /// `.notInsideWrite`). A caller that may move the item uses `acquireAtOnce(_:)`.
     public func acquireAtOnce(_ intent: consuming Intent, for identity: CoordinatorIdentity) -> GrantID? {
-        if intent.validationProblem != nil { return nil }
+        if !intent.isValid { return nil }
         let kind = LockKind(intent)
         // Moved into the lock's closure and on into the grant, never copied.
         var given = Optional(consume intent)
@@ -126,9 +126,13 @@ public final class CoordinationEngine: Sendable {
     ) -> [PresenterDelivery<PresenterNotification>] {
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
             if grant.isOnShortList {
-                guard let entry = state.shortList.remove(number: grant.shortListNumber) else { return ([], []) }
+                guard let index = state.shortList.index(of: grant.shortListNumber) else { return ([], []) }
                 // The common case: nobody to tell, no service to end, nobody to wake.
-                if state.presenterTree.isEmpty && state.services.isEmpty && state.waiting.isEmpty { return ([], []) }
+                if state.presenterTree.isEmpty && state.services.isEmpty && state.waiting.isEmpty {
+                    state.shortList.remove(at: index)
+                    return ([], [])
+                }
+                let entry = state.shortList.remove(at: index)
                 let intents = CollectionOfOne(entry.intent)
                 let notes = outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []
                 if let outcomes { state.endServices(ofItemsDeletedBy: intents, outcomes: outcomes) }

@@ -34,7 +34,9 @@ public struct GrantID: Hashable, Sendable, CustomStringConvertible {
         rawValue = Self.shortListFlag | number
     }
 
-    var isOnShortList: Bool { rawValue & Self.shortListFlag != 0 }
+    /// Whether the grant is on the engine's short list (`ShortList`): it was made while no
+    /// presenter was registered, and reports no move.
+    public var isOnShortList: Bool { rawValue & Self.shortListFlag != 0 }
     var shortListNumber: UInt64 { rawValue & ~Self.shortListFlag }
 
     var index: UInt32 { UInt32(truncatingIfNeeded: rawValue) }

@@ -177,15 +177,18 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
         let separator = isRoot ? 0 : 1
         var hash = UInt64(UInt(bitPattern: hashCode))
         if separator == 1 { hash = (hash ^ UInt64(slash)) &* Self.fnvPrime }
+        // Joined on the stack and made a String from there: the same library path as the
+        // kernel's names take (`String(cString:)`), where `String(unsafeUninitializedCapacity:)`
+        // ran code of its own, and thunks for its closure, on every request.
         let joined = string.withBorrowedUTF8 { head in
             name.withBorrowedUTF8 { tail in
                 let count = head.count + separator + tail.count
-                return String(unsafeUninitializedCapacity: count) { buffer in
+                return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: count) { buffer in
                     _ = buffer.initialize(fromContentsOf: head)
                     if separator == 1 { buffer[head.count] = slash }
                     _ = UnsafeMutableBufferPointer(rebasing: buffer[(head.count + separator)...]).initialize(fromContentsOf: tail)
                     for byte in tail { hash = (hash ^ UInt64(byte)) &* Self.fnvPrime }
-                    return count
+                    return String(decoding: buffer, as: UTF8.self)
                 }
             }
         }

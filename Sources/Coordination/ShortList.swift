@@ -51,9 +51,15 @@ struct ShortList {
         entries.append(entry)
     }
 
-    /// Removes and returns the grant numbered `number`; nil when it is not listed.
-    mutating func remove(number: UInt64) -> Entry? {
-        guard let index = entries.firstIndex(where: { $0.number == number }) else { return nil }
+    /// Where the grant numbered `number` is listed; nil when it is not.
+    func index(of number: UInt64) -> Int? {
+        entries.firstIndex { $0.number == number }
+    }
+
+    /// Removes and returns the grant at `index`. (Not an optional entry, as a lookup by number
+    /// returned: ending one ran the optional's value witnesses on every release.)
+    @discardableResult
+    mutating func remove(at index: Int) -> Entry {
         // Order does not matter here; a snapshot sorts by number.
         let last = entries.count - 1
         if index != last {

@@ -112,6 +112,9 @@ public final class CoordinationDomain: @unchecked Sendable {
         }
     }
 
+    /// Whether any process's descendants coordinate as it (`inheritingProcesses` is not empty).
+    public var hasInheritingProcesses: Bool { inheritingCount.load(ordering: .acquiring) != 0 }
+
     public var inheritingProcesses: Set<Int32> {
         // Nearly always empty: answered without taking the lock another thread just wrote.
         if inheritingCount.load(ordering: .acquiring) == 0 { return [] }
