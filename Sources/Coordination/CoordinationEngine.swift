@@ -124,14 +124,11 @@ public final class CoordinationEngine: Sendable {
         _ grant: GrantID, someOutcomes outcomes: Outcomes?,
         deliver: ([PresenterDelivery<PresenterNotification>]) -> Void
     ) -> [PresenterDelivery<PresenterNotification>] {
+        // The common end, on a path of its own (it runs cold, so its length is its cost).
+        if grant.isOnShortList && state.withLock({ $0.releaseListedQuietly(grant) }) { return [] }
         let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
             if grant.isOnShortList {
                 guard let index = state.shortList.index(of: grant.shortListNumber) else { return ([], []) }
-                // The common case: nobody to tell, no service to end, nobody to wake.
-                if state.presenterTree.isEmpty && state.services.isEmpty && state.waiting.isEmpty {
-                    state.shortList.remove(at: index)
-                    return ([], [])
-                }
                 let entry = state.shortList.remove(at: index)
                 let intents = CollectionOfOne(entry.intent)
                 let notes = outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []

@@ -251,6 +251,15 @@ struct State: ~Copyable {
         return id
     }
 
+    /// Ends listed grant `grant` when its end calls for nothing more: nobody to tell, no
+    /// service to end, nobody to wake. False, with nothing changed, otherwise.
+    mutating func releaseListedQuietly(_ grant: GrantID) -> Bool {
+        guard presenterTree.isEmpty && services.isEmpty && waiting.isEmpty,
+              let index = shortList.index(of: grant.shortListNumber) else { return false }
+        shortList.remove(at: index)
+        return true
+    }
+
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
         guard let record = grants.remove(id) else { return nil }
         guard record.holdsIntents else { return record }
