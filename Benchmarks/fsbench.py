@@ -351,6 +351,25 @@ if repeats > 1:
             cells.append("%-20s" % ("%.0f %%" % (100 * (max(values) - min(values)) / middle if middle else 0)))
         print("%-*s  %s" % (width, job, "  ".join(cells)))
 
+# The data jobs' ratios round by round: in a round a target ran its job within a minute or two of
+# native's, so the ratio within the round is free of what drifts between rounds (the host, the
+# image's state), which the medians of the table above are not. Smallest to largest, since a few
+# repeats give no useful interval; a ratio of 1 inside the range says "level with native".
+data_jobs = [job for job, _, paired in jobs if not paired]
+if repeats > 1 and data_jobs:
+    print()
+    print("ratio to native round by round: median [smallest - largest]:")
+    others = [name for name in names if name != "native"]
+    print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in others)))
+    for job in data_jobs:
+        native_values = results[(job, "native")]
+        cells = []
+        for name in others:
+            ratios = [value / base_value for value, base_value in zip(results[(job, name)], native_values) if base_value]
+            cells.append("%-20s" % ("%.2f [%.2f - %.2f]" % (statistics.median(ratios), min(ratios), max(ratios))
+                                    if ratios else "-"))
+        print("%-*s  %s" % (width, job, "  ".join(cells)))
+
 # Coordination's own cost, paired: coordfs against --coordination off chunk by chunk (each pair
 # ran within moments), the median of those ratios, their quartiles, and a 95 % confidence
 # interval of the median. The interval is distribution-free (order statistics): the chunks' ratios
