@@ -3,7 +3,7 @@
 directory and several FUSE mounts of the same kind of directory, repeats interleaved, printed as
 one table of medians with each target's ratio to native.
 
-  fsbench.py COORDFS_BINARY [--repeats N] [--quick] [--on-tmp] [--jobs WORD,...]
+  fsbench.py COORDFS_BINARY [--repeats N] [--quick] [--on-tmp] [--jobs WORD,...] [--chunks N]
 
 --jobs keeps the jobs whose names contain one of the words (e.g. --jobs write,create).
 
@@ -36,6 +36,8 @@ parser.add_argument("--repeats", type=positive, default=3, help="rounds, interle
 parser.add_argument("--quick", action="store_true", help="64 MiB files, 2 s jobs, 1000 metadata operations")
 parser.add_argument("--on-tmp", action="store_true", help="benchmark in /tmp instead of a fresh ext4 image")
 parser.add_argument("--jobs", metavar="WORD,...", help="keep only the jobs whose names contain one of the words")
+parser.add_argument("--chunks", type=positive, default=80,
+                    help="chunks a metadata job is cut into, each run on every target in turn (default 80)")
 arguments = parser.parse_args()
 binary = executable(parser, arguments)
 repeats = arguments.repeats
@@ -239,7 +241,7 @@ def metadata(ts, phase):
     if phase != "create":
         time.sleep(1.5)
     rates = {t.name: [] for t in ts}
-    chunk = max(1, files // 20)
+    chunk = max(1, files // arguments.chunks)
     order = list(ts)
     for start in range(0, files, chunk):
         shuffler.shuffle(order)
