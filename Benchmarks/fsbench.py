@@ -3,7 +3,7 @@
 directory and several FUSE mounts of the same kind of directory, repeats interleaved, printed as
 one table of medians with each target's ratio to native.
 
-  fsbench.py COORDFS_BINARY [--repeats N] [--quick] [--on-tmp] [--jobs WORD,...] [--chunks N]
+  fsbench.py COORDFS_BINARY [--repeats N] [--quick] [--on-tmp] [--jobs WORD,...] [--chunks N] [--control]
 
 --jobs keeps the jobs whose names contain one of the words (e.g. --jobs write,create).
 
@@ -38,6 +38,9 @@ parser.add_argument("--on-tmp", action="store_true", help="benchmark in /tmp ins
 parser.add_argument("--jobs", metavar="WORD,...", help="keep only the jobs whose names contain one of the words")
 parser.add_argument("--chunks", type=positive, default=80,
                     help="chunks a metadata job is cut into, each run on every target in turn (default 80)")
+parser.add_argument("--control", action="store_true",
+                    help="an A/A run: the coordfs column mounted with --coordination off as well, so the "
+                         "paired estimate shows its own bias")
 arguments = parser.parse_args()
 binary = executable(parser, arguments)
 repeats = arguments.repeats
@@ -290,7 +293,7 @@ try:
     if not arguments.on_tmp:
         mount_image()
     targets.append(Target("native", None))
-    targets.append(Target("coordfs", coordfs()))
+    targets.append(Target("coordfs", coordfs("--coordination", "off") if arguments.control else coordfs()))
     try:
         stats = json.loads(os.getxattr(targets[-1].point, "user.coordfs.stats"))
         transport = ("FUSE over io_uring, %d queues at nice %d" % (stats["ring_queues"], stats.get("serve_nice", 0))
@@ -330,6 +333,8 @@ names = [t.name for t in targets]
 print("filesystem benchmark on %s: %d repeats interleaved, %d MiB files, %d metadata ops; medians, ratio to native"
       % ("a loop-mounted journaled ext4" if image_mount else "/tmp", repeats, size_mb, files))
 print("coordfs requests: %s" % transport)
+if arguments.control:
+    print("control run: the coordfs column is mounted with --coordination off too (an A/A run)")
 width = max(len(job) for job, _, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
 for job, _, _ in jobs:
