@@ -414,3 +414,33 @@ if any(len(ratios) >= 4 for _, ratios in pairs):
                        "not within 5 %" if interval[1] < -0.05 else "undecided at 5 %")
         print("%-*s  %+.1f %%  (%+.1f %% to %+.1f %%%s), %d chunks: %s"
               % (width, label, 100 * statistics.median(ratios), 100 * low, 100 * high, shown, len(ratios), verdict))
+
+# The targets coordfs is held to (issue 7: ratios to native with coordination on, and the
+# metadata jobs at least passthrough_ll's), each read two ways: from the table's medians, and
+# from the median of the round-by-round ratios, which the drift between rounds does not move.
+# (The paired estimate above is the third target, within 5 % of --coordination off.)
+data_targets = {"seq write 1 MiB (MiB/s)": 1.0, "seq read cold 1 MiB (MiB/s)": 0.8,
+                "seq read warm 1 MiB (MiB/s)": 0.9, "rand read 4 KiB cached (IOPS)": 0.9,
+                "rand write 4 KiB (IOPS)": 0.4, "4 seq writers 1 MiB (MiB/s)": 0.8}
+if "coordfs" in names and not arguments.control:
+    rows = []
+    for job, _, paired in jobs:
+        if paired:
+            if "passthrough_ll" not in names: continue
+            target, base_name = 1.0, "passthrough_ll"
+        elif job in data_targets:
+            target, base_name = data_targets[job], "native"
+        else:
+            continue
+        base_values = results[(job, base_name)]
+        medians = statistics.median(results[(job, "coordfs")]) / statistics.median(base_values)
+        rounds = [value / other for value, other in zip(results[(job, "coordfs")], base_values) if other]
+        by_round = statistics.median(rounds) if rounds else float("nan")
+        verdict = ("met" if medians >= target and by_round >= target else
+                   "not met" if medians < target and by_round < target else "met one way only")
+        rows.append("%-*s  >= %.1fx %-18s  %.2fx  %.2fx  %s" % (width, job, target, "of " + base_name, medians, by_round, verdict))
+    if rows:
+        print()
+        print("targets, coordfs against native (data) or passthrough_ll (metadata): from the medians, round by round:")
+        for row in rows:
+            print(row)
