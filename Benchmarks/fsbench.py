@@ -362,6 +362,11 @@ if repeats > 1:
 # native's, so the ratio within the round is free of what drifts between rounds (the host, the
 # image's state), which the medians of the table above are not. Smallest to largest, since a few
 # repeats give no useful interval; a ratio of 1 inside the range says "level with native".
+def round_ratios(job, name, base_name):
+    """`name`'s result over `base_name`'s, round by round."""
+    return [value / base for value, base in zip(results[(job, name)], results[(job, base_name)]) if base]
+
+
 data_jobs = [job for job, _, paired in jobs if not paired]
 if repeats > 1 and data_jobs:
     print()
@@ -369,10 +374,9 @@ if repeats > 1 and data_jobs:
     others = [name for name in names if name != "native"]
     print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in others)))
     for job in data_jobs:
-        native_values = results[(job, "native")]
         cells = []
         for name in others:
-            ratios = [value / base_value for value, base_value in zip(results[(job, name)], native_values) if base_value]
+            ratios = round_ratios(job, name, "native")
             cells.append("%-20s" % ("%.2f [%.2f - %.2f]" % (statistics.median(ratios), min(ratios), max(ratios))
                                     if ratios else "-"))
         print("%-*s  %s" % (width, job, "  ".join(cells)))
@@ -419,23 +423,23 @@ if any(len(ratios) >= 4 for _, ratios in pairs):
 # metadata jobs at least passthrough_ll's), each read two ways: from the table's medians, and
 # from the median of the round-by-round ratios, which the drift between rounds does not move.
 # (The paired estimate above is the third target, within 5 % of --coordination off.)
-data_targets = {"seq write 1 MiB (MiB/s)": 1.0, "seq read cold 1 MiB (MiB/s)": 0.8,
-                "seq read warm 1 MiB (MiB/s)": 0.9, "rand read 4 KiB cached (IOPS)": 0.9,
-                "rand write 4 KiB (IOPS)": 0.4, "4 seq writers 1 MiB (MiB/s)": 0.8}
-if "coordfs" in names and not arguments.control:
+data_targets = {job_seq_write: 1.0, job_seq_read_cold: 0.8, job_seq_read_warm: 0.9,
+                job_rand_read: 0.9, job_rand_write: 0.4, job_four_writers: 0.8}
+if not arguments.control:
     rows = []
-    for job, _, paired in jobs:
-        if paired:
-            if "passthrough_ll" not in names: continue
+    for job, run, paired in jobs:
+        if paired and "passthrough_ll" in names:
             target, base_name = 1.0, "passthrough_ll"
-        elif job in data_targets:
-            target, base_name = data_targets[job], "native"
+        elif run in data_targets:
+            target, base_name = data_targets[run], "native"
         else:
             continue
-        base_values = results[(job, base_name)]
-        medians = statistics.median(results[(job, "coordfs")]) / statistics.median(base_values)
-        rounds = [value / other for value, other in zip(results[(job, "coordfs")], base_values) if other]
-        by_round = statistics.median(rounds) if rounds else float("nan")
+        base_median = statistics.median(results[(job, base_name)])
+        rounds = round_ratios(job, "coordfs", base_name)
+        if not base_median or not rounds:
+            continue
+        medians = statistics.median(results[(job, "coordfs")]) / base_median
+        by_round = statistics.median(rounds)
         verdict = ("met" if medians >= target and by_round >= target else
                    "not met" if medians < target and by_round < target else "met one way only")
         rows.append("%-*s  >= %.1fx %-18s  %.2fx  %.2fx  %s" % (width, job, target, "of " + base_name, medians, by_round, verdict))
