@@ -4,6 +4,7 @@ directory and several FUSE mounts of the same kind of directory, repeats interle
 one table of medians with each target's ratio to native.
 
   fsbench.py COORDFS_BINARY [--repeats N] [--quick] [--on-tmp] [--jobs WORD,...] [--chunks N] [--control]
+                            [--baseline OTHER_BINARY ...] [--coordfs-only]
 
 --jobs keeps the jobs whose names contain one of the words (e.g. --jobs write,create).
 
@@ -12,7 +13,9 @@ interleaved chunk by chunk (see `metadata`), since their differences are a few p
 
 Targets: native, coordfs (coordination on), coordfs --coordination off, coordfs without kernel
 passthrough, and, when available, bindfs and libfuse's passthrough_ll (built from the
-libfuse3-dev examples).
+libfuse3-dev examples). --baseline adds another coordfs build (it may be given more than once),
+coordination on, and pairs coordfs against it as against --coordination off: what a change to
+the code did, measured side by side. --coordfs-only leaves out the targets that are not coordfs with passthrough.
 
 Every target's directory lies on one fresh, journaled ext4 image, loop-mounted with direct I/O
 (fuse-measurements.md, finding 5: this machine's root filesystem has no journal and its metadata
@@ -41,8 +44,20 @@ parser.add_argument("--chunks", type=positive, default=80,
 parser.add_argument("--control", action="store_true",
                     help="an A/A run: the coordfs column mounted with --coordination off as well, so the "
                          "paired estimate shows its own bias")
+parser.add_argument("--baseline", metavar="BINARY", action="append", default=[],
+                    help="another coordfs build, mounted with coordination on as a column of its own; "
+                         "coordfs is paired against it chunk by chunk, as it is against --coordination off, "
+                         "and so is it against --coordination off (may be given more than once)")
+parser.add_argument("--coordfs-only", action="store_true",
+                    help="leave out no-passthrough, bindfs and passthrough_ll (quicker A/B runs)")
 arguments = parser.parse_args()
 binary = executable(parser, arguments)
+for other in arguments.baseline:
+    if not (os.path.isfile(other) and os.access(other, os.X_OK)):
+        parser.error(f"--baseline {other}: not an executable file")
+# Column names: "baseline", or "baseline-1", "baseline-2", ... for several.
+baselines = [("baseline" if len(arguments.baseline) == 1 else "baseline-%d" % (index + 1), os.path.abspath(other))
+             for index, other in enumerate(arguments.baseline)]
 repeats = arguments.repeats
 quick = arguments.quick
 size_mb = 64 if quick else 256
@@ -132,10 +147,13 @@ class Target:
         self.directory = self.point if mount else self.backing
 
 
-def coordfs(*extra):
+def coordfs(*extra, build=None):
+    """Mounts with `build` (default: the binary named on the command line)."""
+    program = build or binary
+
     def mount(backing, point):
-        sh(binary, "mount", backing, point, *extra)
-        return lambda: subprocess.run([binary, "unmount", point])
+        sh(program, "mount", backing, point, *extra)
+        return lambda: subprocess.run([program, "unmount", point])
     return mount
 
 
@@ -301,10 +319,13 @@ try:
     except (OSError, ValueError, KeyError):
         transport = "unknown"
     targets.append(Target("coordfs-off", coordfs("--coordination", "off")))
-    targets.append(Target("no-passthrough", coordfs("--no-kernel-passthrough")))
-    if shutil.which("bindfs"):
+    for name, other in baselines:
+        targets.append(Target(name, coordfs(build=other)))
+    if not arguments.coordfs_only:
+        targets.append(Target("no-passthrough", coordfs("--no-kernel-passthrough")))
+    if shutil.which("bindfs") and not arguments.coordfs_only:
         targets.append(Target("bindfs", fuse_program("bindfs", "{backing}", "{point}")))
-    passthrough_ll = build_passthrough_ll()
+    passthrough_ll = None if arguments.coordfs_only else build_passthrough_ll()
     if passthrough_ll:
         targets.append(Target("passthrough_ll", fuse_program(passthrough_ll, "-o", "source={backing}", "{point}")))
     results = {(job, t.name): [] for job, _, _ in jobs for t in targets}
@@ -400,11 +421,15 @@ def median_interval(values, confidence=0.95):
     if k == 0: return None
     return ordered[k - 1], ordered[n - k]
 
-pairs = [(phase, [c["coordfs"] / c["coordfs-off"] - 1 for c in rounds if c.get("coordfs") and c.get("coordfs-off")])
-         for phase, rounds in chunks.items()]
-if any(len(ratios) >= 4 for _, ratios in pairs):
+def print_paired(name, base_name):
+    """`name` against `base_name` chunk by chunk, for each metadata job both ran."""
+    pairs = [(phase, [c[name] / c[base_name] - 1 for c in rounds if c.get(name) and c.get(base_name)])
+             for phase, rounds in chunks.items()]
+    if not any(len(ratios) >= 4 for _, ratios in pairs):
+        return
     print()
-    print("coordfs against coordfs-off, paired chunk by chunk: median ratio - 1 (quartiles; 95 % interval of the median):")
+    print("%s against %s, paired chunk by chunk: median ratio - 1 (quartiles; 95 %% interval of the median):"
+          % (name, base_name))
     for phase, ratios in pairs:
         if len(ratios) < 4: continue
         low, middle, high = statistics.quantiles(ratios, n=4)
@@ -418,6 +443,13 @@ if any(len(ratios) >= 4 for _, ratios in pairs):
                        "not within 5 %" if interval[1] < -0.05 else "undecided at 5 %")
         print("%-*s  %+.1f %%  (%+.1f %% to %+.1f %%%s), %d chunks: %s"
               % (width, label, 100 * statistics.median(ratios), 100 * low, 100 * high, shown, len(ratios), verdict))
+
+
+print_paired("coordfs", "coordfs-off")
+for name, _ in baselines:
+    # Two builds of coordfs, both coordinating: what a change to the code did.
+    print_paired("coordfs", name)
+    print_paired(name, "coordfs-off")
 
 # The targets coordfs is held to (issue 7: ratios to native with coordination on, and the
 # metadata jobs at least passthrough_ll's), each read two ways: from the table's medians, and
