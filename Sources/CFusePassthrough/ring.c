@@ -615,6 +615,8 @@ static void cfs_take_nice(struct cfs_ring_queue *queue) {
     if (queue->qid == 0) atomic_store(&ring->running_nice, running);
 }
 
+int cfs_ring_serving(void) { return cfs_serving != NULL; }
+
 int cfs_thread_nice(void) {
     errno = 0;
     int nice = getpriority(PRIO_PROCESS, 0);   // Linux: the calling thread's, not the process's

@@ -1,4 +1,5 @@
 import CFuse3
+import CFusePassthrough
 import Coordination
 import Foundation
 #if canImport(Glibc)
@@ -23,6 +24,31 @@ extension Filesystem {
     }
 
     func forget(_ id: UInt64, _ count: UInt64) { inodes.forget(id, count) }
+
+    /// After a FORGET or BATCH_FORGET of `items` items: counts it and, while the io_uring
+    /// queues serve everything else, waits a moment before this thread reads `/dev/fuse` again.
+    /// The kernel hands a reader all the forgets queued by then in one BATCH_FORGET; read as
+    /// they came, each unlink (and each item the kernel dropped from its cache) woke a thread
+    /// of its own: about 18 us of CPU per unlink here, half as much as serving the unlink, and
+    /// unlinks ran 1.4-1.7x as fast once paced. What else comes that way (an interrupt, a
+    /// notification's reply) waits at most this long. Through `/dev/fuse` alone forgets are not
+    /// paced: every request would wait behind them; nor on a queue's own thread, should a
+    /// kernel send them through the rings, where the CPU's other requests wait behind it.
+    func forgetRequestServed(items: Int) {
+        statistics.forgetRequests.add(1, ordering: .relaxed)
+        statistics.forgotten.add(items, ordering: .relaxed)
+        guard cfs_ring_serving() == 0, forgetsArePaced else { return }
+        var pause = timespec(tv_sec: 0, tv_nsec: Self.forgetPause)
+        _ = nanosleep(&pause, nil)
+    }
+
+    /// Nanoseconds a device reader waits after a forget (`forgetRequestServed`): 1 ms made
+    /// unlinks 34 % faster, 5 ms another 6 %.
+    static let forgetPause = 5_000_000
+
+    /// Whether the io_uring queues serve this mount, so that `/dev/fuse` carries only forgets,
+    /// interrupts and notifications' replies.
+    var forgetsArePaced: Bool { cfs_ring_facts(device).queues > 0 }
 
     func getattr(_ reply: Reply, _ id: UInt64, _ handle: UInt64?) {
         var info = stat()

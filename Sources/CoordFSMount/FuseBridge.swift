@@ -35,13 +35,16 @@ enum FuseBridge {
             filesystem(req).lookup(reply(req), UInt64(parent), String(cString: name!))
         }
         ops.forget = { req, ino, count in
-            filesystem(req).forget(UInt64(ino), count)
+            let fs = filesystem(req)
+            fs.forget(UInt64(ino), count)
             fuse_reply_none(req)
+            fs.forgetRequestServed(items: 1)
         }
         ops.forget_multi = { req, count, forgets in
             let fs = filesystem(req)
             for index in 0..<count { fs.forget(UInt64(forgets![index].ino), forgets![index].nlookup) }
             fuse_reply_none(req)
+            fs.forgetRequestServed(items: count)
         }
         ops.getattr = { req, ino, fi in
             filesystem(req).getattr(reply(req), UInt64(ino), fi.map { cfs_file_info_handle($0) })

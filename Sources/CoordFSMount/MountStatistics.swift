@@ -15,6 +15,10 @@ final class MountStatistics: Sendable {
     let presenterTimeouts = Atomic<Int>(0)
     /// FLUSH requests: none for opens told they need none (`Filesystem.sendsNoFlush`).
     let flushes = Atomic<Int>(0)
+    /// FORGET and BATCH_FORGET requests, and the items they named: with FUSE over io_uring
+    /// many items to a request (`Filesystem.forgetRequestServed`).
+    let forgetRequests = Atomic<Int>(0)
+    let forgotten = Atomic<Int>(0)
 
     /// Counts a refused or failed coordination by its errno.
     func count(_ errno: Errno) {
@@ -35,6 +39,7 @@ final class MountStatistics: Sendable {
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),
             ("presenter_timeouts", presenterTimeouts.load(ordering: .relaxed)),
             ("flushes", flushes.load(ordering: .relaxed)),
+            ("forget_requests", forgetRequests.load(ordering: .relaxed)), ("forgotten", forgotten.load(ordering: .relaxed)),
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

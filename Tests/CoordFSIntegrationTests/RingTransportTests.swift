@@ -54,6 +54,51 @@ import Glibc
         }
     }
 
+    /// Makes and removes `count` files through the mount, then waits (up to 5 s) until the
+    /// kernel has forgotten as many items; returns the mount's counters.
+    static func forgetMany(_ fx: MountFixture, count: Int) throws -> [String: Int] {
+        let script = """
+        import os, sys
+        root, count = sys.argv[1] + "/many", int(sys.argv[2])
+        os.mkdir(root)
+        for i in range(count): os.close(os.open("%s/f%d" % (root, i), os.O_CREAT | os.O_WRONLY))
+        for i in range(count): os.unlink("%s/f%d" % (root, i))
+        print("done")
+        """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path, String(count)])
+        #expect(result.output == "done\n", "\(result.errors)")
+        let deadline = Date().addingTimeInterval(5)
+        var counters = try fx.statistics()
+        while (counters["forgotten"] ?? 0) < count && Date() < deadline {
+            usleep(20_000)
+            counters = try fx.statistics()
+        }
+        return counters
+    }
+
+    /// With the queues serving every other request, `/dev/fuse` carries the forgets, and its
+    /// reader pauses after each (`Filesystem.forgetRequestServed`): the kernel then hands over
+    /// many items per BATCH_FORGET instead of waking a thread for each removed file.
+    @Test func forgetsComeInBatchesBesideTheRings() throws {
+        guard Self.kernelOffersRings() else { return }
+        let fx = try MountFixture()
+        let counters = try Self.forgetMany(fx, count: 400)
+        let requests = counters["forget_requests"] ?? 0, forgotten = counters["forgotten"] ?? 0
+        #expect(forgotten >= 400, "every removed file forgotten: \(counters)")
+        #expect(requests >= 1 && requests * 4 <= forgotten, "several items per forget request: \(counters)")
+        // The mount still serves while its device readers pause: an item made now is there.
+        try Self.exercise(fx)
+    }
+
+    /// Through `/dev/fuse` alone every request comes that way, so forgets are not paced; they
+    /// are all served all the same.
+    @Test func forgetsAreServedThroughTheDeviceAlone() throws {
+        let fx = try MountFixture(["--no-io-uring"])
+        let counters = try Self.forgetMany(fx, count: 200)
+        #expect(counters["ring_queues"] == 0, "\(counters)")
+        #expect((counters["forgotten"] ?? 0) >= 200, "every removed file forgotten: \(counters)")
+    }
+
     /// `--ring-lanes all` on a local backing: lane threads serve every request, and the same
     /// work gets done.
     @Test func ringLanesAllSendsEveryRequestToALane() throws {

@@ -38,6 +38,9 @@ int cfs_set_thread_nice(int nice);
 void cfs_ring_lane_node(int device, uint64_t nodeid);
 /// Stops the io_uring queues of `device` before its session is destroyed (none: nothing happens).
 void cfs_ring_stop(int device);
+/// Whether the calling thread is serving a request from an io_uring queue (a queue or lane
+/// thread, within the request), not one read from /dev/fuse.
+int cfs_ring_serving(void);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
 int32_t cfs_backing_open(int device, int fd);
 int cfs_backing_close(int device, int32_t id);
