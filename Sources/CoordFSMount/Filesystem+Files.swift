@@ -116,7 +116,7 @@ extension Filesystem {
             namespaceChanged(name: name, directory: false)
             giveToCaller(reply.req, parent: parent, name: name)
             do {
-                let (inode, attributes) = try lookupNode(parent, name)
+                let (inode, attributes) = try lookupNode(parent, name, justMade: true)
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true)
                 let handle = files.insert(file)

@@ -18,7 +18,7 @@ extension Filesystem {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.req, parent: parent, name: name)
-                let (inode, info) = try lookupNode(parent, name)
+                let (inode, info) = try lookupNode(parent, name, justMade: true)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(inode, info, timeout: timeout)
             } catch {

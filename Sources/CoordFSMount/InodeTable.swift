@@ -415,23 +415,7 @@ final class InodeTable: Sendable {
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.clock += 1
             if let id = state.byKey[key], let known = state.byID[id] {
-                known.lookups += 1
-                if known.isDirectory && (known.parent != parent || known.name != name) {
-                    directoryNamesGeneration.increment()
-                }
-                let place = Inode.Place(parent: parent, name: name)
-                changingPlaces(of: known) { known in
-                    if !known.isDirectory && info.st_nlink > 1 {
-                        // Another name of a file with hard links: the file keeps the path it is
-                        // coordinated by, so that opens by either name conflict (when each lookup
-                        // moved it, a reader that looked up the other name opened the file while
-                        // a writer held it).
-                        known.addOtherPlace(place)
-                    } else {
-                        // Renamed behind the mount's back.
-                        known.place(at: place)
-                    }
-                }
+                noteLookup(of: known, info: info, parent: parent, name: name)
                 state.touch(known)
                 if state.slot(of: known) == nil {     // reopened for free: keep this one
                     state.attach(fd, to: known, evictable: evictable(known))
@@ -453,6 +437,48 @@ final class InodeTable: Sendable {
         if let unused { close(unused) }
         closeLater(evicted)
         return inode
+    }
+
+    /// The node already known for `name` in `parent`, found with one fstatat where an open, a
+    /// stat and a close found it before (a LOOKUP of a name the kernel knew, once its entry
+    /// timed out, is most of them); nil when the item is not known, or known without a
+    /// descriptor: the caller then opens it. A node's descriptor keeps its inode alive, so the
+    /// inode's number cannot have gone to another file meanwhile.
+    func knownChild(named name: String, in parent: Inode) throws(Errno) -> (Inode, stat)? {
+        var info = stat()
+        try withFD(parent) { parentFD throws(Errno) in
+            _ = try check(name.withCString { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) })
+        }
+        let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let known = state.withLock { state -> Inode? in
+            guard let id = state.byKey[key], let known = state.byID[id], state.slot(of: known) != nil else { return nil }
+            state.clock += 1
+            noteLookup(of: known, info: info, parent: parent.id, name: name)
+            state.touch(known)
+            return known
+        }
+        return known.map { ($0, info) }
+    }
+
+    /// A lookup found `known` by `name` in `parent` (the table's lock is held).
+    private func noteLookup(of known: Inode, info: stat, parent: UInt64, name: String) {
+        known.lookups += 1
+        if known.isDirectory && (known.parent != parent || known.name != name) {
+            directoryNamesGeneration.increment()
+        }
+        let place = Inode.Place(parent: parent, name: name)
+        changingPlaces(of: known) { known in
+            if !known.isDirectory && info.st_nlink > 1 {
+                // Another name of a file with hard links: the file keeps the path it is
+                // coordinated by, so that opens by either name conflict (when each lookup
+                // moved it, a reader that looked up the other name opened the file while
+                // a writer held it).
+                known.addOtherPlace(place)
+            } else {
+                // Renamed behind the mount's back.
+                known.place(at: place)
+            }
+        }
     }
 
     /// The kernel forgets `count` lookups; at zero the node goes, and its descriptor once no

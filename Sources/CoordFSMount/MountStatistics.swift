@@ -19,6 +19,8 @@ final class MountStatistics: Sendable {
     /// many items to a request (`Filesystem.forgetRequestServed`).
     let forgetRequests = Atomic<Int>(0)
     let forgotten = Atomic<Int>(0)
+    /// Lookups answered from a node already known, with one fstatat (`InodeTable.knownChild`).
+    let knownLookups = Atomic<Int>(0)
 
     /// Counts a refused or failed coordination by its errno.
     func count(_ errno: Errno) {
@@ -40,6 +42,7 @@ final class MountStatistics: Sendable {
             ("presenter_timeouts", presenterTimeouts.load(ordering: .relaxed)),
             ("flushes", flushes.load(ordering: .relaxed)),
             ("forget_requests", forgetRequests.load(ordering: .relaxed)), ("forgotten", forgotten.load(ordering: .relaxed)),
+            ("known_lookups", knownLookups.load(ordering: .relaxed)),
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }
