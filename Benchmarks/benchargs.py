@@ -18,8 +18,10 @@ def coordfs_parser(description):
     return parser
 
 
-def executable(parser, arguments):
-    """The executable named on the command line, as an absolute path; a clear error otherwise."""
-    if not (os.path.isfile(arguments.binary) and os.access(arguments.binary, os.X_OK)):
-        parser.error(f"{arguments.binary}: not an executable file")
-    return os.path.abspath(arguments.binary)
+def executable(parser, arguments, path=None, named=""):
+    """The executable named on the command line (`path`, or the first argument), as an absolute
+    path; a clear error otherwise (`named`: the option that named it)."""
+    path = path or arguments.binary
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        parser.error(f"{named + ' ' if named else ''}{path}: not an executable file")
+    return os.path.abspath(path)

@@ -15,7 +15,8 @@ Targets: native, coordfs (coordination on), coordfs --coordination off, coordfs 
 passthrough, and, when available, bindfs and libfuse's passthrough_ll (built from the
 libfuse3-dev examples). --baseline adds another coordfs build (it may be given more than once),
 coordination on, and pairs coordfs against it as against --coordination off: what a change to
-the code did, measured side by side. --coordfs-only leaves out the targets that are not coordfs with passthrough.
+the code did, measured side by side. --coordfs-only leaves out the targets that are not coordfs
+with passthrough.
 
 Every target's directory lies on one fresh, journaled ext4 image, loop-mounted with direct I/O
 (fuse-measurements.md, finding 5: this machine's root filesystem has no journal and its metadata
@@ -45,18 +46,15 @@ parser.add_argument("--control", action="store_true",
                     help="an A/A run: the coordfs column mounted with --coordination off as well, so the "
                          "paired estimate shows its own bias")
 parser.add_argument("--baseline", metavar="BINARY", action="append", default=[],
-                    help="another coordfs build, mounted with coordination on as a column of its own; "
-                         "coordfs is paired against it chunk by chunk, as it is against --coordination off, "
-                         "and so is it against --coordination off (may be given more than once)")
+                    help="another coordfs build, coordination on, as a column of its own, paired chunk by "
+                         "chunk with coordfs and with --coordination off (may be given more than once)")
 parser.add_argument("--coordfs-only", action="store_true",
                     help="leave out no-passthrough, bindfs and passthrough_ll (quicker A/B runs)")
 arguments = parser.parse_args()
 binary = executable(parser, arguments)
-for other in arguments.baseline:
-    if not (os.path.isfile(other) and os.access(other, os.X_OK)):
-        parser.error(f"--baseline {other}: not an executable file")
 # Column names: "baseline", or "baseline-1", "baseline-2", ... for several.
-baselines = [("baseline" if len(arguments.baseline) == 1 else "baseline-%d" % (index + 1), os.path.abspath(other))
+baselines = [("baseline" if len(arguments.baseline) == 1 else "baseline-%d" % (index + 1),
+              executable(parser, arguments, other, named="--baseline"))
              for index, other in enumerate(arguments.baseline)]
 repeats = arguments.repeats
 quick = arguments.quick
@@ -323,11 +321,11 @@ try:
         targets.append(Target(name, coordfs(build=other)))
     if not arguments.coordfs_only:
         targets.append(Target("no-passthrough", coordfs("--no-kernel-passthrough")))
-    if shutil.which("bindfs") and not arguments.coordfs_only:
-        targets.append(Target("bindfs", fuse_program("bindfs", "{backing}", "{point}")))
-    passthrough_ll = None if arguments.coordfs_only else build_passthrough_ll()
-    if passthrough_ll:
-        targets.append(Target("passthrough_ll", fuse_program(passthrough_ll, "-o", "source={backing}", "{point}")))
+        if shutil.which("bindfs"):
+            targets.append(Target("bindfs", fuse_program("bindfs", "{backing}", "{point}")))
+        passthrough_ll = build_passthrough_ll()
+        if passthrough_ll:
+            targets.append(Target("passthrough_ll", fuse_program(passthrough_ll, "-o", "source={backing}", "{point}")))
     results = {(job, t.name): [] for job, _, _ in jobs for t in targets}
     for round_number in range(repeats):
         for job, run, paired in jobs:

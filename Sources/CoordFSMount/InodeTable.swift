@@ -415,8 +415,7 @@ final class InodeTable: Sendable {
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.clock += 1
             if let id = state.byKey[key], let known = state.byID[id] {
-                noteLookup(of: known, info: info, parent: parent, name: name)
-                state.touch(known)
+                noteLookup(of: known, info: info, parent: parent, name: name, &state)
                 if state.slot(of: known) == nil {     // reopened for free: keep this one
                     state.attach(fd, to: known, evictable: evictable(known))
                     return (known, nil, evict(&state))
@@ -452,16 +451,15 @@ final class InodeTable: Sendable {
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let known = state.withLock { state -> Inode? in
             guard let id = state.byKey[key], let known = state.byID[id], state.slot(of: known) != nil else { return nil }
-            state.clock += 1
-            noteLookup(of: known, info: info, parent: parent.id, name: name)
-            state.touch(known)
+            noteLookup(of: known, info: info, parent: parent.id, name: name, &state)
             return known
         }
         return known.map { ($0, info) }
     }
 
     /// A lookup found `known` by `name` in `parent` (the table's lock is held).
-    private func noteLookup(of known: Inode, info: stat, parent: UInt64, name: String) {
+    private func noteLookup(of known: Inode, info: stat, parent: UInt64, name: String, _ state: inout State) {
+        state.touch(known)
         known.lookups += 1
         if known.isDirectory && (known.parent != parent || known.name != name) {
             directoryNamesGeneration.increment()
