@@ -303,16 +303,22 @@ public final class Filesystem: @unchecked Sendable {
 
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String, justMade: Bool = false) throws(Errno) -> (Inode, stat) {
-        // An item just made is not known yet: looking for it first would cost a call more.
-        if !justMade, let known = try inodes.knownChild(named: name, in: parent) {
-            statistics.knownLookups.add(1, ordering: .relaxed)
-            return known
+        if justMade {
+            // Not known yet: looking for it first would cost a call more. Its siblings' next
+            // lookups will find it known.
+            if !parent.childrenAreKnown.load(ordering: .relaxed) { parent.childrenAreKnown.store(true, ordering: .relaxed) }
+        } else if parent.childrenAreKnown.load(ordering: .relaxed) {
+            if let known = try inodes.knownChild(named: name, in: parent) {
+                statistics.knownLookups.add(1, ordering: .relaxed)
+                return known
+            }
+            statistics.knownLookupMisses.add(1, ordering: .relaxed)
         }
         let (fd, info) = try inodes.openChild(named: name, in: parent)
-        guard lanesByItem else { return (inodes.remember(fd: fd, info: info, parent: parent.id, name: name), info) }
+        guard lanesByItem else { return (inodes.remember(fd: fd, info: info, in: parent, name: name), info) }
         // Looked at before `remember`, which may close `fd`.
         let filesystem = filesystems.look(atDevice: UInt64(info.st_dev), of: fd)
-        let inode = inodes.remember(fd: fd, info: info, parent: parent.id, name: name)
+        let inode = inodes.remember(fd: fd, info: info, in: parent, name: name)
         if !filesystem.isLocal { laneRequests(about: inode, in: parent, firstOnItsFilesystem: filesystem.isNew) }
         return (inode, info)
     }

@@ -38,6 +38,10 @@ final class Inode: @unchecked Sendable {
     /// Known to have no `security.capability`: the kernel asks before every write, and every
     /// change of it goes through the mount (fuse-measurements.md, finding 2).
     let hasNoCapability = Atomic<Bool>(false)
+    /// Of a directory: its last child looked up was a node already known (or one was just
+    /// made in it). Then the next lookup in it tries `InodeTable.knownChild` first; otherwise
+    /// the probe would most likely miss, a call spent for nothing, as on a first walk of a tree.
+    let childrenAreKnown = Atomic<Bool>(false)
 
     struct Place: Equatable {
         let parent: UInt64
@@ -405,7 +409,8 @@ final class InodeTable: Sendable {
 
     /// Records a lookup of `name` in `parent` that found the item open at `fd` with `info`.
     /// Takes ownership of `fd` (closes it when the item was known already).
-    func remember(fd: Int32, info: stat, parent: UInt64, name: String) -> Inode {
+    func remember(fd: Int32, info: stat, in parentNode: Inode, name: String) -> Inode {
+        let parent = parentNode.id
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         // A handle costs a syscall and matters only once the budget can be reached: items
         // remembered while under half of it keep their descriptor for life.
@@ -420,6 +425,8 @@ final class InodeTable: Sendable {
                     state.attach(fd, to: known, evictable: evictable(known))
                     return (known, nil, evict(&state))
                 }
+                // `knownChild` would have found it with one call.
+                parentNode.childrenAreKnown.store(true, ordering: .relaxed)
                 return (known, fd, [])
             }
             let id = state.nextID
@@ -442,7 +449,8 @@ final class InodeTable: Sendable {
     /// stat and a close found it before (a LOOKUP of a name the kernel knew, once its entry
     /// timed out, is most of them); nil when the item is not known, or known without a
     /// descriptor: the caller then opens it. A node's descriptor keeps its inode alive, so the
-    /// inode's number cannot have gone to another file meanwhile.
+    /// inode's number cannot have gone to another file meanwhile. A miss clears the parent's
+    /// `childrenAreKnown`.
     func knownChild(named name: String, in parent: Inode) throws(Errno) -> (Inode, stat)? {
         var info = stat()
         try withFD(parent) { parentFD throws(Errno) in
@@ -454,7 +462,11 @@ final class InodeTable: Sendable {
             noteLookup(of: known, info: info, parent: parent.id, name: name, &state)
             return known
         }
-        return known.map { ($0, info) }
+        guard let known else {
+            parent.childrenAreKnown.store(false, ordering: .relaxed)
+            return nil
+        }
+        return (known, info)
     }
 
     /// A lookup found `known` by `name` in `parent` (the table's lock is held).

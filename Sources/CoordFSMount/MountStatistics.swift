@@ -21,6 +21,9 @@ final class MountStatistics: Sendable {
     let forgotten = Atomic<Int>(0)
     /// Lookups answered from a node already known, with one fstatat (`InodeTable.knownChild`).
     let knownLookups = Atomic<Int>(0)
+    /// Those fstatats that found an item not known (or known without a descriptor): a call
+    /// spent for nothing. After one, lookups in that directory open at once (`childrenAreKnown`).
+    let knownLookupMisses = Atomic<Int>(0)
 
     /// Counts a refused or failed coordination by its errno.
     func count(_ errno: Errno) {
@@ -43,6 +46,7 @@ final class MountStatistics: Sendable {
             ("flushes", flushes.load(ordering: .relaxed)),
             ("forget_requests", forgetRequests.load(ordering: .relaxed)), ("forgotten", forgotten.load(ordering: .relaxed)),
             ("known_lookups", knownLookups.load(ordering: .relaxed)),
+            ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

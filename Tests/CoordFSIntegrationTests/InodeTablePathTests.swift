@@ -21,7 +21,7 @@ import Glibc
         try #require(fstat(rootFD, &rootInfo) == 0)
         let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 1000)
         var chain: [Inode] = [], names: [String] = []
-        var parentFD = rootFD, parentID = InodeTable.rootID
+        var parentFD = rootFD, parent = table.root
         for level in 0..<depth {
             let name = level % 2 == 0 ? "d\(level)" : "a-directory-name-longer-than-fifteen-\(level)"
             try #require(mkdirat(parentFD, name, 0o755) == 0)
@@ -29,10 +29,10 @@ import Glibc
             try #require(fd >= 0)
             var info = stat()
             try #require(fstat(fd, &info) == 0)
-            let inode = table.remember(fd: fd, info: info, parent: parentID, name: name)
+            let inode = table.remember(fd: fd, info: info, in: parent, name: name)
             chain.append(inode)
             names.append(name)
-            (parentFD, parentID) = (fd, inode.id)
+            (parentFD, parent) = (fd, inode)
         }
         return (table, chain, names, { try? FileManager.default.removeItem(atPath: backing) })
     }
@@ -161,7 +161,7 @@ import Glibc
                 let fd = try check(openat(parentFD, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC))
                 var info = stat()
                 _ = fstat(fd, &info)
-                return table.remember(fd: fd, info: info, parent: parent.id, name: name)
+                return table.remember(fd: fd, info: info, in: parent, name: name)
             }
         }
         func number(_ inode: Inode) throws -> UInt64 {
@@ -202,7 +202,7 @@ import Glibc
         defer { try? FileManager.default.removeItem(atPath: backing) }
         func remember(_ name: String, in parent: Inode) throws -> Inode {
             let (fd, info) = try table.openChild(named: name, in: parent)
-            return table.remember(fd: fd, info: info, parent: parent.id, name: name)
+            return table.remember(fd: fd, info: info, in: parent, name: name)
         }
         let a = try remember("a", in: table.root)
         #expect(FileManager.default.createFile(atPath: backing + "/a/one", contents: Data()))
@@ -235,7 +235,7 @@ import Glibc
         defer { try? FileManager.default.removeItem(atPath: backing) }
         func remember(_ name: String, in parent: Inode) throws -> Inode {
             let (fd, info) = try table.openChild(named: name, in: parent)
-            return table.remember(fd: fd, info: info, parent: parent.id, name: name)
+            return table.remember(fd: fd, info: info, in: parent, name: name)
         }
         func number(_ inode: Inode) throws -> UInt64 {
             try table.withFD(inode) { fd throws(Errno) -> UInt64 in UInt64(try statOf(fd).st_ino) }
