@@ -134,7 +134,7 @@ extension Filesystem {
 
     func read(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        _ = cfs_reply_fd_data(reply.req, file.fd, offset, size)
+        reply.data(from: file.fd, offset: offset, size: size)
     }
 
     func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t) {

@@ -32,6 +32,15 @@ struct Reply: @unchecked Sendable {
         fuse_reply_entry(req, &entry)
     }
 
+    /// `size` bytes of `fd` at `offset` (fewer at the end of the file): read straight into the
+    /// io_uring entry that carries the request, or otherwise spliced (or copied) by libfuse.
+    func data(from fd: Int32, offset: off_t, size: Int) {
+        let answered = cfs_ring_reply_read(UnsafeMutableRawPointer(req), fd, Int64(offset), size)
+        if answered == 1 { return }
+        if answered < 0 { return error(-answered) }
+        _ = cfs_reply_fd_data(req, fd, offset, size)
+    }
+
     func attr(_ info: stat, timeout: Double) {
         var info = info
         fuse_reply_attr(req, &info, timeout)

@@ -99,6 +99,44 @@ import Glibc
         #expect((counters["forgotten"] ?? 0) >= 200, "every removed file forgotten: \(counters)")
     }
 
+    /// Without kernel passthrough the daemon serves reads. Over the rings each is read straight
+    /// into the entry that carries its request (`cfs_ring_reply_read`): large and small, at any
+    /// offset, short at the end of a file that shrank behind the mount's back, and what comes
+    /// back is the file.
+    @Test func readsWithoutPassthroughGoStraightIntoTheirEntry() throws {
+        guard Self.kernelOffersRings() else { return }
+        let fx = try MountFixture(["--no-kernel-passthrough"])
+        let script = """
+        import os, random, sys
+        backing, mount = sys.argv[1], sys.argv[2]
+        data = random.Random(7).randbytes(3 * 1024 * 1024 + 12345)
+        with open(backing + "/big", "wb") as f: f.write(data)
+        with open(mount + "/big", "rb") as f: whole = f.read()
+        assert whole == data, "whole file"
+        fd = os.open(mount + "/big", os.O_RDONLY)
+        for offset, size in [(1, 1), (4095, 4097), (1000003, 300000), (len(data) - 10, 100), (len(data), 10)]:
+            got = os.pread(fd, size, offset)
+            assert got == data[offset:offset + size], "pread %d at %d" % (size, offset)
+        os.close(fd)
+        # Shrunk behind the mount's back while open: the kernel still knows the old size and
+        # asks for more than there is; the read comes back short, with the bytes that are left.
+        with open(backing + "/small", "wb") as f: f.write(data[:200000])
+        fd = os.open(mount + "/small", os.O_RDONLY)
+        os.truncate(backing + "/small", 70000)
+        got = os.pread(fd, 200000, 0)
+        assert data[:70000].startswith(got) and len(got) <= 70000, "short read: %d bytes" % len(got)
+        os.close(fd)
+        print("done")
+        """
+        let before = try fx.statistics()
+        #expect(before["kernel_passthrough"] == 0, "\(before)")
+        let result = try run("/usr/bin/python3", ["-c", script, fx.backing.path, fx.mountPoint.path])
+        #expect(result.output == "done\n", "\(result.errors)")
+        let after = try fx.statistics()
+        let direct = (after["ring_direct_reads"] ?? 0) - (before["ring_direct_reads"] ?? 0)
+        #expect(direct >= 4, "reads answered straight into their entry: \(after)")
+    }
+
     /// `--ring-lanes all` on a local backing: lane threads serve every request, and the same
     /// work gets done.
     @Test func ringLanesAllSendsEveryRequestToALane() throws {

@@ -22,6 +22,7 @@ struct cfs_ring_facts {
     size_t queues;          // serving it (0: requests come through /dev/fuse)
     uint64_t served;        // requests the queues have taken
     uint64_t laned;         // of those, served by lane threads
+    uint64_t direct_reads;  // READs answered by reading straight into their entry
     int lanes_all;          // every request goes to a lane thread
     uint64_t lane_nodes;    // nodes whose requests go to a lane thread (`cfs_ring_lane_node`)
     int queue_nice;         // the nice value the queue threads run at
@@ -41,6 +42,11 @@ void cfs_ring_stop(int device);
 /// Whether the calling thread is serving a request from an io_uring queue (a queue or lane
 /// thread, within the request), not one read from /dev/fuse.
 int cfs_ring_serving(void);
+/// Answers the READ request `req` (a fuse_req_t) that this thread serves from an io_uring entry
+/// with up to `size` bytes of `fd` at `offset`, read straight into the entry. 1 when answered,
+/// 0 when the thread serves no ring entry (reply as usual), -errno when the read failed and
+/// nothing was answered.
+int cfs_ring_reply_read(void *req, int fd, int64_t offset, size_t size);
 /// Registers `fd` as a backing file of the session on `device`: its id (> 0), or -errno.
 int32_t cfs_backing_open(int device, int fd);
 int cfs_backing_close(int device, int32_t id);
