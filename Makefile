@@ -67,8 +67,9 @@ bench-programs: setup io-uring
 	python3 Benchmarks/programbench.py .build/release/coordfs --rounds $(BENCH_ROUNDS)
 
 # The long run (not in CI): fio rounds for SOAK_SECONDS under churn and a presenter, then a summary.
+# SOAK_OPTIONS go to the mount (SOAK_OPTIONS=--no-kernel-passthrough soaks the daemon's data path).
 soak: build
-	python3 Tests/Scripts/soak.py $(COORDFS) $(SOAK_SECONDS)
+	python3 Tests/Scripts/soak.py $(COORDFS) $(SOAK_SECONDS) $(SOAK_OPTIONS)
 
 # Mounts the demo profile (Mounts/demo.profile: the sample tree Mounts/demo at Mounts/run/demo).
 run: build

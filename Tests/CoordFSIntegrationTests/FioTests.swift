@@ -2,9 +2,10 @@ import Foundation
 import TestSupport
 import Testing
 
-/// fio writes through the mount and verifies every block it wrote (crc32c).
+/// fio writes through the mount and verifies every block it wrote (crc32c): by kernel passthrough,
+/// and served by the daemon itself (the writeback cache turns passthrough off).
 @Suite struct Fio {
-    @Test(arguments: [[], ["--writeback-cache"]])
+    @Test(arguments: [[], ["--writeback-cache"], ["--no-kernel-passthrough"]])
     func sequentialAndRandomWritesVerify(mountOptions: [String]) throws {
         let fio = ["/usr/bin/fio", "/usr/local/bin/fio"].first { FileManager.default.isExecutableFile(atPath: $0) }
         let path = try #require(fio, "fio is installed by `make setup`")

@@ -2,7 +2,10 @@
 """`make soak`: fio rounds against a fresh mount for SECONDS while neighbours churn and a
 presenter answers every request; then a summary. Exits 1 if anything failed.
 
-  soak.py COORDFS_BINARY SECONDS
+  soak.py COORDFS_BINARY SECONDS [MOUNT_OPTION ...]
+
+The mount options go to `coordfs mount` (`--no-kernel-passthrough` soaks the daemon's own data
+path, which kernel passthrough otherwise bypasses).
 """
 import json
 import os
@@ -12,14 +15,14 @@ import sys
 import tempfile
 import time
 
-binary, seconds = sys.argv[1], float(sys.argv[2])
+binary, seconds, mount_options = sys.argv[1], float(sys.argv[2]), sys.argv[3:]
 here = os.path.dirname(os.path.abspath(__file__))
 fio_job = os.path.join(here, "..", "fio", "contention.fio")
 base = tempfile.mkdtemp(prefix="coordfs-soak-", dir="/tmp")
 backing, mount = os.path.join(base, "backing"), os.path.join(base, "mnt")
 os.makedirs(backing)
 os.makedirs(mount)
-subprocess.run([binary, "mount", backing, mount], check=True)
+subprocess.run([binary, "mount", backing, mount, *mount_options], check=True)
 work = os.path.join(mount, "work")
 os.makedirs(work)
 presenter = subprocess.Popen([sys.executable, os.path.join(here, "presenter.py"), work],
