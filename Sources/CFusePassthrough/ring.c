@@ -623,7 +623,7 @@ int cfs_ring_serving(void) { return cfs_serving != NULL; }
 // payload of the entry that carries it. Through libfuse (`fuse_reply_data`), which cannot splice
 // into a ring entry, each reply took a buffer of the read's size (mmapped afresh and unmapped
 // again, 128 KiB and up, faulted in page by page), read into it and was then copied into the
-// entry: cold 1 MiB reads ran at a third of their speed through /dev/fuse.
+// entry: cold 1 MiB reads ran at a third to a half of their speed through /dev/fuse.
 int cfs_ring_reply_read(void *req, int fd, int64_t offset, size_t size) {
     struct cfs_ring_entry *entry = cfs_serving;
     if (entry == NULL) return 0;
