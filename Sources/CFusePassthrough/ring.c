@@ -42,7 +42,6 @@
 #include <fuse_lowlevel.h>
 #include <liburing.h>
 #include <pthread.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <semaphore.h>
