@@ -421,6 +421,12 @@ struct cfs_ring_facts cfs_ring_facts(int device) {
 }
 
 // Copies a reply into `entry` for the kernel to commit.
+// The reply's length in its entry: the header's and the kernel's count of payload bytes.
+static void cfs_set_reply_size(struct cfs_ring_entry *entry, size_t size) {
+    ((struct cfs_out_header *)entry->header->in_out)->len = (uint32_t)(sizeof(struct cfs_out_header) + size);
+    entry->header->ent.payload_sz = (uint32_t)size;
+}
+
 static void cfs_copy_reply(struct cfs_ring_entry *entry, const struct iovec *iov, int count) {
     char *payload = entry->buffer + HEADROOM;
     size_t limit = entry->queue->ring->payload_size, size = 0;
@@ -436,8 +442,7 @@ static void cfs_copy_reply(struct cfs_ring_entry *entry, const struct iovec *iov
     }
     struct cfs_out_header *out = (struct cfs_out_header *)entry->header->in_out;
     if (error != 0) { out->error = error; size = 0; }
-    out->len = (uint32_t)(sizeof(struct cfs_out_header) + size);
-    entry->header->ent.payload_sz = (uint32_t)size;
+    cfs_set_reply_size(entry, size);
 }
 
 // An entry holds its reply: its queue thread commits it, after the request in hand when
@@ -651,8 +656,9 @@ int cfs_ring_reply_read(void *req, int fd, int64_t offset, size_t size) {
     uint64_t expected = unique;
     if (!atomic_compare_exchange_strong(&entry->awaiting, &expected, 0)) return 0;
     struct cfs_out_header *out = (struct cfs_out_header *)entry->header->in_out;
-    *out = (struct cfs_out_header){ (uint32_t)(sizeof(*out) + got), 0, unique };
-    entry->header->ent.payload_sz = (uint32_t)got;
+    out->error = 0;
+    out->unique = unique;
+    cfs_set_reply_size(entry, got);
     atomic_fetch_add_explicit(&entry->queue->ring->direct_reads, 1, memory_order_relaxed);
     cfs_answered(entry);
     fuse_reply_none(req);   // frees the request; the reply is in the entry
