@@ -48,6 +48,9 @@ parser.add_argument("--control", action="store_true",
 parser.add_argument("--baseline", metavar="BINARY", action="append", default=[],
                     help="another coordfs build, coordination on, as a column of its own, paired chunk by "
                          "chunk with coordfs and with --coordination off (may be given more than once)")
+parser.add_argument("--engine-busy", action="store_true",
+                    help="keep a file open on every mount throughout, so that a coordfs engine always holds "
+                         "something and no request passes its quiet gate")
 parser.add_argument("--coordfs-only", action="store_true",
                     help="leave out no-passthrough, bindfs and passthrough_ll (quicker A/B runs)")
 arguments = parser.parse_args()
@@ -133,6 +136,10 @@ def build_passthrough_ll():
         return None
 
 
+# The file --engine-busy keeps open, left alone between rounds.
+BUSY_NAME = ".engine-busy"
+
+
 class Target:
     def __init__(self, name, mount):
         self.name = name
@@ -143,6 +150,17 @@ class Target:
         os.makedirs(self.point)
         self.unmount = mount(self.backing, self.point) if mount else None
         self.directory = self.point if mount else self.backing
+        self.held = None
+        if arguments.engine_busy:
+            # A hold for the run's length: the engine is never idle (see --engine-busy).
+            path = os.path.join(self.directory, BUSY_NAME)
+            try:
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+                self.held = os.open(path, os.O_RDONLY)
+            except OSError:
+                if self.unmount:
+                    self.unmount()
+                raise
 
 
 def coordfs(*extra, build=None):
@@ -338,10 +356,14 @@ try:
                     results[(job, t.name)].append(run(t))
         for t in targets:
             for entry in os.listdir(t.directory):
+                if entry == BUSY_NAME:
+                    continue
                 path = os.path.join(t.directory, entry)
                 shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
 finally:
     for t in targets:
+        if t.held is not None:
+            os.close(t.held)
         if t.unmount:
             t.unmount()
     if image_mount:
@@ -354,6 +376,8 @@ print("filesystem benchmark on %s: %d repeats interleaved, %d MiB files, %d meta
 print("coordfs requests: %s" % transport)
 if arguments.control:
     print("control run: the coordfs column is mounted with --coordination off too (an A/A run)")
+if arguments.engine_busy:
+    print("engine busy: every mount had a file open throughout, so no request passed coordfs's quiet gate")
 width = max(len(job) for job, _, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
 for job, _, _ in jobs:

@@ -79,7 +79,8 @@ extension Filesystem {
         let open = handle.flatMap { files[$0] }
         // Truncation changes contents: a plain write. The rest is metadata (O9).
         let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
-        coordinate(reply, Wanted(kind: .writing(options), node: inode, isDirectory: inode.isDirectory)) { [self] claim in
+        coordinate(reply, Wanted(kind: .writing(options), node: inode, isDirectory: inode.isDirectory),
+                   forTheCall: true) { [self] claim in
             do {
                 let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                     try apply(change, to: fd, open: open)

@@ -13,7 +13,8 @@ extension Filesystem {
     private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory)) { [self] claim in
+        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
+                   forTheCall: true) { [self] claim in
             do {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 namespaceChanged(name: name, directory: false)
@@ -48,7 +49,8 @@ extension Filesystem {
 
     func link(_ reply: Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false)) { [self] claim in
+        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false),
+                   forTheCall: true) { [self] claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
                     try inodes.withFD(parent) { parentFD throws(Errno) in
@@ -68,7 +70,8 @@ extension Filesystem {
 
     func unlink(_ reply: Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory)) { claim in
+        coordinate(reply, Wanted(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory),
+                   forTheCall: true) { claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
                 return name.withCString { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
@@ -99,7 +102,7 @@ extension Filesystem {
         let source = Wanted(kind: .writing(.forMoving), node: parent, name: name, isDirectory: sourceIsDirectory)
         let destination = Wanted(kind: .writing(exchange ? .forMoving : .forReplacing), node: newParent, name: newName,
                                  isDirectory: destinationIsDirectory)
-        coordinate(reply, source, and: destination) { [self] claim in
+        coordinate(reply, source, and: destination, forTheCall: true) { [self] claim in
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
                 inodes.withFD(newParent, orElse: { $0 }) { toFD in
                     name.withCString { from in newName.withCString { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1

@@ -190,8 +190,12 @@ public final class Filesystem: @unchecked Sendable {
     /// open started (with the writeback cache, the flusher writes pages and file times back).
     /// Making the flusher wait for the open's holder would stall writeback for the whole mount,
     /// and with it every writer throttled on dirty pages.
+    ///
+    /// `forTheCall`: the request holds its items only while `body` runs (SPEC §3: a namespace
+    /// change, a setattr), not for an open file's life. While the engine holds nothing, such a
+    /// request passes its quiet gate instead: nobody to wait for or to tell (`QuietGate`).
     func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
-                    _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+                    forTheCall: Bool = false, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = self.mode(for: wanted)
@@ -201,6 +205,12 @@ public final class Filesystem: @unchecked Sendable {
             }
         }
         if mode == .off { return body(nil) }
+        if forTheCall && mayPassQuietly(wanted, other) && engine.passQuietly() {
+            statistics.coordinated.add()
+            statistics.passedQuietly.add()
+            body(nil)
+            return engine.endPassingQuietly()
+        }
         // One clock reading serves the request's caches.
         let now = coarseMilliseconds()
         guard let process = callingProcess(reply.req, now: now) else { return body(nil) }
@@ -258,6 +268,14 @@ public final class Filesystem: @unchecked Sendable {
         }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { claim.cancel() }
+    }
+
+    /// Whether a request for the call may pass the quiet gate: its items lie on the backing's
+    /// own filesystem, and that is local. Whoever closes the gate waits for the requests that
+    /// passed; one on a network filesystem could keep it waiting as long as its server takes.
+    private func mayPassQuietly(_ wanted: Wanted, _ other: Wanted?) -> Bool {
+        filesystems.rootIsLocal && wanted.node.device == filesystems.rootDevice
+            && (other.map { $0.node.device == filesystems.rootDevice } ?? true)
     }
 
     /// The kernel interrupted a waiting request (possibly before its claim was registered).

@@ -6,6 +6,8 @@ import Synchronization
 final class MountStatistics: Sendable {
     /// Every coordinated request adds to it: striped by CPU.
     let coordinated = StripedCounter()
+    /// Those that passed the engine's quiet gate (`Filesystem.coordinate`, `forTheCall`).
+    let passedQuietly = StripedCounter()
     let waited = Atomic<Int>(0)
     let timedOut = Atomic<Int>(0)
     let deadlocks = Atomic<Int>(0)
@@ -38,7 +40,8 @@ final class MountStatistics: Sendable {
 
     var json: String {
         let fields: [(String, Int)] = [
-            ("coordinated", coordinated.value), ("waited", waited.load(ordering: .relaxed)),
+            ("coordinated", coordinated.value), ("passed_quietly", passedQuietly.value),
+            ("waited", waited.load(ordering: .relaxed)),
             ("timed_out", timedOut.load(ordering: .relaxed)), ("deadlocks", deadlocks.load(ordering: .relaxed)),
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),

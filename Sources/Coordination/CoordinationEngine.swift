@@ -13,8 +13,41 @@ public final class CoordinationEngine: Sendable {
     public typealias Resume = @Sendable (Result<Grant, CoordinationError>) -> Void
 
     let state = Mutex(State())
+    let quietGate = QuietGate()
 
     public init() {}
+
+    /// Runs `body` under the lock, as every section that may change what the engine holds does:
+    /// it closes the quiet gate when the engine comes to hold something and opens it when it
+    /// holds nothing again, and returns only once nobody passes the gate who entered before it
+    /// closed (`QuietGate`).
+    @inline(__always)
+    func withState<Result, E: Error>(_ body: (inout State) throws(E) -> sending Result) throws(E) -> sending Result {
+        defer { quietGate.waitForPassersBy() }
+        return try state.withLock { state throws(E) -> sending Result in
+            defer {
+                let quiet = state.isQuiet
+                if quiet == state.quietGateClosed {
+                    state.quietGateClosed = !quiet
+                    quietGate.set(open: quiet)
+                }
+            }
+            return try body(&state)
+        }
+    }
+
+    // MARK: Passing quietly
+
+    /// Lets a short access pass without a grant while the engine holds nothing (`QuietGate`):
+    /// true, and the caller calls `endPassingQuietly()` when it is done, without calling the
+    /// engine meanwhile; false, and it coordinates as usual.
+    public func passQuietly() -> Bool { quietGate.enter() }
+
+    /// Ends an access that `passQuietly` let through.
+    public func endPassingQuietly() { quietGate.leave() }
+
+    /// Accesses passing quietly now, and whether the gate lets more through.
+    public var quietPassage: (passing: Int, isOpen: Bool) { quietGate.status }
 
     // MARK: Acquisition
 
@@ -33,7 +66,7 @@ public final class CoordinationEngine: Sendable {
     public func acquire(_ request: AccessRequest, resume: @escaping Resume) -> Acquisition {
         if let problem = request.validationProblem { return .refused(.invalidRequest(problem)) }
         let modes = request.holdsIntents ? request.intents.map(LockMode.init) : []
-        return state.withLock { state -> Acquisition in
+        return withState { state -> Acquisition in
             let blockers = state.blockers(of: request.identity, modes, queuedBefore: state.waiting.count)
             if blockers.isEmpty {
                 let requests = request.messagesPresenters ? state.requestPlan(for: request) : []
@@ -56,7 +89,7 @@ public final class CoordinationEngine: Sendable {
     /// The grant's intents are the request's (nothing moved them while it waited: it did not).
     public func acquireAtOnce(_ request: AccessRequest) -> GrantID? {
         if request.validationProblem != nil { return nil }
-        return state.withLock { state in state.grantAtOnce(request) }
+        return withState { state in state.grantAtOnce(request) }
     }
 
     /// `acquireAtOnce` of one intent that holds its item and whose grant reports no move (a
@@ -70,7 +103,7 @@ public final class CoordinationEngine: Sendable {
         let kind = LockKind(intent)
         // Moved into the lock's closure and on into the grant, never copied.
         var given = Optional(consume intent)
-        return state.withLock { state -> GrantID? in
+        return withState { state -> GrantID? in
             guard state.suitsShortList(kind) else {
                 return state.grantAtOnce(AccessRequest(identity: identity, intents: [given.take()!], waits: false))
             }
@@ -82,7 +115,7 @@ public final class CoordinationEngine: Sendable {
     /// was no longer waiting: it was granted, and its `resume` has been or is being called.
     @discardableResult
     public func abandon(_ ticket: TicketID, because reason: CoordinationError) -> Bool {
-        let (resume, woken) = state.withLock { state -> (Resume?, [State.Wakeup]) in
+        let (resume, woken) = withState { state -> (Resume?, [State.Wakeup]) in
             guard let index = state.waiting.firstIndex(where: { $0.ticket == ticket }) else { return (nil, []) }
             let waiter = state.waiting.remove(at: index)
             return (waiter.resume, state.grantWaiters())
@@ -95,7 +128,7 @@ public final class CoordinationEngine: Sendable {
     /// Clears the grant's waiver for the presenters it was messaging: from now on the owners of
     /// those presenters wait for it like anyone else (C21).
     public func finishMessaging(_ grant: GrantID) {
-        state.withLock { state in state.grants[grant]?.messaging = [] }
+        withState { state in state.grants[grant]?.messaging = [] }
     }
 
     /// Ends a grant and returns the notifications its writes call for (P9, P10, P12, P19, P20),
@@ -125,8 +158,8 @@ public final class CoordinationEngine: Sendable {
         deliver: ([PresenterDelivery<PresenterNotification>]) -> Void
     ) -> [PresenterDelivery<PresenterNotification>] {
         // The common end, on a path of its own (it runs cold, so its length is its cost).
-        if grant.isOnShortList && state.withLock({ $0.releaseListedQuietly(grant) }) { return [] }
-        let (notifications, woken) = state.withLock { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
+        if grant.isOnShortList && withState({ $0.releaseListedQuietly(grant) }) { return [] }
+        let (notifications, woken) = withState { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
             if grant.isOnShortList {
                 guard let index = state.shortList.index(of: grant.shortListNumber) else { return ([], []) }
                 let entry = state.shortList.remove(at: index)
@@ -148,7 +181,7 @@ public final class CoordinationEngine: Sendable {
     /// Ends everything `identity` holds, waits for and presents: its process died or its client
     /// closed the connection (X4). Waiters of that identity end with `.ownerGone`.
     public func endSession(of identity: CoordinatorIdentity) {
-        let (ended, woken) = state.withLock { state -> ([Resume], [State.Wakeup]) in
+        let (ended, woken) = withState { state -> ([Resume], [State.Wakeup]) in
             for (id, record) in state.grants where record.identity == identity { _ = state.removeGrant(id) }
             state.shortList.removeAll(of: identity)
             var ended: [Resume] = []
@@ -170,7 +203,7 @@ public final class CoordinationEngine: Sendable {
 
     /// Registers a presenter (C16).
     public func addPresenter(_ record: PresenterRecord) -> PresenterID {
-        state.withLock { state in
+        withState { state in
             let id = PresenterID(rawValue: state.takeNumber())
             state.insertPresenter(id, record)
             return id
@@ -179,12 +212,12 @@ public final class CoordinationEngine: Sendable {
 
     /// Unregisters a presenter; unknown ids are ignored.
     public func removePresenter(_ id: PresenterID) {
-        state.withLock { state in state.removePresenter(id) }
+        withState { state in state.removePresenter(id) }
     }
 
     /// Re-indexes a presenter under the URL it now reports (C22, P8).
     public func updatePresenter(_ id: PresenterID, path: ItemPath?, primaryPath: ItemPath?) {
-        state.withLock { state in
+        withState { state in
             guard var record = state.presenters[id] else { return }
             if record.path == path && record.primaryPath == primaryPath { return }
             state.removePresenter(id)

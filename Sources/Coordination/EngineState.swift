@@ -85,6 +85,14 @@ struct State: ~Copyable {
     var presenters: [PresenterID: PresenterRecord] = [:]
     var presenterTree = PresenterTree()
     var services: [ServiceRegistrationID: ServiceRecord] = [:]
+    /// Whether the quiet gate is closed: kept here so that the lock sections that do not change
+    /// it leave the gate's word alone (passers-by write it).
+    var quietGateClosed = false
+
+    /// Holds nothing: a short access would conflict with nobody and have nobody to tell.
+    var isQuiet: Bool {
+        grants.count == 0 && shortList.isEmpty && waiting.isEmpty && presenters.isEmpty && services.isEmpty
+    }
 
     mutating func takeNumber() -> UInt64 {
         lastNumber += 1

@@ -17,9 +17,12 @@ struct GrantTable: Sequence {
     /// The empty slots, chained through the slots themselves and reused last-in first-out, so
     /// that the live ones stay few and close together and a grant touches no second array.
     private var firstVacant = GrantTable.none
+    /// Live grants.
+    private(set) var count = 0
 
     /// Stores `record` in a free slot and returns its id.
     mutating func insert(_ record: consuming State.GrantRecord) -> GrantID {
+        count += 1
         if firstVacant != Self.none {
             let index = Int(firstVacant)
             firstVacant = slots[index].nextVacant
@@ -54,6 +57,7 @@ struct GrantTable: Sequence {
     mutating func remove(_ id: GrantID) -> State.GrantRecord? {
         guard let index = liveIndex(id) else { return nil }
         let record = slots[index].record.take()
+        count -= 1
         slots[index].nextVacant = firstVacant
         firstVacant = UInt32(index)
         return record

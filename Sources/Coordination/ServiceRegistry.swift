@@ -22,7 +22,7 @@ extension CoordinationEngine {
         if name.contains(where: { $0.isNewline || $0 == "\0" }) {
             throw .invalidRequest("a service name cannot hold a newline or NUL")
         }
-        return state.withLock { state in
+        return withState { state in
             let id = ServiceRegistrationID(rawValue: state.takeNumber())
             state.services[id] = ServiceRecord(name: name, path: path, owner: owner)
             return id
@@ -31,7 +31,7 @@ extension CoordinationEngine {
 
     /// Withdraws a vended service; unknown ids are ignored.
     public func withdrawService(_ id: ServiceRegistrationID) {
-        state.withLock { state in state.services[id] = nil }
+        withState { state in state.services[id] = nil }
     }
 
     /// The services of `path`: per name, the registration nearest up the tree (S2, S4).
