@@ -79,8 +79,10 @@ extension Filesystem {
         let open = handle.flatMap { files[$0] }
         // Truncation changes contents: a plain write. The rest is metadata (O9).
         let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
+        // A truncation may free a big file's blocks, for as long as the disk takes: it does not
+        // pass the quiet gate, whose next closer would wait for it.
         coordinate(reply, Wanted(kind: .writing(options), node: inode, isDirectory: inode.isDirectory),
-                   forTheCall: true) { [self] claim in
+                   forTheCall: change.size == nil) { [self] claim in
             do {
                 let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                     try apply(change, to: fd, open: open)

@@ -5,8 +5,9 @@ import Testing
 import Glibc
 #endif
 
-/// Requests held only for their call (mkdir, rename, setattr, unlink, rmdir) pass the engine's
-/// quiet gate while it holds nothing, and are coordinated in full as soon as it holds anything.
+/// Requests held only for their call (mkdir, rename, setattr, unlink, rmdir; not a truncation)
+/// pass the engine's quiet gate while it holds nothing, and are coordinated in full as soon as
+/// it holds anything.
 @Suite(.serialized) struct QuietPassage {
     /// Runs namespace changes in `directory` of the mount from one Python process, holding
     /// `held` open (for reading) meanwhile when given; returns the change of the mount's
@@ -23,6 +24,7 @@ import Glibc
             os.rename(d, d + "2")                        # RENAME
             os.chmod(d + "2", 0o700)                     # SETATTR
             os.rmdir(d + "2")                            # RMDIR
+            os.truncate(os.path.join(root, "t.txt"), 1)  # SETATTR of the size: never passes
             after = stats()
             if fd is not None: os.close(fd)
             print(json.dumps({k: after[k] - before[k] for k in ("coordinated", "passed_quietly")}))
@@ -35,15 +37,16 @@ import Glibc
     @Test func requestsForTheCallPassQuietlyOnlyWhileTheEngineHoldsNothing() throws {
         let fx = try MountFixture()
         try fx.seed("held.txt")
+        try fx.seed("t.txt")
         let idle = try Self.changes(fx, held: nil)
         #expect(idle["passed_quietly"] == 4, "\(idle)")
-        #expect(idle["coordinated"] == 4, "passing quietly still counts as coordinated: \(idle)")
+        #expect(idle["coordinated"] == 5, "passing quietly still counts as coordinated: \(idle)")
 
         // An open file holds its item for the open's life: no request passes meanwhile, whatever
         // item it is about.
         let busy = try Self.changes(fx, held: "held.txt")
         #expect(busy["passed_quietly"] == 0, "\(busy)")
-        #expect(busy["coordinated"] == 4, "\(busy)")
+        #expect(busy["coordinated"] == 5, "\(busy)")
 
         // Closed again, the engine holds nothing and the gate is open again.
         #expect(try fx.state().contains("(idle)"))
@@ -55,12 +58,13 @@ import Glibc
     @Test func aPresenterAnywhereClosesTheGate() throws {
         let fx = try MountFixture()
         try fx.seed("elsewhere/x.txt")
+        try fx.seed("t.txt")
         // `coordfs watch` registers a presenter on a directory the changes do not touch.
         let watch = try Child(Paths.binary.path, ["watch", fx.path("elsewhere")])
         #expect(eventually { (try? fx.state())?.contains("PRESENT ") == true }, "the watch registers its presenter")
         let watched = try Self.changes(fx, held: nil)
         #expect(watched["passed_quietly"] == 0, "\(watched)")
-        #expect(watched["coordinated"] == 4, "\(watched)")
+        #expect(watched["coordinated"] == 5, "\(watched)")
         watch.signal(SIGKILL)
         #expect(watch.waitForExit() != nil)
         // Its presenter ends with its connection: the gate opens again.
