@@ -71,4 +71,26 @@ import Glibc
         #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
         #expect(try Self.changes(fx, held: nil)["passed_quietly"] == 4)
     }
+
+    /// The gate closes and opens many times a second (opens, `coordfs watch` coming and going)
+    /// while namespace changes pass it or not: nothing is lost, nothing hangs, and the engine
+    /// ends idle.
+    @Test func churnThroughTheGateLosesNothing() throws {
+        let fx = try MountFixture()
+        let script = Paths.scripts.appendingPathComponent("gate_churn.py").path
+        let result = try run("/usr/bin/python3", [script, Paths.binary.path, fx.mountPoint.path, "3"])
+        #expect(result.status == 0, "\(result.errors)")
+        let reports = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]] ?? []
+        #expect(reports.count == 5, "\(result.output)")
+        for report in reports {
+            #expect((report["rounds"] as? Int ?? 0) > 0, "\(report)")
+            #expect((report["wrong"] as? [Int])?.isEmpty == true, "read back what was written: \(report)")
+        }
+        let statistics = try fx.statistics()
+        #expect((statistics["passed_quietly"] ?? 0) > 0, "\(statistics)")
+        #expect((statistics["coordinated"] ?? 0) > (statistics["passed_quietly"] ?? 0), "\(statistics)")
+        #expect(statistics["timed_out"] == 0 && statistics["deadlocks"] == 0, "\(statistics)")
+        #expect(eventually { (try? fx.state())?.contains("(idle)") == true }, "the engine ends idle")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fx.backing.path).filter { !$0.hasPrefix("o") }.isEmpty)
+    }
 }
