@@ -15,6 +15,10 @@ import Synchronization
 /// every access that passed before the close has left (`waitForPassersBy`). So a grant never
 /// overlaps an access that passed, and a presenter registered misses nothing done after it
 /// returns. Passers-by must not call the engine: they would wait for themselves.
+///
+/// Passers-by do not exclude one another, as one process's own requests never did (C4). On a
+/// mount the kernel already orders those about the same names or the same item: it holds the
+/// directories' and the items' inode locks across an unlink, a rename, a setattr.
 struct QuietGate: ~Copyable {
     /// The high bit: closed. The rest: accesses passing now.
     private let word = Atomic<UInt64>(0)
