@@ -34,7 +34,12 @@ struct Status: ParsableCommand {
             return
         }
         print("\(string(fields["root"])) — control socket \(string(fields["socket"]))")
-        if case .string(let root)? = fields["root"], let transport = Self.transport(ofMountAt: root) { print(transport) }
+        if case .string(let root)? = fields["root"], let stats = Self.statistics(ofMountAt: root) {
+            if let transport = Self.transport(stats) { print(transport) }
+            if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {
+                print("coordinated: \(coordinated) requests, \(passed) of them passed the quiet gate (the engine held nothing)")
+            }
+        }
         var rows: [[String]] = [["TYPE", "PID", "COMMAND", "MODE", "PATH", "WAITS FOR"]]
         func add(_ type: String, _ entries: WireValue?) {
             for entry in array(entries) {
@@ -61,12 +66,16 @@ struct Status: ParsableCommand {
         }
     }
 
-    /// How the kernel's requests reach the mount at `root`, from its `user.coordfs.stats`; nil
-    /// when `root` is not a mount's root (the daemon's "/").
-    static func transport(ofMountAt root: String) -> String? {
-        guard let text = ControlClient.attribute("user.coordfs.stats", of: root),
-              let stats = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any],
-              let queues = stats["ring_queues"] as? Int else { return nil }
+    /// The counters of the mount at `root` (its `user.coordfs.stats`); nil when `root` is not a
+    /// mount's root (the daemon's "/").
+    static func statistics(ofMountAt root: String) -> [String: Any]? {
+        guard let text = ControlClient.attribute("user.coordfs.stats", of: root) else { return nil }
+        return try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+    }
+
+    /// How the kernel's requests reach a mount, from its counters.
+    static func transport(_ stats: [String: Any]) -> String? {
+        guard let queues = stats["ring_queues"] as? Int else { return nil }
         let nice = stats["serve_nice"] as? Int ?? 0
         if queues > 0 {
             let lanes = stats["ring_lanes_all"] as? Int == 1 ? ", every request on lane threads" : ""
