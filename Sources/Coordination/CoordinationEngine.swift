@@ -128,7 +128,7 @@ public final class CoordinationEngine: Sendable {
     /// Clears the grant's waiver for the presenters it was messaging: from now on the owners of
     /// those presenters wait for it like anyone else (C21).
     public func finishMessaging(_ grant: GrantID) {
-        withState { state in state.grants[grant]?.messaging = [] }
+        state.withLock { state in state.grants[grant]?.messaging = [] }
     }
 
     /// Ends a grant and returns the notifications its writes call for (P9, P10, P12, P19, P20),

@@ -6,7 +6,7 @@ extension CoordinationEngine {
     public func reportMove(in grant: GrantID, from source: AccessTarget, to destination: AccessTarget) throws(CoordinationError)
         -> [PresenterDelivery<PresenterNotification>]
     {
-        try withState { state throws(CoordinationError) -> [PresenterDelivery<PresenterNotification>] in
+        try state.withLock { state throws(CoordinationError) -> [PresenterDelivery<PresenterNotification>] in
             guard let record = state.grants[grant], record.intents.contains(where: { $0.kind.isWrite }) else {
                 throw .notInsideWrite
             }
