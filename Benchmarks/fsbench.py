@@ -48,6 +48,9 @@ parser.add_argument("--control", action="store_true",
 parser.add_argument("--baseline", metavar="BINARY", action="append", default=[],
                     help="another coordfs build, coordination on, as a column of its own, paired chunk by "
                          "chunk with coordfs and with --coordination off (may be given more than once)")
+parser.add_argument("--coordfs-options", metavar="OPTIONS", default="",
+                    help="more options for every coordfs mount, space-separated (say --coordfs-options=--no-io-uring "
+                         "to measure through /dev/fuse)")
 parser.add_argument("--engine-busy", action="store_true",
                     help="keep a file open on every mount throughout, so that a coordfs engine always holds "
                          "something and no request passes its quiet gate")
@@ -169,7 +172,7 @@ def coordfs(*extra, build=None):
     program = build or binary
 
     def mount(backing, point):
-        sh(program, "mount", backing, point, *extra)
+        sh(program, "mount", backing, point, *extra, *arguments.coordfs_options.split())
         return lambda: subprocess.run([program, "unmount", point])
     return mount
 
@@ -414,6 +417,8 @@ print("filesystem benchmark on %s: %d repeats interleaved, %d MiB files, %d meta
 print("coordfs requests: %s" % transport)
 if arguments.control:
     print("control run: the coordfs column is mounted with --coordination off too (an A/A run)")
+if arguments.coordfs_options:
+    print("every coordfs mount with: %s" % arguments.coordfs_options)
 if arguments.engine_busy:
     print("engine busy: every mount had a file open throughout, so no request passed coordfs's quiet gate")
 width = max(len(job) for job, _, _ in jobs)
