@@ -420,13 +420,13 @@ struct cfs_ring_facts cfs_ring_facts(int device) {
     return facts;
 }
 
-// Copies a reply into `entry` for the kernel to commit.
 // The reply's length in its entry: the header's and the kernel's count of payload bytes.
 static void cfs_set_reply_size(struct cfs_ring_entry *entry, size_t size) {
     ((struct cfs_out_header *)entry->header->in_out)->len = (uint32_t)(sizeof(struct cfs_out_header) + size);
     entry->header->ent.payload_sz = (uint32_t)size;
 }
 
+// Copies a reply into `entry` for the kernel to commit.
 static void cfs_copy_reply(struct cfs_ring_entry *entry, const struct iovec *iov, int count) {
     char *payload = entry->buffer + HEADROOM;
     size_t limit = entry->queue->ring->payload_size, size = 0;
