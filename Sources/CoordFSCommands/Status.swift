@@ -37,7 +37,9 @@ struct Status: ParsableCommand {
         if case .string(let root)? = fields["root"], let stats = Self.statistics(ofMountAt: root) {
             if let transport = Self.transport(stats) { print(transport) }
             if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {
-                print("coordinated: \(coordinated) requests, \(passed) of them passed the quiet gate (the engine held nothing)")
+                let beside = stats["passed_beside_open_files"] as? Int ?? 0
+                print("coordinated: \(coordinated) requests, \(passed) of them passed the quiet gates "
+                      + "(\(passed - beside) with nothing held, \(beside) beside files open elsewhere)")
             }
         }
         var rows: [[String]] = [["TYPE", "PID", "COMMAND", "MODE", "PATH", "WAITS FOR"]]

@@ -79,14 +79,28 @@ extension Filesystem {
 
     /// The engine's facts for the item `wanted` names.
     func target(of wanted: Wanted, now: Int64) -> AccessTarget {
-        let directory: UInt64, name: String
-        if !wanted.name.isEmpty {
-            (directory, name) = (wanted.node.id, wanted.name)
-        } else if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {
+        if !wanted.name.isEmpty { return target(in: wanted.node.id, named: wanted.name, wanted, now: now) }
+        if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {
             return directoryContext(wanted.node.id, now: now).target
-        } else {
-            (directory, name) = inodes.placement(of: wanted.node)
         }
+        let (directory, name) = inodes.placement(of: wanted.node)
+        return target(in: directory, named: name, wanted, now: now)
+    }
+
+    /// `target(of:now:)`, with the directory its path was spelled from (Filesystem+QuietPassage.swift): the
+    /// node that `wanted` names an item in, or the file's parent. Nil for a directory (its path
+    /// is its own context's) and for a parent no longer known.
+    func targetAndDirectory(of wanted: Wanted, now: Int64) -> (AccessTarget, directory: Inode?) {
+        if !wanted.name.isEmpty { return (target(in: wanted.node.id, named: wanted.name, wanted, now: now), wanted.node) }
+        if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID { return (target(of: wanted, now: now), nil) }
+        // The parent and the name read together: a rename between two reads would spell the
+        // path from one directory and shut the gate of another.
+        let (directory, name) = inodes.placementNode(of: wanted.node)
+        guard let directory else { return (target(of: wanted, now: now), nil) }
+        return (target(in: directory.id, named: name, wanted, now: now), directory)
+    }
+
+    private func target(in directory: UInt64, named name: String, _ wanted: Wanted, now: Int64) -> AccessTarget {
         let context = directoryContext(directory, now: now)
         let path = context.target.path.appending(name)
         // Whether a directory is itself a package is looked at per request: only directories

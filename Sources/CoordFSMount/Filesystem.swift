@@ -196,6 +196,12 @@ public final class Filesystem: @unchecked Sendable {
     /// request passes its quiet gate instead: nobody to wait for or to tell (`QuietGate`).
     func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
                     forTheCall: Bool = false, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+        coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
+    }
+
+    /// `coordinate`, taken again (`attempt` > 0) when what it held had moved before it held it.
+    private func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted?, nonBlocking: Bool,
+                            forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = self.mode(for: wanted)
@@ -205,41 +211,81 @@ public final class Filesystem: @unchecked Sendable {
             }
         }
         if mode == .off { return body(nil) }
-        if forTheCall && mayPassQuietly(wanted, other) && engine.passQuietly() {
-            statistics.coordinated.add()
-            statistics.passedQuietly.add()
-            body(nil)
-            return engine.endPassingQuietly()
+        if forTheCall && mayPassQuietly(wanted, other) {
+            if engine.passQuietly() {
+                if attempt == 0 { statistics.coordinated.add() }
+                statistics.passedQuietly.add()
+                body(nil)
+                return engine.endPassingQuietly()
+            }
+            if let passage = passBesideOpenFiles(wanted, other) {
+                if attempt == 0 { statistics.coordinated.add() }
+                statistics.passedQuietly.add()
+                statistics.passedBesideOpenFiles.add()
+                body(nil)
+                return endPassing(passage)
+            }
         }
         // One clock reading serves the request's caches.
         let now = coarseMilliseconds()
         guard let process = callingProcess(reply.req, now: now) else { return body(nil) }
         let identity = CoordinatorIdentity.process(process)
-        statistics.coordinated.add()
+        if attempt == 0 { statistics.coordinated.add() }
+        // Read before the targets are named: see `movedBeforeHeld`.
+        let movesSeen = inodes.placesGeneration.value
+        let again: @Sendable (RequestClaim) -> Void = { [self] stale in
+            statistics.takenAgain.add(1, ordering: .relaxed)
+            let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+            end(stale, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
+            coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: attempt + 1, body)
+        }
         let intents: [Intent]
         if other == nil && mode == .exclusive {
             // Most requests: one item, nothing in the way and nobody to ask. Without an intents
             // array unless the request has to wait. (Only a rename, of two items, reports a move.)
             // The engine keeps the intent it is given; one that waits is made again.
-            if let grant = engine.acquireAtOnce(Intent(wanted.kind, target(of: wanted, now: now)), for: identity) {
+            let (target, directory) = targetAndDirectory(of: wanted, now: now)
+            configuration.afterNamingTargets?()
+            var claim: RequestClaim?
+            if !forTheCall, let directory, target.enclosingPackages.isEmpty {
+                // An open, a create, a truncation: screened, it leaves the engine's second quiet
+                // gate open for requests in other directories (Filesystem+QuietPassage.swift).
+                directory.gate.shut()
+                if let grant = engine.acquireAtOnce(Intent(wanted.kind, target), for: identity, screened: true) {
+                    claim = .screened(grant, directory: directory)
+                } else {
+                    directory.gate.open()
+                }
+            } else if let grant = engine.acquireAtOnce(Intent(wanted.kind, target), for: identity) {
+                claim = .single(grant)
+            }
+            if let claim {
+                if movedBeforeHeld(CollectionOfOne(target.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
+                    return again(claim)
+                }
                 // Listed, it was made with no presenter registered: its end has nobody to tell
                 // unless one registers meanwhile, who then hears of it just before the reply
                 // instead of just after. Holding back nothing costs two per-thread lookups less.
-                if grant.isOnShortList { return body(.single(grant)) }
+                if claim.isOnShortList { return body(claim) }
                 holdNotifications()
-                body(.single(grant))
+                body(claim)
                 return deliverHeldNotifications()
             }
-            intents = [Intent(wanted.kind, target(of: wanted, now: now))]
+            intents = [Intent(wanted.kind, target)]
         } else {
             intents = if let other {
                 [Intent(wanted.kind, target(of: wanted, now: now)), Intent(other.kind, target(of: other, now: now))]
             } else {
                 [Intent(wanted.kind, target(of: wanted, now: now))]
             }
+            configuration.afterNamingTargets?()
             if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
+                let claim = RequestClaim.grant(grant, intents: intents)
+                if movedBeforeHeld(intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
+                    return again(claim)
+                }
                 holdNotifications()
-                body(.grant(grant, intents: intents))
+                body(claim)
                 return deliverHeldNotifications()
             }
         }
@@ -252,6 +298,11 @@ public final class Filesystem: @unchecked Sendable {
             switch result {
             case .success(let claim):
                 let held = RequestClaim.claim(claim)
+                // The paths as granted: moves reported while it waited are followed (C11).
+                if movedBeforeHeld(claim.intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt,
+                                   now: coarseMilliseconds()) {
+                    return again(held)
+                }
                 notifyingPresentersAfter(held) { body(held) }
             case .failure(let error):
                 let errno = Errno.from(coordination: error)
@@ -268,6 +319,29 @@ public final class Filesystem: @unchecked Sendable {
         }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { claim.cancel() }
+    }
+
+    /// Whether the items a claim was granted on (`granted`, in the order of `wanted`, `other`)
+    /// are no longer where the claim holds them.
+    ///
+    /// A request names its targets from the inode table, then asks the engine. A rename that
+    /// moves an item in between leaves the request holding the name the item has left. A rename
+    /// that holds a grant meanwhile makes the request wait and reports the move, which the
+    /// waiting request follows (C11); but a rename that passes a quiet gate holds nothing and
+    /// reports nothing, and the request's grant merely waits for it to leave the gate
+    /// (`QuietGate`, Filesystem+QuietPassage.swift). (Nor does a rename that begins and ends while the
+    /// request is between naming and asking, if its thread is preempted there.) So when a node
+    /// has moved since the targets were named (`InodeTable.placesGeneration`), they are named
+    /// again, and a claim whose targets differ is ended unused and taken again. Once held,
+    /// nothing moves its items without waiting for it. (After many attempts, unlikely but not
+    /// impossible while others keep moving the same item, the claim is kept as granted.)
+    private func movedBeforeHeld<Paths: Collection<ItemPath>>(_ granted: Paths, _ wanted: Wanted, _ other: Wanted?,
+                                                             since seen: Int, attempt: Int, now: Int64) -> Bool {
+        guard attempt < 64, inodes.placesGeneration.value != seen else { return false }
+        var paths = granted.makeIterator()
+        if paths.next() != target(of: wanted, now: now).path { return true }
+        if let other, paths.next() != target(of: other, now: now).path { return true }
+        return false
     }
 
     /// Whether a request for the call may pass the quiet gate: its items lie on the backing's

@@ -1,4 +1,5 @@
 import CFuse3
+import Coordination
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -42,6 +43,9 @@ final class Inode: @unchecked Sendable {
     /// made in it). Then the next lookup in it tries `InodeTable.knownChild` first; otherwise
     /// the probe would most likely miss, a call spent for nothing, as on a first walk of a tree.
     let childrenAreKnown = Atomic<Bool>(false)
+    /// Of a directory: shut while a file in it is held open under a screened grant
+    /// (Filesystem+QuietPassage.swift).
+    let gate = QuietGate()
 
     struct Place: Equatable {
         let parent: UInt64
@@ -172,6 +176,9 @@ final class InodeTable: Sendable {
     /// Bumped whenever a directory is known by another parent or name: every path at or below
     /// it changed, and paths remembered from before (`DirectoryContexts`) are stale.
     let directoryNamesGeneration = LoneCounter()
+    /// Bumped whenever a node is known by another parent or name, file or directory: a path
+    /// named from the table before may be stale (`Filesystem.movedBeforeHeld`).
+    let placesGeneration = LoneCounter()
     /// Nodes with other places (files with hard links looked up by several names): while there
     /// are none, removing a name needs no look at what it named (`nameGoing`).
     private let nodesWithOtherPlaces = Atomic<Int>(0)
@@ -180,9 +187,11 @@ final class InodeTable: Sendable {
     /// have other places.
     private func changingPlaces(of inode: Inode, _ change: (Inode) -> Void) {
         let hadOthers = !inode.otherPlaces.isEmpty
+        let (parent, name) = (inode.parent, inode.name)
         change(inode)
         let hasOthers = !inode.otherPlaces.isEmpty
         if hadOthers != hasOthers { nodesWithOtherPlaces.add(hasOthers ? 1 : -1, ordering: .relaxed) }
+        if inode.parent != parent || inode.name != name { placesGeneration.increment() }
     }
 
     init(rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true) {
@@ -607,6 +616,12 @@ final class InodeTable: Sendable {
     /// The parent and name a node was last reached by.
     func placement(of inode: Inode) -> (parent: UInt64, name: String) {
         state.withLock { _ in (inode.parent, inode.name) }
+    }
+
+    /// `placement`, with the parent's node (nil for the root, or a parent no longer known).
+    func placementNode(of inode: Inode) -> (parent: Inode?, name: String) {
+        if inode.id == Self.rootID { return (nil, "") }
+        return state.withLock { state in (inode.parent == Self.rootID ? root : state.byID[inode.parent], inode.name) }
     }
 
     /// The node known for (device, inode number), if any.

@@ -59,6 +59,9 @@ public struct MountConfiguration: Sendable {
     public var socketPath: String?
     /// Whether to serve the control socket at all.
     public var servesControlSocket = true
+    /// For tests: called by a coordinated request once it has named its targets, before it asks
+    /// the engine (a test can move them meanwhile).
+    public var afterNamingTargets: (@Sendable () -> Void)?
 
     /// Whether other users may use the mount (and so the control socket).
     public var allowsOthers: Bool { fuseOptions.contains("allow_other") }

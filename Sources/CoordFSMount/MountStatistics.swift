@@ -6,8 +6,14 @@ import Synchronization
 final class MountStatistics: Sendable {
     /// Every coordinated request adds to it: striped by CPU.
     let coordinated = StripedCounter()
-    /// Those that passed the engine's quiet gate (`Filesystem.coordinate`, `forTheCall`).
+    /// Those that passed one of the engine's quiet gates (`Filesystem.coordinate`, `forTheCall`).
     let passedQuietly = StripedCounter()
+    /// Those among them that passed beside files held open, through their directories' gates
+    /// (Filesystem+QuietPassage.swift).
+    let passedBesideOpenFiles = StripedCounter()
+    /// Claims ended unused and taken again: their items had moved before they held them
+    /// (`Filesystem.movedBeforeHeld`).
+    let takenAgain = Atomic<Int>(0)
     let waited = Atomic<Int>(0)
     let timedOut = Atomic<Int>(0)
     let deadlocks = Atomic<Int>(0)
@@ -41,6 +47,8 @@ final class MountStatistics: Sendable {
     var json: String {
         let fields: [(String, Int)] = [
             ("coordinated", coordinated.value), ("passed_quietly", passedQuietly.value),
+            ("passed_beside_open_files", passedBesideOpenFiles.value),
+            ("taken_again", takenAgain.load(ordering: .relaxed)),
             ("waited", waited.load(ordering: .relaxed)),
             ("timed_out", timedOut.load(ordering: .relaxed)), ("deadlocks", deadlocks.load(ordering: .relaxed)),
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),

@@ -13,14 +13,26 @@ enum RequestClaim: Sendable {
     /// Granted at once for one item (`CoordinationEngine.acquireAtOnce(_:for:)`): it reports no
     /// move, so it keeps no intents.
     case single(GrantID)
+    /// `single`, screened (Filesystem+QuietPassage.swift): `directory`'s gate was shut for it, and is opened
+    /// again when it ends. Ended exactly once, as every claim is.
+    case screened(GrantID, directory: Inode)
     case claim(AccessClaim)
+
+    /// Kept on the engine's short list: its end has nobody to tell unless a presenter registered
+    /// meanwhile.
+    var isOnShortList: Bool {
+        switch self {
+        case .single(let id), .screened(let id, _): id.isOnShortList
+        case .grant, .claim: false
+        }
+    }
 
     /// The intents as granted: paths moved while the request waited are updated (C11). A single
     /// claim has none to give.
     var intents: [Intent] {
         switch self {
         case .grant(_, let intents): intents
-        case .single: []
+        case .single, .screened: []
         case .claim(let claim): claim.intents
         }
     }
@@ -62,10 +74,14 @@ extension Filesystem {
         for deliveries in due { domain.deliver(deliveries) }
     }
 
-    /// Ends `claim`; `outcome` says what happened to its one item. Ending twice does nothing.
+    /// Ends `claim`; `outcome` says what happened to its one item.
     func end(_ claim: RequestClaim?, outcome: IntentOutcome) {
         switch claim {
         case .grant(let id, _), .single(let id): engine.release(id, outcome: outcome) { notify($0) }
+        case .screened(let id, let directory):
+            // Opened after the release: until then a request passing it could overlap the grant.
+            engine.release(id, outcome: outcome) { notify($0) }
+            directory.gate.open()
         case .claim(let claim): claim.end(outcome: outcome)
         case nil: break
         }
@@ -75,6 +91,9 @@ extension Filesystem {
     func end(_ claim: RequestClaim?, outcomes: [IntentOutcome]) {
         switch claim {
         case .grant(let id, _), .single(let id): engine.release(id, outcomes: outcomes) { notify($0) }
+        case .screened(let id, let directory):
+            engine.release(id, outcomes: outcomes) { notify($0) }
+            directory.gate.open()
         case .claim(let claim): claim.end(outcomes: outcomes)
         case nil: break
         }
@@ -83,7 +102,7 @@ extension Filesystem {
     /// Reports a move made under `claim`: presenters follow it (C15).
     func reportMove(_ claim: RequestClaim, from source: AccessTarget, to destination: AccessTarget) {
         switch claim {
-        case .single:
+        case .single, .screened:
             assertionFailure("a single claim reports no move")
         case .grant(let id, _):
             // An ended grant has no move to report.

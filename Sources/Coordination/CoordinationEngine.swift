@@ -13,23 +13,34 @@ public final class CoordinationEngine: Sendable {
     public typealias Resume = @Sendable (Result<Grant, CoordinationError>) -> Void
 
     let state = Mutex(State())
+    /// Open while the engine holds nothing.
     let quietGate = QuietGate()
+    /// Open while it holds nothing but screened grants (`Quietness.onlyScreenedGrants`).
+    let screenedGate = QuietGate()
 
     public init() {}
 
     /// Runs `body` under the lock, as every section that may change what the engine holds does:
-    /// it closes the quiet gate when the engine comes to hold something and opens it when it
-    /// holds nothing again, and returns only once nobody passes the gate who entered before it
-    /// closed (`QuietGate`).
+    /// it closes each quiet gate when the engine comes to hold more than the gate allows and
+    /// opens it when that is over, and returns only once nobody passes a closed gate who
+    /// entered before it closed (`QuietGate`).
     @inline(__always)
     func withState<Result, E: Error>(_ body: (inout State) throws(E) -> sending Result) throws(E) -> sending Result {
-        defer { quietGate.waitForPassersBy() }
+        defer {
+            quietGate.waitForPassersBy()
+            screenedGate.waitForPassersBy()
+        }
         return try state.withLock { state throws(E) -> sending Result in
             defer {
-                let quiet = state.isQuiet
+                let onlyScreened = state.holdsOnlyScreenedGrants
+                let quiet = onlyScreened && state.shortList.isEmpty
                 if quiet == state.quietGateClosed {
                     state.quietGateClosed = !quiet
-                    quietGate.set(open: quiet)
+                    if quiet { quietGate.open() } else { quietGate.close() }
+                }
+                if onlyScreened == state.screenedGateClosed {
+                    state.screenedGateClosed = !onlyScreened
+                    if onlyScreened { screenedGate.open() } else { screenedGate.close() }
                 }
             }
             return try body(&state)
@@ -38,16 +49,42 @@ public final class CoordinationEngine: Sendable {
 
     // MARK: Passing quietly
 
-    /// Lets a short access pass without a grant while the engine holds nothing (`QuietGate`):
-    /// true, and the caller calls `endPassingQuietly()` when it is done, without calling the
-    /// engine meanwhile; false, and it coordinates as usual.
-    public func passQuietly() -> Bool { quietGate.enter() }
+    /// How much the engine may hold while an access passes it (`passQuietly`).
+    public enum Quietness: Sendable {
+        /// Nothing: no grant, waiter, presenter or service.
+        case nothingHeld
+        /// Nothing but screened grants (`acquireAtOnce(_:for:screened:)`). The access must also
+        /// pass the gates that the owners of those grants keep, which they closed before asking.
+        case onlyScreenedGrants
+    }
 
-    /// Ends an access that `passQuietly` let through.
-    public func endPassingQuietly() { quietGate.leave() }
+    /// Lets a short access pass without a grant while the engine holds no more than `quietness`
+    /// allows (`QuietGate`): true, and the caller calls `endPassingQuietly(quietness)` when it is
+    /// done, without calling the engine meanwhile; false, and it coordinates as usual.
+    public func passQuietly(_ quietness: Quietness = .nothingHeld) -> Bool {
+        switch quietness {
+        case .nothingHeld: quietGate.enter()
+        case .onlyScreenedGrants: screenedGate.enter()
+        }
+    }
 
-    /// Accesses passing quietly now, and whether the gate lets more through.
-    public var quietPassage: (passing: Int, isOpen: Bool) { quietGate.status }
+    /// Ends an access that `passQuietly(quietness)` let through.
+    public func endPassingQuietly(_ quietness: Quietness = .nothingHeld) {
+        switch quietness {
+        case .nothingHeld: quietGate.leave()
+        case .onlyScreenedGrants: screenedGate.leave()
+        }
+    }
+
+    /// Accesses passing now, and whether the gate lets more through.
+    public func quietPassage(_ quietness: Quietness = .nothingHeld) -> (passing: Int, isOpen: Bool) {
+        let status = switch quietness {
+        case .nothingHeld: quietGate.status
+        case .onlyScreenedGrants: screenedGate.status
+        }
+        return (status.passing, status.closers == 0)
+    }
+
 
     // MARK: Acquisition
 
@@ -98,7 +135,14 @@ public final class CoordinationEngine: Sendable {
     /// (`ShortList`), which costs less to take and to end; it blocks and is released like any
     /// grant, has nothing to finish messaging and cannot report a move (`reportMove` throws
     /// `.notInsideWrite`). A caller that may move the item uses `acquireAtOnce(_:)`.
-    public func acquireAtOnce(_ intent: consuming Intent, for identity: CoordinatorIdentity) -> GrantID? {
+    ///
+    /// `screened`: the caller keeps the grant from every access that passes the engine beside
+    /// screened grants (`Quietness.onlyScreenedGrants`): it keeps gates of its own, which such
+    /// an access passes too, and it closed them (waiting for those passing) before asking, and
+    /// opens them only after the release. Only a grant kept on the short list is screened; one
+    /// from the tables closes the engine's gate as any grant does.
+    public func acquireAtOnce(_ intent: consuming Intent, for identity: CoordinatorIdentity,
+                              screened: Bool = false) -> GrantID? {
         if !intent.isValid { return nil }
         let kind = LockKind(intent)
         // Moved into the lock's closure and on into the grant, never copied.
@@ -107,7 +151,7 @@ public final class CoordinationEngine: Sendable {
             guard state.suitsShortList(kind) else {
                 return state.grantAtOnce(AccessRequest(identity: identity, intents: [given.take()!], waits: false))
             }
-            return state.grantOnShortList(given.take()!, kind: kind, for: identity)
+            return state.grantOnShortList(given.take()!, kind: kind, for: identity, screened: screened)
         }
     }
 

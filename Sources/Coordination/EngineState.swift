@@ -85,14 +85,19 @@ struct State: ~Copyable {
     var presenters: [PresenterID: PresenterRecord] = [:]
     var presenterTree = PresenterTree()
     var services: [ServiceRegistrationID: ServiceRecord] = [:]
-    /// Whether the quiet gate is closed: kept here so that the lock sections that do not change
-    /// it leave the gate's word alone (passers-by write it).
+    /// Whether each quiet gate is closed: kept here so that the lock sections that do not change
+    /// one leave its word alone (passers-by write it).
     var quietGateClosed = false
+    var screenedGateClosed = false
+
+    /// Holds nothing but screened grants: an access that its owners' own gates let through
+    /// would conflict with nobody and have nobody to tell.
+    var holdsOnlyScreenedGrants: Bool {
+        grants.count == 0 && shortList.unscreenedCount == 0 && waiting.isEmpty && presenters.isEmpty && services.isEmpty
+    }
 
     /// Holds nothing: a short access would conflict with nobody and have nobody to tell.
-    var isQuiet: Bool {
-        grants.count == 0 && shortList.isEmpty && waiting.isEmpty && presenters.isEmpty && services.isEmpty
-    }
+    var isQuiet: Bool { holdsOnlyScreenedGrants && shortList.isEmpty }
 
     mutating func takeNumber() -> UInt64 {
         lastNumber += 1
@@ -213,7 +218,7 @@ struct State: ~Copyable {
     /// Grants `intent` (of `kind`, which `suitsShortList`) on the short list; nil when something
     /// holds what it wants. The listed grant keeps `intent` itself: it is not copied.
     mutating func grantOnShortList(_ intent: consuming Intent, kind: LockKind,
-                                   for identity: CoordinatorIdentity) -> GrantID? {
+                                   for identity: CoordinatorIdentity, screened: Bool = false) -> GrantID? {
         let path = LockMode.lockedPath(intent)
         // An empty hold table (the usual case on a mount) is not probed.
         if holds.count > 0, let sameItem = holds[path] {
@@ -223,7 +228,8 @@ struct State: ~Copyable {
         }
         if shortList.blocks(kind, on: path, for: identity) { return nil }
         let number = takeNumber()
-        shortList.add(ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent), lockedPath: path)
+        shortList.add(ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent, screened: screened),
+                      lockedPath: path)
         return GrantID(shortListNumber: number)
     }
 

@@ -48,7 +48,7 @@ import Glibc
         let lines = status.output.split(separator: "\n").map(String.init)
         let queues = try fx.statistics()["ring_queues"] ?? 0
         #expect(lines.contains(queues > 0 ? "requests: FUSE over io_uring, \(queues) queues at nice -5" : "requests: /dev/fuse, workers at nice -5"), "\(lines)")
-        #expect(lines.contains { $0.hasPrefix("coordinated: ") && $0.contains("passed the quiet gate") }, "\(lines)")
+        #expect(lines.contains { $0.hasPrefix("coordinated: ") && $0.contains("passed the quiet gates") }, "\(lines)")
         #expect(lines.contains { $0.hasPrefix("HOLD") && $0.contains(String(holder.pid)) && $0.contains("python3") && $0.contains("write") })
         #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(waiter.pid)) && $0.contains("pid:\(holder.pid)") })
         #expect(lines.contains { $0.hasPrefix("PRESENT") && $0.contains(String(watcher.pid)) })

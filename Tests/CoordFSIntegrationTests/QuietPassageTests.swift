@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 #if canImport(Glibc)
@@ -6,8 +7,8 @@ import Glibc
 #endif
 
 /// Requests held only for their call (mkdir, rename, setattr, unlink, rmdir; not a truncation)
-/// pass the engine's quiet gate while it holds nothing, and are coordinated in full as soon as
-/// it holds anything.
+/// pass the engine's quiet gate while it holds nothing, and beside files held open in other
+/// directories; otherwise they are coordinated in full.
 @Suite(.serialized) struct QuietPassage {
     /// Runs namespace changes in `directory` of the mount from one Python process, holding
     /// `held` open (for reading) meanwhile when given; returns the change of the mount's
@@ -72,25 +73,148 @@ import Glibc
         #expect(try Self.changes(fx, held: nil)["passed_quietly"] == 4)
     }
 
-    /// The gate closes and opens many times a second (opens, `coordfs watch` coming and going)
-    /// while namespace changes pass it or not: nothing is lost, nothing hangs, and the engine
-    /// ends idle.
+    /// With files held open, and nothing else held, requests pass beside them in directories
+    /// where no file is held (Filesystem+QuietPassage.swift); requests about a held file, in its directory or
+    /// over a subtree still wait for it.
+    @Test func requestsPassBesideFilesHeldOpenInOtherDirectories() throws {
+        let fx = try MountFixture(["--wait-timeout", "1"])
+        try fx.seed("held/h.txt", "kept\n")
+        try fx.seed("held/other.txt")
+        try fx.seed("work/f.txt")
+        try fx.seed("t.txt")
+        let holder = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("held/h.txt"))") == "ok 1")
+        #expect(holder.ask("open r \(fx.path("t.txt"))") == "ok 2", "a second held file, in another directory")
+        let script = """
+            import errno, json, os, sys
+            root = sys.argv[1]
+            def stats(): return json.loads(os.getxattr(root, "user.coordfs.stats"))
+            def delta(before):
+                after = stats()
+                return {k: after[k] - before[k] for k in ("coordinated", "passed_quietly", "passed_beside_open_files")}
+            def attempt(call, *arguments):
+                try:
+                    call(*arguments)
+                    return "ok"
+                except OSError as error:
+                    return errno.errorcode[error.errno]
+            w = lambda name: os.path.join(root, "work", name)
+            h = lambda name: os.path.join(root, "held", name)
+            report = {}
+            before = stats()
+            os.mkdir(w("d"))                              # MKDIR: passes
+            os.symlink("f.txt", w("s"))                   # SYMLINK: passes
+            os.rename(w("s"), w("s2"))                    # RENAME of a symlink: passes
+            os.chmod(w("f.txt"), 0o600)                   # SETATTR: passes
+            os.setxattr(w("f.txt"), "user.k", b"v")       # SETXATTR: passes
+            os.link(w("f.txt"), w("f2.txt"))              # LINK: passes
+            os.unlink(w("f2.txt"))                        # UNLINK: passes
+            os.unlink(w("s2"))                            # UNLINK: passes
+            os.rename(w("d"), w("d2"))                    # RENAME of a directory: coordinated
+            os.rmdir(w("d2"))                             # RMDIR: coordinated
+            report["work"] = delta(before)
+            before = stats()
+            report["other"] = attempt(os.unlink, h("other.txt"))       # beside h.txt: coordinated
+            report["into held"] = attempt(os.rename, w("f.txt"), h("f.txt"))
+            report["in held"] = delta(before)
+            report["unlink"] = attempt(os.unlink, h("h.txt"))
+            report["chmod"] = attempt(os.chmod, h("h.txt"), 0o600)
+            report["rename"] = attempt(os.rename, h("h.txt"), w("h.txt"))
+            report["rename dir"] = attempt(os.rename, h(""), os.path.join(root, "held2"))
+            print(json.dumps(report))
+            """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
+        #expect(result.status == 0, "\(result.errors)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+        let work = report["work"] as? [String: Int] ?? [:]
+        #expect(work["coordinated"] == 10, "\(report)")
+        #expect(work["passed_quietly"] == 8 && work["passed_beside_open_files"] == 8, "\(report)")
+        let held = report["in held"] as? [String: Int] ?? [:]
+        #expect(report["other"] as? String == "ok" && report["into held"] as? String == "ok", "\(report)")
+        #expect(held["coordinated"] == 2 && held["passed_quietly"] == 0, "a file is held in that directory: \(report)")
+        for conflicting in ["unlink", "chmod", "rename", "rename dir"] {
+            #expect(report[conflicting] as? String == "EBUSY", "\(conflicting) waits for the held file: \(report)")
+        }
+        #expect(try fx.statistics()["timed_out"] == 4)
+        #expect(holder.ask("write 1 more") == "ok")
+        #expect(holder.ask("close all") == "ok")
+        #expect(try String(contentsOfFile: fx.backingPath("held/h.txt"), encoding: .utf8) == "kept\nmore\n")
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("held/f.txt")))
+        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("held/other.txt")))
+        #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
+        #expect(try Self.changes(fx, held: nil)["passed_quietly"] == 4, "closed, the engine holds nothing")
+    }
+
+    /// Stops the first coordinated request after it is armed, once it has named its targets,
+    /// until told to go on.
+    final class NamingPause: Sendable {
+        private let armed = Atomic<Bool>(false)
+        let reached = DispatchSemaphore(value: 0)
+        let proceed = DispatchSemaphore(value: 0)
+        func arm() { armed.store(true, ordering: .sequentiallyConsistent) }
+        func pauseIfArmed() {
+            guard armed.exchange(false, ordering: .sequentiallyConsistent) else { return }
+            reached.signal()
+            proceed.wait()
+        }
+    }
+
+    /// A rename that passes the quiet gate holds nothing and reports no move. One that runs
+    /// after an open has named its file and before the open is granted must not leave the open
+    /// holding the name the file has left: the open names its file again and holds the new name.
+    /// So too when the rename holds a grant (a file is held in its directory), begun and ended
+    /// in that moment, as when the open's thread is preempted there.
+    @Test(arguments: [false, true]) func anOpenHoldsTheNameItsFileHasOnceHeld(fileHeldBeside: Bool) throws {
+        let pause = NamingPause()
+        // Served through /dev/fuse by several threads: the paused open holds one of them.
+        let fx = try MountFixture(inProcess: {
+            $0.ioUring = false
+            $0.afterNamingTargets = { pause.pauseIfArmed() }
+        })
+        try fx.seed("a.txt", "kept\n")
+        try fx.seed("beside.txt")
+        let holder = try Child.holder()
+        if fileHeldBeside { #expect(holder.ask("open r \(fx.path("beside.txt"))") == "ok 1") }
+        pause.arm()
+        let opened = Atomic<Int32>(-2)
+        let path = fx.path("a.txt")
+        Thread { opened.store(open(path, O_RDWR), ordering: .sequentiallyConsistent) }.start()
+        #expect(pause.reached.wait(timeout: .now() + 10) == .success, "the open names a.txt")
+        let moved = try run("/bin/mv", [fx.path("a.txt"), fx.path("b.txt")])
+        #expect(moved.status == 0, "\(moved.errors)")
+        #expect(try fx.statistics()["passed_quietly"] == (fileHeldBeside ? 0 : 1), "the rename passed, or not")
+        pause.proceed.signal()
+        #expect(eventually { opened.load(ordering: .sequentiallyConsistent) != -2 })
+        let fd = opened.load(ordering: .sequentiallyConsistent)
+        #expect(fd >= 0)
+        let state = try fx.state()
+        #expect(state.contains(fx.path("b.txt")) && !state.contains(fx.path("a.txt")), "held by its new name: \(state)")
+        #expect(try fx.statistics()["taken_again"] == 1)
+        if fd >= 0 { close(fd) }
+        #expect(holder.ask("close all") == "ok")
+        #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
+    }
+
+    /// The gates close and open many times a second (opens, `coordfs watch` coming and going)
+    /// while namespace changes pass them or not: nothing is lost, nothing hangs, nothing happens
+    /// to a name while its file is held, and the engine ends idle.
     @Test func churnThroughTheGateLosesNothing() throws {
         let fx = try MountFixture()
         let script = Paths.scripts.appendingPathComponent("gate_churn.py").path
-        let result = try run("/usr/bin/python3", [script, Paths.binary.path, fx.mountPoint.path, "3"])
+        let result = try run("/usr/bin/python3", [script, Paths.binary.path, fx.mountPoint.path, fx.backing.path, "3"])
         #expect(result.status == 0, "\(result.errors)")
         let reports = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]] ?? []
-        #expect(reports.count == 5, "\(result.output)")
+        #expect(reports.count == 7, "\(result.output)")
         for report in reports {
             #expect((report["rounds"] as? Int ?? 0) > 0, "\(report)")
-            #expect((report["wrong"] as? [Int])?.isEmpty == true, "read back what was written: \(report)")
+            #expect((report["wrong"] as? [Int])?.isEmpty == true, "read back what was written, kept what was held: \(report)")
         }
         let statistics = try fx.statistics()
         #expect((statistics["passed_quietly"] ?? 0) > 0, "\(statistics)")
+        #expect((statistics["passed_beside_open_files"] ?? 0) > 0, "\(statistics)")
         #expect((statistics["coordinated"] ?? 0) > (statistics["passed_quietly"] ?? 0), "\(statistics)")
         #expect(statistics["timed_out"] == 0 && statistics["deadlocks"] == 0, "\(statistics)")
         #expect(eventually { (try? fx.state())?.contains("(idle)") == true }, "the engine ends idle")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: fx.backing.path).filter { !$0.hasPrefix("o") }.isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fx.backing.path).filter { !$0.hasPrefix("o") && $0 != "k" }.isEmpty)
     }
 }

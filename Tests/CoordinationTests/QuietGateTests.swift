@@ -66,7 +66,7 @@ import Testing
         #expect(!passes(engine))
         engine.endSession(of: .process(5))
         #expect(passes(engine))
-        #expect(engine.quietPassage == (passing: 0, isOpen: true))
+        #expect(engine.quietPassage() == (passing: 0, isOpen: true))
     }
 
     /// A grant and a registration made while an access passes wait until it has passed: neither
@@ -88,7 +88,7 @@ import Testing
             // The gate closes as soon as the engine holds the new thing; the giver still waits.
             var closed = false
             for _ in 0..<2000 where !closed {
-                closed = !engine.quietPassage.isOpen
+                closed = !engine.quietPassage().isOpen
                 if !closed { try await Task.sleep(for: .milliseconds(1)) }
             }
             #expect(closed, "\(give): the gate closes")
@@ -102,7 +102,151 @@ import Testing
             }
             let givenAtLast = given.isSet
             #expect(givenAtLast, "\(give): returned once the access had passed")
-            #expect(engine.quietPassage == (passing: 0, isOpen: false))
+            #expect(engine.quietPassage() == (passing: 0, isOpen: false))
         }
+    }
+
+    /// Passes the second gate once (`onlyScreenedGrants`) and reports whether it let it through.
+    func passesBeside(_ engine: CoordinationEngine) -> Bool {
+        guard engine.passQuietly(.onlyScreenedGrants) else { return false }
+        engine.endPassingQuietly(.onlyScreenedGrants)
+        return true
+    }
+
+    /// Screened grants shut the first gate (the engine holds something) and leave the second
+    /// open; anything else the engine holds shuts both.
+    @Test func screenedGrantsLeaveOnlyTheSecondGateOpen() throws {
+        let engine = CoordinationEngine()
+        #expect(passes(engine) && passesBeside(engine), "a new engine holds nothing")
+
+        let screened = try #require(engine.acquireAtOnce(.write(a), for: .process(1), screened: true))
+        #expect(screened.isOnShortList)
+        #expect(!passes(engine), "the engine holds a grant")
+        #expect(passesBeside(engine), "only a screened one")
+
+        // Whatever else it comes to hold shuts the second gate too, until it is over.
+        let listed = try #require(engine.acquireAtOnce(.read(b), for: .process(2)))
+        #expect(!passesBeside(engine), "an unscreened listed grant")
+        engine.release(listed)
+        #expect(passesBeside(engine))
+        let tabled = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(2), intents: [.read(b), .read(ItemPath("/c")!)])))
+        #expect(!passesBeside(engine), "a grant from the tables")
+        engine.release(tabled)
+        #expect(passesBeside(engine))
+        guard case .waiting(let ticket) = engine.acquire(AccessRequest(identity: .process(2), intents: [.read(a)]), resume: { _ in })
+        else { Issue.record("expected to wait behind the screened write"); return }
+        #expect(!passesBeside(engine), "a waiter")
+        #expect(engine.abandon(ticket, because: .cancelled))
+        #expect(passesBeside(engine))
+        let presenter = engine.addPresenter(PresenterRecord(owner: .process(3), path: b))
+        #expect(!passesBeside(engine), "a presenter")
+        engine.removePresenter(presenter)
+        let service = try engine.vendService(named: "s", at: b, owner: .process(4))
+        #expect(!passesBeside(engine), "a service")
+        engine.withdrawService(service)
+        #expect(passesBeside(engine))
+
+        // A screened grant that does not go on the short list (it is full) is not screened.
+        var more: [GrantID] = []
+        for index in 0..<ShortList.capacity - 1 {
+            more.append(try #require(engine.acquireAtOnce(.read(ItemPath("/f\(index)")!), for: .process(5), screened: true)))
+        }
+        #expect(passesBeside(engine), "a full list of screened grants")
+        let overflow = try #require(engine.acquireAtOnce(.read(ItemPath("/g")!), for: .process(5), screened: true))
+        #expect(!overflow.isOnShortList)
+        #expect(!passesBeside(engine), "the grant past the list came from the tables")
+        engine.release(overflow)
+        #expect(passesBeside(engine))
+
+        // Ended, by release or with their session: both gates open again.
+        engine.endSession(of: .process(5))
+        #expect(!passes(engine) && passesBeside(engine))
+        engine.release(screened)
+        #expect(passes(engine) && passesBeside(engine))
+        #expect(engine.quietPassage(.onlyScreenedGrants) == (passing: 0, isOpen: true))
+    }
+
+    /// An unscreened grant made while an access passes beside screened grants waits until it
+    /// has passed; a screened one does not (its owner's own gate kept them apart).
+    @Test func anUnscreenedGrantWaitsForThoseWhoPassedBesideScreenedOnes() async throws {
+        let engine = CoordinationEngine()
+        let held = try #require(engine.acquireAtOnce(.read(a), for: .process(1), screened: true))
+        #expect(engine.passQuietly(.onlyScreenedGrants))
+        // Another screened grant is given at once.
+        let second = try #require(engine.acquireAtOnce(.read(b), for: .process(2), screened: true))
+        let given = Flag()
+        let giving = Thread {
+            _ = engine.acquireAtOnce(.write(self.b), for: .process(2))
+            given.set()
+        }
+        giving.start()
+        var closed = false
+        for _ in 0..<2000 where !closed {
+            closed = !engine.quietPassage(.onlyScreenedGrants).isOpen
+            if !closed { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        #expect(closed, "the second gate closes")
+        try await Task.sleep(for: .milliseconds(100))
+        let givenEarly = given.isSet
+        #expect(!givenEarly, "returned while an access was passing")
+        engine.endPassingQuietly(.onlyScreenedGrants)
+        for _ in 0..<2000 where !given.isSet { try await Task.sleep(for: .milliseconds(1)) }
+        let givenAtLast = given.isSet
+        #expect(givenAtLast, "returned once the access had passed")
+        engine.release(held)
+        engine.release(second)
+    }
+
+    final class Gate: Sendable {
+        let gate = QuietGate()
+        private let waited = Atomic<Bool>(false)
+        func closeAndWaitInBackground() {
+            Thread {
+                self.gate.close()
+                self.gate.waitForPassersBy()
+                self.waited.store(true, ordering: .sequentiallyConsistent)
+            }.start()
+        }
+        var hasWaited: Bool { waited.load(ordering: .sequentiallyConsistent) }
+        func enters() -> Bool { gate.enter() }
+        var status: (passing: Int, closers: Int) { gate.status }
+    }
+
+    /// Closers are counted (a mount's directory is shut once for each file held in it): the
+    /// gate opens when the last one opens it.
+    @Test func staysClosedUntilEveryCloserHasOpenedIt() {
+        let directory = Gate()
+        #expect(directory.enters())
+        directory.gate.leave()
+        directory.gate.close()
+        directory.gate.close()
+        #expect(directory.status == (passing: 0, closers: 2))
+        #expect(!directory.enters(), "closed")
+        directory.gate.open()
+        #expect(!directory.enters(), "another closer still keeps it closed")
+        directory.gate.open()
+        #expect(directory.enters())
+        #expect(directory.status == (passing: 1, closers: 0))
+        directory.gate.leave()
+    }
+
+    @Test func aCloserWaitsForEveryoneWhoEnteredBefore() async throws {
+        let directory = Gate()
+        #expect(directory.enters())
+        #expect(directory.enters())
+        directory.closeAndWaitInBackground()
+        for _ in 0..<2000 where directory.status.closers == 0 { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(directory.status == (passing: 2, closers: 1))
+        #expect(!directory.enters(), "nobody new passes")
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(!directory.hasWaited, "two are still passing")
+        directory.gate.leave()
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(!directory.hasWaited, "one is still passing")
+        directory.gate.leave()
+        for _ in 0..<2000 where !directory.hasWaited { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(directory.hasWaited, "returns once both have passed")
+        directory.gate.open()
+        #expect(directory.status == (passing: 0, closers: 0))
     }
 }

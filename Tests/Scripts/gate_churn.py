@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Churn that opens and closes the quiet gate many times a second, for the quiet-passage test.
 
-  gate_churn.py COORDFS_BINARY MOUNT SECONDS
+  gate_churn.py COORDFS_BINARY MOUNT BACKING SECONDS
 
 Three processes make, rename, chmod and remove directories and write, rename, read back and
-unlink files (requests that pass the gate while the engine holds nothing); their own opens,
-one process that opens and closes files, and `coordfs watch` started and killed again and
-again close it. Prints one JSON line: each worker's rounds and the rounds whose read-back
-differed from what was written.
+unlink files (requests that pass the gate while the engine holds nothing, or beside files held
+open in other directories); their own opens, one process that opens and closes files, and
+`coordfs watch` started and killed again and again close it. A keeper holds files of its
+directory open in turn while a raider renames, chmods and replaces them: the keeper checks
+that nothing happened to a name while it held it (the raider's requests must have waited),
+looking in the backing directory: the kernel's caches may show a change a moment late.
+Prints one JSON line: each worker's rounds and the rounds whose check failed.
 """
 import json
 import multiprocessing
@@ -16,7 +19,7 @@ import subprocess
 import sys
 import time
 
-binary, mount, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+binary, mount, backing, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 
 
 def namer(index, results):
@@ -52,6 +55,60 @@ def opener(results):
     results.put(("opener", rounds, []))
 
 
+KEPT = 5
+
+
+def kept(index, under=None):
+    return os.path.join(under or mount, "k", "f%d" % index)
+
+
+def keeper(results):
+    rounds, wrong = 0, []
+    end = time.time() + seconds
+    while time.time() < end:
+        path, behind = kept(rounds % KEPT), kept(rounds % KEPT, backing)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            rounds += 1     # moved away by the raider just now
+            continue
+        # The open's lookup and its request are two steps: the raider may have moved the file
+        # between them, and the open then holds the name the file had at its request. Only
+        # when the name still leads to the file is that name the one held.
+        held = os.fstat(fd)
+        try:
+            named = os.stat(behind)
+        except FileNotFoundError:
+            named = None
+        if named is not None and named.st_ino == held.st_ino:
+            # Held, the name leads to the same file, with the same mode, until the close.
+            time.sleep(0.002)
+            try:
+                after = os.stat(behind)
+            except FileNotFoundError:
+                after = None
+            if after is None or (after.st_ino, after.st_mode) != (named.st_ino, named.st_mode):
+                wrong.append(rounds)
+        os.close(fd)
+        rounds += 1
+    results.put(("keeper", rounds, wrong))
+
+
+def raider(results):
+    rounds = 0
+    end = time.time() + seconds
+    while time.time() < end:
+        path = kept(rounds % KEPT)
+        os.chmod(path, 0o600 if rounds % 2 else 0o644)
+        os.rename(path, path + ".away")
+        os.rename(path + ".away", path)
+        with open(path + ".new", "wb") as f:
+            f.write(b"%d" % rounds)
+        os.rename(path + ".new", path)      # replaces the kept name with another file
+        rounds += 1
+    results.put(("raider", rounds, []))
+
+
 def watcher(results):
     rounds = 0
     end = time.time() + seconds
@@ -64,10 +121,13 @@ def watcher(results):
     results.put(("watcher", rounds, []))
 
 
+os.makedirs(os.path.join(mount, "k"), exist_ok=True)
+for index in range(KEPT):
+    with open(kept(index), "wb") as f:
+        f.write(b"kept")
 results = multiprocessing.Queue()
 workers = ([multiprocessing.Process(target=namer, args=(i, results)) for i in range(3)]
-           + [multiprocessing.Process(target=opener, args=(results,)),
-              multiprocessing.Process(target=watcher, args=(results,))])
+           + [multiprocessing.Process(target=target, args=(results,)) for target in (opener, watcher, keeper, raider)])
 for worker in workers:
     worker.start()
 reports = [results.get(timeout=seconds + 60) for _ in workers]
