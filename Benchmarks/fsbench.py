@@ -51,9 +51,10 @@ parser.add_argument("--baseline", metavar="BINARY", action="append", default=[],
 parser.add_argument("--coordfs-options", metavar="OPTIONS", default="",
                     help="more options for every coordfs mount, space-separated (say --coordfs-options=--no-io-uring "
                          "to measure through /dev/fuse)")
-parser.add_argument("--engine-busy", action="store_true",
+parser.add_argument("--engine-busy", nargs="?", const="elsewhere", choices=["elsewhere", "beside"],
                     help="keep a file open on every mount throughout, so that a coordfs engine always holds "
-                         "something and no request passes its quiet gate")
+                         "something: at the mount's root (elsewhere, the default: the metadata jobs' requests "
+                         "may pass beside it) or in the metadata jobs' own directory (beside: none passes)")
 parser.add_argument("--coordfs-only", action="store_true",
                     help="leave out no-passthrough, bindfs and passthrough_ll (quicker A/B runs)")
 arguments = parser.parse_args()
@@ -142,6 +143,8 @@ def build_passthrough_ll():
 
 # The file --engine-busy keeps open, left alone between rounds.
 BUSY_NAME = ".engine-busy"
+# The metadata jobs' directory.
+META = "meta"
 
 
 class Target:
@@ -157,7 +160,9 @@ class Target:
         self.held = None
         if arguments.engine_busy:
             # A hold for the run's length: the engine is never idle (see --engine-busy).
-            path = os.path.join(self.directory, BUSY_NAME)
+            if arguments.engine_busy == "beside":
+                os.makedirs(os.path.join(self.directory, META))
+            path = os.path.join(self.directory, META if arguments.engine_busy == "beside" else "", BUSY_NAME)
             try:
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
                 self.held = os.open(path, os.O_RDONLY)
@@ -308,7 +313,7 @@ def metadata(ts, phase):
     up every name too)."""
     names = {}
     for t in ts:
-        directory = os.path.join(t.directory, "meta")
+        directory = os.path.join(t.directory, META)
         os.makedirs(directory, exist_ok=True)
         names[t.name] = [os.path.join(directory, "f%05d" % i) for i in range(files)]
         if phase != "create":
@@ -334,7 +339,12 @@ def metadata(ts, phase):
             rates[t.name].append(len(batch) / (time.perf_counter() - began))
         chunks.setdefault(phase, []).append({t.name: rates[t.name][-1] for t in ts})
     for t in ts:
-        shutil.rmtree(os.path.join(t.directory, "meta"))
+        if arguments.engine_busy == "beside":
+            for name in names[t.name]:     # the held file stays
+                if os.path.lexists(name):
+                    os.unlink(name)
+        else:
+            shutil.rmtree(os.path.join(t.directory, META))
     return {name: statistics.median(values) for name, values in rates.items()}
 
 
@@ -419,8 +429,12 @@ if arguments.control:
     print("control run: the coordfs column is mounted with --coordination off too (an A/A run)")
 if arguments.coordfs_options:
     print("every coordfs mount with: %s" % arguments.coordfs_options)
-if arguments.engine_busy:
-    print("engine busy: every mount had a file open throughout, so no request passed coordfs's quiet gate")
+if arguments.engine_busy == "elsewhere":
+    print("engine busy: every mount had a file open throughout, at its root: coordfs's metadata requests could pass "
+          "beside it, not the gate of an idle engine")
+elif arguments.engine_busy == "beside":
+    print("engine busy: every mount had a file open throughout, in the metadata jobs' directory: no coordfs request "
+          "passed a quiet gate")
 width = max(len(job) for job, _, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
 for job, _, _ in jobs:

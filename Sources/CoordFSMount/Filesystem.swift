@@ -233,12 +233,6 @@ public final class Filesystem: @unchecked Sendable {
         if attempt == 0 { statistics.coordinated.add() }
         // Read before the targets are named: see `movedBeforeHeld`.
         let movesSeen = inodes.placesGeneration.value
-        let again: @Sendable (RequestClaim) -> Void = { [self] stale in
-            statistics.takenAgain.add(1, ordering: .relaxed)
-            let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
-            end(stale, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
-            coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: attempt + 1, body)
-        }
         let intents: [Intent]
         if other == nil && mode == .exclusive {
             // Most requests: one item, nothing in the way and nobody to ask. Without an intents
@@ -261,7 +255,7 @@ public final class Filesystem: @unchecked Sendable {
             }
             if let claim {
                 if movedBeforeHeld(CollectionOfOne(target.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
-                    return again(claim)
+                    return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
                 // Listed, it was made with no presenter registered: its end has nobody to tell
                 // unless one registers meanwhile, who then hears of it just before the reply
@@ -282,7 +276,7 @@ public final class Filesystem: @unchecked Sendable {
             if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
                 let claim = RequestClaim.grant(grant, intents: intents)
                 if movedBeforeHeld(intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
-                    return again(claim)
+                    return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
                 holdNotifications()
                 body(claim)
@@ -301,7 +295,7 @@ public final class Filesystem: @unchecked Sendable {
                 // The paths as granted: moves reported while it waited are followed (C11).
                 if movedBeforeHeld(claim.intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt,
                                    now: coarseMilliseconds()) {
-                    return again(held)
+                    return takeAgain(held, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
                 notifyingPresentersAfter(held) { body(held) }
             case .failure(let error):
@@ -328,13 +322,22 @@ public final class Filesystem: @unchecked Sendable {
     /// moves an item in between leaves the request holding the name the item has left. A rename
     /// that holds a grant meanwhile makes the request wait and reports the move, which the
     /// waiting request follows (C11); but a rename that passes a quiet gate holds nothing and
-    /// reports nothing, and the request's grant merely waits for it to leave the gate
-    /// (`QuietGate`, Filesystem+QuietPassage.swift). (Nor does a rename that begins and ends while the
-    /// request is between naming and asking, if its thread is preempted there.) So when a node
+    /// reports nothing, and the request's grant merely waits for it to leave the gate (`QuietGate`,
+    /// Filesystem+QuietPassage.swift). (Nor does a rename that begins and ends while the request
+    /// is between naming and asking, if its thread is preempted there.) So when a node
     /// has moved since the targets were named (`InodeTable.placesGeneration`), they are named
     /// again, and a claim whose targets differ is ended unused and taken again. Once held,
     /// nothing moves its items without waiting for it. (After many attempts, unlikely but not
     /// impossible while others keep moving the same item, the claim is kept as granted.)
+    /// Ends `stale` unused and coordinates the request again (`movedBeforeHeld`).
+    private func takeAgain(_ stale: RequestClaim, _ reply: Reply, _ wanted: Wanted, _ other: Wanted?, _ nonBlocking: Bool,
+                           _ forTheCall: Bool, _ attempt: Int, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+        statistics.takenAgain.add(1, ordering: .relaxed)
+        let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+        end(stale, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
+        coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: attempt + 1, body)
+    }
+
     private func movedBeforeHeld<Paths: Collection<ItemPath>>(_ granted: Paths, _ wanted: Wanted, _ other: Wanted?,
                                                              since seen: Int, attempt: Int, now: Int64) -> Bool {
         guard attempt < 64, inodes.placesGeneration.value != seen else { return false }
