@@ -87,17 +87,18 @@ extension Filesystem {
         return target(in: directory, named: name, wanted, now: now)
     }
 
-    /// `target(of:now:)`, with the directory its path was spelled from (Filesystem+QuietPassage.swift): the
-    /// node that `wanted` names an item in, or the file's parent. Nil for a directory (its path
-    /// is its own context's) and for a parent no longer known.
-    func targetAndDirectory(of wanted: Wanted, now: Int64) -> (AccessTarget, directory: Inode?) {
-        if !wanted.name.isEmpty { return (target(in: wanted.node.id, named: wanted.name, wanted, now: now), wanted.node) }
+    /// `target(of:now:)`, with the directory node and the name its path was spelled from
+    /// (`NameGates`): the node `wanted` names an item in, or the file's parent. Nil for a
+    /// directory or the root (its path is its own context's).
+    func targetAndPlace(of wanted: Wanted, now: Int64) -> (AccessTarget, place: (directory: UInt64, name: String)?) {
+        if !wanted.name.isEmpty {
+            return (target(in: wanted.node.id, named: wanted.name, wanted, now: now), (wanted.node.id, wanted.name))
+        }
         if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID { return (target(of: wanted, now: now), nil) }
         // The parent and the name read together: a rename between two reads would spell the
-        // path from one directory and shut the gate of another.
-        let (directory, name) = inodes.placementNode(of: wanted.node)
-        guard let directory else { return (target(of: wanted, now: now), nil) }
-        return (target(in: directory.id, named: name, wanted, now: now), directory)
+        // path from one place and shut the gate of another.
+        let (directory, name) = inodes.placement(of: wanted.node)
+        return (target(in: directory, named: name, wanted, now: now), (directory, name))
     }
 
     private func target(in directory: UInt64, named name: String, _ wanted: Wanted, now: Int64) -> AccessTarget {

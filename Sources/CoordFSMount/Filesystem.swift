@@ -30,6 +30,8 @@ public final class Filesystem: @unchecked Sendable {
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
     let statistics = MountStatistics()
+    /// Shut for the names of the files held open under screened grants (`NameGates`).
+    let nameGates = NameGates()
     /// The FUSE session once mounted: its io_uring queues serve it, named by its descriptor.
     let session = Atomic<UnsafeMutableRawPointer?>(nil)
     var device: Int32 { session.load(ordering: .relaxed).map { fuse_session_fd(OpaquePointer($0)) } ?? -1 }
@@ -238,17 +240,18 @@ public final class Filesystem: @unchecked Sendable {
             // Most requests: one item, nothing in the way and nobody to ask. Without an intents
             // array unless the request has to wait. (Only a rename, of two items, reports a move.)
             // The engine keeps the intent it is given; one that waits is made again.
-            let (target, directory) = targetAndDirectory(of: wanted, now: now)
+            let (target, place) = targetAndPlace(of: wanted, now: now)
             configuration.afterNamingTargets?()
             var claim: RequestClaim?
-            if !forTheCall, let directory, target.enclosingPackages.isEmpty {
+            if !forTheCall, let place, target.enclosingPackages.isEmpty {
                 // An open, a create, a truncation: screened, it leaves the engine's second quiet
-                // gate open for requests in other directories (Filesystem+QuietPassage.swift).
-                directory.gate.shut()
+                // gate open for requests about other names (`NameGates`).
+                let gate = nameGates.index(of: place.name, in: place.directory)
+                nameGates.shut(gate)
                 if let grant = engine.acquireAtOnce(Intent(wanted.kind, target), for: identity, screened: true) {
-                    claim = .screened(grant, directory: directory)
+                    claim = .screened(grant, gate: gate)
                 } else {
-                    directory.gate.open()
+                    nameGates.open(gate)
                 }
             } else if let grant = engine.acquireAtOnce(Intent(wanted.kind, target), for: identity) {
                 claim = .single(grant)
@@ -323,7 +326,7 @@ public final class Filesystem: @unchecked Sendable {
     /// that holds a grant meanwhile makes the request wait and reports the move, which the
     /// waiting request follows (C11); but a rename that passes a quiet gate holds nothing and
     /// reports nothing, and the request's grant merely waits for it to leave the gate (`QuietGate`,
-    /// Filesystem+QuietPassage.swift). (Nor does a rename that begins and ends while the request
+    /// `NameGates`). (Nor does a rename that begins and ends while the request
     /// is between naming and asking, if its thread is preempted there.) So when a node
     /// has moved since the targets were named (`InodeTable.placesGeneration`), they are named
     /// again, and a claim whose targets differ is ended unused and taken again. Once held,

@@ -1,5 +1,4 @@
 import CFuse3
-import Coordination
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -43,9 +42,6 @@ final class Inode: @unchecked Sendable {
     /// made in it). Then the next lookup in it tries `InodeTable.knownChild` first; otherwise
     /// the probe would most likely miss, a call spent for nothing, as on a first walk of a tree.
     let childrenAreKnown = Atomic<Bool>(false)
-    /// Of a directory: shut while a file in it is held open under a screened grant
-    /// (Filesystem+QuietPassage.swift).
-    let gate = QuietGate()
 
     struct Place: Equatable {
         let parent: UInt64
@@ -616,12 +612,6 @@ final class InodeTable: Sendable {
     /// The parent and name a node was last reached by.
     func placement(of inode: Inode) -> (parent: UInt64, name: String) {
         state.withLock { _ in (inode.parent, inode.name) }
-    }
-
-    /// `placement`, with the parent's node (nil for the root, or a parent no longer known).
-    func placementNode(of inode: Inode) -> (parent: Inode?, name: String) {
-        if inode.id == Self.rootID { return (nil, "") }
-        return state.withLock { state in (inode.parent == Self.rootID ? root : state.byID[inode.parent], inode.name) }
     }
 
     /// The node known for (device, inode number), if any.

@@ -8,8 +8,7 @@ final class MountStatistics: Sendable {
     let coordinated = StripedCounter()
     /// Those that passed one of the engine's quiet gates (`Filesystem.coordinate`, `forTheCall`).
     let passedQuietly = StripedCounter()
-    /// Those among them that passed beside files held open, through their directories' gates
-    /// (Filesystem+QuietPassage.swift).
+    /// Those among them that passed beside files held open, by their names' gates (`NameGates`).
     let passedBesideOpenFiles = StripedCounter()
     /// Claims ended unused and taken again: their items had moved before they held them
     /// (`Filesystem.movedBeforeHeld`).

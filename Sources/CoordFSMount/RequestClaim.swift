@@ -13,9 +13,9 @@ enum RequestClaim: Sendable {
     /// Granted at once for one item (`CoordinationEngine.acquireAtOnce(_:for:)`): it reports no
     /// move, so it keeps no intents.
     case single(GrantID)
-    /// `single`, screened (Filesystem+QuietPassage.swift): `directory`'s gate was shut for it, and is opened
-    /// again when it ends. Ended exactly once, as every claim is.
-    case screened(GrantID, directory: Inode)
+    /// `single`, screened (`NameGates`): the gate of its item's name was shut for it, and is
+    /// opened again when it ends. Ended exactly once, as every claim is.
+    case screened(GrantID, gate: Int)
     case claim(AccessClaim)
 
     /// Kept on the engine's short list: its end has nobody to tell unless a presenter registered
@@ -78,10 +78,10 @@ extension Filesystem {
     func end(_ claim: RequestClaim?, outcome: IntentOutcome) {
         switch claim {
         case .grant(let id, _), .single(let id): engine.release(id, outcome: outcome) { notify($0) }
-        case .screened(let id, let directory):
+        case .screened(let id, let gate):
             // Opened after the release: until then a request passing it could overlap the grant.
             engine.release(id, outcome: outcome) { notify($0) }
-            directory.gate.open()
+            nameGates.open(gate)
         case .claim(let claim): claim.end(outcome: outcome)
         case nil: break
         }
@@ -91,9 +91,9 @@ extension Filesystem {
     func end(_ claim: RequestClaim?, outcomes: [IntentOutcome]) {
         switch claim {
         case .grant(let id, _), .single(let id): engine.release(id, outcomes: outcomes) { notify($0) }
-        case .screened(let id, let directory):
+        case .screened(let id, let gate):
             engine.release(id, outcomes: outcomes) { notify($0) }
-            directory.gate.open()
+            nameGates.open(gate)
         case .claim(let claim): claim.end(outcomes: outcomes)
         case nil: break
         }

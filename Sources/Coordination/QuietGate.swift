@@ -6,8 +6,8 @@ import Synchronization
 /// Lets a short access pass without the engine while the engine holds nothing it could touch.
 /// The engine keeps two: one open while it holds nothing at all (no grant, no waiter, no
 /// presenter, no service), one open while it holds nothing but screened grants, whose owners
-/// keep gates of their own that such an access passes as well (a mount's directories, shut while
-/// a file in them is held: see `CoordinationEngine.Quietness`).
+/// keep gates of their own that such an access passes as well (a mount's gates for names, shut
+/// while a file known by the name is held: see `CoordinationEngine.Quietness`).
 ///
 /// Such an access (a mount's unlink, rename or mkdir, held only for its call) would be granted at
 /// once, conflict with nobody and have nobody to tell; naming its item and taking and ending its
@@ -24,7 +24,7 @@ import Synchronization
 /// directories' and the items' inode locks across an unlink, a rename, a setattr.
 public struct QuietGate: ~Copyable, Sendable {
     /// The high half: closers (the engine's lock section that closed it, or the files a
-    /// directory's gate is shut for). The low half: accesses passing now.
+    /// name's gate is shut for). The low half: accesses passing now.
     private let word = Atomic<UInt64>(0)
     private static let oneCloser: UInt64 = 1 << 32
     private static let passing: UInt64 = oneCloser - 1
