@@ -78,36 +78,28 @@ extension Filesystem {
     }
 
     /// The engine's facts for the item `wanted` names.
-    func target(of wanted: Wanted, now: Int64) -> AccessTarget {
-        if !wanted.name.isEmpty { return target(in: wanted.node.id, named: wanted.name, wanted, now: now) }
-        if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {
-            return directoryContext(wanted.node.id, now: now).target
-        }
-        let (directory, name) = inodes.placement(of: wanted.node)
-        return target(in: directory, named: name, wanted, now: now)
-    }
+    func target(of wanted: Wanted, now: Int64) -> AccessTarget { targetAndPlace(of: wanted, now: now).0 }
 
     /// `target(of:now:)`, with the directory node and the name its path was spelled from
     /// (`NameGates`): the node `wanted` names an item in, or the file's parent. Nil for a
     /// directory or the root (its path is its own context's).
     func targetAndPlace(of wanted: Wanted, now: Int64) -> (AccessTarget, place: (directory: UInt64, name: String)?) {
+        let directory: UInt64, name: String
         if !wanted.name.isEmpty {
-            return (target(in: wanted.node.id, named: wanted.name, wanted, now: now), (wanted.node.id, wanted.name))
+            (directory, name) = (wanted.node.id, wanted.name)
+        } else if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {
+            return (directoryContext(wanted.node.id, now: now).target, nil)
+        } else {
+            // The parent and the name read together: a rename between two reads would spell
+            // the path from one place and shut the gate of another.
+            (directory, name) = inodes.placement(of: wanted.node)
         }
-        if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID { return (target(of: wanted, now: now), nil) }
-        // The parent and the name read together: a rename between two reads would spell the
-        // path from one place and shut the gate of another.
-        let (directory, name) = inodes.placement(of: wanted.node)
-        return (target(in: directory, named: name, wanted, now: now), (directory, name))
-    }
-
-    private func target(in directory: UInt64, named name: String, _ wanted: Wanted, now: Int64) -> AccessTarget {
         let context = directoryContext(directory, now: now)
         let path = context.target.path.appending(name)
         // Whether a directory is itself a package is looked at per request: only directories
         // made, removed or renamed ask, and a marker's answer is remembered anyway.
         let isPackage = wanted.isDirectory && isPackage(directoryAt: path)
-        return AccessTarget(path: path, isDirectory: wanted.isDirectory, isPackage: isPackage,
-                            enclosingPackages: context.packagesOfItems)
+        return (AccessTarget(path: path, isDirectory: wanted.isDirectory, isPackage: isPackage,
+                             enclosingPackages: context.packagesOfItems), (directory, name))
     }
 }

@@ -1,37 +1,56 @@
 import Coordination
 
 extension Filesystem {
-    /// The name gates a request held for its call passed, beside the engine's screened grants:
-    /// `second` only when it locks two names on different gates.
-    struct Passage {
-        let first: Int
-        let second: Int?
+    /// How a request held for its call passed the quiet gates.
+    enum Passage {
+        /// Through the engine's first gate: it held nothing.
+        case nothingHeld
+        /// Through its second gate, beside screened grants, and the gates of the names the
+        /// request locks (`second` only when it locks two names on different gates).
+        case besideOpenFiles(first: Int, second: Int?)
     }
 
-    /// Lets a request held for its call pass while the engine holds nothing but screened
-    /// grants and no file is held open by a name it locks (`NameGates`); nil, having counted
-    /// nothing, when it must be coordinated.
-    func passBesideOpenFiles(_ wanted: Wanted, _ other: Wanted?) -> Passage? {
+    /// Lets a request held for its call pass while the engine holds nothing, or nothing but
+    /// screened grants while no file is held open by a name it locks (`NameGates`); nil,
+    /// having counted nothing, when it must be coordinated. Counted in the statistics.
+    func passQuietly(_ wanted: Wanted, _ other: Wanted?) -> Passage? {
+        if engine.passQuietly() {
+            statistics.passedQuietly.add()
+            return .nothingHeld
+        }
         // An rmdir or a directory's rename conflicts with files open anywhere below it.
         if wanted.coversSubtree || other?.coversSubtree == true { return nil }
         guard engine.passQuietly(.onlyScreenedGrants) else { return nil }
         if let first = gate(of: wanted), nameGates.enter(first) {
-            guard let other else { return Passage(first: first, second: nil) }
-            if let second = gate(of: other) {
-                if second == first { return Passage(first: first, second: nil) }
-                // Entering never waits, so taking two gates in either order cannot deadlock.
-                if nameGates.enter(second) { return Passage(first: first, second: second) }
+            // nil: no second item; .some(nil): one whose gate is not known.
+            let second: Int?? = other.map { gate(of: $0) }
+            var passage: Passage?
+            switch second {
+            case nil: passage = .besideOpenFiles(first: first, second: nil)
+            case .some(let gate?) where gate == first: passage = .besideOpenFiles(first: first, second: nil)
+            // Entering never waits, so taking two gates in either order cannot deadlock.
+            case .some(let gate?) where nameGates.enter(gate): passage = .besideOpenFiles(first: first, second: gate)
+            default: nameGates.leave(first)
             }
-            nameGates.leave(first)
+            if let passage {
+                statistics.passedQuietly.add()
+                statistics.passedBesideOpenFiles.add()
+                return passage
+            }
         }
         engine.endPassingQuietly(.onlyScreenedGrants)
         return nil
     }
 
     func endPassing(_ passage: Passage) {
-        if let second = passage.second { nameGates.leave(second) }
-        nameGates.leave(passage.first)
-        engine.endPassingQuietly(.onlyScreenedGrants)
+        switch passage {
+        case .nothingHeld:
+            engine.endPassingQuietly()
+        case .besideOpenFiles(let first, let second):
+            if let second { nameGates.leave(second) }
+            nameGates.leave(first)
+            engine.endPassingQuietly(.onlyScreenedGrants)
+        }
     }
 
     /// The gate of the name `wanted` locks: the name it names in its node, or the item's own

@@ -213,20 +213,10 @@ public final class Filesystem: @unchecked Sendable {
             }
         }
         if mode == .off { return body(nil) }
-        if forTheCall && mayPassQuietly(wanted, other) {
-            if engine.passQuietly() {
-                if attempt == 0 { statistics.coordinated.add() }
-                statistics.passedQuietly.add()
-                body(nil)
-                return engine.endPassingQuietly()
-            }
-            if let passage = passBesideOpenFiles(wanted, other) {
-                if attempt == 0 { statistics.coordinated.add() }
-                statistics.passedQuietly.add()
-                statistics.passedBesideOpenFiles.add()
-                body(nil)
-                return endPassing(passage)
-            }
+        if forTheCall && mayPassQuietly(wanted, other), let passage = passQuietly(wanted, other) {
+            if attempt == 0 { statistics.coordinated.add() }
+            body(nil)
+            return endPassing(passage)
         }
         // One clock reading serves the request's caches.
         let now = coarseMilliseconds()
