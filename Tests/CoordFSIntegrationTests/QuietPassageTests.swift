@@ -82,6 +82,7 @@ import Glibc
         try fx.seed("held/h.txt", "kept\n")
         try fx.seed("held/other.txt")
         try fx.seed("work/f.txt")
+        try fx.seed("work/g.txt")
         try fx.seed("t.txt")
         let holder = try Child.holder()
         #expect(holder.ask("open w \(fx.path("held/h.txt"))") == "ok 1")
@@ -122,6 +123,7 @@ import Glibc
             report["chmod"] = attempt(os.chmod, h("h.txt"), 0o600)
             report["rename"] = attempt(os.rename, h("h.txt"), w("h.txt"))
             report["rename dir"] = attempt(os.rename, h(""), os.path.join(root, "held2"))
+            report["replace"] = attempt(os.rename, w("g.txt"), h("h.txt"))   # its first name passes, not its second
             print(json.dumps(report))
             """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
@@ -133,10 +135,10 @@ import Glibc
         let held = report["in held"] as? [String: Int] ?? [:]
         #expect(report["other"] as? String == "ok" && report["into held"] as? String == "ok", "\(report)")
         #expect(held["coordinated"] == 2 && held["passed_beside_open_files"] == 2, "other names than the held one: \(report)")
-        for conflicting in ["unlink", "chmod", "rename", "rename dir"] {
+        for conflicting in ["unlink", "chmod", "rename", "rename dir", "replace"] {
             #expect(report[conflicting] as? String == "EBUSY", "\(conflicting) waits for the held file: \(report)")
         }
-        #expect(try fx.statistics()["timed_out"] == 4)
+        #expect(try fx.statistics()["timed_out"] == 5)
         #expect(holder.ask("write 1 more") == "ok")
         #expect(holder.ask("close all") == "ok")
         #expect(try String(contentsOfFile: fx.backingPath("held/h.txt"), encoding: .utf8) == "kept\nmore\n")
