@@ -39,7 +39,7 @@ struct Status: ParsableCommand {
             if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {
                 let beside = stats["passed_beside_open_files"] as? Int ?? 0
                 print("coordinated: \(coordinated) requests, \(passed) of them passed the quiet gates "
-                      + "(\(passed - beside) with nothing held, \(beside) beside files open elsewhere)")
+                      + "(\(passed - beside) with nothing held, \(beside) beside files held open by other names)")
             }
         }
         var rows: [[String]] = [["TYPE", "PID", "COMMAND", "MODE", "PATH", "WAITS FOR"]]
