@@ -194,8 +194,9 @@ public final class Filesystem: @unchecked Sendable {
     /// and with it every writer throttled on dirty pages.
     ///
     /// `forTheCall`: the request holds its items only while `body` runs (SPEC §3: a namespace
-    /// change, a setattr), not for an open file's life. While the engine holds nothing, such a
-    /// request passes its quiet gate instead: nobody to wait for or to tell (`QuietGate`).
+    /// change, a setattr), not for an open file's life. While the engine holds nothing, or only
+    /// files held open by other names, such a request passes a quiet gate instead: nobody to
+    /// wait for or to tell (`QuietGate`, `passQuietly`).
     func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
                     forTheCall: Bool = false, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)

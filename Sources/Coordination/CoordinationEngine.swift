@@ -33,6 +33,7 @@ public final class CoordinationEngine: Sendable {
         return try state.withLock { state throws(E) -> sending Result in
             defer {
                 let onlyScreened = state.holdsOnlyScreenedGrants
+                // Nothing held at all: not even a screened grant.
                 let quiet = onlyScreened && state.shortList.isEmpty
                 if quiet == state.quietGateClosed {
                     state.quietGateClosed = !quiet
@@ -84,7 +85,6 @@ public final class CoordinationEngine: Sendable {
         }
         return (status.passing, status.closers == 0)
     }
-
 
     // MARK: Acquisition
 

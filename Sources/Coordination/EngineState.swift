@@ -96,9 +96,6 @@ struct State: ~Copyable {
         grants.count == 0 && shortList.unscreenedCount == 0 && waiting.isEmpty && presenters.isEmpty && services.isEmpty
     }
 
-    /// Holds nothing: a short access would conflict with nobody and have nobody to tell.
-    var isQuiet: Bool { holdsOnlyScreenedGrants && shortList.isEmpty }
-
     mutating func takeNumber() -> UInt64 {
         lastNumber += 1
         return lastNumber
