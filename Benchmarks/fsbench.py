@@ -9,7 +9,9 @@ one table of medians with each target's ratio to native.
 --jobs keeps the jobs whose names contain one of the words (e.g. --jobs write,create).
 
 The data jobs run on one target after another; the metadata jobs run on all targets at once,
-interleaved chunk by chunk (see `metadata`), since their differences are a few per cent.
+interleaved chunk by chunk (see `metadata`), since their differences are a few per cent. The
+sequential write, the warm sequential read and the cached random read are also timed that way,
+paired chunk by chunk with native (`paired_seq_write`, `paired_reads`).
 
 Targets: native, coordfs (coordination on), coordfs --coordination off, coordfs without kernel
 passthrough, and, when available, bindfs and libfuse's passthrough_ll (built from the
@@ -222,17 +224,21 @@ write_chunk_mb = 16 if quick else 32
 write_chunks = 8 if quick else 16
 
 
+def same_path_targets(ts):
+    """The targets whose reads and writes take the same path as coordfs's (kernel passthrough)
+    or none: native, coordfs, --coordination off and the baselines."""
+    return [t for t in ts if t.name in ("native", "coordfs", "coordfs-off") or t.name in baseline_names]
+
+
 def paired_seq_write(ts):
     """Sequential writes timed as the metadata jobs are, chunk by chunk: a fresh file of
     `write_chunk_mb` MiB written in 1 MiB blocks and fsynced on each target in turn (a shuffled
     order per chunk), so that each pair of chunks ran within a second of each other. The fio job
     above times 256 MiB per target a minute or more apart, and this VM's disk drifts so much in
     between that its repeats lie 100-500 % apart; a chunk's pair shares the disk's mood.
-
-    Only the targets whose writes take the same path as coordfs's (kernel passthrough) or none:
-    native, coordfs, --coordination off and the baselines."""
+    Only `same_path_targets`."""
     block = os.urandom(1 << 20)
-    order = [t for t in ts if t.name in ("native", "coordfs", "coordfs-off") or t.name in baseline_names]
+    order = same_path_targets(ts)
     for _ in range(write_chunks):
         shuffler.shuffle(order)
         settle()
@@ -276,6 +282,43 @@ def job_rand_read(t):
     fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb, "--invalidate=0")
     return fio(t.directory, "seqread", "--rw=randread", "--bs=4k", "--size=%dm" % size_mb, "--invalidate=0",
                "--time_based", "--runtime=%d" % runtime)["read"]["iops"]
+
+
+# Reads of cached data paired chunk by chunk (`paired_reads`): chunks per round, and each
+# random read's seconds.
+read_chunks = 4 if quick else 8
+paired_read_seconds = 1
+# Each warm read chunk reads the file this many times: one pass takes about a tenth of a second.
+warm_read_loops = 4
+
+
+def paired_reads(ts, phases):
+    """The warm sequential read and the cached random read, timed as the sequential writes are
+    paired: short fio jobs on each target in turn, a shuffled order per chunk, so that a chunk's
+    pair ran within a second or two of each other. The table's fio jobs run a minute or more
+    apart per target, and the host's pace drifts between them: in run 43 the warm read's repeats
+    lay 39-58 % apart, and its medians said 0.82x where its rounds said 0.96x.
+
+    `phases`: "seq read warm" (the read file `warm_read_loops` times in 1 MiB blocks from the page cache) and/or
+    "rand read cached" (4 KiB random reads of it for `paired_read_seconds`). Only
+    `same_path_targets`; each one's read file is made and cached first."""
+    order = same_path_targets(ts)
+    for t in order:
+        prepare_read_file(t)
+        fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb, "--invalidate=0")
+    for _ in range(read_chunks):
+        if "seq read warm" in phases:
+            shuffler.shuffle(order)
+            chunks.setdefault("seq read warm", []).append({
+                t.name: fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb,
+                            "--invalidate=0", "--loops=%d" % warm_read_loops)["read"]["bw_bytes"] / 2**20
+                for t in order})
+        if "rand read cached" in phases:
+            shuffler.shuffle(order)
+            chunks.setdefault("rand read cached", []).append({
+                t.name: fio(t.directory, "seqread", "--rw=randread", "--bs=4k", "--size=%dm" % size_mb,
+                            "--invalidate=0", "--time_based", "--runtime=%d" % paired_read_seconds)["read"]["iops"]
+                for t in order})
 
 
 def job_rand_write(t):
@@ -368,6 +411,12 @@ if arguments.jobs:
         parser.error(f"--jobs {arguments.jobs}: no job matches; the jobs are: " + "; ".join(job for job, _, _ in jobs))
     jobs = kept
 
+# The paired phase of each data job that has one, and after which job the paired reads run
+# (the later of the two read jobs kept).
+paired_phase = {job_seq_write: "seq write", job_seq_read_warm: "seq read warm", job_rand_read: "rand read cached"}
+read_phases = [paired_phase[run] for _, run, _ in jobs if run in (job_seq_read_warm, job_rand_read)]
+last_read_job = next((run for _, run, _ in reversed(jobs) if run in (job_seq_read_warm, job_rand_read)), None)
+
 results = {}
 scratch = base
 transport = None    # how the kernel's requests reach the coordfs mounts, from their statistics
@@ -405,6 +454,8 @@ try:
                     results[(job, t.name)].append(run(t))
             if run is job_seq_write:
                 paired_seq_write(order)
+            if run is last_read_job:
+                paired_reads(order, read_phases)
         for t in targets:
             for entry in os.listdir(t.directory):
                 if entry == BUSY_NAME:
@@ -519,7 +570,9 @@ def print_paired(name, base_name, target=True, phases=None):
         if len(ratios) < 4: continue
         low, middle, high = statistics.quantiles(ratios, n=4)
         label = {"create": "create+close", "stat": "stat, uncached", "unlink": "unlink, uncached",
-                 "seq write": "seq write, %d MiB chunks" % write_chunk_mb}.get(phase, phase)
+                 "seq write": "seq write, %d MiB chunks" % write_chunk_mb,
+                 "seq read warm": "seq read warm, %d MiB" % (size_mb * warm_read_loops),
+                 "rand read cached": "rand read cached, %d s" % paired_read_seconds}.get(phase, phase)
         interval = median_interval(ratios)
         if interval is None:
             verdict, shown = "too few chunks to say", ""
@@ -535,9 +588,9 @@ def print_paired(name, base_name, target=True, phases=None):
 
 
 print_paired("coordfs", "coordfs-off")
-# The sequential write against native itself, paired: the fio job's medians cannot tell 1.0x
-# from 0.9x on this VM.
-print_paired("coordfs", "native", target=False, phases=["seq write"])
+# The data jobs against native itself, paired: the fio jobs' medians cannot tell 1.0x from 0.9x
+# on this VM.
+print_paired("coordfs", "native", target=False, phases=list(paired_phase.values()))
 for name, _ in baselines:
     # Two builds of coordfs, both coordinating: what a change to the code did.
     print_paired("coordfs", name, target=False)
@@ -566,11 +619,13 @@ if not arguments.control:
         by_round = statistics.median(rounds)
         verdict = ("met" if medians >= target and by_round >= target else
                    "not met" if medians < target and by_round < target else "met one way only")
-        paired = paired_ratios("coordfs", "native", "seq write") if run is job_seq_write else []
+        paired = paired_ratios("coordfs", "native", paired_phase[run]) if run in paired_phase else []
         interval = median_interval(paired) if len(paired) >= 4 else None
         if interval:
             # The third reading: the chunks' ratios, paired (above).
-            verdict += "; paired %.2fx [%.2f - %.2f]" % (1 + statistics.median(paired), 1 + interval[0], 1 + interval[1])
+            low, high = 1 + interval[0], 1 + interval[1]
+            verdict += "; paired %.2fx [%.2f - %.2f]: %s" % (1 + statistics.median(paired), low, high,
+                                                           "met" if low >= target else "not met" if high < target else "undecided")
         rows.append("%-*s  >= %.1fx %-18s  %.2fx  %.2fx  %s" % (width, job, target, "of " + base_name, medians, by_round, verdict))
     if rows:
         print()
