@@ -25,8 +25,8 @@ import Coordination
 /// the name a grant still holds under the old one then no longer leads to its file, and is not
 /// guarded.)
 final class NameGates: @unchecked Sendable {
-    /// A power of two. Only grants on the engine's short list are screened, 32 at most: a
-    /// request then finds a gate shut for another name about once in 128.
+    /// A power of two. With n files held open, a request finds a gate shut for another name
+    /// about n times in 4096.
     static let count = 4096
     private let gates: UnsafeMutablePointer<QuietGate>
 

@@ -33,8 +33,8 @@ public final class CoordinationEngine: Sendable {
         return try state.withLock { state throws(E) -> sending Result in
             defer {
                 let onlyScreened = state.holdsOnlyScreenedGrants
-                // Nothing held at all: not even a screened grant.
-                let quiet = onlyScreened && state.shortList.isEmpty
+                // Nothing held at all: not even a screened grant, listed or in the tables.
+                let quiet = onlyScreened && state.shortList.isEmpty && state.screenedGrantCount == 0
                 if quiet == state.quietGateClosed {
                     state.quietGateClosed = !quiet
                     if quiet { quietGate.open() } else { quietGate.close() }
@@ -139,8 +139,10 @@ public final class CoordinationEngine: Sendable {
     /// `screened`: the caller keeps the grant from every access that passes the engine beside
     /// screened grants (`Quietness.onlyScreenedGrants`): it keeps gates of its own, which such
     /// an access passes too, and it closed them (waiting for those passing) before asking, and
-    /// opens them only after the release. Only a grant kept on the short list is screened; one
-    /// from the tables closes the engine's gate as any grant does.
+    /// opens them only after the release. A grant that finds the short list full is screened in
+    /// the tables: a mount with many files open still lets such accesses pass. (One that goes to
+    /// the tables because something waits, a presenter or service is registered or a subtree is
+    /// held closes the gate anyway, with what made it go there.)
     public func acquireAtOnce(_ intent: consuming Intent, for identity: CoordinatorIdentity,
                               screened: Bool = false) -> GrantID? {
         if !intent.isValid { return nil }
@@ -149,7 +151,8 @@ public final class CoordinationEngine: Sendable {
         var given = Optional(consume intent)
         return withState { state -> GrantID? in
             guard state.suitsShortList(kind) else {
-                return state.grantAtOnce(AccessRequest(identity: identity, intents: [given.take()!], waits: false))
+                return state.grantAtOnce(AccessRequest(identity: identity, intents: [given.take()!], waits: false),
+                                         screened: screened && !kind.coversSubtree)
             }
             return state.grantOnShortList(given.take()!, kind: kind, for: identity, screened: screened)
         }

@@ -19,6 +19,9 @@ struct State: ~Copyable {
         var messaging: Set<CoordinatorIdentity>
         /// Moves reported inside this grant: their notifications replace the writes' own.
         var moved: [ItemPath] = []
+        /// Its owner keeps it from the accesses that pass beside screened grants, as a listed
+        /// one (`ShortList.Entry.screened`): a screened grant that found the list full.
+        var screened = false
     }
 
     struct Waiter {
@@ -89,11 +92,14 @@ struct State: ~Copyable {
     /// one leave its word alone (passers-by write it).
     var quietGateClosed = false
     var screenedGateClosed = false
+    /// Grants in the table that are screened (`GrantRecord.screened`).
+    var screenedGrantCount = 0
 
     /// Holds nothing but screened grants: an access that its owners' own gates let through
     /// would conflict with nobody and have nobody to tell.
     var holdsOnlyScreenedGrants: Bool {
-        grants.count == 0 && shortList.unscreenedCount == 0 && waiting.isEmpty && presenters.isEmpty && services.isEmpty
+        grants.count == screenedGrantCount && shortList.unscreenedCount == 0 && waiting.isEmpty && presenters.isEmpty
+            && services.isEmpty
     }
 
     mutating func takeNumber() -> UInt64 {
@@ -231,8 +237,9 @@ struct State: ~Copyable {
     }
 
     /// Grants `request` from the tables when nothing blocks it and no presenter is to be asked
-    /// first; nil otherwise, having taken nothing.
-    mutating func grantAtOnce(_ request: AccessRequest) -> GrantID? {
+    /// first; nil otherwise, having taken nothing. `screened`: as a listed grant's
+    /// (`GrantRecord.screened`).
+    mutating func grantAtOnce(_ request: AccessRequest, screened: Bool = false) -> GrantID? {
         let count = request.holdsIntents ? request.intents.count : 0
         // The modes live only for this call: on the stack, not in an array of their own.
         return withUnsafeTemporaryAllocation(of: LockMode.self, capacity: count) { storage -> GrantID? in
@@ -244,17 +251,18 @@ struct State: ~Copyable {
             guard blockers(of: request.identity, modes, queuedBefore: waiting.count).isEmpty else { return nil }
             let requests = request.messagesPresenters ? requestPlan(for: request) : []
             guard requests.isEmpty else { return nil }
-            return grant(request, modes, requests: requests)
+            return grant(request, modes, requests: requests, screened: screened)
         }
     }
 
     /// Takes `modes` for `request`; `requests` is its `requestPlan` (empty when it messages nobody).
     mutating func grant(_ request: AccessRequest, _ modes: UnsafeBufferPointer<LockMode>,
-                        requests: [PresenterDelivery<PresenterRequest>]) -> GrantID {
+                        requests: [PresenterDelivery<PresenterRequest>], screened: Bool = false) -> GrantID {
         var messaging = Set<CoordinatorIdentity>()
         for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
         let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
-                                           holdsIntents: request.holdsIntents, messaging: messaging))
+                                           holdsIntents: request.holdsIntents, messaging: messaging, screened: screened))
+        if screened { screenedGrantCount += 1 }
         for mode in modes {
             holds.append(Hold(grant: id, identity: request.identity, kind: mode.kind), at: mode.path)
             if mode.coversSubtree { subtreeHoldCount += 1 }
@@ -273,6 +281,7 @@ struct State: ~Copyable {
 
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
         guard let record = grants.remove(id) else { return nil }
+        if record.screened { screenedGrantCount -= 1 }
         guard record.holdsIntents else { return record }
         // By index: iterating would copy (and retain) each intent.
         for index in record.intents.indices {

@@ -74,6 +74,23 @@ import Glibc
         #expect(try Self.changes(fx, held: nil)["passed_quietly"] == 4)
     }
 
+    /// The start of a Python script about the mount at `sys.argv[1]` (`root`): its counters
+    /// (`stats`, `delta` since a `stats()`), and `attempt`, which returns "ok" or the errno's name.
+    static let attempts = """
+        import errno, json, os, sys
+        root = sys.argv[1]
+        def stats(): return json.loads(os.getxattr(root, "user.coordfs.stats"))
+        def delta(before):
+            after = stats()
+            return {k: after[k] - before[k] for k in ("coordinated", "passed_quietly", "passed_beside_open_files")}
+        def attempt(call, *arguments):
+            try:
+                call(*arguments)
+                return "ok"
+            except OSError as error:
+                return errno.errorcode[error.errno]
+        """
+
     /// With files held open, and nothing else held, requests pass beside them when they lock
     /// other names (`NameGates`), in the held file's directory too; requests about a held file
     /// itself, or over a subtree that holds it, still wait for it.
@@ -88,18 +105,7 @@ import Glibc
         #expect(holder.ask("open w \(fx.path("held/h.txt"))") == "ok 1")
         #expect(holder.ask("open r \(fx.path("t.txt"))") == "ok 2", "a second held file, in another directory")
         let script = """
-            import errno, json, os, sys
-            root = sys.argv[1]
-            def stats(): return json.loads(os.getxattr(root, "user.coordfs.stats"))
-            def delta(before):
-                after = stats()
-                return {k: after[k] - before[k] for k in ("coordinated", "passed_quietly", "passed_beside_open_files")}
-            def attempt(call, *arguments):
-                try:
-                    call(*arguments)
-                    return "ok"
-                except OSError as error:
-                    return errno.errorcode[error.errno]
+            \(Self.attempts)
             w = lambda name: os.path.join(root, "work", name)
             h = lambda name: os.path.join(root, "held", name)
             report = {}
@@ -146,6 +152,51 @@ import Glibc
         #expect(!FileManager.default.fileExists(atPath: fx.backingPath("held/other.txt")))
         #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
         #expect(try Self.changes(fx, held: nil)["passed_quietly"] == 4, "closed, the engine holds nothing")
+    }
+
+    /// Past the engine's short list (`ShortList.capacity` grants), open files' grants come from
+    /// the tables, screened all the same: with 40 files held open, requests about other names
+    /// still pass beside them, and those about a held file still wait for it, wherever its
+    /// grant was filed.
+    @Test func requestsPassBesideMoreOpenFilesThanTheShortListHolds() throws {
+        let fx = try MountFixture(["--wait-timeout", "1"])
+        let held = 40
+        for index in 0..<held { try fx.seed("many/f\(index).txt") }
+        try fx.seed("many/other.txt")
+        try fx.seed("work/f.txt")
+        let holder = try Child.holder()
+        for index in 0..<held {
+            #expect(holder.ask("open r \(fx.path("many/f\(index).txt"))") == "ok \(index + 1)")
+        }
+        let script = """
+            \(Self.attempts)
+            last = int(sys.argv[2]) - 1
+            path = lambda name: os.path.join(root, name)
+            before = stats()
+            os.mkdir(path("work/d"))                         # passes
+            os.chmod(path("work/f.txt"), 0o600)              # passes
+            os.unlink(path("many/other.txt"))                # beside 40 held names: passes
+            os.rename(path("work/f.txt"), path("many/g.txt"))  # passes
+            os.rmdir(path("work/d"))                         # covers a subtree: coordinated
+            report = delta(before)
+            report["first"] = attempt(os.unlink, path("many/f0.txt"))            # its grant is listed
+            report["last"] = attempt(os.unlink, path("many/f%d.txt" % last))     # from the tables
+            report["last rename"] = attempt(os.rename, path("many/f%d.txt" % last), path("many/moved.txt"))
+            print(json.dumps(report))
+            """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path, "\(held)"])
+        #expect(result.status == 0, "\(result.errors)")
+        let report = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
+        #expect(report["coordinated"] as? Int == 5, "\(report)")
+        #expect(report["passed_beside_open_files"] as? Int == 4 && report["passed_quietly"] as? Int == 4, "\(report)")
+        for conflicting in ["first", "last", "last rename"] {
+            #expect(report[conflicting] as? String == "EBUSY", "\(conflicting) waits for the held file: \(report)")
+        }
+        #expect(holder.ask("close all") == "ok")
+        for index in 0..<held { #expect(FileManager.default.fileExists(atPath: fx.backingPath("many/f\(index).txt"))) }
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("many/g.txt")))
+        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("many/other.txt")))
+        #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
     }
 
     /// Stops the first coordinated request after it is armed, once it has named its targets,

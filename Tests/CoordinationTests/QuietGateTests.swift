@@ -146,22 +146,55 @@ import Testing
         engine.withdrawService(service)
         #expect(passesBeside(engine))
 
-        // A screened grant that does not go on the short list (it is full) is not screened.
-        var more: [GrantID] = []
+        // Screened grants past a full short list are screened in the tables: a mount with many
+        // files open still lets accesses pass beside them. An unscreened one there does not.
         for index in 0..<ShortList.capacity - 1 {
-            more.append(try #require(engine.acquireAtOnce(.read(ItemPath("/f\(index)")!), for: .process(5), screened: true)))
+            _ = try #require(engine.acquireAtOnce(.read(ItemPath("/f\(index)")!), for: .process(5), screened: true))
         }
         #expect(passesBeside(engine), "a full list of screened grants")
-        let overflow = try #require(engine.acquireAtOnce(.read(ItemPath("/g")!), for: .process(5), screened: true))
-        #expect(!overflow.isOnShortList)
-        #expect(!passesBeside(engine), "the grant past the list came from the tables")
-        engine.release(overflow)
+        var overflow: [GrantID] = []
+        for index in 0..<3 {
+            overflow.append(try #require(engine.acquireAtOnce(.read(ItemPath("/g\(index)")!), for: .process(5), screened: true)))
+        }
+        #expect(overflow.allSatisfy { !$0.isOnShortList }, "the list was full")
+        #expect(passesBeside(engine), "screened grants from the tables")
+        let unscreened = try #require(engine.acquireAtOnce(.read(ItemPath("/h")!), for: .process(6)))
+        #expect(!unscreened.isOnShortList)
+        #expect(!passesBeside(engine), "an unscreened grant from the tables")
+        engine.release(unscreened)
         #expect(passesBeside(engine))
+        engine.release(overflow.removeLast())
+        #expect(passesBeside(engine))
+        // A screened grant's end counts once: with one screened table grant left, an unscreened
+        // one still shuts the gate.
+        let another = try #require(engine.acquireAtOnce(.read(ItemPath("/h")!), for: .process(6)))
+        #expect(!passesBeside(engine), "an unscreened grant beside screened ones in the tables")
+        engine.release(another)
 
         // Ended, by release or with their session: both gates open again.
         engine.endSession(of: .process(5))
         #expect(!passes(engine) && passesBeside(engine))
+        // The two screened table grants the session ended are no longer counted: two unscreened
+        // ones shut the gate.
+        let afterwards = try [ItemPath("/c")!, ItemPath("/d")!].map { path in
+            try #require(engine.acquireAtOnce(AccessRequest(identity: .process(6), intents: [.read(b), .read(path)])))
+        }
+        #expect(!passesBeside(engine), "the screened count went back to zero with the session")
+        afterwards.forEach { engine.release($0) }
         engine.release(screened)
+        #expect(passes(engine) && passesBeside(engine))
+
+        // A screened grant left alone in the tables still shuts the first gate: the engine
+        // holds something, which only its owner's gates keep others from.
+        var listedAlone: [GrantID] = []
+        for index in 0..<ShortList.capacity {
+            listedAlone.append(try #require(engine.acquireAtOnce(.read(ItemPath("/l\(index)")!), for: .process(7), screened: true)))
+        }
+        let tabledAlone = try #require(engine.acquireAtOnce(.read(ItemPath("/t")!), for: .process(7), screened: true))
+        #expect(!tabledAlone.isOnShortList)
+        listedAlone.forEach { engine.release($0) }
+        #expect(!passes(engine) && passesBeside(engine), "only a screened grant in the tables")
+        engine.release(tabledAlone)
         #expect(passes(engine) && passesBeside(engine))
         #expect(engine.quietPassage(.onlyScreenedGrants) == (passing: 0, isOpen: true))
     }
