@@ -56,7 +56,8 @@ parser.add_argument("--coordfs-options", metavar="OPTIONS", default="",
 parser.add_argument("--engine-busy", nargs="?", const="elsewhere", choices=["elsewhere", "beside"],
                     help="keep a file open on every mount throughout, so that a coordfs engine always holds "
                          "something: at the mount's root (elsewhere, the default: the metadata jobs' requests "
-                         "may pass beside it) or in the metadata jobs' own directory (beside: none passes)")
+                         "may pass beside it) or in the metadata jobs' own directory (beside: those about other names "
+                         "pass its name's gate)")
 parser.add_argument("--coordfs-only", action="store_true",
                     help="leave out no-passthrough, bindfs and passthrough_ll (quicker A/B runs)")
 arguments = parser.parse_args()
@@ -484,8 +485,8 @@ if arguments.engine_busy == "elsewhere":
     print("engine busy: every mount had a file open throughout, at its root: coordfs's metadata requests could pass "
           "beside it, not the gate of an idle engine")
 elif arguments.engine_busy == "beside":
-    print("engine busy: every mount had a file open throughout, in the metadata jobs' directory: no coordfs request "
-          "passed a quiet gate")
+    print("engine busy: every mount had a file open throughout, in the metadata jobs' directory: coordfs's requests "
+          "about other names there could pass beside it")
 width = max(len(job) for job, _, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
 for job, _, _ in jobs:
