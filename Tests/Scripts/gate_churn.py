@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Churn that opens and closes the quiet gate many times a second, for the quiet-passage test.
 
-  gate_churn.py COORDFS_BINARY MOUNT BACKING SECONDS
+  gate_churn.py COORDFS_BINARY MOUNT BACKING SECONDS [HELD]
 
 Three processes make, rename, chmod and remove directories and write, rename, read back and
 unlink files (requests that pass the gate while the engine holds nothing, or beside files held
@@ -10,6 +10,8 @@ open in other directories); their own opens, one process that opens and closes f
 directory open in turn while a raider renames, chmods and replaces them: the keeper checks
 that nothing happened to a name while it held it (the raider's requests must have waited),
 looking in the backing directory: the kernel's caches may show a change a moment late.
+With HELD, the script itself holds that many files of a directory of their own open throughout:
+past the engine's short list (32 grants), every other open's grant then comes from its tables.
 Prints one JSON line: each worker's rounds and the rounds whose check failed.
 """
 import json
@@ -20,6 +22,7 @@ import sys
 import time
 
 binary, mount, backing, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+held_count = int(sys.argv[5]) if len(sys.argv) > 5 else 0
 
 
 def namer(index, results):
@@ -125,6 +128,8 @@ os.makedirs(os.path.join(mount, "k"), exist_ok=True)
 for index in range(KEPT):
     with open(kept(index), "wb") as f:
         f.write(b"kept")
+os.makedirs(os.path.join(mount, "h"), exist_ok=True)
+held = [os.open(os.path.join(mount, "h", "f%d" % index), os.O_CREAT | os.O_RDWR, 0o644) for index in range(held_count)]
 results = multiprocessing.Queue()
 workers = ([multiprocessing.Process(target=namer, args=(i, results)) for i in range(3)]
            + [multiprocessing.Process(target=target, args=(results,)) for target in (opener, watcher, keeper, raider)])
@@ -133,4 +138,6 @@ for worker in workers:
 reports = [results.get(timeout=seconds + 60) for _ in workers]
 for worker in workers:
     worker.join(timeout=30)
+for fd in held:
+    os.close(fd)
 print(json.dumps([{"worker": name, "rounds": rounds, "wrong": wrong} for name, rounds, wrong in reports]))
