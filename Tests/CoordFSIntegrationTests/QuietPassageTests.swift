@@ -7,8 +7,8 @@ import Glibc
 #endif
 
 /// Requests held only for their call (mkdir, rename, setattr, unlink, rmdir; not a truncation)
-/// pass the engine's quiet gate while it holds nothing, and beside files held open in other
-/// directories; otherwise they are coordinated in full.
+/// pass the engine's quiet gate while it holds nothing, and beside files held open by other
+/// names; otherwise they are coordinated in full.
 @Suite(.serialized) struct QuietPassage {
     /// Runs namespace changes in `directory` of the mount from one Python process, holding
     /// `held` open (for reading) meanwhile when given; returns the change of the mount's

@@ -5,7 +5,7 @@
 
 Three processes make, rename, chmod and remove directories and write, rename, read back and
 unlink files (requests that pass the gate while the engine holds nothing, or beside files held
-open in other directories); their own opens, one process that opens and closes files, and
+open by other names); their own opens, one process that opens and closes files, and
 `coordfs watch` started and killed again and again close it. A keeper holds files of its
 directory open in turn while a raider renames, chmods and replaces them: the keeper checks
 that nothing happened to a name while it held it (the raider's requests must have waited),
