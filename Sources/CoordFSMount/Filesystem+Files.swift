@@ -166,12 +166,6 @@ extension Filesystem {
         let changed = file.changed(now: known ? info : nil)
         let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
         guard let claim = file.claim else { return reply.ok() }
-        // As in `coordinate`: a listed grant's end has nobody to tell unless a presenter
-        // registered meanwhile, who then hears of it just before the reply instead of after.
-        if claim.isOnShortList {
-            end(claim, outcome: outcome)
-            return reply.ok()
-        }
         notifyingPresentersAfter(claim) {
             end(claim, outcome: outcome)
             reply.ok()

@@ -251,9 +251,7 @@ public final class Filesystem: @unchecked Sendable {
                 if movedBeforeHeld(CollectionOfOne(target.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
                     return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
-                // Listed, it was made with no presenter registered: its end has nobody to tell
-                // unless one registers meanwhile, who then hears of it just before the reply
-                // instead of just after. Holding back nothing costs two per-thread lookups less.
+                // `notifyingPresentersAfter`, inline: a listed claim holds nothing back.
                 if claim.isOnShortList { return body(claim) }
                 holdNotifications()
                 body(claim)
