@@ -272,15 +272,19 @@ def job_seq_read_cold(t):
 
 
 # fio drops a file's cached pages before each job unless told not to (invalidate=0).
-def job_seq_read_warm(t):
+def cache_read_file(t):
+    """Makes the read file if need be and reads it once, so that all of it is cached."""
     prepare_read_file(t)
     fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb, "--invalidate=0")
+
+
+def job_seq_read_warm(t):
+    cache_read_file(t)
     return fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb, "--invalidate=0")["read"]["bw_bytes"] / 2**20
 
 
 def job_rand_read(t):
-    prepare_read_file(t)
-    fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb, "--invalidate=0")
+    cache_read_file(t)
     return fio(t.directory, "seqread", "--rw=randread", "--bs=4k", "--size=%dm" % size_mb, "--invalidate=0",
                "--time_based", "--runtime=%d" % runtime)["read"]["iops"]
 
@@ -300,13 +304,12 @@ def paired_reads(ts, phases):
     apart per target, and the host's pace drifts between them: in run 43 the warm read's repeats
     lay 39-58 % apart, and its medians said 0.82x where its rounds said 0.96x.
 
-    `phases`: "seq read warm" (the read file `warm_read_loops` times in 1 MiB blocks from the page cache) and/or
-    "rand read cached" (4 KiB random reads of it for `paired_read_seconds`). Only
-    `same_path_targets`; each one's read file is made and cached first."""
+    `phases`: "seq read warm" (the read file `warm_read_loops` times in 1 MiB blocks from the
+    page cache) and/or "rand read cached" (4 KiB random reads of it for `paired_read_seconds`).
+    Only `same_path_targets`; each one's read file is made and cached first."""
     order = same_path_targets(ts)
     for t in order:
-        prepare_read_file(t)
-        fio(t.directory, "seqread", "--rw=read", "--bs=1m", "--size=%dm" % size_mb, "--invalidate=0")
+        cache_read_file(t)
     for _ in range(read_chunks):
         if "seq read warm" in phases:
             shuffler.shuffle(order)
