@@ -10,14 +10,30 @@ import Glibc
 /// pass the engine's quiet gate while it holds nothing, and beside files held open by other
 /// names; otherwise they are coordinated in full.
 @Suite(.serialized) struct QuietPassage {
-    /// Runs namespace changes in `directory` of the mount from one Python process, holding
+    /// The start of a Python script about the mount at `sys.argv[1]` (`root`): its counters
+    /// (`stats`, `delta` since a `stats()`), and `attempt`, which returns "ok" or the errno's name.
+    static let pythonPrelude = """
+        import errno, json, os, sys
+        root = sys.argv[1]
+        def stats(): return json.loads(os.getxattr(root, "user.coordfs.stats"))
+        def delta(before):
+            after = stats()
+            return {k: after[k] - before[k] for k in ("coordinated", "passed_quietly", "passed_beside_open_files")}
+        def attempt(call, *arguments):
+            try:
+                call(*arguments)
+                return "ok"
+            except OSError as error:
+                return errno.errorcode[error.errno]
+        """
+
+    /// Runs namespace changes in the mount's root from one Python process, holding
     /// `held` open (for reading) meanwhile when given; returns the change of the mount's
     /// counters across them, read by the same process while it still holds the file.
     static func changes(_ fx: MountFixture, held: String?) throws -> [String: Int] {
         let script = """
-            import json, os, sys
-            root, held = sys.argv[1], sys.argv[2]
-            def stats(): return json.loads(os.getxattr(root, "user.coordfs.stats"))
+            \(Self.pythonPrelude)
+            held = sys.argv[2]
             fd = os.open(os.path.join(root, held), os.O_RDONLY) if held else None
             before = stats()
             d = os.path.join(root, "d")
@@ -26,9 +42,9 @@ import Glibc
             os.chmod(d + "2", 0o700)                     # SETATTR
             os.rmdir(d + "2")                            # RMDIR
             os.truncate(os.path.join(root, "t.txt"), 1)  # SETATTR of the size: never passes
-            after = stats()
+            report = delta(before)
             if fd is not None: os.close(fd)
-            print(json.dumps({k: after[k] - before[k] for k in ("coordinated", "passed_quietly", "passed_beside_open_files")}))
+            print(json.dumps(report))
             """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path, held ?? ""])
         #expect(result.status == 0, "\(result.errors)")
@@ -74,23 +90,6 @@ import Glibc
         #expect(try Self.changes(fx, held: nil)["passed_quietly"] == 4)
     }
 
-    /// The start of a Python script about the mount at `sys.argv[1]` (`root`): its counters
-    /// (`stats`, `delta` since a `stats()`), and `attempt`, which returns "ok" or the errno's name.
-    static let attempts = """
-        import errno, json, os, sys
-        root = sys.argv[1]
-        def stats(): return json.loads(os.getxattr(root, "user.coordfs.stats"))
-        def delta(before):
-            after = stats()
-            return {k: after[k] - before[k] for k in ("coordinated", "passed_quietly", "passed_beside_open_files")}
-        def attempt(call, *arguments):
-            try:
-                call(*arguments)
-                return "ok"
-            except OSError as error:
-                return errno.errorcode[error.errno]
-        """
-
     /// With files held open, and nothing else held, requests pass beside them when they lock
     /// other names (`NameGates`), in the held file's directory too; requests about a held file
     /// itself, or over a subtree that holds it, still wait for it.
@@ -105,7 +104,7 @@ import Glibc
         #expect(holder.ask("open w \(fx.path("held/h.txt"))") == "ok 1")
         #expect(holder.ask("open r \(fx.path("t.txt"))") == "ok 2", "a second held file, in another directory")
         let script = """
-            \(Self.attempts)
+            \(Self.pythonPrelude)
             w = lambda name: os.path.join(root, "work", name)
             h = lambda name: os.path.join(root, "held", name)
             report = {}
@@ -169,7 +168,7 @@ import Glibc
             #expect(holder.ask("open r \(fx.path("many/f\(index).txt"))") == "ok \(index + 1)")
         }
         let script = """
-            \(Self.attempts)
+            \(Self.pythonPrelude)
             last = int(sys.argv[2]) - 1
             path = lambda name: os.path.join(root, name)
             before = stats()
