@@ -12,7 +12,12 @@ import Glibc
 struct Coordinate: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run a command while holding coordinated reads and writes, like flock(1).",
-        discussion: "Exits with the command's status; 1 when the intents could not be taken (with the reason)."
+        discussion: """
+        The command runs in the foreground, with the terminal; SIGTERM and SIGHUP are passed on \
+        to it, and the intents are held until it ends. Exits with the command's status (128+N \
+        when signal N ended it); 1 when the intents could not be taken (with the reason); 127 \
+        when the command is not found.
+        """
     )
 
     @Option(name: .long, help: "An item to hold for reading (repeatable).")
@@ -45,6 +50,7 @@ struct Coordinate: ParsableCommand {
     }
 
     func run() throws {
+        Signals.resetInherited()
         let resolve = ServerConnection.resolve
         let intents = read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
             + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
@@ -65,17 +71,13 @@ struct Coordinate: ParsableCommand {
             FileHandle.standardError.write(Data("Error: cannot take the intents: \(error)\n".utf8))
             throw ExitCode(1)
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = command
         let status: Int32
         do {
-            try process.run()
-            process.waitUntilExit()
-            status = process.terminationStatus
+            status = try ForegroundCommand.run(command)
         } catch {
             _ = try? client.request { .release(id: $0, hold: hold, changed: false) }
-            throw CommandFailure("cannot run \(command[0]): \(error)")
+            FileHandle.standardError.write(Data("Error: \(error)\n".utf8))
+            throw ExitCode(error.exitStatus)
         }
         _ = try? client.request { .release(id: $0, hold: hold, changed: !write.isEmpty) }
         client.close()

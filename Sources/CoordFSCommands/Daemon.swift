@@ -21,7 +21,9 @@ struct Daemon: ParsableCommand {
     var allowOthers = false
 
     func run() throws {
-        // Block the signals before any thread starts, so only sigwait below receives them.
+        // Block the signals before any thread starts, so only sigwait below receives them (and
+        // ignored ones, left so by whatever spawned us, are not discarded).
+        Signals.resetInherited()
         var signals = sigset_t()
         sigemptyset(&signals)
         sigaddset(&signals, SIGINT)

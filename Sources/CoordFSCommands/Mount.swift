@@ -251,12 +251,8 @@ struct DaemonStart: ParsableCommand {
 
     func run() throws {
         _ = setsid()
-        // Whatever spawned us may have blocked or ignored signals (threads of a test runner,
-        // a service manager): SIGTERM and SIGINT must reach the mount's handlers.
-        var none = sigset_t()
-        sigemptyset(&none)
-        pthread_sigmask(SIG_SETMASK, &none, nil)
-        for signal in [SIGTERM, SIGINT, SIGHUP] { Glibc.signal(signal, SIG_DFL) }
+        // SIGTERM and SIGINT must reach the mount's handlers, whatever spawned us.
+        Signals.resetInherited()
         var command = try CoordFS.parseAsRoot(arguments)
         try command.run()
     }

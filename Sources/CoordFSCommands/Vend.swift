@@ -34,6 +34,7 @@ struct Vend: ParsableCommand {
     }
 
     func run() throws {
+        Signals.resetInherited()
         let resolved = ServerConnection.resolve(path)
         let client = try ServerConnection.connect(for: resolved, explicit: socket)
         let command = self.command

@@ -43,6 +43,7 @@ struct Watch: ParsableCommand {
     }
 
     func run() throws {
+        Signals.resetInherited()
         let mask = EventMask(names: events.split(separator: ",").map(String.init))!
         let code: Int32? = answer == "none" ? nil : answer == "ok" ? 0 : ErrnoNames.code(of: answer)
         let printer = Printer(json: json)

@@ -75,8 +75,66 @@ import Glibc
         #expect(coordinate.waitForExit() == 0)
         #expect(other.ask("open rn \(doc)")?.hasPrefix("ok") == true, "released when the command ended")
         #expect(try run(binary, ["coordinate", "--read", doc, "--", "sh", "-c", "exit 7"]).status == 7)
+        #expect(try run(binary, ["coordinate", "--read", doc, "--", "sh", "-c", "kill -KILL $$"]).status == 128 + SIGKILL,
+                "a command ended by a signal, as shells report it")
+        let missing = try run(binary, ["coordinate", "--read", doc, "--", "no-such-command-here"])
+        #expect(missing.status == 127 && missing.errors.contains("No such file"))
         let usage = try run(binary, ["coordinate", "--", "true"])
         #expect(usage.status != 0 && usage.errors.contains("--read or --write"))
+    }
+
+    /// As `flock FILE CMD` runs it: in the caller's process group, so a command that reads the
+    /// terminal is not stopped for it (Foundation's Process gave it a group of its own).
+    @Test func coordinateRunsTheCommandInTheForeground() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let shell = "\(binary) coordinate --write \(fx.path("doc.txt")) -- sh -c 'read answer; echo got $answer'"
+        let terminal = try Child("/usr/bin/script", ["-qec", shell, "/dev/null"])
+        terminal.send("typed")
+        var lines: [String] = []
+        while let line = terminal.next() {
+            lines.append(line.trimmingCharacters(in: .whitespacesAndNewlines))
+            if line.hasPrefix("got") { break }
+        }
+        #expect(lines.last == "got typed", "the command read its terminal: \(lines)")
+        #expect(terminal.waitForExit() == 0)
+    }
+
+    /// SIGTERM and SIGHUP are the command's to act on, SIGINT and SIGQUIT the terminal's: the
+    /// intents are held until the command has ended.
+    @Test func coordinateHoldsUntilTheCommandEndsWhateverSignalsCome() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "one\n")
+        let doc = fx.path("doc.txt")
+        let script = "trap 'echo last >> \(doc); exit 3' TERM; echo $$; while :; do sleep 0.05; done"
+        let coordinate = try Child(binary, ["coordinate", "--write", doc, "--", "sh", "-c", script])
+        let command = try #require(coordinate.next().flatMap { Int32($0) })
+        defer { kill(command, SIGKILL) }
+        let other = try Child.holder()
+        #expect(other.ask("open rn \(doc)") == "err EAGAIN")
+        coordinate.signal(SIGINT)
+        coordinate.signal(SIGTERM)
+        #expect(coordinate.waitForExit() == 3 && coordinate.process.terminationReason == .exit,
+                "SIGINT ignored, SIGTERM passed on, the command's status returned")
+        #expect(try String(contentsOfFile: fx.backingPath("doc.txt"), encoding: .utf8) == "one\nlast\n")
+        #expect(other.ask("open rn \(doc)")?.hasPrefix("ok") == true)
+    }
+
+    /// A spawner that leaves SIGTERM blocked and ignored (a test runner's thread, some service
+    /// managers) does not make `coordfs watch` outlive it.
+    @Test func watchEndsOnSIGTERMWhateverItsSpawnerLeftBlocked() throws {
+        let fx = try MountFixture()
+        let spawner = """
+        import os, signal, sys
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.execv(sys.argv[1], sys.argv[1:])
+        """
+        let watcher = try Child("/usr/bin/python3", ["-c", spawner, binary, "watch", fx.mountPoint.path])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        watcher.signal(SIGTERM)
+        #expect(watcher.waitForExit() != nil && watcher.process.terminationReason == .uncaughtSignal)
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == false }, "its presenter is gone with it")
     }
 
     @Test func theDaemonCoordinatesOutsideAnyMount() throws {
