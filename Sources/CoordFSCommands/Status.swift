@@ -7,20 +7,42 @@ import Foundation
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Show who holds, who waits and who presents, like lslocks.")
 
-    @Argument(help: "A coordfs mount point or any path inside one (default: the daemon).")
+    @Argument(help: "A coordfs mount point or any path inside one (default: the current directory's mount, else every coordfs mount and the daemon).")
     var path: String?
 
     @Option(help: "The control socket (default: found from the path).")
     var socket: String?
 
-    @Flag(help: "The server's reply as JSON.")
+    @Flag(help: "The server's reply as JSON (one object a line, one line a server).")
     var json = false
 
     func run() throws {
-        let target = path.map { URL(fileURLWithPath: Mount.absolute($0)).resolvingSymlinksInPath().path } ?? "/"
-        guard let socketPath = socket ?? ControlClient.socketPath(for: target) else {
-            throw CommandFailure(path == nil ? "no coordfs daemon runs; name a mount point" : "'\(path!)' is not inside a coordfs mount")
+        let sockets = try socketsToShow()
+        for (index, socketPath) in sockets.enumerated() {
+            if index > 0 && !json { print("") }
+            try show(socketPath)
         }
+    }
+
+    /// The servers to ask: the one named, else the current directory's mount, else every coordfs
+    /// mount and the daemon (as `lslocks` lists every lock).
+    private func socketsToShow() throws -> [String] {
+        if let socket { return [socket] }
+        if let path {
+            guard let socketPath = ControlClient.socketPath(for: ServerConnection.resolve(path)) else {
+                throw CommandFailure("'\(path)' is not inside a coordfs mount")
+            }
+            return [socketPath]
+        }
+        if let here = ControlClient.mountSocketPath(for: FileManager.default.currentDirectoryPath) { return [here] }
+        var sockets = MountTable.entries().filter { $0.type == "fuse.coordfs" }
+            .compactMap { ControlClient.mountSocketPath(for: $0.mountPoint) }
+        if let daemon = ControlClient.socketPath(for: "/") { sockets.append(daemon) }
+        guard !sockets.isEmpty else { throw CommandFailure("no coordfs mount or daemon runs here") }
+        return sockets
+    }
+
+    private func show(_ socketPath: String) throws {
         let fields: [String: WireValue]
         do {
             let client = try ControlClient(socketPath: socketPath)

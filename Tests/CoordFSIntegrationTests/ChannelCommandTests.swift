@@ -58,6 +58,20 @@ import Glibc
         #expect(waiter.next() == "ok 1")
     }
 
+    /// Without a path: the current directory's mount, else every coordfs mount (and the daemon).
+    @Test func statusWithoutAPathShowsTheMountHereElseEveryMount() throws {
+        let first = try MountFixture(), second = try MountFixture()
+        let here = try run("/bin/sh", ["-c", "cd '\(second.path("."))' && exec '\(binary)' status"])
+        #expect(here.status == 0 && here.output.contains("\(second.mountPoint.path) — ")
+                && !here.output.contains("\(first.mountPoint.path) — "), "\(here)")
+        let everywhere = try run("/bin/sh", ["-c", "cd / && exec '\(binary)' status --json"])
+        let roots = everywhere.output.split(separator: "\n").compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["root"] as? String
+        }
+        #expect(everywhere.status == 0 && roots.contains(first.mountPoint.path) && roots.contains(second.mountPoint.path),
+                "\(everywhere)")
+    }
+
     @Test func coordinateHoldsWhileTheCommandRunsAndPassesItsStatus() throws {
         let fx = try MountFixture()
         try fx.seed("doc.txt", "one\n")
