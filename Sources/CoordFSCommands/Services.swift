@@ -28,7 +28,11 @@ struct Services: ParsableCommand {
         guard let name = connect else {
             let fields: [String: WireValue]
             do { fields = try client.request { .services(id: $0, path: resolved) } } catch { throw CommandFailure("\(error)") }
-            guard case .array(let entries)? = fields["services"] else { return }
+            guard case .array(let entries)? = fields["services"], !entries.isEmpty else {
+                // On standard error, so that a script reading the list reads an empty one.
+                FileHandle.standardError.write(Data("no services for \(resolved)\n".utf8))
+                return
+            }
             for case .object(let entry) in entries {
                 var line = [String]()
                 if case .string(let name)? = entry["name"] { line.append(name) }

@@ -37,7 +37,8 @@ import Glibc
         #expect(try talk(deep, "org.example.status", "ping\\n").output == "status: ping\n")
         // Outside the subtree: nothing; an unknown name: a clear error.
         try fx.seed("elsewhere.txt")
-        #expect(try services(fx.path("elsewhere.txt")).isEmpty)
+        let none = try run(binary, ["services", fx.path("elsewhere.txt")])
+        #expect(none.status == 0 && none.output.isEmpty && none.errors.contains("no services for"))
         let unknown = try talk(deep, "org.example.missing", "x\\n")
         #expect(unknown.status != 0 && unknown.errors.contains("no service named 'org.example.missing'"))
     }
