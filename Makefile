@@ -92,6 +92,7 @@ run: build
 	@echo "  2\$$ python3 -c \"import os; os.open('$(DEMO_MNT)/notes/todo.txt', os.O_RDONLY|os.O_NONBLOCK)\"  # EAGAIN at once while held"
 	@echo "  Who holds and who waits, like lslocks:  $(COORDFS) status $(DEMO_MNT)"
 	@echo "  Every coordination message, like inotifywait -m:  $(COORDFS) watch $(DEMO_MNT)/notes"
+	@echo "  Hold a file while a command runs, like flock:  $(COORDFS) coordinate --write $(DEMO_MNT)/notes/todo.txt -- vi $(DEMO_MNT)/notes/todo.txt"
 	@echo "  Presenters' messages, in one process:  $(COORDFS) demo"
 	@echo ""
 	@echo "Unmount with: make stop   (or $(COORDFS) unmount $(DEMO_MNT))"
