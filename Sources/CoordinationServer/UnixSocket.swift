@@ -67,71 +67,9 @@ enum UnixSocket {
     /// The supplementary groups of a process, from /proc.
     static func groups(of pid: Int32, primary: UInt32) -> Set<UInt32> {
         var result: Set<UInt32> = [primary]
-        for field in ProcFile.statusField("Groups", of: pid)?.split(separator: " ") ?? [] {
+        for field in ProcFile.statusFields(["Groups"], of: pid)?["Groups"]?.split(separator: " ") ?? [] {
             if let gid = UInt32(field) { result.insert(gid) }
         }
         return result
-    }
-}
-
-/// Reads small /proc files, which report a size of zero.
-public enum ProcFile {
-    public static func read(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var data = [UInt8]()
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = Glibc.read(fd, &chunk, chunk.count)
-            if count <= 0 { break }
-            data += chunk[0..<count]
-        }
-        return String(decoding: data, as: UTF8.self)
-    }
-
-    /// A field of /proc/PID/status ("PPid", "Tgid", "Groups"), without its name.
-    public static func statusField(_ field: String, of pid: Int32) -> Substring? {
-        guard let text = read("/proc/\(pid)/status"),
-              let line = text.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }) else { return nil }
-        return line.dropFirst(field.count + 1)
-    }
-
-    /// A process's parent, or nil.
-    public static func parent(of pid: Int32) -> Int32? {
-        statusField("PPid", of: pid).flatMap { Int32($0.trimmingCharacters(in: .whitespaces)) }
-    }
-
-    /// Who a thread works for: its process, and whether it is one of the kernel's own threads
-    /// (writeback flushers, nfsd). One read of /proc/TID/status.
-    public struct Caller: Sendable, Equatable {
-        public let process: Int32
-        public let isKernelThread: Bool
-
-        public init(process: Int32, isKernelThread: Bool) {
-            self.process = process
-            self.isKernelThread = isKernelThread
-        }
-    }
-
-    public static func caller(of tid: Int32) -> Caller? {
-        guard let text = read("/proc/\(tid)/status") else { return nil }
-        var fields: [Substring: Substring] = [:]
-        for line in text.split(separator: "\n") {
-            guard let colon = line.firstIndex(of: ":") else { continue }
-            let name = line[..<colon]
-            if name == "Tgid" || name == "PPid" || name == "Kthread" {
-                fields[name] = line[line.index(after: colon)...].drop(while: { $0 == " " || $0 == "\t" })
-            }
-        }
-        guard let group = fields["Tgid"].flatMap({ Int32($0) }) else { return nil }
-        // "Kthread" exists since Linux 6.x; before it, kernel threads are kthreadd (2) and its children.
-        let isKernelThread = fields["Kthread"].map { $0 == "1" } ?? (group == 2 || fields["PPid"] == "2")
-        return Caller(process: group, isKernelThread: isKernelThread)
-    }
-
-    /// A process's command name.
-    public static func command(of pid: Int32) -> String? {
-        read("/proc/\(pid)/comm")?.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }

@@ -1,0 +1,84 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads small /proc files, which report a size of zero.
+///
+/// As bytes: /proc/PID/status is some sixty lines, and splitting it as a `String` walks it
+/// grapheme by grapheme. That made the first coordinated call of every new process (each `cat`
+/// a build runs, say) cost the mount about 100 µs of CPU.
+public enum ProcFile {
+    public static func read(_ path: String) -> String? {
+        readBytes(path).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    static func readBytes(_ path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var data = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = Glibc.read(fd, &chunk, chunk.count)
+            if count <= 0 { break }
+            data += chunk[0..<count]
+        }
+        return data
+    }
+
+    /// Fields of /proc/PID/status ("Tgid", "PPid", "Groups"): each value without its name and
+    /// the blanks after it. Nil when the process is gone; a field the kernel does not write is
+    /// left out.
+    public static func statusFields(_ names: Set<String>, of pid: Int32) -> [String: String]? {
+        guard let text = readBytes("/proc/\(pid)/status") else { return nil }
+        var found: [String: String] = [:]
+        var lineStart = text.startIndex
+        while lineStart < text.endIndex && found.count < names.count {
+            let lineEnd = text[lineStart...].firstIndex(of: UInt8(ascii: "\n")) ?? text.endIndex
+            if let colon = text[lineStart..<lineEnd].firstIndex(of: UInt8(ascii: ":")) {
+                // Names are short ASCII: a small String, made without allocating.
+                let name = String(decoding: text[lineStart..<colon], as: UTF8.self)
+                if names.contains(name) {
+                    var valueStart = colon + 1
+                    while valueStart < lineEnd && (text[valueStart] == UInt8(ascii: " ") || text[valueStart] == UInt8(ascii: "\t")) {
+                        valueStart += 1
+                    }
+                    found[name] = String(decoding: text[valueStart..<lineEnd], as: UTF8.self)
+                }
+            }
+            lineStart = lineEnd + 1
+        }
+        return found
+    }
+
+    /// A process's parent, or nil.
+    public static func parent(of pid: Int32) -> Int32? {
+        statusFields(["PPid"], of: pid)?["PPid"].flatMap { Int32($0) }
+    }
+
+    /// Who a thread works for: its process, and whether it is one of the kernel's own threads
+    /// (writeback flushers, nfsd). One read of /proc/TID/status.
+    public struct Caller: Sendable, Equatable {
+        public let process: Int32
+        public let isKernelThread: Bool
+
+        public init(process: Int32, isKernelThread: Bool) {
+            self.process = process
+            self.isKernelThread = isKernelThread
+        }
+    }
+
+    public static func caller(of tid: Int32) -> Caller? {
+        guard let fields = statusFields(["Tgid", "PPid", "Kthread"], of: tid),
+              let group = fields["Tgid"].flatMap({ Int32($0) }) else { return nil }
+        // "Kthread" exists since Linux 6.x; before it, kernel threads are kthreadd (2) and its children.
+        let isKernelThread = fields["Kthread"].map { $0 == "1" } ?? (group == 2 || fields["PPid"] == "2")
+        return Caller(process: group, isKernelThread: isKernelThread)
+    }
+
+    /// A process's command name.
+    public static func command(of pid: Int32) -> String? {
+        read("/proc/\(pid)/comm")?.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
