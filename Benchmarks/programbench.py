@@ -9,8 +9,9 @@ are). It prints each target's median time per program and, paired round by round
 the first coordfs target.
 
 The targets: native (the backing directory itself), coordfs as mounted by default, coordfs
-with its serving threads at the daemon's nice value (`--serve-nice=0`, see the README), and
-coordfs `--coordination off`.
+with its serving threads at the daemon's nice value (`--serve-nice=0`, see the README),
+coordfs `--coordination off`, and with `--baseline OLD_BINARY` coordfs as another build mounts
+it.
 """
 import os
 import random
@@ -26,13 +27,23 @@ from benchargs import coordfs_parser, executable, positive  # noqa: E402
 
 parser = coordfs_parser("real programs through coordfs mounts, each run a fresh process")
 parser.add_argument("--rounds", type=positive, default=8, help="rounds, each running every program on every target (default 8)")
+parser.add_argument("--baseline", metavar="BINARY",
+                    help="another coordfs build, mounted as coordfs is, as a target of its own: what a change did")
 arguments = parser.parse_args()
 binary = executable(parser, arguments)
+baseline = executable(parser, arguments, arguments.baseline, "--baseline") if arguments.baseline else None
 sources = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "Sources")
 
-TARGETS = [("native", None), ("coordfs", []), ("serve-nice=0", ["--serve-nice=0"]), ("coordination off", ["--coordination", "off"])]
+# (name, mount options or None for the backing directory itself, the build that mounts it)
+TARGETS = [("native", None, None), ("coordfs", [], binary), ("serve-nice=0", ["--serve-nice=0"], binary),
+           ("coordination off", ["--coordination", "off"], binary)]
+if baseline:
+    TARGETS.append(("baseline", [], baseline))
 PROGRAMS = [
     ("cat 5000 files", "cat {d}/many/* > /dev/null"),
+    # A process per file, as shell loops and builds run programs: each one's first call is new
+    # to the mount.
+    ("a cat each, 500 files", "for f in {d}/many/f00[0-4]*; do cat \"$f\"; done > /dev/null"),
     ("ls -l 5000 files", "ls -l {d}/many > /dev/null"),
     ("find -newer", "find {d} -newer /etc/hostname > /dev/null"),
     ("grep -r Sources/", "grep -r coordfs-never-there {d}/src > /dev/null; true"),
@@ -47,7 +58,7 @@ base = tempfile.mkdtemp(prefix="coordfs-programs-")
 mounted = []
 try:
     directories = {}
-    for name, options in TARGETS:
+    for name, options, build in TARGETS:
         slot = os.path.join(base, "t%d" % len(directories))
         backing = os.path.join(slot, "backing")
         os.makedirs(os.path.join(backing, "many"))
@@ -60,14 +71,14 @@ try:
             continue
         point = os.path.join(slot, "mnt")
         os.makedirs(point)
-        subprocess.run([binary, "mount", backing, point] + options, check=True)
-        mounted.append(point)
+        subprocess.run([build, "mount", backing, point] + options, check=True)
+        mounted.append((build, point))
         directories[name] = point
     scratch = os.path.join(base, "scratch")
     os.makedirs(scratch)
     subprocess.run(["tar", "cf", os.path.join(scratch, "sources.tar"), "-C", os.path.dirname(sources), "Sources"], check=True)
-    times = {(program, name): [] for program, _ in PROGRAMS for name, _ in TARGETS}
-    order = [name for name, _ in TARGETS]
+    times = {(program, name): [] for program, _ in PROGRAMS for name, _, _ in TARGETS}
+    order = [name for name, _, _ in TARGETS]
     shuffler = random.Random(2026)
     for _ in range(arguments.rounds):
         for program, command in PROGRAMS:
@@ -78,11 +89,11 @@ try:
                 subprocess.run(command.format(d=directories[name], scratch=scratch, sources=sources), shell=True, check=True)
                 times[(program, name)].append(time.perf_counter() - began)
 finally:
-    for point in mounted:
-        subprocess.run([binary, "unmount", point])
+    for build, point in mounted:
+        subprocess.run([build, "unmount", point])
     shutil.rmtree(base, ignore_errors=True)
 
-names = [name for name, _ in TARGETS]
+names = [name for name, _, _ in TARGETS]
 reference = names[1]
 print("real programs, each a fresh process: %d rounds, shuffled; median seconds, and the paired median ratio to %s"
       % (arguments.rounds, reference))
