@@ -53,11 +53,13 @@ parser.add_argument("--baseline", metavar="BINARY", action="append", default=[],
 parser.add_argument("--coordfs-options", metavar="OPTIONS", default="",
                     help="more options for every coordfs mount, space-separated (say --coordfs-options=--no-io-uring "
                          "to measure through /dev/fuse)")
-parser.add_argument("--engine-busy", nargs="?", const="elsewhere", choices=["elsewhere", "beside"],
+parser.add_argument("--engine-busy", nargs="?", const="elsewhere", choices=["elsewhere", "beside", "coordinate"],
                     help="keep a file open on every mount throughout, so that a coordfs engine always holds "
                          "something: at the mount's root (elsewhere, the default: the metadata jobs' requests "
                          "may pass beside it) or in the metadata jobs' own directory (beside: those about other names "
-                         "pass its name's gate)")
+                         "pass its name's gate); or, on the coordfs mounts, hold a read of a file at the root with "
+                         "`coordfs coordinate` (coordinate: every request is coordinated in full, and looks for the "
+                         "caller among the descendants the hold is lent to)")
 parser.add_argument("--coordfs-only", action="store_true",
                     help="leave out no-passthrough, bindfs and passthrough_ll (quicker A/B runs)")
 arguments = parser.parse_args()
@@ -161,7 +163,19 @@ class Target:
         self.unmount = mount(self.backing, self.point) if mount else None
         self.directory = self.point if mount else self.backing
         self.held = None
-        if arguments.engine_busy:
+        self.holder = None          # the `coordfs coordinate` process of --engine-busy=coordinate
+        if arguments.engine_busy == "coordinate":
+            path = os.path.join(self.directory, BUSY_NAME)
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+            build = getattr(mount, "build", None)
+            if build:
+                self.holder = subprocess.Popen([build, "coordinate", "--read", path, "--", "sleep", "1000000"])
+                for _ in range(200):    # held once `coordfs status` lists it
+                    listing = subprocess.run([build, "status", self.point], capture_output=True, text=True).stdout
+                    if "HOLD" in listing:
+                        break
+                    time.sleep(0.05)
+        elif arguments.engine_busy:
             # A hold for the run's length: the engine is never idle (see --engine-busy).
             if arguments.engine_busy == "beside":
                 os.makedirs(os.path.join(self.directory, META))
@@ -182,6 +196,7 @@ def coordfs(*extra, build=None):
     def mount(backing, point):
         sh(program, "mount", backing, point, *extra, *arguments.coordfs_options.split())
         return lambda: subprocess.run([program, "unmount", point])
+    mount.build = program
     return mount
 
 
@@ -470,6 +485,9 @@ finally:
     for t in targets:
         if t.held is not None:
             os.close(t.held)
+        if t.holder is not None:
+            t.holder.terminate()
+            t.holder.wait()
         if t.unmount:
             t.unmount()
     if image_mount:
@@ -490,6 +508,9 @@ if arguments.engine_busy == "elsewhere":
 elif arguments.engine_busy == "beside":
     print("engine busy: every mount had a file open throughout, in the metadata jobs' directory: coordfs's requests "
           "about other names there could pass beside it")
+elif arguments.engine_busy == "coordinate":
+    print("engine busy: every coordfs mount had a `coordfs coordinate --read` hold throughout: its requests were "
+          "coordinated in full, each looking for its caller among the hold's descendants")
 width = max(len(job) for job, _, _ in jobs)
 print("%-*s  %s" % (width, "job", "  ".join("%-20s" % name for name in names)))
 for job, _, _ in jobs:

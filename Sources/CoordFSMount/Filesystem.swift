@@ -370,7 +370,7 @@ public final class Filesystem: @unchecked Sendable {
         var current = process
         for _ in 0..<32 {
             if inheriting.contains(current) { return current }
-            guard let parent = ProcFile.parent(of: current), parent > 1 else { break }
+            guard let parent = ProcessInfoCache.parent(of: current, now: now), parent > 1 else { break }
             current = parent
         }
         return process
@@ -455,19 +455,33 @@ enum ProcessInfoCache {
             return entry.caller
         }
         if let remembered { return remembered }
-        let entry: Entry
-        if let known = cache.withLock({ $0[tid] }), now - known.read < 1000 {
-            entry = known
-        } else {
-            // A thread gone already: its own id stands for its process.
-            entry = Entry(caller: ProcFile.caller(of: tid) ?? ProcFile.Caller(process: tid, isKernelThread: false), read: now)
-            cache.withLock { cache in
-                if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
-                cache[tid] = entry
-            }
-        }
+        // A thread gone already: its own id stands for its process.
+        let entry = cachedEntry(of: tid, now: now)
+            ?? Entry(caller: ProcFile.Caller(process: tid, isKernelThread: false), read: now)
         lastAnswer.withValue { $0 = LastAnswer(tid: tid, entry: entry) }
         return entry.caller
+    }
+
+    /// The parent of `process`, from the same memory (a process's first thread has its id):
+    /// while a `coordfs coordinate` lends its hold to its descendants, every call walks the
+    /// caller's ancestors, and reading /proc for each of them on every call cost far more than
+    /// the call. Leaves each worker's last answer alone.
+    static func parent(of process: pid_t, now: Int64) -> pid_t? {
+        guard let parent = cachedEntry(of: process, now: now)?.caller.parent, parent > 0 else { return nil }
+        return parent
+    }
+
+    /// `tid`'s entry, read from /proc when not remembered for the last second; nil when the
+    /// thread is gone.
+    private static func cachedEntry(of tid: pid_t, now: Int64) -> Entry? {
+        if let known = cache.withLock({ $0[tid] }), now - known.read < 1000 { return known }
+        guard let caller = ProcFile.caller(of: tid) else { return nil }
+        let entry = Entry(caller: caller, read: now)
+        cache.withLock { cache in
+            if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
+            cache[tid] = entry
+        }
+        return entry
     }
 }
 

@@ -57,15 +57,18 @@ public enum ProcFile {
         statusFields(["PPid"], of: pid)?["PPid"].flatMap { Int32($0) }
     }
 
-    /// Who a thread works for: its process, and whether it is one of the kernel's own threads
-    /// (writeback flushers, nfsd). One read of /proc/TID/status.
+    /// Who a thread works for: its process, whether it is one of the kernel's own threads
+    /// (writeback flushers, nfsd), and the process's parent. One read of /proc/TID/status.
     public struct Caller: Sendable, Equatable {
         public let process: Int32
         public let isKernelThread: Bool
+        /// 0 when unknown (and for the first process).
+        public let parent: Int32
 
-        public init(process: Int32, isKernelThread: Bool) {
+        public init(process: Int32, isKernelThread: Bool, parent: Int32 = 0) {
             self.process = process
             self.isKernelThread = isKernelThread
+            self.parent = parent
         }
     }
 
@@ -74,7 +77,7 @@ public enum ProcFile {
               let group = fields["Tgid"].flatMap({ Int32($0) }) else { return nil }
         // "Kthread" exists since Linux 6.x; before it, kernel threads are kthreadd (2) and its children.
         let isKernelThread = fields["Kthread"].map { $0 == "1" } ?? (group == 2 || fields["PPid"] == "2")
-        return Caller(process: group, isKernelThread: isKernelThread)
+        return Caller(process: group, isKernelThread: isKernelThread, parent: fields["PPid"].flatMap { Int32($0) } ?? 0)
     }
 
     /// A process's command name.

@@ -8,14 +8,14 @@ import Glibc
 /// Who calls, read from /proc: checked against what the kernel says through system calls.
 @Suite struct ProcFileTests {
     @Test func aThreadWorksForItsProcess() throws {
-        #expect(ProcFile.caller(of: getpid()) == ProcFile.Caller(process: getpid(), isKernelThread: false))
+        #expect(ProcFile.caller(of: getpid()) == ProcFile.Caller(process: getpid(), isKernelThread: false, parent: getppid()))
         final class Box: @unchecked Sendable { var threadID: Int32 = 0 }
         let box = Box(), started = DispatchSemaphore(value: 0), mayEnd = DispatchSemaphore(value: 0)
         Thread { box.threadID = Self.currentThreadID(); started.signal(); mayEnd.wait() }.start()
         started.wait()
         defer { mayEnd.signal() }
         #expect(box.threadID != getpid())
-        #expect(ProcFile.caller(of: box.threadID) == ProcFile.Caller(process: getpid(), isKernelThread: false))
+        #expect(ProcFile.caller(of: box.threadID) == ProcFile.Caller(process: getpid(), isKernelThread: false, parent: getppid()))
     }
 
     /// The calling thread's id, from /proc/thread-self ("PID/task/TID").
