@@ -10,12 +10,14 @@ import Glibc
 /// becomes an event record on the client's connection, and requests wait for its answer.
 /// Requests outside the watch's mask are not put to it (`answeredRequests`), and consented to at
 /// once should one come, as for a presenter lacking the callback.
-final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
+final class RemotePresenter: ExtendedFilePresenter, PathNotifiedPresenter, @unchecked Sendable {
     let wd: Int
     let mask: EventMask
     private weak var connection: ClientConnection?
     private let lock = NSLock()
     private var url: URL
+    /// `url`'s path, kept beside it: every event carries it, and `URL.path` takes it apart again.
+    private var urlPath: String
     /// Only reacquirers run here: messages are taken inline (`takesMessagesInline`), and answers
     /// come from the socket.
     let presentedItemOperationQueue = OperationQueue()
@@ -24,6 +26,7 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
         self.wd = wd
         self.mask = mask
         self.url = URL(fileURLWithPath: path)
+        self.urlPath = url.path
         self.connection = connection
         presentedItemOperationQueue.maxConcurrentOperationCount = 1
     }
@@ -42,13 +45,18 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
     /// Every callback only queues a line on the connection's outbox, which never blocks.
     var takesMessagesInline: Bool { true }
 
-    private var path: String { presentedItemURL?.path ?? "" }
+    private var path: String { lock.lock(); defer { lock.unlock() }; return urlPath }
 
-    /// The name of `other` as inotify gives it: relative to the watched item when inside it.
-    private func name(_ other: URL) -> String {
-        let base = path
-        return other.path.hasPrefix(base + "/") ? String(other.path.dropFirst(base.count + 1)) : other.path
+    /// The name of the item at `other` as inotify gives it: relative to the watched item when
+    /// inside it. (Compared as bytes: Foundation's string search showed in every event's cost.)
+    private func name(_ other: String) -> String {
+        let base = path.utf8, full = other.utf8
+        guard full.count > base.count + 1, full.starts(with: base),
+              full[full.index(full.startIndex, offsetBy: base.count)] == UInt8(ascii: "/") else { return other }
+        return String(Substring(full.dropFirst(base.count + 1)))
     }
+
+    private static func isDeep(_ name: String) -> Bool { name.utf8.contains(UInt8(ascii: "/")) }
 
     private func record(_ bits: EventMask, cookie: UInt64, name: String = "", path: String? = nil) -> EventRecord {
         EventRecord(wd: wd, mask: bits, cookie: cookie, name: name, path: path ?? self.path)
@@ -66,7 +74,7 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
     private func tell(_ bit: EventMask, cookie: UInt64 = 0, name: String = "", path: String? = nil) {
         guard mask.contains(bit), let connection else { return }
         // Items deep inside a watched directory: only if the client could list their directory.
-        if name.contains("/"), let path, !connection.mayLearn(of: path) { return }
+        if Self.isDeep(name), let path, !connection.mayLearn(of: path) { return }
         connection.send(.event(record(bit, cookie: cookie, name: name, path: path)))
     }
 
@@ -102,33 +110,52 @@ final class RemotePresenter: ExtendedFilePresenter, @unchecked Sendable {
     }
 
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
-        if let connection, name(url).contains("/"), !connection.mayLearn(of: url.path) { return completionHandler(nil) }
-        ask(.accommodateSubitemDeletion, name: name(url), path: url.path) { _, code in completionHandler(Self.error(code)) }
+        let itemPath = url.path, itemName = name(itemPath)
+        if let connection, Self.isDeep(itemName), !connection.mayLearn(of: itemPath) { return completionHandler(nil) }
+        ask(.accommodateSubitemDeletion, name: itemName, path: itemPath) { _, code in completionHandler(Self.error(code)) }
     }
 
     // MARK: Notifications
 
-    func presentedItemDidMove(to newURL: URL) {
+    /// The engine's notifications as paths (`PathNotifiedPresenter`): the callbacks below, without
+    /// making a URL of each path only to take it apart again.
+    func presented(_ notification: PresenterNotification) {
+        switch notification {
+        case .didMove(let newPath): itemDidMove(to: newPath.string)
+        case .didChange: presentedItemDidChange()
+        case .subitemDidAppear(let item): tell(.subitemAppeared, name: name(item.string), path: item.string)
+        case .subitemDidMove(let from, let to): subitem(at: from.string, didMoveTo: to.string)
+        case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string)
+        case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string)
+        case .itemWasDeleted: presentedItemWasDeleted()
+        }
+    }
+
+    func presentedItemDidMove(to newURL: URL) { itemDidMove(to: newURL.path) }
+
+    private func itemDidMove(to newPath: String) {
         let old = path
         let cookie = connection?.nextCookie() ?? 0
-        lock.lock(); url = newURL; lock.unlock()
+        lock.lock(); url = URL(fileURLWithPath: newPath); urlPath = newPath; lock.unlock()
         tell(.movedFrom, cookie: cookie, path: old)
-        tell(.movedTo, cookie: cookie, path: newURL.path)
+        tell(.movedTo, cookie: cookie, path: newPath)
     }
 
     func presentedItemDidChange() { tell(.changed) }
 
-    func presentedSubitemDidAppear(at url: URL) { tell(.subitemAppeared, name: name(url), path: url.path) }
+    func presentedSubitemDidAppear(at url: URL) { tell(.subitemAppeared, name: name(url.path), path: url.path) }
 
-    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
+    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { subitem(at: oldURL.path, didMoveTo: newURL.path) }
+
+    private func subitem(at oldPath: String, didMoveTo newPath: String) {
         let cookie = connection?.nextCookie() ?? 0
-        tell(.movedFrom, cookie: cookie, name: name(oldURL), path: oldURL.path)
-        tell(.movedTo, cookie: cookie, name: name(newURL), path: newURL.path)
+        tell(.movedFrom, cookie: cookie, name: name(oldPath), path: oldPath)
+        tell(.movedTo, cookie: cookie, name: name(newPath), path: newPath)
     }
 
-    func presentedSubitemDidChange(at url: URL) { tell(.subitemChanged, name: name(url), path: url.path) }
+    func presentedSubitemDidChange(at url: URL) { tell(.subitemChanged, name: name(url.path), path: url.path) }
 
-    func presentedSubitemWasDeleted(at url: URL) { tell(.subitemDeleted, name: name(url), path: url.path) }
+    func presentedSubitemWasDeleted(at url: URL) { tell(.subitemDeleted, name: name(url.path), path: url.path) }
 
     func presentedItemWasDeleted() {
         tell(.presenterRemoved)

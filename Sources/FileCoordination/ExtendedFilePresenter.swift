@@ -25,6 +25,14 @@ extension ExtendedFilePresenter {
     public var takesMessagesInline: Bool { false }
 }
 
+/// A presenter that takes the engine's notifications as they are, as paths (the control
+/// socket's watches): a watcher hears of every new file, and making a URL of each path only for
+/// the presenter to take it apart again showed in what that cost the mount. It gets every
+/// notification, so it needs no did-change in place of a missing subitem callback (P20).
+package protocol PathNotifiedPresenter: FilePresenter {
+    func presented(_ notification: PresenterNotification)
+}
+
 extension FilePresenter {
     /// Runs `body` at once when the presenter takes its messages inline, else on its queue.
     func perform(_ body: @escaping @Sendable () -> Void) {

@@ -147,7 +147,12 @@ enum PresenterNotifier {
             presenter.perform {
                 var sentDidChange = false
                 for message in messages {
-                    let reachedDefault = UnimplementedCallback.reachedDefault {
+                    if let direct = presenter as? PathNotifiedPresenter {
+                        direct.presented(message)
+                        if case .didMove = message { domain.refresh(presenter) }
+                        continue
+                    }
+                    func deliver() {
                         switch message {
                         case .didMove(let path): presenter.presentedItemDidMove(to: path.fileURL)
                         case .didChange: presenter.presentedItemDidChange(); sentDidChange = true
@@ -161,9 +166,15 @@ enum PresenterNotifier {
                             (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
                         }
                     }
-                    if reachedDefault && package && message.isSubitemNotification && !sentDidChange {
-                        presenter.presentedItemDidChange()                  // P20, reference C45
-                        sentDidChange = true
+                    // Only a package's presenter may need did-change instead; asking the thread
+                    // whether a default ran costs more than most callbacks.
+                    if package && message.isSubitemNotification && !sentDidChange {
+                        if UnimplementedCallback.reachedDefault(deliver) {
+                            presenter.presentedItemDidChange()                  // P20, reference C45
+                            sentDidChange = true
+                        }
+                    } else {
+                        deliver()
                     }
                     if case .didMove = message { domain.refresh(presenter) }
                 }
