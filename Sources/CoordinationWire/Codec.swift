@@ -126,6 +126,14 @@ public enum WireCodec {
     }
 
     public static func decodeServer(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
+        // Most lines a client reads are events: `EventLine` reads them without JSONSerialization
+        // (half of what `coordfs watch` spent per event).
+        if let record = EventLine.parse(line) { return .event(record) }
+        return try decodeServerInGeneral(line)
+    }
+
+    /// Any server line, through `JSONSerialization`.
+    static func decodeServerInGeneral(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
         let object = try parseObject(line)
         // Replies carry "ok" or "error" (a watch's reply has a "wd" too); events carry neither.
         if object["ok"] == nil && object["error"] == nil, let wd = JSONValue.int(object["wd"]) {
