@@ -11,7 +11,15 @@ public enum WireCodec {
     // MARK: Client messages
 
     public static func decodeClient(_ line: some Collection<UInt8>) throws(WireError) -> ClientMessage {
-        let object = try parseObject(line)
+        try clientMessage(try parseObject(line, quickly: true))
+    }
+
+    /// A client line through `JSONSerialization` alone: what the quick reading is tested against.
+    static func decodeClientInGeneral(_ line: some Collection<UInt8>) throws(WireError) -> ClientMessage {
+        try clientMessage(try parseObject(line, quickly: false))
+    }
+
+    private static func clientMessage(_ object: [String: Any]) throws(WireError) -> ClientMessage {
         guard let op = object["op"] as? String else { throw WireError("missing \"op\"") }
         switch op {
         case "hello":
@@ -129,12 +137,15 @@ public enum WireCodec {
         // Most lines a client reads are events: `EventLine` reads them without JSONSerialization
         // (half of what `coordfs watch` spent per event).
         if let record = EventLine.parse(line) { return .event(record) }
-        return try decodeServerInGeneral(line)
+        return try serverMessage(try parseObject(line, quickly: true))
     }
 
-    /// Any server line, through `JSONSerialization`.
+    /// A server line through `JSONSerialization` alone: what the quick readings are tested against.
     static func decodeServerInGeneral(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
-        let object = try parseObject(line)
+        try serverMessage(try parseObject(line, quickly: false))
+    }
+
+    private static func serverMessage(_ object: [String: Any]) throws(WireError) -> ServerMessage {
         // Replies carry "ok" or "error" (a watch's reply has a "wd" too); events carry neither.
         if object["ok"] == nil && object["error"] == nil, let wd = JSONValue.int(object["wd"]) {
             guard let mask = JSONValue.int(object["mask"]), mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
@@ -155,9 +166,11 @@ public enum WireCodec {
 
     // MARK: Helpers
 
-    private static func parseObject(_ line: some Collection<UInt8>) throws(WireError) -> [String: Any] {
+    /// `quickly`: by `JSONReader` first, which leaves to `JSONSerialization` what it is not sure of.
+    private static func parseObject(_ line: some Collection<UInt8>, quickly: Bool) throws(WireError) -> [String: Any] {
         guard line.count <= WireProtocol.maximumLineLength else { throw WireError("line longer than \(WireProtocol.maximumLineLength) bytes") }
         guard !line.isEmpty else { throw WireError("empty line") }
+        if quickly, let object = JSONReader.object(line) { return object }
         let parsed: Any
         do { parsed = try JSONSerialization.jsonObject(with: Data(line), options: []) } catch {
             throw WireError("not JSON")
