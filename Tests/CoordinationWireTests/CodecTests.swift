@@ -87,15 +87,7 @@ import Testing
             if round % 4 == 0 {
                 bytes = (0..<Int.random(in: 0...80, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) }
             } else {
-                bytes = valid.randomElement(using: &generator)!
-                for _ in 0..<Int.random(in: 1...4, using: &generator) where !bytes.isEmpty {
-                    let index = Int.random(in: 0..<bytes.count, using: &generator)
-                    switch Int.random(in: 0..<3, using: &generator) {
-                    case 0: bytes[index] = UInt8.random(in: 0...255, using: &generator)
-                    case 1: bytes.remove(at: index)
-                    default: bytes.insert(bytes[index], at: index)
-                    }
-                }
+                bytes = mangled(valid.randomElement(using: &generator)!, times: 1...4, using: &generator)
             }
             do { _ = try WireCodec.decodeClient(bytes); decoded += 1 } catch { refused += 1 }
             do { _ = try WireCodec.decodeServer(bytes) } catch {}

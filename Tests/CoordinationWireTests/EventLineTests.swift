@@ -34,16 +34,7 @@ import Testing
                                      Array("e1".utf8), Array(",\"ok\":true".utf8), Array("\\ud83d".utf8), Array("\\ude00".utf8)]
         var quick = 0
         for _ in 0..<20_000 {
-            var bytes = base
-            for _ in 0..<Int.random(in: 1...3, using: &generator) where !bytes.isEmpty {
-                let index = Int.random(in: 0..<bytes.count, using: &generator)
-                switch Int.random(in: 0..<4, using: &generator) {
-                case 0: bytes[index] = UInt8.random(in: 0...255, using: &generator)
-                case 1: bytes.remove(at: index)
-                case 2: bytes.insert(bytes[index], at: index)
-                default: bytes.insert(contentsOf: insertions.randomElement(using: &generator)!, at: index)
-                }
-            }
+            let bytes = mangled(base, pieces: insertions, using: &generator)
             if let record = EventLine.parse(bytes) {
                 quick += 1
                 #expect(Self.general(bytes) == .event(record), "\(String(decoding: bytes, as: UTF8.self))")

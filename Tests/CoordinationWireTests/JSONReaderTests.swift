@@ -49,16 +49,7 @@ import Testing
         let lines = (Self.clientLines + Self.serverLines).map { Array($0.utf8) }
         var quick = 0
         for round in 0..<20_000 {
-            var bytes = lines[round % lines.count]
-            for _ in 0..<Int.random(in: 1...3, using: &generator) where !bytes.isEmpty {
-                let index = Int.random(in: 0..<bytes.count, using: &generator)
-                switch Int.random(in: 0..<4, using: &generator) {
-                case 0: bytes[index] = UInt8.random(in: 0...255, using: &generator)
-                case 1: bytes.remove(at: index)
-                case 2: bytes.insert(bytes[index], at: index)
-                default: bytes.insert(contentsOf: pieces.randomElement(using: &generator)!, at: index)
-                }
-            }
+            let bytes = mangled(lines[round % lines.count], pieces: pieces, using: &generator)
             if JSONReader.object(bytes) != nil { quick += 1 }
             let client = Self.outcome { try WireCodec.decodeClient(bytes) }, clientInGeneral = Self.outcome { try WireCodec.decodeClientInGeneral(bytes) }
             #expect(client == clientInGeneral, "\(String(decoding: bytes, as: UTF8.self))")

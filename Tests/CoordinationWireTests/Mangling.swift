@@ -1,0 +1,18 @@
+import TestSupport
+
+/// `line` with a few bytes flipped, dropped or repeated, or (given `pieces`) a piece put in:
+/// what the codec's fuzz tests feed it.
+func mangled(_ line: [UInt8], pieces: [[UInt8]] = [], times: ClosedRange<Int> = 1...3,
+             using generator: inout SeededGenerator) -> [UInt8] {
+    var bytes = line
+    for _ in 0..<Int.random(in: times, using: &generator) where !bytes.isEmpty {
+        let index = Int.random(in: 0..<bytes.count, using: &generator)
+        switch Int.random(in: 0..<(pieces.isEmpty ? 3 : 4), using: &generator) {
+        case 0: bytes[index] = UInt8.random(in: 0...255, using: &generator)
+        case 1: bytes.remove(at: index)
+        case 2: bytes.insert(bytes[index], at: index)
+        default: bytes.insert(contentsOf: pieces.randomElement(using: &generator)!, at: index)
+        }
+    }
+    return bytes
+}
