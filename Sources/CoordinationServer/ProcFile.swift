@@ -52,11 +52,6 @@ public enum ProcFile {
         return found
     }
 
-    /// A process's parent, or nil.
-    public static func parent(of pid: Int32) -> Int32? {
-        statusFields(["PPid"], of: pid)?["PPid"].flatMap { Int32($0) }
-    }
-
     /// Who a thread works for: its process, whether it is one of the kernel's own threads
     /// (writeback flushers, nfsd), and the process's parent. One read of /proc/TID/status.
     public struct Caller: Sendable, Equatable {

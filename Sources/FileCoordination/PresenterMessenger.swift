@@ -147,11 +147,6 @@ enum PresenterNotifier {
             presenter.perform {
                 var sentDidChange = false
                 for message in messages {
-                    if let direct = presenter as? PathNotifiedPresenter {
-                        direct.presented(message)
-                        if case .didMove = message { domain.refresh(presenter) }
-                        continue
-                    }
                     func deliver() {
                         switch message {
                         case .didMove(let path): presenter.presentedItemDidMove(to: path.fileURL)
@@ -166,9 +161,11 @@ enum PresenterNotifier {
                             (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
                         }
                     }
-                    // Only a package's presenter may need did-change instead; asking the thread
-                    // whether a default ran costs more than most callbacks.
-                    if package && message.isSubitemNotification && !sentDidChange {
+                    if let direct = presenter as? PathNotifiedPresenter {
+                        direct.presented(message)
+                    } else if package && message.isSubitemNotification && !sentDidChange {
+                        // Only a package's presenter may need did-change instead; asking the
+                        // thread whether a default ran costs more than most callbacks.
                         if UnimplementedCallback.reachedDefault(deliver) {
                             presenter.presentedItemDidChange()                  // P20, reference C45
                             sentDidChange = true
