@@ -79,30 +79,46 @@ extension Filesystem {
         let open = handle.flatMap { files[$0] }
         // Truncation changes contents: a plain write. The rest is metadata (O9).
         let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
+        // A process that holds the file open for writing (tar's fchown, fchmod and futimens; the
+        // futimens of touch on the file it just made) changes its attributes as part of that
+        // access: the open already holds the write and has asked its presenters, and its release
+        // tells them of the change. Taken as a write of its own, it waited for nobody but cost a
+        // full coordination, and touch's watchers heard of the change before the file appeared.
+        if change.size == nil, inode.writers.load(ordering: .relaxed) != 0,
+           let process = callingProcess(reply.req, now: coarseMilliseconds()), inode.isWritten(onlyBy: process) {
+            statistics.coordinated.add()
+            statistics.coveredByOwnOpen.add(1, ordering: .relaxed)
+            return apply(change, inode, open, reply, claim: nil)
+        }
         // A truncation may free a big file's blocks, for as long as the disk takes: it does not
         // pass the quiet gate, whose next closer would wait for it.
         coordinate(reply, Wanted(kind: .writing(options), node: inode, isDirectory: inode.isDirectory),
                    forTheCall: change.size == nil) { [self] claim in
-            do {
-                let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
-                    try apply(change, to: fd, open: open)
-                    if change.size != nil {
-                        open?.written.store(true, ordering: .relaxed)
-                        dropPrivilegeBits(open?.fd ?? fd, unlessRootCalls: reply)
-                    }
-                    if let open {
-                        var info = stat()
-                        _ = try check(fstat(open.fd, &info))
-                        return info
-                    }
-                    return try statOf(fd)
+            apply(change, inode, open, reply, claim: claim)
+        }
+    }
+
+    /// Makes `change` (of the file's `open`, if it came through one) and answers the request.
+    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: Reply, claim: RequestClaim?) {
+        do {
+            let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
+                try apply(change, to: fd, open: open)
+                if change.size != nil {
+                    open?.written.store(true, ordering: .relaxed)
+                    dropPrivilegeBits(open?.fd ?? fd, unlessRootCalls: reply)
                 }
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
-                reply.attr(info, timeout: timeout)
-            } catch {
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
-                reply.error(error)
+                if let open {
+                    var info = stat()
+                    _ = try check(fstat(open.fd, &info))
+                    return info
+                }
+                return try statOf(fd)
             }
+            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
+            reply.attr(info, timeout: timeout)
+        } catch {
+            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+            reply.error(error)
         }
     }
 

@@ -37,7 +37,8 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(error)
             }
-            let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes)
+            let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
+                                writer: writes ? writer(of: claim, reply) : 0)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
             let handle = files.insert(file)
             if case .backed(let id, _) = mode {
@@ -118,7 +119,8 @@ extension Filesystem {
             do {
                 let (inode, attributes) = try lookupNode(parent, name, justMade: true)
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
-                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true)
+                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
+                                    writer: writer(of: claim, reply))
                 let handle = files.insert(file)
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
                 reply.create(inode, attributes, timeout: timeout, info, handle: handle,
@@ -158,6 +160,7 @@ extension Filesystem {
 
     func release(_ reply: Reply, _ handle: UInt64) {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
+        if file.writer != 0 { file.inode.endedWriting() }
         var info = stat()
         let known = fstat(file.fd, &info) == 0
         close(file.fd)
@@ -210,6 +213,13 @@ extension Filesystem {
 /// whose own writes run as root and so would keep them: a writer without CAP_FSETID (anyone but
 /// root, here) clears setuid, and setgid where group execute is set, as the kernel does natively.
 extension Filesystem {
+    /// The process a write open's `claim` was granted to (its caller's, as `coordinate` named
+    /// it); 0 when the open holds nothing.
+    func writer(of claim: RequestClaim?, _ reply: Reply) -> Int32 {
+        guard claim != nil else { return 0 }
+        return callingProcess(reply.req, now: coarseMilliseconds()) ?? 0
+    }
+
     func callerLacksFSetID(_ reply: Reply) -> Bool { fuse_req_ctx(reply.req).pointee.uid != 0 }
 
     func hasPrivilegeBits(_ fd: Int32) -> Bool {

@@ -42,6 +42,9 @@ final class Inode: @unchecked Sendable {
     /// made in it). Then the next lookup in it tries `InodeTable.knownChild` first; otherwise
     /// the probe would most likely miss, a call spent for nothing, as on a first walk of a tree.
     let childrenAreKnown = Atomic<Bool>(false)
+    /// Its coordinated write opens: how many in the high half, and in the low half the process
+    /// that holds all of them (0 when more than one process does). See `OpenFile.writer`.
+    let writers = Atomic<UInt64>(0)
 
     struct Place: Equatable {
         let parent: UInt64

@@ -13,6 +13,9 @@ final class MountStatistics: Sendable {
     /// Claims ended unused and taken again: their items had moved before they held them
     /// (`Filesystem.movedBeforeHeld`).
     let takenAgain = Atomic<Int>(0)
+    /// Setattrs made by the process that holds the file open for writing, taken as part of that
+    /// access instead of as a write of their own (`Filesystem.setattr`).
+    let coveredByOwnOpen = Atomic<Int>(0)
     let waited = Atomic<Int>(0)
     let timedOut = Atomic<Int>(0)
     let deadlocks = Atomic<Int>(0)
@@ -48,6 +51,7 @@ final class MountStatistics: Sendable {
             ("coordinated", coordinated.value), ("passed_quietly", passedQuietly.value),
             ("passed_beside_open_files", passedBesideOpenFiles.value),
             ("taken_again", takenAgain.load(ordering: .relaxed)),
+            ("covered_by_own_open", coveredByOwnOpen.load(ordering: .relaxed)),
             ("waited", waited.load(ordering: .relaxed)),
             ("timed_out", timedOut.load(ordering: .relaxed)), ("deadlocks", deadlocks.load(ordering: .relaxed)),
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),

@@ -17,12 +17,18 @@ final class OpenFile: @unchecked Sendable {
     let atOpen: stat?
     /// Directory streams for readdir, opened lazily.
     var directory: OpaquePointer?
+    /// The process a coordinated write open was granted to (0 for any other open), counted in
+    /// its inode's `writers` from the open to the release.
+    let writer: Int32
 
-    init(fd: Int32, inode: Inode, claim: RequestClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false) {
+    init(fd: Int32, inode: Inode, claim: RequestClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
+         writer: Int32 = 0) {
         self.fd = fd
         self.inode = inode
         self.claim = claim
         self.created = created
+        self.writer = writer
+        if writer != 0 { inode.beganWriting(by: writer) }
         var info = stat()
         // A created file is reported as new whatever was written: nothing to compare.
         atOpen = passthrough && writes && !created && fstat(fd, &info) == 0 ? info : nil
@@ -36,6 +42,38 @@ final class OpenFile: @unchecked Sendable {
         return before.st_size != now.st_size || before.st_mtim.tv_sec != now.st_mtim.tv_sec
             || before.st_mtim.tv_nsec != now.st_mtim.tv_nsec || before.st_ctim.tv_sec != now.st_ctim.tv_sec
             || before.st_ctim.tv_nsec != now.st_ctim.tv_nsec
+    }
+}
+
+extension Inode {
+    /// A coordinated write open of it, granted to `process`, begins.
+    func beganWriting(by process: Int32) {
+        var current = writers.load(ordering: .relaxed)
+        while true {
+            let count = current >> 32, owner = UInt32(truncatingIfNeeded: current), mine = UInt32(bitPattern: process)
+            let next = (count + 1) << 32 | UInt64(count == 0 || owner == mine ? mine : 0)
+            let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            current = original
+        }
+    }
+
+    /// One of them ends.
+    func endedWriting() {
+        var current = writers.load(ordering: .relaxed)
+        while true {
+            let count = current >> 32
+            let next = count <= 1 ? 0 : (count - 1) << 32 | (current & 0xFFFF_FFFF)
+            let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+            if exchanged { return }
+            current = original
+        }
+    }
+
+    /// Whether it is open for writing, through coordinated opens, by `process` alone.
+    func isWritten(onlyBy process: Int32) -> Bool {
+        let current = writers.load(ordering: .acquiring)
+        return current >> 32 != 0 && UInt32(truncatingIfNeeded: current) == UInt32(bitPattern: process)
     }
 }
 

@@ -153,6 +153,41 @@ import Glibc
         #expect(try Self.changes(fx, held: nil)["passed_quietly"] == 4, "closed, the engine holds nothing")
     }
 
+    /// A process that holds a file open for writing changes its attributes as part of that
+    /// access (tar's fchown, fchmod and futimens; touch's futimens of the file it made): not as
+    /// writes of their own, so a watcher hears of the new file first and of no change before
+    /// it. Another process's change of them still waits for the open.
+    @Test func setattrsOfAWritersOwnOpenAreCoveredByIt() throws {
+        let fx = try MountFixture(["--wait-timeout", "1"])
+        let watcher = try Child(Paths.binary.path, ["watch", fx.mountPoint.path])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        #expect(try run("/usr/bin/touch", [fx.path("made.txt")]).status == 0)
+        try FileManager.default.createDirectory(atPath: fx.path("marker"), withIntermediateDirectories: false)
+        #expect(watcher.next() == "\(fx.mountPoint.path) SUBITEM_APPEARED made.txt")
+        #expect(watcher.next() == "\(fx.mountPoint.path) SUBITEM_APPEARED marker")
+        let script = """
+            \(Self.pythonPrelude)
+            path = os.path.join(root, "own.txt")
+            before = stats()["covered_by_own_open"]
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.fchmod(fd, 0o600)
+            os.utime(fd, (1, 1))
+            os.chmod(path, 0o640)
+            print(json.dumps({"covered": stats()["covered_by_own_open"] - before}))
+            os.close(fd)
+            """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
+        #expect(result.status == 0, "\(result.errors)")
+        #expect(result.output == "{\"covered\": 3}\n", "fchmod, futimens and chmod by the file's writer")
+        let holder = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("own.txt"))") == "ok 1")
+        let other = try run("/usr/bin/python3", ["-c", "\(Self.pythonPrelude)\nprint(attempt(os.chmod, sys.argv[2], 0o600))",
+                                                 fx.mountPoint.path, fx.path("own.txt")])
+        #expect(other.output == "EBUSY\n", "another process's chmod waits for the writer: \(other)")
+        #expect(holder.ask("close all") == "ok")
+        #expect(try fx.statistics()["covered_by_own_open"] == 4, "touch's futimens and the three above")
+    }
+
     /// Past the engine's short list (`ShortList.capacity` grants), open files' grants come from
     /// the tables, screened all the same: with 40 files held open, requests about other names
     /// still pass beside them, and those about a held file still wait for it, wherever its
