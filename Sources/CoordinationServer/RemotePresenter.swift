@@ -10,7 +10,7 @@ import Glibc
 /// becomes an event record on the client's connection, and requests wait for its answer.
 /// Requests outside the watch's mask are not put to it (`answeredRequests`), and consented to at
 /// once should one come, as for a presenter lacking the callback.
-final class RemotePresenter: ExtendedFilePresenter, PathNotifiedPresenter, @unchecked Sendable {
+final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unchecked Sendable {
     let wd: Int
     let mask: EventMask
     private weak var connection: ClientConnection?
@@ -110,14 +110,29 @@ final class RemotePresenter: ExtendedFilePresenter, PathNotifiedPresenter, @unch
     }
 
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
-        let itemPath = url.path, itemName = name(itemPath)
+        accommodateSubitemDeletion(at: url.path, completionHandler)
+    }
+
+    private func accommodateSubitemDeletion(at itemPath: String, _ completionHandler: @escaping @Sendable (Error?) -> Void) {
+        let itemName = name(itemPath)
         if let connection, Self.isDeep(itemName), !connection.mayLearn(of: itemPath) { return completionHandler(nil) }
         ask(.accommodateSubitemDeletion, name: itemName, path: itemPath) { _, code in completionHandler(Self.error(code)) }
     }
 
+    /// The engine's requests as paths (`PathMessagedPresenter`).
+    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+        switch request {
+        case .relinquishToReader: relinquishPresentedItem(toWriter: false, completion: completion)
+        case .relinquishToWriter: relinquishPresentedItem(toWriter: true, completion: completion)
+        case .saveChanges: savePresentedItemChanges { completion($0, nil) }
+        case .accommodateDeletion: accommodatePresentedItemDeletion { completion($0, nil) }
+        case .accommodateSubitemDeletion(let item): accommodateSubitemDeletion(at: item.string) { completion($0, nil) }
+        }
+    }
+
     // MARK: Notifications
 
-    /// The engine's notifications as paths (`PathNotifiedPresenter`): the callbacks below, without
+    /// The engine's notifications as paths (`PathMessagedPresenter`): the callbacks below, without
     /// making a URL of each path only to take it apart again.
     func presented(_ notification: PresenterNotification) {
         switch notification {

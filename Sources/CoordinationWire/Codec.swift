@@ -11,7 +11,10 @@ public enum WireCodec {
     // MARK: Client messages
 
     public static func decodeClient(_ line: some Collection<UInt8>) throws(WireError) -> ClientMessage {
-        try clientMessage(try parseObject(line, quickly: true))
+        // A watcher's answers come while accesses wait for them: the one line read without
+        // a dictionary first.
+        if let answer = AnswerLine.parse(line) { return answer }
+        return try clientMessage(try parseObject(line, quickly: true))
     }
 
     /// A client line through `JSONSerialization` alone: what the quick reading is tested against.
@@ -128,9 +131,40 @@ public enum WireCodec {
             if let id { object["id"] = .int(id) }
             return line(object)
         case .event(let record):
-            return line(["wd": .int(record.wd), "mask": .int(Int(record.mask.rawValue)), "events": .strings(record.mask.names),
-                         "cookie": .int(Int(record.cookie)), "name": .string(record.name), "path": .string(record.path)])
+            return eventLine(record)
         }
+    }
+
+    /// An event's line, written field by field in the order `line` sorts its keys into: a
+    /// watcher gets one for every new file, and each took a dictionary and a sort before.
+    static func eventLine(_ record: EventRecord) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(96 + record.name.utf8.count + record.path.utf8.count)
+        bytes.append(contentsOf: #"{"cookie":"#.utf8)
+        JSONOutput.write(Int(record.cookie), into: &bytes)
+        bytes.append(contentsOf: #","events":["#.utf8)
+        var first = true
+        for (name, bit) in EventMask.names where record.mask.contains(bit) {
+            if !first { bytes.append(UInt8(ascii: ",")) }
+            first = false
+            JSONOutput.write(name, into: &bytes)
+        }
+        bytes.append(contentsOf: #"],"mask":"#.utf8)
+        JSONOutput.write(Int(record.mask.rawValue), into: &bytes)
+        bytes.append(contentsOf: #","name":"#.utf8)
+        JSONOutput.write(record.name, into: &bytes)
+        bytes.append(contentsOf: #","path":"#.utf8)
+        JSONOutput.write(record.path, into: &bytes)
+        bytes.append(contentsOf: #","wd":"#.utf8)
+        JSONOutput.write(record.wd, into: &bytes)
+        bytes.append(contentsOf: "}\n".utf8)
+        return bytes
+    }
+
+    /// `eventLine` as every other line is written (its test).
+    static func eventLineInGeneral(_ record: EventRecord) -> [UInt8] {
+        line(["wd": .int(record.wd), "mask": .int(Int(record.mask.rawValue)), "events": .strings(record.mask.names),
+              "cookie": .int(Int(record.cookie)), "name": .string(record.name), "path": .string(record.path)])
     }
 
     public static func decodeServer(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
@@ -238,7 +272,7 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
 
     func write(into bytes: inout [UInt8]) {
         switch self {
-        case .int(let number): bytes.append(contentsOf: String(number).utf8)
+        case .int(let number): Self.write(number, into: &bytes)
         case .double(let number):
             guard number.isFinite else { return bytes.append(contentsOf: "null".utf8) }
             // As JSONEncoder: the shortest form that reads back the same, without a ".0".
@@ -268,9 +302,15 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
 
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
+    /// A whole number in decimal, as `String(number)` spells it.
+    static func write(_ number: Int, into bytes: inout [UInt8]) {
+        if number >= 0 && number < 10 { return bytes.append(UInt8(ascii: "0") + UInt8(number)) }
+        bytes.append(contentsOf: String(number).utf8)
+    }
+
     /// A string, quoted and escaped as JSONEncoder escapes it: quote, backslash and slash, the
     /// five control characters with short escapes, the rest below 0x20 as \u00xx; UTF-8 as is.
-    private static func write(_ text: String, into bytes: inout [UInt8]) {
+    static func write(_ text: String, into bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
             switch byte {

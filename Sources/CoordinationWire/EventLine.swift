@@ -8,9 +8,7 @@
 /// returns is what the general path returns for the line (a test holds the two to each other).
 enum EventLine {
     static func parse(_ line: some Collection<UInt8>) -> EventRecord? {
-        guard line.count <= WireProtocol.maximumLineLength else { return nil }
-        if let parsed = line.withContiguousStorageIfAvailable({ parse(bytes: $0) }) { return parsed }
-        return Array(line).withUnsafeBufferPointer { parse(bytes: $0) }
+        JSONTokens.reading(line, parse(bytes:))
     }
 
     private static func parse(bytes: UnsafeBufferPointer<UInt8>) -> EventRecord? {

@@ -7,8 +7,7 @@ import Foundation
 /// `JSONSerialization` returns for the line (a test holds the two to each other).
 enum JSONReader {
     static func object(_ line: some Collection<UInt8>) -> [String: Any]? {
-        if let parsed = line.withContiguousStorageIfAvailable({ object(bytes: $0) }) { return parsed }
-        return Array(line).withUnsafeBufferPointer { object(bytes: $0) }
+        JSONTokens.reading(line, object(bytes:))
     }
 
     private static func object(bytes: UnsafeBufferPointer<UInt8>) -> [String: Any]? {
@@ -26,6 +25,14 @@ struct JSONTokens {
     var index = 0
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    /// `read` over the bytes of `line`, in place when they lie in one piece; nil for a line
+    /// longer than the protocol allows.
+    static func reading<T>(_ line: some Collection<UInt8>, _ read: (UnsafeBufferPointer<UInt8>) -> T?) -> T? {
+        guard line.count <= WireProtocol.maximumLineLength else { return nil }
+        if let parsed = line.withContiguousStorageIfAvailable(read) { return parsed }
+        return Array(line).withUnsafeBufferPointer(read)
+    }
 
     private mutating func skipBlanks() {
         while index < bytes.count {

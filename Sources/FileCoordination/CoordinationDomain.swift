@@ -12,6 +12,9 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// The engine. Exposed for diagnosis and for layers such as the mount.
     public let engine = CoordinationEngine()
 
+    /// When presenters' answers are due (X2), for every access of the domain.
+    let answerDeadlines = AnswerDeadlines()
+
     private let lock = NSLock()
     private var _presenterTimeout: Duration = .seconds(10)
     private var _defaultWaitTimeout: Duration? = .seconds(120)

@@ -25,12 +25,16 @@ extension ExtendedFilePresenter {
     public var takesMessagesInline: Bool { false }
 }
 
-/// A presenter that takes the engine's notifications as they are, as paths (the control
-/// socket's watches): a watcher hears of every new file, and making a URL of each path only for
-/// the presenter to take it apart again showed in what that cost the mount. It gets every
-/// notification, so it needs no did-change in place of a missing subitem callback (P20).
-package protocol PathNotifiedPresenter: FilePresenter {
+/// A presenter that takes the engine's messages as they are, as paths (the control socket's
+/// watches): a watcher hears of every new file and may be asked about every deletion, and
+/// making a URL of each path only for the presenter to take it apart again showed in what that
+/// cost the mount. It gets every notification, so it needs no did-change in place of a missing
+/// subitem callback (P20).
+package protocol PathMessagedPresenter: ExtendedFilePresenter {
     func presented(_ notification: PresenterNotification)
+    /// Answers `request` through `completion`: nil to consent, with a reacquirer for a
+    /// relinquish if it has one, or the error that fails the access.
+    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void)
 }
 
 extension FilePresenter {

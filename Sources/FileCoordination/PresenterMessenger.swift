@@ -14,7 +14,10 @@ final class PresenterMessenger: @unchecked Sendable {
     private var completion: Completion?
     private var reacquirers: [(OperationQueue, @Sendable () -> Void)] = []
     private var accessEnded = false
-    private var current: [PresenterID: String] = [:]
+    /// The request each presenter has yet to answer, for the report of one that does not.
+    private var current: [PresenterID: (request: PresenterRequest, presentedPath: ItemPath)] = [:]
+    private let started = DispatchTime.now()
+    private var deadline: AnswerDeadlines.Token?
 
     private let deliveries: [PresenterDelivery<PresenterRequest>]
 
@@ -35,11 +38,13 @@ final class PresenterMessenger: @unchecked Sendable {
             finish(nil)
             return
         }
-        let timeout = domain.presenterTimeout
-        let started = ContinuousClock.now
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout.timeInterval) { [weak self] in
-            self?.timeOut(after: ContinuousClock.now - started)
+        let token = domain.answerDeadlines.add(self, due: started + domain.presenterTimeout.timeInterval)
+        let finished = lock.withLock { () -> Bool in
+            deadline = token
+            return completion == nil
         }
+        // Cancelled meanwhile: `finish` found no deadline to take back.
+        if finished { domain.answerDeadlines.answered(token) }
         for delivery in deliveries {
             deliver(delivery.messages[...], delivery)
         }
@@ -63,7 +68,7 @@ final class PresenterMessenger: @unchecked Sendable {
             answered(delivery.presenter, error: nil)
             return
         }
-        lock.withLock { current[delivery.presenter] = "\(message) for \(delivery.presentedPath)" }
+        lock.withLock { current[delivery.presenter] = (message, delivery.presentedPath) }
         let queue = presenter.presentedItemOperationQueue
         let rest = messages.dropFirst()
         let next: @Sendable (Error?) -> Void = { [self] error in
@@ -72,6 +77,11 @@ final class PresenterMessenger: @unchecked Sendable {
         let relinquished: @Sendable ((@Sendable () -> Void)?) -> Void = { [self] reacquirer in
             if let reacquirer { keep(reacquirer, on: queue) }
             next(nil)
+        }
+        if let direct = presenter as? PathMessagedPresenter, direct.takesMessagesInline {
+            return direct.asked(message) { error, reacquirer in
+                if let error { next(error) } else { relinquished(reacquirer) }
+            }
         }
         presenter.perform {
             switch message {
@@ -111,27 +121,31 @@ final class PresenterMessenger: @unchecked Sendable {
         if let error { finish(error) } else if done { finish(nil) }
     }
 
-    private func timeOut(after waited: Duration) {
-        let late = lock.withLock { () -> [String] in
+    /// The presenter timeout has passed (`AnswerDeadlines`): the access goes on without the
+    /// answers still missing.
+    func timeOut() {
+        let waited = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds))
+        let late = lock.withLock { () -> [(request: String, presentedItem: String)] in
             guard completion != nil else { return [] }
-            let late = pending.map { current[$0] ?? "\($0)" }
+            let late = pending.map { presenter in
+                current[presenter].map { ("\($0.request)", "\($0.presentedPath)") } ?? ("\(presenter)", "\(presenter)")
+            }
             pending = []
             return late
         }
         guard !late.isEmpty else { return }
-        for what in late {
-            let parts = what.components(separatedBy: " for ")
-            domain.report(.presenterDidNotAnswer(presentedItem: parts.last ?? what, request: parts.first ?? what,
-                                                 waited: waited))
+        for (request, item) in late {
+            domain.report(.presenterDidNotAnswer(presentedItem: item, request: request, waited: waited))
         }
         finish(nil)
     }
 
     private func finish(_ error: Error?) {
-        let completion: Completion? = lock.withLock {
-            defer { self.completion = nil }
-            return self.completion
+        let (completion, deadline): (Completion?, AnswerDeadlines.Token?) = lock.withLock {
+            defer { self.completion = nil; self.deadline = nil }
+            return (self.completion, self.deadline)
         }
+        if let deadline { domain.answerDeadlines.answered(deadline) }
         completion?(error)
     }
 }
@@ -161,7 +175,7 @@ enum PresenterNotifier {
                             (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
                         }
                     }
-                    if let direct = presenter as? PathNotifiedPresenter {
+                    if let direct = presenter as? PathMessagedPresenter {
                         direct.presented(message)
                     } else if package && message.isSubitemNotification && !sentDidChange {
                         // Only a package's presenter may need did-change instead; asking the

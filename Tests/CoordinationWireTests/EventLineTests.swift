@@ -11,11 +11,8 @@ import Testing
     /// Names with every escape, multi-byte UTF-8 and astral characters, any mask and cookie.
     @Test func everyEventTheServerWritesIsReadQuicklyAndAlike() {
         var generator = SeededGenerator(seed: 0xE7E_17)
-        let alphabet = Array("ab/ Zé€😀\"\\\n\t\u{1}\u{1f}\u{7f}\u{0}".unicodeScalars)
         for _ in 0..<3000 {
-            let name = String(String.UnicodeScalarView((0..<Int.random(in: 0...12, using: &generator)).map { _ in
-                alphabet.randomElement(using: &generator)!
-            }))
+            let name = randomEventName(using: &generator)
             let record = EventRecord(wd: Int.random(in: -5...1_000_000, using: &generator),
                                      mask: EventMask(rawValue: UInt32.random(in: 0...UInt32.max, using: &generator)),
                                      cookie: UInt64.random(in: 0...1_000_000, using: &generator), name: name, path: "/m/" + name)

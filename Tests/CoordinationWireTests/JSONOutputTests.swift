@@ -70,4 +70,17 @@ import Testing
             #expect(Self.written(tree) == (try Self.encoded(tree)))
         }
     }
+
+    /// Event lines, written field by field, against the same event as a sorted object: any mask,
+    /// cookie and descriptor, names with every escape and multi-byte UTF-8.
+    @Test func eventLinesAreWrittenAsEveryOtherLineIs() {
+        var generator = SeededGenerator(seed: 0xE7E_0E7)
+        for round in 0..<3000 {
+            let name = randomEventName(using: &generator)
+            let mask = round < 32 ? EventMask(rawValue: 1 << UInt32(round)) : EventMask(rawValue: UInt32.random(in: 0...UInt32.max, using: &generator))
+            let record = EventRecord(wd: Int.random(in: -20...1_000_000, using: &generator), mask: mask,
+                                     cookie: UInt64.random(in: 0...UInt64(Int.max), using: &generator), name: name, path: "/m/" + name)
+            #expect(WireCodec.eventLine(record) == WireCodec.eventLineInGeneral(record), "\(record)")
+        }
+    }
 }

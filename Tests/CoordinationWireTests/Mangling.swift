@@ -16,3 +16,12 @@ func mangled(_ line: [UInt8], pieces: [[UInt8]] = [], times: ClosedRange<Int> = 
     }
     return bytes
 }
+
+/// A name of up to 12 characters with every escape JSON has, multi-byte UTF-8 and an astral
+/// character: what event lines carry in the codec's tests.
+func randomEventName(using generator: inout SeededGenerator) -> String {
+    let alphabet = Array("ab/ Zé€😀\"\\\n\t\u{1}\u{1f}\u{7f}\u{0}".unicodeScalars)
+    return String(String.UnicodeScalarView((0..<Int.random(in: 0...12, using: &generator)).map { _ in
+        alphabet.randomElement(using: &generator)!
+    }))
+}

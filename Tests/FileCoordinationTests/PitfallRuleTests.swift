@@ -60,6 +60,30 @@ import Testing
         #expect(fx.isIdle)
     }
 
+    /// The domain keeps the deadlines of all its accesses in order on one timer: a shorter
+    /// timeout set while an access waits out a longer one still holds for the accesses after it.
+    @Test("X2 a shorter presenter timeout holds for later accesses while an earlier one waits out a longer one") func x2ShorterLater() throws {
+        let fx = try Fixture(presenterTimeout: .seconds(3))
+        let a = try fx.file("a"), b = try fx.file("b")
+        fx.domain.addFilePresenter(SilentPresenter(url: a, log: fx.log, name: "a"))
+        fx.domain.addFilePresenter(SilentPresenter(url: b))
+        let start = ContinuousClock.now
+        let first = Background { () -> Duration in
+            try fx.coordinator().coordinate(readingItemAt: a) { _ in fx.log.add("read a") }
+            return ContinuousClock.now - start
+        }
+        #expect(fx.log.waitFor("a asked"))
+        fx.domain.presenterTimeout = .milliseconds(300)
+        let second = ContinuousClock.now
+        try fx.coordinator().coordinate(readingItemAt: b) { _ in fx.log.add("read b") }
+        let waitedForB = ContinuousClock.now - second
+        #expect(waitedForB >= .milliseconds(250) && waitedForB < .milliseconds(2500), "\(waitedForB)")
+        #expect(!fx.log.contains("read a"), "a's access still waits out its own timeout")
+        let waitedForA = try first.join()
+        #expect(waitedForA >= .milliseconds(2900), "\(waitedForA)")
+        #expect(fx.isIdle)
+    }
+
     @Test("X3 a stream of readers cannot starve a waiting writer") func x3() throws {
         let fx = try Fixture()
         let a = try fx.file("a")
@@ -152,9 +176,12 @@ import Testing
 final class SilentPresenter: FilePresenter, @unchecked Sendable {
     let presentedItemURL: URL?
     let presentedItemOperationQueue = OperationQueue()
-    init(url: URL) { presentedItemURL = url }
-    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {}
-    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {}
+    private let log: EventLog?
+    private let name: String
+    /// With `log`, says "NAME asked" when asked (and still never answers).
+    init(url: URL, log: EventLog? = nil, name: String = "") { presentedItemURL = url; self.log = log; self.name = name }
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { log?.add("\(name) asked") }
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { log?.add("\(name) asked") }
 }
 
 /// Re-reads its item with a coordinated read whenever it changes (reference X3, X7).
