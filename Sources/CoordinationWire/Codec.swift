@@ -10,7 +10,12 @@ public struct WireError: Error, Hashable, Sendable, CustomStringConvertible {
 public enum WireCodec {
     // MARK: Client messages
 
-    public static func decodeClient(_ line: some Collection<UInt8>) throws(WireError) -> ClientMessage {
+    /// A whole line as a client sent it.
+    public static func decodeClient(_ line: [UInt8]) throws(WireError) -> ClientMessage { try decodeClient(line[...]) }
+
+    /// A line as it lies in a connection's buffer. (Of a concrete type: called generically from
+    /// another module, every call instantiated generic metadata, a fifth of what a hold cost.)
+    public static func decodeClient(_ line: ArraySlice<UInt8>) throws(WireError) -> ClientMessage {
         // A watcher's answers come while accesses wait for them: the one line read without
         // a dictionary first.
         if let answer = AnswerLine.parse(line) { return answer }
@@ -22,8 +27,8 @@ public enum WireCodec {
         try clientMessage(try parseObject(line, quickly: false))
     }
 
-    private static func clientMessage(_ object: [String: Any]) throws(WireError) -> ClientMessage {
-        guard let op = object["op"] as? String else { throw WireError("missing \"op\"") }
+    private static func clientMessage(_ object: [String: JSON]) throws(WireError) -> ClientMessage {
+        guard let op = object["op"]?.string else { throw WireError("missing \"op\"") }
         switch op {
         case "hello":
             return .hello(id: try int(object, "id"), version: try int(object, "version"))
@@ -31,11 +36,11 @@ public enum WireCodec {
             let mask: EventMask
             switch object["mask"] {
             case nil: mask = .all
-            case let names as [String]:
-                guard let parsed = EventMask(names: names) else { throw WireError("unknown event name in \"mask\"") }
+            case let value? where value.strings != nil:
+                guard let parsed = EventMask(names: value.strings!) else { throw WireError("unknown event name in \"mask\"") }
                 mask = parsed
-            case let value where JSONValue.int(value).map { $0 >= 0 && $0 <= Int(UInt32.max) } == true:
-                mask = EventMask(rawValue: UInt32(JSONValue.int(value)!))
+            case let value? where value.int.map { $0 >= 0 && $0 <= Int(UInt32.max) } == true:
+                mask = EventMask(rawValue: UInt32(value.int!))
             default: throw WireError("\"mask\" must be a list of event names or a number")
             }
             return .watch(id: try int(object, "id"), path: try string(object, "path"), mask: mask)
@@ -47,27 +52,27 @@ public enum WireCodec {
             let code: Int32
             switch object["errno"] {
             case nil: code = 0
-            case let value where JSONValue.int(value).map { $0 >= 0 && $0 < 4096 } == true: code = Int32(JSONValue.int(value)!)
-            case let name as String:
+            case let value? where value.int.map { $0 >= 0 && $0 < 4096 } == true: code = Int32(value.int!)
+            case .string(let name)?:
                 guard let known = ErrnoNames.code(of: name) else { throw WireError("unknown errno name \"\(name)\"") }
                 code = known
             default: throw WireError("\"errno\" must be a number or an errno name")
             }
             return .answer(cookie: UInt64(cookie), errno: code)
         case "hold":
-            guard let list = object["intents"] as? [[String: Any]], !list.isEmpty else {
+            guard let list = object["intents"]?.objects, !list.isEmpty else {
                 throw WireError("\"intents\" must be a non-empty list")
             }
             guard list.count <= 64 else { throw WireError("at most 64 intents") }
             let intents = try list.map { entry throws(WireError) -> WireIntent in
-                guard let access = (entry["access"] as? String).flatMap(WireIntent.Access.init(rawValue:)) else {
+                guard let access = entry["access"]?.string.flatMap(WireIntent.Access.init(rawValue:)) else {
                     throw WireError("an intent's \"access\" must be \"read\" or \"write\"")
                 }
-                let options = entry["options"] as? [String]
+                let options = entry["options"]?.strings
                 if entry["options"] != nil && options == nil { throw WireError("\"options\" must be a list of names") }
                 return WireIntent(path: try string(entry, "path"), access: access, options: options)
             }
-            let timeout = JSONValue.double(object["timeout"])
+            let timeout = object["timeout"]?.double
             if object["timeout"] != nil && timeout == nil { throw WireError("\"timeout\" must be a number of seconds") }
             if let timeout, timeout < 0 || !timeout.isFinite { throw WireError("\"timeout\" must be a number of seconds") }
             return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
@@ -167,7 +172,10 @@ public enum WireCodec {
               "cookie": .int(Int(record.cookie)), "name": .string(record.name), "path": .string(record.path)])
     }
 
-    public static func decodeServer(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
+    public static func decodeServer(_ line: [UInt8]) throws(WireError) -> ServerMessage { try decodeServer(line[...]) }
+
+    /// A line as it lies in a connection's buffer (concrete, as `decodeClient`).
+    public static func decodeServer(_ line: ArraySlice<UInt8>) throws(WireError) -> ServerMessage {
         // Most lines a client reads are events: `EventLine` reads them without JSONSerialization
         // (half of what `coordfs watch` spent per event).
         if let record = EventLine.parse(line) { return .event(record) }
@@ -179,17 +187,17 @@ public enum WireCodec {
         try serverMessage(try parseObject(line, quickly: false))
     }
 
-    private static func serverMessage(_ object: [String: Any]) throws(WireError) -> ServerMessage {
+    private static func serverMessage(_ object: [String: JSON]) throws(WireError) -> ServerMessage {
         // Replies carry "ok" or "error" (a watch's reply has a "wd" too); events carry neither.
-        if object["ok"] == nil && object["error"] == nil, let wd = JSONValue.int(object["wd"]) {
-            guard let mask = JSONValue.int(object["mask"]), mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
-            return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, JSONValue.int(object["cookie"]) ?? 0)),
-                                      name: object["name"] as? String ?? "", path: object["path"] as? String ?? ""))
+        if object["ok"] == nil && object["error"] == nil, let wd = object["wd"]?.int {
+            guard let mask = object["mask"]?.int, mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
+            return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, object["cookie"]?.int ?? 0)),
+                                      name: object["name"]?.string ?? "", path: object["path"]?.string ?? ""))
         }
-        if let code = object["error"] as? String {
-            return .error(id: JSONValue.int(object["id"]), errno: code, message: object["message"] as? String ?? "")
+        if let code = object["error"]?.string {
+            return .error(id: object["id"]?.int, errno: code, message: object["message"]?.string ?? "")
         }
-        guard JSONValue.bool(object["ok"]) == true else { throw WireError("neither an event, an error nor ok") }
+        guard object["ok"]?.bool == true else { throw WireError("neither an event, an error nor ok") }
         var fields: [String: WireValue] = [:]
         for (key, value) in object where key != "id" && key != "ok" {
             guard let converted = WireValue(json: value) else { throw WireError("unsupported value for \"\(key)\"") }
@@ -201,7 +209,7 @@ public enum WireCodec {
     // MARK: Helpers
 
     /// `quickly`: by `JSONReader` first, which leaves to `JSONSerialization` what it is not sure of.
-    private static func parseObject(_ line: some Collection<UInt8>, quickly: Bool) throws(WireError) -> [String: Any] {
+    private static func parseObject(_ line: some Collection<UInt8>, quickly: Bool) throws(WireError) -> [String: JSON] {
         guard line.count <= WireProtocol.maximumLineLength else { throw WireError("line longer than \(WireProtocol.maximumLineLength) bytes") }
         guard !line.isEmpty else { throw WireError("empty line") }
         if quickly, let object = JSONReader.object(line) { return object }
@@ -209,23 +217,23 @@ public enum WireCodec {
         do { parsed = try JSONSerialization.jsonObject(with: Data(line), options: []) } catch {
             throw WireError("not JSON")
         }
-        guard let object = parsed as? [String: Any] else { throw WireError("not a JSON object") }
+        guard parsed is [String: Any], case .object(let object)? = JSON(foundation: parsed) else { throw WireError("not a JSON object") }
         return object
     }
 
-    private static func int(_ object: [String: Any], _ key: String) throws(WireError) -> Int {
-        guard let value = JSONValue.int(object[key]) else { throw WireError("\"\(key)\" must be a whole number") }
+    private static func int(_ object: [String: JSON], _ key: String) throws(WireError) -> Int {
+        guard let value = object[key]?.int else { throw WireError("\"\(key)\" must be a whole number") }
         return value
     }
 
-    private static func bool(_ object: [String: Any], _ key: String, default fallback: Bool) throws(WireError) -> Bool {
+    private static func bool(_ object: [String: JSON], _ key: String, default fallback: Bool) throws(WireError) -> Bool {
         guard let value = object[key] else { return fallback }
-        guard let flag = JSONValue.bool(value) else { throw WireError("\"\(key)\" must be true or false") }
+        guard let flag = value.bool else { throw WireError("\"\(key)\" must be true or false") }
         return flag
     }
 
-    private static func string(_ object: [String: Any], _ key: String) throws(WireError) -> String {
-        guard let value = object[key] as? String, !value.isEmpty, !value.contains("\0") else {
+    private static func string(_ object: [String: JSON], _ key: String) throws(WireError) -> String {
+        guard let value = object[key]?.string, !value.isEmpty, !value.utf8.contains(0) else {
             throw WireError("\"\(key)\" must be a non-empty string")
         }
         return value
@@ -353,30 +361,4 @@ public enum ErrnoNames {
 
     public static func code(of name: String) -> Int32? { table.first { $0.0 == name }?.1 }
     public static func name(of code: Int32) -> String { table.first { $0.1 == code }?.0 ?? "E\(code)" }
-}
-
-/// JSON numbers and booleans as Foundation parses them on Linux: both are NSNumber, and a
-/// boolean is the one whose objCType is "c".
-enum JSONValue {
-    static func isBool(_ value: Any?) -> Bool {
-        guard let number = value as? NSNumber else { return false }
-        return String(cString: number.objCType) == "c"
-    }
-
-    static func bool(_ value: Any?) -> Bool? {
-        guard isBool(value) else { return nil }
-        return (value as? NSNumber)?.boolValue
-    }
-
-    static func int(_ value: Any?) -> Int? {
-        guard let number = value as? NSNumber, !isBool(value) else { return nil }
-        let double = number.doubleValue
-        guard double.isFinite, double == double.rounded(), abs(double) < 9.0e15 else { return nil }
-        return number.intValue
-    }
-
-    static func double(_ value: Any?) -> Double? {
-        guard let number = value as? NSNumber, !isBool(value) else { return nil }
-        return number.doubleValue.isFinite ? number.doubleValue : nil
-    }
 }

@@ -3,7 +3,7 @@
 /// any order, blanks between tokens allowed.
 ///
 /// Strict where JSON is, and narrower: any key but the event's own, a fraction, an exponent, a
-/// nested object, a number past what `JSONValue.int` takes, invalid UTF-8 — anything it is not
+/// nested object, a number past what `JSON.int` takes, invalid UTF-8 — anything it is not
 /// sure of — gives nil, and the line goes to `JSONSerialization` as before. So whatever it
 /// returns is what the general path returns for the line (a test holds the two to each other).
 enum EventLine {

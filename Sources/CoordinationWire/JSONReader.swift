@@ -1,20 +1,19 @@
-import Foundation
-
 /// A JSON object read without `JSONSerialization`, which was most of what the control socket
-/// spent on a line: strictly, and narrowly. Anything it is not sure of (null, a key given
-/// twice, a whole number past what `JSONValue.int` takes, deep nesting, anything malformed)
-/// gives nil, and the line goes to `JSONSerialization` as before; so what it returns is what
-/// `JSONSerialization` returns for the line (a test holds the two to each other).
+/// spent on a line: strictly, and narrowly, into typed values (`JSON`). Anything it is not
+/// sure of (null, a key given twice, a whole number past what `JSON.int` takes, deep nesting,
+/// anything malformed) gives nil, and the line goes to `JSONSerialization` as before; so what
+/// it returns is what `JSON(foundation:)` makes of `JSONSerialization`'s reading (a test holds
+/// the two to each other).
 enum JSONReader {
-    static func object(_ line: some Collection<UInt8>) -> [String: Any]? {
+    static func object(_ line: some Collection<UInt8>) -> [String: JSON]? {
         JSONTokens.reading(line, object(bytes:))
     }
 
-    private static func object(bytes: UnsafeBufferPointer<UInt8>) -> [String: Any]? {
+    private static func object(bytes: UnsafeBufferPointer<UInt8>) -> [String: JSON]? {
         var tokens = JSONTokens(bytes: bytes)
         guard tokens.take(UInt8(ascii: "{")) else { return nil }
         tokens.index -= 1
-        guard let object = tokens.value() as? [String: Any], tokens.atEnd else { return nil }
+        guard case .object(let object)? = tokens.value(), tokens.atEnd else { return nil }
         return object
     }
 }
@@ -53,7 +52,7 @@ struct JSONTokens {
         return true
     }
 
-    /// A whole number as `JSONValue.int` takes it: no fraction or exponent, under 9e15.
+    /// A whole number as `JSON.int` takes it, with no fraction or exponent.
     mutating func integer() -> Int? {
         skipBlanks()
         let negative = index < bytes.count && bytes[index] == UInt8(ascii: "-")
@@ -72,40 +71,40 @@ struct JSONTokens {
         return negative ? -value : value
     }
 
-    /// Any JSON value, as `JSONSerialization` gives it: objects, arrays and strings as Swift's,
-    /// numbers and flags as `NSNumber`. Nil for null, a key given twice, a whole number past
-    /// what `JSONValue.int` takes, nesting past 32 levels, and anything malformed.
-    mutating func value(depth: Int = 0) -> Any? {
+    /// Any JSON value, as `JSON(foundation:)` makes what `JSONSerialization` gives. Nil for
+    /// null, a key given twice, a whole number past what `JSON.int` takes, nesting past 32
+    /// levels, and anything malformed.
+    mutating func value(depth: Int = 0) -> JSON? {
         skipBlanks()
         guard index < bytes.count, depth < 32 else { return nil }
         switch bytes[index] {
         case UInt8(ascii: "{"):
             index += 1
-            var fields: [String: Any] = [:]
-            if take(UInt8(ascii: "}")) { return fields }
+            var fields: [String: JSON] = [:]
+            if take(UInt8(ascii: "}")) { return .object(fields) }
             repeat {
                 guard let key = string(), fields[key] == nil, take(UInt8(ascii: ":")),
                       let field = value(depth: depth + 1) else { return nil }
                 fields[key] = field
             } while take(UInt8(ascii: ","))
-            return take(UInt8(ascii: "}")) ? fields : nil
+            return take(UInt8(ascii: "}")) ? .object(fields) : nil
         case UInt8(ascii: "["):
             index += 1
-            var elements: [Any] = []
-            if take(UInt8(ascii: "]")) { return elements }
+            var elements: [JSON] = []
+            if take(UInt8(ascii: "]")) { return .array(elements) }
             repeat {
                 guard let element = value(depth: depth + 1) else { return nil }
                 elements.append(element)
             } while take(UInt8(ascii: ","))
-            return take(UInt8(ascii: "]")) ? elements : nil
+            return take(UInt8(ascii: "]")) ? .array(elements) : nil
         case UInt8(ascii: "\""):
-            return string()
+            return string().map(JSON.string)
         case UInt8(ascii: "t"):
-            return literal("true") ? NSNumber(value: true) : nil
+            return literal("true") ? .bool(true) : nil
         case UInt8(ascii: "f"):
-            return literal("false") ? NSNumber(value: false) : nil
+            return literal("false") ? .bool(false) : nil
         default:
-            return number()
+            return number().map(JSON.number)
         }
     }
 
@@ -121,7 +120,7 @@ struct JSONTokens {
     /// one with a fraction or an exponent as a double, but only when it has at most 15 digits
     /// and a power of ten within 10^±22, where every correct reading gives the same double
     /// (`JSONSerialization` rounds longer ones its own way; they go to it).
-    private mutating func number() -> NSNumber? {
+    private mutating func number() -> Double? {
         let start = index
         func digits() -> Int {
             let first = index
@@ -156,11 +155,11 @@ struct JSONTokens {
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         if whole {
             guard integerDigits < 16, let value = Int(text), abs(value) < 9_000_000_000_000_000 else { return nil }
-            return NSNumber(value: value)
+            return Double(value)
         }
         guard integerDigits + fractionDigits <= 15, abs(exponent - fractionDigits) <= 22,
               let value = Double(text), value.isFinite else { return nil }
-        return NSNumber(value: value)
+        return value
     }
 
     /// An array of strings, read and dropped (the mask says the same).

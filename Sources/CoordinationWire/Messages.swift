@@ -88,26 +88,6 @@ public enum WireValue: Hashable, Sendable {
     case bool(Bool)
     case array([WireValue])
     case object([String: WireValue])
-
-    init?(json: Any) {
-        switch json {
-        case let value where JSONValue.isBool(value): self = .bool(JSONValue.bool(value)!)
-        case let value where JSONValue.int(value) != nil: self = .int(JSONValue.int(value)!)
-        case let value as String: self = .string(value)
-        case let values as [Any]:
-            let converted = values.compactMap(WireValue.init(json:))
-            guard converted.count == values.count else { return nil }
-            self = .array(converted)
-        case let fields as [String: Any]:
-            var converted: [String: WireValue] = [:]
-            for (key, value) in fields {
-                guard let value = WireValue(json: value) else { return nil }
-                converted[key] = value
-            }
-            self = .object(converted)
-        default: return nil
-        }
-    }
 }
 
 #if canImport(Glibc)

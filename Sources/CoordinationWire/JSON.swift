@@ -1,0 +1,119 @@
+import Foundation
+
+/// A JSON value as the wire's readers give it to the decoder: straight from the bytes
+/// (`JSONReader`), or converted from what `JSONSerialization` returns (the general reading).
+///
+/// Typed: the decoder took a dictionary of `Any` before, with every number and flag an
+/// `NSNumber` to make and cast back, which was most of what a mount spent on a client's hold.
+/// The accessors answer as the casts did, so both readings decode a line alike (a test holds
+/// them to each other).
+enum JSON: Equatable {
+    case null
+    case bool(Bool)
+    /// Any number: whole ones below 9e15 are exact in a double, and are all the wire uses.
+    case number(Double)
+    case string(String)
+    case array([JSON])
+    case object([String: JSON])
+
+    /// What `JSONSerialization` gave, or nil for something it never gives.
+    init?(foundation value: Any) {
+        switch value {
+        case is NSNull: self = .null
+        case let number as NSNumber:
+            // Foundation parses true and false as the NSNumbers whose objCType is "c".
+            if String(cString: number.objCType) == "c" { self = .bool(number.boolValue) } else { self = .number(number.doubleValue) }
+        case let text as String: self = .string(text)
+        case let values as [Any]:
+            var converted: [JSON] = []
+            converted.reserveCapacity(values.count)
+            for value in values {
+                guard let value = JSON(foundation: value) else { return nil }
+                converted.append(value)
+            }
+            self = .array(converted)
+        case let fields as [String: Any]:
+            var converted: [String: JSON] = [:]
+            for (key, value) in fields {
+                guard let value = JSON(foundation: value) else { return nil }
+                converted[key] = value
+            }
+            self = .object(converted)
+        default: return nil
+        }
+    }
+
+    var string: String? {
+        if case .string(let text) = self { return text }
+        return nil
+    }
+
+    var bool: Bool? {
+        if case .bool(let flag) = self { return flag }
+        return nil
+    }
+
+    /// A whole number below 9e15, given with or without a fraction or an exponent ("3.0", "1e2").
+    var int: Int? {
+        guard case .number(let number) = self, number.isFinite, number == number.rounded(), abs(number) < 9.0e15 else { return nil }
+        return Int(number)
+    }
+
+    var double: Double? {
+        guard case .number(let number) = self, number.isFinite else { return nil }
+        return number
+    }
+
+    /// An array of strings only (an empty one too).
+    var strings: [String]? {
+        guard case .array(let values) = self else { return nil }
+        var texts: [String] = []
+        texts.reserveCapacity(values.count)
+        for value in values {
+            guard case .string(let text) = value else { return nil }
+            texts.append(text)
+        }
+        return texts
+    }
+
+    /// An array of objects only (an empty one too).
+    var objects: [[String: JSON]]? {
+        guard case .array(let values) = self else { return nil }
+        var objects: [[String: JSON]] = []
+        objects.reserveCapacity(values.count)
+        for value in values {
+            guard case .object(let fields) = value else { return nil }
+            objects.append(fields)
+        }
+        return objects
+    }
+}
+
+extension WireValue {
+    /// A reply's field: flags, whole numbers, strings, and arrays and objects of them.
+    init?(json: JSON) {
+        switch json {
+        case .bool(let flag): self = .bool(flag)
+        case .string(let text): self = .string(text)
+        case .number:
+            guard let number = json.int else { return nil }
+            self = .int(number)
+        case .array(let values):
+            var converted: [WireValue] = []
+            converted.reserveCapacity(values.count)
+            for value in values {
+                guard let value = WireValue(json: value) else { return nil }
+                converted.append(value)
+            }
+            self = .array(converted)
+        case .object(let fields):
+            var converted: [String: WireValue] = [:]
+            for (key, value) in fields {
+                guard let value = WireValue(json: value) else { return nil }
+                converted[key] = value
+            }
+            self = .object(converted)
+        case .null: return nil
+        }
+    }
+}
