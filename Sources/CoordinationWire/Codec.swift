@@ -99,10 +99,20 @@ public enum WireCodec {
     public static func encode(_ message: ClientMessage) -> [UInt8] {
         var object: [String: JSONOutput]
         switch message {
+        case .answer(let cookie, let code):
+            // A watcher writes one for every request it takes, while the access waits.
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(48)
+            bytes.append(contentsOf: #"{"cookie":"#.utf8)
+            JSONOutput.write(Int(cookie), into: &bytes)
+            bytes.append(contentsOf: #","errno":"#.utf8)
+            JSONOutput.write(Int(code), into: &bytes)
+            bytes.append(contentsOf: #","op":"answer"}"#.utf8)
+            bytes.append(UInt8(ascii: "\n"))
+            return bytes
         case .hello(let id, let version): object = ["op": "hello", "id": .int(id), "version": .int(version)]
         case .watch(let id, let path, let mask): object = ["op": "watch", "id": .int(id), "path": .string(path), "mask": .strings(mask.names)]
         case .unwatch(let id, let wd): object = ["op": "unwatch", "id": .int(id), "wd": .int(wd)]
-        case .answer(let cookie, let code): object = ["op": "answer", "cookie": .int(Int(cookie)), "errno": .int(Int(code))]
         case .hold(let id, let intents, let wait, let timeout, let inherit):
             object = ["op": "hold", "id": .int(id), "wait": .bool(wait), "inherit": .bool(inherit),
                       "intents": .array(intents.map { intent -> JSONOutput in

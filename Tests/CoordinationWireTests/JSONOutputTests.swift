@@ -83,4 +83,15 @@ import Testing
             #expect(WireCodec.eventLine(record) == WireCodec.eventLineInGeneral(record), "\(record)")
         }
     }
+
+    /// Answers, written field by field, against the same answer as a sorted object.
+    @Test func answerLinesAreWrittenAsEveryOtherLineIs() {
+        var generator = SeededGenerator(seed: 0xA45_0E7)
+        for _ in 0..<3000 {
+            let cookie = UInt64.random(in: 0...UInt64(Int.max), using: &generator), code = Int32.random(in: 0..<4096, using: &generator)
+            var general: [UInt8] = []
+            JSONOutput.object(["op": "answer", "cookie": .int(Int(cookie)), "errno": .int(Int(code))]).write(into: &general)
+            #expect(WireCodec.encode(.answer(cookie: cookie, errno: code)) == general + [UInt8(ascii: "\n")])
+        }
+    }
 }
