@@ -28,6 +28,12 @@ enum ForegroundCommand {
         // A signal that came before the command existed is passed on now (`forwardToCommand`).
         let early = pendingSignal.exchange(0, ordering: .sequentiallyConsistent)
         if early != 0 { kill(pid, early) }
+        // Waited for without reaping first: while the command is a zombie its pid cannot be
+        // given to another process, so a signal passed on before the pid is cleared reaches
+        // nobody else. Reaped once it is.
+        var ended = siginfo_t()
+        while waitid(P_PID, id_t(pid), &ended, WEXITED | WNOWAIT) == -1 && errno == EINTR {}
+        commandProcess.store(0, ordering: .sequentiallyConsistent)
         var status: Int32 = 0
         while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
         let signal = status & 0x7f
