@@ -33,15 +33,16 @@ public enum WireCodec {
         case "hello":
             return .hello(id: try int(object, "id"), version: try int(object, "version"))
         case "watch":
-            let mask: EventMask
-            switch object["mask"] {
-            case nil: mask = .all
-            case let value? where value.strings != nil:
-                guard let parsed = EventMask(names: value.strings!) else { throw WireError("unknown event name in \"mask\"") }
-                mask = parsed
-            case let value? where value.int.map { $0 >= 0 && $0 <= Int(UInt32.max) } == true:
-                mask = EventMask(rawValue: UInt32(value.int!))
-            default: throw WireError("\"mask\" must be a list of event names or a number")
+            var mask = EventMask.all
+            if let value = object["mask"] {
+                if let names = value.strings {
+                    guard let parsed = EventMask(names: names) else { throw WireError("unknown event name in \"mask\"") }
+                    mask = parsed
+                } else if let number = value.int, number >= 0, number <= Int(UInt32.max) {
+                    mask = EventMask(rawValue: UInt32(number))
+                } else {
+                    throw WireError("\"mask\" must be a list of event names or a number")
+                }
             }
             return .watch(id: try int(object, "id"), path: try string(object, "path"), mask: mask)
         case "unwatch":
@@ -49,14 +50,16 @@ public enum WireCodec {
         case "answer":
             let cookie = try int(object, "cookie")
             guard cookie >= 0 else { throw WireError("\"cookie\" must not be negative") }
-            let code: Int32
-            switch object["errno"] {
-            case nil: code = 0
-            case let value? where value.int.map { $0 >= 0 && $0 < 4096 } == true: code = Int32(value.int!)
-            case .string(let name)?:
-                guard let known = ErrnoNames.code(of: name) else { throw WireError("unknown errno name \"\(name)\"") }
-                code = known
-            default: throw WireError("\"errno\" must be a number or an errno name")
+            var code: Int32 = 0
+            if let value = object["errno"] {
+                if let number = value.int, number >= 0, number < 4096 {
+                    code = Int32(number)
+                } else if let name = value.string {
+                    guard let known = ErrnoNames.code(of: name) else { throw WireError("unknown errno name \"\(name)\"") }
+                    code = known
+                } else {
+                    throw WireError("\"errno\" must be a number or an errno name")
+                }
             }
             return .answer(cookie: UInt64(cookie), errno: code)
         case "hold":
