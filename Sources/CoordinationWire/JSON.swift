@@ -25,19 +25,10 @@ enum JSON: Equatable {
             if String(cString: number.objCType) == "c" { self = .bool(number.boolValue) } else { self = .number(number.doubleValue) }
         case let text as String: self = .string(text)
         case let values as [Any]:
-            var converted: [JSON] = []
-            converted.reserveCapacity(values.count)
-            for value in values {
-                guard let value = JSON(foundation: value) else { return nil }
-                converted.append(value)
-            }
+            guard let converted = values.mappedUnlessNil(JSON.init(foundation:)) else { return nil }
             self = .array(converted)
         case let fields as [String: Any]:
-            var converted: [String: JSON] = [:]
-            for (key, value) in fields {
-                guard let value = JSON(foundation: value) else { return nil }
-                converted[key] = value
-            }
+            guard let converted = fields.valuesMappedUnlessNil(JSON.init(foundation:)) else { return nil }
             self = .object(converted)
         default: return nil
         }
@@ -67,25 +58,15 @@ enum JSON: Equatable {
     /// An array of strings only (an empty one too).
     var strings: [String]? {
         guard case .array(let values) = self else { return nil }
-        var texts: [String] = []
-        texts.reserveCapacity(values.count)
-        for value in values {
-            guard case .string(let text) = value else { return nil }
-            texts.append(text)
-        }
-        return texts
+        return values.mappedUnlessNil(\.string)
     }
 
     /// An array of objects only (an empty one too).
     var objects: [[String: JSON]]? {
         guard case .array(let values) = self else { return nil }
-        var objects: [[String: JSON]] = []
-        objects.reserveCapacity(values.count)
-        for value in values {
-            guard case .object(let fields) = value else { return nil }
-            objects.append(fields)
+        return values.mappedUnlessNil { value in
+            if case .object(let fields) = value { fields } else { nil }
         }
-        return objects
     }
 }
 
@@ -99,21 +80,38 @@ extension WireValue {
             guard let number = json.int else { return nil }
             self = .int(number)
         case .array(let values):
-            var converted: [WireValue] = []
-            converted.reserveCapacity(values.count)
-            for value in values {
-                guard let value = WireValue(json: value) else { return nil }
-                converted.append(value)
-            }
+            guard let converted = values.mappedUnlessNil(WireValue.init(json:)) else { return nil }
             self = .array(converted)
         case .object(let fields):
-            var converted: [String: WireValue] = [:]
-            for (key, value) in fields {
-                guard let value = WireValue(json: value) else { return nil }
-                converted[key] = value
-            }
+            guard let converted = fields.valuesMappedUnlessNil(WireValue.init(json:)) else { return nil }
             self = .object(converted)
         case .null: return nil
         }
+    }
+}
+
+extension Array {
+    /// Every element transformed, or nil when any one cannot be.
+    func mappedUnlessNil<T>(_ transform: (Element) -> T?) -> [T]? {
+        var mapped: [T] = []
+        mapped.reserveCapacity(count)
+        for element in self {
+            guard let value = transform(element) else { return nil }
+            mapped.append(value)
+        }
+        return mapped
+    }
+}
+
+extension Dictionary {
+    /// Every value transformed, or nil when any one cannot be.
+    func valuesMappedUnlessNil<T>(_ transform: (Value) -> T?) -> [Key: T]? {
+        var mapped: [Key: T] = [:]
+        mapped.reserveCapacity(count)
+        for (key, value) in self {
+            guard let converted = transform(value) else { return nil }
+            mapped[key] = converted
+        }
+        return mapped
     }
 }

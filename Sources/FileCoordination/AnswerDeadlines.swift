@@ -58,9 +58,6 @@ final class AnswerDeadlines: @unchecked Sendable {
         }
     }
 
-    /// Number of messengers with a deadline (tests).
-    var count: Int { lock.withLock { waiting.count } }
-
     private func arm(for at: DispatchTime) {
         let timer = self.timer ?? makeTimer()
         // A late answer gets a few milliseconds more; the timer need not fire on the dot.
