@@ -157,6 +157,12 @@ static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd,
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
+// Whether thread `tid` is its process's first thread: tgkill finds a thread only in the thread
+// group it is told, and signal 0 sends nothing (EPERM: found, but not ours to signal).
+static inline int cfs_thread_leads_its_process(pid_t tid) {
+    return syscall(SYS_tgkill, tid, tid, 0) == 0 || errno == EPERM;
+}
+
 // The CPU the calling thread runs on: glibc reads it from rseq or the vDSO, no system call.
 // (Declared here: <sched.h> declares it only under _GNU_SOURCE.)
 extern int sched_getcpu(void);

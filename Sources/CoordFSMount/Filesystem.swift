@@ -429,62 +429,6 @@ public final class Filesystem: @unchecked Sendable {
 /// The marker file that makes a directory a file package (as the API's `ItemLocator`).
 enum ItemLocatorMarker { static let name = ".coordfs-package" }
 
-/// Thread id → the caller's process, read from /proc and remembered for a second: a thread id
-/// is not reused that fast, and metadata-heavy programs make thousands of calls a second.
-enum ProcessInfoCache {
-    private struct Entry {
-        let caller: ProcFile.Caller
-        let read: Int64
-    }
-
-    private static let cache = Mutex<[pid_t: Entry]>([:])
-
-    /// The last answer of each worker thread: one program's calls land on every worker in turn,
-    /// and a hit here touches nothing another thread writes.
-    private struct LastAnswer {
-        var tid: pid_t = 0
-        var entry: Entry?
-    }
-
-    private static let lastAnswer = ThreadLocal { LastAnswer() }
-
-    /// `now` is `coarseMilliseconds()`.
-    static func caller(of tid: pid_t, now: Int64) -> ProcFile.Caller {
-        let remembered = lastAnswer.withValue { last -> ProcFile.Caller? in
-            guard last.tid == tid, let entry = last.entry, now - entry.read < 1000 else { return nil }
-            return entry.caller
-        }
-        if let remembered { return remembered }
-        // A thread gone already: its own id stands for its process.
-        let entry = cachedEntry(of: tid, now: now)
-            ?? Entry(caller: ProcFile.Caller(process: tid, isKernelThread: false), read: now)
-        lastAnswer.withValue { $0 = LastAnswer(tid: tid, entry: entry) }
-        return entry.caller
-    }
-
-    /// The parent of `process`, from the same memory (a process's first thread has its id):
-    /// while a `coordfs coordinate` lends its hold to its descendants, every call walks the
-    /// caller's ancestors, and reading /proc for each of them on every call cost far more than
-    /// the call. Leaves each worker's last answer alone.
-    static func parent(of process: pid_t, now: Int64) -> pid_t? {
-        guard let parent = cachedEntry(of: process, now: now)?.caller.parent, parent > 0 else { return nil }
-        return parent
-    }
-
-    /// `tid`'s entry, read from /proc when not remembered for the last second; nil when the
-    /// thread is gone.
-    private static func cachedEntry(of tid: pid_t, now: Int64) -> Entry? {
-        if let known = cache.withLock({ $0[tid] }), now - known.read < 1000 { return known }
-        guard let caller = ProcFile.caller(of: tid) else { return nil }
-        let entry = Entry(caller: caller, read: now)
-        cache.withLock { cache in
-            if cache.count > 4096 { cache.removeAll(keepingCapacity: true) }
-            cache[tid] = entry
-        }
-        return entry
-    }
-}
-
 /// Why a mount could not be made.
 public enum MountError: Error, CustomStringConvertible {
     case invalid(String)
