@@ -203,6 +203,33 @@ import Glibc
         #expect(process.ask("unlink \(fx.path("a.txt"))") == "ok")
     }
 
+    /// Every thread of a process is the process: its first thread is told without /proc, the
+    /// others from it (`ProcessInfoCache`). Another process still waits.
+    @Test func aProcessNeverWaitsForItselfOnAnyOfItsThreads() throws {
+        let fx = try MountFixture()
+        try fx.seed("a.txt")
+        let path = fx.path("a.txt")
+        let script = """
+        import os, subprocess, sys, threading
+        held = os.open("\(path)", os.O_WRONLY)
+        def attempt():
+            try:
+                os.close(os.open("\(path)", os.O_RDONLY | os.O_NONBLOCK))
+                return "ok"
+            except BlockingIOError:
+                return "EAGAIN"
+        seen = []
+        worker = threading.Thread(target=lambda: seen.append(attempt()))
+        worker.start(); worker.join()
+        other = subprocess.run([sys.executable, "-c", "import os\\n" + \
+            "try: os.open('\(path)', os.O_RDONLY | os.O_NONBLOCK); print('ok')\\n" + \
+            "except BlockingIOError: print('EAGAIN')"], capture_output=True, text=True).stdout.strip()
+        print(seen[0], attempt(), other)
+        """
+        let result = try run("/usr/bin/python3", ["-c", script])
+        #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "ok ok EAGAIN", "\(result.errors)")
+    }
+
     @Test func coordinationOffNeverWaits() throws {
         let fx = try MountFixture(["--coordination", "off"])
         try fx.seed("a.txt")
