@@ -30,7 +30,7 @@ struct Mount: ParsableCommand {
     @Flag(name: .short, help: "Stay in the foreground.")
     var foreground = false
 
-    @Option(name: .short, help: ArgumentHelp("FUSE options, comma-separated (allow_other, ro, ...).", valueName: "options"))
+    @Option(name: .short, help: ArgumentHelp("FUSE options, comma-separated (allow_other, ro, noatime, ...).", valueName: "options"))
     var o: [String] = []
 
     @Option(help: "exclusive (wait as the model says), notify (presenters told, nobody waits) or off.")

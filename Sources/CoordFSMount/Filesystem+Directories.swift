@@ -10,7 +10,7 @@ extension Filesystem {
     func opendir(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
-            let fd = Glibc.open(procPath(inodeFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            let fd = accessTimes.open(O_RDONLY | O_DIRECTORY | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
             return (fd, fd == -1 ? Errno.current : nil)
         }
         if let failure { return reply.error(failure) }

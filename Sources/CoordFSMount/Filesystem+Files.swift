@@ -20,7 +20,9 @@ extension Filesystem {
             // for an O_DIRECT backing file.
             // errno is read inside: releasing the pin may touch it.
             let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
-                let fd = Glibc.open(procPath(inodeFD), (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC)
+                let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) {
+                    Glibc.open(procPath(inodeFD), $0)
+                }
                 return (fd, fd == -1 ? Errno.current : nil)
             }
             if let failure = openFailure {
@@ -104,10 +106,12 @@ extension Filesystem {
             let (fd, createFailure, backing) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
                 let creating = (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
                 if sharesBacking {
-                    let fd = name.withCString { openat(parentFD, $0, (creating & ~O_ACCMODE) | O_RDWR, mode) }
+                    let fd = accessTimes.open((creating & ~O_ACCMODE) | O_RDWR) { flags in
+                        name.withCString { openat(parentFD, $0, flags, mode) }
+                    }
                     if fd >= 0 { return (fd, nil, true) }
                 }
-                let fd = name.withCString { openat(parentFD, $0, creating, mode) }
+                let fd = accessTimes.open(creating) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
                 return (fd, fd == -1 ? Errno.current : nil, false)
             }
             if let failure = createFailure {

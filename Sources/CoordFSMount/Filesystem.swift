@@ -43,6 +43,8 @@ public final class Filesystem: @unchecked Sendable {
     let givesOwnership = geteuid() == 0
     /// The filesystems under the mount, the backing's own and those mounted inside it.
     let filesystems: BackingFilesystems
+    /// `-o noatime` and `nodiratime` for the backing files.
+    let accessTimes: AccessTimes
     /// Requests about items on a filesystem that is not local, mounted inside the (local)
     /// backing directory, go to the io_uring lanes (`laneRequests`).
     let lanesByItem: Bool
@@ -68,7 +70,9 @@ public final class Filesystem: @unchecked Sendable {
         mountRoot = root
         packageMarkers = PackageMarkers(lifetimeMilliseconds: Int64(configuration.cacheTimeout * 1000))
         passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
-        let fd = Glibc.open(configuration.backing, CFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
+        let fd: Int32
+        // (`self.logger` cannot be reached before every property is set.)
+        (fd, accessTimes) = AccessTimes.openBacking(configuration) { Logger(label: "org.coordfs.mount").notice("\($0)") }
         guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(String(cString: strerror(errno)))") }
         var info = stat()
         guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0 else {

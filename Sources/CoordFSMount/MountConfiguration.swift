@@ -73,6 +73,17 @@ public struct MountConfiguration: Sendable {
     /// attributes at each change in it). `-o default_permissions` asks for it anyway.
     public var kernelChecksPermissions: Bool { allowsOthers || fuseOptions.contains("default_permissions") }
 
+    /// Whether the mount is `noatime` (the last of `noatime` and `atime` wins, as the kernel
+    /// reads them; libfuse 3.14 knows no other atime option).
+    public var isNoatime: Bool {
+        fuseOptions.last { $0 == "noatime" || $0 == "atime" } == "noatime"
+    }
+
+    /// Whether a `noatime` mount reads through a private noatime copy of the backing's mounts
+    /// (`AccessTimes`); false makes it fall back to O_NOATIME opens, as where the copy cannot be
+    /// made (for tests).
+    public var noatimeThroughPrivateMounts = true
+
     public init(backing: String, mountPoint: String) {
         self.backing = backing
         self.mountPoint = mountPoint
