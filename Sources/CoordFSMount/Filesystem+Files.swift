@@ -39,8 +39,9 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(error)
             }
+            let direct = mode == .cached && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
-                                writer: writes ? writer(of: claim, reply) : 0)
+                                writer: writes ? writer(of: claim, reply) : 0, directIO: direct, flags: flags)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
             let handle = files.insert(file)
             if case .backed(let id, _) = mode {
@@ -48,7 +49,6 @@ extension Filesystem {
                 if keepsBits { dropPrivilegeBits(fd) }
                 return reply.open(info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
             }
-            let direct = flags & CFS_O_DIRECT != 0
             reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct,
                        noFlush: sendsNoFlush(inode))
         }
@@ -123,12 +123,12 @@ extension Filesystem {
             do {
                 let (inode, attributes) = try lookupNode(parent, name, justMade: true)
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
-                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
-                                    writer: writer(of: claim, reply))
-                let handle = files.insert(file)
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
-                reply.create(inode, attributes, timeout: timeout, info, handle: handle,
-                             directIO: backingID == nil && flags & CFS_O_DIRECT != 0, backingID: backingID,
+                let direct = backingID == nil && flags & CFS_O_DIRECT != 0
+                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
+                                    writer: writer(of: claim, reply), directIO: direct, flags: flags)
+                let handle = files.insert(file)
+                reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
                              noFlush: sendsNoFlush(inode))
             } catch {
                 close(fd)
@@ -143,12 +143,22 @@ extension Filesystem {
         reply.data(from: file.fd, offset: offset, size: size)
     }
 
-    func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t) {
+    /// `flags`: the write's own (its open's, with O_DSYNC or O_SYNC where RWF_DSYNC, RWF_SYNC or
+    /// a `sync` mount asks for them).
+    func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t,
+               flags: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         dropPrivilegeBits(file.fd, unlessRootCalls: reply)
         let written = cfs_write_buf(buffers, file.fd, offset)
         if written < 0 { return reply.error(Int32(-written)) }
         file.written.store(true, ordering: .relaxed)
+        let owed = flags & file.syncOwedToDirectWrites
+        if owed != 0 {
+            statistics.syncedWrites.add(1, ordering: .relaxed)
+            // O_SYNC is O_DSYNC and a bit of its own: that bit asks for the metadata too.
+            let synced = owed & ~O_DSYNC != 0 ? Glibc.fsync(file.fd) : fdatasync(file.fd)
+            if synced == -1 { return reply.error(Errno.current) }
+        }
         reply.written(written)
     }
 

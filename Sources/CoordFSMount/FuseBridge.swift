@@ -93,7 +93,7 @@ enum FuseBridge {
             filesystem(req).read(reply(req), cfs_file_info_handle(fi!), size, offset)
         }
         ops.write_buf = { req, _, buffers, offset, fi in
-            filesystem(req).write(reply(req), cfs_file_info_handle(fi!), buffers!, offset)
+            filesystem(req).write(reply(req), cfs_file_info_handle(fi!), buffers!, offset, flags: cfs_file_info_flags(fi!))
         }
         ops.flush = { req, _, fi in filesystem(req).flush(reply(req), cfs_file_info_handle(fi!)) }
         ops.release = { req, _, fi in filesystem(req).release(reply(req), cfs_file_info_handle(fi!)) }

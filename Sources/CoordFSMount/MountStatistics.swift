@@ -25,6 +25,9 @@ final class MountStatistics: Sendable {
     let presenterTimeouts = Atomic<Int>(0)
     /// FLUSH requests: none for opens told they need none (`Filesystem.sendsNoFlush`).
     let flushes = Atomic<Int>(0)
+    /// Writes to direct_io opens that asked for O_DSYNC or O_SYNC their backing descriptor
+    /// does not give, synced by the mount before it answered (`OpenFile.syncOwedToDirectWrites`).
+    let syncedWrites = Atomic<Int>(0)
     /// FORGET and BATCH_FORGET requests, and the items they named: with FUSE over io_uring
     /// many items to a request (`Filesystem.forgetRequestServed`).
     let forgetRequests = Atomic<Int>(0)
@@ -57,7 +60,7 @@ final class MountStatistics: Sendable {
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),
             ("presenter_timeouts", presenterTimeouts.load(ordering: .relaxed)),
-            ("flushes", flushes.load(ordering: .relaxed)),
+            ("flushes", flushes.load(ordering: .relaxed)), ("synced_writes", syncedWrites.load(ordering: .relaxed)),
             ("forget_requests", forgetRequests.load(ordering: .relaxed)), ("forgotten", forgotten.load(ordering: .relaxed)),
             ("known_lookups", knownLookups.load(ordering: .relaxed)),
             ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),

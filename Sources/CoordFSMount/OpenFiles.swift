@@ -20,14 +20,21 @@ final class OpenFile: @unchecked Sendable {
     /// The process a coordinated write open was granted to (0 for any other open), counted in
     /// its inode's `writers` from the open to the release.
     let writer: Int32
+    /// For an open served as the kernel's direct_io, the O_DSYNC and O_SYNC bits its backing
+    /// descriptor was opened without; 0 for any other open. A write asks for them (RWF_DSYNC,
+    /// a `sync` mount) in its flags, and after a direct_io write the kernel sends no FSYNC,
+    /// as it does after a buffered one: the mount syncs before it answers.
+    let syncOwedToDirectWrites: Int32
 
+    /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with.
     init(fd: Int32, inode: Inode, claim: RequestClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
-         writer: Int32 = 0) {
+         writer: Int32 = 0, directIO: Bool = false, flags: Int32 = 0) {
         self.fd = fd
         self.inode = inode
         self.claim = claim
         self.created = created
         self.writer = writer
+        syncOwedToDirectWrites = directIO ? (O_SYNC | O_DSYNC) & ~flags : 0
         if writer != 0 { inode.beganWriting(by: writer) }
         var info = stat()
         // A created file is reported as new whatever was written: nothing to compare.
