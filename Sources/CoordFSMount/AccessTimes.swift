@@ -21,19 +21,19 @@ struct AccessTimes: Sendable {
     let flag: Int32
 
     /// How a mount with `configuration` keeps access times, and its backing directory opened
-    /// O_PATH (-1, errno set, when it cannot be opened). `notice` hears why a `noatime` mount
-    /// falls back to O_NOATIME.
-    static func openBacking(_ configuration: MountConfiguration, notice: (String) -> Void) -> (Int32, AccessTimes) {
+    /// O_PATH (`root`: -1, errno set, when it cannot be opened). `pin`: with a private copy, the
+    /// backing directory on its own mount, to hold open while the mount runs (else -1), so that
+    /// the backing's mount still reports itself busy to umount. `notice` hears why a `noatime`
+    /// mount falls back to O_NOATIME.
+    static func openBacking(_ configuration: MountConfiguration, notice: (String) -> Void)
+        -> (root: Int32, pin: Int32, accessTimes: AccessTimes) {
         let plain = Glibc.open(configuration.backing, CFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
-        guard plain >= 0, configuration.isNoatime else { return (plain, AccessTimes(flag: 0)) }
+        guard plain >= 0, configuration.isNoatime else { return (plain, -1, AccessTimes(flag: 0)) }
         let tree = configuration.noatimeThroughPrivateMounts ? cfs_open_noatime_tree(configuration.backing) : -ENOSYS
-        if tree >= 0 {
-            close(plain)
-            return (tree, AccessTimes(flag: 0))
-        }
+        if tree >= 0 { return (tree, plain, AccessTimes(flag: 0)) }
         notice("noatime: no private noatime copy of the backing's mounts (\(String(cString: strerror(-tree)))); "
                + "the daemon opens what it reads O_NOATIME instead")
-        return (plain, AccessTimes(flag: CFS_O_NOATIME))
+        return (plain, -1, AccessTimes(flag: CFS_O_NOATIME))
     }
 
     /// `open(flags)`, with O_NOATIME where the daemon's opens must carry it; and again without

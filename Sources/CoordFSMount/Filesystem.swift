@@ -43,8 +43,11 @@ public final class Filesystem: @unchecked Sendable {
     let givesOwnership = geteuid() == 0
     /// The filesystems under the mount, the backing's own and those mounted inside it.
     let filesystems: BackingFilesystems
-    /// `-o noatime` and `nodiratime` for the backing files.
+    /// `-o noatime` for the backing files.
     let accessTimes: AccessTimes
+    /// The backing directory on its own mount, held while a `noatime` mount reads a private
+    /// copy of it (`AccessTimes.openBacking`); -1 otherwise.
+    private let backingPin: Int32
     /// Requests about items on a filesystem that is not local, mounted inside the (local)
     /// backing directory, go to the io_uring lanes (`laneRequests`).
     let lanesByItem: Bool
@@ -70,19 +73,21 @@ public final class Filesystem: @unchecked Sendable {
         mountRoot = root
         packageMarkers = PackageMarkers(lifetimeMilliseconds: Int64(configuration.cacheTimeout * 1000))
         passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
-        let fd: Int32
         // (`self.logger` cannot be reached before every property is set.)
-        (fd, accessTimes) = AccessTimes.openBacking(configuration) { Logger(label: "org.coordfs.mount").notice("\($0)") }
+        let (fd, pin, accessTimes) = AccessTimes.openBacking(configuration) {
+            Logger(label: "org.coordfs.mount").notice("\($0)")
+        }
         guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(String(cString: strerror(errno)))") }
+        (backingPin, self.accessTimes) = (pin, accessTimes)
         var info = stat()
         guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0 else {
-            close(fd)
+            for open in [fd, pin] where open >= 0 { close(open) }
             throw MountError.invalid("cannot stat backing directory '\(configuration.backing)'")
         }
         let limit = DescriptorLimit.raise()
         openFileLimit = limit
         guard let budget = DescriptorLimit.budget(configuration.descriptorBudget, under: limit) else {
-            close(fd)
+            for open in [fd, pin] where open >= 0 { close(open) }
             throw MountError.invalid(DescriptorLimit.refusal(of: "a descriptor budget of \(configuration.descriptorBudget ?? 0)", under: limit))
         }
         // Room for the budget and the files open through the mount, within the limit.
@@ -90,6 +95,10 @@ public final class Filesystem: @unchecked Sendable {
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
         filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
         lanesByItem = configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal
+    }
+
+    deinit {
+        if backingPin >= 0 { close(backingPin) }
     }
 
     /// The io_uring queues hand every request to their lane threads (`RingLanes`): the backing

@@ -77,6 +77,28 @@ import Glibc
         fx.unmount()
     }
 
+    /// The backing's own mount is held as before while a noatime mount reads a private copy
+    /// of it: umount still says it is busy, rather than leave the filesystem alive unseen.
+    @Test func theBackingsOwnMountStaysBusy() throws {
+        let base = URL(fileURLWithPath: "/tmp/coordfs-it-atime-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: base) }
+        guard try run("/usr/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", base.path]).status == 0 else {
+            Issue.record("cannot mount a tmpfs at \(base.path)")
+            return
+        }
+        var mounted = true
+        defer { if mounted { _ = try? run("/usr/bin/umount", [base.path]) } }
+        let fx = try MountFixture(["-o", "noatime"], backing: base)
+        let busy = try run("/usr/bin/umount", [base.path])
+        mounted = busy.status != 0
+        #expect(busy.status != 0 && busy.errors.contains("busy"), "\(busy.errors)")
+        fx.unmount()
+        // The daemon exits just after its mount goes.
+        if mounted { mounted = !eventually(.seconds(5)) { (try? run("/usr/bin/umount", [base.path]))?.status == 0 } }
+        #expect(!mounted, "the backing's mount is free once the coordfs mount is gone")
+    }
+
     /// tar --atime-preserve=system's and rsync --open-noatime's reads: the kernel opens a
     /// passthrough backing file with the program's flags, the daemon its own descriptor.
     @Test(arguments: [[], ["--no-kernel-passthrough"]])
