@@ -115,6 +115,7 @@ extension Filesystem {
                 return try statOf(fd)
             }
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
+            if let failure = syncAttributes(of: inode, through: open) { return reply.error(failure) }
             reply.attr(info, timeout: timeout)
         } catch {
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))

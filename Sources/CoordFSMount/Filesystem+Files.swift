@@ -120,6 +120,11 @@ extension Filesystem {
             }
             namespaceChanged(name: name, directory: false)
             giveToCaller(reply.req, parent: parent, name: name)
+            if let failure = syncNames(in: parent) {
+                close(fd)
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                return reply.error(failure)
+            }
             do {
                 let (inode, attributes) = try lookupNode(parent, name, justMade: true)
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)

@@ -19,6 +19,10 @@ extension Filesystem {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.req, parent: parent, name: name)
+                if let failure = syncNames(in: parent) {
+                    end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                    return reply.error(failure)
+                }
                 let (inode, info) = try lookupNode(parent, name, justMade: true)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(inode, info, timeout: timeout)
@@ -58,6 +62,10 @@ extension Filesystem {
                     }
                 }
                 namespaceChanged(name: name, directory: false)
+                if let failure = syncNames(in: parent) {
+                    end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                    return reply.error(failure)
+                }
                 let (linked, info) = try lookupNode(parent, name)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(linked, info, timeout: timeout)
@@ -78,7 +86,7 @@ extension Filesystem {
             }
             if failure == nil { self.namespaceChanged(name: name, directory: directory) }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
-            if let failure { reply.error(failure) } else { reply.ok() }
+            if let failure = failure ?? self.syncNames(in: parent) { reply.error(failure) } else { reply.ok() }
         }
     }
 
@@ -137,6 +145,7 @@ extension Filesystem {
                 end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
                                       IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
             }
+            if let failure = syncNames(in: parent, and: newParent) { return reply.error(failure) }
             reply.ok()
         }
     }

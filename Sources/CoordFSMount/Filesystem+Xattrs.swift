@@ -62,7 +62,7 @@ extension Filesystem {
                                   isDirectory: inode.isDirectory), forTheCall: true) { claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
-            if let failure { reply.error(failure) } else { reply.ok() }
+            if let failure = failure ?? self.syncAttributes(of: inode) { reply.error(failure) } else { reply.ok() }
         }
     }
 

@@ -79,6 +79,16 @@ public struct MountConfiguration: Sendable {
         fuseOptions.last { $0 == "noatime" || $0 == "atime" } == "noatime"
     }
 
+    /// Whether every change must be on disk before it is answered: `-o sync` (the last of
+    /// `sync` and `async` wins).
+    public var isSynchronous: Bool {
+        fuseOptions.last { $0 == "sync" || $0 == "async" } == "sync"
+    }
+
+    /// Whether a change of names must be on disk before it is answered: `-o dirsync`, or
+    /// `-o sync`, which the kernel takes as dirsync too.
+    public var isDirsync: Bool { isSynchronous || fuseOptions.contains("dirsync") }
+
     /// Whether a `noatime` mount reads through a private noatime copy of the backing's mounts
     /// (`AccessTimes`); false makes it fall back to O_NOATIME opens, as where the copy cannot be
     /// made (for tests).

@@ -28,6 +28,11 @@ final class MountStatistics: Sendable {
     /// Writes to direct_io opens that asked for O_DSYNC or O_SYNC their backing descriptor
     /// does not give, synced by the mount before it answered (`OpenFile.syncOwedToDirectWrites`).
     let syncedWrites = Atomic<Int>(0)
+    /// Directories fsynced after a change of names in them, under `dirsync` (`Filesystem.syncNames`).
+    let syncedDirectories = Atomic<Int>(0)
+    /// Files and directories fsynced after a change of their attributes, under `sync`
+    /// (`Filesystem.syncAttributes`).
+    let syncedAttributes = Atomic<Int>(0)
     /// FORGET and BATCH_FORGET requests, and the items they named: with FUSE over io_uring
     /// many items to a request (`Filesystem.forgetRequestServed`).
     let forgetRequests = Atomic<Int>(0)
@@ -61,6 +66,8 @@ final class MountStatistics: Sendable {
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),
             ("presenter_timeouts", presenterTimeouts.load(ordering: .relaxed)),
             ("flushes", flushes.load(ordering: .relaxed)), ("synced_writes", syncedWrites.load(ordering: .relaxed)),
+            ("synced_directories", syncedDirectories.load(ordering: .relaxed)),
+            ("synced_attributes", syncedAttributes.load(ordering: .relaxed)),
             ("forget_requests", forgetRequests.load(ordering: .relaxed)), ("forgotten", forgotten.load(ordering: .relaxed)),
             ("known_lookups", knownLookups.load(ordering: .relaxed)),
             ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),
