@@ -31,6 +31,11 @@ extension Filesystem {
             }
             let unprivileged = callerLacksFSetID(reply)
             if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd) }
+            if flags & O_TRUNC != 0, let failure = syncData(of: fd) {
+                close(fd)
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
+                return reply.error(failure)
+            }
             // Writes of a setuid file by others must reach the mount, which clears the bit.
             let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
             let mode: KernelPassthrough.Mode
@@ -194,6 +199,15 @@ extension Filesystem {
         }
     }
 
+    /// Under `sync`, what the kernel leaves to the mount and asks no FSYNC for (a fallocate, a
+    /// copy_file_range's output, an open's O_TRUNC) is on disk before it is answered, as its
+    /// writes are. nil, or fdatasync's errno.
+    private func syncData(of fd: Int32) -> Errno? {
+        guard syncsAttributes else { return nil }
+        statistics.syncedWrites.add(1, ordering: .relaxed)
+        return fdatasync(fd) == -1 ? Errno.current : nil
+    }
+
     func fsync(_ reply: Reply, _ handle: UInt64, dataOnly: Bool) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         let result = dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)
@@ -206,6 +220,7 @@ extension Filesystem {
         dropPrivilegeBits(file.fd, unlessRootCalls: reply)
         if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
         file.written.store(true, ordering: .relaxed)
+        if let failure = syncData(of: file.fd) { return reply.error(failure) }
         reply.ok()
     }
 
@@ -217,6 +232,7 @@ extension Filesystem {
         let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)
         if copied == -1 { return reply.error(Errno.current) }
         target.written.store(true, ordering: .relaxed)
+        if let failure = syncData(of: target.fd) { return reply.error(failure) }
         reply.written(copied)
     }
 

@@ -25,8 +25,10 @@ final class MountStatistics: Sendable {
     let presenterTimeouts = Atomic<Int>(0)
     /// FLUSH requests: none for opens told they need none (`Filesystem.sendsNoFlush`).
     let flushes = Atomic<Int>(0)
-    /// Writes to direct_io opens that asked for O_DSYNC or O_SYNC their backing descriptor
-    /// does not give, synced by the mount before it answered (`OpenFile.syncOwedToDirectWrites`).
+    /// Writes the mount synced before it answered, which the kernel follows with no FSYNC:
+    /// to direct_io opens, asking for O_DSYNC or O_SYNC their backing descriptor does not give
+    /// (`OpenFile.syncOwedToDirectWrites`), and under `sync` fallocates, copy_file_range's
+    /// outputs and O_TRUNC opens (`Filesystem.syncData`).
     let syncedWrites = Atomic<Int>(0)
     /// Directories fsynced after a change of names in them, under `dirsync` (`Filesystem.syncNames`).
     let syncedDirectories = Atomic<Int>(0)

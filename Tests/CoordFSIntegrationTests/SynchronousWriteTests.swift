@@ -55,4 +55,31 @@ import Testing
     @Test func aSyncMountSyncsEveryDirectWrite() throws {
         #expect(try syncedWrites(["-o", "sync"], opening: "direct", each: "none,none,none") == "3\n")
     }
+
+    /// What else changes a file's data through the mount without a write: a fallocate, a
+    /// copy_file_range, an open's O_TRUNC. Each is synced under `sync` (with kernel passthrough
+    /// too: none of them passes through), and none otherwise.
+    static let others = """
+    import json, os, sys
+    mount = sys.argv[1]
+    with open(os.path.join(mount, "a"), "wb") as out:
+        out.write(b"a" * 8192)
+    source = os.open(os.path.join(mount, "a"), os.O_RDONLY)
+    target = os.open(os.path.join(mount, "b"), os.O_CREAT | os.O_RDWR, 0o644)
+    os.posix_fallocate(target, 0, 16384)
+    assert os.copy_file_range(source, target, 8192, 0, 0) == 8192
+    os.close(source); os.close(target)
+    os.close(os.open(os.path.join(mount, "a"), os.O_WRONLY | os.O_TRUNC))
+    sizes = [os.stat(os.path.join(mount, name)).st_size for name in ("a", "b")]
+    print(json.loads(os.getxattr(mount, "user.coordfs.stats"))["synced_writes"], sizes)
+    """
+
+    @Test(arguments: [["-o", "sync"], ["-o", "sync", "--no-kernel-passthrough"], [], ["-o", "dirsync"]])
+    func underSyncFallocatesCopiesAndTruncatingOpensAreSynced(options: [String]) throws {
+        let fx = try MountFixture(options)
+        let result = try run("/usr/bin/python3", ["-c", Self.others, fx.mountPoint.path])
+        #expect(result.status == 0, "\(result.errors)")
+        #expect(result.output == "\(options.contains("sync") ? 3 : 0) [0, 16384]\n")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: fx.backingPath("b"))) == Data(repeating: 97, count: 8192) + Data(count: 8192))
+    }
 }
