@@ -12,10 +12,10 @@ import Glibc
 /// (`cfs_open_noatime_tree`): the files the daemon opens, and the backing files that the kernel
 /// opens for passthrough on their paths, lie on that copy. It is seen by no other process, and
 /// it is a copy of the tree as it was at mount time: a filesystem mounted inside the backing
-/// directory later is not seen through such a mount. Where the copy cannot be made (a daemon
-/// without CAP_SYS_ADMIN, which also has no kernel passthrough, or a kernel before 5.12), the
-/// daemon opens O_NOATIME the files whose data it serves and the directories it lists, where it
-/// owns them or has CAP_FOWNER.
+/// directory later is not seen through such a mount, unless the backing's mount is shared and
+/// propagates it. Where the copy cannot be made (a daemon without CAP_SYS_ADMIN, which also has
+/// no kernel passthrough, or a kernel before 5.12), the daemon opens O_NOATIME the files whose
+/// data it serves and the directories it lists, where it owns them or has CAP_FOWNER.
 struct AccessTimes: Sendable {
     /// O_NOATIME where the daemon's opens must carry it, else nothing.
     let flag: Int32
