@@ -119,6 +119,25 @@ import Glibc
         #expect(try run("/bin/cat", [fx.path("doc.txt")]).status == 0, "the mount still serves")
     }
 
+    /// Lines that arrive together (a client's answers or requests sent in bulk) are each
+    /// handled once, in order, up to a malformed one, which ends the connection.
+    @Test func linesSentTogetherAreEachAnsweredInOrder() throws {
+        let fx = try MountFixture()
+        let script = """
+        import json, os, socket, sys
+        address = os.getxattr(sys.argv[1], "user.coordfs.socket").decode()
+        s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(address)
+        lines = [b'{"op":"hello","id":0,"version":1}']
+        lines += [json.dumps({"op": "unwatch", "id": n, "wd": 100000 + n}).encode() for n in range(1, 3001)]
+        s.sendall(b"\\n".join(lines) + b"\\ngarbage\\n")
+        replies = s.makefile("rb").read().splitlines()
+        ids = [json.loads(reply).get("id") for reply in replies]
+        print(len(replies), ids[:3001] == list(range(3001)), b'"EPROTO"' in replies[-1])
+        """
+        let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
+        #expect(result.output == "3002 True True\n", "\(result.output) \(result.errors)")
+    }
+
     @Test func anotherUidCannotPresentOrHoldWhatItCannotRead() throws {
         let fx = try MountFixture(["-o", "allow_other"])
         try fx.seed("private/secret.txt", "secret\n")
