@@ -25,6 +25,19 @@ import Glibc
         #expect(record?["events"] as? [String] == ["CHANGED"] && record?["path"] as? String == fx.path("doc.txt"))
     }
 
+    /// Events that reach a watcher together (a burst of creates: many lines to one read) are
+    /// each printed once, in order.
+    @Test func watchPrintsEveryEventOfABurst() throws {
+        let fx = try MountFixture()
+        let watcher = try Child(binary, ["watch", fx.mountPoint.path, "--events", "SUBITEM_APPEARED"])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        let creates = "import os, sys\nfor n in range(3000): os.close(os.open(os.path.join(sys.argv[1], 'f%d' % n), os.O_CREAT | os.O_WRONLY))"
+        #expect(try run("/usr/bin/python3", ["-c", creates, fx.mountPoint.path]).status == 0)
+        var printed: [String] = []
+        while printed.count < 3000, let line = watcher.next() { printed.append(line) }
+        #expect(printed == (0..<3000).map { "\(fx.mountPoint.path) SUBITEM_APPEARED f\($0)" }, "\(printed.count) lines")
+    }
+
     @Test func watchRefusesWhatItCannotWatch() throws {
         let outside = try run(binary, ["watch", "/etc/hostname"], environment: ["PATH": "/usr/bin:/bin"])
         #expect(outside.status != 0 && outside.errors.contains("not inside a coordfs mount"))
