@@ -199,15 +199,6 @@ extension Filesystem {
         }
     }
 
-    /// Under `sync`, what the kernel leaves to the mount and asks no FSYNC for (a fallocate, a
-    /// copy_file_range's output, an open's O_TRUNC) is on disk before it is answered, as its
-    /// writes are. nil, or fdatasync's errno.
-    private func syncData(of fd: Int32) -> Errno? {
-        guard syncsAttributes else { return nil }
-        statistics.syncedWrites.add(1, ordering: .relaxed)
-        return fdatasync(fd) == -1 ? Errno.current : nil
-    }
-
     func fsync(_ reply: Reply, _ handle: UInt64, dataOnly: Bool) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         let result = dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)

@@ -45,10 +45,10 @@ public final class Filesystem: @unchecked Sendable {
     let filesystems: BackingFilesystems
     /// `-o noatime` for the backing files.
     let accessTimes: AccessTimes
-    /// `dirsync` or `sync`: changes of names are synced before they are answered (`syncNames`).
+    /// `configuration.isDirsync` and `isSynchronous`, read once: every change of names asks
+    /// (`Filesystem+Synchronous.swift`).
     let syncsNames: Bool
-    /// `sync`: changes of attributes are synced before they are answered (`syncAttributes`).
-    let syncsAttributes: Bool
+    let isSynchronous: Bool
     /// The backing directory on its own mount, held while a `noatime` mount reads a private
     /// copy of it (`AccessTimes.openBacking`); -1 otherwise.
     private let backingPin: Int32
@@ -78,7 +78,7 @@ public final class Filesystem: @unchecked Sendable {
         packageMarkers = PackageMarkers(lifetimeMilliseconds: Int64(configuration.cacheTimeout * 1000))
         passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
         syncsNames = configuration.isDirsync
-        syncsAttributes = configuration.isSynchronous
+        isSynchronous = configuration.isSynchronous
         // (`self.logger` cannot be reached before every property is set.)
         let (fd, pin, accessTimes) = AccessTimes.openBacking(configuration) {
             Logger(label: "org.coordfs.mount").notice("\($0)")
@@ -179,52 +179,6 @@ public final class Filesystem: @unchecked Sendable {
     /// have changed when a marker or a directory came or went.
     func namespaceChanged(name: String, directory: Bool) {
         if directory || name == ItemLocatorMarker.name { packageMarkers.forgetAll() }
-    }
-
-    /// Under `dirsync` (or `sync`) a change of names is on disk before it is answered, as the
-    /// kernel keeps it on a local filesystem; through FUSE nothing follows the change to ask for
-    /// it, so the mount fsyncs the directories it changed (`other`: a rename's second, when it
-    /// is another). nil when the change may be answered; else the fsync's errno.
-    func syncNames(in directory: Inode, and other: Inode? = nil) -> Errno? {
-        guard syncsNames else { return nil }
-        if let failure = fsyncDirectory(directory) { return failure }
-        if let other, other !== directory { return fsyncDirectory(other) }
-        return nil
-    }
-
-    /// Under `sync` a change of an item's attributes (mode, owner, times, size, extended
-    /// attributes) is on disk before it is answered, as on a local filesystem; FUSE asks for
-    /// nothing after it. Regular files and directories only: opening anything else to sync it
-    /// could wait (a FIFO) or open a device. `open`: the open file the change came through.
-    /// nil when the change may be answered; else the fsync's errno.
-    func syncAttributes(of inode: Inode, through open: OpenFile? = nil) -> Errno? {
-        guard syncsAttributes else { return nil }
-        if let open {
-            statistics.syncedAttributes.add(1, ordering: .relaxed)
-            return Glibc.fsync(open.fd) == -1 ? Errno.current : nil
-        }
-        return inodes.withFD(inode, orElse: { $0 }) { fd -> Errno? in
-            var info = stat()
-            guard fstat(fd, &info) == 0 else { return Errno.current }
-            let type = info.st_mode & S_IFMT
-            guard type == S_IFREG || type == S_IFDIR else { return nil }
-            statistics.syncedAttributes.add(1, ordering: .relaxed)
-            let opened = Glibc.open(procPath(fd), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-            if opened == -1 { return Errno.current }
-            defer { close(opened) }
-            return Glibc.fsync(opened) == -1 ? Errno.current : nil
-        }
-    }
-
-    private func fsyncDirectory(_ directory: Inode) -> Errno? {
-        statistics.syncedDirectories.add(1, ordering: .relaxed)
-        return inodes.withFD(directory, orElse: { $0 }) { fd -> Errno? in
-            // The node's own descriptor is O_PATH, which fsync refuses.
-            let opened = Glibc.open(procPath(fd), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            if opened == -1 { return Errno.current }
-            defer { close(opened) }
-            return Glibc.fsync(opened) == -1 ? Errno.current : nil
-        }
     }
 
     /// `namespaceChanged` for a rename's two names.

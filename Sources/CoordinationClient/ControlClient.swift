@@ -196,15 +196,9 @@ public final class ControlClient: @unchecked Sendable {
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             pending += buffer[0..<count]
-            // Handled where they lie and dropped together (as the server's connections do): a
-            // watcher's read brings hundreds of event lines, and dropping each in turn moved the
-            // rest down every time.
-            var start = pending.startIndex
-            while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
-                if let message = try? WireCodec.decodeServer(pending[start..<newline]) { dispatch(message) }
-                start = newline + 1
+            WireLines.take(from: &pending) { line in
+                if let message = try? WireCodec.decodeServer(line) { dispatch(message) }
             }
-            pending.removeSubrange(..<start)
         }
         let (waiters, callbacksLeft, end) = lock.withLock { () -> ([(DispatchSemaphore, Box)], [@Sendable (Result<[String: WireValue], ControlError>) -> Void], (@Sendable () -> Void)?) in
             closed = true

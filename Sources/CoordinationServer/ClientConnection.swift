@@ -56,20 +56,12 @@ final class ClientConnection: @unchecked Sendable {
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             pending += buffer[0..<count]
-            // The lines are handled where they lie and dropped together: dropping each one as it
-            // was handled moved the rest of a read down every time, quadratic in the lines a read
-            // brings (a client's answers sent in bulk).
-            var start = pending.startIndex
-            while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
-                do {
-                    try handle(try WireCodec.decodeClient(pending[start..<newline]))
-                } catch {
-                    send(.error(id: nil, errno: "EPROTO", message: "\(error)"))
-                    break reading
-                }
-                start = newline + 1
+            do throws(WireError) {
+                try WireLines.take(from: &pending) { line throws(WireError) in try handle(try WireCodec.decodeClient(line)) }
+            } catch {
+                send(.error(id: nil, errno: "EPROTO", message: "\(error)"))
+                break reading
             }
-            pending.removeSubrange(..<start)
             if pending.count > WireProtocol.maximumLineLength {
                 send(.error(id: nil, errno: "EPROTO", message: "line longer than \(WireProtocol.maximumLineLength) bytes"))
                 break
