@@ -54,6 +54,9 @@ struct Coordinate: ParsableCommand {
         let resolve = ServerConnection.resolve
         let intents = read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
             + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
+        if socket == nil {
+            for (intent, name) in zip(intents, read + write) { try MountTable.refuseAbandoned(intent.path, named: name) }
+        }
         let sockets = Set(intents.map { socket ?? ControlClient.socketPath(for: $0.path) ?? "" })
         guard sockets.count == 1, let socketPath = sockets.first, !socketPath.isEmpty else {
             throw CommandFailure(sockets.contains("") ? "an item is not inside a coordfs mount, and no coordfs daemon runs"

@@ -163,6 +163,9 @@ struct Mount: ParsableCommand {
     static func validate(_ configuration: MountConfiguration) throws {
         var isDirectory: ObjCBool = false
         let fileManager = FileManager.default
+        // Either on a FUSE mount whose daemon died would read as missing.
+        try MountTable.refuseAbandoned(configuration.mountPoint)
+        try MountTable.refuseAbandoned(configuration.backing)
         guard fileManager.fileExists(atPath: configuration.backing, isDirectory: &isDirectory) else {
             throw CommandFailure("backing directory '\(configuration.backing)' does not exist")
         }
@@ -279,41 +282,6 @@ struct Unmount: ParsableCommand {
         try helper.run()
         helper.waitUntilExit()
         if helper.terminationStatus != 0 { throw ExitCode(helper.terminationStatus) }
-    }
-}
-
-/// Reads /proc/self/mountinfo.
-enum MountTable {
-    static func entries() -> [(mountPoint: String, type: String)] {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").compactMap { line in
-            let fields = line.split(separator: " ")
-            guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 1, fields.count > 4 else { return nil }
-            return (unescape(String(fields[4])), String(fields[dash + 1]))
-        }
-    }
-
-    static func type(of path: String) -> String? { entries().last { $0.mountPoint == path }?.type }
-    static func isMountPoint(_ path: String) -> Bool {
-        let resolved = URL(fileURLWithPath: path).resolvingSymlinksInPath().path
-        return type(of: resolved) != nil
-    }
-
-    /// mountinfo escapes space, tab, newline and backslash as octal.
-    private static func unescape(_ text: String) -> String {
-        var result = ""
-        var iterator = Array(text.utf8)[...]
-        var bytes: [UInt8] = []
-        while let byte = iterator.popFirst() {
-            if byte == UInt8(ascii: "\\"), iterator.count >= 3, let value = UInt8(String(decoding: iterator.prefix(3), as: UTF8.self), radix: 8) {
-                bytes.append(value)
-                iterator = iterator.dropFirst(3)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        result = String(decoding: bytes, as: UTF8.self)
-        return result
     }
 }
 

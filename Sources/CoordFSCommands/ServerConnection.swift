@@ -10,6 +10,7 @@ enum ServerConnection {
 
     /// The socket serving `path`: `explicit` when given, else the mount's or the daemon's.
     static func socket(for path: String, explicit: String?) throws -> String {
+        if explicit == nil { try MountTable.refuseAbandoned(path) }
         guard let socket = explicit ?? ControlClient.socketPath(for: path) else {
             throw CommandFailure("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
         }

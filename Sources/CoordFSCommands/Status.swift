@@ -18,10 +18,27 @@ struct Status: ParsableCommand {
 
     func run() throws {
         let sockets = try socketsToShow()
-        for (index, socketPath) in sockets.enumerated() {
-            if index > 0 && !json { print("") }
-            try show(socketPath)
+        // Listing every server: one that cannot be reached (a daemon killed, its socket left
+        // behind) is named, and the others are still shown.
+        let listing = path == nil && socket == nil && sockets.count > 1
+        var shown = 0
+        var unreachable: [Error] = []
+        for socketPath in sockets {
+            let fields: [String: WireValue]
+            do {
+                fields = try status(of: socketPath)
+            } catch where listing {
+                unreachable.append(error)
+                continue
+            }
+            if shown > 0 && !json { print("") }
+            show(fields)
+            shown += 1
         }
+        for failure in unreachable.dropFirst(shown == 0 ? 1 : 0) {
+            FileHandle.standardError.write(Data("warning: \(failure)\n".utf8))
+        }
+        if shown == 0, let first = unreachable.first { throw first }
     }
 
     /// The servers to ask: the one named, else the current directory's mount, else every coordfs
@@ -29,28 +46,43 @@ struct Status: ParsableCommand {
     private func socketsToShow() throws -> [String] {
         if let socket { return [socket] }
         if let path {
+            try MountTable.refuseAbandoned(ServerConnection.resolve(path), named: path)
             guard let socketPath = ControlClient.socketPath(for: ServerConnection.resolve(path)) else {
                 throw CommandFailure("'\(path)' is not inside a coordfs mount")
             }
             return [socketPath]
         }
         if let here = ControlClient.mountSocketPath(for: FileManager.default.currentDirectoryPath) { return [here] }
-        var sockets = MountTable.entries().filter { $0.type == "fuse.coordfs" }
-            .compactMap { ControlClient.mountSocketPath(for: $0.mountPoint) }
+        var sockets: [String] = []
+        var abandoned: [Error] = []
+        for mount in MountTable.entries() where mount.type == "fuse.coordfs" {
+            if let socket = ControlClient.mountSocketPath(for: mount.mountPoint) {
+                sockets.append(socket)
+            } else {
+                do { try MountTable.refuseAbandoned(mount.mountPoint) } catch { abandoned.append(error) }
+            }
+        }
         if let daemon = ControlClient.socketPath(for: "/") { sockets.append(daemon) }
+        // A mount whose daemon died is named, and the live ones are still shown.
+        for failure in abandoned.dropFirst(sockets.isEmpty ? 1 : 0) {
+            FileHandle.standardError.write(Data("warning: \(failure)\n".utf8))
+        }
+        if sockets.isEmpty, let first = abandoned.first { throw first }
         guard !sockets.isEmpty else { throw CommandFailure("no coordfs mount or daemon runs here") }
         return sockets
     }
 
-    private func show(_ socketPath: String) throws {
-        let fields: [String: WireValue]
+    private func status(of socketPath: String) throws -> [String: WireValue] {
         do {
             let client = try ControlClient(socketPath: socketPath)
-            fields = try client.request { .status(id: $0) }
-            client.close()
+            defer { client.close() }
+            return try client.request { .status(id: $0) }
         } catch {
             throw CommandFailure("\(error)")
         }
+    }
+
+    private func show(_ fields: [String: WireValue]) {
         if json {
             print(String(decoding: WireCodec.encode(.ok(id: 0, fields: fields)).dropLast(), as: UTF8.self))
             return

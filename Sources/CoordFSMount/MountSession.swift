@@ -67,7 +67,7 @@ public final class MountSession: @unchecked Sendable {
             filesystem.logger.warning("device hooks not installed (no kernel passthrough): \(String(cString: strerror(-hooked)))")
         }
         if configuration.servesControlSocket {
-            let path = configuration.socketPath ?? ControlServer.defaultSocketPath(name: "mount-\(getpid())")
+            let path = configuration.socketPath ?? ControlServer.mountSocketPath()
             let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
                                        domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
                                        root: filesystem.mountRoot.string)

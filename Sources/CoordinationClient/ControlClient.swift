@@ -92,9 +92,12 @@ public final class ControlClient: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
-            let message = String(cString: strerror(errno))
+            let code = errno
             Glibc.close(fd)
-            throw ControlError("ECONNREFUSED", "cannot connect to \(socketPath): \(message)")
+            // ENOENT: no socket there; ECONNREFUSED: one that nobody serves any more.
+            let name = code == ENOENT ? "ENOENT" : code == EACCES ? "EACCES" : "ECONNREFUSED"
+            let why = code == ECONNREFUSED ? "nobody serves it (its server has gone?)" : String(cString: strerror(code))
+            throw ControlError(name, "cannot connect to \(socketPath): \(why)")
         }
         self.fd = fd
         Thread { [self] in readLoop() }.start()

@@ -13,7 +13,11 @@ import Glibc
 final class ClientConnection: @unchecked Sendable {
     let fd: Int32
     let peer: PeerCredentials
-    private unowned let server: ControlServer
+    /// Strong: a connection's thread still ends its client's watches and holds through the
+    /// server after `stop()`, which may be the server's last reference. (Unowned, that end
+    /// crashed a process whose server went first.) The cycle ends when the connection closes
+    /// and the server forgets it.
+    private let server: ControlServer
     private let lock = NSLock()
     private let outbox: Outbox
     private var greeted = false

@@ -3,6 +3,7 @@ import CoordinationWire
 import FileCoordination
 import Foundation
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -22,6 +23,8 @@ public final class ControlServer: @unchecked Sendable {
     /// Which connection provides each vended service.
     private var providers: [ServiceRegistrationID: ClientConnection] = [:]
     private var acceptThread: Thread?
+    /// The socket file this server made, removed at the end only while it is still that file.
+    private var boundFile: (device: UInt64, inode: UInt64)?
     let logger = Logger(label: "org.coordfs.control")
 
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
@@ -41,9 +44,37 @@ public final class ControlServer: @unchecked Sendable {
         return directory + "/" + name + ".sock"
     }
 
+    /// The default socket path for a mount served by this process: `mount-PID-N.sock`, N
+    /// counting the process's mounts (a test process serves many). Sockets that mounts whose
+    /// process has died left in that directory are removed first: a daemon killed with
+    /// SIGKILL cannot remove its own, and they would gather there.
+    public static func mountSocketPath() -> String {
+        let path = defaultSocketPath(name: "mount-\(getpid())-\(mountsServed.add(1, ordering: .relaxed).oldValue)")
+        removeAbandonedMountSockets(in: (path as NSString).deletingLastPathComponent)
+        return path
+    }
+
+    private static let mountsServed = Atomic<Int>(0)
+
+    /// Removes `mount-PID-N.sock` files whose process has ended and on which nobody listens.
+    static func removeAbandonedMountSockets(in directory: String) {
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] {
+            guard name.hasPrefix("mount-"), name.hasSuffix(".sock"),
+                  let pid = Int32(name.dropFirst("mount-".count).prefix { $0.isNumber }), pid > 0,
+                  ProcFile.hasEnded(pid) else { continue }
+            let path = directory + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else { continue }
+            if let live = try? UnixSocket.connect(to: path) { Glibc.close(live); continue }
+            unlink(path)
+        }
+    }
+
     public func start() throws {
         let fd = try UnixSocket.listen(at: socketPath, mode: mode)
-        lock.withLock { listener = fd }
+        var info = stat()
+        let file = lstat(socketPath, &info) == 0 ? (UInt64(info.st_dev), UInt64(info.st_ino)) : nil
+        lock.withLock { listener = fd; boundFile = file }
         let thread = Thread { [self] in acceptLoop(fd) }
         thread.name = "coordfs control socket"
         lock.withLock { acceptThread = thread }
@@ -84,17 +115,20 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Stops accepting, ends every connection, and removes the socket file.
     public func stop() {
-        let (fd, open) = lock.withLock { () -> (Int32, [ClientConnection]) in
-            defer { listener = -1 }
+        let (fd, open, file) = lock.withLock { () -> (Int32, [ClientConnection], (device: UInt64, inode: UInt64)?) in
+            defer { listener = -1; boundFile = nil }
             // The accept thread's closure holds the server: kept here, the two held each other
             // (and a mount's whole filesystem, through the resolver) for the life of the process.
             acceptThread = nil
-            return (listener, Array(connections.values))
+            return (listener, Array(connections.values), boundFile)
         }
         if fd >= 0 {
             shutdown(fd, Int32(SHUT_RDWR))
             Glibc.close(fd)
-            unlink(socketPath)
+            var info = stat()
+            if let file, lstat(socketPath, &info) == 0, UInt64(info.st_dev) == file.device, UInt64(info.st_ino) == file.inode {
+                unlink(socketPath)
+            }
         }
         for connection in open { shutdown(connection.fd, Int32(SHUT_RDWR)) }
     }

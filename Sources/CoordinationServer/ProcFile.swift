@@ -75,6 +75,13 @@ public enum ProcFile {
         return Caller(process: group, isKernelThread: isKernelThread, parent: fields["PPid"].flatMap { Int32($0) } ?? 0)
     }
 
+    /// Whether process `pid` has ended: gone, or a zombie nobody has reaped yet (a daemon's
+    /// parent is often init, and in a container that may not reap at all).
+    public static func hasEnded(_ pid: Int32) -> Bool {
+        guard let state = statusFields(["State"], of: pid)?["State"] else { return true }
+        return state.hasPrefix("Z") || state.hasPrefix("X")
+    }
+
     /// A process's command name.
     public static func command(of pid: Int32) -> String? {
         read("/proc/\(pid)/comm")?.trimmingCharacters(in: .whitespacesAndNewlines)

@@ -7,7 +7,9 @@ import Glibc
 struct SocketError: Error, CustomStringConvertible {
     let call: String
     let code: Int32
-    var description: String { "\(call): \(String(cString: strerror(code)))" }
+    /// Said instead of strerror's text when given.
+    var detail: String? = nil
+    var description: String { "\(call): \(detail ?? String(cString: strerror(code)))" }
 }
 
 /// The credentials of the process at the other end (SO_PEERCRED), and its groups.
@@ -36,12 +38,23 @@ enum UnixSocket {
         }
     }
 
-    /// A listening socket at `path` with `mode`; a stale socket file there is replaced.
+    /// A listening socket at `path` with `mode`. A socket file that a server which has died left
+    /// there is replaced; one that a live server listens on is not (EADDRINUSE): replaced, that
+    /// server would go on serving the clients it has while new ones reached this one, and
+    /// coordination would be split in two without a word.
     static func listen(at path: String, mode: mode_t) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError(call: "socket", code: errno) }
-        unlink(path)
-        let bound = try withAddress(path) { bind(fd, $0, $1) }
+        var bound = try withAddress(path) { bind(fd, $0, $1) }
+        if bound != 0 && errno == EADDRINUSE {
+            if let live = try? connect(to: path) {
+                close(live)
+                close(fd)
+                throw SocketError(call: "bind \(path)", code: EADDRINUSE, detail: "another coordfs server listens there")
+            }
+            unlink(path)
+            bound = try withAddress(path) { bind(fd, $0, $1) }
+        }
         guard bound == 0 else { let code = errno; close(fd); throw SocketError(call: "bind \(path)", code: code) }
         chmod(path, mode)
         guard Glibc.listen(fd, 64) == 0 else { let code = errno; close(fd); throw SocketError(call: "listen", code: code) }

@@ -85,6 +85,22 @@ import Glibc
                 "\(everywhere)")
     }
 
+    @Test func statusOfEveryServerNamesOneThatHasGoneAndShowsTheRest() throws {
+        let fx = try MountFixture()
+        // The socket a daemon killed with SIGKILL leaves: a socket file nobody listens on.
+        let stale = fx.base.appendingPathComponent("daemon.sock").path
+        let left = try run("/usr/bin/python3", ["-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", stale])
+        try #require(left.status == 0, "\(left.errors)")
+        var environment = ProcessInfo.processInfo.environment
+        environment["COORDFS_SOCKET"] = stale
+        let everywhere = try run("/bin/sh", ["-c", "cd / && exec '\(binary)' status"], environment: environment)
+        #expect(everywhere.status == 0 && everywhere.output.contains("\(fx.mountPoint.path) — "), "\(everywhere)")
+        #expect(everywhere.errors.contains("warning: cannot connect to \(stale): nobody serves it"), "\(everywhere.errors)")
+        // Named alone, it is an error.
+        let named = try run(binary, ["status", "--socket", stale])
+        #expect(named.status != 0 && named.errors.contains("nobody serves it") && named.errors.contains("ECONNREFUSED"), "\(named)")
+    }
+
     @Test func coordinateHoldsWhileTheCommandRunsAndPassesItsStatus() throws {
         let fx = try MountFixture()
         try fx.seed("doc.txt", "one\n")
@@ -174,6 +190,10 @@ import Glibc
         // Started with a soft open-file limit of 1024, as many systems start programs.
         let daemon = try Child("/usr/bin/prlimit", ["--nofile=1024:", binary, "daemon", "--socket", socket])
         #expect(eventually { FileManager.default.fileExists(atPath: socket) })
+        // A second daemon on the same socket is refused: taking it over would split clients
+        // between two engines that know nothing of each other.
+        let second = try run(binary, ["daemon", "--socket", socket])
+        #expect(second.status != 0 && second.errors.contains("another coordfs server listens there"), "\(second.errors)")
         let limits = try String(contentsOfFile: "/proc/\(daemon.pid)/limits", encoding: .utf8)
         let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }?
             .split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).prefix(2).map(String.init) ?? []

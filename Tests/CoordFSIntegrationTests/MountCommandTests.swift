@@ -86,6 +86,42 @@ import Glibc
         #expect(proc.status != 0 && proc.errors.contains("not coordfs"))
     }
 
+    @Test func aMountWhoseDaemonDiedIsNamedWithTheCommandThatClearsIt() throws {
+        let fx = try MountFixture()
+        let mnt = fx.mountPoint.path
+        let socket = try #require(attribute("user.coordfs.socket", of: mnt))
+        let daemon = try #require(daemonPID(for: mnt))
+        try #require(daemon != getpid() && daemon > 1, "a daemon of its own")
+        fx.daemonWillEnd()
+        kill(daemon, SIGKILL)
+        #expect(eventually { var info = statvfs(); return statvfs(mnt, &info) != 0 && errno == ENOTCONN })
+        // Before, these said "does not exist" or "not inside a coordfs mount", or went to the
+        // standalone daemon's socket instead.
+        let clears = "whose daemon has gone (transport endpoint is not connected): `coordfs unmount \(mnt)` clears it"
+        let elsewhere = fx.base.appendingPathComponent("elsewhere")
+        try FileManager.default.createDirectory(at: elsewhere, withIntermediateDirectories: true)
+        let cases: [([String], String)] = [
+            (["mount", fx.backing.path, mnt], "'\(mnt)' is a coordfs mount \(clears)"),
+            (["mount", mnt + "/sub", elsewhere.path], "'\(mnt)/sub' is on the coordfs mount at '\(mnt)', \(clears)"),
+            (["status", mnt + "/x"], "'\(mnt)/x' is on the coordfs mount at '\(mnt)', \(clears)"),
+            (["status"], clears),
+            (["watch", mnt], "'\(mnt)' is a coordfs mount \(clears)"),
+            (["coordinate", "--read", mnt + "/a", "--", "true"], "'\(mnt)/a' is on the coordfs mount"),
+            (["services", mnt + "/a"], "'\(mnt)/a' is on the coordfs mount"),
+        ]
+        for (arguments, message) in cases {
+            let result = try run(binary, arguments)
+            #expect(result.status != 0 && result.errors.contains(message), "\(arguments): \(result.errors)")
+        }
+        #expect(FileManager.default.fileExists(atPath: socket), "SIGKILL left the socket file")
+        #expect(try run(binary, ["unmount", mnt]).status == 0)
+        #expect(!MountFixture.isMounted(mnt))
+        // The next mount removes it: its process has ended and nobody listens on it.
+        let next = try MountFixture()
+        #expect(!FileManager.default.fileExists(atPath: socket))
+        #expect(attribute("user.coordfs.socket", of: next.mountPoint.path) != socket)
+    }
+
     @Test func sigtermUnmountsCleanly() throws {
         let fx = try MountFixture()
         try fx.seed("a.txt", "data\n")
@@ -143,8 +179,13 @@ import Glibc
 
     /// The daemon serving `mountPoint`, as the mount root's `user.coordfs.pid` says.
     func daemonPID(for mountPoint: String) -> pid_t? {
-        let result = try? run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())", mountPoint])
-        return result.flatMap { pid_t($0.output.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        attribute("user.coordfs.pid", of: mountPoint).flatMap { pid_t($0) }
+    }
+
+    /// An extended attribute of `path` as text, read by another process.
+    func attribute(_ name: String, of path: String) -> String? {
+        let result = try? run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], sys.argv[2]).decode())", path, name])
+        return result.flatMap { $0.status == 0 ? $0.output.trimmingCharacters(in: .whitespacesAndNewlines) : nil }
     }
 }
 
