@@ -261,30 +261,6 @@ struct DaemonStart: ParsableCommand {
     }
 }
 
-/// `coordfs unmount MOUNTPOINT`.
-struct Unmount: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Unmount a coordfs mount cleanly.")
-
-    @Argument(help: "The mount point.")
-    var mountPoint: String
-
-    func run() throws {
-        let path = URL(fileURLWithPath: Mount.absolute(mountPoint)).resolvingSymlinksInPath().path
-        guard let type = MountTable.type(of: path) else { throw CommandFailure("'\(mountPoint)' is not a mount point") }
-        guard type == "fuse.coordfs" else { throw CommandFailure("'\(mountPoint)' is a \(type) mount, not coordfs") }
-        if geteuid() == 0 {
-            if umount2(path, 0) != 0 { throw CommandFailure("cannot unmount '\(mountPoint)': \(String(cString: strerror(errno)))") }
-            return
-        }
-        let helper = Process()
-        helper.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
-        helper.arguments = ["-u", path]
-        try helper.run()
-        helper.waitUntilExit()
-        if helper.terminationStatus != 0 { throw ExitCode(helper.terminationStatus) }
-    }
-}
-
 extension FileHandle {
     /// Reads up to a newline (without it); nil at end of file.
     func readLine() -> String? {

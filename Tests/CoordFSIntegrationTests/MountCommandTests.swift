@@ -122,6 +122,37 @@ import Glibc
         #expect(attribute("user.coordfs.socket", of: next.mountPoint.path) != socket)
     }
 
+    @Test func unmountOfABusyMountSaysWhyAndLazyDetachesItAtOnce() throws {
+        let fx = try MountFixture()
+        let mnt = fx.mountPoint.path
+        try fx.seed("held.txt", "still readable\n")
+        let daemon = try #require(daemonPID(for: mnt))
+        let held = open(fx.path("held.txt"), O_RDONLY)
+        try #require(held >= 0)
+        let busy = try run(binary, ["unmount", mnt])
+        #expect(busy.status != 0 && busy.errors.contains("it is busy: 1 file is open through it")
+                && busy.errors.contains("`coordfs status \(mnt)`") && busy.errors.contains("--lazy"), "\(busy.errors)")
+        #expect(MountFixture.isMounted(mnt))
+
+        fx.daemonWillEnd()
+        #expect(try run(binary, ["unmount", "--lazy", mnt]).status == 0)
+        #expect(!MountFixture.isMounted(mnt), "detached at once")
+        var bytes = [UInt8](repeating: 0, count: 64)
+        let count = read(held, &bytes, bytes.count)
+        #expect(count > 0 && String(decoding: bytes[0..<max(count, 0)], as: UTF8.self) == "still readable\n",
+                "the open file is still served")
+        #expect(!hasEnded(daemon), "the daemon serves it")
+        close(held)
+        #expect(eventually { hasEnded(daemon) }, "the daemon ends after the last close")
+    }
+
+    /// Whether process `pid` has ended (gone, or a zombie nobody reaped).
+    func hasEnded(_ pid: pid_t) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let end = stat.lastIndex(of: ")") else { return true }
+        return stat[stat.index(end, offsetBy: 2)] == "Z"
+    }
+
     @Test func sigtermUnmountsCleanly() throws {
         let fx = try MountFixture()
         try fx.seed("a.txt", "data\n")

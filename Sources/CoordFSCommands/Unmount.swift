@@ -1,0 +1,52 @@
+import ArgumentParser
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `coordfs unmount [--lazy] MOUNTPOINT`.
+struct Unmount: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Unmount a coordfs mount cleanly.")
+
+    @Argument(help: "The mount point.")
+    var mountPoint: String
+
+    @Flag(name: [.customShort("l"), .long],
+          help: "Detach the mount now, as umount -l does: programs that have files open in it keep them (and their coordination) until they close them, and the daemon ends after the last.")
+    var lazy = false
+
+    func run() throws {
+        let path = URL(fileURLWithPath: Mount.absolute(mountPoint)).resolvingSymlinksInPath().path
+        guard let type = MountTable.type(of: path) else { throw CommandFailure("'\(mountPoint)' is not a mount point") }
+        guard type == "fuse.coordfs" else { throw CommandFailure("'\(mountPoint)' is a \(type) mount, not coordfs") }
+        // Read before trying: a busy mount is explained with it.
+        let openFiles = Status.statistics(ofMountAt: path)?["open_files"] as? Int
+        if geteuid() == 0 {
+            guard umount2(path, lazy ? Int32(MNT_DETACH) : 0) == 0 else {
+                let code = errno
+                throw CommandFailure("cannot unmount '\(mountPoint)': " + (code == EBUSY ? busy(path, openFiles) : String(cString: strerror(code))))
+            }
+            return
+        }
+        let helper = Process()
+        helper.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
+        helper.arguments = lazy ? ["-u", "-z", path] : ["-u", path]
+        try helper.run()
+        helper.waitUntilExit()
+        guard helper.terminationStatus == 0 else {
+            // fusermount3 has said why; a mount still there is busy.
+            if MountTable.type(of: path) != nil {
+                FileHandle.standardError.write(Data("coordfs unmount: \(busy(path, openFiles))\n".utf8))
+            }
+            throw ExitCode(helper.terminationStatus)
+        }
+    }
+
+    /// Why a mount is busy, and how to find out who keeps it so.
+    private func busy(_ path: String, _ openFiles: Int?) -> String {
+        let files = openFiles.map { $0 == 1 ? "1 file is open through it" : "\($0) files are open through it" }
+        let who = "`coordfs status \(path)` shows who holds files there, `fuser -vm \(path)` every process using it (a working directory, say)"
+        if let files, openFiles != 0 { return "it is busy: \(files); \(who); or `coordfs unmount --lazy` detaches it now" }
+        return "it is busy: \(who); or `coordfs unmount --lazy` detaches it now"
+    }
+}
