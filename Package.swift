@@ -75,7 +75,7 @@ let package = Package(
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
-            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "TestSupport"],
+            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "TestSupport"],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .testTarget(

@@ -45,7 +45,11 @@ public final class ControlClient: @unchecked Sendable {
     /// The control socket serving `path`: the mount's, else $COORDFS_SOCKET, else the daemon's
     /// default socket if it exists.
     public static func socketPath(for path: String) -> String? {
-        if let mount = mountSocketPath(for: path) { return mount }
+        let (mount, abandoned) = lookUpMountSocket(for: path)
+        if let mount { return mount }
+        // On a mount whose daemon has gone there is nobody to ask, and the daemon knows
+        // nothing of that mount's items.
+        if abandoned { return nil }
         if let environment = ProcessInfo.processInfo.environment["COORDFS_SOCKET"] { return environment }
         let daemon = WireProtocol.daemonSocketPath
         return FileManager.default.fileExists(atPath: daemon) ? daemon : nil
@@ -53,17 +57,21 @@ public final class ControlClient: @unchecked Sendable {
 
     /// The control socket of the coordfs mount holding `path`: the `user.coordfs.socket`
     /// attribute of any item of the mount, or nil outside any mount.
-    public static func mountSocketPath(for path: String) -> String? {
+    public static func mountSocketPath(for path: String) -> String? { lookUpMountSocket(for: path).socket }
+
+    /// The mount's socket, and whether the walk met a FUSE mount whose server has gone (ENOTCONN).
+    private static func lookUpMountSocket(for path: String) -> (socket: String?, abandoned: Bool) {
         var buffer = [UInt8](repeating: 0, count: 4096)
         // A missing item is looked up through its nearest existing directory.
         var current = path
         while true {
             let count = c_getxattr(current, "user.coordfs.socket", &buffer, buffer.count)
-            if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
+            if count > 0 { return (String(decoding: buffer[0..<count], as: UTF8.self), false) }
+            if count < 0 && errno == ENOTCONN { return (nil, true) }
             guard count < 0 && errno == ENOENT, current != "/", !current.isEmpty else { break }
             current = (current as NSString).deletingLastPathComponent
         }
-        return nil
+        return (nil, false)
     }
 
     /// The extended attribute `name` of `path` as text (a mount root's `user.coordfs.stats`,

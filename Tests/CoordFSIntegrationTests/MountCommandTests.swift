@@ -1,3 +1,4 @@
+import CoordinationClient
 import Foundation
 import TestSupport
 import Testing
@@ -113,6 +114,11 @@ import Glibc
             let result = try run(binary, arguments)
             #expect(result.status != 0 && result.errors.contains(message), "\(arguments): \(result.errors)")
         }
+        // A client library looking for the server of such a path does not go on to the daemon.
+        setenv("COORDFS_SOCKET", fx.base.appendingPathComponent("daemon.sock").path, 1)
+        defer { unsetenv("COORDFS_SOCKET") }
+        #expect(ControlClient.socketPath(for: mnt + "/a") == nil)
+        #expect(ControlClient.socketPath(for: fx.base.path) == fx.base.appendingPathComponent("daemon.sock").path)
         #expect(FileManager.default.fileExists(atPath: socket), "SIGKILL left the socket file")
         #expect(try run(binary, ["unmount", mnt]).status == 0)
         #expect(!MountFixture.isMounted(mnt))
