@@ -28,6 +28,7 @@ struct Daemon: ParsableCommand {
         sigemptyset(&signals)
         sigaddset(&signals, SIGINT)
         sigaddset(&signals, SIGTERM)
+        sigaddset(&signals, SIGHUP)     // its terminal closed: end as cleanly (the socket goes)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
         // A connection is a descriptor: a soft limit of 1024, many systems' default, would
         // refuse the thousandth client.
@@ -38,7 +39,7 @@ struct Daemon: ParsableCommand {
                                    resolver: HostItemResolver(domain: domain), root: "/")
         do { try server.start() } catch { throw CommandFailure("cannot serve \(path): \(error)") }
         FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\n".utf8))
-        // Wait for SIGINT or SIGTERM, then remove the socket.
+        // Wait for SIGINT, SIGTERM or SIGHUP, then remove the socket.
         var received: Int32 = 0
         sigwait(&signals, &received)
         server.stop()

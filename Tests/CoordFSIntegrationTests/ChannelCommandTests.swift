@@ -210,5 +210,11 @@ import Glibc
         daemon.signal(SIGTERM)
         #expect(daemon.waitForExit() != nil)
         #expect(!FileManager.default.fileExists(atPath: socket), "the socket is removed")
+        // A daemon whose terminal closes (SIGHUP) ends as cleanly.
+        let again = try Child(binary, ["daemon", "--socket", socket])
+        #expect(eventually { FileManager.default.fileExists(atPath: socket) })
+        again.signal(SIGHUP)
+        #expect(again.waitForExit() == 0)
+        #expect(!FileManager.default.fileExists(atPath: socket), "the socket is removed after SIGHUP too")
     }
 }
