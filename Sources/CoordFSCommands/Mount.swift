@@ -75,9 +75,12 @@ struct Mount: ParsableCommand {
     @Flag(name: .customShort("s"), help: "One thread serves kernel requests, as --threads 1 (FUSE's -s).")
     var singleThreaded = false
 
+    @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other).")
+    var allowOverlap = false
+
     func run() throws {
         let configuration = try makeConfiguration()
-        try Self.validate(configuration)
+        try Self.validate(configuration, allowingOverlap: allowOverlap)
         if foreground {
             // A daemon's stderr is its parent's failure message: the parent gives the note.
             if ProcessInfo.processInfo.environment["COORDFS_NOTIFY_READY"] != "1" { Self.noteTransport(configuration) }
@@ -160,7 +163,7 @@ struct Mount: ParsableCommand {
     }
 
     /// Refuses what would not work, with one clear line each.
-    static func validate(_ configuration: MountConfiguration) throws {
+    static func validate(_ configuration: MountConfiguration, allowingOverlap: Bool = false) throws {
         var isDirectory: ObjCBool = false
         let fileManager = FileManager.default
         // Either on a FUSE mount whose daemon died would read as missing.
@@ -188,6 +191,7 @@ struct Mount: ParsableCommand {
         if mountPoint.hasPrefix(backing + "/") {
             throw CommandFailure("mount point '\(configuration.mountPoint)' is inside the backing directory")
         }
+        if !allowingOverlap { try MountTable.refuseOverlap(of: backing) }
         for rule in configuration.modeRules where rule.pattern.isEmpty {
             throw CommandFailure("an empty path pattern in the mode rules")
         }

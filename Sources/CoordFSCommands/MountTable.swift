@@ -5,12 +5,30 @@ import Glibc
 
 /// Reads /proc/self/mountinfo.
 enum MountTable {
-    static func entries() -> [(mountPoint: String, type: String)] {
+    /// Each mount: where, its type, and its source (a coordfs mount's is its backing directory).
+    static func entries() -> [(mountPoint: String, type: String, source: String)] {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
-            guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 1, fields.count > 4 else { return nil }
-            return (unescape(String(fields[4])), String(fields[dash + 1]))
+            guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 2, fields.count > 4 else { return nil }
+            return (unescape(String(fields[4])), String(fields[dash + 1]), unescape(String(fields[dash + 2])))
+        }
+    }
+
+    /// Refuses a backing directory (real path) that is, holds or lies inside the backing of a
+    /// coordfs mount already here: each mount has its own engine, so two mounts of one tree
+    /// would not coordinate with each other, and a program writing through one would not wait
+    /// for a reader through the other. (Mounts made before coordfs named its backing as the
+    /// mount's source say "coordfs" there and are not seen.)
+    static func refuseOverlap(of backing: String) throws {
+        func within(_ inner: String, _ outer: String) -> Bool { inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/") }
+        for mount in entries() where mount.type == "fuse.coordfs" && mount.source.hasPrefix("/") {
+            guard within(backing, mount.source) || within(mount.source, backing) else { continue }
+            try refuseAbandoned(mount.mountPoint)
+            let relation = backing == mount.source ? "is already the backing"
+                : within(backing, mount.source) ? "lies inside '\(mount.source)', the backing" : "holds '\(mount.source)', the backing"
+            throw CommandFailure("'\(backing)' \(relation) of the coordfs mount at '\(mount.mountPoint)': two mounts of one "
+                + "tree do not coordinate with each other; use that mount, or --allow-overlap to mount it anyway")
         }
     }
 
@@ -24,7 +42,7 @@ enum MountTable {
     /// answers every call on it with ENOTCONN, which reads as "does not exist" or "not a coordfs
     /// mount" to a command that only asks whether a path is there. nil when `path` is on no such
     /// mount. statvfs, not stat: a stat may still be answered from the kernel's cache.
-    static func abandonedMount(holding path: String) -> (mountPoint: String, type: String)? {
+    static func abandonedMount(holding path: String) -> (mountPoint: String, type: String, source: String)? {
         let holding = entries().filter { entry in
             path == entry.mountPoint || path.hasPrefix(entry.mountPoint == "/" ? "/" : entry.mountPoint + "/")
         }

@@ -29,11 +29,19 @@ public final class MountSession: @unchecked Sendable {
         }
     }
 
+    /// The mount's source, as mount, df and findmnt show it: the backing directory's real path
+    /// (another mount of an overlapping tree is refused by it), or "coordfs" where the path
+    /// holds what FUSE's option list could misread.
+    static func source(of backing: String) -> String {
+        let path = URL(fileURLWithPath: backing).resolvingSymlinksInPath().path
+        return path.hasPrefix("/") && !path.contains(where: { $0 == "," || $0 == "\\" || $0 == "=" || $0.isNewline }) ? path : "coordfs"
+    }
+
     /// Mounts at the configuration's mount point. With `handlingSignals`, SIGINT, SIGTERM and
     /// SIGHUP end `run()` and unmount.
     public func mount(handlingSignals: Bool = true) throws {
         let configuration = filesystem.configuration
-        var options = ["fsname=coordfs", "subtype=coordfs"] + configuration.fuseOptions
+        var options = ["fsname=" + Self.source(of: configuration.backing), "subtype=coordfs"] + configuration.fuseOptions
         if configuration.kernelChecksPermissions && !options.contains("default_permissions") {
             options.append("default_permissions")
         }

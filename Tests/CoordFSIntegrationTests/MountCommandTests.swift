@@ -75,6 +75,37 @@ import Glibc
         #expect(again.errors.contains("already a mount point"))
     }
 
+    @Test func aSecondMountOfOneTreeIsRefusedUnlessAskedFor() throws {
+        let fx = try MountFixture()
+        let backing = fx.backing.resolvingSymlinksInPath().path
+        let mountinfo = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+        let line = mountinfo.split(separator: "\n").last { $0.split(separator: " ").dropFirst(4).first == Substring(fx.mountPoint.path) }
+        let source = line?.components(separatedBy: " - fuse.coordfs ").last?.split(separator: " ").first.map(String.init)
+        #expect(source == backing, "mount, df and findmnt show the backing directory")
+        try FileManager.default.createDirectory(atPath: backing + "/sub", withIntermediateDirectories: true)
+        let other = fx.base.appendingPathComponent("other").path
+        try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+        let uncoordinated = "of the coordfs mount at '\(fx.mountPoint.path)': two mounts of one tree do not coordinate with each other"
+        let same = try run(binary, ["mount", backing, other])
+        #expect(same.status != 0 && same.errors.contains("'\(backing)' is already the backing \(uncoordinated)"), "\(same.errors)")
+        let inside = try run(binary, ["mount", backing + "/sub", other])
+        #expect(inside.status != 0 && inside.errors.contains("'\(backing)/sub' lies inside '\(backing)', the backing \(uncoordinated)"),
+                "\(inside.errors)")
+        #expect(!MountFixture.isMounted(other))
+        let allowed = try run(binary, ["mount", "--allow-overlap", backing + "/sub", other])
+        #expect(allowed.status == 0, "\(allowed.errors)")
+        defer { _ = try? run(binary, ["unmount", other]) }
+        #expect(MountFixture.isMounted(other))
+        // A tree that holds a mount's backing.
+        let outside = "/tmp/coordfs-holds-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: outside) }
+        let base = fx.base.resolvingSymlinksInPath().path
+        let holds = try run(binary, ["mount", base, outside])
+        #expect(holds.status != 0 && holds.errors.contains("'\(base)' holds '\(backing)', the backing \(uncoordinated)"), "\(holds.errors)")
+        #expect(!MountFixture.isMounted(outside))
+    }
+
     @Test func unmountUnmountsAndRefusesWhatIsNotACoordfsMount() throws {
         let fx = try MountFixture()
         #expect(MountFixture.isMounted(fx.mountPoint.path))
@@ -183,7 +214,8 @@ import Glibc
         let dir = try scratch()
         defer { try? FileManager.default.removeItem(at: dir) }
         let mnt = dir.appendingPathComponent("mnt").path
-        let result = try run(binary, ["mount", "--profile", profile.path, Paths.repository.appendingPathComponent("Mounts/demo").path, mnt])
+        // (--allow-overlap: `make run` may have mounted the demo already.)
+        let result = try run(binary, ["mount", "--profile", profile.path, "--allow-overlap", Paths.repository.appendingPathComponent("Mounts/demo").path, mnt])
         #expect(result.status == 0, "\(result.errors)")
         defer { _ = try? run(binary, ["unmount", mnt]) }
         #expect(FileManager.default.fileExists(atPath: mnt + "/README.txt"))
@@ -235,7 +267,9 @@ import Glibc
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("m"), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("m2"), withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("b2"), withIntermediateDirectories: true)
         try Data("x\n".utf8).write(to: dir.appendingPathComponent("b/f"))
+        try Data("x\n".utf8).write(to: dir.appendingPathComponent("b2/f"))
         let helper = dir.appendingPathComponent("mount.coordfs")
         try FileManager.default.createSymbolicLink(at: helper, withDestinationURL: Paths.binary)
         let mnt = dir.appendingPathComponent("m").path, mnt2 = dir.appendingPathComponent("m2").path
@@ -243,7 +277,8 @@ import Glibc
         defer { _ = try? run(Paths.binary.path, ["unmount", mnt]) }
         #expect(viaHelper.status == 0, "\(viaHelper.errors)")
         #expect(FileManager.default.fileExists(atPath: mnt + "/f"))
-        let viaFuse = try run(Paths.binary.path, [dir.appendingPathComponent("b").path, mnt2, "-o", "rw,nofail"])
+        // (Another backing: a second mount of one tree is refused.)
+        let viaFuse = try run(Paths.binary.path, [dir.appendingPathComponent("b2").path, mnt2, "-o", "rw,nofail"])
         defer { _ = try? run(Paths.binary.path, ["unmount", mnt2]) }
         #expect(viaFuse.status == 0, "\(viaFuse.errors)")
         #expect(FileManager.default.fileExists(atPath: mnt2 + "/f"))

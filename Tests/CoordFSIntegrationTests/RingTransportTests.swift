@@ -356,8 +356,9 @@ import Glibc
         let inner = try MountFixture()
         try inner.seed("held")
         try inner.seed("other")
-        // The outer backing holds the inner mount point, `mnt`, and the inner backing, local.
-        let outer = try MountFixture([], backing: inner.base)
+        // The outer backing holds the inner mount point, `mnt`, and the inner backing, local
+        // (which the two mounts do not coordinate: --allow-overlap).
+        let outer = try MountFixture(["--allow-overlap"], backing: inner.base)
         defer { outer.unmount(); withExtendedLifetime(inner) {} }
         let before = try outer.statistics()
         #expect(before["ring_lanes_all"] == 0 && before["ring_lane_nodes"] == 0, "a local backing: \(before)")
