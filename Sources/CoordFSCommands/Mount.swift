@@ -75,12 +75,12 @@ struct Mount: ParsableCommand {
     @Flag(name: .customShort("s"), help: "One thread serves kernel requests, as --threads 1 (FUSE's -s).")
     var singleThreaded = false
 
-    @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other).")
+    @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other; -o allow_overlap from fstab).")
     var allowOverlap = false
 
     func run() throws {
         let configuration = try makeConfiguration()
-        try Self.validate(configuration, allowingOverlap: allowOverlap)
+        try Self.validate(configuration)
         if foreground {
             // A daemon's stderr is its parent's failure message: the parent gives the note.
             if ProcessInfo.processInfo.environment["COORDFS_NOTIFY_READY"] != "1" { Self.noteTransport(configuration) }
@@ -150,7 +150,8 @@ struct Mount: ParsableCommand {
             configuration.maxThreads = UInt32(count)
         }
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
-        configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) }
+        configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
+        configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
         return configuration
     }
 
@@ -163,7 +164,7 @@ struct Mount: ParsableCommand {
     }
 
     /// Refuses what would not work, with one clear line each.
-    static func validate(_ configuration: MountConfiguration, allowingOverlap: Bool = false) throws {
+    static func validate(_ configuration: MountConfiguration) throws {
         var isDirectory: ObjCBool = false
         let fileManager = FileManager.default
         // Either on a FUSE mount whose daemon died would read as missing.
@@ -191,7 +192,7 @@ struct Mount: ParsableCommand {
         if mountPoint.hasPrefix(backing + "/") {
             throw CommandFailure("mount point '\(configuration.mountPoint)' is inside the backing directory")
         }
-        if !allowingOverlap { try MountTable.refuseOverlap(of: backing) }
+        if !configuration.allowsOverlap { try MountTable.refuseOverlap(of: backing) }
         for rule in configuration.modeRules where rule.pattern.isEmpty {
             throw CommandFailure("an empty path pattern in the mode rules")
         }

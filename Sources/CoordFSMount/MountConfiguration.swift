@@ -28,6 +28,9 @@ public struct MountConfiguration: Sendable {
     public var packageExtensions: Set<String> = []
     /// Extra FUSE options (`-o`), besides the ones coordfs always sets.
     public var fuseOptions: [String] = []
+    /// Mount even where another coordfs mount's backing overlaps this one's (`--allow-overlap`,
+    /// or `-o allow_overlap` from fstab); the command refuses that otherwise.
+    public var allowsOverlap = false
     /// Attribute and entry timeouts the kernel may cache for.
     public var cacheTimeout: Double = 1.0
     public var writebackCache = false

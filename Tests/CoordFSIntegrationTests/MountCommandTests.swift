@@ -96,6 +96,13 @@ import Glibc
         #expect(allowed.status == 0, "\(allowed.errors)")
         defer { _ = try? run(binary, ["unmount", other]) }
         #expect(MountFixture.isMounted(other))
+        // From fstab, where mount.fuse3 passes options with -o.
+        let third = fx.base.appendingPathComponent("third").path
+        try FileManager.default.createDirectory(atPath: third, withIntermediateDirectories: true)
+        let fromFstab = try run(binary, [backing, third, "-o", "rw,allow_overlap"])
+        #expect(fromFstab.status == 0, "\(fromFstab.errors)")
+        defer { _ = try? run(binary, ["unmount", third]) }
+        #expect(MountFixture.isMounted(third))
         // A tree that holds a mount's backing.
         let outside = "/tmp/coordfs-holds-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
