@@ -70,7 +70,7 @@ let package = Package(
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
-        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "TestSupport"],
+        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "TestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
         // Real mounts, real child processes.
         .testTarget(

@@ -29,6 +29,8 @@ public final class ControlClient: @unchecked Sendable {
     private var waiting: [Int: (DispatchSemaphore, Box)] = [:]
     private var callbacks: [Int: @Sendable (Result<[String: WireValue], ControlError>) -> Void] = [:]
     private var closed = false
+    /// The error the server sent for the whole connection before closing it, if any.
+    private var refusal: ControlError?
     private var eventHandler: (@Sendable (EventRecord) -> Void)?
     private var serviceHandler: (@Sendable (EventRecord, FileHandle) -> Void)?
     /// Descriptors received and not yet given to the line that carries them.
@@ -143,7 +145,7 @@ public final class ControlClient: @unchecked Sendable {
         let semaphore = DispatchSemaphore(value: 0)
         let box = Box()
         let id = try lock.withLock { () throws -> Int in
-            guard !closed else { throw ControlError("ECONNRESET", "the connection is closed") }
+            guard !closed else { throw refusal ?? ControlError("ECONNRESET", "the connection is closed") }
             nextID += 1
             waiting[nextID] = (semaphore, box)
             return nextID
@@ -153,7 +155,7 @@ public final class ControlClient: @unchecked Sendable {
         switch box.message {
         case .ok(_, let fields)?: return (fields, box.descriptor)
         case .error(_, let code, let message)?: throw ControlError(code, message)
-        default: throw ControlError("ECONNRESET", "the server closed the connection")
+        default: throw lock.withLock { refusal } ?? ControlError("ECONNRESET", "the server closed the connection")
         }
     }
 
@@ -169,7 +171,7 @@ public final class ControlClient: @unchecked Sendable {
             return nextID
         }
         guard let id else {
-            completion(.failure(ControlError("ECONNRESET", "the connection is closed")))
+            completion(.failure(lock.withLock { refusal } ?? ControlError("ECONNRESET", "the connection is closed")))
             return 0
         }
         send(make(id))
@@ -217,7 +219,8 @@ public final class ControlClient: @unchecked Sendable {
             return (Array(waiting.values), Array(callbacks.values), endHandler)
         }
         for (semaphore, _) in waiters { semaphore.signal() }
-        for completion in callbacksLeft { completion(.failure(ControlError("ECONNRESET", "the server closed the connection"))) }
+        let reason = lock.withLock { refusal } ?? ControlError("ECONNRESET", "the server closed the connection")
+        for completion in callbacksLeft { completion(.failure(reason)) }
         Glibc.close(fd)
         end?()
     }
@@ -245,9 +248,15 @@ public final class ControlClient: @unchecked Sendable {
                 if case .ok(_, let fields) = message { completion(.success(fields)) }
                 if case .error(_, let code, let text) = message { completion(.failure(ControlError(code, text))) }
             }
-        case .error(nil, _, _):
-            // A protocol error for the whole connection: fail every waiter.
-            let all = lock.withLock { () -> [(DispatchSemaphore, Box)] in defer { waiting = [:] }; return Array(waiting.values) }
+        case .error(nil, let code, let text):
+            // An error for the whole connection (a protocol error, a server that refuses one more
+            // connection), sent before it closes: every waiter fails with it, and so does every
+            // request made after, however soon it came.
+            let all = lock.withLock { () -> [(DispatchSemaphore, Box)] in
+                refusal = ControlError(code, text)
+                defer { waiting = [:] }
+                return Array(waiting.values)
+            }
             for (semaphore, box) in all { box.message = message; semaphore.signal() }
         }
     }

@@ -206,6 +206,9 @@ final class ClientConnection: @unchecked Sendable {
         guard Permissions.allows(peer, resolved.realPath, .read, from: server.resolver.permissionBase) else {
             return send(.error(id: id, errno: "EACCES", message: "cannot read '\(path)'"))
         }
+        if let refusal = server.counts.takeWatch(for: peer.uid) {
+            return send(.error(id: id, errno: "ENOSPC", message: refusal))
+        }
         let wd = lock.withLock { () -> Int in lastNumber += 1; return lastNumber }
         let presenter = RemotePresenter(wd: wd, path: resolved.target.path.string, mask: mask, connection: self)
         let accepted = lock.withLock { () -> Bool in
@@ -213,7 +216,7 @@ final class ClientConnection: @unchecked Sendable {
             watches[wd] = presenter
             return true
         }
-        guard accepted else { return }
+        guard accepted else { return server.counts.returnWatches(1, of: peer.uid) }
         server.domain.addFilePresenter(presenter, owner: identity)
         send(.ok(id: id, fields: ["wd": .int(wd), "path": .string(resolved.target.path.string)]))
     }
@@ -221,6 +224,7 @@ final class ClientConnection: @unchecked Sendable {
     @discardableResult
     func removeWatch(_ wd: Int) -> Bool {
         guard let presenter = lock.withLock({ watches.removeValue(forKey: wd) }) else { return false }
+        server.counts.returnWatches(1, of: peer.uid)
         server.domain.removeFilePresenter(presenter)
         return true
     }
@@ -228,6 +232,10 @@ final class ClientConnection: @unchecked Sendable {
     // MARK: Holds
 
     private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool) {
+        let limit = server.counts.limits.holdsPerConnection
+        if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
+            return send(.error(id: id, errno: "ENOSPC", message: "too many holds on one connection (at most \(limit), granted or waited for)"))
+        }
         var intents: [Intent] = []
         for item in wanted {
             let resolved: (target: AccessTarget, realPath: String)
@@ -347,25 +355,29 @@ final class ClientConnection: @unchecked Sendable {
 
     /// Ends everything the client had: watches go, holds end, pending holds are cancelled, and
     /// requests it never answered count as consent.
+    /// Once only: the descriptor and the user's connection are given back here.
     func close() {
-        let (presenters, claims, pending, unanswered, services) = lock.withLock { () -> ([RemotePresenter], [AccessClaim], [AccessClaim], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>) in
-            if closed { return ([], [], [], [], []) }
+        let taken = lock.withLock { () -> ([RemotePresenter], [AccessClaim], [AccessClaim], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
+            if closed { return nil }
             closed = true
             defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = []; vended = [] }
             return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), Array(answers.values), vended)
         }
+        guard let (presenters, claims, pending, unanswered, services) = taken else { return }
         for service in services {
             server.domain.engine.withdrawService(service)
             server.setProvider(nil, for: service)
         }
         server.domain.setInheriting(peer.pid, false)
         for presenter in presenters { server.domain.removeFilePresenter(presenter) }
+        server.counts.returnWatches(presenters.count, of: peer.uid)
         for claim in pending { claim.cancel() }
         for claim in claims { claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) }) }
         for answered in unanswered { answered(0) }
         outbox.close(grace: .seconds(1))   // a last error line still goes out
         shutdown(fd, Int32(SHUT_RDWR))
         Glibc.close(fd)
+        server.counts.returnConnection(of: peer.uid)
         server.forget(self)
     }
 }

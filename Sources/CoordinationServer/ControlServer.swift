@@ -26,9 +26,13 @@ public final class ControlServer: @unchecked Sendable {
     /// The socket file this server made, removed at the end only while it is still that file.
     private var boundFile: (device: UInt64, inode: UInt64)?
     let logger = Logger(label: "org.coordfs.control")
+    /// Each user's connections and watches, against the server's limits.
+    let counts: UserCounts
 
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
-    public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String) {
+    public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
+                limits: ClientLimits = .standard) {
+        counts = UserCounts(limits: limits)
         self.socketPath = socketPath
         self.mode = mode
         self.domain = domain
@@ -90,13 +94,20 @@ public final class ControlServer: @unchecked Sendable {
             }
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             guard let peer = UnixSocket.peerCredentials(fd) else { Glibc.close(fd); continue }
+            if let refusal = counts.takeConnection(for: peer.uid) {
+                // Said before closing, so that the client learns why (its hello fails with it).
+                let line = WireCodec.encode(ServerMessage.error(id: nil, errno: "EMFILE", message: refusal))
+                _ = Glibc.send(fd, line, line.count, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+                Glibc.close(fd)
+                continue
+            }
             let connection = ClientConnection(fd: fd, peer: peer, server: self)
             let accepted = lock.withLock { () -> Bool in
                 guard self.listener >= 0 else { return false }
                 connections[ObjectIdentifier(connection)] = connection
                 return true
             }
-            guard accepted else { Glibc.close(fd); return }
+            guard accepted else { counts.returnConnection(of: peer.uid); Glibc.close(fd); return }
             let thread = Thread { connection.run() }
             thread.name = "coordfs client \(peer.pid)"
             thread.start()

@@ -31,17 +31,7 @@ import Glibc
     }
 
     /// Says hello at `path` and returns whether a server answered it.
-    func greets(_ path: String) throws -> Bool {
-        let fd = try UnixSocket.connect(to: path)
-        defer { close(fd) }
-        let hello = WireCodec.encode(ClientMessage.hello(id: 1, version: WireProtocol.version))
-        guard write(fd, hello, hello.count) == hello.count else { return false }
-        var reply: [UInt8] = []
-        var byte: UInt8 = 0
-        while read(fd, &byte, 1) == 1 && byte != UInt8(ascii: "\n") { reply.append(byte) }
-        guard case .ok(id: 1, _) = try WireCodec.decodeServer(reply) else { return false }
-        return true
-    }
+    func greets(_ path: String) throws -> Bool { try RawClient(path).greet() }
 
     /// A socket file with nobody listening on it: what a server killed with SIGKILL leaves.
     func leaveDeadSocket(at path: String) throws {

@@ -1,0 +1,77 @@
+import Foundation
+
+/// What clients may take of one server. A mount shared with `allow_other` serves every local
+/// user, and without bounds one of them could take, for everyone, the daemon's descriptors (each
+/// connection is one, from the same open-file limit the mount's files need), its threads (one a
+/// connection) or its memory (a presenter a watch, a claim a hold). Limits are counted per user
+/// id, as inotify counts its instances and watches, except holds, counted per connection.
+public struct ClientLimits: Sendable {
+    /// Connections open at once, from every user (EMFILE beyond).
+    public var connections: Int
+    /// Connections open at once from one user (EMFILE beyond).
+    public var connectionsPerUser: Int
+    /// Watches of one user, over all their connections (ENOSPC beyond, as inotify_add_watch).
+    public var watchesPerUser: Int
+    /// Holds of one connection, granted or waited for (ENOSPC beyond).
+    public var holdsPerConnection: Int
+
+    public init(connections: Int, connectionsPerUser: Int, watchesPerUser: Int, holdsPerConnection: Int) {
+        self.connections = connections
+        self.connectionsPerUser = connectionsPerUser
+        self.watchesPerUser = watchesPerUser
+        self.holdsPerConnection = holdsPerConnection
+    }
+
+    /// 4096 connections leave a mount's default descriptor budget (12 000 of 20 000) room.
+    public static let standard = ClientLimits(connections: 4096, connectionsPerUser: 256,
+                                              watchesPerUser: 65_536, holdsPerConnection: 4096)
+}
+
+/// The connections and watches each user has, against `ClientLimits`.
+final class UserCounts: @unchecked Sendable {
+    private let lock = NSLock()
+    private var connections: [UInt32: Int] = [:]
+    private var totalConnections = 0
+    private var watches: [UInt32: Int] = [:]
+    let limits: ClientLimits
+
+    init(limits: ClientLimits) { self.limits = limits }
+
+    /// Takes a connection for `uid`; nil when allowed, else why not.
+    func takeConnection(for uid: UInt32) -> String? {
+        lock.withLock {
+            if totalConnections >= limits.connections { return "too many connections (at most \(limits.connections))" }
+            let mine = connections[uid, default: 0]
+            if mine >= limits.connectionsPerUser { return "too many connections of uid \(uid) (at most \(limits.connectionsPerUser))" }
+            connections[uid] = mine + 1
+            totalConnections += 1
+            return nil
+        }
+    }
+
+    func returnConnection(of uid: UInt32) {
+        lock.withLock {
+            totalConnections -= 1
+            connections[uid] = connections[uid, default: 1] - 1
+            if connections[uid] == 0 { connections[uid] = nil }
+        }
+    }
+
+    /// Takes a watch for `uid`; nil when allowed, else why not.
+    func takeWatch(for uid: UInt32) -> String? {
+        lock.withLock {
+            let mine = watches[uid, default: 0]
+            if mine >= limits.watchesPerUser { return "too many watches of uid \(uid) (at most \(limits.watchesPerUser))" }
+            watches[uid] = mine + 1
+            return nil
+        }
+    }
+
+    func returnWatches(_ count: Int, of uid: UInt32) {
+        guard count > 0 else { return }
+        lock.withLock {
+            watches[uid] = watches[uid, default: count] - count
+            if watches[uid] == 0 { watches[uid] = nil }
+        }
+    }
+}

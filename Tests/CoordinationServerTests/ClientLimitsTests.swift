@@ -1,0 +1,123 @@
+@testable import CoordinationServer
+import CoordinationClient
+import CoordinationWire
+import FileCoordination
+import Foundation
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What one user may take of a server: connections, watches and holds are bounded, a refusal
+/// says which limit and why, and what is given back can be taken again.
+@Suite struct ClientLimitsTests {
+    /// A server with `limits` on a socket in a fresh directory, and the directory (for items).
+    func withServer(_ limits: ClientLimits, _ body: (ControlServer, String) throws -> Void) throws {
+        let directory = "/tmp/coordfs-limits-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let domain = CoordinationDomain()
+        let server = ControlServer(socketPath: directory + "/s.sock", mode: 0o600, domain: domain,
+                                   resolver: HostItemResolver(domain: domain), root: "/", limits: limits)
+        try server.start()
+        defer { server.stop() }
+        try body(server, directory)
+    }
+
+    func limits(connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100) -> ClientLimits {
+        ClientLimits(connections: connections, connectionsPerUser: perUser, watchesPerUser: watches, holdsPerConnection: holds)
+    }
+
+    func isError(_ reply: ServerMessage?, _ errno: String, saying text: String) -> Bool {
+        guard case .error(_, let code, let message)? = reply else { return false }
+        return code == errno && message.contains(text)
+    }
+
+    @Test func oneUsersConnectionsAreBoundedAndTheRefusalSaysWhy() throws {
+        try withServer(limits(perUser: 3)) { server, directory in
+            let socket = server.socketPath
+            var open = try (0..<3).map { _ in try RawClient(socket) }
+            for client in open { #expect(try client.greet()) }
+            let fourth = try RawClient(socket)
+            #expect(isError(try fourth.receive(), "EMFILE", saying: "too many connections of uid \(getuid()) (at most 3)"))
+            #expect(try fourth.receive() == nil, "and closed")
+            // The client library fails its hello with the server's reason.
+            do {
+                _ = try ControlClient(socketPath: socket)
+                Issue.record("a fourth connection was let in")
+            } catch let error as ControlError {
+                #expect(error.errno == "EMFILE" && error.message.contains("at most 3"), "\(error)")
+            }
+            // One given back can be taken again, once the server has seen it close.
+            open.removeLast()
+            #expect(eventually { (try? RawClient(socket).greet()) == true })
+        }
+    }
+
+    @Test func allUsersConnectionsAreBoundedToo() throws {
+        try withServer(limits(connections: 2)) { server, _ in
+            let kept = try (0..<2).map { _ in try RawClient(server.socketPath) }
+            for client in kept { #expect(try client.greet()) }
+            #expect(isError(try RawClient(server.socketPath).receive(), "EMFILE", saying: "too many connections (at most 2)"))
+        }
+    }
+
+    @Test func oneUsersWatchesAreBoundedOverAllTheirConnections() throws {
+        try withServer(limits(watches: 4)) { server, directory in
+            let first = try RawClient(server.socketPath), second = try RawClient(server.socketPath)
+            #expect(try first.greet() && second.greet())
+            func watch(_ client: RawClient, _ n: Int) throws -> ServerMessage? {
+                try client.ask(.watch(id: 10 + n, path: directory + "/item\(n)", mask: .all))
+            }
+            var descriptors: [Int] = []
+            for n in 0..<3 {
+                guard case .ok(_, let fields)? = try watch(first, n), case .int(let wd)? = fields["wd"] else {
+                    Issue.record("watch \(n) refused")
+                    return
+                }
+                descriptors.append(wd)
+            }
+            guard case .ok? = try watch(second, 3) else { Issue.record("the fourth watch refused"); return }
+            let limit = "too many watches of uid \(getuid()) (at most 4)"
+            #expect(isError(try watch(second, 4), "ENOSPC", saying: limit))
+            #expect(isError(try watch(first, 5), "ENOSPC", saying: limit), "counted per user, not per connection")
+            // Unwatching gives one back; a closed connection gives back all it had.
+            guard case .ok? = try first.ask(.unwatch(id: 20, wd: descriptors[0])) else { Issue.record("unwatch"); return }
+            guard case .ok? = try watch(second, 6) else { Issue.record("a watch given back was not"); return }
+            #expect(isError(try watch(second, 7), "ENOSPC", saying: limit))
+            close(first.fd)     // its two watches go with it
+            #expect(eventually { if case .ok? = try? watch(second, 8) { return true } else { return false } })
+            guard case .ok? = try watch(second, 9) else { Issue.record("the second watch given back"); return }
+            #expect(isError(try watch(second, 10), "ENOSPC", saying: limit))
+        }
+    }
+
+    @Test func oneConnectionsHoldsAreBoundedAndAReleaseGivesOneBack() throws {
+        try withServer(limits(holds: 2)) { server, directory in
+            let client = try RawClient(server.socketPath)
+            #expect(try client.greet())
+            func hold(_ n: Int) throws -> ServerMessage? {
+                try client.ask(.hold(id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: .read)],
+                                     wait: false, timeout: nil, inherit: false))
+            }
+            var held: [Int] = []
+            for n in 0..<2 {
+                guard case .ok(_, let fields)? = try hold(n), case .int(let number)? = fields["hold"] else {
+                    Issue.record("hold \(n) refused")
+                    return
+                }
+                held.append(number)
+            }
+            #expect(isError(try hold(2), "ENOSPC", saying: "too many holds on one connection (at most 2"))
+            guard case .ok? = try client.ask(.release(id: 30, hold: held[0], changed: false)) else { Issue.record("release"); return }
+            guard case .ok? = try hold(3) else { Issue.record("a hold given back was not"); return }
+            // Another connection has its own.
+            let other = try RawClient(server.socketPath)
+            #expect(try other.greet())
+            let reply = try other.ask(.hold(id: 1, intents: [WireIntent(path: directory + "/item9", access: .read)],
+                                            wait: false, timeout: nil, inherit: false))
+            guard case .ok? = reply else { Issue.record("\(String(describing: reply))"); return }
+        }
+    }
+}
