@@ -196,10 +196,28 @@ struct Mount: ParsableCommand {
         for rule in configuration.modeRules where rule.pattern.isEmpty {
             throw CommandFailure("an empty path pattern in the mode rules")
         }
+        try checkFuseDevice()
         // Raised here too: the daemon inherits the limit from this process.
         let limit = DescriptorLimit.raise()
         if let budget = configuration.descriptorBudget, DescriptorLimit.budget(budget, under: limit) == nil {
             throw CommandFailure(DescriptorLimit.refusal(of: "--descriptor-budget \(budget)", under: limit))
+        }
+    }
+
+    /// What a mount needs of the system, said plainly where libfuse would print its own line and
+    /// ours would add only "could not mount".
+    static func checkFuseDevice() throws {
+        guard access("/dev/fuse", F_OK) == 0 else {
+            throw CommandFailure("there is no /dev/fuse: the fuse module is not loaded (as root: modprobe fuse)")
+        }
+        guard geteuid() != 0 else { return }
+        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
+            let reason = String(cString: strerror(errno))
+            throw CommandFailure("cannot open /dev/fuse (\(reason)): a user mounts through it, and here it is not open to uid "
+                + "\(geteuid()); as root, `chmod 0666 /dev/fuse` opens it to all, as most systems leave it")
+        }
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/fusermount3") || FileManager.default.isExecutableFile(atPath: "/bin/fusermount3") else {
+            throw CommandFailure("fusermount3 is not installed (package fuse3): a user mounts and unmounts through it")
         }
     }
 
