@@ -151,6 +151,10 @@ final class ClientConnection: @unchecked Sendable {
     }
 
     private func vend(_ id: Int, _ name: String, _ path: String) {
+        let limit = server.counts.limits.servicesPerConnection
+        if lock.withLock({ vended.count }) >= limit {
+            return send(.error(id: id, errno: "ENOSPC", message: "too many services vended on one connection (at most \(limit))"))
+        }
         guard let target = readable(id, path) else { return }
         do {
             let service = try server.domain.engine.vendService(named: name, at: target.path, owner: identity)

@@ -3,8 +3,9 @@ import Foundation
 /// What clients may take of one server. A mount shared with `allow_other` serves every local
 /// user, and without bounds one of them could take, for everyone, the daemon's descriptors (each
 /// connection is one, from the same open-file limit the mount's files need), its threads (one a
-/// connection) or its memory (a presenter a watch, a claim a hold). Limits are counted per user
-/// id, as inotify counts its instances and watches, except holds, counted per connection.
+/// connection) or its memory (a presenter a watch, a claim a hold, a registration a service). Limits are counted per user
+/// id, as inotify counts its instances and watches, except holds and services, counted per
+/// connection.
 public struct ClientLimits: Sendable {
     /// Connections open at once, from every user (EMFILE beyond).
     public var connections: Int
@@ -14,17 +15,21 @@ public struct ClientLimits: Sendable {
     public var watchesPerUser: Int
     /// Holds of one connection, granted or waited for (ENOSPC beyond).
     public var holdsPerConnection: Int
+    /// Services one connection vends (ENOSPC beyond).
+    public var servicesPerConnection: Int
 
-    public init(connections: Int, connectionsPerUser: Int, watchesPerUser: Int, holdsPerConnection: Int) {
+    public init(connections: Int, connectionsPerUser: Int, watchesPerUser: Int, holdsPerConnection: Int,
+                servicesPerConnection: Int) {
         self.connections = connections
         self.connectionsPerUser = connectionsPerUser
         self.watchesPerUser = watchesPerUser
         self.holdsPerConnection = holdsPerConnection
+        self.servicesPerConnection = servicesPerConnection
     }
 
     /// 4096 connections leave a mount's default descriptor budget (12 000 of 20 000) room.
-    public static let standard = ClientLimits(connections: 4096, connectionsPerUser: 256,
-                                              watchesPerUser: 65_536, holdsPerConnection: 4096)
+    public static let standard = ClientLimits(connections: 4096, connectionsPerUser: 256, watchesPerUser: 65_536,
+                                              holdsPerConnection: 4096, servicesPerConnection: 1024)
 }
 
 /// The connections and watches each user has, against `ClientLimits`.

@@ -25,8 +25,9 @@ import Glibc
         try body(server, directory)
     }
 
-    func limits(connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100) -> ClientLimits {
-        ClientLimits(connections: connections, connectionsPerUser: perUser, watchesPerUser: watches, holdsPerConnection: holds)
+    func limits(connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100, services: Int = 100) -> ClientLimits {
+        ClientLimits(connections: connections, connectionsPerUser: perUser, watchesPerUser: watches, holdsPerConnection: holds,
+                     servicesPerConnection: services)
     }
 
     func isError(_ reply: ServerMessage?, _ errno: String, saying text: String) -> Bool {
@@ -118,6 +119,25 @@ import Glibc
             let reply = try other.ask(.hold(id: 1, intents: [WireIntent(path: directory + "/item9", access: .read)],
                                             wait: false, timeout: nil, inherit: false))
             guard case .ok? = reply else { Issue.record("\(String(describing: reply))"); return }
+        }
+    }
+
+    @Test func oneConnectionsServicesAreBoundedAndAWithdrawalGivesOneBack() throws {
+        try withServer(limits(services: 2)) { server, directory in
+            let client = try RawClient(server.socketPath)
+            #expect(try client.greet())
+            func vend(_ n: Int) throws -> ServerMessage? { try client.ask(.vend(id: 10 + n, name: "s\(n)", path: directory)) }
+            var vended: [Int] = []
+            for n in 0..<2 {
+                guard case .ok(_, let fields)? = try vend(n), case .int(let service)? = fields["service"] else {
+                    Issue.record("service \(n) refused")
+                    return
+                }
+                vended.append(service)
+            }
+            #expect(isError(try vend(2), "ENOSPC", saying: "too many services vended on one connection (at most 2)"))
+            guard case .ok? = try client.ask(.withdraw(id: 30, service: vended[0])) else { Issue.record("withdraw"); return }
+            guard case .ok? = try vend(3) else { Issue.record("a service given back was not"); return }
         }
     }
 }
