@@ -30,6 +30,21 @@ import Glibc
                      servicesPerConnection: services)
     }
 
+    /// `count` requests made by `make` (given 0, 1, …), each granted: the `field` number of each
+    /// reply, or nil (recorded) at the first refused.
+    func granted(_ count: Int, _ field: String, _ make: (Int) throws -> ServerMessage?) throws -> [Int]? {
+        var numbers: [Int] = []
+        for n in 0..<count {
+            let reply = try make(n)
+            guard case .ok(_, let fields)? = reply, case .int(let number)? = fields[field] else {
+                Issue.record("request \(n) refused: \(String(describing: reply))")
+                return nil
+            }
+            numbers.append(number)
+        }
+        return numbers
+    }
+
     func isError(_ reply: ServerMessage?, _ errno: String, saying text: String) -> Bool {
         guard case .error(_, let code, let message)? = reply else { return false }
         return code == errno && message.contains(text)
@@ -71,14 +86,7 @@ import Glibc
             func watch(_ client: RawClient, _ n: Int) throws -> ServerMessage? {
                 try client.ask(.watch(id: 10 + n, path: directory + "/item\(n)", mask: .all))
             }
-            var descriptors: [Int] = []
-            for n in 0..<3 {
-                guard case .ok(_, let fields)? = try watch(first, n), case .int(let wd)? = fields["wd"] else {
-                    Issue.record("watch \(n) refused")
-                    return
-                }
-                descriptors.append(wd)
-            }
+            guard let descriptors = try granted(3, "wd", { try watch(first, $0) }) else { return }
             guard case .ok? = try watch(second, 3) else { Issue.record("the fourth watch refused"); return }
             let limit = "too many watches of uid \(getuid()) (at most 4)"
             #expect(isError(try watch(second, 4), "ENOSPC", saying: limit))
@@ -102,14 +110,7 @@ import Glibc
                 try client.ask(.hold(id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: .read)],
                                      wait: false, timeout: nil, inherit: false))
             }
-            var held: [Int] = []
-            for n in 0..<2 {
-                guard case .ok(_, let fields)? = try hold(n), case .int(let number)? = fields["hold"] else {
-                    Issue.record("hold \(n) refused")
-                    return
-                }
-                held.append(number)
-            }
+            guard let held = try granted(2, "hold", hold) else { return }
             #expect(isError(try hold(2), "ENOSPC", saying: "too many holds on one connection (at most 2"))
             guard case .ok? = try client.ask(.release(id: 30, hold: held[0], changed: false)) else { Issue.record("release"); return }
             guard case .ok? = try hold(3) else { Issue.record("a hold given back was not"); return }
@@ -127,14 +128,7 @@ import Glibc
             let client = try RawClient(server.socketPath)
             #expect(try client.greet())
             func vend(_ n: Int) throws -> ServerMessage? { try client.ask(.vend(id: 10 + n, name: "s\(n)", path: directory)) }
-            var vended: [Int] = []
-            for n in 0..<2 {
-                guard case .ok(_, let fields)? = try vend(n), case .int(let service)? = fields["service"] else {
-                    Issue.record("service \(n) refused")
-                    return
-                }
-                vended.append(service)
-            }
+            guard let vended = try granted(2, "service", vend) else { return }
             #expect(isError(try vend(2), "ENOSPC", saying: "too many services vended on one connection (at most 2)"))
             guard case .ok? = try client.ask(.withdraw(id: 30, service: vended[0])) else { Issue.record("withdraw"); return }
             guard case .ok? = try vend(3) else { Issue.record("a service given back was not"); return }
