@@ -31,6 +31,9 @@ public final class ControlClient: @unchecked Sendable {
     private var closed = false
     /// The error the server sent for the whole connection before closing it, if any.
     private var refusal: ControlError?
+    /// The reader has closed the socket's descriptor (under `writeLock`): its number may name
+    /// another descriptor of the process now, which `send` and `close` must not touch.
+    private var descriptorClosed = false
     private var eventHandler: (@Sendable (EventRecord) -> Void)?
     private var serviceHandler: (@Sendable (EventRecord, FileHandle) -> Void)?
     /// Descriptors received and not yet given to the line that carries them.
@@ -184,6 +187,7 @@ public final class ControlClient: @unchecked Sendable {
     public func send(_ message: ClientMessage) {
         let bytes = WireCodec.encode(message)
         writeLock.withLock {
+            guard !descriptorClosed else { return }
             var offset = 0
             while offset < bytes.count {
                 let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -194,7 +198,7 @@ public final class ControlClient: @unchecked Sendable {
     }
 
     public func close() {
-        shutdown(fd, Int32(SHUT_RDWR))
+        writeLock.withLock { if !descriptorClosed { _ = shutdown(fd, Int32(SHUT_RDWR)) } }
     }
 
     /// Whether the server has closed the connection.
@@ -221,7 +225,10 @@ public final class ControlClient: @unchecked Sendable {
         for (semaphore, _) in waiters { semaphore.signal() }
         let reason = lock.withLock { refusal } ?? ControlError("ECONNRESET", "the server closed the connection")
         for completion in callbacksLeft { completion(.failure(reason)) }
-        Glibc.close(fd)
+        writeLock.withLock {
+            descriptorClosed = true
+            Glibc.close(fd)
+        }
         end?()
     }
 

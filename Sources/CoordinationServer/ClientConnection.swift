@@ -22,6 +22,9 @@ final class ClientConnection: @unchecked Sendable {
     private let outbox: Outbox
     private var greeted = false
     private var closed = false
+    /// The socket's descriptor is closed: its number may name another descriptor of the
+    /// process now, which nothing here may touch.
+    private var descriptorClosed = false
     private var watches: [Int: RemotePresenter] = [:]
     private var holds: [Int: AccessClaim] = [:]
     private var inheritingHolds: Set<Int> = []
@@ -46,16 +49,31 @@ final class ClientConnection: @unchecked Sendable {
     func run() {
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
+        let helloDeadline = ContinuousClock.now + server.counts.limits.helloTimeout
         reading: while true {
             // Asleep in poll, for input alone: a read blocked on the socket is woken too each time
             // the client takes in what was sent to it (the kernel wakes the socket's waiters when
             // its send space frees), once for every event a watcher reads. perf put those wakings
             // at 9 % of a mount's CPU under a watcher hearing of every new file.
             var input = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            if poll(&input, 1, -1) < 0 {
+            // Until its hello, a connection may wait only so long: it holds a thread and one of
+            // its user's places.
+            var timeout: Int32 = -1
+            if !lock.withLock({ greeted }) {
+                let left = helloDeadline - ContinuousClock.now
+                let milliseconds = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000
+                guard milliseconds > 0 else {
+                    send(.error(id: nil, errno: "EPROTO", message: "no hello within \(server.counts.limits.helloTimeout)"))
+                    break reading
+                }
+                timeout = Int32(min(milliseconds, Int64(Int32.max)))
+            }
+            let ready = poll(&input, 1, timeout)
+            if ready < 0 {
                 if errno == EINTR { continue }
                 break
             }
+            if ready == 0 { continue }
             let count = read(fd, &buffer, buffer.count)
             if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
@@ -359,6 +377,14 @@ final class ClientConnection: @unchecked Sendable {
 
     /// Ends everything the client had: watches go, holds end, pending holds are cancelled, and
     /// requests it never answered count as consent.
+    /// Shuts the socket down (its reader then ends the connection), unless the connection has
+    /// closed it already. (The server stopping did this unguarded: a connection that closed
+    /// meanwhile had its number taken by a new socket, of another client or of another part
+    /// of the process, and that was shut down instead.)
+    func shutDown() {
+        lock.withLock { if !descriptorClosed { _ = shutdown(fd, Int32(SHUT_RDWR)) } }
+    }
+
     /// Once only: the descriptor and the user's connection are given back here.
     func close() {
         let taken = lock.withLock { () -> ([RemotePresenter], [AccessClaim], [AccessClaim], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
@@ -379,8 +405,11 @@ final class ClientConnection: @unchecked Sendable {
         for claim in claims { claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) }) }
         for answered in unanswered { answered(0) }
         outbox.close(grace: .seconds(1))   // a last error line still goes out
-        shutdown(fd, Int32(SHUT_RDWR))
-        Glibc.close(fd)
+        lock.withLock {
+            descriptorClosed = true
+            shutdown(fd, Int32(SHUT_RDWR))
+            Glibc.close(fd)
+        }
         server.counts.returnConnection(of: peer.uid)
         server.forget(self)
     }

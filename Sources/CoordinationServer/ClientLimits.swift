@@ -17,9 +17,12 @@ public struct ClientLimits: Sendable {
     public var holdsPerConnection: Int
     /// Services one connection vends (ENOSPC beyond).
     public var servicesPerConnection: Int
+    /// How long a new connection may keep its thread and place before its hello (EPROTO after).
+    public var helloTimeout: Duration
 
     public init(connections: Int, connectionsPerUser: Int, watchesPerUser: Int, holdsPerConnection: Int,
-                servicesPerConnection: Int) {
+                servicesPerConnection: Int, helloTimeout: Duration = .seconds(10)) {
+        self.helloTimeout = helloTimeout
         self.connections = connections
         self.connectionsPerUser = connectionsPerUser
         self.watchesPerUser = watchesPerUser

@@ -141,7 +141,7 @@ public final class ControlServer: @unchecked Sendable {
                 unlink(socketPath)
             }
         }
-        for connection in open { shutdown(connection.fd, Int32(SHUT_RDWR)) }
+        for connection in open { connection.shutDown() }
     }
 
     public var clientCount: Int { lock.withLock { connections.count } }

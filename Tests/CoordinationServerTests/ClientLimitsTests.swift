@@ -25,9 +25,10 @@ import Glibc
         try body(server, directory)
     }
 
-    func limits(connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100, services: Int = 100) -> ClientLimits {
+    func limits(connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100, services: Int = 100,
+                hello: Duration = .seconds(10)) -> ClientLimits {
         ClientLimits(connections: connections, connectionsPerUser: perUser, watchesPerUser: watches, holdsPerConnection: holds,
-                     servicesPerConnection: services)
+                     servicesPerConnection: services, helloTimeout: hello)
     }
 
     /// `count` requests made by `make` (given 0, 1, …), each granted: the `field` number of each
@@ -95,7 +96,7 @@ import Glibc
             guard case .ok? = try first.ask(.unwatch(id: 20, wd: descriptors[0])) else { Issue.record("unwatch"); return }
             guard case .ok? = try watch(second, 6) else { Issue.record("a watch given back was not"); return }
             #expect(isError(try watch(second, 7), "ENOSPC", saying: limit))
-            close(first.fd)     // its two watches go with it
+            first.close()       // its two watches go with it
             #expect(eventually { if case .ok? = try? watch(second, 8) { return true } else { return false } })
             guard case .ok? = try watch(second, 9) else { Issue.record("the second watch given back"); return }
             #expect(isError(try watch(second, 10), "ENOSPC", saying: limit))
@@ -132,6 +133,25 @@ import Glibc
             #expect(isError(try vend(2), "ENOSPC", saying: "too many services vended on one connection (at most 2)"))
             guard case .ok? = try client.ask(.withdraw(id: 30, service: vended[0])) else { Issue.record("withdraw"); return }
             guard case .ok? = try vend(3) else { Issue.record("a service given back was not"); return }
+        }
+    }
+
+    @Test func aConnectionThatSaysNoHelloIsClosedAndGivesItsPlaceBack() throws {
+        try withServer(limits(perUser: 1, hello: .milliseconds(300))) { server, _ in
+            let silent = try RawClient(server.socketPath)
+            #expect(isError(try RawClient(server.socketPath).receive(), "EMFILE", saying: "at most 1"), "the silent one has the place")
+            #expect(isError(try silent.receive(), "EPROTO", saying: "no hello within"))
+            #expect(try silent.receive() == nil, "and closed")
+            var next: RawClient?
+            #expect(eventually {
+                guard let client = try? RawClient(server.socketPath), (try? client.greet()) == true else { return false }
+                next = client
+                return true
+            }, "its place is free again")
+            // A greeted connection may stay silent as long as it likes.
+            let greeted = try #require(next)
+            usleep(500_000)
+            guard case .ok? = try greeted.ask(.status(id: 2)) else { Issue.record("a greeted client was closed"); return }
         }
     }
 }

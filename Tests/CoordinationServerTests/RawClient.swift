@@ -10,10 +10,17 @@ import Glibc
 final class RawClient {
     let fd: Int32
     private var pending: [UInt8] = []
+    private var isOpen = true
 
     init(_ path: String) throws { fd = try UnixSocket.connect(to: path) }
 
-    deinit { close(fd) }
+    /// Closes the connection now (once: a descriptor closed twice may close another's).
+    func close() {
+        if isOpen { Glibc.close(fd) }
+        isOpen = false
+    }
+
+    deinit { close() }
 
     func send(_ message: ClientMessage) {
         let line = WireCodec.encode(message)
