@@ -85,12 +85,26 @@ public final class ControlServer: @unchecked Sendable {
         thread.start()
     }
 
+    /// Accepts until `stop()` shuts the listening socket down, then closes it. Closed by
+    /// `stop()` instead, its number could go to a new descriptor (another server's listening
+    /// socket, in a process that starts one next) before this thread came back to accept(2), and
+    /// it would then take that server's first client and close it.
     private func acceptLoop(_ listener: Int32) {
+        defer { Glibc.close(listener) }
         while true {
             let fd = accept(listener, nil, nil)
             if fd < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                return   // closed by stop()
+                let code = errno
+                if code == EINTR || code == ECONNABORTED { continue }
+                if lock.withLock({ self.listener < 0 }) { return }    // stopped
+                if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
+                    // Out of descriptors or memory for now: clients wait in the backlog.
+                    logger.warning("control socket: accept: \(String(cString: strerror(code))); retrying")
+                    usleep(100_000)
+                    continue
+                }
+                logger.error("control socket: accept: \(String(cString: strerror(code))); no more clients are taken")
+                return
             }
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             guard let peer = UnixSocket.peerCredentials(fd) else { Glibc.close(fd); continue }
@@ -134,8 +148,7 @@ public final class ControlServer: @unchecked Sendable {
             return (listener, Array(connections.values), boundFile)
         }
         if fd >= 0 {
-            shutdown(fd, Int32(SHUT_RDWR))
-            Glibc.close(fd)
+            shutdown(fd, Int32(SHUT_RDWR))      // the accept thread wakes, and closes it
             var info = stat()
             if let file, lstat(socketPath, &info) == 0, UInt64(info.st_dev) == file.device, UInt64(info.st_ino) == file.inode {
                 unlink(socketPath)
