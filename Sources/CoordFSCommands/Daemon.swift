@@ -33,7 +33,8 @@ struct Daemon: ParsableCommand {
         // A connection is a descriptor: a soft limit of 1024, many systems' default, would
         // refuse the thousandth client.
         DescriptorLimit.raise()
-        let path = socket ?? ControlServer.defaultSocketPath(name: "daemon")
+        let path: String
+        do { path = try socket ?? ControlServer.defaultSocketPath(name: "daemon") } catch { throw CommandFailure("cannot serve: \(error)") }
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")

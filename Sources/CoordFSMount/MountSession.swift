@@ -60,10 +60,30 @@ public final class MountSession: @unchecked Sendable {
             guard fuse_set_signal_handlers(session) == 0 else { throw MountError.fuse("could not install signal handlers") }
             handlesSignals = true
         }
+        // The control socket first: a mount without it would coordinate with no presenter or
+        // Swift program, and they would not know (they find the socket through the mount).
+        if configuration.servesControlSocket {
+            do {
+                let path = try configuration.socketPath ?? ControlServer.mountSocketPath()
+                let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
+                                           domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
+                                           root: filesystem.mountRoot.string)
+                try server.start()
+                controlServer = server
+                filesystem.socketPath = path
+            } catch {
+                if handlesSignals { fuse_remove_signal_handlers(session) }
+                fuse_session_destroy(session)
+                self.session = nil
+                throw MountError.fuse("cannot serve the control socket: \(error)")
+            }
+        }
         guard fuse_session_mount(session, configuration.mountPoint) == 0 else {
             if handlesSignals { fuse_remove_signal_handlers(session) }
             fuse_session_destroy(session)
             self.session = nil
+            controlServer?.stop()
+            controlServer = nil
             throw MountError.fuse("could not mount on \(configuration.mountPoint)")
         }
         // Hooked before the loop reads the kernel's INIT, which is waiting already.
@@ -73,19 +93,6 @@ public final class MountSession: @unchecked Sendable {
             filesystem.passthrough?.enable(device: fuse_session_fd(session))
         } else {
             filesystem.logger.warning("device hooks not installed (no kernel passthrough): \(String(cString: strerror(-hooked)))")
-        }
-        if configuration.servesControlSocket {
-            let path = configuration.socketPath ?? ControlServer.mountSocketPath()
-            let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
-                                       domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
-                                       root: filesystem.mountRoot.string)
-            do {
-                try server.start()
-            } catch {
-                filesystem.logger.error("control socket not served: \(error)")
-            }
-            controlServer = server
-            filesystem.socketPath = path
         }
     }
 

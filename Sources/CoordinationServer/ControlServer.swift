@@ -41,10 +41,19 @@ public final class ControlServer: @unchecked Sendable {
     }
 
     /// A socket path for a server of this process: /run/coordfs when root, else the user's
-    /// runtime directory.
-    public static func defaultSocketPath(name: String) -> String {
+    /// runtime directory. The directory is made if missing, and refused unless it is a
+    /// directory of this user's that nobody else may write: whoever can replace a socket file
+    /// there can take the clients that look it up (without $XDG_RUNTIME_DIR it lies in /tmp,
+    /// where anyone may have made it first).
+    public static func defaultSocketPath(name: String) throws -> String {
         let directory = WireProtocol.runtimeDirectory
         mkdir(directory, 0o755)
+        var info = stat()
+        guard lstat(directory, &info) == 0 else { throw SocketError(call: "the socket directory \(directory)", code: errno) }
+        guard (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
+            throw SocketError(call: "the socket directory \(directory)", code: EPERM,
+                              detail: "it must be a directory of uid \(geteuid())'s that nobody else may write (mode \(String(info.st_mode & 0o7777, radix: 8)), uid \(info.st_uid))")
+        }
         return directory + "/" + name + ".sock"
     }
 
@@ -52,8 +61,8 @@ public final class ControlServer: @unchecked Sendable {
     /// counting the process's mounts (a test process serves many). Sockets that mounts whose
     /// process has died left in that directory are removed first: a daemon killed with
     /// SIGKILL cannot remove its own, and they would gather there.
-    public static func mountSocketPath() -> String {
-        let path = defaultSocketPath(name: "mount-\(getpid())-\(mountsServed.add(1, ordering: .relaxed).oldValue)")
+    public static func mountSocketPath() throws -> String {
+        let path = try defaultSocketPath(name: "mount-\(getpid())-\(mountsServed.add(1, ordering: .relaxed).oldValue)")
         removeAbandonedMountSockets(in: (path as NSString).deletingLastPathComponent)
         return path
     }

@@ -99,7 +99,7 @@ extension WireProtocol {
     /// else $XDG_RUNTIME_DIR/coordfs, else /tmp/coordfs-UID.
     public static var runtimeDirectory: String {
         if geteuid() == 0 { return "/run/coordfs" }
-        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"] { return runtime + "/coordfs" }
+        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/coordfs" }
         return "/tmp/coordfs-\(geteuid())"
     }
 

@@ -217,4 +217,26 @@ import Glibc
         #expect(again.waitForExit() == 0)
         #expect(!FileManager.default.fileExists(atPath: socket), "the socket is removed after SIGHUP too")
     }
+
+    @Test func aSocketDirectoryOthersMayWriteIsRefused() throws {
+        // Without $XDG_RUNTIME_DIR a user's sockets go to /tmp/coordfs-UID, which anyone may
+        // have made first: whoever can replace a socket file there takes the clients.
+        let nobody: uid_t = 65534
+        let directory = "/tmp/coordfs-\(nobody)"
+        try? FileManager.default.removeItem(atPath: directory)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        #expect(mkdir(directory, 0o777) == 0 && chmod(directory, 0o777) == 0)   // root's, open to all
+        let asNobody = ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "env", "-u", "XDG_RUNTIME_DIR", binary, "daemon"]
+        let refused = try run("/usr/bin/setpriv", asNobody)
+        #expect(refused.status != 0 && refused.errors.contains("the socket directory \(directory): it must be a directory of uid \(nobody)'s that nobody else may write"),
+                "\(refused.errors)")
+        // Made by the user itself, it serves.
+        try FileManager.default.removeItem(atPath: directory)
+        let daemon = try Child("/usr/bin/setpriv", asNobody)
+        #expect(eventually { FileManager.default.fileExists(atPath: directory + "/daemon.sock") }, "served")
+        var info = stat()
+        #expect(lstat(directory, &info) == 0 && info.st_uid == nobody && info.st_mode & 0o022 == 0)
+        daemon.signal(SIGTERM)
+        #expect(daemon.waitForExit() == 0)
+    }
 }

@@ -1,4 +1,7 @@
+import CoordFSMount
+import Coordination
 import CoordinationClient
+import FileCoordination
 import Foundation
 import TestSupport
 import Testing
@@ -223,6 +226,25 @@ import Glibc
             #expect(unmounted.status == 0, "\(unmounted.errors)")
             if unmounted.status != 0 { _ = umount2(mnt, Int32(MNT_DETACH)) }
         }
+    }
+
+    @Test func aMountThatCannotServeItsControlSocketIsNotMade() throws {
+        let dir = try scratch()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        var configuration = MountConfiguration(backing: dir.appendingPathComponent("backing").path,
+                                               mountPoint: dir.appendingPathComponent("mnt").path)
+        configuration.socketPath = dir.appendingPathComponent("no-such-directory/s.sock").path
+        let session = try MountSession(configuration: configuration, domain: CoordinationDomain())
+        do {
+            try session.mount(handlingSignals: false)
+            session.stop()
+            Issue.record("mounted without its control socket")
+        } catch {
+            // Before, it mounted, logged the failure, and told clients (user.coordfs.socket) of a
+            // socket nobody served: presenters and Swift programs could not coordinate with it.
+            #expect("\(error)".contains("cannot serve the control socket"), "\(error)")
+        }
+        #expect(!MountFixture.isMounted(configuration.mountPoint))
     }
 
     @Test func sigtermUnmountsCleanly() throws {
