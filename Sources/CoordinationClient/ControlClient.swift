@@ -57,7 +57,16 @@ public final class ControlClient: @unchecked Sendable {
         if abandoned { return nil }
         if let environment = ProcessInfo.processInfo.environment["COORDFS_SOCKET"] { return environment }
         let daemon = WireProtocol.daemonSocketPath
-        return FileManager.default.fileExists(atPath: daemon) ? daemon : nil
+        return FileManager.default.fileExists(atPath: daemon) && isTrusted(directoryOf: daemon) ? daemon : nil
+    }
+
+    /// Whether the directory of a default socket is the user's (or root's) and written by
+    /// nobody else, as servers require of it: without $XDG_RUNTIME_DIR it is /tmp/coordfs-UID,
+    /// which anyone may have made first, and a socket there could be anyone's.
+    static func isTrusted(directoryOf socket: String) -> Bool {
+        var info = stat()
+        guard lstat((socket as NSString).deletingLastPathComponent, &info) == 0 else { return false }
+        return (info.st_mode & S_IFMT) == S_IFDIR && (info.st_uid == geteuid() || info.st_uid == 0) && info.st_mode & 0o022 == 0
     }
 
     /// The control socket of the coordfs mount holding `path`: the `user.coordfs.socket`

@@ -230,6 +230,13 @@ import Glibc
         let refused = try run("/usr/bin/setpriv", asNobody)
         #expect(refused.status != 0 && refused.errors.contains("the socket directory \(directory): it must be a directory of uid \(nobody)'s that nobody else may write"),
                 "\(refused.errors)")
+        // Nor do the user's clients go to a daemon socket someone else put there.
+        let foreign = try Child(binary, ["daemon", "--socket", directory + "/daemon.sock"])
+        #expect(eventually { FileManager.default.fileExists(atPath: directory + "/daemon.sock") })
+        let client = try run("/usr/bin/setpriv", Array(asNobody.dropLast()) + ["watch", "/tmp"])
+        #expect(client.status != 0 && client.errors.contains("no coordfs daemon runs"), "\(client.errors)")
+        foreign.signal(SIGTERM)
+        #expect(foreign.waitForExit() == 0)
         // Made by the user itself, it serves.
         try FileManager.default.removeItem(atPath: directory)
         let daemon = try Child("/usr/bin/setpriv", asNobody)
