@@ -103,12 +103,17 @@ struct Status: ParsableCommand {
                 let pid = object["pid"].map { value -> String in if case .int(let n) = value { return String(n) }; return "-" } ?? "-"
                 let command = string(object["command"], fallback: string(object["identity"]))
                 let waitsFor = array(object["waits_for"]).map { string($0) }.joined(separator: ",")
-                if let path = object["path"] {
-                    rows.append([type, pid, command, "-", string(path), ""])
+                // A path the server keeps from this user: in a directory they cannot read.
+                func path(_ fields: [String: WireValue]) -> String? {
+                    if case .bool(true)? = fields["hidden"] { return "(in a directory you cannot read)" }
+                    return fields["path"].map { string($0) }
+                }
+                if let path = path(object) {
+                    rows.append([type, pid, command, "-", path, ""])
                 }
                 for intent in array(object["intents"]) {
                     guard case .object(let item) = intent else { continue }
-                    rows.append([type, pid, command, string(item["mode"]), string(item["path"]), waitsFor])
+                    rows.append([type, pid, command, string(item["mode"]), path(item) ?? "", waitsFor])
                 }
             }
         }

@@ -11,6 +11,12 @@ import Glibc
 extension Filesystem {
     func getxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ size: Int) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        if name == "user.coordfs.state" {
+            // Every path held, waited for or presented, by anyone: the mount's owner's and
+            // root's to read (`coordfs status` shows others what they may learn).
+            let caller = fuse_req_ctx(reply.req).pointee.uid
+            if caller != 0 && caller != geteuid() && inode.id == InodeTable.rootID { return reply.error(EACCES) }
+        }
         if let own = ownAttribute(inode, name) { return answer(reply, Array(own.utf8), size) }
         let isCapability = name == "security.capability"
         if isCapability && inode.hasNoCapability.load(ordering: .relaxed) { return reply.error(ENODATA) }

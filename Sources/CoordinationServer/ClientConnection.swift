@@ -132,7 +132,7 @@ final class ClientConnection: @unchecked Sendable {
             claim.cancel()
             send(.ok(id: id, fields: [:]))
         case .status(let id):
-            send(.ok(id: id, fields: server.status()))
+            send(.ok(id: id, fields: server.status(mayLearn: mayLearn(of:))))
         case .vend(let id, let name, let path): vend(id, name, path)
         case .withdraw(let id, let number):
             let service = ServiceRegistrationID(rawValue: UInt64(max(0, number)))

@@ -169,7 +169,10 @@ public final class ControlServer: @unchecked Sendable {
     public var clientCount: Int { lock.withLock { connections.count } }
 
     /// The engine's state as a status reply: like lslocks, with each holder's command.
-    func status() -> [String: WireValue] {
+    /// `mayLearn` says whether the asking client may learn of a path (it could read the
+    /// directory that lists it); the paths it may not are left out, and their entries say
+    /// `"hidden": true`, so that it still sees that somebody holds or waits.
+    func status(mayLearn: (String) -> Bool = { _ in true }) -> [String: WireValue] {
         let snapshot = domain.engine.snapshot()
         func who(_ identity: CoordinatorIdentity) -> [String: WireValue] {
             var fields: [String: WireValue] = ["identity": .string(identity.description)]
@@ -185,6 +188,7 @@ public final class ControlServer: @unchecked Sendable {
             case .reading(let options): mode = options.isEmpty ? "read" : "read(\(options.rawValue))"
             case .writing(let options): mode = options.isEmpty ? "write" : "write(\(options.rawValue))"
             }
+            guard mayLearn(intent.path.string) else { return .object(["hidden": .bool(true), "mode": .string(mode)]) }
             return .object(["path": .string(intent.path.string), "mode": .string(mode)])
         }
         let holders: [WireValue] = snapshot.holders.map { holder in
@@ -200,7 +204,8 @@ public final class ControlServer: @unchecked Sendable {
         }
         let presenters: [WireValue] = snapshot.presenters.map { _, record in
             var fields = who(record.owner)
-            fields["path"] = .string(record.path?.string ?? "")
+            let path = record.path?.string ?? ""
+            if path.isEmpty || mayLearn(path) { fields["path"] = .string(path) } else { fields["hidden"] = .bool(true) }
             return .object(fields)
         }
         return ["root": .string(root), "socket": .string(socketPath), "holders": .array(holders),

@@ -164,6 +164,30 @@ import Glibc
         #expect(result.output.split(separator: "\n") == ["EACCES", "EACCES", "EACCES", "True", "True", "EXDEV"], "\(result.output) \(result.errors)")
     }
 
+    @Test func anotherUidLearnsFromStatusOnlyThePathsItCouldList() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try fx.seed("private/secret.txt", "secret\n")
+        try fx.seed("public.txt", "public\n")
+        chmod(fx.backingPath("private"), 0o700)
+        let binary = Paths.binary.path
+        let holding = try Child(binary, ["coordinate", "--read", fx.path("private/secret.txt"), "--read", fx.path("public.txt"),
+                                         "--", "sh", "-c", "echo held; read line"])
+        #expect(holding.next() == "held")
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", binary, "status", fx.mountPoint.path]
+        let theirs = try run("/usr/bin/setpriv", asNobody)
+        #expect(theirs.status == 0 && theirs.output.contains(fx.path("public.txt"))
+                && theirs.output.contains("(in a directory you cannot read)") && !theirs.output.contains("secret"), "\(theirs)")
+        let mine = try run(binary, ["status", fx.mountPoint.path])
+        #expect(mine.output.contains(fx.path("private/secret.txt")), "\(mine.output)")
+        // The engine's whole state, on the root's attribute, is the owner's and root's alone.
+        let state = "import os,sys\ntry: os.getxattr(sys.argv[1], 'user.coordfs.state'); print('read')\nexcept OSError as e: print(e.errno)"
+        let refused = try run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", state, fx.mountPoint.path])
+        #expect(refused.output.trimmingCharacters(in: .whitespacesAndNewlines) == String(EACCES), "\(refused)")
+        #expect(try fx.state().contains("secret.txt"))
+        holding.send("go")
+        #expect(holding.waitForExit() == 0)
+    }
+
     @Test func holdsFromTheSocketCoordinateWithOpensThroughTheMount() throws {
         let fx = try MountFixture()
         try fx.seed("doc.txt")
