@@ -26,7 +26,10 @@ import Glibc
     }
 
     /// Events that reach a watcher together (a burst of creates: many lines to one read) are
-    /// each printed once, in order.
+    /// each printed once, whole. (Not necessarily in the order of the creates: a new file's
+    /// appearance is told when its open is released, and the kernel sends RELEASE after close(2)
+    /// has returned, so under load two files' releases may be served in either order. CI once
+    /// saw f2371 before f2370.)
     @Test func watchPrintsEveryEventOfABurst() throws {
         let fx = try MountFixture()
         let watcher = try Child(binary, ["watch", fx.mountPoint.path, "--events", "SUBITEM_APPEARED"])
@@ -35,7 +38,8 @@ import Glibc
         #expect(try run("/usr/bin/python3", ["-c", creates, fx.mountPoint.path]).status == 0)
         var printed: [String] = []
         while printed.count < 3000, let line = watcher.next() { printed.append(line) }
-        #expect(printed == (0..<3000).map { "\(fx.mountPoint.path) SUBITEM_APPEARED f\($0)" }, "\(printed.count) lines")
+        let expected = (0..<3000).map { "\(fx.mountPoint.path) SUBITEM_APPEARED f\($0)" }
+        #expect(printed.count == 3000 && Set(printed) == Set(expected), "\(printed.count) lines, \(Set(printed).count) different")
     }
 
     @Test func watchRefusesWhatItCannotWatch() throws {
