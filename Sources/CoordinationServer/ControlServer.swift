@@ -52,7 +52,8 @@ public final class ControlServer: @unchecked Sendable {
         guard lstat(directory, &info) == 0 else { throw SocketError(call: "the socket directory \(directory)", code: errno) }
         guard (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
             throw SocketError(call: "the socket directory \(directory)", code: EPERM,
-                              detail: "it must be a directory of uid \(geteuid())'s that nobody else may write (mode \(String(info.st_mode & 0o7777, radix: 8)), uid \(info.st_uid))")
+                              detail: "it must be a directory owned by uid \(geteuid()) that nobody else may write "
+                                + "(it has mode \(String(info.st_mode & 0o7777, radix: 8)), owner uid \(info.st_uid))")
         }
         return directory + "/" + name + ".sock"
     }

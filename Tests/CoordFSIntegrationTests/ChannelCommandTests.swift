@@ -232,7 +232,7 @@ import Glibc
         #expect(mkdir(directory, 0o777) == 0 && chmod(directory, 0o777) == 0)   // root's, open to all
         let asNobody = ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "env", "-u", "XDG_RUNTIME_DIR", binary, "daemon"]
         let refused = try run("/usr/bin/setpriv", asNobody)
-        #expect(refused.status != 0 && refused.errors.contains("the socket directory \(directory): it must be a directory of uid \(nobody)'s that nobody else may write"),
+        #expect(refused.status != 0 && refused.errors.contains("the socket directory \(directory): it must be a directory owned by uid \(nobody) that nobody else may write"),
                 "\(refused.errors)")
         // Nor do the user's clients go to a daemon socket someone else put there.
         let foreign = try Child(binary, ["daemon", "--socket", directory + "/daemon.sock"])
