@@ -17,6 +17,15 @@ enum ServerConnection {
         return socket
     }
 
+    /// The error for a command whose server closed its connection: which server, and why that
+    /// happens.
+    static func closed(_ client: ControlClient) -> CommandFailure {
+        guard case .string(let root)? = client.server["root"], root != "/" else {
+            return CommandFailure("the coordfs daemon closed the connection (it has ended)")
+        }
+        return CommandFailure("the coordfs mount at '\(root)' closed the connection (it was unmounted, or its daemon ended)")
+    }
+
     /// A connected, greeted client of the socket serving `path`.
     static func connect(for path: String, explicit: String?) throws -> ControlClient {
         let socket = try socket(for: path, explicit: explicit)

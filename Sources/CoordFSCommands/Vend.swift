@@ -50,7 +50,7 @@ struct Vend: ParsableCommand {
         }
         FileHandle.standardError.write(Data("vending \(name) for \(resolved)\n".utf8))
         ended.wait()
-        throw CommandFailure("the coordination server went away")
+        throw ServerConnection.closed(client)
     }
 
     /// Runs the command for one connection, relaying bytes both ways; the connection stays with

@@ -73,7 +73,9 @@ struct Watch: ParsableCommand {
         }
         printer.note("Watches established.")
         ended.wait()
-        throw CommandFailure("the coordination server went away")
+        // The watch ends with the first server that goes.
+        if let gone = clients.values.first(where: { $0.isClosed }) { throw ServerConnection.closed(gone) }
+        throw CommandFailure("a coordination server closed the connection")
     }
 
     private func connect(_ path: String) throws -> ControlClient {

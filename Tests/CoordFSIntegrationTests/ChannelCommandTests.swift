@@ -42,6 +42,16 @@ import Glibc
         #expect(printed.count == 3000 && Set(printed) == Set(expected), "\(printed.count) lines, \(Set(printed).count) different")
     }
 
+    @Test func aWatchWhoseMountIsUnmountedSaysSoAndFails() throws {
+        let fx = try MountFixture()
+        let watcher = try Child("/bin/sh", ["-c", "exec '\(binary)' watch '\(fx.mountPoint.path)' 2>&1"])
+        #expect(watcher.next() == "Watches established.")
+        fx.daemonWillEnd()
+        #expect(try run(binary, ["unmount", fx.mountPoint.path]).status == 0)
+        #expect(watcher.next() == "Error: the coordfs mount at '\(fx.mountPoint.path)' closed the connection (it was unmounted, or its daemon ended)")
+        #expect(watcher.waitForExit() == 1)
+    }
+
     @Test func watchRefusesWhatItCannotWatch() throws {
         let outside = try run(binary, ["watch", "/etc/hostname"], environment: ["PATH": "/usr/bin:/bin"])
         #expect(outside.status != 0 && outside.errors.contains("not inside a coordfs mount"))
