@@ -59,6 +59,10 @@ static _Thread_local int32_t cfs_reply_backing_id;  // set around an open or cre
 static ssize_t cfs_io_read(int fd, void *buf, size_t len, void *userdata) {
     (void)userdata;
     ssize_t count = read(fd, buf, len);
+    if (count >= (ssize_t)sizeof(struct cfs_in_header)) {
+        struct cfs_in_header *header = (struct cfs_in_header *)buf;
+        header->opcode = cfs_served_opcode(header->opcode);
+    }
     if (count >= (ssize_t)(sizeof(struct cfs_in_header) + sizeof(struct cfs_init_in))) {
         const struct cfs_in_header *header = (const struct cfs_in_header *)buf;
         if (header->opcode == CFS_FUSE_INIT) {

@@ -516,6 +516,7 @@ static void cfs_process(struct cfs_ring_entry *entry) {
     struct cfs_ring *ring = entry->queue->ring;
     struct cfs_in_header in;
     memcpy(&in, entry->header->in_out, sizeof(in));
+    in.opcode = cfs_served_opcode(in.opcode);
     uint32_t payload = entry->header->ent.payload_sz;
     // What the kernel put in the header area: the request's length less its header and payload.
     size_t arguments = in.len >= sizeof(in) + payload ? in.len - sizeof(in) - payload : SIZE_MAX;

@@ -16,4 +16,11 @@ void cfs_ring_start(int device, int negotiated);
 /// From the writev hook: 1 when the reply was for a ring entry and is now in it.
 int cfs_ring_capture(int device, const struct iovec *iov, int count);
 
+/// The opcode a request is handed to libfuse with. FUSE_TMPFILE (51: open(2) with O_TMPFILE),
+/// which libfuse 3.14 does not know and would refuse (the kernel then says EOPNOTSUPP), carries
+/// what FUSE_CREATE (35) carries, for a name no create can have: "/". Handed over as a create,
+/// it reaches the mount's create, which tells it by that name (`Filesystem.tmpfile`); the
+/// reply is a create's too. Both transports ask here.
+static inline uint32_t cfs_served_opcode(uint32_t opcode) { return opcode == 51 ? 35 : opcode; }
+
 #endif

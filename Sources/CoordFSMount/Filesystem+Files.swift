@@ -99,6 +99,7 @@ extension Filesystem {
 
     func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        if name == "/" { return tmpfile(reply, parent, mode, fi) }
         let flags = backingFlags(cfs_file_info_flags(fi))
         let info = fi.pointee
         // With passthrough the new file is opened read-write when its flags would not reach other
@@ -145,6 +146,55 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.error(error)
             }
+        }
+    }
+
+    /// open(2) with O_TMPFILE: FUSE_TMPFILE, handed over as a create of "/" (`cfs_served_opcode`).
+    /// The file has no name, so nobody else can reach it: its open takes no intent, as under
+    /// `--coordination off`, and nothing is told of it. It is coordinated from its first name
+    /// on, which its link (linkat through /proc/self/fd) gives it as a coordinated create.
+    private func tmpfile(_ reply: Reply, _ parent: Inode, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+        let flags = backingFlags(cfs_file_info_flags(fi))
+        let info = fi.pointee
+        // Read-write, to serve as the backing file too, and linkable: the kernel keeps an
+        // O_EXCL file from being linked itself, and the mount links through the backing file.
+        let kept = flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | CFS_O_TMPFILE | CFS_O_DIRECT)
+        let fd = inodes.withFD(parent, orElse: { _ in Int32(-1) }) { parentFD in
+            accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) }
+        }
+        if fd == -1 { return reply.error(Errno.current) }
+        var attributes = stat()
+        let pathFD = Glibc.open(procPath(fd), CFS_O_PATH | O_CLOEXEC)
+        guard fstat(fd, &attributes) == 0, pathFD >= 0 else {
+            let failure = Errno.current
+            if pathFD >= 0 { close(pathFD) }
+            close(fd)
+            return reply.error(failure)
+        }
+        if givesOwnership {
+            let ctx = fuse_req_ctx(reply.req).pointee
+            if ctx.uid != 0 || ctx.gid != 0 {
+                var parentInfo = stat()
+                let inheritsGroup = inodes.withFD(parent, orElse: { _ in false }) { parentFD in
+                    fstatat(parentFD, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
+                }
+                _ = fchown(fd, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid)
+                _ = fstat(fd, &attributes)
+            }
+        }
+        let inode = inodes.rememberUnnamed(fd: pathFD, info: attributes, in: parent)
+        do {
+            let mode = try beginPassthrough(inode, writes: true, openedReadWrite: flags & Self.flagsOfTheBackingFile == 0 ? fd : nil)
+            let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
+            let direct = backingID == nil && flags & CFS_O_DIRECT != 0
+            let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
+                                directIO: direct, flags: flags)
+            let handle = files.insert(file)
+            reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
+                         noFlush: sendsNoFlush(inode))
+        } catch {
+            close(fd)
+            reply.error(error)
         }
     }
 

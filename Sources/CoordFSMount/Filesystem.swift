@@ -224,6 +224,8 @@ public final class Filesystem: @unchecked Sendable {
     /// `coordinate`, taken again (`attempt` > 0) when what it held had moved before it held it.
     private func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted?, nonBlocking: Bool,
                             forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+        // An O_TMPFILE file not linked yet: nobody else can reach it (`tmpfile`).
+        if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return body(nil) }
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = self.mode(for: wanted)

@@ -45,6 +45,10 @@ final class Inode: @unchecked Sendable {
     /// Its coordinated write opens: how many in the high half, and in the low half the process
     /// that holds all of them (0 when more than one process does). See `OpenFile.writer`.
     let writers = Atomic<UInt64>(0)
+    /// A file made with O_TMPFILE and not linked yet: it has no name, nobody else can reach it,
+    /// and requests about it are not coordinated (`Filesystem.tmpfile`). Its first link, looked
+    /// up, gives it a place.
+    let isUnnamed = Atomic<Bool>(false)
 
     struct Place: Equatable {
         let parent: UInt64
@@ -453,6 +457,28 @@ final class InodeTable: Sendable {
         return inode
     }
 
+    /// Records a file made with O_TMPFILE in `parent`, open at `fd` (an O_PATH descriptor the
+    /// table takes), as a node with no name (`Inode.isUnnamed`). Its descriptor is never
+    /// evicted: an unlinked file can be reopened neither by name nor, surely, by handle.
+    func rememberUnnamed(fd: Int32, info: stat, in parent: Inode) -> Inode {
+        let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let (inode, evicted) = state.withLock { state -> (Inode, [Int32]) in
+            state.clock += 1
+            let id = state.nextID
+            state.nextID += 1
+            let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: false,
+                              parent: parent.id, name: "")
+            inode.isUnnamed.store(true, ordering: .relaxed)
+            inode.lookups = 1
+            state.byID[id] = inode
+            state.byKey[key] = id
+            state.attach(fd, to: inode, evictable: false)
+            return (inode, evict(&state))
+        }
+        closeLater(evicted)
+        return inode
+    }
+
     /// The node already known for `name` in `parent`, found with one fstatat where an open, a
     /// stat and a close found it before (a LOOKUP of a name the kernel knew, once its entry
     /// timed out, is most of them); nil when the item is not known, or known without a
@@ -486,7 +512,11 @@ final class InodeTable: Sendable {
         }
         let place = Inode.Place(parent: parent, name: name)
         changingPlaces(of: known) { known in
-            if !known.isDirectory && info.st_nlink > 1 {
+            if known.isUnnamed.load(ordering: .relaxed) {
+                // An O_TMPFILE file's first name: its link.
+                known.place(at: place)
+                known.isUnnamed.store(false, ordering: .relaxed)
+            } else if !known.isDirectory && info.st_nlink > 1 {
                 // Another name of a file with hard links: the file keeps the path it is
                 // coordinated by, so that opens by either name conflict (when each lookup
                 // moved it, a reader that looked up the other name opened the file while
