@@ -5,7 +5,8 @@ import Testing
 import Glibc
 #endif
 
-/// open(2) with O_TMPFILE through the mount (FUSE_TMPFILE, which libfuse 3.14 does not know):
+/// open(2) with O_TMPFILE through the mount (FUSE_TMPFILE, which libfuse 3.14 does not know),
+/// over the rings and through /dev/fuse:
 /// a file with no name, that a link names, as on the backing filesystem. Before, the kernel
 /// answered EOPNOTSUPP.
 @Suite struct Tmpfile {
@@ -55,7 +56,7 @@ import Glibc
         "listed at the end ['named.txt']",
     ]
 
-    @Test(arguments: [[], ["--no-kernel-passthrough"]])
+    @Test(arguments: [[], ["--no-kernel-passthrough"], ["--no-io-uring"]])
     func anUnnamedFileIsWrittenLinkedAndToldOfOnceWhenLinked(options: [String]) throws {
         let fx = try MountFixture(options)
         try FileManager.default.createDirectory(atPath: fx.backingPath("dir"), withIntermediateDirectories: true)
