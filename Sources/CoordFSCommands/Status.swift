@@ -87,7 +87,11 @@ struct Status: ParsableCommand {
             print(String(decoding: WireCodec.encode(.ok(id: 0, fields: fields)).dropLast(), as: UTF8.self))
             return
         }
-        print("\(string(fields["root"])) — control socket \(string(fields["socket"]))")
+        // A mount names its backing directory too (the daemon's root is "/").
+        let backing: String? = if case .string(let root)? = fields["root"], root != "/" {
+            ControlClient.attribute("user.coordfs.backing", of: root)
+        } else { nil }
+        print("\(string(fields["root"])) — control socket \(string(fields["socket"]))" + (backing.map { " — backing \($0)" } ?? ""))
         if case .string(let root)? = fields["root"], let stats = Self.statistics(ofMountAt: root) {
             if let transport = Self.transport(stats) { print(transport) }
             if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {

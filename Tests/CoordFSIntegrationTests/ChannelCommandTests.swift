@@ -91,6 +91,7 @@ import Glibc
         let here = try run("/bin/sh", ["-c", "cd '\(second.path("."))' && exec '\(binary)' status"])
         #expect(here.status == 0 && here.output.contains("\(second.mountPoint.path) — ")
                 && !here.output.contains("\(first.mountPoint.path) — "), "\(here)")
+        #expect(here.output.contains(" — backing \(second.backing.path)"), "\(here.output)")
         let everywhere = try run("/bin/sh", ["-c", "cd / && exec '\(binary)' status --json"])
         let roots = everywhere.output.split(separator: "\n").compactMap { line in
             (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["root"] as? String
