@@ -106,9 +106,8 @@ static inline size_t cfs_add_direntry(fuse_req_t req, char *buf, size_t size, co
 static const int CFS_O_PATH = 010000000;
 static const int CFS_O_DIRECT = 040000;
 static const int CFS_O_NOATIME = 01000000;
-/// O_TMPFILE (__O_TMPFILE | O_DIRECTORY), and __O_TMPFILE alone: the kernel's flags of a tmpfile open.
+/// O_TMPFILE (__O_TMPFILE | O_DIRECTORY), which Swift does not import.
 static const int CFS_O_TMPFILE = 020200000;
-static const int CFS_O_TMPFILE_ONLY = 020000000;
 static const int CFS_AT_EMPTY_PATH = 0x1000;
 static const unsigned CFS_RENAME_NOREPLACE = 1;
 static const unsigned CFS_RENAME_EXCHANGE = 2;

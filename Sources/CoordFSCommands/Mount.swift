@@ -216,7 +216,7 @@ struct Mount: ParsableCommand {
             throw CommandFailure("cannot open /dev/fuse (\(reason)): a user mounts through it, and here it is not open to uid "
                 + "\(geteuid()); as root, `chmod 0666 /dev/fuse` opens it to all, as most systems leave it")
         }
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/fusermount3") || FileManager.default.isExecutableFile(atPath: "/bin/fusermount3") else {
+        guard FileManager.default.isExecutableFile(atPath: Unmount.fusermount3) else {
             throw CommandFailure("fusermount3 is not installed (package fuse3): a user mounts and unmounts through it")
         }
     }

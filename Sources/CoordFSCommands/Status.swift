@@ -17,12 +17,11 @@ struct Status: ParsableCommand {
     var json = false
 
     func run() throws {
-        let sockets = try socketsToShow()
-        // Listing every server: one that cannot be reached (a daemon killed, its socket left
-        // behind) is named, and the others are still shown.
-        let listing = path == nil && socket == nil && sockets.count > 1
+        // Listing every server: one that cannot be reached (a mount whose daemon died, a
+        // daemon's socket left behind) is named, and the others are still shown.
+        var (sockets, unreachable) = try socketsToShow()
+        let listing = path == nil && socket == nil
         var shown = 0
-        var unreachable: [Error] = []
         for socketPath in sockets {
             let fields: [String: WireValue]
             do {
@@ -42,34 +41,29 @@ struct Status: ParsableCommand {
     }
 
     /// The servers to ask: the one named, else the current directory's mount, else every coordfs
-    /// mount and the daemon (as `lslocks` lists every lock).
-    private func socketsToShow() throws -> [String] {
-        if let socket { return [socket] }
+    /// mount and the daemon (as `lslocks` lists every lock), with the mounts whose daemon died.
+    private func socketsToShow() throws -> (sockets: [String], gone: [Error]) {
+        if let socket { return ([socket], []) }
         if let path {
             try MountTable.refuseAbandoned(ServerConnection.resolve(path), named: path)
             guard let socketPath = ControlClient.socketPath(for: ServerConnection.resolve(path)) else {
                 throw CommandFailure("'\(path)' is not inside a coordfs mount")
             }
-            return [socketPath]
+            return ([socketPath], [])
         }
-        if let here = ControlClient.mountSocketPath(for: FileManager.default.currentDirectoryPath) { return [here] }
+        if let here = ControlClient.mountSocketPath(for: FileManager.default.currentDirectoryPath) { return ([here], []) }
         var sockets: [String] = []
-        var abandoned: [Error] = []
+        var gone: [Error] = []
         for mount in MountTable.entries() where mount.type == "fuse.coordfs" {
             if let socket = ControlClient.mountSocketPath(for: mount.mountPoint) {
                 sockets.append(socket)
             } else {
-                do { try MountTable.refuseAbandoned(mount.mountPoint) } catch { abandoned.append(error) }
+                do { try MountTable.refuseAbandoned(mount.mountPoint) } catch { gone.append(error) }
             }
         }
         if let daemon = ControlClient.socketPath(for: "/") { sockets.append(daemon) }
-        // A mount whose daemon died is named, and the live ones are still shown.
-        for failure in abandoned.dropFirst(sockets.isEmpty ? 1 : 0) {
-            FileHandle.standardError.write(Data("warning: \(failure)\n".utf8))
-        }
-        if sockets.isEmpty, let first = abandoned.first { throw first }
-        guard !sockets.isEmpty else { throw CommandFailure("no coordfs mount or daemon runs here") }
-        return sockets
+        guard !sockets.isEmpty || !gone.isEmpty else { throw CommandFailure("no coordfs mount or daemon runs here") }
+        return (sockets, gone)
     }
 
     private func status(of socketPath: String) throws -> [String: WireValue] {
@@ -87,12 +81,11 @@ struct Status: ParsableCommand {
             print(String(decoding: WireCodec.encode(.ok(id: 0, fields: fields)).dropLast(), as: UTF8.self))
             return
         }
+        let root: String? = if case .string(let root)? = fields["root"] { root } else { nil }
         // A mount names its backing directory too (the daemon's root is "/").
-        let backing: String? = if case .string(let root)? = fields["root"], root != "/" {
-            ControlClient.attribute("user.coordfs.backing", of: root)
-        } else { nil }
+        let backing = root.flatMap { $0 == "/" ? nil : ControlClient.attribute("user.coordfs.backing", of: $0) }
         print("\(string(fields["root"])) — control socket \(string(fields["socket"]))" + (backing.map { " — backing \($0)" } ?? ""))
-        if case .string(let root)? = fields["root"], let stats = Self.statistics(ofMountAt: root) {
+        if let root, let stats = Self.statistics(ofMountAt: root) {
             if let transport = Self.transport(stats) { print(transport) }
             if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {
                 let beside = stats["passed_beside_open_files"] as? Int ?? 0

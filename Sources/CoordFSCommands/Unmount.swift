@@ -8,6 +8,9 @@ import Glibc
 struct Unmount: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Unmount a coordfs mount cleanly.")
 
+    /// libfuse's helper, through which a user other than root mounts and unmounts.
+    static let fusermount3 = "/usr/bin/fusermount3"
+
     @Argument(help: "The mount point.")
     var mountPoint: String
 
@@ -29,7 +32,7 @@ struct Unmount: ParsableCommand {
             return
         }
         let helper = Process()
-        helper.executableURL = URL(fileURLWithPath: "/usr/bin/fusermount3")
+        helper.executableURL = URL(fileURLWithPath: Self.fusermount3)
         helper.arguments = lazy ? ["-u", "-z", path] : ["-u", path]
         try helper.run()
         helper.waitUntilExit()

@@ -163,6 +163,7 @@ extension Filesystem {
             accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) }
         }
         if fd == -1 { return reply.error(Errno.current) }
+        giveToCaller(reply.req, parent: parent) { _, uid, gid in _ = fchown(fd, uid, gid) }
         var attributes = stat()
         let pathFD = Glibc.open(procPath(fd), CFS_O_PATH | O_CLOEXEC)
         guard fstat(fd, &attributes) == 0, pathFD >= 0 else {
@@ -170,17 +171,6 @@ extension Filesystem {
             if pathFD >= 0 { close(pathFD) }
             close(fd)
             return reply.error(failure)
-        }
-        if givesOwnership {
-            let ctx = fuse_req_ctx(reply.req).pointee
-            if ctx.uid != 0 || ctx.gid != 0 {
-                var parentInfo = stat()
-                let inheritsGroup = inodes.withFD(parent, orElse: { _ in false }) { parentFD in
-                    fstatat(parentFD, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
-                }
-                _ = fchown(fd, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid)
-                _ = fstat(fd, &attributes)
-            }
         }
         let inode = inodes.rememberUnnamed(fd: pathFD, info: attributes, in: parent)
         do {

@@ -397,15 +397,25 @@ public final class Filesystem: @unchecked Sendable {
         return process
     }
 
-    /// Gives an item created for the caller to the caller (the daemon runs as root).
+    /// Gives the item `name` created in `parent` for the caller to the caller (the daemon runs
+    /// as root).
     func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String) {
+        giveToCaller(req, parent: parent) { parentFD, uid, gid in
+            _ = name.withCString { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
+        }
+    }
+
+    /// Gives an item created in `parent` for the caller to the caller: `chown(parentFD, uid,
+    /// gid)` changes its owner, gid_t.max keeping the group a setgid parent gave it. Nothing
+    /// when the daemon does not run as root or the caller is root.
+    func giveToCaller(_ req: fuse_req_t, parent: Inode, _ chown: (Int32, uid_t, gid_t) -> Void) {
         guard givesOwnership else { return }
         let ctx = fuse_req_ctx(req).pointee
         if ctx.uid == 0 && ctx.gid == 0 { return }
         inodes.withFD(parent, orElse: { _ in }) { fd in
             var parentInfo = stat()
             let inheritsGroup = fstatat(fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
-            _ = name.withCString { fchownat(fd, $0, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, AT_SYMLINK_NOFOLLOW) }
+            chown(fd, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid)
         }
     }
 

@@ -72,18 +72,12 @@ public final class MountSession: @unchecked Sendable {
                 controlServer = server
                 filesystem.socketPath = path
             } catch {
-                if handlesSignals { fuse_remove_signal_handlers(session) }
-                fuse_session_destroy(session)
-                self.session = nil
+                abandon(session)
                 throw MountError.fuse("cannot serve the control socket: \(error)")
             }
         }
         guard fuse_session_mount(session, configuration.mountPoint) == 0 else {
-            if handlesSignals { fuse_remove_signal_handlers(session) }
-            fuse_session_destroy(session)
-            self.session = nil
-            controlServer?.stop()
-            controlServer = nil
+            abandon(session)
             throw MountError.fuse("could not mount on \(configuration.mountPoint)")
         }
         // Hooked before the loop reads the kernel's INIT, which is waiting already.
@@ -94,6 +88,16 @@ public final class MountSession: @unchecked Sendable {
         } else {
             filesystem.logger.warning("device hooks not installed (no kernel passthrough): \(String(cString: strerror(-hooked)))")
         }
+    }
+
+    /// Undoes what `mount` made before it failed: the signal handlers, the session, the
+    /// control socket.
+    private func abandon(_ session: OpaquePointer) {
+        if handlesSignals { fuse_remove_signal_handlers(session) }
+        fuse_session_destroy(session)
+        self.session = nil
+        controlServer?.stop()
+        controlServer = nil
     }
 
     /// Serves requests until unmounted or signalled; then unmounts and tears down.

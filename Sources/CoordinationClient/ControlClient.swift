@@ -31,6 +31,10 @@ public final class ControlClient: @unchecked Sendable {
     private var closed = false
     /// The error the server sent for the whole connection before closing it, if any.
     private var refusal: ControlError?
+
+    /// Why a request fails on an ended connection: the server's refusal, else ECONNRESET with
+    /// `message`. The lock is held.
+    private func endError(_ message: String) -> ControlError { refusal ?? ControlError("ECONNRESET", message) }
     /// The reader has closed the socket's descriptor (under `writeLock`): its number may name
     /// another descriptor of the process now, which `send` and `close` must not touch.
     private var descriptorClosed = false
@@ -157,7 +161,7 @@ public final class ControlClient: @unchecked Sendable {
         let semaphore = DispatchSemaphore(value: 0)
         let box = Box()
         let id = try lock.withLock { () throws -> Int in
-            guard !closed else { throw refusal ?? ControlError("ECONNRESET", "the connection is closed") }
+            guard !closed else { throw endError("the connection is closed") }
             nextID += 1
             waiting[nextID] = (semaphore, box)
             return nextID
@@ -167,7 +171,7 @@ public final class ControlClient: @unchecked Sendable {
         switch box.message {
         case .ok(_, let fields)?: return (fields, box.descriptor)
         case .error(_, let code, let message)?: throw ControlError(code, message)
-        default: throw lock.withLock { refusal } ?? ControlError("ECONNRESET", "the server closed the connection")
+        default: throw lock.withLock { endError("the server closed the connection") }
         }
     }
 
@@ -183,7 +187,7 @@ public final class ControlClient: @unchecked Sendable {
             return nextID
         }
         guard let id else {
-            completion(.failure(lock.withLock { refusal } ?? ControlError("ECONNRESET", "the connection is closed")))
+            completion(.failure(lock.withLock { endError("the connection is closed") }))
             return 0
         }
         send(make(id))
@@ -232,7 +236,7 @@ public final class ControlClient: @unchecked Sendable {
             return (Array(waiting.values), Array(callbacks.values), endHandler)
         }
         for (semaphore, _) in waiters { semaphore.signal() }
-        let reason = lock.withLock { refusal } ?? ControlError("ECONNRESET", "the server closed the connection")
+        let reason = lock.withLock { endError("the server closed the connection") }
         for completion in callbacksLeft { completion(.failure(reason)) }
         writeLock.withLock {
             descriptorClosed = true

@@ -3,9 +3,9 @@ import Foundation
 /// What clients may take of one server. A mount shared with `allow_other` serves every local
 /// user, and without bounds one of them could take, for everyone, the daemon's descriptors (each
 /// connection is one, from the same open-file limit the mount's files need), its threads (one a
-/// connection) or its memory (a presenter a watch, a claim a hold, a registration a service). Limits are counted per user
-/// id, as inotify counts its instances and watches, except holds and services, counted per
-/// connection.
+/// connection) or its memory (a presenter a watch, a claim a hold, a registration a service).
+/// Limits are counted per user id, as inotify counts its instances and watches, except holds
+/// and services, counted per connection.
 public struct ClientLimits: Sendable {
     /// Connections open at once, from every user (EMFILE beyond).
     public var connections: Int
@@ -49,9 +49,9 @@ final class UserCounts: @unchecked Sendable {
     func takeConnection(for uid: UInt32) -> String? {
         lock.withLock {
             if totalConnections >= limits.connections { return "too many connections (at most \(limits.connections))" }
-            let mine = connections[uid, default: 0]
-            if mine >= limits.connectionsPerUser { return "too many connections of uid \(uid) (at most \(limits.connectionsPerUser))" }
-            connections[uid] = mine + 1
+            guard Self.take(for: uid, in: &connections, under: limits.connectionsPerUser) else {
+                return "too many connections of uid \(uid) (at most \(limits.connectionsPerUser))"
+            }
             totalConnections += 1
             return nil
         }
@@ -60,26 +60,34 @@ final class UserCounts: @unchecked Sendable {
     func returnConnection(of uid: UInt32) {
         lock.withLock {
             totalConnections -= 1
-            connections[uid] = connections[uid, default: 1] - 1
-            if connections[uid] == 0 { connections[uid] = nil }
+            Self.give(1, of: uid, to: &connections)
         }
     }
 
     /// Takes a watch for `uid`; nil when allowed, else why not.
     func takeWatch(for uid: UInt32) -> String? {
         lock.withLock {
-            let mine = watches[uid, default: 0]
-            if mine >= limits.watchesPerUser { return "too many watches of uid \(uid) (at most \(limits.watchesPerUser))" }
-            watches[uid] = mine + 1
-            return nil
+            Self.take(for: uid, in: &watches, under: limits.watchesPerUser) ? nil
+                : "too many watches of uid \(uid) (at most \(limits.watchesPerUser))"
         }
     }
 
     func returnWatches(_ count: Int, of uid: UInt32) {
         guard count > 0 else { return }
-        lock.withLock {
-            watches[uid] = watches[uid, default: count] - count
-            if watches[uid] == 0 { watches[uid] = nil }
-        }
+        lock.withLock { Self.give(count, of: uid, to: &watches) }
+    }
+
+    /// One more for `uid` in `counts`, unless it has `limit` already.
+    private static func take(for uid: UInt32, in counts: inout [UInt32: Int], under limit: Int) -> Bool {
+        let mine = counts[uid, default: 0]
+        guard mine < limit else { return false }
+        counts[uid] = mine + 1
+        return true
+    }
+
+    /// `count` fewer for `uid` in `counts`; a user with none leaves the table.
+    private static func give(_ count: Int, of uid: UInt32, to counts: inout [UInt32: Int]) {
+        let left = counts[uid, default: count] - count
+        counts[uid] = left > 0 ? left : nil
     }
 }
