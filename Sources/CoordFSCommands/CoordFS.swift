@@ -1,4 +1,5 @@
 import ArgumentParser
+import CoordinationWire
 import Foundation
 
 /// `coordfs`: file coordination for Linux.
@@ -37,4 +38,14 @@ struct CommandFailure: Error, CustomStringConvertible, LocalizedError {
     let description: String
     init(_ description: String) { self.description = description }
     var errorDescription: String? { description }
+}
+
+extension Seconds {
+    /// `value` seconds given as `option`, or a one-line refusal naming it.
+    static func duration(_ value: Double, option: String) throws -> Duration {
+        switch duration(value) {
+        case .success(let duration): return duration
+        case .failure(let why): throw CommandFailure("\(option): \(why)")
+        }
+    }
 }

@@ -47,6 +47,7 @@ struct Coordinate: ParsableCommand {
     func validate() throws {
         if read.isEmpty && write.isEmpty { throw ValidationError("name at least one --read or --write item") }
         if command.isEmpty { throw ValidationError("name the command to run after --") }
+        if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
     }
 
     func run() throws {

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CoordinationWire
 import CoordFSMount
 import FileCoordination
 import Foundation
@@ -121,8 +122,9 @@ struct Mount: ParsableCommand {
         configuration.mode = coordination ?? loaded?.mode ?? .exclusive
         configuration.modeRules = loaded?.rules.map { (pattern: $0.0, mode: $0.1) } ?? []
         let wait = waitTimeout ?? loaded?.waitTimeout ?? 60
-        configuration.waitTimeout = wait == 0 ? nil : .milliseconds(Int64(wait * 1000))
-        configuration.presenterTimeout = .milliseconds(Int64((presenterTimeout ?? loaded?.presenterTimeout ?? 5) * 1000))
+        let waitDuration = try Seconds.duration(wait, option: "--wait-timeout")
+        configuration.waitTimeout = wait == 0 ? nil : waitDuration
+        configuration.presenterTimeout = try Seconds.duration(presenterTimeout ?? loaded?.presenterTimeout ?? 5, option: "--presenter-timeout")
         let cache = cacheTimeout ?? loaded?.cacheTimeout ?? 1
         guard cache >= 0 && cache <= 86_400 else { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
         configuration.cacheTimeout = cache

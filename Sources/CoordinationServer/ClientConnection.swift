@@ -274,7 +274,8 @@ final class ClientConnection: @unchecked Sendable {
         }
         let duplicate = lock.withLock { pendingHolds[id] != nil }
         if duplicate { return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending")) }
-        let claimTimeout: Duration? = timeout.map { .milliseconds(Int64($0 * 1000)) } ?? server.domain.defaultWaitTimeout
+        // The decoder has bounded it (`Seconds`): the conversion cannot trap.
+        let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.domain.defaultWaitTimeout
         let claim = AccessClaim.begin(in: server.domain, identity: identity, intents: intents, waits: wait,
                                       timeout: claimTimeout) { [weak self] result in
             guard let self else { return }

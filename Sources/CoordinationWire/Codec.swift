@@ -77,7 +77,7 @@ public enum WireCodec {
             }
             let timeout = object["timeout"]?.double
             if object["timeout"] != nil && timeout == nil { throw WireError("\"timeout\" must be a number of seconds") }
-            if let timeout, timeout < 0 || !timeout.isFinite { throw WireError("\"timeout\" must be a number of seconds") }
+            if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw WireError("\"timeout\": \(why)") }
             return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
                          timeout: timeout, inherit: try bool(object, "inherit", default: false))
         case "release":

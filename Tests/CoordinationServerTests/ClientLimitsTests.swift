@@ -124,6 +124,28 @@ import Glibc
         }
     }
 
+    /// A timeout no `Duration` holds (one such line took a shared mount down): the client is
+    /// told why and closed, and the server serves the next client.
+    @Test(arguments: ["1e16", "-1", "1e400", "NaN"])
+    func aTimeoutPastAnyBoundIsRefusedAndTheServerLives(_ timeout: String) throws {
+        try withServer(limits()) { server, directory in
+            let client = try RawClient(server.socketPath)
+            #expect(try client.greet())
+            let line = #"{"op":"hold","id":2,"intents":[{"path":"\#(directory)/item","access":"write"}],"timeout":\#(timeout)}"# + "\n"
+            _ = line.withCString { write(client.fd, $0, strlen($0)) }
+            let reply = try client.receive()
+            guard case .error(_, let errno, _)? = reply, errno == "EPROTO" else {
+                Issue.record("a timeout of \(timeout) was answered \(String(describing: reply))")
+                return
+            }
+            let next = try RawClient(server.socketPath)
+            #expect(try next.greet())
+            let held = try next.ask(.hold(id: 3, intents: [WireIntent(path: directory + "/item", access: .write)],
+                                          wait: false, timeout: 1e9, inherit: false))
+            guard case .ok? = held else { Issue.record("the server did not serve the next client: \(String(describing: held))"); return }
+        }
+    }
+
     @Test func oneConnectionsServicesAreBoundedAndAWithdrawalGivesOneBack() throws {
         try withServer(limits(services: 2)) { server, directory in
             let client = try RawClient(server.socketPath)

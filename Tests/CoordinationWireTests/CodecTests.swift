@@ -65,6 +65,9 @@ import Testing
         #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read","options":"x"}]}"#,
         #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read"}],"wait":"yes"}"#,
         #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read"}],"timeout":-3}"#,
+        #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read"}],"timeout":1e16}"#,
+        #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read"}],"timeout":1e400}"#,
+        #"{"op":"hold","id":1,"intents":[{"path":"/a","access":"read"}],"timeout":-0.001}"#,
         #"{"op":"release","id":1}"#, #"{"op":"hello","id":1,"version":1"#,
     ])
     func malformedLinesAreErrors(_ line: String) {
@@ -94,5 +97,24 @@ import Testing
         }
         #expect(decoded + refused == 20_000)
         #expect(refused > 10_000, "most mutations are refused")
+    }
+}
+
+/// Every timeout from a client or a command line goes through `Seconds`: what does not fit is
+/// refused with a reason, never converted.
+@Suite struct SecondsTests {
+    @Test(arguments: [Double.nan, .infinity, -.infinity, -1, -0.001, 1e16, Seconds.maximum.nextUp, .greatestFiniteMagnitude])
+    func valuesThatAreNoTimeoutAreRefused(_ value: Double) {
+        guard case .failure(let why) = Seconds.duration(value) else {
+            Issue.record("\(value) was taken as a timeout")
+            return
+        }
+        #expect(!why.description.isEmpty)
+    }
+
+    @Test func timeoutsWithinTheBoundAreExact() throws {
+        #expect(try Seconds.duration(0).get() == .zero)
+        #expect(try Seconds.duration(2.5).get() == .milliseconds(2500))
+        #expect(try Seconds.duration(Seconds.maximum).get() == .seconds(1_000_000_000))
     }
 }
