@@ -33,13 +33,15 @@ io-uring:
 build: setup io-uring
 	$(SWIFT) build
 
-# Builds once, then runs every suite against that build. Serially: many tests block threads on
+# Builds once, then runs every suite against that build. The test process and the programs it
+# starts coordinate among themselves only (COORDFS_COORDINATION=in-process): no user daemon is
+# started or met; the cross-process tests set up a daemon socket of their own. Serially: many tests block threads on
 # purpose (a held access, a waiting reader), which in parallel would starve the 2-thread pool
 # that async tests need; serially the whole run takes seconds.
 # CI shows only the end of a run: a failed run ends with its failures again.
 test: setup io-uring
 	$(SWIFT) build --build-tests
-	@bash -o pipefail -c '$(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
+	@bash -o pipefail -c 'COORDFS_COORDINATION=in-process $(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
 	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
 	  grep -E -A6 "recorded an issue|Exited with|Fatal error|error:" .build/test.log | head -150; exit 1; }
 

@@ -59,6 +59,9 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .executableTarget(name: "coordfs", dependencies: ["CoordFSCommands"]),
+        // An Apple-style program the cross-process tests run as two processes.
+        .executableTarget(name: "CoordinatedCounter", dependencies: ["FileCoordination"],
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "CoordFSBench",
             dependencies: ["Coordination", "FileCoordination"],

@@ -9,9 +9,14 @@ import Glibc
 
 /// `coordfs daemon`: the control socket's protocol for coordination outside any mount.
 struct Daemon: ParsableCommand {
+
     static let configuration = CommandConfiguration(
         abstract: "Serve the control socket for coordination outside any mount (foreground).",
-        discussion: "Clients find it at --socket, $COORDFS_SOCKET, or the default path printed at start."
+        discussion: """
+        Clients find it at --socket, $COORDFS_SOCKET, or the default path printed at start. Swift programs \
+        using FileCoordination and `coordfs coordinate` start one for the user where none runs, with \
+        --exit-when-idle; one daemon serves a socket at a time (the others end at once).
+        """
     )
 
     @Option(help: "The socket path (default: /run/coordfs/daemon.sock as root, else under $XDG_RUNTIME_DIR/coordfs).")
@@ -19,6 +24,15 @@ struct Daemon: ParsableCommand {
 
     @Flag(help: "Let every user connect (socket mode 0666); permission checks still apply per item.")
     var allowOthers = false
+
+    @Option(help: ArgumentHelp("End once no client has been connected for this many seconds.", valueName: "seconds"))
+    var exitWhenIdle: Int?
+
+    func validate() throws {
+        if let exitWhenIdle, exitWhenIdle < 1 || exitWhenIdle > 86_400 * 365 {
+            throw ValidationError("--exit-when-idle must be between 1 second and a year")
+        }
+    }
 
     func run() throws {
         // Block the signals before any thread starts, so only sigwait below receives them (and
@@ -35,14 +49,30 @@ struct Daemon: ParsableCommand {
         DescriptorLimit.raise()
         let path: String
         do { path = try socket ?? ControlServer.defaultSocketPath(name: "daemon") } catch { throw CommandFailure("cannot serve: \(error)") }
+        // One daemon a socket: two started at once for one user would otherwise race to bind it.
+        let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lock >= 0, flock(lock, LOCK_EX | LOCK_NB) == 0 else {
+            if errno == EWOULDBLOCK { throw CommandFailure("cannot serve \(path): another coordfs server listens there") }
+            throw CommandFailure("cannot lock \(path).lock: \(String(cString: strerror(errno)))")
+        }
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")
         do { try server.start() } catch { throw CommandFailure("cannot serve \(path): \(error)") }
         FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\n".utf8))
-        // Wait for SIGINT, SIGTERM or SIGHUP, then remove the socket.
-        var received: Int32 = 0
-        sigwait(&signals, &received)
+        // Wait for SIGINT, SIGTERM or SIGHUP (or idleness), then remove the socket.
+        if let exitWhenIdle {
+            var idleSince = ContinuousClock.now
+            var second = timespec(tv_sec: 1, tv_nsec: 0)
+            while sigtimedwait(&signals, nil, &second) < 0 {
+                if server.clientCount > 0 { idleSince = .now; continue }
+                if ContinuousClock.now - idleSince >= .seconds(exitWhenIdle) { break }
+            }
+        } else {
+            var received: Int32 = 0
+            sigwait(&signals, &received)
+        }
         server.stop()
+        close(lock)
     }
 }

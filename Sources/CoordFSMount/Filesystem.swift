@@ -245,6 +245,9 @@ public final class Filesystem: @unchecked Sendable {
         guard let process = callingProcess(reply.req, now: now) else { return body(nil) }
         let identity = CoordinatorIdentity.process(process)
         if attempt == 0 { statistics.coordinated.add() }
+        if !domain.accessorHolds.isEmpty, let claim = accessorClaim(of: process, wanted, other, now: now) {
+            return body(claim)
+        }
         // Read before the targets are named: see `movedBeforeHeld`.
         let movesSeen = inodes.placesGeneration.value
         let intents: [Intent]
@@ -326,6 +329,18 @@ public final class Filesystem: @unchecked Sendable {
         }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { claim.cancel() }
+    }
+
+    /// The claim of a request that `process` makes inside one of its own accessors: a hold it
+    /// took through the control socket covers an item the request names (SPEC §1).
+    private func accessorClaim(of process: Int32, _ wanted: Wanted, _ other: Wanted?, now: Int64) -> RequestClaim? {
+        let first = target(of: wanted, now: now)
+        let second = other.map { target(of: $0, now: now) }
+        let targets = second.map { [first, $0] } ?? [first]
+        guard let held = domain.accessorHolds.covering(targets, of: process) else { return nil }
+        var intents = [Intent(wanted.kind, first)]
+        if let other, let second { intents.append(Intent(other.kind, second)) }
+        return .accessor(held.claim, intents: intents)
     }
 
     /// Whether the items a claim was granted on (`granted`, in the order of `wanted`, `other`)

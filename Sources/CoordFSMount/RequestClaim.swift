@@ -17,13 +17,17 @@ enum RequestClaim: Sendable {
     /// opened again when it ends. Ended exactly once, as every claim is.
     case screened(GrantID, gate: Int)
     case claim(AccessClaim)
+    /// Made inside an accessor of the calling process, whose hold covers an item it names (SPEC
+    /// §1): it holds nothing of its own and messages nobody; a move it makes is reported in the
+    /// hold, and the hold's end tells presenters the rest.
+    case accessor(AccessClaim, intents: [Intent])
 
     /// Kept on the engine's short list: its end has nobody to tell unless a presenter registered
     /// meanwhile.
     var isOnShortList: Bool {
         switch self {
         case .single(let id), .screened(let id, _): id.isOnShortList
-        case .grant, .claim: false
+        case .grant, .claim, .accessor: false
         }
     }
 
@@ -34,6 +38,7 @@ enum RequestClaim: Sendable {
         case .grant(_, let intents): intents
         case .single, .screened: []
         case .claim(let claim): claim.intents
+        case .accessor(_, let intents): intents
         }
     }
 }
@@ -51,6 +56,7 @@ extension Filesystem {
     /// presenters (and the clients behind them, on a small machine) are woken after.
     func notifyingPresentersAfter(_ claim: RequestClaim, _ body: () -> Void) {
         if case .claim(let claim) = claim { return claim.notifyingPresentersAfter(body) }
+        if case .accessor = claim { return body() }
         // A listed grant was made with no presenter registered: its end has nobody to tell
         // unless one registers meanwhile, who then hears of it just before the reply instead
         // of just after. Holding back nothing costs two per-thread lookups less.
@@ -87,7 +93,7 @@ extension Filesystem {
             engine.release(id, outcome: outcome) { notify($0) }
             nameGates.open(gate)
         case .claim(let claim): claim.end(outcome: outcome)
-        case nil: break
+        case .accessor, nil: break
         }
     }
 
@@ -99,7 +105,7 @@ extension Filesystem {
             engine.release(id, outcomes: outcomes) { notify($0) }
             nameGates.open(gate)
         case .claim(let claim): claim.end(outcomes: outcomes)
-        case nil: break
+        case .accessor, nil: break
         }
     }
 
@@ -115,6 +121,13 @@ extension Filesystem {
             }
         case .claim(let claim):
             claim.reportMove(from: source, to: destination)
+        case .accessor(let claim, _):
+            // A file the accessor made, renamed over the held item (an atomic save), is a new
+            // version of it, which the hold's end tells as a change; only the held item moving
+            // is a move.
+            if claim.intents.contains(where: { $0.path == source.path || $0.path.isAncestor(of: source.path) }) {
+                claim.reportMove(from: source, to: destination)
+            }
         }
     }
 

@@ -173,9 +173,19 @@ public final class CoordinationEngine: Sendable {
     }
 
     /// Clears the grant's waiver for the presenters it was messaging: from now on the owners of
-    /// those presenters wait for it like anyone else (C21).
-    public func finishMessaging(_ grant: GrantID) {
-        state.withLock { state in state.grants[grant]?.messaging = [] }
+    /// those presenters wait for it like anyone else (C21). What their own work took meanwhile
+    /// may still hold the grant's items: `proceed` runs once none of it does — at once, or when
+    /// the last such access ends — so that the grant's accessor never overlaps it.
+    public func finishMessaging(_ grant: GrantID, then proceed: @escaping @Sendable () -> Void) {
+        let now = withState { state -> Bool in
+            guard let record = state.grants[grant] else { return true }
+            state.grants[grant]!.messaging = []
+            let modes = record.holdsIntents ? record.intents.map(LockMode.init) : []
+            if state.isFree(for: record.identity, modes) { return true }
+            state.settling.append(State.Settling(grant: grant, identity: record.identity, modes: modes, proceed: proceed))
+            return false
+        }
+        if now { proceed() }
     }
 
     /// Ends a grant and returns the notifications its writes call for (P9, P10, P12, P19, P20),
@@ -213,7 +223,7 @@ public final class CoordinationEngine: Sendable {
                 let intents = CollectionOfOne(entry.intent)
                 let notes = outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []
                 if let outcomes { state.endServices(ofItemsDeletedBy: intents, outcomes: outcomes) }
-                return (notes, state.waiting.isEmpty ? [] : state.grantWaiters())
+                return (notes, state.waiting.isEmpty && state.settling.isEmpty ? [] : state.grantWaiters())
             }
             guard let record = state.removeGrant(grant) else { return ([], []) }
             let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []

@@ -33,11 +33,36 @@ struct State: ~Copyable {
         let resume: CoordinationEngine.Resume
     }
 
-    /// A resumption to run once the lock is released.
+    /// A grant whose presenters have answered, waiting for what their own work took meanwhile
+    /// to end before its accessor runs (`finishMessaging`).
+    struct Settling {
+        let grant: GrantID
+        let identity: CoordinatorIdentity
+        let modes: [LockMode]
+        let proceed: @Sendable () -> Void
+    }
+
+    /// A resumption to run once the lock is released: a waiter's grant, or a settled grant.
     struct Wakeup {
-        let resume: CoordinationEngine.Resume
-        let grant: Grant
-        func run() { resume(.success(grant)) }
+        private let resume: CoordinationEngine.Resume?
+        private let grant: Grant?
+        private let proceed: (@Sendable () -> Void)?
+
+        init(resume: @escaping CoordinationEngine.Resume, grant: Grant) {
+            self.resume = resume
+            self.grant = grant
+            proceed = nil
+        }
+
+        init(settled proceed: @escaping @Sendable () -> Void) {
+            resume = nil
+            grant = nil
+            self.proceed = proceed
+        }
+
+        func run() {
+            if let proceed { proceed() } else if let resume, let grant { resume(.success(grant)) }
+        }
     }
 
     /// The holds on one item: nearly always one, kept without an array of its own.
@@ -85,6 +110,8 @@ struct State: ~Copyable {
     var shortList = ShortList()
     /// FIFO: earlier requests are granted first when they conflict with later ones (X3).
     var waiting: [Waiter] = []
+    /// Grants waiting for their presenters' own work to end (`finishMessaging`).
+    var settling: [Settling] = []
     var presenters: [PresenterID: PresenterRecord] = [:]
     var presenterTree = PresenterTree()
     var services: [ServiceRegistrationID: ServiceRecord] = [:]
@@ -148,7 +175,7 @@ struct State: ~Copyable {
             }
             if !shortList.isEmpty { shortList.forEachHolder(blocking: mode, for: identity) { found.insert($0) } }
         }
-        for waiter in waiting[..<position] where waiter.request.identity != identity {
+        for waiter in waiting[..<position] where !waiter.request.identity.isSameCoordinator(as: identity) {
             guard !found.contains(waiter.request.identity),
                   waiter.modes.contains(where: { theirs in modes.contains { theirs.conflicts(with: $0) } })
             else { continue }
@@ -158,19 +185,29 @@ struct State: ~Copyable {
     }
 
     /// A hold blocks `identity` unless it is its own (C4) or its grant is messaging a presenter
-    /// of `identity` right now (C21).
+    /// of `identity` right now (C21): only that presenter's own work passes, not every
+    /// coordinator of its process.
+    /// Whether nothing held blocks `modes` of `identity` (waiters aside).
+    func isFree(for identity: CoordinatorIdentity, _ modes: [LockMode]) -> Bool {
+        blockers(of: identity, modes, queuedBefore: 0).isEmpty
+    }
+
     func isBlocking(_ hold: Hold, for identity: CoordinatorIdentity) -> Bool {
-        hold.identity != identity && !(grants[hold.grant]?.messaging.contains(identity) ?? false)
+        if hold.identity.isSameCoordinator(as: identity) { return false }
+        guard let messaging = grants[hold.grant]?.messaging, !messaging.isEmpty else { return true }
+        return !messaging.contains { $0.isSameCoordinator(as: identity) }
     }
 
     // MARK: Wait-for graph
 
-    /// The identities `identity` waits for directly: blockers of its waiting requests, and the
-    /// owners of presenters its grants are messaging.
+    /// The identities `identity` waits for directly: the blockers of its waiting requests, and
+    /// of those of the coordinators it is one with (a process's request through a mount may be
+    /// made inside its coordinator's accessor, which cannot end before the request does).
+    /// Waiting for a presenter's answer is no edge: the presenter timeout bounds it, and the
+    /// presenter's process may well wait for a grant meanwhile without any cycle.
     private func edges(from identity: CoordinatorIdentity) -> Set<CoordinatorIdentity> {
         var next = Set<CoordinatorIdentity>()
-        for waiter in waiting where waiter.request.identity == identity { next.formUnion(waiter.blockers) }
-        for (_, record) in grants where record.identity == identity { next.formUnion(record.messaging) }
+        for waiter in waiting where waiter.request.identity.isSameCoordinator(as: identity) { next.formUnion(waiter.blockers) }
         return next
     }
 
@@ -187,7 +224,7 @@ struct State: ~Copyable {
         while let current = frontier.popLast() {
             for next in edges(from: current) where !visited.contains(next) {
                 parent[next] = current
-                if next == target {
+                if next.isSameCoordinator(as: target) {
                     var chain = [target]
                     var walk = target
                     while let previous = parent[walk] { chain.append(previous); walk = previous }
@@ -273,7 +310,7 @@ struct State: ~Copyable {
     /// Ends listed grant `grant` when its end calls for nothing more: nobody to tell, no
     /// service to end, nobody to wake. False, with nothing changed, otherwise.
     mutating func releaseListedQuietly(_ grant: GrantID) -> Bool {
-        guard presenterTree.isEmpty && services.isEmpty && waiting.isEmpty,
+        guard presenterTree.isEmpty && services.isEmpty && waiting.isEmpty && settling.isEmpty,
               let index = shortList.index(of: grant.shortListNumber) else { return false }
         shortList.remove(at: index)
         return true
@@ -281,6 +318,7 @@ struct State: ~Copyable {
 
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
         guard let record = grants.remove(id) else { return nil }
+        if !settling.isEmpty { settling.removeAll { $0.grant == id } }
         if record.screened { screenedGrantCount -= 1 }
         guard record.holdsIntents else { return record }
         // By index: iterating would copy (and retain) each intent.
@@ -306,6 +344,14 @@ struct State: ~Copyable {
             } else {
                 waiting[index].blockers = blockers
                 index += 1
+            }
+        }
+        var settled = 0
+        while settled < settling.count {
+            if isFree(for: settling[settled].identity, settling[settled].modes) {
+                woken.append(Wakeup(settled: settling.remove(at: settled).proceed))
+            } else {
+                settled += 1
             }
         }
         return woken

@@ -7,13 +7,46 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
     case process(Int32)
     /// An object with no purpose string, such as a presenter (numbered by its owner).
     case object(UInt64)
+    /// A coordinator in another process, reached through a control socket: one hold of the
+    /// client `process`, or a watch (presenter) and the holds taken for it (`number`, unique
+    /// per server). What `process` does through a mount meanwhile is its accessors' own work.
+    case client(process: Int32, number: UInt64)
 
     public var description: String {
         switch self {
         case .purpose(let id): return "purpose:\(id)"
         case .process(let pid): return "pid:\(pid)"
         case .object(let number): return "object:\(number)"
+        case .client(let pid, let number): return "pid:\(pid)#\(number)"
         }
+    }
+
+    /// The process the identity stands in, when it is one's.
+    public var process: Int32? {
+        switch self {
+        case .process(let pid), .client(let pid, _): pid
+        case .purpose, .object: nil
+        }
+    }
+
+    /// Whether intents of the two never block each other (C4): one coordinator; or a process's
+    /// requests through a mount and a coordinator of that process (SPEC §1: a request made
+    /// inside one of its own accessors belongs to it, and a process never waits for itself).
+    /// Two coordinators of one process are two, as Apple's are.
+    @inline(__always)
+    public func isSameCoordinator(as other: CoordinatorIdentity) -> Bool {
+        switch (self, other) {
+        case (.process(let a), .process(let b)): a == b
+        case (.process(let a), .client(let b, _)), (.client(let a, _), .process(let b)): a == b
+        default: self == other
+        }
+    }
+
+    /// Whether the two are of one process, whose accesses never message its own presenters:
+    /// that process tells them itself (SPEC §2).
+    public func isSameProcess(as other: CoordinatorIdentity) -> Bool {
+        if let mine = process, let theirs = other.process { return mine == theirs }
+        return self == other
     }
 }
 

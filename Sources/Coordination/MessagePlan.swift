@@ -11,7 +11,7 @@ extension State {
 
         mutating func add(_ messages: [Message], to id: PresenterID, at path: ItemPath, package: Bool,
                           records: [PresenterID: PresenterRecord]) {
-            guard !messages.isEmpty, let record = records[id], record.owner != excludedOwner else { return }
+            guard !messages.isEmpty, let record = records[id], !record.owner.isSameProcess(as: excludedOwner) else { return }
             if let index = indexByPresenter[id] {
                 for message in messages where !deliveries[index].messages.contains(message) {
                     deliveries[index].messages.append(message)

@@ -92,7 +92,7 @@ struct ShortList {
     func forEachHolder(blocking mode: LockMode, for identity: CoordinatorIdentity,
                        _ body: (CoordinatorIdentity) -> Void) {
         let key = mode.path.hashCode
-        for index in entries.indices where entries[index].identity != identity {
+        for index in entries.indices where !entries[index].identity.isSameCoordinator(as: identity) {
             if keys[index] == key && entries[index].locks(mode.path) {
                 if entries[index].kind.conflicts(onTheSameItemWith: mode.kind) { body(entries[index].identity) }
             } else if mode.coversSubtree && entries[index].locks(inside: mode.path) {
@@ -107,7 +107,7 @@ struct ShortList {
         let key = path.hashCode
         for index in keys.indices where keys[index] == key {
             let entry = entries[index]
-            if entry.identity != identity && entry.locks(path) && entry.kind.conflicts(onTheSameItemWith: kind) { return true }
+            if !entry.identity.isSameCoordinator(as: identity) && entry.locks(path) && entry.kind.conflicts(onTheSameItemWith: kind) { return true }
         }
         return false
     }

@@ -26,7 +26,7 @@ final class ClientConnection: @unchecked Sendable {
     /// process now, which nothing here may touch.
     private var descriptorClosed = false
     private var watches: [Int: RemotePresenter] = [:]
-    private var holds: [Int: AccessClaim] = [:]
+    private var holds: [Int: Held] = [:]
     private var inheritingHolds: Set<Int> = []
     private var pendingHolds: [Int: AccessClaim] = [:]
     private var answers: [UInt64: @Sendable (Int32) -> Void] = [:]
@@ -41,7 +41,20 @@ final class ClientConnection: @unchecked Sendable {
         self.outbox = Outbox(fd: fd)
     }
 
+    /// The client's process, as owner of its services.
     var identity: CoordinatorIdentity { .process(peer.pid) }
+
+    /// A granted hold: the claim, its place among the accessor holds of the process, and which
+    /// of its items existed when it was granted (for what presenters are told at its end).
+    struct Held {
+        let claim: AccessClaim
+        let token: UInt64
+        let realPaths: [String]
+        let existedBefore: [Bool]
+    }
+
+    /// A coordinator of this client (SPEC §1): a hold, or a watch and the holds taken for it.
+    private func newCoordinator() -> CoordinatorIdentity { .client(process: peer.pid, number: server.nextCoordinatorNumber()) }
 
     // MARK: Reading
 
@@ -116,15 +129,17 @@ final class ClientConnection: @unchecked Sendable {
                 throw WireError("no request with cookie \(cookie) is waiting for an answer")
             }
             answered(code)
-        case .hold(let id, let intents, let wait, let timeout, let inherit): hold(id, intents, wait, timeout, inherit)
+        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter):
+            hold(id, intents, wait, timeout, inherit, presenter)
         case .release(let id, let number, let changed):
-            guard let claim = lock.withLock({ () -> AccessClaim? in
+            guard let held = lock.withLock({ () -> Held? in
                 inheritingHolds.remove(number)
                 return holds.removeValue(forKey: number)
             }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
             updateInheritance()
-            claim.end(outcomes: claim.intents.map { IntentOutcome(existedBefore: true, existsAfter: true, changed: changed && $0.kind.isWrite) })
+            end(held, changed: changed)
             send(.ok(id: id, fields: [:]))
+        case .moved(let id, let number, let from, let to): moved(id, number, from, to)
         case .cancel(let id, let request):
             guard let claim = lock.withLock({ pendingHolds[request] }) else {
                 return send(.error(id: id, errno: "EINVAL", message: "no pending hold \(request)"))
@@ -193,7 +208,7 @@ final class ClientConnection: @unchecked Sendable {
         guard let target = readable(id, path) else { return }
         let found = server.domain.engine.services(for: target.path).sorted { $0.key < $1.key }.map { name, entry -> WireValue in
             var fields: [String: WireValue] = ["name": .string(name), "path": .string(entry.1.path.string)]
-            if case .process(let pid) = entry.1.owner { fields["pid"] = .int(Int(pid)) }
+            if let pid = entry.1.owner.process { fields["pid"] = .int(Int(pid)) }
             return .object(fields)
         }
         send(.ok(id: id, fields: ["services": .array(found)]))
@@ -232,14 +247,15 @@ final class ClientConnection: @unchecked Sendable {
             return send(.error(id: id, errno: "ENOSPC", message: refusal))
         }
         let wd = lock.withLock { () -> Int in lastNumber += 1; return lastNumber }
-        let presenter = RemotePresenter(wd: wd, path: resolved.target.path.string, mask: mask, connection: self)
+        let owner = newCoordinator()
+        let presenter = RemotePresenter(wd: wd, path: resolved.target.path.string, mask: mask, owner: owner, connection: self)
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
             watches[wd] = presenter
             return true
         }
         guard accepted else { return server.counts.returnWatches(1, of: peer.uid) }
-        server.domain.addFilePresenter(presenter, owner: identity)
+        server.domain.addFilePresenter(presenter, owner: owner)
         send(.ok(id: id, fields: ["wd": .int(wd), "path": .string(resolved.target.path.string)]))
     }
 
@@ -253,10 +269,20 @@ final class ClientConnection: @unchecked Sendable {
 
     // MARK: Holds
 
-    private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool) {
+    private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?) {
         let limit = server.counts.limits.holdsPerConnection
         if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
             return send(.error(id: id, errno: "ENOSPC", message: "too many holds on one connection (at most \(limit), granted or waited for)"))
+        }
+        // Taken for a presenter of this client: its own work, which passes while it is asked.
+        let coordinator: CoordinatorIdentity
+        if let presenter {
+            guard let watch = lock.withLock({ watches[presenter] }) else {
+                return send(.error(id: id, errno: "EINVAL", message: "no watch \(presenter) of yours"))
+            }
+            coordinator = watch.owner
+        } else {
+            coordinator = newCoordinator()
         }
         var intents: [Intent] = []
         for item in wanted {
@@ -276,7 +302,7 @@ final class ClientConnection: @unchecked Sendable {
         if duplicate { return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending")) }
         // The decoder has bounded it (`Seconds`): the conversion cannot trap.
         let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.domain.defaultWaitTimeout
-        let claim = AccessClaim.begin(in: server.domain, identity: identity, intents: intents, waits: wait,
+        let claim = AccessClaim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait,
                                       timeout: claimTimeout) { [weak self] result in
             guard let self else { return }
             self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
@@ -284,20 +310,63 @@ final class ClientConnection: @unchecked Sendable {
             case .failure(let error):
                 self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
             case .success(let claim):
+                // What the process does through a mount on these items is now its accessor's.
+                let token = self.server.domain.accessorHolds.add(claim, of: self.peer.pid)
+                // Where the items are as granted: one moved while the hold waited is where it went.
+                let granted = claim.intents.map { (try? self.server.resolver.resolve($0.path.string).realPath) ?? "" }
+                let held = Held(claim: claim, token: token, realPaths: granted, existedBefore: granted.map(Self.exists))
                 let number = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
                     self.lastNumber += 1
-                    self.holds[self.lastNumber] = claim
+                    self.holds[self.lastNumber] = held
                     if inherit { self.inheritingHolds.insert(self.lastNumber) }
                     return self.lastNumber
                 }
-                guard let number else { return claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) }) }
+                guard let number else { return self.end(held, changed: false) }
                 self.updateInheritance()
                 self.send(.ok(id: id, fields: ["hold": .int(number),
                                                "paths": .array(claim.intents.map { .string($0.path.string) })]))
             }
         }
         claim.ifStillWaiting { lock.withLock { pendingHolds[id] = claim } }
+    }
+
+    /// A move the holder made inside hold `number`: the destination must be one of its items,
+    /// which the client may write; the source is named by where the item was.
+    private func moved(_ id: Int, _ number: Int, _ from: String, _ to: String) {
+        guard let held = lock.withLock({ holds[number] }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
+        let source: AccessTarget, destination: (target: AccessTarget, realPath: String)
+        do {
+            destination = try server.resolver.resolve(to)
+            source = try server.resolver.resolve(from).target
+        } catch {
+            return send(.error(id: id, errno: error.errno, message: error.message))
+        }
+        guard held.claim.intents.contains(where: { $0.kind.isWrite && ($0.path == source.path || $0.path == destination.target.path) }) else {
+            return send(.error(id: id, errno: "EPERM", message: "hold \(number) writes neither '\(from)' nor '\(to)'"))
+        }
+        var moving = source
+        moving.isDirectory = destination.target.isDirectory
+        held.claim.reportMove(from: moving, to: destination.target)
+        send(.ok(id: id, fields: [:]))
+    }
+
+    /// Ends a hold: presenters learn what became of each written item (changed, deleted or
+    /// made), and the process's requests through a mount are its own again.
+    private func end(_ held: Held, changed: Bool) {
+        server.domain.accessorHolds.remove(held.token, of: peer.pid)
+        let intents = held.claim.intents
+        held.claim.end(outcomes: intents.indices.map { index in
+            guard changed, intents[index].kind.isWrite, index < held.realPaths.count else {
+                return IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+            }
+            return IntentOutcome(existedBefore: held.existedBefore[index], existsAfter: Self.exists(held.realPaths[index]))
+        })
+    }
+
+    private static func exists(_ realPath: String) -> Bool {
+        var info = stat()
+        return !realPath.isEmpty && lstat(realPath, &info) == 0
     }
 
     private func updateInheritance() {
@@ -388,7 +457,7 @@ final class ClientConnection: @unchecked Sendable {
 
     /// Once only: the descriptor and the user's connection are given back here.
     func close() {
-        let taken = lock.withLock { () -> ([RemotePresenter], [AccessClaim], [AccessClaim], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
+        let taken = lock.withLock { () -> ([RemotePresenter], [Held], [AccessClaim], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
             if closed { return nil }
             closed = true
             defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = []; vended = [] }
@@ -403,7 +472,7 @@ final class ClientConnection: @unchecked Sendable {
         for presenter in presenters { server.domain.removeFilePresenter(presenter) }
         server.counts.returnWatches(presenters.count, of: peer.uid)
         for claim in pending { claim.cancel() }
-        for claim in claims { claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) }) }
+        for held in claims { end(held, changed: false) }
         for answered in unanswered { answered(0) }
         outbox.close(grace: .seconds(1))   // a last error line still goes out
         lock.withLock {

@@ -3,6 +3,7 @@ import CoordinationWire
 import FileCoordination
 import Foundation
 import Logging
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -27,6 +28,10 @@ public final class ControlServer: @unchecked Sendable {
     let logger = Logger(label: "org.coordfs.control")
     /// Each user's connections and watches, against the server's limits.
     let counts: UserCounts
+    /// Numbers the coordinators of this server's clients (`CoordinatorIdentity.client`).
+    private let coordinatorNumbers = Atomic<UInt64>(0)
+
+    func nextCoordinatorNumber() -> UInt64 { coordinatorNumbers.add(1, ordering: .relaxed).newValue }
 
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
     public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
@@ -132,7 +137,7 @@ public final class ControlServer: @unchecked Sendable {
         let snapshot = domain.engine.snapshot()
         func who(_ identity: CoordinatorIdentity) -> [String: WireValue] {
             var fields: [String: WireValue] = ["identity": .string(identity.description)]
-            if case .process(let pid) = identity {
+            if let pid = identity.process {
                 fields["pid"] = .int(Int(pid))
                 if let command = ProcFile.command(of: pid) { fields["command"] = .string(command) }
             }

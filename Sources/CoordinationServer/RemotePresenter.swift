@@ -13,6 +13,8 @@ import Glibc
 final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unchecked Sendable {
     let wd: Int
     let mask: EventMask
+    /// The coordinator it stands for: holds its client takes for it pass while it is asked.
+    let owner: CoordinatorIdentity
     private weak var connection: ClientConnection?
     private let lock = NSLock()
     private var url: URL
@@ -22,9 +24,10 @@ final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unch
     /// come from the socket.
     let presentedItemOperationQueue = OperationQueue()
 
-    init(wd: Int, path: String, mask: EventMask, connection: ClientConnection) {
+    init(wd: Int, path: String, mask: EventMask, owner: CoordinatorIdentity, connection: ClientConnection) {
         self.wd = wd
         self.mask = mask
+        self.owner = owner
         self.url = URL(fileURLWithPath: path)
         self.urlPath = url.path
         self.connection = connection
@@ -85,10 +88,12 @@ final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unch
     // MARK: Requests
 
     func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
-        ask(toWriter ? .relinquishToWriter : .relinquishToReader) { [weak self] cookie, code in
+        ask(toWriter ? .relinquishToWriter : .relinquishToReader) { cookie, code in
             if code != 0 { return completion(Self.error(code), nil) }
             if cookie == 0 { return completion(nil, nil) }
-            let reacquire: @Sendable () -> Void = { [weak self] in self?.tell(.reacquire, cookie: cookie) }
+            // Strong: an access that deletes the item removes its watch (`presentedItemWasDeleted`)
+            // before it ends, and the reacquirer is still due then.
+            let reacquire: @Sendable () -> Void = { self.tell(.reacquire, cookie: cookie) }
             completion(nil, reacquire)
         }
     }

@@ -78,8 +78,12 @@ public enum WireCodec {
             let timeout = object["timeout"]?.double
             if object["timeout"] != nil && timeout == nil { throw WireError("\"timeout\" must be a number of seconds") }
             if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw WireError("\"timeout\": \(why)") }
+            let presenter = object["presenter"]?.int
+            if object["presenter"] != nil && presenter == nil { throw WireError("\"presenter\" must be a watch descriptor") }
             return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
-                         timeout: timeout, inherit: try bool(object, "inherit", default: false))
+                         timeout: timeout, inherit: try bool(object, "inherit", default: false), presenter: presenter)
+        case "moved":
+            return .moved(id: try int(object, "id"), hold: try int(object, "hold"), from: try string(object, "from"), to: try string(object, "to"))
         case "release":
             return .release(id: try int(object, "id"), hold: try int(object, "hold"), changed: try bool(object, "changed", default: true))
         case "cancel":
@@ -116,7 +120,7 @@ public enum WireCodec {
         case .hello(let id, let version): object = ["op": "hello", "id": .int(id), "version": .int(version)]
         case .watch(let id, let path, let mask): object = ["op": "watch", "id": .int(id), "path": .string(path), "mask": .strings(mask.names)]
         case .unwatch(let id, let wd): object = ["op": "unwatch", "id": .int(id), "wd": .int(wd)]
-        case .hold(let id, let intents, let wait, let timeout, let inherit):
+        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter):
             object = ["op": "hold", "id": .int(id), "wait": .bool(wait), "inherit": .bool(inherit),
                       "intents": .array(intents.map { intent -> JSONOutput in
                           var entry: [String: JSONOutput] = ["path": .string(intent.path), "access": .string(intent.access.rawValue)]
@@ -124,7 +128,10 @@ public enum WireCodec {
                           return .object(entry)
                       })]
             if let timeout { object["timeout"] = .double(timeout) }
+            if let presenter { object["presenter"] = .int(presenter) }
         case .release(let id, let hold, let changed): object = ["op": "release", "id": .int(id), "hold": .int(hold), "changed": .bool(changed)]
+        case .moved(let id, let hold, let from, let to):
+            object = ["op": "moved", "id": .int(id), "hold": .int(hold), "from": .string(from), "to": .string(to)]
         case .cancel(let id, let request): object = ["op": "cancel", "id": .int(id), "request": .int(request)]
         case .status(let id): object = ["op": "status", "id": .int(id)]
         case .vend(let id, let name, let path): object = ["op": "vend", "id": .int(id), "name": .string(name), "path": .string(path)]

@@ -36,9 +36,14 @@ public enum ClientMessage: Hashable, Sendable {
     case answer(cookie: UInt64, errno: Int32)
     /// Hold intents, all or none; the reply comes once granted (or refused). `inherit` lets the
     /// client's child processes count as the client (as `coordfs coordinate` needs).
-    case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool)
+    /// `presenter`: the watch the hold is taken for (a coordinator made with that presenter):
+    /// it passes while that presenter is asked, as its own work.
+    case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool, presenter: Int? = nil)
     /// Ends a hold; `changed` says the holder changed the items (presenters are told).
     case release(id: Int, hold: Int, changed: Bool)
+    /// Reports that the holder moved the item at `from` to `to` inside a hold that writes it:
+    /// presenters follow, and waiting intents too (a server that does not see the rename).
+    case moved(id: Int, hold: Int, from: String, to: String)
     /// Stops waiting for a `hold` still pending.
     case cancel(id: Int, request: Int)
     /// Who holds, waits and presents.

@@ -27,6 +27,8 @@ final class CoordinatedAccess: @unchecked Sendable {
     private var cancelRequested: CoordinationError?
     /// Holds taken in coordfs mounts served by other processes, and the one being waited for.
     private var remoteHolds: [(MountLink, Int)] = []
+    /// Items that moved while a remote hold waited (C11): where they were, where they are.
+    private var remoteMoves: [ItemPath: ItemPath] = [:]
     private var remoteRequest: (link: MountLink, id: Int)?
     /// Existence of each written item once presenters have answered, for the notifications after.
     private var before: [ItemLocator.Fingerprint?] = []
@@ -46,11 +48,23 @@ final class CoordinatedAccess: @unchecked Sendable {
     /// The intents as granted, with their paths updated by moves while waiting (C11).
     var grantedIntents: [Intent] {
         lock.withLock {
+            var intents: [Intent]
             switch phase {
-            case .granted(let grant, _), .messaging(let grant, _): return grant.intents
-            default: return request.intents
+            case .granted(let grant, _), .messaging(let grant, _): intents = grant.intents
+            default: intents = request.intents
             }
+            if !remoteMoves.isEmpty {
+                for index in intents.indices { if let moved = remoteMoves[intents[index].path] { intents[index].target.path = moved } }
+            }
+            return intents
         }
+    }
+
+    /// Reports a move made in the accessor to the daemons this access holds items in: they do
+    /// not see the rename (a mount does, and reports it itself).
+    func reportRemoteMove(from source: ItemPath, to destination: ItemPath) {
+        let holds = lock.withLock { remoteHolds }
+        for (link, number) in holds where link.isDaemon { link.reportMove(in: number, from: source, to: destination) }
     }
 
     var grantID: GrantID? {
@@ -144,10 +158,11 @@ final class CoordinatedAccess: @unchecked Sendable {
         }
         let messenger = PresenterMessenger(grant.requests, domain: domain) { [self] error in
             if let error { return abandonGrant(grant, error) }
-            domain.engine.finishMessaging(grant.id)
-            takeRemote(remoteGroups(grant)[...]) { [self] error in
-                if let error { return abandonGrant(grant, error) }
-                completeGrant(grant)
+            domain.engine.finishMessaging(grant.id) { [self] in
+                takeRemote(remoteGroups(grant)[...]) { [self] error in
+                    if let error { return abandonGrant(grant, error) }
+                    completeGrant(grant)
+                }
             }
         }
         lock.withLock { phase = .messaging(grant, messenger) }
@@ -170,12 +185,17 @@ final class CoordinatedAccess: @unchecked Sendable {
     private func takeRemote(_ groups: ArraySlice<(MountLink, [Intent])>, _ finish: @escaping @Sendable (Error?) -> Void) {
         guard let (link, intents) = groups.first else { return finish(nil) }
         let done = PendingFlag()
-        let id = link.hold(intents, timeout: coordinator?.waitTimeout) { [self] result in
+        let id = link.hold(intents, for: coordinator?.filePresenter, timeout: coordinator?.waitTimeout) { [self] result in
             done.set()
             lock.withLock { remoteRequest = nil }
             switch result {
-            case .success(let number):
-                lock.withLock { remoteHolds.append((link, number)) }
+            case .success(let (number, paths)):
+                lock.withLock {
+                    remoteHolds.append((link, number))
+                    for (intent, path) in zip(intents, paths) where path != intent.path.string {
+                        if let moved = ItemPath(path) { remoteMoves[intent.path] = moved }
+                    }
+                }
                 takeRemote(groups.dropFirst(), finish)
             case .failure(let error):
                 finish(error)

@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationClient
 import Foundation
 import Logging
 import Synchronization
@@ -11,6 +12,9 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     /// The engine. Exposed for diagnosis and for layers such as the mount.
     public let engine = CoordinationEngine()
+
+    /// Holds that other processes are inside of, taken through a control socket (SPEC §1).
+    public let accessorHolds = AccessorHolds()
 
     /// When presenters' answers are due (X2), for every access of the domain.
     let answerDeadlines = AnswerDeadlines()
@@ -28,14 +32,28 @@ public final class CoordinationDomain: @unchecked Sendable {
     private let inheritingCount = Atomic<Int>(0)
     private var links: [String: MountLink] = [:]
     private var _usesMounts: Bool
+    private var _usesDaemon: Bool
+    /// Why the user's daemon could not be had, said once in the log.
+    private var daemonTrouble: String?
     private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, URL) -> Void] = [:]
 
     let logger = Logger(label: "org.coordfs.coordination")
 
     /// A domain of its own; it does not reach out to coordfs mounts unless `usesMounts` is set.
-    public init() { _usesMounts = false }
+    public init() {
+        _usesMounts = false
+        _usesDaemon = false
+    }
 
-    private init(shared: Bool) { _usesMounts = shared }
+    private init(shared: Bool) {
+        _usesMounts = shared
+        // Apple's processes coordinate with each other through a daemon; so do these, unless
+        // told to keep to themselves, which is said once so that it is never a surprise.
+        _usesDaemon = shared && ProcessInfo.processInfo.environment["COORDFS_COORDINATION"] != "in-process"
+        if shared && !_usesDaemon {
+            logger.notice("COORDFS_COORDINATION=in-process: outside coordfs mounts, this process coordinates with itself only")
+        }
+    }
 
     /// How long an access waits for presenters' answers before it goes on without them (X2).
     public var presenterTimeout: Duration {
@@ -62,9 +80,34 @@ public final class CoordinationDomain: @unchecked Sendable {
         set { withLock { _usesMounts = newValue } }
     }
 
-    /// The link to the mount holding `path`, if it is served by another process.
+    /// Whether coordinators and presenters of items outside any mount also coordinate with
+    /// other processes, through the user's coordfs daemon, started on first use where none runs
+    /// (true for `shared`, unless `COORDFS_COORDINATION=in-process`).
+    public var usesDaemon: Bool {
+        get { withLock { _usesDaemon } }
+        set { withLock { _usesDaemon = newValue } }
+    }
+
+    /// The link to the server of `path` when another process serves it: the mount holding it,
+    /// else the user's daemon.
     func link(for path: ItemPath) -> MountLink? {
-        guard usesMounts, let socket = MountLink.socket(for: path) else { return nil }
+        guard usesMounts else { return nil }
+        let socket: String
+        if let mount = MountLink.socket(for: path) {
+            socket = mount
+        } else if usesDaemon, let daemon = withLock({ links.first { $0.value.isDaemon && !$0.value.isClosed }?.key }) {
+            socket = daemon
+        } else if usesDaemon {
+            switch UserDaemon.socket() {
+            case .success(let path): socket = path
+            case .failure(let error):
+                let first = withLock { () -> Bool in defer { daemonTrouble = error.description }; return daemonTrouble == nil }
+                if first { logger.error("no coordination with other processes outside coordfs mounts: \(error)") }
+                return nil
+            }
+        } else {
+            return nil
+        }
         if let existing = withLock({ links[socket] }), !existing.isClosed { return existing }
         guard let link = try? MountLink(socketPath: socket), !link.isOwnProcess else { return nil }
         withLock { links[socket] = link }

@@ -256,8 +256,9 @@ public final class FileCoordinator: @unchecked Sendable {
     public func item(at oldURL: URL, didMoveTo newURL: URL) throws {
         let locator = domain.locator
         let old = try locator.canonicalPath(of: oldURL), new = try locator.canonicalPath(of: newURL)
-        let grant = lock.withLock { running.reversed().first { access in access.grantedIntents.contains { $0.kind.isWrite } } }?.grantID
-        guard let grant else { throw FileCoordinationError.moveReportedOutsideWrite }
+        let access = lock.withLock { running.reversed().first { access in access.grantedIntents.contains { $0.kind.isWrite } } }
+        guard let access, let grant = access.grantID else { throw FileCoordinationError.moveReportedOutsideWrite }
+        access.reportRemoteMove(from: old, to: new)
         // After the rename the item is at `new`; its facts come from there.
         var source = locator.target(for: new)
         source.path = old

@@ -80,10 +80,17 @@ final class MountLink: @unchecked Sendable {
 
     var isClosed: Bool { client.isClosed }
 
+    /// Whether the server is a daemon, serving paths outside any mount.
+    var isDaemon: Bool { mountRoot == "/" }
+
     // MARK: Holds
 
-    /// Holds `intents` for this process; `completion` gets the hold number or the error.
-    func hold(_ intents: [Intent], timeout: Duration?, completion: @escaping @Sendable (Result<Int, Error>) -> Void) -> Int {
+    /// Holds `intents` for a coordinator of this process — for `presenter`, when it was made
+    /// with one watched here, so that it passes while that presenter is asked; `completion`
+    /// gets the hold number or the error.
+    func hold(_ intents: [Intent], for presenter: FilePresenter?, timeout: Duration?,
+              completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void) -> Int {
+        let wd = presenter.flatMap { presenter in lock.withLock { watches[ObjectIdentifier(presenter)] } }
         let wire = intents.map { intent -> WireIntent in
             switch intent.kind {
             case .reading(let options):
@@ -93,7 +100,7 @@ final class MountLink: @unchecked Sendable {
             }
         }
         let seconds = timeout.map { $0.timeInterval }
-        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false) }) { reply in
+        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false, presenter: wd) }) { reply in
             // Off the connection's reader thread: what follows may run an accessor, and the
             // reader must stay free to deliver events (and the release's reply).
             DispatchQueue.global().async { Self.finishHold(reply, completion) }
@@ -101,10 +108,15 @@ final class MountLink: @unchecked Sendable {
     }
 
     private static func finishHold(_ result: Result<[String: WireValue], ControlError>,
-                                   _ completion: @escaping @Sendable (Result<Int, Error>) -> Void) {
+                                   _ completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void) {
         switch result {
         case .success(let fields):
-            if case .int(let number)? = fields["hold"] { completion(.success(number)) }
+            // The paths as granted: an item moved while the hold waited is where it went (C11).
+            var paths: [String] = []
+            if case .array(let granted)? = fields["paths"] {
+                paths = granted.compactMap { if case .string(let path) = $0 { return path } else { return nil } }
+            }
+            if case .int(let number)? = fields["hold"] { completion(.success((number, paths))) }
             else { completion(.failure(FileCoordinationError.systemError("no hold in the mount's reply", EPROTO))) }
         case .failure(let error):
             completion(.failure(Self.error(error)))
@@ -112,6 +124,12 @@ final class MountLink: @unchecked Sendable {
     }
 
     func cancel(_ request: Int) { client.send(.cancel(id: 0, request: request)) }
+
+    /// Tells the server of a move made inside `hold`, which it cannot see itself (a daemon: a
+    /// mount sees the rename).
+    func reportMove(in hold: Int, from: ItemPath, to: ItemPath) {
+        _ = try? client.request { .moved(id: $0, hold: hold, from: from.string, to: to.string) }
+    }
 
     /// Ends a hold and waits until the mount has: once an accessor returns, others may proceed.
     func release(_ hold: Int, changed: Bool) {

@@ -76,7 +76,7 @@ import Testing
         #expect(second.index == first.index && second != first)
         // Ending the first grant again (a claim ended twice) must not end the second.
         engine.release(first)
-        engine.finishMessaging(first)
+        engine.finishMessaging(first) {}
         #expect(throws: CoordinationError.notInsideWrite) {
             try engine.reportMove(in: first, from: AccessTarget(path: a), to: AccessTarget(path: b))
         }
@@ -189,7 +189,7 @@ import Testing
         #expect(read.requests.map(\.messages) == [[.relinquishToReader, .saveChanges]])
         let save = try #require(granted(engine.acquire(request(owner, .write(a)), resume: { _ in })), "C21")
         engine.release(save.id)
-        engine.finishMessaging(read.id)
+        engine.finishMessaging(read.id) {}
         guard case .refused(.wouldBlock) = engine.acquire(request(owner, .write(a), waits: false), resume: { _ in }) else {
             Issue.record("after messaging the owner waits like anyone"); return
         }

@@ -153,7 +153,7 @@ import Testing
     @Test func aListedGrantReportsNoMoveAndFinishesNoMessaging() throws {
         let engine = CoordinationEngine()
         let grant = try listed(engine, .process(1), .write(a, .forMoving))
-        engine.finishMessaging(grant)
+        engine.finishMessaging(grant) {}
         #expect(throws: CoordinationError.notInsideWrite) {
             try engine.reportMove(in: grant, from: AccessTarget(path: a), to: AccessTarget(path: b))
         }
