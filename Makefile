@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test bench bench-walk bench-programs soak run stop install clean
+.PHONY: all setup io-uring build test bench bench-walk bench-programs soak stress-cross run stop install clean
 
 all: build
 
@@ -73,6 +73,13 @@ bench-walk: setup io-uring
 bench-programs: setup io-uring
 	$(SWIFT) build -c release --product coordfs
 	python3 Benchmarks/programbench.py .build/release/coordfs --rounds $(BENCH_ROUNDS)
+
+# Two copies of an Apple-style program (CoordinatedCounter) at once, STRESS_ROUNDS times outside
+# any mount (through a daemon they start) and inside one: every failure, EDEADLK, EBUSY and hang
+# is counted, and any fails the target.
+STRESS_ROUNDS ?= 20
+stress-cross: build
+	python3 Tests/Scripts/cross_stress.py $(COORDFS) .build/debug/CoordinatedCounter $(STRESS_ROUNDS)
 
 # The long run (not in CI): fio rounds for SOAK_SECONDS under churn and a presenter, then a summary.
 # SOAK_OPTIONS go to the mount (SOAK_OPTIONS=--no-kernel-passthrough soaks the daemon's data path).

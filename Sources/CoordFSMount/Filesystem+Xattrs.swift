@@ -95,6 +95,7 @@ extension Filesystem {
                 + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(openFileLimit),\"open_files\":\(files.count),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
+                + "\"kernel_lock_breaks\":\(kernelLockWatch.breaks.load(ordering: .relaxed)),"
                 + "\"ring_requests\":\(ring.served),\"ring_lane_requests\":\(ring.laned),\"ring_direct_reads\":\(ring.direct_reads),"
                 + "\"ring_lanes_all\":\(ring.lanes_all),\"ring_lane_nodes\":\(ring.lane_nodes),"
                 + "\"serve_nice\":\(ring.queues > 0 ? ring.queue_nice : workerNice.load(ordering: .relaxed))}"

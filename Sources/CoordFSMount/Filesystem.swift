@@ -30,6 +30,8 @@ public final class Filesystem: @unchecked Sendable {
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
     let statistics = MountStatistics()
+    /// Waiting requests that the kernel holds a lock for (`KernelLockWatch`).
+    let kernelLockWatch = KernelLockWatch(logger: Logger(label: "org.coordfs.mount"))
     /// Shut for the names of the files held open under screened grants (`NameGates`).
     let nameGates = NameGates()
     /// The FUSE session once mounted: its io_uring queues serve it, named by its descriptor.
@@ -300,11 +302,15 @@ public final class Filesystem: @unchecked Sendable {
             }
         }
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
+        // A request about a name waits with its directory locked by the kernel; a setattr, its
+        // inode: holders that need them must not wait for it in turn.
+        let underKernelLock = forTheCall || !wanted.name.isEmpty
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
         let claim = AccessClaim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
                                              holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
+            if underKernelLock { kernelLockWatch.forget(number) }
             switch result {
             case .success(let claim):
                 let held = RequestClaim.claim(claim)
@@ -326,6 +332,7 @@ public final class Filesystem: @unchecked Sendable {
                 state.claims[number] = claim
                 return state.interruptedEarly.remove(number) != nil
             }
+            if underKernelLock { kernelLockWatch.watch(number, claim) }
         }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { claim.cancel() }

@@ -5,6 +5,9 @@
 //
 //     CoordinatedCounter FILE UPDATES NAME PEER
 //
+// PEER is the other copy's NAME, or - when the other party is no copy of this program (a shell
+// loop using the directory): it then neither waits for it nor for its end.
+//
 // It prints one JSON line: what its presenter heard, in counts and in order.
 import FileCoordination
 import Foundation
@@ -68,6 +71,7 @@ var errors: [String] = []
 // Both are ready before either writes: each presenter hears all of the other's accesses.
 func marker(_ who: String, _ what: String) -> URL { directory.appendingPathComponent(".\(who).\(what)") }
 func waitFor(_ url: URL) {
+    if peer == "-" { return }
     let deadline = Date().addingTimeInterval(120)
     while !FileManager.default.fileExists(atPath: url.path) && Date() < deadline { usleep(10_000) }
 }

@@ -172,14 +172,43 @@ public final class CoordinationEngine: Sendable {
         return resume != nil
     }
 
+    /// Whom a waiting request waits for (the holders and earlier waiters in its way), or nil
+    /// when it is no longer waiting.
+    public func blockers(of ticket: TicketID) -> Set<CoordinatorIdentity>? {
+        state.withLock { state in state.waiting.first { $0.ticket == ticket }?.blockers }
+    }
+
+    /// Whom a grant still waits for before its accessor runs: the owners of the presenters it
+    /// is asking (C21), then the holders of what their own work took (`finishMessaging`).
+    public func awaited(by grant: GrantID) -> Set<CoordinatorIdentity> {
+        state.withLock { state in
+            guard let record = state.grants[grant] else { return [] }
+            if !record.messaging.isEmpty { return record.messaging }
+            guard let settling = state.settling.first(where: { $0.grant == grant }) else { return [] }
+            return state.blockers(of: settling.identity, settling.modes, queuedBefore: 0)
+        }
+    }
+
+    /// Lets a grant that `finishMessaging` keeps waiting go ahead now (a wait broken through).
+    public func stopSettling(_ grant: GrantID) {
+        let settled = withState { state -> State.Settling? in
+            guard let index = state.settling.firstIndex(where: { $0.grant == grant }) else { return nil }
+            return state.settling.remove(at: index)
+        }
+        settled?.proceed()
+    }
+
     /// Clears the grant's waiver for the presenters it was messaging: from now on the owners of
     /// those presenters wait for it like anyone else (C21). What their own work took meanwhile
     /// may still hold the grant's items: `proceed` runs once none of it does — at once, or when
     /// the last such access ends — so that the grant's accessor never overlaps it.
-    public func finishMessaging(_ grant: GrantID, then proceed: @escaping @Sendable () -> Void) {
+    /// `overlapping`: go ahead at once all the same (a wait broken through: what passed may be
+    /// what cannot end before the grant's owner goes on).
+    public func finishMessaging(_ grant: GrantID, overlapping: Bool = false, then proceed: @escaping @Sendable () -> Void) {
         let now = withState { state -> Bool in
             guard let record = state.grants[grant] else { return true }
             state.grants[grant]!.messaging = []
+            if overlapping { return true }
             let modes = record.holdsIntents ? record.intents.map(LockMode.init) : []
             if state.isFree(for: record.identity, modes) { return true }
             state.settling.append(State.Settling(grant: grant, identity: record.identity, modes: modes, proceed: proceed))
@@ -193,11 +222,14 @@ public final class CoordinationEngine: Sendable {
     /// presenter hears of a write before it is asked about the next access. `outcomes` parallels
     /// the grant's intents; pass nil for an access that changed nothing.
     @discardableResult
+    /// `beforeWaking` runs after `deliver`, before anyone waiting is woken: an access's
+    /// reacquirers go there, so that a presenter hears them before the next access asks it.
     public func release(_ grant: GrantID, outcomes: [IntentOutcome]? = nil,
-                        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in })
+                        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in },
+                        beforeWaking: () -> Void = {})
         -> [PresenterDelivery<PresenterNotification>]
     {
-        release(grant, someOutcomes: outcomes, deliver: deliver)
+        release(grant, someOutcomes: outcomes, deliver: deliver, beforeWaking: beforeWaking)
     }
 
     /// `release` of a one-intent grant, without an array for its one outcome: the end of most
@@ -207,12 +239,12 @@ public final class CoordinationEngine: Sendable {
                         deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in })
         -> [PresenterDelivery<PresenterNotification>]
     {
-        release(grant, someOutcomes: CollectionOfOne(outcome), deliver: deliver)
+        release(grant, someOutcomes: CollectionOfOne(outcome), deliver: deliver, beforeWaking: {})
     }
 
     private func release<Outcomes: Collection<IntentOutcome> & Sendable>(
         _ grant: GrantID, someOutcomes outcomes: Outcomes?,
-        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void
+        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void, beforeWaking: () -> Void
     ) -> [PresenterDelivery<PresenterNotification>] {
         // The common end, on a path of its own (it runs cold, so its length is its cost).
         if grant.isOnShortList && withState({ $0.releaseListedQuietly(grant) }) { return [] }
@@ -231,6 +263,7 @@ public final class CoordinationEngine: Sendable {
             return (notes, state.grantWaiters())
         }
         if !notifications.isEmpty { deliver(notifications) }
+        beforeWaking()
         woken.forEach { $0.run() }
         return notifications
     }

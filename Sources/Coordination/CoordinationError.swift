@@ -17,6 +17,9 @@ public enum CoordinationError: Error, Hashable, Sendable, CustomStringConvertibl
     case invalidRequest(String)
     /// No registration with that identifier.
     case unknownRegistration
+    /// Its caller stopped the wait to go ahead without the intents: the holders it waited for
+    /// needed something the caller itself holds (a kernel lock) to finish.
+    case brokenThrough
 
     public var description: String {
         switch self {
@@ -29,6 +32,7 @@ public enum CoordinationError: Error, Hashable, Sendable, CustomStringConvertibl
         case .notInsideWrite: return "a move can be reported only inside a coordinated write"
         case .invalidRequest(let why): return "invalid coordination request: \(why)"
         case .unknownRegistration: return "no such registration"
+        case .brokenThrough: return "the wait was broken through: the holders needed what the waiter held"
         }
     }
 }

@@ -94,6 +94,14 @@ public final class AccessClaim: @unchecked Sendable {
     /// Stops waiting (an interrupted system call); no effect once granted.
     public func cancel() { access?.cancel() }
 
+    /// The processes the claim waits for now: holders in its way, or owners of the presenters
+    /// it is asking. Empty once granted.
+    public var awaitedProcesses: Set<Int32> { access?.awaitedProcesses ?? [] }
+
+    /// Stops waiting and goes ahead (`CoordinatedAccess.breakThrough`): for a caller whose wait
+    /// holds something that those it waits for need.
+    public func breakThrough() { access?.breakThrough() }
+
     /// The intents as granted: paths moved while waiting are updated (C11).
     public var intents: [Intent] { atOnce?.intents ?? access?.grantedIntents ?? [] }
 

@@ -30,6 +30,8 @@ final class CoordinatedAccess: @unchecked Sendable {
     /// Items that moved while a remote hold waited (C11): where they were, where they are.
     private var remoteMoves: [ItemPath: ItemPath] = [:]
     private var remoteRequest: (link: MountLink, id: Int)?
+    /// Set by `breakThrough`: it goes ahead without waiting for anyone any more.
+    private var brokeThrough = false
     /// Existence of each written item once presenters have answered, for the notifications after.
     private var before: [ItemLocator.Fingerprint?] = []
 
@@ -94,6 +96,7 @@ final class CoordinatedAccess: @unchecked Sendable {
         switch domain.engine.acquire(request, resume: { [self] result in
             switch result {
             case .success(let grant): granted(grant)
+            case .failure(.brokenThrough): goAheadHoldingNothing()
             case .failure(let error): fail(FileCoordinationError.from(error))
             }
         }) {
@@ -145,6 +148,47 @@ final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
+    /// The processes this access waits for now: the holders in its way, or the owners of the
+    /// presenters it is asking. (Coordinators of this process have none.)
+    var awaitedProcesses: Set<Int32> {
+        switch lock.withLock({ phase }) {
+        case .waiting(let ticket): Set((domain.engine.blockers(of: ticket) ?? []).compactMap(\.process))
+        case .messaging(let grant, _): Set(domain.engine.awaited(by: grant.id).compactMap(\.process))
+        case .idle, .granted, .ended: []
+        }
+    }
+
+    /// Stops waiting and goes ahead: the holders in its way, or the presenters it asks, need
+    /// something its caller holds to finish (a kernel lock a mount's request holds while it
+    /// waits). Waiting in the engine, it goes ahead holding nothing, and presenters are still
+    /// told what it did; asking presenters, it goes on without the answers still missing.
+    func breakThrough() {
+        switch lock.withLock({ brokeThrough = true; return phase }) {
+        case .waiting(let ticket): domain.engine.abandon(ticket, because: .brokenThrough)
+        case .messaging(let grant, let messenger):
+            messenger?.stopWaiting()
+            domain.engine.stopSettling(grant.id)
+        case .idle, .granted, .ended: break
+        }
+    }
+
+    /// After a broken wait: granted at once, holding nothing and asking nobody.
+    private func goAheadHoldingNothing() {
+        var telling = request
+        telling.holdsIntents = false
+        telling.messagesPresenters = false
+        switch domain.engine.acquire(telling, resume: { _ in }) {
+        case .granted(let grant):
+            lock.withLock { phase = .messaging(grant, nil) }
+            completeGrant(grant)
+        case .waiting(let ticket):
+            domain.engine.abandon(ticket, because: .cancelled)      // holding nothing, it cannot wait
+            fail(FileCoordinationError.timedOut)
+        case .refused(let error):
+            fail(FileCoordinationError.from(error))
+        }
+    }
+
     private func granted(_ grant: Grant) {
         lock.withLock {
             timer?.cancel()
@@ -158,7 +202,7 @@ final class CoordinatedAccess: @unchecked Sendable {
         }
         let messenger = PresenterMessenger(grant.requests, domain: domain) { [self] error in
             if let error { return abandonGrant(grant, error) }
-            domain.engine.finishMessaging(grant.id) { [self] in
+            domain.engine.finishMessaging(grant.id, overlapping: lock.withLock { brokeThrough }) { [self] in
                 takeRemote(remoteGroups(grant)[...]) { [self] error in
                     if let error { return abandonGrant(grant, error) }
                     completeGrant(grant)
@@ -267,9 +311,14 @@ final class CoordinatedAccess: @unchecked Sendable {
             let new = intent.kind.isWrite ? ItemLocator.fingerprint(intent.path) : nil
             return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
         }
-        domain.engine.release(grant.id, outcomes: outcomes) { notify?($0) ?? PresenterNotifier.deliver($0, domain: domain) }
-        releaseRemote(changed: outcomes.contains { $0.changed && ($0.existedBefore || $0.existsAfter) })
-        messenger?.endAccess()
+        // Presenters hear what the access did, then get their reacquirers, and only then is the
+        // next access let in to ask them again (P4, and Apple's order).
+        domain.engine.release(grant.id, outcomes: outcomes, deliver: { notify?($0) ?? PresenterNotifier.deliver($0, domain: domain) },
+                              beforeWaking: { messenger?.endAccess() })
+        // Other processes' presenters are told of every write of an item that exists (P9): a
+        // file's fingerprint may not show a save (an inode number used again, a timestamp
+        // of the same clock tick).
+        releaseRemote(changed: zip(grant.intents, outcomes).contains { $0.kind.isWrite && ($1.existedBefore || $1.existsAfter) })
         if let presenter = coordinator?.filePresenter { domain.refresh(presenter) }
     }
 }

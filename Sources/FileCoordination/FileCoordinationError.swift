@@ -51,7 +51,7 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     static func from(_ error: CoordinationError) -> Error {
         switch error {
         case .cancelled, .ownerGone: return CocoaError(.userCancelled)
-        case .timedOut: return FileCoordinationError.timedOut
+        case .timedOut, .brokenThrough: return FileCoordinationError.timedOut
         case .deadlock(let cycle): return FileCoordinationError.deadlock(cycle: cycle.map(\.description))
         case .wouldBlock: return FileCoordinationError.wouldBlock
         case .notInsideWrite: return FileCoordinationError.moveReportedOutsideWrite

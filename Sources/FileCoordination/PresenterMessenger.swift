@@ -12,7 +12,9 @@ final class PresenterMessenger: @unchecked Sendable {
     private let domain: CoordinationDomain
     private var pending: Set<PresenterID>
     private var completion: Completion?
-    private var reacquirers: [(OperationQueue, @Sendable () -> Void)] = []
+    /// Each with its presenter's queue, or nil for a presenter that takes messages inline
+    /// (a control-socket client's): its reacquirer is sent at once, before the next access.
+    private var reacquirers: [(OperationQueue?, @Sendable () -> Void)] = []
     private var accessEnded = false
     /// The request each presenter has yet to answer, for the report of one that does not.
     private var current: [PresenterID: (request: PresenterRequest, presentedPath: ItemPath)] = [:]
@@ -55,12 +57,16 @@ final class PresenterMessenger: @unchecked Sendable {
 
     /// The access has ended: run reacquirers now and any that arrive late at once.
     func endAccess() {
-        let toRun: [(OperationQueue, @Sendable () -> Void)] = lock.withLock {
+        let toRun: [(OperationQueue?, @Sendable () -> Void)] = lock.withLock {
             accessEnded = true
             defer { reacquirers = [] }
             return reacquirers
         }
-        for (queue, reacquirer) in toRun { queue.addOperation(reacquirer) }
+        for (queue, reacquirer) in toRun { Self.run(reacquirer, on: queue) }
+    }
+
+    private static func run(_ reacquirer: @escaping @Sendable () -> Void, on queue: OperationQueue?) {
+        if let queue { queue.addOperation(reacquirer) } else { reacquirer() }
     }
 
     private func deliver(_ messages: ArraySlice<PresenterRequest>, _ delivery: PresenterDelivery<PresenterRequest>) {
@@ -74,8 +80,9 @@ final class PresenterMessenger: @unchecked Sendable {
         let next: @Sendable (Error?) -> Void = { [self] error in
             if let error { answered(delivery.presenter, error: error) } else { deliver(rest, delivery) }
         }
+        let inline = (presenter as? PathMessagedPresenter)?.takesMessagesInline == true
         let relinquished: @Sendable ((@Sendable () -> Void)?) -> Void = { [self] reacquirer in
-            if let reacquirer { keep(reacquirer, on: queue) }
+            if let reacquirer { keep(reacquirer, on: inline ? nil : queue) }
             next(nil)
         }
         if let direct = presenter as? PathMessagedPresenter, direct.takesMessagesInline {
@@ -103,13 +110,13 @@ final class PresenterMessenger: @unchecked Sendable {
         }
     }
 
-    private func keep(_ reacquirer: @escaping @Sendable () -> Void, on queue: OperationQueue) {
+    private func keep(_ reacquirer: @escaping @Sendable () -> Void, on queue: OperationQueue?) {
         let runNow = lock.withLock { () -> Bool in
             if accessEnded { return true }
             reacquirers.append((queue, reacquirer))
             return false
         }
-        if runNow { queue.addOperation(reacquirer) }
+        if runNow { Self.run(reacquirer, on: queue) }
     }
 
     private func answered(_ presenter: PresenterID, error: Error?) {
@@ -119,6 +126,13 @@ final class PresenterMessenger: @unchecked Sendable {
             return pending.isEmpty
         }
         if let error { finish(error) } else if done { finish(nil) }
+    }
+
+    /// Goes on without the answers still missing, at once and without a report: the caller
+    /// knows why they cannot come (`CoordinatedAccess.breakThrough`).
+    func stopWaiting() {
+        lock.withLock { pending = [] }
+        finish(nil)
     }
 
     /// The presenter timeout has passed (`AnswerDeadlines`): the access goes on without the

@@ -97,3 +97,42 @@ import Glibc
         kill(pid_t(pid), SIGTERM)
     }
 }
+
+/// One copy of the program beside unmodified programs using the same directory: `cat` and
+/// `cp` of the counter, `mv` and `rm` of copies beside it, in a loop while it runs.
+@Suite struct CrossProcessWithShellTests {
+    @Test func oneProgramBesideAShellLoopOfMvCatRmAndCp() throws {
+        let fx = try MountFixture()
+        try fx.seed("count.json", #"{"count":0,"by":"seed"}"#)
+        let loop = """
+        cd "$1"; n=0
+        while [ ! -e .a.done ]; do
+            cat count.json > read.$n 2>> errors || echo "cat $?" >> errors
+            cp count.json snap 2>> errors && mv snap snap2 2>> errors && cat snap2 > copy.$n 2>> errors && rm snap2 2>> errors
+            n=$((n+1))
+        done
+        echo $n
+        """
+        let shell = try Child("/bin/sh", ["-c", loop, "sh", fx.mountPoint.path])
+        let updates = CrossProcessTests.updates
+        let result = try run(CrossProcessTests.counter, [fx.path("count.json"), String(updates), "a", "-"],
+                             environment: CrossProcessTests.environment())
+        #expect(result.status == 0, "\(result)")
+        let rounds = Int(shell.next()?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
+        #expect(rounds > 0, "the loop never ran")
+        let count = (try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: fx.path("count.json")))) as? [String: Any])?["count"] as? Int
+        #expect(count == updates)
+        // No program got an error (EBUSY, EDEADLK, ENOENT), and no read saw a half-written file.
+        let errors = (try? String(contentsOfFile: fx.path("errors"), encoding: .utf8)) ?? ""
+        #expect(errors.isEmpty, "\(errors)")
+        for name in try FileManager.default.contentsOfDirectory(atPath: fx.mountPoint.path)
+        where name.hasPrefix("read.") || name.hasPrefix("copy.") {
+            let data = try Data(contentsOf: URL(fileURLWithPath: fx.path(name)))
+            #expect((try? JSONSerialization.jsonObject(with: data)) != nil, "\(name) holds '\(String(decoding: data, as: UTF8.self))'")
+        }
+        // The program's presenter was asked by the loop's reads, and reacquired after each.
+        let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any] ?? [:]
+        #expect(report["relinquish"] as? Int == report["reacquire"] as? Int, "\(report)")
+        #expect((report["relinquish"] as? Int ?? 0) > 0, "\(report)")
+    }
+}
