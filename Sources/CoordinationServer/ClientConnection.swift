@@ -26,6 +26,8 @@ final class ClientConnection: @unchecked Sendable {
     /// process now, which nothing here may touch.
     private var descriptorClosed = false
     private var watches: [Int: RemotePresenter] = [:]
+    /// Coordinators the client named in its holds, with how many holds use each.
+    private var namedCoordinators: [String: (identity: CoordinatorIdentity, holds: Int)] = [:]
     private var holds: [Int: Held] = [:]
     private var inheritingHolds: Set<Int> = []
     private var pendingHolds: [Int: AccessClaim] = [:]
@@ -48,6 +50,12 @@ final class ClientConnection: @unchecked Sendable {
     /// of its items existed when it was granted (for what presenters are told at its end).
     struct Held {
         let claim: AccessClaim
+        /// The client's name for its coordinator, if it gave one.
+        let coordinatorName: String?
+        /// Taken inside another hold of the same coordinator that covers its items (an access
+        /// of a prepared batch, a nested one): it holds, asks and tells nothing of its own; the
+        /// outer hold, whose claim it shares, did and will.
+        var nested = false
         let token: UInt64
         let realPaths: [String]
         let existedBefore: [Bool]
@@ -129,8 +137,8 @@ final class ClientConnection: @unchecked Sendable {
                 throw WireError("no request with cookie \(cookie) is waiting for an answer")
             }
             answered(code)
-        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter):
-            hold(id, intents, wait, timeout, inherit, presenter)
+        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator):
+            hold(id, intents, wait, timeout, inherit, presenter, coordinator)
         case .release(let id, let number, let changed):
             guard let held = lock.withLock({ () -> Held? in
                 inheritingHolds.remove(number)
@@ -269,7 +277,30 @@ final class ClientConnection: @unchecked Sendable {
 
     // MARK: Holds
 
-    private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?) {
+    /// The identity of the coordinator the client named `name`, counting one more hold of it.
+    private func namedCoordinator(_ name: String) -> CoordinatorIdentity {
+        lock.withLock {
+            if let known = namedCoordinators[name] {
+                namedCoordinators[name] = (known.identity, known.holds + 1)
+                return known.identity
+            }
+            let identity = CoordinatorIdentity.client(process: peer.pid, number: server.nextCoordinatorNumber())
+            namedCoordinators[name] = (identity, 1)
+            return identity
+        }
+    }
+
+    /// One hold of the coordinator named `name` has ended.
+    private func dropNamedCoordinator(_ name: String?) {
+        guard let name else { return }
+        lock.withLock {
+            guard let known = namedCoordinators[name] else { return }
+            namedCoordinators[name] = known.holds > 1 ? (known.identity, known.holds - 1) : nil
+        }
+    }
+
+    private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
+                      _ coordinatorName: String?) {
         let limit = server.counts.limits.holdsPerConnection
         if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
             return send(.error(id: id, errno: "ENOSPC", message: "too many holds on one connection (at most \(limit), granted or waited for)"))
@@ -281,25 +312,46 @@ final class ClientConnection: @unchecked Sendable {
                 return send(.error(id: id, errno: "EINVAL", message: "no watch \(presenter) of yours"))
             }
             coordinator = watch.owner
+        } else if let coordinatorName {
+            coordinator = namedCoordinator(coordinatorName)
         } else {
             coordinator = newCoordinator()
         }
+        let name = presenter == nil ? coordinatorName : nil
         var intents: [Intent] = []
         for item in wanted {
             let resolved: (target: AccessTarget, realPath: String)
             do { resolved = try server.resolver.resolve(item.path) } catch {
-                return send(.error(id: id, errno: error.errno, message: error.message))
+                dropNamedCoordinator(name); return send(.error(id: id, errno: error.errno, message: error.message))
             }
             guard let kind = Self.kind(item) else {
-                return send(.error(id: id, errno: "EINVAL", message: "unknown options \(item.options ?? []) for a \(item.access.rawValue)"))
+                dropNamedCoordinator(name); return send(.error(id: id, errno: "EINVAL", message: "unknown options \(item.options ?? []) for a \(item.access.rawValue)"))
             }
             guard Permissions.allows(peer, resolved.realPath, item.access == .read ? .read : .write, from: server.resolver.permissionBase) else {
-                return send(.error(id: id, errno: "EACCES", message: "cannot \(item.access.rawValue) '\(item.path)'"))
+                dropNamedCoordinator(name); return send(.error(id: id, errno: "EACCES", message: "cannot \(item.access.rawValue) '\(item.path)'"))
             }
             intents.append(Intent(kind, resolved.target))
         }
+        // Inside another granted hold of the same named coordinator that covers every item.
+        if let name, let outer = lock.withLock({ holds.values.first { held in
+            held.coordinatorName == name && intents.allSatisfy { intent in
+                held.claim.intents.contains { ($0.kind.isWrite || !intent.kind.isWrite) && AccessorHolds.covers($0, intent.target) }
+            }
+        } }) {
+            var inner = Held(claim: outer.claim, coordinatorName: name, token: 0, realPaths: [], existedBefore: [])
+            inner.nested = true
+            let number = lock.withLock { () -> Int in
+                lastNumber += 1
+                holds[lastNumber] = inner
+                return lastNumber
+            }
+            return send(.ok(id: id, fields: ["hold": .int(number), "paths": .array(intents.map { .string($0.path.string) })]))
+        }
         let duplicate = lock.withLock { pendingHolds[id] != nil }
-        if duplicate { return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending")) }
+        if duplicate {
+            dropNamedCoordinator(name)
+            return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending"))
+        }
         // The decoder has bounded it (`Seconds`): the conversion cannot trap.
         let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.domain.defaultWaitTimeout
         let claim = AccessClaim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait,
@@ -308,13 +360,15 @@ final class ClientConnection: @unchecked Sendable {
             self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
             switch result {
             case .failure(let error):
+                self.dropNamedCoordinator(name)
                 self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
             case .success(let claim):
                 // What the process does through a mount on these items is now its accessor's.
                 let token = self.server.domain.accessorHolds.add(claim, of: self.peer.pid)
                 // Where the items are as granted: one moved while the hold waited is where it went.
                 let granted = claim.intents.map { (try? self.server.resolver.resolve($0.path.string).realPath) ?? "" }
-                let held = Held(claim: claim, token: token, realPaths: granted, existedBefore: granted.map(Self.exists))
+                let held = Held(claim: claim, coordinatorName: name, token: token, realPaths: granted,
+                                existedBefore: granted.map(Self.exists))
                 let number = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
                     self.lastNumber += 1
@@ -354,6 +408,8 @@ final class ClientConnection: @unchecked Sendable {
     /// Ends a hold: presenters learn what became of each written item (changed, deleted or
     /// made), and the process's requests through a mount are its own again.
     private func end(_ held: Held, changed: Bool) {
+        dropNamedCoordinator(held.coordinatorName)
+        if held.nested { return }
         server.domain.accessorHolds.remove(held.token, of: peer.pid)
         let intents = held.claim.intents
         held.claim.end(outcomes: intents.indices.map { index in

@@ -80,8 +80,13 @@ public enum WireCodec {
             if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw WireError("\"timeout\": \(why)") }
             let presenter = object["presenter"]?.int
             if object["presenter"] != nil && presenter == nil { throw WireError("\"presenter\" must be a watch descriptor") }
+            let coordinator = object["coordinator"]?.string
+            if object["coordinator"] != nil && (coordinator == nil || coordinator!.isEmpty || coordinator!.utf8.count > 255) {
+                throw WireError("\"coordinator\" must be a name of 1 to 255 bytes")
+            }
             return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
-                         timeout: timeout, inherit: try bool(object, "inherit", default: false), presenter: presenter)
+                         timeout: timeout, inherit: try bool(object, "inherit", default: false), presenter: presenter,
+                         coordinator: coordinator)
         case "moved":
             return .moved(id: try int(object, "id"), hold: try int(object, "hold"), from: try string(object, "from"), to: try string(object, "to"))
         case "release":
@@ -120,7 +125,7 @@ public enum WireCodec {
         case .hello(let id, let version): object = ["op": "hello", "id": .int(id), "version": .int(version)]
         case .watch(let id, let path, let mask): object = ["op": "watch", "id": .int(id), "path": .string(path), "mask": .strings(mask.names)]
         case .unwatch(let id, let wd): object = ["op": "unwatch", "id": .int(id), "wd": .int(wd)]
-        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter):
+        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator):
             object = ["op": "hold", "id": .int(id), "wait": .bool(wait), "inherit": .bool(inherit),
                       "intents": .array(intents.map { intent -> JSONOutput in
                           var entry: [String: JSONOutput] = ["path": .string(intent.path), "access": .string(intent.access.rawValue)]
@@ -129,6 +134,7 @@ public enum WireCodec {
                       })]
             if let timeout { object["timeout"] = .double(timeout) }
             if let presenter { object["presenter"] = .int(presenter) }
+            if let coordinator { object["coordinator"] = .string(coordinator) }
         case .release(let id, let hold, let changed): object = ["op": "release", "id": .int(id), "hold": .int(hold), "changed": .bool(changed)]
         case .moved(let id, let hold, let from, let to):
             object = ["op": "moved", "id": .int(id), "hold": .int(hold), "from": .string(from), "to": .string(to)]

@@ -37,8 +37,11 @@ public enum ClientMessage: Hashable, Sendable {
     /// Hold intents, all or none; the reply comes once granted (or refused). `inherit` lets the
     /// client's child processes count as the client (as `coordfs coordinate` needs).
     /// `presenter`: the watch the hold is taken for (a coordinator made with that presenter):
-    /// it passes while that presenter is asked, as its own work.
-    case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool, presenter: Int? = nil)
+    /// it passes while that presenter is asked, as its own work. `coordinator`: a name the
+    /// client gives a coordinator of its own; holds under one name never wait for each other
+    /// (a coordinator's nested or batched accesses). Otherwise each hold is a coordinator.
+    case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool, presenter: Int? = nil,
+              coordinator: String? = nil)
     /// Ends a hold; `changed` says the holder changed the items (presenters are told).
     case release(id: Int, hold: Int, changed: Bool)
     /// Reports that the holder moved the item at `from` to `to` inside a hold that writes it:

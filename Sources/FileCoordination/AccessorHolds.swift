@@ -57,7 +57,8 @@ public final class AccessorHolds: Sendable {
         }
     }
 
-    static func covers(_ intent: Intent, _ target: AccessTarget) -> Bool {
+    /// Whether a hold of `intent` stands for an access to `target` too.
+    public static func covers(_ intent: Intent, _ target: AccessTarget) -> Bool {
         if intent.path == target.path { return true }
         guard intent.path.isAncestor(of: target.path) else { return false }
         if intent.target.isPackage || target.enclosingPackages.contains(intent.path) { return true }

@@ -229,7 +229,9 @@ final class CoordinatedAccess: @unchecked Sendable {
     private func takeRemote(_ groups: ArraySlice<(MountLink, [Intent])>, _ finish: @escaping @Sendable (Error?) -> Void) {
         guard let (link, intents) = groups.first else { return finish(nil) }
         let done = PendingFlag()
-        let id = link.hold(intents, for: coordinator?.filePresenter, timeout: coordinator?.waitTimeout) { [self] result in
+        // One coordinator at the server too: its nested and batched accesses never wait for each other.
+        let id = link.hold(intents, for: coordinator?.filePresenter, coordinator: coordinator.map { "\($0.identity)" },
+                           timeout: coordinator?.waitTimeout) { [self] result in
             done.set()
             lock.withLock { remoteRequest = nil }
             switch result {

@@ -88,7 +88,7 @@ final class MountLink: @unchecked Sendable {
     /// Holds `intents` for a coordinator of this process — for `presenter`, when it was made
     /// with one watched here, so that it passes while that presenter is asked; `completion`
     /// gets the hold number or the error.
-    func hold(_ intents: [Intent], for presenter: FilePresenter?, timeout: Duration?,
+    func hold(_ intents: [Intent], for presenter: FilePresenter?, coordinator: String?, timeout: Duration?,
               completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void) -> Int {
         let wd = presenter.flatMap { presenter in lock.withLock { watches[ObjectIdentifier(presenter)] } }
         let wire = intents.map { intent -> WireIntent in
@@ -100,7 +100,8 @@ final class MountLink: @unchecked Sendable {
             }
         }
         let seconds = timeout.map { $0.timeInterval }
-        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false, presenter: wd) }) { reply in
+        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false, presenter: wd,
+                                              coordinator: wd == nil ? coordinator : nil) }) { reply in
             // Off the connection's reader thread: what follows may run an accessor, and the
             // reader must stay free to deliver events (and the release's reply).
             DispatchQueue.global().async { Self.finishHold(reply, completion) }

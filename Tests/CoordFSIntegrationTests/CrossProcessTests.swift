@@ -104,16 +104,7 @@ import Glibc
     @Test func oneProgramBesideAShellLoopOfMvCatRmAndCp() throws {
         let fx = try MountFixture()
         try fx.seed("count.json", #"{"count":0,"by":"seed"}"#)
-        let loop = """
-        cd "$1"; n=0
-        while [ ! -e .a.done ]; do
-            cat count.json > read.$n 2>> errors || echo "cat $?" >> errors
-            cp count.json snap 2>> errors && mv snap snap2 2>> errors && cat snap2 > copy.$n 2>> errors && rm snap2 2>> errors
-            n=$((n+1))
-        done
-        echo $n
-        """
-        let shell = try Child("/bin/sh", ["-c", loop, "sh", fx.mountPoint.path])
+        let shell = try Child("/bin/sh", [Paths.scripts.appendingPathComponent("beside_loop.sh").path, fx.mountPoint.path])
         let updates = CrossProcessTests.updates
         let result = try run(CrossProcessTests.counter, [fx.path("count.json"), String(updates), "a", "-"],
                              environment: CrossProcessTests.environment())

@@ -85,14 +85,7 @@ def inside():
         shutil.rmtree(base, ignore_errors=True)
 
 
-SHELL_LOOP = """
-cd "$1"; n=0
-while [ ! -e .a.done ]; do
-    cat count.json > read.$n 2>> errors || echo "cat $?" >> errors
-    cp count.json snap 2>> errors && mv snap snap2 2>> errors && cat snap2 > copy.$n 2>> errors && rm snap2 2>> errors
-    n=$((n+1))
-done
-"""
+BESIDE_LOOP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "beside_loop.sh")
 
 
 def beside_shell():
@@ -105,7 +98,7 @@ def beside_shell():
     try:
         with open(mountpoint + "/count.json", "w") as seed:
             seed.write('{"count":0,"by":"seed"}')
-        loop = subprocess.Popen(["/bin/sh", "-c", SHELL_LOOP, "sh", mountpoint])
+        loop = subprocess.Popen(["/bin/sh", BESIDE_LOOP, mountpoint], stdout=subprocess.DEVNULL)
         try:
             result = subprocess.run([counter, mountpoint + "/count.json", str(updates), "a", "-"], capture_output=True,
                                     text=True, env=environment, timeout=limit)
