@@ -117,23 +117,33 @@ let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathCompon
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 let file = directory.appendingPathComponent("file")
 guard FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)) else { fatalError("cannot create \(file.path)") }
-let coordinator = FileCoordinator()
-var samples = [Double]()
-let apiIterations = latencyIterations / 10
-for _ in 0..<apiIterations {
-    let start = ContinuousClock.now
-    try coordinator.coordinate(writingItemAt: file) { _ in }
-    samples.append(nanoseconds(ContinuousClock.now - start))
+/// The latency of a coordinated write of `file` by `coordinator`.
+func coordinatedWrite(_ coordinator: FileCoordinator, iterations: Int) throws -> (Double, Double) {
+    var samples = [Double]()
+    for _ in 0..<iterations {
+        let start = ContinuousClock.now
+        try coordinator.coordinate(writingItemAt: file) { _ in }
+        samples.append(nanoseconds(ContinuousClock.now - start))
+    }
+    samples.sort()
+    return (percentile(samples, 0.5), percentile(samples, 0.99))
 }
-samples.sort()
-print("  write  median \(format(percentile(samples, 0.5)))   p99 \(format(percentile(samples, 0.99)))")
+// In this process only: the engine and the API's own cost.
+let (inProcess, inProcess99) = try coordinatedWrite(FileCoordinator(domain: CoordinationDomain()), iterations: latencyIterations / 10)
+print("  write, in this process  median \(format(inProcess))   p99 \(format(inProcess99))")
+// As programs coordinate outside mounts: with every other process, through the user's daemon
+// (a hold and its release, each a round trip on its socket).
+if CoordinationDomain.shared.usesDaemon {
+    let (across, across99) = try coordinatedWrite(FileCoordinator(), iterations: latencyIterations / 100)
+    print("  write, across processes (the user's daemon)  median \(format(across))   p99 \(format(across99))")
+}
 try? FileManager.default.removeItem(at: directory)
 
 print("")
 print("AccessClaim.begin + end, as the mount takes one for a request that waits or asks presenters")
 let claimDomain = CoordinationDomain()
 let claimIntent = Intent(.writing([]), AccessTarget(path: ItemPath("/bench/mount/dir/file")!, isDirectory: false))
-samples = []
+var samples = [Double]()
 for index in 0..<latencyIterations {
     let start = ContinuousClock.now
     let claim = AccessClaim.begin(in: claimDomain, identity: .process(Int32(1000 + index % 7)), intents: [claimIntent],
