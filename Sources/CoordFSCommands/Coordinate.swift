@@ -58,10 +58,16 @@ struct Coordinate: ParsableCommand {
         if socket == nil {
             for (intent, name) in zip(intents, read + write) { try MountTable.refuseAbandoned(intent.path, named: name) }
         }
-        let sockets = Set(intents.map { socket ?? ControlClient.socketPath(for: $0.path) ?? "" })
-        guard sockets.count == 1, let socketPath = sockets.first, !socketPath.isEmpty else {
-            throw CommandFailure(sockets.contains("") ? "an item is not inside a coordfs mount, and no coordfs daemon runs"
-                                                        : "the items belong to different coordfs mounts")
+        var sockets = Set<String>()
+        for intent in intents {
+            if let socket { sockets.insert(socket); continue }
+            switch ControlClient.serverSocket(for: intent.path) {
+            case .success(let found): sockets.insert(found)
+            case .failure(let error): throw CommandFailure(error.message)
+            }
+        }
+        guard sockets.count == 1, let socketPath = sockets.first else {
+            throw CommandFailure("the items belong to different coordfs mounts")
         }
         let client: ControlClient
         let hold: Int

@@ -8,13 +8,15 @@ enum ServerConnection {
         URL(fileURLWithPath: Mount.absolute(path)).resolvingSymlinksInPath().path
     }
 
-    /// The socket serving `path`: `explicit` when given, else the mount's or the daemon's.
+    /// The socket serving `path`: `explicit` when given, else the mount's, else the user's
+    /// daemon, started if none runs (`ControlClient.serverSocket`).
     static func socket(for path: String, explicit: String?) throws -> String {
-        if explicit == nil { try MountTable.refuseAbandoned(path) }
-        guard let socket = explicit ?? ControlClient.socketPath(for: path) else {
-            throw CommandFailure("'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
+        if let explicit { return explicit }
+        try MountTable.refuseAbandoned(path)
+        switch ControlClient.serverSocket(for: path) {
+        case .success(let socket): return socket
+        case .failure(let error): throw CommandFailure(error.message)
         }
-        return socket
     }
 
     /// The error for a command whose server closed its connection: which server, and why that

@@ -64,6 +64,19 @@ public final class ControlClient: @unchecked Sendable {
         return FileManager.default.fileExists(atPath: daemon) && isTrusted(directoryOf: daemon) ? daemon : nil
     }
 
+    /// The control socket to use for `path`: its mount's; outside any mount the user's daemon,
+    /// started if none runs (unless `COORDFS_COORDINATION=in-process`, which only finds one that
+    /// runs); or why there is none.
+    public static func serverSocket(for path: String) -> Result<String, ControlError> {
+        let (mount, abandoned) = lookUpMountSocket(for: path)
+        if let mount { return .success(mount) }
+        if abandoned { return .failure(ControlError("ENOTCONN", "'\(path)' is on a coordfs mount whose daemon has gone")) }
+        let starting = ProcessInfo.processInfo.environment["COORDFS_COORDINATION"] != "in-process"
+        return UserDaemon.socket(starting: starting).mapError { error in
+            starting ? error : ControlError(error.errno, "'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
+        }
+    }
+
     /// Whether the directory of a default socket is the user's (or root's) and written by
     /// nobody else, as servers require of it: without $XDG_RUNTIME_DIR it is /tmp/coordfs-UID,
     /// which anyone may have made first, and a socket there could be anyone's.

@@ -53,8 +53,9 @@ import Glibc
     }
 
     @Test func watchRefusesWhatItCannotWatch() throws {
-        let outside = try run(binary, ["watch", "/etc/hostname"], environment: ["PATH": "/usr/bin:/bin"])
-        #expect(outside.status != 0 && outside.errors.contains("not inside a coordfs mount"))
+        // Kept to itself, a command finds no daemon to start outside a mount.
+        let outside = try run(binary, ["watch", "/etc/hostname"], environment: ["PATH": "/usr/bin:/bin", "COORDFS_COORDINATION": "in-process"])
+        #expect(outside.status != 0 && outside.errors.contains("not inside a coordfs mount"), "\(outside)")
         let fx = try MountFixture()
         let badAnswer = try run(binary, ["watch", fx.mountPoint.path, "--answer", "maybe"])
         #expect(badAnswer.status != 0 && badAnswer.errors.contains("--answer"))

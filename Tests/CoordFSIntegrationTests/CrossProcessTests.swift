@@ -81,6 +81,36 @@ import Glibc
         expectExactMessages(reports)
     }
 
+    /// Outside any mount, `coordfs watch` starts the user's daemon where none runs, and a hold
+    /// of `coordfs coordinate` and the accesses of a Swift program meet its presenter there.
+    @Test func commandsAndASwiftProgramMeetAtTheDaemon() throws {
+        let directory = "/tmp/coordfs-cross-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let socket = directory + "/daemon.sock"
+        defer { Self.stopDaemon(at: socket) }
+        let file = directory + "/count.json"
+        #expect(FileManager.default.createFile(atPath: file, contents: Data(#"{"count":0,"by":"seed"}"#.utf8)))
+        let watch = try Child("/bin/sh", ["-c", "unset COORDFS_COORDINATION; COORDFS_SOCKET=\"$1\" exec \"$2\" watch \"$3\" 2>&1",
+                                          "sh", socket, Paths.binary.path, file])
+        #expect(watch.next() == "Watches established.")
+        #expect(FileManager.default.fileExists(atPath: socket), "the watch started no daemon")
+        let held = try run(Paths.binary.path, ["coordinate", "--write", file, "--", "true"], environment: Self.environment(socket: socket))
+        #expect(held.status == 0, "\(held)")
+        #expect(watch.next()?.hasSuffix("RELINQUISH_WRITER,REQUEST cookie=1") == true)
+        #expect(watch.next()?.contains("CHANGED") == true)
+        #expect(watch.next()?.contains("REACQUIRE") == true)
+        let program = try run(Self.counter, [file, "1", "a", "-"], environment: Self.environment(socket: socket))
+        #expect(program.status == 0, "\(program)")
+        var heard: [String] = []
+        while let line = watch.next(timeout: .milliseconds(500)) { heard.append(line) }
+        let program1 = heard.filter { $0.contains("RELINQUISH_WRITER") }.count
+        #expect(program1 == 2, "the program's update and its move: \(heard)")
+        #expect(heard.contains { $0.contains("SAVE") } && heard.contains { $0.contains("CHANGED") } && heard.contains { $0.contains("MOVED_TO") },
+                "\(heard)")
+    }
+
     /// This process's environment, with coordination across processes on (`make test` keeps
     /// its own process to itself) and the daemon's socket at `socket`.
     static func environment(socket: String? = nil) -> [String: String] {
