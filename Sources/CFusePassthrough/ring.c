@@ -51,6 +51,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -675,6 +676,11 @@ int cfs_thread_nice(void) {
 int cfs_set_thread_nice(int nice) {
     (void)setpriority(PRIO_PROCESS, 0, nice);
     return cfs_thread_nice();
+}
+
+int cfs_own_umask_zero(void) {
+    if (unshare(CLONE_FS) != 0) return -1;
+    return (int)umask(0);
 }
 
 static void *cfs_lane_thread(void *arg) {

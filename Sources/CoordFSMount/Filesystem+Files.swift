@@ -108,27 +108,40 @@ extension Filesystem {
         // A write on the new item; it stays held as the open's intent.
         coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
-            // `backing`: opened read-write to serve as the backing file.
-            let (fd, createFailure, backing) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) { parentFD -> (Int32, Errno?, Bool) in
-                let creating = (flags | O_CREAT) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
-                if sharesBacking {
-                    let fd = accessTimes.open((creating & ~O_ACCMODE) | O_RDWR) { flags in
-                        name.withCString { openat(parentFD, $0, flags, mode) }
-                    }
-                    if fd >= 0 { return (fd, nil, true) }
+            // `backing`: opened read-write to serve as the backing file. Made exclusively, so that
+            // a failure after it can take back a file this create made (and only such a file): one
+            // made behind the mount meanwhile is opened as it is.
+            let (fd, createFailure, backing, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
+                let exclusive = flags & O_EXCL != 0
+                let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
+                func open(_ flags: Int32) -> (Int32, Bool) {
+                    let fd = accessTimes.open(flags) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
+                    if fd >= 0 || errno != EEXIST || exclusive { return (fd, fd >= 0) }
+                    let existing = accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
+                    return (existing, false)
                 }
-                let fd = accessTimes.open(creating) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
-                return (fd, fd == -1 ? Errno.current : nil, false)
+                if sharesBacking {
+                    let (fd, made) = open((creating & ~O_ACCMODE) | O_RDWR)
+                    if fd >= 0 { return (fd, nil, true, made) }
+                }
+                let (fd, made) = open(creating)
+                return (fd, fd == -1 ? Errno.current : nil, false, made)
             }
             if let failure = createFailure {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 return reply.error(failure)
             }
+            // A create that fails from here on takes back the file it made (one user out of
+            // descriptors left files behind that `rm -rf` then could not see).
+            func takeBack() -> Bool {
+                guard made else { return false }
+                return inodes.withFD(parent, orElse: { _ in false }) { parentFD in name.withCString { unlinkat(parentFD, $0, 0) } == 0 }
+            }
             namespaceChanged(name: name, directory: false)
-            giveToCaller(reply.req, parent: parent, name: name)
+            giveToCaller(reply.req, parent: parent, name: name, mode: mode)
             if let failure = syncNames(in: parent) {
                 close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack()))
                 return reply.error(failure)
             }
             do {
@@ -143,7 +156,7 @@ extension Filesystem {
                              noFlush: sendsNoFlush(inode))
             } catch {
                 close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack()))
                 reply.error(error)
             }
         }
@@ -163,7 +176,10 @@ extension Filesystem {
             accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) }
         }
         if fd == -1 { return reply.error(Errno.current) }
-        giveToCaller(reply.req, parent: parent) { _, uid, gid in _ = fchown(fd, uid, gid) }
+        giveToCaller(reply.req, parent: parent) { _, uid, gid, group in
+            _ = fchown(fd, uid, gid)
+            if let kept = Self.keptPrivilegeBits(mode, group: group, callerGroup: fuse_req_ctx(reply.req).pointee.gid) { _ = fchmod(fd, kept) }
+        }
         var attributes = stat()
         let pathFD = Glibc.open(procPath(fd), CFS_O_PATH | O_CLOEXEC)
         guard fstat(fd, &attributes) == 0, pathFD >= 0 else {

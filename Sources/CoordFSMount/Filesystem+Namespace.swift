@@ -10,7 +10,8 @@ import Glibc
 extension Filesystem {
     /// Creates `name` in `parent` with `make`, under a write on the new item, and answers with
     /// its entry.
-    private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool,
+    /// `mode`: a regular file's, whose setuid and setgid bits the caller keeps.
+    private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool, mode: mode_t = 0,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
@@ -18,7 +19,7 @@ extension Filesystem {
             do {
                 try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
                 namespaceChanged(name: name, directory: false)
-                giveToCaller(reply.req, parent: parent, name: name)
+                giveToCaller(reply.req, parent: parent, name: name, mode: mode)
                 if let failure = syncNames(in: parent) {
                     end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                     return reply.error(failure)
@@ -34,7 +35,7 @@ extension Filesystem {
     }
 
     func mknod(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
-        makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
+        makeItem(reply, parent, name, isDirectory: false, mode: mode) { parent throws(Errno) in
             _ = try check(name.withCString { mknodat(parent, $0, mode, device) })
         }
     }

@@ -420,25 +420,42 @@ public final class Filesystem: @unchecked Sendable {
     }
 
     /// Gives the item `name` created in `parent` for the caller to the caller (the daemon runs
-    /// as root).
-    func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String) {
-        giveToCaller(req, parent: parent) { parentFD, uid, gid in
+    /// as root). `mode`: the file's mode as created, whose setuid and setgid bits the chown
+    /// cleared and the caller keeps (`keptPrivilegeBits`).
+    func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String, mode: mode_t = 0) {
+        giveToCaller(req, parent: parent) { parentFD, uid, gid, group in
             _ = name.withCString { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
+            if let kept = Self.keptPrivilegeBits(mode, group: group, callerGroup: fuse_req_ctx(req).pointee.gid) {
+                _ = name.withCString { fchmodat(parentFD, $0, kept, 0) }
+            }
         }
     }
 
     /// Gives an item created in `parent` for the caller to the caller: `chown(parentFD, uid,
-    /// gid)` changes its owner, gid_t.max keeping the group a setgid parent gave it. Nothing
-    /// when the daemon does not run as root or the caller is root.
-    func giveToCaller(_ req: fuse_req_t, parent: Inode, _ chown: (Int32, uid_t, gid_t) -> Void) {
+    /// gid, group)` changes its owner, gid_t.max keeping the group a setgid parent gave it
+    /// (`group`, the one it ends with). Nothing when the daemon does not run as root or the
+    /// caller is root.
+    func giveToCaller(_ req: fuse_req_t, parent: Inode, _ chown: (Int32, uid_t, gid_t, gid_t) -> Void) {
         guard givesOwnership else { return }
         let ctx = fuse_req_ctx(req).pointee
         if ctx.uid == 0 && ctx.gid == 0 { return }
         inodes.withFD(parent, orElse: { _ in }) { fd in
             var parentInfo = stat()
             let inheritsGroup = fstatat(fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
-            chown(fd, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid)
+            chown(fd, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, inheritsGroup ? parentInfo.st_gid : ctx.gid)
         }
+    }
+
+    /// The mode to give back after a chown of a regular file made with `mode`, when the chown
+    /// cleared bits the caller's own create would have kept (nil: nothing to give back). The
+    /// setuid bit, always (the caller owns the file); the setgid bit when the file's group is
+    /// the caller's, as the kernel keeps it (a group it is only a supplementary member of is not
+    /// known here, and the bit stays off, as for a non-member).
+    static func keptPrivilegeBits(_ mode: mode_t, group: gid_t, callerGroup: gid_t) -> mode_t? {
+        guard mode & S_IFMT == 0 || mode & S_IFMT == S_IFREG, mode & (S_ISUID | S_ISGID) != 0 else { return nil }
+        var kept = mode & 0o7777
+        if group != callerGroup { kept &= ~S_ISGID }
+        return kept
     }
 
     /// Looks up `name` in `parent` on the backing directory and records the node.

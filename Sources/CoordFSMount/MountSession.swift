@@ -109,7 +109,13 @@ public final class MountSession: @unchecked Sendable {
         // restored after, for a caller that runs a mount on a thread of its own.
         let nice = filesystem.configuration.serveNice, before = cfs_thread_nice()
         filesystem.workerNice.store(nice != 0 ? cfs_set_thread_nice(nice) : before, ordering: .relaxed)
+        // Modes are the caller's: the kernel has applied the caller's umask to every mode it
+        // sends, and the daemon's own must not be applied again (it made 0662 under umask 0
+        // 0640). The serving threads get a filesystem context of their own with umask 0, so the
+        // rest of the process (a test's, say) keeps its umask.
+        let maskBefore = cfs_own_umask_zero()
         let result = cfs_session_loop_mt(session, threads, min(threads, 4))
+        if maskBefore >= 0 { umask(mode_t(maskBefore)) }
         if nice != 0 { _ = cfs_set_thread_nice(before) }
         controlServer?.stop()
         if handlesSignals { fuse_remove_signal_handlers(session) }

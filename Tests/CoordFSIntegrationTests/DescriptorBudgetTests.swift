@@ -70,6 +70,18 @@ import Testing
 
     /// The budget under a limit: the default where it fits, three fifths of a lower limit, and
     /// an explicit one only with a tenth of the limit left for open files and sockets.
+    /// A daemon out of descriptors refuses creates with EMFILE, and a create that made its file
+    /// before it failed takes the file back: nothing is left that nobody asked for.
+    @Test func aCreateThatFailsOutOfDescriptorsLeavesNothingBehind() throws {
+        let fx = try MountFixture(fileLimit: 300)
+        let result = try run("/usr/bin/python3", [Paths.scripts.appendingPathComponent("exhaust_creates.py").path,
+                                                  fx.mountPoint.path, fx.backing.path])
+        let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any] ?? [:]
+        #expect(report["errnos"] as? [Int] == [Int(EMFILE)], "\(result)")
+        #expect((report["opened"] as? Int ?? 0) > 0, "\(report)")
+        #expect((report["left_behind"] as? [String])?.isEmpty == true, "\(report)")
+    }
+
     @Test func theBudgetFitsTheOpenFileLimit() {
         #expect(DescriptorLimit.budget(nil, under: 20_000) == 12_000)
         #expect(DescriptorLimit.budget(nil, under: 1024) == 612)

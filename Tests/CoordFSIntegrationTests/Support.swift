@@ -38,14 +38,20 @@ final class MountFixture: @unchecked Sendable {
     let domain: CoordinationDomain?
 
     /// Mounts with `coordfs mount` and `arguments`; `backing` replaces the fresh backing directory;
-    /// `softFileLimit` starts the command with that soft open-file limit (as many systems do).
+    /// `softFileLimit` starts the command with that soft open-file limit (as many systems do);
+    /// `fileLimit`, with that limit soft and hard (the daemon cannot raise it). `umask`, under
+    /// that umask.
     init(_ arguments: [String] = [], backingMode: mode_t = 0o755, backing existing: URL? = nil,
-         softFileLimit: Int? = nil) throws {
+         softFileLimit: Int? = nil, fileLimit: Int? = nil, umask daemonMask: mode_t? = nil) throws {
         (base, backing, mountPoint) = try Self.makeDirectories(backingMode)
         if let existing { backing = existing }
         domain = nil
-        let command = [Paths.binary.path, "mount", backing.path, mountPoint.path] + arguments
-        let result = try softFileLimit.map { try run("/usr/bin/prlimit", ["--nofile=\($0):"] + command) }
+        var command = [Paths.binary.path, "mount", backing.path, mountPoint.path] + arguments
+        if let daemonMask {
+            command = ["/bin/sh", "-c", "umask \(String(daemonMask, radix: 8)); exec \"$0\" \"$@\""] + command
+        }
+        let limit = fileLimit.map { "--nofile=\($0):\($0)" } ?? softFileLimit.map { "--nofile=\($0):" }
+        let result = try limit.map { try run("/usr/bin/prlimit", [$0] + command) }
             ?? run(command[0], Array(command.dropFirst()))
         guard result.status == 0 else { throw FixtureError("coordfs mount failed: \(result.errors)") }
         mounted = true

@@ -33,6 +33,9 @@ int cfs_thread_nice(void);
 /// Sets the calling thread's nice value where the process may (below 0 needs CAP_SYS_NICE); the
 /// threads it starts from now on inherit it. Returns the value it runs at afterwards.
 int cfs_set_thread_nice(int nice);
+/// Gives the calling thread a filesystem context (umask, cwd) of its own, shared with the
+/// threads it starts from now on, with umask 0. Returns the umask it had, or -1 (unchanged).
+int cfs_own_umask_zero(void);
 /// From now on, lane threads serve the requests of the session on `device` about node `nodeid`
 /// (it lies on, or a directory holding a mount of, a filesystem that may keep a request long).
 /// No ring: nothing happens.
