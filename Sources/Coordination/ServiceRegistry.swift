@@ -34,18 +34,22 @@ extension CoordinationEngine {
         withState { state in state.services[id] = nil }
     }
 
-    /// The services of `path`: per name, the registration nearest up the tree (S2, S4).
-    public func services(for path: ItemPath) -> [String: (ServiceRegistrationID, ServiceRecord)] {
-        state.withLock { state in
-            var best: [String: (ServiceRegistrationID, ServiceRecord)] = [:]
-            for (id, record) in state.services where path.isSameOrInside(record.path) {
-                if let current = best[record.name], current.1.path.string.utf8.count >= record.path.string.utf8.count {
-                    continue
-                }
-                best[record.name] = (id, record)
+    /// The services of `path`: per name, the registration nearest up the tree (S2, S4) among
+    /// those `trusted` accepts — a client of another user's provider is never captured by a
+    /// nearer registration it does not trust. `trusted` runs after the engine's lock is let go.
+    public func services(for path: ItemPath,
+                         trusted: (ServiceRegistrationID, ServiceRecord) -> Bool = { _, _ in true })
+        -> [String: (ServiceRegistrationID, ServiceRecord)]
+    {
+        let covering = state.withLock { state in state.services.filter { path.isSameOrInside($0.value.path) } }
+        var best: [String: (ServiceRegistrationID, ServiceRecord)] = [:]
+        for (id, record) in covering where trusted(id, record) {
+            if let current = best[record.name], current.1.path.string.utf8.count >= record.path.string.utf8.count {
+                continue
             }
-            return best
+            best[record.name] = (id, record)
         }
+        return best
     }
 
     /// The registration, if it is still vended.

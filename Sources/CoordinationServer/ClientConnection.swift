@@ -172,6 +172,16 @@ final class ClientConnection: @unchecked Sendable {
 
     // MARK: Services
 
+    /// Whether this client trusts the provider of `service`: its own user, root, or the user
+    /// the server runs as (the mount's owner). Another user vending the same name nearer the
+    /// item must not capture this client's connections.
+    private func trusts(_ service: ServiceRegistrationID, _ record: ServiceRecord) -> Bool {
+        // No client provides it: the server's own process vended it.
+        guard let provider = server.provider(of: service) else { return true }
+        let uid = provider.peer.uid
+        return uid == peer.uid || uid == 0 || uid == geteuid()
+    }
+
     /// The item at `path`, if this client may read it; else answers the error and returns nil.
     private func readable(_ id: Int, _ path: String) -> AccessTarget? {
         let resolved: (target: AccessTarget, realPath: String)
@@ -214,7 +224,7 @@ final class ClientConnection: @unchecked Sendable {
 
     private func services(_ id: Int, _ path: String) {
         guard let target = readable(id, path) else { return }
-        let found = server.domain.engine.services(for: target.path).sorted { $0.key < $1.key }.map { name, entry -> WireValue in
+        let found = server.domain.engine.services(for: target.path, trusted: trusts).sorted { $0.key < $1.key }.map { name, entry -> WireValue in
             var fields: [String: WireValue] = ["name": .string(name), "path": .string(entry.1.path.string)]
             if let pid = entry.1.owner.process { fields["pid"] = .int(Int(pid)) }
             return .object(fields)
@@ -224,7 +234,7 @@ final class ClientConnection: @unchecked Sendable {
 
     private func connect(_ id: Int, _ name: String, _ path: String) {
         guard let target = readable(id, path) else { return }
-        guard let (service, registration) = server.domain.engine.services(for: target.path)[name],
+        guard let (service, registration) = server.domain.engine.services(for: target.path, trusted: trusts)[name],
               let provider = server.provider(of: service) else {
             return send(.error(id: id, errno: "ENOENT", message: "'\(path)' has no service named '\(name)'"))
         }

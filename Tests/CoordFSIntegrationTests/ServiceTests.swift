@@ -157,6 +157,29 @@ import Glibc
                 "\(result.output) \(result.errors)")
     }
 
+    /// Another user vending root's service name nearer the item captures nothing: root is
+    /// still connected to its own provider, and the other user to its own.
+    @Test func anotherUsersNearerServiceNeverCapturesAClient() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try fx.seed("backups/home/file.txt")
+        chmod(fx.backingPath("backups"), 0o755)
+        chmod(fx.backingPath("backups/home"), 0o777)
+        let roots = try provider("backup", fx.path("backups"), label: "root's")
+        let theirs = try Child("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", binary, "vend", "backup",
+                                                    fx.path("backups/home"), "--", "sh", "-c", "while read l; do echo \"nobody's: $l\"; done"])
+        defer { withExtendedLifetime((roots, theirs)) {} }
+        let item = fx.path("backups/home/file.txt")
+        func asNobody() -> String? {
+            try? run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                                          "printf 'y\\n' | \(binary) services '\(item)' --connect backup"]).output
+        }
+        // Once the other user's registration is in, it serves that user (the nearer one)...
+        #expect(eventually { asNobody() == "nobody's: y\n" })
+        // ...and root still reaches its own provider: a nearer service of another user is not one it trusts.
+        let reply = try talk(item, "backup", "x\\n")
+        #expect(reply.output == "root's: x\n", "root was captured: \(reply)")
+    }
+
     func socketPath(_ fx: MountFixture) throws -> String {
         try run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.socket').decode())", fx.mountPoint.path])
             .output.trimmingCharacters(in: .whitespacesAndNewlines)
