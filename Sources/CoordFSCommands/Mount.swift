@@ -34,7 +34,7 @@ struct Mount: ParsableCommand {
     @Option(name: .short, help: ArgumentHelp("FUSE options, comma-separated (allow_other, ro, noatime, ...).", valueName: "options"))
     var o: [String] = []
 
-    @Option(help: "exclusive (wait as the model says), notify (presenters told, nobody waits) or off.")
+    @Option(help: "exclusive (wait as the model says), strict (every writer excludes every open, no settling), notify (presenters told, nobody waits) or off.")
     var coordination: CoordinationMode?
 
     @Option(help: "Seconds an access waits for others before EBUSY (0: forever; default 60).")
@@ -42,6 +42,12 @@ struct Mount: ParsableCommand {
 
     @Option(help: "Seconds presenters have to answer (default 5).")
     var presenterTimeout: Double?
+
+    @Option(help: "Seconds an access waits at most for a file another program keeps open, as Linux's lease-break-time (default 45; 0: the wait timeout).")
+    var breakTime: Double?
+
+    @Option(help: "Seconds a file held open for writing must stay unchanged before others waiting for it go ahead (default 1; 0: wait the break time).")
+    var settleTime: Double?
 
     @Option(help: "Seconds the kernel may keep names and attributes, and package markers are remembered (default 1; a change made behind the mount's back shows within this time).")
     var cacheTimeout: Double?
@@ -125,6 +131,10 @@ struct Mount: ParsableCommand {
         let waitDuration = try Seconds.duration(wait, option: "--wait-timeout")
         configuration.waitTimeout = wait == 0 ? nil : waitDuration
         configuration.presenterTimeout = try Seconds.duration(presenterTimeout ?? loaded?.presenterTimeout ?? 5, option: "--presenter-timeout")
+        let breakSeconds = breakTime ?? loaded?.breakTime ?? 45
+        configuration.breakTime = breakSeconds == 0 ? nil : try Seconds.duration(breakSeconds, option: "--break-time")
+        let settleSeconds = settleTime ?? loaded?.settleTime ?? 1
+        configuration.settleTime = settleSeconds == 0 ? nil : try Seconds.duration(settleSeconds, option: "--settle-time")
         let cache = cacheTimeout ?? loaded?.cacheTimeout ?? 1
         guard cache >= 0 && cache <= 86_400 else { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
         configuration.cacheTimeout = cache

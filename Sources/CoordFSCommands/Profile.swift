@@ -5,19 +5,24 @@ import Foundation
 ///
 ///     backing = demo                 # relative paths are relative to the profile's folder
 ///     mountpoint = run/demo
-///     coordination = exclusive       # exclusive | notify | off
+///     coordination = exclusive       # exclusive | strict | notify | off
 ///     wait-timeout = 30              # seconds; 0 waits forever
 ///     presenter-timeout = 5
+///     break-time = 45                # seconds an access waits at most for another program's open file
+///     settle-time = 1                # seconds a file held open for writing must stay unchanged
 ///     cache-timeout = 1              # seconds the kernel keeps names and attributes
 ///     package-extensions = pkg, bundle
 ///     options = allow_other          # FUSE -o options
 ///     mode *.log = notify            # per path glob, first match wins
+///     mode *.db = strict             # every writer excludes every other open
 struct Profile {
     var backing: String?
     var mountPoint: String?
     var mode: CoordinationMode?
     var waitTimeout: Double?
     var presenterTimeout: Double?
+    var breakTime: Double?
+    var settleTime: Double?
     var cacheTimeout: Double?
     var packageExtensions: [String] = []
     var options: [String] = []
@@ -58,7 +63,7 @@ struct Profile {
             let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             func mode(_ text: String) throws -> CoordinationMode {
                 guard let mode = CoordinationMode(rawValue: text) else {
-                    throw ProfileError("\(url.path):\(number + 1): mode must be exclusive, notify or off, not '\(text)'")
+                    throw ProfileError("\(url.path):\(number + 1): mode must be exclusive, strict, notify or off, not '\(text)'")
                 }
                 return mode
             }
@@ -79,6 +84,8 @@ struct Profile {
             case "coordination": self.mode = try mode(value)
             case "wait-timeout": waitTimeout = try seconds(value)
             case "presenter-timeout": presenterTimeout = try seconds(value)
+            case "break-time": breakTime = try seconds(value)
+            case "settle-time": settleTime = try seconds(value)
             case "cache-timeout": cacheTimeout = try seconds(value)
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "writeback-cache": writebackCache = try boolean(value)

@@ -11,8 +11,8 @@ extension Filesystem {
     func open(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(cfs_file_info_flags(fi))
-        let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
-        let wanted = Wanted(kind: writes ? .writing([]) : .reading([]), node: inode, isDirectory: false)
+        let wanted = Wanted(kind: Self.openKind(flags), node: inode, isDirectory: false)
+        let writes = wanted.kind.isWrite
         let info = fi.pointee
         coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
@@ -97,6 +97,15 @@ extension Filesystem {
             && seen.ctime.tv_nsec == info.st_ctim.tv_nsec
     }
 
+    /// The intent an open with `flags` holds: a read, an appending write (U1), a write in place
+    /// among sharing writers (U2), or a write that truncates and excludes everyone.
+    static func openKind(_ flags: Int32) -> AccessKind {
+        let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
+        guard writes else { return .reading([]) }
+        if flags & O_TRUNC != 0 { return .writing([]) }
+        return .writing(flags & O_APPEND != 0 ? .appendingOnly : .sharingWriters)
+    }
+
     func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if name == "/" { return tmpfile(reply, parent, mode, fi) }
@@ -105,8 +114,10 @@ extension Filesystem {
         // With passthrough the new file is opened read-write when its flags would not reach other
         // opens through a shared backing file: it then is the backing file, with no second open.
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
-        // A write on the new item; it stays held as the open's intent.
-        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false),
+        // A write on the new item; it stays held as the open's intent (an appending one for an
+        // O_APPEND open: a log a program creates is readable while it appends, U1).
+        let kind: AccessKind = flags & O_APPEND != 0 && flags & O_TRUNC == 0 ? .writing(.appendingOnly) : .writing([])
+        coordinate(reply, Wanted(kind: kind, node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // `backing`: opened read-write to serve as the backing file. Made exclusively, so that
             // a failure after it can take back a file this create made (and only such a file): one

@@ -30,8 +30,9 @@ public final class Filesystem: @unchecked Sendable {
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
     let statistics = MountStatistics()
-    /// Waiting requests that the kernel holds a lock for (`KernelLockWatch`).
-    let kernelLockWatch = KernelLockWatch(logger: Logger(label: "org.coordfs.mount"))
+    /// Waiting requests whose wait must end early: under a kernel lock, for a settled file,
+    /// past the break time (`WaitWatch`).
+    let waitWatch: WaitWatch
     /// Shut for the names of the files held open under screened grants (`NameGates`).
     let nameGates = NameGates()
     /// The FUSE session once mounted: its io_uring queues serve it, named by its descriptor.
@@ -103,6 +104,15 @@ public final class Filesystem: @unchecked Sendable {
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
         filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
         lanesByItem = configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal
+        let table = inodes
+        waitWatch = WaitWatch(logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
+                              breakTime: configuration.breakTime) { node, name in
+            table.withFD(node, orElse: { _ in nil }) { fd -> WaitWatch.FileState? in
+                var info = stat()
+                let found = name.isEmpty ? fstat(fd, &info) : name.withCString { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }
+                return found == 0 ? WaitWatch.FileState(modified: info.st_mtim, changed: info.st_ctim) : nil
+            }
+        }
     }
 
     deinit {
@@ -231,12 +241,16 @@ public final class Filesystem: @unchecked Sendable {
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = self.mode(for: wanted)
-            if let other, mode != .exclusive {
+            if let other, !mode.holds {
                 let otherMode = self.mode(for: other)
                 if otherMode != .off { mode = otherMode }
             }
         }
         if mode == .off { return body(nil) }
+        var wanted = wanted
+        if mode == .strict, case .writing(let options) = wanted.kind, !options.isDisjoint(with: [.appendingOnly, .sharingWriters]) {
+            wanted.kind = .writing([])     // every writer excludes every other open
+        }
         if forTheCall && mayPassQuietly(wanted, other), let passage = passQuietly(wanted, other) {
             if attempt == 0 { statistics.coordinated.add() }
             body(nil)
@@ -253,7 +267,7 @@ public final class Filesystem: @unchecked Sendable {
         // Read before the targets are named: see `movedBeforeHeld`.
         let movesSeen = inodes.placesGeneration.value
         let intents: [Intent]
-        if other == nil && mode == .exclusive {
+        if other == nil && mode.holds {
             // Most requests: one item, nothing in the way and nobody to ask. Without an intents
             // array unless the request has to wait. (Only a rename, of two items, reports a move.)
             // The engine keeps the intent it is given; one that waits is made again.
@@ -291,7 +305,7 @@ public final class Filesystem: @unchecked Sendable {
                 [Intent(wanted.kind, target(of: wanted, now: now))]
             }
             configuration.afterNamingTargets?()
-            if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode == .exclusive) {
+            if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode.holds) {
                 let claim = RequestClaim.grant(grant, intents: intents)
                 if movedBeforeHeld(intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
                     return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
@@ -305,12 +319,13 @@ public final class Filesystem: @unchecked Sendable {
         // A request about a name waits with its directory locked by the kernel; a setattr, its
         // inode: holders that need them must not wait for it in turn.
         let underKernelLock = forTheCall || !wanted.name.isEmpty
+        let watched = waitWatch.watches(underKernelLock: underKernelLock)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
         let claim = AccessClaim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
-                                             holds: mode == .exclusive, timeout: configuration.waitTimeout) { [self] result in
+                                             holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
-            if underKernelLock { kernelLockWatch.forget(number) }
+            if watched { waitWatch.forget(number) }
             switch result {
             case .success(let claim):
                 let held = RequestClaim.claim(claim)
@@ -332,7 +347,10 @@ public final class Filesystem: @unchecked Sendable {
                 state.claims[number] = claim
                 return state.interruptedEarly.remove(number) != nil
             }
-            if underKernelLock { kernelLockWatch.watch(number, claim) }
+            if watched {
+                waitWatch.watch(number, claim, underKernelLock: underKernelLock, uid: fuse_req_ctx(reply.req).pointee.uid,
+                                item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
+            }
         }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { claim.cancel() }

@@ -5,12 +5,18 @@ import Glibc
 
 /// How a path of the mount is coordinated.
 public enum CoordinationMode: String, Sendable, CaseIterable {
-    /// Opens, creations, renames and deletions take intents and wait as the model says.
+    /// Opens, creations, renames and deletions take intents and wait as the model says; an
+    /// appending open shares with readers, and writers in place share with each other (U1, U2).
     case exclusive
+    /// As `exclusive`, but every open for writing excludes every other open.
+    case strict
     /// Presenters are told afterwards; nobody waits.
     case notify
     /// Plain passthrough.
     case off
+
+    /// Whether accesses hold their intents (others wait for them).
+    public var holds: Bool { self == .exclusive || self == .strict }
 }
 
 /// Everything a mount needs to know; built from the command line or a profile in `Mounts/`.
@@ -25,6 +31,13 @@ public struct MountConfiguration: Sendable {
     public var waitTimeout: Duration? = .seconds(60)
     /// How long presenters have to answer.
     public var presenterTimeout: Duration = .seconds(5)
+    /// How long an access waits at most for an open file of an unmodified program (a lease)
+    /// before it goes ahead, as Linux's `lease-break-time`; nil: as long as the wait timeout.
+    public var breakTime: Duration? = .seconds(45)
+    /// How long a file held open for writing must have stayed unchanged before an access that
+    /// waits for it goes ahead: a program that keeps its output open and no longer writes (a
+    /// server's port file) holds nobody up past it. nil: only the break time.
+    public var settleTime: Duration? = .seconds(1)
     public var packageExtensions: Set<String> = []
     /// Extra FUSE options (`-o`), besides the ones coordfs always sets.
     public var fuseOptions: [String] = []

@@ -24,8 +24,19 @@ public struct WritingOptions: OptionSet, Hashable, Sendable {
     public static let forReplacing = WritingOptions(rawValue: 8)
     public static let contentIndependentMetadataOnly = WritingOptions(rawValue: 16)
 
+    // coordfs's own, for files opened by unmodified programs through a mount (not Apple's):
+
+    /// A write that only appends (`O_APPEND` without `O_TRUNC`): it changes no byte anyone has
+    /// read, so readers (who see a prefix) and other appenders share the item with it (U1).
+    public static let appendingOnly = WritingOptions(rawValue: 1 << 16)
+    /// A write in place by a program that shares the file read-write with others of its kind
+    /// (`O_RDWR`/`O_WRONLY` without `O_TRUNC`: databases, mailboxes, fio): such writers, and
+    /// appenders, share the item, and keep each other in order with their own locks; readers
+    /// still wait for them (U2).
+    public static let sharingWriters = WritingOptions(rawValue: 1 << 17)
+
     static let known: WritingOptions = [.forDeleting, .forMoving, .forMerging, .forReplacing,
-                                        .contentIndependentMetadataOnly]
+                                        .contentIndependentMetadataOnly, .appendingOnly, .sharingWriters]
     /// The options whose write on a directory covers everything inside it (C19).
     static let destructive: WritingOptions = [.forDeleting, .forMoving, .forReplacing]
 

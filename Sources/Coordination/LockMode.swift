@@ -38,6 +38,11 @@ struct LockKind: Hashable, Sendable {
     var destructive: Bool
     /// A destructive write on a directory: it conflicts with everything inside it (C19, O11).
     var coversSubtree: Bool
+    /// An appending write (U1): readers share with it.
+    var appends = false
+    /// An appending write or a write in place among writers that share (U1, U2): such
+    /// writes share with each other.
+    var sharesWithWriters = false
 
     init(_ intent: borrowing Intent) {
         switch intent.kind {
@@ -49,6 +54,8 @@ struct LockKind: Hashable, Sendable {
             isWrite = true
             metadataOnly = options.contains(.contentIndependentMetadataOnly)
             destructive = !options.isDisjoint(with: WritingOptions.destructive)
+            appends = options.contains(.appendingOnly)
+            sharesWithWriters = appends || options.contains(.sharingWriters)
         }
         if !intent.target.enclosingPackages.isEmpty {
             // Inside a package every access is the same kind of access to the package; deleting
@@ -66,10 +73,12 @@ struct LockKind: Hashable, Sendable {
         if destructive || other.destructive { return true }             // O3: even metadata reads wait
         let (writer, reader) = isWrite ? (self, other) : (other, self)
         if !reader.isWrite {
+            if writer.appends { return false }                          // U1: a reader sees a prefix
             // A metadata-only read waits only for destructive writes (O3); a metadata-only write
             // does not wait for reads of the contents (O9).
             return !(reader.metadataOnly || writer.metadataOnly)
         }
+        if sharesWithWriters && other.sharesWithWriters { return false } // U2: they order themselves
         return true                                                     // C2: writers exclude writers
     }
 }

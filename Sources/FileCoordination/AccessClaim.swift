@@ -98,6 +98,12 @@ public final class AccessClaim: @unchecked Sendable {
     /// it is asking. Empty once granted.
     public var awaitedProcesses: Set<Int32> { access?.awaitedProcesses ?? [] }
 
+    /// Whom the claim waits for now (`awaitedProcesses`, as coordinators).
+    public var awaited: Set<CoordinatorIdentity> { access?.awaited ?? [] }
+
+    /// Whether it waits for holders (rather than for presenters' answers).
+    public var waitsForHolders: Bool { access?.waitsForHolders ?? false }
+
     /// Stops waiting and goes ahead (`CoordinatedAccess.breakThrough`): for a caller whose wait
     /// holds something that those it waits for need.
     public func breakThrough() { access?.breakThrough() }

@@ -150,12 +150,22 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// The processes this access waits for now: the holders in its way, or the owners of the
     /// presenters it is asking. (Coordinators of this process have none.)
-    var awaitedProcesses: Set<Int32> {
+    var awaitedProcesses: Set<Int32> { Set(awaited.compactMap(\.process)) }
+
+    /// Whom this access waits for now: the holders in its way, or the owners of the presenters
+    /// it is asking (and then the holders of what their own work took).
+    var awaited: Set<CoordinatorIdentity> {
         switch lock.withLock({ phase }) {
-        case .waiting(let ticket): Set((domain.engine.blockers(of: ticket) ?? []).compactMap(\.process))
-        case .messaging(let grant, _): Set(domain.engine.awaited(by: grant.id).compactMap(\.process))
+        case .waiting(let ticket): domain.engine.blockers(of: ticket) ?? []
+        case .messaging(let grant, _): domain.engine.awaited(by: grant.id)
         case .idle, .granted, .ended: []
         }
+    }
+
+    /// Whether it waits in the engine for holders (not for presenters' answers).
+    var waitsForHolders: Bool {
+        if case .waiting = lock.withLock({ phase }) { return true }
+        return false
     }
 
     /// Stops waiting and goes ahead: the holders in its way, or the presenters it asks, need

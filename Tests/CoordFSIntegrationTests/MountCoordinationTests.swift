@@ -54,7 +54,7 @@ import Glibc
             let file = "deep\(depth)/" + directories + "/leaf.txt"
             #expect(FileManager.default.createFile(atPath: fx.path(file), contents: nil))
             let holder = try Child.holder()
-            #expect(holder.ask("open w \(fx.path(file))") == "ok 1")
+            #expect(holder.ask("open wt \(fx.path(file))") == "ok 1")
             let held = try fx.state()
             #expect(held.contains("write(0) \(fx.path(file))\n") || held.hasSuffix("write(0) \(fx.path(file))"), "depth \(depth): \(held)")
             #expect(holder.ask("close 1") == "ok")
@@ -106,7 +106,7 @@ import Glibc
         #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
         let start = ContinuousClock.now
         #expect(other.ask("open rn \(fx.path("a.txt"))") == "err EAGAIN")
-        #expect(other.ask("open wn \(fx.path("a.txt"))") == "err EAGAIN")
+        #expect(other.ask("open wtn \(fx.path("a.txt"))") == "err EAGAIN", "a truncating writer excludes every writer")
         #expect(ContinuousClock.now - start < .seconds(2))
         #expect(try fx.state().contains("WAIT") == false)
     }
@@ -128,7 +128,7 @@ import Glibc
         Thread.sleep(forTimeInterval: 0.3)
         #expect(reader.ask("open rn \(fx.path("b/second"))") == "err EAGAIN")
         Thread.sleep(forTimeInterval: 0.3)
-        #expect(reader.ask("open wn \(fx.path("a/first"))") == "err EAGAIN")
+        #expect(reader.ask("open wtn \(fx.path("a/first"))") == "err EAGAIN")
         #expect(writer.ask("close all") == "ok")
         #expect(reader.ask("open rn \(fx.path("b/second"))") == "ok 1")
     }
@@ -173,17 +173,18 @@ import Glibc
         try fx.seed("x")
         try fx.seed("y")
         let first = try Child.holder(), second = try Child.holder()
-        #expect(first.ask("open w \(fx.path("x"))") == "ok 1")
-        #expect(second.ask("open w \(fx.path("y"))") == "ok 1")
-        first.send("open w \(fx.path("y"))")
+        // Truncating writers: each excludes every other open.
+        #expect(first.ask("open wt \(fx.path("x"))") == "ok 1")
+        #expect(second.ask("open wt \(fx.path("y"))") == "ok 1")
+        first.send("open wt \(fx.path("y"))")
         #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
-        #expect(second.ask("open w \(fx.path("x"))") == "err EDEADLK", "the newest waiter is refused")
+        #expect(second.ask("open wt \(fx.path("x"))") == "err EDEADLK", "the newest waiter is refused")
         #expect(second.ask("close 1") == "ok")
         #expect(first.next() == "ok 2", "the other proceeds")
     }
 
     @Test func theWaitTimeoutGivesEBUSY() throws {
-        let fx = try MountFixture(["--wait-timeout", "1"])
+        let fx = try MountFixture(["--wait-timeout", "1", "--settle-time", "0"])
         try fx.seed("a.txt")
         let writer = try Child.holder(), reader = try Child.holder()
         #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
@@ -244,7 +245,7 @@ import Glibc
         // `cat f | sort > f`: two processes of one pipeline, one reading and one truncating.
         // Whichever opens second waits; the pipeline's own data flow cannot release the first,
         // so it ends with EBUSY after the wait timeout rather than hanging.
-        let fx = try MountFixture(["--wait-timeout", "1"])
+        let fx = try MountFixture(["--wait-timeout", "1", "--settle-time", "0"])
         try fx.seed("f", "b\na\n")
         let start = ContinuousClock.now
         _ = try run("/bin/sh", ["-c", "cat \(fx.path("f")) | sort > \(fx.path("f"))"])
@@ -253,7 +254,8 @@ import Glibc
     }
 
     @Test func aSignalEndsAWaitWithEINTRAndLeavesNothingWaiting() throws {
-        let fx = try MountFixture()
+        // (No settle time: the idle writer holds the reader until the signal.)
+        let fx = try MountFixture(["--settle-time", "0"])
         try fx.seed("a.txt")
         let writer = try Child.holder()
         #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
@@ -289,7 +291,7 @@ import Glibc
         }
         #expect(other.ask("open wn \(fx.path("app.log"))")?.hasPrefix("ok") == true, "off: never waits")
         #expect(other.ask("open wn \(fx.path("scratch/tmp"))")?.hasPrefix("ok") == true, "notify: never waits")
-        #expect(other.ask("open wn \(fx.path("doc.txt"))") == "err EAGAIN", "exclusive elsewhere")
+        #expect(other.ask("open wtn \(fx.path("doc.txt"))") == "err EAGAIN", "exclusive elsewhere")
     }
 
     /// C17 through the mount: once a directory holds the package marker, an open of anything in
@@ -305,7 +307,7 @@ import Glibc
 
         #expect(try run("/usr/bin/touch", [fx.path("doc.pkg/.coordfs-package")]).status == 0)
         #expect(holder.ask("open w \(fx.path("doc.pkg/a.txt"))") == "ok 2")
-        #expect(other.ask("open wn \(fx.path("doc.pkg/b.txt"))") == "err EAGAIN", "a package: one item")
+        #expect(other.ask("open wtn \(fx.path("doc.pkg/b.txt"))") == "err EAGAIN", "a package: one item")
         #expect(holder.ask("close all") == "ok")
 
         #expect(try run("/bin/rm", [fx.path("doc.pkg/.coordfs-package")]).status == 0)

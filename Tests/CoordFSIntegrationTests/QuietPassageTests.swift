@@ -94,7 +94,7 @@ import Glibc
     /// other names (`NameGates`), in the held file's directory too; requests about a held file
     /// itself, or over a subtree that holds it, still wait for it.
     @Test func requestsPassBesideFilesHeldOpenByOtherNames() throws {
-        let fx = try MountFixture(["--wait-timeout", "1"])
+        let fx = try MountFixture(["--wait-timeout", "1", "--settle-time", "0"])
         try fx.seed("held/h.txt", "kept\n")
         try fx.seed("held/other.txt")
         try fx.seed("work/f.txt")
@@ -158,7 +158,7 @@ import Glibc
     /// writes of their own, so a watcher hears of the new file first and of no change before
     /// it. Another process's change of them still waits for the open.
     @Test func setattrsOfAWritersOwnOpenAreCoveredByIt() throws {
-        let fx = try MountFixture(["--wait-timeout", "1"])
+        let fx = try MountFixture(["--wait-timeout", "1", "--settle-time", "0"])
         let watcher = try Child(Paths.binary.path, ["watch", fx.mountPoint.path])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         #expect(try run("/usr/bin/touch", [fx.path("made.txt")]).status == 0)
@@ -193,7 +193,7 @@ import Glibc
     /// still pass beside them, and those about a held file still wait for it, wherever its
     /// grant was filed.
     @Test func requestsPassBesideMoreOpenFilesThanTheShortListHolds() throws {
-        let fx = try MountFixture(["--wait-timeout", "1"])
+        let fx = try MountFixture(["--wait-timeout", "1", "--settle-time", "0"])
         let held = 40
         for index in 0..<held { try fx.seed("many/f\(index).txt") }
         try fx.seed("many/other.txt")

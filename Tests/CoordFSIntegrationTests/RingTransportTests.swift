@@ -323,7 +323,8 @@ import Glibc
     /// `other` (without kernel passthrough, which does not stack on a FUSE backing). The caller
     /// unmounts the outer one first.
     static func mountOverAnotherMount(_ arguments: [String]) throws -> (inner: MountFixture, outer: MountFixture) {
-        let inner = try MountFixture()
+        // The inner open waits for the writer until it closes: no settle time.
+        let inner = try MountFixture(["--settle-time", "0"])
         try inner.seed("held")
         try inner.seed("other")
         return (inner, try MountFixture(["--no-kernel-passthrough"] + arguments, backing: inner.mountPoint))
@@ -353,7 +354,7 @@ import Glibc
     /// again).
     @Test func aFilesystemThatIsNotLocalInsideTheBackingHoldsUpNoQueue() throws {
         guard Self.kernelOffersRings() else { return }
-        let inner = try MountFixture()
+        let inner = try MountFixture(["--settle-time", "0"])
         try inner.seed("held")
         try inner.seed("other")
         // The outer backing holds the inner mount point, `mnt`, and the inner backing, local

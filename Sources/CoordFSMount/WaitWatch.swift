@@ -1,0 +1,197 @@
+import CoordinationServer
+import Coordination
+import FileCoordination
+import Foundation
+import Logging
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Watches the requests that wait in the mount, and lets go ahead the ones whose wait must end
+/// before the wait timeout. A request that goes ahead holds nothing, and presenters are still
+/// told what it did (`AccessClaim.breakThrough`). Three rules, looked at every 20 ms:
+///
+/// - **A kernel lock.** The kernel locks a directory before it sends a request that changes a
+///   name in it (and the victim's inode for unlink and rename), and an inode before a setattr,
+///   and keeps the lock until the reply. A request that waits there for a holder keeps the
+///   holder from every name in that directory: an editor's atomic save (a temporary file beside
+///   the item, renamed over it) blocks in the kernel before the mount sees it. No reply can give
+///   the lock back and still make the caller wait, so the request goes ahead as soon as a process
+///   it waits for is seen stuck on a kernel lock (a thread in uninterruptible sleep in a path or
+///   inode operation, twice in a row).
+/// - **A settled file.** A program that keeps a file open for writing and no longer writes it
+///   (a server's port or pid file, its output) holds it like a lease: once the file has stayed
+///   unchanged for the settle time, a request waiting only for such opens goes ahead.
+/// - **The break time.** A request waits at most the break time for opens of unmodified programs
+///   (leases, as Linux's `lease-break-time`) and for holds of other users; then it goes ahead.
+final class WaitWatch: @unchecked Sendable {
+    /// A waiting request.
+    struct Watched {
+        let claim: AccessClaim
+        /// The kernel holds a lock for it (a request about a name, a setattr).
+        let underKernelLock: Bool
+        let since: ContinuousClock.Instant
+        /// Its caller's user.
+        let uid: uid_t
+        /// The item it waits for, for the settle rule: a node, or a name in a directory node.
+        let item: (node: Inode, name: String)?
+    }
+
+    /// What the settle rule looks at: when a file last changed (its later time of the two).
+    struct FileState: Equatable {
+        let modified: timespec, changed: timespec
+
+        /// Seconds since the file last changed, by the system's clock (negative for a time ahead).
+        var secondsUnchanged: Double {
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            func seconds(_ time: timespec) -> Double { Double(time.tv_sec) + Double(time.tv_nsec) / 1e9 }
+            return seconds(now) - max(seconds(modified), seconds(changed))
+        }
+
+        static func == (a: Self, b: Self) -> Bool {
+            a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
+                && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
+        }
+    }
+
+    enum Reason: String { case kernelLock = "a kernel lock", settled = "a settled file", breakTime = "the break time" }
+
+    private let condition = NSCondition()
+    private var watched: [UInt: Watched] = [:]
+    /// Processes seen stuck at the last look: a second look confirms.
+    private var suspects: Set<Int32> = []
+    private var running = false
+    private let logger: Logger
+    let settleTime: Duration?
+    let breakTime: Duration?
+    /// How the item of a watched request is looked at (`Filesystem` gives its inode table).
+    private let look: @Sendable (Inode, String) -> FileState?
+    /// Requests that went ahead, by rule.
+    let kernelLockBreaks = Atomic<Int>(0)
+    let leaseBreaks = Atomic<Int>(0)
+    static let interval: useconds_t = 20_000
+
+    init(logger: Logger, settleTime: Duration?, breakTime: Duration?, look: @escaping @Sendable (Inode, String) -> FileState?) {
+        self.logger = logger
+        self.settleTime = settleTime
+        self.breakTime = breakTime
+        self.look = look
+    }
+
+    /// Whether a request of this kind needs watching at all.
+    func watches(underKernelLock: Bool) -> Bool { underKernelLock || settleTime != nil || breakTime != nil }
+
+    /// Watches `claim` until `forget(number)`.
+    func watch(_ number: UInt, _ claim: AccessClaim, underKernelLock: Bool, uid: uid_t, item: (node: Inode, name: String)?) {
+        let now = ContinuousClock.now
+        condition.lock()
+        watched[number] = Watched(claim: claim, underKernelLock: underKernelLock, since: now, uid: uid, item: item)
+        if !running {
+            running = true
+            let thread = Thread { [self] in loop() }
+            thread.name = "coordfs wait watch"
+            thread.start()
+        }
+        condition.unlock()
+    }
+
+    func forget(_ number: UInt) {
+        condition.lock()
+        watched[number] = nil
+        condition.unlock()
+    }
+
+    /// Runs while anything is watched; a new thread starts with the next request that waits.
+    private func loop() {
+        while true {
+            usleep(Self.interval)
+            condition.lock()
+            if watched.isEmpty {
+                running = false
+                suspects = []
+                condition.unlock()
+                return
+            }
+            let requests = watched
+            let previous = suspects
+            condition.unlock()
+            let now = ContinuousClock.now
+            var stuckNow: Set<Int32> = []
+            var looked: [Int32: Bool] = [:]
+            var broken: [(UInt, Reason, Set<CoordinatorIdentity>)] = []
+            for (number, request) in requests {
+                let awaited = request.claim.awaited
+                guard !awaited.isEmpty else { continue }
+                var reason: Reason?
+                if request.underKernelLock {
+                    for process in Set(awaited.compactMap(\.process)) {
+                        let stuck = looked[process] ?? Self.isStuckOnKernelLock(process)
+                        looked[process] = stuck
+                        if stuck { stuckNow.insert(process) }
+                        if stuck && previous.contains(process) { reason = .kernelLock; break }
+                    }
+                }
+                let onlyLeases = request.claim.waitsForHolders && awaited.allSatisfy { if case .process = $0 { true } else { false } }
+                // Unchanged for the settle time, by its own times: a writer that went quiet before
+                // this request came holds it up no longer than one that goes quiet after.
+                if reason == nil, let settleTime, onlyLeases, let item = request.item,
+                   let state = look(item.node, item.name), state.secondsUnchanged >= settleTime.timeInterval {
+                    reason = .settled
+                }
+                if reason == nil, let breakTime, now - request.since >= breakTime, request.claim.waitsForHolders,
+                   awaited.allSatisfy({ Self.isLease($0) || Self.user(of: $0) != request.uid }) {
+                    reason = .breakTime
+                }
+                if let reason {
+                    request.claim.breakThrough()
+                    broken.append((number, reason, awaited))
+                }
+            }
+            condition.lock()
+            suspects = stuckNow
+            for (number, _, _) in broken { watched[number] = nil }
+            condition.unlock()
+            for (_, reason, awaited) in broken {
+                if reason == .kernelLock { kernelLockBreaks.add(1, ordering: .relaxed) } else { leaseBreaks.add(1, ordering: .relaxed) }
+                logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))")
+            }
+        }
+    }
+
+    /// An unmodified program's request or open file, held for that program alone.
+    static func isLease(_ identity: CoordinatorIdentity) -> Bool {
+        if case .process = identity { return true }
+        return false
+    }
+
+    /// The user a coordinator's process runs as (its filesystem uid), or nil when unknown; a
+    /// coordinator of this very process (`.object`, `.purpose`), its user.
+    static func user(of identity: CoordinatorIdentity) -> uid_t? {
+        guard let process = identity.process else { return geteuid() }
+        guard let fields = ProcFile.statusFields(["Uid"], of: process),
+              let uids = fields["Uid"]?.split(whereSeparator: { $0 == " " || $0 == "\t" }), uids.count >= 4 else { return nil }
+        return uid_t(uids[3])
+    }
+
+    /// Kernel functions a task sleeps in, uninterruptibly, while it waits for a directory's or
+    /// an inode's lock on its way through a path or into a file (as /proc/TID/wchan names them).
+    private static let lockWaits = ["path_openat", "filename_create", "lookup_slow", "open_last_lookups", "do_unlinkat",
+                                    "do_rmdir", "lock_rename", "do_renameat2", "vfs_", "fuse_", "do_truncate", "chmod_common",
+                                    "chown_common", "utimes_common", "rwsem_", "down_"]
+
+    /// Whether a thread of `process` sleeps uninterruptibly where lock waits sleep.
+    static func isStuckOnKernelLock(_ process: Int32) -> Bool {
+        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/task") else { return false }
+        for task in tasks {
+            guard let stat = ProcFile.read("/proc/\(process)/task/\(task)/stat"),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            // "PID (comm) S ...": the state follows the command, which may hold anything.
+            let state = stat[stat.index(after: close)...].dropFirst().first
+            guard state == "D", let wchan = ProcFile.read("/proc/\(process)/task/\(task)/wchan") else { continue }
+            if lockWaits.contains(where: { wchan.hasPrefix($0) }) { return true }
+        }
+        return false
+    }
+}
