@@ -123,36 +123,23 @@ extension Filesystem {
             // a failure after it can take back a file this create made (and only such a file): one
             // made behind the mount meanwhile is opened as it is.
             let (fd, createFailure, backing, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
-                let exclusive = flags & O_EXCL != 0
                 let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
-                func open(_ flags: Int32) -> (Int32, Bool) {
-                    let fd = accessTimes.open(flags) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
-                    if fd >= 0 || errno != EEXIST || exclusive { return (fd, fd >= 0) }
-                    let existing = accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
-                    return (existing, false)
-                }
                 if sharesBacking {
-                    let (fd, made) = open((creating & ~O_ACCMODE) | O_RDWR)
+                    let (fd, made) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0)
                     if fd >= 0 { return (fd, nil, true, made) }
                 }
-                let (fd, made) = open(creating)
+                let (fd, made) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0)
                 return (fd, fd == -1 ? Errno.current : nil, false, made)
             }
             if let failure = createFailure {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 return reply.error(failure)
             }
-            // A create that fails from here on takes back the file it made (one user out of
-            // descriptors left files behind that `rm -rf` then could not see).
-            func takeBack() -> Bool {
-                guard made else { return false }
-                return inodes.withFD(parent, orElse: { _ in false }) { parentFD in name.withCString { unlinkat(parentFD, $0, 0) } == 0 }
-            }
             namespaceChanged(name: name, directory: false)
             giveToCaller(reply.req, parent: parent, name: name, mode: mode)
             if let failure = syncNames(in: parent) {
                 close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack()))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack(made, name, in: parent)))
                 return reply.error(failure)
             }
             do {
@@ -167,10 +154,27 @@ extension Filesystem {
                              noFlush: sendsNoFlush(inode))
             } catch {
                 close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack()))
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack(made, name, in: parent)))
                 reply.error(error)
             }
         }
+    }
+
+    /// Opens `name` in `parentFD` for a create, exclusively (`flags` has O_EXCL), so that a
+    /// failure after it can take back a file this create made, and only such a file: one made
+    /// behind the mount meanwhile is opened as it is, unless the caller asked for O_EXCL itself.
+    /// Returns the descriptor (or -1, errno set) and whether this call made the file.
+    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool) -> (Int32, Bool) {
+        let fd = accessTimes.open(flags) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
+        if fd >= 0 || errno != EEXIST || exclusive { return (fd, fd >= 0) }
+        return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }, false)
+    }
+
+    /// A create that fails after making its file takes it back (`made`): one user out of
+    /// descriptors left files behind that `rm -rf` then could not see. True when it is gone.
+    private func takeBack(_ made: Bool, _ name: String, in parent: Inode) -> Bool {
+        guard made else { return false }
+        return inodes.withFD(parent, orElse: { _ in false }) { parentFD in name.withCString { unlinkat(parentFD, $0, 0) } == 0 }
     }
 
     /// open(2) with O_TMPFILE: FUSE_TMPFILE, handed over as a create of "/" (`cfs_served_opcode`).
