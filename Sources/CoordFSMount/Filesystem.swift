@@ -113,6 +113,7 @@ public final class Filesystem: @unchecked Sendable {
                 return found == 0 ? WaitWatch.FileState(modified: info.st_mtim, changed: info.st_ctim) : nil
             }
         }
+        waitWatch.tellBroken = { [domain] path, holders in domain.tellCoordinationBroken(at: path, holders: holders) }
     }
 
     deinit {

@@ -22,7 +22,7 @@ import Glibc
 ///   inode operation, twice in a row).
 /// - **A settled file.** A program that keeps a file open for writing and no longer writes it
 ///   (a server's port or pid file, its output) holds it like a lease: once the file has stayed
-///   unchanged for the settle time, a request waiting only for such opens goes ahead.
+///   unchanged for the settle time, a reader waiting only for such opens goes ahead.
 /// - **The break time.** A request waits at most the break time for opens of unmodified programs
 ///   (leases, as Linux's `lease-break-time`) and for holds of other users; then it goes ahead.
 final class WaitWatch: @unchecked Sendable {
@@ -68,6 +68,8 @@ final class WaitWatch: @unchecked Sendable {
     let breakTime: Duration?
     /// How the item of a watched request is looked at (`Filesystem` gives its inode table).
     private let look: @Sendable (Inode, String) -> FileState?
+    /// Tells the holders of an item, and its presenters, that a request went ahead of them.
+    var tellBroken: (@Sendable (ItemPath, Set<CoordinatorIdentity>) -> Void)?
     /// Requests that went ahead, by rule.
     let kernelLockBreaks = Atomic<Int>(0)
     let leaseBreaks = Atomic<Int>(0)
@@ -134,14 +136,17 @@ final class WaitWatch: @unchecked Sendable {
                     }
                 }
                 let onlyLeases = request.claim.waitsForHolders && awaited.allSatisfy { if case .process = $0 { true } else { false } }
-                // Unchanged for the settle time, by its own times: a writer that went quiet before
-                // this request came holds it up no longer than one that goes quiet after.
-                if reason == nil, let settleTime, onlyLeases, let item = request.item,
+                // A reader waiting for writers' open files only (a writer waits for readers until
+                // they close: they change nothing, so "unchanged" says nothing of them). Unchanged
+                // for the settle time, by its own times: a writer that went quiet before this
+                // request came holds it up no longer than one that goes quiet after.
+                let reads = request.claim.intents.allSatisfy { !$0.kind.isWrite }
+                if reason == nil, let settleTime, onlyLeases, reads, let item = request.item,
                    let state = look(item.node, item.name), state.secondsUnchanged >= settleTime.timeInterval {
                     reason = .settled
                 }
                 if reason == nil, let breakTime, now - request.since >= breakTime, request.claim.waitsForHolders,
-                   awaited.allSatisfy({ Self.isLease($0) || Self.user(of: $0) != request.uid }) {
+                   awaited.allSatisfy({ Self.isLease($0) || CoordinatorUsers.user(of: $0) != request.uid }) {
                     reason = .breakTime
                 }
                 if let reason {
@@ -153,7 +158,8 @@ final class WaitWatch: @unchecked Sendable {
             suspects = stuckNow
             for (number, _, _) in broken { watched[number] = nil }
             condition.unlock()
-            for (_, reason, awaited) in broken {
+            for (number, reason, awaited) in broken {
+                if let path = requests[number]?.claim.intents.first?.path { tellBroken?(path, awaited) }
                 if reason == .kernelLock { kernelLockBreaks.add(1, ordering: .relaxed) } else { leaseBreaks.add(1, ordering: .relaxed) }
                 logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))")
             }
@@ -164,15 +170,6 @@ final class WaitWatch: @unchecked Sendable {
     static func isLease(_ identity: CoordinatorIdentity) -> Bool {
         if case .process = identity { return true }
         return false
-    }
-
-    /// The user a coordinator's process runs as (its filesystem uid), or nil when unknown; a
-    /// coordinator of this very process (`.object`, `.purpose`), its user.
-    static func user(of identity: CoordinatorIdentity) -> uid_t? {
-        guard let process = identity.process else { return geteuid() }
-        guard let fields = ProcFile.statusFields(["Uid"], of: process),
-              let uids = fields["Uid"]?.split(whereSeparator: { $0 == " " || $0 == "\t" }), uids.count >= 4 else { return nil }
-        return uid_t(uids[3])
     }
 
     /// Kernel functions a task sleeps in, uninterruptibly, while it waits for a directory's or

@@ -51,12 +51,15 @@ public enum PresenterNotification: Hashable, Sendable {
     case subitemWasDeleted(ItemPath)
     /// The presented item itself was deleted (the event channel removes the watch).
     case itemWasDeleted
+    /// An access to the item went ahead without waiting any longer for those that held it: a
+    /// broken lease (the break time, a settled file, a kernel lock). coordfs's own: Apple has none.
+    case coordinationWasBroken
 
     /// True for the subitem notifications a package presenter may receive as did-change (P20).
     public var isSubitemNotification: Bool {
         switch self {
         case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted: return true
-        case .didMove, .didChange, .itemWasDeleted: return false
+        case .didMove, .didChange, .itemWasDeleted, .coordinationWasBroken: return false
         }
     }
 }

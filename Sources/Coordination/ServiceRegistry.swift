@@ -58,6 +58,21 @@ extension CoordinationEngine {
     }
 }
 
+extension CoordinationEngine {
+    /// What the presenters of `path` (and of the packages it lies in) are told when an access to
+    /// it went ahead without waiting any longer for its holders.
+    public func brokenCoordinationNotices(at path: ItemPath) -> [PresenterDelivery<PresenterNotification>] {
+        state.withLock { state in
+            var deliveries: [PresenterDelivery<PresenterNotification>] = []
+            for id in state.presenterTree.presenters(at: path) {
+                deliveries.append(PresenterDelivery(presenter: id, presentedPath: path, presentsPackage: false,
+                                                    messages: [.coordinationWasBroken]))
+            }
+            return deliveries
+        }
+    }
+}
+
 extension State {
     /// Services of an item a grant deleted end with it; `outcomes` parallels `intents`.
     mutating func endServices(ofItemsDeletedBy intents: some Sequence<Intent>, outcomes: some Sequence<IntentOutcome>) {

@@ -52,6 +52,8 @@ final class ClientConnection: @unchecked Sendable {
         let claim: AccessClaim
         /// The client's name for its coordinator, if it gave one.
         let coordinatorName: String?
+        /// The coordinator it holds for.
+        var coordinator: CoordinatorIdentity? = nil
         /// Taken inside another hold of the same coordinator that covers its items (an access
         /// of a prepared batch, a nested one): it holds, asks and tells nothing of its own; the
         /// outer hold, whose claim it shares, did and will.
@@ -377,8 +379,9 @@ final class ClientConnection: @unchecked Sendable {
                 let token = self.server.domain.accessorHolds.add(claim, of: self.peer.pid)
                 // Where the items are as granted: one moved while the hold waited is where it went.
                 let granted = claim.intents.map { (try? self.server.resolver.resolve($0.path.string).realPath) ?? "" }
-                let held = Held(claim: claim, coordinatorName: name, token: token, realPaths: granted,
+                var held = Held(claim: claim, coordinatorName: name, token: token, realPaths: granted,
                                 existedBefore: granted.map(Self.exists))
+                held.coordinator = coordinator
                 let number = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
                     self.lastNumber += 1
@@ -413,6 +416,19 @@ final class ClientConnection: @unchecked Sendable {
         moving.isDirectory = destination.target.isDirectory
         held.claim.reportMove(from: moving, to: destination.target)
         send(.ok(id: id, fields: [:]))
+    }
+
+    /// Tells the client of each of its holds, held for one of `holders`, that holds `path`:
+    /// an access went ahead without waiting for it any longer (a BROKEN event; `cookie` is the hold).
+    func tellBroken(_ holders: Set<CoordinatorIdentity>, at path: ItemPath) {
+        let broken = lock.withLock {
+            holds.filter { _, held in
+                !held.nested && held.coordinator.map(holders.contains) == true && held.claim.intents.contains { $0.path == path }
+            }.keys.sorted()
+        }
+        for number in broken {
+            send(.event(EventRecord(wd: 0, mask: .broken, cookie: UInt64(number), name: "", path: path.string)))
+        }
     }
 
     /// Ends a hold: presenters learn what became of each written item (changed, deleted or

@@ -45,6 +45,11 @@ public final class ControlServer: @unchecked Sendable {
     }
 
     public func start() throws {
+        // Holds of this server's clients whose coordination was broken: their clients are told.
+        domain.onBrokenHolds { [weak self] holders, path in
+            guard let self else { return }
+            for connection in self.lock.withLock({ Array(self.connections.values) }) { connection.tellBroken(holders, at: path) }
+        }
         let fd = try UnixSocket.listen(at: socketPath, mode: mode)
         var info = stat()
         let file = lstat(socketPath, &info) == 0 ? (UInt64(info.st_dev), UInt64(info.st_ino)) : nil

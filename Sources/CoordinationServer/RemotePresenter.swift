@@ -148,6 +148,7 @@ final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unch
         case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string)
         case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string)
         case .itemWasDeleted: presentedItemWasDeleted()
+        case .coordinationWasBroken: tell(.broken)
         }
     }
 

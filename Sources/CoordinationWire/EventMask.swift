@@ -21,12 +21,15 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     /// To a provider: a client connected to one of its services (the record carries the socket;
     /// `wd` is the service, `name` its name, `path` the item the client asked about).
     public static let serviceConnection = EventMask(rawValue: 1 << 16)
+    /// An access to the item went ahead without waiting any longer for its holders (the break
+    /// time, a settled file, a kernel lock); to a client whose hold it was, `cookie` names the hold.
+    public static let broken = EventMask(rawValue: 1 << 17)
     /// Set on records that wait for an answer.
     public static let request = EventMask(rawValue: 1 << 30)
 
     public static let requests: EventMask = [.relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion]
     public static let all: EventMask = [.requests, .reacquire, .changed, .movedFrom, .movedTo, .subitemAppeared,
-                                        .subitemChanged, .subitemDeleted, .presenterRemoved]
+                                        .subitemChanged, .subitemDeleted, .presenterRemoved, .broken]
 
     /// The names used on the wire and by `coordfs watch`.
     public static let names: [(String, EventMask)] = [
@@ -34,7 +37,8 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
         ("ACCOMMODATE_DELETION", .accommodateDeletion), ("ACCOMMODATE_SUBITEM_DELETION", .accommodateSubitemDeletion),
         ("REACQUIRE", .reacquire), ("CHANGED", .changed), ("MOVED_FROM", .movedFrom), ("MOVED_TO", .movedTo),
         ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged), ("SUBITEM_DELETED", .subitemDeleted),
-        ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("REQUEST", .request),
+        ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("BROKEN", .broken),
+        ("REQUEST", .request),
     ]
 
     public var names: [String] { Self.names.filter { contains($0.1) }.map(\.0) }

@@ -210,7 +210,7 @@ final class CoordinatedAccess: @unchecked Sendable {
             lock.withLock { phase = .messaging(grant, nil) }
             return completeGrant(grant)
         }
-        let messenger = PresenterMessenger(grant.requests, domain: domain) { [self] error in
+        let messenger = PresenterMessenger(grant.requests, domain: domain, accessor: request.identity) { [self] error in
             if let error { return abandonGrant(grant, error) }
             domain.engine.finishMessaging(grant.id, overlapping: lock.withLock { brokeThrough }) { [self] in
                 takeRemote(remoteGroups(grant)[...]) { [self] error in

@@ -36,6 +36,7 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// Why the user's daemon could not be had, said once in the log.
     private var daemonTrouble: String?
     private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, URL) -> Void] = [:]
+    private var brokenHoldHandlers: [@Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void] = []
 
     let logger = Logger(label: "org.coordfs.coordination")
 
@@ -199,6 +200,20 @@ public final class CoordinationDomain: @unchecked Sendable {
         withLock { presenterObjects.sorted { $0.key.rawValue < $1.key.rawValue }.map(\.value) }
     }
 
+    /// Tells whoever held `path` that an access to it went ahead without waiting for them any
+    /// longer (a broken lease): the item's presenters, and the servers whose clients held it
+    /// (`onBrokenHolds`), which tell the holders among `holders`.
+    public func tellCoordinationBroken(at path: ItemPath, holders: Set<CoordinatorIdentity>) {
+        deliver(engine.brokenCoordinationNotices(at: path))
+        for handler in withLock({ brokenHoldHandlers }) { handler(holders, path) }
+    }
+
+    /// Called with the holders whose coordination of an item was broken, and the item: a
+    /// control server tells its clients whose holds they were.
+    public func onBrokenHolds(_ handler: @escaping @Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void) {
+        withLock { brokenHoldHandlers.append(handler) }
+    }
+
     /// Tells this domain's presenters what an access did: the notifications its grant's release
     /// or reported move returned.
     public func deliver(_ notifications: [PresenterDelivery<PresenterNotification>]) {
@@ -259,11 +274,16 @@ public final class CoordinationDomain: @unchecked Sendable {
 public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// A presenter did not answer `request` within the presenter timeout; the access went on (X2).
     case presenterDidNotAnswer(presentedItem: String, request: String, waited: Duration)
+    /// A presenter of another user refused an access; across users that is no veto, and the
+    /// access went on (SPEC §4).
+    case vetoIgnored(presentedItem: String, presenterUser: Int, error: String)
 
     public var description: String {
         switch self {
         case .presenterDidNotAnswer(let item, let request, let waited):
             return "presenter of \(item) did not answer \(request) within \(waited); access proceeded"
+        case .vetoIgnored(let item, let user, let error):
+            return "a presenter of \(item) of another user (uid \(user)) refused an access (\(error)); across users that is no veto, and the access proceeded"
         }
     }
 }

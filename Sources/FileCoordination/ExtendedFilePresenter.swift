@@ -12,6 +12,9 @@ public protocol ExtendedFilePresenter: FilePresenter {
     func presentedSubitemWasDeleted(at url: URL)
     /// The presented item itself was deleted.
     func presentedItemWasDeleted()
+    /// An access to the presented item went ahead without waiting any longer for those that
+    /// held it (a broken lease: another user's access past the break time, a settled file).
+    func presentedItemCoordinationWasBroken()
     /// The requests it answers; accesses do not ask or wait for it about others (default: all).
     var answeredRequests: PresenterRequest.Kinds { get }
     /// Whether its callbacks may run on the thread that sends the message instead of on its
@@ -21,6 +24,7 @@ public protocol ExtendedFilePresenter: FilePresenter {
 }
 
 extension ExtendedFilePresenter {
+    public func presentedItemCoordinationWasBroken() {}
     public var answeredRequests: PresenterRequest.Kinds { .all }
     public var takesMessagesInline: Bool { false }
 }

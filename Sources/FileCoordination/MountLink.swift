@@ -240,6 +240,8 @@ final class MountLink: @unchecked Sendable {
                 (presenter as? ExtendedFilePresenter)?.presentedSubitemWasDeleted(at: url)
             } else if mask.contains(.presenterRemoved) {
                 (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
+            } else if mask.contains(.broken) {
+                (presenter as? ExtendedFilePresenter)?.presentedItemCoordinationWasBroken()
             }
         }
     }

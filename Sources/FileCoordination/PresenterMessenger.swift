@@ -22,14 +22,17 @@ final class PresenterMessenger: @unchecked Sendable {
     private var deadline: AnswerDeadlines.Token?
 
     private let deliveries: [PresenterDelivery<PresenterRequest>]
+    /// Who the access is for: a presenter of another user (but root) cannot veto it.
+    private let accessor: CoordinatorIdentity?
 
     /// A messenger for `deliveries`; nothing is sent before `start()`. `completion` is called
     /// once: nil when everyone consented (or timed out), else the first error (a presenter's, or
     /// cancellation).
-    init(_ deliveries: [PresenterDelivery<PresenterRequest>], domain: CoordinationDomain,
+    init(_ deliveries: [PresenterDelivery<PresenterRequest>], domain: CoordinationDomain, accessor: CoordinatorIdentity? = nil,
          completion: @escaping Completion) {
         self.domain = domain
         self.deliveries = deliveries
+        self.accessor = accessor
         self.pending = Set(deliveries.map(\.presenter))
         self.completion = completion
     }
@@ -119,7 +122,17 @@ final class PresenterMessenger: @unchecked Sendable {
         if runNow { Self.run(reacquirer, on: queue) }
     }
 
-    private func answered(_ presenter: PresenterID, error: Error?) {
+    private func answered(_ presenter: PresenterID, error given: Error?) {
+        var error = given
+        // Across users a presenter's refusal is no veto (SPEC §4): the access goes on, and the
+        // refusal is reported.
+        if let refusal = given, let accessor, let owner = domain.engine.presenter(presenter)?.owner,
+           !owner.isSameProcess(as: accessor), !CoordinatorUsers.mayVeto(owner, accessor) {
+            let path = lock.withLock { current[presenter]?.presentedPath.string } ?? "\(presenter)"
+            domain.report(.vetoIgnored(presentedItem: path, presenterUser: CoordinatorUsers.user(of: owner).map(Int.init) ?? -1,
+                                       error: "\(refusal)"))
+            error = nil
+        }
         let done = lock.withLock { () -> Bool in
             pending.remove(presenter)
             current[presenter] = nil
@@ -187,6 +200,8 @@ enum PresenterNotifier {
                             else { UnimplementedCallback.note() }   // no Apple callback
                         case .itemWasDeleted:
                             (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
+                        case .coordinationWasBroken:
+                            (presenter as? ExtendedFilePresenter)?.presentedItemCoordinationWasBroken()
                         }
                     }
                     if let direct = presenter as? PathMessagedPresenter {
