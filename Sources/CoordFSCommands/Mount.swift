@@ -90,11 +90,15 @@ struct Mount: ParsableCommand {
         try Self.validate(configuration)
         if foreground {
             // A daemon's stderr is its parent's failure message: the parent gives the note.
-            if ProcessInfo.processInfo.environment["COORDFS_NOTIFY_READY"] != "1" { Self.noteTransport(configuration) }
+            if ProcessInfo.processInfo.environment["COORDFS_NOTIFY_READY"] != "1" {
+                Self.noteTransport(configuration)
+                Self.noteRequestTimeout(configuration)
+            }
             try serve(configuration)
         } else {
             try spawnDaemon()
             Self.noteTransport(configuration)
+            Self.noteRequestTimeout(configuration)
         }
     }
 
@@ -114,6 +118,14 @@ struct Mount: ParsableCommand {
         FileHandle.standardError.write(Data(("coordfs: note: this kernel has FUSE over io_uring switched off (fuse enable_uring=N), so requests "
             + "go through /dev/fuse, about half as fast on metadata; as root, `echo Y > \(ioUringSwitch)` switches it on for later "
             + "mounts (--no-io-uring: no note)\n").utf8))
+    }
+
+    /// One line on stderr when the kernel aborts FUSE requests after a timeout: which bound the
+    /// mount's waits keep to (`MountConfiguration.fitWaits`).
+    static func noteRequestTimeout(_ configuration: MountConfiguration) {
+        var fitted = configuration
+        guard let note = fitted.fitWaits(within: .inForce()) else { return }
+        FileHandle.standardError.write(Data("coordfs: note: \(note)\n".utf8))
     }
 
     func makeConfiguration() throws -> MountConfiguration {

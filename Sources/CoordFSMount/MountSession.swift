@@ -17,7 +17,13 @@ public final class MountSession: @unchecked Sendable {
     /// The control socket of this mount, once mounted.
     public private(set) var controlServer: ControlServer?
 
-    public init(configuration: MountConfiguration, domain: CoordinationDomain = .shared) throws {
+    /// What the mount did to fit the kernel's FUSE request timeout, if one is in force.
+    public let requestTimeoutNote: String?
+
+    public init(configuration given: MountConfiguration, domain: CoordinationDomain = .shared,
+                requestTimeout: KernelRequestTimeout? = .inForce()) throws {
+        var configuration = given
+        requestTimeoutNote = configuration.fitWaits(within: requestTimeout)
         domain.presenterTimeout = configuration.presenterTimeout
         domain.packageExtensions = configuration.packageExtensions
         filesystem = try Filesystem(configuration: configuration, domain: domain)
