@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test bench bench-walk bench-programs soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test fuzz fuzz-run bench bench-walk bench-programs soak stress-cross run stop install clean
 
 all: build
 
@@ -41,9 +41,28 @@ build: setup io-uring
 # CI shows only the end of a run: a failed run ends with its failures again.
 test: setup io-uring
 	$(SWIFT) build --build-tests
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) FUZZ_CORPUS=$$(mktemp -d)
 	@bash -o pipefail -c 'COORDFS_COORDINATION=in-process $(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
 	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
 	  grep -E -A6 "recorded an issue|Exited with|Fatal error|error:" .build/test.log | head -150; exit 1; }
+
+# The control socket's fuzz target (libFuzzer, with AddressSanitizer): FUZZ_SECONDS of inputs
+# grown from the corpus kept in Tests/Fuzz/corpus (which `make fuzz` adds to). A crash, a hang
+# of an input past 10 s, a leak or a descriptor not closed fails it. `make test` runs it briefly
+# on a copy of the corpus.
+FUZZ_SECONDS ?= 600
+FUZZ_TEST_SECONDS ?= 30
+FUZZ_CORPUS ?= Tests/Fuzz/corpus
+FUZZER := .build-fuzz/release/CoordFSFuzz
+fuzz: setup
+	@$(MAKE) --no-print-directory fuzz-run
+fuzz-run:
+	$(SWIFT) build -c release --product CoordFSFuzz --scratch-path .build-fuzz \
+		-Xswiftc -sanitize=fuzzer,address -Xswiftc -parse-as-library -Xswiftc -DFUZZING
+	@mkdir -p $(FUZZ_CORPUS) && [ "$(FUZZ_CORPUS)" = Tests/Fuzz/corpus ] || cp Tests/Fuzz/corpus/* $(FUZZ_CORPUS)/
+	@$(FUZZER) $(FUZZ_CORPUS) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 > .build/fuzz.log 2>&1 \
+		|| { tail -40 .build/fuzz.log; echo "fuzz: failed (the whole run is in .build/fuzz.log)"; exit 1; }
+	@echo "fuzz: no crash, hang, leak or open descriptor left in $(FUZZ_SECONDS) s: $$(grep -E '^#[0-9]+[[:space:]]+DONE' .build/fuzz.log | tail -1)"
 
 # The engine's figures, then the filesystem table (native, coordfs on and off, bindfs,
 # passthrough_ll); BENCH_REPEATS sets the interleaved repeats.

@@ -59,6 +59,9 @@ let package = Package(
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .executableTarget(name: "coordfs", dependencies: ["CoordFSCommands"]),
+        // The control socket's fuzz target (libFuzzer: make fuzz).
+        .executableTarget(name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "FileCoordination"],
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
         // An Apple-style program the cross-process tests run as two processes.
         .executableTarget(name: "CoordinatedCounter", dependencies: ["FileCoordination"],
                           swiftSettings: [.swiftLanguageMode(.v5)]),

@@ -64,6 +64,17 @@ public final class ControlServer: @unchecked Sendable {
     /// `stop()` instead, its number could go to a new descriptor (another server's listening
     /// socket, in a process that starts one next) before this thread came back to accept(2), and
     /// it would then take that server's first client and close it.
+    /// Serves one client already connected on `fd` (one end of a socket pair, say) on the
+    /// calling thread, until it closes: the protocol as a listening server serves it, for a
+    /// fuzzer or a client handed over by another process. `fd` is the connection's from now on.
+    public func serve(connected fd: Int32) {
+        guard let peer = UnixSocket.peerCredentials(fd) else { Glibc.close(fd); return }
+        if counts.takeConnection(for: peer.uid) != nil { Glibc.close(fd); return }
+        let connection = ClientConnection(fd: fd, peer: peer, server: self)
+        lock.withLock { connections[ObjectIdentifier(connection)] = connection }
+        connection.run()
+    }
+
     private func acceptLoop(_ listener: Int32) {
         defer { Glibc.close(listener) }
         while true {
