@@ -59,14 +59,10 @@ import Glibc
     }
 
     @Test func twoProgramsOutsideAnyMountCoordinateThroughTheDaemonTheyStart() throws {
-        let directory = "/tmp/coordfs-cross-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false,
-                                                attributes: [.posixPermissions: 0o700])
-        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let (directory, socket) = try Self.daemonDirectory()
         // A daemon of this test's own, which the first program starts: none runs there before.
-        let socket = directory + "/daemon.sock"
         let environment = Self.environment(socket: socket)
-        defer { Self.stopDaemon(at: socket) }
+        defer { Self.stopDaemon(at: socket); try? FileManager.default.removeItem(atPath: directory) }
         #expect(!FileManager.default.fileExists(atPath: socket))
         let (count, reports) = try runPair(directory + "/count.json", environment: environment)
         #expect(count == 2 * Self.updates)
@@ -84,12 +80,8 @@ import Glibc
     /// Outside any mount, `coordfs watch` starts the user's daemon where none runs, and a hold
     /// of `coordfs coordinate` and the accesses of a Swift program meet its presenter there.
     @Test func commandsAndASwiftProgramMeetAtTheDaemon() throws {
-        let directory = "/tmp/coordfs-cross-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false,
-                                                attributes: [.posixPermissions: 0o700])
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let socket = directory + "/daemon.sock"
-        defer { Self.stopDaemon(at: socket) }
+        let (directory, socket) = try Self.daemonDirectory()
+        defer { Self.stopDaemon(at: socket); try? FileManager.default.removeItem(atPath: directory) }
         let file = directory + "/count.json"
         #expect(FileManager.default.createFile(atPath: file, contents: Data(#"{"count":0,"by":"seed"}"#.utf8)))
         let watch = try Child("/bin/sh", ["-c", "unset COORDFS_COORDINATION; COORDFS_SOCKET=\"$1\" exec \"$2\" watch \"$3\" 2>&1",
@@ -118,6 +110,15 @@ import Glibc
         environment["COORDFS_COORDINATION"] = nil
         environment["COORDFS_SOCKET"] = socket
         return environment
+    }
+
+    /// A fresh directory only this user may use, and the daemon socket path in it (no daemon
+    /// serves it yet).
+    static func daemonDirectory() throws -> (directory: String, socket: String) {
+        let directory = "/tmp/coordfs-cross-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false,
+                                                attributes: [.posixPermissions: 0o700])
+        return (directory, directory + "/daemon.sock")
     }
 
     /// Ends the daemon serving `socket` (its pid is in the hello's reply).
