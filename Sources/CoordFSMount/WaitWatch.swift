@@ -39,7 +39,7 @@ final class WaitWatch: @unchecked Sendable {
     }
 
     /// What the settle rule looks at: when a file last changed (its later time of the two).
-    struct FileState: Equatable {
+    struct FileState {
         let modified: timespec, changed: timespec
 
         /// Seconds since the file last changed, by the system's clock (negative for a time ahead).
@@ -48,11 +48,6 @@ final class WaitWatch: @unchecked Sendable {
             clock_gettime(CLOCK_REALTIME, &now)
             func seconds(_ time: timespec) -> Double { Double(time.tv_sec) + Double(time.tv_nsec) / 1e9 }
             return seconds(now) - max(seconds(modified), seconds(changed))
-        }
-
-        static func == (a: Self, b: Self) -> Bool {
-            a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
-                && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
         }
     }
 

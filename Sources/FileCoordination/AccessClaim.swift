@@ -94,11 +94,8 @@ public final class AccessClaim: @unchecked Sendable {
     /// Stops waiting (an interrupted system call); no effect once granted.
     public func cancel() { access?.cancel() }
 
-    /// The processes the claim waits for now: holders in its way, or owners of the presenters
-    /// it is asking. Empty once granted.
-    public var awaitedProcesses: Set<Int32> { access?.awaitedProcesses ?? [] }
-
-    /// Whom the claim waits for now (`awaitedProcesses`, as coordinators).
+    /// Whom the claim waits for now: holders in its way, or owners of the presenters it is
+    /// asking. Empty once granted.
     public var awaited: Set<CoordinatorIdentity> { access?.awaited ?? [] }
 
     /// Whether it waits for holders (rather than for presenters' answers).

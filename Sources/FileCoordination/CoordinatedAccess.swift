@@ -148,10 +148,6 @@ final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
-    /// The processes this access waits for now: the holders in its way, or the owners of the
-    /// presenters it is asking. (Coordinators of this process have none.)
-    var awaitedProcesses: Set<Int32> { Set(awaited.compactMap(\.process)) }
-
     /// Whom this access waits for now: the holders in its way, or the owners of the presenters
     /// it is asking (and then the holders of what their own work took).
     var awaited: Set<CoordinatorIdentity> {

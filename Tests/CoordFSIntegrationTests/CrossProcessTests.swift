@@ -123,9 +123,11 @@ import Glibc
 
     /// Ends the daemon serving `socket` (its pid is in the hello's reply).
     static func stopDaemon(at socket: String) {
-        guard let client = try? ControlClient(socketPath: socket), case .int(let pid)? = client.server["pid"] else { return }
-        client.close()
-        kill(pid_t(pid), SIGTERM)
+        // No daemon there (it never started, or ended): nothing to stop.
+        if let client = try? ControlClient(socketPath: socket) {
+            if case .int(let pid)? = client.server["pid"] { kill(pid_t(pid), SIGTERM) }
+            client.close()
+        }
     }
 }
 
