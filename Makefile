@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test fuzz fuzz-run bench bench-walk bench-programs soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
 
 all: build
 
@@ -63,6 +63,19 @@ fuzz-run:
 	@$(FUZZER) $(FUZZ_CORPUS) -max_total_time=$(FUZZ_SECONDS) -timeout=10 -print_final_stats=1 > .build/fuzz.log 2>&1 \
 		|| { tail -40 .build/fuzz.log; echo "fuzz: failed (the whole run is in .build/fuzz.log)"; exit 1; }
 	@echo "fuzz: no crash, hang, leak or open descriptor left in $(FUZZ_SECONDS) s: $$(grep -E '^#[0-9]+[[:space:]]+DONE' .build/fuzz.log | tail -1)"
+
+# A release daemon driven hard through its control socket for MEMORY_SECONDS, in rounds of a
+# minute with the fuzz corpus and clients that leave holds, watches and services behind: after
+# each round nothing may stay held or presented, descriptors must be back, and memory after the
+# last round within MEMORY_MARGIN_KB of where the first round left it.
+MEMORY_SECONDS ?= 600
+MEMORY_MARGIN_KB ?= 2048
+memory-campaign: setup
+	$(SWIFT) build -c release --product coordfs
+	@dir=$$(mktemp -d); .build/release/coordfs daemon --socket $$dir/campaign.sock & pid=$$!; \
+	  trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf $$dir' EXIT; \
+	  for i in 1 2 3 4 5 6 7 8 9 10; do [ -S $$dir/campaign.sock ] && break; sleep 0.5; done; \
+	  python3 Tests/Scripts/memory_campaign.py $$dir/campaign.sock $$pid $(MEMORY_SECONDS) Tests/Fuzz/corpus 16 60 $(MEMORY_MARGIN_KB)
 
 # The engine's figures, then the filesystem table (native, coordfs on and off, bindfs,
 # passthrough_ll); BENCH_REPEATS sets the interleaved repeats.

@@ -74,6 +74,8 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport",
                 swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
+        // A file written for Apple platforms, compiled unchanged but for the import (Swift 6 mode).
+        .testTarget(name: "AppleStyleTests", dependencies: ["FileCoordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"],
                     swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "TestSupport"],

@@ -62,7 +62,7 @@ struct Demo: ParsableCommand {
         try mover.coordinate(writingItemAt: notes, options: .forMoving, writingItemAt: renamed, options: .forReplacing) { source, target in
             narrator.say("mover", "renames \(source.lastPathComponent) to \(target.lastPathComponent)")
             try fileManager.moveItem(at: source, to: target)
-            try mover.item(at: source, didMoveTo: target)
+            mover.item(at: source, didMoveTo: target)
         }
         usleep(100_000)
         try FileCoordinator().coordinate(writingItemAt: renamed, options: .forDeleting) { url in

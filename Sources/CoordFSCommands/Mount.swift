@@ -9,6 +9,7 @@ import Glibc
 
 extension CoordinationMode: ExpressibleByArgument {}
 extension RingLanes: ExpressibleByArgument {}
+extension VetoScope: ExpressibleByArgument {}
 
 /// `coordfs mount BACKING MOUNTPOINT`.
 struct Mount: ParsableCommand {
@@ -49,6 +50,9 @@ struct Mount: ParsableCommand {
     @Option(help: "Seconds a file held open for writing must stay unchanged before others waiting for it go ahead (default 1; 0: wait the break time).")
     var settleTime: Double?
 
+    @Option(help: "Whose refusals fail whose accesses: own-user (a presenter's refusal fails its own user's accesses, root's anyone's; another user's is reported and ignored; the default) or anyone (any refusal fails any access, for users who trust each other).")
+    var vetoes: VetoScope?
+
     @Option(help: "Seconds the kernel may keep names and attributes, and package markers are remembered (default 1; a change made behind the mount's back shows within this time).")
     var cacheTimeout: Double?
 
@@ -58,7 +62,7 @@ struct Mount: ParsableCommand {
     @Option(help: "Write the daemon's log to this file.")
     var log: String?
 
-    @Flag(help: "Let the kernel cache writes and send them later (faster small writes; see the README for the trade-off).")
+    @Flag(help: "Let the kernel cache writes and send them later (faster small writes; see docs/mount.md for the trade-off).")
     var writebackCache = false
 
     @Flag(inversion: .prefixedNo, help: "Let the kernel serve reads and writes of open files straight from the backing files (Linux 6.9+, as root; default on, off with --writeback-cache).")
@@ -76,7 +80,10 @@ struct Mount: ParsableCommand {
     @Option(help: "How many inode descriptors to keep open (default 12000, or three fifths of the open-file limit where that is lower; the rest reopen by file handle).")
     var descriptorBudget: Int?
 
-    @Option(help: "At most this many threads serve kernel requests (default 16; see the README for 1).")
+    @Option(help: "How many files and directories each user other than the mount's owner and root may keep open through the mount at once; one past it gets EMFILE (default: a quarter of what the descriptor budget leaves of the open-file limit, 2000 under 20000).")
+    var openFilesPerUser: Int?
+
+    @Option(help: "At most this many threads serve kernel requests (default 16; see docs/mount.md for 1).")
     var threads: Int?
 
     @Flag(name: .customShort("s"), help: "One thread serves kernel requests, as --threads 1 (FUSE's -s).")
@@ -151,6 +158,7 @@ struct Mount: ParsableCommand {
         guard cache >= 0 && cache <= 86_400 else { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
         configuration.cacheTimeout = cache
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
+        configuration.vetoScope = vetoes ?? loaded?.vetoScope ?? .ownUser
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true
         configuration.kernelPassthrough = kernelPassthrough && loaded?.kernelPassthrough != false
         configuration.ioUring = ioUring && loaded?.ioUring != false
@@ -163,6 +171,10 @@ struct Mount: ParsableCommand {
         if let descriptorBudget {
             guard descriptorBudget >= 16 else { throw CommandFailure("--descriptor-budget must be at least 16") }
             configuration.descriptorBudget = descriptorBudget
+        }
+        if let perUser = openFilesPerUser ?? loaded?.openFilesPerUser {
+            guard perUser >= 1 else { throw CommandFailure("--open-files-per-user must be at least 1") }
+            configuration.openFilesPerUser = perUser
         }
         if singleThreaded, let threads, threads != 1 {
             throw CommandFailure("-s is --threads 1; it cannot go with --threads \(threads)")

@@ -1,4 +1,5 @@
 import CoordFSMount
+import FileCoordination
 import Foundation
 
 /// A named mount profile: `Mounts/NAME.profile`, lines of `key = value`, `#` comments.
@@ -13,6 +14,8 @@ import Foundation
 ///     cache-timeout = 1              # seconds the kernel keeps names and attributes
 ///     package-extensions = pkg, bundle
 ///     options = allow_other          # FUSE -o options
+///     vetoes = own-user              # own-user | anyone: whose refusals fail whose accesses
+///     open-files-per-user = 2000     # for users other than the mount's owner and root
 ///     mode *.log = notify            # per path glob, first match wins
 ///     mode *.db = strict             # every writer excludes every other open
 struct Profile {
@@ -33,6 +36,8 @@ struct Profile {
     var ringLanes: RingLanes?
     var serveNice: Int?
     var threads: Int?
+    var vetoScope: VetoScope?
+    var openFilesPerUser: Int?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
     static func locate(_ name: String) -> URL? {
@@ -106,6 +111,16 @@ struct Profile {
                     throw ProfileError("\(url.path):\(number + 1): threads must be a whole number from 1 to \(MountCommandLimits.threads.upperBound), not '\(value)'")
                 }
                 threads = count
+            case "vetoes":
+                guard let scope = VetoScope(rawValue: value) else {
+                    throw ProfileError("\(url.path):\(number + 1): vetoes must be own-user or anyone, not '\(value)'")
+                }
+                vetoScope = scope
+            case "open-files-per-user":
+                guard let count = Int(value), count >= 1 else {
+                    throw ProfileError("\(url.path):\(number + 1): open-files-per-user must be a whole number of at least 1, not '\(value)'")
+                }
+                openFilesPerUser = count
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             case _ where key.hasPrefix("mode "):
                 rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))

@@ -52,4 +52,11 @@ public enum DescriptorLimit {
         if let explicit { return explicit <= largestBudget(under: limit) ? explicit : nil }
         return max(16, min(defaultBudget, limit / 5 * 3))
     }
+
+    /// Each user's share of open files by default (users other than the mount's owner and root):
+    /// a quarter of what the inode descriptors leave of `limit`, so that no one user can take
+    /// the room every other user's opens need (2000 under a limit of 20 000).
+    public static func openFilesPerUser(under limit: Int, inodeBudget: Int) -> Int {
+        max(16, (limit - inodeBudget) / 4)
+    }
 }

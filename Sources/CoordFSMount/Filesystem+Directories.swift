@@ -9,19 +9,24 @@ import Glibc
 extension Filesystem {
     func opendir(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
+        guard let place = files.budget.take(for: caller(reply)) else { return reply.error(EMFILE) }
         let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
             let fd = accessTimes.open(O_RDONLY | O_DIRECTORY | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
             return (fd, fd == -1 ? Errno.current : nil)
         }
-        if let failure { return reply.error(failure) }
+        if let failure {
+            files.budget.giveBack(place)
+            return reply.error(failure)
+        }
         guard let stream = fdopendir(fd) else {
             let failure = Errno.current
             close(fd)
+            files.budget.giveBack(place)
             return reply.error(failure)
         }
         let file = OpenFile(fd: fd, inode: inode, claim: nil, created: false)
         file.directory = stream
-        reply.open(fi.pointee, handle: files.insert(file), keepCache: false, noFlush: false)
+        reply.open(fi.pointee, handle: files.insert(file, in: place), keepCache: false, noFlush: false)
     }
 
     /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts

@@ -14,6 +14,8 @@ extension Filesystem {
         let wanted = Wanted(kind: Self.openKind(flags), node: inode, isDirectory: false)
         let writes = wanted.kind.isWrite
         let info = fi.pointee
+        let user = caller(reply)
+        guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
             // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
@@ -38,17 +40,22 @@ extension Filesystem {
             }
             // Writes of a setuid file by others must reach the mount, which clears the bit.
             let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
+            let giveUp = { [self] (failure: Errno, place: OpenFileBudget.Place?) in
+                if let place { files.budget.giveBack(place) }
+                close(fd)
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: flags & O_TRUNC != 0))
+                reply.error(failure)
+            }
+            guard let place = files.budget.take(for: user) else { return giveUp(Errno(code: EMFILE), nil) }
             let mode: KernelPassthrough.Mode
             do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
-                close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
-                return reply.error(error)
+                return giveUp(error, place)
             }
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
                                 writer: writes ? writer(of: claim, reply) : 0, directIO: direct, flags: flags)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
-            let handle = files.insert(file)
+            let handle = files.insert(file, in: place)
             if case .backed(let id, _) = mode {
                 // Already served from a backing file: the bits go now instead of at the first write.
                 if keepsBits { dropPrivilegeBits(fd) }
@@ -117,6 +124,8 @@ extension Filesystem {
         // A write on the new item; it stays held as the open's intent (an appending one for an
         // O_APPEND open: a log a program creates is readable while it appends, U1).
         let kind: AccessKind = flags & O_APPEND != 0 && flags & O_TRUNC == 0 ? .writing(.appendingOnly) : .writing([])
+        let user = caller(reply)
+        guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, Wanted(kind: kind, node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // `backing`: opened read-write to serve as the backing file. Made exclusively, so that
@@ -142,17 +151,20 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack(made, name, in: parent)))
                 return reply.error(failure)
             }
+            let place = files.budget.take(for: user)
             do {
+                guard let place else { throw Errno(code: EMFILE) }
                 let (inode, attributes) = try lookupNode(parent, name, justMade: true)
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
                 let direct = backingID == nil && flags & CFS_O_DIRECT != 0
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
                                     writer: writer(of: claim, reply), directIO: direct, flags: flags)
-                let handle = files.insert(file)
+                let handle = files.insert(file, in: place)
                 reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
                              noFlush: sendsNoFlush(inode))
             } catch {
+                if let place { files.budget.giveBack(place) }
                 close(fd)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack(made, name, in: parent)))
                 reply.error(error)
@@ -184,13 +196,18 @@ extension Filesystem {
     private func tmpfile(_ reply: Reply, _ parent: Inode, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         let flags = backingFlags(cfs_file_info_flags(fi))
         let info = fi.pointee
+        guard let place = files.budget.take(for: caller(reply)) else { return reply.error(EMFILE) }
         // Read-write, to serve as the backing file too, and linkable: the kernel keeps an
         // O_EXCL file from being linked itself, and the mount links through the backing file.
         let kept = flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | CFS_O_TMPFILE | CFS_O_DIRECT)
         let fd = inodes.withFD(parent, orElse: { _ in Int32(-1) }) { parentFD in
             accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) }
         }
-        if fd == -1 { return reply.error(Errno.current) }
+        if fd == -1 {
+            let failure = Errno.current
+            files.budget.giveBack(place)
+            return reply.error(failure)
+        }
         giveToCaller(reply.req, parent: parent) { _, uid, gid, group in
             _ = fchown(fd, uid, gid)
             if let kept = Self.keptPrivilegeBits(mode, group: group, callerGroup: fuse_req_ctx(reply.req).pointee.gid) { _ = fchmod(fd, kept) }
@@ -201,6 +218,7 @@ extension Filesystem {
             let failure = Errno.current
             if pathFD >= 0 { close(pathFD) }
             close(fd)
+            files.budget.giveBack(place)
             return reply.error(failure)
         }
         let inode = inodes.rememberUnnamed(fd: pathFD, info: attributes, in: parent)
@@ -210,10 +228,11 @@ extension Filesystem {
             let direct = backingID == nil && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
                                 directIO: direct, flags: flags)
-            let handle = files.insert(file)
+            let handle = files.insert(file, in: place)
             reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
                          noFlush: sendsNoFlush(inode))
         } catch {
+            files.budget.giveBack(place)
             close(fd)
             reply.error(error)
         }
@@ -318,6 +337,9 @@ extension Filesystem {
     }
 
     func callerLacksFSetID(_ reply: Reply) -> Bool { fuse_req_ctx(reply.req).pointee.uid != 0 }
+
+    /// The user a request is made as (its filesystem uid).
+    func caller(_ reply: Reply) -> UInt32 { fuse_req_ctx(reply.req).pointee.uid }
 
     func hasPrivilegeBits(_ fd: Int32) -> Bool {
         var info = stat()

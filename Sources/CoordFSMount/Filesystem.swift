@@ -20,7 +20,7 @@ public final class Filesystem: @unchecked Sendable {
     /// released it around every grant and release.
     let engine: CoordinationEngine
     let inodes: InodeTable
-    let files = OpenFileTable()
+    let files: OpenFileTable
     /// Kernel passthrough of open files; nil when the configuration does not use it.
     let passthrough: KernelPassthrough?
     /// The mount point as the engine names items: presenters see paths under it.
@@ -102,6 +102,8 @@ public final class Filesystem: @unchecked Sendable {
         // Room for the budget and the files open through the mount, within the limit.
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
+        let perUser = configuration.openFilesPerUser ?? DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget)
+        files = OpenFileTable(budget: OpenFileBudget(perUser: perUser, owner: getuid()))
         filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
         lanesByItem = configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal
         let table = inodes

@@ -1,3 +1,4 @@
+import FileCoordination
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -39,6 +40,9 @@ public struct MountConfiguration: Sendable {
     /// server's port file) holds nobody up past it. nil: only the break time.
     public var settleTime: Duration? = .seconds(1)
     public var packageExtensions: Set<String> = []
+    /// Whose refusals are vetoes for whom (`VetoScope`): the mount's owner may let any user's
+    /// refusals fail anyone's accesses.
+    public var vetoScope = VetoScope.ownUser
     /// Extra FUSE options (`-o`), besides the ones coordfs always sets.
     public var fuseOptions: [String] = []
     /// Mount even where another coordfs mount's backing overlaps this one's (`--allow-overlap`,
@@ -61,7 +65,7 @@ public struct MountConfiguration: Sendable {
     /// moved to the other CPU by each reply (ring.c, `cfs_take_nice`). Below 0 needs root.
     public var serveNice: Int32 = -5
     /// Threads serving kernel requests, started as requests overlap. One thread served a lone
-    /// program's metadata calls much faster on a small VM (see the README), but a slow system
+    /// program's metadata calls much faster on a small VM (docs/mount.md), but a slow system
     /// call on the backing directory then holds up every other request; waits for coordination
     /// never do (they hold no thread).
     public var maxThreads: UInt32 = 16
@@ -71,6 +75,9 @@ public struct MountConfiguration: Sendable {
     /// How many inode descriptors stay open; nil: `DescriptorLimit.defaultBudget`, or less
     /// where the open-file limit is lower (see `DescriptorLimit`).
     public var descriptorBudget: Int?
+    /// How many files and directories each user other than the mount's owner and root may keep
+    /// open through the mount at once (`OpenFileBudget`); nil: `DescriptorLimit.openFilesPerUser`.
+    public var openFilesPerUser: Int?
     /// The control socket (nil: one under /run/coordfs or the user's runtime directory).
     public var socketPath: String?
     /// Whether to serve the control socket at all.

@@ -25,6 +25,7 @@ public final class MountSession: @unchecked Sendable {
         var configuration = given
         requestTimeoutNote = configuration.fitWaits(within: requestTimeout)
         domain.presenterTimeout = configuration.presenterTimeout
+        domain.vetoScope = configuration.vetoScope
         domain.packageExtensions = configuration.packageExtensions
         filesystem = try Filesystem(configuration: configuration, domain: domain)
         if domain.reportHandler == nil {

@@ -25,6 +25,8 @@ final class OpenFile: @unchecked Sendable {
     /// a `sync` mount) in its flags, and after a direct_io write the kernel sends no FSYNC,
     /// as it does after a buffered one: the mount syncs before it answers.
     let syncOwedToDirectWrites: Int32
+    /// Its place in its user's share of open files (`OpenFileBudget`), given back at release.
+    fileprivate(set) var place = OpenFileBudget.Place(user: nil)
 
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with.
     init(fd: Int32, inode: Inode, claim: RequestClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
@@ -89,8 +91,14 @@ extension Inode {
 /// from the open's reply until its release.
 final class OpenFileTable: Sendable {
     private let open = Atomic<Int>(0)
+    /// Each user's share of open files.
+    let budget: OpenFileBudget
 
-    func insert(_ file: OpenFile) -> UInt64 {
+    init(budget: OpenFileBudget) { self.budget = budget }
+
+    /// Enters `file`, open in `place` of its user's share (`budget.take`).
+    func insert(_ file: OpenFile, in place: OpenFileBudget.Place) -> UInt64 {
+        file.place = place
         open.add(1, ordering: .relaxed)
         return UInt64(UInt(bitPattern: Unmanaged.passRetained(file).toOpaque()))
     }
@@ -104,7 +112,9 @@ final class OpenFileTable: Sendable {
     func remove(_ handle: UInt64) -> OpenFile? {
         guard let pointer = UnsafeRawPointer(bitPattern: UInt(handle)) else { return nil }
         open.subtract(1, ordering: .relaxed)
-        return Unmanaged<OpenFile>.fromOpaque(pointer).takeRetainedValue()
+        let file = Unmanaged<OpenFile>.fromOpaque(pointer).takeRetainedValue()
+        budget.giveBack(file.place)
+        return file
     }
 
     var count: Int { open.load(ordering: .relaxed) }

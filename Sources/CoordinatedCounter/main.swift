@@ -75,7 +75,7 @@ func waitFor(_ url: URL) {
     let deadline = Date().addingTimeInterval(120)
     while !FileManager.default.fileExists(atPath: url.path) && Date() < deadline { usleep(10_000) }
 }
-FileManager.default.createFile(atPath: marker(name, "ready").path, contents: nil)
+_ = FileManager.default.createFile(atPath: marker(name, "ready").path, contents: nil)
 waitFor(marker(peer, "ready"))
 
 for _ in 0..<updates {
@@ -98,15 +98,15 @@ let away = directory.appendingPathComponent(file.lastPathComponent + ".\(name).m
 do {
     try coordinator.coordinate(writingItemAt: file, options: .forMoving, writingItemAt: away, options: .forReplacing) { source, destination in
         try FileManager.default.moveItem(at: source, to: destination)
-        try coordinator.item(at: source, didMoveTo: destination)
+        coordinator.item(at: source, didMoveTo: destination)
         try FileManager.default.moveItem(at: destination, to: source)
-        try coordinator.item(at: destination, didMoveTo: source)
+        coordinator.item(at: destination, didMoveTo: source)
     }
 } catch {
     errors.append("move: \(error)")
 }
 
-FileManager.default.createFile(atPath: marker(name, "done").path, contents: nil)
+_ = FileManager.default.createFile(atPath: marker(name, "done").path, contents: nil)
 waitFor(marker(peer, "done"))
 // What the peer's last access told is on its way: let it arrive (the log stops growing).
 var last = presenter.log

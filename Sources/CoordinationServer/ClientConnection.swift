@@ -366,9 +366,11 @@ final class ClientConnection: @unchecked Sendable {
         }
         // The decoder has bounded it (`Seconds`): the conversion cannot trap.
         let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.domain.defaultWaitTimeout
+        // The completion holds the connection: a grant that comes after the client has gone
+        // must still find it, to give the grant back (`closed` below). Held weakly, a hold
+        // granted then stayed for good.
         let claim = AccessClaim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait,
-                                      timeout: claimTimeout) { [weak self] result in
-            guard let self else { return }
+                                      timeout: claimTimeout) { [self] result in
             self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
             switch result {
             case .failure(let error):
@@ -395,7 +397,13 @@ final class ClientConnection: @unchecked Sendable {
                                                "paths": .array(claim.intents.map { .string($0.path.string) })]))
             }
         }
-        claim.ifStillWaiting { lock.withLock { pendingHolds[id] = claim } }
+        // A connection closed meanwhile (its writer found the client gone) cancelled only the
+        // waits it knew of: this one is cancelled here.
+        var closedMeanwhile = false
+        _ = claim.ifStillWaiting {
+            lock.withLock { if closed { closedMeanwhile = true } else { pendingHolds[id] = claim } }
+        }
+        if closedMeanwhile { claim.cancel() }
     }
 
     /// A move the holder made inside hold `number`: the destination must be one of its items,

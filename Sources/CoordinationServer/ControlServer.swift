@@ -121,7 +121,11 @@ public final class ControlServer: @unchecked Sendable {
     func provider(of service: ServiceRegistrationID) -> ClientConnection? { lock.withLock { providers[service] } }
 
     func forget(_ connection: ClientConnection) {
-        lock.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(connection)) }
+        let idle = lock.withLock { () -> Bool in
+            connections.removeValue(forKey: ObjectIdentifier(connection))
+            return connections.isEmpty
+        }
+        if idle { IdleTrim.schedule { [weak self] in self?.clientCount == 0 } }
     }
 
     /// Stops accepting, ends every connection, and removes the socket file.

@@ -27,6 +27,8 @@ final class CoordinatedAccess: @unchecked Sendable {
     private var cancelRequested: CoordinationError?
     /// Holds taken in coordfs mounts served by other processes, and the one being waited for.
     private var remoteHolds: [(MountLink, Int)] = []
+    /// An item of a remote hold whose coordination the server broke (`broken`).
+    private var brokenItem: String?
     /// Items that moved while a remote hold waited (C11): where they were, where they are.
     private var remoteMoves: [ItemPath: ItemPath] = [:]
     private var remoteRequest: (link: MountLink, id: Int)?
@@ -263,8 +265,16 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     private func releaseRemote(changed: Bool) {
         let holds = lock.withLock { () -> [(MountLink, Int)] in defer { remoteHolds = [] }; return remoteHolds }
-        for (link, number) in holds { link.release(number, changed: changed) }
+        for (link, number) in holds {
+            guard let item = link.release(number, changed: changed) else { continue }
+            lock.withLock { if brokenItem == nil { brokenItem = item } }
+            domain.report(.coordinationBroken(item: item))
+        }
     }
+
+    /// The item another user's access went ahead on while this access held it (SPEC §4), once
+    /// the access has ended; nil when its coordination held throughout.
+    var broken: String? { lock.withLock { brokenItem } }
 
     /// The wait failed after the local grant: give everything back and fail.
     private func abandonGrant(_ grant: Grant, _ error: Error) {

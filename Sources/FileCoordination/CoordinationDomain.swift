@@ -23,6 +23,7 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var _presenterTimeout: Duration = .seconds(10)
     private var _defaultWaitTimeout: Duration? = .seconds(120)
     private var _packageExtensions: Set<String> = []
+    private var _vetoScope = VetoScope.ownUser
     private var _reportHandler: (@Sendable (CoordinationReport) -> Void)?
     private var presenterObjects: [PresenterID: FilePresenter] = [:]
     private var presenterIDs: [ObjectIdentifier: PresenterID] = [:]
@@ -66,6 +67,12 @@ public final class CoordinationDomain: @unchecked Sendable {
     public var defaultWaitTimeout: Duration? {
         get { withLock { _defaultWaitTimeout } }
         set { withLock { _defaultWaitTimeout = newValue } }
+    }
+
+    /// Whose refusals fail whose accesses (`VetoScope`; own user by default).
+    public var vetoScope: VetoScope {
+        get { withLock { _vetoScope } }
+        set { withLock { _vetoScope = newValue } }
     }
 
     /// Name extensions that make a directory a file package (besides the `.coordfs-package` marker).
@@ -277,6 +284,9 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// A presenter of another user refused an access; across users that is no veto, and the
     /// access went on (SPEC §4).
     case vetoIgnored(presentedItem: String, presenterUser: Int, error: String)
+    /// Another user's access to `item` went ahead while a coordinator of this process held it:
+    /// the mount's break time had passed (SPEC §4).
+    case coordinationBroken(item: String)
 
     public var description: String {
         switch self {
@@ -284,6 +294,8 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
             return "presenter of \(item) did not answer \(request) within \(waited); access proceeded"
         case .vetoIgnored(let item, let user, let error):
             return "a presenter of \(item) of another user (uid \(user)) refused an access (\(error)); across users that is no veto, and the access proceeded"
+        case .coordinationBroken(let item):
+            return "another user's access to \(item) went ahead while this process held it (the mount's break time had passed)"
         }
     }
 }

@@ -24,3 +24,14 @@ public enum CoordinatorUsers {
         return owner == 0 || owner == user(of: accessor)
     }
 }
+
+/// Whose refusals are vetoes: a choice for whoever runs the server (SPEC §4).
+public enum VetoScope: String, Sendable, CaseIterable {
+    /// A presenter's refusal fails the accesses of its own user; root's fail anyone's. Another
+    /// user's refusal is reported and ignored: read permission must not be enough to stop
+    /// someone else's work.
+    case ownUser = "own-user"
+    /// Any presenter's refusal fails any access, as among one user's processes: for a mount
+    /// whose users trust each other.
+    case anyone
+}

@@ -30,6 +30,10 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     case noSuchItem(String)
     /// The operating system refused something (creating a snapshot, a socket); errno.
     case systemError(String, Int32)
+    /// The accessor ran, but another user's access to the item went ahead while it did: on a
+    /// shared mount a hold delays other users only for the mount's break time (SPEC §4). What
+    /// the accessor read or wrote may have been changed or read meanwhile.
+    case coordinationBroken(String)
 
     public var description: String {
         switch self {
@@ -44,6 +48,7 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
         case .invalidServiceName(let why): return "invalid service name: \(why)"
         case .noSuchItem(let path): return "no such file or directory: \(path)"
         case .systemError(let what, let code): return "\(what): \(String(cString: strerror(code)))"
+        case .coordinationBroken(let path): return "another user's access to \(path) went ahead while the accessor ran (break time reached)"
         }
     }
 
@@ -61,6 +66,67 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     }
 }
 
+/// As an `NSError`: in `NSCocoaErrorDomain`, with Apple's code where Apple reports the same
+/// condition, and a code of coordfs's own (from 100 001, outside Apple's ranges; stable) where
+/// Apple has none, because it raises an exception or waits for ever instead. The user info
+/// holds the description and, where the error is about one item, `NSFilePathErrorKey`.
+///
+/// | case | code |
+/// | --- | --- |
+/// | `noSuchItem` | 4 (`NSFileNoSuchFileError`) |
+/// | `timedOut` | 255 (`NSFileLockingError`) |
+/// | `invalidURL` | 262 (`NSFileReadUnsupportedSchemeError`) |
+/// | `systemError` | 4, 257 (`NSFileReadNoPermissionError`) or 640 (`NSFileWriteOutOfSpaceError`) by its errno, else 512 (`NSFileWriteUnknownError`); the errno as `NSUnderlyingErrorKey` |
+/// | `emptyIntentList` | 100 001 |
+/// | `invalidOptions` | 100 002 |
+/// | `deadlock` | 100 003 |
+/// | `moveReportedOutsideWrite` | 100 004 |
+/// | `wouldBlock` | 100 005 |
+/// | `noSuchService` | 100 006 |
+/// | `invalidServiceName` | 100 007 |
+/// | `coordinationBroken` | 100 008 |
+///
+/// Cancellation is `CocoaError(.userCancelled)` (3072), as on Apple platforms.
+extension FileCoordinationError: CustomNSError, LocalizedError {
+    public static var errorDomain: String { NSCocoaErrorDomain }
+
+    public var errorCode: Int {
+        switch self {
+        case .noSuchItem: return CocoaError.Code.fileNoSuchFile.rawValue
+        case .timedOut: return CocoaError.Code.fileLocking.rawValue
+        case .invalidURL: return CocoaError.Code.fileReadUnsupportedScheme.rawValue
+        case .systemError(_, let code):
+            switch code {
+            case ENOENT: return CocoaError.Code.fileNoSuchFile.rawValue
+            case EACCES, EPERM: return CocoaError.Code.fileReadNoPermission.rawValue
+            case ENOSPC: return CocoaError.Code.fileWriteOutOfSpace.rawValue
+            default: return CocoaError.Code.fileWriteUnknown.rawValue
+            }
+        case .emptyIntentList: return 100_001
+        case .invalidOptions: return 100_002
+        case .deadlock: return 100_003
+        case .moveReportedOutsideWrite: return 100_004
+        case .wouldBlock: return 100_005
+        case .noSuchService: return 100_006
+        case .invalidServiceName: return 100_007
+        case .coordinationBroken: return 100_008
+        }
+    }
+
+    public var errorUserInfo: [String: Any] {
+        var info: [String: Any] = [NSLocalizedDescriptionKey: description]
+        switch self {
+        case .noSuchItem(let path), .coordinationBroken(let path): info[NSFilePathErrorKey] = path
+        case .systemError(_, let code):
+            info[NSUnderlyingErrorKey] = NSError(domain: NSPOSIXErrorDomain, code: Int(code))
+        default: break
+        }
+        return info
+    }
+
+    public var errorDescription: String? { description }
+}
+
 extension FileCoordinationError {
     /// The errno that reports `error` — a refusal of the engine, a presenter's error, a
     /// cancellation — to a process: the one mapping the mount and the control socket share.
@@ -76,6 +142,7 @@ extension FileCoordinationError {
             case .invalidURL, .emptyIntentList, .invalidOptions, .moveReportedOutsideWrite, .invalidServiceName: return EINVAL
             case .noSuchService, .noSuchItem: return ENOENT
             case .systemError(_, let code): return code
+            case .coordinationBroken: return EIO   // as Linux reports a lost NFS lock
             }
         case let error as CocoaError where error.code == .userCancelled:
             return cancellation

@@ -79,12 +79,13 @@ extension FileCoordinator {
             throw error
         }
         pushRunning(access)
-        defer {
-            popRunning(access)
-            snapshots.forEach { $0.remove() }
-            access.end()
-        }
-        return try await accessor()
+        let result: Result<T, Error>
+        do { result = .success(try await accessor()) } catch { result = .failure(error) }
+        popRunning(access)
+        snapshots.forEach { $0.remove() }
+        access.end()
+        if case .success = result, let item = access.broken { throw FileCoordinationError.coordinationBroken(item) }
+        return try result.get()
     }
 
     /// A coordinated read of `url` that suspends instead of blocking while it waits; cancelling
@@ -185,7 +186,7 @@ public final class CoordinatedAccessOperation: Operation, @unchecked Sendable {
                     failure = error
                 }
                 access.end()
-                finish(with: failure)
+                finish(with: failure ?? access.broken.map { FileCoordinationError.coordinationBroken($0) })
             }
         }
     }

@@ -147,14 +147,16 @@ public final class FileCoordinator: @unchecked Sendable {
     }
 
     /// Runs `body` with `access` granted and ends the access when it returns or throws (C5).
+    /// An accessor that returns normally while another user broke the access's coordination
+    /// throws `coordinationBroken` instead (SPEC §4).
     func withGranted<T>(_ access: CoordinatedAccess, _ body: () throws -> T) throws -> T {
         try waitForGrant(access)
         pushRunning(access)
-        defer {
-            popRunning(access)
-            access.end()
-        }
-        return try body()
+        let result = Result { try body() }
+        popRunning(access)
+        access.end()
+        if case .success = result, let item = access.broken { throw FileCoordinationError.coordinationBroken(item) }
+        return try result.get()
     }
 
     // MARK: Synchronous coordination (C1–C8, C17)
@@ -253,7 +255,17 @@ public final class FileCoordinator: @unchecked Sendable {
     /// Reports that the item at `oldURL` is now at `newURL`. Only inside a coordinated write of
     /// this coordinator (C24): presenters of the item and of everything inside it learn the new
     /// URL, and presenters of the directories around both places learn of the subitem move.
-    public func item(at oldURL: URL, didMoveTo newURL: URL) throws {
+    /// Foundation's signature: a call outside a write, which raises an exception on Apple
+    /// platforms, is logged and does nothing; `reportMove(of:to:)` throws instead.
+    public func item(at oldURL: URL, didMoveTo newURL: URL) {
+        do { try reportMove(of: oldURL, to: newURL) } catch {
+            domain.logger.error("item(at: \(oldURL.path), didMoveTo: \(newURL.path)): \(error)")
+        }
+    }
+
+    /// `item(at:didMoveTo:)` that says why it could not report the move: outside a coordinated
+    /// write (`moveReportedOutsideWrite`), or for a URL that is not a file's.
+    public func reportMove(of oldURL: URL, to newURL: URL) throws {
         let locator = domain.locator
         let old = try locator.canonicalPath(of: oldURL), new = try locator.canonicalPath(of: newURL)
         let access = lock.withLock { running.reversed().first { access in access.grantedIntents.contains { $0.kind.isWrite } } }

@@ -19,6 +19,8 @@ final class MountLink: @unchecked Sendable {
     private var watches: [ObjectIdentifier: Int] = [:]
     private var reacquirers: [UInt64: (OperationQueue, @Sendable () -> Void)] = [:]
     private var movedFrom: [UInt64: String] = [:]
+    /// Holds whose coordination the server broke (a BROKEN event), by number, with the item.
+    private var brokenHolds: [Int: String] = [:]
     private var serviceHandlers: [Int: @Sendable (FileHandle, URL) -> Void] = [:]
 
     /// The control socket of the mount holding `path` (whoever serves it).
@@ -133,8 +135,12 @@ final class MountLink: @unchecked Sendable {
     }
 
     /// Ends a hold and waits until the mount has: once an accessor returns, others may proceed.
-    func release(_ hold: Int, changed: Bool) {
+    /// Returns the item whose coordination the server broke while the hold was held, if any.
+    @discardableResult
+    func release(_ hold: Int, changed: Bool) -> String? {
         _ = try? client.request { .release(id: $0, hold: hold, changed: changed) }
+        // Events come before the reply that follows them: a break of this hold is known here.
+        return lock.withLock { brokenHolds.removeValue(forKey: hold) }
     }
 
     static func error(_ error: ControlError) -> Error {
@@ -185,6 +191,10 @@ final class MountLink: @unchecked Sendable {
 
     /// Turns an event record into the presenter's callback, on its queue; answers requests.
     private func deliver(_ record: EventRecord) {
+        if record.wd == 0 && record.mask.contains(.broken) {
+            lock.withLock { brokenHolds[Int(truncatingIfNeeded: record.cookie)] = record.path }
+            return
+        }
         guard let presenter = lock.withLock({ presenters[record.wd] }) else {
             if record.mask.contains(.request) { client.answer(cookie: record.cookie, errno: 0) }
             return

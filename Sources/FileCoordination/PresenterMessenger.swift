@@ -126,7 +126,7 @@ final class PresenterMessenger: @unchecked Sendable {
         var error = given
         // Across users a presenter's refusal is no veto (SPEC §4): the access goes on, and the
         // refusal is reported.
-        if let refusal = given, let accessor, let owner = domain.engine.presenter(presenter)?.owner,
+        if let refusal = given, domain.vetoScope == .ownUser, let accessor, let owner = domain.engine.presenter(presenter)?.owner,
            !owner.isSameProcess(as: accessor), !CoordinatorUsers.mayVeto(owner, accessor) {
             let path = lock.withLock { current[presenter]?.presentedPath.string } ?? "\(presenter)"
             domain.report(.vetoIgnored(presentedItem: path, presenterUser: CoordinatorUsers.user(of: owner).map(Int.init) ?? -1,

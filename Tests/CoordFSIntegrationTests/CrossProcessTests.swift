@@ -21,10 +21,14 @@ import Glibc
     func runPair(_ file: String, environment: [String: String] = CrossProcessTests.environment()) throws
         -> (count: Int?, reports: [[String: Any]])
     {
-        var reports: [[String: Any]] = []
+        // What the copies' threads find, under its lock.
+        final class Outcomes: @unchecked Sendable {
+            let lock = NSLock()
+            var reports: [[String: Any]] = []
+            var failures: [String] = []
+        }
+        let outcomes = Outcomes()
         let group = DispatchGroup()
-        let lock = NSLock()
-        var failures: [String] = []
         for (name, peer) in [("a", "b"), ("b", "a")] {
             group.enter()
             Thread {
@@ -32,16 +36,17 @@ import Glibc
                 do {
                     let result = try run(Self.counter, [file, String(Self.updates), name, peer], environment: environment)
                     let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any]
-                    lock.withLock {
-                        if let report { reports.append(report) } else { failures.append("\(name): \(result)") }
-                        if result.status != 0 { failures.append("\(name) exited \(result.status): \(result.output) \(result.errors)") }
+                    outcomes.lock.withLock {
+                        if let report { outcomes.reports.append(report) } else { outcomes.failures.append("\(name): \(result)") }
+                        if result.status != 0 { outcomes.failures.append("\(name) exited \(result.status): \(result.output) \(result.errors)") }
                     }
                 } catch {
-                    lock.withLock { failures.append("\(name): \(error)") }
+                    outcomes.lock.withLock { outcomes.failures.append("\(name): \(error)") }
                 }
             }.start()
         }
         #expect(group.wait(timeout: .now() + 240) == .success, "the two copies did not end within 240 s")
+        let (reports, failures) = outcomes.lock.withLock { (outcomes.reports, outcomes.failures) }
         for failure in failures { Issue.record(Comment(rawValue: failure)) }
         let data = try Data(contentsOf: URL(fileURLWithPath: file))
         let count = (try JSONSerialization.jsonObject(with: data) as? [String: Any])?["count"] as? Int

@@ -1,3 +1,5 @@
+import CoordFSMount
+import FileCoordination
 import Foundation
 import TestSupport
 import Testing
@@ -35,5 +37,105 @@ import Glibc
         let theirCat = try run(asNobody[0], Array(asNobody.dropFirst()) + ["/bin/cat", fx.path("other.txt")])
         #expect(theirCat.status != 0 && theirCat.errors.contains("Permission denied"), "\(theirCat)")
         withExtendedLifetime(roots) {}
+    }
+
+    /// `--vetoes anyone`: the mount's owner lets any user's refusal fail any access.
+    @Test func theOwnerMayLetAnyonesRefusalVeto() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--vetoes", "anyone"])
+        try fx.seed("root.txt", "root's\n")
+        chmod(fx.backingPath("root.txt"), 0o644)
+        let theirs = try Child(asNobody[0], Array(asNobody.dropFirst()) + [binary, "watch", fx.path("root.txt"), "--answer", "EACCES"])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        let cat = try run("/bin/cat", [fx.path("root.txt")])
+        #expect(cat.status != 0 && cat.errors.contains("Permission denied"), "\(cat)")
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("root.txt")))
+        withExtendedLifetime(theirs) {}
+    }
+}
+
+/// Each user's share of the files open through a shared mount (SPEC §4): one user holding
+/// files open until refused leaves every other user's opens and creates working.
+@Suite struct CrossUserOpenFiles {
+    let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+    @Test func aUserOutOfOpenFilesLeavesRootsCreatesWorking() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        let theirs = fx.backingPath("theirs")
+        try FileManager.default.createDirectory(atPath: theirs, withIntermediateDirectories: true)
+        chmod(theirs, 0o777)
+        let before = try fx.statistics()
+        let share = try #require(before["open_files_per_user"])
+        let limit = try #require(before["open_file_limit"]), budget = try #require(before["descriptor_budget"])
+        #expect(share == DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget), "\(before)")
+        let script = Paths.scripts.appendingPathComponent("open_until_refused.py").path
+        let nobody = try Child(asNobody[0], Array(asNobody.dropFirst()) + ["/usr/bin/python3", script, fx.path("theirs")])
+        let report = try #require(nobody.next(timeout: .seconds(120)))
+        let opened = try JSONSerialization.jsonObject(with: Data(report.utf8)) as? [String: Int] ?? [:]
+        #expect(opened["opened"] == share && opened["errno"] == Int(EMFILE), "\(report)")
+        // Root, while they are refused: 200 creates held open at once, and a listing.
+        var held: [Int32] = []
+        for index in 0..<200 {
+            let fd = open(fx.path("root\(index)"), O_CREAT | O_RDWR | O_CLOEXEC, 0o644)
+            #expect(fd >= 0, "root's create \(index): \(String(cString: strerror(errno)))")
+            if fd >= 0 { held.append(fd) }
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: fx.path("")).count >= 201)
+        for fd in held { close(fd) }
+        // Their files closed, their share is theirs again.
+        nobody.send("")
+        let after = try #require(nobody.next(timeout: .seconds(60)))
+        #expect(after.contains("\"after\": 0"), "\(after)")
+        #expect(nobody.waitForExit() == 0)
+        #expect(eventually { (try? fx.statistics())?["open_files"] == before["open_files"] })
+    }
+
+    /// A share set by the mount's owner: the user's opendir, open and create are refused past it
+    /// (EMFILE), nothing is left behind by the refused create, and the mount's owner is not counted.
+    @Test func aShareSetByTheOwnerIsKept() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--open-files-per-user", "20"])
+        let theirs = fx.backingPath("theirs")
+        try FileManager.default.createDirectory(atPath: theirs, withIntermediateDirectories: true)
+        chmod(theirs, 0o777)
+        let script = Paths.scripts.appendingPathComponent("open_until_refused.py").path
+        let nobody = try Child(asNobody[0], Array(asNobody.dropFirst()) + ["/usr/bin/python3", script, fx.path("theirs")])
+        let report = try #require(nobody.next(timeout: .seconds(60)))
+        #expect(report == #"{"opened": 20, "errno": 24}"#, "\(report)")
+        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("theirs/f20")), "the refused create left its file")
+        let listing = try run(asNobody[0], Array(asNobody.dropFirst()) + ["/bin/ls", fx.path("")])
+        #expect(listing.status != 0 && listing.errors.contains("Too many open files"), "the share is the user's, over all its processes: \(listing)")
+        // Root opens far more than the share.
+        let roots = (0..<100).map { open(fx.path("r\($0)"), O_CREAT | O_RDWR | O_CLOEXEC, 0o644) }
+        #expect(roots.allSatisfy { $0 >= 0 })
+        for fd in roots where fd >= 0 { close(fd) }
+        nobody.send("")
+        #expect(nobody.next(timeout: .seconds(60))?.contains("\"after\": 0") == true)
+    }
+}
+
+/// SPEC §4: another user's hold delays an access at most the break time; a Swift coordinator
+/// whose hold was broken that way hears it as an error of its coordinate call, and its
+/// process's report handler hears it too.
+@Suite struct CrossUserBreaks {
+    @Test func aSwiftCoordinatorHearsThatItsCoordinationWasBroken() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--break-time", "1", "--wait-timeout", "0"], backingMode: 0o755)
+        try fx.seed("shared.txt", "before\n")
+        chmod(fx.backingPath("shared.txt"), 0o666)
+        let url = URL(fileURLWithPath: fx.path("shared.txt"))
+        var theirs: (status: Int32, output: String, errors: String)?
+        do {
+            try FileCoordinator().coordinate(writingItemAt: url) { url in
+                // Another user writes while this accessor runs: it waits the break time, then
+                // goes ahead.
+                theirs = try run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
+                                                      "echo theirs > \"$1\"", "sh", url.path])
+            }
+            Issue.record("the coordinate call returned as if its coordination had held")
+        } catch FileCoordinationError.coordinationBroken(let item) {
+            #expect(item.hasSuffix("/shared.txt"), "\(item)")
+        }
+        #expect(theirs?.status == 0, "\(String(describing: theirs))")
+        #expect(try String(contentsOfFile: fx.backingPath("shared.txt"), encoding: .utf8) == "theirs\n")
+        // A coordination that holds throws nothing.
+        try FileCoordinator().coordinate(writingItemAt: url) { url in try Data("mine\n".utf8).write(to: url) }
     }
 }

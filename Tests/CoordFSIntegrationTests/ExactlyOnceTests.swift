@@ -49,7 +49,7 @@ import Testing
         let moved = URL(fileURLWithPath: fx.path("moved.txt"))
         try coordinator.coordinate(writingItemAt: url, options: .forMoving, writingItemAt: moved, options: .forReplacing) { from, to in
             try FileManager.default.moveItem(at: from, to: to)
-            try coordinator.item(at: from, didMoveTo: to)
+            coordinator.item(at: from, didMoveTo: to)
         }
         #expect(events(remote) == ["RELINQUISH_WRITER", "MOVED_FROM", "MOVED_TO", "REACQUIRE"], "move")
 

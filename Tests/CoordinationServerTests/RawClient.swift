@@ -12,7 +12,13 @@ final class RawClient {
     private var pending: [UInt8] = []
     private var isOpen = true
 
-    init(_ path: String) throws { fd = try UnixSocket.connect(to: path) }
+    /// A read waits at most 10 s (then `receive` says nil): a test that waits for a line that
+    /// never comes fails instead of hanging.
+    init(_ path: String) throws {
+        fd = try UnixSocket.connect(to: path)
+        var limit = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+    }
 
     /// Closes the connection now (once: a descriptor closed twice may close another's).
     func close() {
@@ -27,7 +33,8 @@ final class RawClient {
         _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 
-    /// The next line from the server, or nil once it has closed the connection.
+    /// The next line from the server, or nil once it has closed the connection (or sent
+    /// nothing for 10 s).
     func receive() throws -> ServerMessage? {
         while true {
             if let end = pending.firstIndex(of: UInt8(ascii: "\n")) {

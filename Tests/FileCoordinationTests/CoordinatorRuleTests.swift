@@ -138,7 +138,7 @@ import Testing
         let move = Background {
             try coordinator.coordinate(writingItemAt: source, options: .forMoving, writingItemAt: target, options: .forReplacing) { s, t in
                 try FileManager.default.moveItem(at: s, to: t)
-                try coordinator.item(at: s, didMoveTo: t)
+                coordinator.item(at: s, didMoveTo: t)
                 log.add("move-run")
             }
         }
@@ -207,7 +207,7 @@ import Testing
             try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) { s, t in
                 gate.wait()
                 try FileManager.default.moveItem(at: s, to: t)
-                try mover.item(at: s, didMoveTo: t)
+                mover.item(at: s, didMoveTo: t)
             }
         }
         #expect(eventually { fx.engine.snapshot().holders.count == 1 })
@@ -301,7 +301,7 @@ import Testing
         let coordinator = fx.coordinator()
         try coordinator.coordinate(writingItemAt: source, options: .forMoving, writingItemAt: target, options: .forReplacing) { s, t in
             try FileManager.default.moveItem(at: s, to: t)
-            try coordinator.item(at: s, didMoveTo: t)
+            coordinator.item(at: s, didMoveTo: t)
         }
         #expect(fx.log.waitFor("docs:didMove \(target.path)"))
         #expect(fx.log.waitFor("inner:didMove \(target.path)/a.txt"))
@@ -458,14 +458,14 @@ import Testing
         let fx = try Fixture()
         let a = try fx.file("a"), b = fx.url("b")
         let coordinator = fx.coordinator()
-        #expect(throws: FileCoordinationError.moveReportedOutsideWrite) { try coordinator.item(at: a, didMoveTo: b) }
+        #expect(throws: FileCoordinationError.moveReportedOutsideWrite) { try coordinator.reportMove(of: a, to: b) }
         try coordinator.coordinate(readingItemAt: a) { url in
-            #expect(throws: FileCoordinationError.moveReportedOutsideWrite) { try coordinator.item(at: url, didMoveTo: b) }
+            #expect(throws: FileCoordinationError.moveReportedOutsideWrite) { try coordinator.reportMove(of: url, to: b) }
         }
         try coordinator.coordinate(writingItemAt: a, options: .forMoving, writingItemAt: b, options: .forReplacing) { s, t in
             coordinator.item(at: s, willMoveTo: t)
             try FileManager.default.moveItem(at: s, to: t)
-            try coordinator.item(at: s, didMoveTo: t)
+            coordinator.item(at: s, didMoveTo: t)
         }
     }
 

@@ -143,7 +143,7 @@ import Testing
             try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: moved, options: .forReplacing) { s, t in
                 gate.wait()
                 #expect(rename(s.path, t.path) == 0)   // replaces, atomically
-                try mover.item(at: s, didMoveTo: t)
+                mover.item(at: s, didMoveTo: t)
             }
         }
         #expect(eventually { fx.engine.snapshot().holders.count == 1 })

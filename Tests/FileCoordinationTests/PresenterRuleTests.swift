@@ -102,7 +102,7 @@ import Testing
         let mover = fx.coordinator()
         try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) { s, t in
             try FileManager.default.moveItem(at: s, to: t)
-            try mover.item(at: s, didMoveTo: t)
+            mover.item(at: s, didMoveTo: t)
         }
         #expect(fx.log.waitFor("P:didMove \(new.path)"))
         #expect(eventually { presenter.presentedItemURL == new })
@@ -148,7 +148,7 @@ import Testing
         let target = fx.url("dir/moved.txt")
         try mover.coordinate(writingItemAt: outside, options: .forMoving, writingItemAt: target, options: .forReplacing) { s, t in
             try FileManager.default.moveItem(at: s, to: t)
-            try mover.item(at: s, didMoveTo: t)
+            mover.item(at: s, didMoveTo: t)
         }
         #expect(fx.log.waitFor("D:subitemDidAppear moved.txt"))
     }
@@ -160,7 +160,7 @@ import Testing
         let mover = fx.coordinator()
         try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) { s, t in
             try FileManager.default.moveItem(at: s, to: t)
-            try mover.item(at: s, didMoveTo: t)
+            mover.item(at: s, didMoveTo: t)
         }
         #expect(fx.log.waitFor("D:subitemDidMove a.txt b.txt"))
         // A sentinel behind it on the presenter's serial queue: anything the move caused came first.
