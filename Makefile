@@ -45,6 +45,8 @@ test: setup io-uring
 	@bash -o pipefail -c 'COORDFS_COORDINATION=in-process $(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
 	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
 	  grep -E -A6 "recorded an issue|Exited with|Fatal error|error:" .build/test.log | head -150; exit 1; }
+	@skipped=$$(grep -cE "Test .* skipped" .build/test.log || true); echo "skipped: $$skipped"; \
+	  grep -E "Test .* skipped" .build/test.log | sed 's/^[^A-Za-z]*/  /' || true
 
 # The control socket's fuzz target (libFuzzer, with AddressSanitizer): FUZZ_SECONDS of inputs
 # grown from the corpus kept in Tests/Fuzz/corpus (which `make fuzz` adds to). A crash, a hang

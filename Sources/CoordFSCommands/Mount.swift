@@ -89,12 +89,23 @@ struct Mount: ParsableCommand {
     @Flag(name: .customShort("s"), help: "One thread serves kernel requests, as --threads 1 (FUSE's -s).")
     var singleThreaded = false
 
+    @Flag(help: .hidden)    // mount(8)'s -f for its helper: check everything, mount nothing
+    var fake = false
+
+    @Flag(help: .hidden)    // mount(8)'s -v for its helper: say what is mounted
+    var verbose = false
+
     @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other; -o allow_overlap from fstab).")
     var allowOverlap = false
 
     func run() throws {
         let configuration = try makeConfiguration()
         try Self.validate(configuration)
+        if verbose || fake {
+            print("coordfs: \(fake ? "would mount" : "mounting") \(configuration.backing) on \(configuration.mountPoint)"
+                  + (configuration.fuseOptions.isEmpty ? "" : " -o \(configuration.fuseOptions.joined(separator: ","))"))
+        }
+        if fake { return }
         if foreground {
             // A daemon's stderr is its parent's failure message: the parent gives the note.
             if ProcessInfo.processInfo.environment["COORDFS_NOTIFY_READY"] != "1" {
@@ -110,7 +121,11 @@ struct Mount: ParsableCommand {
     }
 
     /// Where this kernel switches FUSE over io_uring on and off (absent before Linux 6.14).
-    static let ioUringSwitch = "/sys/module/fuse/parameters/enable_uring"
+    /// (`COORDFS_IO_URING_SWITCH` names another file, for the tests of the note: no test
+    /// switches the machine's kernel.)
+    static var ioUringSwitch: String {
+        ProcessInfo.processInfo.environment["COORDFS_IO_URING_SWITCH"] ?? "/sys/module/fuse/parameters/enable_uring"
+    }
 
     /// Whether this kernel has FUSE over io_uring, switched off.
     static var ioUringSwitchedOff: Bool {
@@ -284,7 +299,8 @@ struct Mount: ParsableCommand {
     private func spawnDaemon() throws {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
-        var arguments = Array(CommandLine.arguments.dropFirst())
+        // As parsed (`CoordFS.arguments`: a mount helper's flags are translated), less --verbose.
+        var arguments = CoordFS.arguments(from: CommandLine.arguments).filter { $0 != "--verbose" }
         if arguments.first != "mount" { arguments.insert("mount", at: 0) }
         arguments.append("-f")
         process.arguments = ["daemon-start"] + arguments

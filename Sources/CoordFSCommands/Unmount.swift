@@ -23,7 +23,15 @@ struct Unmount: ParsableCommand {
         guard let type = MountTable.type(of: path) else { throw CommandFailure("'\(mountPoint)' is not a mount point") }
         guard type == "fuse.coordfs" else { throw CommandFailure("'\(mountPoint)' is a \(type) mount, not coordfs") }
         // Read before trying: a busy mount is explained with it.
-        let openFiles = Status.statistics(ofMountAt: path)?["open_files"] as? Int
+        let statistics = Status.statistics(ofMountAt: path)
+        let openFiles = statistics?["open_files"] as? Int
+        // Holds taken through the control socket (`coordfs coordinate`, a Swift program's
+        // coordinated access) keep no file open, so the kernel would let the mount go with their
+        // holders still at work inside them: they make it busy too, unless detached.
+        if !lazy, let holds = statistics?["socket_holds"] as? Int, holds > 0 {
+            throw CommandFailure("cannot unmount '\(mountPoint)': it is busy: \(holds == 1 ? "1 item is" : "\(holds) items are") held "
+                                 + "through its control socket; `coordfs status \(path)` shows by whom; or `coordfs unmount --lazy` detaches it now")
+        }
         if geteuid() == 0 {
             guard umount2(path, lazy ? Int32(MNT_DETACH) : 0) == 0 else {
                 let code = errno

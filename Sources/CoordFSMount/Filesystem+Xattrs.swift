@@ -93,7 +93,7 @@ extension Filesystem {
             let ring = cfs_ring_facts(device)
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
                 + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(openFileLimit),\"open_files\":\(files.count),"
-                + "\"open_files_per_user\":\(files.budget.perUser),"
+                + "\"open_files_per_user\":\(files.budget.perUser),\"socket_holds\":\(domain.accessorHolds.holds),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
                 + "\"kernel_lock_breaks\":\(waitWatch.kernelLockBreaks.load(ordering: .relaxed)),"

@@ -250,10 +250,11 @@ public final class Filesystem: @unchecked Sendable {
             }
         }
         if mode == .off { return body(nil) }
-        var wanted = wanted
+        var strictened = wanted
         if mode == .strict, case .writing(let options) = wanted.kind, !options.isDisjoint(with: [.appendingOnly, .sharingWriters]) {
-            wanted.kind = .writing([])     // every writer excludes every other open
+            strictened.kind = .writing([])     // every writer excludes every other open
         }
+        let wanted = strictened
         if forTheCall && mayPassQuietly(wanted, other), let passage = passQuietly(wanted, other) {
             if attempt == 0 { statistics.coordinated.add() }
             body(nil)

@@ -108,11 +108,17 @@ public final class ControlClient: @unchecked Sendable {
     /// The extended attribute `name` of `path` as text (a mount root's `user.coordfs.stats`,
     /// say), or nil when it cannot be read.
     public static func attribute(_ name: String, of path: String) -> String? {
-        let size = c_getxattr(path, name, nil, 0)
-        guard size > 0 else { return nil }
-        var buffer = [UInt8](repeating: 0, count: size)
-        let count = c_getxattr(path, name, &buffer, size)
-        return count > 0 ? String(decoding: buffer[0..<count], as: UTF8.self) : nil
+        // A value can grow between asking its size and reading it (a mount's counters count the
+        // asking itself): ERANGE then, and a larger buffer is tried.
+        for _ in 0..<4 {
+            let size = c_getxattr(path, name, nil, 0)
+            guard size > 0 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: size + 256)
+            let count = c_getxattr(path, name, &buffer, buffer.count)
+            if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
+            if count == 0 || errno != ERANGE { return nil }
+        }
+        return nil
     }
 
     /// Connects and says hello.

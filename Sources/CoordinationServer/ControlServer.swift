@@ -172,15 +172,26 @@ public final class ControlServer: @unchecked Sendable {
             guard mayLearn(intent.path.string) else { return .object(["hidden": .bool(true), "mode": .string(mode)]) }
             return .object(["path": .string(intent.path.string), "mode": .string(mode)])
         }
-        let holders: [WireValue] = snapshot.holders.map { holder in
+        func waitsFor(_ identities: Set<CoordinatorIdentity>) -> WireValue {
+            .array(identities.map(\.description).sorted().map { .string($0) })
+        }
+        // A grant still asking presenters has not begun its access: it waits, for their answers.
+        let holders: [WireValue] = snapshot.holders.filter(\.messaging.isEmpty).map { holder in
             var fields = who(holder.identity)
             fields["intents"] = .array(holder.intents.map(describe))
             return .object(fields)
         }
-        let waiters: [WireValue] = snapshot.waiters.map { waiter in
+        let asking: [WireValue] = snapshot.holders.filter { !$0.messaging.isEmpty }.map { holder in
+            var fields = who(holder.identity)
+            fields["intents"] = .array(holder.intents.map(describe))
+            fields["waits_for"] = waitsFor(holder.messaging)
+            fields["asking_presenters"] = .bool(true)
+            return .object(fields)
+        }
+        let waiters: [WireValue] = asking + snapshot.waiters.map { waiter in
             var fields = who(waiter.identity)
             fields["intents"] = .array(waiter.intents.map(describe))
-            fields["waits_for"] = .array(waiter.waitsFor.map { .string($0.description) }.sorted { "\($0)" < "\($1)" })
+            fields["waits_for"] = waitsFor(waiter.waitsFor)
             return .object(fields)
         }
         let presenters: [WireValue] = snapshot.presenters.map { _, record in

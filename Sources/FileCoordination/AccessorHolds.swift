@@ -25,6 +25,9 @@ public final class AccessorHolds: Sendable {
     @inline(__always)
     public var isEmpty: Bool { count.load(ordering: .acquiring) == 0 }
 
+    /// How many holds are granted now.
+    public var holds: Int { count.load(ordering: .acquiring) }
+
     /// Records `claim`, granted to `process`; the token takes it out again.
     public func add(_ claim: AccessClaim, of process: Int32) -> UInt64 {
         table.withLock { table in

@@ -86,6 +86,26 @@ import Glibc
         #expect(waiter.next() == "ok 1")
     }
 
+    /// A `cat` whose read waits for a presenter's answer has not begun: it is a waiter, waiting
+    /// for the presenter's process, not a holder.
+    @Test func anAccessAskingAPresenterIsShownWaitingForIt() throws {
+        let fx = try MountFixture(["--presenter-timeout", "20"])
+        try fx.seed("doc.txt", "text\n")
+        let watcher = try Child(binary, ["watch", fx.path("doc.txt"), "--answer", "none"])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        let reader = try Child("/bin/cat", [fx.path("doc.txt")])
+        #expect(eventually { watcher.next(timeout: .milliseconds(200))?.contains("REQUEST") == true })
+        let status = try run(binary, ["status", fx.mountPoint.path])
+        let lines = status.output.split(separator: "\n").map(String.init)
+        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(reader.pid)) && $0.contains("pid:\(watcher.pid)") },
+                "\(lines)")
+        #expect(!lines.contains { $0.hasPrefix("HOLD") && $0.contains(String(reader.pid)) }, "\(lines)")
+        let json = try run(binary, ["status", "--json", fx.mountPoint.path])
+        #expect(json.output.contains("\"asking_presenters\":true"), "\(json.output)")
+        watcher.signal(SIGKILL)     // its requests end with it: the read goes on
+        #expect(reader.waitForExit() == 0)
+    }
+
     /// Without a path: the current directory's mount, else every coordfs mount (and the daemon).
     @Test func statusWithoutAPathShowsTheMountHereElseEveryMount() throws {
         let first = try MountFixture(), second = try MountFixture()

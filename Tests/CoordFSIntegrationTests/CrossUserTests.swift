@@ -139,3 +139,38 @@ import Glibc
         try FileCoordinator().coordinate(writingItemAt: url) { url in try Data("mine\n".utf8).write(to: url) }
     }
 }
+
+/// SPEC §4: numbers from another user, on the socket and on the command line, are refused with
+/// a clear error, and the mount goes on serving everyone. (`{"timeout":1e16}` once overflowed
+/// converting to Int64 and took the mount down for every user.)
+@Suite struct CrossUserNumbers {
+    let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+    @Test func timeoutsPastAnyBoundAreRefusedAndTheMountLives() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try fx.seed("doc.txt", "text\n")
+        chmod(fx.backingPath("doc.txt"), 0o644)
+        let script = """
+            import json, os, socket, sys
+            path = sys.argv[1]
+            for timeout in ["1e16", "-3", "NaN", "Infinity", "1e400"]:
+                s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(os.getxattr(path, "user.coordfs.socket").decode())
+                f = s.makefile("rwb", buffering=0)
+                f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+                line = '{"op":"hold","id":2,"intents":[{"path":"%s","access":"read"}],"timeout":%s}\\n' % (path, timeout)
+                f.write(line.encode())
+                reply = json.loads(f.readline() or b"{}")
+                print(timeout, reply.get("error"), timeout not in ("1e16", "-3") or "timeout" in reply.get("message", ""))
+                s.close()
+            """
+        let result = try run(asNobody[0], Array(asNobody.dropFirst()) + ["/usr/bin/python3", "-c", script, fx.path("doc.txt")])
+        #expect(result.output == "1e16 EPROTO True\n-3 EPROTO True\nNaN EPROTO True\nInfinity EPROTO True\n1e400 EPROTO True\n",
+                "\(result)")
+        let command = try run(asNobody[0], Array(asNobody.dropFirst()) + [Paths.binary.path, "coordinate", "--read", fx.path("doc.txt"),
+                                                                          "--timeout", "1e16", "--", "/bin/true"])
+        #expect(command.status != 0 && command.errors.contains("--timeout"), "\(command)")
+        // Everyone is still served.
+        #expect(try run("/bin/cat", [fx.path("doc.txt")]).output == "text\n")
+        #expect(try run(asNobody[0], Array(asNobody.dropFirst()) + ["/bin/cat", fx.path("doc.txt")]).output == "text\n")
+    }
+}

@@ -7,6 +7,11 @@ import Testing
 /// reopens the others by file handle. With a tiny budget every operation runs against evicted
 /// descriptors; with the default one, more files than the limit stay usable.
 @Suite struct DescriptorBudget {
+    static var hardFileLimit: rlim_t {
+        var limit = rlimit()
+        return getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 ? limit.rlim_max : 0
+    }
+
     @Test func realProgramsAndPosixStepsAreUnchangedWithATinyBudget() throws {
         try Self.runProgramsAndPosixSteps(on: MountFixture(["--descriptor-budget", "32", "-o", "allow_other"]))
     }
@@ -93,14 +98,13 @@ import Testing
     /// Started with a soft open-file limit of 1024 (many systems' default) under a higher hard
     /// one, the mount raises its limit and keeps its budget: a tree of 3000 files is used
     /// through it. Kept at 1024, the mount answered EMFILE after a thousand items.
-    @Test func aLowSoftOpenFileLimitIsRaisedToTheHardOne() throws {
-        var limit = rlimit()
-        try #require(getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0)
-        guard limit.rlim_max >= 4096 else { return }     // nothing to raise to
+    @Test(.enabled(if: DescriptorBudget.hardFileLimit >= 4096, "the hard open-file limit is below 4096: nothing to raise to"))
+    func aLowSoftOpenFileLimitIsRaisedToTheHardOne() throws {
         let fx = try MountFixture(softFileLimit: 1024)
         let fields = try fx.statistics()
-        #expect(fields["open_file_limit"] == Int(min(limit.rlim_max, rlim_t(Int32.max))), "\(fields)")
-        #expect(fields["descriptor_budget"] == min(12_000, Int(limit.rlim_max) / 5 * 3), "\(fields)")
+        let hard = Self.hardFileLimit
+        #expect(fields["open_file_limit"] == Int(min(hard, rlim_t(Int32.max))), "\(fields)")
+        #expect(fields["descriptor_budget"] == min(12_000, Int(hard) / 5 * 3), "\(fields)")
         let script = """
         import os, sys
         d = os.path.join(sys.argv[1], "tree")
@@ -170,8 +174,7 @@ import Testing
 
     /// Its queue threads end with it: they outlived the session (its descriptor was read after
     /// the unmount had closed it), and one served a late request with the filesystem gone.
-    @Test func anEndedMountLeavesNoRingThreads() throws {
-        guard RingTransport.kernelOffersRings() else { return }
+    @Test(.needsRings) func anEndedMountLeavesNoRingThreads() throws {
         let before = Self.ringThreads().count
         do {
             let fx = try MountFixture(inProcess: { _ in })

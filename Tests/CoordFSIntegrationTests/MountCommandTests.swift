@@ -315,9 +315,32 @@ import Glibc
     }
 }
 
+/// A mount whose items are held through its control socket is busy: its holders are at work
+/// inside it, though they keep no file open.
+@Suite struct UnmountWithSocketHolds {
+    @Test func unmountRefusesWhileACoordinateHoldsAnItemAndLazyDetaches() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "text\n")
+        let holder = try Child(Paths.binary.path, ["coordinate", "--write", fx.path("doc.txt"), "--", "/bin/sleep", "30"])
+        #expect(eventually { (try? fx.statistics())?["socket_holds"] == 1 })
+        let refused = try run(Paths.binary.path, ["unmount", fx.mountPoint.path])
+        #expect(refused.status != 0 && refused.errors.contains("1 item is held through its control socket"), "\(refused)")
+        #expect(((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(" \(fx.mountPoint.path) "))
+        holder.signal(SIGTERM)
+        #expect(holder.waitForExit() != nil)
+        #expect(eventually { (try? fx.statistics())?["socket_holds"] == 0 })
+        fx.daemonWillEnd()
+        #expect(try run(Paths.binary.path, ["unmount", fx.mountPoint.path]).status == 0)
+    }
+}
+
 /// `mount.coordfs` (mount(8)'s helper name) and `coordfs SOURCE DIR -o …` (what mount.fuse3 runs
 /// for `-t fuse.coordfs` and fstab) both mount.
 @Suite struct MountHelper {
+    static func isMountPoint(_ path: String) -> Bool {
+        ((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(" \(path) ")
+    }
+
     @Test func mountHelperNamesMount() throws {
         let dir = URL(fileURLWithPath: "/tmp/coordfs-helper-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir.appendingPathComponent("b"), withIntermediateDirectories: true)
@@ -339,6 +362,44 @@ import Glibc
         defer { _ = try? run(Paths.binary.path, ["unmount", mnt2]) }
         #expect(viaFuse.status == 0, "\(viaFuse.errors)")
         #expect(FileManager.default.fileExists(atPath: mnt2 + "/f"))
+    }
+
+    /// mount(8)'s flags mean for the helper what mount(8) means: `-f` fakes (nothing is mounted),
+    /// `-v` says what it mounts, `-n` and `-s` change nothing (`-s` is not one thread).
+    @Test func theHelperTakesMountsFlagsAsMountMeansThem() throws {
+        let dir = URL(fileURLWithPath: "/tmp/coordfs-helper-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("b"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: dir.appendingPathComponent("m"), withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let helper = dir.appendingPathComponent("mount.coordfs")
+        try FileManager.default.createSymbolicLink(at: helper, withDestinationURL: Paths.binary)
+        let backing = dir.appendingPathComponent("b").path, mnt = dir.appendingPathComponent("m").path
+        let faked = try run(helper.path, [backing, mnt, "-f", "-o", "rw"])
+        #expect(faked.status == 0 && faked.output.contains("would mount \(backing) on \(mnt)"), "\(faked)")
+        #expect(!Self.isMountPoint(mnt), "-f mounted")
+        let mounted = try run(helper.path, [backing, mnt, "-snv", "-o", "rw,noauto", "-t", "fuse.coordfs"])
+        defer { _ = try? run(Paths.binary.path, ["unmount", mnt]) }
+        #expect(mounted.status == 0 && mounted.output.contains("mounting \(backing) on \(mnt)"), "\(mounted)")
+        #expect(Self.isMountPoint(mnt))
+        let stats = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mnt])
+        #expect(stats.output.contains("\"max_threads\":16"), "-s is sloppy, not one thread: \(stats.output)")
+    }
+
+    /// Two words are a mount only where the first is a path or a directory: `help` asks for
+    /// help, and a mistyped subcommand is refused, even beside directories of those names.
+    @Test func helpAndMistypedSubcommandsNeverMount() throws {
+        let dir = URL(fileURLWithPath: "/tmp/coordfs-words-\(UUID().uuidString.prefix(8))")
+        for name in ["help", "watch", "stats"] {
+            try FileManager.default.createDirectory(at: dir.appendingPathComponent(name), withIntermediateDirectories: true)
+        }
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let help = try run("/bin/sh", ["-c", "cd \"$1\" && \"$2\" help watch", "sh", dir.path, Paths.binary.path])
+        #expect(help.status == 0 && help.output.contains("USAGE: coordfs watch"), "\(help)")
+        let typo = try run("/bin/sh", ["-c", "cd \"$1\" && \"$2\" stats /tmp", "sh", dir.path, Paths.binary.path])
+        #expect(typo.status != 0 && typo.errors.contains("stats"), "\(typo)")
+        for name in ["help", "watch", "stats"] {
+            #expect(!Self.isMountPoint(dir.appendingPathComponent(name).path), "\(name) was mounted on")
+        }
     }
 
     @Test func mountFuse3RunsItForTypeFuseCoordfs() throws {

@@ -15,7 +15,7 @@ import Glibc
     func withServer(presenterTimeout: Duration, _ body: (ControlServer, CoordinationDomain, String) throws -> Void) throws {
         let directory = "/tmp/coordfs-ends-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/dir", withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: directory + "/dir/c", contents: Data("x".utf8))
+        _ = FileManager.default.createFile(atPath: directory + "/dir/c", contents: Data("x".utf8))
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let domain = CoordinationDomain()
         domain.presenterTimeout = presenterTimeout
