@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test man install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
 
 all: build
 
@@ -41,6 +41,7 @@ build: setup io-uring
 # CI shows only the end of a run: a failed run ends with its failures again.
 test: setup io-uring
 	$(SWIFT) build --build-tests
+	@$(MAKE) --no-print-directory man >/dev/null
 	@$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) FUZZ_CORPUS=$$(mktemp -d)
 	@bash -o pipefail -c 'COORDFS_COORDINATION=in-process $(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
 	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
@@ -143,11 +144,37 @@ run: build
 stop:
 	@if findmnt -n $(CURDIR)/$(DEMO_MNT) >/dev/null 2>&1; then $(COORDFS) unmount $(DEMO_MNT); fi
 
-# Installs coordfs, and mount.coordfs for mount(8) and /etc/fstab.
-install: build
+# Installs coordfs in $(DESTDIR)$(PREFIX)/bin, mount.coordfs for mount(8) and /etc/fstab in
+# $(DESTDIR)$(SBINDIR) (mount(8) looks in /sbin), the man pages and the bash, zsh and fish
+# completions. mount(8) runs helpers with a standard PATH: keep PREFIX a standard directory.
+SBINDIR ?= /sbin
+MANDIR  ?= $(PREFIX)/share/man
+MAN_BUILT := .build/man
+install: build man
 	$(SWIFT) build -c release --product coordfs
-	install -m 0755 .build/release/coordfs $(PREFIX)/bin/coordfs
-	ln -sf $(PREFIX)/bin/coordfs /sbin/mount.coordfs
+	@$(MAKE) --no-print-directory install-files BINARY=.build/release/coordfs
+
+# The man pages, one a subcommand, from the command's own help (swift-argument-parser's
+# generator), and mount.coordfs(8).
+man:
+	$(SWIFT) build --product generate-manual
+	@rm -rf $(MAN_BUILT) && mkdir -p $(MAN_BUILT)
+	.build/debug/generate-manual $(COORDFS) --multi-page --authors "the coordfs authors" --output-directory $(MAN_BUILT)
+	@rm -f $(MAN_BUILT)/coordfs.daemon-start.1; sed -i '/coordfs.daemon-start 1/d' $(MAN_BUILT)/coordfs.1
+	cp docs/man/mount.coordfs.8 $(MAN_BUILT)/
+
+# What install puts where, from BINARY and the pages in $(MAN_BUILT): nothing outside DESTDIR.
+install-files:
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 0755 $(BINARY) $(DESTDIR)$(PREFIX)/bin/coordfs
+	ln -sf $(PREFIX)/bin/coordfs $(DESTDIR)$(SBINDIR)/mount.coordfs
+	install -m 0644 $(MAN_BUILT)/*.1 $(DESTDIR)$(MANDIR)/man1/
+	install -m 0644 $(MAN_BUILT)/*.8 $(DESTDIR)$(MANDIR)/man8/
+	$(BINARY) --generate-completion-script bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/coordfs
+	$(BINARY) --generate-completion-script zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_coordfs
+	$(BINARY) --generate-completion-script fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/coordfs.fish
 
 clean:
 	rm -rf .build

@@ -1,0 +1,44 @@
+import Foundation
+import Testing
+
+/// `make install` with DESTDIR puts the command, the mount helper, the man pages and the
+/// completions under DESTDIR alone (`install-files`, from the debug build and the pages
+/// `make test` generates first), and each page renders.
+@Suite struct InstallTests {
+    @Test func installPutsEverythingUnderDestdirAndEveryPageRenders() throws {
+        let manPages = Paths.repository.appendingPathComponent(".build/man")
+        try #require(FileManager.default.fileExists(atPath: manPages.appendingPathComponent("coordfs.1").path),
+                     "no man pages in .build/man: `make man` makes them (make test does)")
+        let destination = URL(fileURLWithPath: "/tmp/coordfs-install-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: destination) }
+        let outside = ["/usr/local/bin/coordfs", "/sbin/mount.coordfs", "/usr/local/share/man/man1/coordfs.1"]
+        func modified(_ path: String) -> Date? { try? FileManager.default.attributesOfItem(atPath: path)[.modificationDate] as? Date }
+        let before = outside.map(modified)
+        let installed = try run("/usr/bin/make", ["-C", Paths.repository.path, "--no-print-directory", "install-files",
+                                                  "DESTDIR=\(destination.path)", "BINARY=\(Paths.binary.path)"])
+        #expect(installed.status == 0, "\(installed)")
+        #expect(outside.map(modified) == before, "make install wrote outside DESTDIR")
+        let root = destination.path
+        #expect(FileManager.default.isExecutableFile(atPath: root + "/usr/local/bin/coordfs"))
+        #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: root + "/sbin/mount.coordfs")) == "/usr/local/bin/coordfs")
+        let bash = try String(contentsOfFile: root + "/usr/local/share/bash-completion/completions/coordfs", encoding: .utf8)
+        #expect(bash.contains("coordfs") && bash.contains("complete"))
+        #expect(FileManager.default.fileExists(atPath: root + "/usr/local/share/zsh/site-functions/_coordfs"))
+        #expect(FileManager.default.fileExists(atPath: root + "/usr/local/share/fish/vendor_completions.d/coordfs.fish"))
+        var pages: [String] = []
+        for section in ["man1", "man8"] {
+            let folder = root + "/usr/local/share/man/" + section
+            pages += (try FileManager.default.contentsOfDirectory(atPath: folder)).map { folder + "/" + $0 }
+        }
+        for expected in ["coordfs.1", "coordfs.mount.1", "coordfs.watch.1", "coordfs.status.1", "coordfs.coordinate.1", "mount.coordfs.8"] {
+            #expect(pages.contains { $0.hasSuffix("/" + expected) }, "\(expected) not installed: \(pages)")
+        }
+        #expect(!pages.contains { $0.contains("daemon-start") }, "an internal subcommand has a page")
+        let main = try String(contentsOfFile: root + "/usr/local/share/man/man1/coordfs.1", encoding: .utf8)
+        #expect(!main.contains("daemon-start"), "coordfs(1) names an internal subcommand")
+        for page in pages {
+            let rendered = try run("/usr/bin/man", ["-l", page], environment: ["MANPAGER": "cat", "PATH": "/usr/bin:/bin", "TERM": "dumb"])
+            #expect(rendered.status == 0 && rendered.output.count > 200, "\(page): \(rendered.errors)")
+        }
+    }
+}
