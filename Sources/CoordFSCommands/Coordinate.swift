@@ -16,14 +16,14 @@ struct Coordinate: ParsableCommand {
         The command runs in the foreground, with the terminal; SIGTERM and SIGHUP are passed on \
         to it, and the intents are held until it ends. Exits with the command's status (128+N \
         when signal N ended it); 1 when the intents could not be taken (with the reason); 127 \
-        when the command is not found.
+        when the command is not found; the --conflict-exit-code (default 1) when another holds         an item and -n or --timeout gives up, with who holds it.
         """
     )
 
-    @Option(name: .long, help: "An item to hold for reading (repeatable).")
+    @Option(name: [.customShort("s"), .long], help: "An item to hold for reading (repeatable; -s as flock's shared lock).")
     var read: [String] = []
 
-    @Option(name: .long, help: "An item to hold for writing (repeatable).")
+    @Option(name: [.customShort("x"), .long], help: "An item to hold for writing (repeatable; -x as flock's exclusive lock).")
     var write: [String] = []
 
     @Option(name: .long, help: "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.")
@@ -35,8 +35,14 @@ struct Coordinate: ParsableCommand {
     @Flag(name: [.customShort("n"), .long], help: "Fail at once instead of waiting (as flock -n).")
     var nonblock = false
 
-    @Option(help: "Seconds to wait before giving up (default: the server's).")
+    @Option(name: [.customShort("w"), .long], help: "Seconds to wait before giving up (default: the server's; as flock -w).")
     var timeout: Double?
+
+    @Option(name: [.customShort("E"), .long], help: "The exit status when another holds an item and -n or --timeout gives up (default 1, as flock -E).")
+    var conflictExitCode: Int32 = 1
+
+    @Option(name: [.customShort("c"), .long], help: "Run this command line with /bin/sh -c instead of a command after -- (as flock -c).")
+    var commandLine: String?
 
     @Option(help: "The control socket (default: found from the paths).")
     var socket: String?
@@ -46,7 +52,9 @@ struct Coordinate: ParsableCommand {
 
     func validate() throws {
         if read.isEmpty && write.isEmpty { throw ValidationError("name at least one --read or --write item") }
-        if command.isEmpty { throw ValidationError("name the command to run after --") }
+        if command.isEmpty && commandLine == nil { throw ValidationError("name the command to run after --, or give -c 'COMMAND'") }
+        if !command.isEmpty && commandLine != nil { throw ValidationError("give the command after -- or with -c, not both") }
+        if !(0...255).contains(conflictExitCode) { throw ValidationError("--conflict-exit-code must be from 0 to 255") }
         if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
     }
 
@@ -77,13 +85,15 @@ struct Coordinate: ParsableCommand {
             guard case .int(let number)? = fields["hold"] else { throw ControlError("EPROTO", "no hold in the reply") }
             hold = number
         } catch {
-            // Like flock(1): a conflict is exit status 1, not a usage error.
-            FileHandle.standardError.write(Data("Error: cannot take the intents: \(error)\n".utf8))
-            throw ExitCode(1)
+            // Like flock(1): a conflict is its own exit status (-E), not a usage error.
+            let conflict = (error as? ControlError).map { $0.errno == "EAGAIN" || $0.errno == "EBUSY" } ?? false
+            let holders = conflict ? Self.holders(of: intents.map(\.path), at: socketPath) : ""
+            FileHandle.standardError.write(Data("Error: cannot take the intents: \(error)\(holders)\n".utf8))
+            throw ExitCode(conflict ? conflictExitCode : 1)
         }
         let status: Int32
         do {
-            status = try ForegroundCommand.run(command)
+            status = try ForegroundCommand.run(commandLine.map { ["/bin/sh", "-c", $0] } ?? command)
         } catch {
             _ = try? client.request { .release(id: $0, hold: hold, changed: false) }
             FileHandle.standardError.write(Data("Error: \(error)\n".utf8))
@@ -92,5 +102,28 @@ struct Coordinate: ParsableCommand {
         _ = try? client.request { .release(id: $0, hold: hold, changed: !write.isEmpty) }
         client.close()
         throw ExitCode(status)
+    }
+
+    /// Who holds `paths` now, as "; '/m/doc.txt' is held for write by pid 42 (vim)" clauses:
+    /// what a user asks next after a refusal.
+    static func holders(of paths: [String], at socketPath: String) -> String {
+        guard let client = try? ControlClient(socketPath: socketPath), let fields = try? client.request({ .status(id: $0) }),
+              case .array(let holders)? = fields["holders"] else { return "" }
+        defer { client.close() }
+        var clauses: [String] = []
+        for case .object(let holder) in holders {
+            var who = "another coordinator"
+            if case .int(let pid)? = holder["pid"] {
+                who = "pid \(pid)"
+                if case .string(let command)? = holder["command"] { who += " (\(command))" }
+            }
+            guard case .array(let intents)? = holder["intents"] else { continue }
+            for case .object(let intent) in intents {
+                guard case .string(let path)? = intent["path"], paths.contains(where: { $0 == path || $0.hasPrefix(path + "/") || path.hasPrefix($0 + "/") }),
+                      case .string(let mode)? = intent["mode"] else { continue }
+                clauses.append("'\(path)' is held for \(mode) by \(who)")
+            }
+        }
+        return clauses.isEmpty ? "" : "; " + clauses.joined(separator: "; ")
     }
 }

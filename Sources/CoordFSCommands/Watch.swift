@@ -11,10 +11,11 @@ struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Present PATHs and print coordination events as they come, like inotifywait -m.",
         discussion: """
-        Each line is: PATH EVENTS[,...] [NAME] [cookie=N]. Requests (REQUEST in EVENTS) hold up \
-        the access until answered: --answer ok consents, --answer EACCES (any errno name) makes \
-        it fail with that errno, --answer none never answers (the access then waits for the \
-        mount's presenter timeout).
+        Each line is: PATH EVENTS[,...] [NAME] [cookie=N], or what --format makes of it. \
+        Requests (REQUEST in EVENTS) hold up the access until answered: --answer ok consents, \
+        --answer EACCES (any errno name) makes it fail with that errno, --answer none never \
+        answers (the access then waits for the mount's presenter timeout). Exits 2 when \
+        --timeout passes with no event, as inotifywait does.
         """
     )
 
@@ -27,8 +28,21 @@ struct Watch: ParsableCommand {
     @Option(help: "How to answer requests: ok, an errno name (EACCES, ...), or none.")
     var answer: String = "ok"
 
-    @Option(help: "Comma-separated events to receive (default ALL): RELINQUISH_READER, SAVE, CHANGED, ...")
+    @Option(name: [.customShort("e"), .long],
+            help: "Comma-separated events to receive, in either case (default ALL): RELINQUISH_READER, SAVE, CHANGED, ...")
     var events: String = "ALL"
+
+    @Option(help: ArgumentHelp("Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated), %c the cookie, %T the time (--timefmt), %% a percent sign.", valueName: "FMT"))
+    var format: String?
+
+    @Option(help: ArgumentHelp("The strftime(3) format of %T (default %H:%M:%S).", valueName: "FMT"))
+    var timefmt: String = "%H:%M:%S"
+
+    @Flag(name: [.customShort("q"), .long], help: "Print no line but events (no \"Watches established.\").")
+    var quiet = false
+
+    @Option(name: [.customShort("t"), .long], help: "End with status 2 when this many seconds pass with no event (as inotifywait -t).")
+    var timeout: Double?
 
     @Option(help: "The control socket (default: found from the paths).")
     var socket: String?
@@ -37,18 +51,21 @@ struct Watch: ParsableCommand {
         if answer != "ok" && answer != "none" && ErrnoNames.code(of: answer) == nil {
             throw ValidationError("--answer must be ok, none or an errno name such as EACCES")
         }
-        if EventMask(names: events.split(separator: ",").map(String.init)) == nil {
+        if EventMask(names: events.split(separator: ",").map { $0.uppercased() }) == nil {
             throw ValidationError("unknown event name in --events")
         }
+        if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
+        if json && format != nil { throw ValidationError("--json and --format do not go together") }
     }
 
     func run() throws {
         Signals.resetInherited()
-        let mask = EventMask(names: events.split(separator: ",").map(String.init))!
+        let mask = EventMask(names: events.split(separator: ",").map { $0.uppercased() })!
         let code: Int32? = answer == "none" ? nil : answer == "ok" ? 0 : ErrnoNames.code(of: answer)
-        let printer = Printer(json: json)
+        let printer = Printer(json: json, format: format.map { EventFormat($0, timeFormat: timefmt) }, quiet: quiet)
         var clients: [String: ControlClient] = [:]
         let ended = DispatchSemaphore(value: 0)
+        let heard = DispatchSemaphore(value: 0)
         for path in paths {
             let resolved = ServerConnection.resolve(path)
             let socketPath = try ServerConnection.socket(for: resolved, explicit: socket)
@@ -62,6 +79,7 @@ struct Watch: ParsableCommand {
                     // Answered before printed: the access waits on the answer, not on our output.
                     if record.mask.contains(.request), let code { client.answer(cookie: record.cookie, errno: code) }
                     printer.print(record)
+                    heard.signal()
                 }
                 client.onEnd { ended.signal() }
             }
@@ -72,6 +90,15 @@ struct Watch: ParsableCommand {
             }
         }
         printer.note("Watches established.")
+        if let timeout {
+            // Each event starts the wait again; a quiet stretch of `timeout` ends the watch.
+            let quietFor = DispatchTimeInterval.nanoseconds(Int(timeout * 1e9))
+            Thread {
+                while heard.wait(timeout: .now() + quietFor) == .success {}
+                ended.signal()
+                Foundation.exit(2)
+            }.start()
+        }
         ended.wait()
         // The watch ends with the first server that goes.
         if let gone = clients.values.first(where: { $0.isClosed }) { throw ServerConnection.closed(gone) }
@@ -86,8 +113,14 @@ struct Watch: ParsableCommand {
 /// Prints records one a line, from any thread.
 final class Printer: @unchecked Sendable {
     let json: Bool
+    let format: EventFormat?
+    let quiet: Bool
     private let lock = NSLock()
-    init(json: Bool) { self.json = json }
+    init(json: Bool, format: EventFormat? = nil, quiet: Bool = false) {
+        self.json = json
+        self.format = format
+        self.quiet = quiet
+    }
 
     /// Written as bytes, one write(2) a line: a watcher prints a line for every event, and
     /// building a `String`, then `Data`, for `FileHandle` was a third of what it spent on one.
@@ -95,6 +128,8 @@ final class Printer: @unchecked Sendable {
         var line: [UInt8]
         if json {
             line = WireCodec.encode(.event(record))
+        } else if let format {
+            line = format.line(for: record)
         } else {
             let path = Array(record.path.utf8), name = Array(record.name.utf8)
             line = []
@@ -131,6 +166,55 @@ final class Printer: @unchecked Sendable {
     }
 
     func note(_ text: String) {
-        if !json { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+        if !json && !quiet { FileHandle.standardError.write(Data((text + "\n").utf8)) }
+    }
+}
+
+/// inotifywait's `--format`: %w the watched item, %f the name inside it (empty for the item
+/// itself), %e the events, %c the cookie, %T the time by a strftime(3) format, %% a percent.
+/// (%w is the watched directory with a trailing slash for an event inside it, as inotifywait
+/// prints it, so that %w%f is the whole path.)
+struct EventFormat: Sendable {
+    let pattern: [UInt8]
+    let timeFormat: String
+
+    init(_ pattern: String, timeFormat: String) {
+        self.pattern = Array(pattern.utf8)
+        self.timeFormat = timeFormat
+    }
+
+    func line(for record: EventRecord) -> [UInt8] {
+        let path = Array(record.path.utf8), name = Array(record.name.utf8)
+        var watched = path
+        if !name.isEmpty, path.count > name.count, path.suffix(name.count).elementsEqual(name) {
+            watched = Array(path.prefix(path.count - name.count))       // with its trailing "/"
+        }
+        var line: [UInt8] = []
+        var index = 0
+        while index < pattern.count {
+            let byte = pattern[index]
+            guard byte == UInt8(ascii: "%"), index + 1 < pattern.count else { line.append(byte); index += 1; continue }
+            switch pattern[index + 1] {
+            case UInt8(ascii: "w"): line += watched
+            case UInt8(ascii: "f"): line += name
+            case UInt8(ascii: "e"): line += record.mask.names.joined(separator: ",").utf8
+            case UInt8(ascii: "c"): line += String(record.cookie).utf8
+            case UInt8(ascii: "T"): line += Self.now(timeFormat).utf8
+            case UInt8(ascii: "%"): line.append(UInt8(ascii: "%"))
+            default: line += pattern[index...index + 1]
+            }
+            index += 2
+        }
+        line.append(UInt8(ascii: "\n"))
+        return line
+    }
+
+    static func now(_ format: String) -> String {
+        var seconds = time(nil)
+        var parts = tm()
+        localtime_r(&seconds, &parts)
+        var buffer = [CChar](repeating: 0, count: 256)
+        let count = strftime(&buffer, buffer.count, format, &parts)
+        return String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }

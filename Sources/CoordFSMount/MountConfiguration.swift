@@ -96,6 +96,12 @@ public struct MountConfiguration: Sendable {
     /// attributes at each change in it). `-o default_permissions` asks for it anyway.
     public var kernelChecksPermissions: Bool { allowsOthers || fuseOptions.contains("default_permissions") }
 
+    /// `-o max_read=N`: libfuse passes it to the kernel at mount and insists that INIT ask for
+    /// the same (or it fails the mount after it was made); nil when not given.
+    public var maxRead: UInt32? {
+        fuseOptions.last { $0.hasPrefix("max_read=") }.flatMap { UInt32($0.dropFirst("max_read=".count)) }
+    }
+
     /// Whether the mount is `noatime` (the last of `noatime` and `atime` wins, as the kernel
     /// reads them; libfuse 3.14 knows no other atime option).
     public var isNoatime: Bool {

@@ -86,6 +86,46 @@ import Glibc
         #expect(waiter.next() == "ok 1")
     }
 
+    /// inotifywait's habits: -e with names in either case, --format with %w %f %e %c %T and
+    /// --timefmt, -q, and -t SECONDS ending with status 2 when nothing came.
+    @Test func watchTakesInotifywaitsOptions() throws {
+        let fx = try MountFixture()
+        try FileManager.default.createDirectory(atPath: fx.backingPath("dir"), withIntermediateDirectories: true)
+        let dir = fx.path("dir")
+        let watcher = try Child(binary, ["watch", "-q", "-e", "subitem_appeared,Changed", "--format", "%w|%f|%e|%T|100%%",
+                                         "--timefmt", "%Y", dir])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        #expect(try run("/bin/sh", ["-c", "echo x > \"$1\"/new.txt", "sh", dir]).status == 0)
+        let year = Calendar.current.component(.year, from: Date())
+        #expect(watcher.next() == "\(dir)/|new.txt|SUBITEM_APPEARED|\(year)|100%")
+        let quiet = try run(binary, ["watch", "-q", "-t", "0.5", dir])
+        #expect(quiet.status == 2 && quiet.errors.isEmpty && quiet.output.isEmpty, "\(quiet)")
+        let both = try run(binary, ["watch", "--json", "--format", "%w", dir])
+        #expect(both.status == 64, "\(both)")
+    }
+
+    /// flock(1)'s habits: -s and -x for shared (read) and exclusive (write), -n, -w SECONDS, -E
+    /// for a conflict's exit status, -c 'COMMAND'; a refusal names the item and its holder.
+    @Test func coordinateTakesFlocksOptionsAndNamesTheHolder() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "text\n")
+        let doc = fx.path("doc.txt")
+        let holder = try Child.holder()
+        #expect(holder.ask("open wt \(doc)") == "ok 1")
+        let refused = try run(binary, ["coordinate", "-n", "-E", "75", "-x", doc, "--", "/bin/true"])
+        #expect(refused.status == 75, "\(refused)")
+        #expect(refused.errors.contains("'\(doc)' is held for write by pid \(holder.pid) (python3)"), "\(refused)")
+        let timedOut = try run(binary, ["coordinate", "-w", "0.3", "-E", "76", "-s", doc, "-c", "true"])
+        #expect(timedOut.status == 76, "\(timedOut)")
+        let failing = try run(binary, ["coordinate", "-n", "-x", doc, "--", "/bin/true"])
+        #expect(failing.status == 1, "without -E a conflict is 1, as flock's: \(failing)")
+        #expect(holder.ask("close 1") == "ok")
+        let ran = try run(binary, ["coordinate", "-s", doc, "-c", "echo ran; exit 3"])
+        #expect(ran.status == 3 && ran.output == "ran\n", "\(ran)")
+        let both = try run(binary, ["coordinate", "-s", doc, "-c", "true", "--", "/bin/true"])
+        #expect(both.status == 64 && both.errors.contains("not both"), "\(both)")
+    }
+
     /// A `cat` whose read waits for a presenter's answer has not begun: it is a waiter, waiting
     /// for the presenter's process, not a holder.
     @Test func anAccessAskingAPresenterIsShownWaitingForIt() throws {

@@ -315,6 +315,18 @@ import Glibc
     }
 }
 
+/// `-o max_read=N` mounts and serves (libfuse fails INIT unless it asks for the same size: the
+/// mount was made, then went away, and `coordfs mount` had exited 0).
+@Suite struct MaxReadOption {
+    @Test func aMountWithMaxReadServesReads() throws {
+        let fx = try MountFixture(["-o", "max_read=4096"])
+        let content = Data((0..<100_000).map { UInt8($0 % 251) })
+        try content.write(to: URL(fileURLWithPath: fx.backingPath("big")))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: fx.path("big"))) == content)
+        #expect((try? fx.statistics()) != nil, "the mount is up")
+    }
+}
+
 /// A mount whose items are held through its control socket is busy: its holders are at work
 /// inside it, though they keep no file open.
 @Suite struct UnmountWithSocketHolds {
