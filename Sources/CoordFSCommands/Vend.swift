@@ -11,7 +11,13 @@ import Glibc
 struct Vend: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Vend a named service for an item and everything inside it; each connection runs a command.",
-        discussion: "Runs until interrupted; the service ends with it, and its clients' connections close."
+        discussion: """
+        Each connection runs the command with the connected socket as its standard input and \
+        output, as inetd runs one (COORDFS_SERVICE, COORDFS_ITEM and COORDFS_CLIENT_PID in its \
+        environment). Runs until interrupted: the service ends with it; connections being \
+        served stay with their commands. A second vend of a name you already vend for the \
+        same item is refused (EEXIST).
+        """
     )
 
     @Argument(help: "The service's name (reverse-DNS by convention, at most 255 bytes).")
@@ -35,6 +41,7 @@ struct Vend: ParsableCommand {
 
     func run() throws {
         Signals.resetInherited()
+        Self.keepInheritedDescriptors()
         let resolved = ServerConnection.resolve(path)
         let client = try ServerConnection.connect(for: resolved, explicit: socket)
         let command = self.command
@@ -53,31 +60,43 @@ struct Vend: ParsableCommand {
         throw ServerConnection.closed(client)
     }
 
-    /// Runs the command for one connection, relaying bytes both ways; the connection stays with
-    /// this process, so it closes when the provider ends.
+    /// Marks every descriptor this process was started with, beyond the standard three,
+    /// close-on-exec: a connection's command gets the connection and nothing the provider was
+    /// handed by whoever started it.
+    static func keepInheritedDescriptors() {
+        guard let open = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return }
+        for descriptor in open.compactMap({ Int32($0) }) where descriptor > 2 {
+            let flags = fcntl(descriptor, F_GETFD)
+            if flags >= 0 && flags & FD_CLOEXEC == 0 { _ = fcntl(descriptor, F_SETFD, flags | FD_CLOEXEC) }
+        }
+    }
+
+    /// Runs the command for one connection, as inetd does: the connected socket is its standard
+    /// input and output, and it gets no other descriptor of ours. (Through Foundation's
+    /// `Process` it got relayed pipes and a stray socket of Process's own.) The provider lets
+    /// go of its copy: the connection ends when the command closes it.
     static func serve(_ connection: FileHandle, _ record: EventRecord, _ command: [String]) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = command
+        let socket = connection.fileDescriptor
         var environment = ProcessInfo.processInfo.environment
         environment["COORDFS_SERVICE"] = record.name
         environment["COORDFS_ITEM"] = record.path
         environment["COORDFS_CLIENT_PID"] = String(record.cookie)
-        process.environment = environment
-        let toCommand = Pipe(), fromCommand = Pipe()
-        process.standardInput = toCommand
-        process.standardOutput = fromCommand
-        guard (try? process.run()) != nil else { return }
-        Thread {
-            while case let data = connection.availableData, !data.isEmpty {
-                guard (try? toCommand.fileHandleForWriting.write(contentsOf: data)) != nil else { break }
-            }
-            try? toCommand.fileHandleForWriting.close()
-        }.start()
-        while case let data = fromCommand.fileHandleForReading.availableData, !data.isEmpty {
-            guard (try? connection.write(contentsOf: data)) != nil else { break }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, socket, 0)
+        posix_spawn_file_actions_adddup2(&actions, socket, 1)
+        let argv = command.map { strdup($0) } + [nil]
+        let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { (argv + envp).forEach { free($0) } }
+        var pid: pid_t = 0
+        let failure = posix_spawnp(&pid, command[0], &actions, nil, argv, envp)
+        try? connection.close()
+        guard failure == 0 else {
+            FileHandle.standardError.write(Data("coordfs vend: cannot run \(command[0]): \(String(cString: strerror(failure)))\n".utf8))
+            return
         }
-        process.waitUntilExit()
-        shutdown(connection.fileDescriptor, Int32(SHUT_RDWR))
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
     }
 }

@@ -342,6 +342,7 @@ public final class Filesystem: @unchecked Sendable {
             case .failure(let error):
                 let errno = Errno.from(coordination: error)
                 statistics.count(errno)
+                if errno.code == EBUSY { logGivingUp(process, intents) }
                 reply.error(errno)
             }
         }
@@ -358,6 +359,25 @@ public final class Filesystem: @unchecked Sendable {
         }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { claim.cancel() }
+    }
+
+    /// A request that gave up waiting (EBUSY) says in the log who it waited for: what a user
+    /// whose program failed asks next. Read after the fact from those holding its items now.
+    private func logGivingUp(_ process: Int32, _ intents: [Intent]) {
+        func who(_ identity: CoordinatorIdentity) -> String {
+            guard let pid = identity.process else { return "\(identity)" }
+            return "pid \(pid)" + (ProcFile.command(of: pid).map { " (\($0))" } ?? "")
+        }
+        let paths = Set(intents.map(\.path))
+        let holders = engine.snapshot().holders.flatMap { holder in
+            holder.intents.filter { intent in paths.contains { $0 == intent.path || $0.isAncestor(of: intent.path) || intent.path.isAncestor(of: $0) } }
+                .map { "\($0.path) held for \($0.kind.isWrite ? "write" : "read") by \(who(holder.identity))" }
+        }
+        let waited = configuration.waitTimeout.map { " after \($0)" } ?? ""
+        let wanted = intents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(separator: ", ")
+        let line = "\(who(.process(process))) gave up (EBUSY)\(waited) on \(wanted): "
+            + (holders.isEmpty ? "nobody holds it any more" : holders.joined(separator: "; "))
+        logger.notice("\(line)")
     }
 
     /// The claim of a request that `process` makes inside one of its own accessors: a hold it

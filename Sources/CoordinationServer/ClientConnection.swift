@@ -209,6 +209,15 @@ final class ClientConnection: @unchecked Sendable {
             return send(.error(id: id, errno: "ENOSPC", message: "too many services vended on one connection (at most \(limit))"))
         }
         guard let target = readable(id, path) else { return }
+        // One user vending a name twice for one item would take its own first registration's
+        // clients without a word: refused, naming the first.
+        let ownUsers = server.domain.engine.services(for: target.path) { [self] service, _ in
+            server.provider(of: service)?.peer.uid == peer.uid
+        }
+        if let (_, existing) = ownUsers[name], existing.path == target.path {
+            let by = existing.owner.process.map { " by pid \($0)" } ?? ""
+            return send(.error(id: id, errno: "EEXIST", message: "'\(name)' is already vended for \(target.path)\(by)"))
+        }
         do {
             let service = try server.domain.engine.vendService(named: name, at: target.path, owner: identity)
             let kept = lock.withLock { () -> Bool in

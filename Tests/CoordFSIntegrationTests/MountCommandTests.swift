@@ -315,6 +315,23 @@ import Glibc
     }
 }
 
+/// A program that gives up with EBUSY leaves a line in the mount's log naming who held the
+/// item: what its user asks next.
+@Suite struct GivingUpIsLogged {
+    @Test func anEBUSYNamesTheHolderInTheLog() throws {
+        let logPath = "/tmp/coordfs-log-\(UUID().uuidString.prefix(8)).log"
+        defer { try? FileManager.default.removeItem(atPath: logPath) }
+        let fx = try MountFixture(["--wait-timeout", "1", "--log", logPath])
+        try fx.seed("doc.txt", "text\n")
+        let holder = try Child.holder()
+        #expect(holder.ask("open wt \(fx.path("doc.txt"))") == "ok 1")
+        let writer = try run("/bin/sh", ["-c", "echo new > \"$1\"", "sh", fx.path("doc.txt")])
+        #expect(writer.status != 0 && writer.errors.contains("busy"), "\(writer)")
+        let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
+        #expect(log.contains("gave up (EBUSY)") && log.contains("held for write by pid \(holder.pid) (python3)"), "\(log)")
+    }
+}
+
 /// `-o max_read=N` mounts and serves (libfuse fails INIT unless it asks for the same size: the
 /// mount was made, then went away, and `coordfs mount` had exited 0).
 @Suite struct MaxReadOption {

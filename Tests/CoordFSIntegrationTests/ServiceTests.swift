@@ -43,6 +43,26 @@ import Glibc
         #expect(unknown.status != 0 && unknown.errors.contains("no service named 'org.example.missing'"))
     }
 
+    /// As inetd: the command's standard input and output are the connected socket itself, and
+    /// it gets no other descriptor of the provider's. A name vended twice for one item by one
+    /// user is refused, naming the first.
+    @Test func eachConnectionRunsItsCommandOnTheSocketAloneAndANameIsVendedOnce() throws {
+        let fx = try MountFixture()
+        try fx.seed("project/file.txt")
+        // (The listing's own descriptor is gone by the time readlink looks: an empty name.)
+        let script = "for fd in /proc/$$/fd/*; do printf '%s ' \"${fd##*/}\"; readlink \"$fd\" | cut -d: -f1; done; read l"
+        let provider = try Child(binary, ["vend", "org.example.fds", fx.path("project"), "--", "sh", "-c", script])
+        defer { withExtendedLifetime(provider) {} }
+        #expect(eventually { (try? services(fx.path("project"))) == ["org.example.fds"] })
+        let reply = try talk(fx.path("project"), "org.example.fds", "x\\n")
+        let lines = reply.output.split(separator: "\n").map(String.init)
+        #expect(lines.contains("0 socket") && lines.contains("1 socket"), "\(reply)")
+        #expect(lines.allSatisfy { $0.hasPrefix("0 ") || $0.hasPrefix("1 ") || $0.hasPrefix("2 ") || $0.hasSuffix(" ") },
+                "descriptors beside 0, 1, 2: \(lines)")
+        let second = try run(binary, ["vend", "org.example.fds", fx.path("project"), "--", "true"])
+        #expect(second.status != 0 && second.errors.contains("already vended") && second.errors.contains("pid \(provider.pid)"), "\(second)")
+    }
+
     @Test func aNearerRegistrationWinsAndAMoveKeepsTheServices() throws {
         let fx = try MountFixture()
         try fx.seed("project/sub/file.txt")
@@ -58,7 +78,9 @@ import Glibc
         #expect(try talk(fx.path("renamed/top.txt"), "org.example.svc", "d\\n").output == "outer: d\n")
     }
 
-    @Test func theProvidersDeathRemovesItsServicesAndItsClientsSeeEndOfFile() throws {
+    /// The provider's death removes its services; a client already connected stays with the
+    /// command serving it (as under inetd) until it ends the connection.
+    @Test func theProvidersDeathRemovesItsServicesAndItsConnectionsStayWithTheirCommands() throws {
         let fx = try MountFixture()
         try fx.seed("project/file.txt")
         let provider = try provider("org.example.svc", fx.path("project"), label: "p")
@@ -68,8 +90,11 @@ import Glibc
         client.send("first")
         #expect(client.next() == "p: first")
         provider.signal(SIGKILL)
-        #expect(client.waitForExit(timeout: .seconds(5)) == 0, "the client sees end-of-file and ends")
         #expect(eventually { (try? services(fx.path("project/file.txt")))?.isEmpty == true })
+        client.send("second")
+        #expect(client.next() == "p: second", "served by its command still")
+        client.closeInput()
+        #expect(client.waitForExit(timeout: .seconds(5)) == 0, "the command ends at end-of-file, and the client with it")
     }
 
     @Test func deletingTheItemEndsItsServices() throws {
