@@ -150,13 +150,15 @@ stop:
 SBINDIR ?= /sbin
 MANDIR  ?= $(PREFIX)/share/man
 MAN_BUILT := .build/man
-install: build man
+install:
 	$(SWIFT) build -c release --product coordfs
+	@$(MAKE) --no-print-directory man COORDFS=.build/release/coordfs
 	@$(MAKE) --no-print-directory install-files BINARY=.build/release/coordfs
 
 # The man pages, one a subcommand, from the command's own help (swift-argument-parser's
 # generator), and mount.coordfs(8).
 man:
+	@[ -x $(COORDFS) ] || $(SWIFT) build --product coordfs
 	$(SWIFT) build --product generate-manual
 	@rm -rf $(MAN_BUILT) && mkdir -p $(MAN_BUILT)
 	.build/debug/generate-manual $(COORDFS) --multi-page --authors "the coordfs authors" --output-directory $(MAN_BUILT)
@@ -164,6 +166,7 @@ man:
 	cp docs/man/mount.coordfs.8 $(MAN_BUILT)/
 
 # What install puts where, from BINARY and the pages in $(MAN_BUILT): nothing outside DESTDIR.
+BINARY ?= .build/release/coordfs
 install-files:
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \

@@ -16,7 +16,8 @@ struct Coordinate: ParsableCommand {
         The command runs in the foreground, with the terminal; SIGTERM and SIGHUP are passed on \
         to it, and the intents are held until it ends. Exits with the command's status (128+N \
         when signal N ended it); 1 when the intents could not be taken (with the reason); 127 \
-        when the command is not found; the --conflict-exit-code (default 1) when another holds         an item and -n or --timeout gives up, with who holds it.
+        when the command is not found; the --conflict-exit-code (default 1) when another holds \
+        an item and -n or --timeout gives up, with who holds it.
         """
     )
 

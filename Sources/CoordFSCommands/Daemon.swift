@@ -58,6 +58,7 @@ struct Daemon: ParsableCommand {
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")
+        server.trimsMemoryWhenIdle = true
         do { try server.start() } catch { throw CommandFailure("cannot serve \(path): \(error)") }
         FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\n".utf8))
         // Wait for SIGINT, SIGTERM or SIGHUP (or idleness), then remove the socket.

@@ -222,11 +222,11 @@ struct Mount: ParsableCommand {
         try MountTable.refuseAbandoned(configuration.mountPoint)
         try MountTable.refuseAbandoned(configuration.backing)
         guard fileManager.fileExists(atPath: configuration.backing, isDirectory: &isDirectory) else {
-            throw CommandFailure("backing directory '\(configuration.backing)' does not exist")
+            throw CommandFailure("backing directory '\(configuration.backing)' " + Self.whyMissing(configuration.backing))
         }
         guard isDirectory.boolValue else { throw CommandFailure("backing '\(configuration.backing)' is not a directory") }
         guard fileManager.fileExists(atPath: configuration.mountPoint, isDirectory: &isDirectory) else {
-            throw CommandFailure("mount point '\(configuration.mountPoint)' does not exist")
+            throw CommandFailure("mount point '\(configuration.mountPoint)' " + Self.whyMissing(configuration.mountPoint))
         }
         guard isDirectory.boolValue else { throw CommandFailure("mount point '\(configuration.mountPoint)' is not a directory") }
         if MountTable.isMountPoint(configuration.mountPoint) {
@@ -253,6 +253,14 @@ struct Mount: ParsableCommand {
         if let budget = configuration.descriptorBudget, DescriptorLimit.budget(budget, under: limit) == nil {
             throw CommandFailure(DescriptorLimit.refusal(of: "--descriptor-budget \(budget)", under: limit))
         }
+    }
+
+    /// Why `path` cannot be seen: "does not exist", or what stat(2) says instead (a directory
+    /// on the way the caller may not search, say).
+    static func whyMissing(_ path: String) -> String {
+        var info = stat()
+        if stat(path, &info) == -1 && errno != ENOENT { return "cannot be reached: \(String(cString: strerror(errno)))" }
+        return "does not exist"
     }
 
     /// What a mount needs of the system, said plainly where libfuse would print its own line and

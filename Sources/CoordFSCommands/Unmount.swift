@@ -29,8 +29,8 @@ struct Unmount: ParsableCommand {
         // coordinated access) keep no file open, so the kernel would let the mount go with their
         // holders still at work inside them: they make it busy too, unless detached.
         if !lazy, let holds = statistics?["socket_holds"] as? Int, holds > 0 {
-            throw CommandFailure("cannot unmount '\(mountPoint)': it is busy: \(holds == 1 ? "1 item is" : "\(holds) items are") held "
-                                 + "through its control socket; `coordfs status \(path)` shows by whom; or `coordfs unmount --lazy` detaches it now")
+            throw CommandFailure("cannot unmount '\(mountPoint)': it is busy: \(holds == 1 ? "1 hold is" : "\(holds) holds are") taken "
+                                 + "through its control socket; `coordfs status \(path)` shows whose; or `coordfs unmount --lazy` detaches it now")
         }
         if geteuid() == 0 {
             guard umount2(path, lazy ? Int32(MNT_DETACH) : 0) == 0 else {

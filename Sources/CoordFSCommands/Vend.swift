@@ -89,8 +89,15 @@ struct Vend: ParsableCommand {
         let argv = command.map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { (argv + envp).forEach { free($0) } }
+        // A process group of its own: a Ctrl-C or a hang-up meant for the provider leaves the
+        // connections being served alone.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETPGROUP))
         var pid: pid_t = 0
-        let failure = posix_spawnp(&pid, command[0], &actions, nil, argv, envp)
+        let failure = posix_spawnp(&pid, command[0], &actions, &attributes, argv, envp)
         try? connection.close()
         guard failure == 0 else {
             FileHandle.standardError.write(Data("coordfs vend: cannot run \(command[0]): \(String(cString: strerror(failure)))\n".utf8))

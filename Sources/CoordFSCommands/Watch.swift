@@ -41,7 +41,7 @@ struct Watch: ParsableCommand {
     @Flag(name: [.customShort("q"), .long], help: "Print no line but events (no \"Watches established.\").")
     var quiet = false
 
-    @Option(name: [.customShort("t"), .long], help: "End with status 2 when this many seconds pass with no event (as inotifywait -t).")
+    @Option(name: [.customShort("t"), .long], help: "End with status 2 when this many seconds pass with no event (as inotifywait -t; 0: never).")
     var timeout: Double?
 
     @Option(help: "The control socket (default: found from the paths).")
@@ -90,16 +90,18 @@ struct Watch: ParsableCommand {
             }
         }
         printer.note("Watches established.")
-        if let timeout {
+        let quiet = QuietFlag()
+        if let timeout, timeout > 0 {
             // Each event starts the wait again; a quiet stretch of `timeout` ends the watch.
             let quietFor = DispatchTimeInterval.nanoseconds(Int(timeout * 1e9))
             Thread {
                 while heard.wait(timeout: .now() + quietFor) == .success {}
+                quiet.set()
                 ended.signal()
-                Foundation.exit(2)
             }.start()
         }
         ended.wait()
+        if quiet.isSet { throw ExitCode(2) }
         // The watch ends with the first server that goes.
         if let gone = clients.values.first(where: { $0.isClosed }) { throw ServerConnection.closed(gone) }
         throw CommandFailure("a coordination server closed the connection")
@@ -217,4 +219,12 @@ struct EventFormat: Sendable {
         let count = strftime(&buffer, buffer.count, format, &parts)
         return String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
+}
+
+/// Set once by the timeout's thread, read by the main one.
+private final class QuietFlag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.withLock { value = true } }
+    var isSet: Bool { lock.withLock { value } }
 }

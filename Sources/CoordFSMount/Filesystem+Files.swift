@@ -20,6 +20,12 @@ extension Filesystem {
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
             // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
             // for an O_DIRECT backing file.
+            // The place first: refused after the backing open, an O_TRUNC open would have
+            // emptied the file for nothing.
+            guard let place = files.budget.take(for: user) else {
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+                return reply.error(EMFILE)
+            }
             // errno is read inside: releasing the pin may touch it.
             let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
                 let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) {
@@ -28,28 +34,24 @@ extension Filesystem {
                 return (fd, fd == -1 ? Errno.current : nil)
             }
             if let failure = openFailure {
+                files.budget.giveBack(place)
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(failure)
             }
-            let unprivileged = callerLacksFSetID(reply)
-            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd) }
-            if flags & O_TRUNC != 0, let failure = syncData(of: fd) {
-                close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
-                return reply.error(failure)
-            }
-            // Writes of a setuid file by others must reach the mount, which clears the bit.
-            let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
-            let giveUp = { [self] (failure: Errno, place: OpenFileBudget.Place?) in
-                if let place { files.budget.giveBack(place) }
+            let giveUp = { [self] (failure: Errno) in
+                files.budget.giveBack(place)
                 close(fd)
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: flags & O_TRUNC != 0))
                 reply.error(failure)
             }
-            guard let place = files.budget.take(for: user) else { return giveUp(Errno(code: EMFILE), nil) }
+            let unprivileged = callerLacksFSetID(reply)
+            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd) }
+            if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(failure) }
+            // Writes of a setuid file by others must reach the mount, which clears the bit.
+            let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
             let mode: KernelPassthrough.Mode
             do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
-                return giveUp(error, place)
+                return giveUp(error)
             }
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
@@ -128,6 +130,12 @@ extension Filesystem {
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, Wanted(kind: kind, node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
+            // The place first: refused after the open, a file made behind the mount and opened
+            // with O_TRUNC would have been emptied for nothing.
+            guard let place = files.budget.take(for: user) else {
+                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
+                return reply.error(EMFILE)
+            }
             // `backing`: opened read-write to serve as the backing file. Made exclusively, so that
             // a failure after it can take back a file this create made (and only such a file): one
             // made behind the mount meanwhile is opened as it is.
@@ -141,19 +149,14 @@ extension Filesystem {
                 return (fd, fd == -1 ? Errno.current : nil, false, made)
             }
             if let failure = createFailure {
+                files.budget.giveBack(place)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 return reply.error(failure)
             }
             namespaceChanged(name: name, directory: false)
             giveToCaller(reply.req, parent: parent, name: name, mode: mode)
-            if let failure = syncNames(in: parent) {
-                close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack(made, name, in: parent)))
-                return reply.error(failure)
-            }
-            let place = files.budget.take(for: user)
             do {
-                guard let place else { throw Errno(code: EMFILE) }
+                if let failure = syncNames(in: parent) { throw failure }
                 let (inode, attributes) = try lookupNode(parent, name, justMade: true)
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
@@ -164,7 +167,7 @@ extension Filesystem {
                 reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
                              noFlush: sendsNoFlush(inode))
             } catch {
-                if let place { files.budget.giveBack(place) }
+                files.budget.giveBack(place)
                 close(fd)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack(made, name, in: parent)))
                 reply.error(error)

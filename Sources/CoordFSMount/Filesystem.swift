@@ -29,6 +29,8 @@ public final class Filesystem: @unchecked Sendable {
     /// Waiting claims by number, for FUSE interrupts.
     private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
+    /// Lines logged for requests that gave up, in the current second (`logGivingUp`).
+    private let givingUpLogged = Mutex<(second: Int64, count: Int)>((0, 0))
     let statistics = MountStatistics()
     /// Waiting requests whose wait must end early: under a kernel lock, for a settled file,
     /// past the break time (`WaitWatch`).
@@ -342,8 +344,8 @@ public final class Filesystem: @unchecked Sendable {
             case .failure(let error):
                 let errno = Errno.from(coordination: error)
                 statistics.count(errno)
-                if errno.code == EBUSY { logGivingUp(process, intents) }
                 reply.error(errno)
+                if case FileCoordinationError.timedOut? = error as? FileCoordinationError { logGivingUp(process, intents) }
             }
         }
         var interrupted = false
@@ -363,7 +365,16 @@ public final class Filesystem: @unchecked Sendable {
 
     /// A request that gave up waiting (EBUSY) says in the log who it waited for: what a user
     /// whose program failed asks next. Read after the fact from those holding its items now.
+    /// At most ten lines a second: waiters giving up together, or a user who makes them, must
+    /// not flood the log (or cost a snapshot of the engine each).
     private func logGivingUp(_ process: Int32, _ intents: [Intent]) {
+        let second = coarseMilliseconds() / 1000
+        let logged = givingUpLogged.withLock { state -> Bool in
+            if state.second != second { state = (second, 0) }
+            state.count += 1
+            return state.count <= 10
+        }
+        guard logged else { return }
         func who(_ identity: CoordinatorIdentity) -> String {
             guard let pid = identity.process else { return "\(identity)" }
             return "pid \(pid)" + (ProcFile.command(of: pid).map { " (\($0))" } ?? "")

@@ -54,7 +54,7 @@ public final class ControlClient: @unchecked Sendable {
     /// The control socket serving `path`: the mount's, else $COORDFS_SOCKET, else the daemon's
     /// default socket if it exists.
     public static func socketPath(for path: String) -> String? {
-        let (mount, abandoned) = lookUpMountSocket(for: path)
+        let (mount, abandoned, _) = lookUpMountSocket(for: path)
         if let mount { return mount }
         // On a mount whose daemon has gone there is nobody to ask, and the daemon knows
         // nothing of that mount's items.
@@ -68,9 +68,13 @@ public final class ControlClient: @unchecked Sendable {
     /// started if none runs (unless `COORDFS_COORDINATION=in-process`, which only finds one that
     /// runs); or why there is none.
     public static func serverSocket(for path: String) -> Result<String, ControlError> {
-        let (mount, abandoned) = lookUpMountSocket(for: path)
+        let (mount, abandoned, denied) = lookUpMountSocket(for: path)
         if let mount { return .success(mount) }
         if abandoned { return .failure(ControlError("ENOTCONN", "'\(path)' is on a coordfs mount whose daemon has gone")) }
+        if let denied {
+            return .failure(ControlError("EACCES", "cannot look at '\(denied)': permission denied (it takes read permission; "
+                                         + "a FUSE mount made without -o allow_other lets in nobody but the user who mounted it, root included)"))
+        }
         let starting = ProcessInfo.processInfo.environment["COORDFS_COORDINATION"] != "in-process"
         return UserDaemon.socket(starting: starting).mapError { error in
             starting ? error : ControlError(error.errno, "'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
@@ -90,19 +94,21 @@ public final class ControlClient: @unchecked Sendable {
     /// attribute of any item of the mount, or nil outside any mount.
     public static func mountSocketPath(for path: String) -> String? { lookUpMountSocket(for: path).socket }
 
-    /// The mount's socket, and whether the walk met a FUSE mount whose server has gone (ENOTCONN).
-    private static func lookUpMountSocket(for path: String) -> (socket: String?, abandoned: Bool) {
+    /// The mount's socket, whether the walk met a FUSE mount whose server has gone (ENOTCONN),
+    /// and the path it could not look at for want of permission (EACCES), if any.
+    private static func lookUpMountSocket(for path: String) -> (socket: String?, abandoned: Bool, denied: String?) {
         var buffer = [UInt8](repeating: 0, count: 4096)
         // A missing item is looked up through its nearest existing directory.
         var current = path
         while true {
             let count = c_getxattr(current, "user.coordfs.socket", &buffer, buffer.count)
-            if count > 0 { return (String(decoding: buffer[0..<count], as: UTF8.self), false) }
-            if count < 0 && errno == ENOTCONN { return (nil, true) }
+            if count > 0 { return (String(decoding: buffer[0..<count], as: UTF8.self), false, nil) }
+            if count < 0 && errno == ENOTCONN { return (nil, true, nil) }
+            if count < 0 && errno == EACCES { return (nil, false, current) }
             guard count < 0 && errno == ENOENT, current != "/", !current.isEmpty else { break }
             current = (current as NSString).deletingLastPathComponent
         }
-        return (nil, false)
+        return (nil, false, nil)
     }
 
     /// The extended attribute `name` of `path` as text (a mount root's `user.coordfs.stats`,

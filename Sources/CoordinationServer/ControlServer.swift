@@ -125,7 +125,7 @@ public final class ControlServer: @unchecked Sendable {
             connections.removeValue(forKey: ObjectIdentifier(connection))
             return connections.isEmpty
         }
-        if idle { IdleTrim.schedule { [weak self] in self?.clientCount == 0 } }
+        if idle && trimsMemoryWhenIdle { IdleTrim.schedule { [weak self] in self?.clientCount == 0 } }
     }
 
     /// Stops accepting, ends every connection, and removes the socket file.
@@ -148,6 +148,15 @@ public final class ControlServer: @unchecked Sendable {
     }
 
     public var clientCount: Int { lock.withLock { connections.count } }
+
+    /// Whether to give the allocator's free memory back once the last client has gone
+    /// (`IdleTrim`): for the daemon, whose clients are all it serves. A mount is not idle when
+    /// its socket is, and a trim would lock the arenas its serving threads allocate from.
+    public var trimsMemoryWhenIdle: Bool {
+        get { lock.withLock { trims } }
+        set { lock.withLock { trims = newValue } }
+    }
+    private var trims = false
 
     /// The engine's state as a status reply: like lslocks, with each holder's command.
     /// `mayLearn` says whether the asking client may learn of a path (it could read the

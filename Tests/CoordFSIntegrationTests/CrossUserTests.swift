@@ -174,3 +174,30 @@ import Glibc
         #expect(try run(asNobody[0], Array(asNobody.dropFirst()) + ["/bin/cat", fx.path("doc.txt")]).output == "text\n")
     }
 }
+
+/// Permission problems are said as such, not as something else ("does not exist", "not inside
+/// a coordfs mount").
+@Suite struct CrossUserPermissionMessages {
+    let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+    @Test func aMountPointAnotherUserCannotReachIsSaidToBeUnreachable() throws {
+        let dir = "/tmp/coordfs-perm-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileManager.default.createDirectory(atPath: dir + "/closed/mnt", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: dir + "/backing", withIntermediateDirectories: true)
+        chmod(dir + "/closed", 0o700)
+        chmod(dir + "/backing", 0o777)
+        let refused = try run(asNobody[0], Array(asNobody.dropFirst()) + [Paths.binary.path, "mount", dir + "/backing", dir + "/closed/mnt"])
+        #expect(refused.status != 0 && refused.errors.contains("cannot be reached: Permission denied"), "\(refused)")
+        #expect(!refused.errors.contains("does not exist"), "\(refused)")
+    }
+
+    @Test func watchingADirectoryOneCannotReadSaysPermissionDenied() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try FileManager.default.createDirectory(atPath: fx.backingPath("secret"), withIntermediateDirectories: true)
+        chmod(fx.backingPath("secret"), 0o700)
+        let watched = try run(asNobody[0], Array(asNobody.dropFirst()) + [Paths.binary.path, "watch", fx.path("secret")])
+        #expect(watched.status != 0 && watched.errors.contains("permission denied"), "\(watched)")
+        #expect(!watched.errors.contains("not inside a coordfs mount"), "\(watched)")
+    }
+}

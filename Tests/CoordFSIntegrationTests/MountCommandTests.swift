@@ -353,7 +353,7 @@ import Glibc
         let holder = try Child(Paths.binary.path, ["coordinate", "--write", fx.path("doc.txt"), "--", "/bin/sleep", "30"])
         #expect(eventually { (try? fx.statistics())?["socket_holds"] == 1 })
         let refused = try run(Paths.binary.path, ["unmount", fx.mountPoint.path])
-        #expect(refused.status != 0 && refused.errors.contains("1 item is held through its control socket"), "\(refused)")
+        #expect(refused.status != 0 && refused.errors.contains("1 hold is taken through its control socket"), "\(refused)")
         #expect(((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(" \(fx.mountPoint.path) "))
         holder.signal(SIGTERM)
         #expect(holder.waitForExit() != nil)
