@@ -105,7 +105,7 @@ extension Filesystem {
                 try apply(change, to: fd, open: open)
                 if change.size != nil {
                     open?.written.store(true, ordering: .relaxed)
-                    dropPrivilegeBits(open?.fd ?? fd, unlessRootCalls: reply)
+                    if callerLacksFSetID(reply) { dropPrivilegeBits(open?.fd ?? fd) }
                 }
                 if let open {
                     var info = stat()

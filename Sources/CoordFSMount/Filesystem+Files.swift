@@ -45,7 +45,7 @@ extension Filesystem {
                 reply.error(failure)
             }
             let unprivileged = callerLacksFSetID(reply)
-            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd) }
+            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd, of: inode) }
             if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(failure) }
             // Writes of a setuid file by others must reach the mount, which clears the bit.
             let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
@@ -60,7 +60,7 @@ extension Filesystem {
             let handle = files.insert(file, in: place)
             if case .backed(let id, _) = mode {
                 // Already served from a backing file: the bits go now instead of at the first write.
-                if keepsBits { dropPrivilegeBits(fd) }
+                if keepsBits { dropPrivilegeBits(fd, of: inode) }
                 return reply.open(info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
             }
             reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct,
@@ -251,7 +251,7 @@ extension Filesystem {
     func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t,
                flags: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        dropPrivilegeBits(file.fd, unlessRootCalls: reply)
+        dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
         let written = cfs_write_buf(buffers, file.fd, offset)
         if written < 0 { return reply.error(Int32(-written)) }
         file.written.store(true, ordering: .relaxed)
@@ -301,7 +301,7 @@ extension Filesystem {
 
     func fallocate(_ reply: Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        dropPrivilegeBits(file.fd, unlessRootCalls: reply)
+        dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
         if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
         file.written.store(true, ordering: .relaxed)
         if let failure = syncData(of: file.fd) { return reply.error(failure) }
@@ -311,7 +311,7 @@ extension Filesystem {
     func copyFileRange(_ reply: Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
                        _ length: Int, _ flags: UInt32) {
         guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
-        dropPrivilegeBits(target.fd, unlessRootCalls: reply)
+        dropPrivilegeBits(target.fd, of: target.inode, unlessRootCalls: reply)
         var from = inputOffset, to = outputOffset
         let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)
         if copied == -1 { return reply.error(Errno.current) }
@@ -350,16 +350,30 @@ extension Filesystem {
     }
 
     /// For writes: nothing to look at when root writes (the common case on this path).
-    func dropPrivilegeBits(_ fd: Int32, unlessRootCalls reply: Reply) {
-        if callerLacksFSetID(reply) { dropPrivilegeBits(fd) }
+    func dropPrivilegeBits(_ fd: Int32, of inode: Inode, unlessRootCalls reply: Reply) {
+        if callerLacksFSetID(reply) { dropPrivilegeBits(fd, of: inode) }
     }
 
-    func dropPrivilegeBits(_ fd: Int32) {
+    /// Clears setuid (and setgid with group execute) of the file at `fd`, as the kernel does
+    /// when someone without CAP_FSETID writes it. `inode`, when given: the kernel's cached
+    /// attributes of it are forgotten, since no reply carries the new mode (a write's, an
+    /// open's): `stat` showed the old one for up to the attribute timeout. Whether it cleared any.
+    @discardableResult
+    func dropPrivilegeBits(_ fd: Int32, of inode: Inode? = nil) -> Bool {
         var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return }
+        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
         let bits = Self.privilegeBits(info.st_mode)
         // By path: `fd` may be an O_PATH descriptor, which fchmod refuses.
-        if bits != 0 { _ = chmod(procPath(fd), info.st_mode & 0o7777 & ~bits) }
+        guard bits != 0, chmod(procPath(fd), info.st_mode & 0o7777 & ~bits) == 0 else { return false }
+        if let inode { invalidateAttributes(of: inode) }
+        return true
+    }
+
+    /// Tells the kernel to forget the attributes it keeps of `inode` (attributes only: no
+    /// page is touched, and no lock of the inode is taken, so a handler may send it).
+    func invalidateAttributes(of inode: Inode) {
+        guard let session = session.load(ordering: .relaxed) else { return }
+        _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id), -1, 0)
     }
 
     private static func privilegeBits(_ mode: mode_t) -> mode_t {

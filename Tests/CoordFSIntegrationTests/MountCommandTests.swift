@@ -327,8 +327,10 @@ import Glibc
         #expect(holder.ask("open wt \(fx.path("doc.txt"))") == "ok 1")
         let writer = try run("/bin/sh", ["-c", "echo new > \"$1\"", "sh", fx.path("doc.txt")])
         #expect(writer.status != 0 && writer.errors.contains("busy"), "\(writer)")
-        let log = (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? ""
-        #expect(log.contains("gave up (EBUSY)") && log.contains("held for write by pid \(holder.pid) (python3)"), "\(log)")
+        // Logged after the reply: the writer may have ended first.
+        func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+        #expect(eventually { log().contains("gave up (EBUSY)") && log().contains("held for write by pid \(holder.pid) (python3)") },
+                "\(log())")
     }
 }
 
