@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test man install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test test-python man install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
 
 all: build
 
@@ -48,6 +48,21 @@ test: setup io-uring
 	  grep -E -A6 "recorded an issue|Exited with|Fatal error|error:" .build/test.log | head -150; exit 1; }
 	@skipped=$$(grep -cE "Test .* skipped" .build/test.log || true); echo "skipped: $$skipped"; \
 	  grep -E "Test .* skipped" .build/test.log | sed 's/^[^A-Za-z]*/  /' || true
+	@$(MAKE) --no-print-directory test-python
+
+# The Python package, installed in a fresh venv as a user installs it (pip fetches setuptools
+# to build it), and its tests against real mounts. Where pip cannot reach the package index
+# the tests run from the source tree instead, and say so.
+PYVENV := .build/pyvenv
+test-python:
+	@rm -rf $(PYVENV) && python3 -m venv $(PYVENV)
+	@if $(PYVENV)/bin/pip install -q ./clients/python >.build/pip.log 2>&1; then \
+	  echo "python: coordfs installed in $(PYVENV)"; pythonpath=""; \
+	else echo "python: NOTE: pip install ./clients/python failed (no package index?), see .build/pip.log; testing the source tree"; \
+	  pythonpath=$(CURDIR)/clients/python; fi; \
+	cd clients/python/tests && PYTHONPATH=$$pythonpath COORDFS=$(CURDIR)/$(COORDFS) \
+	  $(CURDIR)/$(PYVENV)/bin/python -m unittest -v 2>.build-python-tests.log; status=$$?; \
+	  tail -12 .build-python-tests.log; rm -f .build-python-tests.log; exit $$status
 
 # The control socket's fuzz target (libFuzzer, with AddressSanitizer): FUZZ_SECONDS of inputs
 # grown from the corpus kept in Tests/Fuzz/corpus (which `make fuzz` adds to). A crash, a hang

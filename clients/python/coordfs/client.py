@@ -1,0 +1,268 @@
+"""The control socket's protocol (docs/protocol.md): one JSON object a line, both ways."""
+from __future__ import annotations
+
+import contextlib
+import errno as errnos
+import json
+import os
+import queue
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+
+PROTOCOL_VERSION = 1
+
+Answer = Union[None, int, str]
+"""What a request handler returns: None or 0 consents; an errno (number or name) refuses."""
+
+
+class CoordfsError(OSError):
+    """A refusal of the server: `errno` as the server named it (a number here), and its message."""
+
+    def __init__(self, name: str, message: str):
+        code = getattr(errnos, name, errnos.EIO) if isinstance(name, str) else int(name)
+        super().__init__(code, message)
+        self.name = name
+
+
+@dataclass
+class Event:
+    """An event of a watch: a request to answer (REQUEST in `events`) or a notification."""
+
+    wd: int
+    events: List[str]
+    cookie: int = 0
+    name: str = ""
+    path: str = ""
+    mask: int = 0
+
+    @property
+    def is_request(self) -> bool:
+        return "REQUEST" in self.events
+
+
+def socket_for(path: str) -> str:
+    """The control socket serving `path`: its mount's (the `user.coordfs.socket` attribute of
+    the item or of its nearest existing ancestor), else the user's daemon's."""
+    current = os.path.abspath(path)
+    while True:
+        try:
+            return os.getxattr(current, "user.coordfs.socket").decode()
+        except FileNotFoundError:
+            if current == "/":
+                break
+            current = os.path.dirname(current)
+        except OSError as error:
+            if error.errno in (errnos.ENODATA, errnos.ENOTSUP):
+                break          # a path outside any mount
+            if error.errno == errnos.ENOTCONN:
+                raise CoordfsError("ENOTCONN", f"'{path}' is on a coordfs mount whose daemon has gone") from None
+            raise
+    runtime = "/run/coordfs" if os.geteuid() == 0 else os.path.join(
+        os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/coordfs-{os.geteuid()}", "coordfs")
+    daemon = os.path.join(runtime, "daemon.sock")
+    if os.path.exists(daemon):
+        return daemon
+    raise CoordfsError("ENOENT", f"'{path}' is not inside a coordfs mount, and no coordfs daemon runs ({daemon})")
+
+
+class Hold:
+    """Intents held by a connection until `release` (or the end of a `with` block)."""
+
+    def __init__(self, connection: "Connection", number: int, paths: List[str]):
+        self.connection = connection
+        self.number = number
+        self.paths = paths
+        self.released = False
+
+    def release(self, changed: bool = True) -> None:
+        """Ends the hold; `changed` tells presenters the written items changed."""
+        if not self.released:
+            self.released = True
+            self.connection.request({"op": "release", "hold": self.number, "changed": changed})
+
+    def __enter__(self) -> "Hold":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release(changed=exc[0] is None)
+
+
+class Connection:
+    """One connection to a control socket. Replies are matched to requests by id. Events go to
+    their watch's handler, in order, on a thread of the connection's own (so a handler may use
+    the connection: hold, status), and a request's answer is sent as soon as the handler
+    returns (the access waits for it, not for anything after)."""
+
+    def __init__(self, socket_path: str):
+        self.socket_path = socket_path
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._socket.connect(socket_path)
+        self._file = self._socket.makefile("rwb", buffering=0)
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._next_id = 1
+        self._replies: Dict[int, Dict[str, Any]] = {}
+        self._arrived = threading.Condition(self._lock)
+        self._handlers: Dict[int, Callable[[Event], Answer]] = {}
+        self._closed = False
+        self._ended = threading.Event()
+        self.server: Dict[str, Any] = {}
+        self._events: "queue.Queue[Optional[Dict[str, Any]]]" = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="coordfs-reader", daemon=True)
+        self._reader.start()
+        self._dispatcher = threading.Thread(target=self._dispatch, name="coordfs-events", daemon=True)
+        self._dispatcher.start()
+        hello = self.request({"op": "hello", "version": PROTOCOL_VERSION})
+        if hello.get("version") != PROTOCOL_VERSION:
+            self.close()
+            raise CoordfsError("EPROTONOSUPPORT", f"the server speaks protocol {hello.get('version')}, this package {PROTOCOL_VERSION}")
+        self.server = hello
+
+    # Plumbing
+
+    def _send(self, message: Dict[str, Any]) -> None:
+        line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+        with self._write_lock:
+            if self._closed:
+                raise CoordfsError("ENOTCONN", "the connection is closed")
+            self._file.write(line)
+
+    def request(self, message: Dict[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Sends `message` with a fresh id and returns the reply's fields; a refusal raises
+        `CoordfsError`, a connection that ends first `ConnectionError`."""
+        with self._lock:
+            number = self._next_id
+            self._next_id += 1
+        self._send(dict(message, id=number))
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: number in self._replies or self._ended.is_set(), timeout):
+                raise TimeoutError(f"no reply to {message.get('op')} within {timeout} s")
+            reply = self._replies.pop(number, None)
+        if reply is None:
+            raise ConnectionError(f"the coordfs server at {self.socket_path} closed the connection")
+        if "error" in reply:
+            raise CoordfsError(reply["error"], reply.get("message", ""))
+        return reply
+
+    def _read(self) -> None:
+        try:
+            for line in self._file:
+                message = json.loads(line)
+                if "wd" in message and "ok" not in message and "error" not in message:
+                    self._events.put(message)
+                    continue
+                with self._arrived:
+                    self._replies[message.get("id", 0)] = message
+                    self._arrived.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._ended.set()
+            self._events.put(None)
+            with self._arrived:
+                self._arrived.notify_all()
+
+    def _dispatch(self) -> None:
+        while True:
+            message = self._events.get()
+            if message is None:
+                return
+            with contextlib.suppress(CoordfsError, OSError):
+                self._deliver(message)
+
+    def _deliver(self, message: Dict[str, Any]) -> None:
+        event = Event(wd=message["wd"], events=list(message.get("events", [])), cookie=message.get("cookie", 0),
+                      name=message.get("name", ""), path=message.get("path", ""), mask=message.get("mask", 0))
+        handler = self._handlers.get(event.wd)
+        answer: Answer = 0
+        if handler is not None:
+            try:
+                answer = handler(event)
+            except Exception as error:      # a handler that fails refuses, and says why
+                answer = getattr(error, "errno", None) or errnos.EIO
+        if event.is_request:
+            self._send({"op": "answer", "cookie": event.cookie, "errno": answer or 0})
+
+    # The protocol
+
+    def watch(self, path: str, handler: Callable[[Event], Answer], events: Optional[Iterable[str]] = None) -> int:
+        """Presents `path`: `handler` gets every event of it (only `events`, when given, such
+        as ["SAVE", "CHANGED"]); for a request its return value is the answer. Returns the watch
+        descriptor."""
+        message: Dict[str, Any] = {"op": "watch", "path": os.path.realpath(path)}
+        if events is not None:
+            message["mask"] = [name.upper() for name in events]
+        reply = self.request(message)
+        self._handlers[reply["wd"]] = handler
+        return reply["wd"]
+
+    def unwatch(self, wd: int) -> None:
+        self._handlers.pop(wd, None)
+        self.request({"op": "unwatch", "wd": wd})
+
+    def hold(self, read: Iterable[str] = (), write: Iterable[str] = (), wait: bool = True,
+             timeout: Optional[float] = None, write_option: Optional[str] = None) -> Hold:
+        """Holds reads of `read` and writes of `write`, all or none: once granted (presenters
+        asked first), or refused (`CoordfsError`: EAGAIN when `wait` is false and another
+        holds an item, EBUSY after `timeout` seconds, EDEADLK)."""
+        intents = [{"path": os.path.realpath(p), "access": "read"} for p in read]
+        intents += [dict({"path": os.path.realpath(p), "access": "write"}, **({"options": [write_option]} if write_option else {}))
+                    for p in write]
+        message: Dict[str, Any] = {"op": "hold", "intents": intents, "wait": wait}
+        if timeout is not None:
+            message["timeout"] = timeout
+        reply = self.request(message)
+        return Hold(self, reply["hold"], list(reply.get("paths", [])))
+
+    def status(self) -> Dict[str, Any]:
+        """Who holds, waits and presents (`holders`, `waiters`, `presenters`)."""
+        return self.request({"op": "status"})
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Waits until the server closes the connection (True) or `timeout` passes (False)."""
+        return self._ended.wait(timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._ended.is_set()
+
+    def close(self) -> None:
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
+        self._socket.close()
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def connect(path: str) -> Connection:
+    """A connection to the server of `path` (its mount's, else the daemon's)."""
+    return Connection(socket_for(path))
+
+
+@contextlib.contextmanager
+def coordinate(read: Iterable[str] = (), write: Iterable[str] = (), wait: bool = True,
+               timeout: Optional[float] = None) -> Iterator[Hold]:
+    """Holds the intents for the `with` block, like `coordfs coordinate`: others wait, and
+    presenters relinquish first. This process's own opens of the items through the mount
+    pass (they are the block's own work)."""
+    paths = list(read) + list(write)
+    if not paths:
+        raise ValueError("name at least one item to read or write")
+    with connect(paths[0]) as connection:
+        held = connection.hold(read=read, write=write, wait=wait, timeout=timeout)
+        try:
+            yield held
+        except BaseException:
+            held.release(changed=False)
+            raise
+        held.release(changed=bool(list(write)))

@@ -1,0 +1,181 @@
+"""The package against real mounts: presenters asked and answered, holds that make an
+unmodified `cat` wait, refusals as exceptions, and a mount that goes away under a client.
+
+    COORDFS=/path/to/coordfs python -m unittest discover -s clients/python/tests
+"""
+import errno
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import coordfs
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BINARY = os.environ.get("COORDFS") or os.path.join(HERE, "..", "..", "..", ".build", "debug", "coordfs")
+
+
+class Mount:
+    """A coordfs mount of a fresh backing directory, unmounted at the end whatever happens."""
+
+    def __init__(self):
+        self.base = tempfile.mkdtemp(prefix="coordfs-py-")
+        self.backing = os.path.join(self.base, "backing")
+        self.point = os.path.join(self.base, "mnt")
+        os.mkdir(self.backing)
+        os.mkdir(self.point)
+        subprocess.run([BINARY, "mount", self.backing, self.point], check=True, capture_output=True)
+
+    def path(self, name):
+        return os.path.join(self.point, name)
+
+    def seed(self, name, text):
+        with open(os.path.join(self.backing, name), "w") as f:
+            f.write(text)
+
+    def unmount(self):
+        if os.path.ismount(self.point):
+            subprocess.run([BINARY, "unmount", self.point], capture_output=True)
+        if os.path.ismount(self.point):
+            subprocess.run(["umount", "-l", self.point], capture_output=True)
+
+    def close(self):
+        self.unmount()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def eventually(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return condition()
+
+
+class PresenterTests(unittest.TestCase):
+    def setUp(self):
+        self.mount = Mount()
+        self.addCleanup(self.mount.close)
+        self.mount.seed("doc.txt", "saved\n")
+        self.doc = self.mount.path("doc.txt")
+
+    def cat(self):
+        return subprocess.run(["cat", self.doc], capture_output=True, text=True, timeout=30)
+
+    def test_a_presenter_is_asked_to_save_before_cat_reads(self):
+        heard = []
+
+        def on_event(event):
+            heard.append(event.events)
+            if "SAVE" in event.events:
+                with open(self.doc, "w") as f:     # its own work, through the mount: it passes
+                    f.write("edited\n")
+            return 0
+
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, on_event)
+            result = self.cat()
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertEqual(result.stdout, "edited\n")
+            self.assertTrue(eventually(lambda: any("SAVE" in e for e in heard)), heard)
+            self.assertTrue(all("REQUEST" in e for e in heard if "SAVE" in e or "RELINQUISH_READER" in e), heard)
+
+    def test_a_presenters_errno_fails_the_access_with_it(self):
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, lambda event: errno.EACCES if event.is_request else None)
+            result = self.cat()
+            self.assertNotEqual(result.returncode, 0)
+            self.assertIn("Permission denied", result.stderr)
+
+    def test_a_handler_may_use_its_connection(self):
+        seen = []
+        with coordfs.connect(self.doc) as connection:
+            def on_event(event):
+                if event.is_request:
+                    seen.append(len(connection.status()["presenters"]))
+                return 0
+            connection.watch(self.doc, on_event)
+            result = self.cat()
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertTrue(seen and seen[0] >= 1, seen)
+
+    def test_a_watch_of_notifications_only_is_told_of_a_change(self):
+        changed = threading.Event()
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, lambda event: changed.set() if "CHANGED" in event.events else None, events=["changed"])
+            # Another process's write: a process's own accesses never message its own presenters.
+            subprocess.run(["sh", "-c", 'echo more >> "$1"', "sh", self.doc], check=True)
+            self.assertTrue(changed.wait(10))
+
+
+class HoldTests(unittest.TestCase):
+    def setUp(self):
+        self.mount = Mount()
+        self.addCleanup(self.mount.close)
+        self.mount.seed("doc.txt", "text\n")
+        self.doc = self.mount.path("doc.txt")
+
+    def test_a_held_write_makes_cat_wait_until_released(self):
+        with coordfs.coordinate(write=[self.doc]):
+            reader = subprocess.Popen(["cat", self.doc], stdout=subprocess.PIPE, text=True)
+            time.sleep(0.5)
+            self.assertIsNone(reader.poll(), "cat did not wait for the hold")
+            with open(self.doc, "w") as f:           # the holder's own open passes
+                f.write("new\n")
+        out, _ = reader.communicate(timeout=10)
+        self.assertEqual(out, "new\n")
+
+    def test_a_conflict_is_an_exception_with_the_errno(self):
+        with coordfs.connect(self.doc) as first, coordfs.connect(self.doc) as second:
+            held = first.hold(write=[self.doc])
+            with self.assertRaises(coordfs.CoordfsError) as refused:
+                second.hold(read=[self.doc], wait=False)
+            self.assertEqual(refused.exception.errno, errno.EAGAIN)
+            with self.assertRaises(coordfs.CoordfsError) as timed_out:
+                second.hold(read=[self.doc], timeout=0.3)
+            self.assertEqual(timed_out.exception.errno, errno.EBUSY)
+            held.release()
+            second.hold(read=[self.doc], wait=False).release()
+
+    def test_status_names_the_holder(self):
+        with coordfs.connect(self.doc) as connection, connection.hold(read=[self.doc]):
+            holders = connection.status()["holders"]
+            self.assertTrue(any(intent.get("path") == os.path.realpath(self.doc)
+                                for holder in holders for intent in holder.get("intents", [])), holders)
+
+    def test_a_bad_request_is_refused_with_einval_and_the_connection_goes_on(self):
+        with coordfs.connect(self.doc) as connection:
+            with self.assertRaises(coordfs.CoordfsError) as refused:
+                connection.hold(write=[self.doc], write_option="forNothing")
+            self.assertEqual(refused.exception.errno, errno.EINVAL)
+            self.assertIn("forNothing", refused.exception.strerror)
+            connection.hold(write=[self.doc]).release()
+
+
+class MountGoneTests(unittest.TestCase):
+    def test_a_mount_that_goes_away_ends_the_connection_and_calls_raise(self):
+        mount = Mount()
+        self.addCleanup(mount.close)
+        mount.seed("doc.txt", "x\n")
+        connection = coordfs.connect(mount.path("doc.txt"))
+        self.addCleanup(connection.close)
+        connection.watch(mount.path("doc.txt"), lambda event: None)
+        mount.unmount()
+        self.assertTrue(connection.wait(10), "the connection did not end with the mount")
+        with self.assertRaises((ConnectionError, coordfs.CoordfsError)):
+            connection.status()
+
+    def test_outside_any_mount_without_a_daemon_it_says_so(self):
+        if os.path.exists("/run/coordfs/daemon.sock"):
+            self.skipTest("a coordfs daemon runs on this machine")
+        with self.assertRaises(coordfs.CoordfsError) as refused:
+            coordfs.socket_for(tempfile.gettempdir())
+        self.assertIn("not inside a coordfs mount", str(refused.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
