@@ -56,12 +56,17 @@ def eventually(condition, timeout=10.0):
     return condition()
 
 
-class PresenterTests(unittest.TestCase):
+class MountedTestCase(unittest.TestCase):
+    """A mount with doc.txt in it for each test."""
+
     def setUp(self):
         self.mount = Mount()
         self.addCleanup(self.mount.close)
         self.mount.seed("doc.txt", "saved\n")
         self.doc = self.mount.path("doc.txt")
+
+
+class PresenterTests(MountedTestCase):
 
     def cat(self):
         return subprocess.run(["cat", self.doc], capture_output=True, text=True, timeout=30)
@@ -112,12 +117,7 @@ class PresenterTests(unittest.TestCase):
             self.assertTrue(changed.wait(10))
 
 
-class HoldTests(unittest.TestCase):
-    def setUp(self):
-        self.mount = Mount()
-        self.addCleanup(self.mount.close)
-        self.mount.seed("doc.txt", "text\n")
-        self.doc = self.mount.path("doc.txt")
+class HoldTests(MountedTestCase):
 
     def test_a_held_write_makes_cat_wait_until_released(self):
         with coordfs.coordinate(write=[self.doc]):
