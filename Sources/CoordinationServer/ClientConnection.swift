@@ -135,8 +135,13 @@ final class ClientConnection: @unchecked Sendable {
             if removeWatch(wd) { send(.ok(id: id, fields: [:])) }
             else { send(.error(id: id, errno: "EINVAL", message: "no watch \(wd)")) }
         case .answer(let cookie, let code):
-            guard let answered = lock.withLock({ answers.removeValue(forKey: cookie) }) else {
-                throw WireError("no request with cookie \(cookie) is waiting for an answer")
+            // An answer nobody waits for any more (it came after the presenter timeout, or
+            // twice) is dropped: closing the connection for it took a slow presenter's watches.
+            // One to a cookie never sent is a client's mistake, and closes it as any bad line.
+            let (answered, issued) = lock.withLock { (answers.removeValue(forKey: cookie), lastCookie) }
+            guard let answered else {
+                if cookie > issued || cookie == 0 { throw WireError("no request with cookie \(cookie) was sent") }
+                return
             }
             answered(code)
         case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator):

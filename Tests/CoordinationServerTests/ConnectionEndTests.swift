@@ -9,8 +9,9 @@ import Testing
 import Glibc
 #endif
 
-/// A client that goes away leaves nothing held: whatever it held, waited for or was being
-/// granted when its connection ended is given back (SPEC §4, "a client that dies").
+/// A connection ends when it should, and only then: a client that goes away leaves nothing
+/// held (whatever it held, waited for or was being granted is given back, SPEC §4), and a
+/// presenter that answers late keeps its connection.
 @Suite struct ConnectionEndTests {
     func withServer(presenterTimeout: Duration, _ body: (ControlServer, CoordinationDomain, String) throws -> Void) throws {
         let directory = "/tmp/coordfs-ends-\(UUID().uuidString.prefix(8))"
@@ -60,6 +61,44 @@ import Glibc
             let reply = try other.ask(.hold(id: 2, intents: [WireIntent(path: directory + "/dir/c", access: .write)], wait: false,
                                             timeout: nil, inherit: false))
             guard case .ok? = reply else { Issue.record("\(String(describing: reply))"); return }
+        }
+    }
+
+    /// An answer that comes after the presenter timeout, or twice, is dropped: the connection,
+    /// and its watches, go on. (A second answer was a malformed line, and closed the connection.)
+    @Test func aLateAnswerLeavesThePresenterConnected() throws {
+        try withServer(presenterTimeout: .milliseconds(200)) { server, domain, directory in
+            let presenter = try RawClient(server.socketPath)
+            #expect(try presenter.greet())
+            guard case .ok? = try presenter.ask(.watch(id: 2, path: directory + "/dir/c", mask: .all)) else {
+                Issue.record("no watch"); return
+            }
+            // Another process holds the item for writing: the presenter is asked, and says nothing.
+            let holder = Process()
+            holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+            holder.arguments = ["-c", """
+                import socket, sys
+                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb", buffering=0)
+                f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+                f.write(b'{"op":"hold","id":2,"intents":[{"path":"' + sys.argv[2].encode() + b'","access":"write"}]}\\n')
+                print(f.readline().decode().strip(), flush=True)
+                """, server.socketPath, directory + "/dir/c"]
+            let output = Pipe()
+            holder.standardOutput = output
+            try holder.run()
+            guard case .event(let request)? = try presenter.receive() else { Issue.record("no request"); return }
+            holder.waitUntilExit()     // granted after the presenter timeout
+            #expect(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("\"hold\""))
+            presenter.send(.answer(cookie: request.cookie, errno: 0))      // late
+            presenter.send(.answer(cookie: request.cookie, errno: 0))      // and again
+            presenter.send(.status(id: 3))
+            // Notifications of the holder's release may come first.
+            var reply = try presenter.receive()
+            while case .event? = reply { reply = try presenter.receive() }
+            guard case .ok(id: 3, _)? = reply else {
+                Issue.record("the connection did not go on after a late answer: \(String(describing: reply))"); return
+            }
+            #expect(domain.engine.snapshot().presenters.count == 1, "the watch is still there")
         }
     }
 }
