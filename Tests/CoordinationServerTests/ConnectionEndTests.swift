@@ -27,6 +27,34 @@ import Glibc
         try body(server, domain, directory)
     }
 
+    /// A presenter of `path` on a connection of its own; nil (recorded) when the watch fails.
+    func presenter(of path: String, on server: ControlServer) throws -> RawClient? {
+        let presenter = try RawClient(server.socketPath)
+        #expect(try presenter.greet())
+        guard case .ok? = try presenter.ask(.watch(id: 2, path: path, mask: .all)) else {
+            Issue.record("no watch of \(path)"); return nil
+        }
+        return presenter
+    }
+
+    /// Another process (a process's holds never ask its own presenters) asking to hold `path`
+    /// for writing: `untilGranted`, it prints the reply once granted; else it goes 0.1 s after
+    /// asking. Its standard output is returned beside it.
+    func writeHolder(of path: String, on server: ControlServer, untilGranted: Bool) throws -> (Process, Pipe) {
+        let holder = Process(), output = Pipe()
+        holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        holder.arguments = ["-c", """
+            import socket, sys, time
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb", buffering=0)
+            f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+            f.write(b'{"op":"hold","id":2,"intents":[{"path":"' + sys.argv[2].encode() + b'","access":"write"}]}\\n')
+            print(f.readline().decode().strip() if sys.argv[3] == "1" else time.sleep(0.1), flush=True)
+            """, server.socketPath, path, untilGranted ? "1" : "0"]
+        holder.standardOutput = output
+        try holder.run()
+        return (holder, output)
+    }
+
     /// A hold still asking a presenter (who never answers) when its client went away is given
     /// back. (A memory campaign found one hold, of 60 000 clients that came and went, that
     /// stayed for good: granted after its connection had closed, it found the connection gone
@@ -34,22 +62,8 @@ import Glibc
     /// checks that nothing stays held after it.)
     @Test func aHoldGrantedAfterItsClientWentIsGivenBack() throws {
         try withServer(presenterTimeout: .milliseconds(300)) { server, domain, directory in
-            let presenter = try RawClient(server.socketPath)
-            #expect(try presenter.greet())
-            guard case .ok? = try presenter.ask(.watch(id: 2, path: directory + "/dir/c", mask: .all)) else {
-                Issue.record("no watch"); return
-            }
-            // The holder is another process: a process's holds never ask its own presenters.
-            let holder = Process()
-            holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            holder.arguments = ["-c", """
-                import socket, sys, time
-                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-                s.sendall(b'{"op":"hello","id":1,"version":1}\\n')
-                s.sendall(b'{"op":"hold","id":2,"intents":[{"path":"' + sys.argv[2].encode() + b'","access":"write"}]}\\n')
-                time.sleep(0.1)
-                """, server.socketPath, directory + "/dir/c"]
-            try holder.run()
+            guard let presenter = try presenter(of: directory + "/dir/c", on: server) else { return }
+            let (holder, _) = try writeHolder(of: directory + "/dir/c", on: server, untilGranted: false)
             // The presenter is asked (and says nothing); the holder goes meanwhile.
             #expect(try presenter.receive() != nil)
             holder.waitUntilExit()
@@ -68,24 +82,9 @@ import Glibc
     /// and its watches, go on. (A second answer was a malformed line, and closed the connection.)
     @Test func aLateAnswerLeavesThePresenterConnected() throws {
         try withServer(presenterTimeout: .milliseconds(200)) { server, domain, directory in
-            let presenter = try RawClient(server.socketPath)
-            #expect(try presenter.greet())
-            guard case .ok? = try presenter.ask(.watch(id: 2, path: directory + "/dir/c", mask: .all)) else {
-                Issue.record("no watch"); return
-            }
+            guard let presenter = try presenter(of: directory + "/dir/c", on: server) else { return }
             // Another process holds the item for writing: the presenter is asked, and says nothing.
-            let holder = Process()
-            holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-            holder.arguments = ["-c", """
-                import socket, sys
-                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb", buffering=0)
-                f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
-                f.write(b'{"op":"hold","id":2,"intents":[{"path":"' + sys.argv[2].encode() + b'","access":"write"}]}\\n')
-                print(f.readline().decode().strip(), flush=True)
-                """, server.socketPath, directory + "/dir/c"]
-            let output = Pipe()
-            holder.standardOutput = output
-            try holder.run()
+            let (holder, output) = try writeHolder(of: directory + "/dir/c", on: server, untilGranted: true)
             guard case .event(let request)? = try presenter.receive() else { Issue.record("no request"); return }
             holder.waitUntilExit()     // granted after the presenter timeout
             #expect(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("\"hold\""))
