@@ -27,13 +27,11 @@ import Glibc
         try body(server, domain, directory)
     }
 
-    /// A presenter of `path` on a connection of its own; nil (recorded) when the watch fails.
-    func presenter(of path: String, on server: ControlServer) throws -> RawClient? {
+    /// A presenter of `path` on a connection of its own; nil when the watch fails.
+    func watchingClient(of path: String, on server: ControlServer) throws -> RawClient? {
         let presenter = try RawClient(server.socketPath)
         #expect(try presenter.greet())
-        guard case .ok? = try presenter.ask(.watch(id: 2, path: path, mask: .all)) else {
-            Issue.record("no watch of \(path)"); return nil
-        }
+        guard case .ok? = try presenter.ask(.watch(id: 2, path: path, mask: .all)) else { return nil }
         return presenter
     }
 
@@ -62,7 +60,7 @@ import Glibc
     /// checks that nothing stays held after it.)
     @Test func aHoldGrantedAfterItsClientWentIsGivenBack() throws {
         try withServer(presenterTimeout: .milliseconds(300)) { server, domain, directory in
-            guard let presenter = try presenter(of: directory + "/dir/c", on: server) else { return }
+            let presenter = try #require(try watchingClient(of: directory + "/dir/c", on: server), "no watch")
             let (holder, _) = try writeHolder(of: directory + "/dir/c", on: server, untilGranted: false)
             // The presenter is asked (and says nothing); the holder goes meanwhile.
             #expect(try presenter.receive() != nil)
@@ -82,7 +80,7 @@ import Glibc
     /// and its watches, go on. (A second answer was a malformed line, and closed the connection.)
     @Test func aLateAnswerLeavesThePresenterConnected() throws {
         try withServer(presenterTimeout: .milliseconds(200)) { server, domain, directory in
-            guard let presenter = try presenter(of: directory + "/dir/c", on: server) else { return }
+            let presenter = try #require(try watchingClient(of: directory + "/dir/c", on: server), "no watch")
             // Another process holds the item for writing: the presenter is asked, and says nothing.
             let (holder, output) = try writeHolder(of: directory + "/dir/c", on: server, untilGranted: true)
             guard case .event(let request)? = try presenter.receive() else { Issue.record("no request"); return }
