@@ -46,8 +46,7 @@ import Glibc
                 try Data("data".utf8).write(to: URL(fileURLWithPath: directory + "/" + name))
                 chmod(directory + "/" + name, mode)
             }
-            let through = directory
-            let result = try run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", script, through])
+            let result = try run(Nobody.program, Nobody.arguments(["/usr/bin/python3", script, directory]))
             #expect(result.status == 0, "\(result)")
             outputs.append(result.output)
         }

@@ -11,7 +11,6 @@ import Glibc
 /// user's accesses, and root's for anyone's.
 @Suite struct CrossUserVetoes {
     let binary = Paths.binary.path
-    let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
     @Test func anotherUsersVetoIsIgnoredAndRootsHolds() throws {
         let fx = try MountFixture(["-o", "allow_other"])
@@ -20,7 +19,7 @@ import Glibc
         chmod(fx.backingPath("root.txt"), 0o644)
         chmod(fx.backingPath("other.txt"), 0o644)
         // Another user, who may read root's file, refuses every request about it.
-        let theirs = try Child(asNobody[0], Array(asNobody.dropFirst()) + [binary, "watch", fx.path("root.txt"), "--answer", "EACCES"])
+        let theirs = try Child(Nobody.program, Nobody.arguments([binary, "watch", fx.path("root.txt"), "--answer", "EACCES"]))
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         // Root's accesses go on: read, append, rename, delete.
         let cat = try run("/bin/cat", [fx.path("root.txt")])
@@ -34,7 +33,7 @@ import Glibc
         // Root's refusal is a veto for anyone: another user's read of a file root presents fails.
         let roots = try Child(binary, ["watch", fx.path("other.txt"), "--answer", "EACCES"])
         #expect(eventually { (try? fx.state())?.contains("other.txt") == true })
-        let theirCat = try run(asNobody[0], Array(asNobody.dropFirst()) + ["/bin/cat", fx.path("other.txt")])
+        let theirCat = try run(Nobody.program, Nobody.arguments(["/bin/cat", fx.path("other.txt")]))
         #expect(theirCat.status != 0 && theirCat.errors.contains("Permission denied"), "\(theirCat)")
         withExtendedLifetime(roots) {}
     }
@@ -44,7 +43,7 @@ import Glibc
         let fx = try MountFixture(["-o", "allow_other", "--vetoes", "anyone"])
         try fx.seed("root.txt", "root's\n")
         chmod(fx.backingPath("root.txt"), 0o644)
-        let theirs = try Child(asNobody[0], Array(asNobody.dropFirst()) + [binary, "watch", fx.path("root.txt"), "--answer", "EACCES"])
+        let theirs = try Child(Nobody.program, Nobody.arguments([binary, "watch", fx.path("root.txt"), "--answer", "EACCES"]))
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         let cat = try run("/bin/cat", [fx.path("root.txt")])
         #expect(cat.status != 0 && cat.errors.contains("Permission denied"), "\(cat)")
@@ -56,7 +55,6 @@ import Glibc
 /// Each user's share of the files open through a shared mount (SPEC §4): one user holding
 /// files open until refused leaves every other user's opens and creates working.
 @Suite struct CrossUserOpenFiles {
-    let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
     @Test func aUserOutOfOpenFilesLeavesRootsCreatesWorking() throws {
         let fx = try MountFixture(["-o", "allow_other"])
@@ -68,7 +66,7 @@ import Glibc
         let limit = try #require(before["open_file_limit"]), budget = try #require(before["descriptor_budget"])
         #expect(share == DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget), "\(before)")
         let script = Paths.scripts.appendingPathComponent("open_until_refused.py").path
-        let nobody = try Child(asNobody[0], Array(asNobody.dropFirst()) + ["/usr/bin/python3", script, fx.path("theirs")])
+        let nobody = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", script, fx.path("theirs")]))
         let report = try #require(nobody.next(timeout: .seconds(120)))
         let opened = try JSONSerialization.jsonObject(with: Data(report.utf8)) as? [String: Int] ?? [:]
         #expect(opened["opened"] == share && opened["errno"] == Int(EMFILE), "\(report)")
@@ -97,11 +95,11 @@ import Glibc
         try FileManager.default.createDirectory(atPath: theirs, withIntermediateDirectories: true)
         chmod(theirs, 0o777)
         let script = Paths.scripts.appendingPathComponent("open_until_refused.py").path
-        let nobody = try Child(asNobody[0], Array(asNobody.dropFirst()) + ["/usr/bin/python3", script, fx.path("theirs")])
+        let nobody = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", script, fx.path("theirs")]))
         let report = try #require(nobody.next(timeout: .seconds(60)))
         #expect(report == #"{"opened": 20, "errno": 24}"#, "\(report)")
         #expect(!FileManager.default.fileExists(atPath: fx.backingPath("theirs/f20")), "the refused create left its file")
-        let listing = try run(asNobody[0], Array(asNobody.dropFirst()) + ["/bin/ls", fx.path("")])
+        let listing = try run(Nobody.program, Nobody.arguments(["/bin/ls", fx.path("")]))
         #expect(listing.status != 0 && listing.errors.contains("Too many open files"), "the share is the user's, over all its processes: \(listing)")
         // Root opens far more than the share.
         let roots = (0..<100).map { open(fx.path("r\($0)"), O_CREAT | O_RDWR | O_CLOEXEC, 0o644) }
@@ -126,8 +124,7 @@ import Glibc
             try FileCoordinator().coordinate(writingItemAt: url) { url in
                 // Another user writes while this accessor runs: it waits the break time, then
                 // goes ahead.
-                theirs = try run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/bin/sh", "-c",
-                                                      "echo theirs > \"$1\"", "sh", url.path])
+                theirs = try run(Nobody.program, Nobody.arguments(["/bin/sh", "-c", "echo theirs > \"$1\"", "sh", url.path]))
             }
             Issue.record("the coordinate call returned as if its coordination had held")
         } catch FileCoordinationError.coordinationBroken(let item) {
@@ -144,7 +141,6 @@ import Glibc
 /// a clear error, and the mount goes on serving everyone. (`{"timeout":1e16}` once overflowed
 /// converting to Int64 and took the mount down for every user.)
 @Suite struct CrossUserNumbers {
-    let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
     @Test func timeoutsPastAnyBoundAreRefusedAndTheMountLives() throws {
         let fx = try MountFixture(["-o", "allow_other"])
@@ -163,22 +159,21 @@ import Glibc
                 print(timeout, reply.get("error"), timeout not in ("1e16", "-3") or "timeout" in reply.get("message", ""))
                 s.close()
             """
-        let result = try run(asNobody[0], Array(asNobody.dropFirst()) + ["/usr/bin/python3", "-c", script, fx.path("doc.txt")])
+        let result = try run(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", script, fx.path("doc.txt")]))
         #expect(result.output == "1e16 EPROTO True\n-3 EPROTO True\nNaN EPROTO True\nInfinity EPROTO True\n1e400 EPROTO True\n",
                 "\(result)")
-        let command = try run(asNobody[0], Array(asNobody.dropFirst()) + [Paths.binary.path, "coordinate", "--read", fx.path("doc.txt"),
-                                                                          "--timeout", "1e16", "--", "/bin/true"])
+        let command = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "coordinate", "--read", fx.path("doc.txt"),
+                                                                "--timeout", "1e16", "--", "/bin/true"]))
         #expect(command.status != 0 && command.errors.contains("--timeout"), "\(command)")
         // Everyone is still served.
         #expect(try run("/bin/cat", [fx.path("doc.txt")]).output == "text\n")
-        #expect(try run(asNobody[0], Array(asNobody.dropFirst()) + ["/bin/cat", fx.path("doc.txt")]).output == "text\n")
+        #expect(try run(Nobody.program, Nobody.arguments(["/bin/cat", fx.path("doc.txt")])).output == "text\n")
     }
 }
 
 /// Permission problems are said as such, not as something else ("does not exist", "not inside
 /// a coordfs mount").
 @Suite struct CrossUserPermissionMessages {
-    let asNobody = ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
     @Test func aMountPointAnotherUserCannotReachIsSaidToBeUnreachable() throws {
         let dir = "/tmp/coordfs-perm-\(UUID().uuidString.prefix(8))"
@@ -187,7 +182,7 @@ import Glibc
         try FileManager.default.createDirectory(atPath: dir + "/backing", withIntermediateDirectories: true)
         chmod(dir + "/closed", 0o700)
         chmod(dir + "/backing", 0o777)
-        let refused = try run(asNobody[0], Array(asNobody.dropFirst()) + [Paths.binary.path, "mount", dir + "/backing", dir + "/closed/mnt"])
+        let refused = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "mount", dir + "/backing", dir + "/closed/mnt"]))
         #expect(refused.status != 0 && refused.errors.contains("cannot be reached: Permission denied"), "\(refused)")
         #expect(!refused.errors.contains("does not exist"), "\(refused)")
     }
@@ -196,7 +191,7 @@ import Glibc
         let fx = try MountFixture(["-o", "allow_other"])
         try FileManager.default.createDirectory(atPath: fx.backingPath("secret"), withIntermediateDirectories: true)
         chmod(fx.backingPath("secret"), 0o700)
-        let watched = try run(asNobody[0], Array(asNobody.dropFirst()) + [Paths.binary.path, "watch", fx.path("secret")])
+        let watched = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "watch", fx.path("secret")]))
         #expect(watched.status != 0 && watched.errors.contains("permission denied"), "\(watched)")
         #expect(!watched.errors.contains("not inside a coordfs mount"), "\(watched)")
     }

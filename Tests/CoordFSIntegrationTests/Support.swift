@@ -283,3 +283,10 @@ final class LoggingPresenter: FilePresenter, @unchecked Sendable {
         log.add("\(name):accommodateSubitemDeletion \(url.lastPathComponent)"); completionHandler(nil)
     }
 }
+
+/// Another user for the tests of a shared mount: nobody (uid and gid 65534, no supplementary
+/// groups), through setpriv. `run(Nobody.program, Nobody.arguments(command))` runs `command` so.
+enum Nobody {
+    static let program = "/usr/bin/setpriv"
+    static func arguments(_ command: [String]) -> [String] { ["--reuid=65534", "--regid=65534", "--clear-groups"] + command }
+}
