@@ -181,6 +181,7 @@ man:
 	cp docs/man/mount.coordfs.8 $(MAN_BUILT)/
 
 # What install puts where, from BINARY and the pages in $(MAN_BUILT): nothing outside DESTDIR.
+# The daemon's user units go where systemd looks for a package's (PREFIX/lib/systemd/user).
 BINARY ?= .build/release/coordfs
 install-files:
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(SBINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man8 \
@@ -193,6 +194,9 @@ install-files:
 	$(BINARY) --generate-completion-script bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/coordfs
 	$(BINARY) --generate-completion-script zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_coordfs
 	$(BINARY) --generate-completion-script fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/coordfs.fish
+	install -d $(DESTDIR)$(PREFIX)/lib/systemd/user
+	for unit in coordfs-daemon.socket coordfs-daemon.service; do \
+	  sed 's|/usr/local/bin/coordfs|$(PREFIX)/bin/coordfs|' Mounts/systemd/$$unit > $(DESTDIR)$(PREFIX)/lib/systemd/user/$$unit; done
 
 clean:
 	rm -rf .build

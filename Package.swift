@@ -17,10 +17,18 @@ let package = Package(
         // The engine: lock table, conflicts, waiters, wait-for graph, presenter and service registries.
         // Pure Swift: no Foundation, no I/O, no C.
         .target(name: "Coordination"),
-        // Foundation-shaped public API over the engine.
+        // The runtime over the engine: a domain of coordinators and presenters, claims, presenter
+        // messaging through one path-based presenter protocol, links to other processes' servers.
+        .target(
+            name: "CoordinationRuntime",
+            dependencies: ["Coordination", "CoordinationClient", "CoordinationWire",
+                           .product(name: "Logging", package: "swift-log")],
+            swiftSettings: [.swiftLanguageMode(.v5)]
+        ),
+        // Foundation-shaped public API: FileCoordinator and FilePresenter over the runtime.
         .target(
             name: "FileCoordination",
-            dependencies: ["Coordination", "CoordinationClient", "CoordinationWire",
+            dependencies: ["Coordination", "CoordinationRuntime",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
@@ -29,7 +37,7 @@ let package = Package(
         // The control socket: peer credentials, wire <-> engine, remote presenters.
         .target(
             name: "CoordinationServer",
-            dependencies: ["CoordinationWire", "Coordination", "FileCoordination",
+            dependencies: ["CoordinationWire", "Coordination", "CoordinationRuntime",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
@@ -45,7 +53,7 @@ let package = Package(
         // The FUSE filesystem: operations become coordinated intents.
         .target(
             name: "CoordFSMount",
-            dependencies: ["CFuse3", "CFusePassthrough", "Coordination", "FileCoordination", "CoordinationServer",
+            dependencies: ["CFuse3", "CFusePassthrough", "Coordination", "CoordinationRuntime", "CoordinationServer",
                            .product(name: "Logging", package: "swift-log")],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
@@ -53,27 +61,29 @@ let package = Package(
         .target(
             name: "CoordFSCommands",
             dependencies: [
-                "FileCoordination", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
+                "FileCoordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         .executableTarget(name: "coordfs", dependencies: ["CoordFSCommands"]),
         // The control socket's fuzz target (libFuzzer: make fuzz).
-        .executableTarget(name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "FileCoordination"],
+        .executableTarget(name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationRuntime"],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
         // An Apple-style program the cross-process tests run as two processes.
         .executableTarget(name: "CoordinatedCounter", dependencies: ["FileCoordination"],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(
             name: "CoordFSBench",
-            dependencies: ["Coordination", "FileCoordination"],
+            dependencies: ["Coordination", "CoordinationRuntime", "FileCoordination"],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
         // Helpers the test targets share.
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport",
                 swiftSettings: [.swiftLanguageMode(.v5)]),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
+        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "TestSupport"],
+                    swiftSettings: [.swiftLanguageMode(.v5)]),
         // A file written for Apple platforms, compiled unchanged but for the import (Swift 6 mode).
         .testTarget(name: "AppleStyleTests", dependencies: ["FileCoordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"],
@@ -88,7 +98,7 @@ let package = Package(
         ),
         .testTarget(
             name: "FileCoordinationTests",
-            dependencies: ["FileCoordination", "Coordination", "TestSupport"],
+            dependencies: ["FileCoordination", "CoordinationRuntime", "Coordination", "TestSupport"],
             swiftSettings: [.swiftLanguageMode(.v5)]
         ),
     ]

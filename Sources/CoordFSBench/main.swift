@@ -1,5 +1,6 @@
 import Coordination
 import Dispatch
+import CoordinationRuntime
 import FileCoordination
 import Foundation
 
@@ -140,26 +141,25 @@ if CoordinationDomain.shared.usesDaemon {
 try? FileManager.default.removeItem(at: directory)
 
 print("")
-print("AccessClaim.begin + end, as the mount takes one for a request that waits or asks presenters")
+print("Claim.begin + end, as the mount takes one for a request that waits or asks presenters")
 let claimDomain = CoordinationDomain()
 let claimIntent = Intent(.writing([]), AccessTarget(path: ItemPath("/bench/mount/dir/file")!, isDirectory: false))
 var samples = [Double]()
 for index in 0..<latencyIterations {
     let start = ContinuousClock.now
-    let claim = AccessClaim.begin(in: claimDomain, identity: .process(Int32(1000 + index % 7)), intents: [claimIntent],
-                                  timeout: .seconds(60)) { result in
+    Claim.begin(in: claimDomain, identity: .process(Int32(1000 + index % 7)), intents: [claimIntent],
+                timeout: .seconds(60)) { result in
         if case .success(let claim) = result {
-            claim.end(outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false))
+            claim.end(outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false), in: claimDomain)
         }
     }
-    _ = claim
     samples.append(nanoseconds(ContinuousClock.now - start))
 }
 samples.sort()
 print("  write  median \(format(percentile(samples, 0.5)))   p99 \(format(percentile(samples, 0.99)))")
 
 print("")
-print("a grant at once + release: from the tables (AccessClaim.grantAtOnce) and as the mount takes one (acquireAtOnce(_:for:))")
+print("a grant at once + release: from the tables (acquireAtOnce(_:)) and as the mount takes one (acquireAtOnce(_:for:))")
 for (name, oneItem) in [("tables", false), ("short list", true)] {
     samples = []
     for index in 0..<latencyIterations {
@@ -167,7 +167,7 @@ for (name, oneItem) in [("tables", false), ("short list", true)] {
         let start = ContinuousClock.now
         let grant = oneItem
             ? claimDomain.engine.acquireAtOnce(claimIntent, for: identity)
-            : AccessClaim.grantAtOnce(in: claimDomain, identity: identity, intents: [claimIntent])
+            : claimDomain.engine.acquireAtOnce(AccessRequest(identity: identity, intents: [claimIntent], waits: false))
         if let grant {
             claimDomain.engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false))
         }

@@ -15,7 +15,9 @@ struct Daemon: ParsableCommand {
         discussion: """
         Clients find it at --socket, $COORDFS_SOCKET, or the default path printed at start. Swift programs \
         using FileCoordination and `coordfs coordinate` start one for the user where none runs, with \
-        --exit-when-idle; one daemon serves a socket at a time (the others end at once).
+        --exit-when-idle; one daemon serves a socket at a time (the others end at once). Started by systemd \
+        with a socket (socket activation: LISTEN_FDS), it serves that socket instead, and leaves it to \
+        systemd when it ends.
         """
     )
 
@@ -47,8 +49,12 @@ struct Daemon: ParsableCommand {
         // A connection is a descriptor: a soft limit of 1024, many systems' default, would
         // refuse the thousandth client.
         DescriptorLimit.raise()
+        let activated: (fd: Int32, path: String)?
+        do { activated = try SocketActivation.listener() } catch { throw CommandFailure("cannot serve: \(error)") }
         let path: String
-        do { path = try socket ?? ControlServer.defaultSocketPath(name: "daemon") } catch { throw CommandFailure("cannot serve: \(error)") }
+        do { path = try activated?.path ?? socket ?? ControlServer.defaultSocketPath(name: "daemon") } catch {
+            throw CommandFailure("cannot serve: \(error)")
+        }
         // One daemon a socket: two started at once for one user would otherwise race to bind it.
         let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard lock >= 0, flock(lock, LOCK_EX | LOCK_NB) == 0 else {
@@ -59,8 +65,12 @@ struct Daemon: ParsableCommand {
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")
         server.trimsMemoryWhenIdle = true
-        do { try server.start() } catch { throw CommandFailure("cannot serve \(path): \(error)") }
-        FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\n".utf8))
+        if let activated {
+            server.start(listeningOn: activated.fd)
+        } else {
+            do { try server.start() } catch { throw CommandFailure("cannot serve \(path): \(error)") }
+        }
+        FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\(activated == nil ? "" : " (socket from systemd)")\n".utf8))
         // Wait for SIGINT, SIGTERM or SIGHUP (or idleness), then remove the socket.
         if let exitWhenIdle {
             var idleSince = ContinuousClock.now

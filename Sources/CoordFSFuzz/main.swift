@@ -9,7 +9,7 @@
 // main); the ordinary build makes a program that does nothing.
 import CoordinationServer
 import CoordinationWire
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc

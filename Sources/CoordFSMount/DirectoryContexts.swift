@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 
 /// What the engine needs to know of a directory to name an item in it: the directory's path
 /// from the mount point, and the file packages around its items. Nearly every coordinated

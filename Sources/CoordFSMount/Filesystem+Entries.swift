@@ -1,6 +1,7 @@
 import CFuse3
 import CFusePassthrough
 import Coordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -99,7 +100,7 @@ extension Filesystem {
     }
 
     /// Makes `change` (of the file's `open`, if it came through one) and answers the request.
-    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: Reply, claim: RequestClaim?) {
+    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: Reply, claim: Claim?) {
         do {
             let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                 try apply(change, to: fd, open: open)

@@ -1,5 +1,6 @@
 import CFuse3
 import Coordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -334,7 +335,7 @@ extension Filesystem {
 extension Filesystem {
     /// The process a write open's `claim` was granted to (its caller's, as `coordinate` named
     /// it); 0 when the open holds nothing.
-    func writer(of claim: RequestClaim?, _ reply: Reply) -> Int32 {
+    func writer(of claim: Claim?, _ reply: Reply) -> Int32 {
         guard claim != nil else { return 0 }
         return callingProcess(reply.req, now: coarseMilliseconds()) ?? 0
     }

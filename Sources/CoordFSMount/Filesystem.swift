@@ -2,7 +2,7 @@ import CFuse3
 import CFusePassthrough
 import Coordination
 import CoordinationServer
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 import Logging
 import Synchronization
@@ -27,7 +27,7 @@ public final class Filesystem: @unchecked Sendable {
     let mountRoot: ItemPath
     let logger = Logger(label: "org.coordfs.mount")
     /// Waiting claims by number, for FUSE interrupts.
-    private let waiting = Mutex<(claims: [UInt: AccessClaim], interruptedEarly: Set<UInt>)>(([:], []))
+    private let waiting = Mutex<(claims: [UInt: CoordinatedAccess], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextWaiting = Atomic<UInt>(1)
     /// Lines logged for requests that gave up, in the current second (`logGivingUp`).
     private let givingUpLogged = Mutex<(second: Int64, count: Int)>((0, 0))
@@ -42,8 +42,6 @@ public final class Filesystem: @unchecked Sendable {
     var device: Int32 { session.load(ordering: .relaxed).map { fuse_session_fd(OpaquePointer($0)) } ?? -1 }
     let packageMarkers: PackageMarkers
     let directoryContexts = DirectoryContexts()
-    /// Notifications held back while a handler runs, per thread (`notifyingPresentersAfter`).
-    let heldNotifications = ThreadLocal { HeldNotifications() }
     /// Created items are given to the caller (we can only when running as root).
     let givesOwnership = geteuid() == 0
     /// The filesystems under the mount, the backing's own and those mounted inside it.
@@ -234,13 +232,13 @@ public final class Filesystem: @unchecked Sendable {
     /// files held open by other names, such a request passes a quiet gate instead: nobody to
     /// wait for or to tell (`QuietGate`, `passQuietly`).
     func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
-                    forTheCall: Bool = false, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+                    forTheCall: Bool = false, _ body: @escaping @Sendable (Claim?) -> Void) {
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
     }
 
     /// `coordinate`, taken again (`attempt` > 0) when what it held had moved before it held it.
     private func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted?, nonBlocking: Bool,
-                            forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+                            forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (Claim?) -> Void) {
         // An O_TMPFILE file not linked yet: nobody else can reach it (`tmpfile`).
         if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return body(nil) }
         var mode = configuration.mode
@@ -279,7 +277,7 @@ public final class Filesystem: @unchecked Sendable {
             // The engine keeps the intent it is given; one that waits is made again.
             let (target, place) = targetAndPlace(of: wanted, now: now)
             configuration.afterNamingTargets?()
-            var claim: RequestClaim?
+            var claim: Claim?
             if !forTheCall, let place, target.enclosingPackages.isEmpty {
                 // An open, a create, a truncation: screened, it leaves the engine's second quiet
                 // gate open for requests about other names (`NameGates`).
@@ -299,9 +297,9 @@ public final class Filesystem: @unchecked Sendable {
                 }
                 // `notifyingPresentersAfter`, inline: a listed claim holds nothing back.
                 if claim.isOnShortList { return body(claim) }
-                holdNotifications()
+                domain.holdNotifications()
                 body(claim)
-                return deliverHeldNotifications()
+                return domain.deliverHeldNotifications()
             }
             intents = [Intent(wanted.kind, target)]
         } else {
@@ -311,14 +309,13 @@ public final class Filesystem: @unchecked Sendable {
                 [Intent(wanted.kind, target(of: wanted, now: now))]
             }
             configuration.afterNamingTargets?()
-            if let grant = AccessClaim.grantAtOnce(in: domain, identity: identity, intents: intents, holds: mode.holds) {
-                let claim = RequestClaim.grant(grant, intents: intents)
+            if let claim = Claim.grantedAtOnce(in: domain, identity: identity, intents: intents, holds: mode.holds) {
                 if movedBeforeHeld(intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
                     return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
-                holdNotifications()
+                domain.holdNotifications()
                 body(claim)
-                return deliverHeldNotifications()
+                return domain.deliverHeldNotifications()
             }
         }
         let number = nextWaiting.wrappingAdd(1, ordering: .relaxed).oldValue
@@ -328,19 +325,18 @@ public final class Filesystem: @unchecked Sendable {
         let watched = waitWatch.watches(underKernelLock: underKernelLock)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
-        let claim = AccessClaim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
-                                             holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
+        let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
+                                        holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
             if watched { waitWatch.forget(number) }
             switch result {
             case .success(let claim):
-                let held = RequestClaim.claim(claim)
                 // The paths as granted: moves reported while it waited are followed (C11).
                 if movedBeforeHeld(claim.intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt,
                                    now: coarseMilliseconds()) {
-                    return takeAgain(held, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
+                    return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
-                notifyingPresentersAfter(held) { body(held) }
+                domain.deliveringAfter { body(claim) }
             case .failure(let error):
                 let errno = Errno.from(coordination: error)
                 statistics.count(errno)
@@ -349,18 +345,18 @@ public final class Filesystem: @unchecked Sendable {
             }
         }
         var interrupted = false
-        guard claim.ifStillWaiting({
+        guard access.ifUnsettled({
             interrupted = waiting.withLock { state -> Bool in
-                state.claims[number] = claim
+                state.claims[number] = access
                 return state.interruptedEarly.remove(number) != nil
             }
             if watched {
-                waitWatch.watch(number, claim, underKernelLock: underKernelLock, uid: fuse_req_ctx(reply.req).pointee.uid,
+                waitWatch.watch(number, access, underKernelLock: underKernelLock, uid: fuse_req_ctx(reply.req).pointee.uid,
                                 item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
             }
         }) else { return }
         statistics.waited.add(1, ordering: .relaxed)
-        if interrupted { claim.cancel() }
+        if interrupted { access.cancel() }
     }
 
     /// A request that gave up waiting (EBUSY) says in the log who it waited for: what a user
@@ -393,14 +389,14 @@ public final class Filesystem: @unchecked Sendable {
 
     /// The claim of a request that `process` makes inside one of its own accessors: a hold it
     /// took through the control socket covers an item the request names (SPEC §1).
-    private func accessorClaim(of process: Int32, _ wanted: Wanted, _ other: Wanted?, now: Int64) -> RequestClaim? {
+    private func accessorClaim(of process: Int32, _ wanted: Wanted, _ other: Wanted?, now: Int64) -> Claim? {
         let first = target(of: wanted, now: now)
         let second = other.map { target(of: $0, now: now) }
         let targets = second.map { [first, $0] } ?? [first]
         guard let held = domain.accessorHolds.covering(targets, of: process) else { return nil }
         var intents = [Intent(wanted.kind, first)]
         if let other, let second { intents.append(Intent(other.kind, second)) }
-        return .accessor(held.claim, intents: intents)
+        return .accessor(held: held.claim, intents: intents)
     }
 
     /// Whether the items a claim was granted on (`granted`, in the order of `wanted`, `other`)
@@ -418,8 +414,8 @@ public final class Filesystem: @unchecked Sendable {
     /// nothing moves its items without waiting for it. (After many attempts, unlikely but not
     /// impossible while others keep moving the same item, the claim is kept as granted.)
     /// Ends `stale` unused and coordinates the request again (`movedBeforeHeld`).
-    private func takeAgain(_ stale: RequestClaim, _ reply: Reply, _ wanted: Wanted, _ other: Wanted?, _ nonBlocking: Bool,
-                           _ forTheCall: Bool, _ attempt: Int, _ body: @escaping @Sendable (RequestClaim?) -> Void) {
+    private func takeAgain(_ stale: Claim, _ reply: Reply, _ wanted: Wanted, _ other: Wanted?, _ nonBlocking: Bool,
+                           _ forTheCall: Bool, _ attempt: Int, _ body: @escaping @Sendable (Claim?) -> Void) {
         statistics.takenAgain.add(1, ordering: .relaxed)
         let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
         end(stale, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
@@ -445,7 +441,7 @@ public final class Filesystem: @unchecked Sendable {
 
     /// The kernel interrupted a waiting request (possibly before its claim was registered).
     func interrupt(_ number: UInt) {
-        let claim = waiting.withLock { state -> AccessClaim? in
+        let claim = waiting.withLock { state -> CoordinatedAccess? in
             if let claim = state.claims[number] { return claim }
             state.interruptedEarly.insert(number)
             return nil

@@ -2,7 +2,7 @@ import CFuse3
 import CFusePassthrough
 import Coordination
 import CoordinationServer
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc

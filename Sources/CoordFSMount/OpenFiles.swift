@@ -1,4 +1,4 @@
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 import Synchronization
 
@@ -7,7 +7,7 @@ import Synchronization
 final class OpenFile: @unchecked Sendable {
     let fd: Int32
     let inode: Inode
-    let claim: RequestClaim?
+    let claim: Claim?
     /// Whether anything was written through it: its release then tells presenters.
     let written = Atomic<Bool>(false)
     /// Whether it was created by this open (for the notification at release).
@@ -29,7 +29,7 @@ final class OpenFile: @unchecked Sendable {
     fileprivate(set) var place = OpenFileBudget.Place(user: nil)
 
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with.
-    init(fd: Int32, inode: Inode, claim: RequestClaim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
+    init(fd: Int32, inode: Inode, claim: Claim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
          writer: Int32 = 0, directIO: Bool = false, flags: Int32 = 0) {
         self.fd = fd
         self.inode = inode

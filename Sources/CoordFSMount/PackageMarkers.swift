@@ -1,3 +1,4 @@
+import CoordinationRuntime
 import Synchronization
 
 /// Which directories of the mount are file packages by their marker file (`ItemLocatorMarker`),

@@ -1,3 +1,4 @@
+import CoordinationRuntime
 import CFuse3
 import CoordinationServer
 import Synchronization

@@ -1,6 +1,6 @@
 import CFuse3
 import Coordination
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc

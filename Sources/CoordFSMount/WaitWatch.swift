@@ -1,6 +1,6 @@
 import CoordinationServer
 import Coordination
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 import Logging
 import Synchronization
@@ -10,7 +10,7 @@ import Glibc
 
 /// Watches the requests that wait in the mount, and lets go ahead the ones whose wait must end
 /// before the wait timeout. A request that goes ahead holds nothing, and presenters are still
-/// told what it did (`AccessClaim.breakThrough`). Three rules, looked at every 20 ms:
+/// told what it did (`CoordinatedAccess.breakThrough`). Three rules, looked at every 20 ms:
 ///
 /// - **A kernel lock.** The kernel locks a directory before it sends a request that changes a
 ///   name in it (and the victim's inode for unlink and rename), and an inode before a setattr,
@@ -28,7 +28,7 @@ import Glibc
 final class WaitWatch: @unchecked Sendable {
     /// A waiting request.
     struct Watched {
-        let claim: AccessClaim
+        let claim: CoordinatedAccess
         /// The kernel holds a lock for it (a request about a name, a setattr).
         let underKernelLock: Bool
         let since: ContinuousClock.Instant
@@ -81,7 +81,7 @@ final class WaitWatch: @unchecked Sendable {
     func watches(underKernelLock: Bool) -> Bool { underKernelLock || settleTime != nil || breakTime != nil }
 
     /// Watches `claim` until `forget(number)`.
-    func watch(_ number: UInt, _ claim: AccessClaim, underKernelLock: Bool, uid: uid_t, item: (node: Inode, name: String)?) {
+    func watch(_ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, uid: uid_t, item: (node: Inode, name: String)?) {
         let now = ContinuousClock.now
         condition.lock()
         watched[number] = Watched(claim: claim, underKernelLock: underKernelLock, since: now, uid: uid, item: item)
@@ -135,7 +135,7 @@ final class WaitWatch: @unchecked Sendable {
                 // they close: they change nothing, so "unchanged" says nothing of them). Unchanged
                 // for the settle time, by its own times: a writer that went quiet before this
                 // request came holds it up no longer than one that goes quiet after.
-                let reads = request.claim.intents.allSatisfy { !$0.kind.isWrite }
+                let reads = request.claim.grantedIntents.allSatisfy { !$0.kind.isWrite }
                 if reason == nil, let settleTime, onlyLeases, reads, let item = request.item,
                    let state = look(item.node, item.name), state.secondsUnchanged >= settleTime.timeInterval {
                     reason = .settled
@@ -154,7 +154,7 @@ final class WaitWatch: @unchecked Sendable {
             for (number, _, _) in broken { watched[number] = nil }
             condition.unlock()
             for (number, reason, awaited) in broken {
-                if let path = requests[number]?.claim.intents.first?.path { tellBroken?(path, awaited) }
+                if let path = requests[number]?.claim.grantedIntents.first?.path { tellBroken?(path, awaited) }
                 if reason == .kernelLock { kernelLockBreaks.add(1, ordering: .relaxed) } else { leaseBreaks.add(1, ordering: .relaxed) }
                 logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))")
             }

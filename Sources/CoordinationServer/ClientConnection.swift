@@ -1,6 +1,6 @@
 import Coordination
 import CoordinationWire
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 import Logging
 #if canImport(Glibc)
@@ -30,7 +30,7 @@ final class ClientConnection: @unchecked Sendable {
     private var namedCoordinators: [String: (identity: CoordinatorIdentity, holds: Int)] = [:]
     private var holds: [Int: Held] = [:]
     private var inheritingHolds: Set<Int> = []
-    private var pendingHolds: [Int: AccessClaim] = [:]
+    private var pendingHolds: [Int: CoordinatedAccess] = [:]
     private var answers: [UInt64: @Sendable (Int32) -> Void] = [:]
     private var vended: Set<ServiceRegistrationID> = []
     private var lastNumber = 0
@@ -49,7 +49,7 @@ final class ClientConnection: @unchecked Sendable {
     /// A granted hold: the claim, its place among the accessor holds of the process, and which
     /// of its items existed when it was granted (for what presenters are told at its end).
     struct Held {
-        let claim: AccessClaim
+        let claim: Claim
         /// The client's name for its coordinator, if it gave one.
         let coordinatorName: String?
         /// The coordinator it holds for.
@@ -289,7 +289,7 @@ final class ClientConnection: @unchecked Sendable {
             return true
         }
         guard accepted else { return server.counts.returnWatches(1, of: peer.uid) }
-        server.domain.addFilePresenter(presenter, owner: owner)
+        server.domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
         send(.ok(id: id, fields: ["wd": .int(wd), "path": .string(resolved.target.path.string)]))
     }
 
@@ -297,7 +297,7 @@ final class ClientConnection: @unchecked Sendable {
     func removeWatch(_ wd: Int) -> Bool {
         guard let presenter = lock.withLock({ watches.removeValue(forKey: wd) }) else { return false }
         server.counts.returnWatches(1, of: peer.uid)
-        server.domain.removeFilePresenter(presenter)
+        server.domain.unregister(key: ObjectIdentifier(presenter))
         return true
     }
 
@@ -383,8 +383,8 @@ final class ClientConnection: @unchecked Sendable {
         // The completion holds the connection: a grant that comes after the client has gone
         // must still find it, to give the grant back (`closed` below). Held weakly, a hold
         // granted then stayed for good.
-        let claim = AccessClaim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait,
-                                      timeout: claimTimeout) { [self] result in
+        let waiting = Claim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait,
+                                  timeout: claimTimeout) { [self] result in
             self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
             switch result {
             case .failure(let error):
@@ -413,11 +413,12 @@ final class ClientConnection: @unchecked Sendable {
         }
         // A connection closed meanwhile (its writer found the client gone) cancelled only the
         // waits it knew of: this one is cancelled here.
+        guard let waiting else { return }    // granted at once
         var closedMeanwhile = false
-        _ = claim.ifStillWaiting {
-            lock.withLock { if closed { closedMeanwhile = true } else { pendingHolds[id] = claim } }
+        _ = waiting.ifUnsettled {
+            lock.withLock { if closed { closedMeanwhile = true } else { pendingHolds[id] = waiting } }
         }
-        if closedMeanwhile { claim.cancel() }
+        if closedMeanwhile { waiting.cancel() }
     }
 
     /// A move the holder made inside hold `number`: the destination must be one of its items,
@@ -436,7 +437,7 @@ final class ClientConnection: @unchecked Sendable {
         }
         var moving = source
         moving.isDirectory = destination.target.isDirectory
-        held.claim.reportMove(from: moving, to: destination.target)
+        held.claim.reportMove(from: moving, to: destination.target, in: server.domain)
         send(.ok(id: id, fields: [:]))
     }
 
@@ -465,7 +466,7 @@ final class ClientConnection: @unchecked Sendable {
                 return IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
             }
             return IntentOutcome(existedBefore: held.existedBefore[index], existsAfter: Self.exists(held.realPaths[index]))
-        })
+        }, in: server.domain)
     }
 
     private static func exists(_ realPath: String) -> Bool {
@@ -561,7 +562,7 @@ final class ClientConnection: @unchecked Sendable {
 
     /// Once only: the descriptor and the user's connection are given back here.
     func close() {
-        let taken = lock.withLock { () -> ([RemotePresenter], [Held], [AccessClaim], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
+        let taken = lock.withLock { () -> ([RemotePresenter], [Held], [CoordinatedAccess], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
             if closed { return nil }
             closed = true
             defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = []; vended = [] }
@@ -573,7 +574,7 @@ final class ClientConnection: @unchecked Sendable {
             server.setProvider(nil, for: service)
         }
         server.domain.setInheriting(peer.pid, false)
-        for presenter in presenters { server.domain.removeFilePresenter(presenter) }
+        for presenter in presenters { server.domain.unregister(key: ObjectIdentifier(presenter)) }
         server.counts.returnWatches(presenters.count, of: peer.uid)
         for claim in pending { claim.cancel() }
         for held in claims { end(held, changed: false) }

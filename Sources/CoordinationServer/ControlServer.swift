@@ -1,6 +1,6 @@
 import Coordination
 import CoordinationWire
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 import Logging
 import Synchronization
@@ -19,6 +19,9 @@ public final class ControlServer: @unchecked Sendable {
     private let mode: mode_t
     private let lock = NSLock()
     private var listener: Int32 = -1
+    /// The listening socket was handed over (`SocketActivation`): it is shared with whoever
+    /// handed it, so it is never shut down or unlinked here.
+    private var inherited = false
     private var connections: [ObjectIdentifier: ClientConnection] = [:]
     /// Which connection provides each vended service.
     private var providers: [ServiceRegistrationID: ClientConnection] = [:]
@@ -45,15 +48,26 @@ public final class ControlServer: @unchecked Sendable {
     }
 
     public func start() throws {
+        let fd = try UnixSocket.listen(at: socketPath, mode: mode)
+        var info = stat()
+        let file = lstat(socketPath, &info) == 0 ? (UInt64(info.st_dev), UInt64(info.st_ino)) : nil
+        lock.withLock { listener = fd; boundFile = file }
+        startAccepting(fd)
+    }
+
+    /// Starts serving on `fd`, a socket already listening at `socketPath` that someone else
+    /// keeps too (systemd's, handed over by socket activation).
+    public func start(listeningOn fd: Int32) {
+        lock.withLock { listener = fd; inherited = true }
+        startAccepting(fd)
+    }
+
+    private func startAccepting(_ fd: Int32) {
         // Holds of this server's clients whose coordination was broken: their clients are told.
         domain.onBrokenHolds { [weak self] holders, path in
             guard let self else { return }
             for connection in self.lock.withLock({ Array(self.connections.values) }) { connection.tellBroken(holders, at: path) }
         }
-        let fd = try UnixSocket.listen(at: socketPath, mode: mode)
-        var info = stat()
-        let file = lstat(socketPath, &info) == 0 ? (UInt64(info.st_dev), UInt64(info.st_ino)) : nil
-        lock.withLock { listener = fd; boundFile = file }
         let thread = Thread { [self] in acceptLoop(fd) }
         thread.name = "coordfs control socket"
         lock.withLock { acceptThread = thread }
@@ -77,7 +91,17 @@ public final class ControlServer: @unchecked Sendable {
 
     private func acceptLoop(_ listener: Int32) {
         defer { Glibc.close(listener) }
+        let shared = lock.withLock { inherited }
         while true {
+            // A shared socket is not shut down to stop this loop (its other holder would stop
+            // listening too): the loop looks up between waits of at most a quarter second, and
+            // takes no client once stopped, leaving them to the socket's next server.
+            if shared {
+                var ready = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+                let polled = poll(&ready, 1, 250)
+                if lock.withLock({ self.listener < 0 }) { return }
+                if polled <= 0 { continue }
+            }
             let fd = accept(listener, nil, nil)
             if fd < 0 {
                 let code = errno
@@ -130,14 +154,14 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Stops accepting, ends every connection, and removes the socket file.
     public func stop() {
-        let (fd, open, file) = lock.withLock { () -> (Int32, [ClientConnection], (device: UInt64, inode: UInt64)?) in
+        let (fd, open, file, shared) = lock.withLock { () -> (Int32, [ClientConnection], (device: UInt64, inode: UInt64)?, Bool) in
             defer { listener = -1; boundFile = nil }
             // The accept thread's closure holds the server: kept here, the two held each other
             // (and a mount's whole filesystem, through the resolver) for the life of the process.
             acceptThread = nil
-            return (listener, Array(connections.values), boundFile)
+            return (listener, Array(connections.values), boundFile, inherited)
         }
-        if fd >= 0 {
+        if fd >= 0 && !shared {
             shutdown(fd, Int32(SHUT_RDWR))      // the accept thread wakes, and closes it
             var info = stat()
             if let file, lstat(socketPath, &info) == 0, UInt64(info.st_dev) == file.device, UInt64(info.st_ino) == file.inode {

@@ -1,5 +1,5 @@
 import Coordination
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 
 /// Turns the paths clients send into the engine's facts, and the real paths whose modes decide

@@ -1,5 +1,5 @@
 import CoordinationWire
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,6 @@
 import Coordination
 import CoordinationWire
-import FileCoordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -9,32 +9,27 @@ import Glibc
 /// A watch of a control-socket client, standing in the domain as a presenter: each message
 /// becomes an event record on the client's connection, and requests wait for its answer.
 /// Requests outside the watch's mask are not put to it (`answeredRequests`), and consented to at
-/// once should one come, as for a presenter lacking the callback.
-final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unchecked Sendable {
+/// once should one come, as for a presenter lacking the callback. Every message only queues a
+/// line on the connection's outbox, which never blocks: it is taken on the sender's thread.
+final class RemotePresenter: Presenter, @unchecked Sendable {
     let wd: Int
     let mask: EventMask
     /// The coordinator it stands for: holds its client takes for it pass while it is asked.
     let owner: CoordinatorIdentity
     private weak var connection: ClientConnection?
     private let lock = NSLock()
-    private var url: URL
-    /// `url`'s path, kept beside it: every event carries it, and `URL.path` takes it apart again.
-    private var urlPath: String
-    /// Only reacquirers run here: messages are taken inline (`takesMessagesInline`), and answers
-    /// come from the socket.
-    let presentedItemOperationQueue = OperationQueue()
+    /// The watched item's path; it follows the item's moves.
+    private var itemPath: String
 
     init(wd: Int, path: String, mask: EventMask, owner: CoordinatorIdentity, connection: ClientConnection) {
         self.wd = wd
         self.mask = mask
         self.owner = owner
-        self.url = URL(fileURLWithPath: path)
-        self.urlPath = url.path
+        self.itemPath = path
         self.connection = connection
-        presentedItemOperationQueue.maxConcurrentOperationCount = 1
     }
 
-    var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
+    func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) { (ItemPath(path), nil) }
 
     var answeredRequests: PresenterRequest.Kinds {
         let kinds: [(EventMask, PresenterRequest.Kinds)] = [
@@ -45,10 +40,7 @@ final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unch
         return kinds.reduce(into: []) { answered, pair in if mask.contains(pair.0) { answered.insert(pair.1) } }
     }
 
-    /// Every callback only queues a line on the connection's outbox, which never blocks.
-    var takesMessagesInline: Bool { true }
-
-    private var path: String { lock.lock(); defer { lock.unlock() }; return urlPath }
+    private var path: String { lock.lock(); defer { lock.unlock() }; return itemPath }
 
     /// The name of the item at `other` as inotify gives it: relative to the watched item when
     /// inside it. (Compared as bytes: Foundation's string search showed in every event's cost.)
@@ -87,99 +79,67 @@ final class RemotePresenter: ExtendedFilePresenter, PathMessagedPresenter, @unch
 
     // MARK: Requests
 
-    func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+        let answered: @Sendable (UInt64, Int32) -> Void = { _, code in completion(Self.error(code), nil) }
+        switch request {
+        case .relinquishToReader: relinquish(toWriter: false, completion)
+        case .relinquishToWriter: relinquish(toWriter: true, completion)
+        case .saveChanges: ask(.save, answered)
+        case .accommodateDeletion: ask(.accommodateDeletion, answered)
+        case .accommodateSubitemDeletion(let item):
+            let itemName = name(item.string)
+            if let connection, Self.isDeep(itemName), !connection.mayLearn(of: item.string) { return completion(nil, nil) }
+            ask(.accommodateSubitemDeletion, name: itemName, path: item.string, answered)
+        }
+    }
+
+    private func relinquish(toWriter: Bool, _ completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
         ask(toWriter ? .relinquishToWriter : .relinquishToReader) { cookie, code in
             if code != 0 { return completion(Self.error(code), nil) }
             if cookie == 0 { return completion(nil, nil) }
-            // Strong: an access that deletes the item removes its watch (`presentedItemWasDeleted`)
+            // Strong: an access that deletes the item removes its watch (`itemWasDeleted`)
             // before it ends, and the reacquirer is still due then.
             let reacquire: @Sendable () -> Void = { self.tell(.reacquire, cookie: cookie) }
             completion(nil, reacquire)
         }
     }
 
-    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        relinquishPresentedItem(toWriter: false) { _, reacquirer in reader(reacquirer) }
-    }
-
-    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        relinquishPresentedItem(toWriter: true) { _, reacquirer in writer(reacquirer) }
-    }
-
-    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        ask(.save) { _, code in completionHandler(Self.error(code)) }
-    }
-
-    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        ask(.accommodateDeletion) { _, code in completionHandler(Self.error(code)) }
-    }
-
-    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
-        accommodateSubitemDeletion(at: url.path, completionHandler)
-    }
-
-    private func accommodateSubitemDeletion(at itemPath: String, _ completionHandler: @escaping @Sendable (Error?) -> Void) {
-        let itemName = name(itemPath)
-        if let connection, Self.isDeep(itemName), !connection.mayLearn(of: itemPath) { return completionHandler(nil) }
-        ask(.accommodateSubitemDeletion, name: itemName, path: itemPath) { _, code in completionHandler(Self.error(code)) }
-    }
-
-    /// The engine's requests as paths (`PathMessagedPresenter`).
-    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
-        switch request {
-        case .relinquishToReader: relinquishPresentedItem(toWriter: false, completion: completion)
-        case .relinquishToWriter: relinquishPresentedItem(toWriter: true, completion: completion)
-        case .saveChanges: savePresentedItemChanges { completion($0, nil) }
-        case .accommodateDeletion: accommodatePresentedItemDeletion { completion($0, nil) }
-        case .accommodateSubitemDeletion(let item): accommodateSubitemDeletion(at: item.string) { completion($0, nil) }
-        }
-    }
+    /// Sent at once, so that it reaches the client before the next access can ask it again.
+    func reacquire(_ reacquirer: @escaping @Sendable () -> Void) { reacquirer() }
 
     // MARK: Notifications
 
-    /// The engine's notifications as paths (`PathMessagedPresenter`): the callbacks below, without
-    /// making a URL of each path only to take it apart again.
-    func presented(_ notification: PresenterNotification) {
-        switch notification {
-        case .didMove(let newPath): itemDidMove(to: newPath.string)
-        case .didChange: presentedItemDidChange()
-        case .subitemDidAppear(let item): tell(.subitemAppeared, name: name(item.string), path: item.string)
-        case .subitemDidMove(let from, let to): subitem(at: from.string, didMoveTo: to.string)
-        case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string)
-        case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string)
-        case .itemWasDeleted: presentedItemWasDeleted()
-        case .coordinationWasBroken: tell(.broken)
+    /// A watch gets every notification: it needs no did-change for a subitem one (P20).
+    func told(_ notifications: [PresenterNotification], presentsPackage: Bool, moved: @escaping @Sendable () -> Void) {
+        for notification in notifications {
+            switch notification {
+            case .didMove(let newPath):
+                itemDidMove(to: newPath.string)
+                moved()
+            case .didChange: tell(.changed)
+            case .subitemDidAppear(let item): tell(.subitemAppeared, name: name(item.string), path: item.string)
+            case .subitemDidMove(let from, let to): subitem(at: from.string, didMoveTo: to.string)
+            case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string)
+            case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string)
+            case .itemWasDeleted:
+                tell(.presenterRemoved)
+                connection?.removeWatch(wd)
+            case .coordinationWasBroken: tell(.broken)
+            }
         }
     }
-
-    func presentedItemDidMove(to newURL: URL) { itemDidMove(to: newURL.path) }
 
     private func itemDidMove(to newPath: String) {
         let old = path
         let cookie = connection?.nextCookie() ?? 0
-        lock.lock(); url = URL(fileURLWithPath: newPath); urlPath = newPath; lock.unlock()
+        lock.lock(); itemPath = newPath; lock.unlock()
         tell(.movedFrom, cookie: cookie, path: old)
         tell(.movedTo, cookie: cookie, path: newPath)
     }
-
-    func presentedItemDidChange() { tell(.changed) }
-
-    func presentedSubitemDidAppear(at url: URL) { tell(.subitemAppeared, name: name(url.path), path: url.path) }
-
-    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { subitem(at: oldURL.path, didMoveTo: newURL.path) }
 
     private func subitem(at oldPath: String, didMoveTo newPath: String) {
         let cookie = connection?.nextCookie() ?? 0
         tell(.movedFrom, cookie: cookie, name: name(oldPath), path: oldPath)
         tell(.movedTo, cookie: cookie, name: name(newPath), path: newPath)
-    }
-
-    func presentedSubitemDidChange(at url: URL) { tell(.subitemChanged, name: name(url.path), path: url.path) }
-
-    func presentedSubitemWasDeleted(at url: URL) { tell(.subitemDeleted, name: name(url.path), path: url.path) }
-
-    func presentedItemWasDeleted() {
-        tell(.presenterRemoved)
-        connection?.removeWatch(wd)
     }
 }

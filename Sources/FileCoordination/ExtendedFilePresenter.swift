@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import Foundation
 
 /// What a presenter standing for another process (a control-socket client) needs beyond
@@ -27,18 +28,6 @@ extension ExtendedFilePresenter {
     public func presentedItemCoordinationWasBroken() {}
     public var answeredRequests: PresenterRequest.Kinds { .all }
     public var takesMessagesInline: Bool { false }
-}
-
-/// A presenter that takes the engine's messages as they are, as paths (the control socket's
-/// watches): a watcher hears of every new file and may be asked about every deletion, and
-/// making a URL of each path only for the presenter to take it apart again showed in what that
-/// cost the mount. It gets every notification, so it needs no did-change in place of a missing
-/// subitem callback (P20).
-package protocol PathMessagedPresenter: ExtendedFilePresenter {
-    func presented(_ notification: PresenterNotification)
-    /// Answers `request` through `completion`: nil to consent, with a reacquirer for a
-    /// relinquish if it has one, or the error that fails the access.
-    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void)
 }
 
 extension FilePresenter {

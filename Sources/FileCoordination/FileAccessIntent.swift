@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import Foundation
 
 /// One read or write of one item in `coordinate(with:queue:byAccessor:)`: Foundation's

@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import Foundation
 
 extension FileCoordinator {

@@ -1,3 +1,4 @@
+import CoordinationRuntime
 import Foundation
 
 /// Foundation's own signatures, beside the Swift-native ones: code written for

@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import Dispatch
 import Foundation
 
@@ -9,7 +10,7 @@ import Foundation
 /// `NSError` pointer and return the accessor's result; programmer errors that Apple raises as
 /// exceptions throw `FileCoordinationError`; waiting is bounded by `waitTimeout` and presenters'
 /// answers by the domain's `presenterTimeout`, so nothing hangs forever.
-public final class FileCoordinator: @unchecked Sendable {
+public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     public typealias ReadingOptions = Coordination.ReadingOptions
     public typealias WritingOptions = Coordination.WritingOptions
 
@@ -34,7 +35,7 @@ public final class FileCoordinator: @unchecked Sendable {
         self.filePresenter = filePresenter
         self.domain = domain
         if let filePresenter {
-            _purposeIdentifier = "presenter-\(CoordinationDomain.identity(of: filePresenter))"
+            _purposeIdentifier = "presenter-\(ObjectPresenter.identity(of: filePresenter))"
             purposeLocked = true
         } else {
             _purposeIdentifier = UUID().uuidString
@@ -68,8 +69,8 @@ public final class FileCoordinator: @unchecked Sendable {
         set { lock.withLock { _waitTimeout = newValue } }
     }
 
-    var identity: CoordinatorIdentity {
-        if let filePresenter { return CoordinationDomain.identity(of: filePresenter) }
+    package var identity: CoordinatorIdentity {
+        if let filePresenter { return ObjectPresenter.identity(of: filePresenter) }
         return .purpose(purposeIdentifier)
     }
 
@@ -78,16 +79,16 @@ public final class FileCoordinator: @unchecked Sendable {
     /// Registers `presenter` with the process's coordination: from now on it hears of every
     /// coordinated access to its item.
     public class func addFilePresenter(_ presenter: FilePresenter) {
-        CoordinationDomain.shared.register(presenter)
+        CoordinationDomain.shared.addFilePresenter(presenter)
     }
 
     /// Unregisters `presenter`; unknown presenters are ignored.
     public class func removeFilePresenter(_ presenter: FilePresenter) {
-        CoordinationDomain.shared.unregister(presenter)
+        CoordinationDomain.shared.removeFilePresenter(presenter)
     }
 
     /// The presenters registered in this process.
-    public class var filePresenters: [FilePresenter] { CoordinationDomain.shared.registeredPresenters }
+    public class var filePresenters: [FilePresenter] { CoordinationDomain.shared.filePresenters }
 
     // MARK: Cancellation (C13, C23)
 
@@ -102,10 +103,12 @@ public final class FileCoordinator: @unchecked Sendable {
         for access in waiting { access.cancel() }
     }
 
-    var isCancelled: Bool { lock.withLock { cancelled } }
+    package var isCancelled: Bool { lock.withLock { cancelled } }
 
-    func track(_ access: CoordinatedAccess) { lock.withLock { inFlight[ObjectIdentifier(access)] = access } }
-    func untrack(_ access: CoordinatedAccess) { lock.withLock { inFlight[ObjectIdentifier(access)] = nil } }
+    package var presenterKey: ObjectIdentifier? { filePresenter.map(ObjectIdentifier.init) }
+
+    package func track(_ access: CoordinatedAccess) { lock.withLock { inFlight[ObjectIdentifier(access)] = access } }
+    package func untrack(_ access: CoordinatedAccess) { lock.withLock { inFlight[ObjectIdentifier(access)] = nil } }
 
     func pushRunning(_ access: CoordinatedAccess) { lock.withLock { running.append(access) } }
     func popRunning(_ access: CoordinatedAccess) {
@@ -128,7 +131,7 @@ public final class FileCoordinator: @unchecked Sendable {
         let relinquished = lock.withLock { batchRelinquished }
         var request = AccessRequest(identity: identity, intents: intents, alreadyRelinquished: relinquished)
         request.messagesContents = contents
-        return CoordinatedAccess(coordinator: self, request: request)
+        return CoordinatedAccess(coordinator: self, domain: domain, request: request)
     }
 
     /// Blocks until `access` is granted or has failed.
@@ -278,7 +281,7 @@ public final class FileCoordinator: @unchecked Sendable {
         let destination = locator.target(for: new)
         do {
             let notifications = try domain.engine.reportMove(in: grant, from: source, to: destination)
-            PresenterNotifier.deliver(notifications, domain: domain)
+            domain.deliver(notifications)
         } catch {
             throw FileCoordinationError.from(error)
         }

@@ -1,3 +1,4 @@
+import CoordinationRuntime
 import Foundation
 
 /// An object that presents an item to its user and wants to hear about, and have a say in,

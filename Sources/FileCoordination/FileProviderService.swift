@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -31,7 +32,8 @@ public struct FileProviderService: Sendable {
             throw FileCoordinationError.systemError("socketpair", errno)
         }
         let providerEnd = FileHandle(fileDescriptor: fds[1], closeOnDealloc: true)
-        DispatchQueue.global().async { handler(providerEnd, itemURL) }
+        let path = try domain.locator.canonicalPath(of: itemURL)
+        DispatchQueue.global().async { handler(providerEnd, path) }
         return FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
     }
 }
@@ -67,14 +69,14 @@ public enum FileProviderServices {
         guard ItemLocator.exists(path) else { throw FileCoordinationError.noSuchItem(path.string) }
         if let link = domain.link(for: path) {
             // Inside a mount served by another process: vend there, for every process to find.
-            let number = try link.vend(name, at: path, handler: handler)
+            let number = try link.vend(name, at: path) { handler($0, $1.fileURL) }
             return ServiceRegistration(name: name, id: ServiceRegistrationID(rawValue: UInt64(number)), domain: domain,
                                        remote: (link, number))
         }
         let owner = CoordinatorIdentity.purpose("service-provider-\(UUID().uuidString)")
         do {
             let id = try domain.engine.vendService(named: name, at: path, owner: owner)
-            domain.setServiceHandler(handler, for: id)
+            domain.setServiceHandler({ handler($0, $1.fileURL) }, for: id)
             return ServiceRegistration(name: name, id: id, domain: domain)
         } catch .invalidRequest(let why) {
             throw FileCoordinationError.invalidServiceName(why)

@@ -1,3 +1,4 @@
+@_exported import CoordinationRuntime
 import Foundation
 
 #if !canImport(Darwin)

@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import Foundation
 
 /// A read-only copy of an item made under a coordinated read with forUploading (O4): a file is

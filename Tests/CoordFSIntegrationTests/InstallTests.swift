@@ -1,8 +1,8 @@
 import Foundation
 import Testing
 
-/// `make install` with DESTDIR puts the command, the mount helper, the man pages and the
-/// completions under DESTDIR alone (`install-files`, from the debug build and the pages
+/// `make install` with DESTDIR puts the command, the mount helper, the man pages, the
+/// completions and the daemon's systemd user units under DESTDIR alone (`install-files`, from the debug build and the pages
 /// `make test` generates first), and each page renders.
 @Suite struct InstallTests {
     @Test func installPutsEverythingUnderDestdirAndEveryPageRenders() throws {
@@ -25,6 +25,11 @@ import Testing
         #expect(bash.contains("coordfs") && bash.contains("complete"))
         #expect(FileManager.default.fileExists(atPath: root + "/usr/local/share/zsh/site-functions/_coordfs"))
         #expect(FileManager.default.fileExists(atPath: root + "/usr/local/share/fish/vendor_completions.d/coordfs.fish"))
+        for unit in ["coordfs-daemon.socket", "coordfs-daemon.service"] {
+            #expect(FileManager.default.fileExists(atPath: root + "/usr/local/lib/systemd/user/" + unit), "\(unit) not installed")
+        }
+        let service = try String(contentsOfFile: root + "/usr/local/lib/systemd/user/coordfs-daemon.service", encoding: .utf8)
+        #expect(service.contains("ExecStart=/usr/local/bin/coordfs daemon"))
         var pages: [String] = []
         for section in ["man1", "man8"] {
             let folder = root + "/usr/local/share/man/" + section

@@ -1,4 +1,4 @@
-@testable import CoordFSMount
+import CoordinationRuntime
 import Foundation
 import Synchronization
 import TestSupport

@@ -12,9 +12,9 @@ final class PresenterMessenger: @unchecked Sendable {
     private let domain: CoordinationDomain
     private var pending: Set<PresenterID>
     private var completion: Completion?
-    /// Each with its presenter's queue, or nil for a presenter that takes messages inline
-    /// (a control-socket client's): its reacquirer is sent at once, before the next access.
-    private var reacquirers: [(OperationQueue?, @Sendable () -> Void)] = []
+    /// Each with the presenter that handed it back, which runs it where its messages run: a
+    /// control-socket client's at once, so that it is sent before the next access comes in.
+    private var reacquirers: [(any Presenter, @Sendable () -> Void)] = []
     private var accessEnded = false
     /// The request each presenter has yet to answer, for the report of one that does not.
     private var current: [PresenterID: (request: PresenterRequest, presentedPath: ItemPath)] = [:]
@@ -60,16 +60,12 @@ final class PresenterMessenger: @unchecked Sendable {
 
     /// The access has ended: run reacquirers now and any that arrive late at once.
     func endAccess() {
-        let toRun: [(OperationQueue?, @Sendable () -> Void)] = lock.withLock {
+        let toRun: [(any Presenter, @Sendable () -> Void)] = lock.withLock {
             accessEnded = true
             defer { reacquirers = [] }
             return reacquirers
         }
-        for (queue, reacquirer) in toRun { Self.run(reacquirer, on: queue) }
-    }
-
-    private static func run(_ reacquirer: @escaping @Sendable () -> Void, on queue: OperationQueue?) {
-        if let queue { queue.addOperation(reacquirer) } else { reacquirer() }
+        for (presenter, reacquirer) in toRun { presenter.reacquire(reacquirer) }
     }
 
     private func deliver(_ messages: ArraySlice<PresenterRequest>, _ delivery: PresenterDelivery<PresenterRequest>) {
@@ -78,48 +74,21 @@ final class PresenterMessenger: @unchecked Sendable {
             return
         }
         lock.withLock { current[delivery.presenter] = (message, delivery.presentedPath) }
-        let queue = presenter.presentedItemOperationQueue
         let rest = messages.dropFirst()
-        let next: @Sendable (Error?) -> Void = { [self] error in
-            if let error { answered(delivery.presenter, error: error) } else { deliver(rest, delivery) }
-        }
-        let inline = (presenter as? PathMessagedPresenter)?.takesMessagesInline == true
-        let relinquished: @Sendable ((@Sendable () -> Void)?) -> Void = { [self] reacquirer in
-            if let reacquirer { keep(reacquirer, on: inline ? nil : queue) }
-            next(nil)
-        }
-        if let direct = presenter as? PathMessagedPresenter, direct.takesMessagesInline {
-            return direct.asked(message) { error, reacquirer in
-                if let error { next(error) } else { relinquished(reacquirer) }
-            }
-        }
-        presenter.perform {
-            switch message {
-            case .relinquishToReader, .relinquishToWriter:
-                if let extended = presenter as? ExtendedFilePresenter {
-                    extended.relinquishPresentedItem(toWriter: message == .relinquishToWriter) { error, reacquirer in
-                        if let error { next(error) } else { relinquished(reacquirer) }
-                    }
-                } else if message == .relinquishToReader {
-                    presenter.relinquishPresentedItem(toReader: relinquished)
-                } else {
-                    presenter.relinquishPresentedItem(toWriter: relinquished)
-                }
-            case .saveChanges: presenter.savePresentedItemChanges(completionHandler: next)
-            case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: next)
-            case .accommodateSubitemDeletion(let path):
-                presenter.accommodatePresentedSubitemDeletion(at: path.fileURL, completionHandler: next)
-            }
+        presenter.asked(message) { [self] error, reacquirer in
+            if let error { return answered(delivery.presenter, error: error) }
+            if let reacquirer { keep(reacquirer, of: presenter) }
+            deliver(rest, delivery)
         }
     }
 
-    private func keep(_ reacquirer: @escaping @Sendable () -> Void, on queue: OperationQueue?) {
+    private func keep(_ reacquirer: @escaping @Sendable () -> Void, of presenter: any Presenter) {
         let runNow = lock.withLock { () -> Bool in
             if accessEnded { return true }
-            reacquirers.append((queue, reacquirer))
+            reacquirers.append((presenter, reacquirer))
             return false
         }
-        if runNow { Self.run(reacquirer, on: queue) }
+        if runNow { presenter.reacquire(reacquirer) }
     }
 
     private func answered(_ presenter: PresenterID, error given: Error?) {
@@ -177,47 +146,15 @@ final class PresenterMessenger: @unchecked Sendable {
     }
 }
 
-/// Delivers notifications on presenters' queues, with the package fallback (P20) and the URL
-/// refresh after a move (P8).
+/// Tells presenters what an access did (each in its own way: `Presenter.told`), and reads a
+/// moved presenter's paths again (P8).
 enum PresenterNotifier {
     static func deliver(_ deliveries: [PresenterDelivery<PresenterNotification>], domain: CoordinationDomain) {
         for delivery in deliveries {
             guard let presenter = domain.presenter(delivery.presenter) else { continue }
-            let package = delivery.presentsPackage
-            let messages = delivery.messages
-            presenter.perform {
-                var sentDidChange = false
-                for message in messages {
-                    func deliver() {
-                        switch message {
-                        case .didMove(let path): presenter.presentedItemDidMove(to: path.fileURL)
-                        case .didChange: presenter.presentedItemDidChange(); sentDidChange = true
-                        case .subitemDidAppear(let path): presenter.presentedSubitemDidAppear(at: path.fileURL)
-                        case .subitemDidMove(let from, let to): presenter.presentedSubitem(at: from.fileURL, didMoveTo: to.fileURL)
-                        case .subitemDidChange(let path): presenter.presentedSubitemDidChange(at: path.fileURL)
-                        case .subitemWasDeleted(let path):
-                            if let extended = presenter as? ExtendedFilePresenter { extended.presentedSubitemWasDeleted(at: path.fileURL) }
-                            else { UnimplementedCallback.note() }   // no Apple callback
-                        case .itemWasDeleted:
-                            (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
-                        case .coordinationWasBroken:
-                            (presenter as? ExtendedFilePresenter)?.presentedItemCoordinationWasBroken()
-                        }
-                    }
-                    if let direct = presenter as? PathMessagedPresenter {
-                        direct.presented(message)
-                    } else if package && message.isSubitemNotification && !sentDidChange {
-                        // Only a package's presenter may need did-change instead; asking the
-                        // thread whether a default ran costs more than most callbacks.
-                        if UnimplementedCallback.reachedDefault(deliver) {
-                            presenter.presentedItemDidChange()                  // P20, reference C45
-                            sentDidChange = true
-                        }
-                    } else {
-                        deliver()
-                    }
-                    if case .didMove = message { domain.refresh(presenter) }
-                }
+            let id = delivery.presenter
+            presenter.told(delivery.messages, presentsPackage: delivery.presentsPackage) { [weak domain] in
+                domain?.refresh(id)
             }
         }
     }

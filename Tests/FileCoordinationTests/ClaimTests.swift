@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import FileCoordination
 import Foundation
 import Synchronization
@@ -29,21 +30,21 @@ private final class InlinePresenter: ExtendedFilePresenter, @unchecked Sendable 
     func presentedItemWasDeleted() {}
 }
 
-@Suite struct AccessClaimTests {
+@Suite struct ClaimTests {
     /// An inline presenter of "dir", and a claim granted at once to create "dir/new" in it.
-    private func creationWatched(by fixture: Fixture) throws -> AccessClaim {
+    private func creationWatched(by fixture: Fixture) throws -> Claim {
         let directory = try fixture.directory("dir")
         fixture.domain.addFilePresenter(InlinePresenter(directory, log: fixture.log))
         let intents = [Intent(.writing([]), try fixture.domain.accessTarget(for: fixture.url("dir/new")))]
-        return try #require(AccessClaim.grantedAtOnce(in: fixture.domain, identity: .process(1), intents: intents))
+        return try #require(Claim.grantedAtOnce(in: fixture.domain, identity: .process(1), intents: intents))
     }
 
     @Test func presentersHearOfAClaimOnlyOnceItsScopeHasEnded() throws {
         let fixture = try Fixture()
         let claim = try creationWatched(by: fixture)
-        claim.notifyingPresentersAfter {
+        fixture.domain.deliveringAfter {
             _ = try? fixture.file("dir/new")
-            claim.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+            claim.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)], in: fixture.domain)
             fixture.log.add("replied")
         }
         #expect(fixture.log.events == ["replied", "appeared new"])
@@ -52,11 +53,11 @@ private final class InlinePresenter: ExtendedFilePresenter, @unchecked Sendable 
     @Test func overlappingScopesDeliverWhenTheLastEnds() throws {
         let fixture = try Fixture()
         let claim = try creationWatched(by: fixture)
-        claim.notifyingPresentersAfter {
+        fixture.domain.deliveringAfter {
             // A release overlapping the end of the open that made its handle.
-            claim.notifyingPresentersAfter {
+            fixture.domain.deliveringAfter {
                 _ = try? fixture.file("dir/new")
-                claim.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+                claim.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)], in: fixture.domain)
             }
             fixture.log.add("inner scope ended")
         }
@@ -67,7 +68,7 @@ private final class InlinePresenter: ExtendedFilePresenter, @unchecked Sendable 
         let fixture = try Fixture()
         let claim = try creationWatched(by: fixture)
         try fixture.file("dir/new")
-        claim.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)])
+        claim.end(outcomes: [IntentOutcome(existedBefore: false, existsAfter: true)], in: fixture.domain)
         #expect(fixture.log.events == ["appeared new"])
     }
 
@@ -81,8 +82,10 @@ private final class InlinePresenter: ExtendedFilePresenter, @unchecked Sendable 
         let asked = Background { () -> Bool in
             accessingThread.withLock { $0 = UInt(bitPattern: Int(bitPattern: pthread_self())) }
             let done = DispatchSemaphore(value: 0)
-            AccessClaim.begin(in: fixture.domain, identity: .process(1), intents: intents, timeout: .seconds(10)) { result in
-                if case .success(let claim) = result { claim.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false)]) }
+            Claim.begin(in: fixture.domain, identity: .process(1), intents: intents, timeout: .seconds(10)) { result in
+                if case .success(let claim) = result {
+                    claim.end(outcomes: [IntentOutcome(existedBefore: true, existsAfter: false)], in: fixture.domain)
+                }
                 done.signal()
             }
             return done.wait(timeout: .now() + 10) == .success

@@ -6,10 +6,10 @@ import Glibc
 
 /// The user a coordinator acts for: across users coordination is a lease, and a presenter's
 /// veto counts only for its own user's accesses (SPEC §4).
-public enum CoordinatorUsers {
+package enum CoordinatorUsers {
     /// The filesystem uid of the coordinator's process; a coordinator of this very process
     /// (`.object`, `.purpose`), this process's user; nil when its process has gone.
-    public static func user(of identity: CoordinatorIdentity) -> uid_t? {
+    package static func user(of identity: CoordinatorIdentity) -> uid_t? {
         guard let process = identity.process else { return geteuid() }
         guard let status = try? String(contentsOfFile: "/proc/\(process)/status", encoding: .utf8),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Uid:") }) else { return nil }
@@ -19,7 +19,7 @@ public enum CoordinatorUsers {
 
     /// Whether a refusal by a presenter of `presenter` fails an access of `accessor`: it is the
     /// accessor's own user's, or root's. Another user's is ignored (and reported).
-    public static func mayVeto(_ presenter: CoordinatorIdentity, _ accessor: CoordinatorIdentity) -> Bool {
+    package static func mayVeto(_ presenter: CoordinatorIdentity, _ accessor: CoordinatorIdentity) -> Bool {
         guard let owner = user(of: presenter) else { return false }
         return owner == 0 || owner == user(of: accessor)
     }

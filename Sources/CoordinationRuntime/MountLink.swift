@@ -10,18 +10,19 @@ import Glibc
 /// their intents there too (for this process, so its own opens through the mount never wait on
 /// them), and presenters of items inside it are watched there, so that programs using the mount
 /// — `cp`, a Python script, another Swift program — and this one coordinate with each other.
-final class MountLink: @unchecked Sendable {
+package final class MountLink: @unchecked Sendable {
     let socketPath: String
     let mountRoot: String
     private let client: ControlClient
     private let lock = NSLock()
-    private var presenters: [Int: FilePresenter] = [:]
+    private var presenters: [Int: any Presenter] = [:]
+    /// Watch descriptors by the key their presenter is registered under.
     private var watches: [ObjectIdentifier: Int] = [:]
-    private var reacquirers: [UInt64: (OperationQueue, @Sendable () -> Void)] = [:]
+    private var reacquirers: [UInt64: (any Presenter, @Sendable () -> Void)] = [:]
     private var movedFrom: [UInt64: String] = [:]
     /// Holds whose coordination the server broke (a BROKEN event), by number, with the item.
     private var brokenHolds: [Int: String] = [:]
-    private var serviceHandlers: [Int: @Sendable (FileHandle, URL) -> Void] = [:]
+    private var serviceHandlers: [Int: @Sendable (FileHandle, ItemPath) -> Void] = [:]
 
     /// The control socket of the mount holding `path` (whoever serves it).
     static func socket(for path: ItemPath) -> String? { ControlClient.mountSocketPath(for: path.string) }
@@ -32,15 +33,15 @@ final class MountLink: @unchecked Sendable {
         if case .string(let root)? = client.server["root"] { mountRoot = root } else { mountRoot = "/" }
         client.onEvent { [weak self] record in self?.deliver(record) }
         client.onServiceConnection { [weak self] record, connection in
-            guard let handler = self?.lock.withLock({ self?.serviceHandlers[record.wd] }) else { return }
-            DispatchQueue.global().async { handler(connection, URL(fileURLWithPath: record.path)) }
+            guard let handler = self?.lock.withLock({ self?.serviceHandlers[record.wd] }), let path = ItemPath(record.path) else { return }
+            DispatchQueue.global().async { handler(connection, path) }
         }
     }
 
     // MARK: Services
 
     /// Vends `name` for `path` in the mount; returns the registration number.
-    func vend(_ name: String, at path: ItemPath, handler: @escaping @Sendable (FileHandle, URL) -> Void) throws -> Int {
+    package func vend(_ name: String, at path: ItemPath, handler: @escaping @Sendable (FileHandle, ItemPath) -> Void) throws -> Int {
         let fields: [String: WireValue]
         do { fields = try client.request { .vend(id: $0, name: name, path: path.string) } } catch let error as ControlError {
             throw error.errno == "EINVAL" ? FileCoordinationError.invalidServiceName(error.message) : FileCoordinationError.noSuchItem(error.message)
@@ -50,13 +51,13 @@ final class MountLink: @unchecked Sendable {
         return number
     }
 
-    func withdraw(_ number: Int) {
+    package func withdraw(_ number: Int) {
         lock.withLock { _ = serviceHandlers.removeValue(forKey: number) }
         client.send(.withdraw(id: 0, service: number))
     }
 
     /// The names of the services of `path`.
-    func services(at path: ItemPath) throws -> [String] {
+    package func services(at path: ItemPath) throws -> [String] {
         let fields: [String: WireValue]
         do { fields = try client.request { .services(id: $0, path: path.string) } } catch let error as ControlError {
             throw FileCoordinationError.noSuchItem(error.description)
@@ -68,7 +69,7 @@ final class MountLink: @unchecked Sendable {
         }
     }
 
-    func connect(_ name: String, at path: ItemPath) throws -> FileHandle {
+    package func connect(_ name: String, at path: ItemPath) throws -> FileHandle {
         do { return try client.connect(service: name, at: path.string) } catch let error as ControlError {
             throw error.errno == "ENOENT" ? FileCoordinationError.noSuchService(name) : FileCoordinationError.systemError(error.description, ECONNREFUSED)
         }
@@ -83,16 +84,16 @@ final class MountLink: @unchecked Sendable {
     var isClosed: Bool { client.isClosed }
 
     /// Whether the server is a daemon, serving paths outside any mount.
-    var isDaemon: Bool { mountRoot == "/" }
+    package var isDaemon: Bool { mountRoot == "/" }
 
     // MARK: Holds
 
-    /// Holds `intents` for a coordinator of this process — for `presenter`, when it was made
-    /// with one watched here, so that it passes while that presenter is asked; `completion`
-    /// gets the hold number or the error.
-    func hold(_ intents: [Intent], for presenter: FilePresenter?, coordinator: String?, timeout: Duration?,
+    /// Holds `intents` for a coordinator of this process — for the presenter registered under
+    /// `presenterKey`, when it was made with one watched here, so that it passes while that
+    /// presenter is asked; `completion` gets the hold number or the error.
+    func hold(_ intents: [Intent], forPresenter presenterKey: ObjectIdentifier?, coordinator: String?, timeout: Duration?,
               completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void) -> Int {
-        let wd = presenter.flatMap { presenter in lock.withLock { watches[ObjectIdentifier(presenter)] } }
+        let wd = presenterKey.flatMap { key in lock.withLock { watches[key] } }
         let wire = intents.map { intent -> WireIntent in
             switch intent.kind {
             case .reading(let options):
@@ -171,89 +172,74 @@ final class MountLink: @unchecked Sendable {
 
     // MARK: Presenters
 
-    func watch(_ presenter: FilePresenter, at path: ItemPath) {
+    func watch(_ presenter: any Presenter, key: ObjectIdentifier, at path: ItemPath) {
         guard let fields = try? client.request({ .watch(id: $0, path: path.string, mask: .all) }),
               case .int(let wd)? = fields["wd"] else { return }
         lock.withLock {
             presenters[wd] = presenter
-            watches[ObjectIdentifier(presenter)] = wd
+            watches[key] = wd
         }
     }
 
-    func unwatch(_ presenter: FilePresenter) {
+    func unwatch(key: ObjectIdentifier) {
         guard let wd = lock.withLock({ () -> Int? in
-            guard let wd = watches.removeValue(forKey: ObjectIdentifier(presenter)) else { return nil }
+            guard let wd = watches.removeValue(forKey: key) else { return nil }
             presenters[wd] = nil
             return wd
         }) else { return }
         client.send(.unwatch(id: 0, wd: wd))
     }
 
-    /// Turns an event record into the presenter's callback, on its queue; answers requests.
+    /// Turns an event record into the engine's request or notification for the presenter it
+    /// is for, and sends the presenter's answer back.
     private func deliver(_ record: EventRecord) {
         if record.wd == 0 && record.mask.contains(.broken) {
             lock.withLock { brokenHolds[Int(truncatingIfNeeded: record.cookie)] = record.path }
             return
         }
-        guard let presenter = lock.withLock({ presenters[record.wd] }) else {
+        guard let presenter = lock.withLock({ presenters[record.wd] }), let path = ItemPath(record.path) else {
             if record.mask.contains(.request) { client.answer(cookie: record.cookie, errno: 0) }
             return
         }
-        let queue = presenter.presentedItemOperationQueue
-        let url = URL(fileURLWithPath: record.path)
         let cookie = record.cookie
-        let answer: @Sendable (Error?) -> Void = { [client] error in
-            client.answer(cookie: cookie, errno: error.map(Self.errnoCode) ?? 0)
-        }
-        let relinquished: @Sendable ((@Sendable () -> Void)?) -> Void = { [weak self] reacquirer in
-            if let reacquirer { self?.lock.withLock { self?.reacquirers[cookie] = (queue, reacquirer) } }
-            answer(nil)
-        }
         let mask = record.mask
         if mask.contains(.reacquire) {
-            if let (queue, reacquirer) = lock.withLock({ reacquirers.removeValue(forKey: cookie) }) { queue.addOperation(reacquirer) }
+            if let (presenter, reacquirer) = lock.withLock({ reacquirers.removeValue(forKey: cookie) }) { presenter.reacquire(reacquirer) }
             return
         }
         if mask.contains(.movedFrom) {
             lock.withLock { movedFrom[cookie] = record.path }
             return
         }
-        let from = mask.contains(.movedTo) ? lock.withLock { movedFrom.removeValue(forKey: cookie) } : nil
-        queue.addOperation {
-            if mask.contains(.relinquishToReader) || mask.contains(.relinquishToWriter) {
-                let toWriter = mask.contains(.relinquishToWriter)
-                if let extended = presenter as? ExtendedFilePresenter {
-                    extended.relinquishPresentedItem(toWriter: toWriter) { error, reacquirer in
-                        if let error { answer(error) } else { relinquished(reacquirer) }
-                    }
-                } else if toWriter {
-                    presenter.relinquishPresentedItem(toWriter: relinquished)
-                } else {
-                    presenter.relinquishPresentedItem(toReader: relinquished)
-                }
-            } else if mask.contains(.save) {
-                presenter.savePresentedItemChanges(completionHandler: answer)
-            } else if mask.contains(.accommodateDeletion) {
-                presenter.accommodatePresentedItemDeletion(completionHandler: answer)
-            } else if mask.contains(.accommodateSubitemDeletion) {
-                presenter.accommodatePresentedSubitemDeletion(at: url, completionHandler: answer)
-            } else if mask.contains(.movedTo) {
-                if record.name.isEmpty { presenter.presentedItemDidMove(to: url) }
-                else if let from { presenter.presentedSubitem(at: URL(fileURLWithPath: from), didMoveTo: url) }
-            } else if mask.contains(.changed) {
-                presenter.presentedItemDidChange()
-            } else if mask.contains(.subitemAppeared) {
-                presenter.presentedSubitemDidAppear(at: url)
-            } else if mask.contains(.subitemChanged) {
-                presenter.presentedSubitemDidChange(at: url)
-            } else if mask.contains(.subitemDeleted) {
-                (presenter as? ExtendedFilePresenter)?.presentedSubitemWasDeleted(at: url)
-            } else if mask.contains(.presenterRemoved) {
-                (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
-            } else if mask.contains(.broken) {
-                (presenter as? ExtendedFilePresenter)?.presentedItemCoordinationWasBroken()
+        if let request = Self.request(mask, path) {
+            return presenter.asked(request) { [weak self, client] error, reacquirer in
+                if error == nil, let reacquirer { self?.lock.withLock { self?.reacquirers[cookie] = (presenter, reacquirer) } }
+                client.answer(cookie: cookie, errno: error.map(Self.errnoCode) ?? 0)
             }
         }
+        let notification: PresenterNotification
+        if mask.contains(.movedTo) {
+            if record.name.isEmpty { notification = .didMove(to: path) }
+            else if let from = lock.withLock({ movedFrom.removeValue(forKey: cookie) }).flatMap { ItemPath($0) } {
+                notification = .subitemDidMove(from: from, to: path)
+            } else { return }
+        } else if mask.contains(.changed) { notification = .didChange }
+        else if mask.contains(.subitemAppeared) { notification = .subitemDidAppear(path) }
+        else if mask.contains(.subitemChanged) { notification = .subitemDidChange(path) }
+        else if mask.contains(.subitemDeleted) { notification = .subitemWasDeleted(path) }
+        else if mask.contains(.presenterRemoved) { notification = .itemWasDeleted }
+        else if mask.contains(.broken) { notification = .coordinationWasBroken }
+        else { return }
+        presenter.told([notification], presentsPackage: false) {}
+    }
+
+    private static func request(_ mask: EventMask, _ path: ItemPath) -> PresenterRequest? {
+        if mask.contains(.relinquishToWriter) { return .relinquishToWriter }
+        if mask.contains(.relinquishToReader) { return .relinquishToReader }
+        if mask.contains(.save) { return .saveChanges }
+        if mask.contains(.accommodateDeletion) { return .accommodateDeletion }
+        if mask.contains(.accommodateSubitemDeletion) { return .accommodateSubitemDeletion(path) }
+        return nil
     }
 
     private static func errnoCode(_ error: Error) -> Int32 {

@@ -2,10 +2,23 @@ import Coordination
 import Dispatch
 import Foundation
 
+/// The coordinator an access runs for, as the runtime needs it (a `FileCoordinator`).
+package protocol AccessCoordinator: AnyObject, Sendable {
+    var isCancelled: Bool { get }
+    var identity: CoordinatorIdentity { get }
+    var waitTimeout: Duration? { get }
+    /// The key the presenter it was made with is registered under (`CoordinationDomain.register`).
+    var presenterKey: ObjectIdentifier? { get }
+    /// Keeps a waiting access, for `cancel`, until `untrack`.
+    func track(_ access: CoordinatedAccess)
+    func untrack(_ access: CoordinatedAccess)
+}
+
 /// One coordination call on its way to the accessor: waiting in the engine, then asking
 /// presenters, then granted. Every coordinate method — synchronous, on a queue, async/await or
-/// as an `Operation` — runs through this one path.
-final class CoordinatedAccess: @unchecked Sendable {
+/// as an `Operation` — and every claim of a mount's request or a socket client's hold runs
+/// through this one path.
+package final class CoordinatedAccess: @unchecked Sendable {
     enum Phase {
         case idle
         case waiting(TicketID)
@@ -15,10 +28,10 @@ final class CoordinatedAccess: @unchecked Sendable {
         case ended
     }
 
-    /// The coordinator it runs for; nil for an `AccessClaim` (a mount's kernel request).
-    let coordinator: FileCoordinator?
-    let domain: CoordinationDomain
-    let request: AccessRequest
+    /// The coordinator it runs for; nil for a `Claim` (a mount's request, a client's hold).
+    package let coordinator: (any AccessCoordinator)?
+    package let domain: CoordinationDomain
+    package let request: AccessRequest
     private let lock = NSLock()
     private var phase: Phase = .idle
     private var completion: (@Sendable (Result<CoordinatedAccess, Error>) -> Void)?
@@ -37,20 +50,20 @@ final class CoordinatedAccess: @unchecked Sendable {
     /// Existence of each written item once presenters have answered, for the notifications after.
     private var before: [ItemLocator.Fingerprint?] = []
 
-    init(coordinator: FileCoordinator, request: AccessRequest) {
+    package init(coordinator: any AccessCoordinator, domain: CoordinationDomain, request: AccessRequest) {
         self.coordinator = coordinator
-        self.domain = coordinator.domain
+        self.domain = domain
         self.request = request
     }
 
-    init(domain: CoordinationDomain, request: AccessRequest) {
+    package init(domain: CoordinationDomain, request: AccessRequest) {
         self.coordinator = nil
         self.domain = domain
         self.request = request
     }
 
     /// The intents as granted, with their paths updated by moves while waiting (C11).
-    var grantedIntents: [Intent] {
+    package var grantedIntents: [Intent] {
         lock.withLock {
             var intents: [Intent]
             switch phase {
@@ -66,12 +79,12 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// Reports a move made in the accessor to the daemons this access holds items in: they do
     /// not see the rename (a mount does, and reports it itself).
-    func reportRemoteMove(from source: ItemPath, to destination: ItemPath) {
+    package func reportRemoteMove(from source: ItemPath, to destination: ItemPath) {
         let holds = lock.withLock { remoteHolds }
         for (link, number) in holds where link.isDaemon { link.reportMove(in: number, from: source, to: destination) }
     }
 
-    var grantID: GrantID? {
+    package var grantID: GrantID? {
         lock.withLock {
             if case .granted(let grant, _) = phase { return grant.id }
             return nil
@@ -79,7 +92,7 @@ final class CoordinatedAccess: @unchecked Sendable {
     }
 
     /// Presenters this access asked to relinquish (for a prepared batch, C9).
-    var relinquishedPresenters: Set<PresenterID> {
+    package var relinquishedPresenters: Set<PresenterID> {
         lock.withLock {
             guard case .granted(let grant, _) = phase else { return [] }
             return Set(grant.requests.filter { $0.messages.contains { $0.deliveryRank == 0 } }.map(\.presenter))
@@ -88,7 +101,7 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// Starts; `completion` runs once, with this access granted or the error that stopped it.
     /// It may run before `start` returns, on the calling thread.
-    func start(waitTimeout: Duration?, completion: @escaping @Sendable (Result<CoordinatedAccess, Error>) -> Void) {
+    package func start(waitTimeout: Duration?, completion: @escaping @Sendable (Result<CoordinatedAccess, Error>) -> Void) {
         let early = lock.withLock { () -> CoordinationError? in
             self.completion = completion
             return cancelRequested
@@ -124,7 +137,7 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// Runs `body` if the completion has not been delivered yet, under the lock that delivers it:
     /// what `body` registers is in place before the completion can run. Returns whether it ran.
-    func ifUnsettled(_ body: () -> Void) -> Bool {
+    package func ifUnsettled(_ body: () -> Void) -> Bool {
         lock.withLock {
             guard completion != nil else { return false }
             body()
@@ -133,7 +146,7 @@ final class CoordinatedAccess: @unchecked Sendable {
     }
 
     /// Stops waiting (for the engine or for presenters); no effect once granted (C13).
-    func cancel(because reason: CoordinationError = .cancelled) {
+    package func cancel(because reason: CoordinationError = .cancelled) {
         let current = lock.withLock { () -> Phase in
             if cancelRequested == nil { cancelRequested = reason }
             return phase
@@ -152,7 +165,7 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// Whom this access waits for now: the holders in its way, or the owners of the presenters
     /// it is asking (and then the holders of what their own work took).
-    var awaited: Set<CoordinatorIdentity> {
+    package var awaited: Set<CoordinatorIdentity> {
         switch lock.withLock({ phase }) {
         case .waiting(let ticket): domain.engine.blockers(of: ticket) ?? []
         case .messaging(let grant, _): domain.engine.awaited(by: grant.id)
@@ -161,7 +174,7 @@ final class CoordinatedAccess: @unchecked Sendable {
     }
 
     /// Whether it waits in the engine for holders (not for presenters' answers).
-    var waitsForHolders: Bool {
+    package var waitsForHolders: Bool {
         if case .waiting = lock.withLock({ phase }) { return true }
         return false
     }
@@ -170,7 +183,7 @@ final class CoordinatedAccess: @unchecked Sendable {
     /// something its caller holds to finish (a kernel lock a mount's request holds while it
     /// waits). Waiting in the engine, it goes ahead holding nothing, and presenters are still
     /// told what it did; asking presenters, it goes on without the answers still missing.
-    func breakThrough() {
+    package func breakThrough() {
         switch lock.withLock({ brokeThrough = true; return phase }) {
         case .waiting(let ticket): domain.engine.abandon(ticket, because: .brokenThrough)
         case .messaging(let grant, let messenger):
@@ -238,7 +251,7 @@ final class CoordinatedAccess: @unchecked Sendable {
         guard let (link, intents) = groups.first else { return finish(nil) }
         let done = PendingFlag()
         // One coordinator at the server too: its nested and batched accesses never wait for each other.
-        let id = link.hold(intents, for: coordinator?.filePresenter, coordinator: coordinator.map { "\($0.identity)" },
+        let id = link.hold(intents, forPresenter: coordinator?.presenterKey, coordinator: coordinator.map { "\($0.identity)" },
                            timeout: coordinator?.waitTimeout) { [self] result in
             done.set()
             lock.withLock { remoteRequest = nil }
@@ -274,7 +287,7 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// The item another user's access went ahead on while this access held it (SPEC §4), once
     /// the access has ended; nil when its coordination held throughout.
-    var broken: String? { lock.withLock { brokenItem } }
+    package var broken: String? { lock.withLock { brokenItem } }
 
     /// The wait failed after the local grant: give everything back and fail.
     private func abandonGrant(_ grant: Grant, _ error: Error) {
@@ -315,9 +328,8 @@ final class CoordinatedAccess: @unchecked Sendable {
 
     /// Ends the access: releases the grant, tells presenters what changed (from `outcomes`, or
     /// by looking at the items), runs reacquirers, and reads the coordinator's presenter's URL
-    /// again (C5, C22). `notify` delivers the notifications (default: at once).
-    func end(outcomes given: [IntentOutcome]? = nil,
-             notify: (([PresenterDelivery<PresenterNotification>]) -> Void)? = nil) {
+    /// again (C5, C22). The notifications go out through `CoordinationDomain.deliver`.
+    package func end(outcomes given: [IntentOutcome]? = nil) {
         let ended = lock.withLock { () -> (Grant, PresenterMessenger?, [ItemLocator.Fingerprint?])? in
             guard case .granted(let grant, let messenger) = phase else { return nil }
             phase = .ended
@@ -331,13 +343,13 @@ final class CoordinatedAccess: @unchecked Sendable {
         }
         // Presenters hear what the access did, then get their reacquirers, and only then is the
         // next access let in to ask them again (P4, and Apple's order).
-        domain.engine.release(grant.id, outcomes: outcomes, deliver: { notify?($0) ?? PresenterNotifier.deliver($0, domain: domain) },
+        domain.engine.release(grant.id, outcomes: outcomes, deliver: { domain.deliver($0) },
                               beforeWaking: { messenger?.endAccess() })
         // Other processes' presenters are told of every write of an item that exists (P9): a
         // file's fingerprint may not show a save (an inode number used again, a timestamp
         // of the same clock tick).
         releaseRemote(changed: zip(grant.intents, outcomes).contains { $0.kind.isWrite && ($1.existedBefore || $1.existsAfter) })
-        if let presenter = coordinator?.filePresenter { domain.refresh(presenter) }
+        if let key = coordinator?.presenterKey, let id = domain.presenterID(forKey: key) { domain.refresh(id) }
     }
 }
 

@@ -53,7 +53,7 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     }
 
     /// The API's error for an engine refusal.
-    static func from(_ error: CoordinationError) -> Error {
+    package static func from(_ error: CoordinationError) -> Error {
         switch error {
         case .cancelled, .ownerGone: return CocoaError(.userCancelled)
         case .timedOut, .brokenThrough: return FileCoordinationError.timedOut

@@ -7,14 +7,14 @@ import Glibc
 /// Turns URLs into the engine's canonical paths and facts (the only place this module looks at
 /// the file system for coordination). Symbolic links in parent directories are resolved, so one
 /// item never looks like two (C26, reference X15).
-struct ItemLocator: Sendable {
+package struct ItemLocator: Sendable {
     /// Name extensions that make a directory a file package.
-    var packageExtensions: Set<String>
+    package var packageExtensions: Set<String>
     /// A directory holding a file of this name is a file package.
     static let packageMarker = ".coordfs-package"
 
     /// The canonical path of `url`; with `resolvingLink`, the path of the link's target (O2).
-    func canonicalPath(of url: URL, resolvingLink: Bool = false) throws -> ItemPath {
+    package func canonicalPath(of url: URL, resolvingLink: Bool = false) throws -> ItemPath {
         guard url.isFileURL else {
             throw FileCoordinationError.invalidURL("'\(url.absoluteString)' is not a file URL")
         }
@@ -44,7 +44,7 @@ struct ItemLocator: Sendable {
     }
 
     /// The engine's facts about the item at `path`.
-    func target(for path: ItemPath) -> AccessTarget {
+    package func target(for path: ItemPath) -> AccessTarget {
         let isDirectory = Self.isDirectory(path)
         let isPackage = isDirectory && isPackageDirectory(path)
         var packages: [ItemPath] = []
@@ -55,7 +55,7 @@ struct ItemLocator: Sendable {
                             enclosingPackages: packages.reversed())
     }
 
-    func isPackageDirectory(_ path: ItemPath) -> Bool {
+    package func isPackageDirectory(_ path: ItemPath) -> Bool {
         let name = path.lastComponent
         if let dot = name.lastIndex(of: "."), packageExtensions.contains(String(name[name.index(after: dot)...])) {
             return true
@@ -63,36 +63,36 @@ struct ItemLocator: Sendable {
         return access(path.appending(Self.packageMarker).string, F_OK) == 0
     }
 
-    static func isDirectory(_ path: ItemPath) -> Bool {
+    package static func isDirectory(_ path: ItemPath) -> Bool {
         var info = stat()
         return lstat(path.string, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// What tells whether an item changed: identity, size and times (nil when it does not exist).
-    struct Fingerprint: Equatable {
+    package struct Fingerprint: Equatable {
         let device: UInt64, inode: UInt64, size: Int64
         let modified: timespec, changed: timespec
 
-        static func == (a: Fingerprint, b: Fingerprint) -> Bool {
+        package static func == (a: Fingerprint, b: Fingerprint) -> Bool {
             a.device == b.device && a.inode == b.inode && a.size == b.size
                 && a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec
                 && a.changed.tv_sec == b.changed.tv_sec && a.changed.tv_nsec == b.changed.tv_nsec
         }
     }
 
-    static func fingerprint(_ path: ItemPath) -> Fingerprint? {
+    package static func fingerprint(_ path: ItemPath) -> Fingerprint? {
         var info = stat()
         guard lstat(path.string, &info) == 0 else { return nil }
         return Fingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
                            modified: info.st_mtim, changed: info.st_ctim)
     }
 
-    static func exists(_ path: ItemPath) -> Bool {
+    package static func exists(_ path: ItemPath) -> Bool {
         var info = stat()
         return lstat(path.string, &info) == 0
     }
 }
 
 extension ItemPath {
-    var fileURL: URL { URL(fileURLWithPath: string, isDirectory: false) }
+    package var fileURL: URL { URL(fileURLWithPath: string, isDirectory: false) }
 }

@@ -7,14 +7,14 @@ import Glibc
 ///
 /// The value is a struct reached through a pointer: a per-request cache kept in a class's
 /// stored properties paid for dynamic exclusivity checks and a retain and release on every use.
-final class ThreadLocal<Value>: @unchecked Sendable {
+package final class ThreadLocal<Value>: @unchecked Sendable {
     private let key: pthread_key_t
     /// False when the process is out of keys: every use then works on a fresh value (nothing is
     /// remembered, nothing is wrong).
     private let hasKey: Bool
     private let make: () -> Value
 
-    init(_ make: @escaping () -> Value) {
+    package init(_ make: @escaping () -> Value) {
         self.make = make
         var key = pthread_key_t()
         hasKey = pthread_key_create(&key) { if let stored = $0 { Unmanaged<AnyObject>.fromOpaque(stored).release() } } == 0
@@ -27,7 +27,7 @@ final class ThreadLocal<Value>: @unchecked Sendable {
 
     /// Runs `body` on the calling thread's value.
     @inline(__always)
-    func withValue<Result>(_ body: (inout Value) -> Result) -> Result {
+    package func withValue<Result>(_ body: (inout Value) -> Result) -> Result {
         guard hasKey else {
             var fresh = make()
             return body(&fresh)

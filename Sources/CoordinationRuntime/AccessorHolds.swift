@@ -7,29 +7,29 @@ import Synchronization
 /// then, in its accessor, opens, writes and renames the item through the mount. Those requests
 /// are the accessor's own work (SPEC §1): they take no intent of their own and message nobody
 /// again; the hold did that once, and tells presenters what changed when it ends.
-public final class AccessorHolds: Sendable {
+package final class AccessorHolds: Sendable {
     /// One granted hold of a process.
-    public struct Entry: Sendable {
-        public let token: UInt64
-        public let claim: AccessClaim
-        public let intents: [Intent]
+    package struct Entry: Sendable {
+        package let token: UInt64
+        package let claim: Claim
+        package let intents: [Intent]
     }
 
     /// The number of entries, read without the lock: a mount asks on every request.
     private let count = Atomic<Int>(0)
     private let table = Mutex<(next: UInt64, byProcess: [Int32: [Entry]])>((0, [:]))
 
-    public init() {}
+    package init() {}
 
     /// Whether any process holds anything: nearly always false, answered without a lock.
     @inline(__always)
-    public var isEmpty: Bool { count.load(ordering: .acquiring) == 0 }
+    package var isEmpty: Bool { count.load(ordering: .acquiring) == 0 }
 
     /// How many holds are granted now.
-    public var holds: Int { count.load(ordering: .acquiring) }
+    package var holds: Int { count.load(ordering: .acquiring) }
 
     /// Records `claim`, granted to `process`; the token takes it out again.
-    public func add(_ claim: AccessClaim, of process: Int32) -> UInt64 {
+    package func add(_ claim: Claim, of process: Int32) -> UInt64 {
         table.withLock { table in
             table.next += 1
             table.byProcess[process, default: []].append(Entry(token: table.next, claim: claim, intents: claim.intents))
@@ -38,7 +38,7 @@ public final class AccessorHolds: Sendable {
         }
     }
 
-    public func remove(_ token: UInt64, of process: Int32) {
+    package func remove(_ token: UInt64, of process: Int32) {
         table.withLock { table in
             guard let index = table.byProcess[process]?.firstIndex(where: { $0.token == token }) else { return }
             table.byProcess[process]!.remove(at: index)
@@ -49,7 +49,7 @@ public final class AccessorHolds: Sendable {
 
     /// The hold of `process` that covers one of `targets`, if any: the item itself, or a package
     /// or a directory held for deletion or a move around it (what the hold stands for).
-    public func covering(_ targets: some Sequence<AccessTarget>, of process: Int32) -> Entry? {
+    package func covering(_ targets: some Sequence<AccessTarget>, of process: Int32) -> Entry? {
         if isEmpty { return nil }
         return table.withLock { table -> Entry? in
             guard let entries = table.byProcess[process] else { return nil }
@@ -61,7 +61,7 @@ public final class AccessorHolds: Sendable {
     }
 
     /// Whether a hold of `intent` stands for an access to `target` too.
-    public static func covers(_ intent: Intent, _ target: AccessTarget) -> Bool {
+    package static func covers(_ intent: Intent, _ target: AccessTarget) -> Bool {
         if intent.path == target.path { return true }
         guard intent.path.isAncestor(of: target.path) else { return false }
         if intent.target.isPackage || target.enclosingPackages.contains(intent.path) { return true }

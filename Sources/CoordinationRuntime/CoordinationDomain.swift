@@ -11,10 +11,19 @@ public final class CoordinationDomain: @unchecked Sendable {
     public static let shared = CoordinationDomain(shared: true)
 
     /// The engine. Exposed for diagnosis and for layers such as the mount.
-    public let engine = CoordinationEngine()
+    package let engine = CoordinationEngine()
+
+    /// Notifications held back on each thread while it is inside `deliveringAfter` (one key for
+    /// the process: a thread-local key per domain would run out where many domains are made).
+    private static let heldNotifications = ThreadLocal { HeldNotifications() }
+
+    private struct HeldNotifications {
+        var depth = 0
+        var deliveries: [(CoordinationDomain, [PresenterDelivery<PresenterNotification>])] = []
+    }
 
     /// Holds that other processes are inside of, taken through a control socket (SPEC §1).
-    public let accessorHolds = AccessorHolds()
+    package let accessorHolds = AccessorHolds()
 
     /// When presenters' answers are due (X2), for every access of the domain.
     let answerDeadlines = AnswerDeadlines()
@@ -25,9 +34,9 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var _packageExtensions: Set<String> = []
     private var _vetoScope = VetoScope.ownUser
     private var _reportHandler: (@Sendable (CoordinationReport) -> Void)?
-    private var presenterObjects: [PresenterID: FilePresenter] = [:]
+    private var presenters: [PresenterID: any Presenter] = [:]
+    /// Registered presenters by the key their registrar gave (`register(_:key:linked:)`).
     private var presenterIDs: [ObjectIdentifier: PresenterID] = [:]
-    private var owners: [ObjectIdentifier: CoordinatorIdentity] = [:]
     private var inheriting: Set<Int32> = []
     /// `inheriting.count`, readable without the lock: a mount checks it on every request.
     private let inheritingCount = Atomic<Int>(0)
@@ -36,10 +45,10 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var _usesDaemon: Bool
     /// Why the user's daemon could not be had, said once in the log.
     private var daemonTrouble: String?
-    private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, URL) -> Void] = [:]
+    private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, ItemPath) -> Void] = [:]
     private var brokenHoldHandlers: [@Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void] = []
 
-    let logger = Logger(label: "org.coordfs.coordination")
+    package let logger = Logger(label: "org.coordfs.coordination")
 
     /// A domain of its own; it does not reach out to coordfs mounts unless `usesMounts` is set.
     public init() {
@@ -98,7 +107,7 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     /// The link to the server of `path` when another process serves it: the mount holding it,
     /// else the user's daemon.
-    func link(for path: ItemPath) -> MountLink? {
+    package func link(for path: ItemPath) -> MountLink? {
         guard usesMounts else { return nil }
         let socket: String
         if let mount = MountLink.socket(for: path) {
@@ -128,38 +137,71 @@ public final class CoordinationDomain: @unchecked Sendable {
         set { withLock { _reportHandler = newValue } }
     }
 
-    var locator: ItemLocator { ItemLocator(packageExtensions: packageExtensions) }
+    package var locator: ItemLocator { ItemLocator(packageExtensions: packageExtensions) }
 
-    func report(_ event: CoordinationReport) {
+    package func report(_ event: CoordinationReport) {
         logger.warning("\(event)")
         reportHandler?(event)
     }
 
-    // MARK: Presenter objects
-
-    /// Registers `presenter` in this domain (`FileCoordinator.addFilePresenter` does it in the
-    /// shared one). The domain keeps it until it is removed.
-    public func addFilePresenter(_ presenter: FilePresenter) { register(presenter) }
-
-    /// Unregisters `presenter`; unknown presenters are ignored.
-    public func removeFilePresenter(_ presenter: FilePresenter) { unregister(presenter) }
-
-    /// The presenters registered in this domain, in registration order.
-    public var filePresenters: [FilePresenter] { registeredPresenters }
+    // MARK: Presenters
 
     /// A diagnostic dump of holders, waiters, presenters and services (C27).
     public func stateDump() -> String { engine.snapshot().description }
 
-    /// Registers a presenter that stands for `owner` (a process, for a control-socket client):
-    /// that owner's accesses never message it and pass while it is asked (C14, C21).
-    public func addFilePresenter(_ presenter: FilePresenter, owner: CoordinatorIdentity) {
-        withLock { owners[ObjectIdentifier(presenter)] = owner }
-        register(presenter)
+    /// Registers `presenter` under `key` (an object its registrar keeps: a `FilePresenter`, a
+    /// client's watch) until `unregister(key:)`; a key registered already is left as it is.
+    /// `linked`: a presenter of this process, which also hears of other processes' accesses
+    /// through the mount or daemon that serves its item.
+    package func register(_ presenter: any Presenter, key: ObjectIdentifier, linked: Bool) {
+        if withLock({ presenterIDs[key] != nil }) { return }
+        let record = presenterRecord(for: presenter)
+        let id = engine.addPresenter(record)
+        withLock {
+            presenterIDs[key] = id
+            presenters[id] = presenter
+        }
+        if linked, let path = record.path ?? record.primaryPath, let link = link(for: path) {
+            link.watch(presenter, key: key, at: path)
+        }
+    }
+
+    /// Unregisters the presenter of `key`; an unknown key is ignored.
+    package func unregister(key: ObjectIdentifier) {
+        let id: PresenterID? = withLock {
+            guard let id = presenterIDs.removeValue(forKey: key) else { return nil }
+            presenters[id] = nil
+            return id
+        }
+        if let id { engine.removePresenter(id) }
+        let open = withLock { Array(links.values) }
+        for link in open { link.unwatch(key: key) }
+    }
+
+    /// The presenters registered, in registration order.
+    package var registeredPresenters: [any Presenter] {
+        withLock { presenters.sorted { $0.key.rawValue < $1.key.rawValue }.map(\.value) }
+    }
+
+    package func presenter(_ id: PresenterID) -> (any Presenter)? { withLock { presenters[id] } }
+
+    package func presenterID(forKey key: ObjectIdentifier) -> PresenterID? { withLock { presenterIDs[key] } }
+
+    /// Reads a presenter's paths again and re-indexes it (C22, P8).
+    package func refresh(_ id: PresenterID) {
+        guard let presenter = presenter(id) else { return }
+        let record = presenterRecord(for: presenter)
+        engine.updatePresenter(id, path: record.path, primaryPath: record.primaryPath)
+    }
+
+    private func presenterRecord(for presenter: any Presenter) -> PresenterRecord {
+        let (path, primaryPath) = presenter.presentedPaths(locator)
+        return PresenterRecord(owner: presenter.owner, path: path, primaryPath: primaryPath, answers: presenter.answeredRequests)
     }
 
     /// Processes whose descendants count as themselves for coordination through a mount (a
     /// `coordfs coordinate` running its command).
-    public func setInheriting(_ pid: Int32, _ inherits: Bool) {
+    package func setInheriting(_ pid: Int32, _ inherits: Bool) {
         withLock {
             if inherits { inheriting.insert(pid) } else { inheriting.remove(pid) }
             inheritingCount.store(inheriting.count, ordering: .releasing)
@@ -167,107 +209,84 @@ public final class CoordinationDomain: @unchecked Sendable {
     }
 
     /// Whether any process's descendants coordinate as it (`inheritingProcesses` is not empty).
-    public var hasInheritingProcesses: Bool { inheritingCount.load(ordering: .acquiring) != 0 }
+    package var hasInheritingProcesses: Bool { inheritingCount.load(ordering: .acquiring) != 0 }
 
-    public var inheritingProcesses: Set<Int32> {
+    package var inheritingProcesses: Set<Int32> {
         // Nearly always empty: answered without taking the lock another thread just wrote.
         if inheritingCount.load(ordering: .acquiring) == 0 { return [] }
         return withLock { inheriting }
     }
 
-    func register(_ presenter: FilePresenter) {
-        let key = ObjectIdentifier(presenter)
-        if withLock({ presenterIDs[key] != nil }) { return }
-        let record = presenterRecord(for: presenter)
-        let id = engine.addPresenter(record)
-        withLock {
-            presenterIDs[key] = id
-            presenterObjects[id] = presenter
-        }
-        // Presenters of items in a mount served elsewhere hear of other processes' accesses too.
-        let remote = withLock { owners[key] == nil }
-        if remote, let path = record.path ?? record.primaryPath, let link = link(for: path) {
-            link.watch(presenter, at: path)
-        }
-    }
-
-    func unregister(_ presenter: FilePresenter) {
-        let id: PresenterID? = withLock {
-            owners[ObjectIdentifier(presenter)] = nil
-            guard let id = presenterIDs.removeValue(forKey: ObjectIdentifier(presenter)) else { return nil }
-            presenterObjects[id] = nil
-            return id
-        }
-        if let id { engine.removePresenter(id) }
-        let open = withLock { Array(links.values) }
-        for link in open { link.unwatch(presenter) }
-    }
-
-    var registeredPresenters: [FilePresenter] {
-        withLock { presenterObjects.sorted { $0.key.rawValue < $1.key.rawValue }.map(\.value) }
-    }
-
     /// Tells whoever held `path` that an access to it went ahead without waiting for them any
     /// longer (a broken lease): the item's presenters, and the servers whose clients held it
     /// (`onBrokenHolds`), which tell the holders among `holders`.
-    public func tellCoordinationBroken(at path: ItemPath, holders: Set<CoordinatorIdentity>) {
+    package func tellCoordinationBroken(at path: ItemPath, holders: Set<CoordinatorIdentity>) {
         deliver(engine.brokenCoordinationNotices(at: path))
         for handler in withLock({ brokenHoldHandlers }) { handler(holders, path) }
     }
 
     /// Called with the holders whose coordination of an item was broken, and the item: a
     /// control server tells its clients whose holds they were.
-    public func onBrokenHolds(_ handler: @escaping @Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void) {
+    package func onBrokenHolds(_ handler: @escaping @Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void) {
         withLock { brokenHoldHandlers.append(handler) }
     }
 
+    // MARK: Notifications
+
     /// Tells this domain's presenters what an access did: the notifications its grant's release
-    /// or reported move returned.
-    public func deliver(_ notifications: [PresenterDelivery<PresenterNotification>]) {
-        PresenterNotifier.deliver(notifications, domain: self)
+    /// or reported move returned. Every claim's and every coordinator's notifications come this
+    /// way; on a thread inside `deliveringAfter`, they wait for its end.
+    package func deliver(_ notifications: [PresenterDelivery<PresenterNotification>]) {
+        let held = Self.heldNotifications.withValue { held -> Bool in
+            guard held.depth > 0 else { return false }
+            held.deliveries.append((self, notifications))
+            return true
+        }
+        if !held { PresenterNotifier.deliver(notifications, domain: self) }
     }
 
-    func presenter(_ id: PresenterID) -> FilePresenter? { withLock { presenterObjects[id] } }
+    /// Runs `body`, and tells presenters what it did (the claims it ended, the moves it reported)
+    /// only when it returns. A mount replies to the kernel inside `body`: its caller goes on
+    /// first, and the presenters (and the clients behind them, on a small machine) are woken
+    /// after, not in its way. Nested scopes deliver when the outermost ends.
+    package func deliveringAfter(_ body: () -> Void) {
+        holdNotifications()
+        body()
+        deliverHeldNotifications()
+    }
 
-    func presenterID(of presenter: FilePresenter) -> PresenterID? {
-        withLock { presenterIDs[ObjectIdentifier(presenter)] }
+    /// `deliveringAfter` in two halves, for a caller that runs its body between them: a closure's
+    /// captures are retained and released again, several reference counts on a mount's
+    /// commonest requests.
+    package func holdNotifications() {
+        Self.heldNotifications.withValue { $0.depth += 1 }
+    }
+
+    /// The second half: delivers what this thread's outermost scope held back.
+    package func deliverHeldNotifications() {
+        let due = Self.heldNotifications.withValue { held -> [(CoordinationDomain, [PresenterDelivery<PresenterNotification>])] in
+            held.depth -= 1
+            guard held.depth == 0, !held.deliveries.isEmpty else { return [] }
+            defer { held.deliveries = [] }
+            return held.deliveries
+        }
+        for (domain, deliveries) in due { PresenterNotifier.deliver(deliveries, domain: domain) }
     }
 
     // MARK: Service handlers
 
-    func setServiceHandler(_ handler: @escaping @Sendable (FileHandle, URL) -> Void, for id: ServiceRegistrationID) {
+    package func setServiceHandler(_ handler: @escaping @Sendable (FileHandle, ItemPath) -> Void, for id: ServiceRegistrationID) {
         withLock { serviceHandlers[id] = handler }
     }
 
-    func serviceHandler(_ id: ServiceRegistrationID) -> (@Sendable (FileHandle, URL) -> Void)? {
+    package func serviceHandler(_ id: ServiceRegistrationID) -> (@Sendable (FileHandle, ItemPath) -> Void)? {
         guard engine.service(id) != nil else { return nil }
         return withLock { serviceHandlers[id] }
     }
 
-    func withdrawService(_ id: ServiceRegistrationID) {
+    package func withdrawService(_ id: ServiceRegistrationID) {
         engine.withdrawService(id)
         withLock { serviceHandlers[id] = nil }
-    }
-
-    /// Reads the presenter's URLs again and re-indexes it (C22, P8).
-    func refresh(_ presenter: FilePresenter) {
-        guard let id = presenterID(of: presenter) else { return }
-        let record = presenterRecord(for: presenter)
-        engine.updatePresenter(id, path: record.path, primaryPath: record.primaryPath)
-    }
-
-    private func presenterRecord(for presenter: FilePresenter) -> PresenterRecord {
-        let locator = self.locator
-        let owner = withLock { owners[ObjectIdentifier(presenter)] } ?? Self.identity(of: presenter)
-        return PresenterRecord(owner: owner,
-                               path: presenter.presentedItemURL.flatMap { try? locator.canonicalPath(of: $0) },
-                               primaryPath: presenter.primaryPresentedItemURL.flatMap { try? locator.canonicalPath(of: $0) },
-                               answers: (presenter as? ExtendedFilePresenter)?.answeredRequests ?? .all)
-    }
-
-    /// The identity of a presenter, shared by every coordinator created with it (C14, C21).
-    static func identity(of presenter: FilePresenter) -> CoordinatorIdentity {
-        .object(UInt64(UInt(bitPattern: ObjectIdentifier(presenter))))
     }
 
     private func withLock<T>(_ body: () throws -> T) rethrows -> T {
@@ -303,7 +322,7 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
 extension CoordinationDomain {
     /// The engine's facts for the item at `url`: its canonical path, whether it is a directory
     /// or a package, and the packages around it (for layers that build intents themselves).
-    public func accessTarget(for url: URL, resolvingLink: Bool = false) throws -> AccessTarget {
+    package func accessTarget(for url: URL, resolvingLink: Bool = false) throws -> AccessTarget {
         let locator = self.locator
         return locator.target(for: try locator.canonicalPath(of: url, resolvingLink: resolvingLink))
     }

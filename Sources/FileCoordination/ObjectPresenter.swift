@@ -1,0 +1,108 @@
+import Coordination
+import CoordinationRuntime
+import Foundation
+
+/// A `FilePresenter` object as the runtime sees it (`Presenter`): the one place where the
+/// engine's requests and notifications, from this process or from another through a mount or
+/// daemon, become Foundation's callbacks, each on the presenter's queue (P2).
+final class ObjectPresenter: Presenter, @unchecked Sendable {
+    let object: FilePresenter
+
+    init(_ object: FilePresenter) { self.object = object }
+
+    /// A presenter's accesses and those of coordinators made with it are one coordinator's (C14, C21).
+    var owner: CoordinatorIdentity { Self.identity(of: object) }
+
+    static func identity(of presenter: FilePresenter) -> CoordinatorIdentity {
+        .object(UInt64(UInt(bitPattern: ObjectIdentifier(presenter))))
+    }
+
+    func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) {
+        (object.presentedItemURL.flatMap { try? locator.canonicalPath(of: $0) },
+         object.primaryPresentedItemURL.flatMap { try? locator.canonicalPath(of: $0) })
+    }
+
+    var answeredRequests: PresenterRequest.Kinds { (object as? ExtendedFilePresenter)?.answeredRequests ?? .all }
+
+    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+        let presenter = object
+        let consented: @Sendable ((@Sendable () -> Void)?) -> Void = { completion(nil, $0) }
+        let answered: @Sendable (Error?) -> Void = { completion($0, nil) }
+        presenter.perform {
+            switch request {
+            case .relinquishToReader, .relinquishToWriter:
+                let toWriter = request == .relinquishToWriter
+                if let extended = presenter as? ExtendedFilePresenter {
+                    extended.relinquishPresentedItem(toWriter: toWriter, completion: completion)
+                } else if toWriter {
+                    presenter.relinquishPresentedItem(toWriter: consented)
+                } else {
+                    presenter.relinquishPresentedItem(toReader: consented)
+                }
+            case .saveChanges: presenter.savePresentedItemChanges(completionHandler: answered)
+            case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: answered)
+            case .accommodateSubitemDeletion(let path):
+                presenter.accommodatePresentedSubitemDeletion(at: path.fileURL, completionHandler: answered)
+            }
+        }
+    }
+
+    func told(_ notifications: [PresenterNotification], presentsPackage: Bool, moved: @escaping @Sendable () -> Void) {
+        let presenter = object
+        presenter.perform {
+            var sentDidChange = false
+            for notification in notifications {
+                func deliver() {
+                    switch notification {
+                    case .didMove(let path): presenter.presentedItemDidMove(to: path.fileURL)
+                    case .didChange: presenter.presentedItemDidChange(); sentDidChange = true
+                    case .subitemDidAppear(let path): presenter.presentedSubitemDidAppear(at: path.fileURL)
+                    case .subitemDidMove(let from, let to): presenter.presentedSubitem(at: from.fileURL, didMoveTo: to.fileURL)
+                    case .subitemDidChange(let path): presenter.presentedSubitemDidChange(at: path.fileURL)
+                    case .subitemWasDeleted(let path):
+                        if let extended = presenter as? ExtendedFilePresenter { extended.presentedSubitemWasDeleted(at: path.fileURL) }
+                        else { UnimplementedCallback.note() }   // no Apple callback
+                    case .itemWasDeleted:
+                        (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
+                    case .coordinationWasBroken:
+                        (presenter as? ExtendedFilePresenter)?.presentedItemCoordinationWasBroken()
+                    }
+                }
+                if presentsPackage && notification.isSubitemNotification && !sentDidChange {
+                    // Only a package's presenter may need did-change instead; asking the thread
+                    // whether a default ran costs more than most callbacks.
+                    if UnimplementedCallback.reachedDefault(deliver) {
+                        presenter.presentedItemDidChange()                  // P20, reference C45
+                        sentDidChange = true
+                    }
+                } else {
+                    deliver()
+                }
+                if case .didMove = notification { moved() }
+            }
+        }
+    }
+
+    func reacquire(_ reacquirer: @escaping @Sendable () -> Void) { object.perform(reacquirer) }
+}
+
+extension CoordinationDomain {
+    /// Registers `presenter` in this domain (`FileCoordinator.addFilePresenter` does it in the
+    /// shared one). The domain keeps it until it is removed.
+    public func addFilePresenter(_ presenter: FilePresenter) {
+        register(ObjectPresenter(presenter), key: ObjectIdentifier(presenter), linked: true)
+    }
+
+    /// Unregisters `presenter`; unknown presenters are ignored.
+    public func removeFilePresenter(_ presenter: FilePresenter) { unregister(key: ObjectIdentifier(presenter)) }
+
+    /// The presenters registered in this domain, in registration order.
+    public var filePresenters: [FilePresenter] { registeredPresenters.compactMap { ($0 as? ObjectPresenter)?.object } }
+
+    func presenterID(of presenter: FilePresenter) -> PresenterID? { presenterID(forKey: ObjectIdentifier(presenter)) }
+
+    /// Reads the presenter's URLs again and re-indexes it (C22, P8).
+    func refresh(_ presenter: FilePresenter) {
+        if let id = presenterID(of: presenter) { refresh(id) }
+    }
+}
