@@ -8,7 +8,7 @@ import Coordination
 /// cost no object. The others hold the `CoordinatedAccess` that waited or asked presenters.
 /// Whatever the kind, a claim's notifications go out through `CoordinationDomain.deliver`, which
 /// holds them back while the thread is inside `deliveringAfter`.
-package indirect enum Claim: Sendable {
+package enum Claim: Sendable {
     /// Granted at once; its intents are the request's.
     case grant(GrantID, intents: [Intent])
     /// Granted at once for one item (`CoordinationEngine.acquireAtOnce(_:for:)`): it reports no
@@ -22,7 +22,7 @@ package indirect enum Claim: Sendable {
     /// Made inside an accessor of the calling process whose hold (`held`) covers an item it names
     /// (SPEC §1): it holds nothing of its own and messages nobody; a move it makes is reported in
     /// the hold, and the hold's end tells presenters the rest.
-    case accessor(held: Claim, intents: [Intent])
+    indirect case accessor(held: Claim, intents: [Intent])
 
     // MARK: Beginning
 
