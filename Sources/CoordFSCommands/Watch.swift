@@ -11,7 +11,9 @@ struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Present PATHs and print coordination events as they come, like inotifywait -m.",
         discussion: """
-        Each line is: PATH EVENTS[,...] [NAME] [cookie=N], or what --format makes of it. \
+        Each line is: PATH EVENTS[,...] [NAME] [cookie=N] [pid=N command=NAME] [purpose=ID] via=ROUTE \
+        (who made the access: through the mount, a coordinator, or from outside the mount), or what \
+        --format makes of it. \
         Requests (REQUEST in EVENTS) hold up the access until answered: --answer ok consents, \
         --answer EACCES (any errno name) makes it fail with that errno, --answer none never \
         answers (the access then waits for the mount's presenter timeout). Exits 2 when \
@@ -32,7 +34,7 @@ struct Watch: ParsableCommand {
             help: "Comma-separated events to receive, in either case (default ALL): RELINQUISH_READER, SAVE, CHANGED, ...")
     var events: String = "ALL"
 
-    @Option(help: ArgumentHelp("Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated), %c the cookie, %T the time (--timefmt), %% a percent sign.", valueName: "FMT"))
+    @Option(help: ArgumentHelp("Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated), %c the cookie, %T the time (--timefmt), %% a percent sign; %p, %C and %o the pid, command and route (mount, coordinator, outside) of whoever made the access.", valueName: "FMT"))
     var format: String?
 
     @Option(help: ArgumentHelp("The strftime(3) format of %T (default %H:%M:%S).", valueName: "FMT"))
@@ -150,9 +152,21 @@ final class Printer: @unchecked Sendable {
             }
             if !name.isEmpty { line.append(UInt8(ascii: " ")); line += name }
             if record.cookie != 0 { line += " cookie=\(record.cookie)".utf8 }
+            if let origin = record.origin {
+                // Who made the access, after what inotifywait's users parse.
+                if let pid = origin.pid { line += " pid=\(pid)".utf8 }
+                if let command = origin.command { line += " command=".utf8; line += Self.word(command) }
+                if let purpose = origin.purpose { line += " purpose=".utf8; line += Self.word(purpose) }
+                line += " via=\(origin.via)".utf8
+            }
             line.append(UInt8(ascii: "\n"))
         }
         lock.withLock { Self.writeAll(STDOUT_FILENO, line) }
+    }
+
+    /// A value as one word of the line: blanks and control characters become "_".
+    private static func word(_ text: String) -> [UInt8] {
+        text.utf8.map { $0 <= 0x20 || $0 == 0x7f ? UInt8(ascii: "_") : $0 }
     }
 
     private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
@@ -173,7 +187,9 @@ final class Printer: @unchecked Sendable {
 }
 
 /// inotifywait's `--format`: %w the watched item, %f the name inside it (empty for the item
-/// itself), %e the events, %c the cookie, %T the time by a strftime(3) format, %% a percent.
+/// itself), %e the events, %c the cookie, %T the time by a strftime(3) format, %% a percent;
+/// and coordfs's own: %p the pid, %C the command and %o the route (mount, coordinator,
+/// outside) of whoever made the access.
 /// (%w is the watched directory with a trailing slash for an event inside it, as inotifywait
 /// prints it, so that %w%f is the whole path.)
 struct EventFormat: Sendable {
@@ -202,6 +218,9 @@ struct EventFormat: Sendable {
             case UInt8(ascii: "e"): line += record.mask.names.joined(separator: ",").utf8
             case UInt8(ascii: "c"): line += String(record.cookie).utf8
             case UInt8(ascii: "T"): line += Self.now(timeFormat).utf8
+            case UInt8(ascii: "p"): line += (record.origin?.pid.map(String.init) ?? "").utf8
+            case UInt8(ascii: "C"): line += (record.origin?.command ?? "").utf8
+            case UInt8(ascii: "o"): line += (record.origin?.via ?? "").utf8
             case UInt8(ascii: "%"): line.append(UInt8(ascii: "%"))
             default: line += pattern[index...index + 1]
             }

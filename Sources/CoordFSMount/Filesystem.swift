@@ -115,7 +115,9 @@ public final class Filesystem: @unchecked Sendable {
                 return found == 0 ? WaitWatch.FileState(modified: info.st_mtim, changed: info.st_ctim) : nil
             }
         }
-        waitWatch.tellBroken = { [domain] path, holders in domain.tellCoordinationBroken(at: path, holders: holders) }
+        waitWatch.tellBroken = { [domain] path, holders, accessor in
+            domain.tellCoordinationBroken(at: path, holders: holders, by: accessor)
+        }
     }
 
     deinit {

@@ -25,6 +25,9 @@ public final class MountSession: @unchecked Sendable {
         var configuration = given
         requestTimeoutNote = configuration.fitWaits(within: requestTimeout)
         domain.presenterTimeout = configuration.presenterTimeout
+        // A presenter still working may make an access wait up to the break time (as a lease
+        // holder may), and no longer: the break time is fitted to the kernel's request timeout.
+        domain.presenterWorkLimit = max(configuration.presenterTimeout, configuration.breakTime ?? configuration.presenterTimeout)
         domain.vetoScope = configuration.vetoScope
         domain.packageExtensions = configuration.packageExtensions
         filesystem = try Filesystem(configuration: configuration, domain: domain)

@@ -64,7 +64,8 @@ final class WaitWatch: @unchecked Sendable {
     /// How the item of a watched request is looked at (`Filesystem` gives its inode table).
     private let look: @Sendable (Inode, String) -> FileState?
     /// Tells the holders of an item, and its presenters, that a request went ahead of them.
-    var tellBroken: (@Sendable (ItemPath, Set<CoordinatorIdentity>) -> Void)?
+    /// Tells who held an item that a request (of the identity given) went ahead on.
+    var tellBroken: (@Sendable (ItemPath, Set<CoordinatorIdentity>, CoordinatorIdentity) -> Void)?
     /// Requests that went ahead, by rule.
     let kernelLockBreaks = Atomic<Int>(0)
     let leaseBreaks = Atomic<Int>(0)
@@ -154,7 +155,9 @@ final class WaitWatch: @unchecked Sendable {
             for (number, _, _) in broken { watched[number] = nil }
             condition.unlock()
             for (number, reason, awaited) in broken {
-                if let path = requests[number]?.claim.grantedIntents.first?.path { tellBroken?(path, awaited) }
+                if let claim = requests[number]?.claim, let path = claim.grantedIntents.first?.path {
+                    tellBroken?(path, awaited, claim.request.identity)
+                }
                 if reason == .kernelLock { kernelLockBreaks.add(1, ordering: .relaxed) } else { leaseBreaks.add(1, ordering: .relaxed) }
                 logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))")
             }

@@ -19,7 +19,7 @@ extension State {
             } else {
                 indexByPresenter[id] = deliveries.count
                 deliveries.append(PresenterDelivery(presenter: id, presentedPath: path, presentsPackage: package,
-                                                    messages: messages))
+                                                    messages: messages, accessor: excludedOwner))
             }
         }
     }

@@ -72,6 +72,9 @@ public struct PresenterDelivery<Message: Hashable & Sendable>: Sendable {
     /// Whether that item is a file package (for the did-change fallback, P20).
     public let presentsPackage: Bool
     public internal(set) var messages: [Message]
+    /// Whose access the messages are about (SPEC §4: every message carries its origin); nil
+    /// where nobody coordinated it.
+    public internal(set) var accessor: CoordinatorIdentity? = nil
 }
 
 /// The notifications that follow one intent of a granted access.

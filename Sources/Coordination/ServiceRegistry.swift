@@ -60,13 +60,14 @@ extension CoordinationEngine {
 
 extension CoordinationEngine {
     /// What the presenters of `path` (and of the packages it lies in) are told when an access to
-    /// it went ahead without waiting any longer for its holders.
-    public func brokenCoordinationNotices(at path: ItemPath) -> [PresenterDelivery<PresenterNotification>] {
+    /// it, by `accessor`, went ahead without waiting any longer for its holders.
+    public func brokenCoordinationNotices(at path: ItemPath, by accessor: CoordinatorIdentity? = nil)
+        -> [PresenterDelivery<PresenterNotification>] {
         state.withLock { state in
             var deliveries: [PresenterDelivery<PresenterNotification>] = []
             for id in state.presenterTree.presenters(at: path) {
                 deliveries.append(PresenterDelivery(presenter: id, presentedPath: path, presentsPackage: false,
-                                                    messages: [.coordinationWasBroken]))
+                                                    messages: [.coordinationWasBroken], accessor: accessor))
             }
             return deliveries
         }

@@ -30,6 +30,9 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     private let lock = NSLock()
     private var _presenterTimeout: Duration = .seconds(10)
+    private var _presenterWorkLimit: Duration = .seconds(45)
+    /// Purpose identifiers of coordinators in other processes, by identity (`setPurpose`).
+    private var purposes: [CoordinatorIdentity: String] = [:]
     private var _defaultWaitTimeout: Duration? = .seconds(120)
     private var _packageExtensions: Set<String> = []
     private var _vetoScope = VetoScope.ownUser
@@ -70,6 +73,24 @@ public final class CoordinationDomain: @unchecked Sendable {
     public var presenterTimeout: Duration {
         get { withLock { _presenterTimeout } }
         set { withLock { _presenterTimeout = newValue } }
+    }
+
+    /// How long, from the request, a presenter that keeps saying it is still working
+    /// (`PresenterProgress`) may make an access wait for its answer: by default 45 s, the
+    /// kernel's lease break time; a mount uses its break time.
+    public var presenterWorkLimit: Duration {
+        get { withLock { _presenterWorkLimit } }
+        set { withLock { _presenterWorkLimit = newValue } }
+    }
+
+    /// Records the purpose identifier a coordinator of another process gave (a control-socket
+    /// client's named coordinator), for the origin of its accesses; nil forgets it.
+    package func setPurpose(_ purpose: String?, for identity: CoordinatorIdentity) {
+        withLock { purposes[identity] = purpose }
+    }
+
+    package func purpose(of identity: CoordinatorIdentity) -> String? {
+        withLock { purposes.isEmpty ? nil : purposes[identity] }
     }
 
     /// The wait timeout of coordinators that set none (X5); nil waits forever, as Apple does.
@@ -220,8 +241,8 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// Tells whoever held `path` that an access to it went ahead without waiting for them any
     /// longer (a broken lease): the item's presenters, and the servers whose clients held it
     /// (`onBrokenHolds`), which tell the holders among `holders`.
-    package func tellCoordinationBroken(at path: ItemPath, holders: Set<CoordinatorIdentity>) {
-        deliver(engine.brokenCoordinationNotices(at: path))
+    package func tellCoordinationBroken(at path: ItemPath, holders: Set<CoordinatorIdentity>, by accessor: CoordinatorIdentity? = nil) {
+        deliver(engine.brokenCoordinationNotices(at: path, by: accessor))
         for handler in withLock({ brokenHoldHandlers }) { handler(holders, path) }
     }
 

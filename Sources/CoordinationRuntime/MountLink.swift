@@ -211,8 +211,10 @@ package final class MountLink: @unchecked Sendable {
             lock.withLock { movedFrom[cookie] = record.path }
             return
         }
+        let origin = Self.origin(of: record)
         if let request = Self.request(mask, path) {
-            return presenter.asked(request) { [weak self, client] error, reacquirer in
+            let progress = PresenterProgress { [client] in client.send(.working(cookie: cookie)) }
+            return presenter.asked(request, origin: origin, progress: progress) { [weak self, client] error, reacquirer in
                 if error == nil, let reacquirer { self?.lock.withLock { self?.reacquirers[cookie] = (presenter, reacquirer) } }
                 client.answer(cookie: cookie, errno: error.map(Self.errnoCode) ?? 0)
             }
@@ -230,7 +232,14 @@ package final class MountLink: @unchecked Sendable {
         else if mask.contains(.presenterRemoved) { notification = .itemWasDeleted }
         else if mask.contains(.broken) { notification = .coordinationWasBroken }
         else { return }
-        presenter.told([notification], presentsPackage: false) {}
+        presenter.told([notification], origin: origin, presentsPackage: false) {}
+    }
+
+    /// The origin an event says, as the runtime gives it to presenters.
+    private static func origin(of record: EventRecord) -> AccessOrigin {
+        guard let given = record.origin else { return AccessOrigin(via: .outside) }
+        return AccessOrigin(via: AccessOrigin.Route(rawValue: given.via) ?? .outside, pid: given.pid.flatMap { Int32(exactly: $0) },
+                            uid: given.uid.flatMap { UInt32(exactly: $0) }, command: given.command, purposeIdentifier: given.purpose)
     }
 
     private static func request(_ mask: EventMask, _ path: ItemPath) -> PresenterRequest? {

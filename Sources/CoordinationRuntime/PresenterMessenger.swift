@@ -24,6 +24,9 @@ final class PresenterMessenger: @unchecked Sendable {
     private let deliveries: [PresenterDelivery<PresenterRequest>]
     /// Who the access is for: a presenter of another user (but root) cannot veto it.
     private let accessor: CoordinatorIdentity?
+    /// Presenters that said they are still working (`PresenterProgress`), with when their
+    /// answer is due now: never past `workLimit` from the start.
+    private var extended: [PresenterID: DispatchTime] = [:]
 
     /// A messenger for `deliveries`; nothing is sent before `start()`. `completion` is called
     /// once: nil when everyone consented (or timed out), else the first error (a presenter's, or
@@ -75,7 +78,9 @@ final class PresenterMessenger: @unchecked Sendable {
         }
         lock.withLock { current[delivery.presenter] = (message, delivery.presentedPath) }
         let rest = messages.dropFirst()
-        presenter.asked(message) { [self] error, reacquirer in
+        let id = delivery.presenter
+        let progress = PresenterProgress { [weak self] in self?.stillWorking(id) }
+        presenter.asked(message, origin: origin, progress: progress) { [self] error, reacquirer in
             if let error { return answered(delivery.presenter, error: error) }
             if let reacquirer { keep(reacquirer, of: presenter) }
             deliver(rest, delivery)
@@ -102,12 +107,34 @@ final class PresenterMessenger: @unchecked Sendable {
                                        error: "\(refusal)"))
             error = nil
         }
-        let done = lock.withLock { () -> Bool in
-            pending.remove(presenter)
+        let (waited, done) = lock.withLock { () -> (Bool, Bool) in
+            let waited = pending.remove(presenter) != nil
             current[presenter] = nil
-            return pending.isEmpty
+            return (waited, pending.isEmpty)
         }
+        // An answer that came after its presenter's time ran out changes nothing.
+        guard waited else { return }
         if let error { finish(error) } else if done { finish(nil) }
+    }
+
+    /// The origin of the access, the same for every message: made when the first is sent.
+    private var origin: AccessOrigin {
+        if let made = lock.withLock({ madeOrigin }) { return made }
+        let made = AccessOrigins.origin(of: accessor, purposes: domain.purpose(of:))
+        lock.withLock { madeOrigin = made }
+        return made
+    }
+    private var madeOrigin: AccessOrigin?
+
+    /// `presenter` needs longer: its answer is due a presenter timeout from now, but never
+    /// later than the domain's work limit from the start.
+    private func stillWorking(_ presenter: PresenterID) {
+        let limit = started + domain.presenterWorkLimit.timeInterval
+        let due = min(DispatchTime.now() + domain.presenterTimeout.timeInterval, limit)
+        lock.withLock {
+            guard completion != nil, pending.contains(presenter) else { return }
+            if extended[presenter].map({ $0 < due }) ?? true { extended[presenter] = due }
+        }
     }
 
     /// Goes on without the answers still missing, at once and without a report: the caller
@@ -117,23 +144,34 @@ final class PresenterMessenger: @unchecked Sendable {
         finish(nil)
     }
 
-    /// The presenter timeout has passed (`AnswerDeadlines`): the access goes on without the
-    /// answers still missing.
+    /// A deadline has passed (`AnswerDeadlines`): the access goes on without the answers still
+    /// missing, but for those of presenters still working, whose deadline is then the next.
     func timeOut() {
-        let waited = Duration.nanoseconds(Int64(DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds))
-        let late = lock.withLock { () -> [(request: String, presentedItem: String)] in
-            guard completion != nil else { return [] }
-            let late = pending.map { presenter in
+        let now = DispatchTime.now()
+        let waited = Duration.nanoseconds(Int64(now.uptimeNanoseconds - started.uptimeNanoseconds))
+        let (late, next, done) = lock.withLock { () -> ([(request: String, presentedItem: String)], DispatchTime?, Bool) in
+            guard completion != nil else { return ([], nil, false) }
+            let working = pending.filter { extended[$0].map { $0 > now } ?? false }
+            let late = pending.subtracting(working).map { presenter in
                 current[presenter].map { ("\($0.request)", "\($0.presentedPath)") } ?? ("\(presenter)", "\(presenter)")
             }
-            pending = []
-            return late
+            pending = working
+            return (late, working.compactMap { extended[$0] }.min(), working.isEmpty)
         }
-        guard !late.isEmpty else { return }
         for (request, item) in late {
             domain.report(.presenterDidNotAnswer(presentedItem: item, request: request, waited: waited))
         }
-        finish(nil)
+        if let next {
+            let token = domain.answerDeadlines.add(self, due: next)
+            let finished = lock.withLock { () -> Bool in
+                if completion == nil { return true }
+                deadline = token
+                return false
+            }
+            if finished { domain.answerDeadlines.answered(token) }
+        } else if done {
+            finish(nil)
+        }
     }
 
     private func finish(_ error: Error?) {
@@ -150,10 +188,14 @@ final class PresenterMessenger: @unchecked Sendable {
 /// moved presenter's paths again (P8).
 enum PresenterNotifier {
     static func deliver(_ deliveries: [PresenterDelivery<PresenterNotification>], domain: CoordinationDomain) {
+        // One access's deliveries share their accessor: its origin is made once.
+        var origins: [CoordinatorIdentity?: AccessOrigin] = [:]
         for delivery in deliveries {
             guard let presenter = domain.presenter(delivery.presenter) else { continue }
             let id = delivery.presenter
-            presenter.told(delivery.messages, presentsPackage: delivery.presentsPackage) { [weak domain] in
+            let origin = origins[delivery.accessor] ?? AccessOrigins.origin(of: delivery.accessor, purposes: domain.purpose(of:))
+            origins[delivery.accessor] = origin
+            presenter.told(delivery.messages, origin: origin, presentsPackage: delivery.presentsPackage) { [weak domain] in
                 domain?.refresh(id)
             }
         }

@@ -32,6 +32,8 @@ final class ClientConnection: @unchecked Sendable {
     private var inheritingHolds: Set<Int> = []
     private var pendingHolds: [Int: CoordinatedAccess] = [:]
     private var answers: [UInt64: @Sendable (Int32) -> Void] = [:]
+    /// Where a client's word that it is still working on a request goes, by cookie.
+    private var progress: [UInt64: PresenterProgress] = [:]
     private var vended: Set<ServiceRegistrationID> = []
     private var lastNumber = 0
     private var lastCookie: UInt64 = 0
@@ -138,12 +140,23 @@ final class ClientConnection: @unchecked Sendable {
             // An answer nobody waits for any more (it came after the presenter timeout, or
             // twice) is dropped: closing the connection for it took a slow presenter's watches.
             // One to a cookie never sent is a client's mistake, and closes it as any bad line.
-            let (answered, issued) = lock.withLock { (answers.removeValue(forKey: cookie), lastCookie) }
+            let (answered, issued) = lock.withLock { () -> ((@Sendable (Int32) -> Void)?, UInt64) in
+                progress[cookie] = nil
+                return (answers.removeValue(forKey: cookie), lastCookie)
+            }
             guard let answered else {
                 if cookie > issued || cookie == 0 { throw WireError("no request with cookie \(cookie) was sent") }
                 return
             }
             answered(code)
+        case .working(let cookie):
+            // As with answers: one for a request no longer waiting is dropped.
+            let (reported, issued) = lock.withLock { (progress[cookie], lastCookie) }
+            guard let reported else {
+                if cookie > issued || cookie == 0 { throw WireError("no request with cookie \(cookie) was sent") }
+                return
+            }
+            reported.stillWorking()
         case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator):
             hold(id, intents, wait, timeout, inherit, presenter, coordinator)
         case .release(let id, let number, let changed):
@@ -305,24 +318,32 @@ final class ClientConnection: @unchecked Sendable {
 
     /// The identity of the coordinator the client named `name`, counting one more hold of it.
     private func namedCoordinator(_ name: String) -> CoordinatorIdentity {
-        lock.withLock {
+        let (identity, made) = lock.withLock { () -> (CoordinatorIdentity, Bool) in
             if let known = namedCoordinators[name] {
                 namedCoordinators[name] = (known.identity, known.holds + 1)
-                return known.identity
+                return (known.identity, false)
             }
             let identity = CoordinatorIdentity.client(process: peer.pid, number: server.nextCoordinatorNumber())
             namedCoordinators[name] = (identity, 1)
-            return identity
+            return (identity, true)
         }
+        // Its purpose identifier, for the origin presenters are told: the name, or the purpose
+        // in the FileCoordinator's own form ("purpose:ID"); a presenter's coordinator has none.
+        if made && !name.hasPrefix("object:") {
+            server.domain.setPurpose(name.hasPrefix("purpose:") ? String(name.dropFirst(8)) : name, for: identity)
+        }
+        return identity
     }
 
     /// One hold of the coordinator named `name` has ended.
     private func dropNamedCoordinator(_ name: String?) {
         guard let name else { return }
-        lock.withLock {
-            guard let known = namedCoordinators[name] else { return }
+        let ended = lock.withLock { () -> CoordinatorIdentity? in
+            guard let known = namedCoordinators[name] else { return nil }
             namedCoordinators[name] = known.holds > 1 ? (known.identity, known.holds - 1) : nil
+            return known.holds > 1 ? nil : known.identity
         }
+        if let ended { server.domain.setPurpose(nil, for: ended) }
     }
 
     private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
@@ -526,10 +547,12 @@ final class ClientConnection: @unchecked Sendable {
     func nextCookie() -> UInt64 { lock.withLock { lastCookie += 1; return lastCookie } }
 
     /// Sends a request record; `answered` gets the client's errno, or 0 if the client goes away.
-    func request(_ record: EventRecord, _ answered: @escaping @Sendable (Int32) -> Void) {
+    /// The client's word that it is still working goes to `progress`.
+    func request(_ record: EventRecord, progress reports: PresenterProgress? = nil, _ answered: @escaping @Sendable (Int32) -> Void) {
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
             answers[record.cookie] = answered
+            if let reports { progress[record.cookie] = reports }
             return true
         }
         guard accepted else { return answered(0) }
@@ -565,7 +588,7 @@ final class ClientConnection: @unchecked Sendable {
         let taken = lock.withLock { () -> ([RemotePresenter], [Held], [CoordinatedAccess], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
             if closed { return nil }
             closed = true
-            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = []; vended = [] }
+            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; progress = [:]; inheritingHolds = []; vended = [] }
             return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), Array(answers.values), vended)
         }
         guard let (presenters, claims, pending, unanswered, services) = taken else { return }

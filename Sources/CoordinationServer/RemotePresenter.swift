@@ -53,24 +53,33 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
 
     private static func isDeep(_ name: String) -> Bool { name.utf8.contains(UInt8(ascii: "/")) }
 
-    private func record(_ bits: EventMask, cookie: UInt64, name: String = "", path: String? = nil) -> EventRecord {
-        EventRecord(wd: wd, mask: bits, cookie: cookie, name: name, path: path ?? self.path)
+    private func record(_ bits: EventMask, cookie: UInt64, name: String = "", path: String? = nil,
+                        origin: EventOrigin? = nil) -> EventRecord {
+        EventRecord(wd: wd, mask: bits, cookie: cookie, name: name, path: path ?? self.path, origin: origin)
+    }
+
+    /// The origin as an event carries it.
+    private static func wire(_ origin: AccessOrigin) -> EventOrigin {
+        EventOrigin(via: origin.via.rawValue, pid: origin.pid.map(Int.init), uid: origin.uid.map(Int.init),
+                    command: origin.command, purpose: origin.purposeIdentifier)
     }
 
     /// Sends a request and calls `answered` with the errno (0 to consent) — at once when the
     /// watch does not want it or the client is gone.
-    private func ask(_ bit: EventMask, name: String = "", path: String? = nil,
+    private func ask(_ bit: EventMask, name: String = "", path: String? = nil, origin: EventOrigin, progress: PresenterProgress,
                      _ answered: @escaping @Sendable (UInt64, Int32) -> Void) {
         guard mask.contains(bit), let connection else { return answered(0, 0) }
         let cookie = connection.nextCookie()
-        connection.request(record([bit, .request], cookie: cookie, name: name, path: path)) { answered(cookie, $0) }
+        connection.request(record([bit, .request], cookie: cookie, name: name, path: path, origin: origin), progress: progress) {
+            answered(cookie, $0)
+        }
     }
 
-    private func tell(_ bit: EventMask, cookie: UInt64 = 0, name: String = "", path: String? = nil) {
+    private func tell(_ bit: EventMask, cookie: UInt64 = 0, name: String = "", path: String? = nil, origin: EventOrigin? = nil) {
         guard mask.contains(bit), let connection else { return }
         // Items deep inside a watched directory: only if the client could list their directory.
         if Self.isDeep(name), let path, !connection.mayLearn(of: path) { return }
-        connection.send(.event(record(bit, cookie: cookie, name: name, path: path)))
+        connection.send(.event(record(bit, cookie: cookie, name: name, path: path, origin: origin)))
     }
 
     private static func error(_ code: Int32) -> Error? {
@@ -79,28 +88,26 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
 
     // MARK: Requests
 
-    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+    func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+               completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+        let origin = Self.wire(origin)
         let answered: @Sendable (UInt64, Int32) -> Void = { _, code in completion(Self.error(code), nil) }
         switch request {
-        case .relinquishToReader: relinquish(toWriter: false, completion)
-        case .relinquishToWriter: relinquish(toWriter: true, completion)
-        case .saveChanges: ask(.save, answered)
-        case .accommodateDeletion: ask(.accommodateDeletion, answered)
+        case .relinquishToReader, .relinquishToWriter:
+            ask(request == .relinquishToWriter ? .relinquishToWriter : .relinquishToReader, origin: origin, progress: progress) { cookie, code in
+                if code != 0 { return completion(Self.error(code), nil) }
+                if cookie == 0 { return completion(nil, nil) }
+                // Strong: an access that deletes the item removes its watch (`itemWasDeleted`)
+                // before it ends, and the reacquirer is still due then.
+                let reacquire: @Sendable () -> Void = { self.tell(.reacquire, cookie: cookie) }
+                completion(nil, reacquire)
+            }
+        case .saveChanges: ask(.save, origin: origin, progress: progress, answered)
+        case .accommodateDeletion: ask(.accommodateDeletion, origin: origin, progress: progress, answered)
         case .accommodateSubitemDeletion(let item):
             let itemName = name(item.string)
             if let connection, Self.isDeep(itemName), !connection.mayLearn(of: item.string) { return completion(nil, nil) }
-            ask(.accommodateSubitemDeletion, name: itemName, path: item.string, answered)
-        }
-    }
-
-    private func relinquish(toWriter: Bool, _ completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
-        ask(toWriter ? .relinquishToWriter : .relinquishToReader) { cookie, code in
-            if code != 0 { return completion(Self.error(code), nil) }
-            if cookie == 0 { return completion(nil, nil) }
-            // Strong: an access that deletes the item removes its watch (`itemWasDeleted`)
-            // before it ends, and the reacquirer is still due then.
-            let reacquire: @Sendable () -> Void = { self.tell(.reacquire, cookie: cookie) }
-            completion(nil, reacquire)
+            ask(.accommodateSubitemDeletion, name: itemName, path: item.string, origin: origin, progress: progress, answered)
         }
     }
 
@@ -110,36 +117,38 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
     // MARK: Notifications
 
     /// A watch gets every notification: it needs no did-change for a subitem one (P20).
-    func told(_ notifications: [PresenterNotification], presentsPackage: Bool, moved: @escaping @Sendable () -> Void) {
+    func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+              moved: @escaping @Sendable () -> Void) {
+        let origin = Self.wire(origin)
         for notification in notifications {
             switch notification {
             case .didMove(let newPath):
-                itemDidMove(to: newPath.string)
+                itemDidMove(to: newPath.string, origin)
                 moved()
-            case .didChange: tell(.changed)
-            case .subitemDidAppear(let item): tell(.subitemAppeared, name: name(item.string), path: item.string)
-            case .subitemDidMove(let from, let to): subitem(at: from.string, didMoveTo: to.string)
-            case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string)
-            case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string)
+            case .didChange: tell(.changed, origin: origin)
+            case .subitemDidAppear(let item): tell(.subitemAppeared, name: name(item.string), path: item.string, origin: origin)
+            case .subitemDidMove(let from, let to): subitem(at: from.string, didMoveTo: to.string, origin)
+            case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string, origin: origin)
+            case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string, origin: origin)
             case .itemWasDeleted:
-                tell(.presenterRemoved)
+                tell(.presenterRemoved, origin: origin)
                 connection?.removeWatch(wd)
-            case .coordinationWasBroken: tell(.broken)
+            case .coordinationWasBroken: tell(.broken, origin: origin)
             }
         }
     }
 
-    private func itemDidMove(to newPath: String) {
+    private func itemDidMove(to newPath: String, _ origin: EventOrigin) {
         let old = path
         let cookie = connection?.nextCookie() ?? 0
         lock.lock(); itemPath = newPath; lock.unlock()
-        tell(.movedFrom, cookie: cookie, path: old)
-        tell(.movedTo, cookie: cookie, path: newPath)
+        tell(.movedFrom, cookie: cookie, path: old, origin: origin)
+        tell(.movedTo, cookie: cookie, path: newPath, origin: origin)
     }
 
-    private func subitem(at oldPath: String, didMoveTo newPath: String) {
+    private func subitem(at oldPath: String, didMoveTo newPath: String, _ origin: EventOrigin) {
         let cookie = connection?.nextCookie() ?? 0
-        tell(.movedFrom, cookie: cookie, name: name(oldPath), path: oldPath)
-        tell(.movedTo, cookie: cookie, name: name(newPath), path: newPath)
+        tell(.movedFrom, cookie: cookie, name: name(oldPath), path: oldPath, origin: origin)
+        tell(.movedTo, cookie: cookie, name: name(newPath), path: newPath, origin: origin)
     }
 }

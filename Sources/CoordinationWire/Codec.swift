@@ -62,6 +62,10 @@ public enum WireCodec {
                 }
             }
             return .answer(cookie: UInt64(cookie), errno: code)
+        case "working":
+            let cookie = try int(object, "cookie")
+            guard cookie >= 0 else { throw WireError("\"cookie\" must not be negative") }
+            return .working(cookie: UInt64(cookie))
         case "hold":
             guard let list = object["intents"]?.objects, !list.isEmpty else {
                 throw WireError("\"intents\" must be a non-empty list")
@@ -122,6 +126,7 @@ public enum WireCodec {
             bytes.append(contentsOf: #","op":"answer"}"#.utf8)
             bytes.append(UInt8(ascii: "\n"))
             return bytes
+        case .working(let cookie): object = ["op": "working", "cookie": .int(Int(cookie))]
         case .hello(let id, let version): object = ["op": "hello", "id": .int(id), "version": .int(version)]
         case .watch(let id, let path, let mask): object = ["op": "watch", "id": .int(id), "path": .string(path), "mask": .strings(mask.names)]
         case .unwatch(let id, let wd): object = ["op": "unwatch", "id": .int(id), "wd": .int(wd)]
@@ -170,8 +175,14 @@ public enum WireCodec {
     /// watcher gets one for every new file, and each took a dictionary and a sort before.
     static func eventLine(_ record: EventRecord) -> [UInt8] {
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(96 + record.name.utf8.count + record.path.utf8.count)
-        bytes.append(contentsOf: #"{"cookie":"#.utf8)
+        bytes.reserveCapacity(160 + record.name.utf8.count + record.path.utf8.count)
+        bytes.append(UInt8(ascii: "{"))
+        if let command = record.origin?.command {
+            bytes.append(contentsOf: #""command":"#.utf8)
+            JSONOutput.write(command, into: &bytes)
+            bytes.append(UInt8(ascii: ","))
+        }
+        bytes.append(contentsOf: #""cookie":"#.utf8)
         JSONOutput.write(Int(record.cookie), into: &bytes)
         bytes.append(contentsOf: #","events":["#.utf8)
         var first = true
@@ -186,6 +197,22 @@ public enum WireCodec {
         JSONOutput.write(record.name, into: &bytes)
         bytes.append(contentsOf: #","path":"#.utf8)
         JSONOutput.write(record.path, into: &bytes)
+        if let origin = record.origin {
+            if let pid = origin.pid {
+                bytes.append(contentsOf: #","pid":"#.utf8)
+                JSONOutput.write(pid, into: &bytes)
+            }
+            if let purpose = origin.purpose {
+                bytes.append(contentsOf: #","purpose":"#.utf8)
+                JSONOutput.write(purpose, into: &bytes)
+            }
+            if let uid = origin.uid {
+                bytes.append(contentsOf: #","uid":"#.utf8)
+                JSONOutput.write(uid, into: &bytes)
+            }
+            bytes.append(contentsOf: #","via":"#.utf8)
+            JSONOutput.write(origin.via, into: &bytes)
+        }
         bytes.append(contentsOf: #","wd":"#.utf8)
         JSONOutput.write(record.wd, into: &bytes)
         bytes.append(contentsOf: "}\n".utf8)
@@ -194,8 +221,17 @@ public enum WireCodec {
 
     /// `eventLine` as every other line is written (its test).
     static func eventLineInGeneral(_ record: EventRecord) -> [UInt8] {
-        line(["wd": .int(record.wd), "mask": .int(Int(record.mask.rawValue)), "events": .strings(record.mask.names),
-              "cookie": .int(Int(record.cookie)), "name": .string(record.name), "path": .string(record.path)])
+        var object: [String: JSONOutput] = ["wd": .int(record.wd), "mask": .int(Int(record.mask.rawValue)),
+                                            "events": .strings(record.mask.names), "cookie": .int(Int(record.cookie)),
+                                            "name": .string(record.name), "path": .string(record.path)]
+        if let origin = record.origin {
+            object["via"] = .string(origin.via)
+            if let pid = origin.pid { object["pid"] = .int(pid) }
+            if let uid = origin.uid { object["uid"] = .int(uid) }
+            if let command = origin.command { object["command"] = .string(command) }
+            if let purpose = origin.purpose { object["purpose"] = .string(purpose) }
+        }
+        return line(object)
     }
 
     public static func decodeServer(_ line: [UInt8]) throws(WireError) -> ServerMessage { try decodeServer(line[...]) }
@@ -217,8 +253,12 @@ public enum WireCodec {
         // Replies carry "ok" or "error" (a watch's reply has a "wd" too); events carry neither.
         if object["ok"] == nil && object["error"] == nil, let wd = object["wd"]?.int {
             guard let mask = object["mask"]?.int, mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
+            let origin = object["via"]?.string.map { via in
+                EventOrigin(via: via, pid: object["pid"]?.int, uid: object["uid"]?.int, command: object["command"]?.string,
+                            purpose: object["purpose"]?.string)
+            }
             return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, object["cookie"]?.int ?? 0)),
-                                      name: object["name"]?.string ?? "", path: object["path"]?.string ?? ""))
+                                      name: object["name"]?.string ?? "", path: object["path"]?.string ?? "", origin: origin))
         }
         if let code = object["error"]?.string {
             return .error(id: object["id"]?.int, errno: code, message: object["message"]?.string ?? "")

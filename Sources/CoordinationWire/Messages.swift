@@ -34,6 +34,9 @@ public enum ClientMessage: Hashable, Sendable {
     case unwatch(id: Int, wd: Int)
     /// The answer to a request event: errno 0 consents, any other errno fails the access.
     case answer(cookie: UInt64, errno: Int32)
+    /// The presenter is still working on the request `cookie` (saving, fetching): its answer is
+    /// due a presenter timeout from now, up to the server's limit. No reply.
+    case working(cookie: UInt64)
     /// Hold intents, all or none; the reply comes once granted (or refused). `inherit` lets the
     /// client's child processes count as the client (as `coordfs coordinate` needs).
     /// `presenter`: the watch the hold is taken for (a coordinator made with that presenter):
@@ -79,13 +82,36 @@ public struct EventRecord: Hashable, Sendable {
     public var name: String
     /// The full path concerned, for convenience.
     public var path: String
+    /// Who made the access the event is about (requests and notifications; nil for events of
+    /// the protocol's own: a reacquire, a service connection).
+    public var origin: EventOrigin?
 
-    public init(wd: Int, mask: EventMask, cookie: UInt64, name: String, path: String) {
+    public init(wd: Int, mask: EventMask, cookie: UInt64, name: String, path: String, origin: EventOrigin? = nil) {
         self.wd = wd
         self.mask = mask
         self.cookie = cookie
         self.name = name
         self.path = path
+        self.origin = origin
+    }
+}
+
+/// The origin of an access as an event carries it: `via` is "mount" (a program through a
+/// mount), "coordinator" (a coordinator's access, or a hold through a socket) or "outside" (a
+/// change nobody coordinated); the rest where known.
+public struct EventOrigin: Hashable, Sendable {
+    public var via: String
+    public var pid: Int?
+    public var uid: Int?
+    public var command: String?
+    public var purpose: String?
+
+    public init(via: String, pid: Int? = nil, uid: Int? = nil, command: String? = nil, purpose: String? = nil) {
+        self.via = via
+        self.pid = pid
+        self.uid = uid
+        self.command = command
+        self.purpose = purpose
     }
 }
 

@@ -24,11 +24,13 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
 
     var answeredRequests: PresenterRequest.Kinds { (object as? ExtendedFilePresenter)?.answeredRequests ?? .all }
 
-    func asked(_ request: PresenterRequest, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+    func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+               completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
         let presenter = object
         let consented: @Sendable ((@Sendable () -> Void)?) -> Void = { completion(nil, $0) }
         let answered: @Sendable (Error?) -> Void = { completion($0, nil) }
-        presenter.perform {
+        // The callback may read `AccessOrigin.current` and keep `PresenterProgress.current`.
+        presenter.perform { CurrentMessage.with(origin, progress: progress) {
             switch request {
             case .relinquishToReader, .relinquishToWriter:
                 let toWriter = request == .relinquishToWriter
@@ -44,12 +46,13 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
             case .accommodateSubitemDeletion(let path):
                 presenter.accommodatePresentedSubitemDeletion(at: path.fileURL, completionHandler: answered)
             }
-        }
+        } }
     }
 
-    func told(_ notifications: [PresenterNotification], presentsPackage: Bool, moved: @escaping @Sendable () -> Void) {
+    func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+              moved: @escaping @Sendable () -> Void) {
         let presenter = object
-        presenter.perform {
+        presenter.perform { CurrentMessage.with(origin) {
             var sentDidChange = false
             for notification in notifications {
                 func deliver() {
@@ -80,7 +83,7 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
                 }
                 if case .didMove = notification { moved() }
             }
-        }
+        } }
     }
 
     func reacquire(_ reacquirer: @escaping @Sendable () -> Void) { object.perform(reacquirer) }

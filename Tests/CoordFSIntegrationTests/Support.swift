@@ -290,3 +290,10 @@ enum Nobody {
     static let program = "/usr/bin/setpriv"
     static func arguments(_ command: [String]) -> [String] { ["--reuid=65534", "--regid=65534", "--clear-groups"] + command }
 }
+
+/// A line of `coordfs watch` less who made the access (its " pid=… via=…" end).
+func withoutOrigin(_ line: String?) -> String? {
+    guard let line else { return nil }
+    guard let start = line.range(of: " pid=") ?? line.range(of: " via=") else { return line }
+    return String(line[..<start.lowerBound])
+}

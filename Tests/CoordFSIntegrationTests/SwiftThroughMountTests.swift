@@ -53,6 +53,11 @@ import Glibc
         // Another process renames it: the editor follows.
         #expect(try run("/bin/mv", [url.path, fx.path("renamed.txt")]).status == 0)
         #expect(eventually { editor.presentedItemURL?.path == fx.path("renamed.txt") })
+        // SPEC §4: each callback knew who made the access.
+        #expect(editor.origin(of: "relinquishToReader")?.via == .mount && editor.origin(of: "relinquishToReader")?.command == "cat",
+                "\(String(describing: editor.origin(of: "relinquishToReader")))")
+        #expect(editor.origin(of: "didMove")?.command == "mv" && editor.origin(of: "didMove")?.uid == geteuid(),
+                "\(String(describing: editor.origin(of: "didMove")))")
     }
 }
 
@@ -91,6 +96,15 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
     let contents: String
     private let lock = NSLock()
     private var url: URL
+    /// The origin of each message, by message (`AccessOrigin.current`).
+    private var origins: [String: AccessOrigin] = [:]
+
+    func origin(of message: String) -> AccessOrigin? { lock.lock(); defer { lock.unlock() }; return origins[message] }
+
+    private func note(_ message: String) {
+        lock.lock(); origins[message] = AccessOrigin.current; lock.unlock()
+        log.add(message)
+    }
     let presentedItemOperationQueue = OperationQueue()
 
     init(url: URL, contents: String) {
@@ -102,7 +116,7 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
     var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
 
     func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        log.add("relinquishToReader")
+        note("relinquishToReader")
         reader { [log] in log.add("reacquire") }
     }
 
@@ -119,7 +133,7 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
     }
 
     func presentedItemDidMove(to newURL: URL) {
-        log.add("didMove")
+        note("didMove")
         lock.lock(); url = newURL; lock.unlock()
     }
 }

@@ -67,6 +67,21 @@ import Testing
         #expect(!asking.requests.isEmpty)
     }
 
+    /// SPEC §4: every request and notification says whose access it is about.
+    @Test func deliveriesNameTheAccessor() throws {
+        let engine = CoordinationEngine()
+        _ = engine.addPresenter(PresenterRecord(owner: .process(9), path: a))
+        guard case .granted(let grant) = engine.acquire(request(.purpose("editor"), .write(a)), resume: { _ in }) else {
+            Issue.record(); return
+        }
+        #expect(!grant.requests.isEmpty && grant.requests.allSatisfy { $0.accessor == .purpose("editor") })
+        engine.finishMessaging(grant.id) {}
+        let told = engine.release(grant.id, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
+        #expect(!told.isEmpty && told.allSatisfy { $0.accessor == .purpose("editor") })
+        #expect(engine.brokenCoordinationNotices(at: a, by: .process(4)).map(\.accessor) == [.process(4)])
+        #expect(engine.brokenCoordinationNotices(at: a).map(\.accessor) == [nil])
+    }
+
     @Test func aStaleGrantIDEndsNothing() throws {
         let engine = CoordinationEngine()
         let first = try #require(engine.acquireAtOnce(request(.process(1), .write(a))))

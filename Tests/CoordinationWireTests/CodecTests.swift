@@ -17,6 +17,7 @@ import Testing
         (#"{"changed":false,"hold":6,"id":7,"op":"release"}"#, .release(id: 7, hold: 6, changed: false)),
         (#"{"id":8,"op":"cancel","request":5}"#, .cancel(id: 8, request: 5)),
         (#"{"id":9,"op":"status"}"#, .status(id: 9)),
+        (#"{"cookie":9,"op":"working"}"#, .working(cookie: 9)),
     ]
 
     @Test func goldenClientLinesRoundTrip() throws {
@@ -31,6 +32,12 @@ import Testing
         let line = String(decoding: WireCodec.encode(event), as: UTF8.self)
         #expect(line == #"{"cookie":7,"events":["SAVE","REQUEST"],"mask":1073741828,"name":"","path":"\/m\/doc","wd":1}"# + "\n")
         #expect(try WireCodec.decodeServer(WireCodec.encode(event)) == event)
+        // SPEC §4: who made the access, as flat fields beside the event's own.
+        let told = ServerMessage.event(EventRecord(wd: 1, mask: [.changed], cookie: 0, name: "", path: "/m/doc",
+                                                   origin: EventOrigin(via: "mount", pid: 42, uid: 1000, command: "cat")))
+        #expect(String(decoding: WireCodec.encode(told), as: UTF8.self)
+                == #"{"command":"cat","cookie":0,"events":["CHANGED"],"mask":256,"name":"","path":"\/m\/doc","pid":42,"uid":1000,"via":"mount","wd":1}"# + "\n")
+        #expect(try WireCodec.decodeServer(WireCodec.encode(told)) == told)
         // A reply with a "wd" field is a reply, not an event.
         let reply = ServerMessage.ok(id: 2, fields: ["wd": .int(3), "path": .string("/m/doc")])
         #expect(try WireCodec.decodeServer(WireCodec.encode(reply)) == reply)

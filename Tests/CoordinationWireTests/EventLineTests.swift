@@ -15,7 +15,8 @@ import Testing
             let name = randomEventName(using: &generator)
             let record = EventRecord(wd: Int.random(in: -5...1_000_000, using: &generator),
                                      mask: EventMask(rawValue: UInt32.random(in: 0...UInt32.max, using: &generator)),
-                                     cookie: UInt64.random(in: 0...1_000_000, using: &generator), name: name, path: "/m/" + name)
+                                     cookie: UInt64.random(in: 0...1_000_000, using: &generator), name: name, path: "/m/" + name,
+                                     origin: randomOrigin(using: &generator))
             let line = Array(WireCodec.encode(.event(record)).dropLast())
             #expect(EventLine.parse(line) == record)
             #expect(Self.general(line) == .event(record))

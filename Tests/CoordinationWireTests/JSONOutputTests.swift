@@ -79,7 +79,8 @@ import Testing
             let name = randomEventName(using: &generator)
             let mask = round < 32 ? EventMask(rawValue: 1 << UInt32(round)) : EventMask(rawValue: UInt32.random(in: 0...UInt32.max, using: &generator))
             let record = EventRecord(wd: Int.random(in: -20...1_000_000, using: &generator), mask: mask,
-                                     cookie: UInt64.random(in: 0...UInt64(Int.max), using: &generator), name: name, path: "/m/" + name)
+                                     cookie: UInt64.random(in: 0...UInt64(Int.max), using: &generator), name: name, path: "/m/" + name,
+                                     origin: randomOrigin(using: &generator))
             #expect(WireCodec.eventLine(record) == WireCodec.eventLineInGeneral(record), "\(record)")
         }
     }

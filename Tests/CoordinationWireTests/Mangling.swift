@@ -1,3 +1,4 @@
+import CoordinationWire
 import TestSupport
 
 /// `line` with a few bytes flipped, dropped or repeated, or (given `pieces`) a piece put in:
@@ -24,4 +25,15 @@ func randomEventName(using generator: inout SeededGenerator) -> String {
     return String(String.UnicodeScalarView((0..<Int.random(in: 0...12, using: &generator)).map { _ in
         alphabet.randomElement(using: &generator)!
     }))
+}
+
+/// An origin as events carry it, or nil (a third of the time), with any of its fields left out.
+func randomOrigin(using generator: inout SeededGenerator) -> EventOrigin? {
+    let draw = Int.random(in: 0..<3, using: &generator)
+    if draw == 0 { return nil }
+    let via = ["mount", "coordinator", "outside"][Int.random(in: 0..<3, using: &generator)]
+    func maybe<T>(_ make: () -> T) -> T? { Bool.random(using: &generator) ? make() : nil }
+    return EventOrigin(via: via, pid: maybe { Int.random(in: 1...4_194_304, using: &generator) },
+                       uid: maybe { Int.random(in: 0...65_534, using: &generator) },
+                       command: maybe { randomEventName(using: &generator) }, purpose: maybe { randomEventName(using: &generator) })
 }

@@ -16,7 +16,8 @@
 
 Standard library only. The protocol is documented in docs/protocol.md of coordfs.
 """
-from .client import (Connection, CoordfsError, Event, Hold, PROTOCOL_VERSION, connect, coordinate,
+from .client import (Connection, CoordfsError, Event, Hold, Origin, PROTOCOL_VERSION, connect, coordinate,
                      socket_for)
 
-__all__ = ["Connection", "CoordfsError", "Event", "Hold", "PROTOCOL_VERSION", "connect", "coordinate", "socket_for"]
+__all__ = ["Connection", "CoordfsError", "Event", "Hold", "Origin", "PROTOCOL_VERSION", "connect", "coordinate",
+           "socket_for"]

@@ -8,7 +8,7 @@ import os
 import queue
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
 
 PROTOCOL_VERSION = 1
@@ -26,6 +26,19 @@ class CoordfsError(OSError):
         self.name = name
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Who made the access an event is about. `via` is "mount" (a program's open, rename or
+    unlink through a mount), "coordinator" (a coordinator's access, or a hold such as
+    `coordfs coordinate`'s) or "outside" (a change nobody coordinated); the rest where known."""
+
+    via: str
+    pid: Optional[int] = None
+    uid: Optional[int] = None
+    command: Optional[str] = None
+    purpose: Optional[str] = None
+
+
 @dataclass
 class Event:
     """An event of a watch: a request to answer (REQUEST in `events`) or a notification."""
@@ -36,10 +49,19 @@ class Event:
     name: str = ""
     path: str = ""
     mask: int = 0
+    origin: Optional[Origin] = None
+    _connection: Optional["Connection"] = field(default=None, repr=False, compare=False)
 
     @property
     def is_request(self) -> bool:
         return "REQUEST" in self.events
+
+    def still_working(self) -> None:
+        """Says, from a request's handler (or any thread while it runs), that the answer needs
+        longer: the access waits one presenter timeout more from now, up to the server's limit
+        (a mount's break time). Call it again before each timeout runs out."""
+        if self.is_request and self._connection is not None:
+            self._connection._send({"op": "working", "cookie": self.cookie})
 
 
 def socket_for(path: str) -> str:
@@ -173,8 +195,13 @@ class Connection:
                 self._deliver(message)
 
     def _deliver(self, message: Dict[str, Any]) -> None:
+        origin = None
+        if "via" in message:
+            origin = Origin(via=message["via"], pid=message.get("pid"), uid=message.get("uid"),
+                            command=message.get("command"), purpose=message.get("purpose"))
         event = Event(wd=message["wd"], events=list(message.get("events", [])), cookie=message.get("cookie", 0),
-                      name=message.get("name", ""), path=message.get("path", ""), mask=message.get("mask", 0))
+                      name=message.get("name", ""), path=message.get("path", ""), mask=message.get("mask", 0),
+                      origin=origin, _connection=self)
         handler = self._handlers.get(event.wd)
         answer: Answer = 0
         if handler is not None:

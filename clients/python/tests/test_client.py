@@ -21,13 +21,13 @@ BINARY = os.environ.get("COORDFS") or os.path.join(HERE, "..", "..", "..", ".bui
 class Mount:
     """A coordfs mount of a fresh backing directory, unmounted at the end whatever happens."""
 
-    def __init__(self):
+    def __init__(self, options=()):
         self.base = tempfile.mkdtemp(prefix="coordfs-py-")
         self.backing = os.path.join(self.base, "backing")
         self.point = os.path.join(self.base, "mnt")
         os.mkdir(self.backing)
         os.mkdir(self.point)
-        subprocess.run([BINARY, "mount", self.backing, self.point], check=True, capture_output=True)
+        subprocess.run([BINARY, "mount", *options, self.backing, self.point], check=True, capture_output=True)
 
     def path(self, name):
         return os.path.join(self.point, name)
@@ -115,6 +115,56 @@ class PresenterTests(MountedTestCase):
             # Another process's write: a process's own accesses never message its own presenters.
             subprocess.run(["sh", "-c", 'echo more >> "$1"', "sh", self.doc], check=True)
             self.assertTrue(changed.wait(10))
+
+
+class OriginTests(MountedTestCase):
+    """Who made each access, and a presenter that needs longer saying so."""
+
+    def test_a_request_names_the_program_that_made_the_access(self):
+        heard = []
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, lambda event: heard.append(event))
+            cat = subprocess.Popen(["cat", self.doc], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            cat.communicate(timeout=30)
+            self.assertTrue(eventually(lambda: any(event.is_request for event in heard)), heard)
+            request = next(event for event in heard if event.is_request)
+            self.assertEqual(request.origin, coordfs.Origin(via="mount", pid=cat.pid, uid=os.getuid(), command="cat"))
+
+    def slow_save(self, still_working):
+        """cat of a doc whose presenter takes 2 s to save (the mount waits 1 s for answers),
+        saying it is still working every half second or not: what cat read, and how long it took."""
+        mount = Mount(["--presenter-timeout", "1"])
+        self.addCleanup(mount.close)
+        mount.seed("doc.txt", "saved\n")
+        doc = mount.path("doc.txt")
+
+        def on_event(event):
+            if "SAVE" in event.events:
+                for _ in range(4):
+                    time.sleep(0.5)
+                    if still_working:
+                        event.still_working()
+                with open(doc, "w") as f:
+                    f.write("edited\n")
+            return 0
+
+        with coordfs.connect(doc) as connection:
+            connection.watch(doc, on_event, events=["SAVE"])
+            start = time.monotonic()
+            result = subprocess.run(["cat", doc], capture_output=True, text=True, timeout=30)
+            elapsed = time.monotonic() - start
+            self.assertEqual(result.returncode, 0, result.stderr)
+            return result.stdout, elapsed
+
+    def test_a_presenter_still_working_is_waited_for_past_the_presenter_timeout(self):
+        read, elapsed = self.slow_save(still_working=True)
+        self.assertEqual(read, "edited\n")
+        self.assertGreaterEqual(elapsed, 1.9)
+
+    def test_a_slow_presenter_that_says_nothing_is_passed_at_the_presenter_timeout(self):
+        read, elapsed = self.slow_save(still_working=False)
+        self.assertEqual(read, "saved\n")
+        self.assertLess(elapsed, 1.9)
 
 
 class HoldTests(MountedTestCase):
