@@ -22,28 +22,24 @@ let package = Package(
         .target(
             name: "CoordinationRuntime",
             dependencies: ["Coordination", "CoordinationClient", "CoordinationWire",
-                           .product(name: "Logging", package: "swift-log")],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+                           .product(name: "Logging", package: "swift-log")]
         ),
         // Foundation-shaped public API: FileCoordinator and FilePresenter over the runtime.
         .target(
             name: "FileCoordination",
             dependencies: ["Coordination", "CoordinationRuntime",
-                           .product(name: "Logging", package: "swift-log")],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+                           .product(name: "Logging", package: "swift-log")]
         ),
         // The control socket's protocol: values and bytes, no I/O.
-        .target(name: "CoordinationWire", swiftSettings: [.swiftLanguageMode(.v5)]),
+        .target(name: "CoordinationWire"),
         // The control socket: peer credentials, wire <-> engine, remote presenters.
         .target(
             name: "CoordinationServer",
             dependencies: ["CoordinationWire", "Coordination", "CoordinationRuntime",
-                           .product(name: "Logging", package: "swift-log")],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+                           .product(name: "Logging", package: "swift-log")]
         ),
         // Connects to a mount's or the daemon's control socket.
-        .target(name: "CoordinationClient", dependencies: ["CoordinationWire"],
-                swiftSettings: [.swiftLanguageMode(.v5)]),
+        .target(name: "CoordinationClient", dependencies: ["CoordinationWire"]),
         // libfuse3's low-level API: the one C boundary.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
@@ -54,8 +50,7 @@ let package = Package(
         .target(
             name: "CoordFSMount",
             dependencies: ["CFuse3", "CFusePassthrough", "Coordination", "CoordinationRuntime", "CoordinationServer",
-                           .product(name: "Logging", package: "swift-log")],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+                           .product(name: "Logging", package: "swift-log")]
         ),
         // One file per subcommand.
         .target(
@@ -63,43 +58,33 @@ let package = Package(
             dependencies: [
                 "FileCoordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            ]
         ),
         .executableTarget(name: "coordfs", dependencies: ["CoordFSCommands"]),
         // The control socket's fuzz target (libFuzzer: make fuzz).
-        .executableTarget(name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationRuntime"],
-                          swiftSettings: [.swiftLanguageMode(.v5)]),
+        .executableTarget(name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationRuntime"]),
         // An Apple-style program the cross-process tests run as two processes.
-        .executableTarget(name: "CoordinatedCounter", dependencies: ["FileCoordination"],
-                          swiftSettings: [.swiftLanguageMode(.v5)]),
+        .executableTarget(name: "CoordinatedCounter", dependencies: ["FileCoordination"]),
         .executableTarget(
             name: "CoordFSBench",
-            dependencies: ["Coordination", "CoordinationRuntime", "FileCoordination"],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            dependencies: ["Coordination", "CoordinationRuntime", "FileCoordination"]
         ),
         // Helpers the test targets share.
-        .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport",
-                swiftSettings: [.swiftLanguageMode(.v5)]),
+        .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
-        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "TestSupport"],
-                    swiftSettings: [.swiftLanguageMode(.v5)]),
+        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "TestSupport"]),
         // A file written for Apple platforms, compiled unchanged but for the import (Swift 6 mode).
         .testTarget(name: "AppleStyleTests", dependencies: ["FileCoordination"]),
-        .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"],
-                    swiftSettings: [.swiftLanguageMode(.v5)]),
-        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "TestSupport"],
-                    swiftSettings: [.swiftLanguageMode(.v5)]),
+        .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"]),
+        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "TestSupport"]),
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
-            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "TestSupport"],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "TestSupport"]
         ),
         .testTarget(
             name: "FileCoordinationTests",
-            dependencies: ["FileCoordination", "CoordinationRuntime", "Coordination", "TestSupport"],
-            swiftSettings: [.swiftLanguageMode(.v5)]
+            dependencies: ["FileCoordination", "CoordinationRuntime", "Coordination", "TestSupport"]
         ),
     ]
 )

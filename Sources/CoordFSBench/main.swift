@@ -44,7 +44,8 @@ func latency(_ engine: CoordinationEngine, _ intent: Intent) -> (median: Double,
 func throughput(threads: Int, sameItem: Bool) -> Double {
     let engine = CoordinationEngine()
     let deadline = DispatchTime.now() + throughputSeconds
-    let counts = UnsafeMutableBufferPointer<Int>.allocate(capacity: threads)
+    // Each thread writes its own slot, read once every thread has ended.
+    nonisolated(unsafe) let counts = UnsafeMutableBufferPointer<Int>.allocate(capacity: threads)
     counts.initialize(repeating: 0)
     defer { counts.deallocate() }
     DispatchQueue.concurrentPerform(iterations: threads) { thread in

@@ -74,6 +74,7 @@ struct Demo: ParsableCommand {
     }
 }
 
+// @unchecked Sendable: its counter is behind its lock.
 /// Prints numbered lines, one speaker a line, from any thread.
 final class Narrator: @unchecked Sendable {
     private let lock = NSLock()
@@ -87,6 +88,7 @@ final class Narrator: @unchecked Sendable {
     }
 }
 
+// @unchecked Sendable: its URL is behind its lock; its messages run on its queue.
 /// An editor that saves when asked and follows its document around.
 final class NarratingPresenter: FilePresenter, @unchecked Sendable {
     private let lock = NSLock()

@@ -114,6 +114,7 @@ struct Watch: ParsableCommand {
     }
 }
 
+// @unchecked Sendable: each line is written whole under `lock`.
 /// Prints records one a line, from any thread.
 final class Printer: @unchecked Sendable {
     let json: Bool
@@ -240,6 +241,7 @@ struct EventFormat: Sendable {
     }
 }
 
+// @unchecked Sendable: its value is behind its lock.
 /// Set once by the timeout's thread, read by the main one.
 private final class QuietFlag: @unchecked Sendable {
     private let lock = NSLock()

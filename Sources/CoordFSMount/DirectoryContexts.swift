@@ -18,6 +18,7 @@ final class DirectoryContext: Sendable {
     }
 }
 
+// @unchecked Sendable: its caches are per thread (`ThreadLocal`).
 /// Each serving thread's last few directory contexts. One is good while no directory has
 /// changed parent or name (`InodeTable.directoryNamesGeneration`), no package marker came or
 /// went through the mount, and for as long as the package markers' own answers are (markers

@@ -10,6 +10,7 @@ import Synchronization
 import Glibc
 #endif
 
+// @unchecked Sendable: its tables lock themselves; the rest is set before the session runs.
 /// The passthrough filesystem: serves the backing directory and turns opens, creations, renames
 /// and deletions into coordinated intents of the calling process (SPEC §3). Handlers are
 /// grouped by family in `Filesystem+*.swift`; the C trampolines are all in `FuseBridge.swift`.

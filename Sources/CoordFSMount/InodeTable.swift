@@ -5,6 +5,7 @@ import Synchronization
 import Glibc
 #endif
 
+// @unchecked Sendable: its mutable fields are read and written under the table's lock.
 /// A node the kernel knows: a file handle and, while it is in use or recently was, an O_PATH
 /// descriptor of the backing item; the kernel's lookup count; and the parent and name it was
 /// last reached by (the path coordination uses; renames made through the mount keep it right),

@@ -8,6 +8,7 @@ import Foundation
 import Glibc
 #endif
 
+// @unchecked Sendable: set up on one thread before `run`; `stop` only signals.
 /// A mounted coordfs: create it, `mount()`, `run()` until it is unmounted or signalled, and it
 /// cleans up after itself.
 public final class MountSession: @unchecked Sendable {

@@ -1,5 +1,6 @@
 import Coordination
 
+// @unchecked Sendable: the gates are atomics in memory of its own.
 /// Quiet gates for names: the gate of a (directory, name) pair is shut while a file known by
 /// that name in that directory is held open (or being created, or truncated) under a screened
 /// grant, and open otherwise.

@@ -2,6 +2,7 @@ import CoordinationRuntime
 import Foundation
 import Synchronization
 
+// @unchecked Sendable: immutable but for atomics and the directory stream its owner reads.
 /// An open file or directory of the mount: its backing descriptor and the intent it holds for
 /// the life of the open (SPEC §3).
 final class OpenFile: @unchecked Sendable {

@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 #endif
 
+// @unchecked Sendable: a request handle libfuse lets any thread answer, once.
 /// One kernel request's answer. Every handler answers each request exactly once, through one
 /// of these methods, possibly later and from another thread (after a wait).
 struct Reply: @unchecked Sendable {

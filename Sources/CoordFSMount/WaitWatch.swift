@@ -8,6 +8,7 @@ import Synchronization
 import Glibc
 #endif
 
+// @unchecked Sendable: its table is behind `condition`.
 /// Watches the requests that wait in the mount, and lets go ahead the ones whose wait must end
 /// before the wait timeout. A request that goes ahead holds nothing, and presenters are still
 /// told what it did (`CoordinatedAccess.breakThrough`). Three rules, looked at every 20 ms:

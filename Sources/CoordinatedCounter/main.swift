@@ -12,6 +12,7 @@
 import FileCoordination
 import Foundation
 
+// @unchecked Sendable: its state is behind its lock; its messages run on its queue.
 final class CounterPresenter: FilePresenter, @unchecked Sendable {
     let presentedItemOperationQueue: OperationQueue = {
         let queue = OperationQueue()

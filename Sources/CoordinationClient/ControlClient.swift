@@ -19,6 +19,7 @@ public struct ControlError: Error, CustomStringConvertible, Equatable {
     public var description: String { message.isEmpty ? errno : "\(message) (\(errno))" }
 }
 
+// @unchecked Sendable: its tables are behind `lock`; writes under `writeLock`.
 /// A connection to a coordfs control socket (a mount's or the daemon's): requests wait for their
 /// reply; events go to `onEvent`, in order, on the connection's reader thread.
 public final class ControlClient: @unchecked Sendable {
@@ -46,6 +47,7 @@ public final class ControlClient: @unchecked Sendable {
     /// What the server said in reply to hello.
     public private(set) var server: [String: WireValue] = [:]
 
+    // @unchecked Sendable: set once by the reader thread before the waiter is signalled.
     final class Box: @unchecked Sendable {
         var message: ServerMessage?
         var descriptor: Int32?

@@ -20,6 +20,7 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
         case outside
     }
 
+    /// How the access came.
     public var via: Route
     /// The process that made it; nil when unknown (a change made behind the mount).
     public var pid: Int32?
@@ -30,6 +31,7 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
     /// The coordinator's purpose identifier, where it has one (`FileCoordinator.purposeIdentifier`).
     public var purposeIdentifier: String?
 
+    /// An origin; fields left out are unknown.
     public init(via: Route, pid: Int32? = nil, uid: UInt32? = nil, command: String? = nil, purposeIdentifier: String? = nil) {
         self.via = via
         self.pid = pid
@@ -38,6 +40,7 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
         self.purposeIdentifier = purposeIdentifier
     }
 
+    /// "via mount, pid 4711 (cat), uid 1000".
     public var description: String {
         var words = ["via \(via.rawValue)"]
         if let pid { words.append("pid \(pid)" + (command.map { " (\($0))" } ?? "")) }

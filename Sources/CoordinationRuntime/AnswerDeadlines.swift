@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 
+// @unchecked Sendable: the queue and the timer are behind `lock`.
 /// When the presenters' answers to each access's requests are due, for all of a domain's
 /// messengers, on one timer (X2).
 ///

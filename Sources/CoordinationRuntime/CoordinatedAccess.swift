@@ -14,6 +14,7 @@ package protocol AccessCoordinator: AnyObject, Sendable {
     func untrack(_ access: CoordinatedAccess)
 }
 
+// @unchecked Sendable: its phase and remote holds are behind `lock`.
 /// One coordination call on its way to the accessor: waiting in the engine, then asking
 /// presenters, then granted. Every coordinate method — synchronous, on a queue, async/await or
 /// as an `Operation` — and every claim of a mount's request or a socket client's hold runs
@@ -353,6 +354,7 @@ package final class CoordinatedAccess: @unchecked Sendable {
     }
 }
 
+// @unchecked Sendable: its value is behind `lock`.
 /// Set once, read from any thread.
 final class PendingFlag: @unchecked Sendable {
     private let lock = NSLock()

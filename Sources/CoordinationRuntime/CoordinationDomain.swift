@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import Synchronization
 
+// @unchecked Sendable: settings and registries behind `lock`; the engine and holds are thread-safe.
 /// The engine a set of coordinators and presenters share, with its settings: in a process,
 /// `CoordinationDomain.shared`, which `FileCoordinator` uses unless told otherwise.
 public final class CoordinationDomain: @unchecked Sendable {
@@ -328,6 +329,7 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// the mount's break time had passed (SPEC §4).
     case coordinationBroken(item: String)
 
+    /// The report as a log line.
     public var description: String {
         switch self {
         case .presenterDidNotAnswer(let item, let request, let waited):

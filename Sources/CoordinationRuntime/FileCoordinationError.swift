@@ -35,6 +35,7 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     /// the accessor read or wrote may have been changed or read meanwhile.
     case coordinationBroken(String)
 
+    /// What happened, naming the item where there is one.
     public var description: String {
         switch self {
         case .invalidURL(let why): return "invalid URL for coordination: \(why)"
@@ -88,8 +89,10 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
 ///
 /// Cancellation is `CocoaError(.userCancelled)` (3072), as on Apple platforms.
 extension FileCoordinationError: CustomNSError, LocalizedError {
+    /// `NSCocoaErrorDomain`, as Apple's file coordination errors.
     public static var errorDomain: String { NSCocoaErrorDomain }
 
+    /// Apple's code where Apple reports the same condition, else one of coordfs's own (table above).
     public var errorCode: Int {
         switch self {
         case .noSuchItem: return CocoaError.Code.fileNoSuchFile.rawValue
@@ -113,6 +116,7 @@ extension FileCoordinationError: CustomNSError, LocalizedError {
         }
     }
 
+    /// The description, and `NSFilePathErrorKey` or `NSUnderlyingErrorKey` where they apply.
     public var errorUserInfo: [String: Any] {
         var info: [String: Any] = [NSLocalizedDescriptionKey: description]
         switch self {
@@ -124,6 +128,7 @@ extension FileCoordinationError: CustomNSError, LocalizedError {
         return info
     }
 
+    /// The description, for `localizedDescription`.
     public var errorDescription: String? { description }
 }
 

@@ -6,6 +6,7 @@ import Foundation
 import Glibc
 #endif
 
+// @unchecked Sendable: its tables are behind `lock`; the client is thread-safe.
 /// This process's connection to a coordfs mount served by another process: coordinators take
 /// their intents there too (for this process, so its own opens through the mount never wait on
 /// them), and presenters of items inside it are watched there, so that programs using the mount
@@ -222,7 +223,7 @@ package final class MountLink: @unchecked Sendable {
         let notification: PresenterNotification
         if mask.contains(.movedTo) {
             if record.name.isEmpty { notification = .didMove(to: path) }
-            else if let from = lock.withLock({ movedFrom.removeValue(forKey: cookie) }).flatMap { ItemPath($0) } {
+            else if let from = lock.withLock({ movedFrom.removeValue(forKey: cookie) }).flatMap({ ItemPath($0) }) {
                 notification = .subitemDidMove(from: from, to: path)
             } else { return }
         } else if mask.contains(.changed) { notification = .didChange }

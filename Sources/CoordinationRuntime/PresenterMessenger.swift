@@ -2,6 +2,7 @@ import Coordination
 import Dispatch
 import Foundation
 
+// @unchecked Sendable: its state is behind `lock`; presenters answer from any thread.
 /// Puts a grant's requests to presenters on their own queues, in parallel, and gathers the
 /// answers within the presenter timeout (P2, P14, X2). Reacquirers handed back are kept until
 /// the access ends (P4, P5).

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 
+// @unchecked Sendable: each thread reaches only its own value.
 /// One value per thread, made on the thread's first use and destroyed when the thread exits: a
 /// cache in it is read and written without touching memory another thread writes.
 ///

@@ -7,6 +7,7 @@ import Logging
 import Glibc
 #endif
 
+// @unchecked Sendable: its tables are behind `lock`; lines go out through the outbox.
 /// One client of the control socket: its watches (remote presenters), its holds, and the
 /// requests it has yet to answer. When it closes or dies, all of them end at once and nothing
 /// waits on it (X4).

@@ -35,6 +35,7 @@ public struct ClientLimits: Sendable {
                                               holdsPerConnection: 4096, servicesPerConnection: 1024)
 }
 
+// @unchecked Sendable: its counts are behind its lock.
 /// The connections and watches each user has, against `ClientLimits`.
 final class UserCounts: @unchecked Sendable {
     private let lock = NSLock()

@@ -8,6 +8,7 @@ import Synchronization
 import Glibc
 #endif
 
+// @unchecked Sendable: its tables are behind `lock`.
 /// The control socket: clients present items (watches) and hold intents over it, in the
 /// protocol of docs/protocol.md. A mount serves one; so does `coordfs daemon`.
 public final class ControlServer: @unchecked Sendable {

@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 #endif
 
+// @unchecked Sendable: its queue is behind `lock`.
 /// What the server has yet to write to one client, in order, and the thread that writes it.
 ///
 /// `send` never blocks: a line is written at once on the caller's thread when the socket takes

@@ -6,6 +6,7 @@ import Foundation
 import Glibc
 #endif
 
+// @unchecked Sendable: its path is behind `lock`; the connection is thread-safe.
 /// A watch of a control-socket client, standing in the domain as a presenter: each message
 /// becomes an event record on the client's connection, and requests wait for its answer.
 /// Requests outside the watch's mask are not put to it (`answeredRequests`), and consented to at

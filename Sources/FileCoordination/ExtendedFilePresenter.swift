@@ -25,8 +25,11 @@ public protocol ExtendedFilePresenter: FilePresenter {
 }
 
 extension ExtendedFilePresenter {
+    /// Does nothing: a presenter that does not care is not told.
     public func presentedItemCoordinationWasBroken() {}
+    /// Every request.
     public var answeredRequests: PresenterRequest.Kinds { .all }
+    /// No: messages run on the presenter's queue.
     public var takesMessagesInline: Bool { false }
 }
 

@@ -2,6 +2,7 @@ import Coordination
 import CoordinationRuntime
 import Foundation
 
+// @unchecked Sendable: its URL is behind `lock`.
 /// One read or write of one item in `coordinate(with:queue:byAccessor:)`: Foundation's
 /// `NSFileAccessIntent`. Its `url` follows moves of the item made while the call waited (C11).
 public final class FileAccessIntent: @unchecked Sendable {

@@ -69,8 +69,9 @@ extension FileCoordinator {
     // MARK: Swift concurrency
 
     /// Waits for all `intents` — cancelling the task cancels the wait (C13) — then runs
-    /// `accessor`; the access ends when it returns.
-    public func coordinate<T>(with intents: [FileAccessIntent],
+    /// `accessor`; the access ends when it returns. The accessor runs in the caller's isolation
+    /// (a `@MainActor` model's accessor may touch its state), so it need not be `@Sendable`.
+    public func coordinate<T>(with intents: [FileAccessIntent], isolation: isolated (any Actor)? = #isolation,
                               byAccessor accessor: () async throws -> T) async throws -> T {
         let access = try makeAccess(for: intents)
         try await grant(access)
@@ -92,17 +93,17 @@ extension FileCoordinator {
     /// A coordinated read of `url` that suspends instead of blocking while it waits; cancelling
     /// the task cancels the wait. (Not spelled `coordinate(readingItemAt:)`: a synchronous
     /// closure would pick the blocking overload, which no task cancellation can reach.)
-    public func read<T>(at url: URL, options: ReadingOptions = [],
+    public func read<T>(at url: URL, options: ReadingOptions = [], isolation: isolated (any Actor)? = #isolation,
                         byAccessor reader: (URL) async throws -> T) async throws -> T {
         let intent = FileAccessIntent.readingIntent(with: url, options: options)
-        return try await coordinate(with: [intent]) { try await reader(intent.url) }
+        return try await coordinate(with: [intent], isolation: isolation) { try await reader(intent.url) }
     }
 
     /// A coordinated write of `url` that suspends instead of blocking while it waits.
-    public func write<T>(at url: URL, options: WritingOptions = [],
+    public func write<T>(at url: URL, options: WritingOptions = [], isolation: isolated (any Actor)? = #isolation,
                          byAccessor writer: (URL) async throws -> T) async throws -> T {
         let intent = FileAccessIntent.writingIntent(with: url, options: options)
-        return try await coordinate(with: [intent]) { try await writer(intent.url) }
+        return try await coordinate(with: [intent], isolation: isolation) { try await writer(intent.url) }
     }
 
     private func grant(_ access: CoordinatedAccess) async throws {
@@ -119,12 +120,15 @@ extension FileCoordinator {
     }
 }
 
+// @unchecked Sendable: Operation's state and its own are behind `lock`.
 /// A coordinated access as an `Operation`: it becomes ready when its dependencies finish (Q2),
 /// waits for its intents without occupying a queue thread, runs `accessor` once they are granted
 /// and finishes when the access ends (Q4). Cancelled before or while waiting, it finishes
 /// without running `accessor`, with `error` set to the cancellation (Q3).
 public final class CoordinatedAccessOperation: Operation, @unchecked Sendable {
+    /// The coordinator whose access this is.
     public let coordinator: FileCoordinator
+    /// The intents it waits for; their URLs follow moves made meanwhile (C11).
     public let intents: [FileAccessIntent]
     private let accessor: ([FileAccessIntent]) throws -> Void
 
@@ -145,10 +149,14 @@ public final class CoordinatedAccessOperation: Operation, @unchecked Sendable {
     /// Why the access did not happen or failed; nil after a successful access.
     public var error: Error? { stateLock.withLock { _error } }
 
+    /// True: the operation waits for its grant without a thread.
     public override var isAsynchronous: Bool { true }
+    /// True from the start until the access has ended.
     public override var isExecuting: Bool { stateLock.withLock { _executing } }
+    /// True once the access has ended, or failed (`error`).
     public override var isFinished: Bool { stateLock.withLock { _finished } }
 
+    /// Starts waiting for the intents; the accessor runs once they are granted.
     public override func start() {
         if isCancelled {
             finish(with: CocoaError(.userCancelled))
@@ -192,6 +200,7 @@ public final class CoordinatedAccessOperation: Operation, @unchecked Sendable {
         }
     }
 
+    /// Stops a wait still going on (the accessor then does not run); a running accessor goes on.
     public override func cancel() {
         super.cancel()
         stateLock.withLock { access }?.cancel()

@@ -10,16 +10,19 @@ import Foundation
 /// difference: coordination that another user broke while the accessor ran (on a shared mount)
 /// is reported in `outError` after the accessor has run, as `coordinationBroken`.
 extension FileCoordinator {
+    /// Foundation's form of `coordinate(readingItemAt:options:byAccessor:)`: an error goes to `outError` and the accessor does not run.
     public func coordinate(readingItemAt url: URL, options: ReadingOptions = [], error outError: NSErrorPointer,
                            byAccessor reader: (URL) -> Void) {
         reporting(into: outError) { try coordinate(readingItemAt: url, options: options) { reader($0) } }
     }
 
+    /// Foundation's form of `coordinate(writingItemAt:options:byAccessor:)`: an error goes to `outError` and the accessor does not run.
     public func coordinate(writingItemAt url: URL, options: WritingOptions = [], error outError: NSErrorPointer,
                            byAccessor writer: (URL) -> Void) {
         reporting(into: outError) { try coordinate(writingItemAt: url, options: options) { writer($0) } }
     }
 
+    /// Foundation's form of the read-and-write `coordinate(readingItemAt:options:writingItemAt:options:byAccessor:)` (C7).
     public func coordinate(readingItemAt readingURL: URL, options readingOptions: ReadingOptions = [],
                            writingItemAt writingURL: URL, options writingOptions: WritingOptions = [],
                            error outError: NSErrorPointer, byAccessor readerWriter: (URL, URL) -> Void) {
@@ -29,6 +32,7 @@ extension FileCoordinator {
         }
     }
 
+    /// Foundation's form of the two-write `coordinate(writingItemAt:options:writingItemAt:options:byAccessor:)` (C7).
     public func coordinate(writingItemAt url1: URL, options options1: WritingOptions = [],
                            writingItemAt url2: URL, options options2: WritingOptions = [],
                            error outError: NSErrorPointer, byAccessor writer: (URL, URL) -> Void) {
@@ -37,6 +41,7 @@ extension FileCoordinator {
         }
     }
 
+    /// Foundation's form of `prepare(forReadingItemsAt:options:writingItemsAt:options:byAccessor:)` (C9).
     public func prepare(forReadingItemsAt readingURLs: [URL], options readingOptions: ReadingOptions = [],
                         writingItemsAt writingURLs: [URL], options writingOptions: WritingOptions = [],
                         error outError: NSErrorPointer, byAccessor batchAccessor: (@escaping @Sendable () -> Void) -> Void) {

@@ -3,6 +3,7 @@ import CoordinationRuntime
 import Dispatch
 import Foundation
 
+// @unchecked Sendable: its state is behind `lock`, as NSFileCoordinator is safe from any thread.
 /// Coordinates reads and writes of files and directories with other coordinators in this process
 /// and, through a coordfs mount or daemon, in others — Foundation's `NSFileCoordinator`.
 ///
@@ -304,6 +305,7 @@ extension AccessKind {
     }
 }
 
+// @unchecked Sendable: its result is behind `lock`.
 /// The result of a grant, handed from the thread that resolves it to the one that waits.
 final class GrantOutcome: @unchecked Sendable {
     private let semaphore = DispatchSemaphore(value: 0)
@@ -320,6 +322,7 @@ final class GrantOutcome: @unchecked Sendable {
     }
 }
 
+// @unchecked Sendable: its flag is behind `lock`.
 /// Runs its action once, however often it is called (completion handlers called twice).
 final class EndOnce: @unchecked Sendable {
     private let lock = NSLock()

@@ -39,19 +39,30 @@ public protocol FilePresenter: AnyObject {
 }
 
 extension FilePresenter {
+    /// None: the presenter presents its item alone.
     public var primaryPresentedItemURL: URL? { nil }
 
+    /// Consents at once, with no reacquirer.
     public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { reader(nil) }
+    /// Consents at once, with no reacquirer.
     public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { writer(nil) }
+    /// Has nothing to save.
     public func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
+    /// Consents at once.
     public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
+    /// Consents at once.
     public func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
         completionHandler(nil)
     }
+    /// Ignores the news.
     public func presentedItemDidMove(to newURL: URL) { UnimplementedCallback.note() }
+    /// Ignores the news.
     public func presentedItemDidChange() { UnimplementedCallback.note() }
+    /// Ignores the news (a package's presenter gets did-change instead, P20).
     public func presentedSubitemDidAppear(at url: URL) { UnimplementedCallback.note() }
+    /// Ignores the news (a package's presenter gets did-change instead, P20).
     public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { UnimplementedCallback.note() }
+    /// Ignores the news (a package's presenter gets did-change instead, P20).
     public func presentedSubitemDidChange(at url: URL) { UnimplementedCallback.note() }
 }
 

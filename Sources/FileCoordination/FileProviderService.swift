@@ -38,8 +38,10 @@ public struct FileProviderService: Sendable {
     }
 }
 
+// @unchecked Sendable: immutable; a tuple of a class and a number is not Sendable by itself.
 /// A vended service; withdraw it when the provider stops serving.
 public final class ServiceRegistration: @unchecked Sendable {
+    /// The service's name.
     public let name: String
     let id: ServiceRegistrationID
     let domain: CoordinationDomain

@@ -2,6 +2,7 @@ import Coordination
 import CoordinationRuntime
 import Foundation
 
+// @unchecked Sendable: it calls its FilePresenter on that presenter's queue only (P2).
 /// A `FilePresenter` object as the runtime sees it (`Presenter`): the one place where the
 /// engine's requests and notifications, from this process or from another through a mount or
 /// daemon, become Foundation's callbacks, each on the presenter's queue (P2).
@@ -26,7 +27,8 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
 
     func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
                completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
-        let presenter = object
+        // A presenter is not Sendable, as Apple's is not: it is messaged on its own queue only (P2).
+        nonisolated(unsafe) let presenter = object
         let consented: @Sendable ((@Sendable () -> Void)?) -> Void = { completion(nil, $0) }
         let answered: @Sendable (Error?) -> Void = { completion($0, nil) }
         // The callback may read `AccessOrigin.current` and keep `PresenterProgress.current`.
@@ -51,7 +53,8 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
 
     func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
               moved: @escaping @Sendable () -> Void) {
-        let presenter = object
+        // A presenter is not Sendable, as Apple's is not: it is messaged on its own queue only (P2).
+        nonisolated(unsafe) let presenter = object
         presenter.perform { CurrentMessage.with(origin) {
             var sentDidChange = false
             for notification in notifications {

@@ -6,7 +6,8 @@ import Testing
 
 /// `ThreadLocal`, which the mount's per-request caches keep their last answer in.
 @Suite struct ThreadLocalValues {
-    final class Box { var touched = 0 }
+    // Each box is touched by its own thread, and read by the test once that thread is done.
+    final class Box: @unchecked Sendable { var touched = 0 }
 
     @Test func eachThreadHasItsOwnValueAndKeepsIt() throws {
         let local = ThreadLocal { Box() }
