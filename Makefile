@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test test-python man install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test test-python man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
 
 all: build
 
@@ -42,6 +42,7 @@ build: setup io-uring
 test: setup io-uring
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory man >/dev/null
+	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) FUZZ_CORPUS=$$(mktemp -d)
 	@bash -o pipefail -c 'COORDFS_COORDINATION=in-process $(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
 	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
@@ -169,6 +170,19 @@ install:
 	$(SWIFT) build -c release --product coordfs
 	@$(MAKE) --no-print-directory man COORDFS=.build/release/coordfs
 	@$(MAKE) --no-print-directory install-files BINARY=.build/release/coordfs
+
+# The DocC archives of the Swift API, in $(DOCS): FileCoordination (with its articles) and the
+# runtime's public types it re-exports (CoordinationDomain, AccessOrigin, the errors). A warning,
+# such as a link that resolves to nothing, fails it; make test runs it.
+DOCS := .build/docs
+docs:
+	@mkdir -p $(DOCS)
+	@for target in FileCoordination CoordinationRuntime; do \
+	  $(SWIFT) package --allow-writing-to-directory $(DOCS) generate-documentation --target $$target \
+	    --output-path $(DOCS)/$$target --warnings-as-errors > .build/docs-$$target.log 2>&1 \
+	  || { tail -30 .build/docs-$$target.log; echo "docs: $$target failed (the whole run is in .build/docs-$$target.log)"; exit 1; }; \
+	done
+	@echo "docs: $(DOCS)/FileCoordination and $(DOCS)/CoordinationRuntime, no warnings"
 
 # The man pages, one a subcommand, from the command's own help (swift-argument-parser's
 # generator), and mount.coordfs(8).

@@ -328,6 +328,8 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// Another user's access to `item` went ahead while a coordinator of this process held it:
     /// the mount's break time had passed (SPEC §4).
     case coordinationBroken(item: String)
+    /// A presenter asks for a callback that coordfs never makes on Linux (ubiquity attributes).
+    case neverCalled(presentedItem: String, callback: String, why: String)
 
     /// The report as a log line.
     public var description: String {
@@ -338,6 +340,8 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
             return "a presenter of \(item) of another user (uid \(user)) refused an access (\(error)); across users that is no veto, and the access proceeded"
         case .coordinationBroken(let item):
             return "another user's access to \(item) went ahead while this process held it (the mount's break time had passed)"
+        case .neverCalled(let item, let callback, let why):
+            return "the presenter of \(item) asks for \(callback), which is never called: \(why)"
         }
     }
 }

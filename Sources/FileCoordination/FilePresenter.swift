@@ -36,6 +36,14 @@ public protocol FilePresenter: AnyObject {
     func presentedSubitemDidChange(at url: URL)
     /// An item inside the presented directory or package is about to be deleted (P13).
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void)
+
+    /// iCloud's: the ubiquity attributes the presenter wants to hear of. Linux has no ubiquitous
+    /// items: a presenter that names any is reported at registration (`CoordinationReport.neverCalled`).
+    var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { get }
+    /// iCloud's; never called on Linux, which has no ubiquitous items.
+    func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>)
+    /// iCloud's eviction of a downloaded item; never called on Linux, where nothing evicts items.
+    func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void)
 }
 
 extension FilePresenter {
@@ -64,6 +72,12 @@ extension FilePresenter {
     public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { UnimplementedCallback.note() }
     /// Ignores the news (a package's presenter gets did-change instead, P20).
     public func presentedSubitemDidChange(at url: URL) { UnimplementedCallback.note() }
+    /// None.
+    public var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { [] }
+    /// Ignores the news (never sent on Linux).
+    public func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
+    /// Consents at once (never asked on Linux).
+    public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
 }
 
 /// Swift cannot ask whether a protocol method is implemented, yet a package presenter lacking a

@@ -36,6 +36,15 @@ public struct FileProviderService: Sendable {
         DispatchQueue.global().async { handler(providerEnd, path) }
         return FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
     }
+
+    /// Apple's spelling of `connection()`: `completionHandler` gets, on a background queue, the
+    /// connection (a connected stream socket, where Apple hands an `NSXPCConnection`) or the error.
+    public func getFileProviderConnection(completionHandler: @escaping @Sendable (FileHandle?, Error?) -> Void) {
+        let service = self
+        DispatchQueue.global().async {
+            do { completionHandler(try service.connection(), nil) } catch { completionHandler(nil, error) }
+        }
+    }
 }
 
 // @unchecked Sendable: immutable; a tuple of a class and a number is not Sendable by itself.

@@ -97,6 +97,12 @@ extension CoordinationDomain {
     /// shared one). The domain keeps it until it is removed.
     public func addFilePresenter(_ presenter: FilePresenter) {
         register(ObjectPresenter(presenter), key: ObjectIdentifier(presenter), linked: true)
+        // A callback that never comes is said once, where the presenter asks for it.
+        if !presenter.observedPresentedItemUbiquityAttributes.isEmpty {
+            report(.neverCalled(presentedItem: presenter.presentedItemURL?.path ?? "(no item yet)",
+                                callback: "presentedItemDidChangeUbiquityAttributes(_:)",
+                                why: "Linux has no ubiquitous (iCloud) items"))
+        }
     }
 
     /// Unregisters `presenter`; unknown presenters are ignored.
