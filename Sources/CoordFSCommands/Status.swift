@@ -13,8 +13,52 @@ struct Status: ParsableCommand {
     @Option(help: "The control socket (default: found from the path).")
     var socket: String?
 
-    @Flag(help: "The server's reply as JSON (one object a line, one line a server).")
+    @Flag(name: [.customShort("J"), .long], help: "The server's reply as JSON (one object a line, one line a server).")
     var json = false
+
+    @Option(name: [.short, .customLong("output")], parsing: .unconditional,
+            help: ArgumentHelp("The columns to show, comma-separated, as lslocks takes them: \(Column.allCases.map(\.rawValue).joined(separator: ",")); a leading + adds them to the default ones.",
+                               valueName: "LIST"))
+    var output: String?
+
+    @Flag(name: .customLong("output-all"), help: "Show every column.")
+    var outputAll = false
+
+    @Flag(name: [.short, .customLong("noheadings")], help: "Print no line of column names.")
+    var noHeadings = false
+
+    @Flag(name: [.short, .long], help: "Columns one space apart, unaligned, with spaces inside values written \\x20.")
+    var raw = false
+
+    @Option(name: [.short, .long], help: ArgumentHelp("Only the holders, waiters and presenters of this process.", valueName: "PID"))
+    var pid: Int32?
+
+    @Flag(name: [.short, .long], help: "Also how the mount's requests come, and how many it coordinated.")
+    var verbose = false
+
+    /// A column of the table, as lslocks names its own where the meaning is the same.
+    enum Column: String, CaseIterable {
+        case type = "TYPE", pid = "PID", command = "COMMAND", mode = "MODE", waited = "WAITED", path = "PATH", blocker = "BLOCKER"
+        static let standard: [Column] = [.type, .pid, .command, .mode, .waited, .path, .blocker]
+    }
+
+    func validate() throws { _ = try columns() }
+
+    /// The columns asked for (`-o`, `--output-all`), in their order.
+    func columns() throws -> [Column] {
+        if outputAll { return Column.allCases }
+        guard var list = output else { return Column.standard }
+        let adding = list.hasPrefix("+")
+        if adding { list.removeFirst() }
+        let named = try list.split(separator: ",").map { name -> Column in
+            guard let column = Column(rawValue: name.trimmingCharacters(in: .whitespaces).uppercased()) else {
+                throw ValidationError("unknown column '\(name)' (the columns: \(Column.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            return column
+        }
+        if named.isEmpty { throw ValidationError("-o needs at least one column") }
+        return adding ? Column.standard + named.filter { !Column.standard.contains($0) } : named
+    }
 
     func run() throws {
         // Listing every server: one that cannot be reached (a mount whose daemon died, a
@@ -85,7 +129,7 @@ struct Status: ParsableCommand {
         // A mount names its backing directory too (the daemon's root is "/").
         let backing = root.flatMap { $0 == "/" ? nil : ControlClient.attribute("user.coordfs.backing", of: $0) }
         print("\(string(fields["root"])) — control socket \(string(fields["socket"]))" + (backing.map { " — backing \($0)" } ?? ""))
-        if let root, let stats = Self.statistics(ofMountAt: root) {
+        if verbose, let root, let stats = Self.statistics(ofMountAt: root) {
             if let transport = Self.transport(stats) { print(transport) }
             if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {
                 let beside = stats["passed_beside_open_files"] as? Int ?? 0
@@ -93,35 +137,78 @@ struct Status: ParsableCommand {
                       + "(\(passed - beside) with nothing held, \(beside) beside files held open by other names)")
             }
         }
-        var rows: [[String]] = [["TYPE", "PID", "COMMAND", "MODE", "PATH", "WAITS FOR"]]
+        let columns = (try? self.columns()) ?? Column.standard
+        // A path inside a mount shows only what concerns it (the item, and what lies inside it).
+        let only = path.map(ServerConnection.resolve).flatMap { $0 == root ? nil : $0 }
+        func concerns(_ item: String) -> Bool {
+            guard let only else { return true }
+            return item == only || item.hasPrefix(only.hasSuffix("/") ? only : only + "/")
+        }
+        var rows: [[Column: String]] = []
         func add(_ type: String, _ entries: WireValue?) {
             for entry in array(entries) {
                 guard case .object(let object) = entry else { continue }
-                let pid = object["pid"].map { value -> String in if case .int(let n) = value { return String(n) }; return "-" } ?? "-"
+                let processID: Int? = if case .int(let n)? = object["pid"] { n } else { nil }
+                if let pid, processID != Int(pid) { continue }
                 let command = string(object["command"], fallback: string(object["identity"]))
-                let waitsFor = array(object["waits_for"]).map { string($0) }.joined(separator: ",")
+                let blocker = array(object["waits_for"]).map { Self.blocker(string($0)) }.joined(separator: ",")
+                let waited: String = if case .int(let ms)? = object["waited_ms"] { String(format: "%.1fs", Double(ms) / 1000) } else { "-" }
                 // A path the server keeps from this user: in a directory they cannot read.
                 func path(_ fields: [String: WireValue]) -> String? {
                     if case .bool(true)? = fields["hidden"] { return "(in a directory you cannot read)" }
                     return fields["path"].map { string($0) }
                 }
-                if let path = path(object) {
-                    rows.append([type, pid, command, "-", path, ""])
+                var row: [Column: String] = [.type: type, .pid: processID.map(String.init) ?? "-", .command: command,
+                                             .waited: waited, .blocker: blocker]
+                if let item = path(object) {
+                    if concerns(item) { rows.append(row.merging([.mode: "-", .path: item]) { $1 }) }
                 }
                 for intent in array(object["intents"]) {
-                    guard case .object(let item) = intent else { continue }
-                    rows.append([type, pid, command, string(item["mode"]), path(item) ?? "", waitsFor])
+                    guard case .object(let fields) = intent else { continue }
+                    let item = path(fields) ?? ""
+                    guard concerns(item) else { continue }
+                    row[.mode] = string(fields["mode"])
+                    row[.path] = item
+                    rows.append(row)
                 }
             }
         }
         add("HOLD", fields["holders"])
         add("WAIT", fields["waiters"])
         add("PRESENT", fields["presenters"])
-        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max() ?? 0 }
-        for row in rows {
+        var table = rows.map { row in columns.map { row[$0] ?? "" } }
+        if !noHeadings { table.insert(columns.map(\.rawValue), at: 0) }
+        if raw {
+            for row in table { print(row.map(Self.rawValue).joined(separator: " ")) }
+            return
+        }
+        let widths = columns.indices.map { column in table.map { $0[column].count }.max() ?? 0 }
+        for row in table {
             print(row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
                 .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
+    }
+
+    /// Whom an entry waits for, as lslocks's BLOCKER: the pid of a process's coordinator, else
+    /// the coordinator's name.
+    static func blocker(_ identity: String) -> String {
+        guard identity.hasPrefix("pid:") else { return identity }
+        return String(identity.dropFirst(4).prefix { $0 != "#" })
+    }
+
+    /// A value of `--raw` output: blanks and backslashes written as \x20 and \x5c, as lslocks does.
+    static func rawValue(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case " ": out += "\\x20"
+            case "\\": out += "\\x5c"
+            case "\t": out += "\\x09"
+            case "\n": out += "\\x0a"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out.isEmpty ? "-" : out
     }
 
     /// The counters of the mount at `root` (its `user.coordfs.stats`); nil when `root` is not a

@@ -115,7 +115,7 @@ public final class CoordinationEngine: Sendable {
             }
             let ticket = TicketID(rawValue: state.takeNumber())
             state.waiting.append(State.Waiter(ticket: ticket, request: request, modes: modes,
-                                              blockers: blockers, resume: resume))
+                                              blockers: blockers, resume: resume, since: .now))
             return .waiting(ticket)
         }
     }

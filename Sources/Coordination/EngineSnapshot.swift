@@ -5,12 +5,16 @@ public struct EngineSnapshot: Sendable, CustomStringConvertible {
         public let identity: CoordinatorIdentity
         public let intents: [Intent]
         public let messaging: Set<CoordinatorIdentity>
+        /// Since when it has been asking presenters, while it is.
+        public let messagingSince: ContinuousClock.Instant?
     }
     public struct Waiter: Sendable {
         public let ticket: TicketID
         public let identity: CoordinatorIdentity
         public let intents: [Intent]
         public let waitsFor: Set<CoordinatorIdentity>
+        /// When it began to wait.
+        public let since: ContinuousClock.Instant
     }
 
     public let holders: [Holder]
@@ -51,12 +55,15 @@ extension CoordinationEngine {
         state.withLock { state in
             EngineSnapshot(
                 holders: (state.grants.map { (number: $0.record.number, holder: EngineSnapshot.Holder(
-                              grant: $0.id, identity: $0.record.identity, intents: $0.record.intents, messaging: $0.record.messaging)) }
+                              grant: $0.id, identity: $0.record.identity, intents: $0.record.intents, messaging: $0.record.messaging,
+                              messagingSince: $0.record.messagingSince)) }
                           + state.shortList.entries.map { (number: $0.number, holder: EngineSnapshot.Holder(
-                              grant: GrantID(shortListNumber: $0.number), identity: $0.identity, intents: [$0.intent], messaging: [])) })
+                              grant: GrantID(shortListNumber: $0.number), identity: $0.identity, intents: [$0.intent], messaging: [],
+                              messagingSince: nil)) })
                     .sorted { $0.number < $1.number }.map(\.holder),
                 waiters: state.waiting.map {
-                    .init(ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents, waitsFor: $0.blockers)
+                    .init(ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents, waitsFor: $0.blockers,
+                          since: $0.since)
                 },
                 presenters: state.presenters.sorted { $0.key.rawValue < $1.key.rawValue },
                 services: state.services.sorted { $0.key.rawValue < $1.key.rawValue }

@@ -17,6 +17,8 @@ struct State: ~Copyable {
         /// Owners of the presenters this grant is messaging: their requests do not wait for it
         /// while it does (C21), and the grant's owner waits for them (wait-for graph).
         var messaging: Set<CoordinatorIdentity>
+        /// Since when it has been asking them (for `coordfs status`); nil for a grant that asks nobody.
+        var messagingSince: ContinuousClock.Instant? = nil
         /// Moves reported inside this grant: their notifications replace the writes' own.
         var moved: [ItemPath] = []
         /// Its owner keeps it from the accesses that pass beside screened grants, as a listed
@@ -31,6 +33,8 @@ struct State: ~Copyable {
         /// Whom it waits for, as of the last scan: the edges of the wait-for graph.
         var blockers: Set<CoordinatorIdentity>
         let resume: CoordinationEngine.Resume
+        /// When it began to wait (for `coordfs status`).
+        let since: ContinuousClock.Instant
     }
 
     /// A grant whose presenters have answered, waiting for what their own work took meanwhile
@@ -298,7 +302,8 @@ struct State: ~Copyable {
         var messaging = Set<CoordinatorIdentity>()
         for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
         let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
-                                           holdsIntents: request.holdsIntents, messaging: messaging, screened: screened))
+                                           holdsIntents: request.holdsIntents, messaging: messaging,
+                                           messagingSince: messaging.isEmpty ? nil : .now, screened: screened))
         if screened { screenedGrantCount += 1 }
         for mode in modes {
             holds.append(Hold(grant: id, identity: request.identity, kind: mode.kind), at: mode.path)

@@ -127,6 +127,14 @@ package enum AccessOrigins {
         }
     }
 
+    /// `identity` as a person reads it: "pid 4242 (vim)", with a coordinator's purpose in brackets.
+    package static func describe(_ identity: CoordinatorIdentity) -> String {
+        let origin = origin(of: identity)
+        var text = origin.pid.map { "pid \($0)" + (origin.command.map { " (\($0))" } ?? "") } ?? identity.description
+        if let purpose = origin.purposeIdentifier { text += " [\(purpose)]" }
+        return text
+    }
+
     /// The filesystem uid and the command of `pid`, nil for a process that has gone.
     private static func process(_ pid: Int32) -> (UInt32?, String?) {
         let now = ContinuousClock.now

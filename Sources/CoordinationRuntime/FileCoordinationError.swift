@@ -58,7 +58,7 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
         switch error {
         case .cancelled, .ownerGone: return CocoaError(.userCancelled)
         case .timedOut, .brokenThrough: return FileCoordinationError.timedOut
-        case .deadlock(let cycle): return FileCoordinationError.deadlock(cycle: cycle.map(\.description))
+        case .deadlock(let cycle): return FileCoordinationError.deadlock(cycle: cycle.map(AccessOrigins.describe))
         case .wouldBlock: return FileCoordinationError.wouldBlock
         case .notInsideWrite: return FileCoordinationError.moveReportedOutsideWrite
         case .invalidRequest(let why): return FileCoordinationError.invalidOptions(why)

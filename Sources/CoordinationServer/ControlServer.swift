@@ -183,12 +183,31 @@ public final class ControlServer: @unchecked Sendable {
     }
     private var trims = false
 
+    /// Options as Apple names them (and coordfs's own for the opens of unmodified programs).
+    static func names(of options: ReadingOptions) -> String {
+        let table: [(ReadingOptions, String)] = [(.withoutChanges, "withoutChanges"), (.resolvesSymbolicLink, "resolvesSymbolicLink"),
+                                                 (.immediatelyAvailableMetadataOnly, "immediatelyAvailableMetadataOnly"), (.forUploading, "forUploading")]
+        return table.filter { options.contains($0.0) }.map(\.1).joined(separator: ",")
+    }
+
+    static func names(of options: WritingOptions) -> String {
+        let table: [(WritingOptions, String)] = [(.forDeleting, "forDeleting"), (.forMoving, "forMoving"), (.forMerging, "forMerging"),
+                                                 (.forReplacing, "forReplacing"), (.contentIndependentMetadataOnly, "contentIndependentMetadataOnly"),
+                                                 (.appendingOnly, "appending"), (.sharingWriters, "inPlace")]
+        return table.filter { options.contains($0.0) }.map(\.1).joined(separator: ",")
+    }
+
     /// The engine's state as a status reply: like lslocks, with each holder's command.
     /// `mayLearn` says whether the asking client may learn of a path (it could read the
     /// directory that lists it); the paths it may not are left out, and their entries say
     /// `"hidden": true`, so that it still sees that somebody holds or waits.
     func status(mayLearn: (String) -> Bool = { _ in true }) -> [String: WireValue] {
         let snapshot = domain.engine.snapshot()
+        let now = ContinuousClock.now
+        func waited(since: ContinuousClock.Instant) -> WireValue {
+            let (seconds, attoseconds) = (now - since).components
+            return .int(Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
+        }
         func who(_ identity: CoordinatorIdentity) -> [String: WireValue] {
             var fields: [String: WireValue] = ["identity": .string(identity.description)]
             if let pid = identity.process {
@@ -200,8 +219,8 @@ public final class ControlServer: @unchecked Sendable {
         func describe(_ intent: Intent) -> WireValue {
             let mode: String
             switch intent.kind {
-            case .reading(let options): mode = options.isEmpty ? "read" : "read(\(options.rawValue))"
-            case .writing(let options): mode = options.isEmpty ? "write" : "write(\(options.rawValue))"
+            case .reading(let options): mode = options.isEmpty ? "read" : "read(\(Self.names(of: options)))"
+            case .writing(let options): mode = options.isEmpty ? "write" : "write(\(Self.names(of: options)))"
             }
             guard mayLearn(intent.path.string) else { return .object(["hidden": .bool(true), "mode": .string(mode)]) }
             return .object(["path": .string(intent.path.string), "mode": .string(mode)])
@@ -220,12 +239,14 @@ public final class ControlServer: @unchecked Sendable {
             fields["intents"] = .array(holder.intents.map(describe))
             fields["waits_for"] = waitsFor(holder.messaging)
             fields["asking_presenters"] = .bool(true)
+            if let since = holder.messagingSince { fields["waited_ms"] = waited(since: since) }
             return .object(fields)
         }
         let waiters: [WireValue] = asking + snapshot.waiters.map { waiter in
             var fields = who(waiter.identity)
             fields["intents"] = .array(waiter.intents.map(describe))
             fields["waits_for"] = waitsFor(waiter.waitsFor)
+            fields["waited_ms"] = waited(since: waiter.since)
             return .object(fields)
         }
         let presenters: [WireValue] = snapshot.presenters.map { _, record in

@@ -76,15 +76,31 @@ import Glibc
         waiter.send("open r \(fx.path("doc.txt"))")
         let watcher = try Child(binary, ["watch", fx.mountPoint.path])
         #expect(eventually { (try? fx.state())?.contains("WAIT") == true && (try? fx.state())?.contains("PRESENT") == true })
-        let status = try run(binary, ["status", fx.mountPoint.path])
+        let status = try run(binary, ["status", "-v", fx.mountPoint.path])
         #expect(status.status == 0)
         let lines = status.output.split(separator: "\n").map(String.init)
         let queues = try fx.statistics()["ring_queues"] ?? 0
         #expect(lines.contains(queues > 0 ? "requests: FUSE over io_uring, \(queues) queues at nice -5" : "requests: /dev/fuse, workers at nice -5"), "\(lines)")
         #expect(lines.contains { $0.hasPrefix("coordinated: ") && $0.contains("passed the quiet gates") }, "\(lines)")
         #expect(lines.contains { $0.hasPrefix("HOLD") && $0.contains(String(holder.pid)) && $0.contains("python3") && $0.contains("write") })
-        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(waiter.pid)) && $0.contains("pid:\(holder.pid)") })
+        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(waiter.pid)) && $0.hasSuffix(" \(holder.pid)") }, "\(lines)")
         #expect(lines.contains { $0.hasPrefix("PRESENT") && $0.contains(String(watcher.pid)) })
+        #expect(lines.contains { $0.hasPrefix("TYPE") && $0.hasSuffix("BLOCKER") }, "\(lines)")
+        // Without -v, the table alone.
+        let plain = try run(binary, ["status", fx.mountPoint.path]).output.split(separator: "\n").map(String.init)
+        #expect(!plain.contains { $0.hasPrefix("coordinated: ") || $0.hasPrefix("requests: ") }, "\(plain)")
+        // As lslocks: -p chooses a process, -o the columns, -n leaves out their names.
+        let chosen = try run(binary, ["status", "-p", String(holder.pid), "-o", "PATH,MODE", "-n", fx.mountPoint.path])
+        #expect(chosen.status == 0 && chosen.output.split(separator: "\n").map(String.init).filter { !$0.contains(" — control socket ") }
+                == ["\(fx.path("doc.txt"))  write(inPlace)"], "\(chosen)")
+        let waited = try run(binary, ["status", "-p", String(waiter.pid), "-o", "WAITED,BLOCKER", "-n", "-r", fx.mountPoint.path])
+        let row = waited.output.split(separator: "\n").map(String.init).last ?? ""
+        #expect(row.hasSuffix("s \(holder.pid)") && Double(row.prefix { $0 != "s" }) != nil, "\(waited)")
+        // A path inside the mount shows only what concerns it.
+        try fx.seed("other.txt")
+        let elsewhere = try run(binary, ["status", "-n", fx.path("other.txt")])
+        #expect(!elsewhere.output.contains("doc.txt"), "\(elsewhere)")
+        #expect(try run(binary, ["status", "-o", "SIZE", fx.mountPoint.path]).errors.contains("unknown column 'SIZE'"))
         let json = try run(binary, ["status", "--json", fx.path("doc.txt")])
         #expect(json.output.contains("\"holders\""))
         #expect(holder.ask("close 1") == "ok")
@@ -142,7 +158,7 @@ import Glibc
         #expect(eventually { watcher.next(timeout: .milliseconds(200))?.contains("REQUEST") == true })
         let status = try run(binary, ["status", fx.mountPoint.path])
         let lines = status.output.split(separator: "\n").map(String.init)
-        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(reader.pid)) && $0.contains("pid:\(watcher.pid)") },
+        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(reader.pid)) && $0.hasSuffix(" \(watcher.pid)") },
                 "\(lines)")
         #expect(!lines.contains { $0.hasPrefix("HOLD") && $0.contains(String(reader.pid)) }, "\(lines)")
         let json = try run(binary, ["status", "--json", fx.mountPoint.path])
