@@ -137,3 +137,39 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
         lock.lock(); url = newURL; lock.unlock()
     }
 }
+
+/// The same accesses reach a presenter written in Python with the package and a Swift
+/// `FilePresenter` alike: the same messages, in the same order (issue: presenters in any language).
+@Suite struct PresentersInAnyLanguage {
+    @Test func aPythonPresenterAndASwiftPresenterHearTheSameMessages() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "text\n")
+        let url = URL(fileURLWithPath: fx.path("doc.txt"))
+        let log = EventLog()
+        let swift = LoggingPresenter("S", url.path, log: log)
+        FileCoordinator.addFilePresenter(swift)
+        defer { FileCoordinator.removeFilePresenter(swift) }
+        let python = try Child("/usr/bin/env", ["PYTHONPATH=" + Paths.repository.appendingPathComponent("clients/python").path,
+                                                "python3", Paths.scripts.appendingPathComponent("package_presenter.py").path, url.path])
+        #expect(python.next() == "watching")
+        // Another program reads, appends, then renames the file, through the mount.
+        #expect(try run("/bin/cat", [url.path]).status == 0)
+        #expect(eventually { log.events.count >= 3 })
+        #expect(try run("/bin/sh", ["-c", "echo more >> \"$0\"", url.path]).status == 0)
+        #expect(eventually { log.events.count >= 6 })
+        #expect(try run("/bin/mv", [url.path, fx.path("renamed.txt")]).status == 0)
+        #expect(eventually { log.events.count >= 9 })
+        var heard: [String] = []
+        while let line = python.next(timeout: .milliseconds(500)) { heard.append(line) }
+        // The Swift presenter's callbacks, in the protocol's names; a move is MOVED_FROM and MOVED_TO there.
+        let names = ["relinquishToReader": "RELINQUISH_READER", "relinquishToWriter": "RELINQUISH_WRITER", "save": "SAVE",
+                     "reacquire": "REACQUIRE", "didChange": "CHANGED", "accommodateDeletion": "ACCOMMODATE_DELETION"]
+        let swiftHeard = log.events.flatMap { event -> [String] in
+            let callback = event.dropFirst(2)
+            if callback.hasPrefix("didMove") { return ["MOVED_FROM", "MOVED_TO"] }
+            return [names[String(callback)] ?? String(callback)]
+        }
+        #expect(heard == swiftHeard, "Python: \(heard), Swift: \(swiftHeard)")
+        #expect(heard.first == "RELINQUISH_READER" && heard.contains("CHANGED") && heard.last == "MOVED_TO", "\(heard)")
+    }
+}

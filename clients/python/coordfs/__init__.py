@@ -14,7 +14,8 @@
     with coordfs.coordinate(write=["/mnt/doc.txt"]):
         ...                          # others wait; presenters relinquished first
 
-Standard library only. The protocol is documented in docs/protocol.md of coordfs.
+For asyncio, `coordfs.aio` has the same calls as coroutines. Standard library only. The
+protocol is documented in docs/protocol.md of coordfs.
 """
 from .client import (Connection, CoordfsError, Event, Hold, Origin, PROTOCOL_VERSION, connect, coordinate,
                      socket_for)

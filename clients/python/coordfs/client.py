@@ -1,6 +1,8 @@
 """The control socket's protocol (docs/protocol.md): one JSON object a line, both ways."""
 from __future__ import annotations
 
+import array
+import collections
 import contextlib
 import errno as errnos
 import json
@@ -121,13 +123,13 @@ class Connection:
         self.socket_path = socket_path
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket.connect(socket_path)
-        self._file = self._socket.makefile("rwb", buffering=0)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._next_id = 1
         self._replies: Dict[int, Dict[str, Any]] = {}
         self._arrived = threading.Condition(self._lock)
         self._handlers: Dict[int, Callable[[Event], Answer]] = {}
+        self._providers: Dict[int, Callable[[socket.socket, str], None]] = {}
         self._closed = False
         self._ended = threading.Event()
         self.server: Dict[str, Any] = {}
@@ -149,7 +151,7 @@ class Connection:
         with self._write_lock:
             if self._closed:
                 raise CoordfsError("ENOTCONN", "the connection is closed")
-            self._file.write(line)
+            self._socket.sendall(line)
 
     def request(self, message: Dict[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
         """Sends `message` with a fresh id and returns the reply's fields; a refusal raises
@@ -168,16 +170,41 @@ class Connection:
             raise CoordfsError(reply["error"], reply.get("message", ""))
         return reply
 
+    @staticmethod
+    def _carries_descriptor(message: Dict[str, Any]) -> bool:
+        """A `connect` reply and a SERVICE_CONNECTION event carry a socket (docs/protocol.md)."""
+        if "wd" in message and "ok" not in message and "error" not in message:
+            return "SERVICE_CONNECTION" in message.get("events", [])
+        return message.get("descriptor") is True
+
     def _read(self) -> None:
+        # Read with recvmsg: descriptors come beside the bytes, in the order of the lines that
+        # carry them, each with its line's first byte.
+        pending: "collections.deque[int]" = collections.deque()
+        buffer = b""
+        room = socket.CMSG_SPACE(64 * array.array("i").itemsize)
         try:
-            for line in self._file:
-                message = json.loads(line)
-                if "wd" in message and "ok" not in message and "error" not in message:
-                    self._events.put(message)
-                    continue
-                with self._arrived:
-                    self._replies[message.get("id", 0)] = message
-                    self._arrived.notify_all()
+            while True:
+                data, ancillary, _, _ = self._socket.recvmsg(65536, room)
+                for level, kind, payload in ancillary:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        numbers = array.array("i")
+                        numbers.frombytes(payload[:len(payload) - len(payload) % numbers.itemsize])
+                        pending.extend(numbers)
+                if not data:
+                    break
+                buffer += data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    message = json.loads(line)
+                    if self._carries_descriptor(message) and pending:
+                        message["_descriptor"] = pending.popleft()
+                    if "wd" in message and "ok" not in message and "error" not in message:
+                        self._events.put(message)
+                        continue
+                    with self._arrived:
+                        self._replies[message.get("id", 0)] = message
+                        self._arrived.notify_all()
         except (OSError, ValueError):
             pass
         finally:
@@ -195,6 +222,8 @@ class Connection:
                 self._deliver(message)
 
     def _deliver(self, message: Dict[str, Any]) -> None:
+        if "SERVICE_CONNECTION" in message.get("events", []):
+            return self._serve(message)
         origin = None
         if "via" in message:
             origin = Origin(via=message["via"], pid=message.get("pid"), uid=message.get("uid"),
@@ -211,6 +240,20 @@ class Connection:
                 answer = getattr(error, "errno", None) or errnos.EIO
         if event.is_request:
             self._send({"op": "answer", "cookie": event.cookie, "errno": answer or 0})
+
+    def _serve(self, message: Dict[str, Any]) -> None:
+        """A client connected to one of our services: its handler gets the socket on a thread
+        of its own (a connection may last as long as it likes)."""
+        descriptor = message.get("_descriptor")
+        if descriptor is None:
+            return
+        connection = socket.socket(fileno=descriptor)
+        provider = self._providers.get(message["wd"])
+        if provider is None:
+            connection.close()
+            return
+        threading.Thread(target=provider, args=(connection, message.get("path", "")),
+                         name="coordfs-service", daemon=True).start()
 
     # The protocol
 
@@ -242,6 +285,34 @@ class Connection:
             message["timeout"] = timeout
         reply = self.request(message)
         return Hold(self, reply["hold"], list(reply.get("paths", [])))
+
+    def vend(self, name: str, path: str, handler: Callable[[socket.socket, str], None]) -> int:
+        """Vends the service `name` for the item at `path` and everything inside it: each client
+        that connects reaches `handler`, on a thread of its own, as a connected socket and the
+        path it asked about. Returns the service's number, for `withdraw`."""
+        reply = self.request({"op": "vend", "name": name, "path": os.path.realpath(path)})
+        self._providers[reply["service"]] = handler
+        return reply["service"]
+
+    def withdraw(self, service: int) -> None:
+        """Stops vending `service`: clients no longer find it."""
+        self._providers.pop(service, None)
+        self.request({"op": "withdraw", "service": service})
+
+    def services(self, path: str) -> Dict[str, Dict[str, Any]]:
+        """The services of the item at `path`, by name: for each, the nearest provider up the
+        tree (`path` where it was vended, `pid` of its provider)."""
+        reply = self.request({"op": "services", "path": os.path.realpath(path)})
+        return {entry["name"]: entry for entry in reply.get("services", [])}
+
+    def connect(self, name: str, path: str) -> socket.socket:
+        """A connected socket to the provider of the service `name` of the item at `path`
+        (`CoordfsError` ENOENT where it has none)."""
+        reply = self.request({"op": "connect", "name": name, "path": os.path.realpath(path)})
+        descriptor = reply.get("_descriptor")
+        if descriptor is None:
+            raise CoordfsError("EPROTO", "the server's connect reply carried no socket")
+        return socket.socket(fileno=descriptor)
 
     def status(self) -> Dict[str, Any]:
         """Who holds, waits and presents (`holders`, `waiters`, `presenters`)."""

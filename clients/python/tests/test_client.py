@@ -12,7 +12,10 @@ import threading
 import time
 import unittest
 
+import asyncio
+
 import coordfs
+import coordfs.aio
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BINARY = os.environ.get("COORDFS") or os.path.join(HERE, "..", "..", "..", ".build", "debug", "coordfs")
@@ -204,6 +207,76 @@ class HoldTests(MountedTestCase):
             self.assertEqual(refused.exception.errno, errno.EINVAL)
             self.assertIn("forNothing", refused.exception.strerror)
             connection.hold(write=[self.doc]).release()
+
+
+class ServiceTests(MountedTestCase):
+    """Named services: vended for a directory, found and connected to from inside it, a socket
+    passed each way."""
+
+    def test_a_service_is_found_and_connected_to_and_ends_when_withdrawn(self):
+        project = self.mount.path("project")
+        os.mkdir(project)
+        inner = os.path.join(project, "a.txt")
+        with open(inner, "w") as f:
+            f.write("a\n")
+
+        def echo(connection, path):
+            with connection:
+                data = connection.recv(1024)
+                connection.sendall(b"echo " + os.path.basename(path).encode() + b": " + data)
+
+        with coordfs.connect(project) as provider, coordfs.connect(inner) as client:
+            number = provider.vend("org.example.echo", project, echo)
+            found = client.services(inner)
+            self.assertEqual(found["org.example.echo"]["pid"], os.getpid(), found)
+            with client.connect("org.example.echo", inner) as conversation:
+                conversation.sendall(b"hi")
+                self.assertEqual(conversation.recv(1024), b"echo a.txt: hi")
+            provider.withdraw(number)
+            with self.assertRaises(coordfs.CoordfsError) as refused:
+                client.connect("org.example.echo", inner)
+            self.assertEqual(refused.exception.errno, errno.ENOENT)
+
+
+class AsyncTests(MountedTestCase):
+    """The asyncio forms: a coroutine handler answers, and `async with` holds."""
+
+    def test_a_coroutine_presenter_saves_before_cat_reads(self):
+        doc = self.doc
+
+        async def main():
+            async def on_event(event):
+                if "SAVE" in event.events:
+                    await asyncio.sleep(0.2)           # the reader waits for the coroutine
+                    with open(doc, "w") as f:
+                        f.write("edited\n")
+                return 0
+
+            async with coordfs.aio.connect(doc) as connection:
+                await connection.watch(doc, on_event)
+                cat = await asyncio.create_subprocess_exec("cat", doc, stdout=subprocess.PIPE)
+                out, _ = await cat.communicate()
+                status = await connection.status()
+                return out, status
+
+        out, status = asyncio.run(main())
+        self.assertEqual(out, b"edited\n")
+        self.assertEqual(len(status["presenters"]), 1, status)
+
+    def test_async_with_coordinate_makes_cat_wait(self):
+        doc = self.doc
+
+        async def main():
+            async with coordfs.aio.coordinate(write=[doc]):
+                cat = await asyncio.create_subprocess_exec("cat", doc, stdout=subprocess.PIPE)
+                await asyncio.sleep(0.5)
+                self.assertIsNone(cat.returncode, "cat did not wait for the hold")
+                with open(doc, "w") as f:             # the holder's own open passes
+                    f.write("held\n")
+            out, _ = await cat.communicate()
+            return out
+
+        self.assertEqual(asyncio.run(main()), b"held\n")
 
 
 class MountGoneTests(unittest.TestCase):
