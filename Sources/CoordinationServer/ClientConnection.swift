@@ -105,7 +105,17 @@ final class ClientConnection: @unchecked Sendable {
             if count <= 0 { break }
             pending += buffer[0..<count]
             do throws(WireError) {
-                try WireLines.take(from: &pending) { line throws(WireError) in try handle(try WireCodec.decodeClient(line)) }
+                try WireLines.take(from: &pending) { line throws(WireError) in
+                    let message: ClientMessage
+                    do throws(WireError) {
+                        message = try WireCodec.decodeClient(line)
+                    } catch {
+                        // A request it can tell apart, malformed: refused alone, and the client goes on.
+                        guard let id = error.refusedRequest, lock.withLock({ greeted }) else { throw error }
+                        return send(.error(id: id, errno: "EINVAL", message: error.description))
+                    }
+                    try handle(message)
+                }
             } catch {
                 send(.error(id: nil, errno: "EPROTO", message: "\(error)"))
                 break reading

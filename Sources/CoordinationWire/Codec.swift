@@ -1,9 +1,16 @@
 import Foundation
 
-/// Why a line could not be decoded. The server answers with an error and closes the connection.
+/// Why a line could not be decoded. The server answers with an error and closes the connection,
+/// unless the line was a request it could tell apart (`refusedRequest`): then it refuses that one.
 public struct WireError: Error, Hashable, Sendable, CustomStringConvertible {
     public let description: String
-    public init(_ description: String) { self.description = description }
+    /// The id of a request whose op the server knows but whose fields are wrong (an unknown
+    /// event name, a missing path): the client meant that request, and can be told so alone.
+    public let refusedRequest: Int?
+    public init(_ description: String, refusedRequest: Int? = nil) {
+        self.description = description
+        self.refusedRequest = refusedRequest
+    }
 }
 
 /// Lines to messages and back. Total: every input gives a message or a `WireError`, never a trap.
@@ -27,7 +34,22 @@ public enum WireCodec {
         try clientMessage(try parseObject(line, quickly: false))
     }
 
+    /// The ops that carry an id and may be refused one by one (`hello` must succeed, and an
+    /// `answer` or `working` with a wrong cookie is a client's confusion about the whole exchange).
+    private static let refusable: Set<String> = ["watch", "unwatch", "hold", "release", "moved", "cancel", "status",
+                                                 "vend", "withdraw", "services", "connect"]
+
     private static func clientMessage(_ object: [String: JSON]) throws(WireError) -> ClientMessage {
+        do {
+            return try request(object)
+        } catch {
+            guard error.refusedRequest == nil, let op = object["op"]?.string, refusable.contains(op),
+                  let id = object["id"]?.int else { throw error }
+            throw WireError(error.description, refusedRequest: id)
+        }
+    }
+
+    private static func request(_ object: [String: JSON]) throws(WireError) -> ClientMessage {
         guard let op = object["op"]?.string else { throw WireError("missing \"op\"") }
         switch op {
         case "hello":
@@ -36,7 +58,10 @@ public enum WireCodec {
             var mask = EventMask.all
             if let value = object["mask"] {
                 if let names = value.strings {
-                    guard let parsed = EventMask(names: names) else { throw WireError("unknown event name in \"mask\"") }
+                    guard let parsed = EventMask(names: names) else {
+                        let unknown = names.filter { EventMask(names: [$0]) == nil }.prefix(3).map { "\"\($0.prefix(64))\"" }
+                        throw WireError("unknown event name \(unknown.joined(separator: ", ")) in \"mask\"")
+                    }
                     mask = parsed
                 } else if let number = value.int, number >= 0, number <= Int(UInt32.max) {
                     mask = EventMask(rawValue: UInt32(number))

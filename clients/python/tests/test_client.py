@@ -182,6 +182,14 @@ class HoldTests(MountedTestCase):
         out, _ = reader.communicate(timeout=10)
         self.assertEqual(out, "new\n")
 
+    def test_an_unknown_event_name_refuses_that_watch_alone(self):
+        with coordfs.connect(self.doc) as connection:
+            with self.assertRaises(coordfs.CoordfsError) as refused:
+                connection.watch(self.doc, lambda event: 0, events=["NOPE"])
+            self.assertEqual(refused.exception.errno, errno.EINVAL)
+            self.assertIn("NOPE", str(refused.exception))
+            self.assertIn("presenters", connection.status())      # the connection goes on
+
     def test_a_conflict_is_an_exception_with_the_errno(self):
         with coordfs.connect(self.doc) as first, coordfs.connect(self.doc) as second:
             held = first.hold(write=[self.doc])
