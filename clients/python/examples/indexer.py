@@ -18,7 +18,8 @@ moving = {}           # cookie -> the path a MOVED_FROM named
 
 def indexed(path):
     try:
-        index[path] = os.stat(path).st_size
+        if not os.path.isdir(path):
+            index[path] = os.stat(path).st_size
     except FileNotFoundError:
         index.pop(path, None)
 
@@ -37,7 +38,8 @@ def on_event(event):
         print(f"gone {event.path} by {who}", flush=True)
     elif "SUBITEM_APPEARED" in event.events or "SUBITEM_CHANGED" in event.events:
         indexed(event.path)
-        print(f"indexed {event.path} ({index.get(event.path)} bytes) by {who}", flush=True)
+        if event.path in index:
+            print(f"indexed {event.path} ({index[event.path]} bytes) by {who}", flush=True)
 
 
 for directory, _, files in os.walk(root):

@@ -287,6 +287,97 @@ class AsyncTests(MountedTestCase):
         self.assertEqual(asyncio.run(main()), b"held\n")
 
 
+class EveryEventTests(MountedTestCase):
+    """Every event and request type a watch can get, each from what a program does through the
+    mount, and a real daemon outside any mount."""
+
+    def collect(self, path, action, until, events=None):
+        heard = []
+        with coordfs.connect(path) as connection:
+            connection.watch(path, lambda event: heard.append(event) or 0, events=events)
+            action()
+            self.assertTrue(eventually(lambda: until(heard)), [e.events for e in heard])
+        return heard
+
+    def test_a_directory_watch_hears_what_happens_inside_it(self):
+        folder = self.mount.path("folder")
+        os.mkdir(folder)
+        made, renamed = os.path.join(folder, "made.txt"), os.path.join(folder, "renamed.txt")
+
+        def act():
+            # Another process: a process's own accesses never reach its own presenters.
+            subprocess.run(["sh", "-c", 'echo one > "$1"; echo two >> "$1"; mv "$1" "$2"; rm "$2"', "sh", made, renamed],
+                           check=True)
+
+        def done(heard):
+            return any("SUBITEM_DELETED" in e.events for e in heard)
+
+        heard = self.collect(folder, act, done)
+        names = [name for e in heard for name in e.events if name != "REQUEST"]
+        for expected in ["SUBITEM_APPEARED", "SUBITEM_CHANGED", "MOVED_FROM", "MOVED_TO",
+                         "ACCOMMODATE_SUBITEM_DELETION", "SUBITEM_DELETED"]:
+            self.assertIn(expected, names)
+        moved = [e for e in heard if "MOVED_FROM" in e.events or "MOVED_TO" in e.events]
+        self.assertEqual(len({e.cookie for e in moved}), 1, moved)
+        self.assertEqual(next(e for e in moved if "MOVED_TO" in e.events).name, "renamed.txt")
+        self.assertTrue(all(e.origin and e.origin.via == "mount" and e.origin.command == "mv" for e in moved), moved)
+
+    def test_a_file_watch_is_asked_before_a_write_and_a_deletion(self):
+        heard = []
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, lambda event: heard.append(event) or 0)
+            subprocess.run(["sh", "-c", 'echo more > "$1"', "sh", self.doc], check=True)
+            self.assertTrue(eventually(lambda: any("CHANGED" in e.events for e in heard)), heard)
+            subprocess.run(["rm", self.doc], check=True)
+            self.assertTrue(eventually(lambda: any("PRESENTER_REMOVED" in e.events for e in heard)), heard)
+        names = [name for e in heard for name in e.events if name != "REQUEST"]
+        for expected in ["RELINQUISH_WRITER", "REACQUIRE", "CHANGED", "ACCOMMODATE_DELETION", "PRESENTER_REMOVED"]:
+            self.assertIn(expected, names)
+        asked = [e for e in heard if e.is_request]
+        self.assertTrue(asked and all(e.origin.command in ("sh", "rm") for e in asked), asked)
+
+
+class DaemonTests(unittest.TestCase):
+    """Outside any mount, through a real daemon: holds and presenters meet there."""
+
+    def setUp(self):
+        self.base = tempfile.mkdtemp(prefix="coordfs-py-daemon-")
+        os.chmod(self.base, 0o700)
+        self.socket = os.path.join(self.base, "daemon.sock")
+        self.daemon = subprocess.Popen([BINARY, "daemon", "--socket", self.socket],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(self.stop)
+        self.assertTrue(eventually(lambda: os.path.exists(self.socket)), "the daemon did not start")
+        self.item = os.path.join(self.base, "item.txt")
+        with open(self.item, "w") as f:
+            f.write("text\n")
+
+    def stop(self):
+        self.daemon.terminate()
+        self.daemon.wait(10)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def test_a_hold_and_a_presenter_meet_at_the_daemon(self):
+        heard = []
+        environment = dict(os.environ, COORDFS_SOCKET=self.socket)
+        environment.pop("COORDFS_COORDINATION", None)
+        with coordfs.Connection(self.socket) as presenter:
+            presenter.watch(self.item, lambda event: heard.append(event) or 0)
+            # Another program's hold, through the same daemon (as coordfs finds it by itself).
+            held = subprocess.run([BINARY, "coordinate", "--write", self.item, "--", "true"], env=environment,
+                                  capture_output=True, text=True, timeout=30)
+            self.assertEqual(held.returncode, 0, held.stderr)
+            self.assertTrue(eventually(lambda: any("RELINQUISH_WRITER" in e.events for e in heard)), heard)
+            asked = next(e for e in heard if "RELINQUISH_WRITER" in e.events)
+            self.assertEqual(asked.origin.via, "coordinator")
+            # The daemon alone arbitrates: a hold there makes the other program's hold wait.
+            with presenter.hold(write=[self.item]):
+                refused = subprocess.run([BINARY, "coordinate", "-n", "--write", self.item, "--", "true"], env=environment,
+                                         capture_output=True, text=True, timeout=30)
+                self.assertNotEqual(refused.returncode, 0)
+                self.assertIn("held", refused.stderr)
+
+
 class MountGoneTests(unittest.TestCase):
     def test_a_mount_that_goes_away_ends_the_connection_and_calls_raise(self):
         mount = Mount()
