@@ -7,6 +7,7 @@ import errno
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -335,6 +336,22 @@ class EveryEventTests(MountedTestCase):
             self.assertIn(expected, names)
         asked = [e for e in heard if e.is_request]
         self.assertTrue(asked and all(e.origin.command in ("sh", "rm") for e in asked), asked)
+
+    def test_a_reader_going_past_an_idle_writer_is_told_as_broken(self):
+        """A program holding the file open for writing and idle past the settle time (1 s) no
+        longer holds readers up: cat goes ahead, and the item's watchers hear BROKEN."""
+        heard = []
+        writer = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open(sys.argv[1], 'r+')\nprint('open', flush=True)\ntime.sleep(60)",
+                                   self.doc], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(writer.stdout.close)
+        self.addCleanup(writer.wait)
+        self.addCleanup(writer.kill)
+        self.assertEqual(writer.stdout.readline().strip(), "open")
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, lambda event: heard.append(event) or 0, events=["BROKEN"])
+            result = subprocess.run(["cat", self.doc], capture_output=True, text=True, timeout=30)
+            self.assertEqual((result.returncode, result.stdout), (0, "saved\n"), result.stderr)
+            self.assertTrue(eventually(lambda: any("BROKEN" in event.events for event in heard)), heard)
 
 
 class DaemonTests(unittest.TestCase):
