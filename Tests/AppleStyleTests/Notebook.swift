@@ -4,6 +4,7 @@
 import FileCoordination
 import Foundation
 
+// @unchecked Sendable: written as for Apple platforms, where NSFilePresenter objects are used from their queue.
 /// A document that presents its file: it saves before others read, steps aside for writers and
 /// follows its file when it moves.
 final class Notebook: NSObject, NSFilePresenter, @unchecked Sendable {

@@ -22,6 +22,7 @@ import Glibc
         -> (count: Int?, reports: [[String: Any]])
     {
         // What the copies' threads find, under its lock.
+        // @unchecked Sendable: its results are behind its lock.
         final class Outcomes: @unchecked Sendable {
             let lock = NSLock()
             var reports: [[String: Any]] = []

@@ -30,6 +30,7 @@ import Glibc
     }
 
     @Test func anotherThreadOfAProcessIsReadFromProc() {
+        // @unchecked Sendable: written by one thread before the test reads it.
         final class Box: @unchecked Sendable { var threadID: Int32 = 0 }
         let box = Box(), started = DispatchSemaphore(value: 0), mayEnd = DispatchSemaphore(value: 0)
         Thread {

@@ -23,6 +23,7 @@ enum Paths {
     }
 }
 
+// @unchecked Sendable: set up once; its session runs on its own thread.
 /// A temporary backing directory and mount point, mounted by the real `coordfs mount` (a daemon
 /// of its own) or in this process (so its presenters can be registered here). It always
 /// unmounts — on `unmount()`, or when it is released, even after a failed expectation.
@@ -167,6 +168,7 @@ func run(_ program: String, _ arguments: [String], environment: [String: String]
     return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
 }
 
+// @unchecked Sendable: its lines are behind `lock`.
 /// A child process driven line by line (`hold.py`, a shell), killed when released.
 final class Child: @unchecked Sendable {
     let process = Process()
@@ -239,6 +241,7 @@ final class Child: @unchecked Sendable {
     }
 }
 
+// @unchecked Sendable: its URL is behind `lock`; the log is thread-safe.
 /// A presenter inside the mount, in this (the mount's) process.
 final class LoggingPresenter: FilePresenter, @unchecked Sendable {
     let name: String

@@ -90,6 +90,7 @@ import Glibc
     }
 }
 
+// @unchecked Sendable: its URL and origins are behind `lock`.
 /// Saves its contents when asked, follows moves, logs what it was asked.
 final class SavingEditor: FilePresenter, @unchecked Sendable {
     let log = EventLog()

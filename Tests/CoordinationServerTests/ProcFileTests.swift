@@ -9,6 +9,7 @@ import Glibc
 @Suite struct ProcFileTests {
     @Test func aThreadWorksForItsProcess() throws {
         #expect(ProcFile.caller(of: getpid()) == ProcFile.Caller(process: getpid(), isKernelThread: false, parent: getppid()))
+        // @unchecked Sendable: written by one thread before the test reads it.
         final class Box: @unchecked Sendable { var threadID: Int32 = 0 }
         let box = Box(), started = DispatchSemaphore(value: 0), mayEnd = DispatchSemaphore(value: 0)
         Thread { box.threadID = Self.currentThreadID(); started.signal(); mayEnd.wait() }.start()

@@ -5,6 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
+// @unchecked Sendable: immutable.
 /// A presenter written for Apple platforms that asks for iCloud's ubiquity attributes.
 private final class UbiquitousPresenter: FilePresenter, @unchecked Sendable {
     let presentedItemURL: URL?

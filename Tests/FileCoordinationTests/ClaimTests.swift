@@ -6,6 +6,7 @@ import Synchronization
 import TestSupport
 import Testing
 
+// @unchecked Sendable: immutable but for its thread-safe log.
 /// A presenter that takes its messages on the sender's thread, as a control-socket watch does.
 private final class InlinePresenter: ExtendedFilePresenter, @unchecked Sendable {
     let presentedItemURL: URL?

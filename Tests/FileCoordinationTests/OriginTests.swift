@@ -8,6 +8,7 @@ import Testing
 import Glibc
 #endif
 
+// @unchecked Sendable: its notes are behind a Mutex; the rest is immutable.
 /// A presenter that notes the origin of each message it is sent and, asked to save, takes as
 /// long as it is told, saying it is still working every `beat` while it does (or not).
 private final class SlowSaver: FilePresenter, @unchecked Sendable {

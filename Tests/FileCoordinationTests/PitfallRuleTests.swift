@@ -172,6 +172,7 @@ import Testing
     }
 }
 
+// @unchecked Sendable: immutable but for its thread-safe log.
 /// Never answers relinquish requests.
 final class SilentPresenter: FilePresenter, @unchecked Sendable {
     let presentedItemURL: URL?
@@ -184,6 +185,7 @@ final class SilentPresenter: FilePresenter, @unchecked Sendable {
     func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { log?.add("\(name) asked") }
 }
 
+// @unchecked Sendable: immutable but for its thread-safe log.
 /// Re-reads its item with a coordinated read whenever it changes (reference X3, X7).
 final class CoordinatingPresenter: FilePresenter, @unchecked Sendable {
     let name: String

@@ -5,6 +5,7 @@ import Foundation
 import TestSupport
 import Testing
 
+// @unchecked Sendable: its domain and directory are set once; the log is thread-safe.
 /// A domain of its own, a temporary directory, and helpers; each test makes one, so tests run
 /// in parallel without seeing each other.
 final class Fixture: @unchecked Sendable {
@@ -73,6 +74,7 @@ final class Fixture: @unchecked Sendable {
 
 struct PresenterRefusal: Error, Equatable { let code: Int }
 
+// @unchecked Sendable: its URL is behind `lock`; the rest is set before it is registered.
 /// A presenter that logs every message as "<name>:<message>", optionally answering with errors,
 /// handing back reacquirers, or following moves.
 final class TestPresenter: FilePresenter, @unchecked Sendable {
@@ -150,6 +152,7 @@ final class TestPresenter: FilePresenter, @unchecked Sendable {
 }
 
 
+// @unchecked Sendable: its task is set in init, before another thread sees it.
 /// An access held open on a background thread until `release()`: it logs "<name>-start" once
 /// its accessor runs and "<name>-end" just before the accessor returns.
 final class Holding: @unchecked Sendable {

@@ -18,6 +18,7 @@ public func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bo
     return condition()
 }
 
+// @unchecked Sendable: its storage is behind `lock`.
 /// An ordered, thread-safe record of what happened.
 public final class EventLog: @unchecked Sendable {
     private let lock = NSLock()
@@ -44,6 +45,7 @@ public final class EventLog: @unchecked Sendable {
     }
 }
 
+// @unchecked Sendable: a semaphore, which is thread-safe.
 /// A gate a test opens once: accessors wait on it to hold their access open.
 public final class Gate: @unchecked Sendable {
     private let semaphore = DispatchSemaphore(value: 0)
@@ -52,6 +54,7 @@ public final class Gate: @unchecked Sendable {
     public func wait() { semaphore.wait(); semaphore.signal() }
 }
 
+// @unchecked Sendable: `result` is written before `done` is signalled and read after it is waited for.
 /// Runs `body` on a new thread; `join()` waits for it and returns what it returned or threw.
 public final class Background<T>: @unchecked Sendable {
     private let done = DispatchSemaphore(value: 0)
@@ -91,6 +94,7 @@ extension Duration {
     }
 }
 
+// @unchecked Sendable: immutable but for its thread-safe log.
 /// A presenter that implements only did-change, as many package presenters do (P20).
 public final class ChangeOnlyPresenter: FilePresenter, @unchecked Sendable {
     public let presentedItemURL: URL?
