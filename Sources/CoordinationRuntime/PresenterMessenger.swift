@@ -77,13 +77,19 @@ final class PresenterMessenger: @unchecked Sendable {
             answered(delivery.presenter, error: nil)
             return
         }
-        lock.withLock { current[delivery.presenter] = (message, delivery.presentedPath) }
-        let rest = messages.dropFirst()
         let id = delivery.presenter
+        // A new message: time it was given for the last one (still working) does not carry over.
+        lock.withLock {
+            current[id] = (message, delivery.presentedPath)
+            extended[id] = nil
+        }
+        let rest = messages.dropFirst()
         let progress = PresenterProgress { [weak self] in self?.stillWorking(id) }
         presenter.asked(message, origin: origin, progress: progress) { [self] error, reacquirer in
-            if let error { return answered(delivery.presenter, error: error) }
+            if let error { return answered(id, error: error) }
             if let reacquirer { keep(reacquirer, of: presenter) }
+            // Passed at its timeout meanwhile: it is asked nothing more for this access.
+            guard lock.withLock({ pending.contains(id) }) else { return }
             deliver(rest, delivery)
         }
     }
@@ -99,22 +105,24 @@ final class PresenterMessenger: @unchecked Sendable {
 
     private func answered(_ presenter: PresenterID, error given: Error?) {
         var error = given
+        let (waited, path) = lock.withLock { (pending.contains(presenter), current[presenter]?.presentedPath.string) }
+        // An answer that came after its presenter's time ran out changes nothing.
+        guard waited else { return }
         // Across users a presenter's refusal is no veto (SPEC §4): the access goes on, and the
         // refusal is reported.
         if let refusal = given, domain.vetoScope == .ownUser, let accessor, let owner = domain.engine.presenter(presenter)?.owner,
            !owner.isSameProcess(as: accessor), !CoordinatorUsers.mayVeto(owner, accessor) {
-            let path = lock.withLock { current[presenter]?.presentedPath.string } ?? "\(presenter)"
-            domain.report(.vetoIgnored(presentedItem: path, presenterUser: CoordinatorUsers.user(of: owner).map(Int.init) ?? -1,
-                                       error: "\(refusal)"))
+            domain.report(.vetoIgnored(presentedItem: path ?? "\(presenter)",
+                                       presenterUser: CoordinatorUsers.user(of: owner).map(Int.init) ?? -1, error: "\(refusal)"))
             error = nil
         }
-        let (waited, done) = lock.withLock { () -> (Bool, Bool) in
-            let waited = pending.remove(presenter) != nil
+        let (removed, done) = lock.withLock { () -> (Bool, Bool) in
+            let removed = pending.remove(presenter) != nil
             current[presenter] = nil
-            return (waited, pending.isEmpty)
+            extended[presenter] = nil
+            return (removed, pending.isEmpty)
         }
-        // An answer that came after its presenter's time ran out changes nothing.
-        guard waited else { return }
+        guard removed else { return }
         if let error { finish(error) } else if done { finish(nil) }
     }
 

@@ -489,7 +489,9 @@ final class ClientConnection: @unchecked Sendable {
     /// Ends a hold: presenters learn what became of each written item (changed, deleted or
     /// made), and the process's requests through a mount are its own again.
     private func end(_ held: Held, changed: Bool) {
-        dropNamedCoordinator(held.coordinatorName)
+        // The coordinator's name goes after its last hold has told presenters (its purpose is
+        // part of the origin they are told).
+        defer { dropNamedCoordinator(held.coordinatorName) }
         if held.nested { return }
         server.domain.accessorHolds.remove(held.token, of: peer.pid)
         let intents = held.claim.intents

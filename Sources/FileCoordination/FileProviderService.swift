@@ -27,12 +27,12 @@ public struct FileProviderService: Sendable {
         guard let handler = domain.serviceHandler(registration) else {
             throw FileCoordinationError.noSuchService(name)
         }
+        let path = try domain.locator.canonicalPath(of: itemURL)
         var fds: [Int32] = [0, 0]
         guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
             throw FileCoordinationError.systemError("socketpair", errno)
         }
         let providerEnd = FileHandle(fileDescriptor: fds[1], closeOnDealloc: true)
-        let path = try domain.locator.canonicalPath(of: itemURL)
         DispatchQueue.global().async { handler(providerEnd, path) }
         return FileHandle(fileDescriptor: fds[0], closeOnDealloc: true)
     }

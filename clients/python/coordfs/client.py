@@ -130,6 +130,8 @@ class Connection:
         self._arrived = threading.Condition(self._lock)
         self._handlers: Dict[int, Callable[[Event], Answer]] = {}
         self._providers: Dict[int, Callable[[socket.socket, str], None]] = {}
+        # Held across a vend and its registration: a client may connect before the reply is read.
+        self._providers_lock = threading.Lock()
         self._closed = False
         self._ended = threading.Event()
         self.server: Dict[str, Any] = {}
@@ -208,6 +210,9 @@ class Connection:
         except (OSError, ValueError):
             pass
         finally:
+            for descriptor in pending:          # for lines that never came
+                with contextlib.suppress(OSError):
+                    os.close(descriptor)
             self._ended.set()
             self._events.put(None)
             with self._arrived:
@@ -248,7 +253,8 @@ class Connection:
         if descriptor is None:
             return
         connection = socket.socket(fileno=descriptor)
-        provider = self._providers.get(message["wd"])
+        with self._providers_lock:
+            provider = self._providers.get(message["wd"])
         if provider is None:
             connection.close()
             return
@@ -290,8 +296,9 @@ class Connection:
         """Vends the service `name` for the item at `path` and everything inside it: each client
         that connects reaches `handler`, on a thread of its own, as a connected socket and the
         path it asked about. Returns the service's number, for `withdraw`."""
-        reply = self.request({"op": "vend", "name": name, "path": os.path.realpath(path)})
-        self._providers[reply["service"]] = handler
+        with self._providers_lock:
+            reply = self.request({"op": "vend", "name": name, "path": os.path.realpath(path)})
+            self._providers[reply["service"]] = handler
         return reply["service"]
 
     def withdraw(self, service: int) -> None:
