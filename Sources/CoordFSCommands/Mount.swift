@@ -201,6 +201,12 @@ struct Mount: ParsableCommand {
             configuration.maxThreads = UInt32(count)
         }
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
+        // mount -o remount asks the helper to change a live mount: none of coordfs's options can
+        // change without a new mount, and mounting again over it would stack a second one.
+        if options.contains("remount") {
+            throw CommandFailure("-o remount: a coordfs mount's options are set when it mounts; unmount it and mount it "
+                                 + "again with the new ones (coordfs unmount \(configuration.mountPoint); mount \(configuration.mountPoint))")
+        }
         configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
         configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
         return configuration

@@ -49,6 +49,47 @@ struct Watch: ParsableCommand {
     @Option(help: "The control socket (default: found from the paths).")
     var socket: String?
 
+    @Flag(name: [.customShort("m"), .long], help: "Keep printing events (the default; accepted as inotifywait takes it).")
+    var monitor = false
+
+    @Flag(help: "Print each event as CSV, as inotifywait --csv: the watched item, the events, the name inside it.")
+    var csv = false
+
+    @Option(help: ArgumentHelp("Print no event whose full path matches this extended regular expression (as inotifywait --exclude; requests are still answered).", valueName: "REGEX"))
+    var exclude: String?
+
+    @Option(help: ArgumentHelp("--exclude, ignoring case.", valueName: "REGEX"))
+    var excludei: String?
+
+    @Option(help: ArgumentHelp("Print only events whose full path matches this extended regular expression (as inotifywait --include).", valueName: "REGEX"))
+    var include: String?
+
+    @Option(help: ArgumentHelp("--include, ignoring case.", valueName: "REGEX"))
+    var includei: String?
+
+    /// What --exclude and --include keep, from their expressions.
+    struct PathFilter: @unchecked Sendable {   // NSRegularExpression is immutable, and documented thread-safe
+        let exclude: [NSRegularExpression]
+        let include: [NSRegularExpression]
+
+        func keeps(_ path: String) -> Bool {
+            let range = NSRange(path.startIndex..., in: path)
+            if exclude.contains(where: { $0.firstMatch(in: path, range: range) != nil }) { return false }
+            return include.isEmpty || include.contains { $0.firstMatch(in: path, range: range) != nil }
+        }
+    }
+
+    func pathFilter() throws -> PathFilter {
+        func compile(_ pattern: String?, _ name: String, ignoringCase: Bool) throws -> [NSRegularExpression] {
+            guard let pattern else { return [] }
+            do { return [try NSRegularExpression(pattern: pattern, options: ignoringCase ? [.caseInsensitive] : [])] } catch {
+                throw ValidationError("--\(name): '\(pattern)' is not a regular expression")
+            }
+        }
+        return PathFilter(exclude: try compile(exclude, "exclude", ignoringCase: false) + compile(excludei, "excludei", ignoringCase: true),
+                          include: try compile(include, "include", ignoringCase: false) + compile(includei, "includei", ignoringCase: true))
+    }
+
     func validate() throws {
         if answer != "ok" && answer != "none" && ErrnoNames.code(of: answer) == nil {
             throw ValidationError("--answer must be ok, none or an errno name such as EACCES")
@@ -57,14 +98,17 @@ struct Watch: ParsableCommand {
             throw ValidationError("unknown event name in --events")
         }
         if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
-        if json && format != nil { throw ValidationError("--json and --format do not go together") }
+        if [json, format != nil, csv].filter({ $0 }).count > 1 { throw ValidationError("--json, --csv and --format do not go together") }
+        _ = try pathFilter()
     }
 
     func run() throws {
         Signals.resetInherited()
         let mask = EventMask(names: events.split(separator: ",").map { $0.uppercased() })!
         let code: Int32? = answer == "none" ? nil : answer == "ok" ? 0 : ErrnoNames.code(of: answer)
-        let printer = Printer(json: json, format: format.map { EventFormat($0, timeFormat: timefmt) }, quiet: quiet)
+        let printer = Printer(json: json, format: format.map { EventFormat($0, timeFormat: timefmt) } ?? (csv ? EventFormat.csv : nil),
+                              quiet: quiet)
+        let filter = try pathFilter()
         var clients: [String: ControlClient] = [:]
         let ended = DispatchSemaphore(value: 0)
         let heard = DispatchSemaphore(value: 0)
@@ -80,7 +124,7 @@ struct Watch: ParsableCommand {
                 client.onEvent { record in
                     // Answered before printed: the access waits on the answer, not on our output.
                     if record.mask.contains(.request), let code { client.answer(cookie: record.cookie, errno: code) }
-                    printer.print(record)
+                    if filter.keeps(record.path) { printer.print(record) }
                     heard.signal()
                 }
                 client.onEnd { ended.signal() }
@@ -197,9 +241,29 @@ struct EventFormat: Sendable {
     let pattern: [UInt8]
     let timeFormat: String
 
-    init(_ pattern: String, timeFormat: String) {
+    /// Each field a CSV value (`--csv`): quoted where it holds a comma, a quote or a line break.
+    let quotesFields: Bool
+
+    init(_ pattern: String, timeFormat: String, quotesFields: Bool = false) {
         self.pattern = Array(pattern.utf8)
         self.timeFormat = timeFormat
+        self.quotesFields = quotesFields
+    }
+
+    /// inotifywait --csv's line: the watched item, the events, the name inside it.
+    static let csv = EventFormat("%w,%e,%f", timeFormat: "%H:%M:%S", quotesFields: true)
+
+    private func field(_ bytes: [UInt8]) -> [UInt8] {
+        guard quotesFields, bytes.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 10 || $0 == 13 }) else {
+            return bytes
+        }
+        var quoted: [UInt8] = [UInt8(ascii: "\"")]
+        for byte in bytes {
+            if byte == UInt8(ascii: "\"") { quoted.append(byte) }
+            quoted.append(byte)
+        }
+        quoted.append(UInt8(ascii: "\""))
+        return quoted
     }
 
     func line(for record: EventRecord) -> [UInt8] {
@@ -214,9 +278,9 @@ struct EventFormat: Sendable {
             let byte = pattern[index]
             guard byte == UInt8(ascii: "%"), index + 1 < pattern.count else { line.append(byte); index += 1; continue }
             switch pattern[index + 1] {
-            case UInt8(ascii: "w"): line += watched
-            case UInt8(ascii: "f"): line += name
-            case UInt8(ascii: "e"): line += record.mask.names.joined(separator: ",").utf8
+            case UInt8(ascii: "w"): line += field(watched)
+            case UInt8(ascii: "f"): line += field(name)
+            case UInt8(ascii: "e"): line += field(Array(record.mask.names.joined(separator: ",").utf8))
             case UInt8(ascii: "c"): line += String(record.cookie).utf8
             case UInt8(ascii: "T"): line += Self.now(timeFormat).utf8
             case UInt8(ascii: "p"): line += (record.origin?.pid.map(String.init) ?? "").utf8

@@ -125,6 +125,23 @@ import Glibc
         #expect(both.status == 64, "\(both)")
     }
 
+    /// More of inotifywait's: --csv (quoted where a field needs it), --include and --excludei
+    /// (extended regular expressions on the full path), -m accepted.
+    @Test func watchTakesInotifywaitsCsvAndFilters() throws {
+        let fx = try MountFixture()
+        try FileManager.default.createDirectory(atPath: fx.backingPath("dir"), withIntermediateDirectories: true)
+        let dir = fx.path("dir")
+        let csv = try Child(binary, ["watch", "-m", "-q", "--csv", "-e", "SUBITEM_APPEARED", "--include", "\\.txt$", "--excludei", "SKIP", dir])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        let make = #"for name in a.txt b.log skip.txt "c,d.txt"; do echo x > "$1/$name"; done"#
+        #expect(try run("/bin/sh", ["-c", make, "sh", dir]).status == 0)
+        var lines: [String] = []
+        while let line = csv.next(timeout: .seconds(2)) { lines.append(line) }
+        #expect(Set(lines) == ["\(dir)/,SUBITEM_APPEARED,a.txt", "\(dir)/,SUBITEM_APPEARED,\"c,d.txt\""], "\(lines)")
+        let bad = try run(binary, ["watch", "--include", "(", dir])
+        #expect(bad.status == 64 && bad.errors.contains("not a regular expression"), "\(bad)")
+    }
+
     /// flock(1)'s habits: -s and -x for shared (read) and exclusive (write), -n, -w SECONDS, -E
     /// for a conflict's exit status, -c 'COMMAND'; a refusal names the item and its holder.
     @Test func coordinateTakesFlocksOptionsAndNamesTheHolder() throws {

@@ -414,6 +414,10 @@ import Glibc
         #expect(Self.isMountPoint(mnt))
         let stats = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mnt])
         #expect(stats.output.contains("\"max_threads\":16"), "-s is sloppy, not one thread: \(stats.output)")
+        // mount -o remount: refused, saying what to do, and the live mount stays as it was.
+        let remount = try run(helper.path, [backing, mnt, "-o", "remount,ro"])
+        #expect(remount.status != 0 && remount.errors.contains("unmount it and mount it again"), "\(remount)")
+        #expect(Self.isMountPoint(mnt) && (try? run("/bin/sh", ["-c", "touch \"$0\"/still-writable", mnt]).status) == 0)
     }
 
     /// Two words are a mount only where the first is a path or a directory: `help` asks for
