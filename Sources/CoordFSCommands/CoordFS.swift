@@ -1,4 +1,5 @@
 import ArgumentParser
+import CoordFSMount
 import CoordinationWire
 import Foundation
 
@@ -7,13 +8,28 @@ public struct CoordFS: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "coordfs",
         abstract: "File coordination for Linux: Apple's coordinator and presenter model, enforced for every program.",
-        version: "0.1.0",
+        version: CoordFS.versionText,
         subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Services.self, Vend.self,
                       Daemon.self, Demo.self, DaemonStart.self],
         defaultSubcommand: nil
     )
 
     public init() {}
+
+    /// `--version`: the release, the protocol its sockets speak, and what this machine's kernel
+    /// and libfuse give a mount.
+    static var versionText: String {
+        let ring: String = switch (FileManager.default.fileExists(atPath: Mount.ioUringSwitch), Mount.ioUringSwitchedOff) {
+        case (false, _): "not in this kernel"
+        case (true, true): "switched off (echo Y > \(Mount.ioUringSwitch))"
+        case (true, false): "available"
+        }
+        return """
+            coordfs 0.1.0
+            control socket protocol \(WireProtocol.version)
+            libfuse \(MountSession.libfuseVersion), FUSE over io_uring: \(ring)
+            """
+    }
 }
 
 extension CoordFS {

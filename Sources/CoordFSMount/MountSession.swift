@@ -18,6 +18,9 @@ public final class MountSession: @unchecked Sendable {
     /// The control socket of this mount, once mounted.
     public private(set) var controlServer: ControlServer?
 
+    /// The version of the libfuse this program runs with.
+    public static var libfuseVersion: String { String(cString: fuse_pkgversion()) }
+
     /// What the mount did to fit the kernel's FUSE request timeout, if one is in force.
     public let requestTimeoutNote: String?
 

@@ -422,6 +422,14 @@ import Glibc
 
     /// Two words are a mount only where the first is a path or a directory: `help` asks for
     /// help, and a mistyped subcommand is refused, even beside directories of those names.
+    @Test func versionSaysWhatTheMachineGivesAMount() throws {
+        let version = try run(Paths.binary.path, ["--version"])
+        let lines = version.output.split(separator: "\n").map(String.init)
+        #expect(version.status == 0 && lines.first == "coordfs 0.1.0", "\(version)")
+        #expect(lines.contains("control socket protocol 1"), "\(lines)")
+        #expect(lines.contains { $0.hasPrefix("libfuse 3.") && $0.contains("FUSE over io_uring: ") }, "\(lines)")
+    }
+
     @Test func helpAndMistypedSubcommandsNeverMount() throws {
         let dir = URL(fileURLWithPath: "/tmp/coordfs-words-\(UUID().uuidString.prefix(8))")
         for name in ["help", "watch", "stats"] {
