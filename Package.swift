@@ -74,7 +74,7 @@ let package = Package(
         // Helpers the test targets share.
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
-        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "TestSupport"]),
+        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "CoordinationServer", "TestSupport"]),
         // A file written for Apple platforms, compiled unchanged but for the import (Swift 6 mode).
         .testTarget(name: "AppleStyleTests", dependencies: ["FileCoordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"]),

@@ -114,3 +114,25 @@ public struct Intent: Hashable, Sendable {
         return nil
     }
 }
+
+extension ReadingOptions {
+    /// The options as Apple names them: what the control socket takes and `coordfs status` shows.
+    public static let named: [(ReadingOptions, String)] = [
+        (.withoutChanges, "withoutChanges"), (.resolvesSymbolicLink, "resolvesSymbolicLink"),
+        (.immediatelyAvailableMetadataOnly, "immediatelyAvailableMetadataOnly"), (.forUploading, "forUploading"),
+    ]
+
+    /// The names of the options this set holds, in `named`'s order.
+    public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
+}
+
+extension WritingOptions {
+    /// Apple's options by their names (coordfs's own for unmodified programs' opens have none).
+    public static let named: [(WritingOptions, String)] = [
+        (.forDeleting, "forDeleting"), (.forMoving, "forMoving"), (.forMerging, "forMerging"),
+        (.forReplacing, "forReplacing"), (.contentIndependentMetadataOnly, "contentIndependentMetadataOnly"),
+    ]
+
+    /// The names of Apple's options this set holds, in `named`'s order.
+    public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
+}

@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationWire
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -53,6 +54,20 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
     /// it (its queue's): read it inside `relinquishPresentedItem(toWriter:)`,
     /// `presentedItemDidChange()` and the others. Nil outside a callback.
     public static var current: AccessOrigin? { CurrentMessage.local.withValue { $0.origin } }
+}
+
+extension AccessOrigin {
+    /// As an event of the control socket carries it.
+    package var event: EventOrigin {
+        EventOrigin(via: via.rawValue, pid: pid.map(Int.init), uid: uid.map(Int.init), command: command, purpose: purposeIdentifier)
+    }
+
+    /// What an event says; none, or a route this side does not know, is a change from outside.
+    package init(_ event: EventOrigin?) {
+        guard let event else { self.init(via: .outside); return }
+        self.init(via: Route(rawValue: event.via) ?? .outside, pid: event.pid.flatMap { Int32(exactly: $0) },
+                  uid: event.uid.flatMap { UInt32(exactly: $0) }, command: event.command, purposeIdentifier: event.purpose)
+    }
 }
 
 /// What a presenter's callback runs for, per thread: set by whoever runs the callback.
@@ -139,17 +154,9 @@ package enum AccessOrigins {
     private static func process(_ pid: Int32) -> (UInt32?, String?) {
         let now = ContinuousClock.now
         if let entry = known.withLock({ $0[pid] }), now - entry.at < keptFor { return (entry.uid, entry.command) }
-        var uid: UInt32?, command: String?
-        if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) {
-            for line in status.split(separator: "\n") {
-                if line.hasPrefix("Name:") { command = line.dropFirst(5).trimmingCharacters(in: .whitespaces) }
-                if line.hasPrefix("Uid:") {
-                    let ids = line.dropFirst(4).split(whereSeparator: { $0 == " " || $0 == "\t" })
-                    if ids.count >= 4 { uid = UInt32(ids[3]) }
-                    break
-                }
-            }
-        }
+        let fields = ProcFile.statusFields(["Name", "Uid"], of: pid)
+        let uid = fields?["Uid"].flatMap(CoordinatorUsers.filesystemUser)
+        let command = fields?["Name"]
         known.withLock { table in
             if table.count >= 4096 { table.removeAll(keepingCapacity: true) }
             table[pid] = Known(uid: uid, command: command, at: now)

@@ -11,10 +11,13 @@ package enum CoordinatorUsers {
     /// (`.object`, `.purpose`), this process's user; nil when its process has gone.
     package static func user(of identity: CoordinatorIdentity) -> uid_t? {
         guard let process = identity.process else { return geteuid() }
-        guard let status = try? String(contentsOfFile: "/proc/\(process)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Uid:") }) else { return nil }
-        let uids = line.dropFirst(4).split(whereSeparator: { $0 == " " || $0 == "\t" })
-        return uids.count >= 4 ? uid_t(uids[3]) : nil
+        return ProcFile.statusFields(["Uid"], of: process)?["Uid"].flatMap(filesystemUser)
+    }
+
+    /// The filesystem uid of a /proc/PID/status `Uid:` value (real, effective, saved, filesystem).
+    package static func filesystemUser(_ uids: String) -> uid_t? {
+        let fields = uids.split(whereSeparator: { $0 == " " || $0 == "\t" })
+        return fields.count >= 4 ? uid_t(fields[3]) : nil
     }
 
     /// Whether a refusal by a presenter of `presenter` fails an access of `accessor`: it is the

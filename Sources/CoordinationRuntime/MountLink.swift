@@ -157,18 +157,15 @@ package final class MountLink: @unchecked Sendable {
         }
     }
 
+    /// A read's options as the server takes them: the item is resolved here, and a snapshot
+    /// for uploading is taken here too.
     private static func names(reading options: ReadingOptions) -> [String]? {
-        var names: [String] = []
-        if options.contains(.withoutChanges) { names.append("withoutChanges") }
-        if options.contains(.immediatelyAvailableMetadataOnly) { names.append("immediatelyAvailableMetadataOnly") }
+        let names = options.intersection([.withoutChanges, .immediatelyAvailableMetadataOnly]).names
         return names.isEmpty ? nil : names
     }
 
     private static func names(writing options: WritingOptions) -> [String]? {
-        let table: [(WritingOptions, String)] = [(.forDeleting, "forDeleting"), (.forMoving, "forMoving"), (.forMerging, "forMerging"),
-                                                  (.forReplacing, "forReplacing"), (.contentIndependentMetadataOnly, "contentIndependentMetadataOnly")]
-        let names = table.filter { options.contains($0.0) }.map(\.1)
-        return names.isEmpty ? nil : names
+        options.names.isEmpty ? nil : options.names
     }
 
     // MARK: Presenters
@@ -212,8 +209,8 @@ package final class MountLink: @unchecked Sendable {
             lock.withLock { movedFrom[cookie] = record.path }
             return
         }
-        let origin = Self.origin(of: record)
-        if let request = Self.request(mask, path) {
+        let origin = AccessOrigin(record.origin)
+        if let request = PresenterRequest(event: mask, path: path) {
             let progress = PresenterProgress { [client] in client.send(.working(cookie: cookie)) }
             return presenter.asked(request, origin: origin, progress: progress) { [weak self, client] error, reacquirer in
                 if error == nil, let reacquirer { self?.lock.withLock { self?.reacquirers[cookie] = (presenter, reacquirer) } }
@@ -236,21 +233,6 @@ package final class MountLink: @unchecked Sendable {
         presenter.told([notification], origin: origin, presentsPackage: false) {}
     }
 
-    /// The origin an event says, as the runtime gives it to presenters.
-    private static func origin(of record: EventRecord) -> AccessOrigin {
-        guard let given = record.origin else { return AccessOrigin(via: .outside) }
-        return AccessOrigin(via: AccessOrigin.Route(rawValue: given.via) ?? .outside, pid: given.pid.flatMap { Int32(exactly: $0) },
-                            uid: given.uid.flatMap { UInt32(exactly: $0) }, command: given.command, purposeIdentifier: given.purpose)
-    }
-
-    private static func request(_ mask: EventMask, _ path: ItemPath) -> PresenterRequest? {
-        if mask.contains(.relinquishToWriter) { return .relinquishToWriter }
-        if mask.contains(.relinquishToReader) { return .relinquishToReader }
-        if mask.contains(.save) { return .saveChanges }
-        if mask.contains(.accommodateDeletion) { return .accommodateDeletion }
-        if mask.contains(.accommodateSubitemDeletion) { return .accommodateSubitemDeletion(path) }
-        return nil
-    }
 
     private static func errnoCode(_ error: Error) -> Int32 {
         if let posix = error as? POSIXError { return posix.code.rawValue }

@@ -126,17 +126,6 @@ final class PresenterMessenger: @unchecked Sendable {
         if let error { finish(error) } else if done { finish(nil) }
     }
 
-    /// A request as the log names it: the event name a watch gets, and the Swift one.
-    static func name(of request: PresenterRequest) -> String {
-        switch request {
-        case .relinquishToReader: "RELINQUISH_READER (relinquishToReader)"
-        case .relinquishToWriter: "RELINQUISH_WRITER (relinquishToWriter)"
-        case .saveChanges: "SAVE (saveChanges)"
-        case .accommodateDeletion: "ACCOMMODATE_DELETION (accommodateDeletion)"
-        case .accommodateSubitemDeletion(let path): "ACCOMMODATE_SUBITEM_DELETION of \(path) (accommodateSubitemDeletion)"
-        }
-    }
-
     /// The origin of the access, the same for every message: made when the first is sent.
     private var origin: AccessOrigin {
         if let made = lock.withLock({ madeOrigin }) { return made }
@@ -173,7 +162,7 @@ final class PresenterMessenger: @unchecked Sendable {
             guard completion != nil else { return ([], nil, false) }
             let working = pending.filter { extended[$0].map { $0 > now } ?? false }
             let late = pending.subtracting(working).map { presenter in
-                current[presenter].map { (Self.name(of: $0.request), "\($0.presentedPath)") } ?? ("\(presenter)", "\(presenter)")
+                current[presenter].map { ($0.request.logName, "\($0.presentedPath)") } ?? ("\(presenter)", "\(presenter)")
             }
             pending = working
             return (late, working.compactMap { extended[$0] }.min(), working.isEmpty)

@@ -32,9 +32,9 @@ final class ClientConnection: @unchecked Sendable {
     private var holds: [Int: Held] = [:]
     private var inheritingHolds: Set<Int> = []
     private var pendingHolds: [Int: CoordinatedAccess] = [:]
-    private var answers: [UInt64: @Sendable (Int32) -> Void] = [:]
-    /// Where a client's word that it is still working on a request goes, by cookie.
-    private var progress: [UInt64: PresenterProgress] = [:]
+    /// The requests the client has yet to answer, by cookie: where its answer goes, and its word
+    /// that it is still working.
+    private var answers: [UInt64: (answered: @Sendable (Int32) -> Void, progress: PresenterProgress?)] = [:]
     private var vended: Set<ServiceRegistrationID> = []
     private var lastNumber = 0
     private var lastCookie: UInt64 = 0
@@ -151,10 +151,7 @@ final class ClientConnection: @unchecked Sendable {
             // An answer nobody waits for any more (it came after the presenter timeout, or
             // twice) is dropped: closing the connection for it took a slow presenter's watches.
             // One to a cookie never sent is a client's mistake, and closes it as any bad line.
-            let (answered, issued) = lock.withLock { () -> ((@Sendable (Int32) -> Void)?, UInt64) in
-                progress[cookie] = nil
-                return (answers.removeValue(forKey: cookie), lastCookie)
-            }
+            let (answered, issued) = lock.withLock { (answers.removeValue(forKey: cookie)?.answered, lastCookie) }
             guard let answered else {
                 if cookie > issued || cookie == 0 { throw WireError("no request with cookie \(cookie) was sent") }
                 return
@@ -162,12 +159,12 @@ final class ClientConnection: @unchecked Sendable {
             answered(code)
         case .working(let cookie):
             // As with answers: one for a request no longer waiting is dropped.
-            let (reported, issued) = lock.withLock { (progress[cookie], lastCookie) }
-            guard let reported else {
+            let (waiting, issued) = lock.withLock { (answers[cookie], lastCookie) }
+            guard let waiting else {
                 if cookie > issued || cookie == 0 { throw WireError("no request with cookie \(cookie) was sent") }
                 return
             }
-            reported.stillWorking()
+            waiting.progress?.stillWorking()
         case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator):
             hold(id, intents, wait, timeout, inherit, presenter, coordinator)
         case .release(let id, let number, let changed):
@@ -519,25 +516,16 @@ final class ClientConnection: @unchecked Sendable {
         case .read:
             var options = ReadingOptions()
             for name in names {
-                switch name {
-                case "withoutChanges": options.insert(.withoutChanges)
-                case "resolvesSymbolicLink": options.insert(.resolvesSymbolicLink)
-                case "immediatelyAvailableMetadataOnly": options.insert(.immediatelyAvailableMetadataOnly)
-                default: return nil
-                }
+                // forUploading is the coordinator's own business (a snapshot it takes), not the server's.
+                guard let option = ReadingOptions.named.first(where: { $0.1 == name && $0.0 != .forUploading })?.0 else { return nil }
+                options.insert(option)
             }
             return .reading(options)
         case .write:
             var options = WritingOptions()
             for name in names {
-                switch name {
-                case "forDeleting": options.insert(.forDeleting)
-                case "forMoving": options.insert(.forMoving)
-                case "forMerging": options.insert(.forMerging)
-                case "forReplacing": options.insert(.forReplacing)
-                case "contentIndependentMetadataOnly": options.insert(.contentIndependentMetadataOnly)
-                default: return nil
-                }
+                guard let option = WritingOptions.named.first(where: { $0.1 == name })?.0 else { return nil }
+                options.insert(option)
             }
             return options.isValid ? .writing(options) : nil
         }
@@ -564,8 +552,7 @@ final class ClientConnection: @unchecked Sendable {
     func request(_ record: EventRecord, progress reports: PresenterProgress? = nil, _ answered: @escaping @Sendable (Int32) -> Void) {
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
-            answers[record.cookie] = answered
-            if let reports { progress[record.cookie] = reports }
+            answers[record.cookie] = (answered, reports)
             return true
         }
         guard accepted else { return answered(0) }
@@ -601,8 +588,8 @@ final class ClientConnection: @unchecked Sendable {
         let taken = lock.withLock { () -> ([RemotePresenter], [Held], [CoordinatedAccess], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
             if closed { return nil }
             closed = true
-            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; progress = [:]; inheritingHolds = []; vended = [] }
-            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), Array(answers.values), vended)
+            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = []; vended = [] }
+            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), answers.values.map(\.answered), vended)
         }
         guard let (presenters, claims, pending, unanswered, services) = taken else { return }
         for service in services {

@@ -1,3 +1,4 @@
+import CoordinationRuntime
 import CoordinationWire
 import Foundation
 import Synchronization

@@ -183,18 +183,14 @@ public final class ControlServer: @unchecked Sendable {
     }
     private var trims = false
 
-    /// Options as Apple names them (and coordfs's own for the opens of unmodified programs).
-    static func names(of options: ReadingOptions) -> String {
-        let table: [(ReadingOptions, String)] = [(.withoutChanges, "withoutChanges"), (.resolvesSymbolicLink, "resolvesSymbolicLink"),
-                                                 (.immediatelyAvailableMetadataOnly, "immediatelyAvailableMetadataOnly"), (.forUploading, "forUploading")]
-        return table.filter { options.contains($0.0) }.map(\.1).joined(separator: ",")
-    }
+    /// Options as Apple names them, and coordfs's own for the opens of unmodified programs.
+    static func names(of options: ReadingOptions) -> String { options.names.joined(separator: ",") }
 
     static func names(of options: WritingOptions) -> String {
-        let table: [(WritingOptions, String)] = [(.forDeleting, "forDeleting"), (.forMoving, "forMoving"), (.forMerging, "forMerging"),
-                                                 (.forReplacing, "forReplacing"), (.contentIndependentMetadataOnly, "contentIndependentMetadataOnly"),
-                                                 (.appendingOnly, "appending"), (.sharingWriters, "inPlace")]
-        return table.filter { options.contains($0.0) }.map(\.1).joined(separator: ",")
+        var names = options.names
+        if options.contains(.appendingOnly) { names.append("appending") }
+        if options.contains(.sharingWriters) { names.append("inPlace") }
+        return names.joined(separator: ",")
     }
 
     /// The engine's state as a status reply: like lslocks, with each holder's command.

@@ -59,12 +59,6 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
         EventRecord(wd: wd, mask: bits, cookie: cookie, name: name, path: path ?? self.path, origin: origin)
     }
 
-    /// The origin as an event carries it.
-    private static func wire(_ origin: AccessOrigin) -> EventOrigin {
-        EventOrigin(via: origin.via.rawValue, pid: origin.pid.map(Int.init), uid: origin.uid.map(Int.init),
-                    command: origin.command, purpose: origin.purposeIdentifier)
-    }
-
     /// Sends a request and calls `answered` with the errno (0 to consent) — at once when the
     /// watch does not want it or the client is gone.
     private func ask(_ bit: EventMask, name: String = "", path: String? = nil, origin: EventOrigin, progress: PresenterProgress,
@@ -91,11 +85,11 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
 
     func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
                completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
-        let origin = Self.wire(origin)
+        let origin = origin.event
         let answered: @Sendable (UInt64, Int32) -> Void = { _, code in completion(Self.error(code), nil) }
         switch request {
         case .relinquishToReader, .relinquishToWriter:
-            ask(request == .relinquishToWriter ? .relinquishToWriter : .relinquishToReader, origin: origin, progress: progress) { cookie, code in
+            ask(request.event, origin: origin, progress: progress) { cookie, code in
                 if code != 0 { return completion(Self.error(code), nil) }
                 if cookie == 0 { return completion(nil, nil) }
                 // Strong: an access that deletes the item removes its watch (`itemWasDeleted`)
@@ -103,8 +97,7 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
                 let reacquire: @Sendable () -> Void = { self.tell(.reacquire, cookie: cookie) }
                 completion(nil, reacquire)
             }
-        case .saveChanges: ask(.save, origin: origin, progress: progress, answered)
-        case .accommodateDeletion: ask(.accommodateDeletion, origin: origin, progress: progress, answered)
+        case .saveChanges, .accommodateDeletion: ask(request.event, origin: origin, progress: progress, answered)
         case .accommodateSubitemDeletion(let item):
             let itemName = name(item.string)
             if let connection, Self.isDeep(itemName), !connection.mayLearn(of: item.string) { return completion(nil, nil) }
@@ -120,7 +113,7 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
     /// A watch gets every notification: it needs no did-change for a subitem one (P20).
     func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
               moved: @escaping @Sendable () -> Void) {
-        let origin = Self.wire(origin)
+        let origin = origin.event
         for notification in notifications {
             switch notification {
             case .didMove(let newPath):

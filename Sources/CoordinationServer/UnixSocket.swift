@@ -1,3 +1,4 @@
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,3 +1,4 @@
+import CoordinationRuntime
 @testable import CoordFSMount
 import CoordinationServer
 import Foundation

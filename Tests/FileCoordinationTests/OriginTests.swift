@@ -41,17 +41,13 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
         Thread.detachNewThread {
             let start = ContinuousClock.now
             while ContinuousClock.now - start < takes {
-                Thread.sleep(forTimeInterval: (beat ?? takes).timeInterval)
+                Thread.sleep(forTimeInterval: (beat ?? takes).seconds)
                 if beat != nil { progress.stillWorking() }
             }
             try? Data("saved".utf8).write(to: url)
             completionHandler(nil)
         }
     }
-}
-
-private extension Duration {
-    var timeInterval: TimeInterval { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
 /// SPEC §4: a presenter learns who made each access it is asked or told about, and may say it

@@ -8,8 +8,8 @@ import Glibc
 /// As bytes: /proc/PID/status is some sixty lines, and splitting it as a `String` walks it
 /// grapheme by grapheme. That made the first coordinated call of every new process (each `cat`
 /// a build runs, say) cost the mount about 100 µs of CPU.
-public enum ProcFile {
-    public static func read(_ path: String) -> String? {
+package enum ProcFile {
+    package static func read(_ path: String) -> String? {
         readBytes(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
@@ -30,7 +30,7 @@ public enum ProcFile {
     /// Fields of /proc/PID/status ("Tgid", "PPid", "Groups"): each value without its name and
     /// the blanks after it. Nil when the process is gone; a field the kernel does not write is
     /// left out.
-    public static func statusFields(_ names: Set<String>, of pid: Int32) -> [String: String]? {
+    package static func statusFields(_ names: Set<String>, of pid: Int32) -> [String: String]? {
         guard let text = readBytes("/proc/\(pid)/status") else { return nil }
         var found: [String: String] = [:]
         var lineStart = text.startIndex
@@ -54,20 +54,20 @@ public enum ProcFile {
 
     /// Who a thread works for: its process, whether it is one of the kernel's own threads
     /// (writeback flushers, nfsd), and the process's parent. One read of /proc/TID/status.
-    public struct Caller: Sendable, Equatable {
-        public let process: Int32
-        public let isKernelThread: Bool
+    package struct Caller: Sendable, Equatable {
+        package let process: Int32
+        package let isKernelThread: Bool
         /// 0 when unknown (and for the first process).
-        public let parent: Int32
+        package let parent: Int32
 
-        public init(process: Int32, isKernelThread: Bool, parent: Int32 = 0) {
+        package init(process: Int32, isKernelThread: Bool, parent: Int32 = 0) {
             self.process = process
             self.isKernelThread = isKernelThread
             self.parent = parent
         }
     }
 
-    public static func caller(of tid: Int32) -> Caller? {
+    package static func caller(of tid: Int32) -> Caller? {
         guard let fields = statusFields(["Tgid", "PPid", "Kthread"], of: tid),
               let group = fields["Tgid"].flatMap({ Int32($0) }) else { return nil }
         // "Kthread" exists since Linux 6.x; before it, kernel threads are kthreadd (2) and its children.
@@ -77,13 +77,13 @@ public enum ProcFile {
 
     /// Whether process `pid` has ended: gone, or a zombie nobody has reaped yet (a daemon's
     /// parent is often init, and in a container that may not reap at all).
-    public static func hasEnded(_ pid: Int32) -> Bool {
+    package static func hasEnded(_ pid: Int32) -> Bool {
         guard let state = statusFields(["State"], of: pid)?["State"] else { return true }
         return state.hasPrefix("Z") || state.hasPrefix("X")
     }
 
     /// A process's command name.
-    public static func command(of pid: Int32) -> String? {
+    package static func command(of pid: Int32) -> String? {
         read("/proc/\(pid)/comm")?.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }

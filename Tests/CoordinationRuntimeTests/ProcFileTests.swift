@@ -1,3 +1,4 @@
+import CoordinationRuntime
 @testable import CoordinationServer
 import Foundation
 import Testing
