@@ -30,7 +30,7 @@ struct Coordinate: ParsableCommand {
     @Option(name: .long, help: "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.")
     var readOption: [String] = []
 
-    @Option(name: .long, help: "The writing option for every --write: forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly.")
+    @Option(name: .long, help: "The writing option for every --write: forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly, forEvicting (presenters are asked to accommodate an eviction of the local content).")
     var writeOption: String?
 
     @Flag(name: [.customShort("n"), .long], help: "Fail at once instead of waiting (as flock -n).")

@@ -344,7 +344,7 @@ public final class Filesystem: @unchecked Sendable {
                 let errno = Errno.from(coordination: error)
                 statistics.count(errno)
                 reply.error(errno)
-                if case FileCoordinationError.timedOut? = error as? FileCoordinationError { logGivingUp(process, intents) }
+                if case .timedOut? = error as? FileCoordinationError { logGivingUp(process, intents) }
             }
         }
         var interrupted = false

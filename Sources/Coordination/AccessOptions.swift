@@ -34,11 +34,16 @@ public struct WritingOptions: OptionSet, Hashable, Sendable {
     /// appenders, share the item, and keep each other in order with their own locks; readers
     /// still wait for them (U2).
     public static let sharingWriters = WritingOptions(rawValue: 1 << 17)
+    /// A write that removes the item's local content while its name stays, as a sync client
+    /// that keeps files on demand evicts a downloaded one (Apple's `evictUbiquitousItem(at:)`):
+    /// its presenters, and those inside a directory, are asked to accommodate the eviction and
+    /// may refuse it (P33). Like a deletion, on a directory it covers everything inside.
+    public static let forEvicting = WritingOptions(rawValue: 1 << 18)
 
     static let known: WritingOptions = [.forDeleting, .forMoving, .forMerging, .forReplacing,
-                                        .contentIndependentMetadataOnly, .appendingOnly, .sharingWriters]
+                                        .contentIndependentMetadataOnly, .appendingOnly, .sharingWriters, .forEvicting]
     /// The options whose write on a directory covers everything inside it (C19).
-    static let destructive: WritingOptions = [.forDeleting, .forMoving, .forReplacing]
+    static let destructive: WritingOptions = [.forDeleting, .forMoving, .forReplacing, .forEvicting]
 
     /// True when at most one known option is set and no unknown bit is.
     public var isValid: Bool {
@@ -127,12 +132,14 @@ extension ReadingOptions {
 }
 
 extension WritingOptions {
-    /// Apple's options by their names (coordfs's own for unmodified programs' opens have none).
+    /// Apple's options, and `forEvicting`, by their names (the options of unmodified programs'
+    /// opens through a mount have none: nobody asks for them).
     public static let named: [(WritingOptions, String)] = [
         (.forDeleting, "forDeleting"), (.forMoving, "forMoving"), (.forMerging, "forMerging"),
         (.forReplacing, "forReplacing"), (.contentIndependentMetadataOnly, "contentIndependentMetadataOnly"),
+        (.forEvicting, "forEvicting"),
     ]
 
-    /// The names of Apple's options this set holds, in `named`'s order.
+    /// The names of the named options this set holds, in `named`'s order.
     public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }
 }

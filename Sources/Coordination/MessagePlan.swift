@@ -58,8 +58,12 @@ extension State {
                     enclosingPackage.append(.accommodateSubitemDeletion(path))            // P13, P22
                     enclosingDirectory = [.accommodateSubitemDeletion(path)]              // P13
                 }
+                let evicting = options.contains(.forEvicting)
+                if evicting { own.append(.accommodateEviction) }                          // P33
                 if target.isDirectory && !options.isDisjoint(with: WritingOptions.destructive) {
-                    inside = deleting ? [.relinquishToWriter, .accommodateDeletion] : [.relinquishToWriter]  // P17, O6
+                    inside = deleting ? [.relinquishToWriter, .accommodateDeletion]                 // P17
+                        : evicting ? [.relinquishToWriter, .accommodateEviction]                   // P33
+                        : [.relinquishToWriter]                                                     // O6
                 }
             }
             if own.isEmpty { continue }

@@ -5,6 +5,7 @@ public enum PresenterRequest: Hashable, Sendable {
     case saveChanges                              // P6
     case accommodateDeletion                      // P7
     case accommodateSubitemDeletion(ItemPath)     // P13
+    case accommodateEviction                      // P33
 
     /// Kinds of request, as a set: what a presenter answers.
     public struct Kinds: OptionSet, Hashable, Sendable {
@@ -16,8 +17,9 @@ public enum PresenterRequest: Hashable, Sendable {
         public static let saveChanges = Kinds(rawValue: 1 << 2)
         public static let accommodateDeletion = Kinds(rawValue: 1 << 3)
         public static let accommodateSubitemDeletion = Kinds(rawValue: 1 << 4)
+        public static let accommodateEviction = Kinds(rawValue: 1 << 5)
         public static let all: Kinds = [.relinquishToReader, .relinquishToWriter, .saveChanges, .accommodateDeletion,
-                                        .accommodateSubitemDeletion]
+                                        .accommodateSubitemDeletion, .accommodateEviction]
     }
 
     public var kind: Kinds {
@@ -27,6 +29,7 @@ public enum PresenterRequest: Hashable, Sendable {
         case .saveChanges: return .saveChanges
         case .accommodateDeletion: return .accommodateDeletion
         case .accommodateSubitemDeletion: return .accommodateSubitemDeletion
+        case .accommodateEviction: return .accommodateEviction
         }
     }
 
@@ -35,7 +38,7 @@ public enum PresenterRequest: Hashable, Sendable {
         switch self {
         case .relinquishToReader, .relinquishToWriter: return 0
         case .saveChanges: return 1
-        case .accommodateDeletion, .accommodateSubitemDeletion: return 2
+        case .accommodateDeletion, .accommodateSubitemDeletion, .accommodateEviction: return 2
         }
     }
 }

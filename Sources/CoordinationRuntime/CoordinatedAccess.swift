@@ -63,6 +63,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
         self.request = request
     }
 
+    /// The item errors name: the first of the request's.
+    private var item: String { request.intents.first?.path.string ?? "/" }
+
     /// The intents as granted, with their paths updated by moves while waiting (C11).
     package var grantedIntents: [Intent] {
         lock.withLock {
@@ -107,19 +110,19 @@ package final class CoordinatedAccess: @unchecked Sendable {
             self.completion = completion
             return cancelRequested
         }
-        if coordinator?.isCancelled == true || early != nil { return fail(FileCoordinationError.from(early ?? .cancelled)) }
+        if coordinator?.isCancelled == true || early != nil { return fail(FileCoordinationError.from(early ?? .cancelled, item: item)) }
         coordinator?.track(self)
         switch domain.engine.acquire(request, resume: { [self] result in
             switch result {
             case .success(let grant): granted(grant)
             case .failure(.brokenThrough): goAheadHoldingNothing()
-            case .failure(let error): fail(FileCoordinationError.from(error))
+            case .failure(let error): fail(FileCoordinationError.from(error, item: item))
             }
         }) {
         case .granted(let grant):
             granted(grant)
         case .refused(let error):
-            fail(FileCoordinationError.from(error))
+            fail(FileCoordinationError.from(error, item: item))
         case .waiting(let ticket):
             let (armed, cancelled) = lock.withLock { () -> (Bool, CoordinationError?) in
                 guard case .idle = phase else { return (false, nil) }    // resumed already
@@ -205,9 +208,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
             completeGrant(grant)
         case .waiting(let ticket):
             domain.engine.abandon(ticket, because: .cancelled)      // holding nothing, it cannot wait
-            fail(FileCoordinationError.timedOut)
+            fail(FileCoordinationError.timedOut(item: item))
         case .refused(let error):
-            fail(FileCoordinationError.from(error))
+            fail(FileCoordinationError.from(error, item: item))
         }
     }
 

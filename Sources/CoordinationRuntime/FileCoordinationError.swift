@@ -14,14 +14,14 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     case emptyIntentList
     /// Options that are not valid together, or not valid for this call (C25, O10).
     case invalidOptions(String)
-    /// Waiting lasted longer than the coordinator's `waitTimeout` (X5).
-    case timedOut
-    /// Waiting would close a cycle of coordinators (X1); the cycle, as identities.
-    case deadlock(cycle: [String])
+    /// Waiting for `item` lasted longer than the coordinator's `waitTimeout` (X5).
+    case timedOut(item: String)
+    /// Waiting for `item` would close a cycle of coordinators (X1); the cycle, as identities.
+    case deadlock(item: String, cycle: [String])
     /// `item(at:didMoveTo:)` outside a coordinated write (C24).
     case moveReportedOutsideWrite
-    /// A non-blocking attempt found the item held.
-    case wouldBlock
+    /// A non-blocking attempt found `item` held.
+    case wouldBlock(item: String)
     /// A named service that the item does not have (S2, S4).
     case noSuchService(String)
     /// A service name that is empty, too long, or holds a newline.
@@ -41,10 +41,11 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
         case .invalidURL(let why): return "invalid URL for coordination: \(why)"
         case .emptyIntentList: return "a coordination call needs at least one intent"
         case .invalidOptions(let why): return "invalid options: \(why)"
-        case .timedOut: return "timed out waiting for coordinated access"
-        case .deadlock(let cycle): return "waiting would deadlock: " + cycle.joined(separator: " -> ")
+        case .timedOut(let item): return "timed out waiting for coordinated access to \(item)"
+        case .deadlock(let item, let cycle):
+            return "waiting for \(item) would deadlock: " + cycle.joined(separator: " -> ")
         case .moveReportedOutsideWrite: return "item(at:didMoveTo:) is only allowed inside a coordinated write"
-        case .wouldBlock: return "the item is held by another coordinator"
+        case .wouldBlock(let item): return "\(item) is held by another coordinator"
         case .noSuchService(let name): return "the item has no service named '\(name)'"
         case .invalidServiceName(let why): return "invalid service name: \(why)"
         case .noSuchItem(let path): return "no such file or directory: \(path)"
@@ -53,13 +54,14 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
         }
     }
 
-    /// The API's error for an engine refusal.
-    package static func from(_ error: CoordinationError) -> Error {
+    /// The API's error for an engine refusal of an access to `item` (the first item, for an
+    /// access to several).
+    package static func from(_ error: CoordinationError, item: String) -> Error {
         switch error {
         case .cancelled, .ownerGone: return CocoaError(.userCancelled)
-        case .timedOut, .brokenThrough: return FileCoordinationError.timedOut
-        case .deadlock(let cycle): return FileCoordinationError.deadlock(cycle: cycle.map(AccessOrigins.describe))
-        case .wouldBlock: return FileCoordinationError.wouldBlock
+        case .timedOut, .brokenThrough: return FileCoordinationError.timedOut(item: item)
+        case .deadlock(let cycle): return FileCoordinationError.deadlock(item: item, cycle: cycle.map(AccessOrigins.describe))
+        case .wouldBlock: return FileCoordinationError.wouldBlock(item: item)
         case .notInsideWrite: return FileCoordinationError.moveReportedOutsideWrite
         case .invalidRequest(let why): return FileCoordinationError.invalidOptions(why)
         case .unknownRegistration: return FileCoordinationError.noSuchService("(withdrawn)")
@@ -70,7 +72,8 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
 /// As an `NSError`: in `NSCocoaErrorDomain`, with Apple's code where Apple reports the same
 /// condition, and a code of coordfs's own (from 100 001, outside Apple's ranges; stable) where
 /// Apple has none, because it raises an exception or waits for ever instead. The user info
-/// holds the description and, where the error is about one item, `NSFilePathErrorKey`.
+/// holds the description and, where the error is about an item, `NSFilePathErrorKey` (for an
+/// access to several items, the first).
 ///
 /// | case | code |
 /// | --- | --- |
@@ -120,7 +123,9 @@ extension FileCoordinationError: CustomNSError, LocalizedError {
     public var errorUserInfo: [String: Any] {
         var info: [String: Any] = [NSLocalizedDescriptionKey: description]
         switch self {
-        case .noSuchItem(let path), .coordinationBroken(let path): info[NSFilePathErrorKey] = path
+        case .noSuchItem(let path), .coordinationBroken(let path), .timedOut(let path), .deadlock(let path, _),
+             .wouldBlock(let path):
+            info[NSFilePathErrorKey] = path
         case .systemError(_, let code):
             info[NSUnderlyingErrorKey] = NSError(domain: NSPOSIXErrorDomain, code: Int(code))
         default: break

@@ -108,11 +108,11 @@ package final class MountLink: @unchecked Sendable {
                                               coordinator: wd == nil ? coordinator : nil) }) { reply in
             // Off the connection's reader thread: what follows may run an accessor, and the
             // reader must stay free to deliver events (and the release's reply).
-            DispatchQueue.global().async { Self.finishHold(reply, completion) }
+            DispatchQueue.global().async { Self.finishHold(reply, item: wire.first?.path ?? "/", completion) }
         }
     }
 
-    private static func finishHold(_ result: Result<[String: WireValue], ControlError>,
+    private static func finishHold(_ result: Result<[String: WireValue], ControlError>, item: String,
                                    _ completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void) {
         switch result {
         case .success(let fields):
@@ -124,7 +124,7 @@ package final class MountLink: @unchecked Sendable {
             if case .int(let number)? = fields["hold"] { completion(.success((number, paths))) }
             else { completion(.failure(FileCoordinationError.systemError("no hold in the mount's reply", EPROTO))) }
         case .failure(let error):
-            completion(.failure(Self.error(error)))
+            completion(.failure(Self.error(error, item: item)))
         }
     }
 
@@ -145,11 +145,15 @@ package final class MountLink: @unchecked Sendable {
         return lock.withLock { brokenHolds.removeValue(forKey: hold) }
     }
 
-    static func error(_ error: ControlError) -> Error {
+    /// The API's error for a mount's refusal of a hold of `item`.
+    static func error(_ error: ControlError, item: String) -> Error {
         switch error.errno {
-        case "EDEADLK": return FileCoordinationError.deadlock(cycle: [error.message])
-        case "EBUSY": return FileCoordinationError.timedOut
-        case "EAGAIN": return FileCoordinationError.wouldBlock
+        case "EDEADLK":
+            // The server's message is this error's description; the cycle is what follows its colon.
+            let cycle = error.message.range(of: "deadlock: ").map { String(error.message[$0.upperBound...]) } ?? error.message
+            return FileCoordinationError.deadlock(item: item, cycle: cycle.components(separatedBy: " -> "))
+        case "EBUSY": return FileCoordinationError.timedOut(item: item)
+        case "EAGAIN": return FileCoordinationError.wouldBlock(item: item)
         case "ECANCELED": return CocoaError(.userCancelled)
         default:
             let code = ErrnoNames.code(of: error.errno) ?? EIO

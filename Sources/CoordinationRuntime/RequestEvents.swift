@@ -12,6 +12,7 @@ extension PresenterRequest {
         case .saveChanges: .save
         case .accommodateDeletion: .accommodateDeletion
         case .accommodateSubitemDeletion: .accommodateSubitemDeletion
+        case .accommodateEviction: .accommodateEviction
         }
     }
 
@@ -22,6 +23,7 @@ extension PresenterRequest {
         else if mask.contains(.save) { self = .saveChanges }
         else if mask.contains(.accommodateDeletion) { self = .accommodateDeletion }
         else if mask.contains(.accommodateSubitemDeletion) { self = .accommodateSubitemDeletion(path) }
+        else if mask.contains(.accommodateEviction) { self = .accommodateEviction }
         else { return nil }
     }
 

@@ -36,7 +36,7 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
         let kinds: [(EventMask, PresenterRequest.Kinds)] = [
             (.relinquishToReader, .relinquishToReader), (.relinquishToWriter, .relinquishToWriter),
             (.save, .saveChanges), (.accommodateDeletion, .accommodateDeletion),
-            (.accommodateSubitemDeletion, .accommodateSubitemDeletion),
+            (.accommodateSubitemDeletion, .accommodateSubitemDeletion), (.accommodateEviction, .accommodateEviction),
         ]
         return kinds.reduce(into: []) { answered, pair in if mask.contains(pair.0) { answered.insert(pair.1) } }
     }
@@ -97,7 +97,7 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
                 let reacquire: @Sendable () -> Void = { self.tell(.reacquire, cookie: cookie) }
                 completion(nil, reacquire)
             }
-        case .saveChanges, .accommodateDeletion: ask(request.event, origin: origin, progress: progress, answered)
+        case .saveChanges, .accommodateDeletion, .accommodateEviction: ask(request.event, origin: origin, progress: progress, answered)
         case .accommodateSubitemDeletion(let item):
             let itemName = name(item.string)
             if let connection, Self.isDeep(itemName), !connection.mayLearn(of: item.string) { return completion(nil, nil) }

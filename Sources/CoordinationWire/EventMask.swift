@@ -9,6 +9,8 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     public static let save = EventMask(rawValue: 1 << 2)
     public static let accommodateDeletion = EventMask(rawValue: 1 << 3)
     public static let accommodateSubitemDeletion = EventMask(rawValue: 1 << 4)
+    /// Before the item's local content is evicted (a write with `forEvicting`); a refusal keeps it.
+    public static let accommodateEviction = EventMask(rawValue: 1 << 6)
     // Notifications.
     public static let reacquire = EventMask(rawValue: 1 << 5)
     public static let changed = EventMask(rawValue: 1 << 8)
@@ -27,7 +29,8 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     /// Set on records that wait for an answer.
     public static let request = EventMask(rawValue: 1 << 30)
 
-    public static let requests: EventMask = [.relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion]
+    public static let requests: EventMask = [.relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion,
+                                             .accommodateEviction]
     public static let all: EventMask = [.requests, .reacquire, .changed, .movedFrom, .movedTo, .subitemAppeared,
                                         .subitemChanged, .subitemDeleted, .presenterRemoved, .broken]
 
@@ -35,6 +38,7 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     public static let names: [(String, EventMask)] = [
         ("RELINQUISH_READER", .relinquishToReader), ("RELINQUISH_WRITER", .relinquishToWriter), ("SAVE", .save),
         ("ACCOMMODATE_DELETION", .accommodateDeletion), ("ACCOMMODATE_SUBITEM_DELETION", .accommodateSubitemDeletion),
+        ("ACCOMMODATE_EVICTION", .accommodateEviction),
         ("REACQUIRE", .reacquire), ("CHANGED", .changed), ("MOVED_FROM", .movedFrom), ("MOVED_TO", .movedTo),
         ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged), ("SUBITEM_DELETED", .subitemDeleted),
         ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("BROKEN", .broken),

@@ -14,7 +14,7 @@ public struct WireIntent: Codable, Hashable, Sendable {
     public var path: String
     public var access: Access
     /// Apple's option names: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly
-    /// (reads); forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly (writes).
+    /// (reads); forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly, forEvicting (writes).
     public var options: [String]?
 
     public init(path: String, access: Access, options: [String]? = nil) {

@@ -284,7 +284,7 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
             let notifications = try domain.engine.reportMove(in: grant, from: source, to: destination)
             domain.deliver(notifications)
         } catch {
-            throw FileCoordinationError.from(error)
+            throw FileCoordinationError.from(error, item: old.string)
         }
     }
 

@@ -42,7 +42,10 @@ public protocol FilePresenter: AnyObject {
     var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { get }
     /// iCloud's; never called on Linux, which has no ubiquitous items.
     func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>)
-    /// iCloud's eviction of a downloaded item; never called on Linux, where nothing evicts items.
+    /// The item's local content is about to be evicted: a coordinated write with the
+    /// `forEvicting` option (a sync client that keeps files on demand; `coordfs coordinate
+    /// --write-option forEvicting`). Call the handler with nil to allow it, with an error to
+    /// refuse it (P33).
     func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void)
 }
 
@@ -76,8 +79,12 @@ extension FilePresenter {
     public var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { [] }
     /// Ignores the news (never sent on Linux).
     public func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
-    /// Consents at once (never asked on Linux).
-    public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
+    /// Refuses, as on Apple platforms, where an item whose presenter does not implement this
+    /// is not evicted (P33).
+    public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        completionHandler(CocoaError(.featureUnsupported, userInfo: [
+            NSLocalizedDescriptionKey: "the presenter of this item does not accommodate eviction"]))
+    }
 }
 
 /// Swift cannot ask whether a protocol method is implemented, yet a package presenter lacking a

@@ -92,7 +92,7 @@ public enum FileProviderServices {
         } catch .invalidRequest(let why) {
             throw FileCoordinationError.invalidServiceName(why)
         } catch {
-            throw FileCoordinationError.from(error)
+            throw FileCoordinationError.from(error, item: path.string)
         }
     }
 

@@ -47,6 +47,7 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
             case .accommodateDeletion: presenter.accommodatePresentedItemDeletion(completionHandler: answered)
             case .accommodateSubitemDeletion(let path):
                 presenter.accommodatePresentedSubitemDeletion(at: path.fileURL, completionHandler: answered)
+            case .accommodateEviction: presenter.accommodatePresentedItemEviction(completionHandler: answered)
             }
         } }
     }

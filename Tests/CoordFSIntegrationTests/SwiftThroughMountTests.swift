@@ -31,7 +31,7 @@ import Glibc
         #expect(writer.ask("open w \(url.path)") == "ok 1")
         let impatient = FileCoordinator()
         impatient.waitTimeout = .milliseconds(300)
-        #expect(throws: FileCoordinationError.timedOut) { try impatient.coordinate(readingItemAt: url) { _ in } }
+        #expect(throws: FileCoordinationError.timedOut(item: url.path)) { try impatient.coordinate(readingItemAt: url) { _ in } }
         let reader = Background { try FileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) } }
         usleep(100_000)
         #expect(writer.ask("write 1 written") == "ok")

@@ -30,6 +30,48 @@ private final class UbiquitousPresenter: FilePresenter, @unchecked Sendable {
         #expect(reports.events.count == 1)
     }
 
+    @Test("P18 eviction: a forEvicting write asks the item's presenters, and those inside a directory, to accommodate it")
+    func evictionAsksPresentersToAccommodateIt() throws {
+        let fx = try Fixture()
+        let a = try fx.file("dir/a")
+        let item = fx.presenter("item", "dir/a")
+        let parent = fx.presenter("parent", "dir")
+        try fx.coordinator().coordinate(writingItemAt: a, options: .forEvicting) { _ in fx.log.add("evict") }
+        #expect(fx.log.order("item:relinquishToWriter", before: "item:accommodateEviction"))
+        #expect(fx.log.order("item:accommodateEviction", before: "evict"))
+        // The name stays: the enclosing directory is asked nothing, unlike a deletion.
+        #expect(!fx.log.events.contains { $0.hasPrefix("parent:accommodate") })
+        // Evicting the directory asks what is inside it.
+        try fx.coordinator().coordinate(writingItemAt: fx.url("dir"), options: .forEvicting) { _ in fx.log.add("evict dir") }
+        #expect(fx.log.events.filter { $0 == "item:accommodateEviction" }.count == 2)
+        #expect(fx.log.order("parent:accommodateEviction", before: "evict dir"))
+        // A refusal keeps the content: the accessor does not run.
+        item.evictionError = PresenterRefusal(code: 16)
+        var ran = false
+        #expect(throws: PresenterRefusal(code: 16)) {
+            try fx.coordinator().coordinate(writingItemAt: a, options: .forEvicting) { _ in ran = true }
+        }
+        #expect(!ran && fx.isIdle)
+        _ = parent
+    }
+
+    @Test("P18 a presenter that does not implement eviction refuses it, as on Apple platforms")
+    func aPresenterWithoutAnEvictionCallbackRefuses() throws {
+        let fx = try Fixture()
+        let doc = try fx.file("doc")
+        fx.domain.addFilePresenter(ChangeOnlyPresenter(name: "p", url: doc, log: fx.log))
+        var ran = false
+        #expect {
+            try fx.coordinator().coordinate(writingItemAt: doc, options: .forEvicting) { _ in ran = true }
+        } throws: { error in
+            (error as? CocoaError)?.code == .featureUnsupported && error.localizedDescription.contains("eviction")
+        }
+        #expect(!ran)
+        // Other writes are not refused by it.
+        try fx.coordinator().coordinate(writingItemAt: doc) { _ in ran = true }
+        #expect(ran)
+    }
+
     @Test("S3 Apple's getFileProviderConnection gives the connection on a background queue") func getFileProviderConnection() throws {
         let fx = try Fixture()
         let dir = try fx.directory("managed")

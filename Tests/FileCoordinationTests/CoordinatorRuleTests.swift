@@ -233,7 +233,7 @@ import Testing
         let impatient = fx.coordinator()
         impatient.waitTimeout = .milliseconds(100)
         var ran = false
-        #expect(throws: FileCoordinationError.timedOut) {
+        #expect(throws: FileCoordinationError.timedOut(item: b.path)) {
             try impatient.coordinate(writingItemAt: b, writingItemAt: a) { _, _ in ran = true }
         }
         #expect(!ran)

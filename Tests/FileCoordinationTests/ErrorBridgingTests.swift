@@ -11,7 +11,7 @@ import Glibc
 @Suite struct ErrorBridgingTests {
     static let documented: [(FileCoordinationError, Int)] = [
         (.noSuchItem("/data/a.txt"), 4),
-        (.timedOut, 255),
+        (.timedOut(item: "/data/a.txt"), 255),
         (.invalidURL("not a file URL: https://example.com"), 262),
         (.systemError("cannot snapshot /data/a.txt", ENOENT), 4),
         (.systemError("cannot snapshot /data/a.txt", EACCES), 257),
@@ -19,9 +19,9 @@ import Glibc
         (.systemError("cannot snapshot /data/a.txt", EIO), 512),
         (.emptyIntentList, 100_001),
         (.invalidOptions("prepare does not take forReplacing"), 100_002),
-        (.deadlock(cycle: ["pid:1#2", "pid:3#4"]), 100_003),
+        (.deadlock(item: "/data/a.txt", cycle: ["pid:1#2", "pid:3#4"]), 100_003),
         (.moveReportedOutsideWrite, 100_004),
-        (.wouldBlock, 100_005),
+        (.wouldBlock(item: "/data/a.txt"), 100_005),
         (.noSuchService("backup"), 100_006),
         (.invalidServiceName("empty"), 100_007),
         (.coordinationBroken("/data/a.txt"), 100_008),
@@ -44,7 +44,8 @@ import Glibc
     }
 
     @Test func anErrorAboutAnItemNamesIt() {
-        for error in [FileCoordinationError.noSuchItem("/data/a.txt"), .coordinationBroken("/data/a.txt")] {
+        for error in [FileCoordinationError.noSuchItem("/data/a.txt"), .coordinationBroken("/data/a.txt"), .timedOut(item: "/data/a.txt"),
+                      .deadlock(item: "/data/a.txt", cycle: ["pid:1#2", "pid:3#4"]), .wouldBlock(item: "/data/a.txt")] {
             let bridged = error as NSError
             #expect(bridged.userInfo[NSFilePathErrorKey] as? String == "/data/a.txt")
             #expect(bridged.localizedDescription.contains("/data/a.txt"))
@@ -52,11 +53,13 @@ import Glibc
         let failed = FileCoordinationError.systemError("cannot snapshot /data/a.txt", EACCES) as NSError
         let underlying = failed.userInfo[NSUnderlyingErrorKey] as? NSError
         #expect(underlying?.domain == NSPOSIXErrorDomain && underlying?.code == Int(EACCES))
-        #expect((FileCoordinationError.deadlock(cycle: ["pid:1#2", "pid:3#4"]) as NSError).localizedDescription.contains("pid:3#4"))
+        // A deadlock names the other parties too.
+        #expect((FileCoordinationError.deadlock(item: "/data/a.txt", cycle: ["pid:1#2", "pid:3#4"]) as NSError).localizedDescription
+                == "waiting for /data/a.txt would deadlock: pid:1#2 -> pid:3#4")
     }
 
     @Test func cancellationIsApplesUserCancelled() {
-        let cancelled = FileCoordinationError.from(.cancelled) as NSError
+        let cancelled = FileCoordinationError.from(.cancelled, item: "/data/a.txt") as NSError
         #expect(cancelled.domain == NSCocoaErrorDomain && cancelled.code == 3072)
     }
 }

@@ -34,11 +34,12 @@ import Testing
         #expect(fx.waitForWaiters(1))
         go2.open()
         let error = try second.join()
-        guard case .deadlock(let cycle)? = error as? FileCoordinationError else {
+        guard case .deadlock(let item, let cycle)? = error as? FileCoordinationError else {
             Issue.record("expected a deadlock error, got \(String(describing: error))")
             return
         }
         #expect(cycle.count == 3)
+        #expect(item == x.path && (error.map { $0 as NSError })?.userInfo[NSFilePathErrorKey] as? String == x.path)
         try first.join()
         #expect(log.contains("c1 got y") && !log.contains("c2 got x"))
         #expect(fx.isIdle)
@@ -126,16 +127,16 @@ import Testing
         #expect(holder.started(fx))
         let coordinator = fx.coordinator()
         coordinator.waitTimeout = .milliseconds(150)
-        #expect(throws: FileCoordinationError.timedOut) { try coordinator.coordinate(readingItemAt: a) { _ in } }
-        await #expect(throws: FileCoordinationError.timedOut) { try await coordinator.read(at: a) { _ in } }
+        #expect(throws: FileCoordinationError.timedOut(item: a.path)) { try coordinator.coordinate(readingItemAt: a) { _ in } }
+        await #expect(throws: FileCoordinationError.timedOut(item: a.path)) { try await coordinator.read(at: a) { _ in } }
         let op = CoordinatedAccessOperation(coordinator: coordinator, intents: [.readingIntent(with: a)]) { _ in }
         // Waited for through the operation's own completion: this test is async.
         await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
             op.completionBlock = { finished.resume() }
             OperationQueue().addOperation(op)
         }
-        #expect(op.error as? FileCoordinationError == .timedOut)
-        #expect(FileCoordinationError.timedOut.description.contains("timed out"))
+        #expect(op.error as? FileCoordinationError == .timedOut(item: a.path))
+        #expect(FileCoordinationError.timedOut(item: a.path).description == "timed out waiting for coordinated access to \(a.path)")
         try holder.release()
         #expect(fx.isIdle)
     }
@@ -167,7 +168,7 @@ import Testing
         #expect(holder.started(fx))
         let coordinator = fx.coordinator()
         coordinator.waitTimeout = .milliseconds(200)
-        #expect(throws: FileCoordinationError.timedOut) { try coordinator.coordinate(readingItemAt: a) { _ in } }
+        #expect(throws: FileCoordinationError.timedOut(item: a.path)) { try coordinator.coordinate(readingItemAt: a) { _ in } }
         try holder.release()
         stopped.presentedItemOperationQueue.isSuspended = false
     }

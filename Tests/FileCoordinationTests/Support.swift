@@ -86,6 +86,7 @@ final class TestPresenter: FilePresenter, @unchecked Sendable {
     var primaryURL: URL?
     var saveError: Error?
     var deletionError: Error?
+    var evictionError: Error?
     var givesReacquirer = false
     var followsMoves = true
     /// Runs inside savePresentedItemChanges before it answers.
@@ -138,6 +139,10 @@ final class TestPresenter: FilePresenter, @unchecked Sendable {
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
         note("accommodateSubitemDeletion \(url.lastPathComponent)")
         completionHandler(deletionError)
+    }
+    func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        note("accommodateEviction")
+        completionHandler(evictionError)
     }
     func presentedItemDidMove(to newURL: URL) {
         note("didMove \(newURL.path)")

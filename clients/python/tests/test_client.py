@@ -100,6 +100,23 @@ class PresenterTests(MountedTestCase):
             self.assertNotEqual(result.returncode, 0)
             self.assertIn("Permission denied", result.stderr)
 
+    def test_a_presenter_is_asked_before_an_eviction_and_may_refuse_it(self):
+        """A sync client evicting the local content (a write with forEvicting) asks the item's
+        presenters first; EBUSY from one keeps the content, and the evicting command never runs."""
+        heard = []
+        def on_event(event):
+            heard.append(event.events)
+            return errno.EBUSY if "ACCOMMODATE_EVICTION" in event.events else 0
+        marker = self.mount.path("evicted")
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, on_event)
+            result = subprocess.run([BINARY, "coordinate", "--write", self.doc, "--write-option", "forEvicting",
+                                     "--", "touch", marker], capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(result.returncode, 0, result.stdout)
+        self.assertIn("busy", result.stderr.lower())
+        self.assertFalse(os.path.exists(marker))
+        self.assertTrue(any("ACCOMMODATE_EVICTION" in e and "REQUEST" in e for e in heard), heard)
+
     def test_a_handler_may_use_its_connection(self):
         seen = []
         with coordfs.connect(self.doc) as connection:
