@@ -38,7 +38,7 @@ struct Mount: ParsableCommand {
     @Option(help: "exclusive (wait as the model says), strict (every writer excludes every open, no settling), notify (presenters told, nobody waits) or off.")
     var coordination: CoordinationMode?
 
-    @Option(help: "Seconds an access waits for others before EBUSY (0: forever; default 60).")
+    @Option(help: "Seconds an access waits for others before EBUSY (default 60; 0: fail at once, as flock -w 0 and coordinate -w 0; infinity: wait forever).")
     var waitTimeout: Double?
 
     @Option(help: "Seconds presenters have to answer (default 5).")
@@ -162,8 +162,9 @@ struct Mount: ParsableCommand {
         configuration.mode = coordination ?? loaded?.mode ?? .exclusive
         configuration.modeRules = loaded?.rules.map { (pattern: $0.0, mode: $0.1) } ?? []
         let wait = waitTimeout ?? loaded?.waitTimeout ?? 60
-        let waitDuration = try Seconds.duration(wait, option: "--wait-timeout")
-        configuration.waitTimeout = wait == 0 ? nil : waitDuration
+        // 0 fails at once, as everywhere else in coordfs (coordinate -w 0, a coordinator's
+        // waitTimeout of zero, flock -w 0); only an infinity waits forever.
+        configuration.waitTimeout = wait == .infinity ? nil : try Seconds.duration(wait, option: "--wait-timeout")
         configuration.presenterTimeout = try Seconds.duration(presenterTimeout ?? loaded?.presenterTimeout ?? 5, option: "--presenter-timeout")
         let breakSeconds = breakTime ?? loaded?.breakTime ?? 45
         configuration.breakTime = breakSeconds == 0 ? nil : try Seconds.duration(breakSeconds, option: "--break-time")

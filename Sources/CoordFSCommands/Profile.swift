@@ -7,7 +7,7 @@ import Foundation
 ///     backing = demo                 # relative paths are relative to the profile's folder
 ///     mountpoint = run/demo
 ///     coordination = exclusive       # exclusive | strict | notify | off
-///     wait-timeout = 30              # seconds; 0 waits forever
+///     wait-timeout = 30              # seconds; 0 fails at once, infinity waits forever
 ///     presenter-timeout = 5
 ///     break-time = 45                # seconds an access waits at most for another program's open file
 ///     settle-time = 1                # seconds a file held open for writing must stay unchanged

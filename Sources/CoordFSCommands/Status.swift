@@ -13,7 +13,7 @@ struct Status: ParsableCommand {
     @Option(help: "The control socket (default: found from the path).")
     var socket: String?
 
-    @Flag(name: [.customShort("J"), .long], help: "The server's reply as JSON (one object a line, one line a server).")
+    @Flag(name: [.customShort("J"), .long], help: "As JSON, one object a line, one line a server (docs/json.md), narrowed by PATH and -p as the table is.")
     var json = false
 
     @Option(name: [.short, .customLong("output")], parsing: .unconditional,
@@ -120,9 +120,41 @@ struct Status: ParsableCommand {
         }
     }
 
-    private func show(_ fields: [String: WireValue]) {
+    /// The reply narrowed to what `-p` and a path inside the mount ask for: entries of other
+    /// processes go, and so do intents (and entries) about other items. The table and `--json`
+    /// show the same entries.
+    private func narrowed(_ fields: [String: WireValue]) -> [String: WireValue] {
+        let root: String? = if case .string(let root)? = fields["root"] { root } else { nil }
+        // A path inside a mount shows only what concerns it (the item, and what lies inside it).
+        let only = path.map(ServerConnection.resolve).flatMap { $0 == root ? nil : $0 }
+        guard only != nil || pid != nil else { return fields }
+        func concerns(_ entry: [String: WireValue]) -> Bool {
+            guard let only else { return true }
+            if case .bool(true)? = entry["hidden"] { return false }
+            guard case .string(let item)? = entry["path"] else { return false }
+            return item == only || item.hasPrefix(only.hasSuffix("/") ? only : only + "/")
+        }
+        var narrowed = fields
+        for key in ["holders", "waiters", "presenters"] {
+            narrowed[key] = .array(array(fields[key]).compactMap { entry -> WireValue? in
+                guard case .object(var object) = entry else { return nil }
+                if let pid, object["pid"] != .int(Int(pid)) { return nil }
+                if object["path"] != nil { return concerns(object) ? entry : nil }
+                let intents = array(object["intents"]).filter { if case .object(let intent) = $0 { concerns(intent) } else { false } }
+                if intents.isEmpty { return nil }
+                object["intents"] = .array(intents)
+                return .object(object)
+            })
+        }
+        return narrowed
+    }
+
+    private func show(_ reply: [String: WireValue]) {
+        var fields = narrowed(reply)
         if json {
-            print(String(decoding: WireCodec.encode(.ok(id: 0, fields: fields)).dropLast(), as: UTF8.self))
+            fields["id"] = nil
+            fields["ok"] = nil
+            print(String(decoding: WireCodec.encode(object: fields).dropLast(), as: UTF8.self))
             return
         }
         let root: String? = if case .string(let root)? = fields["root"] { root } else { nil }
@@ -138,18 +170,11 @@ struct Status: ParsableCommand {
             }
         }
         let columns = (try? self.columns()) ?? Column.standard
-        // A path inside a mount shows only what concerns it (the item, and what lies inside it).
-        let only = path.map(ServerConnection.resolve).flatMap { $0 == root ? nil : $0 }
-        func concerns(_ item: String) -> Bool {
-            guard let only else { return true }
-            return item == only || item.hasPrefix(only.hasSuffix("/") ? only : only + "/")
-        }
         var rows: [[Column: String]] = []
         func add(_ type: String, _ entries: WireValue?) {
             for entry in array(entries) {
                 guard case .object(let object) = entry else { continue }
                 let processID: Int? = if case .int(let n)? = object["pid"] { n } else { nil }
-                if let pid, processID != Int(pid) { continue }
                 let command = string(object["command"], fallback: string(object["identity"]))
                 let blocker = array(object["waits_for"]).map { Self.blocker(string($0)) }.joined(separator: ",")
                 let waited: String = if case .int(let ms)? = object["waited_ms"] { String(format: "%.1fs", Double(ms) / 1000) } else { "-" }
@@ -160,13 +185,10 @@ struct Status: ParsableCommand {
                 }
                 var row: [Column: String] = [.type: type, .pid: processID.map(String.init) ?? "-", .command: command,
                                              .waited: waited, .blocker: blocker]
-                if let item = path(object) {
-                    if concerns(item) { rows.append(row.merging([.mode: "-", .path: item]) { $1 }) }
-                }
+                if let item = path(object) { rows.append(row.merging([.mode: "-", .path: item]) { $1 }) }
                 for intent in array(object["intents"]) {
                     guard case .object(let fields) = intent else { continue }
                     let item = path(fields) ?? ""
-                    guard concerns(item) else { continue }
                     row[.mode] = string(fields["mode"])
                     row[.path] = item
                     rows.append(row)

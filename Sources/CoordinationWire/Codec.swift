@@ -178,6 +178,12 @@ public enum WireCodec {
         return line(object)
     }
 
+    /// An object as one line of JSON, keys sorted, as the wire writes its lines (what a
+    /// command prints for `--json`).
+    public static func encode(object fields: [String: WireValue]) -> [UInt8] {
+        line(fields.mapValues(JSONOutput.init))
+    }
+
     // MARK: Server messages
 
     public static func encode(_ message: ServerMessage) -> [UInt8] {
@@ -345,7 +351,7 @@ public enum WireCodec {
 ///
 /// Written by hand: every event a presenter hears is a line, and `JSONEncoder` made encoding
 /// it most of what the mount spent on telling a watcher of a new file. The bytes are the ones
-/// `JSONEncoder` writes with sorted keys (`Encodable` stays, for the test that holds the two
+/// `JSONEncoder` writes with sorted keys and unescaped slashes (`Encodable` stays, for the test that holds the two
 /// to each other).
 enum JSONOutput: Encodable, ExpressibleByStringLiteral {
     case int(Int)
@@ -407,13 +413,15 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
         bytes.append(contentsOf: String(number).utf8)
     }
 
-    /// A string, quoted and escaped as JSONEncoder escapes it: quote, backslash and slash, the
-    /// five control characters with short escapes, the rest below 0x20 as \u00xx; UTF-8 as is.
+    /// A string, quoted and escaped as JSONEncoder escapes it `.withoutEscapingSlashes`: quote
+    /// and backslash, the five control characters with short escapes, the rest below 0x20 as
+    /// \u00xx; UTF-8 as is. Slashes stay: paths are most of what lines hold, and `grep` and
+    /// people read them.
     static func write(_ text: String, into bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
         for byte in text.utf8 {
             switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
             case 0x08: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
             case 0x0C: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
             case 0x0A: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])

@@ -103,6 +103,14 @@ import Glibc
         #expect(try run(binary, ["status", "-o", "SIZE", fx.mountPoint.path]).errors.contains("unknown column 'SIZE'"))
         let json = try run(binary, ["status", "--json", fx.path("doc.txt")])
         #expect(json.output.contains("\"holders\""))
+        // As JSON, narrowed as the table is (docs/json.md), without the protocol's id and ok.
+        let mine = try run(binary, ["status", "-J", "-p", String(holder.pid), fx.path("doc.txt")])
+        let object = try JSONSerialization.jsonObject(with: Data(mine.output.utf8)) as? [String: Any]
+        #expect((object?["holders"] as? [Any])?.count == 1 && (object?["waiters"] as? [Any])?.isEmpty == true
+                && (object?["presenters"] as? [Any])?.isEmpty == true, "\(mine)")
+        #expect(object?["id"] == nil && object?["ok"] == nil && mine.output.contains("\"path\":\"\(fx.path("doc.txt"))\""), "\(mine)")
+        let elsewhereJSON = try run(binary, ["status", "-J", fx.path("other.txt")])
+        #expect(!elsewhereJSON.output.contains("doc.txt"), "\(elsewhereJSON)")
         #expect(holder.ask("close 1") == "ok")
         #expect(waiter.next() == "ok 1")
     }

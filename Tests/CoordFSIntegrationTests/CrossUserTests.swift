@@ -115,7 +115,7 @@ import Glibc
 /// process's report handler hears it too.
 @Suite struct CrossUserBreaks {
     @Test func aSwiftCoordinatorHearsThatItsCoordinationWasBroken() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--break-time", "1", "--wait-timeout", "0"], backingMode: 0o755)
+        let fx = try MountFixture(["-o", "allow_other", "--break-time", "1", "--wait-timeout", "infinity"], backingMode: 0o755)
         try fx.seed("shared.txt", "before\n")
         chmod(fx.backingPath("shared.txt"), 0o666)
         let url = URL(fileURLWithPath: fx.path("shared.txt"))

@@ -334,6 +334,23 @@ import Glibc
     }
 }
 
+/// A wait timeout of 0 means what it means everywhere else in coordfs (and flock -w 0): fail at
+/// once. It used to mean "wait forever", the opposite of `coordinate -w 0`; that is `infinity`.
+@Suite struct WaitTimeoutZero {
+    @Test func zeroFailsAtOnceAndInfinityIsAccepted() throws {
+        let fx = try MountFixture(["--wait-timeout", "0"])
+        try fx.seed("doc.txt", "text\n")
+        let holder = try Child.holder()
+        #expect(holder.ask("open wt \(fx.path("doc.txt"))") == "ok 1")
+        let start = ContinuousClock.now
+        let writer = try run("/bin/sh", ["-c", "echo new > \"$1\"", "sh", fx.path("doc.txt")])
+        #expect(writer.status != 0 && writer.errors.contains("busy"), "\(writer)")
+        #expect(ContinuousClock.now - start < .seconds(5))
+        let bad = try run(Paths.binary.path, ["mount", "--wait-timeout", "-1", fx.backingPath(""), fx.mountPoint.path])
+        #expect(bad.status != 0 && bad.errors.contains("--wait-timeout"), "\(bad)")
+    }
+}
+
 /// `-o max_read=N` mounts and serves (libfuse fails INIT unless it asks for the same size: the
 /// mount was made, then went away, and `coordfs mount` had exited 0).
 @Suite struct MaxReadOption {

@@ -41,7 +41,7 @@ import Testing
         let before = try String(contentsOfFile: sysctl, encoding: .utf8)
         try "5\n".write(toFile: sysctl, atomically: false, encoding: .utf8)
         defer { try? before.write(toFile: sysctl, atomically: false, encoding: .utf8) }
-        let fx = try MountFixture(["--wait-timeout", "0"])
+        let fx = try MountFixture(["--wait-timeout", "infinity"])
         try? before.write(toFile: sysctl, atomically: false, encoding: .utf8)   // the mount has read it
         try fx.seed("doc.txt", "text\n")
         let reader = try Child.holder()

@@ -7,11 +7,11 @@ import Testing
     /// Golden lines: each decodes to the value and the value encodes back to the same bytes.
     static let golden: [(String, ClientMessage)] = [
         (#"{"id":1,"op":"hello","version":1}"#, .hello(id: 1, version: 1)),
-        (#"{"id":2,"mask":["RELINQUISH_READER","SAVE","CHANGED"],"op":"watch","path":"\/m\/a"}"#,
+        (#"{"id":2,"mask":["RELINQUISH_READER","SAVE","CHANGED"],"op":"watch","path":"/m/a"}"#,
          .watch(id: 2, path: "/m/a", mask: [.relinquishToReader, .save, .changed])),
         (#"{"id":3,"op":"unwatch","wd":4}"#, .unwatch(id: 3, wd: 4)),
         (#"{"cookie":9,"errno":13,"op":"answer"}"#, .answer(cookie: 9, errno: 13)),
-        (#"{"id":5,"inherit":true,"intents":[{"access":"read","path":"\/m\/a"},{"access":"write","options":["forMoving"],"path":"\/m\/b"}],"op":"hold","timeout":2.5,"wait":false}"#,
+        (#"{"id":5,"inherit":true,"intents":[{"access":"read","path":"/m/a"},{"access":"write","options":["forMoving"],"path":"/m/b"}],"op":"hold","timeout":2.5,"wait":false}"#,
          .hold(id: 5, intents: [WireIntent(path: "/m/a", access: .read), WireIntent(path: "/m/b", access: .write, options: ["forMoving"])],
                wait: false, timeout: 2.5, inherit: true)),
         (#"{"changed":false,"hold":6,"id":7,"op":"release"}"#, .release(id: 7, hold: 6, changed: false)),
@@ -30,13 +30,13 @@ import Testing
     @Test func eventsAndRepliesRoundTrip() throws {
         let event = ServerMessage.event(EventRecord(wd: 1, mask: [.save, .request], cookie: 7, name: "", path: "/m/doc"))
         let line = String(decoding: WireCodec.encode(event), as: UTF8.self)
-        #expect(line == #"{"cookie":7,"events":["SAVE","REQUEST"],"mask":1073741828,"name":"","path":"\/m\/doc","wd":1}"# + "\n")
+        #expect(line == #"{"cookie":7,"events":["SAVE","REQUEST"],"mask":1073741828,"name":"","path":"/m/doc","wd":1}"# + "\n")
         #expect(try WireCodec.decodeServer(WireCodec.encode(event)) == event)
         // SPEC §4: who made the access, as flat fields beside the event's own.
         let told = ServerMessage.event(EventRecord(wd: 1, mask: [.changed], cookie: 0, name: "", path: "/m/doc",
                                                    origin: EventOrigin(via: "mount", pid: 42, uid: 1000, command: "cat")))
         #expect(String(decoding: WireCodec.encode(told), as: UTF8.self)
-                == #"{"command":"cat","cookie":0,"events":["CHANGED"],"mask":256,"name":"","path":"\/m\/doc","pid":42,"uid":1000,"via":"mount","wd":1}"# + "\n")
+                == #"{"command":"cat","cookie":0,"events":["CHANGED"],"mask":256,"name":"","path":"/m/doc","pid":42,"uid":1000,"via":"mount","wd":1}"# + "\n")
         #expect(try WireCodec.decodeServer(WireCodec.encode(told)) == told)
         // A reply with a "wd" field is a reply, not an event.
         let reply = ServerMessage.ok(id: 2, fields: ["wd": .int(3), "path": .string("/m/doc")])
@@ -53,7 +53,7 @@ import Testing
             "empty": .array([]), "none": .object([:]),
         ])
         let line = String(decoding: WireCodec.encode(reply), as: UTF8.self)
-        #expect(line == #"{"empty":[],"holders":[{"ok":false,"path":"\/m\/a \"b\"\\c\nd\u0001é","pid":-3}],"id":5,"none":{},"ok":true}"# + "\n")
+        #expect(line == #"{"empty":[],"holders":[{"ok":false,"path":"/m/a \"b\"\\c\nd\u0001é","pid":-3}],"id":5,"none":{},"ok":true}"# + "\n")
         #expect(try WireCodec.decodeServer(Array(line.utf8).dropLast()) == reply)
     }
 
