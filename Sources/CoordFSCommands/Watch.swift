@@ -1,4 +1,5 @@
 import ArgumentParser
+import Coordination
 import CoordinationClient
 import CoordinationWire
 import Foundation
@@ -180,7 +181,7 @@ final class Printer: @unchecked Sendable {
         } else if let format {
             line = format.line(for: record)
         } else {
-            let path = Array(record.path.utf8), name = Array(record.name.utf8)
+            let path = FileSystemName.bytes(record.path), name = FileSystemName.bytes(record.name)
             line = []
             line.reserveCapacity(path.count + name.count + 64)
             // PATH is the watched item's: the record's path less "/NAME".
@@ -267,7 +268,7 @@ struct EventFormat: Sendable {
     }
 
     func line(for record: EventRecord) -> [UInt8] {
-        let path = Array(record.path.utf8), name = Array(record.name.utf8)
+        let path = FileSystemName.bytes(record.path), name = FileSystemName.bytes(record.name)
         var watched = path
         if !name.isEmpty, path.count > name.count, path.suffix(name.count).elementsEqual(name) {
             watched = Array(path.prefix(path.count - name.count))       // with its trailing "/"

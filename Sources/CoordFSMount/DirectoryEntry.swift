@@ -1,3 +1,4 @@
+import Coordination
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -16,7 +17,7 @@ struct DirectoryEntry {
     let next: off_t
 
     init(_ entry: UnsafePointer<dirent>) {
-        name = String(cString: UnsafeRawPointer(entry.pointer(to: \.d_name)!).assumingMemoryBound(to: CChar.self))
+        name = FileSystemName.string(cString: UnsafeRawPointer(entry.pointer(to: \.d_name)!).assumingMemoryBound(to: CChar.self))
         number = UInt64(entry.pointer(to: \.d_ino)!.pointee)
         type = mode_t(entry.pointer(to: \.d_type)!.pointee) << 12
         next = entry.pointer(to: \.d_off)!.pointee

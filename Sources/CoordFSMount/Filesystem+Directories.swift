@@ -1,4 +1,5 @@
 import CFuse3
+import Coordination
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -59,12 +60,16 @@ extension Filesystem {
                     parameters.attr.st_mode = record.type
                 }
                 needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                    fuse_add_direntry_plus(reply.req, pointer.baseAddress! + used, size - used, record.name, &parameters, record.next)
+                    FileSystemName.withCString(record.name) {
+                        fuse_add_direntry_plus(reply.req, pointer.baseAddress! + used, size - used, $0, &parameters, record.next)
+                    }
                 }
                 if needed > size - used, let found { inodes.forget(found.id, 1) }   // not sent: not looked up
             } else {
                 needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                    cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, record.name, ino_t(record.number), record.type, record.next)
+                    FileSystemName.withCString(record.name) {
+                        cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, $0, ino_t(record.number), record.type, record.next)
+                    }
                 }
             }
             // Not sent: the next READDIR starts at the last sent entry's offset (the seekdir above).

@@ -149,7 +149,7 @@ extension Filesystem {
             var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
             let count = readlinkat(fd, "", &buffer, buffer.count - 1)
             if count == -1 { return reply.error(Errno.current) }
-            reply.readlink(String(decoding: buffer[..<count].lazy.map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            reply.readlink(buffer)     // NUL-terminated: the buffer was zeroed, and count < its size
         }
     }
 

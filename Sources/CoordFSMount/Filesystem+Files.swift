@@ -181,16 +181,16 @@ extension Filesystem {
     /// behind the mount meanwhile is opened as it is, unless the caller asked for O_EXCL itself.
     /// Returns the descriptor (or -1, errno set) and whether this call made the file.
     private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool) -> (Int32, Bool) {
-        let fd = accessTimes.open(flags) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }
+        let fd = accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }
         if fd >= 0 || errno != EEXIST || exclusive { return (fd, fd >= 0) }
-        return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in name.withCString { openat(parentFD, $0, flags, mode) } }, false)
+        return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false)
     }
 
     /// A create that fails after making its file takes it back (`made`): one user out of
     /// descriptors left files behind that `rm -rf` then could not see. True when it is gone.
     private func takeBack(_ made: Bool, _ name: String, in parent: Inode) -> Bool {
         guard made else { return false }
-        return inodes.withFD(parent, orElse: { _ in false }) { parentFD in name.withCString { unlinkat(parentFD, $0, 0) } == 0 }
+        return inodes.withFD(parent, orElse: { _ in false }) { parentFD in FileSystemName.withCString(name) { unlinkat(parentFD, $0, 0) } == 0 }
     }
 
     /// open(2) with O_TMPFILE: FUSE_TMPFILE, handed over as a create of "/" (`cfs_served_opcode`).

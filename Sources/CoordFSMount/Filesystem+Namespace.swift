@@ -36,19 +36,19 @@ extension Filesystem {
 
     func mknod(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
         makeItem(reply, parent, name, isDirectory: false, mode: mode) { parent throws(Errno) in
-            _ = try check(name.withCString { mknodat(parent, $0, mode, device) })
+            _ = try check(FileSystemName.withCString(name) { mknodat(parent, $0, mode, device) })
         }
     }
 
     func mkdir(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
         makeItem(reply, parent, name, isDirectory: true) { parent throws(Errno) in
-            _ = try check(name.withCString { mkdirat(parent, $0, mode) })
+            _ = try check(FileSystemName.withCString(name) { mkdirat(parent, $0, mode) })
         }
     }
 
     func symlink(_ reply: Reply, _ target: String, _ parent: UInt64, _ name: String) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
-            _ = try check(name.withCString { symlinkat(target, parent, $0) })
+            _ = try check(FileSystemName.withCString(name) { name in FileSystemName.withCString(target) { symlinkat($0, parent, name) } })
         }
     }
 
@@ -59,7 +59,7 @@ extension Filesystem {
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
                     try inodes.withFD(parent) { parentFD throws(Errno) in
-                        _ = try check(linkat(AT_FDCWD, procPath(inodeFD), parentFD, name, AT_SYMLINK_FOLLOW))
+                        _ = try check(FileSystemName.withCString(name) { linkat(AT_FDCWD, procPath(inodeFD), parentFD, $0, AT_SYMLINK_FOLLOW) })
                     }
                 }
                 namespaceChanged(name: name, directory: false)
@@ -83,7 +83,7 @@ extension Filesystem {
                    forTheCall: true) { claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
-                return name.withCString { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
+                return FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
             }
             if failure == nil { self.namespaceChanged(name: name, directory: directory) }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
@@ -95,14 +95,14 @@ extension Filesystem {
         guard let parent = inodes[parentID], let newParent = inodes[newParentID] else { return reply.error(ENOENT) }
         var sourceStat = stat()
         let sourceFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fd in
-            name.withCString { fstatat(fd, $0, &sourceStat, AT_SYMLINK_NOFOLLOW) } == -1 ? Errno.current : nil
+            FileSystemName.withCString(name) { fstatat(fd, $0, &sourceStat, AT_SYMLINK_NOFOLLOW) } == -1 ? Errno.current : nil
         }
         if let sourceFailure { return reply.error(sourceFailure) }
         let sourceInfo = sourceStat
         let sourceIsDirectory = (sourceInfo.st_mode & S_IFMT) == S_IFDIR
         var destinationStat = stat()
         let destinationExisted = inodes.withFD(newParent, orElse: { _ in false }) { fd in
-            newName.withCString { fstatat(fd, $0, &destinationStat, AT_SYMLINK_NOFOLLOW) } == 0
+            FileSystemName.withCString(newName) { fstatat(fd, $0, &destinationStat, AT_SYMLINK_NOFOLLOW) } == 0
         }
         let destinationInfo = destinationStat
         let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
@@ -114,7 +114,7 @@ extension Filesystem {
         coordinate(reply, source, and: destination, forTheCall: true) { [self] claim in
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
                 inodes.withFD(newParent, orElse: { $0 }) { toFD in
-                    name.withCString { from in newName.withCString { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1
+                    FileSystemName.withCString(name) { from in FileSystemName.withCString(newName) { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1
                         ? Errno.current : nil
                 }
             }

@@ -22,7 +22,7 @@ extension Filesystem {
         if isCapability && inode.hasNoCapability.load(ordering: .relaxed) { return reply.error(ENODATA) }
         inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
             if size == 0 {
-                let needed = cfs_getxattr(procPath(fd), name, nil, 0)
+                let needed = FileSystemName.withCString(name) { cfs_getxattr(procPath(fd), $0, nil, 0) }
                 if needed == -1 {
                     let failure = Errno.current
                     if isCapability && failure.code == ENODATA { inode.hasNoCapability.store(true, ordering: .relaxed) }
@@ -31,7 +31,7 @@ extension Filesystem {
                 return reply.xattrSize(needed)
             }
             var buffer = [UInt8](repeating: 0, count: size)
-            let count = cfs_getxattr(procPath(fd), name, &buffer, size)
+            let count = FileSystemName.withCString(name) { cfs_getxattr(procPath(fd), $0, &buffer, size) }
             if count == -1 { return reply.error(Errno.current) }
             buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
         }
@@ -54,12 +54,12 @@ extension Filesystem {
 
     func setxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ value: [UInt8], _ flags: Int32) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
-        changeAttribute(reply, id) { fd in cfs_setxattr(procPath(fd), name, value, value.count, flags) }
+        changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_setxattr(procPath(fd), $0, value, value.count, flags) } }
     }
 
     func removexattr(_ reply: Reply, _ id: UInt64, _ name: String) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
-        changeAttribute(reply, id) { fd in cfs_removexattr(procPath(fd), name) }
+        changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_removexattr(procPath(fd), $0) } }
     }
 
     private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {

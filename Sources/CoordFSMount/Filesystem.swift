@@ -112,7 +112,7 @@ public final class Filesystem: @unchecked Sendable {
                               breakTime: configuration.breakTime) { node, name in
             table.withFD(node, orElse: { _ in nil }) { fd -> WaitWatch.FileState? in
                 var info = stat()
-                let found = name.isEmpty ? fstat(fd, &info) : name.withCString { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }
+                let found = name.isEmpty ? fstat(fd, &info) : FileSystemName.withCString(name) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }
                 return found == 0 ? WaitWatch.FileState(modified: info.st_mtim, changed: info.st_ctim) : nil
             }
         }
@@ -189,7 +189,7 @@ public final class Filesystem: @unchecked Sendable {
             return true
         }
         return packageMarkers.isMarked(relative) {
-            faccessat(inodes.rootDescriptor, relative + "/" + ItemLocatorMarker.name, F_OK, AT_SYMLINK_NOFOLLOW) == 0
+            FileSystemName.withCString(relative + "/" + ItemLocatorMarker.name) { faccessat(inodes.rootDescriptor, $0, F_OK, AT_SYMLINK_NOFOLLOW) } == 0
         }
     }
 
@@ -476,9 +476,9 @@ public final class Filesystem: @unchecked Sendable {
     /// cleared and the caller keeps (`keptPrivilegeBits`).
     func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String, mode: mode_t = 0) {
         giveToCaller(req, parent: parent) { parentFD, uid, gid, group in
-            _ = name.withCString { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
+            _ = FileSystemName.withCString(name) { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
             if let kept = Self.keptPrivilegeBits(mode, group: group, callerGroup: fuse_req_ctx(req).pointee.gid) {
-                _ = name.withCString { fchmodat(parentFD, $0, kept, 0) }
+                _ = FileSystemName.withCString(name) { fchmodat(parentFD, $0, kept, 0) }
             }
         }
     }

@@ -1,3 +1,4 @@
+import Coordination
 import CFuse3
 import CFusePassthrough
 import Foundation
@@ -33,7 +34,7 @@ enum FuseBridge {
                           fs.configuration.serveNice)
         }
         ops.lookup = { req, parent, name in
-            filesystem(req).lookup(reply(req), UInt64(parent), String(cString: name!))
+            filesystem(req).lookup(reply(req), UInt64(parent), FileSystemName.string(cString: name!))
         }
         ops.forget = { req, ino, count in
             let fs = filesystem(req)
@@ -65,30 +66,30 @@ enum FuseBridge {
         }
         ops.readlink = { req, ino in filesystem(req).readlink(reply(req), UInt64(ino)) }
         ops.mknod = { req, parent, name, mode, device in
-            filesystem(req).mknod(reply(req), UInt64(parent), String(cString: name!), mode, device)
+            filesystem(req).mknod(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, device)
         }
         ops.mkdir = { req, parent, name, mode in
-            filesystem(req).mkdir(reply(req), UInt64(parent), String(cString: name!), mode)
+            filesystem(req).mkdir(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode)
         }
         ops.unlink = { req, parent, name in
-            filesystem(req).unlink(reply(req), UInt64(parent), String(cString: name!), directory: false)
+            filesystem(req).unlink(reply(req), UInt64(parent), FileSystemName.string(cString: name!), directory: false)
         }
         ops.rmdir = { req, parent, name in
-            filesystem(req).unlink(reply(req), UInt64(parent), String(cString: name!), directory: true)
+            filesystem(req).unlink(reply(req), UInt64(parent), FileSystemName.string(cString: name!), directory: true)
         }
         ops.symlink = { req, target, parent, name in
-            filesystem(req).symlink(reply(req), String(cString: target!), UInt64(parent), String(cString: name!))
+            filesystem(req).symlink(reply(req), FileSystemName.string(cString: target!), UInt64(parent), FileSystemName.string(cString: name!))
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
-            filesystem(req).rename(reply(req), UInt64(parent), String(cString: name!), UInt64(newParent),
-                                   String(cString: newName!), UInt32(flags))
+            filesystem(req).rename(reply(req), UInt64(parent), FileSystemName.string(cString: name!), UInt64(newParent),
+                                   FileSystemName.string(cString: newName!), UInt32(flags))
         }
         ops.link = { req, ino, parent, name in
-            filesystem(req).link(reply(req), UInt64(ino), UInt64(parent), String(cString: name!))
+            filesystem(req).link(reply(req), UInt64(ino), UInt64(parent), FileSystemName.string(cString: name!))
         }
         ops.open = { req, ino, fi in filesystem(req).open(reply(req), UInt64(ino), fi!) }
         ops.create = { req, parent, name, mode, fi in
-            filesystem(req).create(reply(req), UInt64(parent), String(cString: name!), mode, fi!)
+            filesystem(req).create(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, fi!)
         }
         ops.read = { req, _, size, offset, fi in
             filesystem(req).read(reply(req), cfs_file_info_handle(fi!), size, offset)
@@ -115,14 +116,14 @@ enum FuseBridge {
         ops.statfs = { req, ino in filesystem(req).statfs(reply(req), UInt64(ino)) }
         ops.setxattr = { req, ino, name, value, size, flags in
             let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            filesystem(req).setxattr(reply(req), UInt64(ino), String(cString: name!), bytes.map { UInt8($0) }, flags)
+            filesystem(req).setxattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
         }
         ops.getxattr = { req, ino, name, size in
-            filesystem(req).getxattr(reply(req), UInt64(ino), String(cString: name!), size)
+            filesystem(req).getxattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!), size)
         }
         ops.listxattr = { req, ino, size in filesystem(req).listxattr(reply(req), UInt64(ino), size) }
         ops.removexattr = { req, ino, name in
-            filesystem(req).removexattr(reply(req), UInt64(ino), String(cString: name!))
+            filesystem(req).removexattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!))
         }
         ops.access = { req, ino, mask in filesystem(req).access(reply(req), UInt64(ino), mask) }
         ops.fallocate = { req, _, mode, offset, length, fi in

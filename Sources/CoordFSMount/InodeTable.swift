@@ -1,4 +1,5 @@
 import CFuse3
+import Coordination
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -316,7 +317,7 @@ final class InodeTable: Sendable {
     func openChild(named name: String, in parent: Inode) throws(Errno) -> (fd: Int32, info: stat) {
         let fd = try withFD(parent) { parentFD throws(Errno) in
             // A short name is no contiguous C string: passed as a String it would be copied to the heap.
-            try check(name.withCString { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
+            try check(FileSystemName.withCString(name) { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
         }
         do throws(Errno) { return (fd, try statOf(fd)) } catch { close(fd); throw error }
     }
@@ -489,7 +490,7 @@ final class InodeTable: Sendable {
     func knownChild(named name: String, in parent: Inode) throws(Errno) -> (Inode, stat)? {
         var info = stat()
         try withFD(parent) { parentFD throws(Errno) in
-            _ = try check(name.withCString { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) })
+            _ = try check(FileSystemName.withCString(name) { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) })
         }
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let known = state.withLock { state -> Inode? in
@@ -621,7 +622,7 @@ final class InodeTable: Sendable {
     func nameGoing(_ name: String, in parent: Inode, parentFD: Int32) {
         guard nodesWithOtherPlaces.load(ordering: .relaxed) > 0 else { return }
         var info = stat()
-        guard name.withCString({ fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return }
+        guard FileSystemName.withCString(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return }
         nameRemoved(name, in: parent.id, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
     }
 

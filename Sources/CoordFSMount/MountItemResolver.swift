@@ -22,7 +22,7 @@ struct MountItemResolver: ItemResolver {
         let relative = item == root ? "" : String(decoding: item.string.utf8.dropFirst(root.isRoot ? 1 : root.string.utf8.count + 1), as: UTF8.self)
         let real = relative.isEmpty ? filesystem.configuration.backing : filesystem.configuration.backing + "/" + relative
         var info = stat()
-        let isDirectory = lstat(real, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        let isDirectory = FileSystemName.withCString(real) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
         return (filesystem.target(item, isDirectory: isDirectory), real)
     }
 }

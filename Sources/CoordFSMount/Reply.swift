@@ -78,7 +78,8 @@ struct Reply: @unchecked Sendable {
 
     func written(_ count: Int) { fuse_reply_write(req, count) }
     func buffer(_ bytes: UnsafeRawBufferPointer) { fuse_reply_buf(req, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count) }
-    func readlink(_ target: String) { fuse_reply_readlink(req, target) }
+    /// The target as its bytes: a link may point at a name that is not UTF-8.
+    func readlink(_ target: UnsafePointer<CChar>) { fuse_reply_readlink(req, target) }
     func statfs(_ info: statvfs) { var info = info; fuse_reply_statfs(req, &info) }
     func xattrSize(_ size: Int) { fuse_reply_xattr(req, size) }
     func lseek(_ offset: off_t) { fuse_reply_lseek(req, offset) }

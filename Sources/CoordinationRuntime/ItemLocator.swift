@@ -38,9 +38,9 @@ package struct ItemLocator: Sendable {
     }
 
     private static func realPath(_ path: String) -> ItemPath? {
-        guard let resolved = realpath(path, nil) else { return nil }
+        guard let resolved = FileSystemName.withCString(path, { realpath($0, nil) }) else { return nil }
         defer { free(resolved) }
-        return ItemPath(String(cString: resolved))
+        return ItemPath(FileSystemName.string(cString: resolved))
     }
 
     /// The engine's facts about the item at `path`.
@@ -60,12 +60,12 @@ package struct ItemLocator: Sendable {
         if let dot = name.lastIndex(of: "."), packageExtensions.contains(String(name[name.index(after: dot)...])) {
             return true
         }
-        return access(path.appending(Self.packageMarker).string, F_OK) == 0
+        return FileSystemName.withCString(path.appending(Self.packageMarker).string) { access($0, F_OK) } == 0
     }
 
     package static func isDirectory(_ path: ItemPath) -> Bool {
         var info = stat()
-        return lstat(path.string, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        return FileSystemName.withCString(path.string) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
     }
 
     /// What tells whether an item changed: identity, size and times (nil when it does not exist).
@@ -82,14 +82,14 @@ package struct ItemLocator: Sendable {
 
     package static func fingerprint(_ path: ItemPath) -> Fingerprint? {
         var info = stat()
-        guard lstat(path.string, &info) == 0 else { return nil }
+        guard FileSystemName.withCString(path.string, { lstat($0, &info) }) == 0 else { return nil }
         return Fingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
                            modified: info.st_mtim, changed: info.st_ctim)
     }
 
     package static func exists(_ path: ItemPath) -> Bool {
         var info = stat()
-        return lstat(path.string, &info) == 0
+        return FileSystemName.withCString(path.string) { lstat($0, &info) } == 0
     }
 }
 

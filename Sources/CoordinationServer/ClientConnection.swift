@@ -218,7 +218,7 @@ final class ClientConnection: @unchecked Sendable {
             return nil
         }
         var info = stat()
-        guard lstat(resolved.realPath, &info) == 0 else {
+        guard FileSystemName.withCString(resolved.realPath, { lstat($0, &info) }) == 0 else {
             send(.error(id: id, errno: "ENOENT", message: "no item at '\(path)'"))
             return nil
         }
@@ -502,7 +502,7 @@ final class ClientConnection: @unchecked Sendable {
 
     private static func exists(_ realPath: String) -> Bool {
         var info = stat()
-        return !realPath.isEmpty && lstat(realPath, &info) == 0
+        return !realPath.isEmpty && FileSystemName.withCString(realPath) { lstat($0, &info) } == 0
     }
 
     private func updateInheritance() {

@@ -1,3 +1,4 @@
+import Coordination
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -35,7 +36,7 @@ enum Permissions {
 
     private static func status(_ path: String) -> stat? {
         var info = stat()
-        return stat(path, &info) == 0 ? info : nil
+        return FileSystemName.withCString(path) { stat($0, &info) } == 0 ? info : nil
     }
 
     /// `ownerBit` is the owner's bit (S_IRUSR, S_IWUSR, S_IXUSR); the group and other bits are

@@ -413,27 +413,53 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
         bytes.append(contentsOf: String(number).utf8)
     }
 
+    /// The private-use characters U+F780…U+F7FF stand for the bytes 0x80…0xFF of a name that
+    /// is not UTF-8 (Coordination's `FileSystemName`). On the wire they are the lone
+    /// surrogates \udc80…\udcff, as Python's `surrogateescape` spells such bytes: a Python
+    /// client's `os.fsencode` of the string is the name's bytes, and its `json.dumps` of a
+    /// path from `os.fsdecode` is read back here as the same name.
+    static let byteEscapeBase: UInt32 = 0xF700
+
     /// A string, quoted and escaped as JSONEncoder escapes it `.withoutEscapingSlashes`: quote
     /// and backslash, the five control characters with short escapes, the rest below 0x20 as
-    /// \u00xx; UTF-8 as is. Slashes stay: paths are most of what lines hold, and `grep` and
-    /// people read them.
+    /// \u00xx; UTF-8 as is, but for the escapes of bytes (above). Slashes stay: paths are
+    /// most of what lines hold, and `grep` and people read them.
     static func write(_ text: String, into bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
-            case 0x08: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
-            case 0x0C: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
-            case 0x0A: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0x00..<0x20:
-                bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
-                                          hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0x0F)]])
-            default: bytes.append(byte)
+        var text = text
+        text.withUTF8 { utf8 in
+            var index = 0
+            while index < utf8.count {
+                let byte = utf8[index]
+                index += 1
+                // U+F780…U+F7FF are EF 9E 80…EF 9F BF: a byte of a name, as \udcXX.
+                if byte == 0xEF, index + 1 < utf8.count, utf8[index] & 0xFE == 0x9E {
+                    let escaped = UInt8(truncatingIfNeeded: (UInt32(utf8[index] & 0x01) << 6 | UInt32(utf8[index + 1] & 0x3F)) + 0x80)
+                    bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "d"), UInt8(ascii: "c"),
+                                              hexDigits[Int(escaped >> 4)], hexDigits[Int(escaped & 0x0F)]])
+                    index += 2
+                    continue
+                }
+                write(byte, into: &bytes)
             }
         }
         bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// One byte of a string's UTF-8, escaped where JSON needs it.
+    private static func write(_ byte: UInt8, into bytes: inout [UInt8]) {
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\")); bytes.append(byte)
+        case 0x08: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "b")])
+        case 0x0C: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "f")])
+        case 0x0A: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+        case 0x0D: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+        case 0x09: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+        case 0x00..<0x20:
+            bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
+                                      hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0x0F)]])
+        default: bytes.append(byte)
+        }
     }
 
     func encode(to encoder: Encoder) throws {

@@ -173,7 +173,8 @@ struct JSONTokens {
     }
 
     /// A string with JSON's escapes; nil on a raw control character, a bad escape, a lone
-    /// surrogate or invalid UTF-8.
+    /// surrogate (but \udc80…\udcff, a byte of a name that is not UTF-8: `JSONOutput.write`)
+    /// or invalid UTF-8.
     mutating func string() -> String? {
         guard take(UInt8(ascii: "\"")) else { return nil }
         // Most strings hold no escape: made straight from their bytes.
@@ -204,7 +205,9 @@ struct JSONTokens {
                 case UInt8(ascii: "u"):
                     guard let unit = hex4() else { return nil }
                     var scalarValue = UInt32(unit)
-                    if (0xD800..<0xDC00).contains(unit) {
+                    if (0xDC80...0xDCFF).contains(unit) {
+                        scalarValue = JSONOutput.byteEscapeBase + UInt32(unit & 0xFF)
+                    } else if (0xD800..<0xDC00).contains(unit) {
                         // A high surrogate must be followed at once by a low one.
                         guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else { return nil }
                         index += 2

@@ -43,7 +43,11 @@ class Origin:
 
 @dataclass
 class Event:
-    """An event of a watch: a request to answer (REQUEST in `events`) or a notification."""
+    """An event of a watch: a request to answer (REQUEST in `events`) or a notification.
+
+    `path` and `name` are strings as `os.fsdecode` makes them: a name that is not UTF-8 keeps
+    its bytes as surrogate escapes, so `os.fsencode(event.path)` (or `path_bytes`) is the name
+    on disk, and `open(event.path)` opens it."""
 
     wd: int
     events: List[str]
@@ -53,6 +57,11 @@ class Event:
     mask: int = 0
     origin: Optional[Origin] = None
     _connection: Optional["Connection"] = field(default=None, repr=False, compare=False)
+
+    @property
+    def path_bytes(self) -> bytes:
+        """The item's path as the bytes of its names."""
+        return os.fsencode(self.path)
 
     @property
     def is_request(self) -> bool:
@@ -66,10 +75,16 @@ class Event:
             self._connection._send({"op": "working", "cookie": self.cookie})
 
 
-def socket_for(path: str) -> str:
+def _real(path: Union[str, bytes]) -> str:
+    """`path` resolved, as the protocol's string: a name that is not UTF-8 keeps its bytes as
+    surrogate escapes (`os.fsdecode`), which the server reads back as those bytes."""
+    return os.fsdecode(os.path.realpath(path))
+
+
+def socket_for(path: Union[str, bytes]) -> str:
     """The control socket serving `path`: its mount's (the `user.coordfs.socket` attribute of
     the item or of its nearest existing ancestor), else the user's daemon's."""
-    current = os.path.abspath(path)
+    current = os.path.abspath(os.fsdecode(path))
     while True:
         try:
             return os.getxattr(current, "user.coordfs.socket").decode()
@@ -263,11 +278,11 @@ class Connection:
 
     # The protocol
 
-    def watch(self, path: str, handler: Callable[[Event], Answer], events: Optional[Iterable[str]] = None) -> int:
+    def watch(self, path: Union[str, bytes], handler: Callable[[Event], Answer], events: Optional[Iterable[str]] = None) -> int:
         """Presents `path`: `handler` gets every event of it (only `events`, when given, such
         as ["SAVE", "CHANGED"]); for a request its return value is the answer. Returns the watch
         descriptor."""
-        message: Dict[str, Any] = {"op": "watch", "path": os.path.realpath(path)}
+        message: Dict[str, Any] = {"op": "watch", "path": _real(path)}
         if events is not None:
             message["mask"] = [name.upper() for name in events]
         reply = self.request(message)
@@ -278,13 +293,13 @@ class Connection:
         self._handlers.pop(wd, None)
         self.request({"op": "unwatch", "wd": wd})
 
-    def hold(self, read: Iterable[str] = (), write: Iterable[str] = (), wait: bool = True,
+    def hold(self, read: Iterable[Union[str, bytes]] = (), write: Iterable[Union[str, bytes]] = (), wait: bool = True,
              timeout: Optional[float] = None, write_option: Optional[str] = None) -> Hold:
         """Holds reads of `read` and writes of `write`, all or none: once granted (presenters
         asked first), or refused (`CoordfsError`: EAGAIN when `wait` is false and another
         holds an item, EBUSY after `timeout` seconds, EDEADLK)."""
-        intents = [{"path": os.path.realpath(p), "access": "read"} for p in read]
-        intents += [dict({"path": os.path.realpath(p), "access": "write"}, **({"options": [write_option]} if write_option else {}))
+        intents = [{"path": _real(p), "access": "read"} for p in read]
+        intents += [dict({"path": _real(p), "access": "write"}, **({"options": [write_option]} if write_option else {}))
                     for p in write]
         message: Dict[str, Any] = {"op": "hold", "intents": intents, "wait": wait}
         if timeout is not None:
@@ -292,12 +307,12 @@ class Connection:
         reply = self.request(message)
         return Hold(self, reply["hold"], list(reply.get("paths", [])))
 
-    def vend(self, name: str, path: str, handler: Callable[[socket.socket, str], None]) -> int:
+    def vend(self, name: str, path: Union[str, bytes], handler: Callable[[socket.socket, str], None]) -> int:
         """Vends the service `name` for the item at `path` and everything inside it: each client
         that connects reaches `handler`, on a thread of its own, as a connected socket and the
         path it asked about. Returns the service's number, for `withdraw`."""
         with self._providers_lock:
-            reply = self.request({"op": "vend", "name": name, "path": os.path.realpath(path)})
+            reply = self.request({"op": "vend", "name": name, "path": _real(path)})
             self._providers[reply["service"]] = handler
         return reply["service"]
 
@@ -306,16 +321,16 @@ class Connection:
         self._providers.pop(service, None)
         self.request({"op": "withdraw", "service": service})
 
-    def services(self, path: str) -> Dict[str, Dict[str, Any]]:
+    def services(self, path: Union[str, bytes]) -> Dict[str, Dict[str, Any]]:
         """The services of the item at `path`, by name: for each, the nearest provider up the
         tree (`path` where it was vended, `pid` of its provider)."""
-        reply = self.request({"op": "services", "path": os.path.realpath(path)})
+        reply = self.request({"op": "services", "path": _real(path)})
         return {entry["name"]: entry for entry in reply.get("services", [])}
 
-    def connect(self, name: str, path: str) -> socket.socket:
+    def connect(self, name: str, path: Union[str, bytes]) -> socket.socket:
         """A connected socket to the provider of the service `name` of the item at `path`
         (`CoordfsError` ENOENT where it has none)."""
-        reply = self.request({"op": "connect", "name": name, "path": os.path.realpath(path)})
+        reply = self.request({"op": "connect", "name": name, "path": _real(path)})
         descriptor = reply.get("_descriptor")
         if descriptor is None:
             raise CoordfsError("EPROTO", "the server's connect reply carried no socket")
@@ -349,7 +364,7 @@ class Connection:
         self.close()
 
 
-def connect(path: str) -> Connection:
+def connect(path: Union[str, bytes]) -> Connection:
     """A connection to the server of `path` (its mount's, else the daemon's)."""
     return Connection(socket_for(path))
 

@@ -188,6 +188,29 @@ class OriginTests(MountedTestCase):
         self.assertLess(elapsed, 1.9)
 
 
+class NameBytesTests(MountedTestCase):
+    """A name that is not UTF-8 reaches a presenter with its bytes, and a hold of it by its
+    bytes holds that very file."""
+
+    def test_a_latin1_name_keeps_its_bytes_both_ways(self):
+        directory = self.mount.path("dir")
+        os.mkdir(directory)
+        latin1 = os.fsencode(directory) + b"/caf\xe9"
+        heard = []
+        with coordfs.connect(directory) as connection:
+            connection.watch(directory, lambda event: heard.append(event) or 0, events=["SUBITEM_APPEARED"])
+            # Made by another process: a process's own accesses are not told to its presenters.
+            subprocess.run([sys.executable, "-c", "import os, sys; open(os.fsencode(sys.argv[1]), 'w').write('x')",
+                            os.fsdecode(latin1)], check=True)
+            self.assertTrue(eventually(lambda: heard), heard)
+            self.assertEqual(heard[0].path_bytes, latin1)
+            self.assertEqual(os.fsencode(heard[0].name), b"caf\xe9")
+            with connection.hold(write=[latin1]) as hold:
+                self.assertEqual([os.fsencode(p) for p in hold.paths], [latin1])
+                status = connection.status()
+                self.assertIn(os.fsdecode(latin1), [i["path"] for h in status["holders"] for i in h["intents"]])
+
+
 class HoldTests(MountedTestCase):
 
     def test_a_held_write_makes_cat_wait_until_released(self):
