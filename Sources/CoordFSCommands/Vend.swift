@@ -2,6 +2,7 @@ import ArgumentParser
 import CoordinationClient
 import CoordinationWire
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,10 +14,13 @@ struct Vend: ParsableCommand {
         abstract: "Vend a named service for an item and everything inside it; each connection runs a command.",
         discussion: """
         Each connection runs the command with the connected socket as its standard input and \
-        output, as inetd runs one (COORDFS_SERVICE, COORDFS_ITEM and COORDFS_CLIENT_PID in its \
-        environment). Runs until interrupted: the service ends with it; connections being \
-        served stay with their commands. A second vend of a name you already vend for the \
-        same item is refused (EEXIST).
+        output, as inetd runs one, with COORDFS_SERVICE, COORDFS_ITEM, and the client's \
+        COORDFS_CLIENT_PID, COORDFS_CLIENT_UID, COORDFS_CLIENT_GID (from the socket's \
+        credentials) and COORDFS_CLIENT_COMMAND in its environment. At most --max-connections \
+        commands run at once, as systemd's MaxConnections=: a connection past them is closed at \
+        once, and a line on standard error says so. Runs until interrupted: the service ends \
+        with it; connections being served stay with their commands. A second vend of a name \
+        you already vend for the same item is refused (EEXIST).
         """
     )
 
@@ -29,6 +33,9 @@ struct Vend: ParsableCommand {
     @Option(help: "The control socket (default: found from the path).")
     var socket: String?
 
+    @Option(help: "Commands that may run at once; a connection past them is closed (default 64, as systemd's MaxConnections=).")
+    var maxConnections: Int = 64
+
     @Argument(parsing: .postTerminator, help: "The command each connection runs, after --.")
     var command: [String] = []
 
@@ -37,6 +44,7 @@ struct Vend: ParsableCommand {
         if name.utf8.count > 255 { throw ValidationError("a service name is at most 255 bytes") }
         if name.contains(where: \.isNewline) { throw ValidationError("a service name cannot hold a newline") }
         if command.isEmpty { throw ValidationError("name the command to run for each connection after --") }
+        if maxConnections < 1 { throw ValidationError("--max-connections must be at least 1") }
     }
 
     func run() throws {
@@ -44,9 +52,20 @@ struct Vend: ParsableCommand {
         Self.keepInheritedDescriptors()
         let resolved = ServerConnection.resolve(path)
         let client = try ServerConnection.connect(for: resolved, explicit: socket)
-        let command = self.command
+        let command = self.command, limit = maxConnections
+        let running = RunningCount()
         client.onServiceConnection { record, connection in
-            Thread { Vend.serve(connection, record, command) }.start()
+            guard running.value.add(1, ordering: .relaxed).newValue <= limit else {
+                running.value.subtract(1, ordering: .relaxed)
+                try? connection.close()
+                let who = record.origin?.pid.map { " from pid \($0)" } ?? ""
+                FileHandle.standardError.write(Data("coordfs vend: \(limit) connections are being served; one\(who) was closed\n".utf8))
+                return
+            }
+            Thread {
+                Vend.serve(connection, record, command)
+                running.value.subtract(1, ordering: .relaxed)
+            }.start()
         }
         let ended = DispatchSemaphore(value: 0)
         client.onEnd { ended.signal() }
@@ -81,6 +100,9 @@ struct Vend: ParsableCommand {
         environment["COORDFS_SERVICE"] = record.name
         environment["COORDFS_ITEM"] = record.path
         environment["COORDFS_CLIENT_PID"] = String(record.cookie)
+        if let uid = record.origin?.uid { environment["COORDFS_CLIENT_UID"] = String(uid) }
+        if let gid = record.origin?.gid { environment["COORDFS_CLIENT_GID"] = String(gid) }
+        if let command = record.origin?.command { environment["COORDFS_CLIENT_COMMAND"] = command }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -106,4 +128,9 @@ struct Vend: ParsableCommand {
         var status: Int32 = 0
         while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
     }
+}
+
+/// The connections being served, shared by the threads that serve them.
+private final class RunningCount: Sendable {
+    let value = Atomic<Int>(0)
 }

@@ -13,8 +13,8 @@ struct Watch: ParsableCommand {
         abstract: "Present PATHs and print coordination events as they come, like inotifywait -m.",
         discussion: """
         Each line is: PATH EVENTS[,...] [NAME] [cookie=N] [pid=N command=NAME] [purpose=ID] via=ROUTE \
-        (who made the access: through the mount, a coordinator, or from outside the mount), or what \
-        --format makes of it. \
+        (PATH as given, or with -r the directory inside it that holds NAME; who made the access: \
+        through the mount, a coordinator, or from outside the mount), or what --format makes of it. \
         Requests (REQUEST in EVENTS) hold up the access until answered: --answer ok consents, \
         --answer EACCES (any errno name) makes it fail with that errno, --answer none never \
         answers (the access then waits for the mount's presenter timeout). Exits 2 when \
@@ -32,8 +32,23 @@ struct Watch: ParsableCommand {
     var answer: String = "ok"
 
     @Option(name: [.customShort("e"), .long],
-            help: "Comma-separated events to receive, in either case (default ALL): RELINQUISH_READER, SAVE, CHANGED, ...")
+            help: "Comma-separated events to receive, in either case (default ALL): RELINQUISH_READER, SAVE, CHANGED, ...; inotify's create, modify, move, moved_from, moved_to, move_self, delete and delete_self stand for the events that tell the same.")
     var events: String = "ALL"
+
+    @Flag(name: [.customShort("r"), .long], help: "Print events of items at any depth inside a watched directory, as inotifywait -r (without it, only of the directory's own entries; requests about deeper items are answered all the same).")
+    var recursive = false
+
+    @Flag(help: "Name events as inotifywait does (CREATE, MODIFY, MOVED_FROM, MOVED_TO, MOVE_SELF, DELETE, DELETE_SELF, with ISDIR for directories), and print only those: a script written for inotifywait reads the same lines.")
+    var inotifyEvents = false
+
+    /// The events `-e` asks for, inotify's names among them.
+    func eventMask() -> EventMask? {
+        let names = events.split(separator: ",").flatMap { name -> [String] in
+            let upper = name.uppercased()
+            return EventView.inotifyAliases[upper] ?? [upper]
+        }
+        return EventMask(names: names)
+    }
 
     @Option(help: ArgumentHelp("Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated), %c the cookie, %T the time (--timefmt), %% a percent sign; %p, %C and %o the pid, command and route (mount, coordinator, outside) of whoever made the access.", valueName: "FMT"))
     var format: String?
@@ -95,7 +110,7 @@ struct Watch: ParsableCommand {
         if answer != "ok" && answer != "none" && ErrnoNames.code(of: answer) == nil {
             throw ValidationError("--answer must be ok, none or an errno name such as EACCES")
         }
-        if EventMask(names: events.split(separator: ",").map { $0.uppercased() }) == nil {
+        if eventMask() == nil {
             throw ValidationError("unknown event name in --events")
         }
         if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
@@ -105,10 +120,11 @@ struct Watch: ParsableCommand {
 
     func run() throws {
         Signals.resetInherited()
-        let mask = EventMask(names: events.split(separator: ",").map { $0.uppercased() })!
+        let mask = eventMask()!
         let code: Int32? = answer == "none" ? nil : answer == "ok" ? 0 : ErrnoNames.code(of: answer)
+        let given = Dictionary(paths.map { (ServerConnection.resolve($0), $0) }) { first, _ in first }
         let printer = Printer(json: json, format: format.map { EventFormat($0, timeFormat: timefmt) } ?? (csv ? EventFormat.csv : nil),
-                              quiet: quiet)
+                              quiet: quiet, view: EventView(given: given, recursive: recursive, inotifyNames: inotifyEvents))
         let filter = try pathFilter()
         var clients: [String: ControlClient] = [:]
         let ended = DispatchSemaphore(value: 0)
@@ -156,153 +172,6 @@ struct Watch: ParsableCommand {
 
     private func connect(_ path: String) throws -> ControlClient {
         do { return try ControlClient(socketPath: path) } catch { throw CommandFailure("\(error)") }
-    }
-}
-
-// @unchecked Sendable: each line is written whole under `lock`.
-/// Prints records one a line, from any thread.
-final class Printer: @unchecked Sendable {
-    let json: Bool
-    let format: EventFormat?
-    let quiet: Bool
-    private let lock = NSLock()
-    init(json: Bool, format: EventFormat? = nil, quiet: Bool = false) {
-        self.json = json
-        self.format = format
-        self.quiet = quiet
-    }
-
-    /// Written as bytes, one write(2) a line: a watcher prints a line for every event, and
-    /// building a `String`, then `Data`, for `FileHandle` was a third of what it spent on one.
-    func print(_ record: EventRecord) {
-        var line: [UInt8]
-        if json {
-            line = WireCodec.encode(.event(record))
-        } else if let format {
-            line = format.line(for: record)
-        } else {
-            let path = FileSystemName.bytes(record.path), name = FileSystemName.bytes(record.name)
-            line = []
-            line.reserveCapacity(path.count + name.count + 64)
-            // PATH is the watched item's: the record's path less "/NAME".
-            if name.isEmpty {
-                line += path
-            } else if path.count > name.count, path.suffix(name.count).elementsEqual(name),
-                      path[path.count - name.count - 1] == UInt8(ascii: "/") {
-                line += path.prefix(path.count - name.count - 1)
-            }
-            line.append(UInt8(ascii: " "))
-            for (index, eventName) in record.mask.names.enumerated() {
-                if index > 0 { line.append(UInt8(ascii: ",")) }
-                line += eventName.utf8
-            }
-            if !name.isEmpty { line.append(UInt8(ascii: " ")); line += name }
-            if record.cookie != 0 { line += " cookie=\(record.cookie)".utf8 }
-            if let origin = record.origin {
-                // Who made the access, after what inotifywait's users parse.
-                if let pid = origin.pid { line += " pid=\(pid)".utf8 }
-                if let command = origin.command { line += " command=".utf8; line += Self.word(command) }
-                if let purpose = origin.purpose { line += " purpose=".utf8; line += Self.word(purpose) }
-                line += " via=\(origin.via)".utf8
-            }
-            line.append(UInt8(ascii: "\n"))
-        }
-        lock.withLock { Self.writeAll(STDOUT_FILENO, line) }
-    }
-
-    /// A value as one word of the line: blanks and control characters become "_".
-    private static func word(_ text: String) -> [UInt8] {
-        text.utf8.map { $0 <= 0x20 || $0 == 0x7f ? UInt8(ascii: "_") : $0 }
-    }
-
-    private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if written < 0 && errno == EINTR { continue }
-            // Any other failure drops the line. (A pipe whose reader left
-            // raises SIGPIPE first, which ends the watch as it ends inotifywait.)
-            if written <= 0 { return }
-            offset += written
-        }
-    }
-
-    func note(_ text: String) {
-        if !json && !quiet { FileHandle.standardError.write(Data((text + "\n").utf8)) }
-    }
-}
-
-/// inotifywait's `--format`: %w the watched item, %f the name inside it (empty for the item
-/// itself), %e the events, %c the cookie, %T the time by a strftime(3) format, %% a percent;
-/// and coordfs's own: %p the pid, %C the command and %o the route (mount, coordinator,
-/// outside) of whoever made the access.
-/// (%w is the watched directory with a trailing slash for an event inside it, as inotifywait
-/// prints it, so that %w%f is the whole path.)
-struct EventFormat: Sendable {
-    let pattern: [UInt8]
-    let timeFormat: String
-
-    /// Each field a CSV value (`--csv`): quoted where it holds a comma, a quote or a line break.
-    let quotesFields: Bool
-
-    init(_ pattern: String, timeFormat: String, quotesFields: Bool = false) {
-        self.pattern = Array(pattern.utf8)
-        self.timeFormat = timeFormat
-        self.quotesFields = quotesFields
-    }
-
-    /// inotifywait --csv's line: the watched item, the events, the name inside it.
-    static let csv = EventFormat("%w,%e,%f", timeFormat: "%H:%M:%S", quotesFields: true)
-
-    private func field(_ bytes: [UInt8]) -> [UInt8] {
-        guard quotesFields, bytes.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 10 || $0 == 13 }) else {
-            return bytes
-        }
-        var quoted: [UInt8] = [UInt8(ascii: "\"")]
-        for byte in bytes {
-            if byte == UInt8(ascii: "\"") { quoted.append(byte) }
-            quoted.append(byte)
-        }
-        quoted.append(UInt8(ascii: "\""))
-        return quoted
-    }
-
-    func line(for record: EventRecord) -> [UInt8] {
-        let path = FileSystemName.bytes(record.path), name = FileSystemName.bytes(record.name)
-        var watched = path
-        if !name.isEmpty, path.count > name.count, path.suffix(name.count).elementsEqual(name) {
-            watched = Array(path.prefix(path.count - name.count))       // with its trailing "/"
-        }
-        var line: [UInt8] = []
-        var index = 0
-        while index < pattern.count {
-            let byte = pattern[index]
-            guard byte == UInt8(ascii: "%"), index + 1 < pattern.count else { line.append(byte); index += 1; continue }
-            switch pattern[index + 1] {
-            case UInt8(ascii: "w"): line += field(watched)
-            case UInt8(ascii: "f"): line += field(name)
-            case UInt8(ascii: "e"): line += field(Array(record.mask.names.joined(separator: ",").utf8))
-            case UInt8(ascii: "c"): line += String(record.cookie).utf8
-            case UInt8(ascii: "T"): line += Self.now(timeFormat).utf8
-            case UInt8(ascii: "p"): line += (record.origin?.pid.map(String.init) ?? "").utf8
-            case UInt8(ascii: "C"): line += (record.origin?.command ?? "").utf8
-            case UInt8(ascii: "o"): line += (record.origin?.via ?? "").utf8
-            case UInt8(ascii: "%"): line.append(UInt8(ascii: "%"))
-            default: line += pattern[index...index + 1]
-            }
-            index += 2
-        }
-        line.append(UInt8(ascii: "\n"))
-        return line
-    }
-
-    static func now(_ format: String) -> String {
-        var seconds = time(nil)
-        var parts = tm()
-        localtime_r(&seconds, &parts)
-        var buffer = [CChar](repeating: 0, count: 256)
-        let count = strftime(&buffer, buffer.count, format, &parts)
-        return String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 }
 

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// File names and paths as strings, without losing a byte.
 ///
 /// On Linux a name is any bytes but "/" and NUL; a Swift `String` is Unicode. Decoding a name
@@ -15,7 +19,14 @@ public enum FileSystemName {
 
     /// The string for the bytes of a name or a path.
     public static func string(_ bytes: UnsafeBufferPointer<UInt8>) -> String {
-        if !mayHoldEscapes(bytes), let plain = String(validating: bytes, as: UTF8.self) { return plain }
+        // Nearly every name: no 0xEF, so no escape character, and decoded the usual way with
+        // nothing repaired (a repair writes U+FFFD, EF BF BD). The check after is a memchr.
+        if !contains(0xEF, bytes) {
+            var plain = String(decoding: bytes, as: UTF8.self)
+            if !plain.withUTF8({ contains(0xEF, $0) }) { return plain }
+        } else if !mayHoldEscapes(bytes), let plain = String(validating: bytes, as: UTF8.self) {
+            return plain
+        }
         var scalars = String.UnicodeScalarView()
         var index = 0
         while index < bytes.count {
@@ -57,8 +68,7 @@ public enum FileSystemName {
 
     /// The string for a NUL-terminated name, as the kernel and libc hand them over.
     public static func string(cString: UnsafePointer<CChar>) -> String {
-        var count = 0
-        while cString[count] != 0 { count += 1 }
+        let count = strlen(cString)
         return cString.withMemoryRebound(to: UInt8.self, capacity: count) {
             string(UnsafeBufferPointer(start: $0, count: count))
         }
@@ -111,10 +121,19 @@ public enum FileSystemName {
         return text.withUTF8 { mayHoldEscapes($0) }
     }
 
+    private static func contains(_ byte: UInt8, _ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let start = bytes.baseAddress, !bytes.isEmpty else { return false }
+        return memchr(start, Int32(byte), bytes.count) != nil
+    }
+
+    /// (memchr: this runs on every name a mount is asked about, and an 0xEF is rare.)
     private static func mayHoldEscapes(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard bytes.count >= 2 else { return false }
-        for index in 0..<(bytes.count - 1) where bytes[index] == 0xEF {
-            if bytes[index + 1] == 0x9E || bytes[index + 1] == 0x9F { return true }
+        guard var start = bytes.baseAddress, bytes.count >= 2 else { return false }
+        let end = start + bytes.count
+        while let found = memchr(start, 0xEF, end - start)?.assumingMemoryBound(to: UInt8.self) {
+            guard found + 1 < end else { return false }
+            if found[1] == 0x9E || found[1] == 0x9F { return true }
+            start = UnsafePointer(found + 1)
         }
         return false
     }

@@ -280,8 +280,12 @@ final class ClientConnection: @unchecked Sendable {
             return send(.error(id: id, errno: ErrnoNames.name(of: errno), message: "socketpair failed"))
         }
         defer { Glibc.close(ends[0]); Glibc.close(ends[1]) }
+        // Who connects, from the socket's credentials: what inetd's and systemd's services
+        // learn from their own connections.
+        let client = EventOrigin(via: "coordinator", pid: Int(peer.pid), uid: Int(peer.uid), gid: Int(peer.gid),
+                                 command: ProcFile.command(of: peer.pid))
         let record = EventRecord(wd: Int(service.rawValue), mask: .serviceConnection, cookie: UInt64(peer.pid),
-                                 name: registration.name, path: target.path.string)
+                                 name: registration.name, path: target.path.string, origin: client)
         guard provider.send(.event(record), descriptor: ends[1]) else {
             return send(.error(id: id, errno: "ECONNREFUSED", message: "the provider of '\(name)' is gone"))
         }

@@ -222,7 +222,12 @@ public enum WireCodec {
             first = false
             JSONOutput.write(name, into: &bytes)
         }
-        bytes.append(contentsOf: #"],"mask":"#.utf8)
+        bytes.append(UInt8(ascii: "]"))
+        if let gid = record.origin?.gid {
+            bytes.append(contentsOf: #","gid":"#.utf8)
+            JSONOutput.write(gid, into: &bytes)
+        }
+        bytes.append(contentsOf: #","mask":"#.utf8)
         JSONOutput.write(Int(record.mask.rawValue), into: &bytes)
         bytes.append(contentsOf: #","name":"#.utf8)
         JSONOutput.write(record.name, into: &bytes)
@@ -259,6 +264,7 @@ public enum WireCodec {
             object["via"] = .string(origin.via)
             if let pid = origin.pid { object["pid"] = .int(pid) }
             if let uid = origin.uid { object["uid"] = .int(uid) }
+            if let gid = origin.gid { object["gid"] = .int(gid) }
             if let command = origin.command { object["command"] = .string(command) }
             if let purpose = origin.purpose { object["purpose"] = .string(purpose) }
         }
@@ -285,8 +291,8 @@ public enum WireCodec {
         if object["ok"] == nil && object["error"] == nil, let wd = object["wd"]?.int {
             guard let mask = object["mask"]?.int, mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
             let origin = object["via"]?.string.map { via in
-                EventOrigin(via: via, pid: object["pid"]?.int, uid: object["uid"]?.int, command: object["command"]?.string,
-                            purpose: object["purpose"]?.string)
+                EventOrigin(via: via, pid: object["pid"]?.int, uid: object["uid"]?.int, gid: object["gid"]?.int,
+                            command: object["command"]?.string, purpose: object["purpose"]?.string)
             }
             return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, object["cookie"]?.int ?? 0)),
                                       name: object["name"]?.string ?? "", path: object["path"]?.string ?? "", origin: origin))

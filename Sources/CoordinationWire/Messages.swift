@@ -103,13 +103,16 @@ public struct EventOrigin: Hashable, Sendable {
     public var via: String
     public var pid: Int?
     public var uid: Int?
+    /// The group, where the server knows it from the socket's credentials (a service's client).
+    public var gid: Int?
     public var command: String?
     public var purpose: String?
 
-    public init(via: String, pid: Int? = nil, uid: Int? = nil, command: String? = nil, purpose: String? = nil) {
+    public init(via: String, pid: Int? = nil, uid: Int? = nil, gid: Int? = nil, command: String? = nil, purpose: String? = nil) {
         self.via = via
         self.pid = pid
         self.uid = uid
+        self.gid = gid
         self.command = command
         self.purpose = purpose
     }

@@ -63,6 +63,33 @@ import Glibc
         #expect(second.status != 0 && second.errors.contains("already vended") && second.errors.contains("pid \(provider.pid)"), "\(second)")
     }
 
+    /// As inetd and systemd: the command learns who connected (pid, uid, gid from the socket's
+    /// credentials, command), and at most --max-connections commands run at once; a connection
+    /// past them is closed at once.
+    @Test func theCommandLearnsItsClientAndConnectionsAreLimited() throws {
+        let fx = try MountFixture()
+        try fx.seed("project/file.txt")
+        let script = #"echo "$COORDFS_CLIENT_UID $COORDFS_CLIENT_GID $COORDFS_CLIENT_COMMAND $COORDFS_CLIENT_PID"; read l; echo "served $l""#
+        let provider = try Child(binary, ["vend", "--max-connections", "1", "org.example.who", fx.path("project"), "--", "sh", "-c", script])
+        defer { withExtendedLifetime(provider) {} }
+        #expect(eventually { (try? services(fx.path("project"))) == ["org.example.who"] })
+        // The first client stays connected: its command waits for a line.
+        let first = try Child(binary, ["services", fx.path("project"), "--connect", "org.example.who"])
+        let hello = first.next()?.split(separator: " ").map(String.init) ?? []
+        #expect(hello.count == 4 && hello[0] == String(getuid()) && hello[1] == String(getgid()) && hello[2] == "coordfs"
+                && hello[3] == String(first.pid), "\(hello)")
+        // A second while it runs: closed at once, nothing served.
+        let refused = try talk(fx.path("project"), "org.example.who", "x\\n")
+        #expect(!refused.output.contains("served"), "\(refused)")
+        first.send("one")
+        #expect(first.next() == "served one")
+        first.closeInput()
+        #expect(first.waitForExit() != nil)
+        // Its command done, the next is served.
+        #expect(eventually { (try? talk(fx.path("project"), "org.example.who", "two\\n").output.contains("served two")) == true })
+        #expect(try run(binary, ["vend", "--max-connections", "0", "org.example.x", fx.path("project"), "--", "true"]).status == 64)
+    }
+
     @Test func aNearerRegistrationWinsAndAMoveKeepsTheServices() throws {
         let fx = try MountFixture()
         try fx.seed("project/sub/file.txt")

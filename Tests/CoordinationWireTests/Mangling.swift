@@ -35,5 +35,6 @@ func randomOrigin(using generator: inout SeededGenerator) -> EventOrigin? {
     func maybe<T>(_ make: () -> T) -> T? { Bool.random(using: &generator) ? make() : nil }
     return EventOrigin(via: via, pid: maybe { Int.random(in: 1...4_194_304, using: &generator) },
                        uid: maybe { Int.random(in: 0...65_534, using: &generator) },
+                       gid: maybe { Int.random(in: 0...65_534, using: &generator) },
                        command: maybe { randomEventName(using: &generator) }, purpose: maybe { randomEventName(using: &generator) })
 }
