@@ -17,7 +17,10 @@ struct Coordinate: ParsableCommand {
         to it, and the intents are held until it ends. Exits with the command's status (128+N \
         when signal N ended it); 1 when the intents could not be taken (with the reason); 127 \
         when the command is not found; the --conflict-exit-code (default 1) when another holds \
-        an item and -n or --timeout gives up, with who holds it.
+        an item and -n or --timeout gives up, with who holds it. \
+        As flock's descriptor form, `coordfs coordinate -x 9` (or -s 9) with no command holds the \
+        item the shell's descriptor 9 is open on (exec 9>>FILE) for the shell and its children, \
+        until the shell closes it (exec 9>&-) or ends; it returns once the hold is taken.
         """
     )
 
@@ -48,19 +51,41 @@ struct Coordinate: ParsableCommand {
     @Option(help: "The control socket (default: found from the paths).")
     var socket: String?
 
+    @Flag(name: [.customShort("o"), .customLong("close")],
+          help: "The command does not act as the holder: its own opens of the held items wait for the hold like anyone else's (as flock -o keeps the lock from the command).")
+    var close = false
+
+    /// The descriptor form's holder, run in the background: the shell it holds for.
+    @Option(help: .hidden)
+    var holdFor: Int32?
+
+    /// The descriptor form's holder: where it says whether the hold was taken.
+    @Option(help: .hidden)
+    var reportTo: Int32?
+
     @Argument(parsing: .postTerminator, help: "The command and its arguments, after --.")
     var command: [String] = []
 
     func validate() throws {
         if read.isEmpty && write.isEmpty { throw ValidationError("name at least one --read or --write item") }
-        if command.isEmpty && commandLine == nil { throw ValidationError("name the command to run after --, or give -c 'COMMAND'") }
+        if command.isEmpty && commandLine == nil && descriptor == nil {
+            throw ValidationError("name the command to run after --, or give -c 'COMMAND' (or, as flock, -x or -s with a descriptor number alone)")
+        }
         if !command.isEmpty && commandLine != nil { throw ValidationError("give the command after -- or with -c, not both") }
         if !(0...255).contains(conflictExitCode) { throw ValidationError("--conflict-exit-code must be from 0 to 255") }
         if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
     }
 
+    /// flock's descriptor form: one -s or -x whose value is a number, and no command.
+    var descriptor: Int32? {
+        guard command.isEmpty, commandLine == nil, read.count + write.count == 1, let value = (read + write).first,
+              !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+        return Int32(value)
+    }
+
     func run() throws {
         Signals.resetInherited()
+        if let descriptor { return try holdDescriptor(descriptor) }
         let resolve = ServerConnection.resolve
         let intents = read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
             + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
@@ -82,7 +107,7 @@ struct Coordinate: ParsableCommand {
         let hold: Int
         do {
             client = try ControlClient(socketPath: socketPath)
-            let fields = try client.request { .hold(id: $0, intents: intents, wait: !nonblock, timeout: timeout, inherit: true) }
+            let fields = try client.request { .hold(id: $0, intents: intents, wait: !nonblock, timeout: timeout, inherit: !close) }
             guard case .int(let number)? = fields["hold"] else { throw ControlError("EPROTO", "no hold in the reply") }
             hold = number
         } catch {

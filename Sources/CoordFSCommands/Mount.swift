@@ -32,7 +32,7 @@ struct Mount: ParsableCommand {
     @Flag(name: .short, help: "Stay in the foreground.")
     var foreground = false
 
-    @Option(name: .short, help: ArgumentHelp("FUSE options, comma-separated (allow_other, ro, noatime, ...).", valueName: "options"))
+    @Option(name: .short, help: ArgumentHelp("FUSE options, comma-separated (allow_other, ro, noatime, ...), and uid=, gid=, umask= as sshfs takes them.", valueName: "options"))
     var o: [String] = []
 
     @Option(help: "exclusive (wait as the model says), strict (every writer excludes every open, no settling), notify (presenters told, nobody waits) or off.")
@@ -208,7 +208,9 @@ struct Mount: ParsableCommand {
             throw CommandFailure("-o remount: a coordfs mount's options are set when it mounts; unmount it and mount it "
                                  + "again with the new ones (coordfs unmount \(configuration.mountPoint); mount \(configuration.mountPoint))")
         }
-        configuration.fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
+        var fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
+        do { configuration.ownershipView = try OwnershipView.take(from: &fuseOptions) } catch { throw CommandFailure("-o \(error)") }
+        configuration.fuseOptions = fuseOptions
         configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
         return configuration
     }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Coordination
+import CoordinationRuntime
 import CoordinationClient
 import CoordinationWire
 import Foundation

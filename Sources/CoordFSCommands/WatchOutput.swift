@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import CoordinationWire
 import Foundation
 #if canImport(Glibc)

@@ -1,5 +1,5 @@
 import CFuse3
-import Coordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -52,7 +52,7 @@ extension Filesystem {
                     guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }   // gone meanwhile
                     found = inode
                     parameters.ino = fuse_ino_t(inode.id)
-                    parameters.attr = info
+                    parameters.attr = shown(info)
                     parameters.attr_timeout = timeout
                     parameters.entry_timeout = timeout
                 } else {

@@ -14,7 +14,7 @@ extension Filesystem {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         do {
             let (inode, info) = try lookupNode(parent, name)
-            reply.entry(inode, info, timeout: timeout)
+            reply.entry(inode, shown(info), timeout: timeout)
         } catch where error.code == ENOENT {
             // A negative entry the kernel may cache: creations go through the mount, which
             // updates it, so a create need not be preceded by a LOOKUP each time.
@@ -55,12 +55,12 @@ extension Filesystem {
         var info = stat()
         if let file = handle.flatMap({ files[$0] }) {
             if fstat(file.fd, &info) == -1 { return reply.error(Errno.current) }
-            return reply.attr(info, timeout: timeout)
+            return reply.attr(shown(info), timeout: timeout)
         }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         do {
             info = try inodes.withFD(inode) { fd throws(Errno) in try statOf(fd) }
-            reply.attr(info, timeout: timeout)
+            reply.attr(shown(info), timeout: timeout)
         } catch {
             reply.error(error)
         }
@@ -117,7 +117,7 @@ extension Filesystem {
             }
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
             if let failure = syncAttributes(of: inode, through: open) { return reply.error(failure) }
-            reply.attr(info, timeout: timeout)
+            reply.attr(shown(info), timeout: timeout)
         } catch {
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
             reply.error(error)

@@ -165,7 +165,7 @@ extension Filesystem {
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
                                     writer: writer(of: claim, reply), directIO: direct, flags: flags)
                 let handle = files.insert(file, in: place)
-                reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
+                reply.create(inode, shown(attributes), timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
                              noFlush: sendsNoFlush(inode))
             } catch {
                 files.budget.giveBack(place)
@@ -233,7 +233,7 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
                                 directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
-            reply.create(inode, attributes, timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
+            reply.create(inode, shown(attributes), timeout: timeout, info, handle: handle, directIO: direct, backingID: backingID,
                          noFlush: sendsNoFlush(inode))
         } catch {
             files.budget.giveBack(place)

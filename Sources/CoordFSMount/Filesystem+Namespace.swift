@@ -1,5 +1,6 @@
 import CFuse3
 import Coordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -26,7 +27,7 @@ extension Filesystem {
                 }
                 let (inode, info) = try lookupNode(parent, name, justMade: true)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
-                reply.entry(inode, info, timeout: timeout)
+                reply.entry(inode, shown(info), timeout: timeout)
             } catch {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
@@ -69,7 +70,7 @@ extension Filesystem {
                 }
                 let (linked, info) = try lookupNode(parent, name)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
-                reply.entry(linked, info, timeout: timeout)
+                reply.entry(linked, shown(info), timeout: timeout)
             } catch {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)

@@ -1,6 +1,7 @@
 import CFuse3
 import CFusePassthrough
 import Coordination
+import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -146,6 +146,10 @@ public final class Filesystem: @unchecked Sendable {
 
     var timeout: Double { configuration.cacheTimeout }
 
+    /// Attributes as the mount shows them (`-o uid=,gid=,umask=`).
+    @inline(__always)
+    func shown(_ info: stat) -> stat { configuration.ownershipView.shown(info) }
+
     // MARK: Paths and intents
 
     /// The path of `name` in `parent` (or of `parent` itself) below the mount root.

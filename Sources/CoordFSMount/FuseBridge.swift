@@ -1,4 +1,4 @@
-import Coordination
+import CoordinationRuntime
 import CFuse3
 import CFusePassthrough
 import Foundation

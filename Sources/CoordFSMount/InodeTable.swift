@@ -1,5 +1,5 @@
 import CFuse3
-import Coordination
+import CoordinationRuntime
 import Foundation
 import Synchronization
 #if canImport(Glibc)

@@ -86,6 +86,9 @@ public struct MountConfiguration: Sendable {
     /// the engine (a test can move them meanwhile).
     public var afterNamingTargets: (@Sendable () -> Void)?
 
+    /// `-o uid=,gid=,umask=`: the owner, group and permissions every item shows.
+    public var ownershipView = OwnershipView()
+
     /// Whether other users may use the mount (and so the control socket).
     public var allowsOthers: Bool { fuseOptions.contains("allow_other") }
 

@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import CoordinationServer
 import Foundation
 #if canImport(Glibc)

@@ -41,7 +41,8 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var presenters: [PresenterID: any Presenter] = [:]
     /// Registered presenters by the key their registrar gave (`register(_:key:linked:)`).
     private var presenterIDs: [ObjectIdentifier: PresenterID] = [:]
-    private var inheriting: Set<Int32> = []
+    /// Per process, how many servers' connections have it inherit (a shell can hold through two).
+    private var inheriting: [Int32: Int] = [:]
     /// `inheriting.count`, readable without the lock: a mount checks it on every request.
     private let inheritingCount = Atomic<Int>(0)
     private var links: [String: MountLink] = [:]
@@ -223,9 +224,11 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     /// Processes whose descendants count as themselves for coordination through a mount (a
     /// `coordfs coordinate` running its command).
+    /// Each `true` is undone by one `false`.
     package func setInheriting(_ pid: Int32, _ inherits: Bool) {
         withLock {
-            if inherits { inheriting.insert(pid) } else { inheriting.remove(pid) }
+            let count = (inheriting[pid] ?? 0) + (inherits ? 1 : -1)
+            inheriting[pid] = count > 0 ? count : nil
             inheritingCount.store(inheriting.count, ordering: .releasing)
         }
     }
@@ -236,7 +239,7 @@ public final class CoordinationDomain: @unchecked Sendable {
     package var inheritingProcesses: Set<Int32> {
         // Nearly always empty: answered without taking the lock another thread just wrote.
         if inheritingCount.load(ordering: .acquiring) == 0 { return [] }
-        return withLock { inheriting }
+        return withLock { Set(inheriting.keys) }
     }
 
     /// Tells whoever held `path` that an access to it went ahead without waiting for them any

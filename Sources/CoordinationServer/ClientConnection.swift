@@ -31,6 +31,8 @@ final class ClientConnection: @unchecked Sendable {
     private var namedCoordinators: [String: (identity: CoordinatorIdentity, holds: Int)] = [:]
     private var holds: [Int: Held] = [:]
     private var inheritingHolds: Set<Int> = []
+    /// The processes this connection has told the domain inherit (`updateInheritance`).
+    private var inheritingProcesses: Set<Int32> = []
     private var pendingHolds: [Int: CoordinatedAccess] = [:]
     /// The requests the client has yet to answer, by cookie: where its answer goes, and its word
     /// that it is still working.
@@ -61,6 +63,9 @@ final class ClientConnection: @unchecked Sendable {
         /// of a prepared batch, a nested one): it holds, asks and tells nothing of its own; the
         /// outer hold, whose claim it shares, did and will.
         var nested = false
+        /// The process whose accesses through a mount are the hold's: the client, or the
+        /// ancestor it named (`holder`).
+        var holder: Int32 = 0
         let token: UInt64
         let realPaths: [String]
         let existedBefore: [Bool]
@@ -165,8 +170,8 @@ final class ClientConnection: @unchecked Sendable {
                 return
             }
             waiting.progress?.stillWorking()
-        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator):
-            hold(id, intents, wait, timeout, inherit, presenter, coordinator)
+        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator, let holder):
+            hold(id, intents, wait, timeout, inherit, presenter, coordinator, holder)
         case .release(let id, let number, let changed):
             guard let held = lock.withLock({ () -> Held? in
                 inheritingHolds.remove(number)
@@ -359,14 +364,22 @@ final class ClientConnection: @unchecked Sendable {
     }
 
     private func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
-                      _ coordinatorName: String?) {
+                      _ coordinatorName: String?, _ holderID: Int? = nil) {
         let limit = server.counts.limits.holdsPerConnection
         if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
             return send(.error(id: id, errno: "ENOSPC", message: "too many holds on one connection (at most \(limit), granted or waited for)"))
         }
+        let holder = holderID.map { Int32($0) } ?? peer.pid
+        if holder != peer.pid && !Self.isAncestor(holder, of: peer.pid, sameUserAs: peer.uid) {
+            return send(.error(id: id, errno: "EPERM", message: "process \(holder) is not an ancestor of yours of your user"))
+        }
         // Taken for a presenter of this client: its own work, which passes while it is asked.
         let coordinator: CoordinatorIdentity
-        if let presenter {
+        if holder != peer.pid {
+            // The holder's own: its opens through a mount (and, inheriting, its children's) are
+            // the same coordinator, and neither waits for the other.
+            coordinator = .process(holder)
+        } else if let presenter {
             guard let watch = lock.withLock({ watches[presenter] }) else {
                 return send(.error(id: id, errno: "EINVAL", message: "no watch \(presenter) of yours"))
             }
@@ -425,12 +438,13 @@ final class ClientConnection: @unchecked Sendable {
                 self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
             case .success(let claim):
                 // What the process does through a mount on these items is now its accessor's.
-                let token = self.server.domain.accessorHolds.add(claim, of: self.peer.pid)
+                let token = self.server.domain.accessorHolds.add(claim, of: holder)
                 // Where the items are as granted: one moved while the hold waited is where it went.
                 let granted = claim.intents.map { (try? self.server.resolver.resolve($0.path.string).realPath) ?? "" }
                 var held = Held(claim: claim, coordinatorName: name, token: token, realPaths: granted,
                                 existedBefore: granted.map(Self.exists))
                 held.coordinator = coordinator
+                held.holder = holder
                 let number = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
                     self.lastNumber += 1
@@ -494,7 +508,7 @@ final class ClientConnection: @unchecked Sendable {
         // part of the origin they are told).
         defer { dropNamedCoordinator(held.coordinatorName) }
         if held.nested { return }
-        server.domain.accessorHolds.remove(held.token, of: peer.pid)
+        server.domain.accessorHolds.remove(held.token, of: held.holder)
         let intents = held.claim.intents
         held.claim.end(outcomes: intents.indices.map { index in
             guard changed, intents[index].kind.isWrite, index < held.realPaths.count else {
@@ -509,9 +523,32 @@ final class ClientConnection: @unchecked Sendable {
         return !realPath.isEmpty && FileSystemName.withCString(realPath) { lstat($0, &info) } == 0
     }
 
+    /// The processes whose descendants count as them, from the inheriting holds, told to the
+    /// domain as they change (`inheritingProcesses`).
     private func updateInheritance() {
-        let inherits = lock.withLock { !inheritingHolds.isEmpty && !closed }
-        server.domain.setInheriting(peer.pid, inherits)
+        let (added, removed) = lock.withLock { () -> (Set<Int32>, Set<Int32>) in
+            let wanted = closed ? [] : Set(inheritingHolds.compactMap { holds[$0]?.holder })
+            defer { inheritingProcesses = wanted }
+            return (wanted.subtracting(inheritingProcesses), inheritingProcesses.subtracting(wanted))
+        }
+        for pid in added { server.domain.setInheriting(pid, true) }
+        for pid in removed { server.domain.setInheriting(pid, false) }
+    }
+
+    /// Whether `ancestor` is a parent, grandparent, … of `pid`, and runs as `uid`.
+    static func isAncestor(_ ancestor: Int32, of pid: Int32, sameUserAs uid: UInt32) -> Bool {
+        var current = pid
+        for _ in 0..<64 {
+            guard let fields = ProcFile.statusFields(["PPid"], of: current),
+                  let parent = fields["PPid"].flatMap({ Int32($0) }), parent > 1 else { return false }
+            if parent == ancestor {
+                // Uid: real, effective, saved, filesystem; the socket's credentials are effective.
+                let ids = ProcFile.statusFields(["Uid"], of: parent)?["Uid"]?.split(separator: "\t") ?? []
+                return uid == 0 || (ids.count > 1 && UInt32(ids[1]) == uid)
+            }
+            current = parent
+        }
+        return false
     }
 
     static func kind(_ intent: WireIntent) -> AccessKind? {
@@ -600,7 +637,7 @@ final class ClientConnection: @unchecked Sendable {
             server.domain.engine.withdrawService(service)
             server.setProvider(nil, for: service)
         }
-        server.domain.setInheriting(peer.pid, false)
+        updateInheritance()
         for presenter in presenters { server.domain.unregister(key: ObjectIdentifier(presenter)) }
         server.counts.returnWatches(presenters.count, of: peer.uid)
         for claim in pending { claim.cancel() }

@@ -113,9 +113,13 @@ public enum WireCodec {
             if object["coordinator"] != nil && (coordinator == nil || coordinator!.isEmpty || coordinator!.utf8.count > 255) {
                 throw WireError("\"coordinator\" must be a name of 1 to 255 bytes")
             }
+            let holder = object["holder"]?.int
+            if object["holder"] != nil && (holder == nil || holder! < 2 || holder! > Int(Int32.max)) {
+                throw WireError("\"holder\" must be a process id")
+            }
             return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
                          timeout: timeout, inherit: try bool(object, "inherit", default: false), presenter: presenter,
-                         coordinator: coordinator)
+                         coordinator: coordinator, holder: holder)
         case "moved":
             return .moved(id: try int(object, "id"), hold: try int(object, "hold"), from: try string(object, "from"), to: try string(object, "to"))
         case "release":
@@ -155,7 +159,7 @@ public enum WireCodec {
         case .hello(let id, let version): object = ["op": "hello", "id": .int(id), "version": .int(version)]
         case .watch(let id, let path, let mask): object = ["op": "watch", "id": .int(id), "path": .string(path), "mask": .strings(mask.names)]
         case .unwatch(let id, let wd): object = ["op": "unwatch", "id": .int(id), "wd": .int(wd)]
-        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator):
+        case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator, let holder):
             object = ["op": "hold", "id": .int(id), "wait": .bool(wait), "inherit": .bool(inherit),
                       "intents": .array(intents.map { intent -> JSONOutput in
                           var entry: [String: JSONOutput] = ["path": .string(intent.path), "access": .string(intent.access.rawValue)]
@@ -165,6 +169,7 @@ public enum WireCodec {
             if let timeout { object["timeout"] = .double(timeout) }
             if let presenter { object["presenter"] = .int(presenter) }
             if let coordinator { object["coordinator"] = .string(coordinator) }
+            if let holder { object["holder"] = .int(holder) }
         case .release(let id, let hold, let changed): object = ["op": "release", "id": .int(id), "hold": .int(hold), "changed": .bool(changed)]
         case .moved(let id, let hold, let from, let to):
             object = ["op": "moved", "id": .int(id), "hold": .int(hold), "from": .string(from), "to": .string(to)]
@@ -420,7 +425,7 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
     }
 
     /// The private-use characters U+F780…U+F7FF stand for the bytes 0x80…0xFF of a name that
-    /// is not UTF-8 (Coordination's `FileSystemName`). On the wire they are the lone
+    /// is not UTF-8 (the runtime's `FileSystemName`). On the wire they are the lone
     /// surrogates \udc80…\udcff, as Python's `surrogateescape` spells such bytes: a Python
     /// client's `os.fsencode` of the string is the name's bytes, and its `json.dumps` of a
     /// path from `os.fsdecode` is read back here as the same name.

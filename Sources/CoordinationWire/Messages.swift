@@ -43,8 +43,11 @@ public enum ClientMessage: Hashable, Sendable {
     /// it passes while that presenter is asked, as its own work. `coordinator`: a name the
     /// client gives a coordinator of its own; holds under one name never wait for each other
     /// (a coordinator's nested or batched accesses). Otherwise each hold is a coordinator.
+    /// `holder`: the process whose accesses through a mount are the hold's own — the client by
+    /// default, or one of its ancestors of the same user (a shell that runs `coordfs coordinate
+    /// 9` keeps the hold for as long as its descriptor 9 is open).
     case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool, presenter: Int? = nil,
-              coordinator: String? = nil)
+              coordinator: String? = nil, holder: Int? = nil)
     /// Ends a hold; `changed` says the holder changed the items (presenters are told).
     case release(id: Int, hold: Int, changed: Bool)
     /// Reports that the holder moved the item at `from` to `to` inside a hold that writes it:

@@ -172,6 +172,54 @@ import Glibc
         #expect(both.status == 64 && both.errors.contains("not both"), "\(both)")
     }
 
+    /// flock's descriptor form: `exec 9>>FILE; coordfs coordinate -x 9` holds FILE for the shell
+    /// and its children (their writes pass; another program's wait), until the shell closes 9.
+    @Test func coordinateHoldsAShellsDescriptorForTheShellAndItsChildren() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "start\n")
+        let doc = fx.path("doc.txt")
+        let script = """
+            exec 9>>"$2"
+            "$1" coordinate -x 9 || exit 10
+            /bin/sh -c 'echo "from a child" >> "$0"' "$2" || exit 11
+            "$1" coordinate -n -E 75 -x "$2" -- true; echo "outsider $?"
+            exec 9>&-
+            for _ in $(seq 50); do "$1" coordinate -n -x "$2" -- true 2>/dev/null && { echo "free"; exit 0; }; sleep 0.1; done
+            echo "still held"
+            """
+        let shell = try run("/bin/bash", ["-c", script, "bash", binary, doc])
+        #expect(shell.status == 0 && shell.output == "outsider 75\nfree\n", "\(shell)")
+        #expect(try String(contentsOfFile: fx.backingPath("doc.txt"), encoding: .utf8) == "start\nfrom a child\n")
+        let unopened = try run("/bin/sh", ["-c", "exec \"$0\" coordinate -x 7", binary])
+        #expect(unopened.status == 1 && unopened.errors.contains("descriptor 7 is not open"), "\(unopened)")
+        // A hold for a process that is not the client's ancestor is refused.
+        let stranger = try Child.holder()
+        let ask = """
+            import os, socket, sys, json
+            s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(sys.argv[1], "user.coordfs.socket").decode())
+            f = s.makefile("rwb", buffering=0)
+            def ask(message):
+                f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+            ask({"op": "hello", "id": 1, "version": 1})
+            print(ask({"op": "hold", "id": 2, "intents": [{"path": sys.argv[2], "access": "write"}], "holder": int(sys.argv[3])}).get("error"))
+            """
+        let refused = try run("/usr/bin/python3", ["-c", ask, fx.mountPoint.path, doc, String(stranger.pid)])
+        #expect(refused.output == "EPERM\n", "\(refused)")
+    }
+
+    /// flock -o: the command does not act as the holder, so its own open of the held item waits
+    /// for the hold like anyone else's (here until the wait timeout).
+    @Test func coordinateWithCloseLeavesTheCommandOutOfTheHold() throws {
+        let fx = try MountFixture(["--wait-timeout", "1"])
+        try fx.seed("doc.txt", "start\n")
+        let doc = fx.path("doc.txt")
+        let inside = try run(binary, ["coordinate", "-x", doc, "-c", "echo mine >> '\(doc)'"])
+        #expect(inside.status == 0, "\(inside)")
+        let outside = try run(binary, ["coordinate", "-o", "-x", doc, "-c", "echo theirs >> '\(doc)'"])
+        #expect(outside.status != 0 && outside.errors.contains("busy"), "\(outside)")
+        #expect(try String(contentsOfFile: fx.backingPath("doc.txt"), encoding: .utf8) == "start\nmine\n")
+    }
+
     /// A `cat` whose read waits for a presenter's answer has not begun: it is a waiter, waiting
     /// for the presenter's process, not a holder.
     @Test func anAccessAskingAPresenterIsShownWaitingForIt() throws {

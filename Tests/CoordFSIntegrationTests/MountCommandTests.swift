@@ -351,6 +351,29 @@ import Glibc
     }
 }
 
+/// sshfs's and bindfs's `-o uid=,gid=,umask=`: every item shows that owner, group and mode,
+/// and the backing files keep their own.
+@Suite struct OwnershipOptions {
+    @Test func itemsShowTheOwnerGroupAndMaskGiven() throws {
+        let fx = try MountFixture(["-o", "uid=4242,gid=daemon,umask=027"])
+        try fx.seed("doc.txt", "text\n")
+        chmod(fx.backingPath("doc.txt"), 0o666)
+        var info = stat()
+        #expect(stat(fx.path("doc.txt"), &info) == 0)
+        #expect(info.st_uid == 4242 && info.st_gid == getgrnam("daemon").pointee.gr_gid && info.st_mode & 0o7777 == 0o640,
+                "\(info.st_uid) \(info.st_gid) \(String(info.st_mode, radix: 8))")
+        #expect(stat(fx.mountPoint.path, &info) == 0 && info.st_uid == 4242 && info.st_mode & 0o077 == info.st_mode & 0o050)
+        // Through an open file and readdir's entries too; the backing file is as it was.
+        let listed = try run("/bin/ls", ["-ln", fx.mountPoint.path])
+        #expect(listed.output.contains("-rw-r----- 1 4242 "), "\(listed)")
+        #expect(stat(fx.backingPath("doc.txt"), &info) == 0 && info.st_uid == getuid() && info.st_mode & 0o7777 == 0o666)
+        for (option, message) in [("uid=nosuchuser", "no such user"), ("umask=99", "not an octal mask")] {
+            let bad = try run(Paths.binary.path, ["mount", "-o", option, fx.backingPath(""), fx.mountPoint.path])
+            #expect(bad.status != 0 && bad.errors.contains(message), "\(bad)")
+        }
+    }
+}
+
 /// `-o max_read=N` mounts and serves (libfuse fails INIT unless it asks for the same size: the
 /// mount was made, then went away, and `coordfs mount` had exited 0).
 @Suite struct MaxReadOption {

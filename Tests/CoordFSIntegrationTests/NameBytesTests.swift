@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationRuntime
 import Foundation
 import TestSupport
 import Testing

@@ -1,4 +1,4 @@
-@testable import Coordination
+@testable import CoordinationRuntime
 import TestSupport
 import Testing
 
