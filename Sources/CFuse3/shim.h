@@ -36,7 +36,7 @@ static inline int cfs_session_loop_mt(struct fuse_session *se, unsigned max_thre
 }
 
 // What a mount asks of the kernel at INIT.
-static inline void cfs_configure_connection(struct fuse_conn_info *conn, int writeback_cache) {
+static inline void cfs_configure_connection(struct fuse_conn_info *conn, int writeback_cache, int posix_acl) {
     if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
     if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
@@ -45,6 +45,12 @@ static inline void cfs_configure_connection(struct fuse_conn_info *conn, int wri
     // (fuse-measurements.md, finding 2).
     if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
     if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+    // Modes come unmasked with the caller's umask beside them: the backing filesystem applies
+    // the umask, or the parent's default ACL instead (CallerUmask.swift).
+    if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
+    // ACLs checked by the kernel, as the backing filesystem checks them: only where the kernel
+    // checks permissions at all (default_permissions, which this implies).
+    if (posix_acl && (conn->capable & FUSE_CAP_POSIX_ACL)) conn->want |= FUSE_CAP_POSIX_ACL;
     if (writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
     else conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
     // Locks stay local to the kernel's view of the mount (POSIX and flock both).

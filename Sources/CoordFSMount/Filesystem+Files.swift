@@ -143,10 +143,10 @@ extension Filesystem {
             let (fd, createFailure, backing, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
                 let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
                 if sharesBacking {
-                    let (fd, made) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0)
+                    let (fd, made) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0, for: reply.req)
                     if fd >= 0 { return (fd, nil, true, made) }
                 }
-                let (fd, made) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0)
+                let (fd, made) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: reply.req)
                 return (fd, fd == -1 ? Errno.current : nil, false, made)
             }
             if let failure = createFailure {
@@ -180,8 +180,8 @@ extension Filesystem {
     /// failure after it can take back a file this create made, and only such a file: one made
     /// behind the mount meanwhile is opened as it is, unless the caller asked for O_EXCL itself.
     /// Returns the descriptor (or -1, errno set) and whether this call made the file.
-    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool) -> (Int32, Bool) {
-        let fd = accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }
+    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for req: fuse_req_t) -> (Int32, Bool) {
+        let fd = CallerUmask.applying(req) { accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } } }
         if fd >= 0 || errno != EEXIST || exclusive { return (fd, fd >= 0) }
         return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false)
     }
@@ -205,7 +205,7 @@ extension Filesystem {
         // O_EXCL file from being linked itself, and the mount links through the backing file.
         let kept = flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | CFS_O_TMPFILE | CFS_O_DIRECT)
         let fd = inodes.withFD(parent, orElse: { _ in Int32(-1) }) { parentFD in
-            accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) }
+            CallerUmask.applying(reply.req) { accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) } }
         }
         if fd == -1 {
             let failure = Errno.current
@@ -213,8 +213,12 @@ extension Filesystem {
             return reply.error(failure)
         }
         giveToCaller(reply.req, parent: parent) { _, uid, gid, group in
+            var created = stat()
+            let madePrivileged = mode & (S_ISUID | S_ISGID) != 0 && fstat(fd, &created) == 0
             _ = fchown(fd, uid, gid)
-            if let kept = Self.keptPrivilegeBits(mode, group: group, callerGroup: fuse_req_ctx(reply.req).pointee.gid) { _ = fchmod(fd, kept) }
+            if madePrivileged, let kept = Self.keptPrivilegeBits(created.st_mode, group: group, callerGroup: fuse_req_ctx(reply.req).pointee.gid) {
+                _ = fchmod(fd, kept)
+            }
         }
         var attributes = stat()
         let pathFD = Glibc.open(procPath(fd), CFS_O_PATH | O_CLOEXEC)

@@ -18,7 +18,7 @@ extension Filesystem {
         coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
                    forTheCall: true) { [self] claim in
             do {
-                try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
+                try CallerUmask.applying(reply.req) { () throws(Errno) in try inodes.withFD(parent) { fd throws(Errno) in try make(fd) } }
                 namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.req, parent: parent, name: name, mode: mode)
                 if let failure = syncNames(in: parent) {

@@ -476,12 +476,16 @@ public final class Filesystem: @unchecked Sendable {
     }
 
     /// Gives the item `name` created in `parent` for the caller to the caller (the daemon runs
-    /// as root). `mode`: the file's mode as created, whose setuid and setgid bits the chown
-    /// cleared and the caller keeps (`keptPrivilegeBits`).
+    /// as root). `mode`: the mode the caller asked for; when it has setuid or setgid, the bits
+    /// the chown clears and the caller keeps are given back (`keptPrivilegeBits`) to the mode
+    /// the file was made with (the umask or a default ACL applied).
     func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String, mode: mode_t = 0) {
         giveToCaller(req, parent: parent) { parentFD, uid, gid, group in
+            var created = stat()
+            let madePrivileged = mode & (S_ISUID | S_ISGID) != 0
+                && FileSystemName.withCString(name, { fstatat(parentFD, $0, &created, AT_SYMLINK_NOFOLLOW) }) == 0
             _ = FileSystemName.withCString(name) { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
-            if let kept = Self.keptPrivilegeBits(mode, group: group, callerGroup: fuse_req_ctx(req).pointee.gid) {
+            if madePrivileged, let kept = Self.keptPrivilegeBits(created.st_mode, group: group, callerGroup: fuse_req_ctx(req).pointee.gid) {
                 _ = FileSystemName.withCString(name) { fchmodat(parentFD, $0, kept, 0) }
             }
         }
@@ -502,7 +506,7 @@ public final class Filesystem: @unchecked Sendable {
         }
     }
 
-    /// The mode to give back after a chown of a regular file made with `mode`, when the chown
+    /// The mode to give back after a chown of a regular file whose mode was `mode`, when the chown
     /// cleared bits the caller's own create would have kept (nil: nothing to give back). The
     /// setuid bit, always (the caller owns the file); the setgid bit when the file's group is
     /// the caller's, as the kernel keeps it (a group it is only a supplementary member of is not

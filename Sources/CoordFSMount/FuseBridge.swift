@@ -27,7 +27,7 @@ enum FuseBridge {
         var ops = fuse_lowlevel_ops()
         ops.`init` = { userdata, conn in
             let fs = Unmanaged<Filesystem>.fromOpaque(userdata!).takeUnretainedValue()
-            cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0)
+            cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0, fs.configuration.kernelChecksPermissions ? 1 : 0)
             if let maxRead = fs.configuration.maxRead { conn!.pointee.max_read = maxRead }
             cfs_want_passthrough(fs.passthrough != nil ? 1 : 0)
             cfs_want_ring(conn, fs.configuration.ioUring ? fs.session.load(ordering: .relaxed) : nil, fs.lanesAll ? 1 : 0,

@@ -11,8 +11,10 @@ runs meet NAME_MAX and PATH_MAX at the same places.
 import ctypes
 import errno
 import json
+import mmap
 import os
 import stat
+import struct
 import sys
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -52,6 +54,60 @@ def create(path, mode=0o644, data=b""):
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, mode)
     os.write(fd, data)
     os.close(fd)
+
+
+# POSIX ACLs as the kernel stores them in system.posix_acl_* (no acl package needed).
+ACL_TAGS = {1: "user_obj", 2: "user", 4: "group_obj", 8: "group", 0x10: "mask", 0x20: "other"}
+
+
+def acl(*entries):
+    """entries: (tag, permissions, id) with tags as in ACL_TAGS' names."""
+    codes = {name: code for code, name in ACL_TAGS.items()}
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", codes[tag], perm, ident) for tag, perm, ident in entries)
+
+
+def acl_text(path, kind="access"):
+    try:
+        raw = os.getxattr(path, "system.posix_acl_" + kind)
+    except OSError as error:
+        if error.errno == errno.ENODATA:
+            return "none"
+        raise
+    entries = [struct.unpack_from("<HHI", raw, offset) for offset in range(4, len(raw), 8)]
+    return ",".join("%s:%s:%o" % (ACL_TAGS.get(tag, tag), ident if tag in (2, 8) else "", perm) for tag, perm, ident in entries)
+
+
+def acl_steps():
+    """Default ACL inheritance (the umask gives way to it), the mask after chmod."""
+    os.mkdir("acl", 0o755)
+    step("set default acl", lambda: os.setxattr("acl", "system.posix_acl_default",
+                                                 acl(("user_obj", 7, 0), ("user", 7, 65534), ("group_obj", 5, 0),
+                                                     ("mask", 7, 0), ("other", 5, 0))))
+    step("default acl", lambda: acl_text("acl", "default"))
+    step("create under default acl", lambda: create("acl/f", 0o666), "acl/f")
+    step("inherited access acl", lambda: acl_text("acl/f"))
+    step("mkdir under default acl", lambda: os.mkdir("acl/d", 0o777), "acl/d")
+    step("inherited acls of a directory", lambda: (acl_text("acl/d"), acl_text("acl/d", "default")))
+    step("chmod sets the mask", lambda: os.chmod("acl/f", 0o640), "acl/f")
+    step("acl after chmod", lambda: acl_text("acl/f"))
+    step("create without default acl", lambda: create("plain-acl", 0o666), "plain-acl")
+    step("no acl without a default", lambda: acl_text("plain-acl"))
+
+
+def mapped_write():
+    """A write through a shared mapping, then msync: mtime moves on, as for write(2)."""
+    create("mapped", 0o644, b"\0" * 4096)
+    os.utime("mapped", (1, 1))
+    fd = os.open("mapped", os.O_RDWR)
+    try:
+        mapping = mmap.mmap(fd, 4096)
+        mapping[0:5] = b"hello"
+        mapping.flush()
+        advanced = os.stat("mapped").st_mtime > 1
+        mapping.close()
+    finally:
+        os.close(fd)
+    return [advanced, open("mapped", "rb").read(5).decode()]
 
 
 def privileged(name, mode):
@@ -142,6 +198,8 @@ def root_steps():
     step("unlink", lambda: os.unlink("x-link"), "x")
     step("rmdir", lambda: (os.unlink("d/inner"), os.rmdir("d")))
     privilege_steps(".")
+    acl_steps()
+    step("mmap write and msync", mapped_write)
     step("listing", lambda: sorted(os.listdir("."))[:12])
 
 
@@ -158,6 +216,10 @@ def prepare_for_other():
     os.mkdir("sg", 0o777)
     os.chown("sg", 0, 1000)
     os.chmod("sg", 0o2777)
+    # Root's file that the mode keeps from others and an ACL entry opens to them.
+    create("aclfile", 0o600, b"by acl")
+    os.setxattr("aclfile", "system.posix_acl_access",
+                acl(("user_obj", 6, 0), ("user", 4, 65534), ("group_obj", 0, 0), ("mask", 4, 0), ("other", 0, 0)))
 
 
 def other_steps(uid):
@@ -183,6 +245,8 @@ def other_steps(uid):
     step("create in setgid dir", lambda: create("sg/mine"), "sg/mine")
     step("mkdir in setgid dir", lambda: os.mkdir("sg/dir"), "sg/dir")
     step("hard link to rootfile", lambda: os.link("rootfile", "pub/link"))
+    step("read a file an acl opens", lambda: open("aclfile", "rb").read().decode())
+    step("write a file an acl opens for reading only", lambda: os.open("aclfile", os.O_WRONLY))
     privilege_steps("pub")
 
 
