@@ -19,18 +19,17 @@
 //
 // A request that may wait long for the disk or the network (fsync, fallocate, a truncation or a
 // truncating open, a read or write the kernel did not pass through) is served by a lane thread
-// of its queue, pinned to the same CPU: served on the queue thread, it held up every later
-// request of that CPU, from any program, for as long as it waited (a 0.8 s fsync stalled a
-// stat 0.8 s). Unlinking a big file frees nothing then: the mount's own descriptor of the inode
-// keeps it, and the blocks go when that descriptor closes, at the kernel's FORGET, which comes
-// through /dev/fuse.
+// of its queue, pinned to the same CPU: served on the queue thread, it would hold up every later
+// request of that CPU, from any program, for as long as it waits. Unlinking a big file frees
+// nothing then: the mount's own descriptor of the inode keeps it, and the blocks go when that
+// descriptor closes, at the kernel's FORGET, which comes through /dev/fuse.
 //
 // On a backing directory whose filesystem is not local (NFS, SMB, FUSE, ...), any request may
-// wait on the network: a lookup or an open on a stalled server held up every later request of
-// its CPU. There the lane threads serve every request (`lanes_all`); a round trip to the server
-// costs more than the hand-over. When such a filesystem is mounted inside a local backing
+// wait on the network: a lookup or an open on a stalled server would hold up every later request
+// of its CPU. There the lane threads serve every request (`lanes_all`); a round trip to the
+// server costs more than the hand-over. When such a filesystem is mounted inside a local backing
 // directory, only the requests about its nodes, and about the directory it is mounted in, go to
-// the lanes (`cfs_ring_lane_node`): the hand-over made every local stat half as slow again.
+// the lanes (`cfs_ring_lane_node`): the hand-over would slow every local stat down.
 //
 // Interrupts, forgets and notifications still go through /dev/fuse and libfuse's own loop.
 #define _GNU_SOURCE
@@ -556,7 +555,7 @@ static int cfs_may_block(const struct cfs_ring_entry *entry) {
         return (valid & CFS_FATTR_SIZE) != 0;
     }
     case CFS_OP_OPEN: case CFS_OP_CREATE: {
-        // A truncating open drops the file's cached pages: 0.4 s for 2 GiB here.
+        // A truncating open drops the file's cached pages, which takes long for a big file.
         uint32_t flags;  // fuse_open_in and fuse_create_in start with the open's flags
         memcpy(&flags, entry->header->op_in, sizeof(flags));
         return (flags & O_TRUNC) != 0;
@@ -615,12 +614,11 @@ static void cfs_pin(int cpu) {
 // A queue thread shares its CPU with the programs whose requests it serves. The kernel wakes
 // it on the caller's CPU and, once it has replied, wakes the caller while it still runs there:
 // the scheduler then moves the caller to the other CPU, which is idle, and a lone program's
-// next request goes to that CPU's queue. Each call so crossed CPUs twice, waking an idle one
-// each time: a getxattr or an open+close cost about 30 us instead of 8-20. A few steps ahead of
-// the caller in priority (nice -5 against 0), the woken queue thread runs at once, before the
-// caller has gone to sleep; the reply then finds the caller still on its CPU. Lane threads
-// start from their queue thread and keep its value. Without the privilege (not root) the
-// value stays as it was.
+// next request goes to that CPU's queue. Each call so crosses CPUs twice, waking an idle one
+// each time. A few steps ahead of the caller in priority (nice -5 against 0), the woken queue
+// thread runs at once, before the caller has gone to sleep; the reply then finds the caller
+// still on its CPU. Lane threads start from their queue thread and keep its value. Without the
+// privilege (not root) the value stays as it was.
 static void cfs_take_nice(struct cfs_ring_queue *queue) {
     struct cfs_ring *ring = queue->ring;
     int running = ring->queue_nice != 0 ? cfs_set_thread_nice(ring->queue_nice) : cfs_thread_nice();
@@ -631,9 +629,9 @@ int cfs_ring_serving(void) { return cfs_serving != NULL; }
 
 // A READ the kernel did not pass through, answered by reading the file straight into the
 // payload of the entry that carries it. Through libfuse (`fuse_reply_data`), which cannot splice
-// into a ring entry, each reply took a buffer of the read's size (mmapped afresh and unmapped
-// again, 128 KiB and up, faulted in page by page), read into it and was then copied into the
-// entry: cold 1 MiB reads ran at a third to a half of their speed through /dev/fuse.
+// into a ring entry, each reply would take a buffer of the read's size (mmapped afresh and
+// unmapped again, 128 KiB and up, faulted in page by page), read into it and then be copied
+// into the entry.
 int cfs_ring_reply_read(void *req, int fd, int64_t offset, size_t size) {
     struct cfs_ring_entry *entry = cfs_serving;
     if (entry == NULL) return 0;

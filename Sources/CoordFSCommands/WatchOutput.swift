@@ -133,7 +133,7 @@ final class Printer: @unchecked Sendable {
     }
 
     /// Written as bytes, one write(2) a line: a watcher prints a line for every event, and
-    /// building a `String`, then `Data`, for `FileHandle` was a third of what it spent on one.
+    /// building a `String`, then `Data`, for `FileHandle` costs too much at that rate.
     func print(_ record: EventRecord) {
         var line: [UInt8]
         if json {

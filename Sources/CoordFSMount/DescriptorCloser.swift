@@ -8,12 +8,10 @@ import Glibc
 /// Closes the descriptors the budget evicts, on a thread of its own that runs away from the CPU
 /// of the request that evicted them.
 ///
-/// 1200 closes take about a millisecond, and the last descriptor of a file deleted behind the
-/// mount's back frees the file's blocks as it closes (unlinking a big file took 0.44 s on ext4
-/// here): no request waits for that. Nor may the closes run on the request's CPU. A worker
-/// woken from there was put there, and a walk of 40 000 files, its caller on one CPU, stalled
-/// about 0.9 ms at each eviction behind the closes; run on another CPU, 0.3 ms, the eviction
-/// itself.
+/// An eviction closes many descriptors at once, and the last descriptor of a file deleted behind
+/// the mount's back frees the file's blocks as it closes, which takes long for a big file: no
+/// request waits for that. Nor may the closes run on the request's CPU: a worker woken from there
+/// is put there, and the request's caller would wait behind the closes.
 final class DescriptorCloser: Sendable {
     static let shared = DescriptorCloser()
 

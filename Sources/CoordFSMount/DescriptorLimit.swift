@@ -5,7 +5,7 @@ import Glibc
 /// The open-file limit the mount lives within, and the share of it kept for inode descriptors.
 ///
 /// Many systems start programs with a soft limit of 1024 descriptors while allowing far more:
-/// a mount that kept the soft limit ran out after a thousand items of a tree and answered
+/// a mount that keeps the soft limit runs out after a thousand items of a tree and answers
 /// EMFILE. The daemon raises its soft limit to the hard one, and sizes the budget to it.
 public enum DescriptorLimit {
     /// The inode descriptors a mount keeps by default, where the limit allows.
@@ -27,8 +27,8 @@ public enum DescriptorLimit {
     /// Grows the process's descriptor table at once to hold `count` descriptors. The kernel
     /// doubles the table whenever a new descriptor does not fit, and in a process with threads
     /// each doubling waits for an RCU grace period: the first walk of a big tree through the
-    /// mount stalled 5–20 ms at 256, 512, … 8192 items, the whole mount waiting on the table
-    /// lock. The table never shrinks again; 16 384 slots take 128 KiB.
+    /// mount would stall at every doubling, the whole mount waiting on the table lock. The table
+    /// never shrinks again; 16 384 slots take 128 KiB.
     public static func reserveTable(for count: Int, duplicating descriptor: Int32) {
         // A copy of `descriptor` at the lowest free number from count - 1 up (nothing is
         // replaced), let go at once.

@@ -4,8 +4,8 @@ import CoordinationRuntime
 /// What the engine needs to know of a directory to name an item in it: the directory's path
 /// from the mount point, and the file packages around its items. Nearly every coordinated
 /// request names an item in a directory the previous one did. Working both out again walks up
-/// the inode table and asks about packages once per level: a quarter of a request's
-/// coordination one level down, and growing with depth. A class: handing one out is one retain.
+/// the inode table and asks about packages once per level, a cost that grows with depth. A
+/// class: handing one out is one retain.
 final class DirectoryContext: Sendable {
     /// The directory itself.
     let target: AccessTarget
@@ -22,7 +22,7 @@ final class DirectoryContext: Sendable {
 /// Each serving thread's last few directory contexts. One is good while no directory has
 /// changed parent or name (`InodeTable.directoryNamesGeneration`), no package marker came or
 /// went through the mount, and for as long as the package markers' own answers are (markers
-/// made behind the mount's back count within that time, as before).
+/// made behind the mount's back count within that time).
 final class DirectoryContexts: @unchecked Sendable {
     private struct Entry {
         var directory: UInt64

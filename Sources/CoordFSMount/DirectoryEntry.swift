@@ -6,8 +6,7 @@ import Glibc
 
 /// One record of readdir(3), read in place. A record is only as long as its name: `d_name` is
 /// declared as 256 bytes, and copying it whole (as `entry.pointee` does) reads past the end of
-/// glibc's buffer for the last record of a read, which crashed the daemon when the next page was
-/// not mapped.
+/// glibc's buffer for the last record of a read, and faults when the next page is not mapped.
 struct DirectoryEntry {
     let name: String
     let number: UInt64

@@ -29,12 +29,11 @@ extension Filesystem {
     /// After a FORGET or BATCH_FORGET of `items` items: counts it and, while the io_uring
     /// queues serve everything else, waits a moment before this thread reads `/dev/fuse` again.
     /// The kernel hands a reader all the forgets queued by then in one BATCH_FORGET; read as
-    /// they came, each unlink (and each item the kernel dropped from its cache) woke a thread
-    /// of its own: about 18 us of CPU per unlink here, half as much as serving the unlink, and
-    /// unlinks ran 1.4-1.7x as fast once paced. What else comes that way (an interrupt, a
-    /// notification's reply) waits at most this long. Through `/dev/fuse` alone forgets are not
-    /// paced: every request would wait behind them; nor on a queue's own thread, should a
-    /// kernel send them through the rings, where the CPU's other requests wait behind it.
+    /// they come, each unlink (and each item the kernel drops from its cache) would wake a
+    /// thread of its own. What else comes that way (an interrupt, a notification's reply) waits
+    /// at most this long. Through `/dev/fuse` alone forgets are not paced: every request would
+    /// wait behind them; nor on a queue's own thread, should a kernel send them through the
+    /// rings, where the CPU's other requests wait behind it.
     func forgetRequestServed(items: Int) {
         statistics.forgetRequests.add(1, ordering: .relaxed)
         statistics.forgotten.add(items, ordering: .relaxed)
@@ -43,8 +42,8 @@ extension Filesystem {
         _ = nanosleep(&pause, nil)
     }
 
-    /// Nanoseconds a device reader waits after a forget (`forgetRequestServed`): 1 ms made
-    /// unlinks 34 % faster, 5 ms another 6 %.
+    /// Nanoseconds a device reader waits after a forget (`forgetRequestServed`): the longer the
+    /// pause, the more forgets one BATCH_FORGET gathers.
     static let forgetPause = 5_000_000
 
     /// Whether the io_uring queues serve this mount, so that `/dev/fuse` carries only forgets,
@@ -83,8 +82,9 @@ extension Filesystem {
         // A process that holds the file open for writing (tar's fchown, fchmod and futimens; the
         // futimens of touch on the file it just made) changes its attributes as part of that
         // access: the open already holds the write and has asked its presenters, and its release
-        // tells them of the change. Taken as a write of its own, it waited for nobody but cost a
-        // full coordination, and touch's watchers heard of the change before the file appeared.
+        // tells them of the change. Taken as a write of its own, it would wait for nobody but cost
+        // a full coordination, and touch's watchers would hear of the change before the file
+        // appeared.
         if change.size == nil, inode.writers.load(ordering: .relaxed) != 0,
            let process = callingProcess(reply.req, now: coarseMilliseconds()), inode.isWritten(onlyBy: process) {
             statistics.coordinated.add()

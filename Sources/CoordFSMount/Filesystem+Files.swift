@@ -362,7 +362,8 @@ extension Filesystem {
     /// Clears setuid (and setgid with group execute) of the file at `fd`, as the kernel does
     /// when someone without CAP_FSETID writes it. `inode`, when given: the kernel's cached
     /// attributes of it are forgotten, since no reply carries the new mode (a write's, an
-    /// open's): `stat` showed the old one for up to the attribute timeout. Whether it cleared any.
+    /// open's): `stat` would show the old one for up to the attribute timeout. Whether it
+    /// cleared any.
     @discardableResult
     func dropPrivilegeBits(_ fd: Int32, of inode: Inode? = nil) -> Bool {
         var info = stat()

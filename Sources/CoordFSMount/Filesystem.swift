@@ -137,9 +137,9 @@ public final class Filesystem: @unchecked Sendable {
 
     /// Whether close(2) of an open of `inode` can go without a FLUSH to the daemon: its
     /// backing file is on the backing directory's own filesystem, and that filesystem reports
-    /// nothing at close. Flushing was then a dup and a close of the backing descriptor, and its
-    /// round trip was a third of a create+close. (The writeback cache still flushes its dirty
-    /// pages: the kernel sends FLUSH then regardless.)
+    /// nothing at close. Flushing is then only a dup and a close of the backing descriptor, not
+    /// worth a round trip to the daemon. (The writeback cache still flushes its dirty pages: the
+    /// kernel sends FLUSH then regardless.)
     func sendsNoFlush(_ inode: Inode) -> Bool {
         filesystems.rootReportsNothingAtClose && inode.device == filesystems.rootDevice
     }
@@ -214,7 +214,7 @@ public final class Filesystem: @unchecked Sendable {
         /// The item itself, or the directory that holds `name`.
         var node: Inode
         /// Empty for `node` itself: the kernel never names an item so. Not an optional: copying
-        /// a `String?` ran the optional's value witnesses, some ten cache lines of code.
+        /// a `String?` runs the optional's value witnesses, some ten cache lines of code.
         var name: String = ""
         var isDirectory: Bool
     }

@@ -108,8 +108,7 @@ final class InodeTable: Sendable {
         var nextID: UInt64 = 2
         var clock: UInt64 = 0
         /// The descriptors held for inodes (the root's aside), in slots kept side by side:
-        /// eviction reads and writes only these arrays, never an inode (a cache miss apiece,
-        /// 1200 of them per eviction, took two thirds of its 0.2 ms).
+        /// eviction reads and writes only these arrays, never an inode (a cache miss apiece).
         var slots = Slots()
 
         struct Slots {
@@ -338,9 +337,8 @@ final class InodeTable: Sendable {
     /// about nine tenths of the budget. Returns them to close outside the lock.
     ///
     /// The lock is held, so only the slots' arrays are read, side by side, and the age to evict
-    /// up to is found from a sample of the uses (`age`): with a budget of 12 000 in a tree of
-    /// 40 000 files, an eviction held the table 1.5–3.3 ms when it sorted candidates out of
-    /// every inode, and 0.2 ms when it selected among all uses and visited each evicted inode.
+    /// up to is found from a sample of the uses (`age`), not by sorting candidates out of every
+    /// inode.
     private func evict(_ state: inout State) -> [Int32] {
         guard state.openDescriptors > descriptorBudget else { return [] }
         let excess = state.openDescriptors - descriptorBudget * 9 / 10
@@ -357,7 +355,7 @@ final class InodeTable: Sendable {
     /// The `count`-th oldest of `uses`, those that are `UInt64.max` (never evicted, or free)
     /// aside. An evenly strided sample of at most 1024 brackets it; one pass counts the uses
     /// below the bracket and gathers those within (about 1000 of 12 000), and the answer is
-    /// selected among these. A selection among all of them took 90 µs under the lock.
+    /// selected among these: a selection among all of them would hold the lock longer.
     static func age(evicting count: Int, of uses: [UInt64]) -> UInt64 {
         guard count > 0 else { return 0 }
         let stride = max(1, uses.count / 1024)
@@ -481,8 +479,8 @@ final class InodeTable: Sendable {
         return inode
     }
 
-    /// The node already known for `name` in `parent`, found with one fstatat where an open, a
-    /// stat and a close found it before (a LOOKUP of a name the kernel knew, once its entry
+    /// The node already known for `name` in `parent`, found with one fstatat instead of an open,
+    /// a stat and a close (a LOOKUP of a name the kernel knew, once its entry
     /// timed out, is most of them); nil when the item is not known, or known without a
     /// descriptor: the caller then opens it. A node's descriptor keeps its inode alive, so the
     /// inode's number cannot have gone to another file meanwhile. A miss clears the parent's

@@ -64,7 +64,7 @@ public struct MountConfiguration: Sendable {
     /// at the daemon's. A few steps ahead of the programs they serve, a lone program is not
     /// moved to the other CPU by each reply (ring.c, `cfs_take_nice`). Below 0 needs root.
     public var serveNice: Int32 = -5
-    /// Threads serving kernel requests, started as requests overlap. One thread served a lone
+    /// Threads serving kernel requests, started as requests overlap. One thread serves a lone
     /// program's metadata calls much faster on a small VM (docs/mount.md), but a slow system
     /// call on the backing directory then holds up every other request; waits for coordination
     /// never do (they hold no thread).

@@ -2,8 +2,8 @@ import Synchronization
 
 /// How many files and directories each user may keep open through the mount at once. Every
 /// open holds one of the daemon's descriptors, and all users' opens draw on its one open-file
-/// limit: without a share each, one user holding some thousands of files open made every
-/// user's opens and creates fail with EMFILE, root's included. A user past its share now gets
+/// limit: without a share each, one user holding some thousands of files open would make every
+/// user's opens and creates fail with EMFILE, root's included. A user past its share gets
 /// EMFILE alone, as from its own process's limit.
 ///
 /// The mount's owner and root are not counted: their opens are the daemon's own to give.

@@ -9,12 +9,12 @@ import Glibc
 /// Thread id → the caller's process, remembered for a second: a thread id is not reused that
 /// fast, and metadata-heavy programs make thousands of calls a second.
 ///
-/// A new process's first call used to read /proc/TID/status: some 40 µs of the mount's time,
-/// most of it the kernel making the new process's /proc entries, paid again by every `cat` a
-/// shell loop or a build runs. Most callers are a process's first thread, and then two system
-/// calls say enough (`isProcessOfItsOwn`). /proc is read for the others (another thread of a
-/// process, a kernel thread, a process outside every process group) and for a process's
-/// parent, which is wanted only while a `coordfs coordinate` lends its holds.
+/// Reading /proc/TID/status at a new process's first call is dear, most of it the kernel making
+/// the new process's /proc entries, and every `cat` a shell loop or a build runs would pay it
+/// again. Most callers are a process's first thread, and then two system calls say enough
+/// (`isProcessOfItsOwn`). /proc is read for the others (another thread of a process, a kernel
+/// thread, a process outside every process group) and for a process's parent, which is wanted
+/// only while a `coordfs coordinate` lends its holds.
 enum ProcessInfoCache {
     private struct Entry {
         let caller: ProcFile.Caller
@@ -50,8 +50,8 @@ enum ProcessInfoCache {
 
     /// The parent of `process`, from the same memory (a process's first thread has its id):
     /// while a `coordfs coordinate` lends its hold to its descendants, every call walks the
-    /// caller's ancestors, and reading /proc for each of them on every call cost far more than
-    /// the call. Leaves each worker's last answer alone.
+    /// caller's ancestors, and reading /proc for each of them on every call would cost far more
+    /// than the call. Leaves each worker's last answer alone.
     static func parent(of process: pid_t, now: Int64) -> pid_t? {
         guard let parent = cachedEntry(of: process, now: now, wantsParent: true)?.caller.parent, parent > 0 else { return nil }
         return parent

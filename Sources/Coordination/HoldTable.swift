@@ -6,8 +6,8 @@
 ///
 /// The stored hash is FNV-1a, which anyone who names files can aim at; it is mixed with a
 /// random seed per table before it picks a slot, so names cannot be aimed at one run of slots
-/// without knowing the seed (full 64-bit FNV collisions collide in any table, as they did in
-/// the dictionary).
+/// without knowing the seed (full 64-bit FNV collisions collide in any table, as they do in a
+/// `Dictionary`).
 struct HoldTable: Sequence {
     fileprivate struct Entry {
         let path: ItemPath

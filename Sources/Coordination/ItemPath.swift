@@ -179,7 +179,7 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
         if separator == 1 { hash = (hash ^ UInt64(slash)) &* Self.fnvPrime }
         // Joined on the stack and made a String from there: the same library path as the
         // kernel's names take (`String(cString:)`), where `String(unsafeUninitializedCapacity:)`
-        // ran code of its own, and thunks for its closure, on every request.
+        // runs code of its own, and thunks for its closure, on every request.
         let joined = string.withBorrowedUTF8 { head in
             name.withBorrowedUTF8 { tail in
                 let count = head.count + separator + tail.count

@@ -11,7 +11,7 @@ import Synchronization
 ///
 /// Such an access (a mount's unlink, rename or mkdir, held only for its call) would be granted at
 /// once, conflict with nobody and have nobody to tell; naming its item and taking and ending its
-/// grant were most of what coordination cost it. Passing, it only counts itself in and out.
+/// grant are most of what coordination would cost it. Passing, it only counts itself in and out.
 ///
 /// Exclusion is kept the other way round: the first lock section that leaves the engine holding
 /// more than a gate allows closes it, and whoever it granted or registered waits, before going

@@ -4,7 +4,7 @@
 ///
 /// Why a list of their own: between a kernel request's grant and its release the kernel does
 /// the request's work, which leaves little of the engine in the CPU's caches. Filing a grant in
-/// the grant table and its hold in the hold table ran the code of both tables twice per request,
+/// the grant table and its hold in the hold table runs the code of both tables twice per request,
 /// cold; a grant on the short list touches one short array.
 ///
 /// Every other path sees them: they block other requests (`State.blockers`), a release wakes
@@ -62,8 +62,8 @@ struct ShortList {
         entries.firstIndex { $0.number == number }
     }
 
-    /// Removes and returns the grant at `index`. (Not an optional entry, as a lookup by number
-    /// returned: ending one ran the optional's value witnesses on every release.)
+    /// Removes and returns the grant at `index`. (Not an optional entry: ending one would run
+    /// the optional's value witnesses on every release.)
     @discardableResult
     mutating func remove(at index: Int) -> Entry {
         // Order does not matter here; a snapshot sorts by number.

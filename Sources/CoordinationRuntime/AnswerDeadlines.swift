@@ -5,12 +5,11 @@ import Foundation
 /// When the presenters' answers to each access's requests are due, for all of a domain's
 /// messengers, on one timer (X2).
 ///
-/// A timer per request (`asyncAfter`) woke libdispatch's manager thread for every request, to
-/// put the new timer in its heap: under a watcher that answers every deletion, that thread was
-/// a tenth of a mount's CPU. With one presenter timeout for all, deadlines come in the order the
-/// requests were sent, so they queue in order and the timer is set for the earliest only; one
-/// answered is taken off the queue. While requests keep coming and being answered, the timer
-/// fires about once per timeout, finds nothing late, and is set again.
+/// A timer per request (`asyncAfter`) would wake libdispatch's manager thread for every request,
+/// to put the new timer in its heap. With one presenter timeout for all, deadlines come in the
+/// order the requests were sent, so they queue in order and the timer is set for the earliest
+/// only; one answered is taken off the queue. While requests keep coming and being answered,
+/// the timer fires about once per timeout, finds nothing late, and is set again.
 final class AnswerDeadlines: @unchecked Sendable {
     typealias Token = UInt64
 

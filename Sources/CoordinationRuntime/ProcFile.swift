@@ -5,9 +5,9 @@ import Glibc
 
 /// Reads small /proc files, which report a size of zero.
 ///
-/// As bytes: /proc/PID/status is some sixty lines, and splitting it as a `String` walks it
-/// grapheme by grapheme. That made the first coordinated call of every new process (each `cat`
-/// a build runs, say) cost the mount about 100 µs of CPU.
+/// As bytes: /proc/PID/status is some sixty lines, splitting it as a `String` walks it grapheme
+/// by grapheme, and the first coordinated call of every new process (each `cat` a build runs,
+/// say) reads it.
 package enum ProcFile {
     package static func read(_ path: String) -> String? {
         readBytes(path).map { String(decoding: $0, as: UTF8.self) }

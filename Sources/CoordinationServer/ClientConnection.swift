@@ -16,7 +16,7 @@ final class ClientConnection: @unchecked Sendable {
     let peer: PeerCredentials
     /// Strong: a connection's thread still ends its client's watches and holds through the
     /// server after `stop()`, which may be the server's last reference. (Unowned, that end
-    /// crashed a process whose server went first.) The cycle ends when the connection closes
+    /// would crash a process whose server goes first.) The cycle ends when the connection closes
     /// and the server forgets it.
     private let server: ControlServer
     private let lock = NSLock()
@@ -84,8 +84,8 @@ final class ClientConnection: @unchecked Sendable {
         reading: while true {
             // Asleep in poll, for input alone: a read blocked on the socket is woken too each time
             // the client takes in what was sent to it (the kernel wakes the socket's waiters when
-            // its send space frees), once for every event a watcher reads. perf put those wakings
-            // at 9 % of a mount's CPU under a watcher hearing of every new file.
+            // its send space frees), once for every event a watcher reads: wakings that cost a
+            // mount dear under a watcher hearing of every new file.
             var input = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             // Until its hello, a connection may wait only so long: it holds a thread and one of
             // its user's places.
@@ -154,7 +154,8 @@ final class ClientConnection: @unchecked Sendable {
             else { send(.error(id: id, errno: "EINVAL", message: "no watch \(wd)")) }
         case .answer(let cookie, let code):
             // An answer nobody waits for any more (it came after the presenter timeout, or
-            // twice) is dropped: closing the connection for it took a slow presenter's watches.
+            // twice) is dropped: closing the connection for it would take a slow presenter's
+            // watches.
             // One to a cookie never sent is a client's mistake, and closes it as any bad line.
             let (answered, issued) = lock.withLock { (answers.removeValue(forKey: cookie)?.answered, lastCookie) }
             guard let answered else {
@@ -617,9 +618,9 @@ final class ClientConnection: @unchecked Sendable {
     /// Ends everything the client had: watches go, holds end, pending holds are cancelled, and
     /// requests it never answered count as consent.
     /// Shuts the socket down (its reader then ends the connection), unless the connection has
-    /// closed it already. (The server stopping did this unguarded: a connection that closed
-    /// meanwhile had its number taken by a new socket, of another client or of another part
-    /// of the process, and that was shut down instead.)
+    /// closed it already. (Unguarded, a server stopping would shut down whatever new socket, of
+    /// another client or of another part of the process, took the number of a connection that
+    /// closed meanwhile.)
     func shutDown() {
         lock.withLock { if !descriptorClosed { _ = shutdown(fd, Int32(SHUT_RDWR)) } }
     }

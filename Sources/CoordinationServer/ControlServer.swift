@@ -157,8 +157,9 @@ public final class ControlServer: @unchecked Sendable {
     public func stop() {
         let (fd, open, file, shared) = lock.withLock { () -> (Int32, [ClientConnection], (device: UInt64, inode: UInt64)?, Bool) in
             defer { listener = -1; boundFile = nil }
-            // The accept thread's closure holds the server: kept here, the two held each other
-            // (and a mount's whole filesystem, through the resolver) for the life of the process.
+            // The accept thread's closure holds the server: kept here, the two would hold each
+            // other (and a mount's whole filesystem, through the resolver) for the life of the
+            // process.
             acceptThread = nil
             return (listener, Array(connections.values), boundFile, inherited)
         }

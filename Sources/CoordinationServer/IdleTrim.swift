@@ -7,8 +7,8 @@ import Glibc
 ///
 /// glibc's malloc keeps an arena for each thread that allocated at once with another (up to
 /// eight a CPU), and keeps what is freed in them for later. A server runs a thread a
-/// connection: after a burst of clients the daemon's heap held about three times what was in
-/// use, and kept it idle. `malloc_trim` returns the free pages of every arena; it is run when
+/// connection: after a burst of clients the daemon's heap holds far more than is in use, and
+/// keeps it while idle. `malloc_trim` returns the free pages of every arena; it is run when
 /// the last client has gone and two seconds later none has come, where it costs nobody.
 enum IdleTrim {
     private typealias Trim = @convention(c) (Int) -> Int32

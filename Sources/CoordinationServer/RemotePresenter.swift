@@ -44,7 +44,7 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
     private var path: String { lock.lock(); defer { lock.unlock() }; return itemPath }
 
     /// The name of the item at `other` as inotify gives it: relative to the watched item when
-    /// inside it. (Compared as bytes: Foundation's string search showed in every event's cost.)
+    /// inside it. (Compared as bytes: Foundation's string search is too slow for every event.)
     private func name(_ other: String) -> String {
         let base = path.utf8, full = other.utf8
         guard full.count > base.count + 1, full.starts(with: base),

@@ -21,7 +21,7 @@ public enum WireCodec {
     public static func decodeClient(_ line: [UInt8]) throws(WireError) -> ClientMessage { try decodeClient(line[...]) }
 
     /// A line as it lies in a connection's buffer. (Of a concrete type: called generically from
-    /// another module, every call instantiated generic metadata, a fifth of what a hold cost.)
+    /// another module, every call would instantiate generic metadata.)
     public static func decodeClient(_ line: ArraySlice<UInt8>) throws(WireError) -> ClientMessage {
         // A watcher's answers come while accesses wait for them: the one line read without
         // a dictionary first.
@@ -208,7 +208,7 @@ public enum WireCodec {
     }
 
     /// An event's line, written field by field in the order `line` sorts its keys into: a
-    /// watcher gets one for every new file, and each took a dictionary and a sort before.
+    /// watcher gets one for every new file, too often to build a dictionary and sort it each time.
     static func eventLine(_ record: EventRecord) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(160 + record.name.utf8.count + record.path.utf8.count)
@@ -280,8 +280,8 @@ public enum WireCodec {
 
     /// A line as it lies in a connection's buffer (concrete, as `decodeClient`).
     public static func decodeServer(_ line: ArraySlice<UInt8>) throws(WireError) -> ServerMessage {
-        // Most lines a client reads are events: `EventLine` reads them without JSONSerialization
-        // (half of what `coordfs watch` spent per event).
+        // Most lines a client reads are events: `EventLine` reads them without JSONSerialization,
+        // which is too slow for every event.
         if let record = EventLine.parse(line) { return .event(record) }
         return try serverMessage(try parseObject(line, quickly: true))
     }
@@ -347,8 +347,8 @@ public enum WireCodec {
         return value
     }
 
-    /// One line: the object with its keys sorted, as `JSONSerialization` and then `JSONEncoder`
-    /// wrote it before, byte for byte (`JSONOutput.write`), and a newline.
+    /// One line: the object, byte for byte as `JSONEncoder` writes it with sorted keys
+    /// (`JSONOutput.write`), and a newline.
     private static func line(_ object: [String: JSONOutput]) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(128)
@@ -360,10 +360,9 @@ public enum WireCodec {
 
 /// A JSON value to write: what the messages hold.
 ///
-/// Written by hand: every event a presenter hears is a line, and `JSONEncoder` made encoding
-/// it most of what the mount spent on telling a watcher of a new file. The bytes are the ones
-/// `JSONEncoder` writes with sorted keys and unescaped slashes (`Encodable` stays, for the test that holds the two
-/// to each other).
+/// Written by hand: every event a presenter hears is a line, and `JSONEncoder` is too slow for
+/// every event. The bytes are the ones `JSONEncoder` writes with sorted keys and unescaped
+/// slashes (`Encodable` stays, for the test that holds the two to each other).
 enum JSONOutput: Encodable, ExpressibleByStringLiteral {
     case int(Int)
     case double(Double)

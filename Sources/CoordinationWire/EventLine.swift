@@ -1,10 +1,9 @@
-/// An event line read without `JSONSerialization`, which took three quarters of what
-/// `coordfs watch` spent on an event: the flat object the server writes (`JSONOutput`), keys in
-/// any order, blanks between tokens allowed.
+/// An event line read without `JSONSerialization`, which is too slow for every event: the flat
+/// object the server writes (`JSONOutput`), keys in any order, blanks between tokens allowed.
 ///
 /// Strict where JSON is, and narrower: any key but the event's own, a fraction, an exponent, a
 /// nested object, a number past what `JSON.int` takes, invalid UTF-8 — anything it is not
-/// sure of — gives nil, and the line goes to `JSONSerialization` as before. So whatever it
+/// sure of — gives nil, and the line goes to `JSONSerialization`. So whatever it
 /// returns is what the general path returns for the line (a test holds the two to each other).
 enum EventLine {
     static func parse(_ line: some Collection<UInt8>) -> EventRecord? {

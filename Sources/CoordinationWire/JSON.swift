@@ -3,10 +3,9 @@ import Foundation
 /// A JSON value as the wire's readers give it to the decoder: straight from the bytes
 /// (`JSONReader`), or converted from what `JSONSerialization` returns (the general reading).
 ///
-/// Typed: the decoder took a dictionary of `Any` before, with every number and flag an
-/// `NSNumber` to make and cast back, which was most of what a mount spent on a client's hold.
-/// The accessors answer as the casts did, so both readings decode a line alike (a test holds
-/// them to each other).
+/// Typed, not a dictionary of `Any`: there every number and flag is an `NSNumber` to make and
+/// cast back, too dear on every hold a client takes. The accessors answer as those casts
+/// would, so both readings decode a line alike (a test holds them to each other).
 enum JSON: Equatable {
     case null
     case bool(Bool)

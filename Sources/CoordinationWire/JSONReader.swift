@@ -1,7 +1,7 @@
-/// A JSON object read without `JSONSerialization`, which was most of what the control socket
-/// spent on a line: strictly, and narrowly, into typed values (`JSON`). Anything it is not
+/// A JSON object read without `JSONSerialization`, which is too slow for every line of the
+/// control socket: strictly, and narrowly, into typed values (`JSON`). Anything it is not
 /// sure of (null, a key given twice, a whole number past what `JSON.int` takes, deep nesting,
-/// anything malformed) gives nil, and the line goes to `JSONSerialization` as before; so what
+/// anything malformed) gives nil, and the line goes to `JSONSerialization`; so what
 /// it returns is what `JSON(foundation:)` makes of `JSONSerialization`'s reading (a test holds
 /// the two to each other).
 enum JSONReader {

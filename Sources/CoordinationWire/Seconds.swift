@@ -3,7 +3,7 @@
 /// Every timeout that crosses the socket or the command line comes through here: a value
 /// that does not fit (NaN, an infinity, a negative, or past `maximum`) is refused with a
 /// message, never converted — `Duration.milliseconds(Int64(1e16 * 1000))` traps, and one
-/// line on the socket took a shared mount down with it.
+/// line on the socket would take a shared mount down with it.
 public enum Seconds {
     /// About 31 years: far past any wait a person means, and far inside what `Duration` holds.
     public static let maximum: Double = 1e9
