@@ -11,6 +11,7 @@ import Glibc
 /// coordinated; setattr is a write (metadata-only unless it truncates).
 extension Filesystem {
     func lookup(_ reply: Reply, _ parentID: UInt64, _ name: String) {
+        if name == "." || name == ".." { return lookupByHandle(reply, parentID, name) }
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         do {
             let (inode, info) = try lookupNode(parent, name)
@@ -19,6 +20,25 @@ extension Filesystem {
             // A negative entry the kernel may cache: creations go through the mount, which
             // updates it, so a create need not be preceded by a LOOKUP each time.
             reply.negativeEntry(timeout: timeout)
+        } catch {
+            reply.error(error)
+        }
+    }
+
+    /// The kernel's LOOKUP of "." in a node (a file handle of it, opened: the node itself) and
+    /// of ".." (its parent, to reconnect a directory a handle named), for nodes it may have
+    /// forgotten: see `InodeTable.revive`.
+    private func lookupByHandle(_ reply: Reply, _ id: UInt64, _ name: String) {
+        do throws(Errno) {
+            if name == "." {
+                let (inode, info) = try inodes.revive(id, countingLookup: true)
+                return reply.entry(inode, shown(info), timeout: timeout)
+            }
+            let (node, _) = try inodes.revive(id, countingLookup: false)
+            guard node.isDirectory else { return reply.error(ENOTDIR) }
+            let parentID = id == InodeTable.rootID ? id : inodes.placement(of: node).parent
+            let (parent, info) = try inodes.revive(parentID, countingLookup: true)
+            reply.entry(parent, shown(info), timeout: timeout)
         } catch {
             reply.error(error)
         }

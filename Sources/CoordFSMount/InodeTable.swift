@@ -170,6 +170,9 @@ final class InodeTable: Sendable {
     let root: Inode
     /// The backing root, O_PATH: kept for the mount's life, never evicted.
     let rootDescriptor: Int32
+    /// The nodes the kernel forgot last, for its file handles of them (`revive`).
+    let departed = DepartedNodes()
+
     /// A regular (not O_PATH) descriptor of the backing root: open_by_handle_at wants one.
     private let handleBase: Int32
     let descriptorBudget: Int
@@ -447,14 +450,19 @@ final class InodeTable: Sendable {
                               handle: hasHandle ? handle : nil, isDirectory: (info.st_mode & S_IFMT) == S_IFDIR,
                               parent: parent, name: name)
             inode.lookups = 1
-            state.byID[id] = inode
-            state.byKey[key] = id
-            state.attach(fd, to: inode, evictable: evictable(inode))
-            return (inode, nil, evict(&state))
+            return (inode, nil, insert(inode, key, fd: fd, &state))
         }
         if let unused { close(unused) }
         closeLater(evicted)
         return inode
+    }
+
+    /// Records a new node, open at `fd`; returns the descriptors its own evicted.
+    private func insert(_ inode: Inode, _ key: Key, fd: Int32, _ state: inout State) -> [Int32] {
+        state.byID[inode.id] = inode
+        state.byKey[key] = inode.id
+        state.attach(fd, to: inode, evictable: evictable(inode))
+        return evict(&state)
     }
 
     /// Records a file made with O_TMPFILE in `parent`, open at `fd` (an O_PATH descriptor the
@@ -533,18 +541,57 @@ final class InodeTable: Sendable {
     /// request holds it.
     func forget(_ id: UInt64, _ count: UInt64) {
         if id == Self.rootID { return }
-        let closing: Int32? = state.withLock { state in
-            guard let inode = state.byID[id] else { return nil }
+        let (closing, departing) = state.withLock { state -> (Int32?, DepartedNodes.Record?) in
+            guard let inode = state.byID[id] else { return (nil, nil) }
             inode.lookups -= min(count, inode.lookups)
-            guard inode.lookups == 0 else { return nil }
+            guard inode.lookups == 0 else { return (nil, nil) }
             state.byID[id] = nil
             state.byKey[Key(device: inode.device, number: inode.number)] = nil
             inode.forgotten = true
             changingPlaces(of: inode) { $0.otherPlaces = [] }
-            guard let slot = state.slot(of: inode), state.slots.pins[slot] == 0 else { return nil }
-            return state.detach(slot)
+            let record = inode.isUnnamed.load(ordering: .relaxed) ? nil
+                : DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device, number: inode.number,
+                                       isDirectory: inode.isDirectory)
+            guard let slot = state.slot(of: inode), state.slots.pins[slot] == 0 else { return (nil, record) }
+            return (state.detach(slot), record)
         }
+        if let departing { departed.add(id, departing) }
         if let closing { close(closing) }
+    }
+
+    /// The node `id`, known, or one the kernel forgot and asks for again (a file handle: a
+    /// LOOKUP of "." in it), found by the place it was last known by (its parent found again
+    /// the same way) and checked to be the same item. `countingLookup`: the kernel will hold
+    /// it (the node it asked for); an ancestor found again on the way is held by no one.
+    /// ESTALE when it is not remembered, or its place now names another item.
+    func revive(_ id: UInt64, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
+        if let known = self[id] {
+            if countingLookup && id != Self.rootID { state.withLock { _ in known.lookups += 1 } }
+            return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) })
+        }
+        guard let gone = departed.record(of: id) else { throw Errno(code: ESTALE) }
+        let (parent, _) = try revive(gone.parent, countingLookup: false)
+        let fd: Int32, info: stat
+        do throws(Errno) { (fd, info) = try openChild(named: gone.name, in: parent) } catch { throw Errno(code: ESTALE) }
+        let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        guard key.device == gone.device, key.number == gone.number else { close(fd); throw Errno(code: ESTALE) }
+        let (inode, unused, evicted) = state.withLock { state -> (Inode?, Int32?, [Int32]) in
+            if let other = state.byKey[key] {
+                // Looked up by name again meanwhile, under another id: this handle is stale.
+                guard other == id, let known = state.byID[id] else { return (nil, fd, []) }
+                if countingLookup { known.lookups += 1 }
+                return (known, fd, [])
+            }
+            let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: gone.isDirectory,
+                              parent: parent.id, name: gone.name)
+            inode.lookups = countingLookup ? 1 : 0
+            return (inode, nil, insert(inode, key, fd: fd, &state))
+        }
+        if let unused { close(unused) }
+        closeLater(evicted)
+        guard let inode else { throw Errno(code: ESTALE) }
+        departed.remove(id)
+        return (inode, info)
     }
 
     /// The path of a node below `base` — `base`, a slash, then the names from the root down

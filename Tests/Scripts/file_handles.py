@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""File handles of a file and its directories, opened again while the kernel has their inodes
+and after it has dropped them (drop_caches), and after a rename of the directory: prints one line
+a step, the same on any filesystem that keeps handles good for as long as the items live.
+
+    file_handles.py DIR      (DIR is made fresh)
+"""
+import ctypes, os, sys
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class FileHandle(ctypes.Structure):
+    _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int), ("f_handle", ctypes.c_ubyte * 128)]
+
+
+def handle(path):
+    found, mount_id = FileHandle(), ctypes.c_int()
+    found.handle_bytes = 128
+    if libc.name_to_handle_at(-100, path.encode(), ctypes.byref(found), ctypes.byref(mount_id), 0) != 0:
+        raise OSError(ctypes.get_errno(), "name_to_handle_at " + path)
+    return found
+
+
+def reopen(mount_fd, found):
+    fd = libc.open_by_handle_at(mount_fd, ctypes.byref(found), os.O_RDONLY)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return fd
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as caches:
+        caches.write("3\n")
+
+
+root = sys.argv[1]
+os.makedirs(root + "/a/b")
+with open(root + "/a/b/file", "w") as made:
+    made.write("content\n")
+handles = {name: handle(root + "/" + name) for name in ["a/b/file", "a/b", "a"]}
+mount_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+for when in ["cached", "dropped", "renamed and dropped"]:
+    if when == "dropped":
+        drop_caches()
+    if when == "renamed and dropped":
+        os.rename(root + "/a", root + "/moved")
+        drop_caches()
+    for name, found in handles.items():
+        try:
+            fd = reopen(mount_fd, found)
+            seen = os.read(fd, 100).decode().strip() if name.endswith("file") else sorted(os.listdir(fd))
+            os.close(fd)
+            print(when, name, "ok", seen)
+        except OSError as error:
+            print(when, name, "error", os.strerror(error.errno))
