@@ -99,6 +99,7 @@ struct Mount: ParsableCommand {
     var allowOverlap = false
 
     func run() throws {
+        if o.contains(where: { $0.split(separator: ",").contains("remount") }) { return try remount() }
         let configuration = try makeConfiguration()
         try Self.validate(configuration)
         if verbose || fake {
@@ -202,12 +203,6 @@ struct Mount: ParsableCommand {
             configuration.maxThreads = UInt32(count)
         }
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
-        // mount -o remount asks the helper to change a live mount: none of coordfs's options can
-        // change without a new mount, and mounting again over it would stack a second one.
-        if options.contains("remount") {
-            throw CommandFailure("-o remount: a coordfs mount's options are set when it mounts; unmount it and mount it "
-                                 + "again with the new ones (coordfs unmount \(configuration.mountPoint); mount \(configuration.mountPoint))")
-        }
         var fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
         do { configuration.ownershipView = try OwnershipView.take(from: &fuseOptions) } catch { throw CommandFailure("-o \(error)") }
         configuration.fuseOptions = fuseOptions

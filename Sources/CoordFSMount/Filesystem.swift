@@ -75,6 +75,7 @@ public final class Filesystem: @unchecked Sendable {
         self.configuration = configuration
         self.domain = domain
         engine = domain.engine
+        ownership = OwnershipSetting(configuration.ownershipView)
         guard let root = ItemPath(configuration.mountPoint) else {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
@@ -146,9 +147,48 @@ public final class Filesystem: @unchecked Sendable {
 
     var timeout: Double { configuration.cacheTimeout }
 
-    /// Attributes as the mount shows them (`-o uid=,gid=,umask=`).
+    /// The owner, group and mask every item shows (`-o uid=,gid=,umask=`), as a remount left them.
+    let ownership: OwnershipSetting
+
+    /// Attributes as the mount shows them.
     @inline(__always)
-    func shown(_ info: stat) -> stat { configuration.ownershipView.shown(info) }
+    func shown(_ info: stat) -> stat { ownership.shown(info) }
+
+    /// `mount -o remount,OPTIONS`: `uid=`, `gid=` and `umask=` change at once (the kernel is
+    /// told to forget the attributes it keeps); `ro` and `rw` are the kernel's, which the
+    /// helper asks of it; any other option must be as the mount has it. Nil when done, or why not.
+    func remount(_ options: [String]) -> String? {
+        var rest = options
+        let given: OwnershipView
+        do { given = try OwnershipView.take(from: &rest) } catch { return "\(error)" }
+        let fixed = rest.filter { !Self.passesRemount($0) && !configuration.fuseOptions.contains($0) }
+        if !fixed.isEmpty {
+            return "\(fixed.joined(separator: ",")) cannot change while mounted: unmount and mount again"
+        }
+        var view = ownership.current
+        if let owner = given.owner { view.owner = owner }
+        if let group = given.group { view.group = group }
+        if let umask = given.umask { view.umask = umask }
+        guard view != ownership.current else { return nil }
+        ownership.set(view)
+        for id in inodes.knownIDs {
+            guard let node = inodes[id] else { continue }
+            invalidateAttributes(of: node)
+        }
+        logger.notice("remounted: owner \(view.owner.map(String.init) ?? "as stored"), group \(view.group.map(String.init) ?? "as stored"), umask \(view.umask.map { String($0, radix: 8) } ?? "none")")
+        return nil
+    }
+
+    /// Options a remount may name whatever the mount has: the request itself, the kernel's
+    /// flags (the helper changes ro and rw), mount(8)'s own, and what mount(8) reads back from
+    /// the kernel's table of the mount.
+    static func passesRemount(_ option: String) -> Bool {
+        let name = option.split(separator: "=", maxSplits: 1).first.map(String.init) ?? option
+        return ["remount", "ro", "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail",
+                "suid", "nosuid", "dev", "nodev", "exec", "noexec", "relatime", "strictatime", "lazytime", "nolazytime",
+                "default_permissions", "user_id", "group_id", "rootmode", "fd", "fsname", "subtype", "blksize",
+                "allow_overlap"].contains(name)
+    }
 
     // MARK: Paths and intents
 

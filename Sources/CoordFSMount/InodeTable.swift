@@ -170,6 +170,9 @@ final class InodeTable: Sendable {
     let root: Inode
     /// The backing root, O_PATH: kept for the mount's life, never evicted.
     let rootDescriptor: Int32
+    /// The ids of every node the kernel knows.
+    var knownIDs: [UInt64] { state.withLock { $0.byID.keys } + [Self.rootID] }
+
     /// The nodes the kernel forgot last, for its file handles of them (`revive`).
     let departed = DepartedNodes()
 

@@ -82,6 +82,10 @@ public final class MountSession: @unchecked Sendable {
                 let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
                                            domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
                                            root: filesystem.mountRoot.string)
+                server.remount = { [weak filesystem = self.filesystem] options in
+                    guard let filesystem else { return "the mount is gone" }
+                    return filesystem.remount(options)
+                }
                 try server.start()
                 controlServer = server
                 filesystem.socketPath = path

@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -64,4 +65,29 @@ public struct OwnershipView: Sendable, Equatable {
 public struct OwnershipViewError: Error, CustomStringConvertible {
     public let description: String
     init(_ description: String) { self.description = description }
+}
+
+/// The view in force: set at mount, changed by a remount (`Filesystem.remount`).
+final class OwnershipSetting: Sendable {
+    /// Whether the view changes anything: nearly never, and then attributes pass untouched.
+    private let active: Atomic<Bool>
+    private let view: Mutex<OwnershipView>
+
+    init(_ view: OwnershipView) {
+        active = Atomic(!view.isEmpty)
+        self.view = Mutex(view)
+    }
+
+    var current: OwnershipView { view.withLock { $0 } }
+
+    func set(_ new: OwnershipView) {
+        view.withLock { $0 = new }
+        active.store(!new.isEmpty, ordering: .releasing)
+    }
+
+    @inline(__always)
+    func shown(_ info: stat) -> stat {
+        guard active.load(ordering: .acquiring) else { return info }
+        return view.withLock { $0.shown(info) }
+    }
 }

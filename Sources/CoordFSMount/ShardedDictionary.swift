@@ -12,6 +12,8 @@ struct ShardedDictionary<Key: ShardedKey, Value> {
     }
 
     var count: Int { shards.reduce(0) { $0 + $1.count } }
+
+    var keys: [Key] { shards.flatMap(\.keys) }
 }
 
 /// A key that says which of 64 shards it goes to.

@@ -182,6 +182,16 @@ final class ClientConnection: @unchecked Sendable {
             end(held, changed: changed)
             send(.ok(id: id, fields: [:]))
         case .moved(let id, let number, let from, let to): moved(id, number, from, to)
+        case .remount(let id, let options):
+            guard let remount = server.remount else {
+                return send(.error(id: id, errno: "EOPNOTSUPP", message: "this server serves no mount"))
+            }
+            // The mount's own user (the daemon's) and root: as mount(8) lets them remount.
+            guard peer.uid == 0 || peer.uid == geteuid() else {
+                return send(.error(id: id, errno: "EPERM", message: "only the mount's owner and root may change its options"))
+            }
+            if let refusal = remount(options) { return send(.error(id: id, errno: "EINVAL", message: refusal)) }
+            send(.ok(id: id, fields: [:]))
         case .cancel(let id, let request):
             guard let claim = lock.withLock({ pendingHolds[request] }) else {
                 return send(.error(id: id, errno: "EINVAL", message: "no pending hold \(request)"))

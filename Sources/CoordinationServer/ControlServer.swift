@@ -37,6 +37,14 @@ public final class ControlServer: @unchecked Sendable {
 
     func nextCoordinatorNumber() -> UInt64 { coordinatorNumbers.add(1, ordering: .relaxed).newValue }
 
+    /// Changes the options of the mount this server serves (`remount`): nil when it serves none
+    /// (the daemon). Returns nil when done, or why not.
+    public var remount: (@Sendable ([String]) -> String?)? {
+        get { lock.withLock { remountHandler } }
+        set { lock.withLock { remountHandler = newValue } }
+    }
+    private var remountHandler: (@Sendable ([String]) -> String?)?
+
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
     public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
                 limits: ClientLimits = .standard) {

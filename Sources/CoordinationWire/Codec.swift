@@ -120,6 +120,12 @@ public enum WireCodec {
             return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
                          timeout: timeout, inherit: try bool(object, "inherit", default: false), presenter: presenter,
                          coordinator: coordinator, holder: holder)
+        case "remount":
+            guard let options = object["options"]?.strings, options.count <= 64,
+                  options.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 4096 }) else {
+                throw WireError("\"options\" must be a list of at most 64 options")
+            }
+            return .remount(id: try int(object, "id"), options: options)
         case "moved":
             return .moved(id: try int(object, "id"), hold: try int(object, "hold"), from: try string(object, "from"), to: try string(object, "to"))
         case "release":
@@ -170,6 +176,7 @@ public enum WireCodec {
             if let presenter { object["presenter"] = .int(presenter) }
             if let coordinator { object["coordinator"] = .string(coordinator) }
             if let holder { object["holder"] = .int(holder) }
+        case .remount(let id, let options): object = ["op": "remount", "id": .int(id), "options": .strings(options)]
         case .release(let id, let hold, let changed): object = ["op": "release", "id": .int(id), "hold": .int(hold), "changed": .bool(changed)]
         case .moved(let id, let hold, let from, let to):
             object = ["op": "moved", "id": .int(id), "hold": .int(hold), "from": .string(from), "to": .string(to)]

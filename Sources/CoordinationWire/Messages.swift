@@ -48,6 +48,9 @@ public enum ClientMessage: Hashable, Sendable {
     /// 9` keeps the hold for as long as its descriptor 9 is open).
     case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool, presenter: Int? = nil,
               coordinator: String? = nil, holder: Int? = nil)
+    /// Changes a live mount's options (`mount -o remount,OPTIONS`): those that can change while
+    /// mounted are applied, the others must be as they are. Only the mount's owner and root.
+    case remount(id: Int, options: [String])
     /// Ends a hold; `changed` says the holder changed the items (presenters are told).
     case release(id: Int, hold: Int, changed: Bool)
     /// Reports that the holder moved the item at `from` to `to` inside a hold that writes it:

@@ -454,10 +454,23 @@ import Glibc
         #expect(Self.isMountPoint(mnt))
         let stats = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mnt])
         #expect(stats.output.contains("\"max_threads\":16"), "-s is sloppy, not one thread: \(stats.output)")
-        // mount -o remount: refused, saying what to do, and the live mount stays as it was.
-        let remount = try run(helper.path, [backing, mnt, "-o", "remount,ro"])
-        #expect(remount.status != 0 && remount.errors.contains("unmount it and mount it again"), "\(remount)")
-        #expect(Self.isMountPoint(mnt) && (try? run("/bin/sh", ["-c", "touch \"$0\"/still-writable", mnt]).status) == 0)
+        // mount -o remount changes the live mount: ro and rw (the kernel's), uid= (the mount's),
+        // with the options mount(8) reads back from the kernel's table; an option that cannot
+        // change while mounted is refused, naming it, and the mount stays as it was.
+        let kernelsOwn = "rw,nosuid,nodev,relatime,user_id=0,group_id=0"
+        let readOnly = try run(helper.path, [backing, mnt, "-o", "remount,ro," + kernelsOwn.dropFirst(3)])
+        #expect(readOnly.status == 0, "\(readOnly)")
+        #expect(try run("/bin/sh", ["-c", "touch \"$0\"/refused", mnt]).errors.contains("Read-only file system"))
+        let owned = try run(helper.path, [backing, mnt, "-o", "remount,uid=4242," + kernelsOwn])
+        #expect(owned.status == 0, "\(owned)")
+        var info = stat()
+        #expect(stat(mnt, &info) == 0 && info.st_uid == 4242, "shown at once, not after the attribute timeout")
+        #expect((try? run("/bin/sh", ["-c", "touch \"$0\"/writable-again", mnt]).status) == 0)
+        let fixed = try run(helper.path, [backing, mnt, "-o", "remount,allow_other,max_read=4096"])
+        #expect(fixed.status != 0 && fixed.errors.contains("allow_other,max_read=4096 cannot change while mounted"), "\(fixed)")
+        #expect(Self.isMountPoint(mnt) && stat(mnt, &info) == 0 && info.st_uid == 4242)
+        let notAMount = try run(helper.path, [backing, dir.path, "-o", "remount,ro"])
+        #expect(notAMount.status != 0 && notAMount.errors.contains("is not a coordfs mount point"), "\(notAMount)")
     }
 
     /// Two words are a mount only where the first is a path or a directory: `help` asks for
