@@ -84,6 +84,9 @@ let package = Package(
             name: "CoordFSIntegrationTests",
             dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "TestSupport"]
         ),
+        // The mount's parts on their own, and the commands' (no mount made).
+        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
+        .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "TestSupport"]),
         .testTarget(
             name: "FileCoordinationTests",
             dependencies: ["FileCoordination", "CoordinationRuntime", "Coordination", "TestSupport"]

@@ -27,7 +27,7 @@ public struct OwnershipView: Sendable, Equatable {
         var view = OwnershipView()
         var kept: [String] = []
         for option in options {
-            let parts = option.split(separator: "=", maxSplits: 1).map(String.init)
+            let parts = option.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
             guard parts.count == 2, ["uid", "gid", "umask"].contains(parts[0]) else { kept.append(option); continue }
             let value = parts[1]
             switch parts[0] {
