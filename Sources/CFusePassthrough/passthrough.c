@@ -14,6 +14,7 @@
 //     of requests that came through it to their ring entries (ring.c).
 // libfuse answers a request on the thread that read it, so thread-locals carry the marks.
 #define FUSE_USE_VERSION 312
+#include "fuse_abi.h"
 #include "fuse_passthrough.h"
 #include "ring.h"
 #include <errno.h>
@@ -24,27 +25,6 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-// Wire layouts of the kernel protocol (linux/fuse.h, 7.40), only the parts used here.
-struct cfs_in_header { uint32_t len, opcode; uint64_t unique, nodeid; uint32_t uid, gid, pid; uint16_t extlen, padding; };
-struct cfs_out_header { uint32_t len; int32_t error; uint64_t unique; };
-struct cfs_init_in { uint32_t major, minor, max_readahead, flags, flags2; };
-struct cfs_backing_map { int32_t fd; uint32_t flags; uint64_t padding; };
-
-enum {
-    CFS_FUSE_INIT = 26,
-    CFS_FUSE_INIT_EXT = 1u << 30,
-    CFS_FUSE_HANDLE_KILLPRIV = 1u << 19,
-    CFS_FUSE_HANDLE_KILLPRIV_V2 = 1u << 28,
-    CFS_FUSE_PASSTHROUGH_FLAGS2 = 1u << (37 - 32),
-    CFS_FUSE_MAX_PAGES = 1u << 22,
-    CFS_FUSE_OVER_IO_URING_FLAGS2 = 1u << (41 - 32),
-    CFS_FOPEN_PASSTHROUGH = 1u << 7,
-    CFS_INIT_OUT_FLAGS = 12, CFS_INIT_OUT_MAX_WRITE = 20, CFS_INIT_OUT_MAX_PAGES = 28, CFS_INIT_OUT_FLAGS2 = 32,
-    CFS_INIT_OUT_MAX_STACK_DEPTH = 36,
-};
-#define CFS_FUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct cfs_backing_map)
-#define CFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
 
 static _Thread_local uint64_t cfs_init_unique;     // the INIT being answered on this thread
 static _Thread_local int cfs_init_offers_passthrough;

@@ -32,7 +32,8 @@ final class Inode: @unchecked Sendable {
     fileprivate(set) var otherPlaces: [Place] = []
     /// The table's descriptor slot it was last given (-1: none yet). It holds the slot while
     /// the slot's owner is its id: an evicted slot is freed and may go to another node.
-    fileprivate var slot = -1
+    /// (Set by `DescriptorSlots` only.)
+    var slot = -1
     var forgotten = false
     /// Size, mtime and ctime when the last open of it ended: if they are the same at the next
     /// open, nothing changed behind the mount's back and the kernel may keep its page cache.
@@ -106,64 +107,8 @@ final class InodeTable: Sendable {
         var byID = ShardedDictionary<UInt64, Inode>()
         var byKey = ShardedDictionary<Key, UInt64>()
         var nextID: UInt64 = 2
-        var clock: UInt64 = 0
-        /// The descriptors held for inodes (the root's aside), in slots kept side by side:
-        /// eviction reads and writes only these arrays, never an inode (a cache miss apiece).
-        var slots = Slots()
-
-        struct Slots {
-            var descriptors: [Int32] = []
-            /// Each slot's last use on `clock`; `UInt64.max` for one never evicted, or free.
-            var uses: [UInt64] = []
-            /// Requests using the descriptor right now: it is not closed under them.
-            var pins: [Int32] = []
-            /// The node id holding the slot; 0 when it is free.
-            var owners: [UInt64] = []
-            var free: [Int] = []
-        }
-
-        /// Descriptors held: the slots in use.
-        var openDescriptors: Int { slots.descriptors.count - slots.free.count }
-
-        /// The slot holding `inode`'s descriptor, if it holds one.
-        func slot(of inode: Inode) -> Int? {
-            let slot = inode.slot
-            return slot >= 0 && slots.owners[slot] == inode.id ? slot : nil
-        }
-
-        /// Gives `inode` the descriptor `fd`.
-        mutating func attach(_ fd: Int32, to inode: Inode, evictable: Bool) {
-            let use = evictable ? clock : .max
-            if let slot = slots.free.popLast() {
-                slots.descriptors[slot] = fd
-                slots.uses[slot] = use
-                slots.pins[slot] = 0
-                slots.owners[slot] = inode.id
-                inode.slot = slot
-            } else {
-                inode.slot = slots.descriptors.count
-                slots.descriptors.append(fd)
-                slots.uses.append(use)
-                slots.pins.append(0)
-                slots.owners.append(inode.id)
-            }
-        }
-
-        /// Records a use of `inode` now.
-        mutating func touch(_ inode: Inode) {
-            clock += 1
-            if let slot = slot(of: inode), slots.uses[slot] != .max { slots.uses[slot] = clock }
-        }
-
-        /// Frees `slot`; returns its descriptor, to be closed.
-        mutating func detach(_ slot: Int) -> Int32 {
-            let fd = slots.descriptors[slot]
-            slots.descriptors[slot] = -1
-            slots.uses[slot] = .max
-            slots.owners[slot] = 0
-            slots.free.append(slot)
-            return fd
-        }
+        /// The descriptors held for inodes (the root's aside).
+        var slots = DescriptorSlots()
     }
 
     private let state = Mutex(State())
@@ -254,8 +199,8 @@ final class InodeTable: Sendable {
     private func pin(_ inode: Inode) throws(Errno) -> Int32 {
         if inode.id == Self.rootID { return rootDescriptor }
         let ready = state.withLock { state -> Int32? in
-            state.touch(inode)
-            guard let slot = state.slot(of: inode) else { return nil }
+            state.slots.touch(inode)
+            guard let slot = state.slots.slot(of: inode) else { return nil }
             state.slots.pins[slot] += 1
             return state.slots.descriptors[slot]
         }
@@ -268,13 +213,13 @@ final class InodeTable: Sendable {
             fd = try reopenByName(inode)
         }
         let (chosen, extra, evicted) = state.withLock { state -> (Int32, Int32?, [Int32]) in
-            if let slot = state.slot(of: inode) {     // opened meanwhile by another request
+            if let slot = state.slots.slot(of: inode) {     // opened meanwhile by another request
                 state.slots.pins[slot] += 1
                 return (state.slots.descriptors[slot], fd, [])
             }
-            state.attach(fd, to: inode, evictable: evictable(inode))
+            state.slots.attach(fd, to: inode, evictable: evictable(inode))
             state.slots.pins[inode.slot] += 1
-            return (fd, nil, evict(&state))
+            return (fd, nil, state.slots.evict(budget: descriptorBudget))
         }
         if let extra { close(extra) }
         closeLater(evicted)
@@ -331,92 +276,12 @@ final class InodeTable: Sendable {
         if inode.id == Self.rootID { return }
         let closing = state.withLock { state -> Int32? in
             // A pinned descriptor is never evicted: the node holds its slot.
-            guard let slot = state.slot(of: inode) else { return nil }
+            guard let slot = state.slots.slot(of: inode) else { return nil }
             state.slots.pins[slot] -= 1
             guard state.slots.pins[slot] == 0, inode.forgotten else { return nil }
-            return state.detach(slot)
+            return state.slots.detach(slot)
         }
         if let closing { close(closing) }
-    }
-
-    /// Over budget: the least recently used unpinned descriptors that can be reopened, down to
-    /// about nine tenths of the budget. Returns them to close outside the lock.
-    ///
-    /// The lock is held, so only the slots' arrays are read, side by side, and the age to evict
-    /// up to is found from a sample of the uses (`age`), not by sorting candidates out of every
-    /// inode.
-    private func evict(_ state: inout State) -> [Int32] {
-        guard state.openDescriptors > descriptorBudget else { return [] }
-        let excess = state.openDescriptors - descriptorBudget * 9 / 10
-        let newestEvicted = Self.age(evicting: excess, of: state.slots.uses)
-        var evicted: [Int32] = []
-        evicted.reserveCapacity(excess + excess / 4)
-        for slot in state.slots.uses.indices where state.slots.uses[slot] <= newestEvicted && state.slots.pins[slot] == 0 {
-            // (A pinned one is in use right now, and was just used: it is seldom this old.)
-            evicted.append(state.detach(slot))
-        }
-        return evicted
-    }
-
-    /// The `count`-th oldest of `uses`, those that are `UInt64.max` (never evicted, or free)
-    /// aside. An evenly strided sample of at most 1024 brackets it; one pass counts the uses
-    /// below the bracket and gathers those within (about 1000 of 12 000), and the answer is
-    /// selected among these: a selection among all of them would hold the lock longer.
-    static func age(evicting count: Int, of uses: [UInt64]) -> UInt64 {
-        guard count > 0 else { return 0 }
-        let stride = max(1, uses.count / 1024)
-        var sample: [UInt64] = []
-        sample.reserveCapacity(uses.count / stride + 1)
-        var evictable = 0, untilSampled = 0
-        for use in uses where use != .max {
-            if untilSampled == 0 {
-                sample.append(use)
-                untilSampled = stride
-            }
-            untilSampled -= 1
-            evictable += 1
-        }
-        guard count < evictable else { return .max - 1 }
-        // The rank in the sample, give or take five standard deviations of a sample's rank.
-        let center = count * sample.count / evictable
-        let share = Double(count) / Double(evictable)
-        let margin = Int(5 * (Double(sample.count) * share * (1 - share)).squareRoot()) + 4
-        let low = center - margin > 0 ? select(center - margin, in: &sample) : 0
-        let high = center + margin < sample.count ? select(center + margin, in: &sample) : .max - 1
-        var below = 0
-        var within: [UInt64] = []
-        within.reserveCapacity(2 * margin * stride + stride)
-        for use in uses where use != .max {
-            if use < low { below += 1 } else if use <= high { within.append(use) }
-        }
-        let rank = count - 1 - below
-        guard rank >= 0, rank < within.count else {
-            // Missed (a sample that far off is all but impossible): select among them all.
-            var all = uses.filter { $0 != .max }
-            return select(count - 1, in: &all)
-        }
-        return select(rank, in: &within)
-    }
-
-    /// The value that would stand at `rank` if `values` were sorted (quickselect; `values` is
-    /// reordered).
-    static func select(_ rank: Int, in values: inout [UInt64]) -> UInt64 {
-        var low = 0, high = values.count - 1
-        while low < high {
-            let pivot = values[low + (high - low) / 2]
-            var left = low, right = high
-            while left <= right {
-                while values[left] < pivot { left += 1 }
-                while values[right] > pivot { right -= 1 }
-                if left <= right {
-                    values.swapAt(left, right)
-                    left += 1
-                    right -= 1
-                }
-            }
-            if rank <= right { high = right } else if rank >= left { low = left } else { return values[rank] }
-        }
-        return values[rank]
     }
 
     /// With handles, items remembered early (without one) keep their descriptor for life, as a
@@ -433,15 +298,15 @@ final class InodeTable: Sendable {
         // A handle costs a syscall and matters only once the budget can be reached: items
         // remembered while under half of it keep their descriptor for life.
         var handle = cfs_file_handle()
-        let wantsHandle = usesHandles && state.withLock { $0.openDescriptors } >= descriptorBudget / 2
+        let wantsHandle = usesHandles && state.withLock { $0.slots.open } >= descriptorBudget / 2
         let hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
-            state.clock += 1
+            state.slots.clock += 1
             if let id = state.byKey[key], let known = state.byID[id] {
                 noteLookup(of: known, info: info, parent: parent, name: name, &state)
-                if state.slot(of: known) == nil {     // reopened for free: keep this one
-                    state.attach(fd, to: known, evictable: evictable(known))
-                    return (known, nil, evict(&state))
+                if state.slots.slot(of: known) == nil {     // reopened for free: keep this one
+                    state.slots.attach(fd, to: known, evictable: evictable(known))
+                    return (known, nil, state.slots.evict(budget: descriptorBudget))
                 }
                 // `knownChild` would have found it with one call.
                 parentNode.childrenAreKnown.store(true, ordering: .relaxed)
@@ -464,8 +329,8 @@ final class InodeTable: Sendable {
     private func insert(_ inode: Inode, _ key: Key, fd: Int32, _ state: inout State) -> [Int32] {
         state.byID[inode.id] = inode
         state.byKey[key] = inode.id
-        state.attach(fd, to: inode, evictable: evictable(inode))
-        return evict(&state)
+        state.slots.attach(fd, to: inode, evictable: evictable(inode))
+        return state.slots.evict(budget: descriptorBudget)
     }
 
     /// Records a file made with O_TMPFILE in `parent`, open at `fd` (an O_PATH descriptor the
@@ -474,7 +339,7 @@ final class InodeTable: Sendable {
     func rememberUnnamed(fd: Int32, info: stat, in parent: Inode) -> Inode {
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let (inode, evicted) = state.withLock { state -> (Inode, [Int32]) in
-            state.clock += 1
+            state.slots.clock += 1
             let id = state.nextID
             state.nextID += 1
             let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: false,
@@ -483,8 +348,8 @@ final class InodeTable: Sendable {
             inode.lookups = 1
             state.byID[id] = inode
             state.byKey[key] = id
-            state.attach(fd, to: inode, evictable: false)
-            return (inode, evict(&state))
+            state.slots.attach(fd, to: inode, evictable: false)
+            return (inode, state.slots.evict(budget: descriptorBudget))
         }
         closeLater(evicted)
         return inode
@@ -503,7 +368,7 @@ final class InodeTable: Sendable {
         }
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let known = state.withLock { state -> Inode? in
-            guard let id = state.byKey[key], let known = state.byID[id], state.slot(of: known) != nil else { return nil }
+            guard let id = state.byKey[key], let known = state.byID[id], state.slots.slot(of: known) != nil else { return nil }
             noteLookup(of: known, info: info, parent: parent.id, name: name, &state)
             return known
         }
@@ -516,7 +381,7 @@ final class InodeTable: Sendable {
 
     /// A lookup found `known` by `name` in `parent` (the table's lock is held).
     private func noteLookup(of known: Inode, info: stat, parent: UInt64, name: String, _ state: inout State) {
-        state.touch(known)
+        state.slots.touch(known)
         known.lookups += 1
         if known.isDirectory && (known.parent != parent || known.name != name) {
             directoryNamesGeneration.increment()
@@ -555,8 +420,8 @@ final class InodeTable: Sendable {
             let record = inode.isUnnamed.load(ordering: .relaxed) ? nil
                 : DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device, number: inode.number,
                                        isDirectory: inode.isDirectory)
-            guard let slot = state.slot(of: inode), state.slots.pins[slot] == 0 else { return (nil, record) }
-            return (state.detach(slot), record)
+            guard let slot = state.slots.slot(of: inode), state.slots.pins[slot] == 0 else { return (nil, record) }
+            return (state.slots.detach(slot), record)
         }
         if let departing { departed.add(id, departing) }
         if let closing { close(closing) }
@@ -715,8 +580,8 @@ final class InodeTable: Sendable {
     var count: Int { state.withLock { $0.byID.count } }
     /// Whether `inode` holds a descriptor now (the root always does).
     func holdsDescriptor(_ inode: Inode) -> Bool {
-        inode.id == Self.rootID || state.withLock { $0.slot(of: inode) != nil }
+        inode.id == Self.rootID || state.withLock { $0.slots.slot(of: inode) != nil }
     }
     /// Descriptors open for inodes, the root's aside.
-    var openDescriptors: Int { state.withLock { $0.openDescriptors } }
+    var openDescriptors: Int { state.withLock { $0.slots.open } }
 }
