@@ -86,6 +86,7 @@ let package = Package(
         ),
         // The mount's parts on their own, and the commands' (no mount made).
         .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
+        .testTarget(name: "CoordinationClientTests", dependencies: ["CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"]),
         .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "TestSupport"]),
         .testTarget(
             name: "FileCoordinationTests",

@@ -80,12 +80,12 @@ extension Filesystem {
     }
 
     /// The engine's facts for the item `wanted` names.
-    func target(of wanted: Wanted, now: Int64) -> AccessTarget { targetAndPlace(of: wanted, now: now).0 }
+    func target(of wanted: ItemIntent, now: Int64) -> AccessTarget { targetAndPlace(of: wanted, now: now).0 }
 
     /// `target(of:now:)`, with the directory node and the name its path was spelled from
     /// (`NameGates`): the node `wanted` names an item in, or the file's parent. Nil for a
     /// directory or the root (its path is its own context's).
-    func targetAndPlace(of wanted: Wanted, now: Int64) -> (AccessTarget, place: (directory: UInt64, name: String)?) {
+    func targetAndPlace(of wanted: ItemIntent, now: Int64) -> (AccessTarget, place: (directory: UInt64, name: String)?) {
         let directory: UInt64, name: String
         if !wanted.name.isEmpty {
             (directory, name) = (wanted.node.id, wanted.name)

@@ -113,7 +113,7 @@ extension Filesystem {
         }
         // A truncation may free a big file's blocks, for as long as the disk takes: it does not
         // pass the quiet gate, whose next closer would wait for it.
-        coordinate(reply, Wanted(kind: .writing(options), node: inode, isDirectory: inode.isDirectory),
+        coordinate(reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory),
                    forTheCall: change.size == nil) { [self] claim in
             apply(change, inode, open, reply, claim: claim)
         }

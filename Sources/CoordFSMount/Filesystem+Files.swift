@@ -12,7 +12,7 @@ extension Filesystem {
     func open(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(cfs_file_info_flags(fi))
-        let wanted = Wanted(kind: Self.openKind(flags), node: inode, isDirectory: false)
+        let wanted = ItemIntent(kind: Self.openKind(flags), node: inode, isDirectory: false)
         let writes = wanted.kind.isWrite
         let info = fi.pointee
         let user = caller(reply)
@@ -129,7 +129,7 @@ extension Filesystem {
         let kind: AccessKind = flags & O_APPEND != 0 && flags & O_TRUNC == 0 ? .writing(.appendingOnly) : .writing([])
         let user = caller(reply)
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
-        coordinate(reply, Wanted(kind: kind, node: parent, name: name, isDirectory: false),
+        coordinate(reply, ItemIntent(kind: kind, node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // The place first: refused after the open, a file made behind the mount and opened
             // with O_TRUNC would have been emptied for nothing.

@@ -15,7 +15,7 @@ extension Filesystem {
     private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool, mode: mode_t = 0,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
+        coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
                    forTheCall: true) { [self] claim in
             do {
                 try CallerUmask.applying(reply.req) { () throws(Errno) in try inodes.withFD(parent) { fd throws(Errno) in try make(fd) } }
@@ -55,7 +55,7 @@ extension Filesystem {
 
     func link(_ reply: Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing([]), node: parent, name: name, isDirectory: false),
+        coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
                    forTheCall: true) { [self] claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
@@ -80,7 +80,7 @@ extension Filesystem {
 
     func unlink(_ reply: Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory),
+        coordinate(reply, ItemIntent(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory),
                    forTheCall: true) { claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
@@ -109,8 +109,8 @@ extension Filesystem {
         let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
         let exchange = flags & UInt32(CFS_RENAME_EXCHANGE) != 0
         // Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
-        let source = Wanted(kind: .writing(.forMoving), node: parent, name: name, isDirectory: sourceIsDirectory)
-        let destination = Wanted(kind: .writing(exchange ? .forMoving : .forReplacing), node: newParent, name: newName,
+        let source = ItemIntent(kind: .writing(.forMoving), node: parent, name: name, isDirectory: sourceIsDirectory)
+        let destination = ItemIntent(kind: .writing(exchange ? .forMoving : .forReplacing), node: newParent, name: newName,
                                  isDirectory: destinationIsDirectory)
         coordinate(reply, source, and: destination, forTheCall: true) { [self] claim in
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in

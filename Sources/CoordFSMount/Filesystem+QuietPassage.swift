@@ -13,7 +13,7 @@ extension Filesystem {
     /// Lets a request held for its call pass while the engine holds nothing, or nothing but
     /// screened grants while no file is held open by a name it locks (`NameGates`); nil,
     /// having counted nothing, when it must be coordinated. Counted in the statistics.
-    func passQuietly(_ wanted: Wanted, _ other: Wanted?) -> Passage? {
+    func passQuietly(_ wanted: ItemIntent, _ other: ItemIntent?) -> Passage? {
         if engine.passQuietly() {
             statistics.passedQuietly.add()
             return .nothingHeld
@@ -55,7 +55,7 @@ extension Filesystem {
 
     /// The gate of the name `wanted` locks: the name it names in its node, or the item's own
     /// place, as the engine's path for it is spelled (`targetAndPlace`). Nil for the root.
-    private func gate(of wanted: Wanted) -> Int? {
+    private func gate(of wanted: ItemIntent) -> Int? {
         if !wanted.name.isEmpty { return nameGates.index(of: wanted.name, in: wanted.node.id) }
         if wanted.node.id == InodeTable.rootID { return nil }
         let (directory, name) = inodes.placement(of: wanted.node)
@@ -63,7 +63,7 @@ extension Filesystem {
     }
 }
 
-extension Filesystem.Wanted {
+extension Filesystem.ItemIntent {
     /// A destructive write on a directory: the engine makes it wait for everything held inside
     /// (outside packages; here, where packages are not looked at, everywhere).
     var coversSubtree: Bool {

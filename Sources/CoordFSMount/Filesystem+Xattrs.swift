@@ -65,7 +65,7 @@ extension Filesystem {
 
     private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        coordinate(reply, Wanted(kind: .writing(.contentIndependentMetadataOnly), node: inode,
+        coordinate(reply, ItemIntent(kind: .writing(.contentIndependentMetadataOnly), node: inode,
                                   isDirectory: inode.isDirectory), forTheCall: true) { claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))

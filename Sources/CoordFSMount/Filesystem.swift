@@ -248,8 +248,10 @@ public final class Filesystem: @unchecked Sendable {
         namespaceChanged(name: name, directory: directory || other == ItemLocatorMarker.name)
     }
 
-    /// One intent of a kernel request.
-    struct Wanted {
+    /// One intent of a kernel request: an access of an item, named by its node, or by the
+    /// directory that holds it and its name there (the engine's `Intent` before its path is
+    /// spelled out).
+    struct ItemIntent {
         var kind: AccessKind
         /// The item itself, or the directory that holds `name`.
         var node: Inode
@@ -260,7 +262,7 @@ public final class Filesystem: @unchecked Sendable {
     }
 
     /// The mode the configuration's rules give the item `wanted` names.
-    private func mode(for wanted: Wanted) -> CoordinationMode {
+    private func mode(for wanted: ItemIntent) -> CoordinationMode {
         configuration.mode(for: relativePath(wanted.node, wanted.name.isEmpty ? nil : wanted.name))
     }
 
@@ -278,13 +280,13 @@ public final class Filesystem: @unchecked Sendable {
     /// change, a setattr), not for an open file's life. While the engine holds nothing, or only
     /// files held open by other names, such a request passes a quiet gate instead: nobody to
     /// wait for or to tell (`QuietGate`, `passQuietly`).
-    func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted? = nil, nonBlocking: Bool = false,
+    func coordinate(_ reply: Reply, _ wanted: ItemIntent, and other: ItemIntent? = nil, nonBlocking: Bool = false,
                     forTheCall: Bool = false, _ body: @escaping @Sendable (Claim?) -> Void) {
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
     }
 
     /// `coordinate`, taken again (`attempt` > 0) when what it held had moved before it held it.
-    private func coordinate(_ reply: Reply, _ wanted: Wanted, and other: Wanted?, nonBlocking: Bool,
+    private func coordinate(_ reply: Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
                             forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (Claim?) -> Void) {
         // An O_TMPFILE file not linked yet: nobody else can reach it (`tmpfile`).
         if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return body(nil) }
@@ -340,7 +342,7 @@ public final class Filesystem: @unchecked Sendable {
             }
             if let claim {
                 if movedBeforeHeld(CollectionOfOne(target.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
-                    return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
+                    return coordinateAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
                 // `notifyingPresentersAfter`, inline: a listed claim holds nothing back.
                 if claim.isOnShortList { return body(claim) }
@@ -358,7 +360,7 @@ public final class Filesystem: @unchecked Sendable {
             configuration.afterNamingTargets?()
             if let claim = Claim.grantedAtOnce(in: domain, identity: identity, intents: intents, holds: mode.holds) {
                 if movedBeforeHeld(intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
-                    return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
+                    return coordinateAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
                 domain.holdNotifications()
                 body(claim)
@@ -381,7 +383,7 @@ public final class Filesystem: @unchecked Sendable {
                 // The paths as granted: moves reported while it waited are followed (C11).
                 if movedBeforeHeld(claim.intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt,
                                    now: coarseMilliseconds()) {
-                    return takeAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
+                    return coordinateAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
                 domain.deliveringAfter { body(claim) }
             case .failure(let error):
@@ -436,7 +438,7 @@ public final class Filesystem: @unchecked Sendable {
 
     /// The claim of a request that `process` makes inside one of its own accessors: a hold it
     /// took through the control socket covers an item the request names (SPEC §1).
-    private func accessorClaim(of process: Int32, _ wanted: Wanted, _ other: Wanted?, now: Int64) -> Claim? {
+    private func accessorClaim(of process: Int32, _ wanted: ItemIntent, _ other: ItemIntent?, now: Int64) -> Claim? {
         let first = target(of: wanted, now: now)
         let second = other.map { target(of: $0, now: now) }
         let targets = second.map { [first, $0] } ?? [first]
@@ -461,7 +463,7 @@ public final class Filesystem: @unchecked Sendable {
     /// nothing moves its items without waiting for it. (After many attempts, unlikely but not
     /// impossible while others keep moving the same item, the claim is kept as granted.)
     /// Ends `stale` unused and coordinates the request again (`movedBeforeHeld`).
-    private func takeAgain(_ stale: Claim, _ reply: Reply, _ wanted: Wanted, _ other: Wanted?, _ nonBlocking: Bool,
+    private func coordinateAgain(_ stale: Claim, _ reply: Reply, _ wanted: ItemIntent, _ other: ItemIntent?, _ nonBlocking: Bool,
                            _ forTheCall: Bool, _ attempt: Int, _ body: @escaping @Sendable (Claim?) -> Void) {
         statistics.takenAgain.add(1, ordering: .relaxed)
         let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
@@ -469,7 +471,7 @@ public final class Filesystem: @unchecked Sendable {
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: attempt + 1, body)
     }
 
-    private func movedBeforeHeld<Paths: Collection<ItemPath>>(_ granted: Paths, _ wanted: Wanted, _ other: Wanted?,
+    private func movedBeforeHeld<Paths: Collection<ItemPath>>(_ granted: Paths, _ wanted: ItemIntent, _ other: ItemIntent?,
                                                              since seen: Int, attempt: Int, now: Int64) -> Bool {
         guard attempt < 64, inodes.placesGeneration.value != seen else { return false }
         var paths = granted.makeIterator()
@@ -481,7 +483,7 @@ public final class Filesystem: @unchecked Sendable {
     /// Whether a request for the call may pass the quiet gate: its items lie on the backing's
     /// own filesystem, and that is local. Whoever closes the gate waits for the requests that
     /// passed; one on a network filesystem could keep it waiting as long as its server takes.
-    private func mayPassQuietly(_ wanted: Wanted, _ other: Wanted?) -> Bool {
+    private func mayPassQuietly(_ wanted: ItemIntent, _ other: ItemIntent?) -> Bool {
         filesystems.rootIsLocal && wanted.node.device == filesystems.rootDevice
             && (other.map { $0.node.device == filesystems.rootDevice } ?? true)
     }
