@@ -26,7 +26,9 @@ extension Mount {
         do {
             let client = try ControlClient(socketPath: socketPath)
             defer { client.close() }
-            _ = try client.request { .remount(id: $0, options: options) }
+            // mount(8)'s own options are the helper's, as at mount.
+            let daemons = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
+            _ = try client.request { .remount(id: $0, options: daemons) }
         } catch let error as ControlError {
             throw CommandFailure("-o remount: \(error.message)")
         }

@@ -19,8 +19,9 @@ struct ShownEvent {
 /// Turns records into what the text forms print: paths as given, `-r`'s reach, and with
 /// `--inotify-events` inotify's names, ISDIR included.
 final class EventView: @unchecked Sendable {
-    /// The watched paths as the user gave them, by their resolved form (what records carry).
-    private let given: [String: String]
+    /// The watched paths as the user gave them, by their resolved form (what records carry):
+    /// bytes, as names are.
+    private let given: [[UInt8]: [UInt8]]
     let recursive: Bool
     let inotifyNames: Bool
     private let lock = NSLock()
@@ -29,11 +30,11 @@ final class EventView: @unchecked Sendable {
     private var directories = Set<[UInt8]>()
 
     init(given: [String: String], recursive: Bool, inotifyNames: Bool) {
-        self.given = given
+        self.given = Dictionary(given.map { (FileSystemName.bytes($0.key), FileSystemName.bytes($0.value)) }) { first, _ in first }
         self.recursive = recursive
         self.inotifyNames = inotifyNames
         guard inotifyNames else { return }
-        for resolved in given.keys { remember(directoriesIn: FileSystemName.bytes(resolved), depth: recursive ? 64 : 1) }
+        for resolved in self.given.keys { remember(directoriesIn: resolved, depth: recursive ? 64 : 1) }
     }
 
     /// inotify's names for the events a `-e` list may give (`-e create,modify`): the coordfs
@@ -61,7 +62,7 @@ final class EventView: @unchecked Sendable {
         if !relative.isEmpty, path.count > relative.count, path.suffix(relative.count).elementsEqual(relative) {
             watched = Array(path.prefix(path.count - relative.count - 1))
         }
-        var directory = given[FileSystemName.string(watched)].map(FileSystemName.bytes) ?? watched
+        var directory = given[watched] ?? watched
         if directory.count > 1, directory.last == UInt8(ascii: "/") { directory.removeLast() }
         var name = relative
         if let slash {
@@ -70,7 +71,9 @@ final class EventView: @unchecked Sendable {
         }
         guard inotifyNames else { return ShownEvent(directory: directory, name: name, events: record.mask.names) }
         guard var events = inotifyEvents(record) else { return nil }
-        if isDirectory(path, events: events) { events.append("ISDIR") }
+        if isDirectory(path, gone: !record.mask.isDisjoint(with: [.movedFrom, .subitemDeleted, .presenterRemoved])) {
+            events.append("ISDIR")
+        }
         return ShownEvent(directory: directory, name: name, events: events)
     }
 
@@ -86,17 +89,17 @@ final class EventView: @unchecked Sendable {
         return nil
     }
 
-    /// Whether the item is a directory: asked while it is there, remembered for when it is not.
-    private func isDirectory(_ path: [UInt8], events: [String]) -> Bool {
-        let gone = events == ["DELETE"] || events == ["MOVED_FROM"] || events == ["DELETE_SELF"] || events == ["MOVE_SELF"]
+    /// Whether the item is a directory: asked while it is there, remembered for when it is
+    /// `gone` (deleted, moved away).
+    private func isDirectory(_ path: [UInt8], gone: Bool) -> Bool {
         if gone { return lock.withLock { directories.remove(path) != nil } }
         var info = stat()
-        var found = FileSystemName.withCString(FileSystemName.string(path)) { lstat($0, &info) } == 0
+        var found = FileSystemName.withCString(path) { lstat($0, &info) } == 0
         // The mount tells presenters once its reply is written, which may be a moment before the
         // kernel has put the new entry in place of the one it looked up and did not find.
         for _ in 0..<25 where !found && errno == ENOENT {
             usleep(2_000)
-            found = FileSystemName.withCString(FileSystemName.string(path)) { lstat($0, &info) } == 0
+            found = FileSystemName.withCString(path) { lstat($0, &info) } == 0
         }
         let isDirectory = found && (info.st_mode & S_IFMT) == S_IFDIR
         if isDirectory { remember(directoriesIn: path, depth: recursive ? 64 : 0, including: true) }
@@ -106,7 +109,7 @@ final class EventView: @unchecked Sendable {
     /// Remembers `directory` (with `including`) and the directories below it, `depth` levels deep.
     private func remember(directoriesIn directory: [UInt8], depth: Int, including: Bool = false) {
         if including { lock.withLock { _ = directories.insert(directory) } }
-        guard depth > 0, let stream = FileSystemName.withCString(FileSystemName.string(directory), { opendir($0) }) else { return }
+        guard depth > 0, let stream = FileSystemName.withCString(directory, { opendir($0) }) else { return }
         defer { closedir(stream) }
         while let entry = readdir(stream) {
             guard entry.pointee.d_type == UInt8(DT_DIR) else { continue }

@@ -213,12 +213,10 @@ extension Filesystem {
             return reply.error(failure)
         }
         giveToCaller(reply.req, parent: parent) { _, uid, gid, group in
-            var created = stat()
-            let madePrivileged = mode & (S_ISUID | S_ISGID) != 0 && fstat(fd, &created) == 0
+            let kept = Self.keptPrivilegeBits(asked: mode, made: { try? statOf(fd) }, group: group,
+                                              callerGroup: fuse_req_ctx(reply.req).pointee.gid)
             _ = fchown(fd, uid, gid)
-            if madePrivileged, let kept = Self.keptPrivilegeBits(created.st_mode, group: group, callerGroup: fuse_req_ctx(reply.req).pointee.gid) {
-                _ = fchmod(fd, kept)
-            }
+            if let kept { _ = fchmod(fd, kept) }
         }
         var attributes = stat()
         let pathFD = Glibc.open(procPath(fd), CFS_O_PATH | O_CLOEXEC)

@@ -155,8 +155,8 @@ public final class Filesystem: @unchecked Sendable {
     func shown(_ info: stat) -> stat { ownership.shown(info) }
 
     /// `mount -o remount,OPTIONS`: `uid=`, `gid=` and `umask=` change at once (the kernel is
-    /// told to forget the attributes it keeps); `ro` and `rw` are the kernel's, which the
-    /// helper asks of it; any other option must be as the mount has it. Nil when done, or why not.
+    /// told to forget the attributes it keeps); any other option must be as the mount has it
+    /// (`ro` and `rw` are the kernel's, which the helper asks of it). Nil when done, or why not.
     func remount(_ options: [String]) -> String? {
         var rest = options
         let given: OwnershipView
@@ -171,23 +171,19 @@ public final class Filesystem: @unchecked Sendable {
         if let umask = given.umask { view.umask = umask }
         guard view != ownership.current else { return nil }
         ownership.set(view)
-        for id in inodes.knownIDs {
-            guard let node = inodes[id] else { continue }
-            invalidateAttributes(of: node)
-        }
+        for node in inodes.knownNodes { invalidateAttributes(of: node) }
         logger.notice("remounted: owner \(view.owner.map(String.init) ?? "as stored"), group \(view.group.map(String.init) ?? "as stored"), umask \(view.umask.map { String($0, radix: 8) } ?? "none")")
         return nil
     }
 
-    /// Options a remount may name whatever the mount has: the request itself, the kernel's
-    /// flags (the helper changes ro and rw), mount(8)'s own, and what mount(8) reads back from
-    /// the kernel's table of the mount.
+    /// Options a remount may name whatever the mount has: the request itself, `ro` and `rw`,
+    /// and what mount(8) reads back from the kernel's table of the mount (its flags, and FUSE's
+    /// own options). (mount(8)'s own the helper keeps to itself: `Mount.mountHelperOptions`.)
     static func passesRemount(_ option: String) -> Bool {
         let name = option.split(separator: "=", maxSplits: 1).first.map(String.init) ?? option
-        return ["remount", "ro", "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail",
-                "suid", "nosuid", "dev", "nodev", "exec", "noexec", "relatime", "strictatime", "lazytime", "nolazytime",
-                "default_permissions", "user_id", "group_id", "rootmode", "fd", "fsname", "subtype", "blksize",
-                "allow_overlap"].contains(name)
+        return ["remount", "ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "relatime", "strictatime", "lazytime",
+                "nolazytime", "default_permissions", "user_id", "group_id", "rootmode", "fd", "fsname", "subtype",
+                "blksize"].contains(name)
     }
 
     // MARK: Paths and intents
@@ -523,13 +519,12 @@ public final class Filesystem: @unchecked Sendable {
     /// the file was made with (the umask or a default ACL applied).
     func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String, mode: mode_t = 0) {
         giveToCaller(req, parent: parent) { parentFD, uid, gid, group in
-            var created = stat()
-            let madePrivileged = mode & (S_ISUID | S_ISGID) != 0
-                && FileSystemName.withCString(name, { fstatat(parentFD, $0, &created, AT_SYMLINK_NOFOLLOW) }) == 0
+            let kept = Self.keptPrivilegeBits(asked: mode, made: {
+                var info = stat()
+                return FileSystemName.withCString(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 ? info : nil
+            }, group: group, callerGroup: fuse_req_ctx(req).pointee.gid)
             _ = FileSystemName.withCString(name) { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
-            if madePrivileged, let kept = Self.keptPrivilegeBits(created.st_mode, group: group, callerGroup: fuse_req_ctx(req).pointee.gid) {
-                _ = FileSystemName.withCString(name) { fchmodat(parentFD, $0, kept, 0) }
-            }
+            if let kept { _ = FileSystemName.withCString(name) { fchmodat(parentFD, $0, kept, 0) } }
         }
     }
 
@@ -548,12 +543,15 @@ public final class Filesystem: @unchecked Sendable {
         }
     }
 
-    /// The mode to give back after a chown of a regular file whose mode was `mode`, when the chown
-    /// cleared bits the caller's own create would have kept (nil: nothing to give back). The
-    /// setuid bit, always (the caller owns the file); the setgid bit when the file's group is
-    /// the caller's, as the kernel keeps it (a group it is only a supplementary member of is not
-    /// known here, and the bit stays off, as for a non-member).
-    static func keptPrivilegeBits(_ mode: mode_t, group: gid_t, callerGroup: gid_t) -> mode_t? {
+    /// The mode to give back after a chown of a regular file the caller asked to make with
+    /// `asked`, when the chown cleared bits the caller's own create would have kept (nil:
+    /// nothing to give back). `made` gives the file's attributes before the chown (asked only
+    /// when `asked` has such bits): its mode is the one to keep, the umask or a default ACL
+    /// applied. The setuid bit, always (the caller owns the file); the setgid bit when the
+    /// file's group is the caller's, as the kernel keeps it (a group it is only a supplementary
+    /// member of is not known here, and the bit stays off, as for a non-member).
+    static func keptPrivilegeBits(asked: mode_t, made: () -> stat?, group: gid_t, callerGroup: gid_t) -> mode_t? {
+        guard asked & (S_ISUID | S_ISGID) != 0, let mode = made()?.st_mode else { return nil }
         guard mode & S_IFMT == 0 || mode & S_IFMT == S_IFREG, mode & (S_ISUID | S_ISGID) != 0 else { return nil }
         var kept = mode & 0o7777
         if group != callerGroup { kept &= ~S_ISGID }

@@ -115,8 +115,8 @@ final class InodeTable: Sendable {
     let root: Inode
     /// The backing root, O_PATH: kept for the mount's life, never evicted.
     let rootDescriptor: Int32
-    /// The ids of every node the kernel knows.
-    var knownIDs: [UInt64] { state.withLock { $0.byID.keys } + [Self.rootID] }
+    /// Every node the kernel knows.
+    var knownNodes: [Inode] { state.withLock { $0.byID.values } + [root] }
 
     /// The nodes the kernel forgot last, for its file handles of them (`revive`).
     let departed = DepartedNodes()
@@ -433,10 +433,13 @@ final class InodeTable: Sendable {
     /// it (the node it asked for); an ancestor found again on the way is held by no one.
     /// ESTALE when it is not remembered, or its place now names another item.
     func revive(_ id: UInt64, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
-        if let known = self[id] {
-            if countingLookup && id != Self.rootID { state.withLock { _ in known.lookups += 1 } }
-            return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) })
+        // Known: counted under the lock that a FORGET takes, which might otherwise drop it between.
+        let known: Inode? = id == Self.rootID ? root : state.withLock { state -> Inode? in
+            let known = state.byID[id]
+            if countingLookup { known?.lookups += 1 }
+            return known
         }
+        if let known { return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) }) }
         guard let gone = departed.record(of: id) else { throw Errno(code: ESTALE) }
         let (parent, _) = try revive(gone.parent, countingLookup: false)
         let fd: Int32, info: stat

@@ -13,7 +13,7 @@ struct ShardedDictionary<Key: ShardedKey, Value> {
 
     var count: Int { shards.reduce(0) { $0 + $1.count } }
 
-    var keys: [Key] { shards.flatMap(\.keys) }
+    var values: [Value] { shards.flatMap(\.values) }
 }
 
 /// A key that says which of 64 shards it goes to.

@@ -93,9 +93,12 @@ public enum FileSystemName {
     /// Calls `body` with `text` as the NUL-terminated bytes a system call takes.
     public static func withCString<Result>(_ text: String, _ body: (UnsafePointer<CChar>) throws -> Result) rethrows -> Result {
         guard mayHoldEscapes(text) else { return try text.withCString(body) }
-        var bytes = Self.bytes(text)
-        bytes.append(0)
-        return try bytes.withUnsafeBufferPointer { buffer in
+        return try withCString(bytes(text), body)
+    }
+
+    /// Calls `body` with `bytes`, a name's or a path's, NUL-terminated.
+    public static func withCString<Result>(_ bytes: [UInt8], _ body: (UnsafePointer<CChar>) throws -> Result) rethrows -> Result {
+        try (bytes + [0]).withUnsafeBufferPointer { buffer in
             try buffer.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) }
         }
     }
@@ -103,16 +106,6 @@ public enum FileSystemName {
     /// Whether `scalar` stands for a byte.
     public static func isEscape(_ scalar: Unicode.Scalar) -> Bool {
         scalar.value >= escapeBase + 0x80 && scalar.value <= escapeBase + 0xFF
-    }
-
-    /// The byte an escape stands for; nil for any other character.
-    public static func byte(escapedAs scalar: Unicode.Scalar) -> UInt8? {
-        isEscape(scalar) ? UInt8(truncatingIfNeeded: scalar.value - escapeBase) : nil
-    }
-
-    /// The character that stands for `byte` (0x80…0xFF) of a name that is not UTF-8.
-    public static func escape(_ byte: UInt8) -> Unicode.Scalar? {
-        byte >= 0x80 ? Unicode.Scalar(escapeBase + UInt32(byte)) : nil
     }
 
     /// False when `text` surely holds no escape: U+F780…U+F7FF are EF 9E xx and EF 9F xx.

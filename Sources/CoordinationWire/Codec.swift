@@ -37,7 +37,7 @@ public enum WireCodec {
     /// The ops that carry an id and may be refused one by one (`hello` must succeed, and an
     /// `answer` or `working` with a wrong cookie is a client's confusion about the whole exchange).
     private static let refusable: Set<String> = ["watch", "unwatch", "hold", "release", "moved", "cancel", "status",
-                                                 "vend", "withdraw", "services", "connect"]
+                                                 "vend", "withdraw", "services", "connect", "remount"]
 
     private static func clientMessage(_ object: [String: JSON]) throws(WireError) -> ClientMessage {
         do {
@@ -451,7 +451,8 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
                 index += 1
                 // U+F780…U+F7FF are EF 9E 80…EF 9F BF: a byte of a name, as \udcXX.
                 if byte == 0xEF, index + 1 < utf8.count, utf8[index] & 0xFE == 0x9E {
-                    let escaped = UInt8(truncatingIfNeeded: (UInt32(utf8[index] & 0x01) << 6 | UInt32(utf8[index + 1] & 0x3F)) + 0x80)
+                    let scalar = 0xF000 | UInt32(utf8[index] & 0x3F) << 6 | UInt32(utf8[index + 1] & 0x3F)
+                    let escaped = UInt8(truncatingIfNeeded: scalar - byteEscapeBase)
                     bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "d"), UInt8(ascii: "c"),
                                               hexDigits[Int(escaped >> 4)], hexDigits[Int(escaped & 0x0F)]])
                     index += 2
