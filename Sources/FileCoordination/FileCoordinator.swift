@@ -64,7 +64,7 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     }
 
     /// How long a call waits for other coordinators before it fails with
-    /// `FileCoordinationError.timedOut`; nil waits forever.
+    /// `FileCoordinationError.timedOut(item:)`; nil waits forever.
     public var waitTimeout: Duration? {
         get { lock.withLock { _waitTimeout } }
         set { lock.withLock { _waitTimeout = newValue } }
