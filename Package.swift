@@ -12,6 +12,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         // `make docs`: the DocC archive of the Swift API.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -19,11 +20,19 @@ let package = Package(
         // The engine: lock table, conflicts, waiters, wait-for graph, presenter and service registries.
         // Pure Swift: no Foundation, no I/O, no C.
         .target(name: "Coordination"),
+        // Linux's calls and constants that Swift's Glibc module lacks: the C for everything but libfuse.
+        .target(name: "CLinux"),
+        // The system calls the server, the client, the runtime and the mount share, with typed
+        // errors: /proc, Unix sockets and peer credentials, descriptor passing.
+        .target(
+            name: "LinuxSystem",
+            dependencies: ["CLinux", .product(name: "SystemPackage", package: "swift-system")]
+        ),
         // The runtime over the engine: a domain of coordinators and presenters, claims, presenter
         // messaging through one path-based presenter protocol, links to other processes' servers.
         .target(
             name: "CoordinationRuntime",
-            dependencies: ["Coordination", "CoordinationClient", "CoordinationWire",
+            dependencies: ["Coordination", "CoordinationClient", "CoordinationWire", "LinuxSystem",
                            .product(name: "Logging", package: "swift-log")]
         ),
         // Foundation-shaped public API: FileCoordinator and FilePresenter over the runtime.
@@ -37,11 +46,11 @@ let package = Package(
         // The control socket: peer credentials, wire <-> engine, remote presenters.
         .target(
             name: "CoordinationServer",
-            dependencies: ["CoordinationWire", "Coordination", "CoordinationRuntime",
+            dependencies: ["CoordinationWire", "Coordination", "CoordinationRuntime", "LinuxSystem",
                            .product(name: "Logging", package: "swift-log")]
         ),
         // Connects to a mount's or the daemon's control socket.
-        .target(name: "CoordinationClient", dependencies: ["CoordinationWire"]),
+        .target(name: "CoordinationClient", dependencies: ["CoordinationWire", "LinuxSystem"]),
         // libfuse3's low-level API: the one C boundary.
         .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
                        providers: [.apt(["libfuse3-dev"])]),
@@ -51,14 +60,14 @@ let package = Package(
         // The FUSE filesystem: operations become coordinated intents.
         .target(
             name: "CoordFSMount",
-            dependencies: ["CFuse3", "CFusePassthrough", "Coordination", "CoordinationRuntime", "CoordinationServer",
+            dependencies: ["CFuse3", "CFusePassthrough", "CLinux", "LinuxSystem", "Coordination", "CoordinationRuntime", "CoordinationServer",
                            .product(name: "Logging", package: "swift-log")]
         ),
         // One file per subcommand.
         .target(
             name: "CoordFSCommands",
             dependencies: [
-                "FileCoordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
+                "FileCoordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient", "LinuxSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -74,18 +83,19 @@ let package = Package(
         // Helpers the test targets share.
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
+        .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
         .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "CoordinationServer", "TestSupport"]),
         // A file written for Apple platforms, compiled unchanged but for the import (Swift 6 mode).
         .testTarget(name: "AppleStyleTests", dependencies: ["FileCoordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"]),
-        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "TestSupport"]),
+        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "LinuxSystem", "TestSupport"]),
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
-            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "TestSupport"]
+            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "LinuxSystem", "TestSupport"]
         ),
         // The mount's parts on their own, and the commands' (no mount made).
-        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
+        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "LinuxSystem", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
         .testTarget(name: "CoordinationClientTests", dependencies: ["CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"]),
         .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "TestSupport"]),
         .testTarget(

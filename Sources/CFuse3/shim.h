@@ -1,5 +1,5 @@
-// The only C that coordfs sees: libfuse3's low-level API, pinned to one version, and small
-// inline helpers for what Swift cannot express (macros, bit flags, buffer vectors).
+// libfuse3's low-level API, pinned to one version, and small inline helpers for what Swift
+// cannot express (macros, bit flags, buffer vectors). Linux's own calls are in CLinux.
 #ifndef COORDFS_CFUSE3_SHIM_H
 #define COORDFS_CFUSE3_SHIM_H
 
@@ -7,12 +7,8 @@
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
 #include <errno.h>
-#include <sys/vfs.h>
 #include <sys/stat.h>
-#include <sys/xattr.h>
-#include <sys/file.h>
 #include <sys/statvfs.h>
-#include <sys/sysinfo.h>
 #include <dirent.h>
 #include <unistd.h>
 #include <stdlib.h>
@@ -77,15 +73,6 @@ static inline ssize_t cfs_write_buf(struct fuse_bufvec *in, int fd, off_t offset
     return fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
 }
 
-// The filesystem type (statfs f_type) of an open descriptor; -1 when it cannot be told.
-static inline long cfs_filesystem_type(int fd) {
-    struct statfs info;
-    return fstatfs(fd, &info) == 0 ? (long)info.f_type : -1;
-}
-
-// errno, readable from Swift right after a call.
-static inline int cfs_errno(void) { return errno; }
-
 // Open-file flags FUSE passes as they are.
 static inline int cfs_file_info_flags(const struct fuse_file_info *fi) { return fi->flags; }
 static inline uint64_t cfs_file_info_handle(const struct fuse_file_info *fi) { return fi->fh; }
@@ -105,113 +92,6 @@ static inline size_t cfs_add_direntry(fuse_req_t req, char *buf, size_t size, co
     st.st_ino = ino;
     st.st_mode = mode;
     return fuse_add_direntry(req, buf, size, name, &st, next);
-}
-
-// GNU calls and constants Swift's Glibc module does not carry, as plain functions.
-#include <sys/syscall.h>
-static const int CFS_O_PATH = 010000000;
-static const int CFS_O_DIRECT = 040000;
-static const int CFS_O_NOATIME = 01000000;
-/// O_TMPFILE (__O_TMPFILE | O_DIRECTORY), which Swift does not import.
-static const int CFS_O_TMPFILE = 020200000;
-static const int CFS_AT_EMPTY_PATH = 0x1000;
-static const unsigned CFS_RENAME_NOREPLACE = 1;
-static const unsigned CFS_RENAME_EXCHANGE = 2;
-static const long CFS_UTIME_NOW = ((1l << 30) - 1l);
-static const long CFS_UTIME_OMIT = ((1l << 30) - 2l);
-
-// A private copy of the mount tree at `path` (and every mount below it), noatime: detached,
-// seen by no other process, and gone with the last descriptor of it. open_tree (Linux 5.2) and
-// mount_setattr (5.12), both with CAP_SYS_ADMIN; the constants are <linux/mount.h>'s, whose
-// MS_* macros would clash with <sys/mount.h>'s. Its root as an O_PATH descriptor, or -errno.
-static inline int cfs_open_noatime_tree(const char *path) {
-#if defined(SYS_open_tree) && defined(SYS_mount_setattr)
-    const unsigned clone = 1, recursive = 0x8000;             // OPEN_TREE_CLONE, AT_RECURSIVE
-    int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path, clone | O_CLOEXEC | recursive);
-    if (tree < 0) return -errno;
-    struct { unsigned long long set, clear, propagation, userns_fd; } attributes = {
-        0x10, 0x70, 0, 0                                      // MOUNT_ATTR_NOATIME; MOUNT_ATTR__ATIME
-    };
-    if (syscall(SYS_mount_setattr, tree, "", CFS_AT_EMPTY_PATH | recursive, &attributes, sizeof attributes) != 0) {
-        int failure = errno;
-        close(tree);
-        return -failure;
-    }
-    return tree;
-#else
-    (void)path;
-    return -ENOSYS;
-#endif
-}
-
-static inline int cfs_fallocate(int fd, int mode, off_t offset, off_t length) {
-    return (int)syscall(SYS_fallocate, fd, mode, offset, length);
-}
-static inline ssize_t cfs_getxattr(const char *path, const char *name, void *value, size_t size) {
-    return getxattr(path, name, value, size);
-}
-static inline ssize_t cfs_listxattr(const char *path, char *list, size_t size) {
-    return listxattr(path, list, size);
-}
-static inline int cfs_setxattr(const char *path, const char *name, const void *value, size_t size, int flags) {
-    return setxattr(path, name, value, size, flags);
-}
-static inline int cfs_removexattr(const char *path, const char *name) {
-    return removexattr(path, name);
-}
-static inline ssize_t cfs_copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t len, unsigned flags) {
-    return syscall(SYS_copy_file_range, in, in_off, out, out_off, len, flags);
-}
-
-// File handles, so an inode's descriptor can be closed and opened again (the open-file limit,
-// fuse-measurements.md finding 3). Raw syscalls: the glibc wrappers need _GNU_SOURCE.
-#define CFS_MAX_HANDLE 128
-struct cfs_file_handle {
-    unsigned int handle_bytes;
-    int handle_type;
-    unsigned char f_handle[CFS_MAX_HANDLE];
-};
-
-/// The handle of the item `fd` refers to; 0 or -1 (errno).
-static inline int cfs_name_to_handle(int fd, struct cfs_file_handle *handle) {
-    int mount_id = 0;
-    handle->handle_bytes = CFS_MAX_HANDLE;
-    return (int)syscall(SYS_name_to_handle_at, fd, "", handle, &mount_id, 0x1000 /* AT_EMPTY_PATH */);
-}
-
-/// An O_PATH descriptor for `handle`, on the filesystem of `mount_fd`; or -1 (errno).
-static inline int cfs_open_by_handle(int mount_fd, struct cfs_file_handle *handle) {
-    return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
-}
-
-// Renames with flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
-static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
-    return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);
-}
-
-// Whether thread `tid` is its process's first thread: tgkill finds a thread only in the thread
-// group it is told, and signal 0 sends nothing (EPERM: found, but not ours to signal).
-static inline int cfs_thread_leads_its_process(pid_t tid) {
-    return syscall(SYS_tgkill, tid, tid, 0) == 0 || errno == EPERM;
-}
-
-// The CPU the calling thread runs on: glibc reads it from rseq or the vDSO, no system call.
-// (Declared here: <sched.h> declares it only under _GNU_SOURCE.)
-extern int sched_getcpu(void);
-static inline int cfs_current_cpu(void) { return sched_getcpu(); }
-
-// Lets the calling thread run on any CPU of the machine but `cpu`, or, when the process may use
-// none of those, on any. 0 or -1. (cpu_set_t and its macros need _GNU_SOURCE too.)
-static inline int cfs_run_away_from_cpu(int cpu) {
-    unsigned long mask[16] = { 0 };
-    int cpus = get_nprocs_conf();
-    if (cpus > (int)(sizeof(mask) * 8)) cpus = (int)(sizeof(mask) * 8);
-    for (int index = 0; index < cpus; index++) {
-        if (index != cpu) mask[index / 64] |= 1UL << (index % 64);
-    }
-    if (syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask) == 0) return 0;
-    if (cpu >= 0 && cpu < cpus) mask[cpu / 64] |= 1UL << (cpu % 64);
-    return (int)syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask);
 }
 
 #endif

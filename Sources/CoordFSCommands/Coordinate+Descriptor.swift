@@ -1,3 +1,4 @@
+import LinuxSystem
 import ArgumentParser
 import CoordinationClient
 import CoordinationRuntime

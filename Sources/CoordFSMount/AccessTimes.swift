@@ -1,4 +1,5 @@
-import CFuse3
+import LinuxSystem
+import CLinux
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,4 +1,5 @@
-import CFuse3
+import LinuxSystem
+import CLinux
 import Synchronization
 
 /// The filesystems under the mount: the backing directory's own, and those mounted inside it

@@ -1,3 +1,4 @@
+import LinuxSystem
 import Synchronization
 
 /// The places of the nodes the kernel forgot last, so that a file handle of one (the kernel's

@@ -1,4 +1,5 @@
-import CFuse3
+import LinuxSystem
+import CLinux
 import Foundation
 import Synchronization
 #if canImport(Glibc)

@@ -1,4 +1,6 @@
+import LinuxSystem
 import CFuse3
+import CLinux
 import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)

@@ -1,4 +1,6 @@
+import LinuxSystem
 import CFuse3
+import CLinux
 import Coordination
 import CoordinationRuntime
 import Foundation

@@ -1,4 +1,4 @@
-import CFuse3
+import LinuxSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,6 @@
+import LinuxSystem
 import CFuse3
+import CLinux
 import CFusePassthrough
 import Coordination
 import CoordinationServer

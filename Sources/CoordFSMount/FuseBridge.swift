@@ -1,5 +1,7 @@
+import LinuxSystem
 import CoordinationRuntime
 import CFuse3
+import CLinux
 import CFusePassthrough
 import Foundation
 #if canImport(Glibc)

@@ -1,4 +1,5 @@
-import CFuse3
+import LinuxSystem
+import CLinux
 import CoordinationRuntime
 import Foundation
 import Synchronization

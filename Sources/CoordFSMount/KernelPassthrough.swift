@@ -1,4 +1,5 @@
-import CFuse3
+import LinuxSystem
+import CLinux
 import CFusePassthrough
 import Foundation
 import Synchronization

@@ -1,3 +1,4 @@
+import LinuxSystem
 import Foundation
 
 /// The kernel's FUSE request timeout (Linux 6.15 and later): when one is in force and a request

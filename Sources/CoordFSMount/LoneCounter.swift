@@ -1,3 +1,4 @@
+import LinuxSystem
 import Synchronization
 
 /// A counter on a cache line of its own, for a value every request reads and few write. As a

@@ -1,3 +1,4 @@
+import LinuxSystem
 import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)

@@ -1,3 +1,4 @@
+import LinuxSystem
 import Coordination
 
 // @unchecked Sendable: the gates are atomics in memory of its own.

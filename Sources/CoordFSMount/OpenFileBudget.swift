@@ -1,3 +1,4 @@
+import LinuxSystem
 import Synchronization
 
 /// How many files and directories each user may keep open through the mount at once. Every

@@ -1,3 +1,4 @@
+import LinuxSystem
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,5 +1,6 @@
+import LinuxSystem
 import CoordinationRuntime
-import CFuse3
+import CLinux
 import CoordinationServer
 import Synchronization
 #if canImport(Glibc)

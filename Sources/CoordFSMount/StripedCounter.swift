@@ -1,4 +1,5 @@
-import CFuse3
+import LinuxSystem
+import CLinux
 import Synchronization
 
 /// A counter that every request adds to, kept in one slot per CPU: a single shared counter

@@ -1,3 +1,4 @@
+import LinuxSystem
 import CoordinationWire
 import Foundation
 #if canImport(Glibc)

@@ -1,3 +1,4 @@
+import LinuxSystem
 import CoordinationRuntime
 import CoordinationWire
 import Foundation

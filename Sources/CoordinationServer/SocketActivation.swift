@@ -1,3 +1,4 @@
+import LinuxSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc

@@ -1,3 +1,4 @@
+import LinuxSystem
 @testable import CoordFSMount
 import Coordination
 import Foundation

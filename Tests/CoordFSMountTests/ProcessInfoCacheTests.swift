@@ -1,3 +1,4 @@
+import LinuxSystem
 import CoordinationRuntime
 @testable import CoordFSMount
 import CoordinationServer

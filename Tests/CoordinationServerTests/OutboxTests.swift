@@ -1,3 +1,4 @@
+import LinuxSystem
 @testable import CoordinationServer
 import CoordinationWire
 import Foundation

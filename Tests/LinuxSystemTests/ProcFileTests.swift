@@ -1,5 +1,4 @@
-import CoordinationRuntime
-@testable import CoordinationServer
+import LinuxSystem
 import Foundation
 import Testing
 #if canImport(Glibc)

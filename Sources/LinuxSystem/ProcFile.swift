@@ -13,7 +13,7 @@ package enum ProcFile {
         readBytes(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
-    static func readBytes(_ path: String) -> [UInt8]? {
+    package static func readBytes(_ path: String) -> [UInt8]? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }

@@ -1,16 +1,20 @@
-import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// The few socket calls the control socket needs, with errno turned into `SocketError` once.
-struct SocketError: Error, CustomStringConvertible {
-    let call: String
-    let code: Int32
+package struct SocketError: Error, CustomStringConvertible {
+    package let call: String
+    package let code: Int32
     /// Said instead of strerror's text when given.
-    var detail: String? = nil
-    var description: String { "\(call): \(detail ?? String(cString: strerror(code)))" }
+    package var detail: String? = nil
+    package init(call: String, code: Int32, detail: String? = nil) {
+        self.call = call
+        self.code = code
+        self.detail = detail
+    }
+    package var description: String { "\(call): \(detail ?? String(cString: strerror(code)))" }
 }
 
 /// The credentials of the process at the other end (SO_PEERCRED), and its groups.
@@ -19,12 +23,19 @@ public struct PeerCredentials: Sendable, Hashable {
     public let uid: UInt32
     public let gid: UInt32
     public let groups: Set<UInt32>
+
+    package init(pid: Int32, uid: UInt32, gid: UInt32, groups: Set<UInt32>) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+        self.groups = groups
+    }
 }
 
-enum UnixSocket {
-    static let peerCredentialsOption: Int32 = 17   // SO_PEERCRED on Linux
+package enum UnixSocket {
+    package static let peerCredentialsOption: Int32 = 17   // SO_PEERCRED on Linux
 
-    static func withAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) throws -> T {
+    package static func withAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) throws -> T {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
@@ -43,7 +54,7 @@ enum UnixSocket {
     /// there is replaced; one that a live server listens on is not (EADDRINUSE): replaced, that
     /// server would go on serving the clients it has while new ones reached this one, and
     /// coordination would be split in two without a word.
-    static func listen(at path: String, mode: mode_t) throws -> Int32 {
+    package static func listen(at path: String, mode: mode_t) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError(call: "socket", code: errno) }
         var bound = try withAddress(path) { bind(fd, $0, $1) }
@@ -63,7 +74,7 @@ enum UnixSocket {
     }
 
     /// A connected client socket.
-    static func connect(to path: String) throws -> Int32 {
+    package static func connect(to path: String) throws -> Int32 {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SocketError(call: "socket", code: errno) }
         let result = try withAddress(path) { Glibc.connect(fd, $0, $1) }
@@ -71,7 +82,7 @@ enum UnixSocket {
         return fd
     }
 
-    static func peerCredentials(_ fd: Int32) -> PeerCredentials? {
+    package static func peerCredentials(_ fd: Int32) -> PeerCredentials? {
         var raw = (Int32(0), UInt32(0), UInt32(0))
         var length = socklen_t(MemoryLayout.size(ofValue: raw))
         guard getsockopt(fd, SOL_SOCKET, peerCredentialsOption, &raw, &length) == 0 else { return nil }
@@ -79,7 +90,7 @@ enum UnixSocket {
     }
 
     /// The supplementary groups of a process, from /proc.
-    static func groups(of pid: Int32, primary: UInt32) -> Set<UInt32> {
+    package static func groups(of pid: Int32, primary: UInt32) -> Set<UInt32> {
         var result: Set<UInt32> = [primary]
         for field in ProcFile.statusFields(["Groups"], of: pid)?["Groups"]?.split(separator: " ") ?? [] {
             if let gid = UInt32(field) { result.insert(gid) }

@@ -1,0 +1,2 @@
+// Everything CLinux offers is inline, in include/CLinux.h.
+#include "CLinux.h"
