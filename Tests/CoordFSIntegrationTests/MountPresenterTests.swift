@@ -61,9 +61,9 @@ import Glibc
         fx.domain!.addFilePresenter(presenter)
         fx.domain!.addFilePresenter(LoggingPresenter("D", fx.path("dir"), log: log))
         #expect(try run("/bin/mv", [fx.path("dir/old.txt"), fx.path("dir/new.txt")]).status == 0)
-        #expect(log.waitFor("F:didMove new.txt"))
+        #expect(log.waitFor("F:didMove \(fx.path("dir/new.txt"))"))
         #expect(log.waitFor("D:subitemDidMove old.txt new.txt"))
-        #expect(log.order("F:relinquishToWriter", before: "F:didMove new.txt"))
+        #expect(log.order("F:relinquishToWriter", before: "F:didMove \(fx.path("dir/new.txt"))"))
         #expect(eventually { presenter.presentedItemURL?.path == fx.path("dir/new.txt") })
         // And it is asked under its new name.
         _ = try run("/bin/cat", [fx.path("dir/new.txt")])

@@ -241,49 +241,11 @@ final class Child: @unchecked Sendable {
     }
 }
 
-// @unchecked Sendable: its URL is behind `lock`; the log is thread-safe.
-/// A presenter inside the mount, in this (the mount's) process.
-final class LoggingPresenter: FilePresenter, @unchecked Sendable {
-    let name: String
-    let log: EventLog
-    private let lock = NSLock()
-    private var url: URL?
-    let presentedItemOperationQueue = OperationQueue()
-    var deletionError: Error?
-
-    init(_ name: String, _ path: String, log: EventLog) {
-        self.name = name
-        self.url = URL(fileURLWithPath: path)
-        self.log = log
-        presentedItemOperationQueue.maxConcurrentOperationCount = 1
-    }
-
-    var presentedItemURL: URL? { lock.lock(); defer { lock.unlock() }; return url }
-
-    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        log.add("\(name):relinquishToReader"); reader { [self] in log.add("\(name):reacquire") }
-    }
-    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        log.add("\(name):relinquishToWriter"); writer { [self] in log.add("\(name):reacquire") }
-    }
-    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        log.add("\(name):save"); completionHandler(nil)
-    }
-    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        log.add("\(name):accommodateDeletion"); completionHandler(deletionError)
-    }
-    func presentedItemDidMove(to newURL: URL) {
-        log.add("\(name):didMove \(newURL.lastPathComponent)")
-        lock.lock(); url = newURL; lock.unlock()
-    }
-    func presentedItemDidChange() { log.add("\(name):didChange") }
-    func presentedSubitemDidAppear(at url: URL) { log.add("\(name):subitemDidAppear \(url.lastPathComponent)") }
-    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
-        log.add("\(name):subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
-    }
-    func presentedSubitemDidChange(at url: URL) { log.add("\(name):subitemDidChange \(url.lastPathComponent)") }
-    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
-        log.add("\(name):accommodateSubitemDeletion \(url.lastPathComponent)"); completionHandler(nil)
+extension LoggingPresenter {
+    /// A presenter of `path`, as the mount tests make one: it always hands back a reacquirer, so
+    /// "<name>:reacquire" shows that the other process's access has ended.
+    convenience init(_ name: String, _ path: String, log: EventLog) {
+        self.init(name: name, url: URL(fileURLWithPath: path), log: log, givesReacquirer: true)
     }
 }
 

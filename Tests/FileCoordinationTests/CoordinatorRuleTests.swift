@@ -313,7 +313,7 @@ import Testing
     @Test("C16 presenters receive messages from adding to removing, and the list shows them") func c16() throws {
         let fx = try Fixture()
         let a = try fx.file("a")
-        let presenter = TestPresenter(name: "P", url: a, log: fx.log)
+        let presenter = LoggingPresenter(name: "P", url: a, log: fx.log)
         try fx.coordinator().coordinate(readingItemAt: a) { _ in }
         #expect(fx.domain.filePresenters.isEmpty)
         fx.domain.addFilePresenter(presenter)

@@ -58,8 +58,8 @@ final class Fixture: @unchecked Sendable {
         return url
     }
 
-    func presenter(_ name: String, _ relative: String?) -> TestPresenter {
-        let presenter = TestPresenter(name: name, url: relative.map(url), log: log)
+    func presenter(_ name: String, _ relative: String?) -> LoggingPresenter {
+        let presenter = LoggingPresenter(name: name, url: relative.map(url), log: log)
         domain.addFilePresenter(presenter)
         return presenter
     }
@@ -73,89 +73,6 @@ final class Fixture: @unchecked Sendable {
 }
 
 struct PresenterRefusal: Error, Equatable { let code: Int }
-
-// @unchecked Sendable: its URL is behind `lock`; the rest is set before it is registered.
-/// A presenter that logs every message as "<name>:<message>", optionally answering with errors,
-/// handing back reacquirers, or following moves.
-final class TestPresenter: FilePresenter, @unchecked Sendable {
-    let name: String
-    let log: EventLog
-    let presentedItemOperationQueue: OperationQueue
-    private let lock = NSLock()
-    private var url: URL?
-    var primaryURL: URL?
-    var saveError: Error?
-    var deletionError: Error?
-    var evictionError: Error?
-    var givesReacquirer = false
-    var followsMoves = true
-    /// Runs inside savePresentedItemChanges before it answers.
-    var onSave: (() -> Void)?
-    /// Set when a message ran off the presenter's queue (P2).
-    private(set) var ranOffQueue = false
-
-    init(name: String, url: URL?, log: EventLog) {
-        self.name = name
-        self.url = url
-        self.log = log
-        presentedItemOperationQueue = OperationQueue()
-        presentedItemOperationQueue.maxConcurrentOperationCount = 1
-        presentedItemOperationQueue.name = "presenter \(name)"
-    }
-
-    var presentedItemURL: URL? {
-        get { lock.lock(); defer { lock.unlock() }; return url }
-        set { lock.lock(); url = newValue; lock.unlock() }
-    }
-    var primaryPresentedItemURL: URL? { primaryURL }
-
-    private func note(_ message: String) {
-        if OperationQueue.current !== presentedItemOperationQueue { ranOffQueue = true }
-        log.add("\(name):\(message)")
-    }
-
-    private var reacquirer: (@Sendable () -> Void)? {
-        guard givesReacquirer else { return nil }
-        return { [self] in note("reacquire") }
-    }
-
-    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        note("relinquishToReader")
-        reader(reacquirer)
-    }
-    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        note("relinquishToWriter")
-        writer(reacquirer)
-    }
-    func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        note("save")
-        onSave?()
-        completionHandler(saveError)
-    }
-    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        note("accommodateDeletion")
-        completionHandler(deletionError)
-    }
-    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
-        note("accommodateSubitemDeletion \(url.lastPathComponent)")
-        completionHandler(deletionError)
-    }
-    func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        note("accommodateEviction")
-        completionHandler(evictionError)
-    }
-    func presentedItemDidMove(to newURL: URL) {
-        note("didMove \(newURL.path)")
-        if followsMoves { presentedItemURL = newURL }
-    }
-    func presentedItemDidChange() { note("didChange") }
-    func presentedSubitemDidAppear(at url: URL) { note("subitemDidAppear \(url.lastPathComponent)") }
-    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
-        note("subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
-    }
-    func presentedSubitemDidChange(at url: URL) { note("subitemDidChange \(url.lastPathComponent)") }
-}
-
 
 // @unchecked Sendable: its task is set in init, before another thread sees it.
 /// An access held open on a background thread until `release()`: it logs "<name>-start" once
