@@ -1,5 +1,4 @@
 import LinuxSystem
-import CFuse3
 import CLinux
 import CFusePassthrough
 import CoordinationRuntime
@@ -23,10 +22,9 @@ enum CallerUmask {
 
     private static let state = ThreadLocal { State() }
 
-    /// Runs `body` (a create, mknod, mkdir or O_TMPFILE open) under `req`'s caller's umask.
+    /// Runs `body` (a create, mknod, mkdir or O_TMPFILE open) under the caller's umask, `mask`.
     @inline(__always)
-    static func applying<Result, Failure: Error>(_ req: fuse_req_t, _ body: () throws(Failure) -> Result) throws(Failure) -> Result {
-        let mask = mode_t(fuse_req_ctx(req).pointee.umask) & 0o777
+    static func applying<Result, Failure: Error>(_ mask: mode_t, _ body: () throws(Failure) -> Result) throws(Failure) -> Result {
         state.withValue { state in
             if !state.isOwn {
                 // Threads share one context until they make their own; one that cannot keeps

@@ -4,7 +4,7 @@ import CoordinationRuntime
 
 /// What a coordinated request holds while its handler runs (and an open, until its release): a
 /// runtime `Claim`. Most are granted at once with nobody to ask and hold only the engine's grant
-/// (`single`, or `screened` behind a name gate); the others waited or asked presenters.
+/// (`single`, or `gated` behind a name gate); the others waited or asked presenters.
 extension Filesystem {
     /// Runs `body`, and tells presenters what it did (`end`, `reportMove`) only when it returns.
     /// A handler replies to the kernel inside `body`: its caller goes on first, and the
@@ -24,14 +24,14 @@ extension Filesystem {
         guard let claim else { return }
         claim.end(outcome: outcome, in: domain)
         // Opened after the release: until then a request passing it could overlap the grant.
-        if case .screened(_, let gate) = claim { nameGates.open(gate) }
+        if case .gated(_, let gate) = claim { nameGates.open(gate) }
     }
 
     /// Ends `claim`; `outcomes` (one per intent) say what happened to each item.
     func end(_ claim: Claim?, outcomes: [IntentOutcome]) {
         guard let claim else { return }
         claim.end(outcomes: outcomes, in: domain)
-        if case .screened(_, let gate) = claim { nameGates.open(gate) }
+        if case .gated(_, let gate) = claim { nameGates.open(gate) }
     }
 
     /// Reports a move made under `claim`: presenters follow it (C15).

@@ -1,5 +1,4 @@
 import LinuxSystem
-import CFuse3
 import CLinux
 import CoordinationRuntime
 import Foundation
@@ -10,9 +9,9 @@ import Glibc
 /// opendir, readdir, releasedir, fsyncdir. Listing a directory is a metadata read: not
 /// coordinated.
 extension Filesystem {
-    func opendir(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+    func opendir(_ reply: Reply, _ id: UInt64, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        guard let place = files.budget.take(for: caller(reply)) else { return reply.error(EMFILE) }
+        guard let place = files.budget.take(for: reply.caller.uid) else { return reply.error(EMFILE) }
         let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
             let fd = accessTimes.open(O_RDONLY | O_DIRECTORY | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
             return (fd, fd == -1 ? Errno.current : nil)
@@ -29,56 +28,48 @@ extension Filesystem {
         }
         let file = OpenFile(fd: fd, inode: inode, claim: nil, created: false)
         file.directory = stream
-        reply.open(fi.pointee, handle: files.insert(file, in: place), keepCache: false, noFlush: false)
+        reply.open(request.info, handle: files.insert(file, in: place), keepCache: false, noFlush: false)
     }
 
     /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts
     /// as a lookup (not `.` and `..`), which saves the kernel a LOOKUP per entry.
     func readdir(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t, plus: Bool) {
         guard let file = files[handle], let stream = file.directory else { return reply.error(EBADF) }
-        var buffer = [CChar](repeating: 0, count: size)
-        var used = 0
+        var listing = DirectoryListing(for: reply, size: size)
         seekdir(stream, offset)
         while true {
-            errno = 0
-            guard let entry = Glibc.readdir(stream) else {
-                if errno != 0 && used == 0 { return reply.error(Errno.current) }
+            let found: UnsafeMutablePointer<dirent>?
+            do { found = try nextEntry(of: stream) } catch {
+                if listing.used == 0 { return reply.error(error) }
                 break
             }
+            guard let entry = found else { break }
             let record = DirectoryEntry(entry)
-            let needed: Int
+            let added: Bool
             if plus {
-                var parameters = fuse_entry_param()
-                var found: Inode?
                 if record.name != "." && record.name != ".." {
                     guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }   // gone meanwhile
-                    found = inode
-                    parameters.ino = fuse_ino_t(inode.id)
-                    parameters.attr = shown(info)
-                    parameters.attr_timeout = timeout
-                    parameters.entry_timeout = timeout
+                    added = FileSystemName.withCString(record.name) {
+                        listing.add($0, node: inode.id, attributes: shown(info), timeout: timeout, next: record.next)
+                    }
+                    if !added { inodes.forget(inode.id, 1) }   // not sent: not looked up
                 } else {
-                    parameters.attr.st_ino = ino_t(record.number)
-                    parameters.attr.st_mode = record.type
-                }
-                needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                    FileSystemName.withCString(record.name) {
-                        fuse_add_direntry_plus(reply.req, pointer.baseAddress! + used, size - used, $0, &parameters, record.next)
+                    var attributes = stat()
+                    attributes.st_ino = ino_t(record.number)
+                    attributes.st_mode = record.type
+                    added = FileSystemName.withCString(record.name) {
+                        listing.add($0, node: 0, attributes: attributes, timeout: timeout, next: record.next)
                     }
                 }
-                if needed > size - used, let found { inodes.forget(found.id, 1) }   // not sent: not looked up
             } else {
-                needed = buffer.withUnsafeMutableBufferPointer { pointer in
-                    FileSystemName.withCString(record.name) {
-                        cfs_add_direntry(reply.req, pointer.baseAddress! + used, size - used, $0, ino_t(record.number), record.type, record.next)
-                    }
+                added = FileSystemName.withCString(record.name) {
+                    listing.add($0, number: ino_t(record.number), type: record.type, next: record.next)
                 }
             }
             // Not sent: the next READDIR starts at the last sent entry's offset (the seekdir above).
-            if needed > size - used { break }
-            used += needed
+            if !added { break }
         }
-        buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<used])) }
+        listing.buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<listing.used])) }
     }
 
     func releasedir(_ reply: Reply, _ handle: UInt64) {

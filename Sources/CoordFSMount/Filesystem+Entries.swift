@@ -107,7 +107,7 @@ extension Filesystem {
         // a full coordination, and touch's watchers would hear of the change before the file
         // appeared.
         if change.size == nil, inode.writers.load(ordering: .relaxed) != 0,
-           let process = callingProcess(reply.req, now: coarseMilliseconds()), inode.isWritten(onlyBy: process) {
+           let process = callingProcess(reply.caller, now: coarseMilliseconds()), inode.isWritten(onlyBy: process) {
             statistics.coordinated.add()
             statistics.coveredByOwnOpen.add(1, ordering: .relaxed)
             return apply(change, inode, open, reply, claim: nil)
@@ -127,7 +127,7 @@ extension Filesystem {
                 try apply(change, to: fd, open: open)
                 if change.size != nil {
                     open?.written.store(true, ordering: .relaxed)
-                    if callerLacksFSetID(reply) { dropPrivilegeBits(open?.fd ?? fd) }
+                    if !reply.caller.mayKeepPrivilegeBits { dropPrivilegeBits(open?.fd ?? fd) }
                 }
                 if let open {
                     var info = stat()

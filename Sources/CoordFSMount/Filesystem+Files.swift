@@ -1,5 +1,4 @@
 import LinuxSystem
-import CFuse3
 import CLinux
 import Coordination
 import CoordinationRuntime
@@ -11,13 +10,13 @@ import Glibc
 /// open, create, read, write, flush, release, fsync, fallocate, copy_file_range, lseek. An open
 /// holds its intent — read for read-only, write for writable — until the last release.
 extension Filesystem {
-    func open(_ reply: Reply, _ id: UInt64, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+    func open(_ reply: Reply, _ id: UInt64, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let flags = backingFlags(cfs_file_info_flags(fi))
+        let flags = backingFlags(request.flags)
         let wanted = ItemIntent(kind: Self.openKind(flags), node: inode, isDirectory: false)
         let writes = wanted.kind.isWrite
-        let info = fi.pointee
-        let user = caller(reply)
+        let info = request.info
+        let user = reply.caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
@@ -47,7 +46,7 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: flags & O_TRUNC != 0))
                 reply.error(failure)
             }
-            let unprivileged = callerLacksFSetID(reply)
+            let unprivileged = !reply.caller.mayKeepPrivilegeBits
             if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd, of: inode) }
             if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(failure) }
             // Writes of a setuid file by others must reach the mount, which clears the bit.
@@ -118,18 +117,18 @@ extension Filesystem {
         return .writing(flags & O_APPEND != 0 ? .appendingOnly : .sharingWriters)
     }
 
-    func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
+    func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ request: OpenRequest) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
-        if name == "/" { return tmpfile(reply, parent, mode, fi) }
-        let flags = backingFlags(cfs_file_info_flags(fi))
-        let info = fi.pointee
+        if name == "/" { return tmpfile(reply, parent, mode, request) }
+        let flags = backingFlags(request.flags)
+        let info = request.info
         // With passthrough the new file is opened read-write when its flags would not reach other
         // opens through a shared backing file: it then is the backing file, with no second open.
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
         // A write on the new item; it stays held as the open's intent (an appending one for an
         // O_APPEND open: a log a program creates is readable while it appends, U1).
         let kind: AccessKind = flags & O_APPEND != 0 && flags & O_TRUNC == 0 ? .writing(.appendingOnly) : .writing([])
-        let user = caller(reply)
+        let user = reply.caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, ItemIntent(kind: kind, node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
@@ -145,10 +144,10 @@ extension Filesystem {
             let (fd, createFailure, backing, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
                 let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
                 if sharesBacking {
-                    let (fd, made) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0, for: reply.req)
+                    let (fd, made) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0, for: reply.caller)
                     if fd >= 0 { return (fd, nil, true, made) }
                 }
-                let (fd, made) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: reply.req)
+                let (fd, made) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: reply.caller)
                 return (fd, fd == -1 ? Errno.current : nil, false, made)
             }
             if let failure = createFailure {
@@ -157,7 +156,7 @@ extension Filesystem {
                 return reply.error(failure)
             }
             namespaceChanged(name: name, directory: false)
-            giveToCaller(reply.req, parent: parent, name: name, mode: mode)
+            giveToCaller(reply.caller, parent: parent, name: name, mode: mode)
             do {
                 if let failure = syncNames(in: parent) { throw failure }
                 let (inode, attributes) = try lookupNode(parent, name, justMade: true)
@@ -182,9 +181,9 @@ extension Filesystem {
     /// failure after it can take back a file this create made, and only such a file: one made
     /// behind the mount meanwhile is opened as it is, unless the caller asked for O_EXCL itself.
     /// Returns the descriptor (or -1, errno set) and whether this call made the file.
-    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for req: fuse_req_t) -> (Int32, Bool) {
-        let fd = CallerUmask.applying(req) { accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } } }
-        if fd >= 0 || errno != EEXIST || exclusive { return (fd, fd >= 0) }
+    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for caller: RequestCaller) -> (Int32, Bool) {
+        let fd = CallerUmask.applying(caller.umask) { accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } } }
+        if fd >= 0 || Errno.current != .fileExists || exclusive { return (fd, fd >= 0) }
         return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false)
     }
 
@@ -199,24 +198,24 @@ extension Filesystem {
     /// The file has no name, so nobody else can reach it: its open takes no intent, as under
     /// `--coordination off`, and nothing is told of it. It is coordinated from its first name
     /// on, which its link (linkat through /proc/self/fd) gives it as a coordinated create.
-    private func tmpfile(_ reply: Reply, _ parent: Inode, _ mode: mode_t, _ fi: UnsafeMutablePointer<fuse_file_info>) {
-        let flags = backingFlags(cfs_file_info_flags(fi))
-        let info = fi.pointee
-        guard let place = files.budget.take(for: caller(reply)) else { return reply.error(EMFILE) }
+    private func tmpfile(_ reply: Reply, _ parent: Inode, _ mode: mode_t, _ request: OpenRequest) {
+        let flags = backingFlags(request.flags)
+        let info = request.info
+        guard let place = files.budget.take(for: reply.caller.uid) else { return reply.error(EMFILE) }
         // Read-write, to serve as the backing file too, and linkable: the kernel keeps an
         // O_EXCL file from being linked itself, and the mount links through the backing file.
         let kept = flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | CFS_O_TMPFILE | CFS_O_DIRECT)
         let fd = inodes.withFD(parent, orElse: { _ in Int32(-1) }) { parentFD in
-            CallerUmask.applying(reply.req) { accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) } }
+            CallerUmask.applying(reply.caller.umask) { accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) } }
         }
         if fd == -1 {
             let failure = Errno.current
             files.budget.giveBack(place)
             return reply.error(failure)
         }
-        giveToCaller(reply.req, parent: parent) { _, uid, gid, group in
+        giveToCaller(reply.caller, parent: parent) { _, uid, gid, group in
             let kept = Self.keptPrivilegeBits(asked: mode, made: { try? statOf(fd) }, group: group,
-                                              callerGroup: fuse_req_ctx(reply.req).pointee.gid)
+                                              callerGroup: reply.caller.gid)
             _ = fchown(fd, uid, gid)
             if let kept { _ = fchmod(fd, kept) }
         }
@@ -253,11 +252,11 @@ extension Filesystem {
 
     /// `flags`: the write's own (its open's, with O_DSYNC or O_SYNC where RWF_DSYNC, RWF_SYNC or
     /// a `sync` mount asks for them).
-    func write(_ reply: Reply, _ handle: UInt64, _ buffers: UnsafeMutablePointer<fuse_bufvec>, _ offset: off_t,
+    func write(_ reply: Reply, _ handle: UInt64, _ data: WriteData, _ offset: off_t,
                flags: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
-        let written = cfs_write_buf(buffers, file.fd, offset)
+        let written = data.write(to: file.fd, at: offset)
         if written < 0 { return reply.error(Int32(-written)) }
         file.written.store(true, ordering: .relaxed)
         let owed = flags & file.syncOwedToDirectWrites
@@ -341,13 +340,8 @@ extension Filesystem {
     /// it); 0 when the open holds nothing.
     func writer(of claim: Claim?, _ reply: Reply) -> Int32 {
         guard claim != nil else { return 0 }
-        return callingProcess(reply.req, now: coarseMilliseconds()) ?? 0
+        return callingProcess(reply.caller, now: coarseMilliseconds()) ?? 0
     }
-
-    func callerLacksFSetID(_ reply: Reply) -> Bool { fuse_req_ctx(reply.req).pointee.uid != 0 }
-
-    /// The user a request is made as (its filesystem uid).
-    func caller(_ reply: Reply) -> UInt32 { fuse_req_ctx(reply.req).pointee.uid }
 
     func hasPrivilegeBits(_ fd: Int32) -> Bool {
         var info = stat()
@@ -356,7 +350,7 @@ extension Filesystem {
 
     /// For writes: nothing to look at when root writes (the common case on this path).
     func dropPrivilegeBits(_ fd: Int32, of inode: Inode, unlessRootCalls reply: Reply) {
-        if callerLacksFSetID(reply) { dropPrivilegeBits(fd, of: inode) }
+        if !reply.caller.mayKeepPrivilegeBits { dropPrivilegeBits(fd, of: inode) }
     }
 
     /// Clears setuid (and setgid with group execute) of the file at `fd`, as the kernel does
@@ -373,13 +367,6 @@ extension Filesystem {
         guard bits != 0, chmod(procPath(fd), info.st_mode & 0o7777 & ~bits) == 0 else { return false }
         if let inode { invalidateAttributes(of: inode) }
         return true
-    }
-
-    /// Tells the kernel to forget the attributes it keeps of `inode` (attributes only: no
-    /// page is touched, and no lock of the inode is taken, so a handler may send it).
-    func invalidateAttributes(of inode: Inode) {
-        guard let session = session.load(ordering: .relaxed) else { return }
-        _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id), -1, 0)
     }
 
     private static func privilegeBits(_ mode: mode_t) -> mode_t {

@@ -19,9 +19,9 @@ extension Filesystem {
         coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
                    forTheCall: true) { [self] claim in
             do {
-                try CallerUmask.applying(reply.req) { () throws(Errno) in try inodes.withFD(parent) { fd throws(Errno) in try make(fd) } }
+                try CallerUmask.applying(reply.caller.umask) { () throws(Errno) in try inodes.withFD(parent) { fd throws(Errno) in try make(fd) } }
                 namespaceChanged(name: name, directory: false)
-                giveToCaller(reply.req, parent: parent, name: name, mode: mode)
+                giveToCaller(reply.caller, parent: parent, name: name, mode: mode)
                 if let failure = syncNames(in: parent) {
                     end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                     return reply.error(failure)

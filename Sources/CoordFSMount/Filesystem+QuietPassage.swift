@@ -3,29 +3,29 @@ import Coordination
 
 extension Filesystem {
     /// How a request held for its call passed the quiet gates.
-    enum Passage {
+    enum QuietPassage {
         /// Through the engine's first gate: it held nothing.
         case nothingHeld
-        /// Through its second gate, beside screened grants, and the gates of the names the
+        /// Through its second gate, beside gated grants, and the gates of the names the
         /// request locks (`second` only when it locks two names on different gates).
         case besideOpenFiles(first: Int, second: Int?)
     }
 
     /// Lets a request held for its call pass while the engine holds nothing, or nothing but
-    /// screened grants while no file is held open by a name it locks (`NameGates`); nil,
+    /// gated grants while no file is held open by a name it locks (`NameGates`); nil,
     /// having counted nothing, when it must be coordinated. Counted in the statistics.
-    func passQuietly(_ wanted: ItemIntent, _ other: ItemIntent?) -> Passage? {
+    func passQuietly(_ wanted: ItemIntent, _ other: ItemIntent?) -> QuietPassage? {
         if engine.passQuietly() {
             statistics.passedQuietly.add()
             return .nothingHeld
         }
         // An rmdir or a directory's rename conflicts with files open anywhere below it.
         if wanted.coversSubtree || other?.coversSubtree == true { return nil }
-        guard engine.passQuietly(.onlyScreenedGrants) else { return nil }
+        guard engine.passQuietly(.onlyGatedGrants) else { return nil }
         if let first = gate(of: wanted), nameGates.enter(first) {
             // nil: no second item; .some(nil): one whose gate is not known.
             let second: Int?? = other.map { gate(of: $0) }
-            var passage: Passage?
+            var passage: QuietPassage?
             switch second {
             case nil: passage = .besideOpenFiles(first: first, second: nil)
             case .some(let gate?) where gate == first: passage = .besideOpenFiles(first: first, second: nil)
@@ -39,18 +39,18 @@ extension Filesystem {
                 return passage
             }
         }
-        engine.endPassingQuietly(.onlyScreenedGrants)
+        engine.endPassingQuietly(.onlyGatedGrants)
         return nil
     }
 
-    func endPassing(_ passage: Passage) {
+    func endPassing(_ passage: QuietPassage) {
         switch passage {
         case .nothingHeld:
             engine.endPassingQuietly()
         case .besideOpenFiles(let first, let second):
             if let second { nameGates.leave(second) }
             nameGates.leave(first)
-            engine.endPassingQuietly(.onlyScreenedGrants)
+            engine.endPassingQuietly(.onlyGatedGrants)
         }
     }
 

@@ -1,5 +1,4 @@
 import LinuxSystem
-import CFuse3
 import CLinux
 import CFusePassthrough
 import Coordination
@@ -17,7 +16,7 @@ extension Filesystem {
         if name == "user.coordfs.state" {
             // Every path held, waited for or presented, by anyone: the mount's owner's and
             // root's to read (`coordfs status` shows others what they may learn).
-            let caller = fuse_req_ctx(reply.req).pointee.uid
+            let caller = reply.caller.uid
             if caller != 0 && caller != geteuid() && inode.id == InodeTable.rootID { return reply.error(EACCES) }
         }
         if let own = ownAttribute(inode, name) { return answer(reply, Array(own.utf8), size) }

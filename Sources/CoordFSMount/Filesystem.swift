@@ -1,5 +1,4 @@
 import LinuxSystem
-import CFuse3
 import CLinux
 import CFusePassthrough
 import Coordination
@@ -38,11 +37,10 @@ public final class Filesystem: @unchecked Sendable {
     /// Waiting requests whose wait must end early: under a kernel lock, for a settled file,
     /// past the break time (`WaitWatch`).
     let waitWatch: WaitWatch
-    /// Shut for the names of the files held open under screened grants (`NameGates`).
+    /// Shut for the names of the files held open under gated grants (`NameGates`).
     let nameGates = NameGates()
     /// The FUSE session once mounted: its io_uring queues serve it, named by its descriptor.
     let session = Atomic<UnsafeMutableRawPointer?>(nil)
-    var device: Int32 { session.load(ordering: .relaxed).map { fuse_session_fd(OpaquePointer($0)) } ?? -1 }
     let packageMarkers: PackageMarkers
     let directoryContexts = DirectoryContexts()
     /// Created items are given to the caller (we can only when running as root).
@@ -90,7 +88,7 @@ public final class Filesystem: @unchecked Sendable {
         let (fd, pin, accessTimes) = AccessTimes.openBacking(configuration) {
             Logger(label: "org.coordfs.mount").notice("\($0)")
         }
-        guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(Errno.current)") }
         (backingPin, self.accessTimes) = (pin, accessTimes)
         var info = stat()
         guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0 else {
@@ -309,7 +307,7 @@ public final class Filesystem: @unchecked Sendable {
         }
         // One clock reading serves the request's caches.
         let now = coarseMilliseconds()
-        guard let process = callingProcess(reply.req, now: now) else { return body(nil) }
+        guard let process = callingProcess(reply.caller, now: now) else { return body(nil) }
         let identity = CoordinatorIdentity.process(process)
         if attempt == 0 { statistics.coordinated.add() }
         if !domain.accessorHolds.isEmpty, let claim = accessorClaim(of: process, wanted, other, now: now) {
@@ -326,12 +324,12 @@ public final class Filesystem: @unchecked Sendable {
             configuration.afterNamingTargets?()
             var claim: Claim?
             if !forTheCall, let place, target.enclosingPackages.isEmpty {
-                // An open, a create, a truncation: screened, it leaves the engine's second quiet
+                // An open, a create, a truncation: gated, it leaves the engine's second quiet
                 // gate open for requests about other names (`NameGates`).
                 let gate = nameGates.index(of: place.name, in: place.directory)
                 nameGates.shut(gate)
-                if let grant = engine.acquireAtOnce(Intent(wanted.kind, target), for: identity, screened: true) {
-                    claim = .screened(grant, gate: gate)
+                if let grant = engine.acquireAtOnce(Intent(wanted.kind, target), for: identity, gated: true) {
+                    claim = .gated(grant, gate: gate)
                 } else {
                     nameGates.open(gate)
                 }
@@ -371,7 +369,7 @@ public final class Filesystem: @unchecked Sendable {
         let underKernelLock = forTheCall || !wanted.name.isEmpty
         let watched = waitWatch.watches(underKernelLock: underKernelLock)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
-        fuse_req_interrupt_func(reply.req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: number))
+        reply.onInterrupt(number)
         let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
                                         holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
@@ -385,9 +383,9 @@ public final class Filesystem: @unchecked Sendable {
                 }
                 domain.deliveringAfter { body(claim) }
             case .failure(let error):
-                let errno = Errno.from(coordination: error)
-                statistics.count(errno)
-                reply.error(errno)
+                let failure = Errno.from(coordination: error)
+                statistics.count(failure)
+                reply.error(failure)
                 if case .timedOut? = error as? FileCoordinationError { logGivingUp(process, intents) }
             }
         }
@@ -398,7 +396,7 @@ public final class Filesystem: @unchecked Sendable {
                 return state.interruptedEarly.remove(number) != nil
             }
             if watched {
-                waitWatch.watch(number, access, underKernelLock: underKernelLock, uid: fuse_req_ctx(reply.req).pointee.uid,
+                waitWatch.watch(number, access, underKernelLock: underKernelLock, uid: reply.caller.uid,
                                 item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
             }
         }) else { return }
@@ -499,9 +497,8 @@ public final class Filesystem: @unchecked Sendable {
     /// The thread group of the calling thread: the process is the coordinator — or, when it
     /// descends from a process whose holds are inherited (`coordfs coordinate`), that process.
     /// Nil for a kernel thread.
-    func callingProcess(_ req: fuse_req_t, now: Int64) -> Int32? {
-        let tid = fuse_req_ctx(req).pointee.pid
-        let caller = ProcessInfoCache.caller(of: tid, now: now)
+    func callingProcess(_ request: RequestCaller, now: Int64) -> Int32? {
+        let caller = ProcessInfoCache.caller(of: request.thread, now: now)
         if caller.isKernelThread { return nil }
         let process = caller.process
         guard domain.hasInheritingProcesses else { return process }
@@ -519,12 +516,12 @@ public final class Filesystem: @unchecked Sendable {
     /// as root). `mode`: the mode the caller asked for; when it has setuid or setgid, the bits
     /// the chown clears and the caller keeps are given back (`keptPrivilegeBits`) to the mode
     /// the file was made with (the umask or a default ACL applied).
-    func giveToCaller(_ req: fuse_req_t, parent: Inode, name: String, mode: mode_t = 0) {
-        giveToCaller(req, parent: parent) { parentFD, uid, gid, group in
+    func giveToCaller(_ caller: RequestCaller, parent: Inode, name: String, mode: mode_t = 0) {
+        giveToCaller(caller, parent: parent) { parentFD, uid, gid, group in
             let kept = Self.keptPrivilegeBits(asked: mode, made: {
                 var info = stat()
                 return FileSystemName.withCString(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 ? info : nil
-            }, group: group, callerGroup: fuse_req_ctx(req).pointee.gid)
+            }, group: group, callerGroup: caller.gid)
             _ = FileSystemName.withCString(name) { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
             if let kept { _ = FileSystemName.withCString(name) { fchmodat(parentFD, $0, kept, 0) } }
         }
@@ -534,9 +531,8 @@ public final class Filesystem: @unchecked Sendable {
     /// gid, group)` changes its owner, gid_t.max keeping the group a setgid parent gave it
     /// (`group`, the one it ends with). Nothing when the daemon does not run as root or the
     /// caller is root.
-    func giveToCaller(_ req: fuse_req_t, parent: Inode, _ chown: (Int32, uid_t, gid_t, gid_t) -> Void) {
+    func giveToCaller(_ ctx: RequestCaller, parent: Inode, _ chown: (Int32, uid_t, gid_t, gid_t) -> Void) {
         guard givesOwnership else { return }
-        let ctx = fuse_req_ctx(req).pointee
         if ctx.uid == 0 && ctx.gid == 0 { return }
         inodes.withFD(parent, orElse: { _ in }) { fd in
             var parentInfo = stat()

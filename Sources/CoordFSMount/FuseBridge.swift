@@ -89,22 +89,22 @@ enum FuseBridge {
         ops.link = { req, ino, parent, name in
             filesystem(req).link(reply(req), UInt64(ino), UInt64(parent), FileSystemName.string(cString: name!))
         }
-        ops.open = { req, ino, fi in filesystem(req).open(reply(req), UInt64(ino), fi!) }
+        ops.open = { req, ino, fi in filesystem(req).open(reply(req), UInt64(ino), OpenRequest(fi!)) }
         ops.create = { req, parent, name, mode, fi in
-            filesystem(req).create(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, fi!)
+            filesystem(req).create(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
         }
         ops.read = { req, _, size, offset, fi in
             filesystem(req).read(reply(req), cfs_file_info_handle(fi!), size, offset)
         }
         ops.write_buf = { req, _, buffers, offset, fi in
-            filesystem(req).write(reply(req), cfs_file_info_handle(fi!), buffers!, offset, flags: cfs_file_info_flags(fi!))
+            filesystem(req).write(reply(req), cfs_file_info_handle(fi!), WriteData(buffers: buffers!), offset, flags: cfs_file_info_flags(fi!))
         }
         ops.flush = { req, _, fi in filesystem(req).flush(reply(req), cfs_file_info_handle(fi!)) }
         ops.release = { req, _, fi in filesystem(req).release(reply(req), cfs_file_info_handle(fi!)) }
         ops.fsync = { req, _, dataOnly, fi in
             filesystem(req).fsync(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
         }
-        ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), UInt64(ino), fi!) }
+        ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), UInt64(ino), OpenRequest(fi!)) }
         ops.readdir = { req, _, size, offset, fi in
             filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: false)
         }

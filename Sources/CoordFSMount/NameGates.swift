@@ -3,7 +3,7 @@ import Coordination
 
 // @unchecked Sendable: the gates are atomics in memory of its own.
 /// Quiet gates for names: the gate of a (directory, name) pair is shut while a file known by
-/// that name in that directory is held open (or being created, or truncated) under a screened
+/// that name in that directory is held open (or being created, or truncated) under a gated
 /// grant, and open otherwise.
 ///
 /// The engine's first quiet gate lets a request held only for its call (an unlink, a mkdir, a
@@ -12,7 +12,7 @@ import Coordination
 /// package, and such a grant conflicts only with a request that locks the same item: one that
 /// names it in its directory (unlink, rename from or over it, link or mkdir at its name) or one
 /// on the item itself (chmod, setxattr), whose path the engine also spells from its directory
-/// and name. So the mount screens these grants (`CoordinationEngine.acquireAtOnce(_:for:screened:)`):
+/// and name. So the mount gates these grants (`CoordinationEngine.acquireAtOnce(_:for:gated:)`):
 /// each first shuts the gate of the name its path was spelled from, waiting for whoever is
 /// passing it, and opens it again after its release. A request held for its call that covers no
 /// subtree may then pass beside them while the engine holds nothing else and the gate of every
@@ -64,7 +64,7 @@ final class NameGates: @unchecked Sendable {
     /// still passing it.
     func shut(_ index: Int) {
         gates[index].close()
-        gates[index].waitForPassersBy()
+        gates[index].waitForPassingAccesses()
     }
 
     /// Counts a file that `shut` counted out, once its grant has ended.

@@ -15,8 +15,8 @@ public final class CoordinationEngine: Sendable {
     let state = Mutex(State())
     /// Open while the engine holds nothing.
     let quietGate = QuietGate()
-    /// Open while it holds nothing but screened grants (`Quietness.onlyScreenedGrants`).
-    let screenedGate = QuietGate()
+    /// Open while it holds nothing but gated grants (`Quietness.onlyGatedGrants`).
+    let gatedGate = QuietGate()
 
     public init() {}
 
@@ -27,21 +27,21 @@ public final class CoordinationEngine: Sendable {
     @inline(__always)
     func withState<Result, E: Error>(_ body: (inout State) throws(E) -> sending Result) throws(E) -> sending Result {
         defer {
-            quietGate.waitForPassersBy()
-            screenedGate.waitForPassersBy()
+            quietGate.waitForPassingAccesses()
+            gatedGate.waitForPassingAccesses()
         }
         return try state.withLock { state throws(E) -> sending Result in
             defer {
-                let onlyScreened = state.holdsOnlyScreenedGrants
-                // Nothing held at all: not even a screened grant, listed or in the tables.
-                let quiet = onlyScreened && state.shortList.isEmpty && state.screenedGrantCount == 0
+                let onlyGated = state.holdsOnlyGatedGrants
+                // Nothing held at all: not even a gated grant, listed or in the tables.
+                let quiet = onlyGated && state.shortList.isEmpty && state.gatedGrantCount == 0
                 if quiet == state.quietGateClosed {
                     state.quietGateClosed = !quiet
                     if quiet { quietGate.open() } else { quietGate.close() }
                 }
-                if onlyScreened == state.screenedGateClosed {
-                    state.screenedGateClosed = !onlyScreened
-                    if onlyScreened { screenedGate.open() } else { screenedGate.close() }
+                if onlyGated == state.gatedGateClosed {
+                    state.gatedGateClosed = !onlyGated
+                    if onlyGated { gatedGate.open() } else { gatedGate.close() }
                 }
             }
             return try body(&state)
@@ -54,9 +54,9 @@ public final class CoordinationEngine: Sendable {
     public enum Quietness: Sendable {
         /// Nothing: no grant, waiter, presenter or service.
         case nothingHeld
-        /// Nothing but screened grants (`acquireAtOnce(_:for:screened:)`). The access must also
+        /// Nothing but gated grants (`acquireAtOnce(_:for:gated:)`). The access must also
         /// pass the gates that the owners of those grants keep, which they closed before asking.
-        case onlyScreenedGrants
+        case onlyGatedGrants
     }
 
     /// Lets a short access pass without a grant while the engine holds no more than `quietness`
@@ -65,7 +65,7 @@ public final class CoordinationEngine: Sendable {
     public func passQuietly(_ quietness: Quietness = .nothingHeld) -> Bool {
         switch quietness {
         case .nothingHeld: quietGate.enter()
-        case .onlyScreenedGrants: screenedGate.enter()
+        case .onlyGatedGrants: gatedGate.enter()
         }
     }
 
@@ -73,7 +73,7 @@ public final class CoordinationEngine: Sendable {
     public func endPassingQuietly(_ quietness: Quietness = .nothingHeld) {
         switch quietness {
         case .nothingHeld: quietGate.leave()
-        case .onlyScreenedGrants: screenedGate.leave()
+        case .onlyGatedGrants: gatedGate.leave()
         }
     }
 
@@ -81,7 +81,7 @@ public final class CoordinationEngine: Sendable {
     public func quietPassage(_ quietness: Quietness = .nothingHeld) -> (passing: Int, isOpen: Bool) {
         let status = switch quietness {
         case .nothingHeld: quietGate.status
-        case .onlyScreenedGrants: screenedGate.status
+        case .onlyGatedGrants: gatedGate.status
         }
         return (status.passing, status.closers == 0)
     }
@@ -136,15 +136,15 @@ public final class CoordinationEngine: Sendable {
     /// grant, has nothing to finish messaging and cannot report a move (`reportMove` throws
     /// `.notInsideWrite`). A caller that may move the item uses `acquireAtOnce(_:)`.
     ///
-    /// `screened`: the caller keeps the grant from every access that passes the engine beside
-    /// screened grants (`Quietness.onlyScreenedGrants`): it keeps gates of its own, which such
+    /// `gated`: the caller keeps the grant from every access that passes the engine beside
+    /// gated grants (`Quietness.onlyGatedGrants`): it keeps gates of its own, which such
     /// an access passes too, and it closed them (waiting for those passing) before asking, and
-    /// opens them only after the release. A grant that finds the short list full is screened in
+    /// opens them only after the release. A grant that finds the short list full is gated in
     /// the tables: a mount with many files open still lets such accesses pass. (One that goes to
     /// the tables because something waits, a presenter or service is registered or a subtree is
     /// held closes the gate anyway, with what made it go there.)
     public func acquireAtOnce(_ intent: consuming Intent, for identity: CoordinatorIdentity,
-                              screened: Bool = false) -> GrantID? {
+                              gated: Bool = false) -> GrantID? {
         if !intent.isValid { return nil }
         let kind = LockKind(intent)
         // Moved into the lock's closure and on into the grant, never copied.
@@ -152,9 +152,9 @@ public final class CoordinationEngine: Sendable {
         return withState { state -> GrantID? in
             guard state.suitsShortList(kind) else {
                 return state.grantAtOnce(AccessRequest(identity: identity, intents: [given.take()!], waits: false),
-                                         screened: screened && !kind.coversSubtree)
+                                         gated: gated && !kind.coversSubtree)
             }
-            return state.grantOnShortList(given.take()!, kind: kind, for: identity, screened: screened)
+            return state.grantOnShortList(given.take()!, kind: kind, for: identity, gated: gated)
         }
     }
 

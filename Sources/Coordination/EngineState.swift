@@ -21,9 +21,9 @@ struct State: ~Copyable {
         var messagingSince: ContinuousClock.Instant? = nil
         /// Moves reported inside this grant: their notifications replace the writes' own.
         var moved: [ItemPath] = []
-        /// Its owner keeps it from the accesses that pass beside screened grants, as a listed
-        /// one (`ShortList.Entry.screened`): a screened grant that found the list full.
-        var screened = false
+        /// Its owner keeps it from the accesses that pass beside gated grants, as a listed
+        /// one (`ShortList.Entry.gated`): a gated grant that found the list full.
+        var gated = false
     }
 
     struct Waiter {
@@ -120,16 +120,16 @@ struct State: ~Copyable {
     var presenterTree = PresenterTree()
     var services: [ServiceRegistrationID: ServiceRecord] = [:]
     /// Whether each quiet gate is closed: kept here so that the lock sections that do not change
-    /// one leave its word alone (passers-by write it).
+    /// one leave its word alone (passing accesses write it).
     var quietGateClosed = false
-    var screenedGateClosed = false
-    /// Grants in the table that are screened (`GrantRecord.screened`).
-    var screenedGrantCount = 0
+    var gatedGateClosed = false
+    /// Grants in the table that are gated (`GrantRecord.gated`).
+    var gatedGrantCount = 0
 
-    /// Holds nothing but screened grants: an access that its owners' own gates let through
+    /// Holds nothing but gated grants: an access that its owners' own gates let through
     /// would conflict with nobody and have nobody to tell.
-    var holdsOnlyScreenedGrants: Bool {
-        grants.count == screenedGrantCount && shortList.unscreenedCount == 0 && waiting.isEmpty && presenters.isEmpty
+    var holdsOnlyGatedGrants: Bool {
+        grants.count == gatedGrantCount && shortList.ungatedCount == 0 && waiting.isEmpty && presenters.isEmpty
             && services.isEmpty
     }
 
@@ -262,7 +262,7 @@ struct State: ~Copyable {
     /// Grants `intent` (of `kind`, which `suitsShortList`) on the short list; nil when something
     /// holds what it wants. The listed grant keeps `intent` itself: it is not copied.
     mutating func grantOnShortList(_ intent: consuming Intent, kind: LockKind,
-                                   for identity: CoordinatorIdentity, screened: Bool = false) -> GrantID? {
+                                   for identity: CoordinatorIdentity, gated: Bool = false) -> GrantID? {
         let path = LockMode.lockedPath(intent)
         // An empty hold table (the usual case on a mount) is not probed.
         if holds.count > 0, let sameItem = holds[path] {
@@ -272,15 +272,15 @@ struct State: ~Copyable {
         }
         if shortList.blocks(kind, on: path, for: identity) { return nil }
         let number = takeNumber()
-        shortList.add(ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent, screened: screened),
+        shortList.add(ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent, gated: gated),
                       lockedPath: path)
         return GrantID(shortListNumber: number)
     }
 
     /// Grants `request` from the tables when nothing blocks it and no presenter is to be asked
-    /// first; nil otherwise, having taken nothing. `screened`: as a listed grant's
-    /// (`GrantRecord.screened`).
-    mutating func grantAtOnce(_ request: AccessRequest, screened: Bool = false) -> GrantID? {
+    /// first; nil otherwise, having taken nothing. `gated`: as a listed grant's
+    /// (`GrantRecord.gated`).
+    mutating func grantAtOnce(_ request: AccessRequest, gated: Bool = false) -> GrantID? {
         let count = request.holdsIntents ? request.intents.count : 0
         // The modes live only for this call: on the stack, not in an array of their own.
         return withUnsafeTemporaryAllocation(of: LockMode.self, capacity: count) { storage -> GrantID? in
@@ -292,19 +292,19 @@ struct State: ~Copyable {
             guard blockers(of: request.identity, modes, queuedBefore: waiting.count).isEmpty else { return nil }
             let requests = request.messagesPresenters ? requestPlan(for: request) : []
             guard requests.isEmpty else { return nil }
-            return grant(request, modes, requests: requests, screened: screened)
+            return grant(request, modes, requests: requests, gated: gated)
         }
     }
 
     /// Takes `modes` for `request`; `requests` is its `requestPlan` (empty when it messages nobody).
     mutating func grant(_ request: AccessRequest, _ modes: UnsafeBufferPointer<LockMode>,
-                        requests: [PresenterDelivery<PresenterRequest>], screened: Bool = false) -> GrantID {
+                        requests: [PresenterDelivery<PresenterRequest>], gated: Bool = false) -> GrantID {
         var messaging = Set<CoordinatorIdentity>()
         for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
         let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
                                            holdsIntents: request.holdsIntents, messaging: messaging,
-                                           messagingSince: messaging.isEmpty ? nil : .now, screened: screened))
-        if screened { screenedGrantCount += 1 }
+                                           messagingSince: messaging.isEmpty ? nil : .now, gated: gated))
+        if gated { gatedGrantCount += 1 }
         for mode in modes {
             holds.append(Hold(grant: id, identity: request.identity, kind: mode.kind), at: mode.path)
             if mode.coversSubtree { subtreeHoldCount += 1 }
@@ -324,7 +324,7 @@ struct State: ~Copyable {
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {
         guard let record = grants.remove(id) else { return nil }
         if !settling.isEmpty { settling.removeAll { $0.grant == id } }
-        if record.screened { screenedGrantCount -= 1 }
+        if record.gated { gatedGrantCount -= 1 }
         guard record.holdsIntents else { return record }
         // By index: iterating would copy (and retain) each intent.
         for index in record.intents.indices {

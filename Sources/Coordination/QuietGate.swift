@@ -5,7 +5,7 @@ import Synchronization
 
 /// Lets a short access pass without the engine while the engine holds nothing it could touch.
 /// The engine keeps two: one open while it holds nothing at all (no grant, no waiter, no
-/// presenter, no service), one open while it holds nothing but screened grants, whose owners
+/// presenter, no service), one open while it holds nothing but gated grants, whose owners
 /// keep gates of their own that such an access passes as well (a mount's gates for names, shut
 /// while a file known by the name is held: see `CoordinationEngine.Quietness`).
 ///
@@ -15,11 +15,11 @@ import Synchronization
 ///
 /// Exclusion is kept the other way round: the first lock section that leaves the engine holding
 /// more than a gate allows closes it, and whoever it granted or registered waits, before going
-/// on, until every access that passed before the close has left (`waitForPassersBy`). So a grant
+/// on, until every access that passed before the close has left (`waitForPassingAccesses`). So a grant
 /// never overlaps an access that passed, and a presenter registered misses nothing done after it
-/// returns. Passers-by must not call the engine: they would wait for themselves.
+/// returns. Passing accesses must not call the engine: they would wait for themselves.
 ///
-/// Passers-by do not exclude one another, as one process's own requests never did (C4). On a
+/// Passing accesses do not exclude one another, as one process's own requests never did (C4). On a
 /// mount the kernel already orders those about the same names or the same item: it holds the
 /// directories' and the items' inode locks across an unlink, a rename, a setattr.
 public struct QuietGate: ~Copyable, Sendable {
@@ -50,7 +50,7 @@ public struct QuietGate: ~Copyable, Sendable {
     }
 
     /// Counts a closer in: nobody enters until every closer has opened it again. Accesses that
-    /// entered before may still be passing: see `waitForPassersBy`.
+    /// entered before may still be passing: see `waitForPassingAccesses`.
     public func close() {
         word.add(Self.oneCloser, ordering: .acquiringAndReleasing)
     }
@@ -62,7 +62,7 @@ public struct QuietGate: ~Copyable, Sendable {
 
     /// Returns once no access that passed before the gate closed is still passing. Open, there
     /// is nothing to wait for: nothing is held that a passer-by could overlap.
-    public func waitForPassersBy() {
+    public func waitForPassingAccesses() {
         var rounds = 0
         while true {
             let current = word.load(ordering: .acquiring)

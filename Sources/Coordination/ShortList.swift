@@ -16,9 +16,9 @@ struct ShortList {
         let identity: CoordinatorIdentity
         let kind: LockKind
         let intent: Intent
-        /// Its owner keeps it from the accesses that pass the engine beside screened grants
-        /// (`CoordinationEngine.Quietness.onlyScreenedGrants`).
-        var screened = false
+        /// Its owner keeps it from the accesses that pass the engine beside gated grants
+        /// (`CoordinationEngine.Quietness.onlyGatedGrants`).
+        var gated = false
 
         /// The item this grant locks: its outermost package, or itself (C17).
         func locks(_ path: ItemPath) -> Bool {
@@ -40,8 +40,8 @@ struct ShortList {
     /// Each entry's locked path's hash, in step with `entries`: a look for one item reads these
     /// few integers, and an entry only when its hash matches.
     private var keys: [Int] = []
-    /// Listed grants that are not screened: while there are any, nothing passes beside the list.
-    private(set) var unscreenedCount = 0
+    /// Listed grants that are not gated: while there are any, nothing passes beside the list.
+    private(set) var ungatedCount = 0
 
     init() {
         entries.reserveCapacity(Self.capacity)
@@ -53,7 +53,7 @@ struct ShortList {
 
     mutating func add(_ entry: consuming Entry, lockedPath: ItemPath) {
         keys.append(lockedPath.hashCode)
-        if !entry.screened { unscreenedCount += 1 }
+        if !entry.gated { ungatedCount += 1 }
         entries.append(entry)
     }
 
@@ -74,13 +74,13 @@ struct ShortList {
         }
         keys.removeLast()
         let entry = entries.removeLast()
-        if !entry.screened { unscreenedCount -= 1 }
+        if !entry.gated { ungatedCount -= 1 }
         return entry
     }
 
     mutating func removeAll(of identity: CoordinatorIdentity) {
         for index in entries.indices.reversed() where entries[index].identity == identity {
-            if !entries[index].screened { unscreenedCount -= 1 }
+            if !entries[index].gated { ungatedCount -= 1 }
             entries.remove(at: index)
             keys.remove(at: index)
         }

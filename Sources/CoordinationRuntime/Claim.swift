@@ -14,9 +14,9 @@ package enum Claim: Sendable {
     /// Granted at once for one item (`CoordinationEngine.acquireAtOnce(_:for:)`): it reports no
     /// move, so it keeps no intents.
     case single(GrantID)
-    /// `single`, screened: a gate of its holder's (a mount's `NameGates`) was shut for it, and is
+    /// `single`, gated: a gate of its holder's (a mount's `NameGates`) was shut for it, and is
     /// opened again by the holder when it ends (`gate`).
-    case screened(GrantID, gate: Int)
+    case gated(GrantID, gate: Int)
     /// Waited, or asked presenters first.
     case waited(CoordinatedAccess)
     /// Made inside an accessor of the calling process whose hold (`held`) covers an item it names
@@ -75,7 +75,7 @@ package enum Claim: Sendable {
     /// meanwhile.
     package var isOnShortList: Bool {
         switch self {
-        case .single(let id), .screened(let id, _): id.isOnShortList
+        case .single(let id), .gated(let id, _): id.isOnShortList
         case .grant, .waited, .accessor: false
         }
     }
@@ -85,7 +85,7 @@ package enum Claim: Sendable {
     package var intents: [Intent] {
         switch self {
         case .grant(_, let intents), .accessor(_, let intents): intents
-        case .single, .screened: []
+        case .single, .gated: []
         case .waited(let access): access.grantedIntents
         }
     }
@@ -93,7 +93,7 @@ package enum Claim: Sendable {
     /// Reports a move made under the claim: presenters follow it (C15).
     package func reportMove(from source: AccessTarget, to destination: AccessTarget, in domain: CoordinationDomain) {
         switch self {
-        case .single, .screened:
+        case .single, .gated:
             assertionFailure("a single claim reports no move")
         case .grant(let id, _):
             // An ended grant has no move to report.
@@ -116,11 +116,11 @@ package enum Claim: Sendable {
 
     // MARK: Ending
 
-    /// Ends the claim; `outcome` says what happened to its one item. A screened claim's gate is
+    /// Ends the claim; `outcome` says what happened to its one item. A gated claim's gate is
     /// its holder's to open, after this.
     package func end(outcome: IntentOutcome, in domain: CoordinationDomain) {
         switch self {
-        case .grant(let id, _), .single(let id), .screened(let id, _):
+        case .grant(let id, _), .single(let id), .gated(let id, _):
             domain.engine.release(id, outcome: outcome) { domain.deliver($0) }
         case .waited(let access): access.end(outcomes: [outcome])
         case .accessor: break
@@ -130,7 +130,7 @@ package enum Claim: Sendable {
     /// Ends the claim; `outcomes` (one per intent) say what happened to each item.
     package func end(outcomes: [IntentOutcome], in domain: CoordinationDomain) {
         switch self {
-        case .grant(let id, _), .single(let id), .screened(let id, _):
+        case .grant(let id, _), .single(let id), .gated(let id, _):
             domain.engine.release(id, outcomes: outcomes) { domain.deliver($0) }
         case .waited(let access): access.end(outcomes: outcomes)
         case .accessor: break

@@ -21,3 +21,13 @@ package func coarseMilliseconds() -> Int64 {
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now)
     return Int64(now.tv_sec) * 1000 + Int64(now.tv_nsec) / 1_000_000
 }
+
+/// The next entry of a directory stream, nil at its end: readdir tells an error from the end
+/// only by errno, cleared before.
+package func nextEntry(of stream: OpaquePointer) throws(Errno) -> UnsafeMutablePointer<dirent>? {
+    cfs_set_errno(0)
+    if let entry = readdir(stream) { return entry }
+    let failure = cfs_errno()
+    if failure != 0 { throw Errno(code: failure) }
+    return nil
+}

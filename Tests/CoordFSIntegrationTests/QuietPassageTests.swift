@@ -189,7 +189,7 @@ import Glibc
     }
 
     /// Past the engine's short list (`ShortList.capacity` grants), open files' grants come from
-    /// the tables, screened all the same: with 40 files held open, requests about other names
+    /// the tables, gated all the same: with 40 files held open, requests about other names
     /// still pass beside them, and those about a held file still wait for it, wherever its
     /// grant was filed.
     @Test func requestsPassBesideMoreOpenFilesThanTheShortListHolds() throws {
@@ -294,7 +294,7 @@ import Glibc
     /// to a name while its file is held, and the engine ends idle.
     ///
     /// With 40 files held open throughout, the churn's own opens find the engine's short list
-    /// full and are screened in its tables.
+    /// full and are gated in its tables.
     @Test(arguments: [0, 40]) func churnThroughTheGateLosesNothing(held: Int) throws {
         let fx = try MountFixture()
         let script = Paths.scripts.appendingPathComponent("gate_churn.py").path

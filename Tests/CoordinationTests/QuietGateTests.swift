@@ -106,27 +106,27 @@ import Testing
         }
     }
 
-    /// Passes the second gate once (`onlyScreenedGrants`) and reports whether it let it through.
+    /// Passes the second gate once (`onlyGatedGrants`) and reports whether it let it through.
     func passesBeside(_ engine: CoordinationEngine) -> Bool {
-        guard engine.passQuietly(.onlyScreenedGrants) else { return false }
-        engine.endPassingQuietly(.onlyScreenedGrants)
+        guard engine.passQuietly(.onlyGatedGrants) else { return false }
+        engine.endPassingQuietly(.onlyGatedGrants)
         return true
     }
 
-    /// Screened grants shut the first gate (the engine holds something) and leave the second
+    /// Gated grants shut the first gate (the engine holds something) and leave the second
     /// open; anything else the engine holds shuts both.
-    @Test func screenedGrantsLeaveOnlyTheSecondGateOpen() throws {
+    @Test func gatedGrantsLeaveOnlyTheSecondGateOpen() throws {
         let engine = CoordinationEngine()
         #expect(passes(engine) && passesBeside(engine), "a new engine holds nothing")
 
-        let screened = try #require(engine.acquireAtOnce(.write(a), for: .process(1), screened: true))
-        #expect(screened.isOnShortList)
+        let gated = try #require(engine.acquireAtOnce(.write(a), for: .process(1), gated: true))
+        #expect(gated.isOnShortList)
         #expect(!passes(engine), "the engine holds a grant")
-        #expect(passesBeside(engine), "only a screened one")
+        #expect(passesBeside(engine), "only a gated one")
 
         // Whatever else it comes to hold shuts the second gate too, until it is over.
         let listed = try #require(engine.acquireAtOnce(.read(b), for: .process(2)))
-        #expect(!passesBeside(engine), "an unscreened listed grant")
+        #expect(!passesBeside(engine), "an ungated listed grant")
         engine.release(listed)
         #expect(passesBeside(engine))
         let tabled = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(2), intents: [.read(b), .read(ItemPath("/c")!)])))
@@ -134,7 +134,7 @@ import Testing
         engine.release(tabled)
         #expect(passesBeside(engine))
         guard case .waiting(let ticket) = engine.acquire(AccessRequest(identity: .process(2), intents: [.read(a)]), resume: { _ in })
-        else { Issue.record("expected to wait behind the screened write"); return }
+        else { Issue.record("expected to wait behind the gated write"); return }
         #expect(!passesBeside(engine), "a waiter")
         #expect(engine.abandon(ticket, because: .cancelled))
         #expect(passesBeside(engine))
@@ -146,67 +146,67 @@ import Testing
         engine.withdrawService(service)
         #expect(passesBeside(engine))
 
-        // Screened grants past a full short list are screened in the tables: a mount with many
-        // files open still lets accesses pass beside them. An unscreened one there does not.
+        // Gated grants past a full short list are gated in the tables: a mount with many
+        // files open still lets accesses pass beside them. An ungated one there does not.
         for index in 0..<ShortList.capacity - 1 {
-            _ = try #require(engine.acquireAtOnce(.read(ItemPath("/f\(index)")!), for: .process(5), screened: true))
+            _ = try #require(engine.acquireAtOnce(.read(ItemPath("/f\(index)")!), for: .process(5), gated: true))
         }
-        #expect(passesBeside(engine), "a full list of screened grants")
+        #expect(passesBeside(engine), "a full list of gated grants")
         var overflow: [GrantID] = []
         for index in 0..<3 {
-            overflow.append(try #require(engine.acquireAtOnce(.read(ItemPath("/g\(index)")!), for: .process(5), screened: true)))
+            overflow.append(try #require(engine.acquireAtOnce(.read(ItemPath("/g\(index)")!), for: .process(5), gated: true)))
         }
         #expect(overflow.allSatisfy { !$0.isOnShortList }, "the list was full")
-        #expect(passesBeside(engine), "screened grants from the tables")
-        let unscreened = try #require(engine.acquireAtOnce(.read(ItemPath("/h")!), for: .process(6)))
-        #expect(!unscreened.isOnShortList)
-        #expect(!passesBeside(engine), "an unscreened grant from the tables")
-        engine.release(unscreened)
+        #expect(passesBeside(engine), "gated grants from the tables")
+        let ungated = try #require(engine.acquireAtOnce(.read(ItemPath("/h")!), for: .process(6)))
+        #expect(!ungated.isOnShortList)
+        #expect(!passesBeside(engine), "an ungated grant from the tables")
+        engine.release(ungated)
         #expect(passesBeside(engine))
         engine.release(overflow.removeLast())
         #expect(passesBeside(engine))
-        // A screened grant's end counts once: with one screened table grant left, an unscreened
+        // A gated grant's end counts once: with one gated table grant left, an ungated
         // one still shuts the gate.
         let another = try #require(engine.acquireAtOnce(.read(ItemPath("/h")!), for: .process(6)))
-        #expect(!passesBeside(engine), "an unscreened grant beside screened ones in the tables")
+        #expect(!passesBeside(engine), "an ungated grant beside gated ones in the tables")
         engine.release(another)
 
         // Ended, by release or with their session: both gates open again.
         engine.endSession(of: .process(5))
         #expect(!passes(engine) && passesBeside(engine))
-        // The two screened table grants the session ended are no longer counted: two unscreened
+        // The two gated table grants the session ended are no longer counted: two ungated
         // ones shut the gate.
         let afterwards = try [ItemPath("/c")!, ItemPath("/d")!].map { path in
             try #require(engine.acquireAtOnce(AccessRequest(identity: .process(6), intents: [.read(b), .read(path)])))
         }
-        #expect(!passesBeside(engine), "the screened count went back to zero with the session")
+        #expect(!passesBeside(engine), "the gated count went back to zero with the session")
         afterwards.forEach { engine.release($0) }
-        engine.release(screened)
+        engine.release(gated)
         #expect(passes(engine) && passesBeside(engine))
 
-        // A screened grant left alone in the tables still shuts the first gate: the engine
+        // A gated grant left alone in the tables still shuts the first gate: the engine
         // holds something, which only its owner's gates keep others from.
         var listedAlone: [GrantID] = []
         for index in 0..<ShortList.capacity {
-            listedAlone.append(try #require(engine.acquireAtOnce(.read(ItemPath("/l\(index)")!), for: .process(7), screened: true)))
+            listedAlone.append(try #require(engine.acquireAtOnce(.read(ItemPath("/l\(index)")!), for: .process(7), gated: true)))
         }
-        let tabledAlone = try #require(engine.acquireAtOnce(.read(ItemPath("/t")!), for: .process(7), screened: true))
+        let tabledAlone = try #require(engine.acquireAtOnce(.read(ItemPath("/t")!), for: .process(7), gated: true))
         #expect(!tabledAlone.isOnShortList)
         listedAlone.forEach { engine.release($0) }
-        #expect(!passes(engine) && passesBeside(engine), "only a screened grant in the tables")
+        #expect(!passes(engine) && passesBeside(engine), "only a gated grant in the tables")
         engine.release(tabledAlone)
         #expect(passes(engine) && passesBeside(engine))
-        #expect(engine.quietPassage(.onlyScreenedGrants) == (passing: 0, isOpen: true))
+        #expect(engine.quietPassage(.onlyGatedGrants) == (passing: 0, isOpen: true))
     }
 
-    /// An unscreened grant made while an access passes beside screened grants waits until it
-    /// has passed; a screened one does not (its owner's own gate kept them apart).
-    @Test func anUnscreenedGrantWaitsForThoseWhoPassedBesideScreenedOnes() async throws {
+    /// An ungated grant made while an access passes beside gated grants waits until it
+    /// has passed; a gated one does not (its owner's own gate kept them apart).
+    @Test func anUngatedGrantWaitsForThoseWhoPassedBesideGatedOnes() async throws {
         let engine = CoordinationEngine()
-        let held = try #require(engine.acquireAtOnce(.read(a), for: .process(1), screened: true))
-        #expect(engine.passQuietly(.onlyScreenedGrants))
-        // Another screened grant is given at once.
-        let second = try #require(engine.acquireAtOnce(.read(b), for: .process(2), screened: true))
+        let held = try #require(engine.acquireAtOnce(.read(a), for: .process(1), gated: true))
+        #expect(engine.passQuietly(.onlyGatedGrants))
+        // Another gated grant is given at once.
+        let second = try #require(engine.acquireAtOnce(.read(b), for: .process(2), gated: true))
         let given = Flag()
         let giving = Thread {
             _ = engine.acquireAtOnce(.write(self.b), for: .process(2))
@@ -215,14 +215,14 @@ import Testing
         giving.start()
         var closed = false
         for _ in 0..<2000 where !closed {
-            closed = !engine.quietPassage(.onlyScreenedGrants).isOpen
+            closed = !engine.quietPassage(.onlyGatedGrants).isOpen
             if !closed { try await Task.sleep(for: .milliseconds(1)) }
         }
         #expect(closed, "the second gate closes")
         try await Task.sleep(for: .milliseconds(100))
         let givenEarly = given.isSet
         #expect(!givenEarly, "returned while an access was passing")
-        engine.endPassingQuietly(.onlyScreenedGrants)
+        engine.endPassingQuietly(.onlyGatedGrants)
         for _ in 0..<2000 where !given.isSet { try await Task.sleep(for: .milliseconds(1)) }
         let givenAtLast = given.isSet
         #expect(givenAtLast, "returned once the access had passed")
@@ -236,7 +236,7 @@ import Testing
         func closeAndWaitInBackground() {
             Thread {
                 self.gate.close()
-                self.gate.waitForPassersBy()
+                self.gate.waitForPassingAccesses()
                 self.waited.store(true, ordering: .sequentiallyConsistent)
             }.start()
         }

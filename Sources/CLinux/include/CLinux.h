@@ -23,6 +23,7 @@ static inline long cfs_filesystem_type(int fd) {
 
 // errno, readable from Swift right after a call.
 static inline int cfs_errno(void) { return errno; }
+static inline void cfs_set_errno(int value) { errno = value; }
 
 #include <sys/syscall.h>
 static const int CFS_O_PATH = 010000000;
