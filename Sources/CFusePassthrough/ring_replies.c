@@ -69,7 +69,9 @@ int cfs_ring_capture(int device, const struct iovec *iov, int count) {
         cfs_answered(entry);
         return 1;
     }
-    // Answered later (a wait for coordination ended), from any thread.
+    // Answered later (a wait for coordination ended), from any thread. Rare, and a ring has
+    // few entries (queues times depth), so the entry is found by scanning for its request id
+    // rather than kept in a map that every request would have to update.
     if (atomic_load_explicit(&cfs_ring_count, memory_order_relaxed) == 0) return 0;
     pthread_rwlock_rdlock(&cfs_rings_lock);
     struct cfs_ring *ring = cfs_ring_of(device);

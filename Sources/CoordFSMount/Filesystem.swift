@@ -370,6 +370,10 @@ public final class Filesystem: @unchecked Sendable {
         let watched = waitWatch.watches(underKernelLock: underKernelLock)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         reply.onInterrupt(number)
+        // The completion runs on the thread that ended the wait: most often the one serving
+        // the holder's RELEASE, which the kernel sends without waiting for its answer (close(2)
+        // has returned), so the waiter is served there at once instead of after a hand-off to
+        // another thread; a timeout's or an interrupt's, on the thread that noticed it.
         let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
                                         holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
             waiting.withLock { _ = $0.claims.removeValue(forKey: number) }
