@@ -38,7 +38,7 @@ let package = Package(
         // Foundation-shaped public API: FileCoordinator and FilePresenter over the runtime.
         .target(
             name: "FileCoordination",
-            dependencies: ["Coordination", "CoordinationRuntime",
+            dependencies: ["Coordination", "CoordinationRuntime", "LinuxSystem",
                            .product(name: "Logging", package: "swift-log")]
         ),
         // The control socket's protocol: values and bytes, no I/O.

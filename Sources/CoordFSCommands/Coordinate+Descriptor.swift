@@ -25,7 +25,7 @@ extension Coordinate {
         }
         guard Self.openPath(fd) != nil else { throw CommandFailure("descriptor \(fd) is not open on a file or directory") }
         var ends: [Int32] = [0, 0]
-        guard pipe(&ends) == 0 else { throw CommandFailure("pipe: \(String(cString: strerror(errno)))") }
+        do throws(Errno) { _ = try check(pipe(&ends)) } catch { throw CommandFailure("pipe: \(error.description)") }
         let (reading, writing) = (ends[0], ends[1])
         for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         defer { Glibc.close(reading) }
@@ -43,9 +43,7 @@ extension Coordinate {
         var said: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
-            let count = Glibc.read(reading, &buffer, buffer.count)
-            if count < 0 && errno == EINTR { continue }
-            if count <= 0 { break }
+            guard let count = try? retryingInterrupts({ Glibc.read(reading, &buffer, buffer.count) }), count > 0 else { break }
             said += buffer[..<count]
         }
         let line = String(decoding: said, as: UTF8.self).trimmingCharacters(in: .newlines)

@@ -1,3 +1,4 @@
+import LinuxSystem
 import ArgumentParser
 import CoordFSMount
 import CoordinationServer
@@ -56,10 +57,13 @@ struct Daemon: ParsableCommand {
             throw CommandFailure("cannot serve: \(error)")
         }
         // One daemon a socket: two started at once for one user would otherwise race to bind it.
-        let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard lock >= 0, flock(lock, LOCK_EX | LOCK_NB) == 0 else {
-            if errno == EWOULDBLOCK { throw CommandFailure("cannot serve \(path): another coordfs server listens there") }
-            throw CommandFailure("cannot lock \(path).lock: \(String(cString: strerror(errno)))")
+        let lock: Int32
+        do throws(Errno) {
+            lock = try check(open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600))
+            _ = try check(flock(lock, LOCK_EX | LOCK_NB))
+        } catch {
+            if error == .wouldBlock { throw CommandFailure("cannot serve \(path): another coordfs server listens there") }
+            throw CommandFailure("cannot lock \(path).lock: \(error.description)")
         }
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,

@@ -1,3 +1,4 @@
+import LinuxSystem
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -32,10 +33,10 @@ enum ForegroundCommand {
         // given to another process, so a signal passed on before the pid is cleared reaches
         // nobody else. Reaped once it is.
         var ended = siginfo_t()
-        while waitid(P_PID, id_t(pid), &ended, WEXITED | WNOWAIT) == -1 && errno == EINTR {}
+        _ = try? retryingInterrupts { waitid(P_PID, id_t(pid), &ended, WEXITED | WNOWAIT) }
         commandProcess.store(0, ordering: .sequentiallyConsistent)
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        _ = try? retryingInterrupts { waitpid(pid, &status, 0) }
         let signal = status & 0x7f
         return signal == 0 ? (status >> 8) & 0xff : 128 + signal
     }
@@ -85,11 +86,11 @@ private let pendingSignal = Atomic<Int32>(0)
 /// The handler of SIGTERM and SIGHUP while a command runs (only async-signal-safe calls). Of
 /// it and `ForegroundCommand.run`, whichever takes the pending signal passes it on.
 private func forwardToCommand(_ signal: Int32) {
-    let saved = errno
-    defer { errno = saved }
-    let pid = commandProcess.load(ordering: .sequentiallyConsistent)
-    if pid > 0 { kill(pid, signal); return }
-    pendingSignal.store(signal, ordering: .sequentiallyConsistent)
-    let started = commandProcess.load(ordering: .sequentiallyConsistent)
-    if started > 0, pendingSignal.exchange(0, ordering: .sequentiallyConsistent) != 0 { kill(started, signal) }
+    preservingErrno {
+        let pid = commandProcess.load(ordering: .sequentiallyConsistent)
+        if pid > 0 { kill(pid, signal); return }
+        pendingSignal.store(signal, ordering: .sequentiallyConsistent)
+        let started = commandProcess.load(ordering: .sequentiallyConsistent)
+        if started > 0, pendingSignal.exchange(0, ordering: .sequentiallyConsistent) != 0 { kill(started, signal) }
+    }
 }

@@ -1,3 +1,4 @@
+import LinuxSystem
 import ArgumentParser
 import CoordinationWire
 import CoordFSMount
@@ -263,7 +264,9 @@ struct Mount: ParsableCommand {
     /// on the way the caller may not search, say).
     static func whyMissing(_ path: String) -> String {
         var info = stat()
-        if stat(path, &info) == -1 && errno != ENOENT { return "cannot be reached: \(String(cString: strerror(errno)))" }
+        do throws(Errno) { _ = try check(stat(path, &info)) } catch {
+            if error != .noSuchFileOrDirectory { return "cannot be reached: \(error.description)" }
+        }
         return "does not exist"
     }
 
@@ -274,9 +277,8 @@ struct Mount: ParsableCommand {
             throw CommandFailure("there is no /dev/fuse: the fuse module is not loaded (as root: modprobe fuse)")
         }
         guard geteuid() != 0 else { return }
-        guard access("/dev/fuse", R_OK | W_OK) == 0 else {
-            let reason = String(cString: strerror(errno))
-            throw CommandFailure("cannot open /dev/fuse (\(reason)): a user mounts through it, and here it is not open to uid "
+        do throws(Errno) { _ = try check(access("/dev/fuse", R_OK | W_OK)) } catch {
+            throw CommandFailure("cannot open /dev/fuse (\(error.description)): a user mounts through it, and here it is not open to uid "
                 + "\(geteuid()); as root, `chmod 0666 /dev/fuse` opens it to all, as most systems leave it")
         }
         guard FileManager.default.isExecutableFile(atPath: Unmount.fusermount3) else {

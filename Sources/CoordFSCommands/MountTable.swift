@@ -1,3 +1,4 @@
+import LinuxSystem
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -50,7 +51,10 @@ enum MountTable {
         guard let mount = holding.last(where: { $0.mountPoint.count == holding.map(\.mountPoint.count).max() }),
               mount.type == "fuse" || mount.type.hasPrefix("fuse.") else { return nil }
         var info = statvfs()
-        return statvfs(mount.mountPoint, &info) != 0 && (errno == ENOTCONN || errno == ECONNABORTED) ? mount : nil
+        do throws(Errno) { _ = try check(statvfs(mount.mountPoint, &info)) } catch {
+            return error == .socketNotConnected || error == .connectionAbort ? mount : nil
+        }
+        return nil
     }
 
     /// Throws when `path` (absolute) lies on an abandoned FUSE mount: what happened, and the

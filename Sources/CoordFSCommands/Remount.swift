@@ -1,3 +1,4 @@
+import LinuxSystem
 import ArgumentParser
 import CoordinationClient
 import Foundation
@@ -42,13 +43,15 @@ extension Mount {
     /// ST_* bits are the MS_* bits for these), as mount(8) would keep them.
     static func remountKernel(_ target: String, readOnly: Bool) throws {
         var info = statvfs()
-        guard statvfs(target, &info) == 0 else { throw CommandFailure("-o remount: \(target): \(String(cString: strerror(errno)))") }
+        do throws(Errno) { _ = try check(statvfs(target, &info)) } catch {
+            throw CommandFailure("-o remount: \(target): \(error.description)")
+        }
         let kept: UInt = 2 | 4 | 8 | 16 | 1024 | 2048      // nosuid, nodev, noexec, sync, noatime, nodiratime
         let remount: UInt = 32, readOnlyFlag: UInt = 1, relatime: UInt = 1 << 21
         var flags = remount | (info.f_flag & kept) | (readOnly ? readOnlyFlag : 0)
         if info.f_flag & 4096 != 0 { flags |= relatime }    // ST_RELATIME
-        guard Glibc.mount(nil, target, nil, flags, nil) == 0 else {
-            throw CommandFailure("-o remount,\(readOnly ? "ro" : "rw"): \(target): \(String(cString: strerror(errno)))")
+        do throws(Errno) { _ = try check(Glibc.mount(nil, target, nil, flags, nil)) } catch {
+            throw CommandFailure("-o remount,\(readOnly ? "ro" : "rw"): \(target): \(error.description)")
         }
     }
 }

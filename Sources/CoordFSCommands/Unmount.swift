@@ -1,3 +1,4 @@
+import LinuxSystem
 import ArgumentParser
 import Foundation
 #if canImport(Glibc)
@@ -33,9 +34,8 @@ struct Unmount: ParsableCommand {
                                  + "through its control socket; `coordfs status \(path)` shows whose; or `coordfs unmount --lazy` detaches it now")
         }
         if geteuid() == 0 {
-            guard umount2(path, lazy ? Int32(MNT_DETACH) : 0) == 0 else {
-                let code = errno
-                throw CommandFailure("cannot unmount '\(mountPoint)': " + (code == EBUSY ? busy(path, openFiles) : String(cString: strerror(code))))
+            do throws(Errno) { _ = try check(umount2(path, lazy ? Int32(MNT_DETACH) : 0)) } catch {
+                throw CommandFailure("cannot unmount '\(mountPoint)': " + (error == .resourceBusy ? busy(path, openFiles) : error.description))
             }
             return
         }

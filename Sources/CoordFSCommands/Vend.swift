@@ -1,3 +1,4 @@
+import LinuxSystem
 import ArgumentParser
 import CoordinationClient
 import CoordinationWire
@@ -126,7 +127,7 @@ struct Vend: ParsableCommand {
             return
         }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        _ = try? retryingInterrupts { waitpid(pid, &status, 0) }
     }
 }
 

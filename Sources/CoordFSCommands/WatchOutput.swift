@@ -1,3 +1,4 @@
+import LinuxSystem
 import Coordination
 import CoordinationRuntime
 import CoordinationWire
@@ -94,14 +95,15 @@ final class EventView: @unchecked Sendable {
     private func isDirectory(_ path: [UInt8], gone: Bool) -> Bool {
         if gone { return lock.withLock { directories.remove(path) != nil } }
         var info = stat()
-        var found = FileSystemName.withCString(path) { lstat($0, &info) } == 0
+        func look() -> Errno? { FileSystemName.withCString(path) { name -> Errno? in lstat(name, &info) == 0 ? nil : Errno.current } }
+        var failure = look()
         // The mount tells presenters once its reply is written, which may be a moment before the
         // kernel has put the new entry in place of the one it looked up and did not find.
-        for _ in 0..<25 where !found && errno == ENOENT {
+        for _ in 0..<25 where failure == .noSuchFileOrDirectory {
             usleep(2_000)
-            found = FileSystemName.withCString(path) { lstat($0, &info) } == 0
+            failure = look()
         }
-        let isDirectory = found && (info.st_mode & S_IFMT) == S_IFDIR
+        let isDirectory = failure == nil && (info.st_mode & S_IFMT) == S_IFDIR
         if isDirectory { remember(directoriesIn: path, depth: recursive ? 64 : 0, including: true) }
         return isDirectory
     }
@@ -174,11 +176,12 @@ final class Printer: @unchecked Sendable {
     private static func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
         var offset = 0
         while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if written < 0 && errno == EINTR { continue }
+            let written = try? retryingInterrupts {
+                bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            }
             // Any other failure drops the line. (A pipe whose reader left
             // raises SIGPIPE first, which ends the watch as it ends inotifywait.)
-            if written <= 0 { return }
+            guard let written, written > 0 else { return }
             offset += written
         }
     }

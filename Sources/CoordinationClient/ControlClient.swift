@@ -106,9 +106,10 @@ public final class ControlClient: @unchecked Sendable {
         while true {
             let count = c_getxattr(current, "user.coordfs.socket", &buffer, buffer.count)
             if count > 0 { return (String(decoding: buffer[0..<count], as: UTF8.self), false, nil) }
-            if count < 0 && errno == ENOTCONN { return (nil, true, nil) }
-            if count < 0 && errno == EACCES { return (nil, false, current) }
-            guard count < 0 && errno == ENOENT, current != "/", !current.isEmpty else { break }
+            let failure: Errno? = count < 0 ? Errno.current : nil
+            if failure == .socketNotConnected { return (nil, true, nil) }
+            if failure == .permissionDenied { return (nil, false, current) }
+            guard failure == .noSuchFileOrDirectory, current != "/", !current.isEmpty else { break }
             current = (current as NSString).deletingLastPathComponent
         }
         return (nil, false, nil)
@@ -125,15 +126,19 @@ public final class ControlClient: @unchecked Sendable {
             var buffer = [UInt8](repeating: 0, count: size + 256)
             let count = c_getxattr(path, name, &buffer, buffer.count)
             if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
-            if count == 0 || errno != ERANGE { return nil }
+            if count == 0 || Errno.current != .outOfRange { return nil }
         }
         return nil
     }
 
     /// Connects and says hello.
     public init(socketPath: String) throws {
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw ControlError("EIO", "socket: \(String(cString: strerror(errno)))") }
+        let fd: Int32
+        do throws(Errno) {
+            fd = try check(socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0))
+        } catch {
+            throw ControlError("EIO", "socket: \(error.description)")
+        }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(socketPath.utf8)
@@ -146,11 +151,11 @@ public final class ControlClient: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
-            let code = errno
+            let failure = Errno.current
             Glibc.close(fd)
             // ENOENT: no socket there; ECONNREFUSED: one that nobody serves any more.
-            let name = code == ENOENT ? "ENOENT" : code == EACCES ? "EACCES" : "ECONNREFUSED"
-            let why = code == ECONNREFUSED ? "nobody serves it (its server has gone?)" : String(cString: strerror(code))
+            let name = failure == .noSuchFileOrDirectory ? "ENOENT" : failure == .permissionDenied ? "EACCES" : "ECONNREFUSED"
+            let why = failure == .connectionRefused ? "nobody serves it (its server has gone?)" : failure.description
             throw ControlError(name, "cannot connect to \(socketPath): \(why)")
         }
         self.fd = fd
@@ -231,8 +236,10 @@ public final class ControlClient: @unchecked Sendable {
             guard !descriptorClosed else { return }
             var offset = 0
             while offset < bytes.count {
-                let written = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-                if written <= 0 { if errno == EINTR { continue }; return }
+                let written = try? retryingInterrupts {
+                    bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                }
+                guard let written, written > 0 else { return }
                 offset += written
             }
         }
@@ -249,9 +256,15 @@ public final class ControlClient: @unchecked Sendable {
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
-            let (count, received) = DescriptorPassing.receive(fd, into: &buffer)
+            let result: (count: Int, descriptors: [Int32])
+            do throws(Errno) {
+                result = try DescriptorPassing.receive(fd, into: &buffer)
+            } catch {
+                if error == .interrupted { continue }
+                break
+            }
+            let (count, received) = result
             if !received.isEmpty { lock.withLock { descriptors += received } }
-            if count < 0 && errno == EINTR { continue }
             if count <= 0 { break }
             pending += buffer[0..<count]
             WireLines.take(from: &pending) { line in

@@ -1,3 +1,4 @@
+import LinuxSystem
 import CoordinationWire
 import Foundation
 #if canImport(Glibc)
@@ -87,7 +88,7 @@ public enum UserDaemon {
         let code = posix_spawn(&shell, "/bin/sh", &actions, &attributes, &argv, environ)
         guard code == 0 else { return ControlError(ErrnoNames.name(of: code), "cannot start '\(command) daemon': \(String(cString: strerror(code)))") }
         var status: Int32 = 0
-        while waitpid(shell, &status, 0) < 0 && errno == EINTR {}
+        _ = try? retryingInterrupts { waitpid(shell, &status, 0) }
         return nil
     }
 }

@@ -18,7 +18,9 @@ extension ControlServer {
         let directory = WireProtocol.runtimeDirectory
         mkdir(directory, 0o755)
         var info = stat()
-        guard lstat(directory, &info) == 0 else { throw SocketError(call: "the socket directory \(directory)", code: errno) }
+        do throws(Errno) { _ = try check(lstat(directory, &info)) } catch {
+            throw SocketError(call: "the socket directory \(directory)", code: error.code)
+        }
         guard (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
             throw SocketError(call: "the socket directory \(directory)", code: EPERM,
                               detail: "it must be a directory owned by uid \(geteuid()) that nobody else may write "

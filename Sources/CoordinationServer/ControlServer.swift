@@ -112,18 +112,19 @@ public final class ControlServer: @unchecked Sendable {
                 if lock.withLock({ self.listener < 0 }) { return }
                 if polled <= 0 { continue }
             }
-            let fd = accept(listener, nil, nil)
-            if fd < 0 {
-                let code = errno
-                if code == EINTR || code == ECONNABORTED { continue }
+            let fd: Int32
+            do throws(Errno) {
+                fd = try check(accept(listener, nil, nil))
+            } catch {
+                if error == .interrupted || error == .connectionAbort { continue }
                 if lock.withLock({ self.listener < 0 }) { return }    // stopped
-                if code == EMFILE || code == ENFILE || code == ENOBUFS || code == ENOMEM {
+                if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem || error == .noBufferSpace || error == .noMemory {
                     // Out of descriptors or memory for now: clients wait in the backlog.
-                    logger.warning("control socket: accept: \(String(cString: strerror(code))); retrying")
+                    logger.warning("control socket: accept: \(error.description); retrying")
                     usleep(100_000)
                     continue
                 }
-                logger.error("control socket: accept: \(String(cString: strerror(code))); no more clients are taken")
+                logger.error("control socket: accept: \(error.description); no more clients are taken")
                 return
             }
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)

@@ -134,17 +134,18 @@ final class Outbox: @unchecked Sendable {
                 end = first.offset
             }
         }
-        var sent: Int
-        repeat {
-            sent = pending.withUnsafeBytes { buffer in
-                let bytes = UnsafeRawBufferPointer(rebasing: buffer[head..<end])
-                return descriptor >= 0
-                    ? DescriptorPassing.send(fd, bytes, descriptor: descriptor, flags: Int32(MSG_DONTWAIT))
-                    : Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+        let sent: Int
+        do throws(Errno) {
+            sent = try retryingInterrupts { () -> Int in
+                pending.withUnsafeBytes { buffer -> Int in
+                    let bytes = UnsafeRawBufferPointer(rebasing: buffer[head..<end])
+                    return descriptor >= 0
+                        ? DescriptorPassing.send(fd, bytes, descriptor: descriptor, flags: Int32(MSG_DONTWAIT))
+                        : Glibc.send(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+                }
             }
-        } while sent < 0 && errno == EINTR
-        if sent < 0 {
-            if errno != EAGAIN && errno != EWOULDBLOCK { giveUp() }
+        } catch {
+            if error != .resourceTemporarilyUnavailable && error != .wouldBlock { giveUp() }
             return 0
         }
         if descriptor >= 0 && sent > 0 {

@@ -1,3 +1,4 @@
+import LinuxSystem
 import Coordination
 import CoordinationRuntime
 import Foundation
@@ -29,8 +30,10 @@ public struct FileProviderService: Sendable {
         }
         let path = try domain.locator.canonicalPath(of: itemURL)
         var fds: [Int32] = [0, 0]
-        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
-            throw FileCoordinationError.systemError("socketpair", errno)
+        do throws(Errno) {
+            _ = try check(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds))
+        } catch {
+            throw FileCoordinationError.systemError("socketpair", error.code)
         }
         let providerEnd = FileHandle(fileDescriptor: fds[1], closeOnDealloc: true)
         DispatchQueue.global().async { handler(providerEnd, path) }

@@ -1,3 +1,4 @@
+import LinuxSystem
 import Coordination
 import CoordinationRuntime
 import Foundation
@@ -42,7 +43,8 @@ struct UploadSnapshot {
 enum TarArchive {
     static func write(directory: URL, to archive: URL) throws {
         guard FileManager.default.createFile(atPath: archive.path, contents: nil) else {
-            throw FileCoordinationError.systemError("cannot create \(archive.path)", errno)
+            let failure = Errno.current
+            throw FileCoordinationError.systemError("cannot create \(archive.path)", failure.code)
         }
         let handle = try FileHandle(forWritingTo: archive)
         defer { try? handle.close() }

@@ -12,7 +12,8 @@ public enum DescriptorPassing {
     private static let rights: Int32 = 1          // SCM_RIGHTS
 
     /// One `sendmsg` of `bytes` with `descriptor` attached: the count sent (the descriptor goes
-    /// with the first byte), or -1 with errno set. `flags` adds to MSG_NOSIGNAL.
+    /// with the first byte), or -1 with errno set, as the call it makes (for `check` or
+    /// `retryingInterrupts`). `flags` adds to MSG_NOSIGNAL.
     public static func send(_ socket: Int32, _ bytes: UnsafeRawBufferPointer, descriptor: Int32, flags: Int32 = 0) -> Int {
         var control = (UInt64(0), UInt64(0), UInt64(0))   // controlSpace bytes, 8-aligned
         return withUnsafeMutableBytes(of: &control) { controlBuffer in
@@ -32,9 +33,9 @@ public enum DescriptorPassing {
         }
     }
 
-    /// Reads into `buffer`; returns the byte count (0 at end, -1 on error) and any descriptors
-    /// that came with them.
-    public static func receive(_ socket: Int32, into buffer: inout [UInt8]) -> (count: Int, descriptors: [Int32]) {
+    /// Reads into `buffer`; returns the byte count (0 at end) and any descriptors that came with
+    /// them. A failed read brings no descriptors: it throws its errno (EINTR included).
+    public static func receive(_ socket: Int32, into buffer: inout [UInt8]) throws(Errno) -> (count: Int, descriptors: [Int32]) {
         var control = [UInt8](repeating: 0, count: controlSpace * 4)
         let result = buffer.withUnsafeMutableBytes { data in
             control.withUnsafeMutableBytes { controlBuffer -> (Int, Int) in
@@ -50,6 +51,7 @@ public enum DescriptorPassing {
                 }
             }
         }
+        if result.0 == -1 { throw Errno.current }
         var descriptors: [Int32] = []
         var offset = 0
         while offset + 16 <= result.1 {

@@ -1,5 +1,8 @@
 import CLinux
 import SystemPackage
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A failed system call's errno (swift-system's type).
 public typealias Errno = SystemPackage.Errno
@@ -36,4 +39,13 @@ package func retryingInterrupts<T: BinaryInteger>(_ call: () -> T) throws(Errno)
         let failure = Errno.current
         if failure != .interrupted { throw failure }
     }
+}
+
+/// Runs `body` and gives errno back the value it had: a signal handler's calls must not change
+/// the errno of the code the signal interrupted. As async-signal-safe as `body` is.
+@inline(__always)
+package func preservingErrno(_ body: () -> Void) {
+    let saved = cfs_errno()
+    defer { Glibc.errno = saved }
+    body()
 }

@@ -1,0 +1,276 @@
+import LinuxSystem
+import Coordination
+import CoordinationWire
+import CoordinationRuntime
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Holds: intents a client holds over the socket (granted, waited for, nested in another hold of
+/// the same named coordinator), the moves a holder reports, the BROKEN events it is told, and
+/// how holds end.
+extension ClientConnection {
+    /// The identity of the coordinator the client named `name`, counting one more hold of it.
+    private func namedCoordinator(_ name: String) -> CoordinatorIdentity {
+        let (identity, made) = lock.withLock { () -> (CoordinatorIdentity, Bool) in
+            if let known = namedCoordinators[name] {
+                namedCoordinators[name] = (known.identity, known.holds + 1)
+                return (known.identity, false)
+            }
+            let identity = CoordinatorIdentity.client(process: peer.pid, number: server.nextCoordinatorNumber())
+            namedCoordinators[name] = (identity, 1)
+            return (identity, true)
+        }
+        // Its purpose identifier, for the origin presenters are told: the name, or the purpose
+        // in the FileCoordinator's own form ("purpose:ID"); a presenter's coordinator has none.
+        if made && !name.hasPrefix("object:") {
+            server.domain.setPurpose(name.hasPrefix("purpose:") ? String(name.dropFirst(8)) : name, for: identity)
+        }
+        return identity
+    }
+
+    /// One hold of the coordinator named `name` has ended.
+    private func dropNamedCoordinator(_ name: String?) {
+        guard let name else { return }
+        let ended = lock.withLock { () -> CoordinatorIdentity? in
+            guard let known = namedCoordinators[name] else { return nil }
+            namedCoordinators[name] = known.holds > 1 ? (known.identity, known.holds - 1) : nil
+            return known.holds > 1 ? nil : known.identity
+        }
+        if let ended { server.domain.setPurpose(nil, for: ended) }
+    }
+
+    func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
+              _ coordinatorName: String?, _ holderID: Int? = nil) {
+        let limit = server.counts.limits.holdsPerConnection
+        if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
+            return send(.error(id: id, errno: "ENOSPC", message: "too many holds on one connection (at most \(limit), granted or waited for)"))
+        }
+        let holder = holderID.map { Int32($0) } ?? peer.pid
+        if holder != peer.pid && !Self.isAncestor(holder, of: peer.pid, sameUserAs: peer.uid) {
+            return send(.error(id: id, errno: "EPERM", message: "process \(holder) is not an ancestor of yours of your user"))
+        }
+        // Taken for a presenter of this client: its own work, which passes while it is asked.
+        let coordinator: CoordinatorIdentity
+        if holder != peer.pid {
+            // The holder's own: its opens through a mount (and, inheriting, its children's) are
+            // the same coordinator, and neither waits for the other.
+            coordinator = .process(holder)
+        } else if let presenter {
+            guard let watch = lock.withLock({ watches[presenter] }) else {
+                return send(.error(id: id, errno: "EINVAL", message: "no watch \(presenter) of yours"))
+            }
+            coordinator = watch.owner
+        } else if let coordinatorName {
+            coordinator = namedCoordinator(coordinatorName)
+        } else {
+            coordinator = newCoordinator()
+        }
+        let name = presenter == nil ? coordinatorName : nil
+        var intents: [Intent] = []
+        for item in wanted {
+            let resolved: (target: AccessTarget, realPath: String)
+            do { resolved = try server.resolver.resolve(item.path) } catch {
+                dropNamedCoordinator(name); return send(.error(id: id, errno: error.errno, message: error.message))
+            }
+            guard let kind = Self.kind(item) else {
+                dropNamedCoordinator(name); return send(.error(id: id, errno: "EINVAL", message: "unknown options \(item.options ?? []) for a \(item.access.rawValue)"))
+            }
+            guard Permissions.allows(peer, resolved.realPath, item.access == .read ? .read : .write, from: server.resolver.permissionBase) else {
+                dropNamedCoordinator(name); return send(.error(id: id, errno: "EACCES", message: "cannot \(item.access.rawValue) '\(item.path)'"))
+            }
+            intents.append(Intent(kind, resolved.target))
+        }
+        // Inside another granted hold of the same named coordinator that covers every item.
+        if let name, let outer = lock.withLock({ holds.values.first { held in
+            held.coordinatorName == name && intents.allSatisfy { intent in
+                held.claim.intents.contains { ($0.kind.isWrite || !intent.kind.isWrite) && AccessorHolds.covers($0, intent.target) }
+            }
+        } }) {
+            var inner = Held(claim: outer.claim, coordinatorName: name, token: 0, realPaths: [], existedBefore: [])
+            inner.nested = true
+            let number = lock.withLock { () -> Int in
+                lastNumber += 1
+                holds[lastNumber] = inner
+                return lastNumber
+            }
+            return send(.ok(id: id, fields: ["hold": .int(number), "paths": .array(intents.map { .string($0.path.string) })]))
+        }
+        let duplicate = lock.withLock { pendingHolds[id] != nil }
+        if duplicate {
+            dropNamedCoordinator(name)
+            return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending"))
+        }
+        // The decoder has bounded it (`Seconds`): the conversion cannot trap.
+        let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.domain.defaultWaitTimeout
+        // The completion holds the connection: a grant that comes after the client has gone
+        // must still find it, to give the grant back (`closed` below). Held weakly, a hold
+        // granted then stayed for good.
+        let waiting = Claim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait,
+                                  timeout: claimTimeout) { [self] result in
+            self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
+            switch result {
+            case .failure(let error):
+                self.dropNamedCoordinator(name)
+                self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
+            case .success(let claim):
+                // What the process does through a mount on these items is now its accessor's.
+                let token = self.server.domain.accessorHolds.add(claim, of: holder)
+                // Where the items are as granted: one moved while the hold waited is where it went.
+                let granted = claim.intents.map { (try? self.server.resolver.resolve($0.path.string).realPath) ?? "" }
+                var held = Held(claim: claim, coordinatorName: name, token: token, realPaths: granted,
+                                existedBefore: granted.map(Self.exists))
+                held.coordinator = coordinator
+                held.holder = holder
+                let number = self.lock.withLock { () -> Int? in
+                    guard !self.closed else { return nil }
+                    self.lastNumber += 1
+                    self.holds[self.lastNumber] = held
+                    if inherit { self.inheritingHolds.insert(self.lastNumber) }
+                    return self.lastNumber
+                }
+                guard let number else { return self.end(held, changed: false) }
+                self.updateInheritance()
+                self.send(.ok(id: id, fields: ["hold": .int(number),
+                                               "paths": .array(claim.intents.map { .string($0.path.string) })]))
+            }
+        }
+        // A connection closed meanwhile (its writer found the client gone) cancelled only the
+        // waits it knew of: this one is cancelled here.
+        guard let waiting else { return }    // granted at once
+        var closedMeanwhile = false
+        _ = waiting.ifUnsettled {
+            lock.withLock { if closed { closedMeanwhile = true } else { pendingHolds[id] = waiting } }
+        }
+        if closedMeanwhile { waiting.cancel() }
+    }
+
+    /// Ends hold `number`; `changed` says the holder changed its items (presenters are told).
+    func release(_ id: Int, _ number: Int, _ changed: Bool) {
+        guard let held = lock.withLock({ () -> Held? in
+            inheritingHolds.remove(number)
+            return holds.removeValue(forKey: number)
+        }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
+        updateInheritance()
+        end(held, changed: changed)
+        send(.ok(id: id, fields: [:]))
+    }
+
+    /// Stops waiting for the hold that request `request` asked for.
+    func cancelPendingHold(_ id: Int, _ request: Int) {
+        guard let claim = lock.withLock({ pendingHolds[request] }) else {
+            return send(.error(id: id, errno: "EINVAL", message: "no pending hold \(request)"))
+        }
+        claim.cancel()
+        send(.ok(id: id, fields: [:]))
+    }
+
+    /// A move the holder made inside hold `number`: the destination must be one of its items,
+    /// which the client may write; the source is named by where the item was.
+    func moved(_ id: Int, _ number: Int, _ from: String, _ to: String) {
+        guard let held = lock.withLock({ holds[number] }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
+        let source: AccessTarget, destination: (target: AccessTarget, realPath: String)
+        do {
+            destination = try server.resolver.resolve(to)
+            source = try server.resolver.resolve(from).target
+        } catch {
+            return send(.error(id: id, errno: error.errno, message: error.message))
+        }
+        guard held.claim.intents.contains(where: { $0.kind.isWrite && ($0.path == source.path || $0.path == destination.target.path) }) else {
+            return send(.error(id: id, errno: "EPERM", message: "hold \(number) writes neither '\(from)' nor '\(to)'"))
+        }
+        var moving = source
+        moving.isDirectory = destination.target.isDirectory
+        held.claim.reportMove(from: moving, to: destination.target, in: server.domain)
+        send(.ok(id: id, fields: [:]))
+    }
+
+    /// Tells the client of each of its holds, held for one of `holders`, that holds `path`:
+    /// an access went ahead without waiting for it any longer (a BROKEN event; `cookie` is the hold).
+    func tellBroken(_ holders: Set<CoordinatorIdentity>, at path: ItemPath) {
+        let broken = lock.withLock {
+            holds.filter { _, held in
+                !held.nested && held.coordinator.map(holders.contains) == true && held.claim.intents.contains { $0.path == path }
+            }.keys.sorted()
+        }
+        for number in broken {
+            send(.event(EventRecord(wd: 0, mask: .broken, cookie: UInt64(number), name: "", path: path.string)))
+        }
+    }
+
+    /// Ends a hold: presenters learn what became of each written item (changed, deleted or
+    /// made), and the process's requests through a mount are its own again.
+    func end(_ held: Held, changed: Bool) {
+        // The coordinator's name goes after its last hold has told presenters (its purpose is
+        // part of the origin they are told).
+        defer { dropNamedCoordinator(held.coordinatorName) }
+        if held.nested { return }
+        server.domain.accessorHolds.remove(held.token, of: held.holder)
+        let intents = held.claim.intents
+        held.claim.end(outcomes: intents.indices.map { index in
+            guard changed, intents[index].kind.isWrite, index < held.realPaths.count else {
+                return IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+            }
+            return IntentOutcome(existedBefore: held.existedBefore[index], existsAfter: Self.exists(held.realPaths[index]))
+        }, in: server.domain)
+    }
+
+    private static func exists(_ realPath: String) -> Bool {
+        var info = stat()
+        return !realPath.isEmpty && FileSystemName.withCString(realPath) { lstat($0, &info) } == 0
+    }
+
+    /// The processes whose descendants count as them, from the inheriting holds, told to the
+    /// domain as they change (`inheritingProcesses`).
+    func updateInheritance() {
+        let (added, removed) = lock.withLock { () -> (Set<Int32>, Set<Int32>) in
+            let wanted = closed ? [] : Set(inheritingHolds.compactMap { holds[$0]?.holder })
+            defer { inheritingProcesses = wanted }
+            return (wanted.subtracting(inheritingProcesses), inheritingProcesses.subtracting(wanted))
+        }
+        for pid in added { server.domain.setInheriting(pid, true) }
+        for pid in removed { server.domain.setInheriting(pid, false) }
+    }
+
+    /// Whether `ancestor` is a parent, grandparent, … of `pid`, and runs as `uid`.
+    static func isAncestor(_ ancestor: Int32, of pid: Int32, sameUserAs uid: UInt32) -> Bool {
+        var current = pid
+        for _ in 0..<64 {
+            guard let fields = ProcFile.statusFields(["PPid"], of: current),
+                  let parent = fields["PPid"].flatMap({ Int32($0) }), parent > 1 else { return false }
+            if parent == ancestor {
+                // Uid: real, effective, saved, filesystem; the socket's credentials are effective.
+                let ids = ProcFile.statusFields(["Uid"], of: parent)?["Uid"]?.split(separator: "\t") ?? []
+                return uid == 0 || (ids.count > 1 && UInt32(ids[1]) == uid)
+            }
+            current = parent
+        }
+        return false
+    }
+
+    static func kind(_ intent: WireIntent) -> AccessKind? {
+        let names = intent.options ?? []
+        switch intent.access {
+        case .read:
+            var options = ReadingOptions()
+            for name in names {
+                // forUploading is the coordinator's own business (a snapshot it takes), not the server's.
+                guard let option = ReadingOptions.named.first(where: { $0.1 == name && $0.0 != .forUploading })?.0 else { return nil }
+                options.insert(option)
+            }
+            return .reading(options)
+        case .write:
+            var options = WritingOptions()
+            for name in names {
+                guard let option = WritingOptions.named.first(where: { $0.1 == name })?.0 else { return nil }
+                options.insert(option)
+            }
+            return options.isValid ? .writing(options) : nil
+        }
+    }
+
+    static func errnoName(_ error: Error) -> String {
+        ErrnoNames.name(of: FileCoordinationError.errno(for: error, cancellation: ECANCELED))
+    }
+}
