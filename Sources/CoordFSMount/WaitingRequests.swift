@@ -1,0 +1,50 @@
+import CoordinationRuntime
+import LinuxSystem
+import Synchronization
+
+/// The requests waiting for coordination, by the number their FUSE interrupt names them with,
+/// and how many of those that gave up this second were logged.
+final class WaitingRequests: Sendable {
+    private let waiting = Mutex<(accesses: [UInt: CoordinatedAccess], interruptedEarly: Set<UInt>)>(([:], []))
+    private let nextNumber = Atomic<UInt>(1)
+    private let givingUpLogged = Mutex<(second: Int64, count: Int)>((0, 0))
+
+    /// A number for a request about to wait.
+    func number() -> UInt { nextNumber.wrappingAdd(1, ordering: .relaxed).oldValue }
+
+    /// Records the access request `number` waits in; whether the kernel interrupted the request
+    /// before (its interrupt came before the access was known).
+    func waits(_ number: UInt, in access: CoordinatedAccess) -> Bool {
+        waiting.withLock { state -> Bool in
+            state.accesses[number] = access
+            return state.interruptedEarly.remove(number) != nil
+        }
+    }
+
+    /// Request `number` waits no longer.
+    func ended(_ number: UInt) {
+        waiting.withLock { _ = $0.accesses.removeValue(forKey: number) }
+    }
+
+    /// The kernel interrupted request `number`: its wait is cancelled, or will be as soon as it
+    /// is recorded.
+    func interrupt(_ number: UInt) {
+        let access = waiting.withLock { state -> CoordinatedAccess? in
+            if let access = state.accesses[number] { return access }
+            state.interruptedEarly.insert(number)
+            return nil
+        }
+        access?.cancel()
+    }
+
+    /// Whether one more request that gave up may be logged: at most ten a second, so waiters
+    /// giving up together, or a user who makes them, do not flood the log.
+    func mayLogGivingUp() -> Bool {
+        let second = coarseMilliseconds() / 1000
+        return givingUpLogged.withLock { state -> Bool in
+            if state.second != second { state = (second, 0) }
+            state.count += 1
+            return state.count <= 10
+        }
+    }
+}
