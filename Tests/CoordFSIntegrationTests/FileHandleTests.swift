@@ -2,8 +2,8 @@ import Foundation
 import Testing
 
 /// A file handle of an item in the mount opens it again as long as the item lives, even after
-/// the kernel has dropped its inodes (drop_caches) and after the item's directory was renamed:
-/// as on the backing filesystem itself. (NFS re-export and backup tools keep handles.)
+/// the kernel has dropped its inodes (drop_caches), after the item's directory was renamed and
+/// after a remount: as on a kernel filesystem. (NFS re-export and backup tools keep handles.)
 @Suite(.serialized) struct FileHandleTests {
     @Test func handlesOpenAgainAfterTheKernelDroppedItsInodes() throws {
         let fx = try MountFixture()
@@ -13,5 +13,23 @@ import Testing
         #expect(native.status == 0 && mounted.status == 0, "\(native.errors) \(mounted.errors)")
         #expect(native.output.split(separator: "\n").count == 9 && !native.output.contains("error"), "\(native.output)")
         #expect(mounted.output == native.output, "through the mount:\n\(mounted.output)\nnatively:\n\(native.output)")
+    }
+
+    /// `mount -o remount,ro` and `remount,rw` of a live mount keep its node ids, so handles taken
+    /// before open the items again after (compared with tmpfs remounted the same way).
+    @Test func handlesOpenAgainAfterARemount() throws {
+        let fx = try MountFixture()
+        let native = fx.base.appendingPathComponent("native").path
+        try FileManager.default.createDirectory(atPath: native, withIntermediateDirectories: true)
+        let mounted = try run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "coordfs-handles", native])
+        try #require(mounted.status == 0, "tmpfs: \(mounted.errors)")
+        defer { _ = try? run("/bin/umount", [native]) }
+        let script = Paths.scripts.appendingPathComponent("file_handles.py").path
+        let onTmpfs = try run("/usr/bin/python3", [script, native, "mount -o remount,{} \(native)"])
+        let onMount = try run("/usr/bin/python3", [script, fx.path("run"),
+                                                   "\(Paths.binary.path) mount -o remount,{} \(fx.mountPoint.path)"])
+        #expect(onTmpfs.status == 0 && onMount.status == 0, "\(onTmpfs.errors) \(onMount.errors)")
+        #expect(onTmpfs.output.split(separator: "\n").count == 15 && !onTmpfs.output.contains("error"), "\(onTmpfs.output)")
+        #expect(onMount.output == onTmpfs.output, "through the mount:\n\(onMount.output)\non tmpfs:\n\(onTmpfs.output)")
     }
 }

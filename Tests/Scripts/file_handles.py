@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """File handles of a file and its directories, opened again while the kernel has their inodes
-and after it has dropped them (drop_caches), and after a rename of the directory: prints one line
-a step, the same on any filesystem that keeps handles good for as long as the items live.
+and after it has dropped them (drop_caches), after a rename of the directory, and, given a
+remount command, after the filesystem was remounted read-only and read-write again: prints one
+line a step, the same on any filesystem that keeps handles good for as long as the items live.
 
-    file_handles.py DIR      (DIR is made fresh)
+    file_handles.py DIR [REMOUNT]
+        DIR is made fresh (or is an empty directory); REMOUNT is a command with {} for the
+        options (run as "ro", then "rw"), e.g. 'mount -o remount,{} /mnt'
 """
-import ctypes, os, sys
+import ctypes, os, shlex, subprocess, sys
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -35,17 +38,27 @@ def drop_caches():
         caches.write("3\n")
 
 
+def remount(options):
+    subprocess.run(shlex.split(sys.argv[2].replace("{}", options)), check=True)
+
+
 root = sys.argv[1]
 os.makedirs(root + "/a/b")
 with open(root + "/a/b/file", "w") as made:
     made.write("content\n")
 handles = {name: handle(root + "/" + name) for name in ["a/b/file", "a/b", "a"]}
 mount_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-for when in ["cached", "dropped", "renamed and dropped"]:
+steps = ["cached", "dropped", "renamed and dropped"]
+if len(sys.argv) > 2:
+    steps += ["remounted read-only", "remounted read-write"]
+for when in steps:
     if when == "dropped":
         drop_caches()
     if when == "renamed and dropped":
         os.rename(root + "/a", root + "/moved")
+        drop_caches()
+    if when.startswith("remounted"):
+        remount("ro" if when.endswith("read-only") else "rw")
         drop_caches()
     for name, found in handles.items():
         try:
