@@ -17,13 +17,13 @@ extension Errno {
 
 /// Every system call outside the C modules goes through one of these: -1 becomes
 /// `Errno.current`, so Swift code reads no errno of its own.
-@inline(__always)
+@inlinable @inline(__always)
 package func check(_ result: Int32) throws(Errno) -> Int32 {
     if result == -1 { throw Errno.current }
     return result
 }
 
-@inline(__always)
+@inlinable @inline(__always)
 package func check(_ result: Int) throws(Errno) -> Int {
     if result == -1 { throw Errno.current }
     return result
@@ -31,7 +31,7 @@ package func check(_ result: Int) throws(Errno) -> Int {
 
 /// A call that the kernel may interrupt with a signal before it has done anything, made again
 /// until it is not.
-@inline(__always)
+@inlinable @inline(__always)
 package func retryingInterrupts<T: BinaryInteger>(_ call: () -> T) throws(Errno) -> T {
     while true {
         let result = call()
@@ -43,7 +43,7 @@ package func retryingInterrupts<T: BinaryInteger>(_ call: () -> T) throws(Errno)
 
 /// Runs `body` and gives errno back the value it had: a signal handler's calls must not change
 /// the errno of the code the signal interrupted. As async-signal-safe as `body` is.
-@inline(__always)
+@inlinable @inline(__always)
 package func preservingErrno(_ body: () -> Void) {
     let saved = cfs_errno()
     defer { Glibc.errno = saved }

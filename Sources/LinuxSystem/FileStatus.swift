@@ -4,6 +4,7 @@ import Glibc
 #endif
 
 /// `stat` of the item `fd` refers to (an O_PATH descriptor is fine), not following links.
+@inlinable
 package func statOf(_ fd: Int32) throws(Errno) -> stat {
     var info = stat()
     _ = try check(fstatat(fd, "", &info, CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
@@ -11,11 +12,12 @@ package func statOf(_ fd: Int32) throws(Errno) -> stat {
 }
 
 /// The path under /proc that reopens an O_PATH descriptor with real access.
+@inlinable
 package func procPath(_ fd: Int32) -> String { "/proc/self/fd/\(fd)" }
 
 /// Monotonic milliseconds from the kernel's tick-resolution clock: a vDSO read with no
 /// arithmetic on `Duration`, for per-request caches whose lifetimes are seconds.
-@inline(__always)
+@inlinable @inline(__always)
 package func coarseMilliseconds() -> Int64 {
     var now = timespec()
     clock_gettime(CLOCK_MONOTONIC_COARSE, &now)
