@@ -92,7 +92,7 @@ let package = Package(
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
-            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "LinuxSystem", "TestSupport"]
+            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "LinuxSystem", "CLinux", "TestSupport"]
         ),
         // The mount's parts on their own, and the commands' (no mount made).
         .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "LinuxSystem", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),

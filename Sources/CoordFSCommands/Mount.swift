@@ -54,8 +54,11 @@ struct Mount: ParsableCommand {
     @Option(help: "Whose refusals fail whose accesses: own-user (a presenter's refusal fails its own user's accesses, root's anyone's; another user's is reported and ignored; the default) or anyone (any refusal fails any access, for users who trust each other).")
     var vetoes: VetoScope?
 
-    @Option(help: "Seconds the kernel may keep names and attributes, and package markers are remembered (default 1; a change made behind the mount's back shows within this time).")
+    @Option(help: "Seconds the kernel may keep names and attributes, and package markers are remembered (default: a day while the mount watches the backing directory for changes made behind it, which it forgets as they come; 1 otherwise).")
     var cacheTimeout: Double?
+
+    @Flag(inversion: .prefixedNo, help: "Watch the backing directory for changes made behind the mount: the kernel forgets what changed and presenters hear of it (fanotify, as root; default on).")
+    var backingWatch = true
 
     @Option(help: "A profile: Mounts/NAME.profile, or a path to one.")
     var profile: String?
@@ -172,9 +175,10 @@ struct Mount: ParsableCommand {
         configuration.breakTime = breakSeconds == 0 ? nil : try Seconds.duration(breakSeconds, option: "--break-time")
         let settleSeconds = settleTime ?? loaded?.settleTime ?? 1
         configuration.settleTime = settleSeconds == 0 ? nil : try Seconds.duration(settleSeconds, option: "--settle-time")
-        let cache = cacheTimeout ?? loaded?.cacheTimeout ?? 1
-        guard cache >= 0 && cache <= 86_400 else { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
+        let cache = cacheTimeout ?? loaded?.cacheTimeout
+        if let cache, !(cache >= 0 && cache <= 86_400) { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
         configuration.cacheTimeout = cache
+        configuration.watchesBacking = backingWatch && loaded?.backingWatch != false
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
         configuration.vetoScope = vetoes ?? loaded?.vetoScope ?? .ownUser
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true

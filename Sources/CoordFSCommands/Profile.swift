@@ -27,6 +27,7 @@ struct Profile {
     var breakTime: Double?
     var settleTime: Double?
     var cacheTimeout: Double?
+    var backingWatch: Bool?
     var packageExtensions: [String] = []
     var options: [String] = []
     var rules: [(String, CoordinationMode)] = []
@@ -92,6 +93,7 @@ struct Profile {
             case "break-time": breakTime = try seconds(value)
             case "settle-time": settleTime = try seconds(value)
             case "cache-timeout": cacheTimeout = try seconds(value)
+            case "backing-watch": backingWatch = try boolean(value)
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "writeback-cache": writebackCache = try boolean(value)
             case "kernel-passthrough": kernelPassthrough = try boolean(value)

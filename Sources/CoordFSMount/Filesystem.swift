@@ -29,6 +29,11 @@ public final class Filesystem: @unchecked Sendable {
     let mountRoot: ItemPath
     let logger = Logger(label: "org.coordfs.mount")
     let waitingRequests = WaitingRequests()
+    /// The device whose items the kernel may keep long (`timeout(onDevice:)`): the backing
+    /// directory's, once `watchBacking` watches it. Set before the session serves.
+    private(set) var watchedDevice = UInt64.max
+    let watchedTimeout: Double
+    let unwatchedTimeout: Double
     let statistics = MountStatistics()
     /// Waiting requests whose wait must end early: under a kernel lock, for a settled file,
     /// past the break time (`WaitWatch`).
@@ -76,7 +81,9 @@ public final class Filesystem: @unchecked Sendable {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
         mountRoot = root
-        packageMarkers = PackageMarkers(lifetimeMilliseconds: Int64(configuration.cacheTimeout * 1000))
+        watchedTimeout = configuration.cacheTimeout ?? 86_400
+        unwatchedTimeout = configuration.cacheTimeout ?? 1
+        packageMarkers = PackageMarkers(lifetimeMilliseconds: Int64((configuration.cacheTimeout ?? 1) * 1000))
         passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
         syncsNames = configuration.isDirsync
         isSynchronous = configuration.isSynchronous
@@ -122,6 +129,22 @@ public final class Filesystem: @unchecked Sendable {
         if backingPin >= 0 { close(backingPin) }
     }
 
+    /// Starts watching the backing directory for changes made behind the mount, where the
+    /// configuration asks and the kernel lets it: until then, and without it, the kernel keeps
+    /// what it is told for `--cache-timeout` (a second by default).
+    func watchBacking() -> BackingWatch? {
+        guard configuration.watchesBacking, filesystems.rootIsLocal else { return nil }
+        do {
+            let watch = try BackingWatch(watching: configuration.backing, device: filesystems.rootDevice, for: self)
+            watchedDevice = watch.device
+            statistics.watchesBacking.store(true, ordering: .relaxed)
+            return watch
+        } catch {
+            logger.notice("changes made behind the mount are not seen (\(error)); the kernel keeps names and attributes for \(unwatchedTimeout) s")
+            return nil
+        }
+    }
+
     /// The io_uring queues hand every request to their lane threads (`RingLanes`): the backing
     /// directory's filesystem is not local (with `auto`), or the configuration says so.
     var lanesAll: Bool {
@@ -141,7 +164,13 @@ public final class Filesystem: @unchecked Sendable {
         filesystems.rootReportsNothingAtClose && inode.device == filesystems.rootDevice
     }
 
-    var timeout: Double { configuration.cacheTimeout }
+    /// How long the kernel may keep names and attributes of items on `device`: long on the
+    /// backing directory's own filesystem while the mount watches it (what changes behind the
+    /// mount is forgotten as it changes), `--cache-timeout` or a second elsewhere.
+    @inline(__always)
+    func timeout(onDevice device: UInt64) -> Double {
+        device == watchedDevice ? watchedTimeout : unwatchedTimeout
+    }
 
     /// The owner, group and mask every item shows (`-o uid=,gid=,umask=`), as a remount left them.
     let ownership: OwnershipSetting

@@ -49,6 +49,11 @@ final class Inode: @unchecked Sendable {
     /// Its coordinated write opens: how many in the high half, and in the low half the process
     /// that holds all of them (0 when more than one process does). See `OpenFile.writer`.
     let writers = Atomic<UInt64>(0)
+    /// Its writable opens the kernel serves from the backing file (kernel passthrough), whose
+    /// writes carry the writer's process, not the daemon's; and when the last of them ended
+    /// (coarse milliseconds). See `BackingWatch`.
+    let kernelWriters = Atomic<Int>(0)
+    let kernelWritesEnded = Atomic<Int64>(0)
     /// A file made with O_TMPFILE and not linked yet: it has no name, nobody else can reach it,
     /// and requests about it are not coordinated (`Filesystem.tmpfile`). Its first link, looked
     /// up, gives it a place.

@@ -1,5 +1,9 @@
 import CFuse3
+import CoordinationRuntime
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 // What the mount tells the kernel unasked, through its session.
 extension Filesystem {
@@ -11,5 +15,32 @@ extension Filesystem {
     func invalidateAttributes(of inode: Inode) {
         guard let session = session.load(ordering: .relaxed) else { return }
         _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id), -1, 0)
+    }
+
+    /// Tells the kernel to forget what it keeps of `inode`: its attributes, and with `pages`
+    /// its cached pages too (its content changed behind the mount).
+    func invalidate(_ inode: Inode, pages: Bool) {
+        guard let session = session.load(ordering: .relaxed) else { return }
+        _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id), pages ? 0 : -1, 0)
+    }
+
+    /// Tells the kernel to forget the entry `name` of `directory`, or that it has none: the
+    /// next lookup of the name comes to the mount. The kernel takes the directory's lock for
+    /// it: never sent from a request's handler.
+    func invalidateEntry(named name: String, in directory: Inode) {
+        guard let session = session.load(ordering: .relaxed) else { return }
+        _ = FileSystemName.withCString(name) { bytes in
+            fuse_lowlevel_notify_inval_entry(OpaquePointer(session), fuse_ino_t(directory.id), bytes, strlen(bytes))
+        }
+    }
+
+    /// Tells the kernel to forget what it keeps of every node the mount knows, and their
+    /// names: after changes behind the mount that were lost.
+    func invalidateEverything() {
+        for node in inodes.knownNodes {
+            invalidate(node, pages: !node.isDirectory)
+            let place = inodes.placement(of: node)
+            if node.id != InodeTable.rootID, let parent = inodes[place.parent] { invalidateEntry(named: place.name, in: parent) }
+        }
     }
 }

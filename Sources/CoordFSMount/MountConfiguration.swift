@@ -49,8 +49,13 @@ public struct MountConfiguration: Sendable {
     /// Mount even where another coordfs mount's backing overlaps this one's (`--allow-overlap`,
     /// or `-o allow_overlap` from fstab); the command refuses that otherwise.
     public var allowsOverlap = false
-    /// Attribute and entry timeouts the kernel may cache for.
-    public var cacheTimeout: Double = 1.0
+    /// Attribute and entry timeouts the kernel may cache for; nil: the mount chooses, a day for
+    /// items on the backing directory's filesystem while it watches it for changes made behind
+    /// it (`watchesBacking`), one second otherwise.
+    public var cacheTimeout: Double? = nil
+    /// Watch the backing directory for changes made behind the mount (fanotify, root only):
+    /// the kernel forgets what it keeps of what changed, and presenters hear of it.
+    public var watchesBacking = true
     public var writebackCache = false
     /// Let the kernel serve reads and writes of open files straight from the backing files
     /// (Linux 6.9 or later, root); off with the writeback cache, which needs the page cache.

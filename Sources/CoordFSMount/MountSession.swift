@@ -17,6 +17,9 @@ public final class MountSession: @unchecked Sendable {
     public let filesystem: Filesystem
     private var session: OpaquePointer?
     private var handlesSignals = false
+    /// Watches the backing directory from the mount on (`BackingWatch`): a change made behind
+    /// it as soon as it is mounted is seen.
+    private var backingWatch: BackingWatch?
     /// The control socket of this mount, once mounted.
     public private(set) var controlServer: ControlServer?
 
@@ -103,6 +106,8 @@ public final class MountSession: @unchecked Sendable {
         // Hooked before the loop reads the kernel's INIT, which is waiting already.
         let hooked = cfs_session_hook_device(UnsafeMutableRawPointer(session))
         filesystem.session.store(UnsafeMutableRawPointer(session), ordering: .relaxed)
+        backingWatch = filesystem.watchBacking()
+        backingWatch?.start()
         if hooked == 0 {
             filesystem.passthrough?.enable(device: fuse_session_fd(session))
         } else {
@@ -135,6 +140,8 @@ public final class MountSession: @unchecked Sendable {
         // rest of the process (a test's, say) keeps its umask.
         let maskBefore = cfs_own_umask_zero()
         let result = cfs_session_loop_mt(session, threads, min(threads, 4))
+        backingWatch?.stop()
+        backingWatch = nil
         if maskBefore >= 0 { umask(mode_t(maskBefore)) }
         if nice != 0 { _ = cfs_set_thread_nice(before) }
         controlServer?.stop()

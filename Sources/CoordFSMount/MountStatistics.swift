@@ -18,6 +18,10 @@ final class MountStatistics: Sendable {
     /// access instead of as a write of their own (`Filesystem.setattr`).
     let coveredByOwnOpen = Atomic<Int>(0)
     let waited = Atomic<Int>(0)
+    /// Changes made behind the mount, told to presenters (`BackingWatch`), and whether the
+    /// mount watches for them.
+    let changesBehind = Atomic<Int>(0)
+    let watchesBacking = Atomic<Bool>(false)
     let timedOut = Atomic<Int>(0)
     let deadlocks = Atomic<Int>(0)
     let interrupted = Atomic<Int>(0)
@@ -63,7 +67,8 @@ final class MountStatistics: Sendable {
             ("passed_beside_open_files", passedBesideOpenFiles.value),
             ("taken_again", takenAgain.load(ordering: .relaxed)),
             ("covered_by_own_open", coveredByOwnOpen.load(ordering: .relaxed)),
-            ("waited", waited.load(ordering: .relaxed)),
+            ("waited", waited.load(ordering: .relaxed)), ("changes_behind", changesBehind.load(ordering: .relaxed)),
+            ("watches_backing", watchesBacking.load(ordering: .relaxed) ? 1 : 0),
             ("timed_out", timedOut.load(ordering: .relaxed)), ("deadlocks", deadlocks.load(ordering: .relaxed)),
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),

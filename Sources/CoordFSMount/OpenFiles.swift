@@ -27,6 +27,8 @@ final class OpenFile: @unchecked Sendable {
     /// a `sync` mount) in its flags, and after a direct_io write the kernel sends no FSYNC,
     /// as it does after a buffered one: the mount syncs before it answers.
     let syncOwedToDirectWrites: Int32
+    /// A writable open that kernel passthrough may serve (counted in `Inode.kernelWriters`).
+    let writesThroughTheKernel: Bool
     /// Its place in its user's share of open files (`OpenFileBudget`), given back at release.
     fileprivate(set) var place = OpenFileBudget.Place(user: nil)
 
@@ -40,6 +42,8 @@ final class OpenFile: @unchecked Sendable {
         self.writer = writer
         syncOwedToDirectWrites = directIO ? (O_SYNC | O_DSYNC) & ~flags : 0
         if writer != 0 { inode.beganWriting(by: writer) }
+        writesThroughTheKernel = passthrough && writes
+        if writesThroughTheKernel { inode.kernelWriters.add(1, ordering: .relaxed) }
         var info = stat()
         // A created file is reported as new whatever was written: nothing to compare.
         atOpen = passthrough && writes && !created && fstat(fd, &info) == 0 ? info : nil
@@ -57,6 +61,19 @@ final class OpenFile: @unchecked Sendable {
 }
 
 extension Inode {
+    /// A writable open served by kernel passthrough ends.
+    func endedWritingThroughTheKernel() {
+        kernelWritesEnded.store(coarseMilliseconds(), ordering: .relaxed)
+        kernelWriters.subtract(1, ordering: .relaxed)
+    }
+
+    /// Whether a write reported on the backing file may be one the kernel served for an open
+    /// through the mount: one is open, or the last closed within the last two seconds (its
+    /// close is reported after the release that ended it).
+    func isWrittenThroughTheKernel() -> Bool {
+        kernelWriters.load(ordering: .relaxed) > 0 || coarseMilliseconds() - kernelWritesEnded.load(ordering: .relaxed) < 2000
+    }
+
     /// A coordinated write open of it, granted to `process`, begins.
     func beganWriting(by process: Int32) {
         var current = writers.load(ordering: .relaxed)

@@ -3,15 +3,18 @@
 extension State {
     /// Builds deliveries, merging messages per presenter and dropping its owner's (C14).
     struct DeliveryBuilder<Message: Hashable & Sendable> {
-        let excludedOwner: CoordinatorIdentity
+        /// The accessor, whose own presenters hear nothing; nil for a change nobody coordinated
+        /// (made behind a mount), which every presenter hears.
+        let excludedOwner: CoordinatorIdentity?
         private(set) var deliveries: [PresenterDelivery<Message>] = []
         private var indexByPresenter: [PresenterID: Int] = [:]
 
-        init(excluding owner: CoordinatorIdentity) { excludedOwner = owner }
+        init(excluding owner: CoordinatorIdentity?) { excludedOwner = owner }
 
         mutating func add(_ messages: [Message], to id: PresenterID, at path: ItemPath, package: Bool,
                           records: [PresenterID: PresenterRecord]) {
-            guard !messages.isEmpty, let record = records[id], !record.owner.isSameProcess(as: excludedOwner) else { return }
+            guard !messages.isEmpty, let record = records[id] else { return }
+            if let excludedOwner, record.owner.isSameProcess(as: excludedOwner) { return }
             if let index = indexByPresenter[id] {
                 for message in messages where !deliveries[index].messages.contains(message) {
                     deliveries[index].messages.append(message)
@@ -112,7 +115,7 @@ extension State {
 
     /// The notifications after `identity`'s writes of `intents` end; `moved` are the moves
     /// reported inside the grant.
-    func notifications(by identity: CoordinatorIdentity, of intents: some Sequence<Intent>, moved: [ItemPath],
+    func notifications(by identity: CoordinatorIdentity?, of intents: some Sequence<Intent>, moved: [ItemPath],
                        outcomes: some Sequence<IntentOutcome>) -> [PresenterDelivery<PresenterNotification>] {
         if presenterTree.isEmpty { return [] }
         var builder = DeliveryBuilder<PresenterNotification>(excluding: identity)

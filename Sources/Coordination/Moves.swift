@@ -10,51 +10,61 @@ extension CoordinationEngine {
             guard let record = state.grants[grant], record.intents.contains(where: { $0.kind.isWrite }) else {
                 throw .notInsideWrite
             }
-            let from = source.path, to = destination.path
-            if from == to { return [] }                          // harmless (reference C45)
-            var builder = State.DeliveryBuilder<PresenterNotification>(excluding: record.identity)
-
-            // Containers learn first, under their own (unchanged) paths.
-            let oldContainers = state.presenterTree.presentersAbove(from)
-            let oldContainerPaths = Set(oldContainers.map(\.0))
-            let oldPackages = Set(source.enclosingPackages), newPackages = Set(destination.enclosingPackages)
-            for (container, ids) in oldContainers {
-                for id in ids {
-                    builder.add([.subitemDidMove(from: from, to: to)], to: id, at: container,
-                                package: oldPackages.contains(container), records: state.presenters)
-                }
-            }
-            for (container, ids) in state.presenterTree.presentersAbove(to) where !oldContainerPaths.contains(container) {
-                for id in ids {
-                    builder.add([.subitemDidMove(from: from, to: to), .subitemDidAppear(to)], to: id, at: container,
-                                package: newPackages.contains(container), records: state.presenters)   // P10
-                }
-            }
-
-            // The item's presenters and everything inside it follow.
-            var moved: [(PresenterID, PresenterRecord)] = []
-            for id in state.presenterTree.presenters(at: from) { moved.append((id, state.presenters[id]!)) }
-            for (_, id) in state.presenterTree.presentersInside(from) { moved.append((id, state.presenters[id]!)) }
-            var seen = Set<PresenterID>()
-            for (id, old) in moved where seen.insert(id).inserted {
-                var new = old
-                new.path = old.path.map { $0.relocated(from: from, to: to) ?? $0 }
-                new.primaryPath = old.primaryPath.map { $0.relocated(from: from, to: to) ?? $0 }
-                state.removePresenter(id)
-                state.insertPresenter(id, new)
-                if let newPath = new.path, newPath != old.path {
-                    builder.add([.didMove(to: newPath)], to: id, at: newPath,
-                                package: destination.isPackage && newPath == to, records: state.presenters)
-                }
-            }
-
-            state.grants[grant]!.moved += [from, to]
-            state.relocateWaiters(from: from, to: to)
-            for (id, service) in state.services {
-                if let path = service.path.relocated(from: from, to: to) { state.services[id]!.path = path }
-            }
-            return builder.deliveries
+            if source.path == destination.path { return [] }     // harmless (reference C45)
+            state.grants[grant]!.moved += [source.path, destination.path]
+            return state.move(from: source, to: destination, by: record.identity)
         }
+    }
+}
+
+extension State {
+    /// The move of the item at `source` to `destination`, by `identity` (nil: behind a mount):
+    /// presenters re-indexed, waiters and services moved, the notifications returned.
+    mutating func move(from source: AccessTarget, to destination: AccessTarget, by identity: CoordinatorIdentity?,
+                       tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>]
+    {
+        let from = source.path, to = destination.path
+        var builder = State.DeliveryBuilder<PresenterNotification>(excluding: identity)
+
+        // Containers learn first, under their own (unchanged) paths.
+        let oldContainers = tellingContainers ? presenterTree.presentersAbove(from) : []
+        let oldContainerPaths = Set(oldContainers.map(\.0))
+        let oldPackages = Set(source.enclosingPackages), newPackages = Set(destination.enclosingPackages)
+        for (container, ids) in oldContainers {
+            for id in ids {
+                builder.add([.subitemDidMove(from: from, to: to)], to: id, at: container,
+                            package: oldPackages.contains(container), records: presenters)
+            }
+        }
+        for (container, ids) in tellingContainers ? presenterTree.presentersAbove(to) : [] where !oldContainerPaths.contains(container) {
+            for id in ids {
+                builder.add([.subitemDidMove(from: from, to: to), .subitemDidAppear(to)], to: id, at: container,
+                            package: newPackages.contains(container), records: presenters)   // P10
+            }
+        }
+
+        // The item's presenters and everything inside it follow.
+        var moved: [(PresenterID, PresenterRecord)] = []
+        for id in presenterTree.presenters(at: from) { moved.append((id, presenters[id]!)) }
+        for (_, id) in presenterTree.presentersInside(from) { moved.append((id, presenters[id]!)) }
+        var seen = Set<PresenterID>()
+        for (id, old) in moved where seen.insert(id).inserted {
+            var new = old
+            new.path = old.path.map { $0.relocated(from: from, to: to) ?? $0 }
+            new.primaryPath = old.primaryPath.map { $0.relocated(from: from, to: to) ?? $0 }
+            removePresenter(id)
+            insertPresenter(id, new)
+            if let newPath = new.path, newPath != old.path {
+                builder.add([.didMove(to: newPath)], to: id, at: newPath,
+                            package: destination.isPackage && newPath == to, records: presenters)
+            }
+        }
+
+        relocateWaiters(from: from, to: to)
+        for (id, service) in services {
+            if let path = service.path.relocated(from: from, to: to) { services[id]!.path = path }
+        }
+        return builder.deliveries
     }
 }
 

@@ -46,7 +46,7 @@ import Testing
     /// about deeper items are still answered (the write below is not held up).
     @Test func withoutRecursiveOnlyTheDirectorysOwnEntries() throws {
         let fx = try MountFixture()
-        try FileManager.default.createDirectory(atPath: fx.backingPath("d/sub"), withIntermediateDirectories: true)
+        try fx.settled { try FileManager.default.createDirectory(atPath: fx.backingPath("d/sub"), withIntermediateDirectories: true) }
         let directory = fx.path("d")
         let watcher = try Child(Paths.binary.path, ["watch", "-q", "--format", "%w|%f|%e", "-e", "create", directory])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })

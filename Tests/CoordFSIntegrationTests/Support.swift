@@ -1,3 +1,4 @@
+import CLinux
 import CoordFSMount
 import Coordination
 import Dispatch
@@ -91,11 +92,43 @@ final class MountFixture: @unchecked Sendable {
     /// A path inside the backing directory.
     func backingPath(_ relative: String) -> String { backing.appendingPathComponent(relative).path }
 
-    /// Writes a file in the backing directory directly (setup, not coordinated).
+    /// Writes a file in the backing directory directly (setup, not coordinated). A daemon that
+    /// watches the backing directory tells presenters of it as a change from outside: this
+    /// returns once it has, so that presenters registered after hear nothing of it.
     func seed(_ relative: String, _ contents: String = "seed\n") throws {
         let url = backing.appendingPathComponent(relative)
-        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try Data(contents.utf8).write(to: url)
+        try settled {
+            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(contents.utf8).write(to: url)
+        }
+    }
+
+    /// Runs `change`, made straight in the backing directory, and returns once a daemon that
+    /// watches the backing directory has told presenters of it.
+    func settled(_ change: () throws -> Void) throws {
+        let before = changesToldFromOutside()
+        try change()
+        guard let before else { return }
+        // Told, and nothing more coming: the count has grown and stays.
+        var last = before, steady = 0
+        _ = eventually(.seconds(5)) {
+            let now = changesToldFromOutside() ?? before
+            steady = now > before && now == last ? steady + 1 : 0
+            last = now
+            return steady >= 5
+        }
+    }
+
+    /// How many changes from outside the daemon has told; nil for a mount in this process (its
+    /// own writes are the mount's) or one that does not watch the backing directory.
+    func changesToldFromOutside() -> Int? {
+        guard session == nil else { return nil }
+        var bytes = [CChar](repeating: 0, count: 8192)
+        let count = cfs_getxattr(mountPoint.path, "user.coordfs.stats", &bytes, bytes.count)
+        guard count > 0,
+              let fields = try? JSONSerialization.jsonObject(with: Data(bytes: bytes, count: count)) as? [String: Int],
+              fields["watches_backing"] == 1 else { return nil }
+        return fields["changes_behind"]
     }
 
     /// The mount's counters, as the root's `user.coordfs.stats` attribute shows them.

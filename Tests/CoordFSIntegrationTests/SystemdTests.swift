@@ -43,10 +43,13 @@ import Testing
         let errors = Pipe()
         activator.standardError = errors
         try activator.run()
-        defer { if activator.isRunning { activator.terminate(); activator.waitUntilExit() } }
-        try #require(eventually(.seconds(10)) { FileManager.default.fileExists(atPath: socket) }, "nothing listens at \(socket)")
-
-        let client = try ControlClient(socketPath: socket)
+        // SIGKILL: systemd-socket-activate outlives a SIGTERM while it waits for a connection.
+        defer { if activator.isRunning { kill(activator.processIdentifier, SIGKILL); activator.waitUntilExit() } }
+        // The socket file shows before it listens (bind, then listen): connected to, it serves.
+        var connected: ControlClient?
+        try #require(eventually(.seconds(10)) { connected = try? ControlClient(socketPath: socket); return connected != nil },
+                     "nothing serves \(socket)")
+        let client = connected!
         guard case .int(let pid)? = client.server["pid"] else { Issue.record("no pid in \(client.server)"); return }
         #expect(Int32(pid) == activator.processIdentifier, "the daemon is not the program systemd-socket-activate ran")
         client.close()

@@ -4,6 +4,7 @@
 #ifndef COORDFS_CLINUX_H
 #define COORDFS_CLINUX_H
 
+
 #include <fcntl.h>
 #include <errno.h>
 #include <sys/vfs.h>
@@ -129,6 +130,86 @@ static inline int cfs_run_away_from_cpu(int cpu) {
     if (syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask) == 0) return 0;
     if (cpu >= 0 && cpu < cpus) mask[cpu / 64] |= 1UL << (cpu % 64);
     return (int)syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask);
+}
+
+// fanotify, for changes made to a backing directory behind the mount: a mark on the whole
+// filesystem, reporting each change by its directory's file handle and the entry's name
+// (Linux 5.17 for renames as one event). Its queue is unbounded: a burst of changes is read
+// late rather than lost. The descriptor (non-blocking), or -errno.
+#include <sys/fanotify.h>
+#include <stdint.h>
+static inline int cfs_fanotify_watch_filesystem(const char *path) {
+    int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_REPORT_DFID_NAME,
+                           O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    uint64_t mask = FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_MODIFY | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_ONDIR;
+    if (fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, path) != 0) {
+        int failure = errno;
+        close(fd);
+        return -failure;
+    }
+    return fd;
+}
+
+// What changed, as one fanotify event reports it.
+struct cfs_backing_change {
+    uint64_t mask;
+    int32_t pid;
+    // The directory (a file handle, laid out as cfs_file_handle) and the entry's name; for a
+    // rename, where it was.
+    const void *directory;
+    const char *name;
+    // For a rename: where it is now.
+    const void *new_directory;
+    const char *new_name;
+};
+
+static const uint64_t CFS_CHANGE_CREATE = FAN_CREATE, CFS_CHANGE_DELETE = FAN_DELETE, CFS_CHANGE_RENAME = FAN_RENAME,
+    CFS_CHANGE_MODIFY = FAN_MODIFY, CFS_CHANGE_ATTRIB = FAN_ATTRIB, CFS_CHANGE_CLOSE_WRITE = FAN_CLOSE_WRITE,
+    CFS_CHANGE_ON_DIRECTORY = FAN_ONDIR, CFS_CHANGE_OVERFLOW = FAN_Q_OVERFLOW;
+
+// Reads the event at *offset of `length` bytes into `change` and moves *offset past it: 1, or
+// 0 when no whole event is left.
+static inline int cfs_fanotify_next(const char *buffer, size_t length, size_t *offset, struct cfs_backing_change *change) {
+    const struct fanotify_event_metadata *event = (const void *)(buffer + *offset);
+    size_t left = length - *offset;
+    if (!FAN_EVENT_OK(event, left)) return 0;
+    *offset += event->event_len;
+    memset(change, 0, sizeof *change);
+    change->mask = event->mask;
+    change->pid = event->pid;
+    const char *record = (const char *)event + event->metadata_len;
+    const char *end = (const char *)event + event->event_len;
+    while (record + sizeof(struct fanotify_event_info_header) <= end) {
+        const struct fanotify_event_info_header *header = (const void *)record;
+        if (header->len == 0 || record + header->len > end) break;
+        if (header->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME || header->info_type == FAN_EVENT_INFO_TYPE_OLD_DFID_NAME
+            || header->info_type == FAN_EVENT_INFO_TYPE_NEW_DFID_NAME) {
+            const struct fanotify_event_info_fid *fid = (const void *)record;
+            const struct cfs_file_handle *handle = (const void *)fid->handle;
+            const char *name = (const char *)handle->f_handle + handle->handle_bytes;
+            if (header->info_type == FAN_EVENT_INFO_TYPE_NEW_DFID_NAME) {
+                change->new_directory = handle;
+                change->new_name = name;
+            } else {
+                change->directory = handle;
+                change->name = name;
+            }
+        }
+        record += header->len;
+    }
+    return 1;
+}
+
+// The bytes of a file handle as reported (its header and its f_handle), for keeping it.
+static inline size_t cfs_file_handle_size(const void *handle) {
+    return 2 * sizeof(unsigned int) + ((const struct cfs_file_handle *)handle)->handle_bytes;
+}
+
+// An O_PATH descriptor of the item a reported handle names, on the filesystem of `mount_fd`;
+// or -1 (errno).
+static inline int cfs_open_reported_handle(int mount_fd, const void *handle) {
+    return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
 }
 
 #endif

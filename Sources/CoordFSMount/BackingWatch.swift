@@ -1,0 +1,322 @@
+import CLinux
+import Coordination
+import CoordinationRuntime
+import Foundation
+import LinuxSystem
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// @unchecked Sendable: its thread alone reads the descriptor and keeps the directories; the
+// rest is set before the thread starts.
+/// Changes made to the backing directory behind the mount: another program writing it
+/// directly, a backup restoring into it. Nobody coordinated them; the mount makes the kernel
+/// forget what it keeps of the items (names, attributes, pages), so programs reading through
+/// the mount see them, and tells presenters, as changes from outside.
+///
+/// One fanotify mark covers the backing directory's filesystem (root only: CAP_SYS_ADMIN), and
+/// reports each change by its directory's file handle and the entry's name. The mount's own
+/// changes are left out by their process, which is the daemon's, except writes the kernel
+/// serves straight from the backing file (kernel passthrough), which carry the writer's: those
+/// to a file open for writing through the mount, or closed just now, count as the mount's.
+final class BackingWatch: @unchecked Sendable {
+    /// How a watch could not be made, for the log.
+    struct Unavailable: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    private let changes: Int32
+    /// A pipe whose write end `stop` writes: the thread's poll wakes and it ends.
+    private let wake: (read: Int32, write: Int32)
+    /// The backing directory as the kernel spells it (symbolic links resolved), and a
+    /// descriptor of it in this mount namespace: reported handles are opened through it.
+    private let backingPath: String
+    private let backing: Int32
+    let device: UInt64
+    private let ownProcess = getpid()
+    private unowned let filesystem: Filesystem
+    private var thread: Thread?
+    /// Directories by their reported handles: where they lie below the backing root (nil: not
+    /// below it). Renames and removals of directories empty it.
+    private var directories: [[UInt8]: Directory?] = [:]
+    private let logger = Logger(label: "org.coordfs.mount")
+    /// Changes in one directory told item by item in a second; more are told as one change of
+    /// the directory a window.
+    static let itemsToldPerDirectory = 64
+    private var toldSecond: Int64 = 0
+    private var toldThisSecond: [ItemPath: Int] = [:]
+    /// Directories past the rate, to be told as changed; when that was last done.
+    private var flooded: Set<ItemPath> = []
+    private var floodToldAt: Int64 = 0
+    /// How many changes read at once make a burst, how long presenters' news of a burst is
+    /// gathered, and how many changes at most.
+    static let burst = 64
+    static let windowMilliseconds: Int64 = 20
+    static let changesPerWindow = 16_384
+    private var stopping = false
+
+    struct Directory {
+        /// Below the backing root, "" for the root itself.
+        let relative: String
+        let device: UInt64
+        let number: UInt64
+    }
+
+    init(watching path: String, device: UInt64, for filesystem: Filesystem) throws(Unavailable) {
+        guard let resolved = realpath(path, nil) else { throw Unavailable(description: "\(path): \(Errno.current)") }
+        backingPath = String(cString: resolved)
+        free(resolved)
+        let descriptor = cfs_fanotify_watch_filesystem(backingPath)
+        guard descriptor >= 0 else {
+            let failure = Errno(code: -descriptor)
+            throw Unavailable(description: failure == .notPermitted
+                ? "fanotify needs CAP_SYS_ADMIN (the mount runs as root for it)" : "fanotify: \(failure)")
+        }
+        changes = descriptor
+        // Not O_PATH: open_by_handle_at takes no O_PATH descriptor to name the filesystem.
+        backing = open(backingPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        var ends: [Int32] = [-1, -1]
+        if pipe(&ends) == 0 { for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) } }
+        wake = (ends[0], ends[1])
+        self.device = device
+        self.filesystem = filesystem
+    }
+
+    deinit {
+        close(changes)
+        if backing >= 0 { close(backing) }
+        if wake.read >= 0 { close(wake.read) }
+        if wake.write >= 0 { close(wake.write) }
+    }
+
+    func start() {
+        let thread = Thread { [self] in run() }
+        thread.name = "coordfs-backing-watch"
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Ends the thread, and waits for it.
+    func stop() {
+        var one: UInt8 = 1
+        _ = write(wake.write, &one, 1)
+        while thread?.isFinished == false { usleep(1000) }
+    }
+
+    private func run() {
+        var buffer = [CChar](repeating: 0, count: 64 * 1024)
+        // Flooded directories are told at most once a window: until then, woken to tell them.
+        while wait(milliseconds: flooded.isEmpty ? -1 : Int32(max(floodToldAt + Self.windowMilliseconds - coarseMilliseconds(), 0))) {
+            // The kernel forgets each change as it is read. Presenters hear a few changes at
+            // once; a burst, after a short window gathered more of it, so that a flood reaches
+            // them merged (`deliver`).
+            var batch = Batch()
+            readAll(into: &batch, buffer: &buffer)
+            let closes = coarseMilliseconds() + Self.windowMilliseconds
+            while batch.changes.count + batch.moves.count >= Self.burst
+                && batch.changes.count + batch.moves.count < Self.changesPerWindow
+                && wait(milliseconds: Int32(max(closes - coarseMilliseconds(), 0))) && coarseMilliseconds() < closes {
+                readAll(into: &batch, buffer: &buffer)
+            }
+            deliver(batch)
+            if stopping { return }
+        }
+    }
+
+    /// Waits until changes can be read (true) or `timeout` has passed (true, nothing to read);
+    /// false once `stop` was called.
+    private func wait(milliseconds timeout: Int32) -> Bool {
+        var descriptors = [pollfd(fd: changes, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+        while poll(&descriptors, 2, timeout) < 0 {
+            if Errno.current != .interrupted { return false }
+        }
+        if descriptors[1].revents != 0 { stopping = true }
+        return !stopping
+    }
+
+    private func readAll(into batch: inout Batch, buffer: inout [CChar]) {
+        while true {
+            let count = read(changes, &buffer, buffer.count)
+            if count <= 0 { return }             // EAGAIN: read up
+            buffer.withUnsafeBufferPointer { bytes in
+                var offset = 0
+                var change = cfs_backing_change()
+                while cfs_fanotify_next(bytes.baseAddress!, count, &offset, &change) == 1 {
+                    take(change, into: &batch)
+                }
+            }
+        }
+    }
+
+    // MARK: One window's changes
+
+    /// What one window reported, merged: presenters hear of each item once (a program appending
+    /// a line at a time makes one change of a window's worth).
+    private struct Seen: Hashable {
+        let path: ItemPath
+        let existedBefore: Bool
+        let existsAfter: Bool
+    }
+
+    private struct Batch {
+        var changes: [(path: ItemPath, isDirectory: Bool, outcome: IntentOutcome)] = []
+        /// Each item once per kind of change (an appearance and a deletion are both told).
+        var seen: Set<Seen> = []
+        var moves: [(from: ItemPath, to: ItemPath, isDirectory: Bool)] = []
+        /// The queue overflowed: changes were lost.
+        var overflowed = false
+    }
+
+    private func take(_ change: cfs_backing_change, into batch: inout Batch) {
+        if change.mask & CFS_CHANGE_OVERFLOW != 0 { batch.overflowed = true; return }
+        guard change.pid != ownProcess, let handle = change.directory, let name = change.name else { return }
+        let isDirectory = change.mask & CFS_CHANGE_ON_DIRECTORY != 0
+        if isDirectory && change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 { directories.removeAll() }
+        guard let directory = directory(handle) else { return }
+        let entry = FileSystemName.string(cString: name)
+        let parent = filesystem.inodes.node(device: directory.device, number: directory.number)
+        if change.mask & CFS_CHANGE_RENAME != 0 {
+            guard let newHandle = change.new_directory, let newName = change.new_name else { return }
+            let newEntry = FileSystemName.string(cString: newName)
+            let newDirectory = self.directory(newHandle)
+            let newParent = newDirectory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) }
+            if let parent { forgetEntry(entry, in: parent) }
+            if let newParent { forgetEntry(newEntry, in: newParent) }
+            let moved = newParent.flatMap { child(newEntry, in: $0) }
+            if let moved, let parent, let newParent {
+                filesystem.inodes.moved(moved.id, from: (parent.id, entry), to: newParent.id, name: newEntry)
+            }
+            let from = path(directory, entry)
+            if let newDirectory {
+                batch.moves.append((from, path(newDirectory, newEntry), isDirectory))
+            } else {
+                batch.changes.append((from, isDirectory, IntentOutcome(existedBefore: true, existsAfter: false, changed: true)))
+            }
+            filesystem.namespaceChanged(name: entry, newEntry, directory: isDirectory)
+            return
+        }
+        let itemPath = path(directory, entry)
+        let outcome: IntentOutcome
+        if change.mask & CFS_CHANGE_CREATE != 0 {
+            if let parent { forgetEntry(entry, in: parent) }
+            outcome = IntentOutcome(existedBefore: false, existsAfter: true, changed: true)
+            filesystem.namespaceChanged(name: entry, directory: isDirectory)
+        } else if change.mask & CFS_CHANGE_DELETE != 0 {
+            if let parent { forgetEntry(entry, in: parent) }
+            outcome = IntentOutcome(existedBefore: true, existsAfter: false, changed: true)
+            filesystem.namespaceChanged(name: entry, directory: isDirectory)
+        } else {
+            // A write, a truncation, a change of mode, owner or times, of an item still there by
+            // that name (not one removed since, whose removal is reported next, nor an unnamed
+            // O_TMPFILE file, which the kernel names "#INODE").
+            guard let found = existing(entry, in: directory) else { return }
+            let known = filesystem.inodes.node(device: found.device, number: found.number)
+            let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
+            if writes, let known, known.isWrittenThroughTheKernel() { return }
+            if let known { filesystem.invalidate(known, pages: writes) }
+            if let parent { filesystem.invalidateAttributes(of: parent) }
+            outcome = IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
+        }
+        if batch.seen.insert(Seen(path: itemPath, existedBefore: outcome.existedBefore, existsAfter: outcome.existsAfter)).inserted {
+            batch.changes.append((itemPath, isDirectory, outcome))
+        }
+    }
+
+    private func deliver(_ batch: Batch) {
+        if batch.overflowed {
+            logger.warning("changes behind the mount came faster than they could be read: some were not told; the kernel forgets everything it keeps")
+            filesystem.invalidateEverything()
+        }
+        let engine = filesystem.engine
+        var deliveries: [PresenterDelivery<PresenterNotification>] = []
+        // A flood in one directory (a backup restoring, an archive unpacked, a rename storm) is
+        // told item by item up to a rate, then as one change of the directory a window.
+        let second = coarseMilliseconds() / 1000
+        if second != toldSecond { toldSecond = second; toldThisSecond.removeAll(keepingCapacity: true) }
+        func mayTell(_ path: ItemPath) -> Bool {
+            let directory = path.parent ?? path
+            let told = toldThisSecond[directory, default: 0]
+            if told >= Self.itemsToldPerDirectory { flooded.insert(directory); return false }
+            toldThisSecond[directory] = told + 1
+            return true
+        }
+        for move in batch.moves {
+            // Presenters of the item follow it whatever the rate.
+            let tells = mayTell(move.from)
+            deliveries += engine.moveMadeOutside(from: filesystem.target(move.from, isDirectory: move.isDirectory),
+                                                 to: filesystem.target(move.to, isDirectory: move.isDirectory), tellingContainers: tells)
+        }
+        let told = batch.changes.filter { mayTell($0.path) }
+        if !told.isEmpty {
+            let intents = told.map { Intent(.writing([]), filesystem.target($0.path, isDirectory: $0.isDirectory)) }
+            deliveries += engine.changesMadeOutside(intents, outcomes: told.map(\.outcome))
+        }
+        let now = coarseMilliseconds()
+        if !flooded.isEmpty && now - floodToldAt >= Self.windowMilliseconds {
+            deliveries += engine.contentsChangedOutside(of: flooded.map { filesystem.target($0, isDirectory: true) })
+            flooded.removeAll()
+            floodToldAt = now
+        }
+        if !deliveries.isEmpty { filesystem.domain.deliver(deliveries) }
+        filesystem.statistics.changesBehind.add(batch.changes.count + batch.moves.count, ordering: .relaxed)
+    }
+
+    // MARK: Naming what changed
+
+    /// The directory a reported handle names, when it lies below the backing root.
+    private func directory(_ handle: UnsafeRawPointer) -> Directory? {
+        let key = [UInt8](UnsafeRawBufferPointer(start: handle, count: cfs_file_handle_size(handle)))
+        if let known = directories[key] { return known }
+        let fd = cfs_open_reported_handle(backing, handle)
+        guard fd >= 0 else { return nil }            // gone already: nothing to cache
+        defer { close(fd) }
+        var info = stat()
+        var found: Directory?
+        if fstat(fd, &info) == 0, let path = Self.path(of: fd) {
+            if path == backingPath {
+                found = Directory(relative: "", device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+            } else if path.hasPrefix(backingPath == "/" ? "/" : backingPath + "/") {
+                let relative = String(path.dropFirst(backingPath == "/" ? 1 : backingPath.count + 1))
+                found = Directory(relative: relative, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+            }
+        }
+        if directories.count >= 16_384 { directories.removeAll() }
+        directories[key] = .some(found)
+        return found
+    }
+
+    private static func path(of fd: Int32) -> String? {
+        var bytes = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(procPath(fd), &bytes, bytes.count - 1)
+        guard count > 0 else { return nil }
+        return FileSystemName.string(cString: bytes)
+    }
+
+    private func path(_ directory: Directory, _ name: String) -> ItemPath {
+        let relative = directory.relative.isEmpty ? name : directory.relative + "/" + name
+        return filesystem.mountRoot.appending(relative)
+    }
+
+    /// The device and inode number of `name` in `directory`, if it is there.
+    private func existing(_ name: String, in directory: Directory) -> (device: UInt64, number: UInt64)? {
+        let relative = directory.relative.isEmpty ? name : directory.relative + "/" + name
+        var info = stat()
+        guard FileSystemName.withCString(relative, { fstatat(backing, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
+    }
+
+    /// The node of `name` in `parent`, if the mount knows it.
+    private func child(_ name: String, in parent: Inode) -> Inode? {
+        filesystem.inodes.withFD(parent, orElse: { _ in nil }) { fd -> Inode? in
+            var info = stat()
+            guard FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return nil }
+            return filesystem.inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        }
+    }
+
+    private func forgetEntry(_ name: String, in parent: Inode) {
+        filesystem.invalidateEntry(named: name, in: parent)
+        filesystem.invalidateAttributes(of: parent)
+    }
+}

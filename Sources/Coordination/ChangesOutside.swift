@@ -1,0 +1,41 @@
+/// Changes made behind a mount, which nobody coordinated (a program writing the backing
+/// directory directly): presenters hear of them as of coordinated changes, with no accessor
+/// named, and every presenter hears, whoever owns it.
+extension CoordinationEngine {
+    /// The notifications a coordinated write with the same outcomes ends with (P9, P10, P19).
+    public func changesMadeOutside(_ intents: [Intent], outcomes: [IntentOutcome]) -> [PresenterDelivery<PresenterNotification>] {
+        withState { $0.notifications(by: nil, of: intents, moved: [], outcomes: outcomes) }
+    }
+
+    /// A move: presenters, waiters and services follow it as they follow a reported move
+    /// (C11, C15, P8, P11). Without `tellingContainers`, the presenters of the directories
+    /// around it hear nothing (they hear of a flood of changes as one).
+    public func moveMadeOutside(from source: AccessTarget, to destination: AccessTarget, tellingContainers: Bool = true)
+        -> [PresenterDelivery<PresenterNotification>]
+    {
+        if source.path == destination.path { return [] }
+        return state.withLock { $0.move(from: source, to: destination, by: nil, tellingContainers: tellingContainers) }
+    }
+
+    /// Many changes inside each of `directories` at once, told as one: the directory's own
+    /// presenters hear that it changed, those above it that a subitem did.
+    public func contentsChangedOutside(of directories: [AccessTarget]) -> [PresenterDelivery<PresenterNotification>] {
+        withState { state in
+            if state.presenterTree.isEmpty { return [] }
+            var builder = State.DeliveryBuilder<PresenterNotification>(excluding: nil)
+            for directory in directories {
+                let packages = Set(directory.enclosingPackages)
+                for id in state.presenterTree.presenters(at: directory.path) {
+                    builder.add([.didChange], to: id, at: directory.path, package: directory.isPackage, records: state.presenters)
+                }
+                for (ancestor, ids) in state.presenterTree.presentersAbove(directory.path) {
+                    for id in ids {
+                        builder.add([.subitemDidChange(directory.path)], to: id, at: ancestor,
+                                    package: packages.contains(ancestor), records: state.presenters)
+                    }
+                }
+            }
+            return builder.deliveries
+        }
+    }
+}

@@ -1,0 +1,181 @@
+import FileCoordination
+import Foundation
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A presenter that notes each message with the route of the access it is about.
+private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable {
+    let name: String
+    let log: EventLog
+    private let lock = NSLock()
+    private var url: URL?
+    let presentedItemOperationQueue = OperationQueue()
+
+    init(_ name: String, _ path: String, log: EventLog) {
+        self.name = name
+        self.log = log
+        url = URL(fileURLWithPath: path)
+    }
+
+    var presentedItemURL: URL? {
+        get { lock.lock(); defer { lock.unlock() }; return url }
+        set { lock.lock(); url = newValue; lock.unlock() }
+    }
+
+    private func note(_ message: String) {
+        log.add("\(name):\(message) via \(AccessOrigin.current.map { $0.via.rawValue } ?? "?")"
+                + (AccessOrigin.current?.pid == nil ? "" : " with pid"))
+    }
+
+    func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+        completion(nil, nil)
+    }
+    func presentedSubitemWasDeleted(at url: URL) { note("subitemWasDeleted \(url.lastPathComponent)") }
+    func presentedItemWasDeleted() { note("wasDeleted") }
+    func presentedItemDidChange() { note("didChange") }
+    func presentedItemDidMove(to newURL: URL) { note("didMove \(newURL.lastPathComponent)"); presentedItemURL = newURL }
+    func presentedSubitemDidAppear(at url: URL) { note("subitemDidAppear \(url.lastPathComponent)") }
+    func presentedSubitemDidChange(at url: URL) { note("subitemDidChange \(url.lastPathComponent)") }
+    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {
+        note("subitemDidMove \(oldURL.lastPathComponent) \(newURL.lastPathComponent)")
+    }
+}
+
+/// Changes made to the backing directory behind the mount (another program writing it
+/// directly): presenters hear of them as changes from outside, and programs reading through the
+/// mount see them at once, though the kernel keeps names and attributes for a day.
+@Suite(.serialized) struct ChangesBehindTheMount {
+    /// Runs a shell command as another process: a program that does not go through the mount.
+    @discardableResult
+    func behind(_ command: String) throws -> String {
+        let result = try run("/bin/sh", ["-c", command])
+        #expect(result.status == 0, "\(command): \(result.errors)")
+        return result.output
+    }
+
+    @Test func presentersHearEachKindOfChangeAsComingFromOutside() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("dir/doc.txt", "v1\n")
+        let log = EventLog()
+        let file = OriginPresenter("F", fx.path("dir/doc.txt"), log: log)
+        fx.domain!.addFilePresenter(file)
+        fx.domain!.addFilePresenter(OriginPresenter("D", fx.path("dir"), log: log))
+        let dir = fx.backingPath("dir")
+
+        try behind("echo v2 > '\(dir)/doc.txt'")                                      // a write
+        #expect(log.waitFor("F:didChange via outside"))
+        #expect(log.waitFor("D:subitemDidChange doc.txt via outside"))
+        try behind("echo v3 >> '\(dir)/doc.txt'")                                     // an append
+        #expect(eventually { log.count("F:didChange via outside") >= 2 })
+        try behind("truncate -s 1 '\(dir)/doc.txt'")                                  // a truncation
+        #expect(eventually { log.count("F:didChange via outside") >= 3 })
+        try behind("echo new > '\(dir)/new.txt'")                                     // a create
+        #expect(log.waitFor("D:subitemDidAppear new.txt via outside"))
+        try behind("mkdir '\(dir)/sub'")                                              // a mkdir
+        #expect(log.waitFor("D:subitemDidAppear sub via outside"))
+        try behind("mv '\(dir)/doc.txt' '\(dir)/moved.txt'")                          // a rename
+        #expect(log.waitFor("F:didMove moved.txt via outside"))
+        #expect(log.waitFor("D:subitemDidMove doc.txt moved.txt via outside"))
+        #expect(eventually { file.presentedItemURL?.path == fx.path("dir/moved.txt") })
+        try behind("rm '\(dir)/new.txt'")                                             // an unlink
+        #expect(log.waitFor("D:subitemWasDeleted new.txt via outside"))
+        #expect(log.matching("").allSatisfy { !$0.contains("with pid") }, "nobody coordinated them: \(log.events)")
+    }
+
+    /// With the kernel keeping names and attributes for a day, a program reading through the
+    /// mount still sees each change at once; through kernel passthrough and through the page
+    /// cache (its pages are forgotten too).
+    @Test(arguments: [[String](), ["--no-kernel-passthrough"]])
+    func programsReadingThroughTheMountSeeEachChangeAtOnce(_ options: [String]) throws {
+        let fx = try MountFixture(options)
+        try fx.seed("dir/doc.txt", "aaaa\n")
+        let dir = fx.backingPath("dir"), mounted = fx.path("dir")
+        func size(_ path: String) throws -> String { try behind("stat -c %s '\(path)'").trimmingCharacters(in: .whitespacesAndNewlines) }
+        // What the kernel keeps: an attribute, a page, a name and an absence.
+        #expect(try size("\(mounted)/doc.txt") == "5")
+        #expect(try behind("cat '\(mounted)/doc.txt'") == "aaaa\n")
+        #expect(try behind("ls '\(mounted)'") == "doc.txt\n")
+        #expect(try run("/usr/bin/stat", ["\(mounted)/later.txt"]).status != 0)
+
+        try behind("echo bbbb > '\(dir)/doc.txt'")
+        #expect(try behind("cat '\(mounted)/doc.txt'") == "bbbb\n", "stale data")
+        try behind("echo cc >> '\(dir)/doc.txt'")
+        #expect(try size("\(mounted)/doc.txt") == "8", "stale size")
+        #expect(try behind("cat '\(mounted)/doc.txt'") == "bbbb\ncc\n")
+        try behind("truncate -s 2 '\(dir)/doc.txt'")
+        #expect(try size("\(mounted)/doc.txt") == "2")
+        try behind("echo later > '\(dir)/later.txt'")
+        #expect(try size("\(mounted)/later.txt") == "6", "a stale absence")
+        try behind("mv '\(dir)/later.txt' '\(dir)/renamed.txt'")
+        #expect(try behind("ls '\(mounted)'") == "doc.txt\nrenamed.txt\n", "stale names")
+        #expect(try run("/usr/bin/stat", ["\(mounted)/later.txt"]).status != 0, "the old name still shows")
+        try behind("mkdir '\(dir)/sub' && rm '\(dir)/renamed.txt'")
+        #expect(try behind("ls '\(mounted)'") == "doc.txt\nsub\n")
+        try behind("chmod 600 '\(dir)/doc.txt'")
+        #expect(try behind("stat -c %a '\(mounted)/doc.txt'") == "600\n", "a stale mode")
+    }
+
+    /// The mount's own changes reach the backing directory too, and are told once, as the
+    /// mount's: none comes back as a change from outside.
+    @Test func theMountsOwnChangesAreNotToldAgainAsFromOutside() throws {
+        let fx = try MountFixture()
+        let mounted = fx.path("")
+        try behind("""
+            cd '\(mounted)' && mkdir d && echo one > d/f && echo two >> d/f && truncate -s 1 d/f && chmod 600 d/f \
+            && mv d/f d/g && ln -s g d/link && rm d/link && python3 -c "
+            import os
+            fd = os.open('d/g', os.O_RDWR)
+            for i in range(100): os.write(fd, b'x')
+            os.close(fd)" && rm d/g && rmdir d
+            """)
+        Thread.sleep(forTimeInterval: 0.5)
+        #expect(try fx.statistics()["changes_behind"] == 0)
+        // The watch is there: a change from outside is counted.
+        try behind("echo outside > '\(fx.backingPath("outside.txt"))'")
+        #expect(eventually { ((try? fx.statistics()["changes_behind"]) ?? 0) >= 1 })
+    }
+
+    /// A socket watcher (`coordfs watch`) hears changes from outside with no process named.
+    @Test func watchersOnTheSocketHearThemWithNoProcess() throws {
+        let fx = try MountFixture()
+        try fx.seed("dir/doc.txt")
+        let watcher = try Child(Paths.binary.path, ["watch", fx.path("dir")])
+        // Its watch is in place once a change is heard: appended to until then.
+        var line: String?
+        for _ in 0..<20 where line == nil {
+            try behind("echo more >> '\(fx.backingPath("dir/doc.txt"))'")
+            line = watcher.next(timeout: .milliseconds(500))
+        }
+        #expect(line == "\(fx.path("dir")) SUBITEM_CHANGED doc.txt via=outside", "\(line ?? "nothing")")
+    }
+
+    /// A hundred thousand files made behind the mount, and a rename storm: the mount keeps
+    /// answering, sees every name, and a directory's presenter hears the flood as a few
+    /// changes of the directory, not one message per file.
+    @Test func aFloodOfChangesNeitherLosesTheMountNorFloodsPresenters() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("many/.keep", "")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(OriginPresenter("D", fx.path("many"), log: log))
+        let made = try run("/usr/bin/python3", ["-c", """
+            import os, sys
+            base = sys.argv[1]
+            for i in range(100000):
+                os.close(os.open(f"{base}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+            for i in range(5000):
+                os.rename(f"{base}/f0", f"{base}/g0")
+                os.rename(f"{base}/g0", f"{base}/f0")
+            """, fx.backingPath("many")])
+        #expect(made.status == 0, "\(made.errors)")
+        #expect(log.waitFor("D:didChange via outside", timeout: .seconds(60)), "the flood was not told")
+        let listed = try run("/bin/sh", ["-c", "ls -f '\(fx.path("many"))' | wc -l"])
+        #expect(listed.output.trimmingCharacters(in: .whitespacesAndNewlines) == "100003", "\(listed)")   // with . and ..
+        Thread.sleep(forTimeInterval: 1)
+        let kinds = Dictionary(grouping: log.events, by: { $0.split(separator: " ").first.map(String.init) ?? "" }).mapValues(\.count)
+        #expect(log.events.count < 5_000, "\(log.events.count) messages for 110 000 changes: \(kinds)")
+        #expect(try behind("stat -c %s '\(fx.path("many/f0"))'") == "0\n")
+    }
+}
