@@ -84,6 +84,13 @@ static inline void cfs_file_info_set(struct fuse_file_info *fi, uint64_t handle,
     fi->noflush = noflush ? 1 : 0;
 }
 
+// An opendir's answer: the kernel may keep the listing (and keep it across opens).
+static inline void cfs_file_info_set_directory(struct fuse_file_info *fi, uint64_t handle, int cache_listing) {
+    fi->fh = handle;
+    fi->cache_readdir = cache_listing ? 1 : 0;
+    fi->keep_cache = cache_listing ? 1 : 0;
+}
+
 // The directory entry helpers take a name and a stat by pointer.
 static inline size_t cfs_add_direntry(fuse_req_t req, char *buf, size_t size, const char *name,
                                       ino_t ino, mode_t mode, off_t next) {

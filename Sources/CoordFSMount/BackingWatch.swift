@@ -49,10 +49,11 @@ final class BackingWatch: @unchecked Sendable {
     /// Directories past the rate, to be told as changed; when that was last done.
     private var flooded: Set<ItemPath> = []
     private var floodToldAt: Int64 = 0
-    /// How many changes read at once make a burst, how long presenters' news of a burst is
-    /// gathered, and how many changes at most.
+    /// How long presenters' news is gathered after a first change; how many changes make a
+    /// burst, gathered longer; and how many changes a window holds at most.
+    static let windowMilliseconds: Int64 = 5
     static let burst = 64
-    static let windowMilliseconds: Int64 = 20
+    static let burstMilliseconds: Int64 = 20
     static let changesPerWindow = 16_384
     private var stopping = false
 
@@ -107,16 +108,17 @@ final class BackingWatch: @unchecked Sendable {
     private func run() {
         var buffer = [CChar](repeating: 0, count: 64 * 1024)
         // Flooded directories are told at most once a window: until then, woken to tell them.
-        while wait(milliseconds: flooded.isEmpty ? -1 : Int32(max(floodToldAt + Self.windowMilliseconds - coarseMilliseconds(), 0))) {
-            // The kernel forgets each change as it is read. Presenters hear a few changes at
-            // once; a burst, after a short window gathered more of it, so that a flood reaches
-            // them merged (`deliver`).
+        while wait(milliseconds: flooded.isEmpty ? -1 : Int32(max(floodToldAt + Self.burstMilliseconds - coarseMilliseconds(), 0))) {
+            // The kernel forgets each change as it is read. Presenters hear what a short window
+            // gathered: one program's open, write and close as one change; a burst, after a
+            // longer window, so that a flood reaches them merged (`deliver`).
             var batch = Batch()
             readAll(into: &batch, buffer: &buffer)
-            let closes = coarseMilliseconds() + Self.windowMilliseconds
-            while batch.changes.count + batch.moves.count >= Self.burst
-                && batch.changes.count + batch.moves.count < Self.changesPerWindow
-                && wait(milliseconds: Int32(max(closes - coarseMilliseconds(), 0))) && coarseMilliseconds() < closes {
+            let opened = coarseMilliseconds()
+            while batch.changes.count + batch.moves.count < Self.changesPerWindow {
+                let window = batch.changes.count + batch.moves.count >= Self.burst ? Self.burstMilliseconds : Self.windowMilliseconds
+                let left = opened + window - coarseMilliseconds()
+                guard left > 0, wait(milliseconds: Int32(left)) else { break }
                 readAll(into: &batch, buffer: &buffer)
             }
             deliver(batch)
@@ -218,6 +220,9 @@ final class BackingWatch: @unchecked Sendable {
             if let parent { filesystem.invalidateAttributes(of: parent) }
             outcome = IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
         }
+        // An item that appeared in the window is told as appearing, whatever was written to it.
+        let appeared = Seen(path: itemPath, existedBefore: false, existsAfter: true)
+        if outcome.existedBefore && outcome.existsAfter && batch.seen.contains(appeared) { return }
         if batch.seen.insert(Seen(path: itemPath, existedBefore: outcome.existedBefore, existsAfter: outcome.existsAfter)).inserted {
             batch.changes.append((itemPath, isDirectory, outcome))
         }
@@ -253,7 +258,7 @@ final class BackingWatch: @unchecked Sendable {
             deliveries += engine.changesMadeOutside(intents, outcomes: told.map(\.outcome))
         }
         let now = coarseMilliseconds()
-        if !flooded.isEmpty && now - floodToldAt >= Self.windowMilliseconds {
+        if !flooded.isEmpty && now - floodToldAt >= Self.burstMilliseconds {
             deliveries += engine.contentsChangedOutside(of: flooded.map { filesystem.target($0, isDirectory: true) })
             flooded.removeAll()
             floodToldAt = now
@@ -315,8 +320,9 @@ final class BackingWatch: @unchecked Sendable {
         }
     }
 
+    /// The kernel forgets the name, and the directory's attributes and kept listing.
     private func forgetEntry(_ name: String, in parent: Inode) {
         filesystem.invalidateEntry(named: name, in: parent)
-        filesystem.invalidateAttributes(of: parent)
+        filesystem.invalidate(parent, pages: true)
     }
 }

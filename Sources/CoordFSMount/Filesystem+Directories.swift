@@ -28,7 +28,9 @@ extension Filesystem {
         }
         let file = OpenFile(fd: fd, inode: inode, claim: nil, created: false)
         file.directory = stream
-        reply.open(request.info, handle: files.insert(file, in: place), keepCache: false, noFlush: false)
+        // Its listing may be kept where the kernel is told of every change to it: through the
+        // mount, or behind it on the watched filesystem (`BackingWatch` makes it forget).
+        reply.openDirectory(request.info, handle: files.insert(file, in: place), cacheListing: inode.device == watchedDevice)
     }
 
     /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts

@@ -58,6 +58,14 @@ struct Reply: @unchecked Sendable {
         fuse_reply_open(req, &fi)
     }
 
+    /// An opendir's answer; `cacheListing`: the kernel may keep the listing across opens (until
+    /// a change through the mount, or one behind it the mount sees, makes it forget it).
+    func openDirectory(_ fi: fuse_file_info, handle: UInt64, cacheListing: Bool) {
+        var fi = fi
+        cfs_file_info_set_directory(&fi, handle, cacheListing ? 1 : 0)
+        fuse_reply_open(req, &fi)
+    }
+
     /// An open the kernel serves from backing file `backingID` (kernel passthrough).
     func open(_ fi: fuse_file_info, handle: UInt64, backingID: Int32, noFlush: Bool) {
         var fi = fi

@@ -150,6 +150,22 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
             line = watcher.next(timeout: .milliseconds(500))
         }
         #expect(line == "\(fx.path("dir")) SUBITEM_CHANGED doc.txt via=outside", "\(line ?? "nothing")")
+        while watcher.next(timeout: .milliseconds(300)) != nil {}      // the retries' appends
+        let dir = fx.backingPath("dir"), watched = fx.path("dir")
+        func heard(_ command: String) throws -> [String] {
+            try behind(command)
+            var lines: [String] = []
+            while let line = watcher.next(timeout: .milliseconds(500)) { lines.append(line) }
+            return lines
+        }
+        #expect(try heard("truncate -s 0 '\(dir)/doc.txt'") == ["\(watched) SUBITEM_CHANGED doc.txt via=outside"])
+        #expect(try heard("mkdir '\(dir)/sub'") == ["\(watched) SUBITEM_APPEARED sub via=outside"])
+        #expect(try heard("touch '\(dir)/new.txt'") == ["\(watched) SUBITEM_APPEARED new.txt via=outside"])
+        let moved = try heard("mv '\(dir)/new.txt' '\(dir)/moved.txt'")
+        #expect(moved.count == 2 && moved[0].hasPrefix("\(watched) MOVED_FROM new.txt cookie=")
+                && moved[1].hasPrefix("\(watched) MOVED_TO moved.txt cookie=") && moved.allSatisfy { $0.hasSuffix(" via=outside") }
+                && moved[0].split(separator: " ")[3] == moved[1].split(separator: " ")[3], "\(moved)")
+        #expect(try heard("rm '\(dir)/moved.txt'") == ["\(watched) SUBITEM_DELETED moved.txt via=outside"])
     }
 
     /// A hundred thousand files made behind the mount, and a rename storm: the mount keeps

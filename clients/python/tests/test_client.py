@@ -151,6 +151,24 @@ class OriginTests(MountedTestCase):
             request = next(event for event in heard if event.is_request)
             self.assertEqual(request.origin, coordfs.Origin(via="mount", pid=cat.pid, uid=os.getuid(), command="cat"))
 
+    def test_a_change_behind_the_mount_is_told_as_from_outside(self):
+        heard = []
+        with coordfs.connect(self.doc) as connection:
+            connection.watch(self.doc, lambda event: heard.append(event))
+            backing = os.path.join(self.mount.backing, "doc.txt")
+
+            def outside():
+                # Written straight in the backing directory, by another process.
+                subprocess.run(["sh", "-c", 'echo more >> "$1"', "sh", backing], check=True)
+                return [event for event in heard if event.origin and event.origin.via == "outside"]
+            # The watch is in place once a change is heard: written to until then.
+            self.assertTrue(eventually(lambda: outside(), timeout=10), heard)
+            told = outside()[0]
+            self.assertIn("CHANGED", told.events)
+            self.assertEqual(told.origin, coordfs.Origin(via="outside"))
+            with open(self.doc) as f:
+                self.assertTrue(f.read().startswith("saved\nmore\n"))
+
     def slow_save(self, still_working):
         """cat of a doc whose presenter takes 2 s to save (the mount waits 1 s for answers),
         saying it is still working every half second or not: what cat read, and how long it took."""
