@@ -35,7 +35,8 @@ final class BackingWatch: @unchecked Sendable {
     private let backing: Int32
     let device: UInt64
     private let ownProcess = getpid()
-    private unowned let filesystem: Filesystem
+    // Strong: a thread still sending a notification after `stop` keeps the filesystem alive.
+    private let filesystem: Filesystem
     private var thread: Thread?
     /// Directories by their reported handles: where they lie below the backing root (nil: not
     /// below it). Renames and removals of directories empty it.
@@ -98,11 +99,14 @@ final class BackingWatch: @unchecked Sendable {
         thread.start()
     }
 
-    /// Ends the thread, and waits for it.
+    /// Ends the thread, and waits for it a little: a notification it is sending may wait for a
+    /// directory's lock that a request holds whose answer will never come now that the session
+    /// has stopped serving; the unmount that follows ends that request, and the thread with it.
     func stop() {
         var one: UInt8 = 1
         _ = write(wake.write, &one, 1)
-        while thread?.isFinished == false { usleep(1000) }
+        let deadline = coarseMilliseconds() + 2000
+        while thread?.isFinished == false && coarseMilliseconds() < deadline { usleep(1000) }
     }
 
     private func run() {

@@ -339,9 +339,13 @@ extension Filesystem {
 extension Filesystem {
     /// The process a write open's `claim` was granted to (its caller's, as `coordinate` named
     /// it); 0 when the open holds nothing.
+    /// A claim off the short list may have presenters to tell at the release, when the writer
+    /// may have ended: its user and command are read now (`AccessOrigins.remember`).
     func writer(of claim: Claim?, _ reply: Reply) -> Int32 {
-        guard claim != nil else { return 0 }
-        return callingProcess(reply.caller, now: coarseMilliseconds()) ?? 0
+        guard let claim else { return 0 }
+        let process = callingProcess(reply.caller, now: coarseMilliseconds()) ?? 0
+        if process != 0 && !claim.isOnShortList { AccessOrigins.remember(process) }
+        return process
     }
 
     func hasPrivilegeBits(_ fd: Int32) -> Bool {

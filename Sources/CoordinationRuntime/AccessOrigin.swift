@@ -152,12 +152,21 @@ package enum AccessOrigins {
     }
 
     /// The filesystem uid and the command of `pid`, nil for a process that has gone.
+    /// Reads `pid`'s user and command while it runs, for a notification that may be told
+    /// after it has ended (a write open's changes are told at its release, which the kernel
+    /// sends after close(2) has returned).
+    package static func remember(_ pid: Int32) { _ = process(pid) }
+
     private static func process(_ pid: Int32) -> (UInt32?, String?) {
         let now = ContinuousClock.now
-        if let entry = known.withLock({ $0[pid] }), now - entry.at < keptFor { return (entry.uid, entry.command) }
-        let fields = ProcFile.statusFields(["Name", "Uid"], of: pid)
-        let uid = fields?["Uid"].flatMap(CoordinatorUsers.filesystemUser)
-        let command = fields?["Name"]
+        let entry = known.withLock({ $0[pid] })
+        if let entry, now - entry.at < keptFor { return (entry.uid, entry.command) }
+        guard let fields = ProcFile.statusFields(["Name", "Uid"], of: pid) else {
+            // Ended: what was read while it ran, however long ago.
+            return (entry?.uid, entry?.command)
+        }
+        let uid = fields["Uid"].flatMap(CoordinatorUsers.filesystemUser)
+        let command = fields["Name"]
         known.withLock { table in
             if table.count >= 4096 { table.removeAll(keepingCapacity: true) }
             table[pid] = Known(uid: uid, command: command, at: now)
