@@ -75,11 +75,18 @@ final class BackingWatch: @unchecked Sendable {
             throw Unavailable(description: failure == .notPermitted
                 ? "fanotify needs CAP_SYS_ADMIN (the mount runs as root for it)" : "fanotify: \(failure)")
         }
-        changes = descriptor
         // Not O_PATH: open_by_handle_at takes no O_PATH descriptor to name the filesystem.
-        backing = open(backingPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let backing = open(backingPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         var ends: [Int32] = [-1, -1]
-        if pipe(&ends) == 0 { for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) } }
+        guard backing >= 0, pipe(&ends) == 0 else {
+            let failure = Errno.current
+            close(descriptor)
+            if backing >= 0 { close(backing) }
+            throw Unavailable(description: "\(backingPath): \(failure)")
+        }
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        changes = descriptor
+        self.backing = backing
         wake = (ends[0], ends[1])
         self.device = device
         self.filesystem = filesystem
@@ -87,9 +94,9 @@ final class BackingWatch: @unchecked Sendable {
 
     deinit {
         close(changes)
-        if backing >= 0 { close(backing) }
-        if wake.read >= 0 { close(wake.read) }
-        if wake.write >= 0 { close(wake.write) }
+        close(backing)
+        close(wake.read)
+        close(wake.write)
     }
 
     func start() {
@@ -99,14 +106,17 @@ final class BackingWatch: @unchecked Sendable {
         thread.start()
     }
 
-    /// Ends the thread, and waits for it a little: a notification it is sending may wait for a
-    /// directory's lock that a request holds whose answer will never come now that the session
-    /// has stopped serving; the unmount that follows ends that request, and the thread with it.
-    func stop() {
+    /// Asks the thread to end. A notification it is sending may wait for a directory's lock
+    /// that a request holds whose answer will never come once the session stopped serving:
+    /// the unmount ends that request, and then the thread ends (`waitUntilStopped`).
+    func requestStop() {
         var one: UInt8 = 1
         _ = write(wake.write, &one, 1)
-        let deadline = coarseMilliseconds() + 2000
-        while thread?.isFinished == false && coarseMilliseconds() < deadline { usleep(1000) }
+    }
+
+    func waitUntilStopped() {
+        while thread?.isFinished == false { usleep(1000) }
+        thread = nil        // its closure holds this watch, and this watch the filesystem
     }
 
     private func run() {
@@ -119,8 +129,8 @@ final class BackingWatch: @unchecked Sendable {
             var batch = Batch()
             readAll(into: &batch, buffer: &buffer)
             let opened = coarseMilliseconds()
-            while batch.changes.count + batch.moves.count < Self.changesPerWindow {
-                let window = batch.changes.count + batch.moves.count >= Self.burst ? Self.burstMilliseconds : Self.windowMilliseconds
+            while batch.news.count < Self.changesPerWindow {
+                let window = batch.news.count >= Self.burst ? Self.burstMilliseconds : Self.windowMilliseconds
                 let left = opened + window - coarseMilliseconds()
                 guard left > 0, wait(milliseconds: Int32(left)) else { break }
                 readAll(into: &batch, buffer: &buffer)
@@ -141,8 +151,9 @@ final class BackingWatch: @unchecked Sendable {
         return !stopping
     }
 
+    /// Reads what is queued, up to a window's worth.
     private func readAll(into batch: inout Batch, buffer: inout [CChar]) {
-        while true {
+        while batch.news.count < Self.changesPerWindow && !stopping {
             let count = read(changes, &buffer, buffer.count)
             if count <= 0 { return }             // EAGAIN: read up
             buffer.withUnsafeBufferPointer { bytes in
@@ -157,31 +168,50 @@ final class BackingWatch: @unchecked Sendable {
 
     // MARK: One window's changes
 
-    /// What one window reported, merged: presenters hear of each item once (a program appending
-    /// a line at a time makes one change of a window's worth).
-    private struct Seen: Hashable {
-        let path: ItemPath
-        let existedBefore: Bool
-        let existsAfter: Bool
+    /// What a window reported, in order, merged: presenters hear each item's change once (a
+    /// program appending a line at a time makes one change of a window's worth).
+    private enum News {
+        case change(path: ItemPath, isDirectory: Bool, outcome: IntentOutcome)
+        case move(from: ItemPath, to: ItemPath, isDirectory: Bool)
     }
 
+    private enum Kind { case appeared, changed, deleted }
+
     private struct Batch {
-        var changes: [(path: ItemPath, isDirectory: Bool, outcome: IntentOutcome)] = []
-        /// Each item once per kind of change (an appearance and a deletion are both told).
-        var seen: Set<Seen> = []
-        var moves: [(from: ItemPath, to: ItemPath, isDirectory: Bool)] = []
+        var news: [News] = []
+        /// Each item's last news in the window: a repeat of it is not told again, nor a
+        /// change of an item that appeared in the window (it is told as appearing).
+        var last: [ItemPath: Kind] = [:]
         /// The queue overflowed: changes were lost.
         var overflowed = false
+
+        mutating func add(_ path: ItemPath, isDirectory: Bool, _ kind: Kind) {
+            if last[path] == kind || (kind == .changed && last[path] == .appeared) { return }
+            last[path] = kind
+            let outcome = switch kind {
+            case .appeared: IntentOutcome(existedBefore: false, existsAfter: true, changed: true)
+            case .changed: IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
+            case .deleted: IntentOutcome(existedBefore: true, existsAfter: false, changed: true)
+            }
+            news.append(.change(path: path, isDirectory: isDirectory, outcome: outcome))
+        }
+
+        mutating func addMove(from: ItemPath, to: ItemPath, isDirectory: Bool) {
+            last[from] = nil
+            last[to] = nil
+            news.append(.move(from: from, to: to, isDirectory: isDirectory))
+        }
     }
 
     private func take(_ change: cfs_backing_change, into batch: inout Batch) {
         if change.mask & CFS_CHANGE_OVERFLOW != 0 { batch.overflowed = true; return }
-        guard change.pid != ownProcess, let handle = change.directory, let name = change.name else { return }
         let isDirectory = change.mask & CFS_CHANGE_ON_DIRECTORY != 0
+        // Directories' places change with any rename or removal of one, the mount's own too.
         if isDirectory && change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 { directories.removeAll() }
-        guard let directory = directory(handle) else { return }
+        guard change.pid != ownProcess, let handle = change.directory, let name = change.name else { return }
         let entry = FileSystemName.string(cString: name)
-        let parent = filesystem.inodes.node(device: directory.device, number: directory.number)
+        let directory = self.directory(handle)
+        let parent = directory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) }
         if change.mask & CFS_CHANGE_RENAME != 0 {
             guard let newHandle = change.new_directory, let newName = change.new_name else { return }
             let newEntry = FileSystemName.string(cString: newName)
@@ -189,47 +219,49 @@ final class BackingWatch: @unchecked Sendable {
             let newParent = newDirectory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) }
             if let parent { forgetEntry(entry, in: parent) }
             if let newParent { forgetEntry(newEntry, in: newParent) }
-            let moved = newParent.flatMap { child(newEntry, in: $0) }
-            if let moved, let parent, let newParent {
+            if let parent, let newParent, let moved = child(newEntry, in: newParent) {
                 filesystem.inodes.moved(moved.id, from: (parent.id, entry), to: newParent.id, name: newEntry)
             }
-            let from = path(directory, entry)
-            if let newDirectory {
-                batch.moves.append((from, path(newDirectory, newEntry), isDirectory))
-            } else {
-                batch.changes.append((from, isDirectory, IntentOutcome(existedBefore: true, existsAfter: false, changed: true)))
+            // Either side may lie outside BACKING: moved in, it appears; moved out, it is gone.
+            switch (directory, newDirectory) {
+            case let (from?, to?): batch.addMove(from: path(from, entry), to: path(to, newEntry), isDirectory: isDirectory)
+            case let (from?, nil): batch.add(path(from, entry), isDirectory: isDirectory, .deleted)
+            case let (nil, to?): batch.add(path(to, newEntry), isDirectory: isDirectory, .appeared)
+            case (nil, nil): return
             }
             filesystem.namespaceChanged(name: entry, newEntry, directory: isDirectory)
             return
         }
-        let itemPath = path(directory, entry)
-        let outcome: IntentOutcome
-        if change.mask & CFS_CHANGE_CREATE != 0 {
+        guard let directory else { return }
+        // A change of a directory itself (its mode, times, attributes) comes as its entry ".".
+        let isItself = entry == "."
+        let itemPath = isItself ? path(directory) : path(directory, entry)
+        let creates = change.mask & CFS_CHANGE_CREATE != 0, deletes = change.mask & CFS_CHANGE_DELETE != 0
+        if creates || deletes {
             if let parent { forgetEntry(entry, in: parent) }
-            outcome = IntentOutcome(existedBefore: false, existsAfter: true, changed: true)
             filesystem.namespaceChanged(name: entry, directory: isDirectory)
-        } else if change.mask & CFS_CHANGE_DELETE != 0 {
-            if let parent { forgetEntry(entry, in: parent) }
-            outcome = IntentOutcome(existedBefore: true, existsAfter: false, changed: true)
-            filesystem.namespaceChanged(name: entry, directory: isDirectory)
-        } else {
-            // A write, a truncation, a change of mode, owner or times, of an item still there by
-            // that name (not one removed since, whose removal is reported next, nor an unnamed
-            // O_TMPFILE file, which the kernel names "#INODE").
-            guard let found = existing(entry, in: directory) else { return }
-            let known = filesystem.inodes.node(device: found.device, number: found.number)
-            let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
-            if writes, let known, known.isWrittenThroughTheKernel() { return }
-            if let known { filesystem.invalidate(known, pages: writes) }
-            if let parent { filesystem.invalidateAttributes(of: parent) }
-            outcome = IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
+            // Both, merged while unread (a lock file, a journal): what is there now.
+            let exists = !(creates && deletes) ? creates : existing(entry, in: directory) != nil
+            if creates && deletes && !exists { return }
+            batch.add(itemPath, isDirectory: isDirectory, exists ? .appeared : .deleted)
+            return
         }
-        // An item that appeared in the window is told as appearing, whatever was written to it.
-        let appeared = Seen(path: itemPath, existedBefore: false, existsAfter: true)
-        if outcome.existedBefore && outcome.existsAfter && batch.seen.contains(appeared) { return }
-        if batch.seen.insert(Seen(path: itemPath, existedBefore: outcome.existedBefore, existsAfter: outcome.existsAfter)).inserted {
-            batch.changes.append((itemPath, isDirectory, outcome))
+        // A write, a truncation, a change of mode, owner, times or attributes, of an item still
+        // there by that name (not one removed since, whose removal is reported next, nor an
+        // unnamed O_TMPFILE file, which the kernel names "#INODE").
+        guard let found = isItself ? (directory.device, directory.number) : existing(entry, in: directory) else { return }
+        let known = filesystem.inodes.node(device: found.device, number: found.number)
+        let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
+        let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
+        // Writes the kernel serves for an open through the mount are the mount's: not told,
+        // and the kernel keeps the file's size and pages right itself.
+        if writes && !attributes && known?.isWrittenThroughTheKernel() == true { return }
+        if let known {
+            if attributes { known.hasNoCapability.store(false, ordering: .relaxed) }
+            filesystem.invalidate(known, pages: writes)
         }
+        if let parent, !isItself { filesystem.invalidateAttributes(of: parent) }
+        batch.add(itemPath, isDirectory: isDirectory || isItself, .changed)
     }
 
     private func deliver(_ batch: Batch) {
@@ -240,27 +272,43 @@ final class BackingWatch: @unchecked Sendable {
         let engine = filesystem.engine
         var deliveries: [PresenterDelivery<PresenterNotification>] = []
         // A flood in one directory (a backup restoring, an archive unpacked, a rename storm) is
-        // told item by item up to a rate, then as one change of the directory a window.
+        // told to the directory's presenters item by item up to a rate, then as one change of
+        // the directory a window; presenters of the items themselves hear of each.
         let second = coarseMilliseconds() / 1000
         if second != toldSecond { toldSecond = second; toldThisSecond.removeAll(keepingCapacity: true) }
-        func mayTell(_ path: ItemPath) -> Bool {
+        func mayTellContainers(_ path: ItemPath) -> Bool {
             let directory = path.parent ?? path
             let told = toldThisSecond[directory, default: 0]
             if told >= Self.itemsToldPerDirectory { flooded.insert(directory); return false }
             toldThisSecond[directory] = told + 1
             return true
         }
-        for move in batch.moves {
-            // Presenters of the item follow it whatever the rate.
-            let tells = mayTell(move.from)
-            deliveries += engine.moveMadeOutside(from: filesystem.target(move.from, isDirectory: move.isDirectory),
-                                                 to: filesystem.target(move.to, isDirectory: move.isDirectory), tellingContainers: tells)
+        // In the order they came: a save that writes a temporary file and renames it over the
+        // document is told as the temporary's appearance, then the move.
+        var changes: [(Intent, IntentOutcome)] = [], muted: [(Intent, IntentOutcome)] = []
+        func tellChanges() {
+            if !changes.isEmpty {
+                deliveries += engine.changesMadeOutside(changes.map(\.0), outcomes: changes.map(\.1))
+                changes.removeAll()
+            }
+            if !muted.isEmpty {
+                deliveries += engine.changesMadeOutside(muted.map(\.0), outcomes: muted.map(\.1), tellingContainers: false)
+                muted.removeAll()
+            }
         }
-        let told = batch.changes.filter { mayTell($0.path) }
-        if !told.isEmpty {
-            let intents = told.map { Intent(.writing([]), filesystem.target($0.path, isDirectory: $0.isDirectory)) }
-            deliveries += engine.changesMadeOutside(intents, outcomes: told.map(\.outcome))
+        for news in batch.news {
+            switch news {
+            case let .change(path, isDirectory, outcome):
+                let change = (Intent(.writing([]), filesystem.target(path, isDirectory: isDirectory)), outcome)
+                if mayTellContainers(path) { changes.append(change) } else { muted.append(change) }
+            case let .move(from, to, isDirectory):
+                tellChanges()
+                deliveries += engine.moveMadeOutside(from: filesystem.target(from, isDirectory: isDirectory),
+                                                     to: filesystem.target(to, isDirectory: isDirectory),
+                                                     tellingContainers: mayTellContainers(from))
+            }
         }
+        tellChanges()
         let now = coarseMilliseconds()
         if !flooded.isEmpty && now - floodToldAt >= Self.burstMilliseconds {
             deliveries += engine.contentsChangedOutside(of: flooded.map { filesystem.target($0, isDirectory: true) })
@@ -268,7 +316,7 @@ final class BackingWatch: @unchecked Sendable {
             floodToldAt = now
         }
         if !deliveries.isEmpty { filesystem.domain.deliver(deliveries) }
-        filesystem.statistics.changesBehind.add(batch.changes.count + batch.moves.count, ordering: .relaxed)
+        filesystem.statistics.changesBehind.add(batch.news.count, ordering: .relaxed)
     }
 
     // MARK: Naming what changed
@@ -282,7 +330,8 @@ final class BackingWatch: @unchecked Sendable {
         defer { close(fd) }
         var info = stat()
         var found: Directory?
-        if fstat(fd, &info) == 0, let path = Self.path(of: fd) {
+        // A directory removed since reads as "PATH (deleted)": it is below BACKING no more.
+        if fstat(fd, &info) == 0, info.st_nlink > 0, let path = Self.path(of: fd) {
             if path == backingPath {
                 found = Directory(relative: "", device: UInt64(info.st_dev), number: UInt64(info.st_ino))
             } else if path.hasPrefix(backingPath == "/" ? "/" : backingPath + "/") {
@@ -300,6 +349,10 @@ final class BackingWatch: @unchecked Sendable {
         let count = readlink(procPath(fd), &bytes, bytes.count - 1)
         guard count > 0 else { return nil }
         return FileSystemName.string(cString: bytes)
+    }
+
+    private func path(_ directory: Directory) -> ItemPath {
+        directory.relative.isEmpty ? filesystem.mountRoot : filesystem.mountRoot.appending(directory.relative)
     }
 
     private func path(_ directory: Directory, _ name: String) -> ItemPath {

@@ -38,7 +38,7 @@ extension Filesystem {
     /// names: after changes behind the mount that were lost.
     func invalidateEverything() {
         for node in inodes.knownNodes {
-            invalidate(node, pages: !node.isDirectory)
+            invalidate(node, pages: true)
             let place = inodes.placement(of: node)
             if node.id != InodeTable.rootID, let parent = inodes[place.parent] { invalidateEntry(named: place.name, in: parent) }
         }

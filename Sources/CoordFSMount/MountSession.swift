@@ -140,8 +140,7 @@ public final class MountSession: @unchecked Sendable {
         // rest of the process (a test's, say) keeps its umask.
         let maskBefore = cfs_own_umask_zero()
         let result = cfs_session_loop_mt(session, threads, min(threads, 4))
-        backingWatch?.stop()
-        backingWatch = nil
+        backingWatch?.requestStop()
         if maskBefore >= 0 { umask(mode_t(maskBefore)) }
         if nice != 0 { _ = cfs_set_thread_nice(before) }
         controlServer?.stop()
@@ -151,7 +150,12 @@ public final class MountSession: @unchecked Sendable {
         // after it, with -1, none stopped: their lane threads lived on, and a queue thread
         // could serve a late request with the filesystem gone.
         cfs_ring_stop(fuse_session_fd(session))
+        // No notification starts from here; one under way ends with the unmount (its lock's
+        // holder is answered ENOTCONN) before the session it uses is freed.
+        filesystem.session.store(nil, ordering: .relaxed)
         fuse_session_unmount(session)
+        backingWatch?.waitUntilStopped()
+        backingWatch = nil
         fuse_session_destroy(session)
         self.session = nil
         return result

@@ -2,9 +2,13 @@
 /// directory directly): presenters hear of them as of coordinated changes, with no accessor
 /// named, and every presenter hears, whoever owns it.
 extension CoordinationEngine {
-    /// The notifications a coordinated write with the same outcomes ends with (P9, P10, P19).
-    public func changesMadeOutside(_ intents: [Intent], outcomes: [IntentOutcome]) -> [PresenterDelivery<PresenterNotification>] {
-        withState { $0.notifications(by: nil, of: intents, moved: [], outcomes: outcomes) }
+    /// The notifications a coordinated write with the same outcomes ends with (P9, P10, P19);
+    /// without `tellingContainers`, only the items' own presenters hear (in a flood, the
+    /// directories around hear of it as one change: `contentsChangedOutside`).
+    public func changesMadeOutside(_ intents: [Intent], outcomes: [IntentOutcome], tellingContainers: Bool = true)
+        -> [PresenterDelivery<PresenterNotification>]
+    {
+        withState { $0.notifications(by: nil, of: intents, moved: [], outcomes: outcomes, tellingContainers: tellingContainers) }
     }
 
     /// A move: presenters, waiters and services follow it as they follow a reported move
@@ -14,7 +18,15 @@ extension CoordinationEngine {
         -> [PresenterDelivery<PresenterNotification>]
     {
         if source.path == destination.path { return [] }
-        return state.withLock { $0.move(from: source, to: destination, by: nil, tellingContainers: tellingContainers) }
+        return state.withLock { state in
+            // What was at the destination was replaced (a save by rename): its presenters hear
+            // that their item changed, before the moved item's presenters join them.
+            var replaced = State.DeliveryBuilder<PresenterNotification>(excluding: nil)
+            for id in state.presenterTree.presenters(at: destination.path) {
+                replaced.add([.didChange], to: id, at: destination.path, package: destination.isPackage, records: state.presenters)
+            }
+            return replaced.deliveries + state.move(from: source, to: destination, by: nil, tellingContainers: tellingContainers)
+        }
     }
 
     /// Many changes inside each of `directories` at once, told as one: the directory's own

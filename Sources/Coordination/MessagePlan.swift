@@ -116,7 +116,7 @@ extension State {
     /// The notifications after `identity`'s writes of `intents` end; `moved` are the moves
     /// reported inside the grant.
     func notifications(by identity: CoordinatorIdentity?, of intents: some Sequence<Intent>, moved: [ItemPath],
-                       outcomes: some Sequence<IntentOutcome>) -> [PresenterDelivery<PresenterNotification>] {
+                       outcomes: some Sequence<IntentOutcome>, tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>] {
         if presenterTree.isEmpty { return [] }
         var builder = DeliveryBuilder<PresenterNotification>(excluding: identity)
         for (intent, outcome) in zip(intents, outcomes) {
@@ -143,7 +143,7 @@ extension State {
                     builder.add([.didChange], to: id, at: path, package: target.isPackage, records: presenters)
                 }
             }
-            for (ancestor, ids) in presenterTree.presentersAbove(path) {                 // P19: any depth
+            for (ancestor, ids) in tellingContainers ? presenterTree.presentersAbove(path) : [] {   // P19: any depth
                 let isPackage = packages.contains(ancestor)
                 for id in ids { builder.add([subitemNews], to: id, at: ancestor, package: isPackage, records: presenters) }
             }

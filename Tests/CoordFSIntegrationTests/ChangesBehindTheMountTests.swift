@@ -85,6 +85,32 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(log.matching("").allSatisfy { !$0.contains("with pid") }, "nobody coordinated them: \(log.events)")
     }
 
+    /// A save by rename (a temporary file moved over the document), a file moved in from
+    /// elsewhere on the same filesystem, and a change of the directory itself, which the kernel
+    /// keeps for a day.
+    @Test func savesByRenameMovesInAndTheDirectoryItself() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("dir/doc.txt", "v1\n")
+        let elsewhere = fx.base.appendingPathComponent("elsewhere.txt").path
+        try "from elsewhere\n".write(toFile: elsewhere, atomically: false, encoding: .utf8)
+        let log = EventLog()
+        fx.domain!.addFilePresenter(OriginPresenter("F", fx.path("dir/doc.txt"), log: log))
+        fx.domain!.addFilePresenter(OriginPresenter("D", fx.path("dir"), log: log))
+        let dir = fx.backingPath("dir")
+        #expect(try behind("ls '\(fx.path("dir"))'") == "doc.txt\n")
+
+        try behind("echo v2 > '\(dir)/.doc.tmp' && mv '\(dir)/.doc.tmp' '\(dir)/doc.txt'")
+        #expect(log.waitFor("F:didChange via outside"), "the document replaced: \(log.events)")
+        #expect(try behind("cat '\(fx.path("dir/doc.txt"))'") == "v2\n")
+        try behind("mv '\(elsewhere)' '\(dir)/moved-in.txt'")
+        #expect(log.waitFor("D:subitemDidAppear moved-in.txt via outside"))
+        #expect(try behind("ls '\(fx.path("dir"))'") == "doc.txt\nmoved-in.txt\n")
+        // The directory's own attributes (reported as its entry "."): forgotten by the kernel.
+        #expect(try behind("stat -c %a '\(fx.path("dir"))'") == "755\n")
+        try behind("chmod 700 '\(dir)'")
+        #expect(try behind("stat -c %a '\(fx.path("dir"))'") == "700\n", "a stale mode")
+    }
+
     /// With the kernel keeping names and attributes for a day, a program reading through the
     /// mount still sees each change at once; through kernel passthrough and through the page
     /// cache (its pages are forgotten too).

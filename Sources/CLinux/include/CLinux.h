@@ -183,11 +183,16 @@ static inline int cfs_fanotify_next(const char *buffer, size_t length, size_t *o
     while (record + sizeof(struct fanotify_event_info_header) <= end) {
         const struct fanotify_event_info_header *header = (const void *)record;
         if (header->len == 0 || record + header->len > end) break;
-        if (header->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME || header->info_type == FAN_EVENT_INFO_TYPE_OLD_DFID_NAME
-            || header->info_type == FAN_EVENT_INFO_TYPE_NEW_DFID_NAME) {
+        // A record with a handle and a name: its header, the filesystem id, the handle's two
+        // words and bytes, and a name ending within the record.
+        size_t fixed = sizeof(struct fanotify_event_info_fid) + 2 * sizeof(unsigned int);
+        if ((header->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME || header->info_type == FAN_EVENT_INFO_TYPE_OLD_DFID_NAME
+             || header->info_type == FAN_EVENT_INFO_TYPE_NEW_DFID_NAME) && header->len > fixed) {
             const struct fanotify_event_info_fid *fid = (const void *)record;
             const struct cfs_file_handle *handle = (const void *)fid->handle;
+            if (handle->handle_bytes > CFS_MAX_HANDLE || fixed + handle->handle_bytes >= header->len) { record += header->len; continue; }
             const char *name = (const char *)handle->f_handle + handle->handle_bytes;
+            if (memchr(name, 0, header->len - fixed - handle->handle_bytes) == NULL) { record += header->len; continue; }
             if (header->info_type == FAN_EVENT_INFO_TYPE_NEW_DFID_NAME) {
                 change->new_directory = handle;
                 change->new_name = name;
