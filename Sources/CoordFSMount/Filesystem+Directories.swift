@@ -52,7 +52,8 @@ extension Filesystem {
                 if record.name != "." && record.name != ".." {
                     guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }   // gone meanwhile
                     added = FileSystemName.withCString(record.name) {
-                        listing.add($0, node: inode.id, attributes: shown(info), timeout: timeout(onDevice: inode.device), next: record.next)
+                        listing.add($0, node: inode.id, attributes: shown(info), timeout: timeout(onDevice: inode.device),
+                                    attributeTimeout: attributeTimeout(for: info), next: record.next)
                     }
                     if !added { inodes.forget(inode.id, 1) }   // not sent: not looked up
                 } else {
@@ -60,7 +61,7 @@ extension Filesystem {
                     attributes.st_ino = ino_t(record.number)
                     attributes.st_mode = record.type
                     added = FileSystemName.withCString(record.name) {
-                        listing.add($0, node: 0, attributes: attributes, timeout: 0, next: record.next)
+                        listing.add($0, node: 0, attributes: attributes, timeout: 0, attributeTimeout: 0, next: record.next)
                     }
                 }
             } else {

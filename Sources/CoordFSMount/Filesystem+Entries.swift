@@ -16,7 +16,7 @@ extension Filesystem {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         do {
             let (inode, info) = try lookupNode(parent, name)
-            reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device))
+            reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: info))
         } catch where error.code == ENOENT {
             // A negative entry the kernel may cache: creations through the mount update it, and
             // those behind it are forgotten as they come (`BackingWatch`), so a create need not
@@ -34,13 +34,13 @@ extension Filesystem {
         do throws(Errno) {
             if name == "." {
                 let (inode, info) = try inodes.revive(id, countingLookup: true)
-                return reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device))
+                return reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: info))
             }
             let (node, _) = try inodes.revive(id, countingLookup: false)
             guard node.isDirectory else { return reply.error(ENOTDIR) }
             let parentID = id == InodeTable.rootID ? id : inodes.placement(of: node).parent
             let (parent, info) = try inodes.revive(parentID, countingLookup: true)
-            reply.entry(parent, shown(info), timeout: timeout(onDevice: parent.device))
+            reply.entry(parent, shown(info), timeout: timeout(onDevice: parent.device), attributeTimeout: attributeTimeout(for: info))
         } catch {
             reply.error(error)
         }
@@ -76,12 +76,12 @@ extension Filesystem {
         var info = stat()
         if let file = handle.flatMap({ files[$0] }) {
             if fstat(file.fd, &info) == -1 { return reply.error(Errno.current) }
-            return reply.attr(shown(info), timeout: timeout(onDevice: UInt64(info.st_dev)))
+            return reply.attr(shown(info), timeout: attributeTimeout(for: info))
         }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         do {
             info = try inodes.withFD(inode) { fd throws(Errno) in try statOf(fd) }
-            reply.attr(shown(info), timeout: timeout(onDevice: UInt64(info.st_dev)))
+            reply.attr(shown(info), timeout: attributeTimeout(for: info))
         } catch {
             reply.error(error)
         }
@@ -139,7 +139,7 @@ extension Filesystem {
             }
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
             if let failure = syncAttributes(of: inode, through: open) { return reply.error(failure) }
-            reply.attr(shown(info), timeout: timeout(onDevice: UInt64(info.st_dev)))
+            reply.attr(shown(info), timeout: attributeTimeout(for: info))
         } catch {
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
             reply.error(error)

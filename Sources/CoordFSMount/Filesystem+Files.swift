@@ -166,7 +166,7 @@ extension Filesystem {
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
                                     writer: writer(of: claim, reply), directIO: direct, flags: flags)
                 let handle = files.insert(file, in: place)
-                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), info, handle: handle, directIO: direct, backingID: backingID,
+                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: attributes), info, handle: handle, directIO: direct, backingID: backingID,
                              noFlush: sendsNoFlush(inode))
             } catch {
                 files.budget.giveBack(place)
@@ -236,7 +236,7 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
                                 directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
-            reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), info, handle: handle, directIO: direct, backingID: backingID,
+            reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: attributes), info, handle: handle, directIO: direct, backingID: backingID,
                          noFlush: sendsNoFlush(inode))
         } catch {
             files.budget.giveBack(place)

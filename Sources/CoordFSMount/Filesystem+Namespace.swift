@@ -28,7 +28,7 @@ extension Filesystem {
                 }
                 let (inode, info) = try lookupNode(parent, name, justMade: true)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
-                reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device))
+                reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: info))
             } catch {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
@@ -71,7 +71,7 @@ extension Filesystem {
                 }
                 let (linked, info) = try lookupNode(parent, name)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
-                reply.entry(linked, shown(info), timeout: timeout(onDevice: linked.device))
+                reply.entry(linked, shown(info), timeout: timeout(onDevice: linked.device), attributeTimeout: attributeTimeout(for: info))
             } catch {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)

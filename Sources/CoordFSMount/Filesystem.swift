@@ -172,6 +172,15 @@ public final class Filesystem: @unchecked Sendable {
         device == watchedDevice ? watchedTimeout : unwatchedTimeout
     }
 
+    /// How long the kernel may keep an item's attributes: a directory's as long as its name
+    /// (they change only as names do, which the watch sees); a file's for `--cache-timeout`
+    /// or a second, since a program writing it in place behind the mount is seen only at its
+    /// close (`BackingWatch` does not ask for each write).
+    @inline(__always)
+    func attributeTimeout(for info: stat) -> Double {
+        info.st_mode & S_IFMT == S_IFDIR ? timeout(onDevice: UInt64(info.st_dev)) : unwatchedTimeout
+    }
+
     /// The owner, group and mask every item shows (`-o uid=,gid=,umask=`), as a remount left them.
     let ownership: OwnershipSetting
 

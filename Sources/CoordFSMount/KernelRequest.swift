@@ -74,12 +74,13 @@ struct DirectoryListing {
     /// Adds an entry with its node and attributes (READDIRPLUS; `node` 0 for "." and "..",
     /// which the kernel does not look up): false when it does not fit, and then the kernel
     /// has not looked the node up.
-    mutating func add(_ name: UnsafePointer<CChar>, node: UInt64, attributes: stat, timeout: Double, next: off_t) -> Bool {
+    mutating func add(_ name: UnsafePointer<CChar>, node: UInt64, attributes: stat, timeout: Double, attributeTimeout: Double,
+                      next: off_t) -> Bool {
         var parameters = fuse_entry_param()
         parameters.ino = fuse_ino_t(node)
         parameters.attr = attributes
         if node != 0 {
-            parameters.attr_timeout = timeout
+            parameters.attr_timeout = attributeTimeout
             parameters.entry_timeout = timeout
         }
         let room = buffer.count - used

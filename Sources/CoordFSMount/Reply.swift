@@ -19,11 +19,12 @@ struct Reply: @unchecked Sendable {
     func ok() { fuse_reply_err(req, 0) }
     func none() { fuse_reply_none(req) }
 
-    func entry(_ inode: Inode, _ info: stat, timeout: Double) {
+    /// `attributeTimeout`: how long the kernel keeps `info` (`timeout`, the name's, if nil).
+    func entry(_ inode: Inode, _ info: stat, timeout: Double, attributeTimeout: Double? = nil) {
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id)
         entry.attr = info
-        entry.attr_timeout = timeout
+        entry.attr_timeout = attributeTimeout ?? timeout
         entry.entry_timeout = timeout
         fuse_reply_entry(req, &entry)
     }
@@ -74,13 +75,13 @@ struct Reply: @unchecked Sendable {
     }
 
     /// `backingID`: served by kernel passthrough from that backing file.
-    func create(_ inode: Inode, _ info: stat, timeout: Double, _ fi: fuse_file_info, handle: UInt64, directIO: Bool = false,
-                backingID: Int32? = nil, noFlush: Bool) {
+    func create(_ inode: Inode, _ info: stat, timeout: Double, attributeTimeout: Double? = nil, _ fi: fuse_file_info, handle: UInt64,
+                directIO: Bool = false, backingID: Int32? = nil, noFlush: Bool) {
         var fi = fi
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id)
         entry.attr = info
-        entry.attr_timeout = timeout
+        entry.attr_timeout = attributeTimeout ?? timeout
         entry.entry_timeout = timeout
         cfs_file_info_set(&fi, handle, 0, directIO ? 1 : 0, noFlush ? 1 : 0)
         if let backingID { cfs_reply_create_backed(UnsafeMutableRawPointer(req), &entry, &fi, backingID) } else { fuse_reply_create(req, &entry, &fi) }
