@@ -30,13 +30,15 @@ public enum UserDaemon {
                                           + "(looked beside this program and on $PATH)"))
         }
         if let failure = start(command, socket: given) { return .failure(failure) }
-        // It binds its socket within moments; a daemon another process started at the same
-        // time may be the one that serves (the daemon's lock lets one of them run).
-        for _ in 0..<300 {
+        // It binds its socket within moments, or seconds on a loaded machine whose page cache
+        // does not hold the program yet; a daemon another process started at the same time may
+        // be the one that serves (the daemon's lock lets one of them run). Given up, the caller
+        // coordinates with no other process: better late than that.
+        for _ in 0..<1500 {
             if isServed(path, trusting: given != nil) { return .success(path) }
             usleep(10_000)
         }
-        return .failure(ControlError("ETIMEDOUT", "started '\(command) daemon', but nothing served \(path) within 3 s"))
+        return .failure(ControlError("ETIMEDOUT", "started '\(command) daemon', but nothing served \(path) within 15 s"))
     }
 
     /// Whether a server answers at `path`, in a directory only the user (or root) may write
