@@ -256,14 +256,7 @@ public final class ControlClient: @unchecked Sendable {
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
-            let result: (count: Int, descriptors: [Int32])
-            do throws(Errno) {
-                result = try DescriptorPassing.receive(fd, into: &buffer)
-            } catch {
-                if error == .interrupted { continue }
-                break
-            }
-            let (count, received) = result
+            guard let (count, received) = try? DescriptorPassing.receive(fd, into: &buffer) else { break }
             if !received.isEmpty { lock.withLock { descriptors += received } }
             if count <= 0 { break }
             pending += buffer[0..<count]

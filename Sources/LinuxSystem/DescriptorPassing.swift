@@ -34,23 +34,27 @@ public enum DescriptorPassing {
     }
 
     /// Reads into `buffer`; returns the byte count (0 at end) and any descriptors that came with
-    /// them. A failed read brings no descriptors: it throws its errno (EINTR included).
+    /// them. A read a signal interrupts before any byte came is made again; one that fails brings
+    /// no descriptors and throws its errno.
     public static func receive(_ socket: Int32, into buffer: inout [UInt8]) throws(Errno) -> (count: Int, descriptors: [Int32]) {
         var control = [UInt8](repeating: 0, count: controlSpace * 4)
-        let result = buffer.withUnsafeMutableBytes { data in
-            control.withUnsafeMutableBytes { controlBuffer -> (Int, Int) in
-                var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
-                return withUnsafeMutablePointer(to: &vector) { vectorPointer in
-                    var message = msghdr()
-                    message.msg_iov = vectorPointer
-                    message.msg_iovlen = 1
-                    message.msg_control = controlBuffer.baseAddress
-                    message.msg_controllen = controlBuffer.count
-                    let count = recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC))
-                    return (count, Int(message.msg_controllen))
+        var result = (-1, 0)
+        repeat {
+            result = buffer.withUnsafeMutableBytes { data in
+                control.withUnsafeMutableBytes { controlBuffer -> (Int, Int) in
+                    var vector = iovec(iov_base: data.baseAddress, iov_len: data.count)
+                    return withUnsafeMutablePointer(to: &vector) { vectorPointer in
+                        var message = msghdr()
+                        message.msg_iov = vectorPointer
+                        message.msg_iovlen = 1
+                        message.msg_control = controlBuffer.baseAddress
+                        message.msg_controllen = controlBuffer.count
+                        let count = recvmsg(socket, &message, Int32(MSG_CMSG_CLOEXEC))
+                        return (count, Int(message.msg_controllen))
+                    }
                 }
             }
-        }
+        } while result.0 == -1 && Errno.current == .interrupted     // a signal before any byte
         if result.0 == -1 { throw Errno.current }
         var descriptors: [Int32] = []
         var offset = 0

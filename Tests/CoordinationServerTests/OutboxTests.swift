@@ -34,14 +34,7 @@ import Glibc
         var descriptors: [(Range<Int>, Int32)] = []
         var buffer = [UInt8](repeating: 0, count: 1500)
         while bytes.count < count {
-            let result: (count: Int, descriptors: [Int32])
-            do throws(Errno) {
-                result = try DescriptorPassing.receive(fd, into: &buffer)
-            } catch {
-                if error == .interrupted { continue }
-                break
-            }
-            let (read, received) = result
+            guard let (read, received) = try? DescriptorPassing.receive(fd, into: &buffer) else { break }
             if read <= 0 { break }
             for descriptor in received { descriptors.append((bytes.count..<bytes.count + read, descriptor)) }
             bytes += buffer[0..<read]
