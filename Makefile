@@ -112,6 +112,8 @@ bench: setup io-uring
 	@echo "And with a file held open in the jobs' own directory: requests about other names pass beside it."
 	python3 Benchmarks/fsbench.py .build/release/coordfs --repeats $(BENCH_REPEATS) --engine-busy=beside \
 		--coordfs-only --jobs create,stat,unlink
+	@echo "How soon a change made behind the mount reaches a watcher in another process."
+	python3 Benchmarks/behindbench.py .build/release/coordfs
 
 # The first walk of a 40 000-file tree through a fresh mount: the slowest calls (evictions,
 # table growth) against the same walk natively.

@@ -57,8 +57,11 @@ struct Mount: ParsableCommand {
     @Option(help: "Seconds the kernel may keep names and attributes, and package markers are remembered (default: a day while the mount watches the backing directory for changes made behind it, which it forgets as they come; 1 otherwise).")
     var cacheTimeout: Double?
 
-    @Flag(inversion: .prefixedNo, help: "Watch the backing directory for changes made behind the mount: the kernel forgets what changed and presenters hear of it (fanotify, as root; default on).")
+    @Flag(inversion: .prefixedNo, help: "Watch the backing directory for changes made behind the mount: the kernel forgets what changed and presenters hear of it (fanotify; default on).")
     var backingWatch = true
+
+    @Flag(help: "Watch with a mark on each directory below BACKING rather than one on its whole filesystem (what a mount without root does): for a small tree on a busy filesystem.")
+    var backingWatchByDirectory = false
 
     @Option(help: "A profile: Mounts/NAME.profile, or a path to one.")
     var profile: String?
@@ -179,6 +182,7 @@ struct Mount: ParsableCommand {
         if let cache, !(cache >= 0 && cache <= 86_400) { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
         configuration.cacheTimeout = cache
         configuration.watchesBacking = backingWatch && loaded?.backingWatch != false
+        configuration.watchesBackingByDirectory = backingWatchByDirectory || loaded?.backingWatchByDirectory == true
         configuration.packageExtensions = Set(loaded?.packageExtensions ?? [])
         configuration.vetoScope = vetoes ?? loaded?.vetoScope ?? .ownUser
         configuration.writebackCache = writebackCache || loaded?.writebackCache == true

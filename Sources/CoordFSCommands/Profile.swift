@@ -28,6 +28,8 @@ struct Profile {
     var settleTime: Double?
     var cacheTimeout: Double?
     var backingWatch: Bool?
+    /// `backing-watch = directories`: a mark on each directory.
+    var backingWatchByDirectory = false
     var packageExtensions: [String] = []
     var options: [String] = []
     var rules: [(String, CoordinationMode)] = []
@@ -93,7 +95,8 @@ struct Profile {
             case "break-time": breakTime = try seconds(value)
             case "settle-time": settleTime = try seconds(value)
             case "cache-timeout": cacheTimeout = try seconds(value)
-            case "backing-watch": backingWatch = try boolean(value)
+            case "backing-watch":
+                if value == "directories" { backingWatch = true; backingWatchByDirectory = true } else { backingWatch = try boolean(value) }
             case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "writeback-cache": writebackCache = try boolean(value)
             case "kernel-passthrough": kernelPassthrough = try boolean(value)

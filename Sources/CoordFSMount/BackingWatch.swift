@@ -15,15 +15,22 @@ import Glibc
 /// forget what it keeps of the items (names, attributes, pages), so programs reading through
 /// the mount see them, and tells presenters, as changes from outside.
 ///
-/// One fanotify mark covers the backing directory's filesystem (root only: CAP_SYS_ADMIN), and
-/// reports each change by its directory's file handle and the entry's name. The mount's own
-/// changes are left out by their process, which is the daemon's, except writes the kernel
-/// serves straight from the backing file (kernel passthrough), which carry the writer's: those
-/// to a file open for writing through the mount, or closed just now, count as the mount's.
+/// One fanotify mark covers the backing directory's filesystem (root only: CAP_SYS_ADMIN), or,
+/// without the privilege or when asked, one mark each directory below BACKING
+/// (`WatchedDirectories`); either reports each change by its directory's file handle and the
+/// entry's name. The mount's own changes are left out by their process, which is the daemon's,
+/// except writes the kernel serves straight from the backing file (kernel passthrough), which
+/// carry the writer's: those to a file open for writing through the mount, or closed just now,
+/// count as the mount's.
 final class BackingWatch: @unchecked Sendable {
     /// How a watch could not be made, for the log.
     struct Unavailable: Error, CustomStringConvertible {
         let description: String
+    }
+
+    /// What is marked: BACKING's whole filesystem, or each of its directories.
+    enum Scope: String, Sendable {
+        case filesystem, directories
     }
 
     private let changes: Int32
@@ -35,6 +42,10 @@ final class BackingWatch: @unchecked Sendable {
     private let backing: Int32
     let device: UInt64
     private let ownProcess = getpid()
+    let scope: Scope
+    /// With a mark per directory: the directories marked.
+    private var marked: WatchedDirectories?
+    private var marksRanOut = false
     // Strong: a thread still sending a notification after `stop` keeps the filesystem alive.
     private let filesystem: Filesystem
     private var thread: Thread?
@@ -65,16 +76,19 @@ final class BackingWatch: @unchecked Sendable {
         let number: UInt64
     }
 
-    init(watching path: String, device: UInt64, for filesystem: Filesystem) throws(Unavailable) {
+    /// `byDirectory`: a mark per directory even where the filesystem could be marked (a small
+    /// tree on a busy filesystem). Without the privilege for a filesystem mark, the directories
+    /// are marked anyway.
+    init(watching path: String, device: UInt64, byDirectory: Bool = false, for filesystem: Filesystem) throws(Unavailable) {
         guard let resolved = realpath(path, nil) else { throw Unavailable(description: "\(path): \(Errno.current)") }
         backingPath = String(cString: resolved)
         free(resolved)
-        let descriptor = cfs_fanotify_watch_filesystem(backingPath)
-        guard descriptor >= 0 else {
-            let failure = Errno(code: -descriptor)
-            throw Unavailable(description: failure == .notPermitted
-                ? "fanotify needs CAP_SYS_ADMIN (the mount runs as root for it)" : "fanotify: \(failure)")
-        }
+        var descriptor = byDirectory ? -EPERM : cfs_fanotify_watch_filesystem(backingPath)
+        // Not permitted (no CAP_SYS_ADMIN), or a filesystem fanotify cannot mark whole (EXDEV:
+        // a btrfs subvolume): each directory's own mark.
+        scope = descriptor == -EPERM || descriptor == -EXDEV ? .directories : .filesystem
+        if scope == .directories { descriptor = cfs_fanotify_watch_directories() }
+        guard descriptor >= 0 else { throw Unavailable(description: "fanotify: \(Errno(code: -descriptor))") }
         // Not O_PATH: open_by_handle_at takes no O_PATH descriptor to name the filesystem.
         let backing = open(backingPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         var ends: [Int32] = [-1, -1]
@@ -90,6 +104,17 @@ final class BackingWatch: @unchecked Sendable {
         wake = (ends[0], ends[1])
         self.device = device
         self.filesystem = filesystem
+        if scope == .directories {
+            // Marked before the mount is made: a change made as soon as it is, is seen.
+            var root = stat()
+            guard fstat(backing, &root) == 0, let handle = Self.handle(of: backing) else {
+                throw Unavailable(description: "\(backingPath): \(Errno.current)")
+            }
+            marked = WatchedDirectories(root: handle, device: UInt64(root.st_dev), number: UInt64(root.st_ino))
+            let failure = cfs_fanotify_mark_directory(changes, backing)
+            guard failure == 0 else { throw Unavailable(description: "fanotify: \(Errno(code: -failure))") }
+            markBelow("", handle: handle)
+        }
     }
 
     deinit {
@@ -206,32 +231,17 @@ final class BackingWatch: @unchecked Sendable {
     private func take(_ change: cfs_backing_change, into batch: inout Batch) {
         if change.mask & CFS_CHANGE_OVERFLOW != 0 { batch.overflowed = true; return }
         let isDirectory = change.mask & CFS_CHANGE_ON_DIRECTORY != 0
-        // Directories' places change with any rename or removal of one, the mount's own too.
-        if isDirectory && change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 { directories.removeAll() }
-        guard change.pid != ownProcess, let handle = change.directory, let name = change.name else { return }
+        if isDirectory {
+            // Directories' places change with any rename or removal of one, the mount's own too.
+            if marked != nil { track(change, into: &batch) }
+            else if change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 { directories.removeAll() }
+        }
+        guard change.pid != ownProcess else { return }
+        if change.mask & CFS_CHANGE_RENAME != 0 { return takeRename(change, isDirectory: isDirectory, into: &batch) }
+        guard let handle = change.directory, let name = change.name else { return }
         let entry = FileSystemName.string(cString: name)
         let directory = self.directory(handle)
         let parent = directory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) }
-        if change.mask & CFS_CHANGE_RENAME != 0 {
-            guard let newHandle = change.new_directory, let newName = change.new_name else { return }
-            let newEntry = FileSystemName.string(cString: newName)
-            let newDirectory = self.directory(newHandle)
-            let newParent = newDirectory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) }
-            if let parent { forgetEntry(entry, in: parent) }
-            if let newParent { forgetEntry(newEntry, in: newParent) }
-            if let parent, let newParent, let moved = child(newEntry, in: newParent) {
-                filesystem.inodes.moved(moved.id, from: (parent.id, entry), to: newParent.id, name: newEntry)
-            }
-            // Either side may lie outside BACKING: moved in, it appears; moved out, it is gone.
-            switch (directory, newDirectory) {
-            case let (from?, to?): batch.addMove(from: path(from, entry), to: path(to, newEntry), isDirectory: isDirectory)
-            case let (from?, nil): batch.add(path(from, entry), isDirectory: isDirectory, .deleted)
-            case let (nil, to?): batch.add(path(to, newEntry), isDirectory: isDirectory, .appeared)
-            case (nil, nil): return
-            }
-            filesystem.namespaceChanged(name: entry, newEntry, directory: isDirectory)
-            return
-        }
         guard let directory else { return }
         // A change of a directory itself (its mode, times, attributes) comes as its entry ".".
         let isItself = entry == "."
@@ -264,10 +274,38 @@ final class BackingWatch: @unchecked Sendable {
         batch.add(itemPath, isDirectory: isDirectory || isItself, .changed)
     }
 
+    /// A rename: a directory's mark reports a side only if it is marked (a move in or out of
+    /// BACKING, with a mark per directory, brings one side).
+    private func takeRename(_ change: cfs_backing_change, isDirectory: Bool, into batch: inout Batch) {
+        func side(_ handle: UnsafeRawPointer?, _ name: UnsafePointer<CChar>?) -> (entry: String, directory: Directory?, parent: Inode?)? {
+            guard let handle, let name else { return nil }
+            let directory = self.directory(handle)
+            return (FileSystemName.string(cString: name), directory,
+                    directory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) })
+        }
+        let old = side(change.directory, change.name), new = side(change.new_directory, change.new_name)
+        if let old, let parent = old.parent { forgetEntry(old.entry, in: parent) }
+        if let new, let parent = new.parent { forgetEntry(new.entry, in: parent) }
+        if let old, let new, let parent = old.parent, let newParent = new.parent, let moved = child(new.entry, in: newParent) {
+            filesystem.inodes.moved(moved.id, from: (parent.id, old.entry), to: newParent.id, name: new.entry)
+        }
+        // Either side may lie outside BACKING: moved in, it appears; moved out, it is gone.
+        switch (old.flatMap { side in side.directory.map { path($0, side.entry) } }, new.flatMap { side in side.directory.map { path($0, side.entry) } }) {
+        case let (from?, to?): batch.addMove(from: from, to: to, isDirectory: isDirectory)
+        case let (from?, nil): batch.add(from, isDirectory: isDirectory, .deleted)
+        case let (nil, to?): batch.add(to, isDirectory: isDirectory, .appeared)
+        case (nil, nil): return
+        }
+        if let old, let new { filesystem.namespaceChanged(name: old.entry, new.entry, directory: isDirectory) }
+        else if let name = old?.entry ?? new?.entry { filesystem.namespaceChanged(name: name, directory: isDirectory) }
+    }
+
     private func deliver(_ batch: Batch) {
         if batch.overflowed {
             logger.warning("changes behind the mount came faster than they could be read: some were not told; the kernel forgets everything it keeps")
             filesystem.invalidateEverything()
+            // Directories made meanwhile may have gone unmarked.
+            if let root = marked?.root { markBelow("", handle: root) }
         }
         let engine = filesystem.engine
         var deliveries: [PresenterDelivery<PresenterNotification>] = []
@@ -319,11 +357,113 @@ final class BackingWatch: @unchecked Sendable {
         filesystem.statistics.changesBehind.add(batch.news.count, ordering: .relaxed)
     }
 
+    // MARK: A mark per directory
+
+    /// Keeps the marks and `marked` up to date with a change of a directory: one made (marked,
+    /// with what it holds), moved (in from outside BACKING: marked, with what it holds), removed.
+    /// What a directory made or moved in from outside holds is told as appearing: it may have
+    /// been filled before its mark was made.
+    private func track(_ change: cfs_backing_change, into batch: inout Batch) {
+        let outside = change.pid != ownProcess
+        if change.mask & CFS_CHANGE_RENAME != 0 {
+            // Moved out of BACKING (no new side): its marks stay, unused.
+            guard let newDirectory = change.new_directory, let newName = change.new_name else {
+                if let directory = change.directory, let name = change.name {
+                    marked!.remove(FileSystemName.string(cString: name), in: Self.key(directory))
+                    filesystem.statistics.watchedDirectories.store(marked!.count, ordering: .relaxed)
+                }
+                return
+            }
+            let newParent = Self.key(newDirectory), newEntry = FileSystemName.string(cString: newName)
+            if let directory = change.directory, let name = change.name,
+               marked!.move(FileSystemName.string(cString: name), in: Self.key(directory), to: newEntry, in: newParent) {
+                return
+            }
+            // Moved in from elsewhere (no old side, or one not known).
+            if let place = marked!.directory(newParent) {
+                let found = markBelow(place.relative.isEmpty ? newEntry : place.relative + "/" + newEntry, name: newEntry,
+                                      in: newParent, collecting: outside)
+                if outside { for (path, isDirectory) in found { batch.add(path, isDirectory: isDirectory, .appeared) } }
+            }
+            return
+        }
+        guard let directory = change.directory, let name = change.name else { return }
+        let parent = Self.key(directory), entry = FileSystemName.string(cString: name)
+        if entry == "." { return }
+        if change.mask & CFS_CHANGE_CREATE != 0 {
+            guard let place = marked!.directory(parent) else { return }
+            let found = markBelow(place.relative.isEmpty ? entry : place.relative + "/" + entry, name: entry, in: parent,
+                                  collecting: outside)
+            if outside { for (path, isDirectory) in found { batch.add(path, isDirectory: isDirectory, .appeared) } }
+        } else if change.mask & CFS_CHANGE_DELETE != 0 {
+            marked!.remove(entry, in: parent)
+            filesystem.statistics.watchedDirectories.store(marked!.count, ordering: .relaxed)
+        }
+    }
+
+    /// Marks the directory `relative` (below the backing root, named `name` in the directory
+    /// `parent`; "" for the root itself) and every directory below it on BACKING's filesystem.
+    /// `collecting`: returns every item found below it, and whether it is a directory.
+    @discardableResult
+    private func markBelow(_ relative: String, name: String = "", in parent: WatchedDirectories.Handle? = nil,
+                           handle known: WatchedDirectories.Handle? = nil, collecting: Bool = false) -> [(ItemPath, Bool)] {
+        var found: [(ItemPath, Bool)] = []
+        var pending = [(relative: relative, name: name, parent: parent)]
+        while let next = pending.popLast(), !marksRanOut {
+            let fd = next.relative.isEmpty ? dup(backing)
+                : FileSystemName.withCString(next.relative) { openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            guard fd >= 0 else { continue }      // gone already
+            var info = stat()
+            guard fstat(fd, &info) == 0, UInt64(info.st_dev) == device, let handle = (next.parent == nil ? known : nil) ?? Self.handle(of: fd) else {
+                close(fd)
+                continue
+            }
+            if let parent = next.parent {
+                let failure = cfs_fanotify_mark_directory(changes, fd)
+                if failure == -ENOSPC {
+                    marksRanOut = true
+                    logger.warning("changes behind the mount: fs.fanotify.max_user_marks reached at \(marked!.count) directories; changes in directories made since are not seen")
+                }
+                guard failure == 0 else { close(fd); continue }
+                marked!.add(handle, name: next.name, in: parent, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+            }
+            guard let stream = fdopendir(fd) else { close(fd); continue }
+            while let record = readdir(stream) {
+                let entry = withUnsafeBytes(of: record.pointee.d_name) { FileSystemName.string(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+                if entry == "." || entry == ".." { continue }
+                var isDirectory = record.pointee.d_type == UInt8(DT_DIR)
+                if record.pointee.d_type == UInt8(DT_UNKNOWN) {
+                    var child = stat()
+                    isDirectory = FileSystemName.withCString(entry) { fstatat(dirfd(stream), $0, &child, AT_SYMLINK_NOFOLLOW) } == 0
+                        && child.st_mode & S_IFMT == S_IFDIR
+                }
+                let childRelative = next.relative.isEmpty ? entry : next.relative + "/" + entry
+                if collecting { found.append((filesystem.mountRoot.appending(childRelative), isDirectory)) }
+                if isDirectory { pending.append((childRelative, entry, handle)) }
+            }
+            closedir(stream)
+        }
+        filesystem.statistics.watchedDirectories.store(marked!.count, ordering: .relaxed)
+        return found
+    }
+
+    /// The handle of the directory `fd` as fanotify reports it, as a key.
+    private static func handle(of fd: Int32) -> WatchedDirectories.Handle? {
+        var bytes = [UInt8](repeating: 0, count: 256)
+        let count = cfs_handle_bytes(fd, &bytes, bytes.count)
+        return count > 0 ? Array(bytes.prefix(Int(count))) : nil
+    }
+
+    private static func key(_ handle: UnsafeRawPointer) -> [UInt8] {
+        [UInt8](UnsafeRawBufferPointer(start: handle, count: cfs_file_handle_size(handle)))
+    }
+
     // MARK: Naming what changed
 
     /// The directory a reported handle names, when it lies below the backing root.
     private func directory(_ handle: UnsafeRawPointer) -> Directory? {
-        let key = [UInt8](UnsafeRawBufferPointer(start: handle, count: cfs_file_handle_size(handle)))
+        let key = Self.key(handle)
+        if let marked { return marked.directory(key) }
         if let known = directories[key] { return known }
         let fd = cfs_open_reported_handle(backing, handle)
         guard fd >= 0 else { return nil }            // gone already: nothing to cache

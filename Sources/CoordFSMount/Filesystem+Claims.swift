@@ -6,17 +6,24 @@ import CoordinationRuntime
 /// runtime `Claim`. Most are granted at once with nobody to ask and hold only the engine's grant
 /// (`single`, or `gated` behind a name gate); the others waited or asked presenters.
 extension Filesystem {
-    /// Runs `body`, and tells presenters what it did (`end`, `reportMove`) only when it returns.
-    /// A handler replies to the kernel inside `body`: its caller goes on first, and the
-    /// presenters (and the clients behind them, on a small machine) are woken after.
-    func notifyingPresentersAfter(_ claim: Claim, _ body: () -> Void) {
+    /// Ends `claim` with `outcome` and answers `reply`, then tells presenters what the claim
+    /// did: the caller goes on first, and the presenters (and the clients behind them, on a
+    /// small machine) are woken after.
+    func end(_ claim: Claim, outcome: IntentOutcome, thenAnswer reply: consuming Reply) {
         // A listed grant was made with no presenter registered: its end has nobody to tell
         // unless one registers meanwhile, who then hears of it just before the reply instead
         // of just after. Holding back nothing costs two per-thread lookups less. A claim made
         // inside an accessor tells nobody: its hold does.
-        if claim.isOnShortList { return body() }
-        if case .accessor = claim { return body() }
-        domain.deliveringAfter(body)
+        var tellsNobody = claim.isOnShortList
+        if case .accessor = claim { tellsNobody = true }
+        if tellsNobody {
+            end(claim, outcome: outcome)
+            return reply.ok()
+        }
+        domain.holdNotifications()
+        end(claim, outcome: outcome)
+        reply.ok()
+        domain.deliverHeldNotifications()
     }
 
     /// Ends `claim`; `outcome` says what happened to its one item.

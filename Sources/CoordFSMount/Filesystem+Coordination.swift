@@ -43,16 +43,16 @@ extension Filesystem {
     /// change, a setattr), not for an open file's life. While the engine holds nothing, or only
     /// files held open by other names, such a request passes a quiet gate instead: nobody to
     /// wait for or to tell (`QuietGate`, `passQuietly`).
-    func coordinate(_ reply: Reply, _ wanted: ItemIntent, and other: ItemIntent? = nil, nonBlocking: Bool = false,
-                    forTheCall: Bool = false, _ body: @escaping @Sendable (Claim?) -> Void) {
+    func coordinate(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent? = nil, nonBlocking: Bool = false,
+                    forTheCall: Bool = false, _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
     }
 
     /// `coordinate`, taken again (`attempt` > 0) when what it held had moved before it held it.
-    private func coordinate(_ reply: Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
-                            forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (Claim?) -> Void) {
+    private func coordinate(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
+                            forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
         // An O_TMPFILE file not linked yet: nobody else can reach it (`tmpfile`).
-        if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return body(nil) }
+        if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return body(reply, nil) }
         var mode = configuration.mode
         if !configuration.modeRules.isEmpty {
             mode = self.mode(for: wanted)
@@ -61,7 +61,7 @@ extension Filesystem {
                 if otherMode != .off { mode = otherMode }
             }
         }
-        if mode == .off { return body(nil) }
+        if mode == .off { return body(reply, nil) }
         var strictened = wanted
         if mode == .strict, case .writing(let options) = wanted.kind, !options.isDisjoint(with: [.appendingOnly, .sharingWriters]) {
             strictened.kind = .writing([])     // every writer excludes every other open
@@ -69,16 +69,16 @@ extension Filesystem {
         let wanted = strictened
         if forTheCall && mayPassQuietly(wanted, other), let passage = passQuietly(wanted, other) {
             if attempt == 0 { statistics.coordinated.add() }
-            body(nil)
+            body(reply, nil)
             return endPassing(passage)
         }
         // One clock reading serves the request's caches.
         let now = coarseMilliseconds()
-        guard let process = callingProcess(reply.caller, now: now) else { return body(nil) }
+        guard let process = callingProcess(reply.caller, now: now) else { return body(reply, nil) }
         let identity = CoordinatorIdentity.process(process)
         if attempt == 0 { statistics.coordinated.add() }
         if !domain.accessorHolds.isEmpty, let claim = accessorClaim(of: process, wanted, other, now: now) {
-            return body(claim)
+            return body(reply, claim)
         }
         // Read before the targets are named: see `movedBeforeHeld`.
         let movesSeen = inodes.placesGeneration.value
@@ -107,10 +107,10 @@ extension Filesystem {
                 if movedBeforeHeld(CollectionOfOne(target.path), wanted, other, since: movesSeen, attempt: attempt, now: now) {
                     return coordinateAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
-                // `notifyingPresentersAfter`, inline: a listed claim holds nothing back.
-                if claim.isOnShortList { return body(claim) }
+                // As `end(_:outcome:thenAnswer:)`: a listed claim holds nothing back.
+                if claim.isOnShortList { return body(reply, claim) }
                 domain.holdNotifications()
-                body(claim)
+                body(reply, claim)
                 return domain.deliverHeldNotifications()
             }
             intents = [Intent(wanted.kind, target)]
@@ -126,7 +126,7 @@ extension Filesystem {
                     return coordinateAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
                 domain.holdNotifications()
-                body(claim)
+                body(reply, claim)
                 return domain.deliverHeldNotifications()
             }
         }
@@ -137,6 +137,8 @@ extension Filesystem {
         let watched = waitWatch.watches(underKernelLock: underKernelLock)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         reply.onInterrupt(number)
+        let uid = reply.caller.uid
+        let pending = PendingReply(reply)
         // The completion runs on the thread that ended the wait: most often the one serving
         // the holder's RELEASE, which the kernel sends without waiting for its answer (close(2)
         // has returned), so the waiter is served there at once instead of after a hand-off to
@@ -150,13 +152,13 @@ extension Filesystem {
                 // The paths as granted: moves reported while it waited are followed (C11).
                 if movedBeforeHeld(claim.intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: attempt,
                                    now: coarseMilliseconds()) {
-                    return coordinateAgain(claim, reply, wanted, other, nonBlocking, forTheCall, attempt, body)
+                    return coordinateAgain(claim, pending.take(), wanted, other, nonBlocking, forTheCall, attempt, body)
                 }
-                domain.deliveringAfter { body(claim) }
+                domain.deliveringAfter { body(pending.take(), claim) }
             case .failure(let error):
                 let failure = Errno.from(coordination: error)
                 statistics.count(failure)
-                reply.error(failure)
+                pending.take().error(failure)
                 if case .timedOut? = error as? FileCoordinationError { logGivingUp(process, intents) }
             }
         }
@@ -164,7 +166,7 @@ extension Filesystem {
         guard access.ifUnsettled({
             interrupted = waitingRequests.waits(number, in: access)
             if watched {
-                waitWatch.watch(number, access, underKernelLock: underKernelLock, uid: reply.caller.uid,
+                waitWatch.watch(number, access, underKernelLock: underKernelLock, uid: uid,
                                 item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
             }
         }) else { return }
@@ -207,8 +209,8 @@ extension Filesystem {
     }
 
     /// Ends `stale` unused and coordinates the request again (`movedBeforeHeld`).
-    private func coordinateAgain(_ stale: Claim, _ reply: Reply, _ wanted: ItemIntent, _ other: ItemIntent?, _ nonBlocking: Bool,
-                           _ forTheCall: Bool, _ attempt: Int, _ body: @escaping @Sendable (Claim?) -> Void) {
+    private func coordinateAgain(_ stale: Claim, _ reply: consuming Reply, _ wanted: ItemIntent, _ other: ItemIntent?, _ nonBlocking: Bool,
+                           _ forTheCall: Bool, _ attempt: Int, _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
         statistics.takenAgain.add(1, ordering: .relaxed)
         let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
         end(stale, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])

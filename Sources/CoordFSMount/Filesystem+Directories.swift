@@ -9,7 +9,7 @@ import Glibc
 /// opendir, readdir, releasedir, fsyncdir. Listing a directory is a metadata read: not
 /// coordinated.
 extension Filesystem {
-    func opendir(_ reply: Reply, _ id: UInt64, _ request: OpenRequest) {
+    func opendir(_ reply: consuming Reply, _ id: UInt64, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         guard let place = files.budget.take(for: reply.caller.uid) else { return reply.error(EMFILE) }
         let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
@@ -35,7 +35,7 @@ extension Filesystem {
 
     /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts
     /// as a lookup (not `.` and `..`), which saves the kernel a LOOKUP per entry.
-    func readdir(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t, plus: Bool) {
+    func readdir(_ reply: consuming Reply, _ handle: UInt64, _ size: Int, _ offset: off_t, plus: Bool) {
         guard let file = files[handle], let stream = file.directory else { return reply.error(EBADF) }
         var listing = DirectoryListing(for: reply, size: size)
         seekdir(stream, offset)
@@ -72,16 +72,16 @@ extension Filesystem {
             // Not sent: the next READDIR starts at the last sent entry's offset (the seekdir above).
             if !added { break }
         }
-        listing.buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<listing.used])) }
+        reply.buffer(listing.buffer, count: listing.used)
     }
 
-    func releasedir(_ reply: Reply, _ handle: UInt64) {
+    func releasedir(_ reply: consuming Reply, _ handle: UInt64) {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
         if let stream = file.directory { closedir(stream) } else { close(file.fd) }
         reply.ok()
     }
 
-    func fsyncdir(_ reply: Reply, _ handle: UInt64, dataOnly: Bool) {
+    func fsyncdir(_ reply: consuming Reply, _ handle: UInt64, dataOnly: Bool) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         if (dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)) == -1 { return reply.error(Errno.current) }
         reply.ok()

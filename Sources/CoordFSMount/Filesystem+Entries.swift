@@ -11,7 +11,7 @@ import Glibc
 /// lookup, forget, getattr, setattr, readlink, statfs, access. Metadata reads are not
 /// coordinated; setattr is a write (metadata-only unless it truncates).
 extension Filesystem {
-    func lookup(_ reply: Reply, _ parentID: UInt64, _ name: String) {
+    func lookup(_ reply: consuming Reply, _ parentID: UInt64, _ name: String) {
         if name == "." || name == ".." { return lookupByHandle(reply, parentID, name) }
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         do {
@@ -30,7 +30,7 @@ extension Filesystem {
     /// The kernel's LOOKUP of "." in a node (a file handle of it, opened: the node itself) and
     /// of ".." (its parent, to reconnect a directory a handle named), for nodes it may have
     /// forgotten: see `InodeTable.revive`.
-    private func lookupByHandle(_ reply: Reply, _ id: UInt64, _ name: String) {
+    private func lookupByHandle(_ reply: consuming Reply, _ id: UInt64, _ name: String) {
         do throws(Errno) {
             if name == "." {
                 let (inode, info) = try inodes.revive(id, countingLookup: true)
@@ -72,7 +72,7 @@ extension Filesystem {
     /// interrupts and notifications' replies.
     var forgetsArePaced: Bool { cfs_ring_facts(device).queues > 0 }
 
-    func getattr(_ reply: Reply, _ id: UInt64, _ handle: UInt64?) {
+    func getattr(_ reply: consuming Reply, _ id: UInt64, _ handle: UInt64?) {
         var info = stat()
         if let file = handle.flatMap({ files[$0] }) {
             if fstat(file.fd, &info) == -1 { return reply.error(Errno.current) }
@@ -96,7 +96,7 @@ extension Filesystem {
         var mtime: timespec?
     }
 
-    func setattr(_ reply: Reply, _ id: UInt64, _ change: AttributeChange, _ handle: UInt64?) {
+    func setattr(_ reply: consuming Reply, _ id: UInt64, _ change: AttributeChange, _ handle: UInt64?) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let open = handle.flatMap { files[$0] }
         // Truncation changes contents: a plain write. The rest is metadata (O9).
@@ -116,13 +116,13 @@ extension Filesystem {
         // A truncation may free a big file's blocks, for as long as the disk takes: it does not
         // pass the quiet gate, whose next closer would wait for it.
         coordinate(reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory),
-                   forTheCall: change.size == nil) { [self] claim in
+                   forTheCall: change.size == nil) { [self] reply, claim in
             apply(change, inode, open, reply, claim: claim)
         }
     }
 
     /// Makes `change` (of the file's `open`, if it came through one) and answers the request.
-    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: Reply, claim: Claim?) {
+    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: consuming Reply, claim: Claim?) {
         do {
             let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                 try apply(change, to: fd, open: open)
@@ -165,9 +165,9 @@ extension Filesystem {
         }
     }
 
-    func readlink(_ reply: Reply, _ id: UInt64) {
+    func readlink(_ reply: consuming Reply, _ id: UInt64) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+        withFD(inode, answering: reply) { reply, fd in
             var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
             let count = readlinkat(fd, "", &buffer, buffer.count - 1)
             if count == -1 { return reply.error(Errno.current) }
@@ -175,16 +175,16 @@ extension Filesystem {
         }
     }
 
-    func statfs(_ reply: Reply, _ id: UInt64) {
+    func statfs(_ reply: consuming Reply, _ id: UInt64) {
         var info = statvfs()
         // Every item of the mount is on the backing filesystem: the root answers for all.
         if statvfs(procPath(inodes.rootDescriptor), &info) == -1 { return reply.error(Errno.current) }
         reply.statfs(info)
     }
 
-    func access(_ reply: Reply, _ id: UInt64, _ mask: Int32) {
+    func access(_ reply: consuming Reply, _ id: UInt64, _ mask: Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+        withFD(inode, answering: reply) { reply, fd in
             if faccessat(AT_FDCWD, procPath(fd), mask, 0) == -1 { return reply.error(Errno.current) }
             reply.ok()
         }

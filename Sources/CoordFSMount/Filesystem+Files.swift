@@ -10,7 +10,7 @@ import Glibc
 /// open, create, read, write, flush, release, fsync, fallocate, copy_file_range, lseek. An open
 /// holds its intent — read for read-only, write for writable — until the last release.
 extension Filesystem {
-    func open(_ reply: Reply, _ id: UInt64, _ request: OpenRequest) {
+    func open(_ reply: consuming Reply, _ id: UInt64, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(request.flags)
         let wanted = ItemIntent(kind: Self.openKind(flags), node: inode, isDirectory: false)
@@ -18,7 +18,7 @@ extension Filesystem {
         let info = request.info
         let user = reply.caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
-        coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
+        coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
             // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
             // for an O_DIRECT backing file.
@@ -40,7 +40,7 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
                 return reply.error(failure)
             }
-            let giveUp = { [self] (failure: Errno) in
+            func giveUp(_ reply: consuming Reply, _ failure: Errno) {
                 files.budget.giveBack(place)
                 close(fd)
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: flags & O_TRUNC != 0))
@@ -48,12 +48,12 @@ extension Filesystem {
             }
             let unprivileged = !reply.caller.mayKeepPrivilegeBits
             if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd, of: inode) }
-            if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(failure) }
+            if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(reply, failure) }
             // Writes of a setuid file by others must reach the mount, which clears the bit.
             let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
             let mode: KernelPassthrough.Mode
             do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
-                return giveUp(error)
+                return giveUp(reply, error)
             }
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
@@ -117,7 +117,7 @@ extension Filesystem {
         return .writing(flags & O_APPEND != 0 ? .appendingOnly : .sharingWriters)
     }
 
-    func create(_ reply: Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ request: OpenRequest) {
+    func create(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ request: OpenRequest) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if name == "/" { return tmpfile(reply, parent, mode, request) }
         let flags = backingFlags(request.flags)
@@ -131,7 +131,7 @@ extension Filesystem {
         let user = reply.caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, ItemIntent(kind: kind, node: parent, name: name, isDirectory: false),
-                   nonBlocking: flags & O_NONBLOCK != 0) { [self] claim in
+                   nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
             // The place first: refused after the open, a file made behind the mount and opened
             // with O_TRUNC would have been emptied for nothing.
             guard let place = files.budget.take(for: user) else {
@@ -198,7 +198,7 @@ extension Filesystem {
     /// The file has no name, so nobody else can reach it: its open takes no intent, as under
     /// `--coordination off`, and nothing is told of it. It is coordinated from its first name
     /// on, which its link (linkat through /proc/self/fd) gives it as a coordinated create.
-    private func tmpfile(_ reply: Reply, _ parent: Inode, _ mode: mode_t, _ request: OpenRequest) {
+    private func tmpfile(_ reply: consuming Reply, _ parent: Inode, _ mode: mode_t, _ request: OpenRequest) {
         let flags = backingFlags(request.flags)
         let info = request.info
         guard let place = files.budget.take(for: reply.caller.uid) else { return reply.error(EMFILE) }
@@ -245,14 +245,14 @@ extension Filesystem {
         }
     }
 
-    func read(_ reply: Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
+    func read(_ reply: consuming Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         reply.data(from: file.fd, offset: offset, size: size)
     }
 
     /// `flags`: the write's own (its open's, with O_DSYNC or O_SYNC where RWF_DSYNC, RWF_SYNC or
     /// a `sync` mount asks for them).
-    func write(_ reply: Reply, _ handle: UInt64, _ data: WriteData, _ offset: off_t,
+    func write(_ reply: consuming Reply, _ handle: UInt64, _ data: WriteData, _ offset: off_t,
                flags: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
@@ -269,7 +269,7 @@ extension Filesystem {
         reply.written(written)
     }
 
-    func flush(_ reply: Reply, _ handle: UInt64) {
+    func flush(_ reply: consuming Reply, _ handle: UInt64) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         statistics.flushes.add(1, ordering: .relaxed)
         // Reports errors of deferred writes to close(2), as the backing filesystem would.
@@ -279,7 +279,7 @@ extension Filesystem {
         reply.ok()
     }
 
-    func release(_ reply: Reply, _ handle: UInt64) {
+    func release(_ reply: consuming Reply, _ handle: UInt64) {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
         if file.writer != 0 { file.inode.endedWriting() }
         if file.writesThroughTheKernel { file.inode.endedWritingThroughTheKernel() }
@@ -291,20 +291,17 @@ extension Filesystem {
         let changed = file.changed(now: known ? info : nil)
         let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
         guard let claim = file.claim else { return reply.ok() }
-        notifyingPresentersAfter(claim) {
-            end(claim, outcome: outcome)
-            reply.ok()
-        }
+        end(claim, outcome: outcome, thenAnswer: reply)
     }
 
-    func fsync(_ reply: Reply, _ handle: UInt64, dataOnly: Bool) {
+    func fsync(_ reply: consuming Reply, _ handle: UInt64, dataOnly: Bool) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         let result = dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)
         if result == -1 { return reply.error(Errno.current) }
         reply.ok()
     }
 
-    func fallocate(_ reply: Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
+    func fallocate(_ reply: consuming Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
         if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
@@ -313,7 +310,7 @@ extension Filesystem {
         reply.ok()
     }
 
-    func copyFileRange(_ reply: Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
+    func copyFileRange(_ reply: consuming Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
                        _ length: Int, _ flags: UInt32) {
         guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
         dropPrivilegeBits(target.fd, of: target.inode, unlessRootCalls: reply)
@@ -325,7 +322,7 @@ extension Filesystem {
         reply.written(copied)
     }
 
-    func lseek(_ reply: Reply, _ handle: UInt64, _ offset: off_t, _ whence: Int32) {
+    func lseek(_ reply: consuming Reply, _ handle: UInt64, _ offset: off_t, _ whence: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         let result = Glibc.lseek(file.fd, offset, whence)
         if result == -1 { return reply.error(Errno.current) }
@@ -341,7 +338,7 @@ extension Filesystem {
     /// it); 0 when the open holds nothing.
     /// A claim off the short list may have presenters to tell at the release, when the writer
     /// may have ended: its user and command are read now (`AccessOrigins.remember`).
-    func writer(of claim: Claim?, _ reply: Reply) -> Int32 {
+    func writer(of claim: Claim?, _ reply: borrowing Reply) -> Int32 {
         guard let claim else { return 0 }
         let process = callingProcess(reply.caller, now: coarseMilliseconds()) ?? 0
         if process != 0 && !claim.isOnShortList { AccessOrigins.remember(process) }
@@ -354,7 +351,7 @@ extension Filesystem {
     }
 
     /// For writes: nothing to look at when root writes (the common case on this path).
-    func dropPrivilegeBits(_ fd: Int32, of inode: Inode, unlessRootCalls reply: Reply) {
+    func dropPrivilegeBits(_ fd: Int32, of inode: Inode, unlessRootCalls reply: borrowing Reply) {
         if !reply.caller.mayKeepPrivilegeBits { dropPrivilegeBits(fd, of: inode) }
     }
 

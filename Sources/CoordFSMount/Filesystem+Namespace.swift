@@ -13,11 +13,11 @@ extension Filesystem {
     /// Creates `name` in `parent` with `make`, under a write on the new item, and answers with
     /// its entry.
     /// `mode`: a regular file's, whose setuid and setgid bits the caller keeps.
-    private func makeItem(_ reply: Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool, mode: mode_t = 0,
+    private func makeItem(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool, mode: mode_t = 0,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
-                   forTheCall: true) { [self] claim in
+                   forTheCall: true) { [self] reply, claim in
             do {
                 try CallerUmask.applying(reply.caller.umask) { () throws(Errno) in try inodes.withFD(parent) { fd throws(Errno) in try make(fd) } }
                 namespaceChanged(name: name, directory: false)
@@ -36,28 +36,28 @@ extension Filesystem {
         }
     }
 
-    func mknod(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
+    func mknod(_ reply: consuming Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
         makeItem(reply, parent, name, isDirectory: false, mode: mode) { parent throws(Errno) in
             _ = try check(FileSystemName.withCString(name) { mknodat(parent, $0, mode, device) })
         }
     }
 
-    func mkdir(_ reply: Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
+    func mkdir(_ reply: consuming Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
         makeItem(reply, parent, name, isDirectory: true) { parent throws(Errno) in
             _ = try check(FileSystemName.withCString(name) { mkdirat(parent, $0, mode) })
         }
     }
 
-    func symlink(_ reply: Reply, _ target: String, _ parent: UInt64, _ name: String) {
+    func symlink(_ reply: consuming Reply, _ target: String, _ parent: UInt64, _ name: String) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
             _ = try check(FileSystemName.withCString(name) { name in FileSystemName.withCString(target) { symlinkat($0, parent, name) } })
         }
     }
 
-    func link(_ reply: Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
+    func link(_ reply: consuming Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
         coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
-                   forTheCall: true) { [self] claim in
+                   forTheCall: true) { [self] reply, claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
                     try inodes.withFD(parent) { parentFD throws(Errno) in
@@ -79,10 +79,10 @@ extension Filesystem {
         }
     }
 
-    func unlink(_ reply: Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
+    func unlink(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         coordinate(reply, ItemIntent(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory),
-                   forTheCall: true) { claim in
+                   forTheCall: true) { reply, claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
                 return FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
@@ -93,7 +93,7 @@ extension Filesystem {
         }
     }
 
-    func rename(_ reply: Reply, _ parentID: UInt64, _ name: String, _ newParentID: UInt64, _ newName: String, _ flags: UInt32) {
+    func rename(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, _ newParentID: UInt64, _ newName: String, _ flags: UInt32) {
         guard let parent = inodes[parentID], let newParent = inodes[newParentID] else { return reply.error(ENOENT) }
         var sourceStat = stat()
         let sourceFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fd in
@@ -113,7 +113,7 @@ extension Filesystem {
         let source = ItemIntent(kind: .writing(.forMoving), node: parent, name: name, isDirectory: sourceIsDirectory)
         let destination = ItemIntent(kind: .writing(exchange ? .forMoving : .forReplacing), node: newParent, name: newName,
                                  isDirectory: destinationIsDirectory)
-        coordinate(reply, source, and: destination, forTheCall: true) { [self] claim in
+        coordinate(reply, source, and: destination, forTheCall: true) { [self] reply, claim in
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
                 inodes.withFD(newParent, orElse: { $0 }) { toFD in
                     FileSystemName.withCString(name) { from in FileSystemName.withCString(newName) { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1

@@ -11,7 +11,7 @@ import Glibc
 /// Extended attributes, passed through. Setting or removing one is a metadata-only write. The
 /// mount root answers `user.coordfs.*` attributes of its own (the control socket, later).
 extension Filesystem {
-    func getxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ size: Int) {
+    func getxattr(_ reply: consuming Reply, _ id: UInt64, _ name: String, _ size: Int) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         if name == "user.coordfs.state" {
             // Every path held, waited for or presented, by anyone: the mount's owner's and
@@ -22,7 +22,7 @@ extension Filesystem {
         if let own = ownAttribute(inode, name) { return answer(reply, Array(own.utf8), size) }
         let isCapability = name == "security.capability"
         if isCapability && inode.hasNoCapability.load(ordering: .relaxed) { return reply.error(ENODATA) }
-        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+        withFD(inode, answering: reply) { reply, fd in
             if size == 0 {
                 let needed = FileSystemName.withCString(name) { cfs_getxattr(procPath(fd), $0, nil, 0) }
                 if needed == -1 {
@@ -35,13 +35,13 @@ extension Filesystem {
             var buffer = [UInt8](repeating: 0, count: size)
             let count = FileSystemName.withCString(name) { cfs_getxattr(procPath(fd), $0, &buffer, size) }
             if count == -1 { return reply.error(Errno.current) }
-            buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            reply.buffer(buffer, count: count)
         }
     }
 
-    func listxattr(_ reply: Reply, _ id: UInt64, _ size: Int) {
+    func listxattr(_ reply: consuming Reply, _ id: UInt64, _ size: Int) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        inodes.withFD(inode, orElse: { reply.error($0) }) { fd in
+        withFD(inode, answering: reply) { reply, fd in
             if size == 0 {
                 let needed = cfs_listxattr(procPath(fd), nil, 0)
                 if needed == -1 { return reply.error(Errno.current) }
@@ -50,34 +50,34 @@ extension Filesystem {
             var buffer = [CChar](repeating: 0, count: size)
             let count = cfs_listxattr(procPath(fd), &buffer, size)
             if count == -1 { return reply.error(Errno.current) }
-            buffer.withUnsafeBytes { reply.buffer(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+            reply.buffer(buffer, count: count)
         }
     }
 
-    func setxattr(_ reply: Reply, _ id: UInt64, _ name: String, _ value: [UInt8], _ flags: Int32) {
+    func setxattr(_ reply: consuming Reply, _ id: UInt64, _ name: String, _ value: [UInt8], _ flags: Int32) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
         changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_setxattr(procPath(fd), $0, value, value.count, flags) } }
     }
 
-    func removexattr(_ reply: Reply, _ id: UInt64, _ name: String) {
+    func removexattr(_ reply: consuming Reply, _ id: UInt64, _ name: String) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
         changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_removexattr(procPath(fd), $0) } }
     }
 
-    private func changeAttribute(_ reply: Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
+    private func changeAttribute(_ reply: consuming Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         coordinate(reply, ItemIntent(kind: .writing(.contentIndependentMetadataOnly), node: inode,
-                                  isDirectory: inode.isDirectory), forTheCall: true) { claim in
+                                  isDirectory: inode.isDirectory), forTheCall: true) { reply, claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
             if let failure = failure ?? self.syncAttributes(of: inode) { reply.error(failure) } else { reply.ok() }
         }
     }
 
-    private func answer(_ reply: Reply, _ value: [UInt8], _ size: Int) {
+    private func answer(_ reply: consuming Reply, _ value: [UInt8], _ size: Int) {
         if size == 0 { return reply.xattrSize(value.count) }
         if size < value.count { return reply.error(ERANGE) }
-        value.withUnsafeBytes { reply.buffer($0) }
+        reply.buffer(value, count: value.count)
     }
 
     /// Attributes coordfs answers itself: the control socket on every item, the rest on the root.

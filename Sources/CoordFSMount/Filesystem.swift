@@ -135,7 +135,8 @@ public final class Filesystem: @unchecked Sendable {
     func watchBacking() -> BackingWatch? {
         guard configuration.watchesBacking, filesystems.rootIsLocal else { return nil }
         do {
-            let watch = try BackingWatch(watching: configuration.backing, device: filesystems.rootDevice, for: self)
+            let watch = try BackingWatch(watching: configuration.backing, device: filesystems.rootDevice,
+                                         byDirectory: configuration.watchesBackingByDirectory, for: self)
             watchedDevice = watch.device
             statistics.watchesBacking.store(true, ordering: .relaxed)
             return watch
@@ -153,6 +154,12 @@ public final class Filesystem: @unchecked Sendable {
         case .all: true
         case .blocking: false
         }
+    }
+
+    /// `inodes.withFD` for a handler that answers inside `body`; a node that cannot be opened
+    /// is answered with its errno.
+    func withFD(_ inode: Inode, answering reply: consuming Reply, _ body: (consuming Reply, Int32) -> Void) {
+        inodes.withFD(inode, passing: reply, orElse: { $0.error($1) }, body)
     }
 
     /// Whether close(2) of an open of `inode` can go without a FLUSH to the daemon: its

@@ -202,6 +202,17 @@ final class InodeTable: Sendable {
         do { return try withFD(inode) { fd throws(Errno) in body(fd) } } catch { return failure(error) }
     }
 
+    /// `withFD` for a body that takes over `context` (a request's reply, which cannot be
+    /// copied): `failure` gets it instead when the node cannot be opened.
+    func withFD<Context: ~Copyable>(_ inode: Inode, passing context: consuming Context,
+                                    orElse failure: (consuming Context, Errno) -> Void,
+                                    _ body: (consuming Context, Int32) -> Void) {
+        let fd: Int32
+        do { fd = try pin(inode) } catch { return failure(context, error) }
+        defer { unpin(inode) }
+        body(context, fd)
+    }
+
     private func pin(_ inode: Inode) throws(Errno) -> Int32 {
         if inode.id == Self.rootID { return rootDescriptor }
         let ready = state.withLock { state -> Int32? in

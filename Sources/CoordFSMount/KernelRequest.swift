@@ -55,7 +55,7 @@ struct DirectoryListing {
     private(set) var buffer: [CChar]
     private(set) var used = 0
 
-    init(for reply: Reply, size: Int) {
+    init(for reply: borrowing Reply, size: Int) {
         req = reply.req
         buffer = [CChar](repeating: 0, count: size)
     }

@@ -53,9 +53,12 @@ public struct MountConfiguration: Sendable {
     /// items on the backing directory's filesystem while it watches it for changes made behind
     /// it (`watchesBacking`), one second otherwise.
     public var cacheTimeout: Double? = nil
-    /// Watch the backing directory for changes made behind the mount (fanotify, root only):
-    /// the kernel forgets what it keeps of what changed, and presenters hear of it.
+    /// Watch the backing directory for changes made behind the mount (fanotify): the kernel
+    /// forgets what it keeps of what changed, and presenters hear of it.
     public var watchesBacking = true
+    /// Watch with a mark on each directory below BACKING even where its whole filesystem could
+    /// be marked (which needs root).
+    public var watchesBackingByDirectory = false
     public var writebackCache = false
     /// Let the kernel serve reads and writes of open files straight from the backing files
     /// (Linux 6.9 or later, root); off with the writeback cache, which needs the page cache.

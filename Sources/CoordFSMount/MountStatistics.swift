@@ -22,6 +22,8 @@ final class MountStatistics: Sendable {
     /// mount watches for them.
     let changesBehind = Atomic<Int>(0)
     let watchesBacking = Atomic<Bool>(false)
+    /// Directories marked by a watch of one mark per directory (0 with a filesystem's mark).
+    let watchedDirectories = Atomic<Int>(0)
     let timedOut = Atomic<Int>(0)
     let deadlocks = Atomic<Int>(0)
     let interrupted = Atomic<Int>(0)
@@ -69,6 +71,7 @@ final class MountStatistics: Sendable {
             ("covered_by_own_open", coveredByOwnOpen.load(ordering: .relaxed)),
             ("waited", waited.load(ordering: .relaxed)), ("changes_behind", changesBehind.load(ordering: .relaxed)),
             ("watches_backing", watchesBacking.load(ordering: .relaxed) ? 1 : 0),
+            ("watched_directories", watchedDirectories.load(ordering: .relaxed)),
             ("timed_out", timedOut.load(ordering: .relaxed)), ("deadlocks", deadlocks.load(ordering: .relaxed)),
             ("interrupted", interrupted.load(ordering: .relaxed)), ("would_block", wouldBlock.load(ordering: .relaxed)),
             ("refused_by_presenters", refusedByPresenters.load(ordering: .relaxed)),

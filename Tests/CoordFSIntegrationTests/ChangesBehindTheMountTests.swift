@@ -56,8 +56,13 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         return result.output
     }
 
-    @Test func presentersHearEachKindOfChangeAsComingFromOutside() throws {
-        let fx = try MountFixture(inProcess: { _ in })
+    /// How the watch marks what it watches: BACKING's filesystem (as root), or each directory
+    /// below BACKING (as a mount without root does).
+    static let scopes = [false, true]
+
+    @Test(arguments: scopes)
+    func presentersHearEachKindOfChangeAsComingFromOutside(byDirectory: Bool) throws {
+        let fx = try MountFixture(inProcess: { $0.watchesBackingByDirectory = byDirectory })
         try fx.seed("dir/doc.txt", "v1\n")
         let log = EventLog()
         let file = OriginPresenter("F", fx.path("dir/doc.txt"), log: log)
@@ -88,8 +93,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     /// A save by rename (a temporary file moved over the document), a file moved in from
     /// elsewhere on the same filesystem, and a change of the directory itself, which the kernel
     /// keeps for a day.
-    @Test func savesByRenameMovesInAndTheDirectoryItself() throws {
-        let fx = try MountFixture(inProcess: { _ in })
+    @Test(arguments: scopes)
+    func savesByRenameMovesInAndTheDirectoryItself(byDirectory: Bool) throws {
+        let fx = try MountFixture(inProcess: { $0.watchesBackingByDirectory = byDirectory })
         try fx.seed("dir/doc.txt", "v1\n")
         let elsewhere = fx.base.appendingPathComponent("elsewhere.txt").path
         try "from elsewhere\n".write(toFile: elsewhere, atomically: false, encoding: .utf8)
@@ -114,7 +120,7 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     /// With the kernel keeping names and attributes for a day, a program reading through the
     /// mount still sees each change at once; through kernel passthrough and through the page
     /// cache (its pages are forgotten too).
-    @Test(arguments: [[String](), ["--no-kernel-passthrough"]])
+    @Test(arguments: [[String](), ["--no-kernel-passthrough"], ["--backing-watch-by-directory"]])
     func programsReadingThroughTheMountSeeEachChangeAtOnce(_ options: [String]) throws {
         let fx = try MountFixture(options)
         try fx.seed("dir/doc.txt", "aaaa\n")
@@ -146,8 +152,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
 
     /// The mount's own changes reach the backing directory too, and are told once, as the
     /// mount's: none comes back as a change from outside.
-    @Test func theMountsOwnChangesAreNotToldAgainAsFromOutside() throws {
-        let fx = try MountFixture()
+    @Test(arguments: scopes)
+    func theMountsOwnChangesAreNotToldAgainAsFromOutside(byDirectory: Bool) throws {
+        let fx = try MountFixture(byDirectory ? ["--backing-watch-by-directory"] : [])
         let mounted = fx.path("")
         try behind("""
             cd '\(mounted)' && mkdir d && echo one > d/f && echo two >> d/f && truncate -s 1 d/f && chmod 600 d/f \
@@ -165,8 +172,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     }
 
     /// A socket watcher (`coordfs watch`) hears changes from outside with no process named.
-    @Test func watchersOnTheSocketHearThemWithNoProcess() throws {
-        let fx = try MountFixture()
+    @Test(arguments: scopes)
+    func watchersOnTheSocketHearThemWithNoProcess(byDirectory: Bool) throws {
+        let fx = try MountFixture(byDirectory ? ["--backing-watch-by-directory"] : [])
         try fx.seed("dir/doc.txt")
         let watcher = try Child(Paths.binary.path, ["watch", fx.path("dir")])
         // Its watch is in place once a change is heard: appended to until then.
@@ -192,6 +200,52 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
                 && moved[1].hasPrefix("\(watched) MOVED_TO moved.txt cookie=") && moved.allSatisfy { $0.hasSuffix(" via=outside") }
                 && moved[0].split(separator: " ")[3] == moved[1].split(separator: " ")[3], "\(moved)")
         #expect(try heard("rm '\(dir)/moved.txt'") == ["\(watched) SUBITEM_DELETED moved.txt via=outside"])
+    }
+
+    /// With a mark per directory, directories come and go behind the mount and through it:
+    /// each new one is marked (what a directory made behind the mount already holds is told
+    /// as appearing), a renamed one is followed, a removed one forgotten.
+    @Test func aMarkPerDirectoryFollowsDirectoriesMadeMovedAndRemoved() throws {
+        let fx = try MountFixture(inProcess: { $0.watchesBackingByDirectory = true })
+        try fx.seed("top/old/doc.txt", "v1\n")
+        let elsewhere = fx.base.appendingPathComponent("elsewhere")
+        try FileManager.default.createDirectory(at: elsewhere.appendingPathComponent("inner"), withIntermediateDirectories: true)
+        try "x\n".write(to: elsewhere.appendingPathComponent("inner/f.txt"), atomically: false, encoding: .utf8)
+        #expect(eventually { (try? fx.statistics()["watched_directories"]) == 3 }, "the root, top and top/old")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(OriginPresenter("T", fx.path("top"), log: log))
+        let top = fx.backingPath("top")
+
+        // Made behind the mount with what it holds at once, then written in.
+        try behind("mkdir -p '\(top)/a/b/c' && echo hi > '\(top)/a/b/c/f.txt'")
+        #expect(log.waitFor("T:subitemDidAppear f.txt via outside"), "\(log.events)")
+        try behind("echo more >> '\(top)/a/b/c/f.txt'")
+        #expect(log.waitFor("T:subitemDidChange f.txt via outside"), "a change in a directory made behind: \(log.events)")
+        // Made through the mount, then written in behind it.
+        try behind("mkdir '\(fx.path("top/made"))'")
+        #expect(eventually { ((try? fx.statistics()["watched_directories"]) ?? 0) >= 7 })
+        try behind("echo x > '\(top)/made/g.txt'")
+        #expect(log.waitFor("T:subitemDidAppear g.txt via outside"), "a change in a directory made through the mount: \(log.events)")
+        // Renamed behind the mount: changes in it are told at its new place.
+        let presenter = OriginPresenter("F", fx.path("top/old/doc.txt"), log: log)
+        fx.domain!.addFilePresenter(presenter)
+        try behind("mv '\(top)/old' '\(top)/new'")
+        #expect(log.waitFor("T:subitemDidMove old new via outside"), "\(log.events)")
+        try behind("echo v2 > '\(top)/new/doc.txt'")
+        #expect(eventually { presenter.presentedItemURL?.path == fx.path("top/new/doc.txt") })
+        #expect(log.waitFor("F:didChange via outside"), "a change in a directory renamed behind the mount: \(log.events)")
+        // Moved in from elsewhere on the filesystem, with what it holds.
+        try behind("mv '\(elsewhere.path)' '\(top)/moved-in'")
+        #expect(log.waitFor("T:subitemDidAppear moved-in via outside"))
+        #expect(log.waitFor("T:subitemDidAppear f.txt via outside") && eventually { log.count("T:subitemDidAppear f.txt via outside") >= 2 },
+                "what the moved-in directory holds: \(log.events)")
+        try behind("echo y >> '\(top)/moved-in/inner/f.txt'")
+        #expect(eventually { log.count("T:subitemDidChange f.txt via outside") >= 2 }, "\(log.events)")
+        // Removed: forgotten.
+        let before = try #require(try fx.statistics()["watched_directories"])
+        try behind("rm -r '\(top)/a'")
+        #expect(eventually { ((try? fx.statistics()["watched_directories"]) ?? before) == before - 3 })
+        #expect(try behind("ls '\(fx.path("top"))'") == "made\nmoved-in\nnew\n")
     }
 
     /// A hundred thousand files made behind the mount, and a rename storm: the mount keeps

@@ -138,19 +138,51 @@ static inline int cfs_run_away_from_cpu(int cpu) {
 // late rather than lost. The descriptor (non-blocking), or -errno.
 #include <sys/fanotify.h>
 #include <stdint.h>
+// Not FAN_MODIFY: a mark that asks for it makes every write on the filesystem, anyone's, pay
+// for an event (a fifth of 4 KiB random writes); a write is seen at its file's close.
+#define CFS_WATCH_MASK (FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_ONDIR)
 static inline int cfs_fanotify_watch_filesystem(const char *path) {
     int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_REPORT_DFID_NAME,
                            O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
-    // Not FAN_MODIFY: a mark that asks for it makes every write on the filesystem, anyone's,
-    // pay for an event (a fifth of 4 KiB random writes); a write is seen at its file's close.
-    uint64_t mask = FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_ONDIR;
-    if (fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, mask, AT_FDCWD, path) != 0) {
+    if (fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, CFS_WATCH_MASK, AT_FDCWD, path) != 0) {
         int failure = errno;
         close(fd);
         return -failure;
     }
     return fd;
+}
+
+// The same watch made of one mark per directory (`cfs_fanotify_mark_directory`), which needs no
+// privilege: unprivileged, the queue is bounded (an overflow is reported) and so are the marks
+// (fs.fanotify.max_user_marks), and an event names its process only when it is the listener's.
+// The descriptor (non-blocking), or -errno.
+static inline int cfs_fanotify_watch_directories(void) {
+    unsigned int flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME;
+    int fd = fanotify_init(flags | FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 && errno == EPERM) fd = fanotify_init(flags, O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+// Marks the directory `directory` (a descriptor) for changes of its entries and of itself: 0 or -errno.
+static inline int cfs_fanotify_mark_directory(int group, int directory) {
+    return fanotify_mark(group, FAN_MARK_ADD, CFS_WATCH_MASK | FAN_EVENT_ON_CHILD, directory, NULL) == 0 ? 0 : -errno;
+}
+
+// The bytes of the handle of the directory `fd` refers to, laid out as fanotify reports handles,
+// into `bytes` (room for `size`): their count, or -errno. Needs no privilege, unlike opening one.
+static inline int cfs_handle_bytes(int fd, void *bytes, size_t size) {
+    struct cfs_file_handle handle;
+    int mount_id = 0;
+    handle.handle_bytes = CFS_MAX_HANDLE;
+    // AT_HANDLE_FID (Linux 6.5): the handle as fanotify encodes it, even where handles cannot open.
+    if (syscall(SYS_name_to_handle_at, fd, "", &handle, &mount_id, 0x1000 /* AT_EMPTY_PATH */ | 0x200 /* AT_HANDLE_FID */) != 0) {
+        if (errno != EINVAL || cfs_name_to_handle(fd, &handle) != 0) return -errno;
+    }
+    size_t count = 2 * sizeof(unsigned int) + handle.handle_bytes;
+    if (count > size) return -ENAMETOOLONG;
+    memcpy(bytes, &handle, count);
+    return (int)count;
 }
 
 // What changed, as one fanotify event reports it.
