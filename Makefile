@@ -1,6 +1,6 @@
 # coordfs — `make run` and `make test` set up everything a fresh machine needs.
 SWIFT      ?= swift
-PACKAGES   := libfuse3-dev liburing-dev fuse3 fio pkg-config rsync sqlite3 git man-db inotify-tools nfs-ganesha nfs-ganesha-vfs libnfs-utils etcd-server etcd-client
+PACKAGES   := libfuse3-dev liburing-dev fuse3 fio pkg-config rsync sqlite3 git man-db inotify-tools nfs-ganesha nfs-ganesha-vfs libnfs-utils etcd-server etcd-client curl
 # Named after what it installs: a new package list installs again.
 STAMP      := .build/.setup-done-etcd
 

@@ -13,6 +13,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        // Hosts that share a store talk to etcd through its JSON gateway.
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         // `make docs`: the DocC archive of the Swift API.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -57,6 +59,11 @@ let package = Package(
         // libfuse 3.14's device I/O hooks (thread-locals need real C): kernel passthrough, and
         // FUSE over io_uring through liburing.
         .target(name: "CFusePassthrough", dependencies: ["CFuse3"], linkerSettings: [.linkedLibrary("uring")]),
+        // Hosts that share a store: etcd's keys, leases, transactions and watches.
+        .target(
+            name: "CoordinationCluster",
+            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")]
+        ),
         // The FUSE filesystem: operations become coordinated intents.
         .target(
             name: "CoordFSMount",
@@ -97,6 +104,8 @@ let package = Package(
         // The mount's parts on their own, and the commands' (no mount made).
         .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "LinuxSystem", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
         .testTarget(name: "CoordinationClientTests", dependencies: ["CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"]),
+        // Against etcd servers the tests start on loopback.
+        .testTarget(name: "CoordinationClusterTests", dependencies: ["CoordinationCluster", "TestSupport"]),
         .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "TestSupport"]),
         .testTarget(
             name: "FileCoordinationTests",

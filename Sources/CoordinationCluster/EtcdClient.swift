@@ -1,0 +1,325 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import Synchronization
+
+/// One key's value in etcd, with the revisions that order it.
+public struct EtcdKeyValue: Sendable, Equatable {
+    public var key: [UInt8]
+    public var value: [UInt8]
+    /// The revision that made the key (0: it does not exist).
+    public var createRevision: Int64
+    public var modRevision: Int64
+    public var lease: Int64
+
+    init(_ message: EtcdKeyValueMessage) {
+        key = message.key.bytes
+        value = message.value?.bytes ?? []
+        createRevision = message.create_revision?.value ?? 0
+        modRevision = message.mod_revision?.value ?? 0
+        lease = message.lease?.value ?? 0
+    }
+}
+
+/// What etcd answered, or could not: errors carry etcd's own message.
+public enum EtcdError: Error, CustomStringConvertible, Equatable {
+    /// No member answered (each was unreachable, or had no leader).
+    case unavailable(String)
+    /// A member refused the request (a lease not found, a compacted revision).
+    case refused(code: Int, message: String)
+    /// An answer that is not etcd's.
+    case malformed(String)
+    /// A watch ended because the revision it started from was compacted.
+    case compacted(revision: Int64)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let why): "etcd is unavailable: \(why)"
+        case .refused(let code, let message): "etcd refused (\(code)): \(message)"
+        case .malformed(let what): "etcd answered something unexpected: \(what)"
+        case .compacted(let revision): "etcd compacted its history up to revision \(revision)"
+        }
+    }
+}
+
+/// A condition of a transaction on one key.
+public struct EtcdCompare: Sendable {
+    enum Target { case createRevision(Int64), modRevision(Int64), value([UInt8]), lease(Int64) }
+    enum Relation: String { case equal = "EQUAL", less = "LESS", greater = "GREATER", notEqual = "NOT_EQUAL" }
+    let key: [UInt8]
+    let target: Target
+    let relation: Relation
+
+    /// The key does not exist.
+    public static func absent(_ key: [UInt8]) -> Self { Self(key: key, target: .createRevision(0), relation: .equal) }
+    /// The key was made at `revision` (it is the same key, not one made again).
+    public static func created(_ key: [UInt8], at revision: Int64) -> Self {
+        Self(key: key, target: .createRevision(revision), relation: .equal)
+    }
+    /// The key was made before `revision` (0 when it does not exist, which is before any).
+    public static func createdBefore(_ key: [UInt8], _ revision: Int64) -> Self {
+        Self(key: key, target: .createRevision(revision), relation: .less)
+    }
+    public static func value(_ key: [UInt8], is value: [UInt8]) -> Self { Self(key: key, target: .value(value), relation: .equal) }
+
+    var message: EtcdCompareMessage {
+        var message = EtcdCompareMessage(key: EtcdBytes(key), target: "", result: relation.rawValue)
+        switch target {
+        case .createRevision(let revision): message.target = "CREATE"; message.create_revision = EtcdInteger(revision)
+        case .modRevision(let revision): message.target = "MOD"; message.mod_revision = EtcdInteger(revision)
+        case .value(let value): message.target = "VALUE"; message.value = EtcdBytes(value)
+        case .lease(let lease): message.target = "LEASE"; message.lease = EtcdInteger(lease)
+        }
+        return message
+    }
+}
+
+/// One operation of a transaction.
+public enum EtcdOperation: Sendable {
+    case put(key: [UInt8], value: [UInt8], lease: Int64?)
+    case delete(key: [UInt8])
+    case range(key: [UInt8], prefix: Bool)
+
+    var message: EtcdRequestOp {
+        switch self {
+        case let .put(key, value, lease):
+            EtcdRequestOp(request_put: EtcdPutRequest(key: EtcdBytes(key), value: EtcdBytes(value), lease: lease.map(EtcdInteger.init)))
+        case let .delete(key):
+            EtcdRequestOp(request_delete_range: EtcdDeleteRequest(key: EtcdBytes(key)))
+        case let .range(key, prefix):
+            EtcdRequestOp(request_range: EtcdRangeRequest(key: EtcdBytes(key), range_end: prefix ? EtcdBytes(EtcdClient.prefixEnd(key)) : nil))
+        }
+    }
+}
+
+/// What a transaction did: whether its conditions held, the revision after it, and what its
+/// range operations read.
+public struct EtcdTransactionResult: Sendable {
+    public var succeeded: Bool
+    public var revision: Int64
+    public var ranges: [[EtcdKeyValue]]
+}
+
+/// A change a watch reports.
+public struct EtcdEvent: Sendable, Equatable {
+    public enum Kind: Sendable { case put, delete }
+    public var kind: Kind
+    public var keyValue: EtcdKeyValue
+}
+
+/// A client of an etcd cluster through its JSON gateway (etcd 3.4's `/v3/...`), over
+/// AsyncHTTPClient. Each request goes to the member that answered last, and to the next on a
+/// connection failure or when a member has no leader (asked to say so at once rather than wait
+/// for one, with the gateway's `hasleader` header).
+public final class EtcdClient: Sendable {
+    public let endpoints: [String]
+    private let http: HTTPClient
+    /// The member that answered last, asked first.
+    private let preferred = Mutex(0)
+    /// How long one member may take to answer a request.
+    let requestTimeout: TimeAmount
+
+    /// `endpoints`: `http://HOST:PORT` of the cluster's members.
+    public init(endpoints: [String], requestTimeout: Duration = .seconds(3)) {
+        precondition(!endpoints.isEmpty, "an etcd client needs at least one endpoint")
+        self.endpoints = endpoints.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
+        http = HTTPClient.shared
+        self.requestTimeout = .nanoseconds(Int64(requestTimeout.components.seconds) * 1_000_000_000
+                                           + requestTimeout.components.attoseconds / 1_000_000_000)
+    }
+
+    // MARK: Keys
+
+    @discardableResult
+    public func put(_ key: [UInt8], _ value: [UInt8], lease: Int64? = nil) async throws(EtcdError) -> Int64 {
+        let response: EtcdPutResponse = try await call("/v3/kv/put",
+            EtcdPutRequest(key: EtcdBytes(key), value: EtcdBytes(value), lease: lease.map(EtcdInteger.init)))
+        return response.header?.revision?.value ?? 0
+    }
+
+    /// The key's value, or every key under it as a prefix; and the revision they were read at.
+    public func get(_ key: [UInt8], prefix: Bool = false) async throws(EtcdError) -> (revision: Int64, values: [EtcdKeyValue]) {
+        let response: EtcdRangeResponse = try await call("/v3/kv/range",
+            EtcdRangeRequest(key: EtcdBytes(key), range_end: prefix ? EtcdBytes(Self.prefixEnd(key)) : nil))
+        return (response.header?.revision?.value ?? 0, (response.kvs ?? []).map(EtcdKeyValue.init))
+    }
+
+    /// Deletes the key (or every key under it as a prefix): how many were deleted.
+    @discardableResult
+    public func delete(_ key: [UInt8], prefix: Bool = false) async throws(EtcdError) -> Int64 {
+        let response: EtcdDeleteResponse = try await call("/v3/kv/deleterange",
+            EtcdDeleteRequest(key: EtcdBytes(key), range_end: prefix ? EtcdBytes(Self.prefixEnd(key)) : nil))
+        return response.deleted?.value ?? 0
+    }
+
+    /// If every condition holds, `success`, else `failure`, at one revision.
+    public func transaction(_ conditions: [EtcdCompare], success: [EtcdOperation],
+                            failure: [EtcdOperation] = []) async throws(EtcdError) -> EtcdTransactionResult {
+        let response: EtcdTxnResponse = try await call("/v3/kv/txn", EtcdTxnRequest(
+            compare: conditions.map(\.message), success: success.map(\.message), failure: failure.map(\.message)))
+        let ranges = (response.responses ?? []).compactMap { $0.response_range.map { ($0.kvs ?? []).map(EtcdKeyValue.init) } }
+        return EtcdTransactionResult(succeeded: response.succeeded ?? false, revision: response.header?.revision?.value ?? 0,
+                                     ranges: ranges)
+    }
+
+    // MARK: Leases
+
+    /// A new lease of `ttl` seconds (etcd raises it to its minimum): its id and granted TTL.
+    public func grantLease(ttl: Int64) async throws(EtcdError) -> (id: Int64, ttl: Int64) {
+        let response: EtcdLeaseGrantResponse = try await call("/v3/lease/grant", EtcdLeaseGrantRequest(TTL: EtcdInteger(ttl)))
+        guard let id = response.ID?.value, id != 0 else { throw .malformed("a lease grant without an id") }
+        return (id, response.TTL?.value ?? ttl)
+    }
+
+    /// Renews the lease: its TTL from now, or nil when it has expired or was revoked.
+    public func keepAlive(_ lease: Int64) async throws(EtcdError) -> Int64? {
+        let response: EtcdLeaseKeepAliveResponse = try await call("/v3/lease/keepalive", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
+        guard let ttl = response.result?.TTL?.value, ttl > 0 else { return nil }
+        return ttl
+    }
+
+    /// Ends the lease: its keys are deleted. A lease already gone is not an error.
+    public func revoke(_ lease: Int64) async throws(EtcdError) {
+        do {
+            let _: EtcdHeaderOnly = try await call("/v3/lease/revoke", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
+        } catch .refused(let code, _) where code == 5 {
+            return      // not found
+        }
+    }
+
+    // MARK: Watches
+
+    /// Every change under `prefix` from `revision` on (nil: from now), in order, batch by batch
+    /// (the changes of one revision together). Ends with an error when the member is lost or
+    /// has no leader, and with `.compacted` when `revision` is no longer kept; the caller
+    /// resumes from its last revision + 1.
+    public func watch(prefix: [UInt8], from revision: Int64?) -> AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error> {
+        let (stream, continuation) = AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error>.makeStream()
+        let task = Task { [self] in
+            do {
+                try await watching(prefix: prefix, from: revision, continuation)
+                continuation.finish(throwing: EtcdError.unavailable("the watch ended"))
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+        continuation.onTermination = { _ in task.cancel() }
+        return stream
+    }
+
+    private func watching(prefix: [UInt8], from revision: Int64?,
+                          _ continuation: AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error>.Continuation) async throws {
+        let body = EtcdWatchRequest(create_request: EtcdWatchCreate(
+            key: EtcdBytes(prefix), range_end: EtcdBytes(Self.prefixEnd(prefix)), start_revision: revision.map(EtcdInteger.init),
+            progress_notify: true))
+        let encoded = try JSONEncoder().encode(body)
+        var lastError = "no member answered"
+        for endpoint in orderedEndpoints() {
+            var request = HTTPClientRequest(url: endpoint + "/v3/watch")
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "Grpc-Metadata-hasleader", value: "true")
+            request.body = .bytes(ByteBuffer(bytes: encoded))
+            let response: HTTPClientResponse
+            do {
+                // The connection's deadline bounds only its opening here: the stream lasts.
+                response = try await http.execute(request, deadline: .distantFuture)
+            } catch {
+                lastError = "\(endpoint): \(error)"
+                continue
+            }
+            guard response.status == .ok else {
+                let text = String(buffer: (try? await response.body.collect(upTo: 1 << 20)) ?? ByteBuffer())
+                lastError = "\(endpoint): \(response.status.code) \(text)"
+                continue
+            }
+            var pending: [UInt8] = []
+            for try await chunk in response.body {
+                pending += chunk.readableBytesView
+                while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
+                    let line = Array(pending[..<newline])
+                    pending.removeSubrange(...newline)
+                    if line.isEmpty { continue }
+                    let decoded: EtcdWatchLine
+                    do { decoded = try JSONDecoder().decode(EtcdWatchLine.self, from: Data(line)) } catch {
+                        throw EtcdError.malformed(String(decoding: line, as: UTF8.self))
+                    }
+                    if let failure = decoded.error { throw EtcdError.unavailable(failure.message ?? "the watch failed") }
+                    guard let result = decoded.result else { continue }
+                    if let compacted = result.compact_revision?.value, result.canceled == true {
+                        throw EtcdError.compacted(revision: compacted)
+                    }
+                    guard let events = result.events, !events.isEmpty else { continue }   // created, progress
+                    let revision = result.header?.revision?.value ?? events.last?.kv.mod_revision?.value ?? 0
+                    continuation.yield((revision, events.map {
+                        EtcdEvent(kind: $0.type == "DELETE" ? .delete : .put, keyValue: EtcdKeyValue($0.kv))
+                    }))
+                }
+            }
+            return
+        }
+        throw EtcdError.unavailable(lastError)
+    }
+
+    // MARK: Calls
+
+    private struct EtcdHeaderOnly: Decodable { var header: EtcdHeader? }
+
+    /// Sends `body` to `path` on the preferred member, then the others in turn.
+    private func call<Request: Encodable, Response: Decodable>(_ path: String, _ body: Request) async throws(EtcdError) -> Response {
+        let encoded: Data
+        do { encoded = try JSONEncoder().encode(body) } catch { throw .malformed("\(error)") }
+        var lastError = "no member answered"
+        for (index, endpoint) in orderedEndpoints().enumerated() {
+            var request = HTTPClientRequest(url: endpoint + path)
+            request.method = .POST
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.headers.add(name: "Grpc-Metadata-hasleader", value: "true")
+            request.body = .bytes(ByteBuffer(bytes: encoded))
+            let bytes: ByteBuffer
+            let status: HTTPResponseStatus
+            do {
+                let response = try await http.execute(request, timeout: requestTimeout)
+                status = response.status
+                bytes = try await response.body.collect(upTo: 8 << 20)
+            } catch {
+                lastError = "\(endpoint): \(error)"
+                continue
+            }
+            let data = Data(bytes.readableBytesView)
+            if status == .ok {
+                let count = endpoints.count
+                preferred.withLock { $0 = ($0 + index) % count }
+                do { return try JSONDecoder().decode(Response.self, from: data) } catch {
+                    throw .malformed("\(path): \(String(decoding: data, as: UTF8.self))")
+                }
+            }
+            let failure = try? JSONDecoder().decode(EtcdErrorBody.self, from: data)
+            let message = failure?.error ?? failure?.message ?? String(decoding: data, as: UTF8.self)
+            // Unavailable (no leader, timed out) or unknown: another member may serve it.
+            if status == .serviceUnavailable || failure?.code == 14 || failure?.code == 2 {
+                lastError = "\(endpoint): \(message)"
+                continue
+            }
+            throw .refused(code: failure?.code ?? Int(status.code), message: message)
+        }
+        throw .unavailable(lastError)
+    }
+
+    private func orderedEndpoints() -> [String] {
+        let first = preferred.withLock { $0 }
+        return Array(endpoints[first...] + endpoints[..<first])
+    }
+
+    /// The end of the range of keys that start with `prefix`: its last byte less than 0xff
+    /// incremented, the rest dropped; a single 0 byte (every key after) if there is none.
+    static func prefixEnd(_ prefix: [UInt8]) -> [UInt8] {
+        var end = prefix
+        while let last = end.last {
+            if last < 0xff { end[end.count - 1] = last + 1; return end }
+            end.removeLast()
+        }
+        return [0]
+    }
+}
