@@ -55,6 +55,9 @@ public final class HostLease: Sendable {
     /// Returns once the lease is lost.
     public func waitUntilLost() async { await loss.wait() }
 
+    /// Stops renewing without telling etcd: the lease ends after its TTL, as a host's that died.
+    func stopRenewing() { renewal.cancel() }
+
     /// Ends the lease at once (a host leaving cleanly): etcd deletes its keys now, not after the TTL.
     public func revoke() async throws(EtcdError) {
         renewal.cancel()

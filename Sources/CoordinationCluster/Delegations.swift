@@ -1,0 +1,298 @@
+import Synchronization
+
+/// Grants that hosts sharing a store hold of its items, through etcd: a host holds a
+/// delegation of an item (read or write) while no other host holds a conflicting one, and
+/// grants its own programs' accesses inside it in memory. Another host that wants a
+/// conflicting delegation makes a key of its own and waits; the holder hears a recall, ends
+/// its local accesses (its presenters relinquish as for a local writer), and gives the
+/// delegation back.
+///
+/// Each delegation, wanted or held, is one key `<prefix><path>\0<host>` whose value is its
+/// mode, attached to the host's lease: a host that dies or is cut off loses them all with its
+/// lease. Hosts are served first come, first served by the keys' create revisions (the
+/// etcd lock recipe, over read and write modes): a key is held once every conflicting key made
+/// before it is gone, and its create revision is the grant's fencing token. Each host keeps a
+/// replica of all keys, read once and then followed by one watch, so waiting and recalls cost
+/// no request of their own.
+public final class Delegations: Sendable {
+    public enum Mode: String, Sendable { case read = "r", write = "w" }
+
+    /// A delegation as the replica has it.
+    public struct Entry: Sendable, Equatable {
+        public var path: String
+        public var host: String
+        public var mode: Mode
+        /// The key's create revision: its place in line, and the fencing token once held.
+        public var revision: Int64
+    }
+
+    /// Another host wants what this host holds.
+    public struct Recall: Sendable, Equatable {
+        /// This host's delegation that is in the way.
+        public var held: Entry
+        /// The other host's.
+        public var wanted: Entry
+    }
+
+    public enum Failure: Error, Equatable {
+        /// The host's lease is gone: it holds nothing any more.
+        case leaseLost
+        /// The key was deleted while it waited (given back, or its lease ended).
+        case withdrawn
+        case etcd(EtcdError)
+    }
+
+    public let host: String
+    private let client: EtcdClient
+    let lease: HostLease
+    private let prefix: [UInt8]
+    private let state = Mutex(State())
+    public let recalls: AsyncStream<Recall>
+    private let recallSink: AsyncStream<Recall>.Continuation
+    private let follower = Mutex<Task<Void, Never>?>(nil)
+
+    private struct State {
+        /// Every delegation key under the prefix, by key.
+        var entries: [[UInt8]: Entry] = [:]
+        var revision: Int64 = 0
+        /// This host's keys still waiting, and who waits for each.
+        var waiters: [[UInt8]: CheckedContinuation<Int64, Error>] = [:]
+        /// Recalls told already (a recall is told once per pair of keys).
+        var told: Set<[[UInt8]]> = []
+        var lost = false
+    }
+
+    /// `store`: the name hosts that share one store give it (their mounts of it coordinate).
+    public init(client: EtcdClient, store: String, host: String, lease: HostLease) {
+        precondition(!host.contains("\0") && !host.isEmpty)
+        self.client = client
+        self.host = host
+        self.lease = lease
+        prefix = Array("/coordfs/\(store)/delegations/".utf8)
+        (recalls, recallSink) = AsyncStream.makeStream()
+    }
+
+    deinit {
+        follower.withLock { $0?.cancel() }
+        recallSink.finish()
+    }
+
+    /// Reads every delegation and starts following changes.
+    public func start() async throws(Failure) {
+        let revision = try await reload()
+        let task = Task { [self] in await follow(from: revision + 1) }
+        follower.withLock { $0 = task }
+        Task { [self, lease] in
+            await lease.waitUntilLost()
+            leaseLost()
+        }
+    }
+
+    public func stop() {
+        follower.withLock { $0?.cancel() }
+        recallSink.finish()
+    }
+
+    /// Leaves the store cleanly: stops following, and revokes the lease, so that what this
+    /// host held is given back now, not after its TTL.
+    public func leave() async {
+        stop()
+        try? await lease.revoke()
+    }
+
+    // MARK: Taking and giving back
+
+    /// Waits until this host holds `mode` on `path` ("" is the store's root, "a/b" an item
+    /// below it), and returns the grant's fencing token.
+    public func acquire(_ path: String, _ mode: Mode) async throws(Failure) -> Int64 {
+        let key = self.key(path, host)
+        // With the key, the keys that could be in its way, read at its revision: the replica
+        // may not have followed that far yet, and must not grant on what it has not seen.
+        let around = neighbourhood(of: path)
+        var made: (revision: Int64, snapshot: [EtcdKeyValue], at: Int64)?
+        do throws(EtcdError) {
+            // A key of this host already there (another mode) is replaced: to the back of the line.
+            while made == nil {
+                let answer = try await client.transaction(
+                    [.absent(key)], success: [.put(key: key, value: Array(mode.rawValue.utf8), lease: lease.id)] + around,
+                    failure: [.range(key: key, prefix: false)] + around)
+                if answer.succeeded {
+                    made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
+                } else if let existing = answer.ranges.first?.first, existing.value == Array(mode.rawValue.utf8) {
+                    made = (existing.createRevision, answer.ranges.dropFirst().flatMap { $0 }, answer.revision)
+                } else {
+                    try await client.delete(key)
+                }
+            }
+        } catch {
+            throw .etcd(error)
+        }
+        let (revision, snapshot, readAt) = made!
+        let mine = Entry(path: path, host: host, mode: mode, revision: revision)
+        do {
+            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int64, Error>) in
+                let settled = state.withLock { state -> Result<Int64, Failure>? in
+                    if state.lost { return .failure(.leaseLost) }
+                    // Behind the snapshot, the replica learns what it holds; deletions after
+                    // it come through the watch. (Ahead of it, the replica knows better.)
+                    if state.revision < readAt {
+                        for value in snapshot { if let found = entry(value) { state.entries[value.key] = found } }
+                    }
+                    state.entries[key] = mine
+                    if Self.blockers(of: mine, in: state.entries).isEmpty { return .success(revision) }
+                    state.waiters[key] = continuation
+                    return nil
+                }
+                if let settled { continuation.resume(with: settled) }
+                settle { _ in }     // recalls this key makes
+            }
+        } catch let failure as Failure {
+            throw failure
+        } catch {
+            throw .leaseLost
+        }
+    }
+
+    /// Reads of the keys that can conflict with one of `path`: its own, those of the items it
+    /// holds, and those of the directories that hold it.
+    private func neighbourhood(of path: String) -> [EtcdOperation] {
+        if path.isEmpty { return [.range(key: prefix, prefix: true)] }
+        var reads: [EtcdOperation] = [.range(key: prefix + Array(path.utf8) + [0], prefix: true),
+                                      .range(key: prefix + Array((path + "/").utf8), prefix: true)]
+        var directory = Substring(path)
+        while true {
+            if let slash = directory.lastIndex(of: "/") { directory = directory[..<slash] } else { directory = "" }
+            reads.append(.range(key: prefix + Array(directory.utf8) + [0], prefix: true))
+            if directory.isEmpty { break }
+        }
+        return reads
+    }
+
+    /// Gives back this host's delegation of `path`.
+    public func release(_ path: String) async throws(Failure) {
+        let key = self.key(path, host)
+        do { try await client.delete(key) } catch { throw .etcd(error) }
+        settle { $0.entries[key] = nil }
+    }
+
+    /// Every delegation, held or wanted, by every host, in line order.
+    public func entries() -> [Entry] {
+        state.withLock { $0.entries.values.sorted { $0.revision < $1.revision } }
+    }
+
+    // MARK: The replica
+
+    private func key(_ path: String, _ host: String) -> [UInt8] { prefix + Array(path.utf8) + [0] + Array(host.utf8) }
+
+    private func entry(_ value: EtcdKeyValue) -> Entry? {
+        guard value.key.starts(with: prefix) else { return nil }
+        let rest = value.key[prefix.count...]
+        guard let zero = rest.firstIndex(of: 0), let mode = Mode(rawValue: String(decoding: value.value, as: UTF8.self)) else { return nil }
+        return Entry(path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: rest[(zero + 1)...], as: UTF8.self),
+                     mode: mode, revision: value.createRevision)
+    }
+
+    /// Reads every key anew: the revision read at.
+    private func reload() async throws(Failure) -> Int64 {
+        let (revision, values): (Int64, [EtcdKeyValue])
+        do { (revision, values) = try await client.get(prefix, prefix: true) } catch { throw .etcd(error) }
+        settle { state in
+            state.entries = Dictionary(values.compactMap { value in entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 })
+            state.revision = revision
+        }
+        return revision
+    }
+
+    /// Follows changes from `revision`; after a lost connection, from where it stopped; after
+    /// a compaction, from a new read.
+    private func follow(from revision: Int64) async {
+        var next = revision
+        while !Task.isCancelled {
+            do {
+                for try await batch in client.watch(prefix: prefix, from: next) {
+                    settle { state in
+                        for event in batch.events {
+                            let key = event.keyValue.key
+                            // A key this host made again may be in the replica before the
+                            // watch brings the old one's deletion: older news is ignored.
+                            let current = state.entries[key]?.revision ?? 0
+                            switch event.kind {
+                            case .put:
+                                if let made = entry(event.keyValue), made.revision >= current { state.entries[key] = made }
+                            case .delete:
+                                if current <= event.keyValue.modRevision { state.entries[key] = nil }
+                            }
+                        }
+                        state.revision = batch.revision
+                    }
+                    next = batch.revision + 1
+                }
+            } catch EtcdError.compacted {
+                if let revision = try? await reload() { next = revision + 1 }
+            } catch {
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
+    /// Changes the replica, then wakes the waiters whose keys are now held and tells recalls.
+    private func settle(_ change: (inout State) -> Void) {
+        let (granted, withdrawn, recalls) = state.withLock { state in
+            change(&state)
+            var granted: [(CheckedContinuation<Int64, Error>, Int64)] = []
+            var withdrawn: [CheckedContinuation<Int64, Error>] = []
+            for (key, waiter) in state.waiters {
+                guard let mine = state.entries[key] else {
+                    withdrawn.append(waiter)
+                    state.waiters[key] = nil
+                    continue
+                }
+                if Self.blockers(of: mine, in: state.entries).isEmpty {
+                    granted.append((waiter, mine.revision))
+                    state.waiters[key] = nil
+                }
+            }
+            var recalls: [Recall] = []
+            // Held: this host's keys with nothing before them in the way.
+            let held = state.entries.filter { $0.value.host == host && Self.blockers(of: $0.value, in: state.entries).isEmpty }
+            for (heldKey, mine) in held {
+                for (otherKey, other) in state.entries where other.host != host && other.revision > mine.revision && Self.conflict(mine, other) {
+                    if state.told.insert([heldKey, otherKey]).inserted { recalls.append(Recall(held: mine, wanted: other)) }
+                }
+            }
+            state.told = state.told.filter { pair in pair.allSatisfy { state.entries[$0] != nil } }
+            return (granted, withdrawn, recalls)
+        }
+        for (waiter, revision) in granted { waiter.resume(returning: revision) }
+        // A lease revoked is lost before etcd deletes its keys.
+        for waiter in withdrawn { waiter.resume(throwing: lease.isLost ? Failure.leaseLost : Failure.withdrawn) }
+        for recall in recalls { recallSink.yield(recall) }
+    }
+
+    private func leaseLost() {
+        let waiters = state.withLock { state -> [CheckedContinuation<Int64, Error>] in
+            state.lost = true
+            defer { state.waiters = [:] }
+            return Array(state.waiters.values)
+        }
+        for waiter in waiters { waiter.resume(throwing: Failure.leaseLost) }
+    }
+
+    // MARK: Conflicts
+
+    /// The other hosts' keys made before `entry` that conflict with it.
+    static func blockers(of entry: Entry, in entries: [[UInt8]: Entry]) -> [Entry] {
+        entries.values.filter { $0.host != entry.host && $0.revision < entry.revision && conflict(entry, $0) }
+    }
+
+    /// Two delegations conflict when either writes and their items are one, or one holds the other.
+    static func conflict(_ a: Entry, _ b: Entry) -> Bool {
+        guard a.mode == .write || b.mode == .write else { return false }
+        return a.path == b.path || contains(a.path, b.path) || contains(b.path, a.path)
+    }
+
+    /// Whether the item `outer` holds `inner` ("" holds everything).
+    static func contains(_ outer: String, _ inner: String) -> Bool {
+        outer.isEmpty || inner.hasPrefix(outer + "/")
+    }
+}

@@ -1,0 +1,145 @@
+@testable import CoordinationCluster
+import Foundation
+import Synchronization
+import Testing
+
+/// Delegations between hosts, each host a `Delegations` of its own (its own lease) in this
+/// process, against one etcd on loopback.
+@Suite(.serialized, .enabled(if: EtcdServers.installed, "etcd is not installed (make setup installs etcd-server)"))
+struct DelegationsTests {
+    /// A host with its own lease, following the store's delegations.
+    static func host(_ name: String, _ client: EtcdClient, ttl: Int64 = 5) async throws -> Delegations {
+        let lease = try await HostLease.grant(on: client, ttl: ttl)
+        let host = Delegations(client: client, store: "s", host: name, lease: lease)
+        try await host.start()
+        return host
+    }
+
+    /// An acquire under way, and whether it has ended.
+    struct Pending: Sendable {
+        private final class Ended: Sendable { let value = Atomic<Bool>(false) }
+        let task: Task<Int64, Error>
+        private let ended = Ended()
+
+        init(_ body: @escaping @Sendable () async throws -> Int64) {
+            let ended = self.ended
+            task = Task {
+                defer { ended.value.store(true, ordering: .releasing) }
+                return try await body()
+            }
+        }
+
+        /// Whether it still waits after half a second.
+        func waits() async -> Bool {
+            try? await Task.sleep(for: .milliseconds(500))
+            return !ended.value.load(ordering: .acquiring)
+        }
+
+        var value: Int64 { get async throws { try await task.value } }
+    }
+
+    @Test func readersShareAndAWriterWaitsForThemAndRecallsThem() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client), c = try await Self.host("C", client)
+        _ = try await a.acquire("doc", .read)
+        _ = try await b.acquire("doc", .read)          // at once: readers share
+        var recallsOfA = a.recalls.makeAsyncIterator(), recallsOfB = b.recalls.makeAsyncIterator()
+        let writer = Pending { try await c.acquire("doc", .write) }
+        #expect(await writer.waits(), "a writer waits for the readers")
+        #expect(await recallsOfA.next()?.wanted.host == "C")
+        #expect(await recallsOfB.next()?.wanted.host == "C")
+        try await a.release("doc")
+        #expect(await writer.waits(), "and for the last of them")
+        try await b.release("doc")
+        let token = try await writer.value
+        #expect(token > 0)
+        #expect(c.entries().map(\.host) == ["C"])
+    }
+
+    /// A host decides on what etcd holds when its key is made, not on what its replica has
+    /// followed so far: one that has just joined, or asks at once after another's grant, waits.
+    @Test func aGrantIsNeverMadeOnAReplicaBehindTheKey() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        for round in 0..<10 {
+            let first = try await Self.host("A\(round)", client), second = try await Self.host("B\(round)", client)
+            _ = try await first.acquire("k\(round)", .write)
+            let late = Pending { try await second.acquire("k\(round)/inside", .read) }
+            #expect(await late.waits(), "round \(round): granted while another host held the directory")
+            try await first.release("k\(round)")
+            _ = try await late.value
+            // Each host follows the store on a connection of its own, and a client keeps a few.
+            await first.leave()
+            await second.leave()
+        }
+    }
+
+    /// Waiters are served in the order they came, whatever their modes.
+    @Test func hostsAreServedFirstComeFirstServed() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client), c = try await Self.host("C", client)
+        let first = try await a.acquire("x", .write)
+        let reader = Pending { try await b.acquire("x", .read) }
+        #expect(await reader.waits())
+        let writer = Pending { try await c.acquire("x", .write) }
+        #expect(await writer.waits())
+        try await a.release("x")
+        let second = try await reader.value
+        #expect(await writer.waits(), "the writer came after the reader")
+        try await b.release("x")
+        let third = try await writer.value
+        #expect(first < second && second < third, "fencing tokens grow: \(first) \(second) \(third)")
+    }
+
+    /// A directory's delegation covers what it holds; items elsewhere are not in the way.
+    @Test func aDirectoryCoversWhatItHolds() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client)
+        _ = try await a.acquire("dir", .write)
+        let inside = Pending { try await b.acquire("dir/sub/file", .read) }
+        #expect(await inside.waits(), "an item inside a directory another host writes")
+        _ = try await b.acquire("other/file", .write)   // at once
+        _ = try await b.acquire("dirt", .write)         // a sibling whose name begins the same
+        try await a.release("dir")
+        _ = try await inside.value
+        let whole = Pending { try await a.acquire("", .write) }
+        #expect(await whole.waits(), "the store's root holds everything")
+        try await b.release("dir/sub/file")
+        try await b.release("other/file")
+        try await b.release("dirt")
+        _ = try await whole.value
+        #expect(Delegations.contains("", "a") && Delegations.contains("a", "a/b") && !Delegations.contains("a", "ab"))
+    }
+
+    /// A host that dies (its lease not renewed) or leaves (its lease revoked) gives back all it
+    /// held: the others proceed; its own waits end with the lease.
+    @Test func aHostThatDiesOrLeavesGivesBackAllItHeld() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let deadLease = try await HostLease.grant(on: client, ttl: 2)
+        let dead = Delegations(client: client, store: "s", host: "dead", lease: deadLease)
+        try await dead.start()
+        let b = try await Self.host("B", client)
+        _ = try await dead.acquire("f", .write)
+        let waiting = Pending { try await b.acquire("f", .write) }
+        #expect(await waiting.waits())
+        deadLease.stopRenewing()
+        let started = ContinuousClock.now
+        _ = try await waiting.value
+        #expect(ContinuousClock.now - started < .seconds(5), "within the TTL (2 s) and a renewal's time")
+
+        let leaving = try await Self.host("C", client)
+        let held = Pending { try await leaving.acquire("f", .write) }
+        #expect(await held.waits(), "B holds it")
+        try await leaving.lease.revoke()
+        await #expect(throws: Delegations.Failure.leaseLost) { try await held.value }
+    }
+}
