@@ -106,11 +106,10 @@ final class BackingWatch: @unchecked Sendable {
         self.filesystem = filesystem
         if scope == .directories {
             // Marked before the mount is made: a change made as soon as it is, is seen.
-            var root = stat()
-            guard fstat(backing, &root) == 0, let handle = Self.handle(of: backing) else {
+            guard let handle = Self.handle(of: backing), let root = directories(root: handle) else {
                 throw Unavailable(description: "\(backingPath): \(Errno.current)")
             }
-            marked = WatchedDirectories(root: handle, device: UInt64(root.st_dev), number: UInt64(root.st_ino))
+            marked = root
             let failure = cfs_fanotify_mark_directory(changes, backing)
             guard failure == 0 else { throw Unavailable(description: "fanotify: \(Errno(code: -failure))") }
             markBelow("", handle: handle)
@@ -304,8 +303,11 @@ final class BackingWatch: @unchecked Sendable {
         if batch.overflowed {
             logger.warning("changes behind the mount came faster than they could be read: some were not told; the kernel forgets everything it keeps")
             filesystem.invalidateEverything()
-            // Directories made meanwhile may have gone unmarked.
-            if let root = marked?.root { markBelow("", handle: root) }
+            // Directories made, moved or removed meanwhile: the marks are made anew.
+            if let old = marked, let root = directories(root: old.root) {
+                marked = root
+                markBelow("", handle: old.root)
+            }
         }
         let engine = filesystem.engine
         var deliveries: [PresenterDelivery<PresenterNotification>] = []
@@ -359,46 +361,38 @@ final class BackingWatch: @unchecked Sendable {
 
     // MARK: A mark per directory
 
-    /// Keeps the marks and `marked` up to date with a change of a directory: one made (marked,
-    /// with what it holds), moved (in from outside BACKING: marked, with what it holds), removed.
-    /// What a directory made or moved in from outside holds is told as appearing: it may have
-    /// been filled before its mark was made.
+    /// Keeps the marks and `marked` up to date with a change of a directory, which the event
+    /// names by its handle: one made (marked, with what it holds), moved (in from outside
+    /// BACKING: marked, with what it holds; out: forgotten), removed. What a directory made or
+    /// moved in from outside holds is told as appearing: it may have been filled before its
+    /// mark was made.
     private func track(_ change: cfs_backing_change, into batch: inout Batch) {
+        guard let object = change.object else { return }
+        let moved = Self.key(object)
         let outside = change.pid != ownProcess
+        func markNew(_ name: String, in parent: WatchedDirectories.Handle) {
+            guard !marked!.contains(moved), let place = marked!.directory(parent) else { return }
+            let found = markBelow(place.relative.isEmpty ? name : place.relative + "/" + name, name: name, in: parent, collecting: outside)
+            if outside { for (path, isDirectory) in found { batch.add(path, isDirectory: isDirectory, .appeared) } }
+        }
         if change.mask & CFS_CHANGE_RENAME != 0 {
-            // Moved out of BACKING (no new side): its marks stay, unused.
             guard let newDirectory = change.new_directory, let newName = change.new_name else {
-                if let directory = change.directory, let name = change.name {
-                    marked!.remove(FileSystemName.string(cString: name), in: Self.key(directory))
-                    filesystem.statistics.watchedDirectories.store(marked!.count, ordering: .relaxed)
-                }
-                return
+                marked!.removeTree(moved)       // out of BACKING
+                return countMarks()
             }
             let newParent = Self.key(newDirectory), newEntry = FileSystemName.string(cString: newName)
-            if let directory = change.directory, let name = change.name,
-               marked!.move(FileSystemName.string(cString: name), in: Self.key(directory), to: newEntry, in: newParent) {
-                return
-            }
-            // Moved in from elsewhere (no old side, or one not known).
-            if let place = marked!.directory(newParent) {
-                let found = markBelow(place.relative.isEmpty ? newEntry : place.relative + "/" + newEntry, name: newEntry,
-                                      in: newParent, collecting: outside)
-                if outside { for (path, isDirectory) in found { batch.add(path, isDirectory: isDirectory, .appeared) } }
-            }
-            return
-        }
-        guard let directory = change.directory, let name = change.name else { return }
-        let parent = Self.key(directory), entry = FileSystemName.string(cString: name)
-        if entry == "." { return }
-        if change.mask & CFS_CHANGE_CREATE != 0 {
-            guard let place = marked!.directory(parent) else { return }
-            let found = markBelow(place.relative.isEmpty ? entry : place.relative + "/" + entry, name: entry, in: parent,
-                                  collecting: outside)
-            if outside { for (path, isDirectory) in found { batch.add(path, isDirectory: isDirectory, .appeared) } }
+            if !marked!.move(moved, to: newEntry, in: newParent) { markNew(newEntry, in: newParent) }
+        } else if change.mask & CFS_CHANGE_CREATE != 0 {
+            guard let directory = change.directory, let name = change.name else { return }
+            markNew(FileSystemName.string(cString: name), in: Self.key(directory))
         } else if change.mask & CFS_CHANGE_DELETE != 0 {
-            marked!.remove(entry, in: parent)
-            filesystem.statistics.watchedDirectories.store(marked!.count, ordering: .relaxed)
+            marked!.remove(moved)
+            countMarks()
         }
+    }
+
+    private func countMarks() {
+        filesystem.statistics.watchedDirectories.store(marked!.count, ordering: .relaxed)
     }
 
     /// Marks the directory `relative` (below the backing root, named `name` in the directory
@@ -409,12 +403,16 @@ final class BackingWatch: @unchecked Sendable {
                            handle known: WatchedDirectories.Handle? = nil, collecting: Bool = false) -> [(ItemPath, Bool)] {
         var found: [(ItemPath, Bool)] = []
         var pending = [(relative: relative, name: name, parent: parent)]
+        // A bind mount of the filesystem inside BACKING shows a directory twice: once is enough.
+        var seen: Set<WatchedDirectories.Handle> = []
         while let next = pending.popLast(), !marksRanOut {
-            let fd = next.relative.isEmpty ? dup(backing)
-                : FileSystemName.withCString(next.relative) { openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            let fd = FileSystemName.withCString(next.relative.isEmpty ? "." : next.relative) {
+                openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
             guard fd >= 0 else { continue }      // gone already
             var info = stat()
-            guard fstat(fd, &info) == 0, UInt64(info.st_dev) == device, let handle = (next.parent == nil ? known : nil) ?? Self.handle(of: fd) else {
+            guard fstat(fd, &info) == 0, UInt64(info.st_dev) == device, let handle = (next.parent == nil ? known : nil) ?? Self.handle(of: fd),
+                  seen.insert(handle).inserted else {
                 close(fd)
                 continue
             }
@@ -422,7 +420,8 @@ final class BackingWatch: @unchecked Sendable {
                 let failure = cfs_fanotify_mark_directory(changes, fd)
                 if failure == -ENOSPC {
                     marksRanOut = true
-                    logger.warning("changes behind the mount: fs.fanotify.max_user_marks reached at \(marked!.count) directories; changes in directories made since are not seen")
+                    logger.warning("changes behind the mount: fs.fanotify.max_user_marks reached at \(marked!.count) directories; the kernel keeps nothing long from now on (1 s), and changes in directories made since are not seen")
+                    filesystem.stopKeepingLong()
                 }
                 guard failure == 0 else { close(fd); continue }
                 marked!.add(handle, name: next.name, in: parent, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
@@ -443,8 +442,15 @@ final class BackingWatch: @unchecked Sendable {
             }
             closedir(stream)
         }
-        filesystem.statistics.watchedDirectories.store(marked!.count, ordering: .relaxed)
+        countMarks()
         return found
+    }
+
+    /// No directory marked but the backing root, `root`.
+    private func directories(root: WatchedDirectories.Handle) -> WatchedDirectories? {
+        var info = stat()
+        guard fstat(backing, &info) == 0 else { return nil }
+        return WatchedDirectories(root: root, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
     }
 
     /// The handle of the directory `fd` as fanotify reports it, as a key.

@@ -30,8 +30,10 @@ public final class Filesystem: @unchecked Sendable {
     let logger = Logger(label: "org.coordfs.mount")
     let waitingRequests = WaitingRequests()
     /// The device whose items the kernel may keep long (`timeout(onDevice:)`): the backing
-    /// directory's, once `watchBacking` watches it. Set before the session serves.
-    private(set) var watchedDevice = UInt64.max
+    /// directory's, once `watchBacking` watches it; none again if the watch cannot cover every
+    /// directory (`stopKeepingLong`).
+    private let watched = Atomic<UInt64>(.max)
+    var watchedDevice: UInt64 { watched.load(ordering: .relaxed) }
     let watchedTimeout: Double
     let unwatchedTimeout: Double
     let statistics = MountStatistics()
@@ -137,7 +139,7 @@ public final class Filesystem: @unchecked Sendable {
         do {
             let watch = try BackingWatch(watching: configuration.backing, device: filesystems.rootDevice,
                                          byDirectory: configuration.watchesBackingByDirectory, for: self)
-            watchedDevice = watch.device
+            watched.store(watch.device, ordering: .relaxed)
             statistics.watchesBacking.store(true, ordering: .relaxed)
             return watch
         } catch {
@@ -154,6 +156,13 @@ public final class Filesystem: @unchecked Sendable {
         case .all: true
         case .blocking: false
         }
+    }
+
+    /// The watch of changes behind the mount no longer covers every directory: the kernel keeps
+    /// nothing long from now on, and forgets what it kept.
+    func stopKeepingLong() {
+        watched.store(.max, ordering: .relaxed)
+        invalidateEverything()
     }
 
     /// `inodes.withFD` for a handler that answers inside `body`; a node that cannot be opened

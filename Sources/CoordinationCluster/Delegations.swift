@@ -7,8 +7,8 @@ import Synchronization
 /// its local accesses (its presenters relinquish as for a local writer), and gives the
 /// delegation back.
 ///
-/// Each delegation, wanted or held, is one key `<prefix><path>\0<host>` whose value is its
-/// mode, attached to the host's lease: a host that dies or is cut off loses them all with its
+/// Each delegation, wanted or held, is one key `<prefix><path>\0<host>\0<lease>` whose value
+/// is its mode, attached to the host's lease: a host that dies or is cut off loses them all with its
 /// lease. Hosts are served first come, first served by the keys' create revisions (the
 /// etcd lock recipe, over read and write modes): a key is held once every conflicting key made
 /// before it is gone, and its create revision is the grant's fencing token. Each host keeps a
@@ -24,6 +24,11 @@ public final class Delegations: Sendable {
         public var mode: Mode
         /// The key's create revision: its place in line, and the fencing token once held.
         public var revision: Int64
+        /// The lease it lives by: a host's run. A key a host left in an earlier run (it died and
+        /// came back within the TTL) is another holder's, not its own.
+        public var lease: Int64
+
+        func isSameHolder(as other: Entry) -> Bool { host == other.host && lease == other.lease }
     }
 
     /// Another host wants what this host holds.
@@ -39,6 +44,8 @@ public final class Delegations: Sendable {
         case leaseLost
         /// The key was deleted while it waited (given back, or its lease ended).
         case withdrawn
+        /// This host stopped following the store.
+        case stopped
         case etcd(EtcdError)
     }
 
@@ -56,10 +63,16 @@ public final class Delegations: Sendable {
         var entries: [[UInt8]: Entry] = [:]
         var revision: Int64 = 0
         /// This host's keys still waiting, and who waits for each.
-        var waiters: [[UInt8]: CheckedContinuation<Int64, Error>] = [:]
-        /// Recalls told already (a recall is told once per pair of keys).
-        var told: Set<[[UInt8]]> = []
+        var waiters: [[UInt8]: [CheckedContinuation<Int64, Error>]] = [:]
+        /// Recalls told already: once per pair of keys, each as made at its revision.
+        var told: Set<Told> = []
         var lost = false
+        var started = false
+        var stopped = false
+    }
+
+    private struct Told: Hashable {
+        let held: [UInt8], heldRevision: Int64, wanted: [UInt8], wantedRevision: Int64
     }
 
     /// `store`: the name hosts that share one store give it (their mounts of it coordinate).
@@ -79,6 +92,8 @@ public final class Delegations: Sendable {
 
     /// Reads every delegation and starts following changes.
     public func start() async throws(Failure) {
+        precondition(!state.withLock { $0.started }, "started twice")
+        state.withLock { $0.started = true }
         let revision = try await reload()
         let task = Task { [self] in await follow(from: revision + 1) }
         follower.withLock { $0 = task }
@@ -88,9 +103,17 @@ public final class Delegations: Sendable {
         }
     }
 
+    /// Stops following the store; waits under way end with `.stopped`. What this host holds
+    /// stays held until its lease ends (`leave` gives it back).
     public func stop() {
         follower.withLock { $0?.cancel() }
         recallSink.finish()
+        let waiters = state.withLock { state in
+            state.stopped = true
+            defer { state.waiters = [:] }
+            return state.waiters.values.flatMap { $0 }
+        }
+        for waiter in waiters { waiter.resume(throwing: Failure.stopped) }
     }
 
     /// Leaves the store cleanly: stops following, and revokes the lease, so that what this
@@ -103,9 +126,10 @@ public final class Delegations: Sendable {
     // MARK: Taking and giving back
 
     /// Waits until this host holds `mode` on `path` ("" is the store's root, "a/b" an item
-    /// below it), and returns the grant's fencing token.
+    /// below it), and returns the grant's fencing token. Acquires of one path in two modes at
+    /// once are the caller's to avoid: the second replaces the first's key.
     public func acquire(_ path: String, _ mode: Mode) async throws(Failure) -> Int64 {
-        let key = self.key(path, host)
+        let key = self.key(path)
         // With the key, the keys that could be in its way, read at its revision: the replica
         // may not have followed that far yet, and must not grant on what it has not seen.
         let around = neighbourhood(of: path)
@@ -118,7 +142,8 @@ public final class Delegations: Sendable {
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
                     made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
-                } else if let existing = answer.ranges.first?.first, existing.value == Array(mode.rawValue.utf8) {
+                } else if let existing = answer.ranges.first?.first, existing.value == Array(mode.rawValue.utf8),
+                          existing.lease == lease.id {
                     made = (existing.createRevision, answer.ranges.dropFirst().flatMap { $0 }, answer.revision)
                 } else {
                     try await client.delete(key)
@@ -128,19 +153,25 @@ public final class Delegations: Sendable {
             throw .etcd(error)
         }
         let (revision, snapshot, readAt) = made!
-        let mine = Entry(path: path, host: host, mode: mode, revision: revision)
+        let mine = Entry(path: path, host: host, mode: mode, revision: revision, lease: lease.id)
         do {
             return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int64, Error>) in
                 let settled = state.withLock { state -> Result<Int64, Failure>? in
                     if state.lost { return .failure(.leaseLost) }
+                    if state.stopped { return .failure(.stopped) }
                     // Behind the snapshot, the replica learns what it holds; deletions after
-                    // it come through the watch. (Ahead of it, the replica knows better.)
+                    // it come through the watch. (Ahead of it, the replica knows better; and a
+                    // key it has in a later making is not put back to an earlier one.)
                     if state.revision < readAt {
-                        for value in snapshot { if let found = entry(value) { state.entries[value.key] = found } }
+                        for value in snapshot {
+                            if let found = entry(value), found.revision >= (state.entries[value.key]?.revision ?? 0) {
+                                state.entries[value.key] = found
+                            }
+                        }
                     }
-                    state.entries[key] = mine
+                    if mine.revision >= (state.entries[key]?.revision ?? 0) { state.entries[key] = mine }
                     if Self.blockers(of: mine, in: state.entries).isEmpty { return .success(revision) }
-                    state.waiters[key] = continuation
+                    state.waiters[key, default: []].append(continuation)
                     return nil
                 }
                 if let settled { continuation.resume(with: settled) }
@@ -168,11 +199,14 @@ public final class Delegations: Sendable {
         return reads
     }
 
-    /// Gives back this host's delegation of `path`.
+    /// Gives back this host's delegation of `path` (as this run made it: the watch tells the
+    /// replica).
     public func release(_ path: String) async throws(Failure) {
-        let key = self.key(path, host)
-        do { try await client.delete(key) } catch { throw .etcd(error) }
-        settle { $0.entries[key] = nil }
+        let key = self.key(path)
+        guard let made = state.withLock({ $0.entries[key] }), made.lease == lease.id else { return }
+        do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {
+            throw .etcd(error)
+        }
     }
 
     /// Every delegation, held or wanted, by every host, in line order.
@@ -182,14 +216,20 @@ public final class Delegations: Sendable {
 
     // MARK: The replica
 
-    private func key(_ path: String, _ host: String) -> [UInt8] { prefix + Array(path.utf8) + [0] + Array(host.utf8) }
+    /// This run's key for `path`: another run of the same host (one that died and came back
+    /// within its lease's TTL) has keys of its own, under its own lease.
+    private func key(_ path: String) -> [UInt8] {
+        prefix + Array(path.utf8) + [0] + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8)
+    }
 
     private func entry(_ value: EtcdKeyValue) -> Entry? {
         guard value.key.starts(with: prefix) else { return nil }
         let rest = value.key[prefix.count...]
         guard let zero = rest.firstIndex(of: 0), let mode = Mode(rawValue: String(decoding: value.value, as: UTF8.self)) else { return nil }
-        return Entry(path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: rest[(zero + 1)...], as: UTF8.self),
-                     mode: mode, revision: value.createRevision)
+        let holder = rest[(zero + 1)...]
+        let host = holder.firstIndex(of: 0).map { holder[..<$0] } ?? holder
+        return Entry(path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: host, as: UTF8.self),
+                     mode: mode, revision: value.createRevision, lease: value.lease)
     }
 
     /// Reads every key anew: the revision read at.
@@ -197,8 +237,11 @@ public final class Delegations: Sendable {
         let (revision, values): (Int64, [EtcdKeyValue])
         do { (revision, values) = try await client.get(prefix, prefix: true) } catch { throw .etcd(error) }
         settle { state in
+            // Keys made after the read (an acquire's own, merged meanwhile) are kept.
+            let later = state.entries.filter { $0.value.revision > revision }
             state.entries = Dictionary(values.compactMap { value in entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 })
-            state.revision = revision
+                .merging(later, uniquingKeysWith: { $1 })
+            state.revision = max(state.revision, revision)
         }
         return revision
     }
@@ -223,12 +266,12 @@ public final class Delegations: Sendable {
                                 if current <= event.keyValue.modRevision { state.entries[key] = nil }
                             }
                         }
-                        state.revision = batch.revision
+                        state.revision = max(state.revision, batch.revision)
                     }
                     next = batch.revision + 1
                 }
             } catch EtcdError.compacted {
-                if let revision = try? await reload() { next = revision + 1 }
+                if let revision = try? await reload() { next = revision + 1 } else { try? await Task.sleep(for: .milliseconds(200)) }
             } catch {
                 try? await Task.sleep(for: .milliseconds(200))
             }
@@ -241,26 +284,31 @@ public final class Delegations: Sendable {
             change(&state)
             var granted: [(CheckedContinuation<Int64, Error>, Int64)] = []
             var withdrawn: [CheckedContinuation<Int64, Error>] = []
-            for (key, waiter) in state.waiters {
-                guard let mine = state.entries[key] else {
-                    withdrawn.append(waiter)
+            for (key, waiters) in state.waiters {
+                guard let mine = state.entries[key], mine.lease == lease.id else {
+                    withdrawn += waiters
                     state.waiters[key] = nil
                     continue
                 }
                 if Self.blockers(of: mine, in: state.entries).isEmpty {
-                    granted.append((waiter, mine.revision))
+                    granted += waiters.map { ($0, mine.revision) }
                     state.waiters[key] = nil
                 }
             }
             var recalls: [Recall] = []
-            // Held: this host's keys with nothing before them in the way.
-            let held = state.entries.filter { $0.value.host == host && Self.blockers(of: $0.value, in: state.entries).isEmpty }
+            // Held: this run's keys with nothing before them in the way.
+            let held = state.entries.filter { $0.value.host == host && $0.value.lease == lease.id
+                && Self.blockers(of: $0.value, in: state.entries).isEmpty }
             for (heldKey, mine) in held {
-                for (otherKey, other) in state.entries where other.host != host && other.revision > mine.revision && Self.conflict(mine, other) {
-                    if state.told.insert([heldKey, otherKey]).inserted { recalls.append(Recall(held: mine, wanted: other)) }
+                for (otherKey, other) in state.entries where !other.isSameHolder(as: mine) && other.revision > mine.revision
+                    && Self.conflict(mine, other) {
+                    let pair = Told(held: heldKey, heldRevision: mine.revision, wanted: otherKey, wantedRevision: other.revision)
+                    if state.told.insert(pair).inserted { recalls.append(Recall(held: mine, wanted: other)) }
                 }
             }
-            state.told = state.told.filter { pair in pair.allSatisfy { state.entries[$0] != nil } }
+            state.told = state.told.filter { pair in
+                state.entries[pair.held]?.revision == pair.heldRevision && state.entries[pair.wanted]?.revision == pair.wantedRevision
+            }
             return (granted, withdrawn, recalls)
         }
         for (waiter, revision) in granted { waiter.resume(returning: revision) }
@@ -273,16 +321,16 @@ public final class Delegations: Sendable {
         let waiters = state.withLock { state -> [CheckedContinuation<Int64, Error>] in
             state.lost = true
             defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+            return state.waiters.values.flatMap { $0 }
         }
         for waiter in waiters { waiter.resume(throwing: Failure.leaseLost) }
     }
 
     // MARK: Conflicts
 
-    /// The other hosts' keys made before `entry` that conflict with it.
+    /// The other holders' keys made before `entry` that conflict with it.
     static func blockers(of entry: Entry, in entries: [[UInt8]: Entry]) -> [Entry] {
-        entries.values.filter { $0.host != entry.host && $0.revision < entry.revision && conflict(entry, $0) }
+        entries.values.filter { !$0.isSameHolder(as: entry) && $0.revision < entry.revision && conflict(entry, $0) }
     }
 
     /// Two delegations conflict when either writes and their items are one, or one holds the other.

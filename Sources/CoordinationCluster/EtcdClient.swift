@@ -190,8 +190,9 @@ public final class EtcdClient: Sendable {
 
     // MARK: Watches
 
-    /// Every change under `prefix` from `revision` on (nil: from now), in order, batch by batch
-    /// (the changes of one revision together). Ends with an error when the member is lost or
+    /// Every change under `prefix` from `revision` on (nil: from now), in order, batch by batch,
+    /// each with the revision of its last change (a replay comes in several batches, whose
+    /// header names the store's revision, not theirs). Ends with an error when the member is lost or
     /// has no leader, and with `.compacted` when `revision` is no longer kept; the caller
     /// resumes from its last revision + 1.
     public func watch(prefix: [UInt8], from revision: Int64?) -> AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error> {
@@ -223,7 +224,7 @@ public final class EtcdClient: Sendable {
             request.body = .bytes(ByteBuffer(bytes: encoded))
             let response: HTTPClientResponse
             do {
-                // The connection's deadline bounds only its opening here: the stream lasts.
+                // No deadline: the stream lasts (the client's connect and read timeouts apply).
                 response = try await http.execute(request, deadline: .distantFuture)
             } catch {
                 lastError = "\(endpoint): \(error)"
@@ -247,11 +248,12 @@ public final class EtcdClient: Sendable {
                     }
                     if let failure = decoded.error { throw EtcdError.unavailable(failure.message ?? "the watch failed") }
                     guard let result = decoded.result else { continue }
-                    if let compacted = result.compact_revision?.value, result.canceled == true {
-                        throw EtcdError.compacted(revision: compacted)
+                    if result.canceled == true {
+                        if let compacted = result.compact_revision?.value { throw EtcdError.compacted(revision: compacted) }
+                        throw EtcdError.unavailable("the watch was canceled")
                     }
                     guard let events = result.events, !events.isEmpty else { continue }   // created, progress
-                    let revision = result.header?.revision?.value ?? events.last?.kv.mod_revision?.value ?? 0
+                    let revision = events.compactMap { $0.kv.mod_revision?.value }.max() ?? result.header?.revision?.value ?? 0
                     continuation.yield((revision, events.map {
                         EtcdEvent(kind: $0.type == "DELETE" ? .delete : .put, keyValue: EtcdKeyValue($0.kv))
                     }))
@@ -271,7 +273,8 @@ public final class EtcdClient: Sendable {
         let encoded: Data
         do { encoded = try JSONEncoder().encode(body) } catch { throw .malformed("\(error)") }
         var lastError = "no member answered"
-        for (index, endpoint) in orderedEndpoints().enumerated() {
+        let first = preferred.withLock { $0 }
+        for (index, endpoint) in orderedEndpoints(from: first).enumerated() {
             var request = HTTPClientRequest(url: endpoint + path)
             request.method = .POST
             request.headers.add(name: "Content-Type", value: "application/json")
@@ -289,8 +292,8 @@ public final class EtcdClient: Sendable {
             }
             let data = Data(bytes.readableBytesView)
             if status == .ok {
-                let count = endpoints.count
-                preferred.withLock { $0 = ($0 + index) % count }
+                let answered = (first + index) % endpoints.count
+                preferred.withLock { $0 = answered }
                 do { return try JSONDecoder().decode(Response.self, from: data) } catch {
                     throw .malformed("\(path): \(String(decoding: data, as: UTF8.self))")
                 }
@@ -307,8 +310,8 @@ public final class EtcdClient: Sendable {
         throw .unavailable(lastError)
     }
 
-    private func orderedEndpoints() -> [String] {
-        let first = preferred.withLock { $0 }
+    private func orderedEndpoints(from first: Int? = nil) -> [String] {
+        let first = first ?? preferred.withLock { $0 }
         return Array(endpoints[first...] + endpoints[..<first])
     }
 

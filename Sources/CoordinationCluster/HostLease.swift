@@ -5,44 +5,61 @@ import Synchronization
 /// deletes them once the TTL has passed and the other hosts proceed. A host that cannot renew
 /// its lease within the TTL, or learns it has expired, has lost it: from then on it must grant
 /// nothing that relied on it (the others may already have proceeded), and join again.
+///
+/// The lease is counted lost a margin before etcd could expire it (a tenth of the TTL, at most
+/// a second), from the clock alone: a renewal still waiting for an answer does not hold it up.
 public final class HostLease: Sendable {
     public let id: Int64
     /// Seconds etcd keeps the lease after its last renewal.
     public let ttl: Int64
     private let client: EtcdClient
-    private let loss = Loss()
+    private let validity: Validity
     private let renewal: Task<Void, Never>
 
     /// Grants a lease of `ttl` seconds and starts renewing it.
     public static func grant(on client: EtcdClient, ttl: Int64) async throws(EtcdError) -> HostLease {
+        // etcd counts the TTL from when it granted, which is after this.
+        let asked = ContinuousClock.now
         let (id, granted) = try await client.grantLease(ttl: ttl)
-        return HostLease(id: id, ttl: granted, client: client)
+        return HostLease(id: id, ttl: granted, validUntil: asked + .seconds(granted), client: client)
     }
 
-    private init(id: Int64, ttl: Int64, client: EtcdClient) {
+    private init(id: Int64, ttl: Int64, validUntil: ContinuousClock.Instant, client: EtcdClient) {
         self.id = id
         self.ttl = ttl
         self.client = client
-        let loss = self.loss
+        let margin = Duration.milliseconds(min(ttl * 100, 1000))
+        let validity = Validity(until: validUntil - margin)
+        self.validity = validity
         renewal = Task {
-            let clock = ContinuousClock()
-            var renewed = clock.now
             // Three tries a TTL: one lost request, or a member's failover, leaves time for another.
             let interval = Duration.milliseconds(max(ttl * 1000 / 3, 200))
             while !Task.isCancelled {
-                try? await Task.sleep(for: interval)
+                let left = validity.left
+                guard left > .zero else { return validity.end() }
+                try? await Task.sleep(for: min(interval, left))
                 if Task.isCancelled { return }
-                let alive: Bool
-                // etcd counts the TTL from when it renewed, which is after this.
-                let asked = clock.now
-                do {
-                    alive = try await client.keepAlive(id) != nil
-                    if alive { renewed = asked }
-                } catch {
-                    // Unreachable: the lease lives on in etcd until its TTL from the last renewal.
-                    alive = clock.now - renewed < .seconds(ttl)
+                guard validity.left > .zero else { return validity.end() }
+                let asked = ContinuousClock.now
+                // A renewal that would answer after the lease ran out is not waited for.
+                // .none: no answer (unreachable, or not in time); .some(nil): the lease is gone.
+                let renewed = await withTaskGroup(of: Int64??.self) { group in
+                    group.addTask {
+                        do { return .some(try await client.keepAlive(id)) } catch { return .none }
+                    }
+                    group.addTask {
+                        try? await Task.sleep(for: validity.left)
+                        return .none
+                    }
+                    let first = await group.next()!
+                    group.cancelAll()
+                    return first
                 }
-                if !alive { return loss.happened() }
+                switch renewed {
+                case .some(.some(let granted)): validity.extend(to: asked + .seconds(granted) - margin)
+                case .some(.none): return validity.end()      // expired or revoked in etcd
+                case .none: continue
+                }
             }
         }
     }
@@ -50,44 +67,63 @@ public final class HostLease: Sendable {
     deinit { renewal.cancel() }
 
     /// Whether the lease has been lost (expired, revoked, or not renewed within its TTL).
-    public var isLost: Bool { loss.hasHappened }
+    public var isLost: Bool { validity.isLost }
 
     /// Returns once the lease is lost.
-    public func waitUntilLost() async { await loss.wait() }
+    public func waitUntilLost() async { await validity.waitUntilLost() }
 
     /// Stops renewing without telling etcd: the lease ends after its TTL, as a host's that died.
-    func stopRenewing() { renewal.cancel() }
+    func stopRenewing() {
+        renewal.cancel()
+        let validity = self.validity
+        Task {
+            try? await Task.sleep(for: validity.left)
+            validity.end()
+        }
+    }
 
     /// Ends the lease at once (a host leaving cleanly): etcd deletes its keys now, not after the TTL.
     public func revoke() async throws(EtcdError) {
         renewal.cancel()
-        loss.happened()
+        validity.end()
         try await client.revoke(id)
     }
 }
 
-/// A lease's loss, once, and who waits for it.
-private final class Loss: Sendable {
-    private let state = Mutex<(happened: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+/// Until when a lease is known to be valid, its loss (once), and who waits for it.
+private final class Validity: Sendable {
+    private struct State {
+        var until: ContinuousClock.Instant
+        var lost = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state: Mutex<State>
 
-    var hasHappened: Bool { state.withLock { $0.happened } }
+    init(until: ContinuousClock.Instant) { state = Mutex(State(until: until)) }
 
-    func happened() {
+    var left: Duration { state.withLock { $0.lost ? .zero : $0.until - .now } }
+    var isLost: Bool { state.withLock { $0.lost || $0.until <= .now } }
+
+    func extend(to until: ContinuousClock.Instant) {
+        state.withLock { if !$0.lost { $0.until = max($0.until, until) } }
+    }
+
+    func end() {
         let waiters = state.withLock { state in
-            state.happened = true
+            state.lost = true
             defer { state.waiters = [] }
             return state.waiters
         }
         for waiter in waiters { waiter.resume() }
     }
 
-    func wait() async {
+    func waitUntilLost() async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let happened = state.withLock { state in
-                if !state.happened { state.waiters.append(continuation) }
-                return state.happened
+            let lost = state.withLock { state in
+                if !state.lost { state.waiters.append(continuation) }
+                return state.lost
             }
-            if happened { continuation.resume() }
+            if lost { continuation.resume() }
         }
     }
 }

@@ -248,6 +248,45 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(try behind("ls '\(fx.path("top"))'") == "made\nmoved-in\nnew\n")
     }
 
+    /// Directories exchanged (renameat2 RENAME_EXCHANGE), a name reused at once, a directory
+    /// moved out of BACKING and back with a new directory in it: each stays itself, and changes
+    /// in each are told at its place.
+    @Test func aMarkPerDirectoryKeepsEachDirectoryThroughExchangesReusedNamesAndReturns() throws {
+        let fx = try MountFixture(inProcess: { $0.watchesBackingByDirectory = true })
+        try fx.seed("top/a/in-a.txt", "a\n")
+        try fx.seed("top/b/in-b.txt", "b\n")
+        let log = EventLog()
+        fx.domain!.addFilePresenter(OriginPresenter("T", fx.path("top"), log: log))
+        let top = fx.backingPath("top")
+        #expect(eventually { (try? fx.statistics()["watched_directories"]) == 4 })
+        // Exchanged: what was a is now b, and the other way round.
+        try behind("""
+            python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
+            r = libc.renameat2(-100, b'\(top)/a', -100, b'\(top)/b', 2); \
+            os._exit(0 if r == 0 else 1)"
+            """)
+        try behind("echo more >> '\(top)/b/in-a.txt'")
+        #expect(log.waitFor("T:subitemDidChange in-a.txt via outside"), "\(log.events)")
+        try behind("echo more >> '\(top)/a/in-b.txt'")
+        #expect(log.waitFor("T:subitemDidChange in-b.txt via outside"), "\(log.events)")
+        // A name reused before the watch reads the rename: both directories are watched.
+        try behind("mkdir '\(top)/x' && mv '\(top)/x' '\(top)/y' && mkdir '\(top)/x'")
+        #expect(eventually { (try? fx.statistics()["watched_directories"]) == 6 })
+        try behind("echo f > '\(top)/y/in-y.txt'")
+        #expect(log.waitFor("T:subitemDidAppear in-y.txt via outside"), "\(log.events)")
+        try behind("echo f > '\(top)/x/in-x.txt'")
+        #expect(log.waitFor("T:subitemDidAppear in-x.txt via outside"), "\(log.events)")
+        // Out of BACKING, changed there, and back.
+        let outside = fx.base.appendingPathComponent("away").path
+        try behind("mv '\(top)/y' '\(outside)'")
+        #expect(eventually { (try? fx.statistics()["watched_directories"]) == 5 })
+        try behind("mkdir '\(outside)/new' && mv '\(outside)' '\(top)/back'")
+        #expect(eventually { (try? fx.statistics()["watched_directories"]) == 7 })
+        try behind("echo g > '\(top)/back/new/g.txt'")
+        #expect(log.waitFor("T:subitemDidAppear g.txt via outside"), "a directory made while away: \(log.events)")
+        #expect(try behind("ls '\(fx.path("top"))'") == "a\nb\nback\nx\n")
+    }
+
     /// A hundred thousand files made behind the mount, and a rename storm: the mount keeps
     /// answering, sees every name, and a directory's presenter hears the flood as a few
     /// changes of the directory, not one message per file.

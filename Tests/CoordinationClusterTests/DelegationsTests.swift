@@ -77,6 +77,24 @@ struct DelegationsTests {
         }
     }
 
+    /// A host that died and came back under the same name, within its old lease's TTL, does
+    /// not take its earlier run's key for its own: that key holds until the old lease ends.
+    @Test func aHostBackFromTheDeadDoesNotAdoptItsEarlierRunsKeys() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let earlier = try await Self.host("A", client, ttl: 3)
+        let before = try await earlier.acquire("x", .write)
+        earlier.stop()
+        earlier.lease.stopRenewing()
+        let again = try await Self.host("A", client)
+        let waiting = Pending { try await again.acquire("x", .write) }
+        #expect(await waiting.waits(), "the earlier run's key is another holder's")
+        let token = try await waiting.value
+        #expect(token > before)
+        await again.leave()
+    }
+
     /// Waiters are served in the order they came, whatever their modes.
     @Test func hostsAreServedFirstComeFirstServed() async throws {
         let servers = try EtcdServers()
@@ -124,14 +142,12 @@ struct DelegationsTests {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
-        let deadLease = try await HostLease.grant(on: client, ttl: 2)
-        let dead = Delegations(client: client, store: "s", host: "dead", lease: deadLease)
-        try await dead.start()
+        let dead = try await Self.host("dead", client, ttl: 2)
         let b = try await Self.host("B", client)
         _ = try await dead.acquire("f", .write)
         let waiting = Pending { try await b.acquire("f", .write) }
         #expect(await waiting.waits())
-        deadLease.stopRenewing()
+        dead.lease.stopRenewing()
         let started = ContinuousClock.now
         _ = try await waiting.value
         #expect(ContinuousClock.now - started < .seconds(5), "within the TTL (2 s) and a renewal's time")

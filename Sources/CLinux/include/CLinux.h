@@ -157,8 +157,10 @@ static inline int cfs_fanotify_watch_filesystem(const char *path) {
 // privilege: unprivileged, the queue is bounded (an overflow is reported) and so are the marks
 // (fs.fanotify.max_user_marks), and an event names its process only when it is the listener's.
 // The descriptor (non-blocking), or -errno.
+// Each event also names the item it is about (FAN_REPORT_TARGET_FID): a directory made, moved
+// or removed is known by its handle, whatever its name is by the time the event is read.
 static inline int cfs_fanotify_watch_directories(void) {
-    unsigned int flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME;
+    unsigned int flags = FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_REPORT_DFID_NAME_TARGET;
     int fd = fanotify_init(flags | FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS, O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == EPERM) fd = fanotify_init(flags, O_RDONLY | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
@@ -196,6 +198,8 @@ struct cfs_backing_change {
     // For a rename: where it is now.
     const void *new_directory;
     const char *new_name;
+    // The item itself, when the watch reports it (FAN_REPORT_TARGET_FID).
+    const void *object;
 };
 
 static const uint64_t CFS_CHANGE_CREATE = FAN_CREATE, CFS_CHANGE_DELETE = FAN_DELETE, CFS_CHANGE_RENAME = FAN_RENAME,
@@ -220,6 +224,13 @@ static inline int cfs_fanotify_next(const char *buffer, size_t length, size_t *o
         // A record with a handle and a name: its header, the filesystem id, the handle's two
         // words and bytes, and a name ending within the record.
         size_t fixed = sizeof(struct fanotify_event_info_fid) + 2 * sizeof(unsigned int);
+        if (header->info_type == FAN_EVENT_INFO_TYPE_FID && header->len >= fixed) {
+            const struct fanotify_event_info_fid *fid = (const void *)record;
+            const struct cfs_file_handle *handle = (const void *)fid->handle;
+            if (handle->handle_bytes <= CFS_MAX_HANDLE && fixed + handle->handle_bytes <= header->len) change->object = handle;
+            record += header->len;
+            continue;
+        }
         if ((header->info_type == FAN_EVENT_INFO_TYPE_DFID_NAME || header->info_type == FAN_EVENT_INFO_TYPE_OLD_DFID_NAME
              || header->info_type == FAN_EVENT_INFO_TYPE_NEW_DFID_NAME) && header->len > fixed) {
             const struct fanotify_event_info_fid *fid = (const void *)record;
