@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test test-python test-cluster-harness man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test test-python test-cluster-harness man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak stress-cross run stop install clean
 
 all: build
 
@@ -128,6 +128,12 @@ bench: setup io-uring
 bench-walk: setup io-uring
 	$(SWIFT) build -c release --product coordfs
 	python3 Benchmarks/walkbench.py .build/release/coordfs --repeats $(BENCH_REPEATS)
+
+# How long a host waits for a delegation through etcd (alone, and handed over by another host),
+# against a 3-member cluster in network namespaces of its own.
+bench-cluster: setup
+	$(SWIFT) build -c release --product CoordFSClusterBench
+	python3 Benchmarks/clusterbench.py .build/release/CoordFSClusterBench
 
 # Real programs (cat, ls -l, find, grep, du, tar, cp in and out), each a fresh process,
 # through mounts made different ways side by side, against the backing directory itself.

@@ -87,6 +87,8 @@ let package = Package(
             name: "CoordFSBench",
             dependencies: ["Coordination", "CoordinationRuntime", "FileCoordination"]
         ),
+        // Delegations through etcd: `make bench-cluster`.
+        .executableTarget(name: "CoordFSClusterBench", dependencies: ["CoordinationCluster"]),
         // Helpers the test targets share.
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),

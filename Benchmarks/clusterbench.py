@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Delegations through etcd (`make bench-cluster`): a 3-member etcd cluster and a host, each in
+a network namespace of its own (Tests/Scripts/cluster.py), and the cluster benchmark run as
+that host; everything is torn down afterwards, even on failure."""
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Tests", "Scripts"))
+import cluster  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("binary", help="the CoordFSClusterBench executable")
+    parser.add_argument("--rounds", type=int, default=200)
+    arguments = parser.parse_args()
+    binary = os.path.abspath(arguments.binary)
+    if not os.access(binary, os.X_OK):
+        parser.error(f"{binary}: not an executable file")
+    with tempfile.TemporaryDirectory(prefix="coordfs-clusterbench-") as state:
+        try:
+            cluster.up(state, members=3, hosts=1)
+            status = cluster.exec_in(state, "h1", [binary, str(arguments.rounds)])
+        finally:
+            cluster.down(state, quiet=True)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
