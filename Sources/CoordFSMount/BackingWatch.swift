@@ -112,7 +112,7 @@ final class BackingWatch: @unchecked Sendable {
             marked = root
             let failure = cfs_fanotify_mark_directory(changes, backing)
             guard failure == 0 else { throw Unavailable(description: "fanotify: \(Errno(code: -failure))") }
-            markBelow("", handle: handle)
+            markBelow("")
         }
     }
 
@@ -306,7 +306,7 @@ final class BackingWatch: @unchecked Sendable {
             // Directories made, moved or removed meanwhile: the marks are made anew.
             if let old = marked, let root = directories(root: old.root) {
                 marked = root
-                markBelow("", handle: old.root)
+                markBelow("")
             }
         }
         let engine = filesystem.engine
@@ -400,7 +400,7 @@ final class BackingWatch: @unchecked Sendable {
     /// `collecting`: returns every item found below it, and whether it is a directory.
     @discardableResult
     private func markBelow(_ relative: String, name: String = "", in parent: WatchedDirectories.Handle? = nil,
-                           handle known: WatchedDirectories.Handle? = nil, collecting: Bool = false) -> [(ItemPath, Bool)] {
+                           collecting: Bool = false) -> [(ItemPath, Bool)] {
         var found: [(ItemPath, Bool)] = []
         var pending = [(relative: relative, name: name, parent: parent)]
         // A bind mount of the filesystem inside BACKING shows a directory twice: once is enough.
@@ -411,7 +411,7 @@ final class BackingWatch: @unchecked Sendable {
             }
             guard fd >= 0 else { continue }      // gone already
             var info = stat()
-            guard fstat(fd, &info) == 0, UInt64(info.st_dev) == device, let handle = (next.parent == nil ? known : nil) ?? Self.handle(of: fd),
+            guard fstat(fd, &info) == 0, UInt64(info.st_dev) == device, let handle = Self.handle(of: fd),
                   seen.insert(handle).inserted else {
                 close(fd)
                 continue

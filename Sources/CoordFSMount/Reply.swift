@@ -104,7 +104,6 @@ struct Reply: ~Copyable, @unchecked Sendable {
     }
 
     consuming func written(_ count: Int) { fuse_reply_write(req, count); discard self }
-    consuming func buffer(_ bytes: UnsafeRawBufferPointer) { fuse_reply_buf(req, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), bytes.count); discard self }
     /// The first `count` elements of `array`, as bytes.
     consuming func buffer<Element>(_ array: [Element], count: Int) {
         let req = self.req

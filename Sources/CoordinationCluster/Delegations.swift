@@ -142,8 +142,7 @@ public final class Delegations: Sendable {
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
                     made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
-                } else if let existing = answer.ranges.first?.first, existing.value == Array(mode.rawValue.utf8),
-                          existing.lease == lease.id {
+                } else if let existing = answer.ranges.first?.first, existing.value == Array(mode.rawValue.utf8) {
                     made = (existing.createRevision, answer.ranges.dropFirst().flatMap { $0 }, answer.revision)
                 } else {
                     try await client.delete(key)
@@ -203,7 +202,7 @@ public final class Delegations: Sendable {
     /// replica).
     public func release(_ path: String) async throws(Failure) {
         let key = self.key(path)
-        guard let made = state.withLock({ $0.entries[key] }), made.lease == lease.id else { return }
+        guard let made = state.withLock({ $0.entries[key] }) else { return }
         do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {
             throw .etcd(error)
         }
@@ -285,7 +284,7 @@ public final class Delegations: Sendable {
             var granted: [(CheckedContinuation<Int64, Error>, Int64)] = []
             var withdrawn: [CheckedContinuation<Int64, Error>] = []
             for (key, waiters) in state.waiters {
-                guard let mine = state.entries[key], mine.lease == lease.id else {
+                guard let mine = state.entries[key] else {
                     withdrawn += waiters
                     state.waiters[key] = nil
                     continue
@@ -298,7 +297,7 @@ public final class Delegations: Sendable {
             var recalls: [Recall] = []
             // Held: this run's keys with nothing before them in the way.
             let held = state.entries.filter { $0.value.host == host && $0.value.lease == lease.id
-                && Self.blockers(of: $0.value, in: state.entries).isEmpty }
+                && Self.blockers(of: $0.value, in: state.entries).isEmpty }   // this run's
             for (heldKey, mine) in held {
                 for (otherKey, other) in state.entries where !other.isSameHolder(as: mine) && other.revision > mine.revision
                     && Self.conflict(mine, other) {

@@ -45,33 +45,17 @@ public enum EtcdError: Error, CustomStringConvertible, Equatable {
 
 /// A condition of a transaction on one key.
 public struct EtcdCompare: Sendable {
-    enum Target { case createRevision(Int64), modRevision(Int64), value([UInt8]), lease(Int64) }
-    enum Relation: String { case equal = "EQUAL", less = "LESS", greater = "GREATER", notEqual = "NOT_EQUAL" }
     let key: [UInt8]
-    let target: Target
-    let relation: Relation
+    /// The key's create revision the condition asks for (0: it does not exist).
+    let createRevision: Int64
 
     /// The key does not exist.
-    public static func absent(_ key: [UInt8]) -> Self { Self(key: key, target: .createRevision(0), relation: .equal) }
+    public static func absent(_ key: [UInt8]) -> Self { Self(key: key, createRevision: 0) }
     /// The key was made at `revision` (it is the same key, not one made again).
-    public static func created(_ key: [UInt8], at revision: Int64) -> Self {
-        Self(key: key, target: .createRevision(revision), relation: .equal)
-    }
-    /// The key was made before `revision` (0 when it does not exist, which is before any).
-    public static func createdBefore(_ key: [UInt8], _ revision: Int64) -> Self {
-        Self(key: key, target: .createRevision(revision), relation: .less)
-    }
-    public static func value(_ key: [UInt8], is value: [UInt8]) -> Self { Self(key: key, target: .value(value), relation: .equal) }
+    public static func created(_ key: [UInt8], at revision: Int64) -> Self { Self(key: key, createRevision: revision) }
 
     var message: EtcdCompareMessage {
-        var message = EtcdCompareMessage(key: EtcdBytes(key), target: "", result: relation.rawValue)
-        switch target {
-        case .createRevision(let revision): message.target = "CREATE"; message.create_revision = EtcdInteger(revision)
-        case .modRevision(let revision): message.target = "MOD"; message.mod_revision = EtcdInteger(revision)
-        case .value(let value): message.target = "VALUE"; message.value = EtcdBytes(value)
-        case .lease(let lease): message.target = "LEASE"; message.lease = EtcdInteger(lease)
-        }
-        return message
+        EtcdCompareMessage(key: EtcdBytes(key), target: "CREATE", result: "EQUAL", create_revision: EtcdInteger(createRevision))
     }
 }
 

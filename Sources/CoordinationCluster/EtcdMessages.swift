@@ -102,14 +102,9 @@ struct EtcdDeleteResponse: Decodable, Sendable {
 
 struct EtcdCompareMessage: Encodable, Sendable {
     var key: EtcdBytes
-    var range_end: EtcdBytes?
     var target: String
     var result: String
     var create_revision: EtcdInteger?
-    var mod_revision: EtcdInteger?
-    var version: EtcdInteger?
-    var value: EtcdBytes?
-    var lease: EtcdInteger?
 }
 
 struct EtcdRequestOp: Encodable, Sendable {

@@ -53,16 +53,16 @@ final class EtcdServers: @unchecked Sendable {
         members[index] = process
     }
 
-    /// Kills member `index` at once (SIGKILL), as a crash would.
+    /// Kills member `index`, which runs, at once (SIGKILL), as a crash would.
     func kill(_ index: Int) {
-        guard let process = members[index] else { return }
+        let process = members[index]!
         Glibc.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         members[index] = nil
     }
 
     func stop() {
-        for index in members.indices { kill(index) }
+        for index in members.indices where members[index] != nil { kill(index) }
         try? FileManager.default.removeItem(at: directory)
     }
 
