@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test test-python test-cluster-harness man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak stress-cross run stop install clean
 
 all: build
 
@@ -51,6 +51,14 @@ test: setup io-uring
 	  grep -E "Test .* skipped" .build/test.log | sed 's/^[^A-Za-z]*/  /' || true
 	@$(MAKE) --no-print-directory test-python
 	@$(MAKE) --no-print-directory test-cluster-harness
+	@$(MAKE) --no-print-directory test-cluster-mounts
+
+# Hosts that share a store, mounted with --cluster: two coordfs hosts over one backing
+# directory and a 3-member etcd cluster, in network namespaces of their own.
+test-cluster-mounts:
+	@python3 Tests/Scripts/cluster_mount_test.py >.build/cluster-mount-test.log 2>&1 || { tail -40 .build/cluster-mount-test.log; exit 1; }
+	@if grep -q "skipped" .build/cluster-mount-test.log; then tail -5 .build/cluster-mount-test.log; echo "cluster mounts: skipped"; exit 1; fi
+	@echo "cluster mounts: $$(tail -3 .build/cluster-mount-test.log | grep -E '^Ran') OK"
 
 # The harness for hosts that share a store (an etcd cluster and hosts, each in a network
 # namespace of its own) works on this machine; a skip (no root, no etcd) fails it here.

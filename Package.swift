@@ -62,7 +62,8 @@ let package = Package(
         // Hosts that share a store: etcd's keys, leases, transactions and watches.
         .target(
             name: "CoordinationCluster",
-            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")]
+            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client"),
+                           .product(name: "Logging", package: "swift-log")]
         ),
         // The FUSE filesystem: operations become coordinated intents.
         .target(
@@ -75,6 +76,7 @@ let package = Package(
             name: "CoordFSCommands",
             dependencies: [
                 "FileCoordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient", "LinuxSystem",
+                "CoordinationCluster",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

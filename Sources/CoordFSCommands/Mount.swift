@@ -105,6 +105,18 @@ struct Mount: ParsableCommand {
     @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other; -o allow_overlap from fstab).")
     var allowOverlap = false
 
+    @Option(help: ArgumentHelp("Coordinate with the other hosts that mount this shared store through the etcd cluster at etcd://HOST:PORT[,HOST:PORT...] (see docs/cluster.md).", valueName: "etcd-url"))
+    var cluster: String?
+
+    @Option(help: ArgumentHelp("The store's name in the cluster: mounts that name the same cluster and store coordinate (default: BACKING's last component).", valueName: "name"))
+    var clusterStore: String?
+
+    @Option(help: ArgumentHelp("This host's name in the cluster (default: the host name).", valueName: "name"))
+    var hostName: String?
+
+    @Option(help: ArgumentHelp("Seconds the cluster keeps this host's grants after it last renewed them: how long the other hosts wait for a host that died or was cut off (default 10).", valueName: "seconds"))
+    var clusterTTL: Int?
+
     func run() throws {
         if o.contains(where: { $0.split(separator: ",").contains("remount") }) { return try remount() }
         let configuration = try makeConfiguration()
@@ -216,6 +228,18 @@ struct Mount: ParsableCommand {
         do { configuration.ownershipView = try OwnershipView.take(from: &fuseOptions) } catch { throw CommandFailure("-o \(error)") }
         configuration.fuseOptions = fuseOptions
         configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
+        if let url = cluster ?? loaded?.cluster {
+            let ttl = clusterTTL ?? loaded?.clusterTTL ?? 10
+            guard (2...3600).contains(ttl) else { throw CommandFailure("--cluster-ttl must be from 2 to 3600 seconds") }
+            let store = clusterStore ?? loaded?.clusterStore ?? URL(fileURLWithPath: backing).lastPathComponent
+            let host = hostName ?? loaded?.hostName ?? ProcessInfo.processInfo.hostName
+            for (name, value) in [("--cluster-store", store), ("--host-name", host)] where value.isEmpty || value.contains("\0") || value.contains("/") {
+                throw CommandFailure("\(name) must be a name without '/', not '\(value)'")
+            }
+            configuration.cluster = ClusterSetting(endpoints: try ClusterJoin.endpoints(url), store: store, host: host, ttl: Int64(ttl))
+            // Its other hosts' mounts of the store coordinate with it.
+            configuration.allowsOverlap = true
+        }
         return configuration
     }
 
@@ -300,11 +324,17 @@ struct Mount: ParsableCommand {
         var configuration = configuration
         configuration.mountPoint = URL(fileURLWithPath: configuration.mountPoint).resolvingSymlinksInPath().path
         let session = try MountSession(configuration: configuration)
+        let membership = try configuration.cluster.map { cluster in
+            try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
+                                 breakTime: configuration.breakTime, filesystem: session.filesystem)
+        }
         do {
             try session.mount()
         } catch {
+            membership?.leave()
             throw CommandFailure("\(error)")
         }
+        session.beforeUnmount = { membership?.leave() }
         if notifyParent {
             FileHandle.standardOutput.write(Data("ready\n".utf8))
             // Detach from the parent's pipes and terminal.

@@ -16,6 +16,10 @@ import Foundation
 ///     options = allow_other          # FUSE -o options
 ///     vetoes = own-user              # own-user | anyone: whose refusals fail whose accesses
 ///     open-files-per-user = 2000     # for users other than the mount's owner and root
+///     cluster = etcd://10.0.0.1:2379,10.0.0.2:2379   # hosts sharing the store coordinate
+///     cluster-store = projects       # the store's name in the cluster
+///     host-name = render-3           # this host's name in it
+///     cluster-ttl = 10               # seconds others wait for a host that died
 ///     mode *.log = notify            # per path glob, first match wins
 ///     mode *.db = strict             # every writer excludes every other open
 struct Profile {
@@ -41,6 +45,10 @@ struct Profile {
     var threads: Int?
     var vetoScope: VetoScope?
     var openFilesPerUser: Int?
+    var cluster: String?
+    var clusterStore: String?
+    var hostName: String?
+    var clusterTTL: Int?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
     static func locate(_ name: String) -> URL? {
@@ -126,6 +134,14 @@ struct Profile {
                     throw ProfileError("\(url.path):\(number + 1): open-files-per-user must be a whole number of at least 1, not '\(value)'")
                 }
                 openFilesPerUser = count
+            case "cluster": cluster = value
+            case "cluster-store": clusterStore = value
+            case "host-name": hostName = value
+            case "cluster-ttl":
+                guard let seconds = Int(value), seconds >= 2 else {
+                    throw ProfileError("\(url.path):\(number + 1): cluster-ttl must be a whole number of seconds, at least 2, not '\(value)'")
+                }
+                clusterTTL = seconds
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             case _ where key.hasPrefix("mode "):
                 rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))

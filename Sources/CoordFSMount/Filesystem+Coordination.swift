@@ -29,6 +29,19 @@ extension Filesystem {
         configuration.mode(for: relativePath(wanted.node, wanted.name.isEmpty ? nil : wanted.name))
     }
 
+    /// The mode of a request: its item's, or (when that holds nothing) the other item's.
+    func coordinationMode(_ wanted: ItemIntent, _ other: ItemIntent?) -> CoordinationMode {
+        var mode = configuration.mode
+        if !configuration.modeRules.isEmpty {
+            mode = self.mode(for: wanted)
+            if let other, !mode.holds {
+                let otherMode = self.mode(for: other)
+                if otherMode != .off { mode = otherMode }
+            }
+        }
+        return mode
+    }
+
     /// Takes `wanted` (and `other`, both or none) for the calling process, then runs `body`
     /// with what it holds (nil when the path is not coordinated). On refusal the request is
     /// answered with the errno and `body` does not run. An interrupt from the kernel ends the
@@ -43,24 +56,23 @@ extension Filesystem {
     /// change, a setattr), not for an open file's life. While the engine holds nothing, or only
     /// files held open by other names, such a request passes a quiet gate instead: nobody to
     /// wait for or to tell (`QuietGate`, `passQuietly`).
+    ///
+    /// A host of a shared store first waits for the delegations the request needs
+    /// (`coordinateInCluster`).
     func coordinate(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent? = nil, nonBlocking: Bool = false,
                     forTheCall: Bool = false, _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
+        if let delegations {
+            return coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations, body)
+        }
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
     }
 
     /// `coordinate`, taken again (`attempt` > 0) when what it held had moved before it held it.
-    private func coordinate(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
+    func coordinate(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
                             forTheCall: Bool, attempt: Int, _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
         // An O_TMPFILE file not linked yet: nobody else can reach it (`tmpfile`).
         if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return body(reply, nil) }
-        var mode = configuration.mode
-        if !configuration.modeRules.isEmpty {
-            mode = self.mode(for: wanted)
-            if let other, !mode.holds {
-                let otherMode = self.mode(for: other)
-                if otherMode != .off { mode = otherMode }
-            }
-        }
+        let mode = coordinationMode(wanted, other)
         if mode == .off { return body(reply, nil) }
         var strictened = wanted
         if mode == .strict, case .writing(let options) = wanted.kind, !options.isDisjoint(with: [.appendingOnly, .sharingWriters]) {

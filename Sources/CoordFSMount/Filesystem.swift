@@ -66,6 +66,8 @@ public final class Filesystem: @unchecked Sendable {
     let workerNice = Atomic<Int32>(0)
     /// The process's open-file limit, raised to the hard limit at mount (`DescriptorLimit`).
     let openFileLimit: Int
+    /// The delegations of a host of a shared store (`--cluster`): set before the session runs.
+    public var delegations: (any HostDelegations)?
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
     var socketPath: String? {
         get { socket.withLock { $0 } }

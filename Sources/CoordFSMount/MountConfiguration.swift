@@ -49,6 +49,9 @@ public struct MountConfiguration: Sendable {
     /// Mount even where another coordfs mount's backing overlaps this one's (`--allow-overlap`,
     /// or `-o allow_overlap` from fstab); the command refuses that otherwise.
     public var allowsOverlap = false
+    /// The cluster of hosts sharing the store this mount coordinates with (`--cluster`); nil:
+    /// this host alone.
+    public var cluster: ClusterSetting?
     /// Attribute and entry timeouts the kernel may cache for; nil: the mount chooses, a day for
     /// items on the backing directory's filesystem while it watches it for changes made behind
     /// it (`watchesBacking`), one second otherwise.
@@ -161,4 +164,23 @@ public enum RingLanes: String, Sendable, CaseIterable {
     /// Only requests that may wait long on any filesystem: fsync, truncation, data not passed
     /// through, and the like.
     case blocking
+}
+
+/// Where a mount's cluster is, and who it is there (`--cluster`).
+public struct ClusterSetting: Sendable, Equatable {
+    /// The etcd members' URLs.
+    public var endpoints: [String]
+    /// The store's name: mounts that name the same cluster and store coordinate.
+    public var store: String
+    /// This host's name.
+    public var host: String
+    /// Seconds etcd keeps this host's grants after its last renewal.
+    public var ttl: Int64
+
+    public init(endpoints: [String], store: String, host: String, ttl: Int64) {
+        self.endpoints = endpoints
+        self.store = store
+        self.host = host
+        self.ttl = ttl
+    }
 }

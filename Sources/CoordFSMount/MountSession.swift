@@ -125,6 +125,10 @@ public final class MountSession: @unchecked Sendable {
         controlServer = nil
     }
 
+    /// Runs once the session stops serving, before it unmounts: what must still answer waiting
+    /// requests ends there (a cluster's membership).
+    public var beforeUnmount: (@Sendable () -> Void)?
+
     /// Serves requests until unmounted or signalled; then unmounts and tears down.
     @discardableResult
     public func run() -> Int32 {
@@ -140,6 +144,8 @@ public final class MountSession: @unchecked Sendable {
         // rest of the process (a test's, say) keeps its umask.
         let maskBefore = cfs_own_umask_zero()
         let result = cfs_session_loop_mt(session, threads, min(threads, 4))
+        // Requests still waiting are answered while the session (and its io_uring queues) can.
+        beforeUnmount?()
         backingWatch?.requestStop()
         if maskBefore >= 0 { umask(mode_t(maskBefore)) }
         if nice != 0 { _ = cfs_set_thread_nice(before) }

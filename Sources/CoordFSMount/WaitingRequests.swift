@@ -2,10 +2,19 @@ import CoordinationRuntime
 import LinuxSystem
 import Synchronization
 
+/// A wait the kernel's interrupt ends: a claim's, or a delegation's (`DelegationWait`).
+protocol CancellableWait: AnyObject, Sendable {
+    func cancel()
+}
+
+extension CoordinatedAccess: CancellableWait {
+    func cancel() { cancel(because: .cancelled) }
+}
+
 /// The requests waiting for coordination, by the number their FUSE interrupt names them with,
 /// and how many of those that gave up this second were logged.
 final class WaitingRequests: Sendable {
-    private let waiting = Mutex<(accesses: [UInt: CoordinatedAccess], interruptedEarly: Set<UInt>)>(([:], []))
+    private let waiting = Mutex<(accesses: [UInt: any CancellableWait], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextNumber = Atomic<UInt>(1)
     private let givingUpLogged = Mutex<(second: Int64, count: Int)>((0, 0))
 
@@ -14,7 +23,7 @@ final class WaitingRequests: Sendable {
 
     /// Records the access request `number` waits in; whether the kernel interrupted the request
     /// before (its interrupt came before the access was known).
-    func waits(_ number: UInt, in access: CoordinatedAccess) -> Bool {
+    func waits(_ number: UInt, in access: any CancellableWait) -> Bool {
         waiting.withLock { state -> Bool in
             state.accesses[number] = access
             return state.interruptedEarly.remove(number) != nil
@@ -29,7 +38,7 @@ final class WaitingRequests: Sendable {
     /// The kernel interrupted request `number`: its wait is cancelled, or will be as soon as it
     /// is recorded.
     func interrupt(_ number: UInt) {
-        let access = waiting.withLock { state -> CoordinatedAccess? in
+        let access = waiting.withLock { state -> (any CancellableWait)? in
             if let access = state.accesses[number] { return access }
             state.interruptedEarly.insert(number)
             return nil

@@ -11,6 +11,9 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
     /// client `process`, or a watch (presenter) and the holds taken for it (`number`, unique
     /// per server). What `process` does through a mount meanwhile is its accessors' own work.
     case client(process: Int32, number: UInt64)
+    /// Another host of a shared store (`--cluster`), by its name: its accesses, as this host
+    /// serves its recalls (this host's presenters relinquish and save for it).
+    case host(String)
 
     public var description: String {
         switch self {
@@ -18,6 +21,7 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
         case .process(let pid): return "pid:\(pid)"
         case .object(let number): return "object:\(number)"
         case .client(let pid, let number): return "pid:\(pid)#\(number)"
+        case .host(let name): return "host:\(name)"
         }
     }
 
@@ -25,7 +29,7 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
     public var process: Int32? {
         switch self {
         case .process(let pid), .client(let pid, _): pid
-        case .purpose, .object: nil
+        case .purpose, .object, .host: nil
         }
     }
 

@@ -7,8 +7,8 @@ import Synchronization
 /// its local accesses (its presenters relinquish as for a local writer), and gives the
 /// delegation back.
 ///
-/// Each delegation, wanted or held, is one key `<prefix><path>\0<host>\0<lease>` whose value
-/// is its mode, attached to the host's lease: a host that dies or is cut off loses them all with its
+/// Each delegation, wanted or held, is one key `<prefix><path>\0<host>\0<lease>\0<mode>` whose
+/// value is its mode, attached to the host's lease: a host that dies or is cut off loses them all with its
 /// lease. Hosts are served first come, first served by the keys' create revisions (the
 /// etcd lock recipe, over read and write modes): a key is held once every conflicting key made
 /// before it is gone, and its create revision is the grant's fencing token. Each host keeps a
@@ -126,35 +126,46 @@ public final class Delegations: Sendable {
     // MARK: Taking and giving back
 
     /// Waits until this host holds `mode` on `path` ("" is the store's root, "a/b" an item
-    /// below it), and returns the grant's fencing token. Acquires of one path in two modes at
-    /// once are the caller's to avoid: the second replaces the first's key.
+    /// below it), and returns the grant's fencing token. A read and a write of one path are two
+    /// delegations (a host that reads an item and comes to write it keeps the read meanwhile).
     public func acquire(_ path: String, _ mode: Mode) async throws(Failure) -> Int64 {
-        let key = self.key(path)
+        try await acquire(path, mode, waits: true)!
+    }
+
+    /// `acquire`, unless another host's key is in the way: then the key made is withdrawn and
+    /// nil returned. (A host asking for a whole directory on what its replica knew takes back a
+    /// request that would wait for holders of items it does not need.)
+    public func acquireUnlessBlocked(_ path: String, _ mode: Mode) async throws(Failure) -> Int64? {
+        try await acquire(path, mode, waits: false)
+    }
+
+    private func acquire(_ path: String, _ mode: Mode, waits: Bool) async throws(Failure) -> Int64? {
+        let key = self.key(path, mode)
         // With the key, the keys that could be in its way, read at its revision: the replica
         // may not have followed that far yet, and must not grant on what it has not seen.
         let around = neighbourhood(of: path)
         var made: (revision: Int64, snapshot: [EtcdKeyValue], at: Int64)?
         do throws(EtcdError) {
-            // A key of this host already there (another mode) is replaced: to the back of the line.
+            // A key of this run already there (acquired before) keeps its place in line.
             while made == nil {
                 let answer = try await client.transaction(
                     [.absent(key)], success: [.put(key: key, value: Array(mode.rawValue.utf8), lease: lease.id)] + around,
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
                     made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
-                } else if let existing = answer.ranges.first?.first, existing.value == Array(mode.rawValue.utf8) {
+                } else if let existing = answer.ranges.first?.first {
                     made = (existing.createRevision, answer.ranges.dropFirst().flatMap { $0 }, answer.revision)
-                } else {
-                    try await client.delete(key)
                 }
+                // (Else it was deleted between the two: made again.)
             }
         } catch {
             throw .etcd(error)
         }
         let (revision, snapshot, readAt) = made!
         let mine = Entry(path: path, host: host, mode: mode, revision: revision, lease: lease.id)
+        let granted: Int64
         do {
-            return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int64, Error>) in
+            granted = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int64, Error>) in
                 let settled = state.withLock { state -> Result<Int64, Failure>? in
                     if state.lost { return .failure(.leaseLost) }
                     if state.stopped { return .failure(.stopped) }
@@ -170,6 +181,7 @@ public final class Delegations: Sendable {
                     }
                     if mine.revision >= (state.entries[key]?.revision ?? 0) { state.entries[key] = mine }
                     if Self.blockers(of: mine, in: state.entries).isEmpty { return .success(revision) }
+                    if !waits { return .success(0) }
                     state.waiters[key, default: []].append(continuation)
                     return nil
                 }
@@ -181,6 +193,11 @@ public final class Delegations: Sendable {
         } catch {
             throw .leaseLost
         }
+        if granted != 0 { return granted }
+        do { _ = try await client.transaction([.created(key, at: revision)], success: [.delete(key: key)]) } catch {
+            throw .etcd(error)
+        }
+        return nil
     }
 
     /// Reads of the keys that can conflict with one of `path`: its own, those of the items it
@@ -198,14 +215,23 @@ public final class Delegations: Sendable {
         return reads
     }
 
-    /// Gives back this host's delegation of `path` (as this run made it: the watch tells the
-    /// replica).
-    public func release(_ path: String) async throws(Failure) {
-        let key = self.key(path)
-        guard let made = state.withLock({ $0.entries[key] }) else { return }
-        do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {
-            throw .etcd(error)
+    /// Gives back this host's delegation of `path` in `mode`, or in every mode it has (as this
+    /// run made it: the watch tells the replica). A key still waiting is withdrawn.
+    public func release(_ path: String, _ mode: Mode? = nil) async throws(Failure) {
+        for mode in mode.map({ [$0] }) ?? [.read, .write] {
+            let key = self.key(path, mode)
+            guard let made = state.withLock({ $0.entries[key] }) else { continue }
+            do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {
+                throw .etcd(error)
+            }
         }
+    }
+
+    /// Whether the replica still has `entry`'s key as it was made.
+    public func isPresent(_ entry: Entry) -> Bool {
+        let key = prefix + Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0]
+            + Array(String(entry.lease, radix: 16).utf8) + [0] + Array(entry.mode.rawValue.utf8)
+        return state.withLock { $0.entries[key]?.revision == entry.revision }
     }
 
     /// Every delegation, held or wanted, by every host, in line order.
@@ -217,8 +243,9 @@ public final class Delegations: Sendable {
 
     /// This run's key for `path`: another run of the same host (one that died and came back
     /// within its lease's TTL) has keys of its own, under its own lease.
-    private func key(_ path: String) -> [UInt8] {
-        prefix + Array(path.utf8) + [0] + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8)
+    private func key(_ path: String, _ mode: Mode) -> [UInt8] {
+        prefix + Array(path.utf8) + [0] + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0]
+            + Array(mode.rawValue.utf8)
     }
 
     private func entry(_ value: EtcdKeyValue) -> Entry? {

@@ -108,10 +108,22 @@ public final class EtcdClient: Sendable {
     public init(endpoints: [String], requestTimeout: Duration = .seconds(3)) {
         precondition(!endpoints.isEmpty, "an etcd client needs at least one endpoint")
         self.endpoints = endpoints.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
-        http = HTTPClient.shared
+        http = Self.sharedHTTP
         self.requestTimeout = .nanoseconds(Int64(requestTimeout.components.seconds) * 1_000_000_000
                                            + requestTimeout.components.attoseconds / 1_000_000_000)
     }
+
+    /// The HTTP client of every etcd client in the process, never shut down (as
+    /// `HTTPClient.shared`), but made for a cluster: a member that refuses or does not answer a
+    /// connection within a second is given up at once and the next one tried, where
+    /// `HTTPClient.shared` tries the same member again until the request's deadline (a watch
+    /// has none: it stayed with a dead member for good).
+    private static let sharedHTTP: HTTPClient = {
+        var configuration = HTTPClient.Configuration.singletonConfiguration
+        configuration.timeout.connect = .seconds(1)
+        configuration.connectionPool.retryConnectionEstablishment = false
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
 
     // MARK: Keys
 
@@ -159,7 +171,11 @@ public final class EtcdClient: Sendable {
     /// Renews the lease: its TTL from now, or nil when it has expired or was revoked.
     public func keepAlive(_ lease: Int64) async throws(EtcdError) -> Int64? {
         let response: EtcdLeaseKeepAliveResponse = try await call("/v3/lease/keepalive", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
-        guard let ttl = response.result?.TTL?.value, ttl > 0 else { return nil }
+        // Only a result without a TTL says the lease is gone; no result at all says nothing of it.
+        guard let result = response.result else {
+            throw .unavailable(response.error?.message ?? "keepalive answered no result")
+        }
+        guard let ttl = result.TTL?.value, ttl > 0 else { return nil }
         return ttl
     }
 

@@ -154,6 +154,13 @@ struct EtcdLeaseKeepAliveResponse: Decodable, Sendable {
         var TTL: EtcdInteger?
     }
     var result: Result?
+    /// The stream's error instead of a result (no leader, a member stopping).
+    var error: EtcdStreamError?
+}
+
+struct EtcdStreamError: Decodable, Sendable {
+    var grpc_code: Int?
+    var message: String?
 }
 
 struct EtcdWatchCreate: Encodable, Sendable {

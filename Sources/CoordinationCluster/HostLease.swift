@@ -32,12 +32,16 @@ public final class HostLease: Sendable {
         let validity = Validity(until: validUntil - margin)
         self.validity = validity
         renewal = Task {
-            // Three tries a TTL: one lost request, or a member's failover, leaves time for another.
-            let interval = Duration.milliseconds(max(ttl * 1000 / 3, 200))
+            // Five tries a TTL: a renewal that waits out an election (a second or two after the
+            // leader is lost) still leaves time for another.
+            let interval = Duration.milliseconds(max(ttl * 1000 / 5, 200))
+            // After a renewal without an answer (a member gone, an election under way), the
+            // next comes soon: the TTL may not leave time for two more full intervals.
+            var next = interval
             while !Task.isCancelled {
                 let left = validity.left
                 guard left > .zero else { return validity.end() }
-                try? await Task.sleep(for: min(interval, left))
+                try? await Task.sleep(for: min(next, left))
                 if Task.isCancelled { return }
                 guard validity.left > .zero else { return validity.end() }
                 let asked = ContinuousClock.now
@@ -56,9 +60,11 @@ public final class HostLease: Sendable {
                     return first
                 }
                 switch renewed {
-                case .some(.some(let granted)): validity.extend(to: asked + .seconds(granted) - margin)
+                case .some(.some(let granted)):
+                    validity.extend(to: asked + .seconds(granted) - margin)
+                    next = interval
                 case .some(.none): return validity.end()      // expired or revoked in etcd
-                case .none: continue
+                case .none: next = .milliseconds(200)
                 }
             }
         }

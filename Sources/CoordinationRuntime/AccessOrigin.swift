@@ -20,6 +20,8 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
         case coordinator
         /// A change made behind the mount, which nobody coordinated.
         case outside
+        /// Another host of a shared store (`--cluster`), through its own mount.
+        case cluster
     }
 
     /// How the access came.
@@ -140,6 +142,8 @@ package enum AccessOrigins {
         case .object:
             let (uid, command) = process(getpid())
             return AccessOrigin(via: .coordinator, pid: getpid(), uid: uid, command: command)
+        case .host:
+            return AccessOrigin(via: .cluster)
         }
     }
 

@@ -722,6 +722,20 @@ def start_member(state_dir: str, number: str | int, timeout: float = 30.0) -> di
     return _wait_healthy(info, [member], timeout)[member["name"]]
 
 
+def start_members(state_dir: str, numbers: list[str | int], timeout: float = 30.0) -> dict:
+    """Starts several stopped members together (a cluster without quorum needs more than one
+    back before any is healthy) and waits until all are healthy."""
+    _require_tools(etcd=True)
+    info = _require(state_dir)
+    members = [_member_of(info, number) for number in numbers]
+    for member in members:
+        if _alive(member.get("pid"), member.get("pid_start")):
+            raise ClusterError(f"member {member['name']} is running (pid {member['pid']})")
+    for member in members:
+        _start_member(info, member, "existing")
+    return _wait_healthy(info, members, timeout)
+
+
 def cut(state_dir: str, node: str, local: bool = False) -> None:
     """Takes node's link down: at the switch (silent drops), or its own interface (local)."""
     info = _require(state_dir)

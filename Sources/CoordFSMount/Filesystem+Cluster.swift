@@ -1,0 +1,206 @@
+import Coordination
+import CoordinationRuntime
+import LinuxSystem
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A host of a shared store grants its programs only what its delegations cover
+/// (`HostDelegations`): a request outside them waits for the delegation first, and one whose
+/// delegation was recalled while it took its claim gives the claim back unused and waits again.
+/// Recalls the other way come in as accesses of another host (`beginAccess(forHost:)`).
+extension Filesystem {
+    /// A delegation a request needs: of the item it locks, below the store's root.
+    struct DelegationNeed: Sendable {
+        var path: String
+        var writing: Bool
+    }
+
+    /// `coordinate`, on a mount with delegations.
+    func coordinateInCluster(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
+                             forTheCall: Bool, _ delegations: any HostDelegations,
+                             _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
+        // What is not coordinated needs nothing: the kernel's own threads, paths the mode
+        // leaves alone, an O_TMPFILE file not linked yet.
+        if coordinationMode(wanted, other) == .off || (wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed))
+            || callingProcess(reply.caller, now: coarseMilliseconds()) == nil {
+            return coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
+        }
+        let needs = delegationNeeds(wanted, other)
+        guard covered(needs, by: delegations) else {
+            return waitForDelegations(needs, delegations, reply) { [self] reply in
+                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations, body)
+            }
+        }
+        coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0) { [self] reply, claim in
+            // Asked again once held: a recall that came meanwhile waited for this claim (or
+            // passage) only if it began after this answer.
+            let needs = delegationNeeds(wanted, other)
+            if covered(needs, by: delegations) { return body(reply, claim) }
+            statistics.takenAgain.add(1, ordering: .relaxed)
+            let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+            end(claim, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
+            // Never into the engine from here: this may run inside a quiet passage.
+            waitForDelegations(needs, delegations, reply) { [self] reply in
+                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations, body)
+            }
+        }
+    }
+
+    /// The delegations `wanted` (and `other`) need: of the item each locks (its outermost
+    /// package, or itself).
+    private func delegationNeeds(_ wanted: ItemIntent, _ other: ItemIntent?) -> [DelegationNeed] {
+        let now = coarseMilliseconds()
+        func need(_ intent: ItemIntent) -> DelegationNeed {
+            let target = target(of: intent, now: now)
+            return DelegationNeed(path: storePath(of: target.enclosingPackages.first ?? target.path), writing: intent.kind.isWrite)
+        }
+        return other.map { [need(wanted), need($0)] } ?? [need(wanted)]
+    }
+
+    private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations) -> Bool {
+        needs.allSatisfy { delegations.covers($0.path, writing: $0.writing) }
+    }
+
+    /// An item's path below the store's root (the mount's root), as every host spells it.
+    func storePath(of path: ItemPath) -> String {
+        if path == mountRoot { return "" }
+        return String(path.string.dropFirst(mountRoot.isRoot ? 1 : mountRoot.string.count + 1))
+    }
+
+    /// The engine's path of an item below the store's root.
+    func itemPath(ofStorePath path: String) -> ItemPath {
+        path.isEmpty ? mountRoot : ItemPath(canonical: (mountRoot.isRoot ? "" : mountRoot.string) + "/" + path)
+    }
+
+    /// Waits for the delegations `needs`, then hands the reply to `then` on another thread; or
+    /// answers EINTR (interrupted), EBUSY (past the wait timeout), ENOLCK (the host may grant
+    /// nothing: its lease is lost, or the cluster cannot be reached).
+    private func waitForDelegations(_ needs: [DelegationNeed], _ delegations: any HostDelegations, _ reply: consuming Reply,
+                                    then: @escaping @Sendable (consuming Reply) -> Void) {
+        let number = waitingRequests.number()
+        reply.onInterrupt(number)
+        let wait = DelegationWait(PendingReply(reply)) { [self] outcome, reply in
+            waitingRequests.ended(number)
+            switch outcome {
+            case .granted: DispatchQueue.global().async { then(reply.take()) }
+            case .interrupted: reply.take().error(Errno(code: EINTR))
+            case .timedOut:
+                statistics.count(Errno(code: EBUSY))
+                reply.take().error(Errno(code: EBUSY))
+            case .refused(let failure):
+                if waitingRequests.mayLogGivingUp() { logger.error("cluster: \(failure); answering ENOLCK") }
+                reply.take().error(Errno(code: ENOLCK))
+            }
+        }
+        statistics.waited.add(1, ordering: .relaxed)
+        if waitingRequests.waits(number, in: wait) { return wait.cancel() }
+        if let timeout = configuration.waitTimeout {
+            let (seconds, attoseconds) = timeout.components
+            DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) { wait.finish(.timedOut) }
+        }
+        acquire(needs[...], delegations, for: wait)
+    }
+
+    /// Acquires `needs` one after the other, then finishes `wait`.
+    private func acquire(_ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, for wait: DelegationWait) {
+        guard let need = needs.first else { return wait.finish(.granted) }
+        delegations.acquire(need.path, writing: need.writing) { [self] failure in
+            if let failure { return wait.finish(.refused(failure)) }
+            acquire(needs.dropFirst(), delegations, for: wait)
+        }
+    }
+
+    // MARK: Recalls: other hosts' accesses here
+
+    /// What this host's programs and coordinators hold now, below the store's root (other
+    /// hosts' accesses left out).
+    public func heldItems() -> [(path: String, writing: Bool)] {
+        engine.snapshot().holders.flatMap { holder -> [(path: String, writing: Bool)] in
+            if case .host = holder.identity { return [] }
+            return holder.intents.compactMap { intent in
+                let locked = intent.target.enclosingPackages.first ?? intent.target.path
+                guard locked == mountRoot || mountRoot.isAncestor(of: locked) else { return nil }
+                return (storePath(of: locked), intent.kind.isWrite)
+            }
+        }
+    }
+
+    /// Begins another host's access of `path` here, as a recall of this host's delegation
+    /// asks: this host's presenters save or relinquish as for a local reader or writer, and it
+    /// holds the item (for as long as the host's conflicting programs let it) until ended.
+    public func beginAccess(forHost host: String, _ path: String, writing: Bool) -> HostAccess {
+        let target = AccessTarget(path: itemPath(ofStorePath: path), isDirectory: false)
+        let access = HostAccess()
+        let waiting = Claim.beginWaiting(in: domain, identity: .host(host), intents: [Intent(writing ? .writing([]) : .reading([]), target)],
+                                         timeout: nil) { [self] result in
+            if case .success(let claim) = result, !access.granted(claim) {
+                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+            }
+        }
+        access.waiting(waiting) { [self] claim in
+            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: writing))
+        }
+        return access
+    }
+}
+
+/// Another host's access begun here (`Filesystem.beginAccess(forHost:)`): ended once, whether
+/// it was granted yet or still waits.
+public final class HostAccess: Sendable {
+    private let state = Mutex<(claim: Claim?, waiting: CoordinatedAccess?, ender: (@Sendable (Claim) -> Void)?, ended: Bool)>((nil, nil, nil, false))
+
+    fileprivate init() {}
+
+    /// Keeps the claim granted; false when the access has ended meanwhile.
+    fileprivate func granted(_ claim: Claim) -> Bool {
+        state.withLock { state in
+            if state.ended { return false }
+            state.claim = claim
+            return true
+        }
+    }
+
+    fileprivate func waiting(_ access: CoordinatedAccess, ender: @escaping @Sendable (Claim) -> Void) {
+        state.withLock { state in
+            state.waiting = access
+            state.ender = ender
+        }
+    }
+
+    public func end() {
+        let (claim, waiting, ender) = state.withLock { state -> (Claim?, CoordinatedAccess?, (@Sendable (Claim) -> Void)?) in
+            if state.ended { return (nil, nil, nil) }
+            state.ended = true
+            defer { state.claim = nil }
+            return (state.claim, state.waiting, state.ender)
+        }
+        if let claim { ender?(claim) } else { waiting?.cancel() }
+    }
+}
+
+/// A request waiting for its host's delegations: finished once, by the grant, the wait timeout,
+/// the kernel's interrupt or a refusal.
+final class DelegationWait: Sendable, CancellableWait {
+    enum Outcome: Sendable {
+        case granted, interrupted, timedOut
+        case refused(HostDelegationFailure)
+    }
+
+    private let reply: PendingReply
+    private let completion: Mutex<(@Sendable (Outcome, PendingReply) -> Void)?>
+
+    init(_ reply: PendingReply, _ completion: @escaping @Sendable (Outcome, PendingReply) -> Void) {
+        self.reply = reply
+        self.completion = Mutex(completion)
+    }
+
+    func finish(_ outcome: Outcome) {
+        guard let completion = completion.withLock({ $0.take() }) else { return }
+        completion(outcome, reply)
+    }
+
+    func cancel() { finish(.interrupted) }
+}

@@ -1,0 +1,176 @@
+@testable import CoordinationCluster
+import Foundation
+import Synchronization
+import Testing
+
+/// A host's side of the cluster: which delegations it asks for, how a recall narrows them
+/// around what its own programs still hold, and its answers to recalls — each host a
+/// `ClusterMember` of its own in this process, with a stand-in for its local coordination,
+/// against one etcd on loopback.
+@Suite(.serialized, .enabled(if: EtcdServers.installed, "etcd is not installed (make setup installs etcd-server)"))
+struct ClusterMemberTests {
+    /// A host's own coordination as the member sees it: holders set by the test, and the other
+    /// hosts' accesses it was asked to begin and end.
+    final class Local: LocalAccesses {
+        private let state = Mutex<(holders: [(String, Delegations.Mode)], begun: [String], ended: [String])>(([], [], []))
+
+        func hold(_ path: String, _ mode: Delegations.Mode) { state.withLock { $0.holders.append((path, mode)) } }
+        func end(_ path: String) { state.withLock { $0.holders.removeAll { $0.0 == path } } }
+        var begun: [String] { state.withLock { $0.begun } }
+        var ended: [String] { state.withLock { $0.ended } }
+
+        func holders() -> [(path: String, mode: Delegations.Mode)] { state.withLock { $0.holders.map { ($0.0, $0.1) } } }
+
+        func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess {
+            let name = "\(host) \(mode.rawValue) \(path)"
+            state.withLock { $0.begun.append(name) }
+            return Access { [self] in state.withLock { $0.ended.append(name) } }
+        }
+
+        struct Access: LocalAccess {
+            let ending: @Sendable () -> Void
+            func end() { ending() }
+        }
+    }
+
+    static func member(_ name: String, _ client: EtcdClient, _ local: Local = Local(), breakTime: Duration? = nil,
+                       ttl: Int64 = 5) async throws -> ClusterMember {
+        let member = ClusterMember(join: {
+            let lease = try await HostLease.grant(on: client, ttl: ttl)
+            let delegations = Delegations(client: client, store: "s", host: name, lease: lease)
+            try await delegations.start()
+            return delegations
+        }, local: local, breakTime: breakTime)
+        try await member.start()
+        return member
+    }
+
+    /// Whether `condition` holds within a second (a host's replica follows etcd a moment later).
+    static func eventually(_ condition: () -> Bool) async -> Bool {
+        for _ in 0..<100 {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return condition()
+    }
+
+    /// Runs `body` with two hosts, A (whose local coordination the test sets) and B, on one etcd;
+    /// both leave after it.
+    static func withTwoHosts(breakTime: Duration? = nil,
+                             _ body: (_ a: ClusterMember, _ localA: Local, _ b: ClusterMember) async throws -> Void) async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let localA = Local()
+        let a = try await Self.member("A", client, localA, breakTime: breakTime), b = try await Self.member("B", client)
+        try await body(a, localA, b)
+        await a.leave()
+        await b.leave()
+    }
+
+    /// Keys in the store, as "host mode path".
+    static func keys(_ member: ClusterMember) -> [String] {
+        (member.currentDelegations?.entries() ?? []).map { "\($0.host) \($0.mode.rawValue) \($0.path)" }
+    }
+
+    @Test func aHostAloneTakesTheOutermostDirectoryAndGrantsBelowItInMemory() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.member("A", client)
+        #expect(!a.covers("projects/film/scene.blend", .write))
+        try await a.acquire("projects/film/scene.blend", .write)
+        #expect(Self.keys(a) == ["A w projects"])
+        #expect(a.covers("projects/film/scene.blend", .write) && a.covers("projects/other", .read))
+        #expect(!a.covers("elsewhere", .read) && !a.covers("", .read), "nothing outside the directory")
+        await a.leave()
+    }
+
+    /// A recall of a directory's delegation for an item nobody here holds is given back at
+    /// once; the holders that go on keep a narrower delegation of their own.
+    @Test func aRecallNarrowsTheDelegationAroundWhatGoesOn() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("a/b/c", .write)
+            localA.hold("a/b/c", .write)
+            #expect(Self.keys(a) == ["A w a"])
+            try await b.acquire("a/d/e", .read)
+            #expect(b.covers("a/d/e", .read))
+            #expect(!a.covers("a/d/e", .write), "given back")
+            #expect(a.covers("a/b/c", .write), "what A's program holds stays A's")
+            #expect(await Self.eventually { Set(Self.keys(a)) == ["A w a/b", "B r a/d/e"] }, "\(Self.keys(a))")
+            // (B asks for "a" first, and takes it back, when its replica has not seen A's key yet.)
+            #expect(await Self.eventually { localA.begun.last == "B r a/d/e" && Set(localA.ended) == Set(localA.begun) },
+                    "A's presenters were asked for B's read, and told it ended: \(localA.begun) \(localA.ended)")
+        }
+    }
+
+    /// A host that asked for a whole directory on a replica that had not seen the other
+    /// host's key takes its request back; the holder keeps its delegation.
+    @Test func aRequestTakenBackLeavesTheHolderItsDelegation() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("a/b/c", .write)
+            localA.hold("a/b/c", .write)
+            let bDelegations = try #require(b.currentDelegations)
+            let taken = try await bDelegations.acquireUnlessBlocked("a", .read)
+            #expect(taken == nil, "A's write of the directory is in the way")
+            #expect(await Self.eventually { localA.begun == ["B r a"] && localA.ended == ["B r a"] })
+            #expect(await Self.eventually { a.covers("a/x", .write) }, "A keeps the directory")
+            #expect(Self.keys(a) == ["A w a"])
+            // B asks for the item alone then; A narrows its delegation around what it holds.
+            try await b.acquire("a/d/e", .read)
+            #expect(b.covers("a/d/e", .read) && !b.covers("a/d", .read))
+        }
+    }
+
+    /// A holder here that conflicts with the other host's access keeps the recall waiting
+    /// until it ends.
+    @Test func aRecallWaitsForAConflictingHolder() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            let reader = Task { try await b.acquire("doc", .read) }
+            try await Task.sleep(for: .milliseconds(700))
+            #expect(!b.covers("doc", .read), "B read while A's program wrote")
+            #expect(localA.begun == ["B r doc"], "A's presenters are asked while B waits")
+            localA.end("doc")
+            try await reader.value
+            #expect(b.covers("doc", .read) && !a.covers("doc", .read))
+            #expect(await Self.eventually { localA.ended == ["B r doc"] })
+        }
+    }
+
+    /// A holder that never ends is broken after the break time.
+    @Test func aRecallIsBrokenAfterTheBreakTime() async throws {
+        try await Self.withTwoHosts(breakTime: .seconds(1)) { a, localA, b in
+            try await a.acquire("log", .write)
+            localA.hold("log", .write)
+            let started = ContinuousClock.now
+            try await b.acquire("log", .write)
+            let waited = ContinuousClock.now - started
+            #expect(waited >= .milliseconds(900), "B waited \(waited)")
+            #expect(!a.covers("log", .read))
+        }
+    }
+
+    /// A host whose lease is lost grants nothing, then joins again with a new lease.
+    @Test func aLostLeaseEndsEveryGrantAndTheHostJoinsAgain() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.member("A", client, ttl: 2)
+        try await a.acquire("x", .write)
+        let first = try #require(a.currentDelegations)
+        first.lease.stopRenewing()
+        await first.lease.waitUntilLost()
+        #expect(!a.covers("x", .read), "a lost lease grants nothing")
+        var rejoined = false
+        for _ in 0..<50 where !rejoined {
+            try await Task.sleep(for: .milliseconds(100))
+            rejoined = a.currentDelegations.map { $0 !== first } ?? false
+        }
+        #expect(rejoined, "the host joined again")
+        try await a.acquire("x", .write)
+        #expect(a.covers("x", .write))
+        await a.leave()
+    }
+}

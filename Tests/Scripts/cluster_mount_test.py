@@ -1,0 +1,346 @@
+#!/usr/bin/env python3
+"""Hosts that share a store coordinate through etcd: coordfs mounts with --cluster.
+
+A 3-member etcd cluster and two hosts, A and B, each in a network namespace of its own
+(cluster.py). Each host's coordfs daemon runs in its host's namespace and mounts one shared
+backing directory (the "store") on a mount point of its own; the programs that use the mounts
+run here. Tests: a read on B waits for a write held on A and sees what it wrote; readers on both
+share; a rename on A waits for a reader on B; other files of a directory held on A are not
+held up; a member killed changes nothing visible; a host cut off loses its grants after its
+TTL (its programs get ENOLCK, the other host goes ahead); a daemon killed with -9 likewise.
+
+Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
+    python3 Tests/Scripts/cluster_mount_test.py [-v]
+"""
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import cluster  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
+COORDFS = os.environ.get("COORDFS", os.path.join(ROOT, ".build/debug/coordfs"))
+TTL = 5
+
+
+def skip_reason():
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, mounts)"
+    for tool in ("etcd", "ip", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    if not os.access(COORDFS, os.X_OK):
+        return f"needs a built coordfs at {COORDFS}"
+    return None
+
+
+class Opening:
+    """A program's open(2) under way in a thread: whether it still waits, and how it ended."""
+
+    def __init__(self, path, flags):
+        self.result = None
+        self.error = None
+        self.ended = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(path, flags), daemon=True)
+        self.thread.start()
+
+    def _run(self, path, flags):
+        try:
+            fd = os.open(path, flags)
+            try:
+                if flags & (os.O_WRONLY | os.O_RDWR) == 0:
+                    self.result = os.read(fd, 1 << 16)
+                else:
+                    self.result = b""
+            finally:
+                os.close(fd)
+        except OSError as error:
+            self.error = error
+        self.ended.set()
+
+    def waits(self, seconds=0.8):
+        return not self.ended.wait(seconds)
+
+    def finish(self, seconds=15):
+        self.assert_ended = self.ended.wait(seconds)
+        return self.assert_ended
+
+
+def daemon_of(mount_point):
+    """The pid of the coordfs daemon serving mount_point."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                arguments = file.read().split(b"\0")
+        except OSError:
+            continue
+        if b"daemon-start" in arguments and mount_point.encode() in arguments:
+            return int(entry)
+    return None
+
+
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterMountTests(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="coordfs-cluster-")
+        cls.state = os.path.join(cls.work, "state")
+        cls.store = os.path.join(cls.work, "store")
+        os.makedirs(cls.store)
+        cls.info = cluster.up(cls.state, members=3, hosts=2)
+        cls.mounts = {}
+        try:
+            for host in ("A", "B"):
+                cls.mount(host)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def mount(cls, host):
+        node = {"A": cls.info["hosts"][0], "B": cls.info["hosts"][1]}[host]
+        point = os.path.join(cls.work, "mount" + host)
+        os.makedirs(point, exist_ok=True)
+        urls = ",".join(url.removeprefix("http://") for url in cls.info["client_urls"])
+        command = cluster._nsenter(node["namespace"]) + [COORDFS, "mount", cls.store, point,
+                   "--cluster", "etcd://" + urls, "--cluster-store", "shared", "--host-name", host,
+                   "--cluster-ttl", str(TTL), "--wait-timeout", "30", "--log", os.path.join(cls.work, f"{host}.log")]
+        subprocess.run(command, check=True, timeout=60, capture_output=True)
+        cls.mounts[host] = point
+
+    @classmethod
+    def unmount(cls, host):
+        point = cls.mounts.pop(host, None)
+        if point is None:
+            return
+        if subprocess.run([COORDFS, "unmount", point], capture_output=True, timeout=30).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        for host in list(cls.mounts):
+            cls.unmount(host)
+        try:
+            cluster.down(cls.state, quiet=True)
+        finally:
+            if os.environ.get("CLUSTER_TEST_KEEP") is None:
+                shutil.rmtree(cls.work, ignore_errors=True)
+
+    def path(self, host, name):
+        return os.path.join(self.mounts[host], name)
+
+    def write(self, host, name, data):
+        with open(self.path(host, name), "wb") as file:
+            file.write(data)
+
+    @staticmethod
+    def read(path):
+        with open(path, "rb") as file:
+            return file.read()
+
+    def log_tail(self, host):
+        try:
+            with open(os.path.join(self.work, f"{host}.log")) as file:
+                return "".join(file.readlines()[-20:])
+        except OSError:
+            return "(no log)"
+
+    # ------------------------------------------------------------------ waits and sharing
+
+    def test_1_a_read_on_B_waits_for_a_write_held_on_A(self):
+        self.write("A", "doc", b"first\n")
+        fd = os.open(self.path("A", "doc"), os.O_WRONLY | os.O_TRUNC)
+        try:
+            reader = Opening(self.path("B", "doc"), os.O_RDONLY)
+            self.assertTrue(reader.waits(), "B's read went ahead while A held the file for writing")
+            os.write(fd, b"second\n")
+        finally:
+            os.close(fd)
+        self.assertTrue(reader.finish(), "B's read did not go ahead after A closed\n" + self.log_tail("B"))
+        self.assertIsNone(reader.error)
+        self.assertEqual(reader.result, b"second\n")
+
+    def test_2_a_write_on_A_waits_for_a_read_held_on_B(self):
+        self.write("B", "notes", b"one\n")
+        fd = os.open(self.path("B", "notes"), os.O_RDONLY)
+        try:
+            writer = Opening(self.path("A", "notes"), os.O_WRONLY)
+            self.assertTrue(writer.waits(), "A's write went ahead while B read")
+        finally:
+            os.close(fd)
+        self.assertTrue(writer.finish(), self.log_tail("A"))
+        self.assertIsNone(writer.error)
+
+    def test_3_readers_on_both_hosts_share(self):
+        self.write("A", "shared", b"both\n")
+        fd = os.open(self.path("A", "shared"), os.O_RDONLY)
+        try:
+            reader = Opening(self.path("B", "shared"), os.O_RDONLY)
+            self.assertTrue(reader.finish(5), "B's read waited for A's read")
+            self.assertEqual(reader.result, b"both\n")
+        finally:
+            os.close(fd)
+
+    def test_4_other_files_of_a_directory_held_on_A_go_ahead(self):
+        os.makedirs(self.path("A", "project"), exist_ok=True)
+        self.write("A", "project/held", b"h\n")
+        self.write("A", "project/free", b"f\n")
+        fd = os.open(self.path("A", "project/held"), os.O_WRONLY)
+        try:
+            free = Opening(self.path("B", "project/free"), os.O_RDONLY)
+            self.assertTrue(free.finish(5), "B waited for a file A does not hold\n" + self.log_tail("A"))
+            self.assertEqual(free.result, b"f\n")
+            held = Opening(self.path("B", "project/held"), os.O_RDONLY)
+            self.assertTrue(held.waits(), "B's read of the held file went ahead")
+        finally:
+            os.close(fd)
+        self.assertTrue(held.finish(), self.log_tail("A"))
+
+    def test_5_a_rename_on_A_waits_for_a_reader_on_B(self):
+        self.write("A", "old-name", b"r\n")
+        fd = os.open(self.path("B", "old-name"), os.O_RDONLY)
+        renamed = threading.Event()
+        thread = threading.Thread(target=lambda: (os.rename(self.path("A", "old-name"), self.path("A", "new-name")),
+                                                  renamed.set()), daemon=True)
+        thread.start()
+        try:
+            self.assertFalse(renamed.wait(0.8), "the rename went ahead while B read the file")
+        finally:
+            os.close(fd)
+        self.assertTrue(renamed.wait(15), self.log_tail("A"))
+        self.assertTrue(os.path.exists(self.path("B", "new-name")))
+
+    @unittest.skipIf(shutil.which("fio") is None, "needs fio")
+    def test_5_fio_from_both_hosts_on_the_same_files_verifies(self):
+        # Each host's writers write their own blocks of the same two files and read them back
+        # (crc32c); the hosts' opens of a file take turns.
+        runs = []
+        for index, host in enumerate(("A", "B")):
+            command = ["fio", "--name=" + host, "--directory=" + self.mounts[host], "--filename_format=fio.$filenum",
+                       "--nrfiles=2", "--size=8m", f"--offset={index * 8}m", "--offset_increment=4m", "--numjobs=2",
+                       "--ioengine=psync", "--bs=4k", "--rw=randwrite", "--verify=crc32c", "--do_verify=1",
+                       "--verify_fatal=1", "--verify_state_save=0", "--file_service_type=roundrobin",
+                       "--group_reporting", "--minimal"]
+            runs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        for host, run in zip(("A", "B"), runs):
+            output, _ = run.communicate(timeout=120)
+            self.assertEqual(run.returncode, 0, f"fio on {host}: {output[-2000:]}\n{self.log_tail(host)}")
+            # --minimal: the fifth field is the job's error number.
+            self.assertEqual(output.strip().splitlines()[-1].split(";")[4], "0", output[-2000:])
+
+    def test_6_a_member_killed_changes_nothing_visible(self):
+        cluster.kill_member(self.state, 1)
+        try:
+            for round in range(3):
+                self.write("A", "member", b"a%d\n" % round)
+                fd = os.open(self.path("A", "member"), os.O_WRONLY)
+                try:
+                    reader = Opening(self.path("B", "member"), os.O_RDONLY)
+                    self.assertTrue(reader.waits(), "B's read went ahead while A wrote")
+                finally:
+                    os.close(fd)
+                self.assertTrue(reader.finish(), self.log_tail("B"))
+                self.assertEqual(reader.result, b"a%d\n" % round)
+        finally:
+            cluster.start_member(self.state, 1)
+
+    # ------------------------------------------------------------------ failures
+
+    def test_7_the_whole_etcd_cluster_down_refuses_what_it_cannot_grant(self):
+        self.write("A", "held-before", b"h\n")            # A holds its delegation now
+        killed = time.monotonic()
+        for member in (1, 2, 3):
+            cluster.kill_member(self.state, member)
+        try:
+            # What A holds a delegation of it still grants, while its lease can still be valid.
+            self.assertEqual(self.read(self.path("A", "held-before")), b"h\n")
+            # What it would have to ask for it refuses.
+            with self.assertRaises(OSError) as raised:
+                open(self.path("A", "new-while-down"), "wb").close()
+            self.assertEqual(raised.exception.errno, errno.ENOLCK)
+            # Once its lease could have ended, nothing.
+            time.sleep(max(0.0, TTL - (time.monotonic() - killed)) + 0.5)
+            with self.assertRaises(OSError) as raised:
+                self.read(self.path("A", "held-before"))
+            self.assertEqual(raised.exception.errno, errno.ENOLCK)
+        finally:
+            cluster.start_members(self.state, [1, 2, 3])
+        # Both hosts join again by themselves.
+        for host in ("A", "B"):
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    self.write(host, f"after-{host}", host.encode())
+                    break
+                except OSError as error:
+                    if error.errno != errno.ENOLCK or time.monotonic() > deadline:
+                        raise AssertionError(f"{host} did not join again: {error}\n{self.log_tail(host)}")
+                    time.sleep(0.3)
+        self.assertEqual(self.read(os.path.join(self.store, "held-before")), b"h\n")
+        self.assertFalse(os.path.exists(os.path.join(self.store, "new-while-down")))
+
+    def test_8_a_daemon_killed_lets_the_other_host_go_ahead_after_its_ttl(self):
+        self.write("A", "crash", b"before\n")
+        fd = os.open(self.path("A", "crash"), os.O_WRONLY)
+        try:
+            reader = Opening(self.path("B", "crash"), os.O_RDONLY)
+            self.assertTrue(reader.waits())
+            daemon = daemon_of(self.mounts["A"])
+            self.assertIsNotNone(daemon, "A's daemon not found")
+            killed = time.monotonic()
+            os.kill(daemon, signal.SIGKILL)
+            self.assertTrue(reader.finish(TTL + 10), "B still waits after A's daemon died\n" + self.log_tail("B"))
+            waited = time.monotonic() - killed
+            self.assertIsNone(reader.error)
+            self.assertEqual(reader.result, b"before\n")
+            self.assertLess(waited, TTL + 5, f"B waited {waited:.1f} s for a dead host")
+            # A's mount is gone: its programs' new opens fail. (A file open before goes on
+            # where the kernel serves it straight from the backing file: see the failure table.)
+            with self.assertRaises(OSError) as raised:
+                os.open(self.path("A", "crash"), os.O_RDONLY)
+            self.assertEqual(raised.exception.errno, errno.ENOTCONN)
+        finally:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            self.unmount("A")
+        self.mount("A")
+        self.assertEqual(self.read(self.path("A", "crash")), b"before\n")
+
+    def test_9_a_host_cut_off_loses_its_grants(self):
+        self.write("A", "cut", b"kept\n")
+        fd = os.open(self.path("A", "cut"), os.O_WRONLY)
+        try:
+            reader = Opening(self.path("B", "cut"), os.O_RDONLY)
+            self.assertTrue(reader.waits())
+            cluster.cut(self.state, "h1")
+            cut = time.monotonic()
+            self.assertTrue(reader.finish(TTL + 10), "B still waits after A was cut off\n" + self.log_tail("B"))
+            self.assertLess(time.monotonic() - cut, TTL + 5)
+            self.assertEqual(reader.result, b"kept\n")
+            # A knows it holds nothing: a new open there fails at once.
+            with self.assertRaises(OSError) as raised:
+                open(self.path("A", "another"), "wb").close()
+            self.assertEqual(raised.exception.errno, errno.ENOLCK, self.log_tail("A"))
+        finally:
+            os.close(fd)
+            cluster.heal(self.state, "h1")
+        # No byte lost: what each host wrote is there.
+        self.assertEqual(self.read(os.path.join(self.store, "cut")), b"kept\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
