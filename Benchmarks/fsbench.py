@@ -53,6 +53,10 @@ parser.add_argument("--baseline", metavar="BINARY", action="append", default=[],
 parser.add_argument("--coordfs-options", metavar="OPTIONS", default="",
                     help="more options for every coordfs mount, space-separated (say --coordfs-options=--no-io-uring "
                          "to measure through /dev/fuse)")
+parser.add_argument("--column-options", metavar="OPTIONS", default="",
+                    help="more options for the coordfs column's mount alone, space-separated: with --baseline naming "
+                         "the same build, the two columns compare a mount with these options against one without "
+                         "(say --column-options='--cluster etcd://HOST:PORT --cluster-store bench')")
 parser.add_argument("--engine-busy", nargs="?", const="elsewhere", choices=["elsewhere", "beside", "coordinate"],
                     help="keep a file open on every mount throughout, so that a coordfs engine always holds "
                          "something: at the mount's root (elsewhere, the default: the metadata jobs' requests "
@@ -497,7 +501,8 @@ try:
     if not arguments.on_tmp:
         mount_image()
     targets.append(Target("native", None))
-    targets.append(Target("coordfs", coordfs("--coordination", "off") if arguments.control else coordfs()))
+    column = arguments.column_options.split()
+    targets.append(Target("coordfs", coordfs("--coordination", "off", *column) if arguments.control else coordfs(*column)))
     try:
         stats = json.loads(os.getxattr(targets[-1].point, "user.coordfs.stats"))
         transport = ("FUSE over io_uring, %d queues at nice %d" % (stats["ring_queues"], stats.get("serve_nice", 0))
@@ -555,6 +560,8 @@ if arguments.control:
     print("control run: the coordfs column is mounted with --coordination off too (an A/A run)")
 if arguments.coordfs_options:
     print("every coordfs mount with: %s" % arguments.coordfs_options)
+if arguments.column_options:
+    print("the coordfs column's mount with: %s" % arguments.column_options)
 if arguments.engine_busy == "elsewhere":
     print("engine busy: every mount had a file open throughout, at its root: coordfs's metadata requests could pass "
           "beside it, not the gate of an idle engine")

@@ -108,7 +108,7 @@ struct Mount: ParsableCommand {
     @Option(help: ArgumentHelp("Coordinate with the other hosts that mount this shared store through the etcd cluster at etcd://HOST:PORT[,HOST:PORT...] (see docs/cluster.md).", valueName: "etcd-url"))
     var cluster: String?
 
-    @Option(help: ArgumentHelp("The store's name in the cluster: mounts that name the same cluster and store coordinate (default: BACKING's last component).", valueName: "name"))
+    @Option(help: ArgumentHelp("The store's name in the cluster, needed with --cluster: mounts that name the same cluster and store coordinate.", valueName: "name"))
     var clusterStore: String?
 
     @Option(help: ArgumentHelp("This host's name in the cluster (default: the host name).", valueName: "name"))
@@ -231,7 +231,11 @@ struct Mount: ParsableCommand {
         if let url = cluster ?? loaded?.cluster {
             let ttl = clusterTTL ?? loaded?.clusterTTL ?? 10
             guard (2...3600).contains(ttl) else { throw CommandFailure("--cluster-ttl must be from 2 to 3600 seconds") }
-            let store = clusterStore ?? loaded?.clusterStore ?? URL(fileURLWithPath: backing).lastPathComponent
+            // Named, not guessed: two unrelated stores that share a directory name must not
+            // coordinate with each other through one cluster.
+            guard let store = clusterStore ?? loaded?.clusterStore else {
+                throw CommandFailure("--cluster needs --cluster-store NAME: the name every host's mount of this store gives it")
+            }
             let host = hostName ?? loaded?.hostName ?? ProcessInfo.processInfo.hostName
             for (name, value) in [("--cluster-store", store), ("--host-name", host)] where value.isEmpty || value.contains("\0") || value.contains("/") {
                 throw CommandFailure("\(name) must be a name without '/', not '\(value)'")

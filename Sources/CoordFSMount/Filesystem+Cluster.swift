@@ -28,10 +28,22 @@ extension Filesystem {
             || callingProcess(reply.caller, now: coarseMilliseconds()) == nil {
             return coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
         }
+        let deadline = configuration.waitTimeout.map { ContinuousClock.now + $0 }
+        coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations,
+                            until: deadline, body)
+    }
+
+    /// `coordinateInCluster` with the request's deadline (nil: none), kept across its rounds:
+    /// a request whose delegation was recalled again while it took its claim waits once more,
+    /// but not longer than the wait timeout from when it came.
+    private func coordinateInCluster(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
+                                     forTheCall: Bool, _ delegations: any HostDelegations, until deadline: ContinuousClock.Instant?,
+                                     _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
         let needs = delegationNeeds(wanted, other)
         guard covered(needs, by: delegations) else {
-            return waitForDelegations(needs, delegations, reply) { [self] reply in
-                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations, body)
+            return waitForDelegations(needs, delegations, reply, waits: !nonBlocking, until: deadline) { [self] reply in
+                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations,
+                                    until: deadline, body)
             }
         }
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0) { [self] reply, claim in
@@ -43,8 +55,9 @@ extension Filesystem {
             let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
             end(claim, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
             // Never into the engine from here: this may run inside a quiet passage.
-            waitForDelegations(needs, delegations, reply) { [self] reply in
-                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations, body)
+            waitForDelegations(needs, delegations, reply, waits: !nonBlocking, until: deadline) { [self] reply in
+                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations,
+                                    until: deadline, body)
             }
         }
     }
@@ -76,9 +89,11 @@ extension Filesystem {
     }
 
     /// Waits for the delegations `needs`, then hands the reply to `then` on another thread; or
-    /// answers EINTR (interrupted), EBUSY (past the wait timeout), ENOLCK (the host may grant
-    /// nothing: its lease is lost, or the cluster cannot be reached).
+    /// answers EINTR (interrupted), EBUSY (past the deadline), EAGAIN (another host holds it and
+    /// the request would not wait), ENOLCK (the host may grant nothing: its lease is lost, or
+    /// the cluster cannot be reached).
     private func waitForDelegations(_ needs: [DelegationNeed], _ delegations: any HostDelegations, _ reply: consuming Reply,
+                                    waits: Bool, until deadline: ContinuousClock.Instant?,
                                     then: @escaping @Sendable (consuming Reply) -> Void) {
         let number = waitingRequests.number()
         reply.onInterrupt(number)
@@ -87,30 +102,36 @@ extension Filesystem {
             switch outcome {
             case .granted: DispatchQueue.global().async { then(reply.take()) }
             case .interrupted: reply.take().error(Errno(code: EINTR))
+            case .wouldWait: reply.take().error(Errno(code: EAGAIN))
             case .timedOut:
                 statistics.count(Errno(code: EBUSY))
                 reply.take().error(Errno(code: EBUSY))
-            case .refused(let failure):
-                if waitingRequests.mayLogGivingUp() { logger.error("cluster: \(failure); answering ENOLCK") }
+            case .refused(let why):
+                if waitingRequests.mayLogGivingUp() { logger.error("cluster: \(why); answering ENOLCK") }
                 reply.take().error(Errno(code: ENOLCK))
             }
         }
         statistics.waited.add(1, ordering: .relaxed)
         if waitingRequests.waits(number, in: wait) { return wait.cancel() }
-        if let timeout = configuration.waitTimeout {
-            let (seconds, attoseconds) = timeout.components
+        if let deadline {
+            let left = max(deadline - ContinuousClock.now, .zero)
+            let (seconds, attoseconds) = left.components
             DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) { wait.finish(.timedOut) }
         }
-        acquire(needs[...], delegations, for: wait)
+        acquire(needs[...], delegations, waits: waits, for: wait)
     }
 
     /// Acquires `needs` one after the other, then finishes `wait`.
-    private func acquire(_ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, for wait: DelegationWait) {
+    private func acquire(_ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, waits: Bool, for wait: DelegationWait) {
         guard let need = needs.first else { return wait.finish(.granted) }
-        delegations.acquire(need.path, writing: need.writing) { [self] failure in
-            if let failure { return wait.finish(.refused(failure)) }
-            acquire(needs.dropFirst(), delegations, for: wait)
+        let stop = delegations.acquire(need.path, writing: need.writing, waits: waits) { [self] outcome in
+            switch outcome {
+            case .granted: acquire(needs.dropFirst(), delegations, waits: waits, for: wait)
+            case .wouldWait: wait.finish(.wouldWait)
+            case .refused(let why): wait.finish(.refused(why))
+            }
         }
+        wait.stopsWith(stop)
     }
 
     // MARK: Recalls: other hosts' accesses here
@@ -140,8 +161,10 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
             }
         }
+        // Ended unchanged: what the other host's programs then do is told as it is done (its
+        // news, or this mount's watch of its backing directory), not guessed here.
         access.waiting(waiting) { [self] claim in
-            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: writing))
+            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
         }
         return access
     }
@@ -182,23 +205,42 @@ public final class HostAccess: Sendable {
 }
 
 /// A request waiting for its host's delegations: finished once, by the grant, the wait timeout,
-/// the kernel's interrupt or a refusal.
+/// the kernel's interrupt or a refusal. An interrupt or a timeout stops the wait for the
+/// delegation too.
 final class DelegationWait: Sendable, CancellableWait {
     enum Outcome: Sendable {
-        case granted, interrupted, timedOut
-        case refused(HostDelegationFailure)
+        case granted, interrupted, timedOut, wouldWait
+        case refused(String)
     }
 
     private let reply: PendingReply
-    private let completion: Mutex<(@Sendable (Outcome, PendingReply) -> Void)?>
+    private let state: Mutex<(completion: (@Sendable (Outcome, PendingReply) -> Void)?, stop: (@Sendable () -> Void)?)>
 
     init(_ reply: PendingReply, _ completion: @escaping @Sendable (Outcome, PendingReply) -> Void) {
         self.reply = reply
-        self.completion = Mutex(completion)
+        state = Mutex((completion, nil))
+    }
+
+    /// What stops the wait for the delegation asked for now.
+    func stopsWith(_ stop: @escaping @Sendable () -> Void) {
+        let finished = state.withLock { state -> Bool in
+            if state.completion == nil { return true }
+            state.stop = stop
+            return false
+        }
+        if finished { stop() }
     }
 
     func finish(_ outcome: Outcome) {
-        guard let completion = completion.withLock({ $0.take() }) else { return }
+        let (completion, stop) = state.withLock { state in
+            defer { state = (nil, nil) }
+            return (state.completion, state.stop)
+        }
+        guard let completion else { return }
+        switch outcome {
+        case .interrupted, .timedOut: stop?()
+        case .granted, .wouldWait, .refused: break
+        }
         completion(outcome, reply)
     }
 

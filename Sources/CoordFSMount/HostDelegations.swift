@@ -4,13 +4,18 @@
 public protocol HostDelegations: AnyObject, Sendable {
     /// Whether this host may grant `writing` (or reading) of `path` now.
     func covers(_ path: String, writing: Bool) -> Bool
-    /// Waits until it may; `completion` runs once, on any thread: nil, or why it may not
-    /// (the host's lease is lost, or the cluster cannot be reached).
-    func acquire(_ path: String, writing: Bool, completion: @escaping @Sendable (HostDelegationFailure?) -> Void)
+    /// Asks for what `path` needs; `completion` runs once, on any thread. Without `waits`, a
+    /// delegation another host holds is not waited for (`.wouldWait`). The closure returned stops
+    /// waiting (a request interrupted or past its wait timeout): `completion` is not called then.
+    func acquire(_ path: String, writing: Bool, waits: Bool,
+                 completion: @escaping @Sendable (HostDelegationOutcome) -> Void) -> @Sendable () -> Void
 }
 
-/// Why a host may not grant: what its programs are told (ENOLCK).
-public struct HostDelegationFailure: Error, CustomStringConvertible, Sendable {
-    public var description: String
-    public init(_ description: String) { self.description = description }
+/// How asking for a delegation ended.
+public enum HostDelegationOutcome: Sendable {
+    case granted
+    /// Another host holds it, and the request would not wait.
+    case wouldWait
+    /// This host may grant nothing: its lease is lost, or the cluster cannot be reached (ENOLCK).
+    case refused(String)
 }

@@ -5,27 +5,30 @@ extension CoordinationEngine {
     /// The notifications a coordinated write with the same outcomes ends with (P9, P10, P19);
     /// without `tellingContainers`, only the items' own presenters hear (in a flood, the
     /// directories around hear of it as one change: `contentsChangedOutside`).
-    public func changesMadeOutside(_ intents: [Intent], outcomes: [IntentOutcome], tellingContainers: Bool = true)
-        -> [PresenterDelivery<PresenterNotification>]
+    ///
+    /// `accessor`: who made them where that is known though nobody here coordinated them
+    /// (another host of a shared store); its own presenters hear nothing (C14).
+    public func changesMadeOutside(_ intents: [Intent], outcomes: [IntentOutcome], by accessor: CoordinatorIdentity? = nil,
+                                   tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>]
     {
-        withState { $0.notifications(by: nil, of: intents, moved: [], outcomes: outcomes, tellingContainers: tellingContainers) }
+        withState { $0.notifications(by: accessor, of: intents, moved: [], outcomes: outcomes, tellingContainers: tellingContainers) }
     }
 
     /// A move: presenters, waiters and services follow it as they follow a reported move
     /// (C11, C15, P8, P11). Without `tellingContainers`, the presenters of the directories
     /// around it hear nothing (they hear of a flood of changes as one).
-    public func moveMadeOutside(from source: AccessTarget, to destination: AccessTarget, tellingContainers: Bool = true)
-        -> [PresenterDelivery<PresenterNotification>]
+    public func moveMadeOutside(from source: AccessTarget, to destination: AccessTarget, by accessor: CoordinatorIdentity? = nil,
+                                tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>]
     {
         if source.path == destination.path { return [] }
         return state.withLock { state in
             // What was at the destination was replaced (a save by rename): its presenters hear
             // that their item changed, before the moved item's presenters join them.
-            var replaced = State.DeliveryBuilder<PresenterNotification>(excluding: nil)
+            var replaced = State.DeliveryBuilder<PresenterNotification>(excluding: accessor)
             for id in state.presenterTree.presenters(at: destination.path) {
                 replaced.add([.didChange], to: id, at: destination.path, package: destination.isPackage, records: state.presenters)
             }
-            return replaced.deliveries + state.move(from: source, to: destination, by: nil, tellingContainers: tellingContainers)
+            return replaced.deliveries + state.move(from: source, to: destination, by: accessor, tellingContainers: tellingContainers)
         }
     }
 

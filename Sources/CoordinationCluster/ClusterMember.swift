@@ -32,6 +32,12 @@ public final class ClusterMember: Sendable {
     private let logger = Logger(label: "org.coordfs.cluster")
     private let state: Mutex<State>
     private let tasks = Mutex<[Task<Void, Never>]>([])
+    /// The other hosts' presented items (store paths by host), whole, whenever they change.
+    public let presences: AsyncStream<[String: Set<String>]>
+    private let presencesSink: AsyncStream<[String: Set<String>]>.Continuation
+    /// What other hosts' programs did to items this host's presenters present.
+    public let changesElsewhere: AsyncStream<HostNews.Batch>
+    private let changesSink: AsyncStream<HostNews.Batch>.Continuation
 
     struct Key: Hashable, Sendable {
         var path: String
@@ -46,9 +52,16 @@ public final class ClusterMember: Sendable {
         var held: [String: Modes] = [:]
         /// Recalled, being given back: the other hosts' keys that want them.
         var recalled: [Key: [Delegations.Entry]] = [:]
-        /// Acquires under way, shared by the requests that need them.
+        /// Acquires under way, shared by the requests that need them, and how many wait.
         var acquiring: [Key: Task<Void, Error>] = [:]
+        var waiters: [Key: Int] = [:]
+        /// Recalled keys being given back: asked for again only once they are.
+        var givingBack: [Key: Task<Void, Never>] = [:]
         var leaving = false
+        /// This run's presence and news.
+        var news: HostNews?
+        /// The items this host's presenters present.
+        var presented: Set<String> = []
     }
 
     private struct Modes: OptionSet {
@@ -69,19 +82,36 @@ public final class ClusterMember: Sendable {
         self.local = local
         self.breakTime = breakTime ?? .seconds(Int64.max / 4)
         state = Mutex(State())
+        (presences, presencesSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
+        (changesElsewhere, changesSink) = AsyncStream.makeStream()
     }
 
     /// Joins, and from then on answers recalls; joins again whenever the lease is lost.
     public func start() async throws {
         let delegations = try await join()
-        begin(delegations)
+        await begin(delegations)
     }
 
-    private func begin(_ delegations: Delegations) {
-        state.withLock { state in
+    private func begin(_ delegations: Delegations) async {
+        // Presence and news are the presenters' part: a run without them (etcd failing just
+        // then) still coordinates accesses.
+        let news = HostNews(delegations: delegations)
+        do { try await news.start() } catch {
+            logger.error("cluster: cannot follow the other hosts' presenters: \(error)")
+        }
+        let presented = state.withLock { state in
             state.delegations = delegations
+            state.news = news
             state.held = [:]
             state.recalled = [:]
+            return state.presented
+        }
+        await news.present(presented)
+        let forwarding = Task { [self] in
+            for await presences in news.presences { presencesSink.yield(presences) }
+        }
+        let receiving = Task { [self] in
+            for await batch in news.received { changesSink.yield(batch) }
         }
         let recalls = Task { [self] in
             for await recall in delegations.recalls { recalled(recall, in: delegations) }
@@ -91,16 +121,18 @@ public final class ClusterMember: Sendable {
             let leaving = state.withLock { state -> Bool in
                 if state.delegations === delegations {
                     state.delegations = nil
+                    state.news = nil
                     state.held = [:]
                 }
                 return state.leaving
             }
             delegations.stop()
+            news.stop()
             if leaving { return }
             logger.error("cluster: this host's lease is lost: it grants nothing until it has joined again")
             await rejoin(after: delegations.lease)
         }
-        tasks.withLock { $0 += [recalls, loss] }
+        tasks.withLock { $0 += [recalls, loss, forwarding, receiving] }
     }
 
     /// Joins again, once a second until it can. The lost lease is revoked first where etcd can
@@ -112,7 +144,9 @@ public final class ClusterMember: Sendable {
                 try await lost.revoke()
                 let delegations = try await join()
                 if state.withLock({ $0.leaving }) { return await delegations.leave() }
-                begin(delegations)
+                await begin(delegations)
+                // Left meanwhile: this run is nobody's.
+                if state.withLock({ $0.leaving }) { return await delegations.leave() }
                 logger.notice("cluster: joined again")
                 return
             } catch {
@@ -123,14 +157,34 @@ public final class ClusterMember: Sendable {
 
     /// Stops answering recalls and gives every delegation back.
     public func leave() async {
-        let delegations = state.withLock { state -> Delegations? in
+        let (delegations, news) = state.withLock { state -> (Delegations?, HostNews?) in
             state.leaving = true
             state.held = [:]
-            defer { state.delegations = nil }
-            return state.delegations
+            defer { (state.delegations, state.news) = (nil, nil) }
+            return (state.delegations, state.news)
         }
         for task in tasks.withLock({ $0 }) { task.cancel() }
+        news?.stop()
+        presencesSink.finish()
+        changesSink.finish()
         await delegations?.leave()
+    }
+
+    // MARK: Presenters on other hosts
+
+    /// Publishes the items this host's presenters present (store paths); kept for the runs to
+    /// come after a lost lease.
+    public func present(_ paths: Set<String>) async {
+        let news = state.withLock { state -> HostNews? in
+            state.presented = paths
+            return state.news
+        }
+        await news?.present(paths)
+    }
+
+    /// Sends `change`, made by this host's programs, to `host`, whose presenters present it.
+    public func send(_ change: HostNews.Change, to host: String) {
+        state.withLock { $0.news }?.send(change, to: host)
     }
 
     /// Whether the host is a member now (its lease held).
@@ -145,7 +199,8 @@ public final class ClusterMember: Sendable {
     /// the item or a directory above it that is not being recalled.
     public func covers(_ path: String, _ mode: Delegations.Mode) -> Bool {
         state.withLock { state in
-            if state.held.isEmpty { return false }
+            // The lease counted lost is lost here at once, before its loss is handled.
+            if state.held.isEmpty || state.delegations?.lease.isLost != false { return false }
             if state.held[path]?.serves(mode) == true { return true }
             var directory = Substring(path)
             while !directory.isEmpty {
@@ -158,38 +213,117 @@ public final class ClusterMember: Sendable {
 
     /// Waits until `covers(path, mode)` held at the moment the delegation was granted (a recall
     /// may end it again at once: the caller asks `covers` after it has taken what it needs).
+    /// Cancelled, it stops waiting; the last waiter of a key not granted yet takes the key back,
+    /// so that no host is recalled for a request nobody waits for any more.
     public func acquire(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) {
         try await acquire(path, mode, exactly: false)
     }
 
+    private enum Step {
+        case lost
+        /// The key is being given back: asked for again once it is.
+        case after(Task<Void, Never>)
+        case waiting(Key, Task<Void, Error>, Delegations)
+    }
+
     /// `exactly`: of the item itself, not of a directory above it.
     private func acquire(_ path: String, _ mode: Delegations.Mode, exactly: Bool) async throws(Delegations.Failure) {
-        if covers(path, mode) { return }
-        let task = state.withLock { current -> Task<Void, Error>? in
-            guard let delegations = current.delegations else { return nil }
-            let key = Key(path: exactly ? path : delegationPath(for: path, mode, in: delegations, avoiding: current.recalled), mode: mode)
-            if let under = current.acquiring[key] { return under }
-            let task = Task<Void, Error> { [self] in
-                defer { state.withLock { _ = $0.acquiring.removeValue(forKey: key) } }
-                // A directory asked for on what the replica knew: if another host's key is in
-                // its way after all, the item alone is asked for instead.
-                if key.path != path, try await delegations.acquireUnlessBlocked(key.path, key.mode) == nil {
-                    return try await acquire(path, mode, exactly: true)
-                }
-                if key.path == path { _ = try await delegations.acquire(key.path, key.mode) }
-                state.withLock { state in
-                    // Recalled as soon as granted: given back already, or about to be. Of a run
-                    // that has ended: nothing.
-                    if state.recalled[key] == nil && state.delegations === delegations {
-                        state.held[key.path, default: []].insert(Modes(key.mode))
+        // A key withdrawn under its waiters (taken back, or deleted as it was read) is asked for again.
+        for _ in 0..<16 {
+            if covers(path, mode) { return }
+            if Task.isCancelled { throw .withdrawn }
+            let step = state.withLock { current -> Step in
+                guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
+                let key = Key(path: exactly ? path : delegationPath(for: path, mode, in: delegations, avoiding: current.recalled), mode: mode)
+                if let givingBack = current.givingBack[key] { return .after(givingBack) }
+                let task = current.acquiring[key] ?? makeAcquiring(key, for: path, mode, in: delegations)
+                current.acquiring[key] = task
+                current.waiters[key, default: 0] += 1
+                return .waiting(key, task, delegations)
+            }
+            switch step {
+            case .lost:
+                throw .leaseLost
+            case .after(let givingBack):
+                await givingBack.value
+            case .waiting(let key, let task, let delegations):
+                do {
+                    try await withTaskCancellationHandler {
+                        defer { leaveWaiting(key, delegations, abandoned: false) }
+                        try await task.value
+                    } onCancel: {
+                        leaveWaiting(key, delegations, abandoned: true)
                     }
+                    if Task.isCancelled { throw Delegations.Failure.withdrawn }
+                } catch Delegations.Failure.withdrawn {
+                    continue
+                } catch let failure as Delegations.Failure {
+                    throw failure
+                } catch {
+                    throw .leaseLost
                 }
             }
-            current.acquiring[key] = task
-            return task
         }
-        guard let task else { throw .leaseLost }
-        do { try await task.value } catch let failure as Delegations.Failure { throw failure } catch { throw .leaseLost }
+        throw .withdrawn
+    }
+
+    /// The task that acquires `key` for `path` (its own path, or a directory above it).
+    private func makeAcquiring(_ key: Key, for path: String, _ mode: Delegations.Mode, in delegations: Delegations) -> Task<Void, Error> {
+        Task<Void, Error> { [self] in
+            defer {
+                state.withLock { state in
+                    state.acquiring[key] = nil
+                    state.waiters[key] = nil
+                }
+            }
+            // A directory asked for on what the replica knew: if another host's key is in its
+            // way after all, the item alone is asked for instead.
+            if key.path != path, try await delegations.acquireUnlessBlocked(key.path, key.mode) == nil {
+                return try await acquire(path, mode, exactly: true)
+            }
+            if key.path == path { _ = try await delegations.acquire(key.path, key.mode) }
+            state.withLock { state in
+                // Recalled as soon as granted: given back already, or about to be. Of a run
+                // that has ended: nothing.
+                if state.recalled[key] == nil && state.delegations === delegations {
+                    state.held[key.path, default: []].insert(Modes(key.mode))
+                }
+            }
+        }
+    }
+
+    /// `acquire` for a request that does not wait (O_NONBLOCK): false, having taken nothing, when
+    /// another host holds what `path` needs.
+    public func acquireAtOnce(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) -> Bool {
+        if covers(path, mode) { return true }
+        let chosen = state.withLock { current -> (key: Key, delegations: Delegations, busy: Bool)? in
+            guard let delegations = current.delegations, !delegations.lease.isLost else { return nil }
+            let key = Key(path: delegationPath(for: path, mode, in: delegations, avoiding: current.recalled), mode: mode)
+            return (key, delegations, current.givingBack[key] != nil)
+        }
+        guard let (key, delegations, busy) = chosen else { throw .leaseLost }
+        if busy { return false }
+        for candidate in key.path == path ? [key] : [key, Key(path: path, mode: mode)] {
+            if try await delegations.acquireUnlessBlocked(candidate.path, candidate.mode) != nil {
+                state.withLock { state in
+                    if state.recalled[candidate] == nil && state.delegations === delegations {
+                        state.held[candidate.path, default: []].insert(Modes(candidate.mode))
+                    }
+                }
+                return covers(path, mode)
+            }
+        }
+        return false
+    }
+
+    /// One waiter of `key` less; the last to give up (`abandoned`) before the grant takes the key back.
+    private func leaveWaiting(_ key: Key, _ delegations: Delegations, abandoned: Bool) {
+        let withdraw = state.withLock { state -> Bool in
+            guard let count = state.waiters[key] else { return false }
+            state.waiters[key] = count > 1 ? count - 1 : 0
+            return abandoned && count <= 1 && state.acquiring[key] != nil
+        }
+        if withdraw { Task { try? await delegations.release(key.path, key.mode) } }
     }
 
     /// The delegation to ask for `path`: its outermost directory (or itself) in which and
@@ -213,17 +347,16 @@ public final class ClusterMember: Sendable {
 
     private func recalled(_ recall: Delegations.Recall, in delegations: Delegations) {
         let key = Key(path: recall.held.path, mode: recall.held.mode)
-        let first = state.withLock { state -> Bool in
-            guard state.delegations === delegations else { return false }
+        state.withLock { state in
+            guard state.delegations === delegations else { return }
             let first = state.recalled[key] == nil
             state.recalled[key, default: []].append(recall.wanted)
             if var modes = state.held[key.path] {
                 modes.remove(Modes(key.mode))
                 state.held[key.path] = modes.isEmpty ? nil : modes
             }
-            return first
+            if first { state.givingBack[key] = Task { [self] in await giveBack(key, of: delegations) } }
         }
-        if first { Task { [self] in await giveBack(key, of: delegations) } }
     }
 
     /// Serves the recalls of `key` and gives it back.
@@ -240,6 +373,7 @@ public final class ClusterMember: Sendable {
                 let wanted = (state.recalled[key] ?? []).filter { delegations.isPresent($0) }
                 if wanted.isEmpty {
                     state.recalled[key] = nil
+                    state.givingBack[key] = nil
                     state.held[key.path, default: []].insert(Modes(key.mode))
                     return nil
                 }
@@ -279,7 +413,10 @@ public final class ClusterMember: Sendable {
             logger.error("cluster: cannot give back \(key.path.isEmpty ? "/" : key.path): \(error)")
         } }
         state.withLock { state in
-            if state.delegations === delegations { state.recalled[key] = nil }
+            if state.delegations === delegations {
+                state.recalled[key] = nil
+                state.givingBack[key] = nil
+            }
         }
         for access in begun { access.end() }
     }

@@ -50,7 +50,9 @@ public final class Delegations: Sendable {
     }
 
     public let host: String
-    private let client: EtcdClient
+    let client: EtcdClient
+    /// The store's name in the cluster.
+    let store: String
     let lease: HostLease
     private let prefix: [UInt8]
     private let state = Mutex(State())
@@ -81,6 +83,7 @@ public final class Delegations: Sendable {
         self.client = client
         self.host = host
         self.lease = lease
+        self.store = store
         prefix = Array("/coordfs/\(store)/delegations/".utf8)
         (recalls, recallSink) = AsyncStream.makeStream()
     }
@@ -179,6 +182,9 @@ public final class Delegations: Sendable {
                             }
                         }
                     }
+                    // The replica past the read without the key: deleted since (given back, or
+                    // taken back by a waiter that gave up); to be made again, not put back.
+                    if state.revision >= readAt && state.entries[key] == nil { return .failure(.withdrawn) }
                     if mine.revision >= (state.entries[key]?.revision ?? 0) { state.entries[key] = mine }
                     if Self.blockers(of: mine, in: state.entries).isEmpty { return .success(revision) }
                     if !waits { return .success(0) }

@@ -52,6 +52,7 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var daemonTrouble: String?
     private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, ItemPath) -> Void] = [:]
     private var brokenHoldHandlers: [@Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void] = []
+    private var presenterObservers: [@Sendable () -> Void] = []
 
     package let logger = Logger(label: "org.coordfs.coordination")
 
@@ -187,6 +188,7 @@ public final class CoordinationDomain: @unchecked Sendable {
         if linked, let path = record.path ?? record.primaryPath, let link = link(for: path) {
             link.watch(presenter, key: key, at: path)
         }
+        presentersChanged()
     }
 
     /// Unregisters the presenter of `key`; an unknown key is ignored.
@@ -199,6 +201,17 @@ public final class CoordinationDomain: @unchecked Sendable {
         if let id { engine.removePresenter(id) }
         let open = withLock { Array(links.values) }
         for link in open { link.unwatch(key: key) }
+        if id != nil { presentersChanged() }
+    }
+
+    /// Runs `handler` after each presenter is registered, unregistered or moved (a mount of a
+    /// shared store publishes what its presenters present).
+    package func onPresentersChanged(_ handler: @escaping @Sendable () -> Void) {
+        withLock { presenterObservers.append(handler) }
+    }
+
+    private func presentersChanged() {
+        for observer in withLock({ presenterObservers }) { observer() }
     }
 
     /// The presenters registered, in registration order.
@@ -215,6 +228,7 @@ public final class CoordinationDomain: @unchecked Sendable {
         guard let presenter = presenter(id) else { return }
         let record = presenterRecord(for: presenter)
         engine.updatePresenter(id, path: record.path, primaryPath: record.primaryPath)
+        presentersChanged()
     }
 
     private func presenterRecord(for presenter: any Presenter) -> PresenterRecord {

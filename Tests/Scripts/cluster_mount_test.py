@@ -14,6 +14,7 @@ Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
 """
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -91,8 +92,9 @@ def daemon_of(mount_point):
     return None
 
 
-@unittest.skipIf(skip_reason(), skip_reason() or "")
-class ClusterMountTests(unittest.TestCase):
+class ClusterHosts:
+    """Two hosts, A and B, each a coordfs mount of one store in its own network namespace."""
+
     @classmethod
     def setUpClass(cls):
         cls.work = tempfile.mkdtemp(prefix="coordfs-cluster-")
@@ -109,14 +111,15 @@ class ClusterMountTests(unittest.TestCase):
             raise
 
     @classmethod
-    def mount(cls, host):
+    def mount(cls, host, extra=()):
         node = {"A": cls.info["hosts"][0], "B": cls.info["hosts"][1]}[host]
         point = os.path.join(cls.work, "mount" + host)
         os.makedirs(point, exist_ok=True)
         urls = ",".join(url.removeprefix("http://") for url in cls.info["client_urls"])
         command = cluster._nsenter(node["namespace"]) + [COORDFS, "mount", cls.store, point,
                    "--cluster", "etcd://" + urls, "--cluster-store", "shared", "--host-name", host,
-                   "--cluster-ttl", str(TTL), "--wait-timeout", "30", "--log", os.path.join(cls.work, f"{host}.log")]
+                   "--cluster-ttl", str(TTL), "--wait-timeout", "30", "--log", os.path.join(cls.work, f"{host}.log"),
+                   *extra]
         subprocess.run(command, check=True, timeout=60, capture_output=True)
         cls.mounts[host] = point
 
@@ -157,6 +160,10 @@ class ClusterMountTests(unittest.TestCase):
         except OSError:
             return "(no log)"
 
+
+
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterMountTests(ClusterHosts, unittest.TestCase):
     # ------------------------------------------------------------------ waits and sharing
 
     def test_1_a_read_on_B_waits_for_a_write_held_on_A(self):
@@ -221,6 +228,21 @@ class ClusterMountTests(unittest.TestCase):
             os.close(fd)
         self.assertTrue(renamed.wait(15), self.log_tail("A"))
         self.assertTrue(os.path.exists(self.path("B", "new-name")))
+
+    def test_5_a_presenter_on_B_hears_A_s_write_once(self):
+        # B watches its backing directory: A's change reaches B's presenter through it (as a
+        # change from outside B's mount), and through nothing else.
+        self.write("A", "watched", b"1\n")
+        watch = Watch(self.path("B", "watched"))
+        try:
+            time.sleep(1.5)
+            self.write("A", "watched", b"2\n")
+            self.assertTrue(watch.wait_for("CHANGED"), f"{watch.events}\n" + self.log_tail("B"))
+            self.assertTrue(watch.named("RELINQUISH_WRITER"), f"B's presenter was not asked first: {watch.events}")
+            time.sleep(1.0)
+            self.assertEqual(len(watch.named("CHANGED")), 1, f"told more than once: {watch.events}")
+        finally:
+            watch.stop()
 
     @unittest.skipIf(shutil.which("fio") is None, "needs fio")
     def test_5_fio_from_both_hosts_on_the_same_files_verifies(self):
@@ -340,6 +362,89 @@ class ClusterMountTests(unittest.TestCase):
             cluster.heal(self.state, "h1")
         # No byte lost: what each host wrote is there.
         self.assertEqual(self.read(os.path.join(self.store, "cut")), b"kept\n")
+
+
+
+class Watch:
+    """`coordfs watch PATH --json` running: its events as they come."""
+
+    def __init__(self, path):
+        self.process = subprocess.Popen([COORDFS, "watch", path, "--json", "-q"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True)
+        self.events = []
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with self.lock:
+                self.events.append(event)
+
+    def named(self, name):
+        with self.lock:
+            return [event for event in self.events if name in event.get("events", [])]
+
+    def wait_for(self, name, seconds=5.0):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.named(name):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterPresenterTests(ClusterHosts, unittest.TestCase):
+    """Presenters on one host hear of other hosts' programs: B's mount does not watch its backing
+    directory (as on NFS, where it could not see A's changes), so all it hears comes through etcd."""
+
+    @classmethod
+    def mount(cls, host, extra=()):
+        super().mount(host, ["--no-backing-watch"] if host == "B" else [])
+
+    def test_a_presenter_on_B_is_asked_before_and_told_after_A_writes(self):
+        self.write("A", "presented", b"one\n")
+        watch = Watch(self.path("B", "presented"))
+        try:
+            time.sleep(1.5)      # B publishes its presenter and takes a read delegation of the item
+            self.write("A", "presented", b"two\n")
+            self.assertTrue(watch.wait_for("CHANGED"), f"B's presenter heard no change: {watch.events}\n" + self.log_tail("B"))
+            self.assertTrue(watch.named("RELINQUISH_WRITER"), f"B's presenter was not asked first: {watch.events}")
+            time.sleep(1.0)
+            changed = watch.named("CHANGED")
+            self.assertEqual(len(changed), 1, f"told more than once: {watch.events}")
+            self.assertEqual(changed[0].get("via"), "cluster")
+            self.assertEqual(self.read(self.path("B", "presented")), b"two\n")
+        finally:
+            watch.stop()
+
+    def test_a_rename_on_A_moves_B_s_presenter(self):
+        self.write("A", "before-move", b"m\n")
+        watch = Watch(self.path("B", "before-move"))
+        try:
+            time.sleep(1.5)
+            os.rename(self.path("A", "before-move"), self.path("A", "after-move"))
+            self.assertTrue(watch.wait_for("MOVED_TO"), f"B's presenter did not follow: {watch.events}\n" + self.log_tail("B"))
+            self.assertTrue(watch.named("MOVED_TO")[0]["path"].endswith("/after-move"), watch.events)
+            # It presents the new path now: A's write of it reaches it.
+            time.sleep(1.0)
+            self.write("A", "after-move", b"n\n")
+            self.assertTrue(watch.wait_for("CHANGED"), f"{watch.events}\n" + self.log_tail("B"))
+        finally:
+            watch.stop()
 
 
 if __name__ == "__main__":
