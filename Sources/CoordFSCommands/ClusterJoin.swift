@@ -92,11 +92,19 @@ final class ClusterJoin: Sendable {
 /// its presenters what the other hosts sent.
 final class HostPresenters: Sendable {
     private let member: ClusterMember
-    private unowned let filesystem: Filesystem
-    private let standIns = Mutex<[String: HostPresenter]>([:])
-    private let publishing = Mutex<(scheduled: Bool, tasks: [Task<Void, Never>])>((false, []))
-    /// Presented items whose read delegation is being asked for.
-    private let asking = Mutex<Set<String>>([])
+    private let filesystem: Filesystem
+    private let state = Mutex(State())
+
+    private struct State {
+        var stopped = false
+        var scheduled = false
+        var tasks: [Task<Void, Never>] = []
+        /// The other hosts' presenters stood in here, by host and path.
+        var standIns: [String: HostPresenter] = [:]
+        /// Presented items whose presence is held or asked for.
+        var presences: Set<String> = []
+        var asking: Set<String> = []
+    }
 
     init(member: ClusterMember, filesystem: Filesystem) {
         self.member = member
@@ -114,44 +122,64 @@ final class HostPresenters: Sendable {
                     filesystem.tell(batch.changes.map(Self.change), madeBy: batch.host)
                 }
             },
-            // A presence delegation given back to another host's access is asked for again.
+            // A presence given back to another host's access is asked for again; the mount's
+            // watch of its backing directory may also have begun or ended.
             Task { [self] in
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .milliseconds(250))
-                    holdPresented(filesystem.presentedStorePaths())
+                    if Task.isCancelled { return }
+                    await publish()
                 }
             },
         ]
-        publishing.withLock { $0.tasks = tasks }
+        let stopped = state.withLock { state -> Bool in
+            state.tasks = tasks
+            return state.stopped
+        }
+        if stopped { for task in tasks { task.cancel() } }
         schedulePublishing()
     }
 
     func stop() {
-        for task in publishing.withLock({ $0.tasks }) { task.cancel() }
-        for presenter in standIns.withLock({ $0.values }) { filesystem.withdraw(presenter) }
+        let (tasks, standIns) = state.withLock { state in
+            state.stopped = true
+            defer { state.standIns = [:] }
+            return (state.tasks, Array(state.standIns.values))
+        }
+        for task in tasks { task.cancel() }
+        for presenter in standIns { filesystem.withdraw(presenter) }
     }
 
     private func schedulePublishing() {
-        let first = publishing.withLock { state -> Bool in
+        let first = state.withLock { state -> Bool in
             defer { state.scheduled = true }
-            return !state.scheduled
+            return !state.scheduled && !state.stopped
         }
         guard first else { return }
         Task { [self] in
-            publishing.withLock { $0.scheduled = false }
-            let presented = filesystem.presentedStorePaths()
-            await member.present(filesystem.seesChangesBehind ? [] : presented)
-            holdPresented(presented)
+            state.withLock { $0.scheduled = false }
+            await publish()
         }
     }
 
-    private func holdPresented(_ paths: Set<String>) {
-        for path in paths where !member.covers(path, .read) {
+    /// Publishes what this host's presenters present (for the other hosts to send it their
+    /// changes, unless it sees them itself), holds a presence of each, and gives back the
+    /// presences of items no longer presented.
+    private func publish() async {
+        if state.withLock({ $0.stopped }) { return }
+        let presented = filesystem.presentedStorePaths()
+        await member.present(filesystem.seesChangesBehind ? [] : presented)
+        let gone = state.withLock { state -> Set<String> in
+            defer { state.presences = presented }
+            return state.presences.subtracting(presented)
+        }
+        for path in gone { await member.releasePresence(path) }
+        for path in presented where !member.covers(path, .presence) {
             // One request per item at a time: another host may hold it for long (a log).
-            guard asking.withLock({ $0.insert(path).inserted }) else { continue }
+            guard state.withLock({ !$0.stopped && $0.asking.insert(path).inserted }) else { continue }
             Task { [self] in
-                try? await member.acquire(path, .read)
-                asking.withLock { _ = $0.remove(path) }
+                try? await member.acquirePresence(path)
+                state.withLock { _ = $0.asking.remove(path) }
             }
         }
     }
@@ -159,10 +187,11 @@ final class HostPresenters: Sendable {
     /// Stands in each other host's presenters, and withdraws those gone.
     private func standIn(for byHost: [String: Set<String>]) {
         let wanted = Set(byHost.flatMap { host, paths in paths.map { host + "\0" + $0 } })
-        let (added, removed) = standIns.withLock { current -> ([String], [HostPresenter]) in
-            let removed = current.filter { !wanted.contains($0.key) }
-            for key in removed.keys { current[key] = nil }
-            return (wanted.filter { current[$0] == nil }.sorted(), Array(removed.values))
+        let (added, removed) = state.withLock { state -> ([String], [HostPresenter]) in
+            if state.stopped { return ([], []) }
+            let removed = state.standIns.filter { !wanted.contains($0.key) }
+            for key in removed.keys { state.standIns[key] = nil }
+            return (wanted.filter { state.standIns[$0] == nil }.sorted(), Array(removed.values))
         }
         for presenter in removed { filesystem.withdraw(presenter) }
         for key in added {
@@ -171,7 +200,12 @@ final class HostPresenters: Sendable {
             let presenter = filesystem.standIn(forPresenterOf: host, at: path) { [member] change in
                 member.send(Self.change(change), to: host)
             }
-            standIns.withLock { $0[key] = presenter }
+            let kept = state.withLock { state -> Bool in
+                if state.stopped { return false }
+                state.standIns[key] = presenter
+                return true
+            }
+            if !kept { filesystem.withdraw(presenter) }
         }
     }
 
@@ -239,7 +273,13 @@ private struct MountAccesses: LocalAccesses {
     }
 
     func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess {
-        filesystem.beginAccess(forHost: host, path, writing: mode == .write)
+        // Another host's presence is no access: nobody here is asked for it.
+        if mode == .presence { return NoAccess() }
+        return filesystem.beginAccess(forHost: host, path, writing: mode == .write)
+    }
+
+    private struct NoAccess: LocalAccess {
+        func end() {}
     }
 }
 

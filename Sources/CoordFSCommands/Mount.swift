@@ -330,7 +330,7 @@ struct Mount: ParsableCommand {
         let session = try MountSession(configuration: configuration)
         let membership = try configuration.cluster.map { cluster in
             try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
-                                 breakTime: configuration.breakTime, filesystem: session.filesystem)
+                                 breakTime: configuration.breakTime ?? configuration.waitTimeout, filesystem: session.filesystem)
         }
         do {
             try session.mount()

@@ -52,11 +52,13 @@ public final class ClusterMember: Sendable {
         var held: [String: Modes] = [:]
         /// Recalled, being given back: the other hosts' keys that want them.
         var recalled: [Key: [Delegations.Entry]] = [:]
-        /// Acquires under way, shared by the requests that need them, and how many wait.
-        var acquiring: [Key: Task<Void, Error>] = [:]
-        var waiters: [Key: Int] = [:]
+        /// Acquires under way, shared by the requests that need them.
+        var acquiring: [Key: Acquiring] = [:]
+        var acquires: UInt64 = 0
         /// Recalled keys being given back: asked for again only once they are.
         var givingBack: [Key: Task<Void, Never>] = [:]
+        /// Keys given back, as made: a grant of one of them that comes late is not held.
+        var givenBack: Set<GivenBack> = []
         var leaving = false
         /// This run's presence and news.
         var news: HostNews?
@@ -68,10 +70,68 @@ public final class ClusterMember: Sendable {
         let rawValue: UInt8
         static let read = Modes(rawValue: 1)
         static let write = Modes(rawValue: 2)
+        static let presence = Modes(rawValue: 4)
         init(rawValue: UInt8) { self.rawValue = rawValue }
-        init(_ mode: Delegations.Mode) { self = mode == .read ? .read : .write }
-        /// Holding `mode`: a write delegation serves reads too.
-        func serves(_ mode: Delegations.Mode) -> Bool { mode == .read ? !isEmpty : contains(.write) }
+        init(_ mode: Delegations.Mode) {
+            switch mode {
+            case .read: self = .read
+            case .write: self = .write
+            case .presence: self = .presence
+            }
+        }
+        /// Holding `mode`: a write delegation serves reads too, and any serves a presence.
+        func serves(_ mode: Delegations.Mode) -> Bool { mode == .write ? contains(.write) : !isEmpty }
+    }
+
+    /// One acquire of a key, shared by the requests that wait for it.
+    private struct Acquiring {
+        let number: UInt64
+        let task: Task<Void, Never>
+        let ending: Ending
+        var waiters = 0
+        /// Its last waiter gave up before the grant: the key is taken back.
+        var abandoned = false
+    }
+
+    private struct GivenBack: Hashable {
+        var key: Key
+        var revision: Int64
+    }
+
+    /// How an acquire ended, for the requests that wait for it: one that is cancelled stops
+    /// waiting at once.
+    private final class Ending: Sendable {
+        private let state = Mutex<(result: Result<Void, Delegations.Failure>?, waiting: [UInt64: CheckedContinuation<Void, Error>], next: UInt64)>(
+            (nil, [:], 0))
+
+        func finish(_ result: Result<Void, Delegations.Failure>) {
+            let waiting = state.withLock { state in
+                state.result = result
+                defer { state.waiting = [:] }
+                return state.waiting.values
+            }
+            for waiter in waiting { waiter.resume(with: result.mapError { $0 as Error }) }
+        }
+
+        func wait() async throws {
+            let id = state.withLock { state in
+                state.next += 1
+                return state.next
+            }
+            try await withTaskCancellationHandler {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, Error>) in
+                    let now = state.withLock { state -> Result<Void, Error>? in
+                        if let result = state.result { return result.mapError { $0 as Error } }
+                        if Task.isCancelled { return .failure(CancellationError()) }
+                        state.waiting[id] = continuation
+                        return nil
+                    }
+                    if let now { continuation.resume(with: now) }
+                }
+            } onCancel: {
+                state.withLock { $0.waiting.removeValue(forKey: id) }?.resume(throwing: CancellationError())
+            }
+        }
     }
 
     /// `join`: a new run's delegations, started (a lease granted, the store read and followed).
@@ -97,13 +157,24 @@ public final class ClusterMember: Sendable {
         // then) still coordinates accesses.
         let news = HostNews(delegations: delegations)
         do { try await news.start() } catch {
-            logger.error("cluster: cannot follow the other hosts' presenters: \(error)")
+            logger.error("cluster: cannot follow the other hosts' presenters yet: \(error)")
+            let retrying = Task {
+                while !Task.isCancelled && !delegations.lease.isLost {
+                    try? await Task.sleep(for: .seconds(1))
+                    if (try? await news.start()) != nil { return }
+                }
+            }
+            tasks.withLock { $0.append(retrying) }
         }
         let presented = state.withLock { state in
             state.delegations = delegations
             state.news = news
             state.held = [:]
             state.recalled = [:]
+            // What an earlier run was doing ended with it (its tasks find themselves gone).
+            state.acquiring = [:]
+            state.givingBack = [:]
+            state.givenBack = []
             return state.presented
         }
         await news.present(presented)
@@ -219,11 +290,31 @@ public final class ClusterMember: Sendable {
         try await acquire(path, mode, exactly: false)
     }
 
+    /// Holds a presence of `path` (exactly that item): a read interest of this host's
+    /// presenters, which another host's write recalls, so that they are asked first. A recall
+    /// of it waits for this host's conflicting programs however long they hold (it breaks
+    /// nobody: a presenter only wants to be asked).
+    public func acquirePresence(_ path: String) async throws(Delegations.Failure) {
+        try await acquire(path, .presence, exactly: true)
+    }
+
+    /// Gives back the presence of `path`: its presenters are gone.
+    public func releasePresence(_ path: String) async {
+        let delegations = state.withLock { state -> Delegations? in
+            if var modes = state.held[path] {
+                modes.remove(.presence)
+                state.held[path] = modes.isEmpty ? nil : modes
+            }
+            return state.delegations
+        }
+        try? await delegations?.release(path, .presence)
+    }
+
     private enum Step {
         case lost
         /// The key is being given back: asked for again once it is.
         case after(Task<Void, Never>)
-        case waiting(Key, Task<Void, Error>, Delegations)
+        case waiting(Key, UInt64, Ending, Delegations)
     }
 
     /// `exactly`: of the item itself, not of a directory above it.
@@ -236,77 +327,112 @@ public final class ClusterMember: Sendable {
                 guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
                 let key = Key(path: exactly ? path : delegationPath(for: path, mode, in: delegations, avoiding: current.recalled), mode: mode)
                 if let givingBack = current.givingBack[key] { return .after(givingBack) }
-                let task = current.acquiring[key] ?? makeAcquiring(key, for: path, mode, in: delegations)
-                current.acquiring[key] = task
-                current.waiters[key, default: 0] += 1
-                return .waiting(key, task, delegations)
+                if current.acquiring[key] == nil {
+                    current.acquires += 1
+                    current.acquiring[key] = makeAcquiring(key, number: current.acquires, for: path, in: delegations)
+                }
+                current.acquiring[key]!.waiters += 1
+                return .waiting(key, current.acquiring[key]!.number, current.acquiring[key]!.ending, delegations)
             }
             switch step {
             case .lost:
                 throw .leaseLost
             case .after(let givingBack):
                 await givingBack.value
-            case .waiting(let key, let task, let delegations):
+            case .waiting(let key, let number, let ending, let delegations):
                 do {
-                    try await withTaskCancellationHandler {
-                        defer { leaveWaiting(key, delegations, abandoned: false) }
-                        try await task.value
-                    } onCancel: {
-                        leaveWaiting(key, delegations, abandoned: true)
-                    }
-                    if Task.isCancelled { throw Delegations.Failure.withdrawn }
+                    try await ending.wait()
+                    leaveWaiting(key, number, delegations, abandoned: false)
+                } catch is CancellationError {
+                    leaveWaiting(key, number, delegations, abandoned: true)
+                    throw .withdrawn
                 } catch Delegations.Failure.withdrawn {
-                    continue
-                } catch let failure as Delegations.Failure {
-                    throw failure
+                    leaveWaiting(key, number, delegations, abandoned: false)
                 } catch {
-                    throw .leaseLost
+                    leaveWaiting(key, number, delegations, abandoned: false)
+                    throw (error as? Delegations.Failure) ?? .leaseLost
                 }
             }
         }
         throw .withdrawn
     }
 
-    /// The task that acquires `key` for `path` (its own path, or a directory above it).
-    private func makeAcquiring(_ key: Key, for path: String, _ mode: Delegations.Mode, in delegations: Delegations) -> Task<Void, Error> {
-        Task<Void, Error> { [self] in
-            defer {
-                state.withLock { state in
-                    state.acquiring[key] = nil
-                    state.waiters[key] = nil
+    /// The acquire of `key` for `path` (its own path, or a directory above it); made under the
+    /// state's lock, its task waits for it.
+    private func makeAcquiring(_ key: Key, number: UInt64, for path: String, in delegations: Delegations) -> Acquiring {
+        let ending = Ending()
+        let task = Task { [self] in
+            var token: Int64?
+            var result: Result<Void, Delegations.Failure> = .success(())
+            do throws(Delegations.Failure) {
+                if key.path == path {
+                    token = try await delegations.acquire(key.path, key.mode)
+                } else if let granted = try await delegations.acquireUnlessBlocked(key.path, key.mode) {
+                    token = granted
+                } else {
+                    // A directory asked for on what the replica knew, with another host's key
+                    // in its way after all: the item alone is asked for instead.
+                    try await acquire(path, key.mode, exactly: true)
                 }
+            } catch {
+                result = .failure(error)
             }
-            // A directory asked for on what the replica knew: if another host's key is in its
-            // way after all, the item alone is asked for instead.
-            if key.path != path, try await delegations.acquireUnlessBlocked(key.path, key.mode) == nil {
-                return try await acquire(path, mode, exactly: true)
-            }
-            if key.path == path { _ = try await delegations.acquire(key.path, key.mode) }
-            state.withLock { state in
-                // Recalled as soon as granted: given back already, or about to be. Of a run
-                // that has ended: nothing.
-                if state.recalled[key] == nil && state.delegations === delegations {
+            let takeBack = state.withLock { state -> Bool in
+                let entry = state.acquiring[key]
+                let mine = entry?.number == number
+                if mine { state.acquiring[key] = nil }
+                guard let token, case .success = result else { return false }
+                // Given up by its requests, or ended with its run: taken back, not held.
+                if !mine || entry?.abandoned == true || state.delegations !== delegations { return true }
+                // Recalled as soon as granted, or given back already: not held again.
+                if state.recalled[key] == nil && !state.givenBack.contains(GivenBack(key: key, revision: token)) {
                     state.held[key.path, default: []].insert(Modes(key.mode))
                 }
+                return false
             }
+            if takeBack {
+                try? await delegations.release(key.path, key.mode)
+                result = .failure(.withdrawn)
+            }
+            ending.finish(result)
         }
+        return Acquiring(number: number, task: task, ending: ending)
+    }
+
+    /// One waiter of an acquire less; the last to give up (`abandoned`) before the grant takes
+    /// the key back.
+    private func leaveWaiting(_ key: Key, _ number: UInt64, _ delegations: Delegations, abandoned: Bool) {
+        let task = state.withLock { state -> Task<Void, Never>? in
+            guard var entry = state.acquiring[key], entry.number == number else { return nil }
+            entry.waiters -= 1
+            defer { state.acquiring[key] = entry }
+            guard abandoned, entry.waiters <= 0, !entry.abandoned else { return nil }
+            entry.abandoned = true
+            return entry.task
+        }
+        guard let task else { return }
+        task.cancel()       // an item asked for in its place is given up too
+        Task { try? await delegations.release(key.path, key.mode) }
     }
 
     /// `acquire` for a request that does not wait (O_NONBLOCK): false, having taken nothing, when
-    /// another host holds what `path` needs.
+    /// another host holds what `path` needs, or this host is already waiting for it.
     public func acquireAtOnce(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) -> Bool {
         if covers(path, mode) { return true }
         let chosen = state.withLock { current -> (key: Key, delegations: Delegations, busy: Bool)? in
             guard let delegations = current.delegations, !delegations.lease.isLost else { return nil }
             let key = Key(path: delegationPath(for: path, mode, in: delegations, avoiding: current.recalled), mode: mode)
-            return (key, delegations, current.givingBack[key] != nil)
+            let exact = Key(path: path, mode: mode)
+            let busy = [key, exact].contains { current.givingBack[$0] != nil || current.acquiring[$0] != nil }
+            return (key, delegations, busy)
         }
         guard let (key, delegations, busy) = chosen else { throw .leaseLost }
         if busy { return false }
         for candidate in key.path == path ? [key] : [key, Key(path: path, mode: mode)] {
-            if try await delegations.acquireUnlessBlocked(candidate.path, candidate.mode) != nil {
+            if let token = try await delegations.acquireUnlessBlocked(candidate.path, candidate.mode) {
                 state.withLock { state in
-                    if state.recalled[candidate] == nil && state.delegations === delegations {
+                    if state.recalled[candidate] == nil && state.delegations === delegations
+                        && !state.givenBack.contains(GivenBack(key: candidate, revision: token)) {
                         state.held[candidate.path, default: []].insert(Modes(candidate.mode))
                     }
                 }
@@ -314,16 +440,6 @@ public final class ClusterMember: Sendable {
             }
         }
         return false
-    }
-
-    /// One waiter of `key` less; the last to give up (`abandoned`) before the grant takes the key back.
-    private func leaveWaiting(_ key: Key, _ delegations: Delegations, abandoned: Bool) {
-        let withdraw = state.withLock { state -> Bool in
-            guard let count = state.waiters[key] else { return false }
-            state.waiters[key] = count > 1 ? count - 1 : 0
-            return abandoned && count <= 1 && state.acquiring[key] != nil
-        }
-        if withdraw { Task { try? await delegations.release(key.path, key.mode) } }
     }
 
     /// The delegation to ask for `path`: its outermost directory (or itself) in which and
@@ -355,15 +471,19 @@ public final class ClusterMember: Sendable {
                 modes.remove(Modes(key.mode))
                 state.held[key.path] = modes.isEmpty ? nil : modes
             }
-            if first { state.givingBack[key] = Task { [self] in await giveBack(key, of: delegations) } }
+            if first {
+                let revision = recall.held.revision
+                state.givingBack[key] = Task { [self] in await giveBack(key, made: revision, of: delegations) }
+            }
         }
     }
 
-    /// Serves the recalls of `key` and gives it back.
-    private func giveBack(_ key: Key, of delegations: Delegations) async {
+    /// Serves the recalls of `key` (as made at `revision`) and gives it back.
+    private func giveBack(_ key: Key, made revision: Int64, of delegations: Delegations) async {
         let deadline = ContinuousClock.now + breakTime
         var begun: [LocalAccess] = []
         var told: Set<Int64> = []
+        var asked: Set<Key> = []
         var broken = false
         while true {
             // The other hosts' keys that still want it: one taken back (a host that asked for
@@ -390,7 +510,8 @@ public final class ClusterMember: Sendable {
             if delegations.lease.isLost { break }
             let holders = local.holders().map { Delegations.Entry(path: $0.path, host: "", mode: $0.mode, revision: 0, lease: 0) }
             let conflicting = holders.filter { holder in wanted.contains { Delegations.conflict(holder, $0) } }
-            let pastDeadline = ContinuousClock.now >= deadline
+            // Another host's presence breaks nobody here: its presenters only want to be asked.
+            let pastDeadline = ContinuousClock.now >= deadline && wanted.contains { $0.mode != .presence }
             if conflicting.isEmpty || pastDeadline {
                 if !conflicting.isEmpty && !broken {
                     broken = true
@@ -403,7 +524,7 @@ public final class ClusterMember: Sendable {
                         && !covers(holder.path, holder.mode)
                 }
                 if uncovered.isEmpty { break }
-                for holder in uncovered {
+                for holder in uncovered where asked.insert(Key(path: holder.path, mode: holder.mode)).inserted {
                     Task { [self] in try? await acquire(holder.path, holder.mode) }
                 }
             }
@@ -416,6 +537,8 @@ public final class ClusterMember: Sendable {
             if state.delegations === delegations {
                 state.recalled[key] = nil
                 state.givingBack[key] = nil
+                if state.givenBack.count > 4096 { state.givenBack = [] }
+                state.givenBack.insert(GivenBack(key: key, revision: revision))
             }
         }
         for access in begun { access.end() }

@@ -15,7 +15,12 @@ import Synchronization
 /// replica of all keys, read once and then followed by one watch, so waiting and recalls cost
 /// no request of their own.
 public final class Delegations: Sendable {
-    public enum Mode: String, Sendable { case read = "r", write = "w" }
+    public enum Mode: String, Sendable {
+        case read = "r", write = "w"
+        /// A read interest of a host's presenters (`ClusterMember.acquirePresence`): it conflicts
+        /// as a read does, and its recall breaks nobody.
+        case presence = "p"
+    }
 
     /// A delegation as the replica has it.
     public struct Entry: Sendable, Equatable {
@@ -224,7 +229,7 @@ public final class Delegations: Sendable {
     /// Gives back this host's delegation of `path` in `mode`, or in every mode it has (as this
     /// run made it: the watch tells the replica). A key still waiting is withdrawn.
     public func release(_ path: String, _ mode: Mode? = nil) async throws(Failure) {
-        for mode in mode.map({ [$0] }) ?? [.read, .write] {
+        for mode in mode.map({ [$0] }) ?? [.read, .write, .presence] {
             let key = self.key(path, mode)
             guard let made = state.withLock({ $0.entries[key] }) else { continue }
             do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {

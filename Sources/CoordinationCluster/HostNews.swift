@@ -46,12 +46,16 @@ public final class HostNews: Sendable {
     private let receivedSink: AsyncStream<Batch>.Continuation
 
     private struct State {
-        /// This host's presented items, as published.
-        var published: Set<String> = []
+        /// This host's presented items: as last published (nil: not known, after a failure),
+        /// and as they are to be, while a publisher runs.
+        var published: Set<String>? = []
+        var wanted: Set<String> = []
+        var publishing = false
         /// Every host's, by presence key.
         var presence: [[UInt8]: (host: String, path: String)] = [:]
-        /// Changes waiting to be sent, by receiving host.
+        /// Changes waiting to be sent, by receiving host, and the hosts a sender runs for.
         var outgoing: [String: [Change]] = [:]
+        var sending: Set<String> = []
         var sent = 0
     }
 
@@ -67,19 +71,43 @@ public final class HostNews: Sendable {
 
     deinit { stop() }
 
-    /// Reads the presences and starts following them and this host's news.
+    /// Reads the presences and this host's news, and starts following both.
     func start() async throws(EtcdError) {
+        let presenceRevision = try await readPresence()
+        let newsRevision = try await readNews()
+        let following = [
+            Task { [self] in
+                await follow(presencePrefix, from: presenceRevision + 1, reread: { [self] in try await readPresence() }) {
+                    self.presenceChanged($0)
+                }
+            },
+            Task { [self] in
+                await follow(newsKey, from: newsRevision + 1, reread: { [self] in try await readNews() }) { self.newsArrived($0) }
+            },
+        ]
+        tasks.withLock { $0 += following }
+    }
+
+    /// This host's news prefix.
+    private var newsKey: [UInt8] { Array((newsPrefix + host + "/").utf8) }
+
+    /// Reads every presence anew: the revision read at.
+    private func readPresence() async throws(EtcdError) -> Int64 {
         let (revision, values) = try await client.get(presencePrefix, prefix: true)
         state.withLock { state in
+            state.presence = [:]
             for value in values { if let found = presence(value.key) { state.presence[value.key] = found } }
         }
         announce()
-        let news = Array((newsPrefix + host + "/").utf8)
-        let following = [
-            Task { [self] in await follow(presencePrefix, from: revision + 1) { self.presenceChanged($0) } },
-            Task { [self] in await follow(news, from: revision + 1) { self.newsArrived($0) } },
-        ]
-        tasks.withLock { $0 += following }
+        return revision
+    }
+
+    /// Takes in the news waiting for this host (sent before it followed them, or while it
+    /// could not): the revision read at.
+    private func readNews() async throws(EtcdError) -> Int64 {
+        let (revision, values) = try await client.get(newsKey, prefix: true)
+        newsArrived(values.map { EtcdEvent(kind: .put, keyValue: $0) })
+        return revision
     }
 
     func stop() {
@@ -90,21 +118,51 @@ public final class HostNews: Sendable {
 
     // MARK: Presence
 
-    /// Publishes the items this host's presenters present (what changed since the last call).
+    /// Publishes the items this host's presenters present: one publisher at a time, what
+    /// changed since it last published, in transactions of at most 100 operations (etcd takes
+    /// 128); after a failure, everything again, a second later.
     func present(_ paths: Set<String>) async {
-        let (added, removed) = state.withLock { state -> (Set<String>, Set<String>) in
-            defer { state.published = paths }
-            return (paths.subtracting(state.published), state.published.subtracting(paths))
+        let first = state.withLock { state -> Bool in
+            state.wanted = paths
+            defer { state.publishing = true }
+            return !state.publishing
         }
-        var operations: [EtcdOperation] = added.map { .put(key: presenceKey($0), value: [], lease: lease.id) }
-        operations += removed.map { .delete(key: presenceKey($0)) }
-        if operations.isEmpty { return }
-        _ = try? await client.transaction([], success: operations)
+        guard first else { return }     // the publisher under way takes it
+        while !Task.isCancelled {
+            let step = state.withLock { state -> (wanted: Set<String>, published: Set<String>?)? in
+                if state.published == state.wanted {
+                    state.publishing = false
+                    return nil
+                }
+                return (state.wanted, state.published)
+            }
+            guard let step else { return }
+            do throws(EtcdError) {
+                var operations: [EtcdOperation]
+                if let published = step.published {
+                    operations = step.wanted.subtracting(published).map { .put(key: presenceKey($0), value: [], lease: lease.id) }
+                    operations += published.subtracting(step.wanted).map { .delete(key: presenceKey($0)) }
+                } else {
+                    try await client.delete(ownPresencePrefix, prefix: true)
+                    operations = step.wanted.map { .put(key: presenceKey($0), value: [], lease: lease.id) }
+                }
+                var rest = operations[...]
+                while !rest.isEmpty {
+                    _ = try await client.transaction([], success: Array(rest.prefix(100)))
+                    rest = rest.dropFirst(100)
+                }
+                state.withLock { $0.published = step.wanted }
+            } catch {
+                state.withLock { $0.published = nil }
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        state.withLock { $0.publishing = false }
     }
 
-    private func presenceKey(_ path: String) -> [UInt8] {
-        presencePrefix + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0] + Array(path.utf8)
-    }
+    private var ownPresencePrefix: [UInt8] { presencePrefix + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0] }
+
+    private func presenceKey(_ path: String) -> [UInt8] { ownPresencePrefix + Array(path.utf8) }
 
     private func presence(_ key: [UInt8]) -> (host: String, path: String)? {
         guard key.starts(with: presencePrefix) else { return nil }
@@ -136,24 +194,28 @@ public final class HostNews: Sendable {
     // MARK: News
 
     /// Queues `change` for `receiver`: sent within a few milliseconds, with the others queued
-    /// meanwhile, each once.
+    /// meanwhile, each once; one batch after the other, in order.
     func send(_ change: Change, to receiver: String) {
-        let first = state.withLock { state -> Bool in
-            let first = state.outgoing[receiver] == nil
+        let starts = state.withLock { state -> Bool in
             if !(state.outgoing[receiver]?.contains(change) ?? false) { state.outgoing[receiver, default: []].append(change) }
-            return first
+            return state.sending.insert(receiver).inserted
         }
-        guard first else { return }
+        guard starts else { return }
         Task { [self] in
-            try? await Task.sleep(for: .milliseconds(5))
-            let (changes, number) = state.withLock { state -> ([Change], Int) in
-                state.sent += 1
-                return (state.outgoing.removeValue(forKey: receiver) ?? [], state.sent)
+            while true {
+                try? await Task.sleep(for: .milliseconds(5))
+                let (changes, number) = state.withLock { state -> ([Change], Int) in
+                    let changes = state.outgoing.removeValue(forKey: receiver) ?? []
+                    if changes.isEmpty { state.sending.remove(receiver) }
+                    state.sent += 1
+                    return (changes, state.sent)
+                }
+                if changes.isEmpty { return }
+                guard let encoded = try? JSONEncoder().encode(changes) else { continue }
+                let key = Array((newsPrefix + receiver + "/" + host).utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0]
+                    + Array(String(number).utf8)
+                _ = try? await client.put(key, Array(encoded), lease: lease.id)
             }
-            guard let encoded = try? JSONEncoder().encode(changes) else { return }
-            let key = Array((newsPrefix + receiver + "/" + host).utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0]
-                + Array(String(number).utf8)
-            _ = try? await client.put(key, Array(encoded), lease: lease.id)
         }
     }
 
@@ -167,10 +229,11 @@ public final class HostNews: Sendable {
         }
     }
 
-    /// Follows changes under `prefix` from `revision`, after a lost connection from where it
-    /// stopped (after a compaction, from now: what was missed is missed).
-    private func follow(_ prefix: [UInt8], from revision: Int64, _ handle: @escaping @Sendable ([EtcdEvent]) -> Void) async {
-        var next: Int64? = revision
+    /// Follows changes under `prefix` from `revision`; after a lost connection from where it
+    /// stopped; after a compaction, from a new reading (`reread`).
+    private func follow(_ prefix: [UInt8], from revision: Int64, reread: @escaping @Sendable () async throws -> Int64,
+                        _ handle: @escaping @Sendable ([EtcdEvent]) -> Void) async {
+        var next = revision
         while !Task.isCancelled {
             do {
                 for try await batch in client.watch(prefix: prefix, from: next) {
@@ -178,7 +241,7 @@ public final class HostNews: Sendable {
                     next = batch.revision + 1
                 }
             } catch EtcdError.compacted {
-                next = nil
+                if let revision = try? await reread() { next = revision + 1 } else { try? await Task.sleep(for: .milliseconds(200)) }
             } catch {
                 try? await Task.sleep(for: .milliseconds(200))
             }

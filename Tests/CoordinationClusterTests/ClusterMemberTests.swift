@@ -122,6 +122,21 @@ struct ClusterMemberTests {
         }
     }
 
+    /// A request that gives up (interrupted, past its wait timeout) takes its key back: the
+    /// holder, recalled for it, keeps its delegation.
+    @Test func aRequestThatGivesUpTakesItsKeyBack() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            let reader = Task { try await b.acquire("doc", .read) }
+            #expect(await Self.eventually { localA.begun == ["B r doc"] }, "A is recalled")
+            reader.cancel()
+            await #expect(throws: Delegations.Failure.withdrawn) { try await reader.value }
+            #expect(await Self.eventually { localA.ended == ["B r doc"] && a.covers("doc", .write) }, "A keeps it")
+            #expect(await Self.eventually { Self.keys(a) == ["A w doc"] }, "\(Self.keys(a))")
+        }
+    }
+
     /// A holder here that conflicts with the other host's access keeps the recall waiting
     /// until it ends.
     @Test func aRecallWaitsForAConflictingHolder() async throws {

@@ -413,7 +413,26 @@ class ClusterPresenterTests(ClusterHosts, unittest.TestCase):
 
     @classmethod
     def mount(cls, host, extra=()):
-        super().mount(host, ["--no-backing-watch"] if host == "B" else [])
+        super().mount(host, ["--break-time", "2"] + (["--no-backing-watch"] if host == "B" else []))
+
+    def test_a_presenter_on_B_breaks_no_writer_on_A(self):
+        # A appends to a log it keeps open; B's presenter wants to be asked before A's next
+        # write, but waits for A's writer however long it holds (past A's break time, 2 s).
+        self.write("A", "log", b"")
+        fd = os.open(self.path("A", "log"), os.O_WRONLY | os.O_APPEND)
+        watch = None
+        try:
+            os.write(fd, b"first\n")
+            watch = Watch(self.path("B", "log"))
+            time.sleep(3.5)
+            os.write(fd, b"second\n")
+            with open(os.path.join(self.work, "A.log")) as log:
+                self.assertNotIn("broken", log.read(), "A's writer was broken for B's presenter")
+        finally:
+            os.close(fd)
+            if watch:
+                watch.stop()
+        self.assertEqual(self.read(self.path("B", "log")), b"first\nsecond\n")
 
     def test_a_presenter_on_B_is_asked_before_and_told_after_A_writes(self):
         self.write("A", "presented", b"one\n")
