@@ -1,5 +1,7 @@
 import CoordinationCluster
 import CoordFSMount
+import CoordinationServer
+import CoordinationWire
 import Foundation
 import Synchronization
 
@@ -35,7 +37,8 @@ final class ClusterJoin: Sendable {
 
     /// Joins: a lease, the store's delegations read and followed, recalls answered by
     /// `filesystem`. Waits at most `timeout` for etcd.
-    static func join(endpoints: [String], store: String, host: String, ttl: Int64, breakTime: Duration?,
+    static func join(endpoints: [String], store: String, host: String, ttl: Int64, whenUnreachable: ClusterMember.WhenUnreachable,
+                     breakTime: Duration?,
                      filesystem: Filesystem, timeout: Duration = .seconds(15)) throws -> ClusterJoin {
         let outcome = Mutex<Result<ClusterJoin, Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
@@ -50,7 +53,7 @@ final class ClusterJoin: Sendable {
                         throw error
                     }
                     return delegations
-                }, local: MountAccesses(filesystem: filesystem), breakTime: breakTime)
+                }, local: MountAccesses(filesystem: filesystem), breakTime: breakTime, whenUnreachable: whenUnreachable)
                 try await member.start()
                 outcome.withLock { $0 = .success(ClusterJoin(member: member, filesystem: filesystem)) }
             } catch {
@@ -70,6 +73,29 @@ final class ClusterJoin: Sendable {
             return join
         case .failure(let error):
             throw CommandFailure("cannot join the cluster at \(endpoints.joined(separator: ",")): \(error)")
+        }
+    }
+
+    /// Answers the other hosts' status requests with `server`'s, and shows theirs in it.
+    func serveStatus(through server: ControlServer) {
+        member.answerStatus { [weak server] in
+            guard let server else { return [] }
+            return WireCodec.encode(.ok(id: 0, fields: server.status(othersToo: false)))
+        }
+        server.otherHosts = { [member] in
+            // The status request waits for the other hosts' answers: at most half a second.
+            let answers = Mutex<[String: [UInt8]]>([:])
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                let received = await member.askStatus()
+                answers.withLock { $0 = received }
+                done.signal()
+            }
+            _ = done.wait(timeout: .now() + 2)
+            return answers.withLock { $0 }.sorted { $0.key < $1.key }.compactMap { host, bytes in
+                guard case .ok(_, let fields)? = try? WireCodec.decodeServer(bytes) else { return nil }
+                return (host, fields)
+            }
         }
     }
 

@@ -2,6 +2,7 @@ import LinuxSystem
 import ArgumentParser
 import CoordinationWire
 import CoordFSMount
+import CoordinationCluster
 import FileCoordination
 import Foundation
 #if canImport(Glibc)
@@ -116,6 +117,9 @@ struct Mount: ParsableCommand {
 
     @Option(help: ArgumentHelp("Seconds the cluster keeps this host's grants after it last renewed them: how long the other hosts wait for a host that died or was cut off (default 10).", valueName: "seconds"))
     var clusterTTL: Int?
+
+    @Option(help: ArgumentHelp("What the mount does once its lease is lost and etcd cannot be reached: refuse (ENOLCK for every access that needs coordination, the default) or local (coordinate this host's programs alone, with a loud warning; other hosts doing the same are not coordinated with).", valueName: "refuse|local"))
+    var clusterUnreachable: ClusterMember.WhenUnreachable?
 
     func run() throws {
         if o.contains(where: { $0.split(separator: ",").contains("remount") }) { return try remount() }
@@ -240,7 +244,9 @@ struct Mount: ParsableCommand {
             for (name, value) in [("--cluster-store", store), ("--host-name", host)] where value.isEmpty || value.contains("\0") || value.contains("/") {
                 throw CommandFailure("\(name) must be a name without '/', not '\(value)'")
             }
-            configuration.cluster = ClusterSetting(endpoints: try ClusterJoin.endpoints(url), store: store, host: host, ttl: Int64(ttl))
+            let unreachable = clusterUnreachable ?? loaded?.clusterUnreachable ?? .refuse
+            configuration.cluster = ClusterSetting(endpoints: try ClusterJoin.endpoints(url), store: store, host: host, ttl: Int64(ttl),
+                                                   aloneWhenUnreachable: unreachable == .local)
             // Its other hosts' mounts of the store coordinate with it.
             configuration.allowsOverlap = true
         }
@@ -330,6 +336,7 @@ struct Mount: ParsableCommand {
         let session = try MountSession(configuration: configuration)
         let membership = try configuration.cluster.map { cluster in
             try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
+                                 whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
                                  breakTime: configuration.breakTime ?? configuration.waitTimeout, filesystem: session.filesystem)
         }
         do {
@@ -339,6 +346,7 @@ struct Mount: ParsableCommand {
             throw CommandFailure("\(error)")
         }
         session.beforeUnmount = { membership?.leave() }
+        if let membership, let server = session.controlServer { membership.serveStatus(through: server) }
         if notifyParent {
             FileHandle.standardOutput.write(Data("ready\n".utf8))
             // Detach from the parent's pipes and terminal.
@@ -412,3 +420,5 @@ enum MountCommandLimits {
     /// Nice values, as setpriority(2) takes them.
     static let nice = -20...19
 }
+
+extension ClusterMember.WhenUnreachable: ExpressibleByArgument {}

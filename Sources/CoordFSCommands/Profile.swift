@@ -1,4 +1,5 @@
 import CoordFSMount
+import CoordinationCluster
 import FileCoordination
 import Foundation
 
@@ -20,6 +21,7 @@ import Foundation
 ///     cluster-store = projects       # the store's name in the cluster
 ///     host-name = render-3           # this host's name in it
 ///     cluster-ttl = 10               # seconds others wait for a host that died
+///     cluster-unreachable = refuse   # refuse | local, once etcd cannot be reached
 ///     mode *.log = notify            # per path glob, first match wins
 ///     mode *.db = strict             # every writer excludes every other open
 struct Profile {
@@ -49,6 +51,7 @@ struct Profile {
     var clusterStore: String?
     var hostName: String?
     var clusterTTL: Int?
+    var clusterUnreachable: ClusterMember.WhenUnreachable?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
     static func locate(_ name: String) -> URL? {
@@ -142,6 +145,11 @@ struct Profile {
                     throw ProfileError("\(url.path):\(number + 1): cluster-ttl must be a whole number of seconds, at least 2, not '\(value)'")
                 }
                 clusterTTL = seconds
+            case "cluster-unreachable":
+                guard let choice = ClusterMember.WhenUnreachable(rawValue: value) else {
+                    throw ProfileError("\(url.path):\(number + 1): cluster-unreachable must be refuse or local, not '\(value)'")
+                }
+                clusterUnreachable = choice
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             case _ where key.hasPrefix("mode "):
                 rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))

@@ -134,16 +134,27 @@ struct Status: ParsableCommand {
             guard case .string(let item)? = entry["path"] else { return false }
             return item == only || item.hasPrefix(only.hasSuffix("/") ? only : only + "/")
         }
-        var narrowed = fields
-        for key in ["holders", "waiters", "presenters"] {
-            narrowed[key] = .array(array(fields[key]).compactMap { entry -> WireValue? in
-                guard case .object(var object) = entry else { return nil }
-                if let pid, object["pid"] != .int(Int(pid)) { return nil }
-                if object["path"] != nil { return concerns(object) ? entry : nil }
-                let intents = array(object["intents"]).filter { if case .object(let intent) = $0 { concerns(intent) } else { false } }
-                if intents.isEmpty { return nil }
-                object["intents"] = .array(intents)
-                return .object(object)
+        func narrow(_ fields: [String: WireValue], keys: [String]) -> [String: WireValue] {
+            var narrowed = fields
+            for key in keys {
+                narrowed[key] = .array(array(fields[key]).compactMap { entry -> WireValue? in
+                    guard case .object(var object) = entry else { return nil }
+                    if let pid, object["pid"] != .int(Int(pid)) { return nil }
+                    if object["path"] != nil { return concerns(object) ? entry : nil }
+                    let intents = array(object["intents"]).filter { if case .object(let intent) = $0 { concerns(intent) } else { false } }
+                    if intents.isEmpty { return nil }
+                    object["intents"] = .array(intents)
+                    return .object(object)
+                })
+            }
+            return narrowed
+        }
+        var narrowed = narrow(fields, keys: ["holders", "waiters", "presenters"])
+        // Another host's processes are not this host's: a pid names none of them.
+        narrowed["hosts"] = pid != nil ? nil : fields["hosts"].map { hosts in
+            .array(array(hosts).map { host in
+                guard case .object(let other) = host else { return host }
+                return .object(narrow(other, keys: ["holders", "waiters"]))
             })
         }
         return narrowed
@@ -198,6 +209,13 @@ struct Status: ParsableCommand {
         add("HOLD", fields["holders"])
         add("WAIT", fields["waiters"])
         add("PRESENT", fields["presenters"])
+        // The other hosts of a shared store: their holders and waiters, at this mount's paths.
+        for host in array(fields["hosts"]) {
+            guard case .object(let other) = host else { continue }
+            let name = string(other["host"])
+            add("HOLD@" + name, other["holders"])
+            add("WAIT@" + name, other["waiters"])
+        }
         var table = rows.map { row in columns.map { row[$0] ?? "" } }
         if !noHeadings { table.insert(columns.map(\.rawValue), at: 0) }
         if raw {

@@ -1,5 +1,6 @@
 import Coordination
 import CoordinationRuntime
+import CoordinationServer
 import LinuxSystem
 import Foundation
 import Synchronization
@@ -245,4 +246,59 @@ final class DelegationWait: Sendable, CancellableWait {
     }
 
     func cancel() { finish(.interrupted) }
+}
+
+/// Holds taken through the mount's control socket pass its host's delegations, as its programs'
+/// opens do (`ClaimGate`).
+struct DelegationGate: ClaimGate {
+    let filesystem: Filesystem
+    let delegations: any HostDelegations
+
+    private func needs(_ intents: [Intent]) -> [(path: String, writing: Bool)] {
+        intents.compactMap { intent in
+            let locked = intent.target.enclosingPackages.first ?? intent.target.path
+            guard locked == filesystem.mountRoot || filesystem.mountRoot.isAncestor(of: locked) else { return nil }
+            return (filesystem.storePath(of: locked), intent.kind.isWrite)
+        }
+    }
+
+    func admits(_ intents: [Intent]) -> Bool {
+        needs(intents).allSatisfy { delegations.covers($0.path, writing: $0.writing) }
+    }
+
+    func admit(_ intents: [Intent], waits: Bool,
+               completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void {
+        let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
+        let delegations = self.delegations
+        @Sendable func next(_ rest: ArraySlice<(path: String, writing: Bool)>) {
+            guard let need = rest.first else { return completion(nil) }
+            let stop = delegations.acquire(need.path, writing: need.writing, waits: waits) { outcome in
+                if state.withLock({ $0.stopped }) { return }
+                switch outcome {
+                case .granted: next(rest.dropFirst())
+                case .wouldWait: completion((errno: "EAGAIN", message: "another host of the shared store holds it"))
+                case .refused(let why): completion((errno: "ENOLCK", message: why))
+                }
+            }
+            let stopNow = state.withLock { current -> Bool in
+                current.stop = stop
+                return current.stopped
+            }
+            if stopNow { stop() }
+        }
+        next(needs(intents)[...])
+        return {
+            let stop = state.withLock { current -> (@Sendable () -> Void)? in
+                current.stopped = true
+                return current.stop
+            }
+            stop?()
+        }
+    }
+}
+
+extension Filesystem {
+    /// What holds through this mount's control socket must pass: its host's delegations, when
+    /// it has any.
+    var claimGate: (any ClaimGate)? { delegations.map { DelegationGate(filesystem: self, delegations: $0) } }
 }

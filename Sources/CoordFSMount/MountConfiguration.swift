@@ -176,11 +176,15 @@ public struct ClusterSetting: Sendable, Equatable {
     public var host: String
     /// Seconds etcd keeps this host's grants after its last renewal.
     public var ttl: Int64
+    /// Once its lease is lost and etcd cannot be reached, the host coordinates its own programs
+    /// alone (with a loud warning) instead of refusing.
+    public var aloneWhenUnreachable = false
 
-    public init(endpoints: [String], store: String, host: String, ttl: Int64) {
+    public init(endpoints: [String], store: String, host: String, ttl: Int64, aloneWhenUnreachable: Bool = false) {
         self.endpoints = endpoints
         self.store = store
         self.host = host
         self.ttl = ttl
+        self.aloneWhenUnreachable = aloneWhenUnreachable
     }
 }

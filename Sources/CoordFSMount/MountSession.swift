@@ -87,6 +87,7 @@ public final class MountSession: @unchecked Sendable {
                 let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
                                            domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
                                            root: filesystem.mountRoot.string)
+                server.claimGate = filesystem.claimGate
                 server.remount = { [weak filesystem = self.filesystem] options in
                     guard let filesystem else { return "the mount is gone" }
                     return filesystem.remount(options)

@@ -60,10 +60,14 @@ public final class ClusterMember: Sendable {
         /// Keys given back, as made: a grant of one of them that comes late is not held.
         var givenBack: Set<GivenBack> = []
         var leaving = false
+        /// Coordinating alone: etcd unreachable, and `WhenUnreachable.local`.
+        var alone = false
         /// This run's presence and news.
         var news: HostNews?
         /// The items this host's presenters present.
         var presented: Set<String> = []
+        /// What this host answers other hosts' status requests with.
+        var statusAnswer: (@Sendable () -> [UInt8])?
     }
 
     private struct Modes: OptionSet {
@@ -137,8 +141,21 @@ public final class ClusterMember: Sendable {
     /// `join`: a new run's delegations, started (a lease granted, the store read and followed).
     /// `breakTime`: how long a recall waits for this host's holders that conflict with it before
     /// it gives the delegation back regardless (nil: for as long as they hold).
-    public init(join: @escaping @Sendable () async throws -> Delegations, local: any LocalAccesses, breakTime: Duration?) {
+    /// What a host does once its lease is lost and etcd cannot be reached.
+    public enum WhenUnreachable: String, Sendable, CaseIterable {
+        /// Grants nothing that needs coordination (ENOLCK) until it has joined again.
+        case refuse
+        /// Coordinates its own programs alone, with a loud warning, until it has joined again:
+        /// other hosts doing the same are not coordinated with.
+        case local
+    }
+
+    private let whenUnreachable: WhenUnreachable
+
+    public init(join: @escaping @Sendable () async throws -> Delegations, local: any LocalAccesses, breakTime: Duration?,
+                whenUnreachable: WhenUnreachable = .refuse) {
         self.join = join
+        self.whenUnreachable = whenUnreachable
         self.local = local
         self.breakTime = breakTime ?? .seconds(Int64.max / 4)
         state = Mutex(State())
@@ -156,6 +173,7 @@ public final class ClusterMember: Sendable {
         // Presence and news are the presenters' part: a run without them (etcd failing just
         // then) still coordinates accesses.
         let news = HostNews(delegations: delegations)
+        if let answer = state.withLock({ $0.statusAnswer }) { news.answerStatus(with: answer) }
         do { try await news.start() } catch {
             logger.error("cluster: cannot follow the other hosts' presenters yet: \(error)")
             let retrying = Task {
@@ -210,6 +228,7 @@ public final class ClusterMember: Sendable {
     /// be reached (it may still live there, a host cut off for less than its TTL): the keys of
     /// the run that lost it would otherwise stand in the new run's way until it expired.
     private func rejoin(after lost: HostLease) async {
+        var attempts = 0
         while !Task.isCancelled && !state.withLock({ $0.leaving }) {
             do {
                 try await lost.revoke()
@@ -218,13 +237,26 @@ public final class ClusterMember: Sendable {
                 await begin(delegations)
                 // Left meanwhile: this run is nobody's.
                 if state.withLock({ $0.leaving }) { return await delegations.leave() }
-                logger.notice("cluster: joined again")
+                let wasAlone = state.withLock { state in
+                    defer { state.alone = false }
+                    return state.alone
+                }
+                logger.notice("cluster: joined again\(wasAlone ? "; this host no longer coordinates alone" : "")")
                 return
             } catch {
+                attempts += 1
+                if attempts == 1 && whenUnreachable == .local && !state.withLock({ $0.leaving }) {
+                    state.withLock { $0.alone = true }
+                    logger.critical("cluster: etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again")
+                }
                 try? await Task.sleep(for: .seconds(1))
             }
         }
     }
+
+    /// Whether the host coordinates alone (its lease lost, etcd unreachable, and
+    /// `WhenUnreachable.local`).
+    public var isAlone: Bool { state.withLock { $0.alone } }
 
     /// Stops answering recalls and gives every delegation back.
     public func leave() async {
@@ -253,6 +285,20 @@ public final class ClusterMember: Sendable {
         await news?.present(paths)
     }
 
+    /// Every other host's status (what `answerStatus` gives there), by host name.
+    public func askStatus() async -> [String: [UInt8]] {
+        await state.withLock { $0.news }?.askStatus() ?? [:]
+    }
+
+    /// What this host answers other hosts' `askStatus` with (its holders, waiters, presenters).
+    public func answerStatus(with answer: @escaping @Sendable () -> [UInt8]) {
+        let news = state.withLock { state in
+            state.statusAnswer = answer
+            return state.news
+        }
+        news?.answerStatus(with: answer)
+    }
+
     /// Sends `change`, made by this host's programs, to `host`, whose presenters present it.
     public func send(_ change: HostNews.Change, to host: String) {
         state.withLock { $0.news }?.send(change, to: host)
@@ -270,6 +316,7 @@ public final class ClusterMember: Sendable {
     /// the item or a directory above it that is not being recalled.
     public func covers(_ path: String, _ mode: Delegations.Mode) -> Bool {
         state.withLock { state in
+            if state.alone { return true }
             // The lease counted lost is lost here at once, before its loss is handled.
             if state.held.isEmpty || state.delegations?.lease.isLost != false { return false }
             if state.held[path]?.serves(mode) == true { return true }

@@ -122,6 +122,9 @@ public final class EtcdClient: Sendable {
         var configuration = HTTPClient.Configuration.singletonConfiguration
         configuration.timeout.connect = .seconds(1)
         configuration.connectionPool.retryConnectionEstablishment = false
+        // Each host follows several prefixes with a watch apiece, each holding a connection for
+        // good (HTTP/1.1): the default of 8 per member left requests waiting for a connection.
+        configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 64
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }()
 

@@ -38,6 +38,9 @@ public final class HostNews: Sendable {
     private let lease: HostLease
     private let presencePrefix: [UInt8]
     private let newsPrefix: String
+    private let statusPrefix: String
+    /// What this host answers when another asks for its status.
+    private let statusAnswer = Mutex<(@Sendable () -> [UInt8])?>(nil)
     private let state = Mutex(State())
     private let tasks = Mutex<[Task<Void, Never>]>([])
     let presences: AsyncStream<[String: Set<String>]>
@@ -65,6 +68,7 @@ public final class HostNews: Sendable {
         lease = delegations.lease
         presencePrefix = Array("/coordfs/\(delegations.store)/presence/".utf8)
         newsPrefix = "/coordfs/\(delegations.store)/news/"
+        statusPrefix = "/coordfs/\(delegations.store)/status/"
         (presences, presenceSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         (received, receivedSink) = AsyncStream.makeStream()
     }
@@ -83,6 +87,12 @@ public final class HostNews: Sendable {
             },
             Task { [self] in
                 await follow(newsKey, from: newsRevision + 1, reread: { [self] in try await readNews() }) { self.newsArrived($0) }
+            },
+            Task { [self] in
+                let asks = Array((statusPrefix + "ask/").utf8)
+                await follow(asks, from: newsRevision + 1, reread: { [self] in
+                    try await client.get(Array(statusPrefix.utf8)).revision
+                }) { self.statusAsked($0) }
             },
         ]
         tasks.withLock { $0 += following }
@@ -189,6 +199,41 @@ public final class HostNews: Sendable {
             Dictionary(grouping: state.presence.values.filter { $0.host != host }, by: { $0.host }).mapValues { Set($0.map { $0.path }) }
         }
         presenceSink.yield(byHost)
+    }
+
+    // MARK: Status
+
+    /// What this host answers other hosts' `askStatus` with.
+    func answerStatus(with answer: @escaping @Sendable () -> [UInt8]) {
+        statusAnswer.withLock { $0 = answer }
+    }
+
+    /// Every other host's status, as each answers within `wait`: asked through a key of this
+    /// host's lease, answered under it, and all deleted after.
+    func askStatus(wait: Duration = .milliseconds(400)) async -> [String: [UInt8]] {
+        let nonce = String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        let asked = host + "\u{0}" + nonce
+        let ask = Array((statusPrefix + "ask/" + asked).utf8)
+        let answers = Array((statusPrefix + "answer/" + asked + "/").utf8)
+        guard (try? await client.put(ask, [], lease: lease.id)) != nil else { return [:] }
+        try? await Task.sleep(for: wait)
+        let values = (try? await client.get(answers, prefix: true).values) ?? []
+        _ = try? await client.delete(ask)
+        _ = try? await client.delete(answers, prefix: true)
+        var byHost: [String: [UInt8]] = [:]
+        for value in values { byHost[String(decoding: value.key[answers.count...], as: UTF8.self)] = value.value }
+        return byHost
+    }
+
+    private func statusAsked(_ events: [EtcdEvent]) {
+        let prefix = Array((statusPrefix + "ask/").utf8)
+        for event in events where event.kind == .put && event.keyValue.key.starts(with: prefix) {
+            let asked = event.keyValue.key[prefix.count...]
+            guard let asker = asked.split(separator: 0).first, String(decoding: asker, as: UTF8.self) != host,
+                  let answer = statusAnswer.withLock({ $0 }) else { continue }
+            let key = Array((statusPrefix + "answer/").utf8) + asked + Array(("/" + host).utf8)
+            Task { [client, lease] in _ = try? await client.put(key, answer(), lease: lease.id) }
+        }
     }
 
     // MARK: News

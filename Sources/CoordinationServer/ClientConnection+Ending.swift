@@ -21,13 +21,15 @@ extension ClientConnection {
     /// requests it never answered count as consent. Once only: the descriptor and the user's
     /// connection are given back here.
     func close() {
-        let taken = lock.withLock { () -> ([RemotePresenter], [Held], [CoordinatedAccess], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>)? in
+        let taken = lock.withLock { () -> ([RemotePresenter], [Held], [CoordinatedAccess], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>, [@Sendable () -> Void])? in
             if closed { return nil }
             closed = true
-            defer { watches = [:]; holds = [:]; pendingHolds = [:]; answers = [:]; inheritingHolds = []; vended = [] }
-            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), answers.values.map(\.answered), vended)
+            defer { watches = [:]; holds = [:]; pendingHolds = [:]; pendingAdmissions = [:]; answers = [:]; inheritingHolds = []; vended = [] }
+            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), answers.values.map(\.answered), vended,
+                    Array(pendingAdmissions.values))
         }
-        guard let (presenters, claims, pending, unanswered, services) = taken else { return }
+        guard let (presenters, claims, pending, unanswered, services, admissions) = taken else { return }
+        for stop in admissions { stop() }
         for service in services {
             server.domain.engine.withdrawService(service)
             server.setProvider(nil, for: service)

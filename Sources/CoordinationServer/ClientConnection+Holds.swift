@@ -1,5 +1,6 @@
 import LinuxSystem
 import Coordination
+import Synchronization
 import CoordinationWire
 import CoordinationRuntime
 import Foundation
@@ -97,13 +98,20 @@ extension ClientConnection {
             }
             return send(.ok(id: id, fields: ["hold": .int(number), "paths": .array(intents.map { .string($0.path.string) })]))
         }
-        let duplicate = lock.withLock { pendingHolds[id] != nil }
+        let duplicate = lock.withLock { pendingHolds[id] != nil || pendingAdmissions[id] != nil }
         if duplicate {
             dropNamedCoordinator(name)
             return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending"))
         }
         // The decoder has bounded it (`Seconds`): the conversion cannot trap.
         let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.domain.defaultWaitTimeout
+        // Past the server's gate first (another host's delegation, on a mount of a shared
+        // store), then claimed here; asked again once granted, as a mount's opens are.
+        if let gate = server.claimGate, !gate.admits(intents) {
+            return admit(id, intents, through: gate, wait: wait, timeout: claimTimeout) { [self] in
+                hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
+            } refused: { [self] in dropNamedCoordinator(name) }
+        }
         // The completion holds the connection: a grant that comes after the client has gone
         // must still find it, to give the grant back (`closed` below). Held weakly, a hold
         // granted then stayed for good.
@@ -114,6 +122,12 @@ extension ClientConnection {
             case .failure(let error):
                 self.dropNamedCoordinator(name)
                 self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
+            case .success(let claim) where self.server.claimGate.map({ !$0.admits(claim.intents) }) ?? false:
+                // Its host's delegation was recalled while it was claimed: given back, asked again.
+                claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) },
+                          in: self.server.domain)
+                self.dropNamedCoordinator(name)
+                self.hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
             case .success(let claim):
                 // What the process does through a mount on these items is now its accessor's.
                 let token = self.server.domain.accessorHolds.add(claim, of: holder)
@@ -159,11 +173,53 @@ extension ClientConnection {
 
     /// Stops waiting for the hold that request `request` asked for.
     func cancelPendingHold(_ id: Int, _ request: Int) {
+        if let stop = lock.withLock({ pendingAdmissions.removeValue(forKey: request) }) {
+            stop()
+            send(.error(id: request, errno: "ECANCELED", message: "the hold was cancelled"))
+            return send(.ok(id: id, fields: [:]))
+        }
         guard let claim = lock.withLock({ pendingHolds[request] }) else {
             return send(.error(id: id, errno: "EINVAL", message: "no pending hold \(request)"))
         }
         claim.cancel()
         send(.ok(id: id, fields: [:]))
+    }
+
+    /// Waits at `gate` for `intents` (at most `timeout`), then runs `then`; or answers request
+    /// `id` with the refusal (EBUSY past the timeout) and runs `refused`.
+    private func admit(_ id: Int, _ intents: [Intent], through gate: any ClaimGate, wait: Bool, timeout: Duration?,
+                       then: @escaping @Sendable () -> Void, refused: @escaping @Sendable () -> Void) {
+        let finished = Mutex(false)
+        let finish: @Sendable (((errno: String, message: String)?)) -> Void = { [self] refusal in
+            guard finished.withLock({ done in defer { done = true }; return !done }) else { return }
+            lock.withLock { _ = pendingAdmissions.removeValue(forKey: id) }
+            if let refusal {
+                refused()
+                send(.error(id: id, errno: refusal.errno, message: refusal.message))
+            } else {
+                then()
+            }
+        }
+        let stop = gate.admit(intents, waits: wait) { finish($0) }
+        let stopping: @Sendable () -> Void = {
+            finished.withLock { $0 = true }
+            stop()
+            refused()
+        }
+        let closedMeanwhile = lock.withLock { () -> Bool in
+            if closed { return true }
+            pendingAdmissions[id] = stopping
+            return false
+        }
+        if closedMeanwhile { return stopping() }
+        if let timeout {
+            let (seconds, attoseconds) = timeout.components
+            DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) {
+                guard !finished.withLock({ $0 }) else { return }
+                stop()
+                finish((errno: "EBUSY", message: "timed out waiting for another host of the shared store"))
+            }
+        }
     }
 
     /// A move the holder made inside hold `number`: the destination must be one of its items,

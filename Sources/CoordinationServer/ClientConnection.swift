@@ -40,6 +40,8 @@ final class ClientConnection: @unchecked Sendable {
     /// The processes this connection has told the domain inherit (`updateInheritance`).
     var inheritingProcesses: Set<Int32> = []
     var pendingHolds: [Int: CoordinatedAccess] = [:]
+    /// Holds waiting at the server's claim gate (`ClaimGate`), by request: how to stop each.
+    var pendingAdmissions: [Int: @Sendable () -> Void] = [:]
     /// The requests the client has yet to answer, by cookie: where its answer goes, and its word
     /// that it is still working.
     var answers: [UInt64: (answered: @Sendable (Int32) -> Void, progress: PresenterProgress?)] = [:]

@@ -45,6 +45,14 @@ public final class ControlServer: @unchecked Sendable {
         set { lock.withLock { remountHandler = newValue } }
     }
     private var remountHandler: (@Sendable ([String]) -> String?)?
+    private var otherHostsHandler: (@Sendable () -> [(host: String, status: [String: WireValue])])?
+    private var gate: (any ClaimGate)?
+
+    /// What holds must pass before they are claimed (a mount of a shared store's delegations).
+    public var claimGate: (any ClaimGate)? {
+        get { lock.withLock { gate } }
+        set { lock.withLock { gate = newValue } }
+    }
 
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
     public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
@@ -208,7 +216,9 @@ public final class ControlServer: @unchecked Sendable {
     /// `mayLearn` says whether the asking client may learn of a path (it could read the
     /// directory that lists it); the paths it may not are left out, and their entries say
     /// `"hidden": true`, so that it still sees that somebody holds or waits.
-    func status(mayLearn: (String) -> Bool = { _ in true }) -> [String: WireValue] {
+    /// `othersToo`: with the other hosts' of a shared store (`otherHosts`); their answers are
+    /// this host's alone.
+    public func status(othersToo: Bool = true, mayLearn: (String) -> Bool = { _ in true }) -> [String: WireValue] {
         let snapshot = domain.engine.snapshot()
         let now = ContinuousClock.now
         func waited(since: ContinuousClock.Instant) -> WireValue {
@@ -262,7 +272,48 @@ public final class ControlServer: @unchecked Sendable {
             if path.isEmpty || mayLearn(path) { fields["path"] = .string(path) } else { fields["hidden"] = .bool(true) }
             return .object(fields)
         }
-        return ["root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
-                "waiters": .array(waiters), "presenters": .array(presenters)]
+        var fields: [String: WireValue] = ["root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
+                                           "waiters": .array(waiters), "presenters": .array(presenters)]
+        if othersToo, let otherHosts = lock.withLock({ otherHostsHandler }) {
+            fields["hosts"] = .array(otherHosts().map { host, status in Self.seenFromHere(host, status, root: root, mayLearn: mayLearn) })
+        }
+        return fields
+    }
+
+    /// The other hosts of a shared store, each with its own `status()` (`coordfs mount
+    /// --cluster`): `coordfs status` shows their holders and waiters too.
+    public var otherHosts: (@Sendable () -> [(host: String, status: [String: WireValue])])? {
+        get { lock.withLock { otherHostsHandler } }
+        set { lock.withLock { otherHostsHandler = newValue } }
+    }
+
+    /// Another host's status as this mount's users see it: its paths spelled under this mount's
+    /// root, and hidden where this user could not learn them here.
+    static func seenFromHere(_ host: String, _ status: [String: WireValue], root: String,
+                             mayLearn: (String) -> Bool) -> WireValue {
+        let theirRoot: String = if case .string(let path)? = status["root"] { path } else { "" }
+        func spelled(_ path: String) -> String? {
+            guard path == theirRoot || path.hasPrefix(theirRoot == "/" ? "/" : theirRoot + "/") else { return nil }
+            let below = path.dropFirst(theirRoot == "/" ? 1 : theirRoot.count)
+            return root == "/" ? (below.hasPrefix("/") ? String(below) : "/" + below) : root + below
+        }
+        func entries(_ value: WireValue?) -> WireValue {
+            guard case .array(let entries)? = value else { return .array([]) }
+            return .array(entries.map { entry in
+                guard case .object(var fields) = entry, case .array(let intents)? = fields["intents"] else { return entry }
+                fields["intents"] = .array(intents.map { intent in
+                    guard case .object(var intentFields) = intent, case .string(let path)? = intentFields["path"] else { return intent }
+                    if let here = spelled(path), mayLearn(here) {
+                        intentFields["path"] = .string(here)
+                    } else {
+                        intentFields["path"] = nil
+                        intentFields["hidden"] = .bool(true)
+                    }
+                    return .object(intentFields)
+                })
+                return .object(fields)
+            })
+        }
+        return .object(["host": .string(host), "holders": entries(status["holders"]), "waiters": entries(status["waiters"])])
     }
 }

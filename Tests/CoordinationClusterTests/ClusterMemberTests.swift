@@ -45,9 +45,9 @@ struct ClusterMemberTests {
         return member
     }
 
-    /// Whether `condition` holds within a second (a host's replica follows etcd a moment later).
-    static func eventually(_ condition: () -> Bool) async -> Bool {
-        for _ in 0..<100 {
+    /// Whether `condition` holds within `seconds` (a host's replica follows etcd a moment later).
+    static func eventually(seconds: Int = 1, _ condition: () -> Bool) async -> Bool {
+        for _ in 0..<(seconds * 100) {
             if condition() { return true }
             try? await Task.sleep(for: .milliseconds(10))
         }
@@ -165,6 +165,30 @@ struct ClusterMemberTests {
             #expect(waited >= .milliseconds(900), "B waited \(waited)")
             #expect(!a.covers("log", .read))
         }
+    }
+
+    /// A host told to coordinate alone when etcd is gone does so, loudly, once its lease is
+    /// lost, and stops once it has joined again.
+    @Test func aHostMayCoordinateAloneWhileEtcdIsGone() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let member = ClusterMember(join: {
+            let lease = try await HostLease.grant(on: client, ttl: 2)
+            let delegations = Delegations(client: client, store: "s", host: "A", lease: lease)
+            try await delegations.start()
+            return delegations
+        }, local: Local(), breakTime: nil, whenUnreachable: .local)
+        try await member.start()
+        #expect(!member.covers("x", .write))
+        servers.kill(0)
+        #expect(await Self.eventually(seconds: 8) { member.isAlone && member.covers("x", .write) }, "alone once the lease is lost")
+        try servers.start(0)
+        #expect(await Self.eventually(seconds: 20) { !member.isAlone }, "joined again")
+        #expect(!member.covers("x", .write), "and asks the cluster again")
+        try await member.acquire("x", .write)
+        #expect(member.covers("x", .write))
+        await member.leave()
     }
 
     /// A host whose lease is lost grants nothing, then joins again with a new lease.

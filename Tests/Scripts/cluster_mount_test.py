@@ -179,6 +179,28 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
         self.assertIsNone(reader.error)
         self.assertEqual(reader.result, b"second\n")
 
+    def test_1_status_on_B_shows_A_s_holder_and_who_waits_for_it(self):
+        self.write("A", "statusdoc", b"s\n")
+        fd = os.open(self.path("A", "statusdoc"), os.O_WRONLY)
+        try:
+            reader = Opening(self.path("B", "statusdoc"), os.O_RDONLY)
+            self.assertTrue(reader.waits())
+            result = subprocess.run([COORDFS, "status", self.mounts["B"], "--json"], capture_output=True, text=True, timeout=30)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            status = json.loads(result.stdout)
+            hosts = {host["host"]: host for host in status.get("hosts", [])}
+            self.assertIn("A", hosts, result.stdout)
+            holders = [(holder.get("pid"), intent.get("path")) for holder in hosts["A"]["holders"]
+                       for intent in holder.get("intents", [])]
+            self.assertIn((os.getpid(), self.path("B", "statusdoc")), holders, result.stdout)
+            waiting = [waiter.get("identity") for waiter in hosts["A"]["waiters"]]
+            self.assertIn("host:B", waiting, result.stdout)
+            table = subprocess.run([COORDFS, "status", self.mounts["B"]], capture_output=True, text=True, timeout=30).stdout
+            self.assertIn("HOLD@A", table)
+        finally:
+            os.close(fd)
+        self.assertTrue(reader.finish(), self.log_tail("B"))
+
     def test_2_a_write_on_A_waits_for_a_read_held_on_B(self):
         self.write("B", "notes", b"one\n")
         fd = os.open(self.path("B", "notes"), os.O_RDONLY)
@@ -189,6 +211,19 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
             os.close(fd)
         self.assertTrue(writer.finish(), self.log_tail("A"))
         self.assertIsNone(writer.error)
+
+    def test_2_a_hold_through_A_s_socket_holds_off_B(self):
+        # `coordfs coordinate` on A holds the item through A's control socket, not an open.
+        self.write("A", "coordinated", b"c\n")
+        holder = subprocess.Popen([COORDFS, "coordinate", "--write", self.path("A", "coordinated"), "--", "sleep", "2"])
+        try:
+            time.sleep(0.8)
+            reader = Opening(self.path("B", "coordinated"), os.O_RDONLY)
+            self.assertTrue(reader.waits(0.6), "B's read went ahead while A's coordinator held the item")
+        finally:
+            holder.wait(timeout=30)
+        self.assertEqual(holder.returncode, 0)
+        self.assertTrue(reader.finish(), self.log_tail("B"))
 
     def test_3_readers_on_both_hosts_share(self):
         self.write("A", "shared", b"both\n")

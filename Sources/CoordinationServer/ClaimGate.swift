@@ -1,0 +1,14 @@
+import Coordination
+
+/// What a hold through the control socket must pass before it is claimed, beyond this
+/// server's domain: a mount of a shared store (`coordfs mount --cluster`) grants a hold only
+/// inside its host's delegations, as it grants its programs' opens.
+public protocol ClaimGate: Sendable {
+    /// Whether `intents` may be claimed here now.
+    func admits(_ intents: [Intent]) -> Bool
+    /// Waits until they may (`waits` false: not for another host). `completion` runs once, on
+    /// any thread: nil, or the errno name and message that refuse the hold. The closure returned
+    /// stops the wait; `completion` is not called then.
+    func admit(_ intents: [Intent], waits: Bool,
+               completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void
+}
