@@ -19,48 +19,40 @@ extension Filesystem {
         var writing: Bool
     }
 
-    /// `coordinate`, on a mount with delegations.
+    /// `coordinate`, on a mount with delegations: the claim is taken as on any mount, then the
+    /// delegations it needs are asked for; a host alone, whose delegation covers the item, goes
+    /// on at once. One whose delegation is missing (or was recalled while it took its claim)
+    /// gives the claim back unused and waits for it, then is coordinated again.
     func coordinateInCluster(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
                              forTheCall: Bool, _ delegations: any HostDelegations,
+                             until deadline: ContinuousClock.Instant? = nil,
                              _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
-        // What is not coordinated needs nothing: the kernel's own threads, paths the mode
-        // leaves alone, an O_TMPFILE file not linked yet.
-        if coordinationMode(wanted, other) == .off || (wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed))
-            || callingProcess(reply.caller, now: coarseMilliseconds()) == nil {
-            return coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0, body)
-        }
-        let deadline = configuration.waitTimeout.map { ContinuousClock.now + $0 }
-        coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations,
-                            until: deadline, body)
-    }
-
-    /// `coordinateInCluster` with the request's deadline (nil: none), kept across its rounds:
-    /// a request whose delegation was recalled again while it took its claim waits once more,
-    /// but not longer than the wait timeout from when it came.
-    private func coordinateInCluster(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
-                                     forTheCall: Bool, _ delegations: any HostDelegations, until deadline: ContinuousClock.Instant?,
-                                     _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
-        let needs = delegationNeeds(wanted, other)
-        guard covered(needs, by: delegations) else {
-            return waitForDelegations(needs, delegations, reply, waits: !nonBlocking, until: deadline) { [self] reply in
-                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations,
-                                    until: deadline, body)
-            }
-        }
         coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0) { [self] reply, claim in
-            // Asked again once held: a recall that came meanwhile waited for this claim (or
-            // passage) only if it began after this answer.
+            // Without a claim, what is not coordinated needs nothing: the kernel's own threads,
+            // paths the mode leaves alone, an O_TMPFILE file not linked yet. (A request that
+            // passed a quiet gate holds nothing either, and needs its delegation.)
+            if claim == nil && !isCoordinated(wanted, other, reply.caller) { return body(reply, claim) }
+            // Asked once held: a recall that came meanwhile waited for this claim (or passage)
+            // only if it began after this answer.
             let needs = delegationNeeds(wanted, other)
             if covered(needs, by: delegations) { return body(reply, claim) }
-            statistics.takenAgain.add(1, ordering: .relaxed)
+            if claim != nil { statistics.takenAgain.add(1, ordering: .relaxed) }
             let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
             end(claim, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
+            let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
             // Never into the engine from here: this may run inside a quiet passage.
             waitForDelegations(needs, delegations, reply, waits: !nonBlocking, until: deadline) { [self] reply in
                 coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations,
                                     until: deadline, body)
             }
         }
+    }
+
+    /// Whether `coordinate` coordinates the request at all.
+    private func isCoordinated(_ wanted: ItemIntent, _ other: ItemIntent?, _ caller: RequestCaller) -> Bool {
+        if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return false }
+        if coordinationMode(wanted, other) == .off { return false }
+        return callingProcess(caller, now: coarseMilliseconds()) != nil
     }
 
     /// The delegations `wanted` (and `other`) need: of the item each locks (its outermost

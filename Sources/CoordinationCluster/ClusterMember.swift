@@ -319,6 +319,14 @@ public final class ClusterMember: Sendable {
             if state.alone { return true }
             // The lease counted lost is lost here at once, before its loss is handled.
             if state.held.isEmpty || state.delegations?.lease.isLost != false { return false }
+            // A host alone holds a few delegations: compared in place, nothing allocated.
+            if state.held.count <= 8 {
+                return state.held.contains { held, modes in
+                    modes.serves(mode) && (held.isEmpty || held == path
+                        || (path.utf8.count > held.utf8.count && path.hasPrefix(held)
+                            && path.utf8[path.utf8.index(path.utf8.startIndex, offsetBy: held.utf8.count)] == UInt8(ascii: "/")))
+                }
+            }
             if state.held[path]?.serves(mode) == true { return true }
             var directory = Substring(path)
             while !directory.isEmpty {
