@@ -59,11 +59,18 @@ extension Filesystem {
     /// package, or itself).
     private func delegationNeeds(_ wanted: ItemIntent, _ other: ItemIntent?) -> [DelegationNeed] {
         let now = coarseMilliseconds()
-        func need(_ intent: ItemIntent) -> DelegationNeed {
-            let target = target(of: intent, now: now)
-            return DelegationNeed(path: storePath(of: target.enclosingPackages.first ?? target.path), writing: intent.kind.isWrite)
+        func need(_ intent: ItemIntent) -> DelegationNeed? {
+            lockedStorePath(target(of: intent, now: now)).map { DelegationNeed(path: $0, writing: intent.kind.isWrite) }
         }
-        return other.map { [need(wanted), need($0)] } ?? [need(wanted)]
+        return [need(wanted), other.flatMap(need)].compactMap { $0 }
+    }
+
+    /// The item an access of `target` locks (its outermost package, or itself), below the
+    /// store's root; nil for one outside the mount.
+    func lockedStorePath(_ target: AccessTarget) -> String? {
+        let locked = target.enclosingPackages.first ?? target.path
+        guard locked == mountRoot || mountRoot.isAncestor(of: locked) else { return nil }
+        return storePath(of: locked)
     }
 
     private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations) -> Bool {
@@ -134,11 +141,7 @@ extension Filesystem {
     public func heldItems() -> [(path: String, writing: Bool)] {
         engine.snapshot().holders.flatMap { holder -> [(path: String, writing: Bool)] in
             if case .host = holder.identity { return [] }
-            return holder.intents.compactMap { intent in
-                let locked = intent.target.enclosingPackages.first ?? intent.target.path
-                guard locked == mountRoot || mountRoot.isAncestor(of: locked) else { return nil }
-                return (storePath(of: locked), intent.kind.isWrite)
-            }
+            return holder.intents.compactMap { intent in lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) } }
         }
     }
 
@@ -247,11 +250,7 @@ struct DelegationGate: ClaimGate {
     let delegations: any HostDelegations
 
     private func needs(_ intents: [Intent]) -> [(path: String, writing: Bool)] {
-        intents.compactMap { intent in
-            let locked = intent.target.enclosingPackages.first ?? intent.target.path
-            guard locked == filesystem.mountRoot || filesystem.mountRoot.isAncestor(of: locked) else { return nil }
-            return (filesystem.storePath(of: locked), intent.kind.isWrite)
-        }
+        intents.compactMap { intent in filesystem.lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) } }
     }
 
     func admits(_ intents: [Intent]) -> Bool {

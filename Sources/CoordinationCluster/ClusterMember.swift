@@ -68,6 +68,20 @@ public final class ClusterMember: Sendable {
         var presented: Set<String> = []
         /// What this host answers other hosts' status requests with.
         var statusAnswer: (@Sendable () -> [UInt8])?
+
+        /// Grants from `key`, made at `revision` by `run`: unless the run has ended, or the key
+        /// was recalled as soon as granted, or given back already.
+        mutating func hold(_ key: Key, made revision: Int64, by run: Delegations) {
+            guard delegations === run, recalled[key] == nil, !givenBack.contains(GivenBack(key: key, revision: revision)) else { return }
+            held[key.path, default: []].insert(Modes(key.mode))
+        }
+
+        /// Grants no more from `mode` at `path`.
+        mutating func stopHolding(_ mode: Modes, at path: String) {
+            guard var modes = held[path] else { return }
+            modes.remove(mode)
+            held[path] = modes.isEmpty ? nil : modes
+        }
     }
 
     private struct Modes: OptionSet {
@@ -304,9 +318,6 @@ public final class ClusterMember: Sendable {
         state.withLock { $0.news }?.send(change, to: host)
     }
 
-    /// Whether the host is a member now (its lease held).
-    public var isMember: Bool { state.withLock { $0.delegations != nil } }
-
     /// This run's delegations, while the host is a member.
     var currentDelegations: Delegations? { state.withLock { $0.delegations } }
 
@@ -356,10 +367,7 @@ public final class ClusterMember: Sendable {
     /// Gives back the presence of `path`: its presenters are gone.
     public func releasePresence(_ path: String) async {
         let delegations = state.withLock { state -> Delegations? in
-            if var modes = state.held[path] {
-                modes.remove(.presence)
-                state.held[path] = modes.isEmpty ? nil : modes
-            }
+            state.stopHolding(.presence, at: path)
             return state.delegations
         }
         try? await delegations?.release(path, .presence)
@@ -439,10 +447,7 @@ public final class ClusterMember: Sendable {
                 guard let token, case .success = result else { return false }
                 // Given up by its requests, or ended with its run: taken back, not held.
                 if !mine || entry?.abandoned == true || state.delegations !== delegations { return true }
-                // Recalled as soon as granted, or given back already: not held again.
-                if state.recalled[key] == nil && !state.givenBack.contains(GivenBack(key: key, revision: token)) {
-                    state.held[key.path, default: []].insert(Modes(key.mode))
-                }
+                state.hold(key, made: token, by: delegations)
                 return false
             }
             if takeBack {
@@ -485,12 +490,7 @@ public final class ClusterMember: Sendable {
         if busy { return false }
         for candidate in key.path == path ? [key] : [key, Key(path: path, mode: mode)] {
             if let token = try await delegations.acquireUnlessBlocked(candidate.path, candidate.mode) {
-                state.withLock { state in
-                    if state.recalled[candidate] == nil && state.delegations === delegations
-                        && !state.givenBack.contains(GivenBack(key: candidate, revision: token)) {
-                        state.held[candidate.path, default: []].insert(Modes(candidate.mode))
-                    }
-                }
+                state.withLock { $0.hold(candidate, made: token, by: delegations) }
                 return covers(path, mode)
             }
         }
@@ -522,10 +522,7 @@ public final class ClusterMember: Sendable {
             guard state.delegations === delegations else { return }
             let first = state.recalled[key] == nil
             state.recalled[key, default: []].append(recall.wanted)
-            if var modes = state.held[key.path] {
-                modes.remove(Modes(key.mode))
-                state.held[key.path] = modes.isEmpty ? nil : modes
-            }
+            state.stopHolding(Modes(key.mode), at: key.path)
             if first {
                 let revision = recall.held.revision
                 state.givingBack[key] = Task { [self] in await giveBack(key, made: revision, of: delegations) }
