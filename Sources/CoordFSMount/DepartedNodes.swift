@@ -6,6 +6,10 @@ import Synchronization
 /// inodes (`echo 3 > /proc/sys/vm/drop_caches`), an NFS server re-exporting the mount, a
 /// backup tool that kept handles. Bounded: past `capacity` forgotten nodes the oldest go, and a
 /// handle of one of them is stale (ESTALE), as it is after the mount is mounted again.
+///
+/// An item looked up by name again gets its old id back (`reclaim`): the kernel's handles of it
+/// stay good whoever finds it first, the handle's owner or any other program (or the mount's
+/// own watch) that named it meanwhile.
 final class DepartedNodes: Sendable {
     struct Record {
         let parent: UInt64
@@ -15,11 +19,22 @@ final class DepartedNodes: Sendable {
         let isDirectory: Bool
     }
 
+    private struct Item: Hashable { let device: UInt64, number: UInt64 }
+
     private struct Ring {
         var records: [UInt64: Record] = [:]
+        /// The id each remembered item departed under last.
+        var ids: [Item: UInt64] = [:]
         /// Ids in the order they departed; `next` is the oldest once the ring is full.
         var order: [UInt64] = []
         var next = 0
+
+        /// Drops `id`'s record, and its item's id unless the item departed again under another.
+        mutating func forget(_ id: UInt64) {
+            guard let record = records.removeValue(forKey: id) else { return }
+            let item = Item(device: record.device, number: record.number)
+            if ids[item] == id { ids[item] = nil }
+        }
     }
 
     let capacity: Int
@@ -32,11 +47,12 @@ final class DepartedNodes: Sendable {
             if ring.order.count < capacity {
                 ring.order.append(id)
             } else {
-                ring.records[ring.order[ring.next]] = nil
+                ring.forget(ring.order[ring.next])
                 ring.order[ring.next] = id
                 ring.next = (ring.next + 1) % capacity
             }
             ring.records[id] = record
+            ring.ids[Item(device: record.device, number: record.number)] = id
         }
     }
 
@@ -44,7 +60,20 @@ final class DepartedNodes: Sendable {
     func record(of id: UInt64) -> Record? { ring.withLock { $0.records[id] } }
 
     /// Forgets `id`'s record (it is known again). Its slot in the order stays until reused.
-    func remove(_ id: UInt64) { ring.withLock { _ = $0.records.removeValue(forKey: id) } }
+    func remove(_ id: UInt64) { ring.withLock { $0.forget(id) } }
+
+    /// The id the item `device`:`number` departed under, now that a lookup by name found it
+    /// again: no longer remembered as departed. Nil when it is not remembered, or was a
+    /// directory and is not now (or the other way round): its inode number went to another item.
+    func reclaim(device: UInt64, number: UInt64, isDirectory: Bool) -> UInt64? {
+        ring.withLock { ring in
+            guard let id = ring.ids[Item(device: device, number: number)],
+                  ring.records[id]?.isDirectory == isDirectory else { return nil }
+            ring.forget(id)
+            return id
+        }
+    }
 
     var count: Int { ring.withLock { $0.records.count } }
 }
+

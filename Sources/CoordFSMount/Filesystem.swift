@@ -252,10 +252,10 @@ public final class Filesystem: @unchecked Sendable {
             statistics.knownLookupMisses.add(1, ordering: .relaxed)
         }
         let (fd, info) = try inodes.openChild(named: name, in: parent)
-        guard lanesByItem else { return (inodes.remember(fd: fd, info: info, in: parent, name: name), info) }
+        guard lanesByItem else { return (inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade), info) }
         // Looked at before `remember`, which may close `fd`.
         let filesystem = filesystems.look(atDevice: UInt64(info.st_dev), of: fd)
-        let inode = inodes.remember(fd: fd, info: info, in: parent, name: name)
+        let inode = inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade)
         if !filesystem.isLocal { laneRequests(about: inode, in: parent, firstOnItsFilesystem: filesystem.isNew) }
         return (inode, info)
     }

@@ -97,7 +97,8 @@ final class Inode: @unchecked Sendable {
     }
 }
 
-/// Inodes by node id and by (device, inode number). Node ids are never reused.
+/// Inodes by node id and by (device, inode number). A node id names one item for the mount's
+/// life: an item the kernel forgot and that is found again gets its old id back.
 ///
 /// The open-file limit here is 20 000 and cannot be raised, while the kernel may remember far
 /// more inodes: at most `descriptorBudget` descriptors stay open; the least recently used
@@ -308,8 +309,9 @@ final class InodeTable: Sendable {
     private func closeLater(_ evicted: [Int32]) { DescriptorCloser.shared.close(evicted) }
 
     /// Records a lookup of `name` in `parent` that found the item open at `fd` with `info`.
-    /// Takes ownership of `fd` (closes it when the item was known already).
-    func remember(fd: Int32, info: stat, in parentNode: Inode, name: String) -> Inode {
+    /// Takes ownership of `fd` (closes it when the item was known already). An item the kernel
+    /// forgot gets its old id back, so that its handles still open it; one `justMade` is new.
+    func remember(fd: Int32, info: stat, in parentNode: Inode, name: String, justMade: Bool = false) -> Inode {
         let parent = parentNode.id
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         // A handle costs a syscall and matters only once the budget can be reached: items
@@ -329,10 +331,12 @@ final class InodeTable: Sendable {
                 parentNode.childrenAreKnown.store(true, ordering: .relaxed)
                 return (known, fd, [])
             }
-            let id = state.nextID
-            state.nextID += 1
+            let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
+            let departedID = justMade ? nil : departed.reclaim(device: key.device, number: key.number, isDirectory: isDirectory)
+            let id = departedID ?? state.nextID
+            if departedID == nil { state.nextID += 1 }
             let inode = Inode(id: id, device: key.device, number: key.number,
-                              handle: hasHandle ? handle : nil, isDirectory: (info.st_mode & S_IFMT) == S_IFDIR,
+                              handle: hasHandle ? handle : nil, isDirectory: isDirectory,
                               parent: parent, name: name)
             inode.lookups = 1
             return (inode, nil, insert(inode, key, fd: fd, &state))

@@ -24,4 +24,26 @@ import Testing
         for id in UInt64(6)..<9 { departed.add(id, Self.record(id)) }
         #expect(departed.count == 3 && departed.record(of: 6) != nil)
     }
+
+    /// An item found by name again gets back the id it departed under (its kernel handles name
+    /// that id); an item of another type behind the same inode number does not.
+    @Test func anItemFoundAgainGetsItsIdBack() {
+        let departed = DepartedNodes(capacity: 3)
+        departed.add(5, Self.record(40))
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: true) == nil)
+        #expect(departed.reclaim(device: 7, number: 41, isDirectory: false) == nil)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false) == 5)
+        #expect(departed.record(of: 5) == nil && departed.count == 0)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false) == nil)
+    }
+
+    /// The ring passing an id an item departed under before does not forget the item's later id.
+    @Test func theLatestIdOfAnItemIsKept() {
+        let departed = DepartedNodes(capacity: 2)
+        departed.add(5, Self.record(40))
+        departed.add(6, Self.record(40))
+        departed.add(7, Self.record(50))    // passes 5
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false) == 6)
+        #expect(departed.reclaim(device: 7, number: 50, isDirectory: false) == 7)
+    }
 }

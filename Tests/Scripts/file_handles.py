@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """File handles of a file and its directories, opened again while the kernel has their inodes
-and after it has dropped them (drop_caches), after a rename of the directory, and, given a
+and after it has dropped them (drop_caches), after they were dropped and named again by path
+before the handles were used, after a rename of the directory, and, given a
 remount command, after the filesystem was remounted read-only and read-write again: prints one
 line a step, the same on any filesystem that keeps handles good for as long as the items live.
 
@@ -48,12 +49,17 @@ with open(root + "/a/b/file", "w") as made:
     made.write("content\n")
 handles = {name: handle(root + "/" + name) for name in ["a/b/file", "a/b", "a"]}
 mount_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-steps = ["cached", "dropped", "renamed and dropped"]
+steps = ["cached", "dropped", "dropped and named", "renamed and dropped"]
 if len(sys.argv) > 2:
     steps += ["remounted read-only", "remounted read-write"]
 for when in steps:
     if when == "dropped":
         drop_caches()
+    if when == "dropped and named":
+        # Another program (or the mount itself) finds the items by name before the handles'
+        # owner opens them.
+        drop_caches()
+        os.stat(root + "/a/b/file")
     if when == "renamed and dropped":
         os.rename(root + "/a", root + "/moved")
         drop_caches()
