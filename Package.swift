@@ -85,6 +85,8 @@ let package = Package(
         .executableTarget(name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationRuntime"]),
         // An Apple-style program the cross-process tests run as two processes.
         .executableTarget(name: "CoordinatedCounter", dependencies: ["FileCoordination"]),
+        // An Apple-style presenter that prints what it is asked and told (the cluster tests).
+        .executableTarget(name: "PresenterLog", dependencies: ["FileCoordination"]),
         .executableTarget(
             name: "CoordFSBench",
             dependencies: ["Coordination", "CoordinationRuntime", "FileCoordination"]

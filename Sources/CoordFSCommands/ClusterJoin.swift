@@ -262,15 +262,16 @@ private final class MemberDelegations: HostDelegations {
 
     func covers(_ path: String, writing: Bool) -> Bool { member.covers(path, writing ? .write : .read) }
 
-    func acquire(_ path: String, writing: Bool, waits: Bool,
+    func acquire(_ path: String, _ access: DelegatedAccess, waits: Bool,
                  completion: @escaping @Sendable (HostDelegationOutcome) -> Void) -> @Sendable () -> Void {
+        let mode = Delegations.Mode(access)
         let task = Task { [member] in
             do throws(Delegations.Failure) {
                 if waits {
-                    try await member.acquire(path, writing ? .write : .read)
+                    try await member.acquire(path, mode)
                     completion(.granted)
                 } else {
-                    completion(try await member.acquireAtOnce(path, writing ? .write : .read) ? .granted : .wouldWait)
+                    completion(try await member.acquireAtOnce(path, mode) ? .granted : .wouldWait)
                 }
             } catch {
                 // A wait stopped (cancelled) tells nobody: its request has been answered.
@@ -301,7 +302,7 @@ private struct MountAccesses: LocalAccesses {
     func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess {
         // Another host's presence is no access: nobody here is asked for it.
         if mode == .presence { return NoAccess() }
-        return filesystem.beginAccess(forHost: host, path, writing: mode == .write)
+        return filesystem.beginAccess(forHost: host, path, DelegatedAccess(mode))
     }
 
     private struct NoAccess: LocalAccess {
@@ -310,3 +311,29 @@ private struct MountAccesses: LocalAccesses {
 }
 
 extension HostAccess: LocalAccess {}
+
+extension Delegations.Mode {
+    /// The key a request's access of an item needs.
+    init(_ access: DelegatedAccess) {
+        switch access {
+        case .reading: self = .read
+        case .writing: self = .write
+        case .deleting: self = .deleting
+        case .moving: self = .moving
+        case .replacing: self = .replacing
+        }
+    }
+}
+
+extension DelegatedAccess {
+    /// The access another host's key (not a presence) stands for.
+    init(_ mode: Delegations.Mode) {
+        switch mode {
+        case .read, .presence: self = .reading
+        case .write: self = .writing
+        case .deleting: self = .deleting
+        case .moving: self = .moving
+        case .replacing: self = .replacing
+        }
+    }
+}

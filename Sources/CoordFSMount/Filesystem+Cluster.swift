@@ -16,7 +16,7 @@ extension Filesystem {
     /// A delegation a request needs: of the item it locks, below the store's root.
     struct DelegationNeed: Sendable {
         var path: String
-        var writing: Bool
+        var access: DelegatedAccess
     }
 
     /// `coordinate`, on a mount with delegations: the claim is taken as on any mount, then the
@@ -60,7 +60,7 @@ extension Filesystem {
     private func delegationNeeds(_ wanted: ItemIntent, _ other: ItemIntent?) -> [DelegationNeed] {
         let now = coarseMilliseconds()
         func need(_ intent: ItemIntent) -> DelegationNeed? {
-            lockedStorePath(target(of: intent, now: now)).map { DelegationNeed(path: $0, writing: intent.kind.isWrite) }
+            lockedStorePath(target(of: intent, now: now)).map { DelegationNeed(path: $0, access: DelegatedAccess(intent.kind)) }
         }
         return [need(wanted), other.flatMap(need)].compactMap { $0 }
     }
@@ -74,7 +74,7 @@ extension Filesystem {
     }
 
     private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations) -> Bool {
-        needs.allSatisfy { delegations.covers($0.path, writing: $0.writing) }
+        needs.allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
     }
 
     /// An item's path below the store's root (the mount's root), as every host spells it.
@@ -124,7 +124,7 @@ extension Filesystem {
     /// Acquires `needs` one after the other, then finishes `wait`.
     private func acquire(_ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, waits: Bool, for wait: DelegationWait) {
         guard let need = needs.first else { return wait.finish(.granted) }
-        let stop = delegations.acquire(need.path, writing: need.writing, waits: waits) { [self] outcome in
+        let stop = delegations.acquire(need.path, need.access, waits: waits) { [self] outcome in
             switch outcome {
             case .granted: acquire(needs.dropFirst(), delegations, waits: waits, for: wait)
             case .wouldWait: wait.finish(.wouldWait)
@@ -146,12 +146,18 @@ extension Filesystem {
     }
 
     /// Begins another host's access of `path` here, as a recall of this host's delegation
-    /// asks: this host's presenters save or relinquish as for a local reader or writer, and it
-    /// holds the item (for as long as the host's conflicting programs let it) until ended.
-    public func beginAccess(forHost host: String, _ path: String, writing: Bool) -> HostAccess {
-        let target = AccessTarget(path: itemPath(ofStorePath: path), isDirectory: false)
+    /// asks: this host's presenters save, relinquish or accommodate a deletion as for such an
+    /// access of a local program, and it holds the item (for as long as the host's conflicting
+    /// programs let it) until ended.
+    public func beginAccess(forHost host: String, _ path: String, _ kind: DelegatedAccess) -> HostAccess {
+        // What the item is, as this host sees the shared store: a directory's deletion or move
+        // asks the presenters inside it too.
+        var info = stat()
+        let backing = path.isEmpty ? configuration.backing : configuration.backing + "/" + path
+        let isDirectory = FileSystemName.withCString(backing) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        let target = target(itemPath(ofStorePath: path), isDirectory: isDirectory)
         let access = HostAccess()
-        let waiting = Claim.beginWaiting(in: domain, identity: .host(host), intents: [Intent(writing ? .writing([]) : .reading([]), target)],
+        let waiting = Claim.beginWaiting(in: domain, identity: .host(host), intents: [Intent(kind.kind, target)],
                                          timeout: nil) { [self] result in
             if case .success(let claim) = result, !access.granted(claim) {
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
@@ -249,21 +255,21 @@ struct DelegationGate: ClaimGate {
     let filesystem: Filesystem
     let delegations: any HostDelegations
 
-    private func needs(_ intents: [Intent]) -> [(path: String, writing: Bool)] {
-        intents.compactMap { intent in filesystem.lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) } }
+    private func needs(_ intents: [Intent]) -> [(path: String, access: DelegatedAccess)] {
+        intents.compactMap { intent in filesystem.lockedStorePath(intent.target).map { ($0, DelegatedAccess(intent.kind)) } }
     }
 
     func admits(_ intents: [Intent]) -> Bool {
-        needs(intents).allSatisfy { delegations.covers($0.path, writing: $0.writing) }
+        needs(intents).allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
     }
 
     func admit(_ intents: [Intent], waits: Bool,
                completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void {
         let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
         let delegations = self.delegations
-        @Sendable func next(_ rest: ArraySlice<(path: String, writing: Bool)>) {
+        @Sendable func next(_ rest: ArraySlice<(path: String, access: DelegatedAccess)>) {
             guard let need = rest.first else { return completion(nil) }
-            let stop = delegations.acquire(need.path, writing: need.writing, waits: waits) { outcome in
+            let stop = delegations.acquire(need.path, need.access, waits: waits) { outcome in
                 if state.withLock({ $0.stopped }) { return }
                 switch outcome {
                 case .granted: next(rest.dropFirst())

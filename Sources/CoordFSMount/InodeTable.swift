@@ -430,21 +430,23 @@ final class InodeTable: Sendable {
     /// request holds it.
     func forget(_ id: UInt64, _ count: UInt64) {
         if id == Self.rootID { return }
-        let (closing, departing) = state.withLock { state -> (Int32?, DepartedNodes.Record?) in
-            guard let inode = state.byID[id] else { return (nil, nil) }
+        let closing = state.withLock { state -> Int32? in
+            guard let inode = state.byID[id] else { return nil }
             inode.lookups -= min(count, inode.lookups)
-            guard inode.lookups == 0 else { return (nil, nil) }
+            guard inode.lookups == 0 else { return nil }
             state.byID[id] = nil
             state.byKey[Key(device: inode.device, number: inode.number)] = nil
             inode.forgotten = true
             changingPlaces(of: inode) { $0.otherPlaces = [] }
-            let record = inode.isUnnamed.load(ordering: .relaxed) ? nil
-                : DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device, number: inode.number,
-                                       isDirectory: inode.isDirectory)
-            guard let slot = state.slots.slot(of: inode), state.slots.pins[slot] == 0 else { return (nil, record) }
-            return (state.slots.detach(slot), record)
+            // Under the table's lock: a lookup by name in between would find the item neither
+            // known nor departed, and give it a new id.
+            if !inode.isUnnamed.load(ordering: .relaxed) {
+                departed.add(id, DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device,
+                                                      number: inode.number, isDirectory: inode.isDirectory))
+            }
+            guard let slot = state.slots.slot(of: inode), state.slots.pins[slot] == 0 else { return nil }
+            return state.slots.detach(slot)
         }
-        if let departing { departed.add(id, departing) }
         if let closing { close(closing) }
     }
 
@@ -477,12 +479,13 @@ final class InodeTable: Sendable {
             let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: gone.isDirectory,
                               parent: parent.id, name: gone.name)
             inode.lookups = countingLookup ? 1 : 0
+            // Under the table's lock, as `forget` adds it: a forget right after adds it anew.
+            departed.remove(id)
             return (inode, nil, insert(inode, key, fd: fd, &state))
         }
         if let unused { close(unused) }
         closeLater(evicted)
         guard let inode else { throw Errno(code: ESTALE) }
-        departed.remove(id)
         return (inode, info)
     }
 

@@ -93,12 +93,12 @@ public final class ClusterMember: Sendable {
         init(_ mode: Delegations.Mode) {
             switch mode {
             case .read: self = .read
-            case .write: self = .write
+            case .write, .deleting, .moving, .replacing: self = .write
             case .presence: self = .presence
             }
         }
         /// Holding `mode`: a write delegation serves reads too, and any serves a presence.
-        func serves(_ mode: Delegations.Mode) -> Bool { mode == .write ? contains(.write) : !isEmpty }
+        func serves(_ mode: Delegations.Mode) -> Bool { mode.writes ? contains(.write) : !isEmpty }
     }
 
     /// One acquire of a key, shared by the requests that wait for it.
@@ -380,8 +380,9 @@ public final class ClusterMember: Sendable {
         case waiting(Key, UInt64, Ending, Delegations)
     }
 
-    /// `exactly`: of the item itself, not of a directory above it.
+    /// `exactly`: of the item itself, not of a directory above it (as destructive modes are).
     private func acquire(_ path: String, _ mode: Delegations.Mode, exactly: Bool) async throws(Delegations.Failure) {
+        let exactly = exactly || mode.isDestructive
         // A key withdrawn under its waiters (taken back, or deleted as it was read) is asked for again.
         for _ in 0..<16 {
             if covers(path, mode) { return }
@@ -481,7 +482,8 @@ public final class ClusterMember: Sendable {
         if covers(path, mode) { return true }
         let chosen = state.withLock { current -> (key: Key, delegations: Delegations, busy: Bool)? in
             guard let delegations = current.delegations, !delegations.lease.isLost else { return nil }
-            let key = Key(path: delegationPath(for: path, mode, in: delegations, avoiding: current.recalled), mode: mode)
+            let key = Key(path: mode.isDestructive ? path : delegationPath(for: path, mode, in: delegations, avoiding: current.recalled),
+                          mode: mode)
             let exact = Key(path: path, mode: mode)
             let busy = [key, exact].contains { current.givingBack[$0] != nil || current.acquiring[$0] != nil }
             return (key, delegations, busy)
@@ -567,7 +569,7 @@ public final class ClusterMember: Sendable {
             if conflicting.isEmpty || pastDeadline {
                 if !conflicting.isEmpty && !broken {
                     broken = true
-                    logger.warning("cluster: recall of \(key.mode == .write ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold")
+                    logger.warning("cluster: recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold")
                 }
                 // Holders that go on need delegations of their own before this one goes.
                 let recalledEntry = Delegations.Entry(path: key.path, host: "", mode: key.mode, revision: 0, lease: 0)

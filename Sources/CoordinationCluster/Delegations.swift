@@ -15,11 +15,20 @@ import Synchronization
 /// replica of all keys, read once and then followed by one watch, so waiting and recalls cost
 /// no request of their own.
 public final class Delegations: Sendable {
-    public enum Mode: String, Sendable {
+    public enum Mode: String, Sendable, CaseIterable {
         case read = "r", write = "w"
         /// A read interest of a host's presenters (`ClusterMember.acquirePresence`): it conflicts
         /// as a read does, and its recall breaks nobody.
         case presence = "p"
+        /// Writes that delete, move or replace the item: they conflict as writes do, and the
+        /// hosts they recall ask their presenters of the item and of everything inside it as
+        /// for such a write of their own (to accommodate a deletion, to relinquish).
+        case deleting = "d", moving = "m", replacing = "x"
+
+        public var writes: Bool { self != .read && self != .presence }
+        /// Asked for of the item itself, never of a directory above it: the host it recalls
+        /// asks its presenters about this item.
+        public var isDestructive: Bool { writes && self != .write }
     }
 
     /// A delegation as the replica has it.
@@ -229,7 +238,7 @@ public final class Delegations: Sendable {
     /// Gives back this host's delegation of `path` in `mode`, or in every mode it has (as this
     /// run made it: the watch tells the replica). A key still waiting is withdrawn.
     public func release(_ path: String, _ mode: Mode? = nil) async throws(Failure) {
-        for mode in mode.map({ [$0] }) ?? [.read, .write, .presence] {
+        for mode in mode.map({ [$0] }) ?? Mode.allCases {
             let key = self.key(path, mode)
             guard let made = state.withLock({ $0.entries[key] }) else { continue }
             do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {
@@ -372,7 +381,7 @@ public final class Delegations: Sendable {
 
     /// Two delegations conflict when either writes and their items are one, or one holds the other.
     static func conflict(_ a: Entry, _ b: Entry) -> Bool {
-        guard a.mode == .write || b.mode == .write else { return false }
+        guard a.mode.writes || b.mode.writes else { return false }
         return a.path == b.path || contains(a.path, b.path) || contains(b.path, a.path)
     }
 

@@ -104,6 +104,24 @@ struct ClusterMemberTests {
         }
     }
 
+    /// A deletion (or move, or replacement) asks for the item itself, never a directory above
+    /// it, and the host it recalls begins the access as that deletion: its presenters of the
+    /// item and of everything inside it are asked as for a deletion of its own. Its delegation
+    /// serves other writes and reads of the item like a write's.
+    @Test func aDeletionRecallsAsADeletionOfTheItemItself() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquirePresence("docs/folder/report")
+            try await b.acquire("docs/folder", .deleting)
+            #expect(Self.keys(b).contains("B d docs/folder"), "\(Self.keys(b))")
+            #expect(b.covers("docs/folder/report", .write) && b.covers("docs/folder", .read))
+            #expect(!b.covers("docs/other", .read), "nothing beside the item")
+            #expect(await Self.eventually { localA.begun == ["B d docs/folder"] }, "\(localA.begun)")
+            // A host alone asks for the item itself too: the hosts that come later are asked about it.
+            try await b.acquire("elsewhere/old", .moving)
+            #expect(Self.keys(b).contains("B m elsewhere/old") && !b.covers("elsewhere/new", .write), "\(Self.keys(b))")
+        }
+    }
+
     /// A host that asked for a whole directory on a replica that had not seen the other
     /// host's key takes its request back; the holder keeps its delegation.
     @Test func aRequestTakenBackLeavesTheHolderItsDelegation() async throws {

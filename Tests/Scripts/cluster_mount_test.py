@@ -31,6 +31,8 @@ import cluster  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 COORDFS = os.environ.get("COORDFS", os.path.join(ROOT, ".build/debug/coordfs"))
+# An Apple-style FilePresenter that prints its messages (Sources/PresenterLog), built beside coordfs.
+PRESENTER_LOG = os.path.join(os.path.dirname(COORDFS), "PresenterLog")
 TTL = 5
 
 
@@ -42,6 +44,8 @@ def skip_reason():
             return f"needs {tool}"
     if not os.access(COORDFS, os.X_OK):
         return f"needs a built coordfs at {COORDFS}"
+    if not os.access(PRESENTER_LOG, os.X_OK):
+        return f"needs a built PresenterLog at {PRESENTER_LOG}"
     return None
 
 
@@ -264,6 +268,34 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
         self.assertTrue(renamed.wait(15), self.log_tail("A"))
         self.assertTrue(os.path.exists(self.path("B", "new-name")))
 
+    def test_5_crossing_renames_on_both_hosts_both_end(self):
+        # A renames x to y while B renames y to x: each needs both items, and each host's
+        # request may get one delegation first. Neither may end waiting for the other.
+        for round in range(8):
+            x, y = f"cross-{round}-x", f"cross-{round}-y"
+            self.write("A", x, b"x\n")
+            self.write("A", y, b"y\n")
+            errors, start = [], threading.Barrier(2)
+
+            def rename(host, source, destination):
+                start.wait()
+                try:
+                    os.rename(self.path(host, source), self.path(host, destination))
+                except OSError as error:
+                    errors.append(f"{host}: {error}")
+
+            threads = [threading.Thread(target=rename, args=("A", x, y), daemon=True),
+                       threading.Thread(target=rename, args=("B", y, x), daemon=True)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(10)
+            self.assertFalse(any(thread.is_alive() for thread in threads),
+                             f"round {round}: a rename still waits after 10 s\n" + self.log_tail("A") + self.log_tail("B"))
+            self.assertEqual(errors, [], f"round {round}")
+            # One of them went first; the other moved what it left: one of the two names remains.
+            self.assertEqual(len([name for name in (x, y) if os.path.exists(self.path("A", name))]), 1)
+
     def test_5_a_presenter_on_B_hears_A_s_write_once(self):
         # B watches its backing directory: A's change reaches B's presenter through it (as a
         # change from outside B's mount), and through nothing else.
@@ -400,13 +432,12 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
 
 
 
-class Watch:
-    """`coordfs watch PATH --json` running: its events as they come."""
+class JsonLines:
+    """A program running that prints a JSON object a line: the objects as they come."""
 
-    def __init__(self, path):
-        self.process = subprocess.Popen([COORDFS, "watch", path, "--json", "-q"], stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True)
-        self.events = []
+    def __init__(self, command):
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.items = []
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -414,20 +445,20 @@ class Watch:
     def _read(self):
         for line in self.process.stdout:
             try:
-                event = json.loads(line)
+                item = json.loads(line)
             except ValueError:
                 continue
             with self.lock:
-                self.events.append(event)
+                self.items.append(item)
 
-    def named(self, name):
+    def seen(self):
         with self.lock:
-            return [event for event in self.events if name in event.get("events", [])]
+            return list(self.items)
 
-    def wait_for(self, name, seconds=5.0):
+    def wait_until(self, condition, seconds=5.0):
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self.named(name):
+            if condition():
                 return True
             time.sleep(0.05)
         return False
@@ -439,6 +470,43 @@ class Watch:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self.thread.join(timeout=5)
+        self.process.stdout.close()
+
+
+class Watch(JsonLines):
+    """`coordfs watch PATH --json` running: its events as they come."""
+
+    def __init__(self, path):
+        super().__init__([COORDFS, "watch", path, "--json", "-q"])
+
+    @property
+    def events(self):
+        return self.seen()
+
+    def named(self, name):
+        return [event for event in self.seen() if name in event.get("events", [])]
+
+    def wait_for(self, name, seconds=5.0):
+        return self.wait_until(lambda: self.named(name), seconds)
+
+
+class SwiftPresenter(JsonLines):
+    """PresenterLog PATH running: an Apple-style FilePresenter's messages as they come."""
+
+    def __init__(self, path):
+        super().__init__([PRESENTER_LOG, path])
+
+    @property
+    def lines(self):
+        return self.seen()
+
+    def said(self):
+        """The messages so far, in order ("ready" first)."""
+        return ["ready" if line.get("ready") else line.get("message") for line in self.seen()]
+
+    def wait_for(self, message, seconds=5.0):
+        return self.wait_until(lambda: message in self.said(), seconds)
 
 
 @unittest.skipIf(skip_reason(), skip_reason() or "")
@@ -497,6 +565,55 @@ class ClusterPresenterTests(ClusterHosts, unittest.TestCase):
             time.sleep(1.0)
             self.write("A", "after-move", b"n\n")
             self.assertTrue(watch.wait_for("CHANGED"), f"{watch.events}\n" + self.log_tail("B"))
+        finally:
+            watch.stop()
+
+    def test_a_swift_presenter_on_B_is_asked_before_and_told_after_A_writes(self):
+        self.write("A", "swift-presented", b"one\n")
+        presenter = SwiftPresenter(self.path("B", "swift-presented"))
+        try:
+            self.assertTrue(presenter.wait_for("ready"), f"PresenterLog did not start: {presenter.lines}")
+            time.sleep(1.5)
+            self.write("A", "swift-presented", b"two\n")
+            self.assertTrue(presenter.wait_for("didChange"), f"{presenter.lines}\n" + self.log_tail("B"))
+            time.sleep(1.0)
+            said = presenter.said()
+            self.assertIn("relinquishToWriter", said, f"B's presenter was not asked first: {presenter.lines}")
+            self.assertLess(said.index("relinquishToWriter"), said.index("didChange"), presenter.lines)
+            self.assertEqual(said.count("didChange"), 1, f"told more than once: {presenter.lines}")
+        finally:
+            presenter.stop()
+
+    def test_swift_presenters_on_B_accommodate_A_s_deletion_first(self):
+        os.makedirs(self.path("A", "doomed-folder"))
+        self.write("A", "doomed-folder/doomed", b"d\n")
+        file_presenter = SwiftPresenter(self.path("B", "doomed-folder/doomed"))
+        folder_presenter = SwiftPresenter(self.path("B", "doomed-folder"))
+        try:
+            for presenter in (file_presenter, folder_presenter):
+                self.assertTrue(presenter.wait_for("ready"), f"PresenterLog did not start: {presenter.lines}")
+            time.sleep(1.5)
+            os.unlink(self.path("A", "doomed-folder/doomed"))
+            self.assertTrue(file_presenter.wait_for("accommodateDeletion"), f"{file_presenter.lines}\n" + self.log_tail("B"))
+            self.assertTrue(folder_presenter.wait_for("accommodateSubitemDeletion"), f"{folder_presenter.lines}")
+            asked = [line for line in folder_presenter.lines if line.get("message") == "accommodateSubitemDeletion"]
+            self.assertTrue(asked[0]["url"].endswith("/doomed-folder/doomed"), folder_presenter.lines)
+        finally:
+            file_presenter.stop()
+            folder_presenter.stop()
+
+    def test_presenters_inside_a_directory_A_renames_relinquish_first_and_follow(self):
+        os.makedirs(self.path("A", "folder"))
+        self.write("A", "folder/inside", b"i\n")
+        watch = Watch(self.path("B", "folder/inside"))
+        try:
+            time.sleep(1.5)
+            os.rename(self.path("A", "folder"), self.path("A", "folder-moved"))
+            self.assertTrue(watch.wait_for("MOVED_TO"), f"B's presenter did not follow: {watch.events}\n" + self.log_tail("B"))
+            self.assertTrue(watch.named("MOVED_TO")[0]["path"].endswith("/folder-moved/inside"), watch.events)
+            names = [name for event in watch.events for name in event.get("events", [])]
+            self.assertIn("RELINQUISH_WRITER", names, f"B's presenter was not asked before the move: {watch.events}")
+            self.assertLess(names.index("RELINQUISH_WRITER"), names.index("MOVED_TO"), watch.events)
         finally:
             watch.stop()
 
