@@ -247,8 +247,6 @@ struct Mount: ParsableCommand {
             let unreachable = clusterUnreachable ?? loaded?.clusterUnreachable ?? .refuse
             configuration.cluster = ClusterSetting(endpoints: try ClusterJoin.endpoints(url), store: store, host: host, ttl: Int64(ttl),
                                                    aloneWhenUnreachable: unreachable == .local)
-            // Its other hosts' mounts of the store coordinate with it.
-            configuration.allowsOverlap = true
         }
         return configuration
     }
@@ -290,7 +288,7 @@ struct Mount: ParsableCommand {
         if mountPoint.hasPrefix(backing + "/") {
             throw CommandFailure("mount point '\(configuration.mountPoint)' is inside the backing directory")
         }
-        if !configuration.allowsOverlap { try MountTable.refuseOverlap(of: backing) }
+        if !configuration.allowsOverlap { try MountTable.refuseOverlap(of: backing, joining: configuration.cluster) }
         for rule in configuration.modeRules where rule.pattern.isEmpty {
             throw CommandFailure("an empty path pattern in the mode rules")
         }

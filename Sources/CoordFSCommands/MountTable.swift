@@ -1,3 +1,5 @@
+import CoordFSMount
+import CoordinationClient
 import LinuxSystem
 import Foundation
 #if canImport(Glibc)
@@ -20,17 +22,36 @@ enum MountTable {
     /// coordfs mount already here: each mount has its own engine, so two mounts of one tree
     /// would not coordinate with each other, and a program writing through one would not wait
     /// for a reader through the other. (Mounts made before coordfs named its backing as the
-    /// mount's source say "coordfs" there and are not seen.)
-    static func refuseOverlap(of backing: String) throws {
+    /// mount's source say "coordfs" there and are not seen.) A mount `joining` a cluster may
+    /// share its backing directory with another host's mount of the same store in the same
+    /// cluster: those coordinate through it.
+    static func refuseOverlap(of backing: String, joining cluster: ClusterSetting? = nil) throws {
         func within(_ inner: String, _ outer: String) -> Bool { inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/") }
         for mount in entries() where mount.type == "fuse.coordfs" && mount.source.hasPrefix("/") {
             guard within(backing, mount.source) || within(mount.source, backing) else { continue }
             try refuseAbandoned(mount.mountPoint)
+            if let cluster, backing == mount.source, let theirs = clusterOf(mount.mountPoint),
+               theirs.store == cluster.store, !Set(theirs.endpoints).isDisjoint(with: cluster.endpoints) { continue }
+            if let cluster {
+                throw CommandFailure("'\(backing)' overlaps the backing '\(mount.source)' of the coordfs mount at '\(mount.mountPoint)', "
+                    + "which is not a host of the store '\(cluster.store)' on this cluster with the same backing directory: the two would "
+                    + "not coordinate with each other; give it the same --cluster and --cluster-store, or --allow-overlap to mount it anyway")
+            }
             let relation = backing == mount.source ? "is already the backing"
                 : within(backing, mount.source) ? "lies inside '\(mount.source)', the backing" : "holds '\(mount.source)', the backing"
             throw CommandFailure("'\(backing)' \(relation) of the coordfs mount at '\(mount.mountPoint)': two mounts of one "
                 + "tree do not coordinate with each other; use that mount, or --allow-overlap to mount it anyway")
         }
+    }
+
+    /// The store and etcd endpoints of the cluster a coordfs mount's host belongs to (its root's
+    /// `user.coordfs.cluster`: "ENDPOINT,ENDPOINT... STORE"); nil without one, or when this user
+    /// may not read it.
+    static func clusterOf(_ mountPoint: String) -> (store: String, endpoints: [String])? {
+        guard let value = ControlClient.attribute("user.coordfs.cluster", of: mountPoint) else { return nil }
+        // The store's name may hold spaces; the endpoints do not.
+        guard let space = value.firstIndex(of: " ") else { return nil }
+        return (String(value[value.index(after: space)...]), value[..<space].split(separator: ",").map(String.init))
     }
 
     static func type(of path: String) -> String? { entries().last { $0.mountPoint == path }?.type }

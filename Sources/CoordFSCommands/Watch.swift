@@ -51,7 +51,7 @@ struct Watch: ParsableCommand {
         return EventMask(names: names)
     }
 
-    @Option(help: ArgumentHelp("Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated), %c the cookie, %T the time (--timefmt), %% a percent sign; %p, %C and %o the pid, command and route (mount, coordinator, outside) of whoever made the access.", valueName: "FMT"))
+    @Option(help: ArgumentHelp("Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated), %c the cookie, %T the time (--timefmt), %% a percent sign; %p, %C and %o the pid, command and route (mount, coordinator, outside, cluster) of whoever made the access, %h the other host for cluster.", valueName: "FMT"))
     var format: String?
 
     @Option(help: ArgumentHelp("The strftime(3) format of %T (default %H:%M:%S).", valueName: "FMT"))

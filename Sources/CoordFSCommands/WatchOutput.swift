@@ -160,6 +160,7 @@ final class Printer: @unchecked Sendable {
                     if let pid = origin.pid { line += " pid=\(pid)".utf8 }
                     if let command = origin.command { line += " command=".utf8; line += Self.word(command) }
                     if let purpose = origin.purpose { line += " purpose=".utf8; line += Self.word(purpose) }
+                    if let host = origin.host { line += " host=".utf8; line += Self.word(host) }
                     line += " via=\(origin.via)".utf8
                 }
                 line.append(UInt8(ascii: "\n"))
@@ -195,7 +196,8 @@ final class Printer: @unchecked Sendable {
 /// with a trailing slash, or the watched item itself), %f its name in it (empty for the item
 /// itself), %e the events, %c the cookie, %T the time by a strftime(3) format, %% a percent;
 /// and coordfs's own: %p the pid, %C the command and %o the route (mount, coordinator,
-/// outside) of whoever made the access. (%w%f is the whole path, as with inotifywait.)
+/// outside, cluster) of whoever made the access, %h the other host for cluster. (%w%f is the
+/// whole path, as with inotifywait.)
 struct EventFormat: Sendable {
     let pattern: [UInt8]
     let timeFormat: String
@@ -241,6 +243,7 @@ struct EventFormat: Sendable {
             case UInt8(ascii: "p"): line += (record.origin?.pid.map(String.init) ?? "").utf8
             case UInt8(ascii: "C"): line += (record.origin?.command ?? "").utf8
             case UInt8(ascii: "o"): line += (record.origin?.via ?? "").utf8
+            case UInt8(ascii: "h"): line += (record.origin?.host ?? "").utf8
             case UInt8(ascii: "%"): line.append(UInt8(ascii: "%"))
             default: line += pattern[index...index + 1]
             }

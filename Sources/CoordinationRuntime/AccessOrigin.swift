@@ -34,19 +34,23 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
     public var command: String?
     /// The coordinator's purpose identifier, where it has one (`FileCoordinator.purposeIdentifier`).
     public var purposeIdentifier: String?
+    /// The other host of a shared store whose programs made it (`via` `.cluster`).
+    public var host: String?
 
     /// An origin; fields left out are unknown.
-    public init(via: Route, pid: Int32? = nil, uid: UInt32? = nil, command: String? = nil, purposeIdentifier: String? = nil) {
+    public init(via: Route, pid: Int32? = nil, uid: UInt32? = nil, command: String? = nil, purposeIdentifier: String? = nil,
+                host: String? = nil) {
         self.via = via
         self.pid = pid
         self.uid = uid
         self.command = command
         self.purposeIdentifier = purposeIdentifier
+        self.host = host
     }
 
     /// "via mount, pid 4711 (cat), uid 1000".
     public var description: String {
-        var words = ["via \(via.rawValue)"]
+        var words = ["via \(via.rawValue)" + (host.map { " from host \($0)" } ?? "")]
         if let pid { words.append("pid \(pid)" + (command.map { " (\($0))" } ?? "")) }
         if let uid { words.append("uid \(uid)") }
         if let purposeIdentifier { words.append("purpose \(purposeIdentifier)") }
@@ -62,14 +66,16 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
 extension AccessOrigin {
     /// As an event of the control socket carries it.
     package var event: EventOrigin {
-        EventOrigin(via: via.rawValue, pid: pid.map(Int.init), uid: uid.map(Int.init), command: command, purpose: purposeIdentifier)
+        EventOrigin(via: via.rawValue, pid: pid.map(Int.init), uid: uid.map(Int.init), command: command, purpose: purposeIdentifier,
+                    host: host)
     }
 
     /// What an event says; none, or a route this side does not know, is a change from outside.
     package init(_ event: EventOrigin?) {
         guard let event else { self.init(via: .outside); return }
         self.init(via: Route(rawValue: event.via) ?? .outside, pid: event.pid.flatMap { Int32(exactly: $0) },
-                  uid: event.uid.flatMap { UInt32(exactly: $0) }, command: event.command, purposeIdentifier: event.purpose)
+                  uid: event.uid.flatMap { UInt32(exactly: $0) }, command: event.command, purposeIdentifier: event.purpose,
+                  host: event.host)
     }
 }
 
@@ -142,8 +148,8 @@ package enum AccessOrigins {
         case .object:
             let (uid, command) = process(getpid())
             return AccessOrigin(via: .coordinator, pid: getpid(), uid: uid, command: command)
-        case .host:
-            return AccessOrigin(via: .cluster)
+        case .host(let name):
+            return AccessOrigin(via: .cluster, host: name)
         }
     }
 

@@ -239,6 +239,10 @@ public enum WireCodec {
             bytes.append(contentsOf: #","gid":"#.utf8)
             JSONOutput.write(gid, into: &bytes)
         }
+        if let host = record.origin?.host {
+            bytes.append(contentsOf: #","host":"#.utf8)
+            JSONOutput.write(host, into: &bytes)
+        }
         bytes.append(contentsOf: #","mask":"#.utf8)
         JSONOutput.write(Int(record.mask.rawValue), into: &bytes)
         bytes.append(contentsOf: #","name":"#.utf8)
@@ -279,6 +283,7 @@ public enum WireCodec {
             if let gid = origin.gid { object["gid"] = .int(gid) }
             if let command = origin.command { object["command"] = .string(command) }
             if let purpose = origin.purpose { object["purpose"] = .string(purpose) }
+            if let host = origin.host { object["host"] = .string(host) }
         }
         return line(object)
     }
@@ -304,7 +309,7 @@ public enum WireCodec {
             guard let mask = object["mask"]?.int, mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
             let origin = object["via"]?.string.map { via in
                 EventOrigin(via: via, pid: object["pid"]?.int, uid: object["uid"]?.int, gid: object["gid"]?.int,
-                            command: object["command"]?.string, purpose: object["purpose"]?.string)
+                            command: object["command"]?.string, purpose: object["purpose"]?.string, host: object["host"]?.string)
             }
             return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, object["cookie"]?.int ?? 0)),
                                       name: object["name"]?.string ?? "", path: object["path"]?.string ?? "", origin: origin))

@@ -13,7 +13,7 @@ enum EventLine {
     private static func parse(bytes: UnsafeBufferPointer<UInt8>) -> EventRecord? {
         var reader = JSONTokens(bytes: bytes)
         var wd: Int?, mask: Int?, cookie = 0, name = "", path = ""
-        var via: String?, pid: Int?, uid: Int?, gid: Int?, command: String?, purpose: String?
+        var via: String?, pid: Int?, uid: Int?, gid: Int?, command: String?, purpose: String?, host: String?
         guard reader.take(UInt8(ascii: "{")) else { return nil }
         if !reader.take(UInt8(ascii: "}")) {
             repeat {
@@ -31,13 +31,14 @@ enum EventLine {
                 case "gid": guard let value = reader.integer() else { return nil }; gid = value
                 case "command": guard let value = reader.string() else { return nil }; command = value
                 case "purpose": guard let value = reader.string() else { return nil }; purpose = value
+                case "host": guard let value = reader.string() else { return nil }; host = value
                 default: return nil
                 }
             } while reader.take(UInt8(ascii: ","))
             guard reader.take(UInt8(ascii: "}")) else { return nil }
         }
         guard reader.atEnd, let wd, let mask, mask >= 0, mask <= Int(UInt32.max) else { return nil }
-        let origin = via.map { EventOrigin(via: $0, pid: pid, uid: uid, gid: gid, command: command, purpose: purpose) }
+        let origin = via.map { EventOrigin(via: $0, pid: pid, uid: uid, gid: gid, command: command, purpose: purpose, host: host) }
         return EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(cookie), name: name, path: path,
                            origin: origin)
     }

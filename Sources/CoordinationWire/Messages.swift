@@ -113,14 +113,18 @@ public struct EventOrigin: Hashable, Sendable {
     public var gid: Int?
     public var command: String?
     public var purpose: String?
+    /// The other host of a shared store whose programs made the access (via "cluster").
+    public var host: String?
 
-    public init(via: String, pid: Int? = nil, uid: Int? = nil, gid: Int? = nil, command: String? = nil, purpose: String? = nil) {
+    public init(via: String, pid: Int? = nil, uid: Int? = nil, gid: Int? = nil, command: String? = nil, purpose: String? = nil,
+                host: String? = nil) {
         self.via = via
         self.pid = pid
         self.uid = uid
         self.gid = gid
         self.command = command
         self.purpose = purpose
+        self.host = host
     }
 }
 

@@ -5,8 +5,9 @@
 //     PresenterLog PATH
 //
 // Lines: {"ready":true} once registered, then {"message":NAME} with "url" (and "to" for a
-// move). Asked-before messages are answered at once; a relinquished item is taken back when
-// the access ends ("reacquire").
+// move) and who made the access: "via" (mount, coordinator, outside, cluster), "pid",
+// "command", "host". Asked-before messages are answered at once; a relinquished item is taken
+// back when the access ends ("reacquire").
 import FileCoordination
 import Foundation
 
@@ -68,6 +69,12 @@ func say(_ message: String, _ url: URL? = nil, to destination: URL? = nil) {
     var line: [String: Any] = ["message": message]
     if let url { line["url"] = url.path }
     if let destination { line["to"] = destination.path }
+    if let origin = AccessOrigin.current {
+        line["via"] = origin.via.rawValue
+        if let pid = origin.pid { line["pid"] = Int(pid) }
+        if let command = origin.command { line["command"] = command }
+        if let host = origin.host { line["host"] = host }
+    }
     guard let data = try? JSONSerialization.data(withJSONObject: line, options: [.sortedKeys]) else { return }
     FileHandle.standardOutput.write(data + Data("\n".utf8))
 }

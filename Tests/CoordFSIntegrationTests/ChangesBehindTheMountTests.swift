@@ -202,6 +202,46 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(try heard("rm '\(dir)/moved.txt'") == ["\(watched) SUBITEM_DELETED moved.txt via=outside"])
     }
 
+    /// A user without CAP_SYS_ADMIN cannot mark the backing filesystem: its mount marks each
+    /// directory by itself, and changes behind it still reach presenters and readers through
+    /// it. (uid 65534, mounting through fusermount3 as any user does.)
+    @Test func aMountWithoutThePrivilegeMarksEachDirectoryByItself() throws {
+        let nobody: uid_t = 65534
+        try withFuseOpenToUsers {
+            let sockets = "/tmp/coordfs-\(nobody)"
+            try? FileManager.default.removeItem(atPath: sockets)
+            defer { try? FileManager.default.removeItem(atPath: sockets) }
+            let fx = try MountFixture(user: nobody)
+            /// As the user: without `allow_other`, nobody else may use the mount, root neither.
+            @discardableResult
+            func asNobody(_ command: String) throws -> String {
+                let result = try run(asUser(nobody)[0], Array(asUser(nobody).dropFirst()) + ["/bin/sh", "-c", command])
+                #expect(result.status == 0, "\(command): \(result.errors)")
+                return result.output
+            }
+            func statistics() throws -> [String: Int] {
+                let json = try asNobody("python3 -c \"import os; print(os.getxattr('\(fx.mountPoint.path)', 'user.coordfs.stats').decode())\"")
+                return try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Int] ?? [:]
+            }
+            #expect(try statistics()["watches_backing"] == 1)
+            #expect(try statistics()["watched_directories"] == 1, "the backing directory's own mark")
+            try asNobody("mkdir '\(fx.path("dir"))' && echo v1 > '\(fx.path("dir/doc.txt"))'")
+            #expect(eventually { (try? statistics()["watched_directories"]) == 2 }, "a directory made through the mount is marked")
+            let watcher = try Child(asUser(nobody)[0], Array(asUser(nobody).dropFirst()) + [Paths.binary.path, "watch", fx.path("dir")])
+            defer { watcher.signal(SIGTERM) }
+            // Its watch is in place once a change is heard: appended to until then.
+            var line: String?
+            for _ in 0..<20 where line == nil {
+                try behind("echo more >> '\(fx.backingPath("dir/doc.txt"))'")
+                line = watcher.next(timeout: .milliseconds(500))
+            }
+            #expect(line == "\(fx.path("dir")) SUBITEM_CHANGED doc.txt via=outside", "\(line ?? "nothing")")
+            try behind("echo v2 > '\(fx.backingPath("dir/doc.txt"))' && mkdir '\(fx.backingPath("dir/sub"))'")
+            #expect(try asNobody("cat '\(fx.path("dir/doc.txt"))'; ls '\(fx.path("dir"))'") == "v2\ndoc.txt\nsub\n")
+            #expect(eventually { (try? statistics()["watched_directories"]) == 3 }, "a directory made behind the mount is marked")
+        }
+    }
+
     /// With a mark per directory, directories come and go behind the mount and through it:
     /// each new one is marked (what a directory made behind the mount already holds is told
     /// as appearing), a renamed one is followed, a removed one forgotten.
@@ -313,4 +353,15 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(log.events.count < 5_000, "\(log.events.count) messages for 110 000 changes: \(kinds)")
         #expect(try behind("stat -c %s '\(fx.path("many/f0"))'") == "0\n")
     }
+}
+
+/// Runs `body` with /dev/fuse open to every user, as a stock system has it (udev makes it
+/// 0666) and machines like the tests' do not (0600); its mode is put back after.
+func withFuseOpenToUsers(_ body: () throws -> Void) throws {
+    var info = stat()
+    try #require(stat("/dev/fuse", &info) == 0, "no /dev/fuse")
+    let mode = info.st_mode & 0o7777
+    try #require(chmod("/dev/fuse", 0o666) == 0, "cannot open /dev/fuse to users: \(String(cString: strerror(errno)))")
+    defer { chmod("/dev/fuse", mode) }
+    try body()
 }

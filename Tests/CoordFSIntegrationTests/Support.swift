@@ -42,15 +42,20 @@ final class MountFixture: @unchecked Sendable {
     /// Mounts with `coordfs mount` and `arguments`; `backing` replaces the fresh backing directory;
     /// `softFileLimit` starts the command with that soft open-file limit (as many systems do);
     /// `fileLimit`, with that limit soft and hard (the daemon cannot raise it). `umask`, under
-    /// that umask.
+    /// that umask. `user`: mounted by that user, who owns the backing directory and the mount
+    /// point, without privileges (through fusermount3, as any user mounts).
     init(_ arguments: [String] = [], backingMode: mode_t = 0o755, backing existing: URL? = nil,
-         softFileLimit: Int? = nil, fileLimit: Int? = nil, umask daemonMask: mode_t? = nil) throws {
+         softFileLimit: Int? = nil, fileLimit: Int? = nil, umask daemonMask: mode_t? = nil, user: uid_t? = nil) throws {
         (base, backing, mountPoint) = try Self.makeDirectories(backingMode)
         if let existing { backing = existing }
         domain = nil
         var command = [Paths.binary.path, "mount", backing.path, mountPoint.path] + arguments
         if let daemonMask {
             command = ["/bin/sh", "-c", "umask \(String(daemonMask, radix: 8)); exec \"$0\" \"$@\""] + command
+        }
+        if let user {
+            for directory in [backing, mountPoint] { chown(directory.path, user, gid_t(user)) }
+            command = asUser(user) + command
         }
         let limit = fileLimit.map { "--nofile=\($0):\($0)" } ?? softFileLimit.map { "--nofile=\($0):" }
         let result = try limit.map { try run("/usr/bin/prlimit", [$0] + command) }
@@ -191,6 +196,12 @@ struct FixtureError: Error, CustomStringConvertible {
 
 /// Runs a program to the end.
 @discardableResult
+/// The words before a command that run it as `user` (and group of the same number), without
+/// privileges; its sockets in /tmp/coordfs-UID, as for a user without a runtime directory.
+func asUser(_ user: uid_t) -> [String] {
+    ["/usr/bin/setpriv", "--reuid=\(user)", "--regid=\(user)", "--clear-groups", "env", "-u", "XDG_RUNTIME_DIR"]
+}
+
 func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String, errors: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: program)

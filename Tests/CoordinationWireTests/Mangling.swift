@@ -31,10 +31,11 @@ func randomEventName(using generator: inout SeededGenerator) -> String {
 func randomOrigin(using generator: inout SeededGenerator) -> EventOrigin? {
     let draw = Int.random(in: 0..<3, using: &generator)
     if draw == 0 { return nil }
-    let via = ["mount", "coordinator", "outside"][Int.random(in: 0..<3, using: &generator)]
+    let via = ["mount", "coordinator", "outside", "cluster"][Int.random(in: 0..<4, using: &generator)]
     func maybe<T>(_ make: () -> T) -> T? { Bool.random(using: &generator) ? make() : nil }
     return EventOrigin(via: via, pid: maybe { Int.random(in: 1...4_194_304, using: &generator) },
                        uid: maybe { Int.random(in: 0...65_534, using: &generator) },
                        gid: maybe { Int.random(in: 0...65_534, using: &generator) },
-                       command: maybe { randomEventName(using: &generator) }, purpose: maybe { randomEventName(using: &generator) })
+                       command: maybe { randomEventName(using: &generator) }, purpose: maybe { randomEventName(using: &generator) },
+                       host: via == "cluster" ? maybe { randomEventName(using: &generator) } : nil)
 }

@@ -170,6 +170,24 @@ class ClusterHosts:
 class ClusterMountTests(ClusterHosts, unittest.TestCase):
     # ------------------------------------------------------------------ waits and sharing
 
+    def test_0_a_mount_of_the_store_outside_its_cluster_is_refused(self):
+        # A and B share the store (same cluster, same store name); a third mount of it that
+        # would not coordinate with them is refused, with or without a cluster of its own.
+        point = os.path.join(self.work, "mountC")
+        os.makedirs(point, exist_ok=True)
+        urls = ",".join(url.removeprefix("http://") for url in self.info["client_urls"])
+        try:
+            plain = subprocess.run([COORDFS, "mount", self.store, point], capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(plain.returncode, 0, plain.stderr)
+            self.assertIn("is already the backing of the coordfs mount", plain.stderr)
+            other = subprocess.run([COORDFS, "mount", self.store, point, "--cluster", "etcd://" + urls, "--cluster-store", "another",
+                                    "--host-name", "C"], capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(other.returncode, 0, other.stderr)
+            self.assertIn("which is not a host of the store 'another' on this cluster", other.stderr)
+        finally:
+            if os.path.ismount(point):
+                subprocess.run([COORDFS, "unmount", point], capture_output=True, timeout=30)
+
     def test_1_a_read_on_B_waits_for_a_write_held_on_A(self):
         self.write("A", "doc", b"first\n")
         fd = os.open(self.path("A", "doc"), os.O_WRONLY | os.O_TRUNC)
@@ -436,8 +454,8 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
 class JsonLines:
     """A program running that prints a JSON object a line: the objects as they come."""
 
-    def __init__(self, command):
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    def __init__(self, command, env=None):
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.items = []
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._read, daemon=True)
@@ -495,8 +513,8 @@ class Watch(JsonLines):
 class SwiftPresenter(JsonLines):
     """PresenterLog PATH running: an Apple-style FilePresenter's messages as they come."""
 
-    def __init__(self, path):
-        super().__init__([PRESENTER_LOG, path])
+    def __init__(self, path, env=None):
+        super().__init__([PRESENTER_LOG, path], env)
 
     @property
     def lines(self):
@@ -549,7 +567,8 @@ class ClusterPresenterTests(ClusterHosts, unittest.TestCase):
             time.sleep(1.0)
             changed = watch.named("CHANGED")
             self.assertEqual(len(changed), 1, f"told more than once: {watch.events}")
-            self.assertEqual(changed[0].get("via"), "cluster")
+            self.assertEqual((changed[0].get("via"), changed[0].get("host")), ("cluster", "A"), changed[0])
+            self.assertEqual(watch.named("RELINQUISH_WRITER")[0].get("host"), "A", watch.events)
             self.assertEqual(self.read(self.path("B", "presented")), b"two\n")
         finally:
             watch.stop()
@@ -581,6 +600,9 @@ class ClusterPresenterTests(ClusterHosts, unittest.TestCase):
             said = presenter.said()
             self.assertIn("relinquishToWriter", said, f"B's presenter was not asked first: {presenter.lines}")
             self.assertLess(said.index("relinquishToWriter"), said.index("didChange"), presenter.lines)
+            for line in presenter.lines[1:]:
+                if line["message"] != "reacquire":
+                    self.assertEqual((line.get("via"), line.get("host")), ("cluster", "A"), presenter.lines)
             self.assertEqual(said.count("didChange"), 1, f"told more than once: {presenter.lines}")
         finally:
             presenter.stop()

@@ -32,13 +32,15 @@ class CoordfsError(OSError):
 class Origin:
     """Who made the access an event is about. `via` is "mount" (a program's open, rename or
     unlink through a mount), "coordinator" (a coordinator's access, or a hold such as
-    `coordfs coordinate`'s) or "outside" (a change nobody coordinated); the rest where known."""
+    `coordfs coordinate`'s), "outside" (a change nobody coordinated) or "cluster" (another
+    host of a shared store, named by `host`); the rest where known."""
 
     via: str
     pid: Optional[int] = None
     uid: Optional[int] = None
     command: Optional[str] = None
     purpose: Optional[str] = None
+    host: Optional[str] = None
 
 
 @dataclass
@@ -247,7 +249,7 @@ class Connection:
         origin = None
         if "via" in message:
             origin = Origin(via=message["via"], pid=message.get("pid"), uid=message.get("uid"),
-                            command=message.get("command"), purpose=message.get("purpose"))
+                            command=message.get("command"), purpose=message.get("purpose"), host=message.get("host"))
         event = Event(wd=message["wd"], events=list(message.get("events", [])), cookie=message.get("cookie", 0),
                       name=message.get("name", ""), path=message.get("path", ""), mask=message.get("mask", 0),
                       origin=origin, _connection=self)
