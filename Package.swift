@@ -75,8 +75,8 @@ let package = Package(
         .target(
             name: "CoordFSCommands",
             dependencies: [
-                "FileCoordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient", "LinuxSystem",
-                "CoordinationCluster",
+                "FileCoordination", "Coordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
+                "LinuxSystem", "CoordinationCluster",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -5,16 +5,31 @@ import CoordinationWire
 import Foundation
 import Synchronization
 
-/// A mount's membership of a cluster of hosts that share one store (`--cluster`): its etcd
+/// What a host of a shared store is to its membership: its items, whether it sees the other
+/// hosts' changes to them itself, and how it comes to grant only what its delegations cover.
+/// A mount (its backing directory), or the daemon (a directory its clients use directly).
+struct ClusterHost: Sendable {
+    let store: SharedStore
+    let seesChangesBehind: @Sendable () -> Bool
+    let grantsUnder: @Sendable (any HostDelegations) -> Void
+
+    /// A mount's: its requests and the holds through its socket pass the delegations.
+    static func mount(_ filesystem: Filesystem) -> ClusterHost {
+        ClusterHost(store: filesystem.store, seesChangesBehind: { filesystem.seesChangesBehind },
+                    grantsUnder: { filesystem.delegations = $0 })
+    }
+}
+
+/// A host's membership of a cluster of hosts that share one store (`--cluster`): its etcd
 /// lease, its delegations, and its answers to other hosts' recalls, joined before the mount
-/// serves and left when it ends.
+/// (or the daemon) serves and left when it ends.
 final class ClusterJoin: Sendable {
     let member: ClusterMember
     let presenters: HostPresenters
 
-    private init(member: ClusterMember, filesystem: Filesystem) {
+    private init(member: ClusterMember, host: ClusterHost) {
         self.member = member
-        presenters = HostPresenters(member: member, filesystem: filesystem)
+        presenters = HostPresenters(member: member, host: host)
     }
 
     /// The members' URLs of `etcd://HOST:PORT[,HOST:PORT...]` (http:// URLs are taken as they are).
@@ -36,10 +51,10 @@ final class ClusterJoin: Sendable {
     }
 
     /// Joins: a lease, the store's delegations read and followed, recalls answered by
-    /// `filesystem`. Waits at most `timeout` for etcd.
+    /// `local`'s coordination. Waits at most `timeout` for etcd.
     static func join(endpoints: [String], store: String, host: String, ttl: Int64, whenUnreachable: ClusterMember.WhenUnreachable,
                      breakTime: Duration?,
-                     filesystem: Filesystem, timeout: Duration = .seconds(15)) throws -> ClusterJoin {
+                     as local: ClusterHost, timeout: Duration = .seconds(15)) throws -> ClusterJoin {
         let outcome = Mutex<Result<ClusterJoin, Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         let task = Task {
@@ -53,9 +68,9 @@ final class ClusterJoin: Sendable {
                         throw error
                     }
                     return delegations
-                }, local: MountAccesses(filesystem: filesystem), breakTime: breakTime, whenUnreachable: whenUnreachable)
+                }, local: StoreAccesses(store: local.store), breakTime: breakTime, whenUnreachable: whenUnreachable)
                 try await member.start()
-                outcome.withLock { $0 = .success(ClusterJoin(member: member, filesystem: filesystem)) }
+                outcome.withLock { $0 = .success(ClusterJoin(member: member, host: local)) }
             } catch {
                 outcome.withLock { $0 = .failure(error) }
             }
@@ -68,7 +83,7 @@ final class ClusterJoin: Sendable {
         }
         switch outcome.withLock({ $0 })! {
         case .success(let join):
-            filesystem.delegations = MemberDelegations(member: join.member)
+            local.grantsUnder(MemberDelegations(member: join.member))
             join.presenters.start()
             return join
         case .failure(let error):
@@ -118,7 +133,8 @@ final class ClusterJoin: Sendable {
 /// its presenters what the other hosts sent.
 final class HostPresenters: Sendable {
     private let member: ClusterMember
-    private let filesystem: Filesystem
+    private let host: ClusterHost
+    private var store: SharedStore { host.store }
     private let state = Mutex(State())
 
     private struct State {
@@ -132,23 +148,23 @@ final class HostPresenters: Sendable {
         var asking: Set<String> = []
     }
 
-    init(member: ClusterMember, filesystem: Filesystem) {
+    init(member: ClusterMember, host: ClusterHost) {
         self.member = member
-        self.filesystem = filesystem
+        self.host = host
     }
 
     func start() {
-        filesystem.domain.onPresentersChanged { [weak self] in self?.schedulePublishing() }
+        store.domain.onPresentersChanged { [weak self] in self?.schedulePublishing() }
         let tasks = [
             Task { [self] in
                 for await byHost in member.presences { standIn(for: byHost) }
             },
             Task { [self] in
-                for await batch in member.changesElsewhere where !filesystem.seesChangesBehind {
-                    filesystem.tell(batch.changes.map(Self.change), madeBy: batch.host)
+                for await batch in member.changesElsewhere where !host.seesChangesBehind() {
+                    store.tell(batch.changes.map(Self.change), madeBy: batch.host)
                 }
             },
-            // A presence given back to another host's access is asked for again; the mount's
+            // A presence given back to another host's access is asked for again; a mount's
             // watch of its backing directory may also have begun or ended.
             Task { [self] in
                 while !Task.isCancelled {
@@ -173,7 +189,7 @@ final class HostPresenters: Sendable {
             return (state.tasks, Array(state.standIns.values))
         }
         for task in tasks { task.cancel() }
-        for presenter in standIns { filesystem.withdraw(presenter) }
+        for presenter in standIns { store.withdraw(presenter) }
     }
 
     private func schedulePublishing() {
@@ -193,8 +209,8 @@ final class HostPresenters: Sendable {
     /// presences of items no longer presented.
     private func publish() async {
         if state.withLock({ $0.stopped }) { return }
-        let presented = filesystem.presentedStorePaths()
-        await member.present(filesystem.seesChangesBehind ? [] : presented)
+        let presented = store.presentedStorePaths()
+        await member.present(host.seesChangesBehind() ? [] : presented)
         let gone = state.withLock { state -> Set<String> in
             defer { state.presences = presented }
             return state.presences.subtracting(presented)
@@ -219,11 +235,11 @@ final class HostPresenters: Sendable {
             for key in removed.keys { state.standIns[key] = nil }
             return (wanted.filter { state.standIns[$0] == nil }.sorted(), Array(removed.values))
         }
-        for presenter in removed { filesystem.withdraw(presenter) }
+        for presenter in removed { store.withdraw(presenter) }
         for key in added {
             let parts = key.split(separator: "\0", maxSplits: 1, omittingEmptySubsequences: false)
             let host = String(parts[0]), path = parts.count > 1 ? String(parts[1]) : ""
-            let presenter = filesystem.standIn(forPresenterOf: host, at: path) { [member] change in
+            let presenter = store.standIn(forPresenterOf: host, at: path) { [member] change in
                 member.send(Self.change(change), to: host)
             }
             let kept = state.withLock { state -> Bool in
@@ -231,7 +247,7 @@ final class HostPresenters: Sendable {
                 state.standIns[key] = presenter
                 return true
             }
-            if !kept { filesystem.withdraw(presenter) }
+            if !kept { store.withdraw(presenter) }
         }
     }
 
@@ -254,7 +270,7 @@ final class HostPresenters: Sendable {
     }
 }
 
-/// The mount's side of the delegations: what `coordinate` asks.
+/// The host's side of the delegations: what a mount's requests and a socket's holds ask.
 private final class MemberDelegations: HostDelegations {
     let member: ClusterMember
 
@@ -291,18 +307,18 @@ private final class MemberDelegations: HostDelegations {
     }
 }
 
-/// What the cluster asks of the mount's coordination.
-private struct MountAccesses: LocalAccesses {
-    let filesystem: Filesystem
+/// What the cluster asks of the host's own coordination.
+private struct StoreAccesses: LocalAccesses {
+    let store: SharedStore
 
     func holders() -> [(path: String, mode: Delegations.Mode)] {
-        filesystem.heldItems().map { ($0.path, $0.writing ? .write : .read) }
+        store.heldItems().map { ($0.path, $0.writing ? .write : .read) }
     }
 
     func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess {
         // Another host's presence is no access: nobody here is asked for it.
         if mode == .presence { return NoAccess() }
-        return filesystem.beginAccess(forHost: host, path, DelegatedAccess(mode))
+        return store.beginAccess(forHost: host, path, DelegatedAccess(mode))
     }
 
     private struct NoAccess: LocalAccess {

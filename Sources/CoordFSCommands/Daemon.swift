@@ -1,7 +1,9 @@
 import LinuxSystem
 import ArgumentParser
+import Coordination
 import CoordFSMount
 import CoordinationServer
+import CoordinationWire
 import FileCoordination
 import Foundation
 #if canImport(Glibc)
@@ -31,10 +33,31 @@ struct Daemon: ParsableCommand {
     @Option(help: ArgumentHelp("End once no client has been connected for this many seconds.", valueName: "seconds"))
     var exitWhenIdle: Int?
 
+    @OptionGroup(title: "Hosts that share a store")
+    var clusterOptions: ClusterOptions
+
+    @Option(help: ArgumentHelp("With --cluster: the shared store's directory on this host, which the daemon's clients use directly (an NFS or CephFS mount, say). Their holds and presenters inside it coordinate with the store's other hosts.", valueName: "directory"))
+    var clusterDirectory: String?
+
+    @Option(help: ArgumentHelp("With --cluster: seconds another host's access waits at most for this host's holds that conflict with it, as a mount's --break-time (default 45).", valueName: "seconds"))
+    var breakTime: Double?
+
     func validate() throws {
         if let exitWhenIdle, exitWhenIdle < 1 || exitWhenIdle > 86_400 * 365 {
             throw ValidationError("--exit-when-idle must be between 1 second and a year")
         }
+        guard clusterOptions.cluster != nil else {
+            let given = [("--cluster-store", clusterOptions.clusterStore != nil), ("--host-name", clusterOptions.hostName != nil),
+                         ("--cluster-ttl", clusterOptions.clusterTTL != nil), ("--cluster-unreachable", clusterOptions.clusterUnreachable != nil),
+                         ("--cluster-directory", clusterDirectory != nil), ("--break-time", breakTime != nil)]
+            if let (option, _) = given.first(where: \.1) { throw ValidationError("\(option) is for a daemon with --cluster") }
+            return
+        }
+        guard clusterDirectory != nil else {
+            throw ValidationError("--cluster needs --cluster-directory DIR: the shared store's directory on this host")
+        }
+        _ = try clusterOptions.setting()
+        _ = try Seconds.duration(breakTime ?? 45, option: "--break-time")
     }
 
     func run() throws {
@@ -65,10 +88,17 @@ struct Daemon: ParsableCommand {
             if error == .wouldBlock { throw CommandFailure("cannot serve \(path): another coordfs server listens there") }
             throw CommandFailure("cannot lock \(path).lock: \(error.description)")
         }
+        // Kept until the very end: a daemon started after this one ends serves only once this
+        // one has left its cluster (the deferred `leave` runs first).
+        defer { close(lock) }
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")
         server.trimsMemoryWhenIdle = true
+        // A host of a shared store joins its cluster before it serves: no hold is granted
+        // that its delegations do not cover.
+        let membership = try clusterOptions.setting().map { try joinCluster($0, domain: domain, server: server) }
+        defer { membership?.leave() }
         if let activated {
             server.start(listeningOn: activated.fd)
         } else {
@@ -88,6 +118,31 @@ struct Daemon: ParsableCommand {
             sigwait(&signals, &received)
         }
         server.stop()
-        close(lock)
+    }
+
+    /// Joins the cluster as the host of the store at --cluster-directory: its clients' holds of
+    /// items inside it pass the host's delegations, its presenters there are asked and told of
+    /// the other hosts' programs.
+    private func joinCluster(_ cluster: ClusterSetting, domain: CoordinationDomain, server: ControlServer) throws -> ClusterJoin {
+        guard let directory = clusterDirectory, let resolved = realpath(directory, nil) else {
+            throw CommandFailure("--cluster-directory '\(clusterDirectory ?? "")': \(String(cString: strerror(errno)))")
+        }
+        let real = String(cString: resolved)
+        free(resolved)
+        var info = stat()
+        guard stat(real, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, let root = ItemPath(real) else {
+            throw CommandFailure("--cluster-directory '\(directory)' is not a directory")
+        }
+        let store = SharedStore(domain: domain, root: root, isDirectory: { path in
+            var info = stat()
+            return lstat(real + "/" + path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        }, target: { path, _ in domain.locator.target(for: path) })
+        let host = ClusterHost(store: store, seesChangesBehind: { false },
+                               grantsUnder: { server.claimGate = DelegationGate(store: store, delegations: $0) })
+        let membership = try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
+                                              whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
+                                              breakTime: try Seconds.duration(breakTime ?? 45, option: "--break-time"), as: host)
+        membership.serveStatus(through: server)
+        return membership
     }
 }

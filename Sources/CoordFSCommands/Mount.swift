@@ -106,20 +106,8 @@ struct Mount: ParsableCommand {
     @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other; -o allow_overlap from fstab).")
     var allowOverlap = false
 
-    @Option(help: ArgumentHelp("Coordinate with the other hosts that mount this shared store through the etcd cluster at etcd://HOST:PORT[,HOST:PORT...] (see docs/cluster.md).", valueName: "etcd-url"))
-    var cluster: String?
-
-    @Option(help: ArgumentHelp("The store's name in the cluster, needed with --cluster: mounts that name the same cluster and store coordinate.", valueName: "name"))
-    var clusterStore: String?
-
-    @Option(help: ArgumentHelp("This host's name in the cluster (default: the host name).", valueName: "name"))
-    var hostName: String?
-
-    @Option(help: ArgumentHelp("Seconds the cluster keeps this host's grants after it last renewed them: how long the other hosts wait for a host that died or was cut off (default 10).", valueName: "seconds"))
-    var clusterTTL: Int?
-
-    @Option(help: ArgumentHelp("What the mount does once its lease is lost and etcd cannot be reached: refuse (ENOLCK for every access that needs coordination, the default) or local (coordinate this host's programs alone, with a loud warning; other hosts doing the same are not coordinated with).", valueName: "refuse|local"))
-    var clusterUnreachable: ClusterMember.WhenUnreachable?
+    @OptionGroup(title: "Hosts that share a store")
+    var clusterOptions: ClusterOptions
 
     func run() throws {
         if o.contains(where: { $0.split(separator: ",").contains("remount") }) { return try remount() }
@@ -232,22 +220,7 @@ struct Mount: ParsableCommand {
         do { configuration.ownershipView = try OwnershipView.take(from: &fuseOptions) } catch { throw CommandFailure("-o \(error)") }
         configuration.fuseOptions = fuseOptions
         configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
-        if let url = cluster ?? loaded?.cluster {
-            let ttl = clusterTTL ?? loaded?.clusterTTL ?? 10
-            guard (2...3600).contains(ttl) else { throw CommandFailure("--cluster-ttl must be from 2 to 3600 seconds") }
-            // Named, not guessed: two unrelated stores that share a directory name must not
-            // coordinate with each other through one cluster.
-            guard let store = clusterStore ?? loaded?.clusterStore else {
-                throw CommandFailure("--cluster needs --cluster-store NAME: the name every host's mount of this store gives it")
-            }
-            let host = hostName ?? loaded?.hostName ?? ProcessInfo.processInfo.hostName
-            for (name, value) in [("--cluster-store", store), ("--host-name", host)] where value.isEmpty || value.contains("\0") || value.contains("/") {
-                throw CommandFailure("\(name) must be a name without '/', not '\(value)'")
-            }
-            let unreachable = clusterUnreachable ?? loaded?.clusterUnreachable ?? .refuse
-            configuration.cluster = ClusterSetting(endpoints: try ClusterJoin.endpoints(url), store: store, host: host, ttl: Int64(ttl),
-                                                   aloneWhenUnreachable: unreachable == .local)
-        }
+        configuration.cluster = try clusterOptions.setting(over: loaded)
         return configuration
     }
 
@@ -335,7 +308,7 @@ struct Mount: ParsableCommand {
         let membership = try configuration.cluster.map { cluster in
             try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
                                  whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
-                                 breakTime: configuration.breakTime ?? configuration.waitTimeout, filesystem: session.filesystem)
+                                 breakTime: configuration.breakTime ?? configuration.waitTimeout, as: .mount(session.filesystem))
         }
         do {
             try session.mount()
@@ -419,4 +392,3 @@ enum MountCommandLimits {
     static let nice = -20...19
 }
 
-extension ClusterMember.WhenUnreachable: ExpressibleByArgument {}

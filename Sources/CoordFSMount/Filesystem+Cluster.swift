@@ -11,8 +11,12 @@ import Glibc
 /// A host of a shared store grants its programs only what its delegations cover
 /// (`HostDelegations`): a request outside them waits for the delegation first, and one whose
 /// delegation was recalled while it took its claim gives the claim back unused and waits again.
-/// Recalls the other way come in as accesses of another host (`beginAccess(forHost:)`).
+/// Recalls the other way come in as accesses of another host (`SharedStore.beginAccess(forHost:)`).
 extension Filesystem {
+    /// Whether this mount sees every change to its backing directory itself: its watch covers a
+    /// local filesystem, which no other machine mounts, so other hosts' changes come through it.
+    public var seesChangesBehind: Bool { watchedDevice != .max }
+
     /// A delegation a request needs: of the item it locks, below the store's root.
     struct DelegationNeed: Sendable {
         var path: String
@@ -67,25 +71,10 @@ extension Filesystem {
 
     /// The item an access of `target` locks (its outermost package, or itself), below the
     /// store's root; nil for one outside the mount.
-    func lockedStorePath(_ target: AccessTarget) -> String? {
-        let locked = target.enclosingPackages.first ?? target.path
-        guard locked == mountRoot || mountRoot.isAncestor(of: locked) else { return nil }
-        return storePath(of: locked)
-    }
+    func lockedStorePath(_ target: AccessTarget) -> String? { store.lockedStorePath(target) }
 
     private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations) -> Bool {
         needs.allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
-    }
-
-    /// An item's path below the store's root (the mount's root), as every host spells it.
-    func storePath(of path: ItemPath) -> String {
-        if path == mountRoot { return "" }
-        return String(path.string.dropFirst(mountRoot.isRoot ? 1 : mountRoot.string.count + 1))
-    }
-
-    /// The engine's path of an item below the store's root.
-    func itemPath(ofStorePath path: String) -> ItemPath {
-        path.isEmpty ? mountRoot : ItemPath(canonical: (mountRoot.isRoot ? "" : mountRoot.string) + "/" + path)
     }
 
     /// Waits for the delegations `needs`, then hands the reply to `then` on another thread; or
@@ -133,77 +122,6 @@ extension Filesystem {
         }
         wait.stopsWith(stop)
     }
-
-    // MARK: Recalls: other hosts' accesses here
-
-    /// What this host's programs and coordinators hold now, below the store's root (other
-    /// hosts' accesses left out).
-    public func heldItems() -> [(path: String, writing: Bool)] {
-        engine.snapshot().holders.flatMap { holder -> [(path: String, writing: Bool)] in
-            if case .host = holder.identity { return [] }
-            return holder.intents.compactMap { intent in lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) } }
-        }
-    }
-
-    /// Begins another host's access of `path` here, as a recall of this host's delegation
-    /// asks: this host's presenters save, relinquish or accommodate a deletion as for such an
-    /// access of a local program, and it holds the item (for as long as the host's conflicting
-    /// programs let it) until ended.
-    public func beginAccess(forHost host: String, _ path: String, _ kind: DelegatedAccess) -> HostAccess {
-        // What the item is, as this host sees the shared store: a directory's deletion or move
-        // asks the presenters inside it too.
-        var info = stat()
-        let backing = path.isEmpty ? configuration.backing : configuration.backing + "/" + path
-        let isDirectory = FileSystemName.withCString(backing) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-        let target = target(itemPath(ofStorePath: path), isDirectory: isDirectory)
-        let access = HostAccess()
-        let waiting = Claim.beginWaiting(in: domain, identity: .host(host), intents: [Intent(kind.kind, target)],
-                                         timeout: nil) { [self] result in
-            if case .success(let claim) = result, !access.granted(claim) {
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
-            }
-        }
-        // Ended unchanged: what the other host's programs then do is told as it is done (its
-        // news, or this mount's watch of its backing directory), not guessed here.
-        access.waiting(waiting) { [self] claim in
-            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
-        }
-        return access
-    }
-}
-
-/// Another host's access begun here (`Filesystem.beginAccess(forHost:)`): ended once, whether
-/// it was granted yet or still waits.
-public final class HostAccess: Sendable {
-    private let state = Mutex<(claim: Claim?, waiting: CoordinatedAccess?, ender: (@Sendable (Claim) -> Void)?, ended: Bool)>((nil, nil, nil, false))
-
-    fileprivate init() {}
-
-    /// Keeps the claim granted; false when the access has ended meanwhile.
-    fileprivate func granted(_ claim: Claim) -> Bool {
-        state.withLock { state in
-            if state.ended { return false }
-            state.claim = claim
-            return true
-        }
-    }
-
-    fileprivate func waiting(_ access: CoordinatedAccess, ender: @escaping @Sendable (Claim) -> Void) {
-        state.withLock { state in
-            state.waiting = access
-            state.ender = ender
-        }
-    }
-
-    public func end() {
-        let (claim, waiting, ender) = state.withLock { state -> (Claim?, CoordinatedAccess?, (@Sendable (Claim) -> Void)?) in
-            if state.ended { return (nil, nil, nil) }
-            state.ended = true
-            defer { state.claim = nil }
-            return (state.claim, state.waiting, state.ender)
-        }
-        if let claim { ender?(claim) } else { waiting?.cancel() }
-    }
 }
 
 /// A request waiting for its host's delegations: finished once, by the grant, the wait timeout,
@@ -249,53 +167,8 @@ final class DelegationWait: Sendable, CancellableWait {
     func cancel() { finish(.interrupted) }
 }
 
-/// Holds taken through the mount's control socket pass its host's delegations, as its programs'
-/// opens do (`ClaimGate`).
-struct DelegationGate: ClaimGate {
-    let filesystem: Filesystem
-    let delegations: any HostDelegations
-
-    private func needs(_ intents: [Intent]) -> [(path: String, access: DelegatedAccess)] {
-        intents.compactMap { intent in filesystem.lockedStorePath(intent.target).map { ($0, DelegatedAccess(intent.kind)) } }
-    }
-
-    func admits(_ intents: [Intent]) -> Bool {
-        needs(intents).allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
-    }
-
-    func admit(_ intents: [Intent], waits: Bool,
-               completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void {
-        let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
-        let delegations = self.delegations
-        @Sendable func next(_ rest: ArraySlice<(path: String, access: DelegatedAccess)>) {
-            guard let need = rest.first else { return completion(nil) }
-            let stop = delegations.acquire(need.path, need.access, waits: waits) { outcome in
-                if state.withLock({ $0.stopped }) { return }
-                switch outcome {
-                case .granted: next(rest.dropFirst())
-                case .wouldWait: completion((errno: "EAGAIN", message: "another host of the shared store holds it"))
-                case .refused(let why): completion((errno: "ENOLCK", message: why))
-                }
-            }
-            let stopNow = state.withLock { current -> Bool in
-                current.stop = stop
-                return current.stopped
-            }
-            if stopNow { stop() }
-        }
-        next(needs(intents)[...])
-        return {
-            let stop = state.withLock { current -> (@Sendable () -> Void)? in
-                current.stopped = true
-                return current.stop
-            }
-            stop?()
-        }
-    }
-}
-
 extension Filesystem {
     /// What holds through this mount's control socket must pass: its host's delegations, when
     /// it has any.
-    var claimGate: (any ClaimGate)? { delegations.map { DelegationGate(filesystem: self, delegations: $0) } }
+    var claimGate: (any ClaimGate)? { delegations.map { DelegationGate(store: store, delegations: $0) } }
 }

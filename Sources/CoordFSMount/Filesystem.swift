@@ -68,6 +68,11 @@ public final class Filesystem: @unchecked Sendable {
     let openFileLimit: Int
     /// The delegations of a host of a shared store (`--cluster`): set before the session runs.
     public var delegations: (any HostDelegations)?
+    /// The mount's items as a host of a store shared with other hosts sees them: the backing
+    /// directory, at the mount point.
+    public var store: SharedStore { sharedStore! }
+    /// Set once, at the end of `init` (its targets are the mount's own, packages and all).
+    private var sharedStore: SharedStore?
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
     var socketPath: String? {
         get { socket.withLock { $0 } }
@@ -127,6 +132,14 @@ public final class Filesystem: @unchecked Sendable {
         waitWatch.tellBroken = { [domain] path, holders, accessor in
             domain.tellCoordinationBroken(at: path, holders: holders, by: accessor)
         }
+        // Weak: a recall's task may outlive the mount by a moment.
+        let rootFD = fd
+        sharedStore = SharedStore(domain: domain, root: mountRoot, isDirectory: { path in
+            var info = stat()
+            return FileSystemName.withCString(path) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        }, target: { [weak self] path, isDirectory in
+            self?.target(path, isDirectory: isDirectory) ?? AccessTarget(path: path, isDirectory: isDirectory)
+        })
     }
 
     deinit {

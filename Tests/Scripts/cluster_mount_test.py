@@ -641,5 +641,105 @@ class ClusterPresenterTests(ClusterHosts, unittest.TestCase):
             watch.stop()
 
 
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterDaemonTests(ClusterHosts, unittest.TestCase):
+    """A host whose programs use the store directly, not through a mount: B runs `coordfs
+    daemon --cluster ... --cluster-directory STORE`, and its Swift programs, presenters and
+    `coordfs coordinate` reach that daemon (COORDFS_SOCKET). A is a mount, as before."""
+
+    daemon = None
+
+    @classmethod
+    def mount(cls, host, extra=()):
+        if host == "A":
+            return super().mount(host, extra)
+        node = cls.info["hosts"][1]
+        cls.socket = os.path.join(cls.work, "B.sock")
+        urls = ",".join(url.removeprefix("http://") for url in cls.info["client_urls"])
+        log = open(os.path.join(cls.work, "B.log"), "w")
+        cls.daemon = subprocess.Popen(cluster._nsenter(node["namespace"]) + [
+            COORDFS, "daemon", "--socket", cls.socket, "--cluster", "etcd://" + urls, "--cluster-store", "shared",
+            "--host-name", "B", "--cluster-ttl", str(TTL), "--cluster-directory", cls.store, "--break-time", "5"],
+            stdout=log, stderr=log)
+        log.close()
+        cls.mounts[host] = cls.store        # stopped by tearDownClass even if it never serves
+        deadline = time.monotonic() + 30
+        while not os.path.exists(cls.socket):
+            if cls.daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("B's daemon did not serve: see B.log")
+            time.sleep(0.1)
+
+    @classmethod
+    def unmount(cls, host):
+        if host == "A":
+            return super().unmount(host)
+        cls.mounts.pop(host, None)
+        if cls.daemon is None:
+            return
+        cls.daemon.terminate()
+        try:
+            cls.daemon.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            cls.daemon.kill()
+            cls.daemon.wait()
+
+    def on_B(self):
+        """The environment of B's programs: they find B's daemon."""
+        return dict(os.environ, COORDFS_SOCKET=self.socket)
+
+    def test_a_hold_through_B_s_daemon_holds_off_A(self):
+        self.write("A", "held-on-B", b"b\n")
+        holder = subprocess.Popen([COORDFS, "coordinate", "--write", self.path("B", "held-on-B"), "--",
+                                   "sh", "-c", "echo held; sleep 2"], stdout=subprocess.PIPE, text=True, env=self.on_B())
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "held")
+            reader = Opening(self.path("A", "held-on-B"), os.O_RDONLY)
+            self.assertTrue(reader.waits(0.8), "A's read went ahead while B's coordinator held the item")
+        finally:
+            holder.wait(timeout=30)
+            holder.stdout.close()
+        self.assertEqual(holder.returncode, 0)
+        self.assertTrue(reader.finish(), self.log_tail("A"))
+        self.assertEqual(reader.result, b"b\n")
+
+    def test_a_hold_through_B_s_daemon_waits_for_A_s_writer(self):
+        self.write("A", "written-on-A", b"a\n")
+        fd = os.open(self.path("A", "written-on-A"), os.O_WRONLY)
+        granted = []
+        holder = subprocess.Popen([COORDFS, "coordinate", "--read", self.path("B", "written-on-A"), "--", "echo", "granted"],
+                                  stdout=subprocess.PIPE, text=True, env=self.on_B())
+        reader = threading.Thread(target=lambda: granted.append((holder.stdout.readline().strip(), time.monotonic())), daemon=True)
+        reader.start()
+        try:
+            time.sleep(1.5)
+        finally:
+            closed = time.monotonic()
+            os.close(fd)
+        self.assertEqual(holder.wait(timeout=20), 0, self.log_tail("B"))
+        reader.join(5)
+        holder.stdout.close()
+        self.assertEqual(len(granted), 1)
+        self.assertEqual(granted[0][0], "granted")
+        self.assertGreater(granted[0][1], closed, "B's coordinator went ahead while A's program wrote the file")
+
+    def test_a_swift_presenter_on_B_s_daemon_hears_A_s_write(self):
+        self.write("A", "presented-on-B", b"one\n")
+        presenter = SwiftPresenter(self.path("B", "presented-on-B"), env=self.on_B())
+        try:
+            self.assertTrue(presenter.wait_for("ready"), f"PresenterLog did not start: {presenter.lines}")
+            time.sleep(1.5)      # B publishes its presenter and holds a presence of the item
+            self.write("A", "presented-on-B", b"two\n")
+            self.assertTrue(presenter.wait_for("didChange"), f"{presenter.lines}\n" + self.log_tail("B"))
+            time.sleep(1.0)
+            said = presenter.said()
+            self.assertIn("relinquishToWriter", said, f"B's presenter was not asked first: {presenter.lines}")
+            self.assertLess(said.index("relinquishToWriter"), said.index("didChange"), presenter.lines)
+            self.assertEqual(said.count("didChange"), 1, f"told more than once: {presenter.lines}")
+            told = [line for line in presenter.lines if line.get("message") == "didChange"][0]
+            self.assertEqual((told.get("via"), told.get("host")), ("cluster", "A"), presenter.lines)
+        finally:
+            presenter.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,8 +1,8 @@
 import Coordination
 
 /// Grants beyond this host: the delegations a host of a shared store must hold before it grants
-/// its own programs anything (`coordfs mount --cluster`). Paths are below the store's root ("" is
-/// the root itself), as every host spells them.
+/// its own programs anything (`coordfs mount --cluster`, `coordfs daemon --cluster`). Paths are
+/// below the store's root ("" is the root itself), as every host spells them.
 public protocol HostDelegations: AnyObject, Sendable {
     /// Whether this host may grant `writing` (or reading) of `path` now.
     func covers(_ path: String, writing: Bool) -> Bool
@@ -23,14 +23,14 @@ public enum DelegatedAccess: Sendable, Equatable {
 
     public var writes: Bool { self != .reading }
 
-    init(_ kind: AccessKind) {
+    public init(_ kind: AccessKind) {
         guard case .writing(let options) = kind else { self = .reading; return }
         self = options.contains(.forDeleting) ? .deleting : options.contains(.forReplacing) ? .replacing
             : options.contains(.forMoving) ? .moving : .writing
     }
 
     /// The engine's kind of such an access.
-    var kind: AccessKind {
+    public var kind: AccessKind {
         switch self {
         case .reading: .reading([])
         case .writing: .writing([])
