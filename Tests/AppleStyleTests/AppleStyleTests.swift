@@ -4,13 +4,16 @@ import Testing
 
 /// Code written for Apple platforms (`Notebook.swift`) compiles unchanged but for the import,
 /// and behaves as it would there.
-@Suite(.serialized) struct AppleStyleTests {
+@Suite(.serialized) final class AppleStyleTests {
     let folder: URL
 
     init() throws {
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("apple-style-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
     }
+
+    // Each test has a suite of its own: its folder goes with it, whatever the test did.
+    deinit { try? FileManager.default.removeItem(at: folder) }
 
     func eventually(_ condition: () -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(5)
@@ -19,7 +22,6 @@ import Testing
     }
 
     @Test func aPresenterHearsWritesAndFollowsAMove() throws {
-        defer { try? FileManager.default.removeItem(at: folder) }
         let url = folder.appendingPathComponent("notes.txt")
         #expect(NotebookStore.write("first\n", to: url) == nil)
         let notebook = Notebook(url: url)
