@@ -32,8 +32,8 @@ struct ClusterOptions: ParsableArguments {
             throw CommandFailure("--cluster needs --cluster-store NAME: the name every host of this store gives it")
         }
         let host = hostName ?? profile?.hostName ?? ProcessInfo.processInfo.hostName
-        for (name, value) in [("--cluster-store", store), ("--host-name", host)] where value.isEmpty || value.contains("\0") || value.contains("/") {
-            throw CommandFailure("\(name) must be a name without '/', not '\(value)'")
+        for (name, value) in [("--cluster-store", store), ("--host-name", host)] where value.isEmpty || value.contains("\0") || value.contains("/") || value.contains("\n") {
+            throw CommandFailure("\(name) must be a name of one line without '/', not '\(value)'")
         }
         let unreachable = clusterUnreachable ?? profile?.clusterUnreachable ?? .refuse
         return ClusterSetting(endpoints: try ClusterJoin.endpoints(url), store: store, host: host, ttl: Int64(ttl),

@@ -31,7 +31,14 @@ enum MountTable {
             guard within(backing, mount.source) || within(mount.source, backing) else { continue }
             try refuseAbandoned(mount.mountPoint)
             if let cluster, backing == mount.source, let theirs = clusterOf(mount.mountPoint),
-               theirs.store == cluster.store, !Set(theirs.endpoints).isDisjoint(with: cluster.endpoints) { continue }
+               theirs.store == cluster.store, !Set(theirs.endpoints).isDisjoint(with: cluster.endpoints) {
+                // Two hosts of one name would take each other's news and presences.
+                if theirs.host == cluster.host {
+                    throw CommandFailure("the coordfs mount at '\(mount.mountPoint)' is already the host '\(cluster.host)' of the store "
+                        + "'\(cluster.store)': give this one another --host-name")
+                }
+                continue
+            }
             if let cluster {
                 throw CommandFailure("'\(backing)' overlaps the backing '\(mount.source)' of the coordfs mount at '\(mount.mountPoint)', "
                     + "which is not a host of the store '\(cluster.store)' on this cluster with the same backing directory: the two would "
@@ -44,14 +51,14 @@ enum MountTable {
         }
     }
 
-    /// The store and etcd endpoints of the cluster a coordfs mount's host belongs to (its root's
-    /// `user.coordfs.cluster`: "ENDPOINT,ENDPOINT... STORE"); nil without one, or when this user
-    /// may not read it.
-    static func clusterOf(_ mountPoint: String) -> (store: String, endpoints: [String])? {
+    /// The etcd endpoints, host name and store of the cluster a coordfs mount's host belongs to
+    /// (its root's `user.coordfs.cluster`, a line each); nil without one, or when this user may
+    /// not read it.
+    static func clusterOf(_ mountPoint: String) -> (endpoints: [String], host: String, store: String)? {
         guard let value = ControlClient.attribute("user.coordfs.cluster", of: mountPoint) else { return nil }
-        // The store's name may hold spaces; the endpoints do not.
-        guard let space = value.firstIndex(of: " ") else { return nil }
-        return (String(value[value.index(after: space)...]), value[..<space].split(separator: ",").map(String.init))
+        let lines = value.split(separator: "\n", omittingEmptySubsequences: false)
+        guard lines.count == 3 else { return nil }
+        return (lines[0].split(separator: ",").map(String.init), String(lines[1]), String(lines[2]))
     }
 
     static func type(of path: String) -> String? { entries().last { $0.mountPoint == path }?.type }

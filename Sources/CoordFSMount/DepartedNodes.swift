@@ -17,6 +17,8 @@ final class DepartedNodes: Sendable {
         let device: UInt64
         let number: UInt64
         let isDirectory: Bool
+        /// Its slot in the ring's order: an id that departed again has a later one.
+        fileprivate(set) var slot = 0
     }
 
     private struct Item: Hashable { let device: UInt64, number: UInt64 }
@@ -44,10 +46,15 @@ final class DepartedNodes: Sendable {
 
     func add(_ id: UInt64, _ record: Record) {
         ring.withLock { ring in
+            var record = record
             if ring.order.count < capacity {
+                record.slot = ring.order.count
                 ring.order.append(id)
             } else {
-                ring.forget(ring.order[ring.next])
+                // The oldest slot's id goes, unless it departed again since (a later slot).
+                let oldest = ring.order[ring.next]
+                if ring.records[oldest]?.slot == ring.next { ring.forget(oldest) }
+                record.slot = ring.next
                 ring.order[ring.next] = id
                 ring.next = (ring.next + 1) % capacity
             }
@@ -62,13 +69,14 @@ final class DepartedNodes: Sendable {
     /// Forgets `id`'s record (it is known again). Its slot in the order stays until reused.
     func remove(_ id: UInt64) { ring.withLock { $0.forget(id) } }
 
-    /// The id the item `device`:`number` departed under, now that a lookup by name found it
-    /// again: no longer remembered as departed. Nil when it is not remembered, or was a
-    /// directory and is not now (or the other way round): its inode number went to another item.
-    func reclaim(device: UInt64, number: UInt64, isDirectory: Bool) -> UInt64? {
+    /// The id the item `device`:`number` departed under, now that a lookup of `name` in
+    /// `parent` found it again: no longer remembered as departed. Nil when it is not
+    /// remembered, or was known by another place or type: its inode number may have gone to
+    /// another item (as `InodeTable.revive` takes it, the place and the number together).
+    func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: UInt64, name: String) -> UInt64? {
         ring.withLock { ring in
-            guard let id = ring.ids[Item(device: device, number: number)],
-                  ring.records[id]?.isDirectory == isDirectory else { return nil }
+            guard let id = ring.ids[Item(device: device, number: number)], let record = ring.records[id],
+                  record.isDirectory == isDirectory, record.parent == parent, record.name == name else { return nil }
             ring.forget(id)
             return id
         }

@@ -64,14 +64,10 @@ extension Filesystem {
     private func delegationNeeds(_ wanted: ItemIntent, _ other: ItemIntent?) -> [DelegationNeed] {
         let now = coarseMilliseconds()
         func need(_ intent: ItemIntent) -> DelegationNeed? {
-            lockedStorePath(target(of: intent, now: now)).map { DelegationNeed(path: $0, access: DelegatedAccess(intent.kind)) }
+            store.delegationNeed(intent.kind, of: target(of: intent, now: now)).map { DelegationNeed(path: $0.path, access: $0.access) }
         }
         return [need(wanted), other.flatMap(need)].compactMap { $0 }
     }
-
-    /// The item an access of `target` locks (its outermost package, or itself), below the
-    /// store's root; nil for one outside the mount.
-    func lockedStorePath(_ target: AccessTarget) -> String? { store.lockedStorePath(target) }
 
     private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations) -> Bool {
         needs.allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }

@@ -159,7 +159,7 @@ extension Filesystem {
             giveToCaller(reply.caller, parent: parent, name: name, mode: mode)
             do {
                 if let failure = syncNames(in: parent) { throw failure }
-                let (inode, attributes) = try lookupNode(parent, name, justMade: true)
+                let (inode, attributes) = try lookupNode(parent, name, justMade: made)
                 let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
                 let direct = backingID == nil && flags & CFS_O_DIRECT != 0

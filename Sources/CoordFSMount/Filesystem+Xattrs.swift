@@ -92,7 +92,7 @@ extension Filesystem {
         case "user.coordfs.state": return domain.stateDump()
         case "user.coordfs.pid": return String(getpid())
         // Read by another mount of the same backing directory: whether the two coordinate.
-        case "user.coordfs.cluster": return configuration.cluster.map { "\($0.endpoints.joined(separator: ",")) \($0.store)" }
+        case "user.coordfs.cluster": return configuration.cluster.map { "\($0.endpoints.joined(separator: ","))\n\($0.host)\n\($0.store)" }
         case "user.coordfs.stats":
             let ring = cfs_ring_facts(device)
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"

@@ -332,7 +332,8 @@ final class InodeTable: Sendable {
                 return (known, fd, [])
             }
             let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
-            let departedID = justMade ? nil : departed.reclaim(device: key.device, number: key.number, isDirectory: isDirectory)
+            let departedID = justMade ? nil
+                : departed.reclaim(device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
             let id = departedID ?? state.nextID
             if departedID == nil { state.nextID += 1 }
             let inode = Inode(id: id, device: key.device, number: key.number,

@@ -380,20 +380,19 @@ public final class ClusterMember: Sendable {
         case waiting(Key, UInt64, Ending, Delegations)
     }
 
-    /// `exactly`: of the item itself, not of a directory above it (as destructive modes are).
+    /// `exactly`: of the item itself, not of a directory above it.
     private func acquire(_ path: String, _ mode: Delegations.Mode, exactly: Bool) async throws(Delegations.Failure) {
-        let exactly = exactly || mode.isDestructive
         // A key withdrawn under its waiters (taken back, or deleted as it was read) is asked for again.
         for _ in 0..<16 {
             if covers(path, mode) { return }
             if Task.isCancelled { throw .withdrawn }
             let step = state.withLock { current -> Step in
                 guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
-                let key = Key(path: exactly ? path : delegationPath(for: path, mode, in: delegations, avoiding: current.recalled), mode: mode)
+                let key = exactly ? Key(path: path, mode: mode) : key(for: path, mode, in: delegations, avoiding: current.recalled)
                 if let givingBack = current.givingBack[key] { return .after(givingBack) }
                 if current.acquiring[key] == nil {
                     current.acquires += 1
-                    current.acquiring[key] = makeAcquiring(key, number: current.acquires, for: path, in: delegations)
+                    current.acquiring[key] = makeAcquiring(key, number: current.acquires, for: path, mode, in: delegations)
                 }
                 current.acquiring[key]!.waiters += 1
                 return .waiting(key, current.acquiring[key]!.number, current.acquiring[key]!.ending, delegations)
@@ -423,7 +422,8 @@ public final class ClusterMember: Sendable {
 
     /// The acquire of `key` for `path` (its own path, or a directory above it); made under the
     /// state's lock, its task waits for it.
-    private func makeAcquiring(_ key: Key, number: UInt64, for path: String, in delegations: Delegations) -> Acquiring {
+    private func makeAcquiring(_ key: Key, number: UInt64, for path: String, _ mode: Delegations.Mode,
+                               in delegations: Delegations) -> Acquiring {
         let ending = Ending()
         let task = Task { [self] in
             var token: Int64?
@@ -436,7 +436,7 @@ public final class ClusterMember: Sendable {
                 } else {
                     // A directory asked for on what the replica knew, with another host's key
                     // in its way after all: the item alone is asked for instead.
-                    try await acquire(path, key.mode, exactly: true)
+                    try await acquire(path, mode, exactly: true)
                 }
             } catch {
                 result = .failure(error)
@@ -482,8 +482,7 @@ public final class ClusterMember: Sendable {
         if covers(path, mode) { return true }
         let chosen = state.withLock { current -> (key: Key, delegations: Delegations, busy: Bool)? in
             guard let delegations = current.delegations, !delegations.lease.isLost else { return nil }
-            let key = Key(path: mode.isDestructive ? path : delegationPath(for: path, mode, in: delegations, avoiding: current.recalled),
-                          mode: mode)
+            let key = key(for: path, mode, in: delegations, avoiding: current.recalled)
             let exact = Key(path: path, mode: mode)
             let busy = [key, exact].contains { current.givingBack[$0] != nil || current.acquiring[$0] != nil }
             return (key, delegations, busy)
@@ -497,6 +496,17 @@ public final class ClusterMember: Sendable {
             }
         }
         return false
+    }
+
+    /// The key to ask for `mode` of `path`: of its outermost directory nobody else wants
+    /// (`delegationPath`). A deletion, move or replacement is asked for as a write of such a
+    /// directory when there is one (nobody else has anything in it to be asked about), else of
+    /// the item itself in its own mode, so that the hosts it recalls know what is being done.
+    private func key(for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
+                     avoiding recalled: [Key: [Delegations.Entry]]) -> Key {
+        guard mode.isDestructive else { return Key(path: delegationPath(for: path, mode, in: delegations, avoiding: recalled), mode: mode) }
+        let directory = delegationPath(for: path, .write, in: delegations, avoiding: recalled)
+        return directory == path ? Key(path: path, mode: mode) : Key(path: directory, mode: .write)
     }
 
     /// The delegation to ask for `path`: its outermost directory (or itself) in which and

@@ -13,7 +13,7 @@ public struct DelegationGate: ClaimGate {
     }
 
     private func needs(_ intents: [Intent]) -> [(path: String, access: DelegatedAccess)] {
-        intents.compactMap { intent in store.lockedStorePath(intent.target).map { ($0, DelegatedAccess(intent.kind)) } }
+        intents.compactMap { intent in store.delegationNeed(intent.kind, of: intent.target) }
     }
 
     public func admits(_ intents: [Intent]) -> Bool {

@@ -52,6 +52,16 @@ public final class SharedStore: Sendable {
         return storePath(of: package ?? target.path)
     }
 
+    /// What an access of `kind` to `target` needs a delegation of: the item it locks, and how.
+    /// Deleting, moving or replacing an item inside a package is a write of the package (P22),
+    /// not its deletion.
+    public func delegationNeed(_ kind: AccessKind, of target: AccessTarget) -> (path: String, access: DelegatedAccess)? {
+        guard let locked = lockedStorePath(target) else { return nil }
+        let access = DelegatedAccess(kind)
+        let itself = locked == "" ? target.path == root || target.path.isAncestor(of: root) : storePath(of: target.path) == locked
+        return (locked, itself || !access.writes ? access : .writing)
+    }
+
     /// The engine's target for a store path, as the item is here now (a directory or not).
     func storeTarget(_ path: String) -> AccessTarget {
         target(itemPath(ofStorePath: path), path.isEmpty || isDirectory(path))

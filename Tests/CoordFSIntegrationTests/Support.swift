@@ -194,14 +194,14 @@ struct FixtureError: Error, CustomStringConvertible {
     init(_ description: String) { self.description = description }
 }
 
-/// Runs a program to the end.
-@discardableResult
 /// The words before a command that run it as `user` (and group of the same number), without
 /// privileges; its sockets in /tmp/coordfs-UID, as for a user without a runtime directory.
 func asUser(_ user: uid_t) -> [String] {
     ["/usr/bin/setpriv", "--reuid=\(user)", "--regid=\(user)", "--clear-groups", "env", "-u", "XDG_RUNTIME_DIR"]
 }
 
+/// Runs a program to the end.
+@discardableResult
 func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String, errors: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: program)

@@ -30,11 +30,11 @@ import Testing
     @Test func anItemFoundAgainGetsItsIdBack() {
         let departed = DepartedNodes(capacity: 3)
         departed.add(5, Self.record(40))
-        #expect(departed.reclaim(device: 7, number: 40, isDirectory: true) == nil)
-        #expect(departed.reclaim(device: 7, number: 41, isDirectory: false) == nil)
-        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false) == 5)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: true, parent: 1, name: "n40") == nil)
+        #expect(departed.reclaim(device: 7, number: 41, isDirectory: false, parent: 1, name: "n41") == nil)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 1, name: "n40") == 5)
         #expect(departed.record(of: 5) == nil && departed.count == 0)
-        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false) == nil)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 1, name: "n40") == nil)
     }
 
     /// The ring passing an id an item departed under before does not forget the item's later id.
@@ -43,7 +43,31 @@ import Testing
         departed.add(5, Self.record(40))
         departed.add(6, Self.record(40))
         departed.add(7, Self.record(50))    // passes 5
-        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false) == 6)
-        #expect(departed.reclaim(device: 7, number: 50, isDirectory: false) == 7)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 1, name: "n40") == 6)
+        #expect(departed.reclaim(device: 7, number: 50, isDirectory: false, parent: 1, name: "n50") == 7)
+    }
+
+    /// Found at another place, the inode number may be another item's: no id is given back,
+    /// and the record stays for the handles of the item it was.
+    @Test func anItemFoundElsewhereIsNotGivenAnOldId() {
+        let departed = DepartedNodes(capacity: 3)
+        departed.add(5, Self.record(40))
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 1, name: "other") == nil)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 2, name: "n40") == nil)
+        #expect(departed.record(of: 5) != nil)
+    }
+
+    /// An id that departed, came back and departed again keeps its later record when the ring
+    /// passes the slot of its first departure.
+    @Test func anIdThatDepartedAgainOutlivesItsFirstSlot() {
+        let departed = DepartedNodes(capacity: 3)
+        departed.add(5, Self.record(40))
+        departed.remove(5)
+        departed.add(6, Self.record(41))
+        departed.add(5, Self.record(40))
+        departed.add(7, Self.record(42))     // the ring passes 5's first slot
+        #expect(departed.record(of: 5) != nil && departed.record(of: 6) != nil && departed.record(of: 7) != nil)
+        departed.add(8, Self.record(43))     // and 6's: the oldest goes
+        #expect(departed.record(of: 6) == nil && departed.count == 3)
     }
 }

@@ -32,6 +32,20 @@ import Testing
         #expect(store.lockedStorePath(Self.target("/srv/shared/a", packages: ["/srv"])) == "a")
     }
 
+    /// Deleting, moving or replacing an item inside a package is a write of the package (P22);
+    /// of the package itself, or of a plain directory's item, it is what it is.
+    @Test func anItemInsideAPackageIsWrittenNotDeleted() {
+        let store = Self.store()
+        let inside = Self.target("/srv/shared/doc.pages/data", packages: ["/srv/shared/doc.pages"])
+        #expect(store.delegationNeed(.writing(.forDeleting), of: inside)! == ("doc.pages", .writing))
+        #expect(store.delegationNeed(.writing(.forMoving), of: inside)! == ("doc.pages", .writing))
+        #expect(store.delegationNeed(.reading([]), of: inside)! == ("doc.pages", .reading))
+        #expect(store.delegationNeed(.writing(.forDeleting), of: Self.target("/srv/shared/doc.pages"))! == ("doc.pages", .deleting))
+        #expect(store.delegationNeed(.writing(.forReplacing), of: Self.target("/srv/shared/a/b"))! == ("a/b", .replacing))
+        #expect(store.delegationNeed(.writing(.forMoving), of: Self.target("/srv"))! == ("", .moving), "the store itself moves")
+        #expect(store.delegationNeed(.writing(.forDeleting), of: Self.target("/srv/other")) == nil)
+    }
+
     /// A move across the store's edge is, to the other hosts, an item that appeared or went.
     @Test func movesAcrossTheStoresEdgeAreAppearancesAndDeletions() {
         let store = Self.store()

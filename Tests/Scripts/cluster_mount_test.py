@@ -184,6 +184,11 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
                                     "--host-name", "C"], capture_output=True, text=True, timeout=30)
             self.assertNotEqual(other.returncode, 0, other.stderr)
             self.assertIn("which is not a host of the store 'another' on this cluster", other.stderr)
+            # Two hosts of one name would take each other's news.
+            twin = subprocess.run([COORDFS, "mount", self.store, point, "--cluster", "etcd://" + urls, "--cluster-store", "shared",
+                                   "--host-name", "A"], capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(twin.returncode, 0, twin.stderr)
+            self.assertIn("is already the host 'A' of the store 'shared'", twin.stderr)
         finally:
             if os.path.ismount(point):
                 subprocess.run([COORDFS, "unmount", point], capture_output=True, timeout=30)
