@@ -1,5 +1,4 @@
 import LinuxSystem
-import Synchronization
 
 /// The places of the nodes the kernel forgot last, so that a file handle of one (the kernel's
 /// handles name node ids) still opens it: `open_by_handle_at` after the kernel dropped its
@@ -10,7 +9,9 @@ import Synchronization
 /// An item looked up by name again gets its old id back (`reclaim`): the kernel's handles of it
 /// stay good whoever finds it first, the handle's owner or any other program (or the mount's
 /// own watch) that named it meanwhile.
-final class DepartedNodes: Sendable {
+/// Kept in the inode table's state, under its lock: a forget, a lookup and a revival each see
+/// a node either known or departed, never neither.
+struct DepartedNodes: Sendable {
     struct Record {
         let parent: UInt64
         let name: String
@@ -23,7 +24,7 @@ final class DepartedNodes: Sendable {
 
     private struct Item: Hashable { let device: UInt64, number: UInt64 }
 
-    private struct Ring {
+    private struct Ring: Sendable {
         var records: [UInt64: Record] = [:]
         /// The id each remembered item departed under last.
         var ids: [Item: UInt64] = [:]
@@ -40,48 +41,44 @@ final class DepartedNodes: Sendable {
     }
 
     let capacity: Int
-    private let ring = Mutex(Ring())
+    private var ring = Ring()
 
     init(capacity: Int = 131_072) { self.capacity = capacity }
 
-    func add(_ id: UInt64, _ record: Record) {
-        ring.withLock { ring in
-            var record = record
-            if ring.order.count < capacity {
-                record.slot = ring.order.count
-                ring.order.append(id)
-            } else {
-                // The oldest slot's id goes, unless it departed again since (a later slot).
-                let oldest = ring.order[ring.next]
-                if ring.records[oldest]?.slot == ring.next { ring.forget(oldest) }
-                record.slot = ring.next
-                ring.order[ring.next] = id
-                ring.next = (ring.next + 1) % capacity
-            }
-            ring.records[id] = record
-            ring.ids[Item(device: record.device, number: record.number)] = id
+    mutating func add(_ id: UInt64, _ record: Record) {
+        var record = record
+        if ring.order.count < capacity {
+            record.slot = ring.order.count
+            ring.order.append(id)
+        } else {
+            // The oldest slot's id goes, unless it departed again since (a later slot).
+            let oldest = ring.order[ring.next]
+            if ring.records[oldest]?.slot == ring.next { ring.forget(oldest) }
+            record.slot = ring.next
+            ring.order[ring.next] = id
+            ring.next = (ring.next + 1) % capacity
         }
+        ring.records[id] = record
+        ring.ids[Item(device: record.device, number: record.number)] = id
     }
 
     /// The place `id` was last known by, if it is remembered.
-    func record(of id: UInt64) -> Record? { ring.withLock { $0.records[id] } }
+    func record(of id: UInt64) -> Record? { ring.records[id] }
 
     /// Forgets `id`'s record (it is known again). Its slot in the order stays until reused.
-    func remove(_ id: UInt64) { ring.withLock { $0.forget(id) } }
+    mutating func remove(_ id: UInt64) { ring.forget(id) }
 
     /// The id the item `device`:`number` departed under, now that a lookup of `name` in
     /// `parent` found it again: no longer remembered as departed. Nil when it is not
     /// remembered, or was known by another place or type: its inode number may have gone to
     /// another item (as `InodeTable.revive` takes it, the place and the number together).
-    func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: UInt64, name: String) -> UInt64? {
-        ring.withLock { ring in
-            guard let id = ring.ids[Item(device: device, number: number)], let record = ring.records[id],
-                  record.isDirectory == isDirectory, record.parent == parent, record.name == name else { return nil }
-            ring.forget(id)
-            return id
-        }
+    mutating func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: UInt64, name: String) -> UInt64? {
+        guard let id = ring.ids[Item(device: device, number: number)], let record = ring.records[id],
+              record.isDirectory == isDirectory, record.parent == parent, record.name == name else { return nil }
+        ring.forget(id)
+        return id
     }
 
-    var count: Int { ring.withLock { $0.records.count } }
+    var count: Int { ring.records.count }
 }
 

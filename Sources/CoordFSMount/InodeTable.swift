@@ -116,6 +116,8 @@ final class InodeTable: Sendable {
         var nextID: UInt64 = 2
         /// The descriptors held for inodes (the root's aside).
         var slots = DescriptorSlots()
+        /// The nodes the kernel forgot last, for its file handles of them (`revive`).
+        var departed = DepartedNodes()
     }
 
     private let state = Mutex(State())
@@ -125,8 +127,6 @@ final class InodeTable: Sendable {
     /// Every node the kernel knows.
     var knownNodes: [Inode] { state.withLock { $0.byID.values } + [root] }
 
-    /// The nodes the kernel forgot last, for its file handles of them (`revive`).
-    let departed = DepartedNodes()
 
     /// A regular (not O_PATH) descriptor of the backing root: open_by_handle_at wants one.
     private let handleBase: Int32
@@ -333,7 +333,7 @@ final class InodeTable: Sendable {
             }
             let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
             let departedID = justMade ? nil
-                : departed.reclaim(device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
+                : state.departed.reclaim(device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
             let id = departedID ?? state.nextID
             if departedID == nil { state.nextID += 1 }
             let inode = Inode(id: id, device: key.device, number: key.number,
@@ -439,10 +439,10 @@ final class InodeTable: Sendable {
             state.byKey[Key(device: inode.device, number: inode.number)] = nil
             inode.forgotten = true
             changingPlaces(of: inode) { $0.otherPlaces = [] }
-            // Under the table's lock: a lookup by name in between would find the item neither
-            // known nor departed, and give it a new id.
+            // With its removal: a lookup by name in between would find the item neither known
+            // nor departed, and give it a new id.
             if !inode.isUnnamed.load(ordering: .relaxed) {
-                departed.add(id, DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device,
+                state.departed.add(id, DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device,
                                                       number: inode.number, isDirectory: inode.isDirectory))
             }
             guard let slot = state.slots.slot(of: inode), state.slots.pins[slot] == 0 else { return nil }
@@ -458,13 +458,14 @@ final class InodeTable: Sendable {
     /// ESTALE when it is not remembered, or its place now names another item.
     func revive(_ id: UInt64, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
         // Known: counted under the lock that a FORGET takes, which might otherwise drop it between.
-        let known: Inode? = id == Self.rootID ? root : state.withLock { state -> Inode? in
-            let known = state.byID[id]
-            if countingLookup { known?.lookups += 1 }
-            return known
+        // Else where it was last known, looked up with it: a node is one or the other.
+        let (known, departedAt): (Inode?, DepartedNodes.Record?) = id == Self.rootID ? (root, nil) : state.withLock { state in
+            guard let known = state.byID[id] else { return (nil, state.departed.record(of: id)) }
+            if countingLookup { known.lookups += 1 }
+            return (known, nil)
         }
         if let known { return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) }) }
-        guard let gone = departed.record(of: id) else { throw Errno(code: ESTALE) }
+        guard let gone = departedAt else { throw Errno(code: ESTALE) }
         let (parent, _) = try revive(gone.parent, countingLookup: false)
         let fd: Int32, info: stat
         do throws(Errno) { (fd, info) = try openChild(named: gone.name, in: parent) } catch { throw Errno(code: ESTALE) }
@@ -480,8 +481,8 @@ final class InodeTable: Sendable {
             let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: gone.isDirectory,
                               parent: parent.id, name: gone.name)
             inode.lookups = countingLookup ? 1 : 0
-            // Under the table's lock, as `forget` adds it: a forget right after adds it anew.
-            departed.remove(id)
+            // With its insertion, as `forget` adds it: a forget right after adds it anew.
+            state.departed.remove(id)
             return (inode, nil, insert(inode, key, fd: fd, &state))
         }
         if let unused { close(unused) }

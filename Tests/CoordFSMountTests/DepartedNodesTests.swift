@@ -8,7 +8,7 @@ import Testing
     }
 
     @Test func theOldestGoPastTheCapacity() {
-        let departed = DepartedNodes(capacity: 3)
+        var departed = DepartedNodes(capacity: 3)
         for id in UInt64(10)..<15 { departed.add(id, Self.record(id)) }
         #expect(departed.count == 3)
         #expect(departed.record(of: 10) == nil && departed.record(of: 11) == nil)
@@ -16,7 +16,7 @@ import Testing
     }
 
     @Test func aNodeKnownAgainIsNoLongerRemembered() {
-        let departed = DepartedNodes(capacity: 3)
+        var departed = DepartedNodes(capacity: 3)
         departed.add(5, Self.record(5))
         departed.remove(5)
         #expect(departed.record(of: 5) == nil && departed.count == 0)
@@ -28,7 +28,7 @@ import Testing
     /// An item found by name again gets back the id it departed under (its kernel handles name
     /// that id); an item of another type behind the same inode number does not.
     @Test func anItemFoundAgainGetsItsIdBack() {
-        let departed = DepartedNodes(capacity: 3)
+        var departed = DepartedNodes(capacity: 3)
         departed.add(5, Self.record(40))
         #expect(departed.reclaim(device: 7, number: 40, isDirectory: true, parent: 1, name: "n40") == nil)
         #expect(departed.reclaim(device: 7, number: 41, isDirectory: false, parent: 1, name: "n41") == nil)
@@ -39,7 +39,7 @@ import Testing
 
     /// The ring passing an id an item departed under before does not forget the item's later id.
     @Test func theLatestIdOfAnItemIsKept() {
-        let departed = DepartedNodes(capacity: 2)
+        var departed = DepartedNodes(capacity: 2)
         departed.add(5, Self.record(40))
         departed.add(6, Self.record(40))
         departed.add(7, Self.record(50))    // passes 5
@@ -50,7 +50,7 @@ import Testing
     /// Found at another place, the inode number may be another item's: no id is given back,
     /// and the record stays for the handles of the item it was.
     @Test func anItemFoundElsewhereIsNotGivenAnOldId() {
-        let departed = DepartedNodes(capacity: 3)
+        var departed = DepartedNodes(capacity: 3)
         departed.add(5, Self.record(40))
         #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 1, name: "other") == nil)
         #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 2, name: "n40") == nil)
@@ -60,7 +60,7 @@ import Testing
     /// An id that departed, came back and departed again keeps its later record when the ring
     /// passes the slot of its first departure.
     @Test func anIdThatDepartedAgainOutlivesItsFirstSlot() {
-        let departed = DepartedNodes(capacity: 3)
+        var departed = DepartedNodes(capacity: 3)
         departed.add(5, Self.record(40))
         departed.remove(5)
         departed.add(6, Self.record(41))
