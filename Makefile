@@ -44,9 +44,13 @@ test: setup io-uring
 	@$(MAKE) --no-print-directory man >/dev/null
 	@$(MAKE) --no-print-directory docs
 	@$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(FUZZ_TEST_SECONDS) FUZZ_CORPUS=$$(mktemp -d)
+	@# A killed run may have left test mounts behind: cleared first, so they count against nobody.
+	@Tests/Scripts/leftover_mounts.sh
 	@bash -o pipefail -c 'COORDFS_COORDINATION=in-process $(SWIFT) test --skip-build --no-parallel 2>&1 | tee .build/test.log' || { \
 	  echo ""; echo "=== failures (the whole run is in .build/test.log) ==="; \
-	  grep -E -A6 "recorded an issue|Exited with|Fatal error|error:" .build/test.log | head -150; exit 1; }
+	  grep -E -A6 "recorded an issue|Exited with|Fatal error|error:" .build/test.log | head -150; \
+	  Tests/Scripts/leftover_mounts.sh; exit 1; }
+	@Tests/Scripts/leftover_mounts.sh --fail || { echo "a test left a mount behind (named above)"; exit 1; }
 	@skipped=$$(grep -cE "Test .* skipped" .build/test.log || true); echo "skipped: $$skipped"; \
 	  grep -E "Test .* skipped" .build/test.log | sed 's/^[^A-Za-z]*/  /' || true
 	@$(MAKE) --no-print-directory test-python
