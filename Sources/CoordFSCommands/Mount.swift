@@ -2,7 +2,6 @@ import LinuxSystem
 import ArgumentParser
 import CoordinationWire
 import CoordFSMount
-import CoordinationCluster
 import FileCoordination
 import Foundation
 #if canImport(Glibc)

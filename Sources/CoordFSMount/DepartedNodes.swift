@@ -9,6 +9,7 @@ import LinuxSystem
 /// An item looked up by name again gets its old id back (`reclaim`): the kernel's handles of it
 /// stay good whoever finds it first, the handle's owner or any other program (or the mount's
 /// own watch) that named it meanwhile.
+///
 /// Kept in the inode table's state, under its lock: a forget, a lookup and a revival each see
 /// a node either known or departed, never neither.
 struct DepartedNodes: Sendable {
@@ -24,61 +25,55 @@ struct DepartedNodes: Sendable {
 
     private struct Item: Hashable { let device: UInt64, number: UInt64 }
 
-    private struct Ring: Sendable {
-        var records: [UInt64: Record] = [:]
-        /// The id each remembered item departed under last.
-        var ids: [Item: UInt64] = [:]
-        /// Ids in the order they departed; `next` is the oldest once the ring is full.
-        var order: [UInt64] = []
-        var next = 0
-
-        /// Drops `id`'s record, and its item's id unless the item departed again under another.
-        mutating func forget(_ id: UInt64) {
-            guard let record = records.removeValue(forKey: id) else { return }
-            let item = Item(device: record.device, number: record.number)
-            if ids[item] == id { ids[item] = nil }
-        }
-    }
-
+    private var records: [UInt64: Record] = [:]
+    /// The id each remembered item departed under last.
+    private var ids: [Item: UInt64] = [:]
+    /// Ids in the order they departed; `next` is the oldest once the ring is full.
+    private var order: [UInt64] = []
+    private var next = 0
     let capacity: Int
-    private var ring = Ring()
 
     init(capacity: Int = 131_072) { self.capacity = capacity }
 
     mutating func add(_ id: UInt64, _ record: Record) {
         var record = record
-        if ring.order.count < capacity {
-            record.slot = ring.order.count
-            ring.order.append(id)
+        if order.count < capacity {
+            record.slot = order.count
+            order.append(id)
         } else {
             // The oldest slot's id goes, unless it departed again since (a later slot).
-            let oldest = ring.order[ring.next]
-            if ring.records[oldest]?.slot == ring.next { ring.forget(oldest) }
-            record.slot = ring.next
-            ring.order[ring.next] = id
-            ring.next = (ring.next + 1) % capacity
+            let oldest = order[next]
+            if records[oldest]?.slot == next { remove(oldest) }
+            record.slot = next
+            order[next] = id
+            next = (next + 1) % capacity
         }
-        ring.records[id] = record
-        ring.ids[Item(device: record.device, number: record.number)] = id
+        records[id] = record
+        ids[Item(device: record.device, number: record.number)] = id
     }
 
     /// The place `id` was last known by, if it is remembered.
-    func record(of id: UInt64) -> Record? { ring.records[id] }
+    func record(of id: UInt64) -> Record? { records[id] }
 
-    /// Forgets `id`'s record (it is known again). Its slot in the order stays until reused.
-    mutating func remove(_ id: UInt64) { ring.forget(id) }
+    /// Forgets `id`'s record (it is known again), and its item's id unless the item departed
+    /// again under another. Its slot in the order stays until reused.
+    mutating func remove(_ id: UInt64) {
+        guard let record = records.removeValue(forKey: id) else { return }
+        let item = Item(device: record.device, number: record.number)
+        if ids[item] == id { ids[item] = nil }
+    }
 
     /// The id the item `device`:`number` departed under, now that a lookup of `name` in
     /// `parent` found it again: no longer remembered as departed. Nil when it is not
     /// remembered, or was known by another place or type: its inode number may have gone to
     /// another item (as `InodeTable.revive` takes it, the place and the number together).
     mutating func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: UInt64, name: String) -> UInt64? {
-        guard let id = ring.ids[Item(device: device, number: number)], let record = ring.records[id],
+        guard let id = ids[Item(device: device, number: number)], let record = records[id],
               record.isDirectory == isDirectory, record.parent == parent, record.name == name else { return nil }
-        ring.forget(id)
+        remove(id)
         return id
     }
 
-    var count: Int { ring.records.count }
+    var count: Int { records.count }
 }
 

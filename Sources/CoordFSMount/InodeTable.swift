@@ -127,7 +127,6 @@ final class InodeTable: Sendable {
     /// Every node the kernel knows.
     var knownNodes: [Inode] { state.withLock { $0.byID.values } + [root] }
 
-
     /// A regular (not O_PATH) descriptor of the backing root: open_by_handle_at wants one.
     private let handleBase: Int32
     let descriptorBudget: Int

@@ -1,8 +1,8 @@
 import Coordination
 
 /// What a hold through the control socket must pass before it is claimed, beyond this
-/// server's domain: a mount of a shared store (`coordfs mount --cluster`) grants a hold only
-/// inside its host's delegations, as it grants its programs' opens.
+/// server's domain: a host of a shared store (`coordfs mount --cluster`, `coordfs daemon
+/// --cluster`) grants a hold only inside its delegations, as a mount grants its programs' opens.
 public protocol ClaimGate: Sendable {
     /// Whether `intents` may be claimed here now.
     func admits(_ intents: [Intent]) -> Bool

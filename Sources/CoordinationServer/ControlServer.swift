@@ -48,7 +48,7 @@ public final class ControlServer: @unchecked Sendable {
     private var otherHostsHandler: (@Sendable () -> [(host: String, status: [String: WireValue])])?
     private var gate: (any ClaimGate)?
 
-    /// What holds must pass before they are claimed (a mount of a shared store's delegations).
+    /// What holds must pass before they are claimed (a shared store's host's delegations).
     public var claimGate: (any ClaimGate)? {
         get { lock.withLock { gate } }
         set { lock.withLock { gate = newValue } }
