@@ -111,6 +111,9 @@ struct ClusterMemberTests {
     @Test func aDeletionRecallsAsADeletionOfTheItemItself() async throws {
         try await Self.withTwoHosts { a, localA, b in
             try await a.acquirePresence("docs/folder/report")
+            // B's replica must have seen A's presence first; before, B asks for all of "docs"
+            // (nobody else there, as far as it knows) and takes that back once it does.
+            #expect(await Self.eventually { Self.keys(b).contains("A p docs/folder/report") }, "\(Self.keys(b))")
             try await b.acquire("docs/folder", .deleting)
             #expect(Self.keys(b).contains("B d docs/folder"), "\(Self.keys(b))")
             #expect(b.covers("docs/folder/report", .write) && b.covers("docs/folder", .read))
