@@ -63,7 +63,7 @@ final class ClusterJoin: Sendable {
                 let member = ClusterMember(join: {
                     let lease = try await HostLease.grant(on: client, ttl: ttl)
                     let delegations = Delegations(client: client, store: store, host: host, lease: lease)
-                    do { try await delegations.start() } catch {
+                    do { try await delegations.start(release: CoordFS.release) } catch {
                         try? await lease.revoke()
                         throw error
                     }
@@ -76,7 +76,8 @@ final class ClusterJoin: Sendable {
             }
             done.signal()
         }
-        let (seconds, attoseconds) = timeout.components
+        // Joining waits out an earlier run of this host name on another machine (HostRecord).
+        let (seconds, attoseconds) = max(timeout, .seconds(ttl + 5)).components
         if done.wait(timeout: .now() + Double(seconds) + Double(attoseconds) / 1e18) == .timedOut {
             task.cancel()
             throw CommandFailure("cannot join the cluster at \(endpoints.joined(separator: ",")): no answer within \(seconds) s")
@@ -291,20 +292,12 @@ private final class MemberDelegations: HostDelegations {
                 }
             } catch {
                 // A wait stopped (cancelled) tells nobody: its request has been answered.
-                if !Task.isCancelled { completion(.refused(Self.describe(error))) }
+                if !Task.isCancelled { completion(.refused(error.description)) }
             }
         }
         return { task.cancel() }
     }
 
-    static func describe(_ failure: Delegations.Failure) -> String {
-        switch failure {
-        case .leaseLost: "this host's cluster lease is lost"
-        case .withdrawn: "the delegation was withdrawn while it was waited for"
-        case .stopped: "this host has left the cluster"
-        case .etcd(let error): "etcd cannot be reached (\(error))"
-        }
-    }
 }
 
 /// What the cluster asks of the host's own coordination.

@@ -16,6 +16,8 @@ public struct CoordFS: ParsableCommand {
 
     public init() {}
 
+    static let release = "0.1.0"
+
     /// `--version`: the release, the protocol its sockets speak, and what this machine's kernel
     /// and libfuse give a mount.
     static var versionText: String {
@@ -25,7 +27,7 @@ public struct CoordFS: ParsableCommand {
         case (true, false): "available"
         }
         return """
-            coordfs 0.1.0
+            coordfs \(release)
             control socket protocol \(WireProtocol.version)
             libfuse \(MountSession.libfuseVersion), FUSE over io_uring: \(ring)
             """

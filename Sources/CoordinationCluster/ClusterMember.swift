@@ -259,7 +259,9 @@ public final class ClusterMember: Sendable {
                 return
             } catch {
                 attempts += 1
-                if attempts == 1 && whenUnreachable == .local && !state.withLock({ $0.leaving }) {
+                if case Delegations.Failure.cannotJoin(let why)? = error as? Delegations.Failure {
+                    if attempts == 1 { logger.critical("cluster: cannot join again: \(why); this host grants nothing until it can") }
+                } else if attempts == 1 && whenUnreachable == .local && !state.withLock({ $0.leaving }) {
                     state.withLock { $0.alone = true }
                     logger.critical("cluster: etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again")
                 }

@@ -53,14 +53,26 @@ public final class Delegations: Sendable {
         public var wanted: Entry
     }
 
-    public enum Failure: Error, Equatable {
+    public enum Failure: Error, Equatable, CustomStringConvertible {
         /// The host's lease is gone: it holds nothing any more.
         case leaseLost
         /// The key was deleted while it waited (given back, or its lease ended).
         case withdrawn
         /// This host stopped following the store.
         case stopped
+        /// The store's other hosts cannot coordinate with this one (`HostRecord`): why.
+        case cannotJoin(String)
         case etcd(EtcdError)
+
+        public var description: String {
+            switch self {
+            case .leaseLost: "this host's cluster lease is lost"
+            case .withdrawn: "the delegation was withdrawn while it was waited for"
+            case .stopped: "this host has left the cluster"
+            case .cannotJoin(let why): why
+            case .etcd(let error): "etcd cannot be reached (\(error))"
+            }
+        }
     }
 
     public let host: String
@@ -107,10 +119,12 @@ public final class Delegations: Sendable {
         recallSink.finish()
     }
 
-    /// Reads every delegation and starts following changes.
-    public func start() async throws(Failure) {
+    /// Records this run of the host (`HostRecord`, `release` the coordfs version it names),
+    /// reads every delegation and starts following changes.
+    public func start(release: String = "") async throws(Failure) {
         precondition(!state.withLock { $0.started }, "started twice")
         state.withLock { $0.started = true }
+        try await record(version: release)
         let revision = try await reload()
         let task = Task { [self] in await follow(from: revision + 1) }
         follower.withLock { $0 = task }

@@ -189,6 +189,19 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
                                    "--host-name", "A"], capture_output=True, text=True, timeout=30)
             self.assertNotEqual(twin.returncode, 0, twin.stderr)
             self.assertIn("is already the host 'A' of the store 'shared'", twin.stderr)
+            # Elsewhere too: a daemon that would join as A is refused by the store itself, at
+            # once (A's daemon here is live), before it grants anything.
+            elsewhere = os.path.join(self.work, "elsewhere")
+            os.makedirs(elsewhere, exist_ok=True)
+            started = time.monotonic()
+            daemon = subprocess.run(cluster._nsenter(self.info["hosts"][0]["namespace"]) + [
+                COORDFS, "daemon", "--socket", os.path.join(self.work, "twin.sock"), "--cluster", "etcd://" + urls,
+                "--cluster-store", "shared", "--host-name", "A", "--cluster-directory", elsewhere],
+                capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(daemon.returncode, 0, daemon.stderr)
+            self.assertIn("another host of this store is named 'A'", daemon.stderr)
+            self.assertIn("give each host its own --host-name", daemon.stderr)
+            self.assertLess(time.monotonic() - started, TTL, "a live run on this machine is not waited for")
         finally:
             if os.path.ismount(point):
                 subprocess.run([COORDFS, "unmount", point], capture_output=True, timeout=30)
