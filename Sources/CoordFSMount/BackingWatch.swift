@@ -34,6 +34,8 @@ final class BackingWatch: @unchecked Sendable {
     }
 
     private let changes: Int32
+    /// The fanotify group's descriptor (files are marked in it by `WatchedWrites`).
+    var descriptor: Int32 { changes }
     /// A pipe whose write end `stop` writes: the thread's poll wakes and it ends.
     private let wake: (read: Int32, write: Int32)
     /// The backing directory as the kernel spells it (symbolic links resolved), and a
@@ -236,6 +238,19 @@ final class BackingWatch: @unchecked Sendable {
             else if change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 { directories.removeAll() }
         }
         guard change.pid != ownProcess else { return }
+        // A change of a file marked by itself (`WatchedWrites`), whose attributes the kernel
+        // keeps long: forgotten as it is known by its handle, whether or not a name below
+        // BACKING leads to it (written or changed through a link elsewhere, or after its name
+        // went; renamed, its change time moved).
+        var forgotten: Inode?
+        if change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE | CFS_CHANGE_ATTRIB | CFS_CHANGE_RENAME) != 0,
+           !isDirectory, let object = change.object,
+           let node = filesystem.watchedWrites.node(handle: Self.key(object)) {
+            let content = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
+            if change.mask & CFS_CHANGE_ATTRIB != 0 { node.hasNoCapability.store(false, ordering: .relaxed) }
+            filesystem.invalidate(node, pages: content && !node.isWrittenThroughTheKernel())
+            forgotten = node
+        }
         if change.mask & CFS_CHANGE_RENAME != 0 { return takeRename(change, isDirectory: isDirectory, into: &batch) }
         guard let handle = change.directory, let name = change.name else { return }
         let entry = FileSystemName.string(cString: name)
@@ -263,11 +278,16 @@ final class BackingWatch: @unchecked Sendable {
         let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
         let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
         // Writes the kernel serves for an open through the mount are the mount's: not told,
-        // and the kernel keeps the file's size and pages right itself.
-        if writes && !attributes && known?.isWrittenThroughTheKernel() == true { return }
+        // and the kernel keeps the file's size and pages right itself. (A file marked for its
+        // writes as such an open began may be written from behind too: its attributes, kept
+        // long, are forgotten.)
+        if writes && !attributes, let known, known.isWrittenThroughTheKernel() {
+            if filesystem.watchedWrites.covers(known) && known !== forgotten { filesystem.invalidateAttributes(of: known) }
+            return
+        }
         if let known {
             if attributes { known.hasNoCapability.store(false, ordering: .relaxed) }
-            filesystem.invalidate(known, pages: writes)
+            if known !== forgotten { filesystem.invalidate(known, pages: writes) }
         }
         if let parent, !isItself { filesystem.invalidateAttributes(of: parent) }
         batch.add(itemPath, isDirectory: isDirectory || isItself, .changed)

@@ -36,6 +36,7 @@ extension Filesystem {
     /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts
     /// as a lookup (not `.` and `..`), which saves the kernel a LOOKUP per entry.
     func readdir(_ reply: consuming Reply, _ handle: UInt64, _ size: Int, _ offset: off_t, plus: Bool) {
+        let readPoint = watchedWrites.readPoint
         guard let file = files[handle], let stream = file.directory else { return reply.error(EBADF) }
         var listing = DirectoryListing(for: reply, size: size)
         seekdir(stream, offset)
@@ -53,7 +54,7 @@ extension Filesystem {
                     guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }   // gone meanwhile
                     added = FileSystemName.withCString(record.name) {
                         listing.add($0, node: inode.id, attributes: shown(info), timeout: timeout(onDevice: inode.device),
-                                    attributeTimeout: attributeTimeout(for: info), next: record.next)
+                                    attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint), next: record.next)
                     }
                     if !added { inodes.forget(inode.id, 1) }   // not sent: not looked up
                 } else {

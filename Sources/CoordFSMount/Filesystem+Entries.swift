@@ -14,9 +14,11 @@ extension Filesystem {
     func lookup(_ reply: consuming Reply, _ parentID: UInt64, _ name: String) {
         if name == "." || name == ".." { return lookupByHandle(reply, parentID, name) }
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        let readPoint = watchedWrites.readPoint
         do {
             let (inode, info) = try lookupNode(parent, name)
-            reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: info))
+            reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
+                        attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
         } catch where error.code == ENOENT {
             // A negative entry the kernel may cache: creations through the mount update it, and
             // those behind it are forgotten as they come (`BackingWatch`), so a create need not
@@ -31,16 +33,19 @@ extension Filesystem {
     /// of ".." (its parent, to reconnect a directory a handle named), for nodes it may have
     /// forgotten: see `InodeTable.revive`.
     private func lookupByHandle(_ reply: consuming Reply, _ id: UInt64, _ name: String) {
+        let readPoint = watchedWrites.readPoint
         do throws(Errno) {
             if name == "." {
                 let (inode, info) = try inodes.revive(id, countingLookup: true)
-                return reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: info))
+                return reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
+                                   attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
             }
             let (node, _) = try inodes.revive(id, countingLookup: false)
             guard node.isDirectory else { return reply.error(ENOTDIR) }
             let parentID = id == InodeTable.rootID ? id : inodes.placement(of: node).parent
             let (parent, info) = try inodes.revive(parentID, countingLookup: true)
-            reply.entry(parent, shown(info), timeout: timeout(onDevice: parent.device), attributeTimeout: attributeTimeout(for: info))
+            reply.entry(parent, shown(info), timeout: timeout(onDevice: parent.device),
+                        attributeTimeout: attributeTimeout(for: info, of: parent, readSince: readPoint))
         } catch {
             reply.error(error)
         }
@@ -72,16 +77,25 @@ extension Filesystem {
     /// interrupts and notifications' replies.
     var forgetsArePaced: Bool { cfs_ring_facts(device).queues > 0 }
 
+    /// The kernel asks for attributes it did not keep (or no longer): a file asked about
+    /// again is marked for its writes behind the mount, and kept long from then on.
     func getattr(_ reply: consuming Reply, _ id: UInt64, _ handle: UInt64?) {
+        statistics.attributeRequests.add()
         var info = stat()
+        var readPoint = watchedWrites.readPoint
         if let file = handle.flatMap({ files[$0] }) {
             if fstat(file.fd, &info) == -1 { return reply.error(Errno.current) }
-            return reply.attr(shown(info), timeout: attributeTimeout(for: info))
+            watchWritesIfAsked(file.inode, fd: file.fd, &info, readSince: &readPoint)
+            return reply.attr(shown(info), timeout: attributeTimeout(for: info, of: file.inode, readSince: readPoint))
         }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         do {
-            info = try inodes.withFD(inode) { fd throws(Errno) in try statOf(fd) }
-            reply.attr(shown(info), timeout: attributeTimeout(for: info))
+            info = try inodes.withFD(inode) { fd throws(Errno) in
+                var info = try statOf(fd)
+                watchWritesIfAsked(inode, fd: fd, &info, readSince: &readPoint)
+                return info
+            }
+            reply.attr(shown(info), timeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
         } catch {
             reply.error(error)
         }
@@ -123,6 +137,7 @@ extension Filesystem {
 
     /// Makes `change` (of the file's `open`, if it came through one) and answers the request.
     private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: consuming Reply, claim: Claim?) {
+        let readPoint = watchedWrites.readPoint
         do {
             let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
                 try apply(change, to: fd, open: open)
@@ -139,7 +154,7 @@ extension Filesystem {
             }
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
             if let failure = syncAttributes(of: inode, through: open) { return reply.error(failure) }
-            reply.attr(shown(info), timeout: attributeTimeout(for: info))
+            reply.attr(shown(info), timeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
         } catch {
             end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
             reply.error(error)

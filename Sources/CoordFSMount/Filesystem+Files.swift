@@ -59,6 +59,9 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
                                 writer: writes ? writer(of: claim, reply) : 0, directIO: direct, flags: flags)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
+            // Its writes are the mount's now, each reported if it stayed marked; the kernel
+            // keeps its attributes a short time again.
+            if file.writesThroughTheKernel && watchedWrites.unwatch(inode, fd: fd) { invalidateAttributes(of: inode) }
             let handle = files.insert(file, in: place)
             if case .backed(let id, _) = mode {
                 // Already served from a backing file: the bits go now instead of at the first write.
@@ -165,9 +168,13 @@ extension Filesystem {
                 let direct = backingID == nil && flags & CFS_O_DIRECT != 0
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
                                     writer: writer(of: claim, reply), directIO: direct, flags: flags)
+                // A file that was there already, marked: as an open's. (A create's reply, which
+                // the kernel takes whatever it was told to forget meanwhile, is kept a short
+                // time: open for writing, the file is not marked anyway.)
+                if file.writesThroughTheKernel { _ = watchedWrites.unwatch(inode, fd: fd) }
                 let handle = files.insert(file, in: place)
-                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: attributes), info, handle: handle, directIO: direct, backingID: backingID,
-                             noFlush: sendsNoFlush(inode))
+                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info, handle: handle,
+                             directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
             } catch {
                 files.budget.giveBack(place)
                 close(fd)
@@ -236,8 +243,8 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
                                 directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
-            reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: attributes), info, handle: handle, directIO: direct, backingID: backingID,
-                         noFlush: sendsNoFlush(inode))
+            reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info, handle: handle,
+                         directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
         } catch {
             files.budget.giveBack(place)
             close(fd)

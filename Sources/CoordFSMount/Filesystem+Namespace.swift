@@ -26,9 +26,11 @@ extension Filesystem {
                     end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
                     return reply.error(failure)
                 }
+                let readPoint = watchedWrites.readPoint
                 let (inode, info) = try lookupNode(parent, name, justMade: true)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
-                reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device), attributeTimeout: attributeTimeout(for: info))
+                reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
+                            attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
             } catch {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
@@ -71,7 +73,9 @@ extension Filesystem {
                 }
                 let (linked, info) = try lookupNode(parent, name)
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
-                reply.entry(linked, shown(info), timeout: timeout(onDevice: linked.device), attributeTimeout: attributeTimeout(for: info))
+                // Kept a short time: the kernel takes a link's reply whatever it was told to
+                // forget meanwhile (a write behind the mount just then would be lost for long).
+                reply.entry(linked, shown(info), timeout: timeout(onDevice: linked.device), attributeTimeout: unwatchedTimeout)
             } catch {
                 end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)

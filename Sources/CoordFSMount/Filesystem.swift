@@ -36,7 +36,10 @@ public final class Filesystem: @unchecked Sendable {
     var watchedDevice: UInt64 { watched.load(ordering: .relaxed) }
     let watchedTimeout: Double
     let unwatchedTimeout: Double
-    let statistics = MountStatistics()
+    let statistics: MountStatistics
+    /// Files whose writes behind the mount are seen as they are made: the kernel keeps their
+    /// attributes long (`attributeTimeout(for:of:readSince:)`).
+    let watchedWrites: WatchedWrites
     /// Waiting requests whose wait must end early: under a kernel lock, for a settled file,
     /// past the break time (`WaitWatch`).
     let waitWatch: WaitWatch
@@ -85,6 +88,8 @@ public final class Filesystem: @unchecked Sendable {
         self.configuration = configuration
         self.domain = domain
         engine = domain.engine
+        statistics = MountStatistics()
+        watchedWrites = WatchedWrites(statistics: statistics)
         ownership = OwnershipSetting(configuration.ownershipView)
         guard let root = ItemPath(configuration.mountPoint) else {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
@@ -156,6 +161,9 @@ public final class Filesystem: @unchecked Sendable {
                                          byDirectory: configuration.watchesBackingByDirectory, for: self)
             watched.store(watch.device, ordering: .relaxed)
             statistics.watchesBacking.store(true, ordering: .relaxed)
+            // Files' own marks would count against a mark per directory's limits, and go
+            // with them when all of them are removed.
+            if watch.scope == .filesystem { watchedWrites.begin(in: watch.descriptor) }
             return watch
         } catch {
             logger.notice("changes made behind the mount are not seen (\(error)); the kernel keeps names and attributes for \(unwatchedTimeout) s")
@@ -204,12 +212,32 @@ public final class Filesystem: @unchecked Sendable {
     }
 
     /// How long the kernel may keep an item's attributes: a directory's as long as its name
-    /// (they change only as names do, which the watch sees); a file's for `--cache-timeout`
-    /// or a second, since a program writing it in place behind the mount is seen only at its
-    /// close (`BackingWatch` does not ask for each write).
+    /// (they change only as names do, which the watch sees), and a file's whose writes behind
+    /// the mount are seen as they are made (`WatchedWrites`); another file's for
+    /// `--cache-timeout` or a second, since a program writing it in place behind the mount is
+    /// seen only at its close.
+    /// `readSince`: `watchedWrites.readPoint` taken before `info` was read (a file marked
+    /// after that may have been written just before its mark, and `info` not show it).
     @inline(__always)
-    func attributeTimeout(for info: stat) -> Double {
-        info.st_mode & S_IFMT == S_IFDIR ? timeout(onDevice: UInt64(info.st_dev)) : unwatchedTimeout
+    func attributeTimeout(for info: stat, of inode: Inode, readSince: UInt64) -> Double {
+        info.st_mode & S_IFMT == S_IFDIR || watchedWrites.covers(inode, readSince: readSince)
+            ? timeout(onDevice: UInt64(info.st_dev)) : unwatchedTimeout
+    }
+
+    /// Marks `inode`'s file for its writes behind the mount, if it is a regular file on the
+    /// watched filesystem and is not being written through kernel passthrough: the kernel has
+    /// asked for its attributes again, so it may keep them long from now on. `fd`: a
+    /// descriptor of it; `info`: its attributes, read again after the mark; `readSince`, the
+    /// read point they were read after.
+    @inline(__always)
+    func watchWritesIfAsked(_ inode: Inode, fd: Int32, _ info: inout stat, readSince: inout UInt64) {
+        guard info.st_mode & S_IFMT == S_IFREG, inode.device == watchedDevice, watchedTimeout > unwatchedTimeout,
+              !watchedWrites.covers(inode) else { return }
+        let marked = watchedWrites.watch(inode, fd: fd) { wasWatched in
+            for node in inodes.knownNodes where wasWatched(node) { invalidateAttributes(of: node) }
+        }
+        guard let marked, fstat(fd, &info) == 0 else { return }
+        readSince = marked
     }
 
     /// The owner, group and mask every item shows (`-o uid=,gid=,umask=`), as a remount left them.

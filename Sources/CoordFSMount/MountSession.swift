@@ -162,6 +162,7 @@ public final class MountSession: @unchecked Sendable {
         filesystem.session.store(nil, ordering: .relaxed)
         fuse_session_unmount(session)
         backingWatch?.waitUntilStopped()
+        filesystem.watchedWrites.end()
         backingWatch = nil
         fuse_session_destroy(session)
         self.session = nil

@@ -46,6 +46,10 @@ final class MountStatistics: Sendable {
     /// many items to a request (`Filesystem.forgetRequestServed`).
     let forgetRequests = Atomic<Int>(0)
     let forgotten = Atomic<Int>(0)
+    /// GETATTR requests: the kernel asked for attributes it did not keep.
+    let attributeRequests = StripedCounter()
+    /// Files marked for their writes behind the mount (`WatchedWrites`), in this generation of marks.
+    let filesWatchedForWrites = Atomic<Int>(0)
     /// Lookups answered from a node already known, with one fstatat (`InodeTable.knownChild`).
     let knownLookups = Atomic<Int>(0)
     /// Those fstatats that found an item not known (or known without a descriptor): a call
@@ -81,6 +85,8 @@ final class MountStatistics: Sendable {
             ("synced_attributes", syncedAttributes.load(ordering: .relaxed)),
             ("forget_requests", forgetRequests.load(ordering: .relaxed)), ("forgotten", forgotten.load(ordering: .relaxed)),
             ("known_lookups", knownLookups.load(ordering: .relaxed)),
+            ("attribute_requests", attributeRequests.value),
+            ("files_watched_for_writes", filesWatchedForWrites.load(ordering: .relaxed)),
             ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"

@@ -327,6 +327,112 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(try behind("ls '\(fx.path("top"))'") == "a\nb\nback\nx\n")
     }
 
+    /// A file the kernel asks about again is marked for its writes behind the mount: the kernel
+    /// keeps its attributes as long as names, and a program that writes it behind the mount and
+    /// keeps it open (a log) is seen at each write, not at its close. An open for writing
+    /// through the mount takes the mark away (those writes are the mount's): kept a short time
+    /// again until asked about again.
+    @Test func aFileAskedAboutAgainIsKeptLongAndEachWriteBehindIsSeen() throws {
+        let fx = try MountFixture()
+        try fx.seed("log.txt", "one\n")
+        let mounted = fx.path("log.txt")
+        func size() throws -> String { try behind("stat -c %s '\(mounted)'").trimmingCharacters(in: .whitespacesAndNewlines) }
+        func statistic(_ name: String) throws -> Int { try #require(fx.statistics()[name], "no \(name)") }
+        #expect(try size() == "4")                          // looked up: kept a second
+        Thread.sleep(forTimeInterval: 1.3)
+        #expect(try size() == "4")                          // asked again: marked
+        #expect(try statistic("files_watched_for_writes") == 1)
+        let asked = try statistic("attribute_requests")
+        Thread.sleep(forTimeInterval: 1.3)
+        for _ in 0..<3 { #expect(try size() == "4") }
+        #expect(try statistic("attribute_requests") == asked, "the kernel asked again: not kept long")
+
+        // A writer behind the mount that keeps the file open.
+        func appender(_ path: String) throws -> Child {
+            try Child("/usr/bin/python3", ["-u", "-c", """
+                import os, sys
+                fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+                for line in sys.stdin:
+                    os.write(fd, line.encode())
+                    print("wrote", flush=True)
+                """, path])
+        }
+        let writer = try appender(fx.backingPath("log.txt"))
+        writer.send("two")
+        #expect(writer.next() == "wrote")
+        #expect(eventually(.milliseconds(500)) { (try? size()) == "8" }, "a write behind the mount unseen while its writer keeps it open")
+        writer.send("three")
+        #expect(writer.next() == "wrote")
+        #expect(eventually(.milliseconds(500)) { (try? size()) == "14" })
+        #expect(try statistic("files_watched_for_writes") == 1)
+        writer.signal(SIGTERM)
+
+        // Written through another link, outside BACKING: known by the file, not by that name.
+        let outside = fx.base.appendingPathComponent("outside-link").path
+        try behind("ln '\(fx.backingPath("log.txt"))' '\(outside)'")
+        #expect(try size() == "14")
+        let linkWriter = try appender(outside)
+        linkWriter.send("3")
+        #expect(linkWriter.next() == "wrote")
+        #expect(eventually(.milliseconds(500)) { (try? size()) == "16" }, "a write through a link outside BACKING unseen")
+        linkWriter.signal(SIGTERM)
+        try behind("chmod 600 '\(outside)'")
+        #expect(eventually(.milliseconds(500)) { (try? behind("stat -c %a '\(mounted)'")) == "600\n" }, "a stale mode")
+
+        // Open for writing through the mount: the mark goes, and the kernel keeps it a short
+        // time while that writer has it.
+        let mountWriter = try appender(mounted)
+        mountWriter.send("four")
+        #expect(mountWriter.next() == "wrote")
+        #expect(try size() == "21")
+        let before = try statistic("attribute_requests")
+        Thread.sleep(forTimeInterval: 1.3)
+        #expect(try size() == "21")
+        #expect(try statistic("attribute_requests") > before, "kept long while the mount's own writer had it")
+        mountWriter.signal(SIGTERM)
+    }
+
+    /// Files watched for their writes are bounded (32 768, each holding its backing inode in
+    /// memory): past that every mark goes, the kernel forgets what it kept long of them and
+    /// asks again, and marking begins anew.
+    @Test func pastTheBoundEveryFilesMarkGoesAndTheKernelAsksAgain() throws {
+        let bound = 32_768, count = bound + 100
+        let fx = try MountFixture()
+        try fx.seed("many/.keep", "")
+        func statistic(_ name: String) throws -> Int { try #require(fx.statistics()[name], "no \(name)") }
+        // Made behind the mount, and told (the kernel forgets the names as it is told), first.
+        try fx.settled {
+            let made = try run("/usr/bin/python3", ["-c", """
+                import os, sys
+                for i in range(int(sys.argv[2])):
+                    os.close(os.open(f"{sys.argv[1]}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+                """, fx.backingPath("many"), String(count)])
+            #expect(made.status == 0, "\(made.errors)")
+        }
+        let asked = try run("/usr/bin/python3", ["-c", """
+            import os, sys, time
+            mounted, count = sys.argv[1], int(sys.argv[2])
+            for i in range(count):
+                os.stat(f"{mounted}/f{i}")      # looked up: kept a second
+            time.sleep(1.3)
+            for i in range(count):
+                os.stat(f"{mounted}/f{i}")      # asked again: marked
+            """, fx.path("many"), String(count)])
+        #expect(asked.status == 0, "\(asked.errors)")
+        #expect(try statistic("files_watched_for_writes") == count - bound, "a new generation of marks")
+        let requests = try statistic("attribute_requests")
+        try behind("stat '\(fx.path("many/f\(count - 1)"))' >/dev/null")
+        #expect(try statistic("attribute_requests") == requests, "marked in the new generation: kept long")
+        try behind("stat '\(fx.path("many/f0"))' >/dev/null")
+        let afterFirst = try statistic("attribute_requests")
+        #expect(afterFirst > requests, "marked in the old one: the kernel must ask again")
+        try behind("stat '\(fx.path("many/f0"))' >/dev/null")
+        #expect(try statistic("attribute_requests") == afterFirst, "marked again: kept long")
+        // Still seen as it is written behind the mount, without a close.
+        try behind("(python3 -c \"import os, time; fd = os.open('\(fx.backingPath("many/f0"))', os.O_WRONLY); os.write(fd, b'x'); time.sleep(2)\" >/dev/null 2>&1 &)")
+        #expect(eventually(.milliseconds(500)) { (try? behind("stat -c %s '\(fx.path("many/f0"))'")) == "1\n" })
+    }
+
     /// A hundred thousand files made behind the mount, and a rename storm: the mount keeps
     /// answering, sees every name, and a directory's presenter hears the flood as a few
     /// changes of the directory, not one message per file.

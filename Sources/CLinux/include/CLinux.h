@@ -15,6 +15,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <string.h>
+#include <stdio.h>
 
 // The filesystem type (statfs f_type) of an open descriptor; -1 when it cannot be told.
 static inline long cfs_filesystem_type(int fd) {
@@ -139,11 +140,14 @@ static inline int cfs_run_away_from_cpu(int cpu) {
 #include <sys/fanotify.h>
 #include <stdint.h>
 // Not FAN_MODIFY: a mark that asks for it makes every write on the filesystem, anyone's, pay
-// for an event (a fifth of 4 KiB random writes); a write is seen at its file's close.
+// for an event (a fifth of 4 KiB random writes); a write is seen at its file's close, or, for
+// a file the mount marks by itself (`cfs_fanotify_watch_writes`), as it is made.
 #define CFS_WATCH_MASK (FAN_CREATE | FAN_DELETE | FAN_RENAME | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_ONDIR)
 static inline int cfs_fanotify_watch_filesystem(const char *path) {
-    int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_REPORT_DFID_NAME,
-                           O_RDONLY | O_CLOEXEC);
+    // The item's own handle too (FAN_REPORT_TARGET_FID): a write to a file marked by itself is
+    // known by it, whatever name the file has by then (another link, none).
+    int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC | FAN_NONBLOCK | FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS
+                           | FAN_REPORT_DFID_NAME_TARGET, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return -errno;
     if (fanotify_mark(fd, FAN_MARK_ADD | FAN_MARK_FILESYSTEM, CFS_WATCH_MASK, AT_FDCWD, path) != 0) {
         int failure = errno;
@@ -164,6 +168,20 @@ static inline int cfs_fanotify_watch_directories(void) {
     int fd = fanotify_init(flags | FAN_UNLIMITED_QUEUE | FAN_UNLIMITED_MARKS, O_RDONLY | O_CLOEXEC);
     if (fd < 0 && errno == EPERM) fd = fanotify_init(flags, O_RDONLY | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
+}
+
+// Adds (or with `add` 0 removes) the mark of one file's writes (FAN_MODIFY) in `group`, by a
+// descriptor of the file: an O_PATH one too, named through /proc, as fanotify_mark takes no
+// O_PATH descriptor itself. 0 or -errno.
+static inline int cfs_fanotify_watch_writes(int group, int fd, int add) {
+    char path[48];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    return fanotify_mark(group, add ? FAN_MARK_ADD : FAN_MARK_REMOVE, FAN_MODIFY, AT_FDCWD, path) == 0 ? 0 : -errno;
+}
+
+// Removes every file's and directory's own mark in `group` (not a filesystem's): 0 or -errno.
+static inline int cfs_fanotify_remove_inode_marks(int group) {
+    return fanotify_mark(group, FAN_MARK_FLUSH, 0, AT_FDCWD, NULL) == 0 ? 0 : -errno;
 }
 
 // Marks the directory `directory` (a descriptor) for changes of its entries and of itself: 0 or -errno.

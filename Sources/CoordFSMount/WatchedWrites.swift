@@ -1,0 +1,157 @@
+import CLinux
+import LinuxSystem
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Files whose writes behind the mount are reported as they are made, each by a mark of its
+/// own in the backing watch's group (FAN_MODIFY), so that the kernel may keep their attributes
+/// as long as names: a program writing such a file in place behind the mount, and keeping it
+/// open (a log), is seen at each write, not only at its close.
+///
+/// The filesystem's own mark does not ask for every write: that would make every write on the
+/// filesystem, anyone's, pay for an event. A file is marked when the kernel asks for its
+/// attributes again (a GETATTR after the short timeout ran out: a build checking what it
+/// wrote, `ls -l` again), and unmarked while it is open for writing through kernel passthrough,
+/// whose writes would each be reported and are the mount's own.
+///
+/// A mark holds the backing inode in memory (an evictable one could go unseen, and with it the
+/// reports), so marks are bounded: past `most`, all of them go at once and a new generation of
+/// them begins; the kernel is told to forget the attributes it kept long meanwhile.
+final class WatchedWrites: Sendable {
+    static let most = 32_768
+
+    /// A duplicate of the backing watch's descriptor (-1: no file is marked).
+    private let group = Atomic<Int32>(-1)
+    /// A node is watched while its `Inode.writesWatched` is this generation (`marking`'s,
+    /// read without its lock).
+    private let generation = Atomic<UInt32>(1)
+    /// Counts marks made: a reply may keep attributes long only if they were read after the
+    /// file's mark (`Inode.markedAt` at most the `readPoint` taken before reading them). One
+    /// read before the mark may miss a write made just before it, and reach the kernel after
+    /// the marking GETATTR's answer, taking its place.
+    private let sequence = Atomic<UInt64>(0)
+    /// Marks in this generation (`marking`'s, read without its lock): none, and a reported
+    /// change needs no look-up by handle.
+    private let markCount = Atomic<Int>(0)
+    /// Marks are made and removed one at a time: none may fall between a renewal's removal of
+    /// them all and the generation it begins, nor an open's removal between a GETATTR's mark
+    /// and its note of it.
+    private let marking = Mutex(Marking())
+    private let statistics: MountStatistics
+
+    private struct Marking {
+        var generation: UInt32 = 1
+        var marks = 0
+        /// The nodes marked in this generation by their files' handles as fanotify reports
+        /// them: a write is known by its file, whatever name it has by then (or none).
+        var byHandle: [[UInt8]: Inode] = [:]
+        var handles: [UInt64: [UInt8]] = [:]
+    }
+
+    init(statistics: MountStatistics) { self.statistics = statistics }
+
+    /// Begins marking files in the group of `descriptor`.
+    func begin(in descriptor: Int32) {
+        let copy = fcntl(descriptor, F_DUPFD_CLOEXEC, 0)
+        if copy >= 0, group.exchange(copy, ordering: .releasing) >= 0 { preconditionFailure("files marked twice") }
+    }
+
+    /// Stops marking files (the marks stay with the watch's group until it is closed).
+    func end() {
+        let descriptor = group.exchange(-1, ordering: .acquiring)
+        if descriptor >= 0 { close(descriptor) }
+    }
+
+    /// Whether `inode`'s writes behind the mount are reported as they are made.
+    @inline(__always)
+    func covers(_ inode: Inode) -> Bool {
+        let marked = inode.writesWatched.load(ordering: .relaxed)
+        return marked != 0 && marked == generation.load(ordering: .relaxed)
+    }
+
+    /// Taken before reading attributes, for `covers(_:readSince:)`.
+    @inline(__always)
+    var readPoint: UInt64 { sequence.load(ordering: .acquiring) }
+
+    /// Whether `inode` is covered and was marked before `point` was taken: what was read
+    /// after that misses no write.
+    @inline(__always)
+    func covers(_ inode: Inode, readSince point: UInt64) -> Bool {
+        // Acquiring: the generation seen brings the `markedAt` stored before it.
+        let marked = inode.writesWatched.load(ordering: .acquiring)
+        return marked != 0 && marked == generation.load(ordering: .acquiring) && inode.markedAt.load(ordering: .acquiring) <= point
+    }
+
+    /// The node marked for the file of `handle` (as fanotify reports it), if any.
+    func node(handle: @autoclosure () -> [UInt8]) -> Inode? {
+        guard markCount.load(ordering: .relaxed) > 0 else { return nil }
+        return marking.withLock { $0.byHandle[handle()] }
+    }
+
+    /// Marks the file `fd` (of `inode`, a regular file) unless it is open for writing through
+    /// kernel passthrough: the read point from which its attributes may be kept long (read
+    /// them again after it), or nil when it is not marked. `forgetAll` makes the kernel forget
+    /// the attributes of every node of the generation that ends, when the bound is reached.
+    func watch(_ inode: Inode, fd: Int32, forgetAll: (_ wasWatched: (Inode) -> Bool) -> Void) -> UInt64? {
+        let descriptor = group.load(ordering: .acquiring)
+        guard descriptor >= 0 else { return nil }
+        if covers(inode) { return inode.markedAt.load(ordering: .acquiring) }
+        var handle = [UInt8](repeating: 0, count: 256)
+        let size = cfs_handle_bytes(fd, &handle, handle.count)
+        guard size > 0 else { return nil }
+        handle.removeSubrange(Int(size)...)
+        var ended: UInt32?
+        let watched = marking.withLock { state -> UInt64? in
+            // Checked under the lock an open's removal takes: a writer through the mount that
+            // began before is seen here; one after removes this mark.
+            guard inode.kernelWriters.load(ordering: .relaxed) == 0 else { return nil }
+            if state.marks >= Self.most {
+                // All go, and the kernel forgets what it kept long of them (below).
+                ended = state.generation
+                state.generation = state.generation &+ 1 == 0 ? 1 : state.generation &+ 1
+                state.marks = 0
+                markCount.store(0, ordering: .relaxed)
+                state.byHandle = [:]
+                state.handles = [:]
+                generation.store(state.generation, ordering: .releasing)
+                _ = cfs_fanotify_remove_inode_marks(descriptor)
+            }
+            guard cfs_fanotify_watch_writes(descriptor, fd, 1) == 0 else { return nil }
+            state.marks += 1
+            markCount.store(state.marks, ordering: .relaxed)
+            state.byHandle[handle] = inode
+            state.handles[inode.id] = handle
+            statistics.filesWatchedForWrites.store(state.marks, ordering: .relaxed)
+            let point = sequence.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+            inode.markedAt.store(point, ordering: .releasing)
+            inode.writesWatched.store(state.generation, ordering: .releasing)
+            return point
+        }
+        if let ended { forgetAll { $0.writesWatched.load(ordering: .relaxed) == ended } }
+        return watched
+    }
+
+    /// Unmarks the file `fd` of `inode`, about to be written through kernel passthrough
+    /// (counted in its `kernelWriters` already): whether it was marked, in this generation or
+    /// one a renewal is ending (the kernel must forget the attributes it may keep long).
+    func unwatch(_ inode: Inode, fd: Int32) -> Bool {
+        // Always under the lock (no check before it): a GETATTR that read no writer and is
+        // marking now is either done, and seen here, or sees this writer.
+        guard group.load(ordering: .relaxed) >= 0 else { return false }
+        return marking.withLock { state -> Bool in
+            let marked = inode.writesWatched.exchange(0, ordering: .acquiring)
+            guard marked != 0 else { return false }
+            if marked == state.generation {
+                let descriptor = group.load(ordering: .acquiring)
+                if descriptor >= 0 { _ = cfs_fanotify_watch_writes(descriptor, fd, 0) }
+                if let handle = state.handles.removeValue(forKey: inode.id) { state.byHandle[handle] = nil }
+                state.marks -= 1
+                markCount.store(state.marks, ordering: .relaxed)
+                statistics.filesWatchedForWrites.store(state.marks, ordering: .relaxed)
+            }
+            return true
+        }
+    }
+}
