@@ -1,5 +1,6 @@
 import CoordinationClient
 import Foundation
+import TestSupport
 import Testing
 #if canImport(Glibc)
 import Glibc
@@ -127,13 +128,16 @@ import Glibc
         return (directory, directory + "/daemon.sock")
     }
 
-    /// Ends the daemon serving `socket` (its pid is in the hello's reply).
+    /// Ends the daemon serving `socket` (its pid is in the hello's reply), and waits for it to
+    /// be gone: removing its directory while it removes its socket made the removal fail
+    /// (ENOENT mid-way) and left the directory behind.
     static func stopDaemon(at socket: String) {
         // No daemon there (it never started, or ended): nothing to stop.
-        if let client = try? ControlClient(socketPath: socket) {
-            if case .int(let pid)? = client.server["pid"] { kill(pid_t(pid), SIGTERM) }
-            client.close()
-        }
+        guard let client = try? ControlClient(socketPath: socket) else { return }
+        let served = client.server["pid"]
+        client.close()
+        guard case .int(let pid)? = served, kill(pid_t(pid), SIGTERM) == 0 else { return }
+        _ = eventually(.seconds(10)) { kill(pid_t(pid), 0) != 0 }
     }
 }
 
