@@ -297,7 +297,6 @@ private final class MemberDelegations: HostDelegations {
         }
         return { task.cancel() }
     }
-
 }
 
 /// What the cluster asks of the host's own coordination.

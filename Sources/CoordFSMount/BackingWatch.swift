@@ -18,10 +18,11 @@ import Glibc
 /// One fanotify mark covers the backing directory's filesystem (root only: CAP_SYS_ADMIN), or,
 /// without the privilege or when asked, one mark each directory below BACKING
 /// (`WatchedDirectories`); either reports each change by its directory's file handle and the
-/// entry's name. The mount's own changes are left out by their process, which is the daemon's,
-/// except writes the kernel serves straight from the backing file (kernel passthrough), which
-/// carry the writer's: those to a file open for writing through the mount, or closed just now,
-/// count as the mount's.
+/// entry's name, and by the item's own handle (with the filesystem's mark, files marked for
+/// their writes, `WatchedWrites`, are known by it). The mount's own changes are left out by
+/// their process, which is the daemon's, except writes the kernel serves straight from the
+/// backing file (kernel passthrough), which carry the writer's: those to a file open for
+/// writing through the mount, or closed just now, count as the mount's.
 final class BackingWatch: @unchecked Sendable {
     /// How a watch could not be made, for the log.
     struct Unavailable: Error, CustomStringConvertible {

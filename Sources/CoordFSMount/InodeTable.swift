@@ -55,7 +55,7 @@ final class Inode: @unchecked Sendable {
     let kernelWriters = Atomic<Int>(0)
     let kernelWritesEnded = Atomic<Int64>(0)
     /// The generation of `WatchedWrites` in which its file was marked for its writes (0: not).
-    let writesWatched = Atomic<UInt32>(0)
+    let markGeneration = Atomic<UInt32>(0)
     /// `WatchedWrites`' count of marks when it was marked.
     let markedAt = Atomic<UInt64>(0)
     /// A file made with O_TMPFILE and not linked yet: it has no name, nobody else can reach it,

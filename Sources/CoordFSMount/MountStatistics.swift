@@ -46,9 +46,11 @@ final class MountStatistics: Sendable {
     /// many items to a request (`Filesystem.forgetRequestServed`).
     let forgetRequests = Atomic<Int>(0)
     let forgotten = Atomic<Int>(0)
-    /// GETATTR requests: the kernel asked for attributes it did not keep.
+    /// GETATTR requests: the kernel asked for attributes it did not keep (their time ran out, or
+    /// it was told to forget them).
     let attributeRequests = StripedCounter()
-    /// Files marked for their writes behind the mount (`WatchedWrites`), in this generation of marks.
+    /// Files marked for their writes behind the mount (`WatchedWrites`) in this generation of
+    /// marks; a file removed since still counts until the next.
     let filesWatchedForWrites = Atomic<Int>(0)
     /// Lookups answered from a node already known, with one fstatat (`InodeTable.knownChild`).
     let knownLookups = Atomic<Int>(0)

@@ -17,21 +17,21 @@ import Glibc
 /// whose writes would each be reported and are the mount's own.
 ///
 /// A mark holds the backing inode in memory (an evictable one could go unseen, and with it the
-/// reports), so marks are bounded: past `most`, all of them go at once and a new generation of
+/// reports), so marks are bounded: past `markLimit`, all of them go at once and a new generation of
 /// them begins; the kernel is told to forget the attributes it kept long meanwhile.
 final class WatchedWrites: Sendable {
-    static let most = 32_768
+    static let markLimit = 32_768
 
     /// A duplicate of the backing watch's descriptor (-1: no file is marked).
     private let group = Atomic<Int32>(-1)
-    /// A node is watched while its `Inode.writesWatched` is this generation (`marking`'s,
+    /// A node is watched while its `Inode.markGeneration` is this generation (`marking`'s,
     /// read without its lock).
     private let generation = Atomic<UInt32>(1)
     /// Counts marks made: a reply may keep attributes long only if they were read after the
     /// file's mark (`Inode.markedAt` at most the `readPoint` taken before reading them). One
     /// read before the mark may miss a write made just before it, and reach the kernel after
     /// the marking GETATTR's answer, taking its place.
-    private let sequence = Atomic<UInt64>(0)
+    private let marksMade = Atomic<UInt64>(0)
     /// Marks in this generation (`marking`'s, read without its lock): none, and a reported
     /// change needs no look-up by handle.
     private let markCount = Atomic<Int>(0)
@@ -67,20 +67,20 @@ final class WatchedWrites: Sendable {
     /// Whether `inode`'s writes behind the mount are reported as they are made.
     @inline(__always)
     func covers(_ inode: Inode) -> Bool {
-        let marked = inode.writesWatched.load(ordering: .relaxed)
+        let marked = inode.markGeneration.load(ordering: .relaxed)
         return marked != 0 && marked == generation.load(ordering: .relaxed)
     }
 
     /// Taken before reading attributes, for `covers(_:readSince:)`.
     @inline(__always)
-    var readPoint: UInt64 { sequence.load(ordering: .acquiring) }
+    var readPoint: UInt64 { marksMade.load(ordering: .acquiring) }
 
     /// Whether `inode` is covered and was marked before `point` was taken: what was read
     /// after that misses no write.
     @inline(__always)
     func covers(_ inode: Inode, readSince point: UInt64) -> Bool {
         // Acquiring: the generation seen brings the `markedAt` stored before it.
-        let marked = inode.writesWatched.load(ordering: .acquiring)
+        let marked = inode.markGeneration.load(ordering: .acquiring)
         return marked != 0 && marked == generation.load(ordering: .acquiring) && inode.markedAt.load(ordering: .acquiring) <= point
     }
 
@@ -107,7 +107,7 @@ final class WatchedWrites: Sendable {
             // Checked under the lock an open's removal takes: a writer through the mount that
             // began before is seen here; one after removes this mark.
             guard inode.kernelWriters.load(ordering: .relaxed) == 0 else { return nil }
-            if state.marks >= Self.most {
+            if state.marks >= Self.markLimit {
                 // All go, and the kernel forgets what it kept long of them (below).
                 ended = state.generation
                 state.generation = state.generation &+ 1 == 0 ? 1 : state.generation &+ 1
@@ -119,17 +119,22 @@ final class WatchedWrites: Sendable {
                 _ = cfs_fanotify_remove_inode_marks(descriptor)
             }
             guard cfs_fanotify_watch_writes(descriptor, fd, 1) == 0 else { return nil }
-            state.marks += 1
+            // A file marked already in this generation (its node forgotten, and looked up anew)
+            // has one mark, whatever nodes named it.
+            if let earlier = state.byHandle.updateValue(inode, forKey: handle) {
+                if earlier.id != inode.id { state.handles[earlier.id] = nil }
+            } else {
+                state.marks += 1
+            }
             markCount.store(state.marks, ordering: .relaxed)
-            state.byHandle[handle] = inode
             state.handles[inode.id] = handle
             statistics.filesWatchedForWrites.store(state.marks, ordering: .relaxed)
-            let point = sequence.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+            let point = marksMade.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
             inode.markedAt.store(point, ordering: .releasing)
-            inode.writesWatched.store(state.generation, ordering: .releasing)
+            inode.markGeneration.store(state.generation, ordering: .releasing)
             return point
         }
-        if let ended { forgetAll { $0.writesWatched.load(ordering: .relaxed) == ended } }
+        if let ended { forgetAll { $0.markGeneration.load(ordering: .relaxed) == ended } }
         return watched
     }
 
@@ -141,7 +146,7 @@ final class WatchedWrites: Sendable {
         // marking now is either done, and seen here, or sees this writer.
         guard group.load(ordering: .relaxed) >= 0 else { return false }
         return marking.withLock { state -> Bool in
-            let marked = inode.writesWatched.exchange(0, ordering: .acquiring)
+            let marked = inode.markGeneration.exchange(0, ordering: .acquiring)
             guard marked != 0 else { return false }
             if marked == state.generation {
                 let descriptor = group.load(ordering: .acquiring)

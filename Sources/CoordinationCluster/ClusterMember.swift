@@ -242,7 +242,7 @@ public final class ClusterMember: Sendable {
     /// be reached (it may still live there, a host cut off for less than its TTL): the keys of
     /// the run that lost it would otherwise stand in the new run's way until it expired.
     private func rejoin(after lost: HostLease) async {
-        var attempts = 0
+        var attempts = 0, refusalTold = false
         while !Task.isCancelled && !state.withLock({ $0.leaving }) {
             do {
                 try await lost.revoke()
@@ -260,7 +260,8 @@ public final class ClusterMember: Sendable {
             } catch {
                 attempts += 1
                 if case Delegations.Failure.cannotJoin(let why)? = error as? Delegations.Failure {
-                    if attempts == 1 { logger.critical("cluster: cannot join again: \(why); this host grants nothing until it can") }
+                    if !refusalTold { logger.critical("cluster: cannot join again: \(why); this host grants nothing until it can") }
+                    refusalTold = true
                 } else if attempts == 1 && whenUnreachable == .local && !state.withLock({ $0.leaving }) {
                     state.withLock { $0.alone = true }
                     logger.critical("cluster: etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again")
@@ -492,7 +493,10 @@ public final class ClusterMember: Sendable {
         guard let (key, delegations, busy) = chosen else { throw .leaseLost }
         if busy { return false }
         for candidate in key.path == path ? [key] : [key, Key(path: path, mode: mode)] {
-            if let token = try await delegations.acquireUnlessBlocked(candidate.path, candidate.mode) {
+            // The item itself recalls the host in its way: one that holds it idle gives it back,
+            // and the open tried again may succeed. (A directory asked for on the replica's word
+            // recalls nobody.)
+            if let token = try await delegations.acquireUnlessBlocked(candidate.path, candidate.mode, recalling: candidate.path == path) {
                 state.withLock { $0.hold(candidate, made: token, by: delegations) }
                 return covers(path, mode)
             }

@@ -41,6 +41,12 @@ public final class Delegations: Sendable {
         /// The lease it lives by: a host's run. A key a host left in an earlier run (it died and
         /// came back within the TTL) is another holder's, not its own.
         public var lease: Int64
+        /// Asked for unless another key is in its way, recalling nobody (`acquireUnlessBlocked`
+        /// with `recalling` false): its host takes it back rather than wait. (A host asking
+        /// for a whole directory on a replica that had not seen another host's key in it would
+        /// otherwise have that host's presenters asked about a write of the directory that
+        /// never comes.)
+        public var isTentative = false
 
         func isSameHolder(as other: Entry) -> Bool { host == other.host && lease == other.lease }
     }
@@ -124,7 +130,7 @@ public final class Delegations: Sendable {
     public func start(release: String = "") async throws(Failure) {
         precondition(!state.withLock { $0.started }, "started twice")
         state.withLock { $0.started = true }
-        try await record(version: release)
+        try await record(release: release)
         let revision = try await reload()
         let task = Task { [self] in await follow(from: revision + 1) }
         follower.withLock { $0 = task }
@@ -165,12 +171,15 @@ public final class Delegations: Sendable {
 
     /// `acquire`, unless another host's key is in the way: then the key made is withdrawn and
     /// nil returned. (A host asking for a whole directory on what its replica knew takes back a
-    /// request that would wait for holders of items it does not need.)
-    public func acquireUnlessBlocked(_ path: String, _ mode: Mode) async throws(Failure) -> Int64? {
-        try await acquire(path, mode, waits: false)
+    /// request that would wait for holders of items it does not need.) `recalling`: the hosts
+    /// in the way are recalled all the same, to give back what none of their programs holds
+    /// (an `O_NONBLOCK` open, which fails now, may succeed when tried again); without it the
+    /// key is tentative and recalls nobody.
+    public func acquireUnlessBlocked(_ path: String, _ mode: Mode, recalling: Bool = false) async throws(Failure) -> Int64? {
+        try await acquire(path, mode, waits: false, tentative: !recalling)
     }
 
-    private func acquire(_ path: String, _ mode: Mode, waits: Bool) async throws(Failure) -> Int64? {
+    private func acquire(_ path: String, _ mode: Mode, waits: Bool, tentative: Bool = false) async throws(Failure) -> Int64? {
         let key = self.key(path, mode)
         // With the key, the keys that could be in its way, read at its revision: the replica
         // may not have followed that far yet, and must not grant on what it has not seen.
@@ -180,7 +189,7 @@ public final class Delegations: Sendable {
             // A key of this run already there (acquired before) keeps its place in line.
             while made == nil {
                 let answer = try await client.transaction(
-                    [.absent(key)], success: [.put(key: key, value: Array(mode.rawValue.utf8), lease: lease.id)] + around,
+                    [.absent(key)], success: [.put(key: key, value: Array((mode.rawValue + (tentative ? "?" : "")).utf8), lease: lease.id)] + around,
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
                     made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
@@ -193,7 +202,7 @@ public final class Delegations: Sendable {
             throw .etcd(error)
         }
         let (revision, snapshot, readAt) = made!
-        let mine = Entry(path: path, host: host, mode: mode, revision: revision, lease: lease.id)
+        let mine = Entry(path: path, host: host, mode: mode, revision: revision, lease: lease.id, isTentative: tentative)
         let granted: Int64
         do {
             granted = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int64, Error>) in
@@ -285,11 +294,13 @@ public final class Delegations: Sendable {
     private func entry(_ value: EtcdKeyValue) -> Entry? {
         guard value.key.starts(with: prefix) else { return nil }
         let rest = value.key[prefix.count...]
-        guard let zero = rest.firstIndex(of: 0), let mode = Mode(rawValue: String(decoding: value.value, as: UTF8.self)) else { return nil }
+        let tentative = value.value.last == UInt8(ascii: "?")
+        guard let zero = rest.firstIndex(of: 0),
+              let mode = Mode(rawValue: String(decoding: tentative ? value.value.dropLast() : value.value[...], as: UTF8.self)) else { return nil }
         let holder = rest[(zero + 1)...]
         let host = holder.firstIndex(of: 0).map { holder[..<$0] } ?? holder
         return Entry(path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: host, as: UTF8.self),
-                     mode: mode, revision: value.createRevision, lease: value.lease)
+                     mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative)
     }
 
     /// Reads every key anew: the revision read at.
@@ -361,7 +372,7 @@ public final class Delegations: Sendable {
                 && Self.blockers(of: $0.value, in: state.entries).isEmpty }   // this run's
             for (heldKey, mine) in held {
                 for (otherKey, other) in state.entries where !other.isSameHolder(as: mine) && other.revision > mine.revision
-                    && Self.conflict(mine, other) {
+                    && !other.isTentative && Self.conflict(mine, other) {
                     let pair = Told(held: heldKey, heldRevision: mine.revision, wanted: otherKey, wantedRevision: other.revision)
                     if state.told.insert(pair).inserted { recalls.append(Recall(held: mine, wanted: other)) }
                 }

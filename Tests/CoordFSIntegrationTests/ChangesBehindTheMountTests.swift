@@ -1,3 +1,4 @@
+@testable import CoordFSMount
 import FileCoordination
 import Foundation
 import TestSupport
@@ -392,11 +393,11 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         mountWriter.signal(SIGTERM)
     }
 
-    /// Files watched for their writes are bounded (32 768, each holding its backing inode in
-    /// memory): past that every mark goes, the kernel forgets what it kept long of them and
-    /// asks again, and marking begins anew.
+    /// Files watched for their writes are bounded (`WatchedWrites.markLimit`, each holding its
+    /// backing inode in memory): past that every mark goes, the kernel forgets what it kept long
+    /// of them and asks again, and marking begins anew.
     @Test func pastTheBoundEveryFilesMarkGoesAndTheKernelAsksAgain() throws {
-        let bound = 32_768, count = bound + 100
+        let bound = WatchedWrites.markLimit, count = bound + 100
         let fx = try MountFixture()
         try fx.seed("many/.keep", "")
         func statistic(_ name: String) throws -> Int { try #require(fx.statistics()[name], "no \(name)") }

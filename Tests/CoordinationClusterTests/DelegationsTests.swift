@@ -95,6 +95,25 @@ struct DelegationsTests {
         await again.leave()
     }
 
+    /// A tentative key (a directory asked for on the replica's word) is taken back by its host
+    /// rather than wait: it recalls nobody, and the holder hears only of the request that waits.
+    @Test func aTentativeRequestRecallsNobody() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client)
+        _ = try await a.acquire("docs/folder/report", .presence)
+        var recallsOfA = a.recalls.makeAsyncIterator()
+        #expect(try await b.acquireUnlessBlocked("docs", .write) == nil, "A's presence is in the way")
+        let deletion = Pending { try await b.acquire("docs/folder", .deleting) }
+        let recall = await recallsOfA.next()
+        #expect(recall?.wanted.path == "docs/folder" && recall?.wanted.mode == .deleting, "\(String(describing: recall))")
+        try await a.release("docs/folder/report")
+        _ = try await deletion.value
+        await a.leave()
+        await b.leave()
+    }
+
     /// Waiters are served in the order they came, whatever their modes.
     @Test func hostsAreServedFirstComeFirstServed() async throws {
         let servers = try EtcdServers()

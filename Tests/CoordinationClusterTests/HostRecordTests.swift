@@ -30,7 +30,8 @@ struct HostRecordTests {
     }
 
     static func elsewhere(pid: Int32 = 4242) -> HostRecord {
-        HostRecord(format: HostRecord.currentFormat, machine: "0123456789abcdef0123456789abcdef", boot: "another-boot", pid: pid, started: 1, version: "9.9.9")
+        HostRecord(format: HostRecord.currentFormat, machine: "0123456789abcdef0123456789abcdef", boot: "another-boot",
+                   pidNamespace: "pid:[1]", pid: pid, started: 1, ttl: 3, release: "9.9.9")
     }
 
     @Test func aHostOfAnotherFormatIsRefusedAndLeavesNoRecord() async throws {
@@ -40,7 +41,7 @@ struct HostRecordTests {
         let older = try await HostLease.grant(on: client, ttl: 10)
         var record = Self.elsewhere()
         record.format = 1
-        record.version = "0.0.9"
+        record.release = "0.0.9"
         try await Self.put(record, of: "old", lease: older.id, on: client)
         await #expect(throws: Delegations.Failure.cannotJoin("host 'old' of this store runs coordfs 0.0.9 (cluster format 1, this coordfs's is \(HostRecord.currentFormat)): every host of a store must run the same coordfs")) {
             _ = try await Self.joining("B", client)
@@ -67,7 +68,7 @@ struct HostRecordTests {
         let live = try await HostLease.grant(on: client, ttl: 2)
         try await Self.put(Self.elsewhere(), of: "render1", lease: live.id, on: client)
         let started = ContinuousClock.now
-        await #expect(throws: Delegations.Failure.cannotJoin("another host of this store is named 'render1' (machine 01234567): give each host its own --host-name")) {
+        await #expect(throws: Delegations.Failure.cannotJoin("another host of this store is named 'render1' (machine 01234567): give each host its own --host-name (one that stopped keeps its name for its TTL, 3 s)")) {
             _ = try await Self.joining("render1", client, ttl: 2)
         }
         let waited = ContinuousClock.now - started
@@ -91,13 +92,14 @@ struct HostRecordTests {
     }
 
     /// On this machine the process tells: a live one is refused at once, one that has gone is
-    /// an earlier run (killed, and started again within its TTL).
-    @Test func onThisMachineTheProcessTells() async throws {
+    /// an earlier run (killed, and started again within its TTL), and so is a pid used again.
+    /// In another pid namespace (a container) the process cannot be looked up: as elsewhere.
+    @Test func hereALiveRunIsRefusedAtOnceAndAGoneOneIsAnEarlierRun() async throws {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
         let lease = try await HostLease.grant(on: client, ttl: 10)
-        var here = HostRecord.this(version: "9.9.9")
+        var here = HostRecord.this(release: "9.9.9", ttl: 2)
         here.pid = 1
         here.started = try #require(HostRecord.start(of: 1))
         try await Self.put(here, of: "A", lease: lease.id, on: client)
@@ -124,6 +126,14 @@ struct HostRecordTests {
         host = try await Self.joining("A", client)
         #expect(ContinuousClock.now - again < .seconds(2), "pid 1 started at another time is not the run")
         await host.leave()
+
+        // A gone pid in another pid namespace is not known to be gone: waited for, then refused.
+        here.pid = gone.processIdentifier
+        here.pidNamespace = "pid:[1]"
+        try await Self.put(here, of: "A", lease: lease.id, on: client)
+        again = ContinuousClock.now
+        await #expect(throws: Delegations.Failure.self) { _ = try await Self.joining("A", client, ttl: 2) }
+        #expect(ContinuousClock.now - again >= .milliseconds(2500), "another namespace's pid was taken for gone")
         try await lease.revoke()
     }
 }

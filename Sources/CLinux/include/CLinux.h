@@ -189,7 +189,7 @@ static inline int cfs_fanotify_mark_directory(int group, int directory) {
     return fanotify_mark(group, FAN_MARK_ADD, CFS_WATCH_MASK | FAN_EVENT_ON_CHILD, directory, NULL) == 0 ? 0 : -errno;
 }
 
-// The bytes of the handle of the directory `fd` refers to, laid out as fanotify reports handles,
+// The bytes of the handle of the item (a directory, a file) `fd` refers to, laid out as fanotify reports handles,
 // into `bytes` (room for `size`): their count, or -errno. Needs no privilege, unlike opening one.
 static inline int cfs_handle_bytes(int fd, void *bytes, size_t size) {
     struct cfs_file_handle handle;
