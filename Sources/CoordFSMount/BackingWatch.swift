@@ -243,13 +243,13 @@ final class BackingWatch: @unchecked Sendable {
         // keeps long: forgotten as it is known by its handle, whether or not a name below
         // BACKING leads to it (written or changed through a link elsewhere, or after its name
         // went; renamed, its change time moved).
+        let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
+        let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
         var forgotten: Inode?
-        if change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE | CFS_CHANGE_ATTRIB | CFS_CHANGE_RENAME) != 0,
-           !isDirectory, let object = change.object,
+        if writes || attributes || change.mask & CFS_CHANGE_RENAME != 0, !isDirectory, let object = change.object,
            let node = filesystem.watchedWrites.node(handle: Self.key(object)) {
-            let content = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
-            if change.mask & CFS_CHANGE_ATTRIB != 0 { node.hasNoCapability.store(false, ordering: .relaxed) }
-            filesystem.invalidate(node, pages: content && !node.isWrittenThroughTheKernel())
+            if attributes { node.hasNoCapability.store(false, ordering: .relaxed) }
+            filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel())
             forgotten = node
         }
         if change.mask & CFS_CHANGE_RENAME != 0 { return takeRename(change, isDirectory: isDirectory, into: &batch) }
@@ -276,8 +276,6 @@ final class BackingWatch: @unchecked Sendable {
         // unnamed O_TMPFILE file, which the kernel names "#INODE").
         guard let found = isItself ? (directory.device, directory.number) : existing(entry, in: directory) else { return }
         let known = filesystem.inodes.node(device: found.device, number: found.number)
-        let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
-        let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
         // Writes the kernel serves for an open through the mount are the mount's: not told,
         // and the kernel keeps the file's size and pages right itself. (A file marked for its
         // writes as such an open began may be written from behind too: its attributes, kept
@@ -474,8 +472,8 @@ final class BackingWatch: @unchecked Sendable {
         return WatchedDirectories(root: root, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
     }
 
-    /// The handle of the directory `fd` as fanotify reports it, as a key.
-    private static func handle(of fd: Int32) -> WatchedDirectories.Handle? {
+    /// The handle of the item (a directory, a file) `fd` as fanotify reports it, as a key.
+    static func handle(of fd: Int32) -> WatchedDirectories.Handle? {
         var bytes = [UInt8](repeating: 0, count: 256)
         let count = cfs_handle_bytes(fd, &bytes, bytes.count)
         return count > 0 ? Array(bytes.prefix(Int(count))) : nil

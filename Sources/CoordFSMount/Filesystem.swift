@@ -233,9 +233,8 @@ public final class Filesystem: @unchecked Sendable {
     func watchWritesIfAsked(_ inode: Inode, fd: Int32, _ info: inout stat, readSince: inout UInt64) {
         guard info.st_mode & S_IFMT == S_IFREG, inode.device == watchedDevice, watchedTimeout > unwatchedTimeout,
               !watchedWrites.covers(inode) else { return }
-        let marked = watchedWrites.watch(inode, fd: fd) { wasWatched in
-            for node in inodes.knownNodes where wasWatched(node) { invalidateAttributes(of: node) }
-        }
+        let (marked, ended) = watchedWrites.watch(inode, fd: fd)
+        if let ended { invalidateAttributes { $0.markGeneration.load(ordering: .relaxed) == ended } }
         guard let marked, fstat(fd, &info) == 0 else { return }
         readSince = marked
     }
@@ -264,7 +263,7 @@ public final class Filesystem: @unchecked Sendable {
         if let umask = given.umask { view.umask = umask }
         guard view != ownership.current else { return nil }
         ownership.set(view)
-        for node in inodes.knownNodes { invalidateAttributes(of: node) }
+        invalidateAttributes { _ in true }
         logger.notice("remounted: owner \(view.owner.map(String.init) ?? "as stored"), group \(view.group.map(String.init) ?? "as stored"), umask \(view.umask.map { String($0, radix: 8) } ?? "none")")
         return nil
     }

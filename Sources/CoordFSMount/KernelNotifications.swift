@@ -17,6 +17,11 @@ extension Filesystem {
         _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id), -1, 0)
     }
 
+    /// `invalidateAttributes(of:)` for every known node `which` names.
+    func invalidateAttributes(of which: (Inode) -> Bool) {
+        for node in inodes.knownNodes where which(node) { invalidateAttributes(of: node) }
+    }
+
     /// Tells the kernel to forget what it keeps of `inode`: its attributes, and with `pages`
     /// its cached pages too (its content changed behind the mount).
     func invalidate(_ inode: Inode, pages: Bool) {

@@ -24,26 +24,23 @@ final class WatchedWrites: Sendable {
 
     /// A duplicate of the backing watch's descriptor (-1: no file is marked).
     private let group = Atomic<Int32>(-1)
-    /// A node is watched while its `Inode.markGeneration` is this generation (`marking`'s,
-    /// read without its lock).
+    /// A node is watched while its `Inode.markGeneration` is this generation (changed only
+    /// under `marking`, read without it).
     private let generation = Atomic<UInt32>(1)
     /// Counts marks made: a reply may keep attributes long only if they were read after the
     /// file's mark (`Inode.markedAt` at most the `readPoint` taken before reading them). One
     /// read before the mark may miss a write made just before it, and reach the kernel after
     /// the marking GETATTR's answer, taking its place.
     private let marksMade = Atomic<UInt64>(0)
-    /// Marks in this generation (`marking`'s, read without its lock): none, and a reported
-    /// change needs no look-up by handle.
-    private let markCount = Atomic<Int>(0)
+    /// Counts the files marked in this generation (`filesWatchedForWrites`, changed only under
+    /// `marking`): none, and a reported change needs no look-up by handle.
+    private let statistics: MountStatistics
     /// Marks are made and removed one at a time: none may fall between a renewal's removal of
     /// them all and the generation it begins, nor an open's removal between a GETATTR's mark
     /// and its note of it.
     private let marking = Mutex(Marking())
-    private let statistics: MountStatistics
 
     private struct Marking {
-        var generation: UInt32 = 1
-        var marks = 0
         /// The nodes marked in this generation by their files' handles as fanotify reports
         /// them: a write is known by its file, whatever name it has by then (or none).
         var byHandle: [[UInt8]: Inode] = [:]
@@ -51,6 +48,10 @@ final class WatchedWrites: Sendable {
     }
 
     init(statistics: MountStatistics) { self.statistics = statistics }
+
+    private var marks: Int { statistics.filesWatchedForWrites.load(ordering: .relaxed) }
+
+    private func setMarks(_ count: Int) { statistics.filesWatchedForWrites.store(count, ordering: .relaxed) }
 
     /// Begins marking files in the group of `descriptor`.
     func begin(in descriptor: Int32) {
@@ -86,36 +87,31 @@ final class WatchedWrites: Sendable {
 
     /// The node marked for the file of `handle` (as fanotify reports it), if any.
     func node(handle: @autoclosure () -> [UInt8]) -> Inode? {
-        guard markCount.load(ordering: .relaxed) > 0 else { return nil }
+        guard marks > 0 else { return nil }
         return marking.withLock { $0.byHandle[handle()] }
     }
 
     /// Marks the file `fd` (of `inode`, a regular file) unless it is open for writing through
-    /// kernel passthrough: the read point from which its attributes may be kept long (read
-    /// them again after it), or nil when it is not marked. `forgetAll` makes the kernel forget
-    /// the attributes of every node of the generation that ends, when the bound is reached.
-    func watch(_ inode: Inode, fd: Int32, forgetAll: (_ wasWatched: (Inode) -> Bool) -> Void) -> UInt64? {
+    /// kernel passthrough. `point`: the read point from which its attributes may be kept long
+    /// (read them again after it), nil when it is not marked; `ended`: the generation the bound
+    /// ended (the kernel must forget the attributes it keeps of its nodes), if it was reached.
+    func watch(_ inode: Inode, fd: Int32) -> (point: UInt64?, ended: UInt32?) {
         let descriptor = group.load(ordering: .acquiring)
-        guard descriptor >= 0 else { return nil }
-        if covers(inode) { return inode.markedAt.load(ordering: .acquiring) }
-        var handle = [UInt8](repeating: 0, count: 256)
-        let size = cfs_handle_bytes(fd, &handle, handle.count)
-        guard size > 0 else { return nil }
-        handle.removeSubrange(Int(size)...)
+        guard descriptor >= 0 else { return (nil, nil) }
+        if covers(inode) { return (inode.markedAt.load(ordering: .acquiring), nil) }
+        guard let handle = BackingWatch.handle(of: fd) else { return (nil, nil) }
         var ended: UInt32?
         let watched = marking.withLock { state -> UInt64? in
             // Checked under the lock an open's removal takes: a writer through the mount that
             // began before is seen here; one after removes this mark.
             guard inode.kernelWriters.load(ordering: .relaxed) == 0 else { return nil }
-            if state.marks >= Self.markLimit {
-                // All go, and the kernel forgets what it kept long of them (below).
-                ended = state.generation
-                state.generation = state.generation &+ 1 == 0 ? 1 : state.generation &+ 1
-                state.marks = 0
-                markCount.store(0, ordering: .relaxed)
-                state.byHandle = [:]
-                state.handles = [:]
-                generation.store(state.generation, ordering: .releasing)
+            if marks >= Self.markLimit {
+                // All go, and the kernel forgets what it kept long of them (the caller).
+                let current = generation.load(ordering: .relaxed)
+                ended = current
+                setMarks(0)
+                state = Marking()
+                generation.store(current &+ 1 == 0 ? 1 : current &+ 1, ordering: .releasing)
                 _ = cfs_fanotify_remove_inode_marks(descriptor)
             }
             guard cfs_fanotify_watch_writes(descriptor, fd, 1) == 0 else { return nil }
@@ -124,18 +120,15 @@ final class WatchedWrites: Sendable {
             if let earlier = state.byHandle.updateValue(inode, forKey: handle) {
                 if earlier.id != inode.id { state.handles[earlier.id] = nil }
             } else {
-                state.marks += 1
+                setMarks(marks + 1)
             }
-            markCount.store(state.marks, ordering: .relaxed)
             state.handles[inode.id] = handle
-            statistics.filesWatchedForWrites.store(state.marks, ordering: .relaxed)
             let point = marksMade.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
             inode.markedAt.store(point, ordering: .releasing)
-            inode.markGeneration.store(state.generation, ordering: .releasing)
+            inode.markGeneration.store(generation.load(ordering: .relaxed), ordering: .releasing)
             return point
         }
-        if let ended { forgetAll { $0.markGeneration.load(ordering: .relaxed) == ended } }
-        return watched
+        return (watched, ended)
     }
 
     /// Unmarks the file `fd` of `inode`, about to be written through kernel passthrough
@@ -148,13 +141,11 @@ final class WatchedWrites: Sendable {
         return marking.withLock { state -> Bool in
             let marked = inode.markGeneration.exchange(0, ordering: .acquiring)
             guard marked != 0 else { return false }
-            if marked == state.generation {
+            if marked == generation.load(ordering: .relaxed) {
                 let descriptor = group.load(ordering: .acquiring)
                 if descriptor >= 0 { _ = cfs_fanotify_watch_writes(descriptor, fd, 0) }
                 if let handle = state.handles.removeValue(forKey: inode.id) { state.byHandle[handle] = nil }
-                state.marks -= 1
-                markCount.store(state.marks, ordering: .relaxed)
-                statistics.filesWatchedForWrites.store(state.marks, ordering: .relaxed)
+                setMarks(marks - 1)
             }
             return true
         }

@@ -131,13 +131,15 @@ import Glibc
     /// Ends the daemon serving `socket` (its pid is in the hello's reply), and waits for it to
     /// be gone: removing its directory while it removes its socket made the removal fail
     /// (ENOENT mid-way) and left the directory behind.
+    /// A test's clean-up, not a check: no daemon there (it never started, or ended already)
+    /// leaves nothing to stop; one that does not end is recorded.
     static func stopDaemon(at socket: String) {
-        // No daemon there (it never started, or ended): nothing to stop.
-        guard let client = try? ControlClient(socketPath: socket) else { return }
-        let served = client.server["pid"]
-        client.close()
-        guard case .int(let pid)? = served, kill(pid_t(pid), SIGTERM) == 0 else { return }
-        _ = eventually(.seconds(10)) { kill(pid_t(pid), 0) != 0 }
+        let client = try? ControlClient(socketPath: socket)
+        let served = client?.server["pid"]
+        client?.close()
+        if case .int(let pid)? = served, kill(pid_t(pid), SIGTERM) == 0 {
+            #expect(eventually(.seconds(10)) { kill(pid_t(pid), 0) != 0 }, "the daemon at \(socket) did not end")
+        }
     }
 }
 

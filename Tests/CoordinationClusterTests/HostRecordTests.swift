@@ -60,7 +60,7 @@ struct HostRecordTests {
     }
 
     /// Another machine's live run under this host's name keeps its lease alive: refused once
-    /// this host's TTL has passed (a dead one's lease would have ended by then).
+    /// its TTL has passed (a dead one's lease would have ended by then).
     @Test func aLiveHostOfTheSameNameElsewhereIsRefusedAfterTheTTL() async throws {
         let servers = try EtcdServers()
         defer { servers.stop() }

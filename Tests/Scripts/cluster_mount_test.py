@@ -81,6 +81,16 @@ class Opening:
         return self.assert_ended
 
 
+def stop(process, seconds):
+    """Ends `process`: asked to, then killed if it has not within `seconds`."""
+    process.terminate()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def daemon_of(mount_point):
     """The pid of the coordfs daemon serving mount_point."""
     for entry in os.listdir("/proc"):
@@ -501,12 +511,7 @@ class JsonLines:
         return False
 
     def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop(self.process, 5)
         self.thread.join(timeout=5)
         self.process.stdout.close()
 
@@ -694,12 +699,7 @@ class ClusterDaemonTests(ClusterHosts, unittest.TestCase):
         cls.mounts.pop(host, None)
         if cls.daemon is None:
             return
-        cls.daemon.terminate()
-        try:
-            cls.daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            cls.daemon.kill()
-            cls.daemon.wait()
+        stop(cls.daemon, 10)
 
     def on_B(self):
         """The environment of B's programs: they find B's daemon."""
