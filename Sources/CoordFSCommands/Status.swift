@@ -216,6 +216,14 @@ struct Status: ParsableCommand {
             add("HOLD@" + name, other["holders"])
             add("WAIT@" + name, other["waiters"])
         }
+        // Entries the server left out to keep its reply readable: said, never silently.
+        if case .object(let omitted)? = fields["omitted"] {
+            let counts = ["holders", "waiters", "presenters"].compactMap { list -> String? in
+                guard case .int(let count)? = omitted[list] else { return nil }
+                return "\(count) \(list)"
+            }
+            FileHandle.standardError.write(Data("warning: the server left out \(counts.joined(separator: ", ")) (too many to send)\n".utf8))
+        }
         var table = rows.map { row in columns.map { row[$0] ?? "" } }
         if !noHeadings { table.insert(columns.map(\.rawValue), at: 0) }
         if raw {

@@ -260,8 +260,16 @@ public final class ControlClient: @unchecked Sendable {
             if !received.isEmpty { lock.withLock { descriptors += received } }
             if count <= 0 { break }
             pending += buffer[0..<count]
-            WireLines.take(from: &pending) { line in
-                if let message = try? WireCodec.decodeServer(line) { dispatch(message) }
+            // A line this client cannot read ends the connection: dropped, the request it
+            // answers would wait for ever.
+            do throws(WireError) {
+                try WireLines.take(from: &pending) { line throws(WireError) in dispatch(try WireCodec.decodeServer(line)) }
+                if pending.count > WireProtocol.maximumReplyLength {
+                    throw WireError("line longer than \(WireProtocol.maximumReplyLength) bytes")
+                }
+            } catch {
+                lock.withLock { if refusal == nil { refusal = ControlError("EPROTO", "the server sent a line this client cannot read: \(error)") } }
+                break
             }
         }
         let (waiters, callbacksLeft, end) = lock.withLock { () -> ([(DispatchSemaphore, Box)], [@Sendable (Result<[String: WireValue], ControlError>) -> Void], (@Sendable () -> Void)?) in

@@ -83,9 +83,14 @@ package final class CoordinatedAccess: @unchecked Sendable {
 
     /// Reports a move made in the accessor to the daemons this access holds items in: they do
     /// not see the rename (a mount does, and reports it itself).
-    package func reportRemoteMove(from source: ItemPath, to destination: ItemPath) {
+    /// Every daemon is told; the first refusal is thrown once all have been.
+    package func reportRemoteMove(from source: ItemPath, to destination: ItemPath) throws {
         let holds = lock.withLock { remoteHolds }
-        for (link, number) in holds where link.isDaemon { link.reportMove(in: number, from: source, to: destination) }
+        var refusal: Error?
+        for (link, number) in holds where link.isDaemon {
+            do { try link.reportMove(in: number, from: source, to: destination) } catch { refusal = refusal ?? error }
+        }
+        if let refusal { throw refusal }
     }
 
     package var grantID: GrantID? {
@@ -289,8 +294,8 @@ package final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
-    /// The item another user's access went ahead on while this access held it (SPEC §4), once
-    /// the access has ended; nil when its coordination held throughout.
+    /// The item another user's access went ahead on while this access held it (docs/sharing.md),
+    /// once the access has ended; nil when its coordination held throughout.
     package var broken: String? { lock.withLock { brokenItem } }
 
     /// The wait failed after the local grant: give everything back and fail.

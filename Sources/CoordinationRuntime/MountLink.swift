@@ -131,9 +131,14 @@ package final class MountLink: @unchecked Sendable {
     func cancel(_ request: Int) { client.send(.cancel(id: 0, request: request)) }
 
     /// Tells the server of a move made inside `hold`, which it cannot see itself (a daemon: a
-    /// mount sees the rename).
-    func reportMove(in hold: Int, from: ItemPath, to: ItemPath) {
-        _ = try? client.request { .moved(id: $0, hold: hold, from: from.string, to: to.string) }
+    /// mount sees the rename). Throws the server's refusal: a hold that does not write both
+    /// places, or a move this user could not have made.
+    func reportMove(in hold: Int, from: ItemPath, to: ItemPath) throws {
+        do {
+            _ = try client.request { .moved(id: $0, hold: hold, from: from.string, to: to.string) }
+        } catch let error as ControlError {
+            throw Self.error(error, item: from.string)
+        }
     }
 
     /// Ends a hold and waits until the mount has: once an accessor returns, others may proceed.

@@ -39,7 +39,7 @@ extension ClientConnection {
         case .remount(let id, let options): changeMountOptions(id, options)
         case .cancel(let id, let request): cancelPendingHold(id, request)
         case .status(let id):
-            send(.ok(id: id, fields: server.status(mayLearn: mayLearn(of:))))
+            outbox.send(StatusReply.line(id: id, fields: server.status(mayLearn: mayLearn(of:))))
         case .vend(let id, let name, let path): vend(id, name, path)
         case .withdraw(let id, let number): withdraw(id, number)
         case .services(let id, let path): services(id, path)

@@ -222,21 +222,32 @@ extension ClientConnection {
         }
     }
 
-    /// A move the holder made inside hold `number`: the destination must be one of its items,
-    /// which the client may write; the source is named by where the item was.
+    /// A move the holder made inside hold `number`. The hold must write both places (the
+    /// item or a directory around it), as Apple's own way to coordinate a move does (C40), and
+    /// the client must be one who could have made that rename: write both places and read where
+    /// the item was. Otherwise any client holding its own file could name another user's item
+    /// as `from` and have that user's presenters and services follow it into the client's file.
     func moved(_ id: Int, _ number: Int, _ from: String, _ to: String) {
         guard let held = lock.withLock({ holds[number] }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
-        let source: AccessTarget, destination: (target: AccessTarget, realPath: String)
+        let source: (target: AccessTarget, realPath: String), destination: (target: AccessTarget, realPath: String)
         do {
             destination = try server.resolver.resolve(to)
-            source = try server.resolver.resolve(from).target
+            source = try server.resolver.resolve(from)
         } catch {
             return send(.error(id: id, errno: error.errno, message: error.message))
         }
-        guard held.claim.intents.contains(where: { $0.kind.isWrite && ($0.path == source.path || $0.path == destination.target.path) }) else {
-            return send(.error(id: id, errno: "EPERM", message: "hold \(number) writes neither '\(from)' nor '\(to)'"))
+        let writes = held.claim.intents.filter { $0.kind.isWrite }
+        for (named, path) in [(from, source.target.path), (to, destination.target.path)]
+        where !writes.contains(where: { path.isSameOrInside($0.path) }) {
+            return send(.error(id: id, errno: "EPERM", message: "hold \(number) does not write '\(named)': a move is reported inside a write of both places"))
         }
-        var moving = source
+        let base = server.resolver.permissionBase
+        guard Permissions.allows(peer, source.realPath, .read, from: base),
+              Permissions.allows(peer, source.realPath, .write, from: base),
+              Permissions.allows(peer, destination.realPath, .write, from: base) else {
+            return send(.error(id: id, errno: "EACCES", message: "cannot move '\(from)' to '\(to)'"))
+        }
+        var moving = source.target
         moving.isDirectory = destination.target.isDirectory
         held.claim.reportMove(from: moving, to: destination.target, in: server.domain)
         send(.ok(id: id, fields: [:]))

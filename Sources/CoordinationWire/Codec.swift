@@ -295,12 +295,12 @@ public enum WireCodec {
         // Most lines a client reads are events: `EventLine` reads them without JSONSerialization,
         // which is too slow for every event.
         if let record = EventLine.parse(line) { return .event(record) }
-        return try serverMessage(try parseObject(line, quickly: true))
+        return try serverMessage(try parseObject(line, quickly: true, limit: WireProtocol.maximumReplyLength))
     }
 
     /// A server line through `JSONSerialization` alone: what the quick readings are tested against.
     static func decodeServerInGeneral(_ line: some Collection<UInt8>) throws(WireError) -> ServerMessage {
-        try serverMessage(try parseObject(line, quickly: false))
+        try serverMessage(try parseObject(line, quickly: false, limit: WireProtocol.maximumReplyLength))
     }
 
     private static func serverMessage(_ object: [String: JSON]) throws(WireError) -> ServerMessage {
@@ -329,8 +329,9 @@ public enum WireCodec {
     // MARK: Helpers
 
     /// `quickly`: by `JSONReader` first, which leaves to `JSONSerialization` what it is not sure of.
-    private static func parseObject(_ line: some Collection<UInt8>, quickly: Bool) throws(WireError) -> [String: JSON] {
-        guard line.count <= WireProtocol.maximumLineLength else { throw WireError("line longer than \(WireProtocol.maximumLineLength) bytes") }
+    private static func parseObject(_ line: some Collection<UInt8>, quickly: Bool,
+                                    limit: Int = WireProtocol.maximumLineLength) throws(WireError) -> [String: JSON] {
+        guard line.count <= limit else { throw WireError("line longer than \(limit) bytes") }
         guard !line.isEmpty else { throw WireError("empty line") }
         if quickly, let object = JSONReader.object(line) { return object }
         let parsed: Any

@@ -1,11 +1,15 @@
 import Foundation
 
-/// The control socket's protocol, version 1: one JSON object per line, each at most
-/// `maximumLineLength` bytes. See docs/protocol.md. This module only turns values into bytes and
-/// back; it does no I/O.
+/// The control socket's protocol, version 1: one JSON object per line, a client's each at most
+/// `maximumLineLength` bytes, a server's at most `maximumReplyLength`. See docs/protocol.md. This
+/// module only turns values into bytes and back; it does no I/O.
 public enum WireProtocol {
     public static let version = 1
+    /// What a server reads of a client's line: small, so that no client can make it buffer much.
     public static let maximumLineLength = 65_536
+    /// What a client reads of a server's line. Only `status` comes near it (a busy shared mount's
+    /// holders, waiters and presenters); a server leaves entries out rather than pass it.
+    public static let maximumReplyLength = 16 << 20
 }
 
 /// One intent of a `hold`.

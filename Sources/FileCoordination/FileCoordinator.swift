@@ -152,7 +152,7 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
 
     /// Runs `body` with `access` granted and ends the access when it returns or throws (C5).
     /// An accessor that returns normally while another user broke the access's coordination
-    /// throws `coordinationBroken` instead (SPEC §4).
+    /// throws `coordinationBroken` instead (docs/sharing.md).
     func withGranted<T>(_ access: CoordinatedAccess, _ body: () throws -> T) throws -> T {
         try waitForGrant(access)
         pushRunning(access)
@@ -253,7 +253,7 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     // MARK: Moves (C15, C24)
 
     /// Announces a move; accepted and does nothing, as on Linux there is no sandbox grant to
-    /// carry over (reference C48). Balance it with `item(at:didMoveTo:)`.
+    /// carry over (C48). Balance it with `item(at:didMoveTo:)`.
     public func item(at oldURL: URL, willMoveTo newURL: URL) {}
 
     /// Reports that the item at `oldURL` is now at `newURL`. Only inside a coordinated write of
@@ -274,7 +274,9 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
         let old = try locator.canonicalPath(of: oldURL), new = try locator.canonicalPath(of: newURL)
         let access = lock.withLock { running.reversed().first { access in access.grantedIntents.contains { $0.kind.isWrite } } }
         guard let access, let grant = access.grantID else { throw FileCoordinationError.moveReportedOutsideWrite }
-        access.reportRemoteMove(from: old, to: new)
+        // Presenters in this process follow whatever the daemon says; its refusal is thrown after.
+        let remoteRefusal: Error?
+        do { try access.reportRemoteMove(from: old, to: new); remoteRefusal = nil } catch { remoteRefusal = error }
         // After the rename the item is at `new`; its facts come from there.
         var source = locator.target(for: new)
         source.path = old
@@ -286,6 +288,7 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
         } catch {
             throw FileCoordinationError.from(error, item: old.string)
         }
+        if let remoteRefusal { throw remoteRefusal }
     }
 
     // MARK: forUploading (O4)

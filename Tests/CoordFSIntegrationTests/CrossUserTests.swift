@@ -7,7 +7,7 @@ import Testing
 import Glibc
 #endif
 
-/// A mount shared by several users (SPEC §4): a presenter's refusal is a veto only for its own
+/// A mount shared by several users (docs/sharing.md): a presenter's refusal is a veto only for its own
 /// user's accesses, and root's for anyone's.
 @Suite struct CrossUserVetoes {
     let binary = Paths.binary.path
@@ -52,7 +52,7 @@ import Glibc
     }
 }
 
-/// Each user's share of the files open through a shared mount (SPEC §4): one user holding
+/// Each user's share of the files open through a shared mount (docs/sharing.md): one user holding
 /// files open until refused leaves every other user's opens and creates working.
 @Suite struct CrossUserOpenFiles {
 
@@ -110,7 +110,7 @@ import Glibc
     }
 }
 
-/// SPEC §4: another user's hold delays an access at most the break time; a Swift coordinator
+/// Another user's hold delays an access at most the break time; a Swift coordinator
 /// whose hold was broken that way hears it as an error of its coordinate call, and its
 /// process's report handler hears it too.
 @Suite struct CrossUserBreaks {
@@ -137,7 +137,7 @@ import Glibc
     }
 }
 
-/// SPEC §4: numbers from another user, on the socket and on the command line, are refused with
+/// Numbers from another user, on the socket and on the command line, are refused with
 /// a clear error, and the mount goes on serving everyone. (`{"timeout":1e16}` once overflowed
 /// converting to Int64 and took the mount down for every user.)
 @Suite struct CrossUserNumbers {
@@ -194,5 +194,88 @@ import Glibc
         let watched = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "watch", fx.path("secret")]))
         #expect(watched.status != 0 && watched.errors.contains("permission denied"), "\(watched)")
         #expect(!watched.errors.contains("not inside a coordfs mount"), "\(watched)")
+    }
+}
+
+/// Every operation of the control socket, tried by another user against root's items on a
+/// shared mount (docs/sharing.md): what that user could not read or write, it can neither hold,
+/// watch, vend, find nor connect to, and it cannot make root's presenters or services follow a
+/// move it names. (A `moved` naming root's `private/secret` as its source was once accepted
+/// from a hold of the user's own file: root's presenter then followed into that file.)
+@Suite struct CrossUserOperations {
+    let binary = Paths.binary.path
+
+    @Test("C24 a move is reported only inside a write of both places, by a user who could make it")
+    func eachOperationAsAnotherUser() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        for directory in ["private", "shared", "nobody"] {
+            try FileManager.default.createDirectory(atPath: fx.backingPath(directory), withIntermediateDirectories: true)
+        }
+        try fx.seed("private/secret", "root's secret\n")
+        try fx.seed("shared/doc", "root's document\n")
+        try fx.seed("nobody/a", "a\n")
+        try fx.seed("nobody/b", "b\n")
+        chmod(fx.backingPath("private"), 0o700)
+        chmod(fx.backingPath("shared/doc"), 0o644)
+        chmod(fx.backingPath("nobody"), 0o777)
+        for file in ["nobody", "nobody/a", "nobody/b"] { chown(fx.backingPath(file), 65534, 65534) }
+
+        // Root presents and vends both of its items.
+        let secretPresenter = try Child(binary, ["watch", fx.path("private/secret")])
+        let docPresenter = try Child(binary, ["watch", fx.path("shared/doc")])
+        let secretService = try Child(binary, ["vend", "org.example.root", fx.path("private/secret"), "--", "echo", "root"])
+        let docService = try Child(binary, ["vend", "org.example.shared", fx.path("shared/doc"), "--", "echo", "root"])
+        let services = { (path: String) in (try? run(self.binary, ["services", path]))?.output ?? "" }
+        #expect(eventually { services(fx.path("private/secret")).contains("org.example.root") })
+        #expect(eventually { services(fx.path("shared/doc")).contains("org.example.shared") })
+        #expect(eventually { ((try? fx.state()) ?? "").components(separatedBy: "PRESENT").count == 3 })
+
+        let script = Paths.scripts.appendingPathComponent("other_user_ops.py").path
+        let python = Paths.repository.appendingPathComponent("clients/python").path
+        let attempt = try run(Nobody.program, Nobody.arguments(["/usr/bin/env", "PYTHONPATH=\(python)", "/usr/bin/python3", script,
+                                                                fx.mountPoint.path]))
+        #expect(attempt.status == 0, "\(attempt)")
+        let answered = try JSONSerialization.jsonObject(with: Data(attempt.output.utf8)) as? [String: String] ?? [:]
+        let expected = [
+            "hold read private/secret": "EACCES",
+            "hold write shared/doc": "EACCES",
+            "hold write shared/doc and nobody/a": "EACCES",
+            "hold for a process of another user": "EPERM",
+            "hold for a presenter not its own": "EINVAL",
+            "moved private/secret to nobody/a": "EPERM",
+            "moved shared/doc to nobody/a": "EPERM",
+            "moved nobody/a to shared/doc": "EPERM",
+            "moved nobody/b to nobody/a, holding only a": "EPERM",
+            "moved private/secret to nobody/a, holding a and b": "EPERM",
+            "moved nobody/b to nobody/a, holding both": "ok",
+            "release another connection's hold": "EINVAL",
+            "cancel another connection's request": "EINVAL",
+            "watch private/secret": "EACCES",
+            "unwatch another connection's watch": "EINVAL",
+            "vend on private/secret": "EACCES",
+            "services of private/secret": "EACCES",
+            "connect to private/secret's service": "EACCES",
+            "withdraw another connection's service": "EINVAL",
+            "vend root's name on shared/doc": "ok",
+            "remount": "EPERM",
+            "status names private/secret": "no",
+            "answer a cookie never sent": "closed",
+        ]
+        for (name, outcome) in expected.sorted(by: { $0.key < $1.key }) {
+            #expect(answered[name] == outcome, "\(name): \(answered[name] ?? "not tried")")
+        }
+        #expect(Set(answered.keys) == Set(expected.keys), "\(answered.keys.sorted())")
+
+        // Root's presenters heard of no move, and are where they were; its services too, and
+        // root's clients still reach root's provider of the name another user vended as well.
+        #expect(secretPresenter.next(timeout: .seconds(1)) == nil)
+        #expect(docPresenter.next(timeout: .milliseconds(100)) == nil)
+        let state = try fx.state()
+        #expect(state.contains("private/secret") && state.contains("shared/doc"), "\(state)")
+        #expect(services(fx.path("private/secret")).contains("org.example.root"))
+        #expect(!services(fx.path("nobody/a")).contains("org.example"))
+        let connected = try run("/bin/sh", ["-c", "echo | \"$0\" services \"$1\" --connect org.example.shared", binary, fx.path("shared/doc")])
+        #expect(connected.output == "root\n", "\(connected)")
+        withExtendedLifetime((secretService, docService)) {}
     }
 }

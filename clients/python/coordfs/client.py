@@ -123,6 +123,13 @@ class Hold:
             self.released = True
             self.connection.request({"op": "release", "hold": self.number, "changed": changed})
 
+    def moved(self, source: Union[str, bytes], destination: Union[str, bytes]) -> None:
+        """Reports that the item at `source` is now at `destination`, after renaming it inside
+        this hold, which must write both places: presenters of the item follow it. Needed only
+        outside a mount (a mount sees its own renames). Refused (`CoordfsError`) with EPERM for
+        a hold that does not write both places and EACCES for a move this user could not make."""
+        self.connection.request({"op": "moved", "hold": self.number, "from": _real(source), "to": _real(destination)})
+
     def __enter__(self) -> "Hold":
         return self
 

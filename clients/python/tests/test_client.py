@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import unittest
@@ -451,6 +452,36 @@ class DaemonTests(unittest.TestCase):
                                          capture_output=True, text=True, timeout=30)
                 self.assertNotEqual(refused.returncode, 0)
                 self.assertIn("held", refused.stderr)
+
+
+    def test_a_move_reported_in_a_hold_of_both_places_moves_the_presenter(self):
+        moved = os.path.join(self.base, "moved.txt")
+        # Another program moves the item: a hold of the item alone may not report where it
+        # went; a hold of both places does, after its rename.
+        mover = textwrap.dedent("""
+            import os, sys, coordfs
+            socket, item, moved = sys.argv[1:]
+            with coordfs.Connection(socket) as connection:
+                with connection.hold(write=[item]) as hold:
+                    try:
+                        hold.moved(item, moved)
+                        print("accepted")
+                    except coordfs.CoordfsError as refusal:
+                        print(refusal.name)
+                with connection.hold(write=[item, moved]) as hold:
+                    os.rename(item, moved)
+                    hold.moved(item, moved)
+                    print("moved")
+            """)
+        heard = []
+        with coordfs.Connection(self.socket) as presenter:
+            presenter.watch(self.item, lambda event: heard.append(event) or 0, events=["MOVED_FROM", "MOVED_TO"])
+            environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+            result = subprocess.run([sys.executable, "-c", mover, self.socket, self.item, moved], env=environment,
+                                    capture_output=True, text=True, timeout=30)
+            self.assertEqual(result.stdout.split(), ["EPERM", "moved"], result.stderr)
+            self.assertTrue(eventually(lambda: any("MOVED_TO" in e.events for e in heard)), heard)
+            self.assertEqual([e.path for e in heard if "MOVED_TO" in e.events], [moved])
 
 
 class MountGoneTests(unittest.TestCase):
