@@ -21,7 +21,7 @@ the code did, measured side by side. --coordfs-only leaves out the targets that 
 with passthrough.
 
 Every target's directory lies on one fresh, journaled ext4 image, loop-mounted with direct I/O
-(fuse-measurements.md, finding 5: this machine's root filesystem has no journal and its metadata
+(this machine's root filesystem has no journal and its metadata
 timings are bimodal). --on-tmp uses /tmp instead.
 """
 import json

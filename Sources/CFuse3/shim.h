@@ -38,7 +38,7 @@ static inline void cfs_configure_connection(struct fuse_conn_info *conn, int wri
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
     // The mount clears suid/sgid itself (Filesystem+Files.swift). The device hooks upgrade this to
     // KILLPRIV_V2, which also ends the GETXATTR security.capability before every write
-    // (fuse-measurements.md, finding 2).
+    // (docs/performance.md).
     if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV) conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
     if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
     // Modes come unmasked with the caller's umask beside them: the backing filesystem applies

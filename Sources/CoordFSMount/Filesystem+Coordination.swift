@@ -52,7 +52,7 @@ extension Filesystem {
     /// Making the flusher wait for the open's holder would stall writeback for the whole mount,
     /// and with it every writer throttled on dirty pages.
     ///
-    /// `forTheCall`: the request holds its items only while `body` runs (SPEC §3: a namespace
+    /// `forTheCall`: the request holds its items only while `body` runs (docs/mount.md: a namespace
     /// change, a setattr), not for an open file's life. While the engine holds nothing, or only
     /// files held open by other names, such a request passes a quiet gate instead: nobody to
     /// wait for or to tell (`QuietGate`, `passQuietly`).
@@ -209,7 +209,7 @@ extension Filesystem {
     }
 
     /// The claim of a request that `process` makes inside one of its own accessors: a hold it
-    /// took through the control socket covers an item the request names (SPEC §1).
+    /// took through the control socket covers an item the request names (C20, docs/swift.md).
     private func accessorClaim(of process: Int32, _ wanted: ItemIntent, _ other: ItemIntent?, now: Int64) -> Claim? {
         let first = target(of: wanted, now: now)
         let second = other.map { target(of: $0, now: now) }

@@ -101,7 +101,7 @@ extension Filesystem {
     }
 
     /// True when the backing file is as the mount last left it: the kernel's cached pages are
-    /// still right (fuse-measurements.md, finding 1).
+    /// still right (docs/decisions.md, page cache).
     private func unchangedSinceLastOpen(_ inode: Inode, _ fd: Int32) -> Bool {
         guard !configuration.writebackCache, let seen = inodes.lastSeen(inode) else { return false }
         var info = stat()

@@ -8,7 +8,7 @@ import Glibc
 #endif
 
 /// mknod, mkdir, symlink, link, unlink, rmdir, rename: each a write on the items it names,
-/// held for the call (SPEC §3).
+/// held for the call (docs/mount.md).
 extension Filesystem {
     /// Creates `name` in `parent` with `make`, under a write on the new item, and answers with
     /// its entry.

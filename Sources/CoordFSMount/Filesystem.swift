@@ -13,7 +13,7 @@ import Glibc
 
 // @unchecked Sendable: its tables lock themselves; the rest is set before the session runs.
 /// The passthrough filesystem: serves the backing directory and turns opens, creations, renames
-/// and deletions into coordinated intents of the calling process (SPEC §3). Handlers are
+/// and deletions into coordinated intents of the calling process (docs/mount.md). Handlers are
 /// grouped by family in `Filesystem+*.swift`; the C trampolines are all in `FuseBridge.swift`.
 public final class Filesystem: @unchecked Sendable {
     public let configuration: MountConfiguration

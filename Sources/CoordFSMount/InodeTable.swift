@@ -40,7 +40,7 @@ final class Inode: @unchecked Sendable {
     /// open, nothing changed behind the mount's back and the kernel may keep its page cache.
     var lastSeen: (size: Int64, mtime: timespec, ctime: timespec)?
     /// Known to have no `security.capability`: the kernel asks before every write, and every
-    /// change of it goes through the mount (fuse-measurements.md, finding 2).
+    /// change of it goes through the mount (docs/performance.md).
     let hasNoCapability = Atomic<Bool>(false)
     /// Of a directory: its last child looked up was a node already known (or one was just
     /// made in it). Then the next lookup in it tries `InodeTable.knownChild` first; otherwise

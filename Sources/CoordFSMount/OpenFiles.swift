@@ -5,7 +5,7 @@ import Synchronization
 
 // @unchecked Sendable: immutable but for atomics and the directory stream its owner reads.
 /// An open file or directory of the mount: its backing descriptor and the intent it holds for
-/// the life of the open (SPEC §3).
+/// the life of the open (docs/mount.md).
 final class OpenFile: @unchecked Sendable {
     let fd: Int32
     let inode: Inode

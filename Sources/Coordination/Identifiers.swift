@@ -34,7 +34,7 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether intents of the two never block each other (C4): one coordinator; or a process's
-    /// requests through a mount and a coordinator of that process (SPEC §1: a request made
+    /// requests through a mount and a coordinator of that process (docs/decisions.md: a request made
     /// inside one of its own accessors belongs to it, and a process never waits for itself).
     /// Two coordinators of one process are two, as Apple's are.
     @inline(__always)
@@ -47,7 +47,7 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether the two are of one process, whose accesses never message its own presenters:
-    /// that process tells them itself (SPEC §2).
+    /// that process tells them itself (docs/decisions.md).
     public func isSameProcess(as other: CoordinatorIdentity) -> Bool {
         if let mine = process, let theirs = other.process { return mine == theirs }
         return self == other

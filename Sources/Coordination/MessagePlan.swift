@@ -1,5 +1,5 @@
 /// Which presenters hear what, before and after an access. The rules cited are those of
-/// `coordination-rules.md`; delivery itself is the caller's.
+/// `docs/rules.md`; delivery itself is the caller's.
 extension State {
     /// Builds deliveries, merging messages per presenter and dropping its owner's (C14).
     struct DeliveryBuilder<Message: Hashable & Sendable> {

@@ -10,7 +10,7 @@ extension CoordinationEngine {
             guard let record = state.grants[grant], record.intents.contains(where: { $0.kind.isWrite }) else {
                 throw .notInsideWrite
             }
-            if source.path == destination.path { return [] }     // harmless (reference C45)
+            if source.path == destination.path { return [] }     // harmless (C45)
             state.grants[grant]!.moved += [source.path, destination.path]
             return state.move(from: source, to: destination, by: record.identity)
         }

@@ -33,7 +33,7 @@ public enum PresenterRequest: Hashable, Sendable {
         }
     }
 
-    /// Relinquishing comes before saving and accommodating (reference P12).
+    /// Relinquishing comes before saving and accommodating, in Apple's order (docs/swift.md).
     public var deliveryRank: Int {
         switch self {
         case .relinquishToReader, .relinquishToWriter: return 0
@@ -75,7 +75,7 @@ public struct PresenterDelivery<Message: Hashable & Sendable>: Sendable {
     /// Whether that item is a file package (for the did-change fallback, P20).
     public let presentsPackage: Bool
     public internal(set) var messages: [Message]
-    /// Whose access the messages are about (SPEC §4: every message carries its origin); nil
+    /// Whose access the messages are about (docs/protocol.md: every message carries its origin); nil
     /// where nobody coordinated it.
     public internal(set) var accessor: CoordinatorIdentity? = nil
 }

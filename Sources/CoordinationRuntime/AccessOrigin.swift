@@ -7,7 +7,7 @@ import Synchronization
 import Glibc
 #endif
 
-/// Who made the access a presenter is asked or told about (SPEC §4): the process, its user and
+/// Who made the access a presenter is asked or told about (docs/swift.md): the process, its user and
 /// command, the coordinator's purpose identifier, and how the access came — through a mount from
 /// a program, from a coordinator (a `FileCoordinator`, a socket client's hold), or from outside
 /// the mount, where nobody coordinated it. Apple's presenters never learn this.

@@ -5,8 +5,8 @@ import Synchronization
 ///
 /// A Swift program coordinating on an item of a mount holds it through the mount's socket and
 /// then, in its accessor, opens, writes and renames the item through the mount. Those requests
-/// are the accessor's own work (SPEC §1): they take no intent of their own and message nobody
-/// again; the hold did that once, and tells presenters what changed when it ends.
+/// are the accessor's own work (C20, docs/swift.md): they take no intent of their own and
+/// message nobody again; the hold did that once, and tells presenters what changed when it ends.
 package final class AccessorHolds: Sendable {
     /// One granted hold of a process.
     package struct Entry: Sendable {

@@ -20,8 +20,8 @@ package enum Claim: Sendable {
     /// Waited, or asked presenters first.
     case waited(CoordinatedAccess)
     /// Made inside an accessor of the calling process whose hold (`held`) covers an item it names
-    /// (SPEC §1): it holds nothing of its own and messages nobody; a move it makes is reported in
-    /// the hold, and the hold's end tells presenters the rest.
+    /// (C20, docs/swift.md): it holds nothing of its own and messages nobody; a move it makes is
+    /// reported in the hold, and the hold's end tells presenters the rest.
     indirect case accessor(held: Claim, intents: [Intent])
 
     // MARK: Beginning

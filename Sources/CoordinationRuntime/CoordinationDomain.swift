@@ -23,7 +23,8 @@ public final class CoordinationDomain: @unchecked Sendable {
         var deliveries: [(CoordinationDomain, [PresenterDelivery<PresenterNotification>])] = []
     }
 
-    /// Holds that other processes are inside of, taken through a control socket (SPEC §1).
+    /// Holds that other processes are inside of, taken through a control socket
+    /// (docs/presenters.md).
     package let accessorHolds = AccessorHolds()
 
     /// When presenters' answers are due (X2), for every access of the domain.
@@ -340,10 +341,10 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// A presenter did not answer `request` within the presenter timeout; the access went on (X2).
     case presenterDidNotAnswer(presentedItem: String, request: String, waited: Duration)
     /// A presenter of another user refused an access; across users that is no veto, and the
-    /// access went on (SPEC §4).
+    /// access went on (docs/sharing.md).
     case vetoIgnored(presentedItem: String, presenterUser: Int, error: String)
     /// Another user's access to `item` went ahead while a coordinator of this process held it:
-    /// the mount's break time had passed (SPEC §4).
+    /// the mount's break time had passed (docs/sharing.md).
     case coordinationBroken(item: String)
     /// A presenter asks for a callback that coordfs never makes on Linux (ubiquity attributes).
     case neverCalled(presentedItem: String, callback: String, why: String)

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// The user a coordinator acts for: across users coordination is a lease, and a presenter's
-/// veto counts only for its own user's accesses (SPEC §4).
+/// veto counts only for its own user's accesses (docs/sharing.md).
 package enum CoordinatorUsers {
     /// The filesystem uid of the coordinator's process; a coordinator of this very process
     /// (`.object`, `.purpose`), this process's user; nil when its process has gone.
@@ -29,7 +29,7 @@ package enum CoordinatorUsers {
     }
 }
 
-/// Whose refusals are vetoes: a choice for whoever runs the server (SPEC §4).
+/// Whose refusals are vetoes: a choice for whoever runs the server (docs/sharing.md).
 public enum VetoScope: String, Sendable, CaseIterable {
     /// A presenter's refusal fails the accesses of its own user; root's fail anyone's. Another
     /// user's refusal is reported and ignored: read permission must not be enough to stop

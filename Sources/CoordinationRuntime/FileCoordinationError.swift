@@ -8,7 +8,7 @@ import Foundation
 /// what Apple either raises as an exception (programmer errors) or cannot report at all (it waits
 /// forever): coordfs throws instead, so nothing crashes and nothing hangs.
 public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
-    /// The URL is not a `file:` URL or not absolute (C26, reference X13).
+    /// The URL is not a `file:` URL or not absolute (C26).
     case invalidURL(String)
     /// A coordination call with no intent.
     case emptyIntentList
@@ -31,8 +31,8 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     /// The operating system refused something (creating a snapshot, a socket); errno.
     case systemError(String, Int32)
     /// The accessor ran, but another user's access to the item went ahead while it did: on a
-    /// shared mount a hold delays other users only for the mount's break time (SPEC §4). What
-    /// the accessor read or wrote may have been changed or read meanwhile.
+    /// shared mount a hold delays other users only for the mount's break time (docs/sharing.md).
+    /// What the accessor read or wrote may have been changed or read meanwhile.
     case coordinationBroken(String)
 
     /// What happened, naming the item where there is one.

@@ -6,7 +6,7 @@ import Glibc
 
 /// Turns URLs into the engine's canonical paths and facts (the only place this module looks at
 /// the file system for coordination). Symbolic links in parent directories are resolved, so one
-/// item never looks like two (C26, reference X15).
+/// item never looks like two (C26).
 package struct ItemLocator: Sendable {
     /// Name extensions that make a directory a file package.
     package var packageExtensions: Set<String>

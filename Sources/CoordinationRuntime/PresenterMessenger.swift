@@ -108,8 +108,8 @@ final class PresenterMessenger: @unchecked Sendable {
         let (waited, path) = lock.withLock { (pending.contains(presenter), current[presenter]?.presentedPath.string) }
         // An answer that came after its presenter's time ran out changes nothing.
         guard waited else { return }
-        // Across users a presenter's refusal is no veto (SPEC §4): the access goes on, and the
-        // refusal is reported.
+        // Across users a presenter's refusal is no veto (docs/sharing.md): the access goes on, and
+        // the refusal is reported.
         if let refusal = given, domain.vetoScope == .ownUser, let accessor, let owner = domain.engine.presenter(presenter)?.owner,
            !owner.isSameProcess(as: accessor), !CoordinatorUsers.mayVeto(owner, accessor) {
             domain.report(.vetoIgnored(presentedItem: path ?? "\(presenter)",

@@ -79,7 +79,7 @@ final class ClientConnection: @unchecked Sendable {
         let existedBefore: [Bool]
     }
 
-    /// A coordinator of this client (SPEC §1): a hold, or a watch and the holds taken for it.
+    /// A coordinator of this client: a hold, or a watch and the holds taken for it.
     func newCoordinator() -> CoordinatorIdentity { .client(process: peer.pid, number: server.nextCoordinatorNumber()) }
 
     /// Whether the client may learn of `path`: it could read the directory that lists it.

@@ -12,7 +12,7 @@ import Glibc
 public struct FileProviderService: Sendable {
     /// The service's name, reverse-DNS by convention.
     public let name: String
-    /// The item the service was obtained for (S5 of the reference: bound to it).
+    /// The item the service was obtained for (bound to it, as Apple's is).
     public let itemURL: URL
     let registration: ServiceRegistrationID
     let domain: CoordinationDomain

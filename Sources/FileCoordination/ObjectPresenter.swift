@@ -79,7 +79,7 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
                     // Only a package's presenter may need did-change instead; asking the thread
                     // whether a default ran costs more than most callbacks.
                     if UnimplementedCallback.reachedDefault(deliver) {
-                        presenter.presentedItemDidChange()                  // P20, reference C45
+                        presenter.presentedItemDidChange()                  // P20, C45
                         sentDidChange = true
                     }
                 } else {

@@ -16,7 +16,7 @@ import Glibc
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         let cat = try run("/bin/cat", [fx.path("doc.txt")])
         #expect(cat.status != 0 && cat.errors.contains("Permission denied"))
-        // SPEC §4: who made the access, after what inotifywait prints.
+        // docs/presenters.md: who made the access, after what inotifywait prints.
         let line = try #require(watcher.next())
         #expect(line.hasPrefix("\(fx.path("doc.txt")) SAVE,REQUEST cookie=1 pid="), "\(line)")
         #expect(line.hasSuffix(" command=cat via=mount"), "\(line)")

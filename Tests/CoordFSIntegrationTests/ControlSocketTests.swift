@@ -212,7 +212,7 @@ import Glibc
         print("after", other.stdout.strip())
         """
         let result = try run("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
-        // The process's own opens are its accessor's (SPEC §1); a second hold is another
+        // The process's own opens are its accessor's (docs/presenters.md); a second hold is another
         // coordinator, which waits for the first like anyone's.
         #expect(result.output.split(separator: "\n") == ["other EAGAIN", "self opened", "again EAGAIN", "after opened"], "\(result.output) \(result.errors)")
     }

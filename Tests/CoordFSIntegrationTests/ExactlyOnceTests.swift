@@ -3,7 +3,7 @@ import Foundation
 import TestSupport
 import Testing
 
-/// Every presenter message once per access (SPEC §1, §2): a Swift coordinator of this process
+/// Every presenter message once per access (docs/swift.md): a Swift coordinator of this process
 /// works through a mount, inside its accessor too, and a presenter in another process
 /// (`presenter.py`, the documented protocol) hears each access once, in Apple's order.
 @Suite(.serialized) struct ExactlyOnceAcrossProcesses {

@@ -4,7 +4,7 @@ import Testing
 /// The kernel locks a directory before it sends a request that changes a name in it, and keeps
 /// it while the request waits in the mount. A holder's atomic save (a temporary file beside the
 /// item, renamed over it) needs that lock: an unmodified `rm` or `mv` waiting for the holder
-/// must not keep it from finishing (SPEC §3, the kernel's directory locks).
+/// must not keep it from finishing (docs/mount.md, the kernel's locks).
 @Suite struct KernelLockTests {
     /// Runs `save_beside.py` with `arguments`; its report.
     func saveBeside(_ arguments: [String]) throws -> [String: Any] {

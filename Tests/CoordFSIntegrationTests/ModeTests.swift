@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// Modes are the caller's (SPEC §3: as on the backing filesystem): the daemon's own umask is
+/// Modes are the caller's (docs/sharing.md: as on the backing filesystem): the daemon's own umask is
 /// never applied on top of the caller's, and a chown to the caller keeps the setuid and setgid
 /// bits its own create would have kept. Compared step by step with the same calls made natively.
 @Suite struct ModeTests {

@@ -53,7 +53,7 @@ import Glibc
         // Another process renames it: the editor follows.
         #expect(try run("/bin/mv", [url.path, fx.path("renamed.txt")]).status == 0)
         #expect(eventually { editor.presentedItemURL?.path == fx.path("renamed.txt") })
-        // SPEC §4: each callback knew who made the access.
+        // docs/swift.md: each callback knew who made the access.
         #expect(editor.origin(of: "relinquishToReader")?.via == .mount && editor.origin(of: "relinquishToReader")?.command == "cat",
                 "\(String(describing: editor.origin(of: "relinquishToReader")))")
         #expect(editor.origin(of: "didMove")?.command == "mv" && editor.origin(of: "didMove")?.uid == geteuid(),

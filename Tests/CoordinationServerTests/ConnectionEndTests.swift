@@ -10,7 +10,7 @@ import Glibc
 #endif
 
 /// A connection ends when it should, and only then: a client that goes away leaves nothing
-/// held (whatever it held, waited for or was being granted is given back, SPEC §4), and a
+/// held (whatever it held, waited for or was being granted is given back, X4), and a
 /// presenter that answers late keeps its connection.
 @Suite struct ConnectionEndTests {
     func withServer(presenterTimeout: Duration, _ body: (ControlServer, CoordinationDomain, String) throws -> Void) throws {

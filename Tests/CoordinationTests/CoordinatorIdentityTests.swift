@@ -2,8 +2,8 @@
 import Synchronization
 import Testing
 
-/// Who a coordinator is across processes (SPEC §1): a socket client's hold or presenter is a
-/// coordinator of its own, one with its process's requests through a mount; only a presenter's
+/// Who a coordinator is across processes (docs/decisions.md): a socket client's hold or presenter is
+/// a coordinator of its own, one with its process's requests through a mount; only a presenter's
 /// own work passes the access that asks it; waiting for a presenter's answer is no wait for a
 /// grant.
 @Suite struct CoordinatorIdentityTests {

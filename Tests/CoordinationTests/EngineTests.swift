@@ -67,7 +67,7 @@ import Testing
         #expect(!asking.requests.isEmpty)
     }
 
-    /// SPEC §4: every request and notification says whose access it is about.
+    /// docs/protocol.md: every request and notification says whose access it is about.
     @Test func deliveriesNameTheAccessor() throws {
         let engine = CoordinationEngine()
         _ = engine.addPresenter(PresenterRecord(owner: .process(9), path: a))

@@ -32,7 +32,7 @@ import Testing
         let line = String(decoding: WireCodec.encode(event), as: UTF8.self)
         #expect(line == #"{"cookie":7,"events":["SAVE","REQUEST"],"mask":1073741828,"name":"","path":"/m/doc","wd":1}"# + "\n")
         #expect(try WireCodec.decodeServer(WireCodec.encode(event)) == event)
-        // SPEC §4: who made the access, as flat fields beside the event's own.
+        // docs/protocol.md: who made the access, as flat fields beside the event's own.
         let told = ServerMessage.event(EventRecord(wd: 1, mask: [.changed], cookie: 0, name: "", path: "/m/doc",
                                                    origin: EventOrigin(via: "mount", pid: 42, uid: 1000, command: "cat")))
         #expect(String(decoding: WireCodec.encode(told), as: UTF8.self)

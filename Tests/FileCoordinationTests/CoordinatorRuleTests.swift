@@ -5,7 +5,7 @@ import Foundation
 import TestSupport
 import Testing
 
-/// The C rules of coordination-rules.md: the coordinator.
+/// The C rules of docs/rules.md: the coordinator.
 @Suite struct CoordinatorRules {
     @Test("C1 read waits for writer") func c1() throws {
         let fx = try Fixture()

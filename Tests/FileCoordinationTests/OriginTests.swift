@@ -50,10 +50,10 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
     }
 }
 
-/// SPEC §4: a presenter learns who made each access it is asked or told about, and may say it
+/// docs/swift.md: a presenter learns who made each access it is asked or told about, and may say it
 /// is still working to have more time, up to the domain's limit.
 @Suite struct OriginTests {
-    @Test("§4 a presenter's callbacks learn the origin of the access: this process's coordinator and its purpose")
+    @Test("a presenter's callbacks learn the origin of the access: this process's coordinator and its purpose")
     func callbacksLearnTheOrigin() throws {
         let fx = try Fixture()
         let file = try fx.file("doc")
@@ -87,7 +87,7 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
         return (read, ContinuousClock.now - start, reports.events)
     }
 
-    @Test("§4 a presenter that says it is still working keeps the access waiting past the presenter timeout")
+    @Test("a presenter that says it is still working keeps the access waiting past the presenter timeout")
     func stillWorkingExtendsTheDeadline() throws {
         let (read, waited, reports) = try readWhileSaving(takes: .milliseconds(900), beat: .milliseconds(150))
         #expect(read == "saved", "the reader went ahead before the save")
@@ -95,7 +95,7 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
         #expect(reports.isEmpty, "\(reports)")
     }
 
-    @Test("§4 without word that it is still working, a slow presenter is passed at the presenter timeout")
+    @Test("without word that it is still working, a slow presenter is passed at the presenter timeout")
     func silenceEndsAtThePresenterTimeout() throws {
         let (read, waited, reports) = try readWhileSaving(takes: .milliseconds(1500), beat: nil)
         #expect(read == "unsaved")
@@ -103,7 +103,7 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
         #expect(reports.count == 1 && reports[0].contains("saveChanges"), "\(reports)")
     }
 
-    @Test("§4 still working extends a presenter's time only up to the domain's work limit")
+    @Test("still working extends a presenter's time only up to the domain's work limit")
     func stillWorkingIsBounded() throws {
         let (read, waited, reports) = try readWhileSaving(takes: .seconds(3), beat: .milliseconds(100), workLimit: .milliseconds(700))
         #expect(read == "unsaved")

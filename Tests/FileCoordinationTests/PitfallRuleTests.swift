@@ -188,7 +188,7 @@ final class SilentPresenter: FilePresenter, @unchecked Sendable {
 }
 
 // @unchecked Sendable: immutable but for its thread-safe log.
-/// Re-reads its item with a coordinated read whenever it changes (reference X3, X7).
+/// Re-reads its item with a coordinated read whenever it changes (X6).
 final class CoordinatingPresenter: FilePresenter, @unchecked Sendable {
     let name: String
     let presentedItemURL: URL?

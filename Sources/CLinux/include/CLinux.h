@@ -83,7 +83,7 @@ static inline ssize_t cfs_copy_file_range(int in, off_t *in_off, int out, off_t 
 }
 
 // File handles, so an inode's descriptor can be closed and opened again (the open-file limit,
-// fuse-measurements.md finding 3). Raw syscalls: the glibc wrappers need _GNU_SOURCE.
+// docs/decisions.md). Raw syscalls: the glibc wrappers need _GNU_SOURCE.
 #define CFS_MAX_HANDLE 128
 struct cfs_file_handle {
     unsigned int handle_bytes;
