@@ -65,6 +65,9 @@ let package = Package(
             dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client"),
                            .product(name: "Logging", package: "swift-log")]
         ),
+        // Versions of a tree's items, kept inside its own filesystem, and whose reads a write is
+        // stale against: what a mount keeps of content it replaces.
+        .target(name: "FileVersions", dependencies: ["CLinux", "LinuxSystem", "CoordinationRuntime"]),
         // The FUSE filesystem: operations become coordinated intents.
         .target(
             name: "CoordFSMount",
@@ -112,6 +115,7 @@ let package = Package(
         .testTarget(name: "CoordinationClientTests", dependencies: ["CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"]),
         // Against etcd servers the tests start on loopback.
         .testTarget(name: "CoordinationClusterTests", dependencies: ["CoordinationCluster", "TestSupport"]),
+        .testTarget(name: "FileVersionsTests", dependencies: ["FileVersions", "TestSupport"]),
         .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "TestSupport"]),
         .testTarget(
             name: "FileCoordinationTests",

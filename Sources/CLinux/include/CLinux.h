@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/sysinfo.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -80,6 +81,10 @@ static inline int cfs_removexattr(const char *path, const char *name) {
 }
 static inline ssize_t cfs_copy_file_range(int in, off_t *in_off, int out, off_t *out_off, size_t len, unsigned flags) {
     return syscall(SYS_copy_file_range, in, in_off, out, out_off, len, flags);
+}
+// FICLONE: `dest` shares `src`'s blocks (btrfs, XFS, bcachefs); -1 where the filesystem has no reflinks.
+static inline int cfs_clone_file(int dest, int src) {
+    return ioctl(dest, _IOW(0x94, 9, int), src);
 }
 
 // File handles, so an inode's descriptor can be closed and opened again (the open-file limit,

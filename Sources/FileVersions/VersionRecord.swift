@@ -1,0 +1,71 @@
+import Foundation
+
+/// Who made an access a version remembers: the process, its user, its command and the session it
+/// ran in (what decides whose reads a write may be stale against).
+public struct VersionOrigin: Codable, Hashable, Sendable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var command: String?
+    public var host: String?
+
+    public init(pid: Int32, uid: UInt32, command: String? = nil, host: String? = nil) {
+        self.pid = pid
+        self.uid = uid
+        self.command = command
+        self.host = host
+    }
+}
+
+/// One kept version of an item: content that was at the item's path before something replaced
+/// it, and what is known of how.
+public struct VersionRecord: Codable, Hashable, Sendable {
+    /// How the content stopped being the item's.
+    public enum Cause: String, Codable, Sendable {
+        /// Another file was renamed over it (an atomic save).
+        case replaced
+        /// It was emptied or shortened (an `O_TRUNC` open, a truncation).
+        case truncated
+        /// Its last name was removed.
+        case deleted
+        /// A version was put back in its place.
+        case restored
+        /// Added by a program (`FileVersion.addOfItem`, `coordfs versions --add`).
+        case added
+    }
+
+    /// Unique in the store and ordered by when it was kept: nanoseconds since 1970, in decimal.
+    public let id: String
+    /// The item's path below the store's root (the backing directory).
+    public let item: String
+    public var cause: Cause
+    /// Seconds since 1970 when it was kept.
+    public var time: Double
+    /// When its content was last modified, in seconds since 1970.
+    public var modified: Double
+    public var size: Int64
+    /// Whose access replaced it.
+    public var replacedBy: VersionOrigin?
+    /// Replaced by a writer that had read an older content than this one: a lost update, kept
+    /// as a conflict until someone resolves it.
+    public var conflict: Bool
+    public var resolved: Bool
+    /// Kept whatever the bounds say, until removed by hand.
+    public var pinned: Bool
+
+    public init(id: String, item: String, cause: Cause, time: Double, modified: Double, size: Int64,
+                replacedBy: VersionOrigin? = nil, conflict: Bool = false, resolved: Bool = false, pinned: Bool = false) {
+        self.id = id
+        self.item = item
+        self.cause = cause
+        self.time = time
+        self.modified = modified
+        self.size = size
+        self.replacedBy = replacedBy
+        self.conflict = conflict
+        self.resolved = resolved
+        self.pinned = pinned
+    }
+
+    /// An unresolved conflict: bounds never take it before it is resolved.
+    public var isUnresolvedConflict: Bool { conflict && !resolved }
+}

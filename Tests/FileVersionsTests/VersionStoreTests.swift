@@ -1,0 +1,156 @@
+@testable import FileVersions
+import Foundation
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The store on a real directory: what it keeps and how, what it reads back after a restart,
+/// and what its bounds take.
+@Suite struct VersionStoreTests {
+    /// A fresh directory (the tree's root) and its descriptor; removed after `body`.
+    func withRoot(_ body: (String, Int32) throws -> Void) throws {
+        let root = "/tmp/coordfs-versions-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let fd = open(root, O_RDONLY | O_DIRECTORY)
+        defer { close(fd) }
+        try body(root, fd)
+    }
+
+    func write(_ text: String, _ path: String) throws { try Data(text.utf8).write(to: URL(fileURLWithPath: path)) }
+    func status(_ path: String) -> stat { var info = stat(); lstat(path, &info); return info }
+    func content(_ store: VersionStore, _ record: VersionRecord) throws -> String {
+        let fd = try store.openContent(record)
+        defer { close(fd) }
+        return String(decoding: FileHandle(fileDescriptor: fd).readDataToEndOfFile(), as: UTF8.self)
+    }
+
+    @Test func aReplacedFileIsKeptByItsOwnInodeAndReadBackAfterARestart() throws {
+        try withRoot { root, fd in
+            try write("first\n", root + "/doc.txt")
+            chmod(root + "/doc.txt", 0o640)
+            let before = status(root + "/doc.txt")
+            var record: VersionRecord?
+            do {
+                let store = try VersionStore(in: fd)
+                let origin = VersionOrigin(pid: 42, uid: 1000, command: "editor")
+                record = try store.keep(.name("doc.txt", in: fd), item: "doc.txt", info: before, cause: .replaced,
+                                        replacedBy: origin, conflict: true).get()
+                // The content is the file's own inode: no copy was made.
+                #expect(try store.contentStatus(record!).st_ino == before.st_ino)
+                try write("second\n", root + "/doc.tmp")
+                rename(root + "/doc.tmp", root + "/doc.txt")
+                #expect(try content(store, record!) == "first\n")
+                store.flush()
+            }
+            // Read back from the directory by a new store, as after a remount.
+            let again = try VersionStore(in: fd)
+            let versions = again.versions(of: "doc.txt")
+            #expect(versions == [record!], "\(versions)")
+            #expect(versions.first?.conflict == true && versions.first?.replacedBy?.command == "editor")
+            #expect(try content(again, versions[0]) == "first\n")
+            #expect(try again.contentStatus(versions[0]).st_mode & 0o777 == 0o640)
+            #expect(again.totalBytes == 6)
+        }
+    }
+
+    @Test func aFileAboutToBeTruncatedIsCopiedWithItsOwnerModeAndTime() throws {
+        try withRoot { root, fd in
+            try write("0123456789", root + "/data")
+            chmod(root + "/data", 0o600)
+            chown(root + "/data", 65534, 65534)
+            var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000_000, tv_nsec: 0)]
+            utimensat(AT_FDCWD, root + "/data", &times, 0)
+            let info = status(root + "/data")
+            let file = open(root + "/data", O_RDWR)
+            defer { close(file) }
+            let store = try VersionStore(in: fd)
+            let record = try store.keep(.descriptor(file), item: "data", info: info, cause: .truncated).get()
+            ftruncate(file, 0)
+            #expect(try content(store, record) == "0123456789")
+            let kept = try store.contentStatus(record)
+            #expect(kept.st_ino != info.st_ino && kept.st_uid == 65534 && kept.st_mode & 0o777 == 0o600)
+            #expect(kept.st_mtim.tv_sec == 1_000_000_000 && record.modified == 1_000_000_000)
+        }
+    }
+
+    @Test func aCopyPastTheLimitIsNotKept() throws {
+        try withRoot { root, fd in
+            try write(String(repeating: "x", count: 4096), root + "/big")
+            let file = open(root + "/big", O_RDONLY)
+            defer { close(file) }
+            let store = try VersionStore(in: fd, limits: VersionLimits(copyLimit: 1024))
+            let result = store.keep(.descriptor(file), item: "big", info: status(root + "/big"), cause: .truncated)
+            // On a filesystem with reflinks the copy costs nothing and is kept whatever its size.
+            if case .failure(let failure) = result {
+                #expect(failure == .tooLarge(size: 4096, limit: 1024))
+                #expect(store.versions(of: "big").isEmpty)
+            }
+        }
+    }
+
+    @Test func theBoundsTakeTheOldestButNeverAConflictNobodyResolvedNorAPinnedOne() throws {
+        try withRoot { root, fd in
+            let store = try VersionStore(in: fd, limits: VersionLimits(perItem: 3, totalBytes: 1 << 20))
+            var kept: [VersionRecord] = []
+            let base = VersionStore.now()
+            for n in 0..<6 {
+                try write("version \(n)\n", root + "/f")
+                kept.append(try store.keep(.name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced,
+                                           conflict: n == 0, now: base + Double(n)).get())
+                unlink(root + "/f")
+                if n == 1 { store.update(kept[1].id, pinned: true) }
+            }
+            // The unresolved conflict (0) and the pinned (1) stay; of the rest the newest fill the count.
+            let ids = store.versions(of: "f").map(\.id)
+            #expect(ids == [kept[0].id, kept[1].id, kept[5].id], "\(ids)")
+            // Resolved, the conflict is a version like any other: the next one takes its place.
+            store.update(kept[0].id, resolved: true)
+            try write("version 6\n", root + "/f")
+            let last = try store.keep(.name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced, now: base + 6).get()
+            #expect(store.versions(of: "f").map(\.id) == [kept[1].id, kept[5].id, last.id])
+            store.flush()
+            let left = try FileManager.default.contentsOfDirectory(atPath: root + "/.coordfs-versions/items/" + VersionStore.hash("f"))
+            #expect(Set(left) == Set(["path"] + [kept[1], kept[5], last].flatMap { [$0.id, $0.id + ".json"] }), "\(left.sorted())")
+        }
+    }
+
+    @Test func pastTheTotalTheOldestOfAnyItemGo() throws {
+        try withRoot { root, fd in
+            let store = try VersionStore(in: fd, limits: VersionLimits(totalBytes: 25))
+            let base = VersionStore.now()
+            for (n, item) in ["a", "b", "c"].enumerated() {
+                try write("0123456789", root + "/" + item)
+                _ = try store.keep(.name(item, in: fd), item: item, info: status(root + "/" + item), cause: .deleted, now: base + Double(n)).get()
+            }
+            #expect(store.versions(of: "a").isEmpty && store.versions(of: "b").count == 1 && store.versions(of: "c").count == 1)
+            #expect(store.totalBytes == 20)
+        }
+    }
+
+    @Test func versionsPastTheAgeGo() {
+        let old = VersionRecord(id: "1", item: "x", cause: .replaced, time: 0, modified: 0, size: 1)
+        let young = VersionRecord(id: "2", item: "x", cause: .replaced, time: 100, modified: 0, size: 1)
+        var pinned = old
+        pinned.pinned = true
+        let limits = VersionLimits(maximumAge: 50)
+        #expect(limits.excess(of: [old, young], now: 120) == [old])
+        #expect(limits.excess(of: [pinned, young], now: 120).isEmpty)
+    }
+
+    @Test func pathsThatShareAHashGetSlotsOfTheirOwn() throws {
+        try withRoot { root, fd in
+            let store = try VersionStore(in: fd)
+            // Slots are picked by hash; a taken one is passed over whatever the path.
+            try write("a", root + "/one")
+            try write("b", root + "/two")
+            _ = try store.keep(.name("one", in: fd), item: "one", info: status(root + "/one"), cause: .deleted).get()
+            _ = try store.keep(.name("two", in: fd), item: "two", info: status(root + "/two"), cause: .deleted).get()
+            store.flush()
+            let again = try VersionStore(in: fd)
+            #expect(again.versions(of: "one").count == 1 && again.versions(of: "two").count == 1)
+            #expect(try content(again, again.versions(of: "two")[0]) == "b")
+        }
+    }
+}
