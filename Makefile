@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak stress-cross run stop install clean
+.PHONY: all setup io-uring build test test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak soak-versions stress-cross run stop install clean
 
 all: build
 
@@ -166,6 +166,20 @@ stress-cross: build
 # SOAK_OPTIONS go to the mount (SOAK_OPTIONS=--no-kernel-passthrough soaks the daemon's data path).
 soak: build
 	python3 Tests/Scripts/soak.py $(COORDFS) $(SOAK_SECONDS) $(SOAK_OPTIONS)
+
+# Lost updates, long: unmodified writers doing read-think-write cycles on shared JSON files, on
+# a plain directory of the same filesystem, then through a mount (every update in the files or
+# in a conflict version, each conflict told once), then one refusing stale writes (none lost).
+VERSIONS_WRITERS ?= 8
+VERSIONS_ROUNDS ?= 200
+soak-versions: build
+	@dir=$$(mktemp -d); mkdir -p $$dir/plain $$dir/backing $$dir/mnt $$dir/backing-refuse $$dir/mnt-refuse; \
+	  trap '$(COORDFS) unmount $$dir/mnt 2>/dev/null; $(COORDFS) unmount $$dir/mnt-refuse 2>/dev/null; rm -rf $$dir' EXIT; \
+	  set -e; echo "plain directory:"; python3 Tests/Scripts/lost_updates.py $$dir/plain --writers $(VERSIONS_WRITERS) --rounds $(VERSIONS_ROUNDS); \
+	  $(COORDFS) mount $$dir/backing $$dir/mnt; echo "coordfs (keep):"; \
+	  python3 Tests/Scripts/lost_updates.py $$dir/mnt --writers $(VERSIONS_WRITERS) --rounds $(VERSIONS_ROUNDS) --coordfs $(COORDFS); \
+	  $(COORDFS) mount --versions refuse $$dir/backing-refuse $$dir/mnt-refuse; echo "coordfs (refuse):"; \
+	  python3 Tests/Scripts/lost_updates.py $$dir/mnt-refuse --writers $(VERSIONS_WRITERS) --rounds $(VERSIONS_ROUNDS) --coordfs $(COORDFS)
 
 # Mounts the demo profile (Mounts/demo.profile: the sample tree Mounts/demo at Mounts/run/demo).
 run: build

@@ -48,7 +48,7 @@ let package = Package(
         // The control socket: peer credentials, wire <-> engine, remote presenters.
         .target(
             name: "CoordinationServer",
-            dependencies: ["CoordinationWire", "Coordination", "CoordinationRuntime", "LinuxSystem",
+            dependencies: ["CoordinationWire", "Coordination", "CoordinationRuntime", "LinuxSystem", "FileVersions",
                            .product(name: "Logging", package: "swift-log")]
         ),
         // Connects to a mount's or the daemon's control socket.
@@ -72,6 +72,7 @@ let package = Package(
         .target(
             name: "CoordFSMount",
             dependencies: ["CFuse3", "CFusePassthrough", "CLinux", "LinuxSystem", "Coordination", "CoordinationRuntime", "CoordinationServer",
+                           "FileVersions",
                            .product(name: "Logging", package: "swift-log")]
         ),
         // One file per subcommand.
@@ -79,7 +80,7 @@ let package = Package(
             name: "CoordFSCommands",
             dependencies: [
                 "FileCoordination", "Coordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
-                "LinuxSystem", "CoordinationCluster",
+                "LinuxSystem", "CoordinationCluster", "FileVersions",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

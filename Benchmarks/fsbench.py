@@ -392,7 +392,11 @@ def metadata(ts, phase):
         names[t.name] = [os.path.join(directory, "f%05d" % i) for i in range(files)]
         if phase != "create":
             for name in names[t.name]:
-                os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
+                fd = os.open(name, os.O_CREAT | os.O_WRONLY, 0o644)
+                # A document to save over: content a version of it keeps.
+                if phase == "save":
+                    os.write(fd, DOCUMENT)
+                os.close(fd)
     if phase == "stat asked again":
         for _ in range(2):
             for t in ts:
@@ -419,6 +423,14 @@ def metadata(ts, phase):
                     os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
                 elif phase in ("stat", "stat just created", "stat asked again"):
                     os.stat(name)
+                elif phase == "rename":
+                    os.rename(name, name + "r")
+                elif phase == "save":
+                    # An editor's atomic save: the new content beside, renamed over the old.
+                    fd = os.open(name + ".tmp", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+                    os.write(fd, DOCUMENT)
+                    os.close(fd)
+                    os.rename(name + ".tmp", name)
                 else:
                     os.unlink(name)
             rates[t.name].append(len(batch) / (time.perf_counter() - began))
@@ -478,6 +490,12 @@ def job_stat(ts): return metadata(ts, "stat")
 def job_stat_just_created(ts): return metadata(ts, "stat just created")
 def job_stat_asked_again(ts): return metadata(ts, "stat asked again")
 def job_unlink(ts): return metadata(ts, "unlink")
+def job_rename(ts): return metadata(ts, "rename")
+def job_save(ts): return metadata(ts, "save")
+
+
+# What "save" writes: a small document.
+DOCUMENT = b"x" * 512
 
 
 # (name, function, paired): a paired job takes every target at once and returns their results.
@@ -487,6 +505,7 @@ jobs = [("seq write 1 MiB (MiB/s)", job_seq_write, False), ("seq read cold 1 MiB
         ("create+close (ops/s)", job_create, True), ("stat, uncached (ops/s)", job_stat, True),
         ("unlink, uncached (ops/s)", job_unlink, True), ("stat, just created (ops/s)", job_stat_just_created, True),
         ("stat, asked again (ops/s)", job_stat_asked_again, True),
+        ("rename (ops/s)", job_rename, True), ("save: write beside, rename over (ops/s)", job_save, True),
         ("walk, ls -l again (entries/s)", job_walk, True)]
 
 if arguments.jobs:

@@ -9,7 +9,7 @@ public struct CoordFS: ParsableCommand {
         commandName: "coordfs",
         abstract: "File coordination for Linux: Apple's coordinator and presenter model, enforced for every program.",
         version: CoordFS.versionText,
-        subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Services.self, Vend.self,
+        subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Services.self, Vend.self, Versions.self,
                       Daemon.self, Demo.self, DaemonStart.self],
         defaultSubcommand: nil
     )

@@ -105,6 +105,9 @@ struct Mount: ParsableCommand {
     @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other; -o allow_overlap from fstab).")
     var allowOverlap = false
 
+    @OptionGroup(title: "Versions")
+    var versionOptions: VersionOptions
+
     @OptionGroup(title: "Hosts that share a store")
     var clusterOptions: ClusterOptions
 
@@ -220,6 +223,7 @@ struct Mount: ParsableCommand {
         configuration.fuseOptions = fuseOptions
         configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
         configuration.cluster = try clusterOptions.setting(over: loaded)
+        configuration.versions = try versionOptions.setting(over: loaded)
         return configuration
     }
 

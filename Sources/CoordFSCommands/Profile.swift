@@ -1,6 +1,7 @@
 import CoordFSMount
 import CoordinationCluster
 import FileCoordination
+import FileVersions
 import Foundation
 
 /// A named mount profile: `Mounts/NAME.profile`, lines of `key = value`, `#` comments.
@@ -24,6 +25,13 @@ import Foundation
 ///     cluster-unreachable = refuse   # refuse | local, once etcd cannot be reached
 ///     mode *.log = notify            # per path glob, first match wins
 ///     mode *.db = strict             # every writer excludes every other open
+///     versions = keep                # keep | refuse | off: what is kept of replaced content
+///     versions *.tmp = off           # per path glob, first match wins
+///     version-readers = session      # session | process-group | process | user
+///     versions-per-item = 32
+///     versions-total = 1G
+///     versions-age = 30              # days
+///     version-copy-limit = 64M
 struct Profile {
     var backing: String?
     var mountPoint: String?
@@ -52,6 +60,13 @@ struct Profile {
     var hostName: String?
     var clusterTTL: Int?
     var clusterUnreachable: ClusterMember.WhenUnreachable?
+    var versionPolicy: VersionPolicy?
+    var versionRules: [(pattern: String, policy: VersionPolicy)] = []
+    var versionReaders: ReaderIdentity?
+    var versionsPerItem: Int?
+    var versionsTotal: String?
+    var versionsAge: Double?
+    var versionCopyLimit: String?
 
     /// Finds `name` as a path, or as `NAME.profile` in $COORDFS_MOUNTS or ./Mounts.
     static func locate(_ name: String) -> URL? {
@@ -85,6 +100,12 @@ struct Profile {
                     throw ProfileError("\(url.path):\(number + 1): mode must be exclusive, strict, notify or off, not '\(text)'")
                 }
                 return mode
+            }
+            func policy(_ text: String) throws -> VersionPolicy {
+                guard let policy = VersionPolicy(rawValue: text) else {
+                    throw ProfileError("\(url.path):\(number + 1): versions must be keep, refuse or off, not '\(text)'")
+                }
+                return policy
             }
             func boolean(_ text: String) throws -> Bool {
                 if ["true", "yes", "on", "1"].contains(text) { return true }
@@ -151,6 +172,29 @@ struct Profile {
                 }
                 clusterUnreachable = choice
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            case "versions": versionPolicy = try policy(value)
+            case "version-readers":
+                guard let readers = ReaderIdentity(rawValue: value) else {
+                    throw ProfileError("\(url.path):\(number + 1): version-readers must be session, process-group, process or user, not '\(value)'")
+                }
+                versionReaders = readers
+            case "versions-per-item":
+                guard let count = Int(value), count >= 1 else {
+                    throw ProfileError("\(url.path):\(number + 1): versions-per-item must be a whole number of at least 1, not '\(value)'")
+                }
+                versionsPerItem = count
+            case "versions-total", "version-copy-limit":
+                guard VersionOptions.bytes(value) != nil else {
+                    throw ProfileError("\(url.path):\(number + 1): \(key) must be a size such as 512M or 2G, not '\(value)'")
+                }
+                if key == "versions-total" { versionsTotal = value } else { versionCopyLimit = value }
+            case "versions-age":
+                guard let days = Double(value), days > 0 else {
+                    throw ProfileError("\(url.path):\(number + 1): versions-age must be a number of days, not '\(value)'")
+                }
+                versionsAge = days
+            case _ where key.hasPrefix("versions "):
+                versionRules.append((key.dropFirst(9).trimmingCharacters(in: .whitespaces), try policy(value)))
             case _ where key.hasPrefix("mode "):
                 rules.append((key.dropFirst(5).trimmingCharacters(in: .whitespaces), try mode(value)))
             default:

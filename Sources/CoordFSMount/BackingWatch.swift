@@ -1,6 +1,7 @@
 import CLinux
 import Coordination
 import CoordinationRuntime
+import FileVersions
 import Foundation
 import LinuxSystem
 import Logging
@@ -260,6 +261,7 @@ final class BackingWatch: @unchecked Sendable {
         guard let directory else { return }
         // A change of a directory itself (its mode, times, attributes) comes as its entry ".".
         let isItself = entry == "."
+        if directory.relative.isEmpty && entry == VersionStore.directoryName { return }
         let itemPath = isItself ? path(directory) : path(directory, entry)
         let creates = change.mask & CFS_CHANGE_CREATE != 0, deletes = change.mask & CFS_CHANGE_DELETE != 0
         if creates || deletes {
@@ -425,6 +427,8 @@ final class BackingWatch: @unchecked Sendable {
         // A bind mount of the filesystem inside BACKING shows a directory twice: once is enough.
         var seen: Set<WatchedDirectories.Handle> = []
         while let next = pending.popLast(), !marksRanOut {
+            // The version store is no directory of the mount's: none of its own is marked.
+            if next.relative == VersionStore.directoryName { continue }
             let fd = FileSystemName.withCString(next.relative.isEmpty ? "." : next.relative) {
                 openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             }
@@ -501,7 +505,11 @@ final class BackingWatch: @unchecked Sendable {
                 found = Directory(relative: "", device: UInt64(info.st_dev), number: UInt64(info.st_ino))
             } else if path.hasPrefix(backingPath == "/" ? "/" : backingPath + "/") {
                 let relative = String(path.dropFirst(backingPath == "/" ? 1 : backingPath.count + 1))
-                found = Directory(relative: relative, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+                // The version store's directories are nothing the mount shows: as if outside.
+                let store = VersionStore.directoryName
+                if relative != store && !relative.hasPrefix(store + "/") {
+                    found = Directory(relative: relative, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+                }
             }
         }
         if directories.count >= 16_384 { directories.removeAll() }

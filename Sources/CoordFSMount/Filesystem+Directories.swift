@@ -48,6 +48,7 @@ extension Filesystem {
             }
             guard let entry = found else { break }
             let record = DirectoryEntry(entry)
+            if isVersionStore(file.inode.id, record.name) { continue }
             let added: Bool
             if plus {
                 if record.name != "." && record.name != ".." {

@@ -13,7 +13,7 @@ import Glibc
 extension Filesystem {
     func lookup(_ reply: consuming Reply, _ parentID: UInt64, _ name: String) {
         if name == "." || name == ".." { return lookupByHandle(reply, parentID, name) }
-        guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        guard let parent = inodes[parentID], !isVersionStore(parentID, name) else { return reply.error(ENOENT) }
         let readPoint = watchedWrites.readPoint
         do {
             let (inode, info) = try lookupNode(parent, name)
@@ -138,8 +138,13 @@ extension Filesystem {
     /// Makes `change` (of the file's `open`, if it came through one) and answers the request.
     private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: consuming Reply, claim: Claim?) {
         let readPoint = watchedWrites.readPoint
+        let caller = reply.caller
         do {
             let info = try inodes.withFD(inode) { fd throws(Errno) -> stat in
+                // A truncation by path of a file renamed over an instant before is refused as an
+                // open for writing of it is (`refusingReplaced`), and kept first as a rewrite is.
+                if change.size != nil, open == nil, let refusal = refusingReplaced(fd) { throw refusal }
+                if let size = change.size, let refusal = keepBeforeTruncating(inode, fd, to: size, by: caller) { throw refusal }
                 try apply(change, to: fd, open: open)
                 if change.size != nil {
                     open?.written.store(true, ordering: .relaxed)

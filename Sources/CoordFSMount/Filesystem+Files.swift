@@ -16,7 +16,8 @@ extension Filesystem {
         let wanted = ItemIntent(kind: Self.openKind(flags), node: inode, isDirectory: false)
         let writes = wanted.kind.isWrite
         let info = request.info
-        let user = reply.caller.uid
+        let caller = reply.caller
+        let user = caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
@@ -30,6 +31,9 @@ extension Filesystem {
             }
             // errno is read inside: releasing the pin may touch it.
             let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
+                if writes, let refusal = refusingReplaced(inodeFD) { return (-1, refusal) }
+                // What the truncation is about to throw away, kept first (or a stale write refused).
+                if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) { return (-1, refusal) }
                 let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) {
                     Glibc.open(procPath(inodeFD), $0)
                 }
@@ -59,6 +63,10 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
                                 writer: writes ? writer(of: claim, reply) : 0, directIO: direct, flags: flags)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
+            if versions != nil {
+                if flags & O_ACCMODE != O_WRONLY { noteRead(inode, fd, by: caller) }
+                if writes { file.versionReader = versionReader(caller) }
+            }
             // Its writes are the mount's now, each reported if it stayed marked; the kernel
             // keeps its attributes a short time again.
             if file.writesThroughTheKernel && watchedWrites.unwatch(inode, fd: fd) { invalidateAttributes(of: inode) }
@@ -122,6 +130,7 @@ extension Filesystem {
 
     func create(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ request: OpenRequest) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        if isVersionStore(parentID, name) { return reply.error(EPERM) }
         if name == "/" { return tmpfile(reply, parent, mode, request) }
         let flags = backingFlags(request.flags)
         let info = request.info
@@ -131,7 +140,8 @@ extension Filesystem {
         // A write on the new item; it stays held as the open's intent (an appending one for an
         // O_APPEND open: a log a program creates is readable while it appends, U1).
         let kind: AccessKind = flags & O_APPEND != 0 && flags & O_TRUNC == 0 ? .writing(.appendingOnly) : .writing([])
-        let user = reply.caller.uid
+        let caller = reply.caller
+        let user = caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, ItemIntent(kind: kind, node: parent, name: name, isDirectory: false),
                    nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
@@ -146,11 +156,15 @@ extension Filesystem {
             // made behind the mount meanwhile is opened as it is.
             let (fd, createFailure, backing, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
                 let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
+                let item = versions == nil ? "" : relativePath(parent, name)
                 if sharesBacking {
-                    let (fd, made) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0, for: reply.caller)
+                    let (fd, made, refusal) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0,
+                                                      for: caller, item: item)
+                    if let refusal { return (-1, refusal, false, false) }
                     if fd >= 0 { return (fd, nil, true, made) }
                 }
-                let (fd, made) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: reply.caller)
+                let (fd, made, refusal) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller, item: item)
+                if let refusal { return (-1, refusal, false, false) }
                 return (fd, fd == -1 ? Errno.current : nil, false, made)
             }
             if let failure = createFailure {
@@ -168,6 +182,7 @@ extension Filesystem {
                 let direct = backingID == nil && flags & CFS_O_DIRECT != 0
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
                                     writer: writer(of: claim, reply), directIO: direct, flags: flags)
+                file.versionReader = versionReader(reply.caller)
                 // A file that was there already, marked: as an open's. (A create's reply, which
                 // the kernel takes whatever it was told to forget meanwhile, is kept a short
                 // time: open for writing, the file is not marked anyway.)
@@ -188,10 +203,14 @@ extension Filesystem {
     /// failure after it can take back a file this create made, and only such a file: one made
     /// behind the mount meanwhile is opened as it is, unless the caller asked for O_EXCL itself.
     /// Returns the descriptor (or -1, errno set) and whether this call made the file.
-    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for caller: RequestCaller) -> (Int32, Bool) {
+    /// An existing file opened with O_TRUNC is kept as a version first (`item`, its path), or
+    /// the open refused as a stale write (the third value).
+    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for caller: RequestCaller,
+                         item: String) -> (Int32, Bool, Errno?) {
         let fd = CallerUmask.applying(caller.umask) { accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } } }
-        if fd >= 0 || Errno.current != .fileExists || exclusive { return (fd, fd >= 0) }
-        return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false)
+        if fd >= 0 || Errno.current != .fileExists || exclusive { return (fd, fd >= 0, nil) }
+        if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(name, in: parentFD, item: item, by: caller) { return (-1, false, refusal) }
+        return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false, nil)
     }
 
     /// A create that fails after making its file takes it back (`made`): one user out of
@@ -296,6 +315,7 @@ extension Filesystem {
         passthrough?.endOpen(of: file.inode.id)
         inodes.updateLastSeen(file.inode, known ? info : nil)
         let changed = file.changed(now: known ? info : nil)
+        if changed && known && versions != nil { noteWritten(file.inode, info, by: file.versionReader) }
         let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
         guard let claim = file.claim else { return reply.ok() }
         end(claim, outcome: outcome, thenAnswer: reply)

@@ -2,6 +2,7 @@ import LinuxSystem
 import CLinux
 import Coordination
 import CoordinationRuntime
+import FileVersions
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -16,6 +17,7 @@ extension Filesystem {
     private func makeItem(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool, mode: mode_t = 0,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        if isVersionStore(parentID, name) { return reply.error(EPERM) }
         coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
                    forTheCall: true) { [self] reply, claim in
             do {
@@ -58,6 +60,7 @@ extension Filesystem {
 
     func link(_ reply: consuming Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        if isVersionStore(parentID, name) { return reply.error(EPERM) }
         coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
                    forTheCall: true) { [self] reply, claim in
             do {
@@ -84,12 +87,26 @@ extension Filesystem {
     }
 
     func unlink(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
-        guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
+        guard let parent = inodes[parentID], !isVersionStore(parentID, name) else { return reply.error(ENOENT) }
+        let caller = reply.caller
         coordinate(reply, ItemIntent(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory),
                    forTheCall: true) { reply, claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
+                // A file's last name: its inode goes to the store first, as a version.
+                var version: VersionRecord?
+                var info = stat()
+                if !directory, self.versions != nil,
+                   FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
+                   case .success(let kept) = self.keepBeforeReplacing(name, in: fd, item: self.relativePath(parent, name), info,
+                                                                      deleting: true, by: caller) {
+                    version = kept
+                }
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
-                return FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
+                let failure = FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
+                if failure != nil { self.takeBack(version) }
+                if failure == nil, let version, version.conflict { self.tellConflict(version, by: caller) }
+                if failure == nil, !directory { self.versions?.changed(self.relativePath(parent, name)) }
+                return failure
             }
             if failure == nil { self.namespaceChanged(name: name, directory: directory) }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
@@ -98,7 +115,11 @@ extension Filesystem {
     }
 
     func rename(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, _ newParentID: UInt64, _ newName: String, _ flags: UInt32) {
-        guard let parent = inodes[parentID], let newParent = inodes[newParentID] else { return reply.error(ENOENT) }
+        guard let parent = inodes[parentID], let newParent = inodes[newParentID], !isVersionStore(parentID, name) else {
+            return reply.error(ENOENT)
+        }
+        if isVersionStore(newParentID, newName) { return reply.error(EPERM) }
+        let caller = reply.caller
         var sourceStat = stat()
         let sourceFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fd in
             FileSystemName.withCString(name) { fstatat(fd, $0, &sourceStat, AT_SYMLINK_NOFOLLOW) } == -1 ? Errno.current : nil
@@ -117,11 +138,31 @@ extension Filesystem {
         let source = ItemIntent(kind: .writing(.forMoving), node: parent, name: name, isDirectory: sourceIsDirectory)
         let destination = ItemIntent(kind: .writing(exchange ? .forMoving : .forReplacing), node: newParent, name: newName,
                                  isDirectory: destinationIsDirectory)
+        let replacedItself = destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
+        // A file renamed over another (an atomic save) replaces its content: kept as a version.
+        let mayReplace = !exchange && flags & CFS_RENAME_NOREPLACE == 0 && versions != nil
         coordinate(reply, source, and: destination, forTheCall: true) { [self] reply, claim in
+            var version: VersionRecord?
+            let destinationItem = mayReplace ? relativePath(newParent, newName) : ""
+            var replaces = false
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
                 inodes.withFD(newParent, orElse: { $0 }) { toFD in
-                    FileSystemName.withCString(name) { from in FileSystemName.withCString(newName) { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1
+                    // The destination as it is now, once the claim is held: what it was when the
+                    // request came (if anything) may have been made or written since, while it
+                    // waited. Not the source itself (a rename of a name onto another of its own).
+                    var replaced = stat()
+                    if mayReplace, FileSystemName.withCString(newName, { fstatat(toFD, $0, &replaced, AT_SYMLINK_NOFOLLOW) }) == 0,
+                       replaced.st_mode & S_IFMT == S_IFREG, replaced.st_dev != sourceInfo.st_dev || replaced.st_ino != sourceInfo.st_ino {
+                        replaces = true
+                        switch keepBeforeReplacing(newName, in: toFD, item: destinationItem, replaced, deleting: false, by: caller) {
+                        case .success(let kept): version = kept
+                        case .failure(let refusal): return refusal
+                        }
+                    }
+                    let failure = FileSystemName.withCString(name) { from in FileSystemName.withCString(newName) { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1
                         ? Errno.current : nil
+                    if failure != nil { takeBack(version) }
+                    return failure
                 }
             }
             if let failure = renameFailure {
@@ -130,7 +171,18 @@ extension Filesystem {
                 return reply.error(failure)
             }
             namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
-            let replacedItself = destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
+            if replaces, let versions {
+                // A change of the item, which the writer has seen as the rename left it (its
+                // change time moved); a conflict is told once the rename is done.
+                versions.changed(destinationItem)
+                var after = stat()
+                if let reader = versionReader(caller), inodes.withFD(newParent, orElse: { _ in false }, { fd in
+                    FileSystemName.withCString(newName) { fstatat(fd, $0, &after, AT_SYMLINK_NOFOLLOW) } == 0
+                }) {
+                    versions.saw(destinationItem, after, by: reader)
+                }
+                if let version, version.conflict { tellConflict(version, by: caller) }
+            }
             if destinationExisted && !exchange && !destinationIsDirectory && !replacedItself {
                 inodes.nameRemoved(newName, in: newParent.id, device: UInt64(destinationInfo.st_dev),
                                    number: UInt64(destinationInfo.st_ino))

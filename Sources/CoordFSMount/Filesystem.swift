@@ -2,6 +2,7 @@ import LinuxSystem
 import CLinux
 import CFusePassthrough
 import Coordination
+import FileVersions
 import CoordinationServer
 import CoordinationRuntime
 import Foundation
@@ -53,6 +54,8 @@ public final class Filesystem: @unchecked Sendable {
     let givesOwnership = geteuid() == 0
     /// The filesystems under the mount, the backing's own and those mounted inside it.
     let filesystems: BackingFilesystems
+    /// What is kept of content the mount replaces, and which writes are stale (nil: none).
+    let versions: MountVersions?
     /// `-o noatime` for the backing files.
     let accessTimes: AccessTimes
     /// `configuration.isDirsync` and `isSynchronous`, read once: every change of names asks
@@ -124,6 +127,7 @@ public final class Filesystem: @unchecked Sendable {
         let perUser = configuration.openFilesPerUser ?? DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget)
         files = OpenFileTable(budget: OpenFileBudget(perUser: perUser, owner: getuid()))
         filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
+        versions = Self.openVersions(configuration, root: fd)
         lanesByItem = configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal
         let table = inodes
         waitWatch = WaitWatch(logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
@@ -149,6 +153,19 @@ public final class Filesystem: @unchecked Sendable {
 
     deinit {
         if backingPin >= 0 { close(backingPin) }
+    }
+
+    /// The versions the configuration asks for; none through a read-only mount, which replaces
+    /// nothing, and none (said once) where the store cannot be made.
+    private static func openVersions(_ configuration: MountConfiguration, root: Int32) -> MountVersions? {
+        let logger = Logger(label: "org.coordfs.mount")
+        guard !configuration.fuseOptions.contains("ro") else { return nil }
+        do {
+            return try MountVersions(configuration.versions, root: root, logger: logger)
+        } catch {
+            logger.warning("no versions are kept: the store \(VersionStore.directoryName) cannot be made in the backing directory (\(error))")
+            return nil
+        }
     }
 
     /// Starts watching the backing directory for changes made behind the mount, where the
@@ -244,7 +261,15 @@ public final class Filesystem: @unchecked Sendable {
 
     /// Attributes as the mount shows them.
     @inline(__always)
-    func shown(_ info: stat) -> stat { ownership.shown(info) }
+    func shown(_ info: stat) -> stat {
+        var shown = ownership.shown(info)
+        // A file whose inode a version holds by a link (renamed over, or unlinked, while open):
+        // that name is the store's, not one the file's users can see or count.
+        if shown.st_mode & S_IFMT == S_IFREG, shown.st_nlink > 0, let versions, versions.store.holdsLink(to: info) {
+            shown.st_nlink -= 1
+        }
+        return shown
+    }
 
     /// `mount -o remount,OPTIONS`: `uid=`, `gid=` and `umask=` change at once (the kernel is
     /// told to forget the attributes it keeps); any other option must be as the mount has it

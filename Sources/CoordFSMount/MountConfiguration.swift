@@ -1,5 +1,6 @@
 import LinuxSystem
 import CoordinationRuntime
+import FileVersions
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -29,6 +30,8 @@ public struct MountConfiguration: Sendable {
     /// Per-path modes: a glob against the path relative to the mount root (`*` crosses `/`);
     /// the first that matches wins.
     public var modeRules: [(pattern: String, mode: CoordinationMode)] = []
+    /// What is kept of content the mount replaces, per path, and who counts as one reader.
+    public var versions = VersionSettings()
     /// How long an open may wait for others before it fails with EBUSY; nil waits forever.
     public var waitTimeout: Duration? = .seconds(60)
     /// How long presenters have to answer.

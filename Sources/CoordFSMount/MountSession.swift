@@ -88,6 +88,7 @@ public final class MountSession: @unchecked Sendable {
                                            domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
                                            root: filesystem.mountRoot.string)
                 server.claimGate = filesystem.claimGate
+                server.versions = filesystem.versions?.store
                 server.remount = { [weak filesystem = self.filesystem] options in
                     guard let filesystem else { return "the mount is gone" }
                     return filesystem.remount(options)

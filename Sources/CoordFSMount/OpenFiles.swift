@@ -19,6 +19,10 @@ final class OpenFile: @unchecked Sendable {
     let atOpen: stat?
     /// Directory streams for readdir, opened lazily.
     var directory: OpaquePointer?
+    /// For a writable open where versions are kept: who its writer counts as among readers
+    /// (`MountVersions.reader`), who has seen what it leaves at its release. Set before the
+    /// open is inserted in the table.
+    var versionReader: Int64?
     /// The process a coordinated write open was granted to (0 for any other open), counted in
     /// its inode's `writers` from the open to the release.
     let writer: Int32

@@ -32,6 +32,31 @@ extension CoordinationEngine {
         }
     }
 
+    /// A version of `item` kept as a conflict, `version` its identifier: the item's presenters
+    /// hear that it gained one, the presenters of the directories around it that a subitem did.
+    /// Every presenter hears, the writer's own too: it wrote over content it had not seen.
+    public func conflictVersionKept(_ version: String, of item: AccessTarget, by accessor: CoordinatorIdentity?)
+        -> [PresenterDelivery<PresenterNotification>]
+    {
+        withState { state in
+            if state.presenterTree.isEmpty { return [] }
+            var builder = State.DeliveryBuilder<PresenterNotification>(excluding: nil)
+            let packages = Set(item.enclosingPackages)
+            for id in state.presenterTree.presenters(at: item.path) {
+                builder.add([.didGainConflictVersion(version)], to: id, at: item.path, package: item.isPackage, records: state.presenters)
+            }
+            for (ancestor, ids) in state.presenterTree.presentersAbove(item.path) {
+                for id in ids {
+                    builder.add([.subitemDidGainConflictVersion(item.path, version)], to: id, at: ancestor,
+                                package: packages.contains(ancestor), records: state.presenters)
+                }
+            }
+            var deliveries = builder.deliveries
+            for index in deliveries.indices { deliveries[index].accessor = accessor }
+            return deliveries
+        }
+    }
+
     /// Many changes inside each of `directories` at once, told as one: the directory's own
     /// presenters hear that it changed, those above it that a subitem did.
     public func contentsChangedOutside(of directories: [AccessTarget]) -> [PresenterDelivery<PresenterNotification>] {

@@ -57,12 +57,18 @@ public enum PresenterNotification: Hashable, Sendable {
     /// An access to the item went ahead without waiting any longer for those that held it: a
     /// broken lease (the break time, a settled file, a kernel lock). coordfs's own: Apple has none.
     case coordinationWasBroken
+    /// A version of the item was kept as an unresolved conflict (its content was replaced by a
+    /// writer that had not seen it: a lost update); its identifier. Apple's
+    /// `presentedItemDidGain(_:)`.
+    case didGainConflictVersion(String)
+    /// The same of an item inside; `presentedSubitem(at:didGain:)`.
+    case subitemDidGainConflictVersion(ItemPath, String)
 
     /// True for the subitem notifications a package presenter may receive as did-change (P20).
     public var isSubitemNotification: Bool {
         switch self {
-        case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted: return true
-        case .didMove, .didChange, .itemWasDeleted, .coordinationWasBroken: return false
+        case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted, .subitemDidGainConflictVersion: return true
+        case .didMove, .didChange, .itemWasDeleted, .coordinationWasBroken, .didGainConflictVersion: return false
         }
     }
 }

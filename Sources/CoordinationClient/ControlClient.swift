@@ -179,6 +179,13 @@ public final class ControlClient: @unchecked Sendable {
         return FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
     }
 
+    /// Version `version` of the item at `path`: its record, and its content open for reading.
+    public func openVersion(_ version: String, of path: String) throws -> ([String: WireValue], FileHandle) {
+        let (fields, descriptor) = try requestWithDescriptor { .version(id: $0, path: path, version: version, action: .open) }
+        guard let descriptor else { throw ControlError("EPROTO", "the reply carried no descriptor") }
+        return (fields, FileHandle(fileDescriptor: descriptor, closeOnDealloc: true))
+    }
+
     /// Called once when the server closes the connection.
     public func onEnd(_ handler: @escaping @Sendable () -> Void) { lock.withLock { endHandler = handler } }
 

@@ -44,6 +44,8 @@ extension ClientConnection {
         case .withdraw(let id, let number): withdraw(id, number)
         case .services(let id, let path): services(id, path)
         case .connect(let id, let name, let path): connect(id, name, path)
+        case .versions(let id, let path): versions(id, path)
+        case .version(let id, let path, let number, let action): version(id, path, number, action)
         }
     }
 

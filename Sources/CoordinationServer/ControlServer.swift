@@ -2,6 +2,7 @@ import LinuxSystem
 import Coordination
 import CoordinationWire
 import CoordinationRuntime
+import FileVersions
 import Foundation
 import Logging
 import Synchronization
@@ -47,6 +48,14 @@ public final class ControlServer: @unchecked Sendable {
     private var remountHandler: (@Sendable ([String]) -> String?)?
     private var otherHostsHandler: (@Sendable () -> [(host: String, status: [String: WireValue])])?
     private var gate: (any ClaimGate)?
+
+    /// The versions the mount this server serves keeps of its items (nil: none kept, or the
+    /// daemon), keyed by the item's path below `resolver.permissionBase`.
+    public var versions: VersionStore? {
+        get { lock.withLock { versionStore } }
+        set { lock.withLock { versionStore = newValue } }
+    }
+    private var versionStore: VersionStore?
 
     /// What holds must pass before they are claimed (a shared store's host's delegations).
     public var claimGate: (any ClaimGate)? {

@@ -62,7 +62,9 @@ public final class HostPresenter: Presenter, @unchecked Sendable {
             case .subitemDidChange(let item): inside(item) { .changed($0) }
             case .subitemWasDeleted(let item): inside(item) { .deleted($0) }
             case .subitemDidMove(let source, let destination): move(source, destination)
-            case .coordinationWasBroken: break
+            // A conflict version is kept in the store of the host that replaced the content;
+            // the other hosts' presenters hear of the change itself.
+            case .coordinationWasBroken, .didGainConflictVersion, .subitemDidGainConflictVersion: break
             }
         }
     }

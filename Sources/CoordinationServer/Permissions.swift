@@ -40,6 +40,12 @@ enum Permissions {
         return FileSystemName.withCString(path) { stat($0, &info) } == 0 ? info : nil
     }
 
+    /// Whether `peer` may `need` a file whose status is `info` (its own bits only: the
+    /// directories on the way are the caller's to check).
+    static func allows(_ peer: PeerCredentials, _ info: stat, _ need: Need) -> Bool {
+        peer.uid == 0 || check(info, peer, need == .read ? S_IRUSR : S_IWUSR)
+    }
+
     /// `ownerBit` is the owner's bit (S_IRUSR, S_IWUSR, S_IXUSR); the group and other bits are
     /// it shifted right by 3 and 6.
     private static func check(_ info: stat, _ peer: PeerCredentials, _ ownerBit: mode_t) -> Bool {

@@ -128,6 +128,11 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
                 tell(.presenterRemoved, origin: origin)
                 connection?.removeWatch(wd)
             case .coordinationWasBroken: tell(.broken, origin: origin)
+            // The version's identifier is the event's cookie (a version id is a number).
+            case .didGainConflictVersion(let version):
+                tell(.conflict, cookie: UInt64(version) ?? 0, origin: origin)
+            case .subitemDidGainConflictVersion(let item, let version):
+                tell(.conflict, cookie: UInt64(version) ?? 0, name: name(item.string), path: item.string, origin: origin)
             }
         }
     }

@@ -37,7 +37,7 @@ public enum WireCodec {
     /// The ops that carry an id and may be refused one by one (`hello` must succeed, and an
     /// `answer` or `working` with a wrong cookie is a client's confusion about the whole exchange).
     private static let refusable: Set<String> = ["watch", "unwatch", "hold", "release", "moved", "cancel", "status",
-                                                 "vend", "withdraw", "services", "connect", "remount"]
+                                                 "vend", "withdraw", "services", "connect", "remount", "versions", "version"]
 
     private static func clientMessage(_ object: [String: JSON]) throws(WireError) -> ClientMessage {
         do {
@@ -142,6 +142,14 @@ public enum WireCodec {
             return .services(id: try int(object, "id"), path: try string(object, "path"))
         case "connect":
             return .connect(id: try int(object, "id"), name: try string(object, "name"), path: try string(object, "path"))
+        case "versions":
+            return .versions(id: try int(object, "id"), path: try string(object, "path"))
+        case "version":
+            let name = try string(object, "action")
+            guard let action = VersionAction(rawValue: name) else {
+                throw WireError("\"action\" must be one of \(VersionAction.allCases.map(\.rawValue).joined(separator: ", ")), not '\(name)'")
+            }
+            return .version(id: try int(object, "id"), path: try string(object, "path"), version: try string(object, "version"), action: action)
         default:
             throw WireError("unknown op \"\(op)\"")
         }
@@ -186,6 +194,9 @@ public enum WireCodec {
         case .withdraw(let id, let service): object = ["op": "withdraw", "id": .int(id), "service": .int(service)]
         case .services(let id, let path): object = ["op": "services", "id": .int(id), "path": .string(path)]
         case .connect(let id, let name, let path): object = ["op": "connect", "id": .int(id), "name": .string(name), "path": .string(path)]
+        case .versions(let id, let path): object = ["op": "versions", "id": .int(id), "path": .string(path)]
+        case .version(let id, let path, let version, let action):
+            object = ["op": "version", "id": .int(id), "path": .string(path), "version": .string(version), "action": .string(action.rawValue)]
         }
         return line(object)
     }

@@ -26,13 +26,17 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     /// An access to the item went ahead without waiting any longer for its holders (the break
     /// time, a settled file, a kernel lock); to a client whose hold it was, `cookie` names the hold.
     public static let broken = EventMask(rawValue: 1 << 17)
+    /// A version of the item (or, with a name, of an item inside) was kept as an unresolved
+    /// conflict: its content was replaced by a writer that had not seen it, a lost update.
+    /// `cookie` is the version's identifier (`coordfs versions`).
+    public static let conflict = EventMask(rawValue: 1 << 18)
     /// Set on records that wait for an answer.
     public static let request = EventMask(rawValue: 1 << 30)
 
     public static let requests: EventMask = [.relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion,
                                              .accommodateEviction]
     public static let all: EventMask = [.requests, .reacquire, .changed, .movedFrom, .movedTo, .subitemAppeared,
-                                        .subitemChanged, .subitemDeleted, .presenterRemoved, .broken]
+                                        .subitemChanged, .subitemDeleted, .presenterRemoved, .broken, .conflict]
 
     /// The names used on the wire and by `coordfs watch`.
     public static let names: [(String, EventMask)] = [
@@ -42,6 +46,7 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
         ("REACQUIRE", .reacquire), ("CHANGED", .changed), ("MOVED_FROM", .movedFrom), ("MOVED_TO", .movedTo),
         ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged), ("SUBITEM_DELETED", .subitemDeleted),
         ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("BROKEN", .broken),
+        ("CONFLICT", .conflict),
         ("REQUEST", .request),
     ]
 

@@ -73,6 +73,16 @@ public enum ClientMessage: Hashable, Sendable {
     /// A connection to the service `name` of the item at `path`: the reply carries a connected
     /// socket whose other end the provider received.
     case connect(id: Int, name: String, path: String)
+    /// The versions a mount keeps of the item at `path` (which may no longer exist).
+    case versions(id: Int, path: String)
+    /// Acts on version `version` of the item at `path`: `open` (the reply carries a descriptor of
+    /// its content), `resolve`, `unresolve`, `pin`, `unpin` or `remove`.
+    case version(id: Int, path: String, version: String, action: VersionAction)
+}
+
+/// What a `version` request does.
+public enum VersionAction: String, Sendable, CaseIterable {
+    case open, resolve, unresolve, pin, unpin, remove
 }
 
 /// A message from the server.

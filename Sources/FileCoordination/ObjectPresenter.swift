@@ -73,6 +73,10 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
                         (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
                     case .coordinationWasBroken:
                         (presenter as? ExtendedFilePresenter)?.presentedItemCoordinationWasBroken()
+                    case .didGainConflictVersion, .subitemDidGainConflictVersion:
+                        // Apple's presentedItemDidGain(_:) takes a file version, which this
+                        // library does not have yet: heard on the event channel only.
+                        break
                     }
                 }
                 if presentsPackage && notification.isSubitemNotification && !sentDidChange {

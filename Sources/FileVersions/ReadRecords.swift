@@ -3,21 +3,29 @@ import Synchronization
 import Glibc
 #endif
 
-/// A file's content as far as replacing it is concerned: its inode and when and how large it was
-/// last written. A rename over the file changes the inode; a write in place, the rest.
+/// A file's content as far as replacing it is concerned: its inode, when and how large it was
+/// last written and changed, and how many changes the mount itself has made to it (`change`). A
+/// rename over the file changes the inode; a write in place, the rest. The count tells apart
+/// two writes in place of one size within one clock tick, which the times do not.
 public struct ContentStamp: Hashable, Sendable {
     public var device: UInt64
     public var inode: UInt64
     public var modifiedSeconds: Int
     public var modifiedNanoseconds: Int
+    public var changedSeconds: Int
+    public var changedNanoseconds: Int
     public var size: Int64
+    public var change: UInt64
 
-    public init(_ info: stat) {
+    public init(_ info: stat, change: UInt64 = 0) {
         device = UInt64(info.st_dev)
         inode = UInt64(info.st_ino)
         modifiedSeconds = info.st_mtim.tv_sec
         modifiedNanoseconds = info.st_mtim.tv_nsec
+        changedSeconds = info.st_ctim.tv_sec
+        changedNanoseconds = info.st_ctim.tv_nsec
         size = Int64(info.st_size)
+        self.change = change
     }
 }
 

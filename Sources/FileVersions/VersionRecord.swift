@@ -27,13 +27,9 @@ public struct VersionRecord: Codable, Hashable, Sendable {
         case truncated
         /// Its last name was removed.
         case deleted
-        /// A version was put back in its place.
-        case restored
-        /// Added by a program (`FileVersion.addOfItem`, `coordfs versions --add`).
-        case added
     }
 
-    /// Unique in the store and ordered by when it was kept: nanoseconds since 1970, in decimal.
+    /// Unique in the store and ordered by when it was kept: microseconds since 1970, in decimal (a number JSON readers take exactly, below 2^53).
     public let id: String
     /// The item's path below the store's root (the backing directory).
     public let item: String
@@ -51,6 +47,9 @@ public struct VersionRecord: Codable, Hashable, Sendable {
     public var resolved: Bool
     /// Kept whatever the bounds say, until removed by hand.
     public var pinned: Bool
+    /// The item's own inode, linked into the store (nil for a copy): to the kernel's eyes a
+    /// name of that inode, which whoever still has the file open must not count.
+    public var linkedInode: UInt64?
 
     public init(id: String, item: String, cause: Cause, time: Double, modified: Double, size: Int64,
                 replacedBy: VersionOrigin? = nil, conflict: Bool = false, resolved: Bool = false, pinned: Bool = false) {

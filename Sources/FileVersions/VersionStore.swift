@@ -29,10 +29,11 @@ public final class VersionStore: @unchecked Sendable {
 
     /// Where a version's content comes from.
     public enum Source {
-        /// The file `name` in the directory `directory`: linked where the filesystem lets it.
+        /// The file `name` in the directory `directory`: linked where the filesystem lets it
+        /// (else copied, up to the copy limit).
         case name(String, in: Int32)
         /// An open descriptor of the file (any mode, O_PATH too): its content is copied.
-        case descriptor(Int32)
+        case copy(Int32)
     }
 
     /// Why a version was not kept.
@@ -50,9 +51,8 @@ public final class VersionStore: @unchecked Sendable {
     }
 
     public let limits: VersionLimits
-    /// The store's directory.
-    private let directory: Int32
-    private let items: Int32
+    /// The tree's root, whose `.coordfs-versions` is the store.
+    private let root: Int32
     private let state = Mutex(State())
     /// Records written and contents removed off the callers' path, in order.
     private let writer = DispatchQueue(label: "org.coordfs.versions")
@@ -64,33 +64,50 @@ public final class VersionStore: @unchecked Sendable {
         var totalBytes: Int64 = 0
         var lastID: UInt64 = 0
         var lastAgeCheck: Double = 0
+        /// The inodes of versions kept by a link.
+        var linkedInodes: Set<UInt64> = []
+        /// `.coordfs-versions/items`, once opened (-1 before).
+        var items: Int32 = -1
     }
 
-    /// Opens (making it where missing) the store in the directory `root`, and reads back what
-    /// it holds.
+    /// The store's filesystem: only its inodes can be linked into it.
+    private let device: UInt64
+
+    /// The store in the directory `root` (which the caller keeps open), read back where it
+    /// exists. Its directory is made with the first version kept: a tree whose files are never
+    /// replaced gets none.
     public init(in root: Int32, limits: VersionLimits = VersionLimits()) throws(Errno) {
         self.limits = limits
-        if mkdirat(root, Self.directoryName, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
-        directory = try check(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
-        if mkdirat(directory, "items", 0o700) == -1 && Errno.current != .fileExists {
-            let failure = Errno.current
-            close(directory)
-            throw failure
-        }
-        do {
-            items = try check(openat(directory, "items", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
-        } catch {
-            close(directory)
-            throw error
-        }
-        readBack()
+        self.root = try check(fcntl(root, F_DUPFD_CLOEXEC, 0))
+        var info = stat()
+        fstat(self.root, &info)
+        device = UInt64(info.st_dev)
+        if let items = try? items(making: false) { readBack(from: items) }
     }
 
     // Every block on `writer` holds the store: it ends only after they have run (and may end
     // on that queue, which must not be waited for here).
     deinit {
-        close(items)
-        close(directory)
+        let items = state.withLock { $0.items }
+        if items >= 0 { close(items) }
+        close(root)
+    }
+
+    /// `.coordfs-versions/items`, opened once, made where missing when `making`.
+    private func items(making: Bool) throws(Errno) -> Int32 {
+        let known = state.withLock { $0.items }
+        if known >= 0 { return known }
+        if making, mkdirat(root, Self.directoryName, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
+        let directory = try check(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+        defer { close(directory) }
+        if making, mkdirat(directory, "items", 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
+        let opened = try check(openat(directory, "items", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+        let kept = state.withLock { state -> Int32 in
+            if state.items < 0 { state.items = opened }
+            return state.items
+        }
+        if kept != opened { close(opened) }
+        return kept
     }
 
     // MARK: Keeping
@@ -110,14 +127,18 @@ public final class VersionStore: @unchecked Sendable {
         if !linked {
             if let failure = copy(source, to: id, in: slot, info: info) { return .failure(failure) }
         }
-        let record = VersionRecord(id: id, item: item, cause: cause, time: now,
+        var record = VersionRecord(id: id, item: item, cause: cause, time: now,
                                    modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
                                    size: Int64(info.st_size), replacedBy: replacedBy, conflict: conflict)
+        if linked { record.linkedInode = UInt64(info.st_ino) }
         state.withLock { state in
             state.versions[item, default: []].append(record)
             state.totalBytes += record.size
+            if let inode = record.linkedInode { state.linkedInodes.insert(inode) }
         }
-        write(record)
+        // A conflict's record is on disk before the caller goes on: after a crash it must not
+        // come back as a version the bounds may take.
+        if conflict { writer.sync { writeRecord(record) } } else { write(record) }
         prune(item: item, now: now)
         return .success(record)
     }
@@ -129,7 +150,7 @@ public final class VersionStore: @unchecked Sendable {
         switch source {
         case .name(let name, let parent):
             input = FileSystemName.withCString(name) { openat(parent, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
-        case .descriptor(let fd):
+        case .copy(let fd):
             input = open("/proc/self/fd/\(fd)", O_RDONLY | O_CLOEXEC)
         }
         guard input >= 0 else { return .failed(Errno.current) }
@@ -202,6 +223,13 @@ public final class VersionStore: @unchecked Sendable {
     /// Every version of every item.
     public var all: [VersionRecord] { state.withLock { $0.versions.values.flatMap { $0 } } }
 
+    /// Whether the file `info` describes is one whose inode a version holds by a link: one
+    /// name of it is the store's, which those who have the file open must not see counted.
+    public func holdsLink(to info: stat) -> Bool {
+        guard UInt64(info.st_dev) == device else { return false }
+        return state.withLock { $0.linkedInodes.contains(UInt64(info.st_ino)) }
+    }
+
     /// Bytes of content the store keeps.
     public var totalBytes: Int64 { state.withLock { $0.totalBytes } }
 
@@ -242,11 +270,12 @@ public final class VersionStore: @unchecked Sendable {
         return updated
     }
 
-    /// Removes version `id`; false if the store has none of that id.
+    /// Removes version `id`; false if the store has none of that id. `now`: its content is gone
+    /// before this returns (a version taken back: its link must not outlive the call).
     @discardableResult
-    public func remove(_ id: String) -> Bool {
+    public func remove(_ id: String, now: Bool = false) -> Bool {
         guard let record = version(id) else { return false }
-        forget([record])
+        forget([record], now: now)
         return true
     }
 
@@ -270,7 +299,7 @@ public final class VersionStore: @unchecked Sendable {
         forget(excess)
     }
 
-    private func forget(_ records: [VersionRecord]) {
+    private func forget(_ records: [VersionRecord], now: Bool = false) {
         guard !records.isEmpty else { return }
         let ids = Set(records.map(\.id))
         state.withLock { state in
@@ -279,6 +308,12 @@ public final class VersionStore: @unchecked Sendable {
                 if state.versions[item]?.isEmpty == true { state.versions[item] = nil }
             }
             state.totalBytes -= records.reduce(0) { $0 + $1.size }
+            for inode in records.compactMap(\.linkedInode) { state.linkedInodes.remove(inode) }
+        }
+        for record in records where now {
+            guard let slot = try? openSlot(of: record.item) else { continue }
+            _ = unlinkat(slot, record.id, 0)
+            close(slot)
         }
         writer.async { [self] in
             for record in records {
@@ -298,9 +333,9 @@ public final class VersionStore: @unchecked Sendable {
         return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
     }
 
-    /// Nanoseconds since 1970, one past the last where the clock has not moved on.
+    /// Microseconds since 1970, one past the last where the clock has not moved on.
     private func nextID(now: Double) -> String {
-        let wanted = UInt64(max(0, now) * 1e9)
+        let wanted = UInt64(max(0, now) * 1e6)
         let id = state.withLock { state -> UInt64 in
             state.lastID = max(wanted, state.lastID + 1)
             return state.lastID
@@ -310,6 +345,7 @@ public final class VersionStore: @unchecked Sendable {
 
     /// The slot of `item`, made where missing.
     private func slotDirectory(for item: String) throws(Errno) -> Int32 {
+        let items = try items(making: true)
         if let known = state.withLock({ $0.slots[item] }) {
             return try check(openat(items, known, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         }
@@ -323,25 +359,29 @@ public final class VersionStore: @unchecked Sendable {
         }
         if mkdirat(items, name, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
         let slot = try check(openat(items, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
-        let written = writeFile(Array(item.utf8), named: "path", in: slot)
-        if let written {
+        // Which item the slot is of, written off the caller's path as the records are.
+        writer.async { [self] in
+            guard let slot = try? openSlot(of: item) else { return }
+            _ = writeFile(Array(item.utf8), named: "path", in: slot)
             close(slot)
-            throw written
         }
         return slot
     }
 
     private func openSlot(of item: String) throws(Errno) -> Int32 {
         guard let name = state.withLock({ $0.slots[item] }) else { throw .noSuchFileOrDirectory }
-        return try check(openat(items, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+        return try check(openat(try items(making: false), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
     }
 
     private func write(_ record: VersionRecord) {
-        writer.async { [self] in
-            guard let slot = try? openSlot(of: record.item), let bytes = try? JSONEncoder().encode(record) else { return }
-            _ = writeFile(Array(bytes), named: record.id + ".json", in: slot)
-            close(slot)
-        }
+        writer.async { [self] in writeRecord(record) }
+    }
+
+    /// On `writer`.
+    private func writeRecord(_ record: VersionRecord) {
+        guard let bytes = try? JSONEncoder().encode(record), let slot = try? openSlot(of: record.item) else { return }
+        _ = writeFile(Array(bytes), named: record.id + ".json", in: slot)
+        close(slot)
     }
 
     private func writeFile(_ bytes: [UInt8], named name: String, in slot: Int32) -> Errno? {
@@ -367,24 +407,30 @@ public final class VersionStore: @unchecked Sendable {
 
     /// Reads every slot back: its path, its records, and contents whose record was never
     /// written (a stop right after the keep) as versions of unknown cause.
-    private func readBack() {
+    private func readBack(from items: Int32) {
         var found = State()
+        found.items = items
         for slotName in Self.names(in: items) {
-            guard let slot = Optional(openat(items, slotName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)), slot >= 0 else { continue }
+            let slot = openat(items, slotName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard slot >= 0 else { continue }
             defer { close(slot) }
+            // A slot whose path was never written (a stop right after its first version) keeps
+            // its name from other items, and its content stays on disk, unlisted.
+            found.usedSlots.insert(slotName)
             guard let pathBytes = Self.readFile(named: "path", in: slot) else { continue }
             let item = String(decoding: pathBytes, as: UTF8.self)
             found.slots[item] = slotName
-            found.usedSlots.insert(slotName)
             let names = Self.names(in: slot)
             var records: [VersionRecord] = []
             for name in names where !name.contains(".") && name != "path" && UInt64(name) != nil {
                 var info = stat()
                 guard fstatat(slot, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
                 var record = Self.readFile(named: name + ".json", in: slot).flatMap { try? JSONDecoder().decode(VersionRecord.self, from: Data($0)) }
-                    ?? VersionRecord(id: name, item: item, cause: .replaced, time: Double(UInt64(name)!) / 1e9,
+                    ?? VersionRecord(id: name, item: item, cause: .replaced, time: Double(UInt64(name)!) / 1e6,
                                      modified: Double(info.st_mtim.tv_sec), size: Int64(info.st_size))
                 record.size = Int64(info.st_size)
+                record.linkedInode = info.st_nlink > 1 || record.linkedInode != nil ? UInt64(info.st_ino) : nil
+                if let inode = record.linkedInode { found.linkedInodes.insert(inode) }
                 records.append(record)
                 found.totalBytes += record.size
                 found.lastID = max(found.lastID, UInt64(name)!)

@@ -23,13 +23,15 @@ import Glibc
     }
 
     /// The names in `directory`, as bytes.
+    /// The names in `directory`, as bytes; the version store the mount keeps in its backing
+    /// directory (docs/versions.md) left out.
     static func names(_ directory: String) -> Set<[UInt8]> {
         guard let stream = opendir(directory) else { return [] }
         defer { closedir(stream) }
         var names = Set<[UInt8]>()
         while let entry = readdir(stream) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }
-            if name != [0x2E] && name != [0x2E, 0x2E] { names.insert(name) }
+            if name != [0x2E] && name != [0x2E, 0x2E] && name != Array(".coordfs-versions".utf8) { names.insert(name) }
         }
         return names
     }

@@ -66,7 +66,7 @@ import Glibc
             let file = open(root + "/data", O_RDWR)
             defer { close(file) }
             let store = try VersionStore(in: fd)
-            let record = try store.keep(.descriptor(file), item: "data", info: info, cause: .truncated).get()
+            let record = try store.keep(.copy(file), item: "data", info: info, cause: .truncated).get()
             ftruncate(file, 0)
             #expect(try content(store, record) == "0123456789")
             let kept = try store.contentStatus(record)
@@ -81,7 +81,7 @@ import Glibc
             let file = open(root + "/big", O_RDONLY)
             defer { close(file) }
             let store = try VersionStore(in: fd, limits: VersionLimits(copyLimit: 1024))
-            let result = store.keep(.descriptor(file), item: "big", info: status(root + "/big"), cause: .truncated)
+            let result = store.keep(.copy(file), item: "big", info: status(root + "/big"), cause: .truncated)
             // On a filesystem with reflinks the copy costs nothing and is kept whatever its size.
             if case .failure(let failure) = result {
                 #expect(failure == .tooLarge(size: 4096, limit: 1024))

@@ -5,6 +5,7 @@ import array
 import collections
 import contextlib
 import errno as errnos
+import io
 import json
 import os
 import queue
@@ -344,6 +345,25 @@ class Connection:
         if descriptor is None:
             raise CoordfsError("EPROTO", "the server's connect reply carried no socket")
         return socket.socket(fileno=descriptor)
+
+    def versions(self, path: Union[str, bytes]) -> List[Dict[str, Any]]:
+        """The versions a mount keeps of the item at `path` (which may be gone), oldest first:
+        each a dict with `id`, `cause`, `time`, `modified`, `size`, `conflict`, `resolved`,
+        `pinned` and `replaced_by` (docs/versions.md)."""
+        return list(self.request({"op": "versions", "path": _real(path)})["versions"])
+
+    def open_version(self, path: Union[str, bytes], version: str) -> "io.BufferedReader":
+        """Version `version` of the item at `path`, open for reading (binary)."""
+        reply = self.request({"op": "version", "path": _real(path), "version": version, "action": "open"})
+        descriptor = reply.get("_descriptor")
+        if descriptor is None:
+            raise CoordfsError("EPROTO", "the reply carried no descriptor")
+        return os.fdopen(descriptor, "rb")
+
+    def version(self, path: Union[str, bytes], version: str, action: str) -> None:
+        """Acts on version `version` of the item at `path`: `resolve`, `unresolve`, `pin`,
+        `unpin` or `remove` (the right to write the item is needed)."""
+        self.request({"op": "version", "path": _real(path), "version": version, "action": action})
 
     def status(self) -> Dict[str, Any]:
         """Who holds, waits and presents (`holders`, `waiters`, `presenters`)."""

@@ -306,6 +306,23 @@ class ServiceTests(MountedTestCase):
             self.assertEqual(refused.exception.errno, errno.ENOENT)
 
 
+class VersionTests(MountedTestCase):
+
+    def test_a_rewritten_file_keeps_its_earlier_content_and_it_can_be_read_and_pinned(self):
+        with open(self.doc, "w") as f:
+            f.write("rewritten\n")
+        with coordfs.connect(self.doc) as connection:
+            versions = connection.versions(self.doc)
+            self.assertEqual([v["cause"] for v in versions], ["truncated"])
+            with connection.open_version(self.doc, versions[0]["id"]) as content:
+                self.assertEqual(content.read(), b"saved\n")
+            connection.version(self.doc, versions[0]["id"], "pin")
+            self.assertTrue(connection.versions(self.doc)[0]["pinned"])
+            with self.assertRaises(coordfs.CoordfsError) as missing:
+                connection.open_version(self.doc, "1")
+            self.assertEqual(missing.exception.name, "ENOENT")
+
+
 class AsyncTests(MountedTestCase):
     """The asyncio forms: a coroutine handler answers, and `async with` holds."""
 
