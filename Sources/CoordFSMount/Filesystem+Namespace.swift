@@ -95,8 +95,12 @@ extension Filesystem {
                 // A file's last name: its inode goes to the store first, as a version.
                 var version: VersionRecord?
                 var info = stat()
+                // (Empty files, most of what an rm -r of build output removes, keep nothing,
+                // unless another process still writes them.)
                 if !directory, self.versions != nil,
                    FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
+                   info.st_size > 0 || self.inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+                       .map({ $0.writers.load(ordering: .relaxed) != 0 }) == true,
                    case .success(let kept) = self.keepBeforeReplacing(name, in: fd, item: self.relativePath(parent, name), info,
                                                                       deleting: true, by: caller) {
                     version = kept

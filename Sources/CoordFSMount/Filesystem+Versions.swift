@@ -96,7 +96,7 @@ extension Filesystem {
         // now on land in this inode, which only the version keeps.
         let node = inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let beingWritten = lastName && node.map { node in
-            node.writers.load(ordering: .acquiring) >> 32 != 0 && !node.isWritten(onlyBy: writer.origin.pid)
+            node.writers.load(ordering: .acquiring) >> 32 != 0 && !node.isWritten(onlyBy: writer.pid)
         } ?? false
         switch versions.replacement(of: item, info, by: writer, beingWritten: beingWritten, deleting: deleting) {
         case .notVersioned: return .success(nil)

@@ -43,13 +43,33 @@ final class MountVersions: Sendable {
     /// for the versions its writes replace.
     struct Writer {
         let reader: Int64?
-        let origin: VersionOrigin
+        let pid: Int32
+        let uid: UInt32
+    }
+
+    /// Commands of the processes that replaced something lately, by pid, read at most once a
+    /// second each: an editor saving, a script rewriting, replaces again and again.
+    private let commands = Mutex<[Int32: (command: String?, read: Int64)]>([:])
+
+    /// Who `writer` is, for the version its write keeps: read from /proc only then (most
+    /// replacements keep nothing).
+    func origin(of writer: Writer) -> VersionOrigin {
+        guard writer.pid > 0 else { return VersionOrigin(pid: 0, uid: writer.uid) }
+        let now = coarseMilliseconds()
+        if let known = commands.withLock({ $0[writer.pid] }), now - known.read < 1000 {
+            return VersionOrigin(pid: writer.pid, uid: writer.uid, command: known.command)
+        }
+        let command = ProcFile.command(of: writer.pid)
+        commands.withLock { commands in
+            if commands.count >= 1024 { commands.removeAll(keepingCapacity: true) }
+            commands[writer.pid] = (command, now)
+        }
+        return VersionOrigin(pid: writer.pid, uid: writer.uid, command: command)
     }
 
     /// The writer `pid` (0: not known), of user `uid`.
     func writer(pid: Int32, uid: UInt32) -> Writer {
-        Writer(reader: pid > 0 ? settings.readers.reader(pid: pid, uid: uid) : nil,
-               origin: VersionOrigin(pid: pid, uid: uid, command: pid > 0 ? ProcFile.command(of: pid) : nil))
+        Writer(reader: pid > 0 ? settings.readers.reader(pid: pid, uid: uid) : nil, pid: pid, uid: uid)
     }
 
     /// Who `pid` counts as among readers, without what a record of it needs.
@@ -99,7 +119,7 @@ final class MountVersions: Sendable {
         let stale = writer.reader.map { reads.isStale(item, by: $0, replacing: stamp(item, info)) } ?? false
         if stale && policy == .refuse {
             refused.add(1, ordering: .relaxed)
-            logger.notice("refused a stale write of \(item) by pid \(writer.origin.pid): it replaces content its writer never read (versions refuse)")
+            logger.notice("refused a stale write of \(item) by pid \(writer.pid): it replaces content its writer never read (versions refuse)")
             return .refused
         }
         return .keep(conflict: stale || beingWritten)
@@ -109,7 +129,7 @@ final class MountVersions: Sendable {
     /// it could not be kept.
     func keep(_ source: VersionStore.Source, item: String, _ info: stat, cause: VersionRecord.Cause, conflict: Bool,
               by writer: Writer) -> VersionRecord? {
-        let origin = writer.origin
+        let origin = origin(of: writer)
         switch store.keep(source, item: item, info: info, cause: cause, replacedBy: origin, conflict: conflict) {
         case .success(let record):
             kept.add(1, ordering: .relaxed)

@@ -15,14 +15,14 @@ import Glibc
 ///
 /// Its layout, below `.coordfs-versions` in the tree's root (mode 0700, the store owner's):
 ///
-///     items/<slot>/path        the item's path below the root, as bytes
-///     items/<slot>/<id>        a version's content (the item's own inode, or a copy of it)
-///     items/<slot>/<id>.json   what is known of it (`VersionRecord`)
+///     content/<id>     a version's content (the item's own inode, or a copy of it)
+///     journal          what is known of each version, one JSON line a change (`VersionRecord`
+///                      as kept or changed since, or `{"removed": ID}`), the last line of an id
+///                      winning; written again, compacted, each time the store is opened
 ///
-/// A slot is named after a hash of the item's path. Versions stay with the path: a version of
-/// `notes.txt` is what was at `notes.txt`, wherever the file went since. The index lives in
-/// memory and is read back from the directory at start; records are written beside the content
-/// off the caller's path, so keeping a version costs the caller its link (or copy) only.
+/// Versions stay with the path: a version of `notes.txt` is what was at `notes.txt`, wherever
+/// the file went since. The index lives in memory and is read back from the journal at start.
+/// Keeping a version costs its caller the link (or copy) and one appended line.
 public final class VersionStore: @unchecked Sendable {
     /// The store's directory in the tree's root, which a mount hides.
     public static let directoryName = ".coordfs-versions"
@@ -59,15 +59,14 @@ public final class VersionStore: @unchecked Sendable {
 
     struct State {
         var versions: [String: [VersionRecord]] = [:]
-        var slots: [String: String] = [:]
-        var usedSlots: Set<String> = []
         var totalBytes: Int64 = 0
         var lastID: UInt64 = 0
         var lastAgeCheck: Double = 0
         /// The inodes of versions kept by a link.
         var linkedInodes: Set<UInt64> = []
-        /// `.coordfs-versions/items`, once opened (-1 before).
-        var items: Int32 = -1
+        /// `.coordfs-versions/content` and the journal, once opened (-1 before).
+        var content: Int32 = -1
+        var journal: Int32 = -1
     }
 
     /// The store's filesystem: only its inodes can be linked into it.
@@ -82,31 +81,39 @@ public final class VersionStore: @unchecked Sendable {
         var info = stat()
         fstat(self.root, &info)
         device = UInt64(info.st_dev)
-        if let items = try? items(making: false) { readBack(from: items) }
+        if (try? directories(making: false)) != nil { readBack() }
     }
 
     // Every block on `writer` holds the store: it ends only after they have run (and may end
     // on that queue, which must not be waited for here).
     deinit {
-        let items = state.withLock { $0.items }
-        if items >= 0 { close(items) }
+        let (content, journal) = state.withLock { ($0.content, $0.journal) }
+        for fd in [content, journal] where fd >= 0 { close(fd) }
         close(root)
     }
 
-    /// `.coordfs-versions/items`, opened once, made where missing when `making`.
-    private func items(making: Bool) throws(Errno) -> Int32 {
-        let known = state.withLock { $0.items }
-        if known >= 0 { return known }
+    /// `.coordfs-versions/content` and the journal, opened once, made where missing when
+    /// `making`.
+    @discardableResult
+    private func directories(making: Bool) throws(Errno) -> (content: Int32, journal: Int32) {
+        let known = state.withLock { ($0.content, $0.journal) }
+        if known.0 >= 0 { return known }
         if making, mkdirat(root, Self.directoryName, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
         let directory = try check(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         defer { close(directory) }
-        if making, mkdirat(directory, "items", 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
-        let opened = try check(openat(directory, "items", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
-        let kept = state.withLock { state -> Int32 in
-            if state.items < 0 { state.items = opened }
-            return state.items
+        if making, mkdirat(directory, "content", 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
+        let content = try check(openat(directory, "content", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+        let journal = openat(directory, "journal", O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard journal >= 0 else {
+            let failure = Errno.current
+            close(content)
+            throw failure
         }
-        if kept != opened { close(opened) }
+        let kept = state.withLock { state -> (Int32, Int32) in
+            if state.content < 0 { (state.content, state.journal) = (content, journal) }
+            return (state.content, state.journal)
+        }
+        if kept.0 != content { close(content); close(journal) }
         return kept
     }
 
@@ -116,16 +123,15 @@ public final class VersionStore: @unchecked Sendable {
     /// file's status as the caller found it (a regular file, not empty: the caller decides).
     public func keep(_ source: Source, item: String, info: stat, cause: VersionRecord.Cause,
                      replacedBy: VersionOrigin? = nil, conflict: Bool = false, now: Double = VersionStore.now()) -> Result<VersionRecord, NotKept> {
-        let slot: Int32
-        do { slot = try slotDirectory(for: item) } catch { return .failure(.failed(error)) }
-        defer { close(slot) }
+        let content: Int32
+        do { content = try directories(making: true).content } catch { return .failure(.failed(error)) }
         let id = nextID(now: now)
         var linked = false
         if case .name(let name, let parent) = source {
-            linked = FileSystemName.withCString(name) { linkat(parent, $0, slot, id, 0) } == 0
+            linked = FileSystemName.withCString(name) { linkat(parent, $0, content, id, 0) } == 0
         }
         if !linked {
-            if let failure = copy(source, to: id, in: slot, info: info) { return .failure(failure) }
+            if let failure = copy(source, to: id, in: content, info: info) { return .failure(failure) }
         }
         var record = VersionRecord(id: id, item: item, cause: cause, time: now,
                                    modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
@@ -136,16 +142,14 @@ public final class VersionStore: @unchecked Sendable {
             state.totalBytes += record.size
             if let inode = record.linkedInode { state.linkedInodes.insert(inode) }
         }
-        // A conflict's record is on disk before the caller goes on: after a crash it must not
-        // come back as a version the bounds may take.
-        if conflict { writer.sync { writeRecord(record) } } else { write(record) }
+        append(Self.json(record))
         prune(item: item, now: now)
         return .success(record)
     }
 
-    /// Copies `source` to a new file `id` in `slot`, owned and moded as the original: a reflink
+    /// Copies `source` to a new file `path` in `directory`, owned and moded as the original: a reflink
     /// where the filesystem has them, else a copy up to the copy limit.
-    private func copy(_ source: Source, to id: String, in slot: Int32, info: stat) -> NotKept? {
+    private func copy(_ source: Source, to path: String, in items: Int32, info: stat) -> NotKept? {
         let input: Int32
         switch source {
         case .name(let name, let parent):
@@ -155,7 +159,7 @@ public final class VersionStore: @unchecked Sendable {
         }
         guard input >= 0 else { return .failed(Errno.current) }
         defer { close(input) }
-        let output = openat(slot, id, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, info.st_mode & 0o777)
+        let output = openat(items, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, info.st_mode & 0o777)
         guard output >= 0 else { return .failed(Errno.current) }
         var failure: NotKept?
         if cfs_clone_file(output, input) != 0 {
@@ -174,7 +178,7 @@ public final class VersionStore: @unchecked Sendable {
             _ = futimens(output, &times)
         }
         close(output)
-        if failure != nil { _ = unlinkat(slot, id, 0) }
+        if failure != nil { _ = unlinkat(items, path, 0) }
         return failure
     }
 
@@ -235,18 +239,14 @@ public final class VersionStore: @unchecked Sendable {
 
     /// The status of version `id`'s content (its owner and mode say who may read it).
     public func contentStatus(_ record: VersionRecord) throws(Errno) -> stat {
-        let slot = try openSlot(of: record.item)
-        defer { close(slot) }
         var info = stat()
-        _ = try check(fstatat(slot, record.id, &info, AT_SYMLINK_NOFOLLOW))
+        _ = try check(fstatat(try directories(making: false).content, record.id, &info, AT_SYMLINK_NOFOLLOW))
         return info
     }
 
     /// Opens version `record`'s content for reading.
     public func openContent(_ record: VersionRecord) throws(Errno) -> Int32 {
-        let slot = try openSlot(of: record.item)
-        defer { close(slot) }
-        return try check(openat(slot, record.id, O_RDONLY | O_NOFOLLOW | O_CLOEXEC))
+        try check(openat(try directories(making: false).content, record.id, O_RDONLY | O_NOFOLLOW | O_CLOEXEC))
     }
 
     // MARK: Changing
@@ -264,7 +264,7 @@ public final class VersionStore: @unchecked Sendable {
             return nil
         }
         if let updated {
-            write(updated)
+            append(Self.json(updated))
             if resolved == true || pinned == false { prune(item: updated.item, now: Self.now()) }
         }
         return updated
@@ -310,18 +310,17 @@ public final class VersionStore: @unchecked Sendable {
             state.totalBytes -= records.reduce(0) { $0 + $1.size }
             for inode in records.compactMap(\.linkedInode) { state.linkedInodes.remove(inode) }
         }
-        for record in records where now {
-            guard let slot = try? openSlot(of: record.item) else { continue }
-            _ = unlinkat(slot, record.id, 0)
-            close(slot)
+        for record in records {
+            append(Array("{\"removed\":\"\(record.id)\"}\n".utf8))
         }
-        writer.async { [self] in
-            for record in records {
-                guard let slot = try? openSlot(of: record.item) else { continue }
-                _ = unlinkat(slot, record.id, 0)
-                _ = unlinkat(slot, record.id + ".json", 0)
-                close(slot)
-            }
+        guard let content = try? directories(making: false).content else { return }
+        if now {
+            for record in records { _ = unlinkat(content, record.id, 0) }
+            return
+        }
+        // Off the caller's path: removing a large copy frees its blocks for as long as the disk takes.
+        writer.async {
+            for record in records { _ = unlinkat(content, record.id, 0) }
         }
     }
 
@@ -343,134 +342,94 @@ public final class VersionStore: @unchecked Sendable {
         return String(id)
     }
 
-    /// The slot of `item`, made where missing.
-    private func slotDirectory(for item: String) throws(Errno) -> Int32 {
-        let items = try items(making: true)
-        if let known = state.withLock({ $0.slots[item] }) {
-            return try check(openat(items, known, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+    /// Appends a line to the journal: one write of an O_APPEND descriptor, whole.
+    private func append(_ line: [UInt8]) {
+        guard let journal = try? directories(making: true).journal else { return }
+        _ = line.withUnsafeBytes { Glibc.write(journal, $0.baseAddress, $0.count) }
+    }
+
+    /// The record as `JSONDecoder` reads it back, written by hand: JSONEncoder costs more than
+    /// the rest of keeping a version, on a machine whose other core is busy with the writer.
+    static func json(_ record: VersionRecord) -> [UInt8] {
+        func string(_ text: String) -> String {
+            var escaped = "\""
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": escaped += "\\\""
+                case "\\": escaped += "\\\\"
+                case _ where scalar.value < 0x20: escaped += String(format: "\\u%04x", scalar.value)
+                default: escaped.unicodeScalars.append(scalar)
+                }
+            }
+            return escaped + "\""
         }
-        let name = state.withLock { state -> String in
-            let base = Self.hash(item)
-            var name = base, suffix = 1
-            while state.usedSlots.contains(name) { name = base + "-\(suffix)"; suffix += 1 }
-            state.usedSlots.insert(name)
-            state.slots[item] = name
-            return name
+        var fields = ["\"id\":\(string(record.id))", "\"item\":\(string(record.item))", "\"cause\":\"\(record.cause.rawValue)\"",
+                      "\"time\":\(record.time)", "\"modified\":\(record.modified)", "\"size\":\(record.size)",
+                      "\"conflict\":\(record.conflict)", "\"resolved\":\(record.resolved)", "\"pinned\":\(record.pinned)"]
+        if let origin = record.replacedBy {
+            var by = ["\"pid\":\(origin.pid)", "\"uid\":\(origin.uid)"]
+            if let command = origin.command { by.append("\"command\":\(string(command))") }
+            if let host = origin.host { by.append("\"host\":\(string(host))") }
+            fields.append("\"replacedBy\":{" + by.joined(separator: ",") + "}")
         }
-        if mkdirat(items, name, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
-        let slot = try check(openat(items, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
-        // Which item the slot is of, written off the caller's path as the records are.
-        writer.async { [self] in
-            guard let slot = try? openSlot(of: item) else { return }
-            _ = writeFile(Array(item.utf8), named: "path", in: slot)
-            close(slot)
+        if let inode = record.linkedInode { fields.append("\"linkedInode\":\(inode)") }
+        return Array(("{" + fields.joined(separator: ",") + "}\n").utf8)
+    }
+
+    /// Reads the journal back: the last line of each id wins, removed ones are gone, records
+    /// whose content is gone are dropped, and the journal is written again with what is left
+    /// (compacted). Contents no record names are left where they are.
+    private func readBack() {
+        guard let (content, journal) = try? directories(making: false) else { return }
+        var latest: [String: VersionRecord] = [:]
+        let bytes = Self.readAll(journal)
+        for line in bytes.split(separator: UInt8(ascii: "\n")) where !line.isEmpty {
+            let data = Data(line)
+            if let removal = try? JSONDecoder().decode([String: String].self, from: data), let id = removal["removed"] {
+                latest[id] = nil
+            } else if let record = try? JSONDecoder().decode(VersionRecord.self, from: data) {
+                latest[record.id] = record
+            }
         }
-        return slot
-    }
-
-    private func openSlot(of item: String) throws(Errno) -> Int32 {
-        guard let name = state.withLock({ $0.slots[item] }) else { throw .noSuchFileOrDirectory }
-        return try check(openat(try items(making: false), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
-    }
-
-    private func write(_ record: VersionRecord) {
-        writer.async { [self] in writeRecord(record) }
-    }
-
-    /// On `writer`.
-    private func writeRecord(_ record: VersionRecord) {
-        guard let bytes = try? JSONEncoder().encode(record), let slot = try? openSlot(of: record.item) else { return }
-        _ = writeFile(Array(bytes), named: record.id + ".json", in: slot)
-        close(slot)
-    }
-
-    private func writeFile(_ bytes: [UInt8], named name: String, in slot: Int32) -> Errno? {
-        let temporary = name + ".new"
-        let fd = openat(slot, temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return Errno.current }
-        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        let failure = written == bytes.count ? nil : (written < 0 ? Errno.current : Errno.noSpace)
-        close(fd)
-        if failure == nil, renameat(slot, temporary, slot, name) == 0 { return nil }
-        let renameFailure = failure ?? Errno.current
-        _ = unlinkat(slot, temporary, 0)
-        return renameFailure
-    }
-
-    /// FNV-1a of the path's bytes, as 16 hexadecimal digits.
-    static func hash(_ item: String) -> String {
-        var value: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in item.utf8 { value = (value ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        let digits = String(value, radix: 16)
-        return String(repeating: "0", count: 16 - digits.count) + digits
-    }
-
-    /// Reads every slot back: its path, its records, and contents whose record was never
-    /// written (a stop right after the keep) as versions of unknown cause.
-    private func readBack(from items: Int32) {
         var found = State()
-        found.items = items
-        for slotName in Self.names(in: items) {
-            let slot = openat(items, slotName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard slot >= 0 else { continue }
-            defer { close(slot) }
-            // A slot whose path was never written (a stop right after its first version) keeps
-            // its name from other items, and its content stays on disk, unlisted.
-            found.usedSlots.insert(slotName)
-            guard let pathBytes = Self.readFile(named: "path", in: slot) else { continue }
-            let item = String(decoding: pathBytes, as: UTF8.self)
-            found.slots[item] = slotName
-            let names = Self.names(in: slot)
-            var records: [VersionRecord] = []
-            for name in names where !name.contains(".") && name != "path" && UInt64(name) != nil {
-                var info = stat()
-                guard fstatat(slot, name, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
-                var record = Self.readFile(named: name + ".json", in: slot).flatMap { try? JSONDecoder().decode(VersionRecord.self, from: Data($0)) }
-                    ?? VersionRecord(id: name, item: item, cause: .replaced, time: Double(UInt64(name)!) / 1e6,
-                                     modified: Double(info.st_mtim.tv_sec), size: Int64(info.st_size))
-                record.size = Int64(info.st_size)
-                record.linkedInode = info.st_nlink > 1 || record.linkedInode != nil ? UInt64(info.st_ino) : nil
-                if let inode = record.linkedInode { found.linkedInodes.insert(inode) }
-                records.append(record)
-                found.totalBytes += record.size
-                found.lastID = max(found.lastID, UInt64(name)!)
+        (found.content, found.journal) = (content, journal)
+        var compacted: [UInt8] = []
+        for (id, var record) in latest.sorted(by: { $0.key < $1.key }) {
+            var info = stat()
+            guard fstatat(content, id, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            record.size = Int64(info.st_size)
+            if record.linkedInode != nil { record.linkedInode = UInt64(info.st_ino) }
+            if let inode = record.linkedInode { found.linkedInodes.insert(inode) }
+            found.versions[record.item, default: []].append(record)
+            found.totalBytes += record.size
+            found.lastID = max(found.lastID, UInt64(id) ?? 0)
+            compacted += Self.json(record)
+        }
+        if compacted.count < bytes.count, let directory = Optional(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_CLOEXEC)),
+           directory >= 0 {
+            let fresh = openat(directory, "journal.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+            if fresh >= 0 {
+                let written = compacted.withUnsafeBytes { Glibc.write(fresh, $0.baseAddress, $0.count) }
+                close(fresh)
+                if written == compacted.count, renameat(directory, "journal.new", directory, "journal") == 0 {
+                    let reopened = openat(directory, "journal", O_RDWR | O_APPEND | O_NOFOLLOW | O_CLOEXEC)
+                    if reopened >= 0 { close(journal); found.journal = reopened }
+                }
             }
-            // Records whose content is gone, and half-written files, are dropped.
-            for name in names where name.hasSuffix(".new") || (name.hasSuffix(".json") && !names.contains(String(name.dropLast(5)))) {
-                _ = unlinkat(slot, name, 0)
-            }
-            if !records.isEmpty { found.versions[item] = records.sorted { $0.id < $1.id } }
+            close(directory)
         }
         state.withLock { $0 = found }
     }
 
-    private static func names(in directory: Int32) -> [String] {
-        let fd = openat(directory, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0, let stream = fdopendir(fd) else {
-            if fd >= 0 { close(fd) }
-            return []
-        }
-        defer { closedir(stream) }
-        var names: [String] = []
-        while let entry = readdir(stream) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
-    }
-
-    private static func readFile(named name: String, in directory: Int32) -> [UInt8]? {
-        let fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
+    private static func readAll(_ fd: Int32) -> [UInt8] {
         var bytes: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var offset: off_t = 0
         while true {
-            let count = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if count <= 0 { return count == 0 ? bytes : nil }
+            let count = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, offset) }
+            if count <= 0 { return bytes }
             bytes += buffer[0..<count]
+            offset += off_t(count)
         }
     }
 }

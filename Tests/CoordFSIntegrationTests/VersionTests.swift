@@ -140,7 +140,7 @@ import Glibc
         try fx.seed("doc.txt", "one\n")
         #expect(try shell("echo two > \"$1\"", fx.path("doc.txt")).status == 0)
         let store = fx.path(".coordfs-versions")
-        #expect(FileManager.default.fileExists(atPath: fx.backingPath(".coordfs-versions/items")))
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath(".coordfs-versions/content")))
         #expect(!((try? FileManager.default.contentsOfDirectory(atPath: fx.mountPoint.path)) ?? []).contains(".coordfs-versions"))
         for user in [[String](), Nobody.arguments([])] {
             func attempt(_ script: String) throws -> Int32 {
@@ -155,7 +155,7 @@ import Glibc
             #expect(try attempt("touch \"$1\"") != 0)
             #expect(try attempt("ln -s x \"$1\"") != 0)
             #expect(try attempt("mv \"$2\" \"$1\"") != 0)
-            #expect(try attempt("rm -rf \"$1\"") == 0 && FileManager.default.fileExists(atPath: fx.backingPath(".coordfs-versions/items")))
+            #expect(try attempt("rm -rf \"$1\"") == 0 && FileManager.default.fileExists(atPath: fx.backingPath(".coordfs-versions/content")))
         }
         #expect(try String(contentsOfFile: fx.path("doc.txt"), encoding: .utf8) == "two\n")
     }

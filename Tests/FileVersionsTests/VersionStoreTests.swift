@@ -111,8 +111,12 @@ import Glibc
             let last = try store.keep(.name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced, now: base + 6).get()
             #expect(store.versions(of: "f").map(\.id) == [kept[1].id, kept[5].id, last.id])
             store.flush()
-            let left = try FileManager.default.contentsOfDirectory(atPath: root + "/.coordfs-versions/items/" + VersionStore.hash("f"))
-            #expect(Set(left) == Set(["path"] + [kept[1], kept[5], last].flatMap { [$0.id, $0.id + ".json"] }), "\(left.sorted())")
+            let left = try FileManager.default.contentsOfDirectory(atPath: root + "/.coordfs-versions/content")
+            #expect(Set(left) == Set([kept[1], kept[5], last].map(\.id)), "\(left.sorted())")
+            // What a new store reads back is what the bounds left, pins and resolutions too.
+            let again = try VersionStore(in: fd, limits: VersionLimits(perItem: 3, totalBytes: 1 << 20))
+            #expect(again.versions(of: "f").map(\.id) == [kept[1].id, kept[5].id, last.id])
+            #expect(again.versions(of: "f").first?.pinned == true)
         }
     }
 
@@ -129,6 +133,19 @@ import Glibc
         }
     }
 
+    @Test func aRecordWrittenByHandIsReadBackAsItWas() throws {
+        var record = VersionRecord(id: "1796452045885588", item: "dir/a \"quoted\"\\name\u{1}\u{F7E9}é.txt", cause: .replaced,
+                                   time: 1_796_452_045.885588, modified: 1_796_452_000.25, size: 42,
+                                   replacedBy: VersionOrigin(pid: 7, uid: 1000, command: "vi\tm", host: "h"), conflict: true)
+        record.pinned = true
+        record.linkedInode = 123
+        let read = try JSONDecoder().decode(VersionRecord.self, from: Data(VersionStore.json(record)))
+        #expect(read == record)
+        record.replacedBy = nil
+        record.linkedInode = nil
+        #expect(try JSONDecoder().decode(VersionRecord.self, from: Data(VersionStore.json(record))) == record)
+    }
+
     @Test func versionsPastTheAgeGo() {
         let old = VersionRecord(id: "1", item: "x", cause: .replaced, time: 0, modified: 0, size: 1)
         let young = VersionRecord(id: "2", item: "x", cause: .replaced, time: 100, modified: 0, size: 1)
@@ -139,10 +156,10 @@ import Glibc
         #expect(limits.excess(of: [pinned, young], now: 120).isEmpty)
     }
 
-    @Test func pathsThatShareAHashGetSlotsOfTheirOwn() throws {
+    @Test func eachItemKeepsItsOwnVersionsAndNothingIsMadeBeforeTheFirst() throws {
         try withRoot { root, fd in
             let store = try VersionStore(in: fd)
-            // Slots are picked by hash; a taken one is passed over whatever the path.
+            #expect(!FileManager.default.fileExists(atPath: root + "/.coordfs-versions"))
             try write("a", root + "/one")
             try write("b", root + "/two")
             _ = try store.keep(.name("one", in: fd), item: "one", info: status(root + "/one"), cause: .deleted).get()
