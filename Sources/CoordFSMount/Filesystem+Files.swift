@@ -315,7 +315,14 @@ extension Filesystem {
         passthrough?.endOpen(of: file.inode.id)
         inodes.updateLastSeen(file.inode, known ? info : nil)
         let changed = file.changed(now: known ? info : nil)
-        if changed && known && versions != nil { noteWritten(file.inode, info, by: file.versionReader) }
+        if changed && known && versions != nil {
+            noteWritten(file.inode, info, by: file.versionReader)
+            // Written after it was renamed over or removed (a lease broken, a writer let past):
+            // what it wrote is only in the version that holds the inode, which is a conflict now.
+            if info.st_nlink == 1, let record = versions?.store.markConflict(holding: info) {
+                tellConflict(record, by: reply.caller)
+            }
+        }
         let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
         guard let claim = file.claim else { return reply.ok() }
         end(claim, outcome: outcome, thenAnswer: reply)

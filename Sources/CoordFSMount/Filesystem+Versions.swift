@@ -71,15 +71,16 @@ extension Filesystem {
         guard fstat(inodeFD, &info) == 0, info.st_size > size else { return nil }
         switch versions.replacement(of: item, info, by: writer) {
         case .refused: return .staleNFSFileHandle
-        case .notVersioned: break
+        case .notVersioned:
+            // The truncation comes next: a change of the content, whoever read it before
+            // (`replacement` counts those it keeps).
+            versions.changed(item)
         case .keep(let conflict):
             if let record = versions.keep(.copy(inodeFD), item: item, info, cause: .truncated, conflict: conflict, by: writer),
                record.conflict {
                 tellConflict(record, by: caller)
             }
         }
-        // The truncation comes next: a change of the content, whoever read it before.
-        versions.changed(item)
         return nil
     }
 

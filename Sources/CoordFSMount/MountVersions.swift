@@ -80,12 +80,14 @@ final class MountVersions: Sendable {
 
     /// The content of `item` changed through the mount (written, truncated, replaced, removed).
     func changed(_ item: String) {
-        changes.withLock { changes in
-            changes.count += 1
-            changes.of[item] = changes.count
-            // Bounded as the reads are: an item forgotten here counts as changed by nobody.
-            if changes.of.count > reads.capacity { changes.of = changes.of.filter { $0.value > changes.count - UInt64(reads.capacity / 2) } }
-        }
+        changes.withLock { Self.count(item, in: &$0, capacity: reads.capacity) }
+    }
+
+    private static func count(_ item: String, in changes: inout (count: UInt64, of: [String: UInt64]), capacity: Int) {
+        changes.count += 1
+        changes.of[item] = changes.count
+        // Bounded as the reads are: an item forgotten here counts as changed by nobody.
+        if changes.of.count > capacity { changes.of = changes.of.filter { $0.value > changes.count - UInt64(capacity / 2) } }
     }
 
     func stamp(_ item: String, _ info: stat) -> ContentStamp {
@@ -116,7 +118,15 @@ final class MountVersions: Sendable {
         let policy = self.policy(of: item)
         guard policy != .off, info.st_mode & S_IFMT == S_IFREG, beingWritten || Self.isVersioned(info) else { return .notVersioned }
         if deleting { return .keep(conflict: beingWritten) }
-        let stale = writer.reader.map { reads.isStale(item, by: $0, replacing: stamp(item, info)) } ?? false
+        // Checked and counted as one step: two writers that read the same content and replace it
+        // at the same instant (one let past the other by a broken lease) are told apart, the
+        // second stale against the first.
+        let stale = changes.withLock { changes -> Bool in
+            let current = ContentStamp(info, change: changes.of[item] ?? 0)
+            let stale = writer.reader.map { reads.isStale(item, by: $0, replacing: current) } ?? false
+            if !(stale && policy == .refuse) { Self.count(item, in: &changes, capacity: reads.capacity) }
+            return stale
+        }
         if stale && policy == .refuse {
             refused.add(1, ordering: .relaxed)
             logger.notice("refused a stale write of \(item) by pid \(writer.pid): it replaces content its writer never read (versions refuse)")

@@ -270,6 +270,27 @@ public final class VersionStore: @unchecked Sendable {
         return updated
     }
 
+    /// The version whose content is the inode `info` describes (kept by a link), marked an
+    /// unresolved conflict: someone wrote it after it stopped being the item's. Nil where no
+    /// version holds that inode, or it is an unresolved conflict already (told once).
+    public func markConflict(holding info: stat) -> VersionRecord? {
+        guard holdsLink(to: info) else { return nil }
+        let inode = UInt64(info.st_ino)
+        let marked = state.withLock { state -> VersionRecord? in
+            for (item, versions) in state.versions {
+                guard let index = versions.firstIndex(where: { $0.linkedInode == inode }) else { continue }
+                state.versions[item]![index].size = Int64(info.st_size)
+                if versions[index].isUnresolvedConflict { return nil }
+                state.versions[item]![index].conflict = true
+                state.versions[item]![index].resolved = false
+                return state.versions[item]![index]
+            }
+            return nil
+        }
+        if let marked { append(Self.json(marked)) }
+        return marked
+    }
+
     /// Removes version `id`; false if the store has none of that id. `now`: its content is gone
     /// before this returns (a version taken back: its link must not outlive the call).
     @discardableResult

@@ -92,7 +92,7 @@ import Glibc
 
     @Test func theBoundsTakeTheOldestButNeverAConflictNobodyResolvedNorAPinnedOne() throws {
         try withRoot { root, fd in
-            let store = try VersionStore(in: fd, limits: VersionLimits(perItem: 3, totalBytes: 1 << 20))
+            let store = try VersionStore(in: fd, limits: VersionLimits(perItem: 3, totalBytes: 1 << 20, grace: 0))
             var kept: [VersionRecord] = []
             let base = VersionStore.now()
             for n in 0..<6 {
@@ -114,7 +114,7 @@ import Glibc
             let left = try FileManager.default.contentsOfDirectory(atPath: root + "/.coordfs-versions/content")
             #expect(Set(left) == Set([kept[1], kept[5], last].map(\.id)), "\(left.sorted())")
             // What a new store reads back is what the bounds left, pins and resolutions too.
-            let again = try VersionStore(in: fd, limits: VersionLimits(perItem: 3, totalBytes: 1 << 20))
+            let again = try VersionStore(in: fd, limits: VersionLimits(perItem: 3, totalBytes: 1 << 20, grace: 0))
             #expect(again.versions(of: "f").map(\.id) == [kept[1].id, kept[5].id, last.id])
             #expect(again.versions(of: "f").first?.pinned == true)
         }
@@ -122,7 +122,7 @@ import Glibc
 
     @Test func pastTheTotalTheOldestOfAnyItemGo() throws {
         try withRoot { root, fd in
-            let store = try VersionStore(in: fd, limits: VersionLimits(totalBytes: 25))
+            let store = try VersionStore(in: fd, limits: VersionLimits(totalBytes: 25, grace: 0))
             let base = VersionStore.now()
             for (n, item) in ["a", "b", "c"].enumerated() {
                 try write("0123456789", root + "/" + item)
@@ -151,7 +151,7 @@ import Glibc
         let young = VersionRecord(id: "2", item: "x", cause: .replaced, time: 100, modified: 0, size: 1)
         var pinned = old
         pinned.pinned = true
-        let limits = VersionLimits(maximumAge: 50)
+        let limits = VersionLimits(maximumAge: 50, grace: 0)
         #expect(limits.excess(of: [old, young], now: 120) == [old])
         #expect(limits.excess(of: [pinned, young], now: 120).isEmpty)
     }
