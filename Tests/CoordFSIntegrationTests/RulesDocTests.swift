@@ -35,10 +35,11 @@ import Testing
     }
 
     @Test func nothingCitesADocumentOutsideTheRepository() throws {
-        let outside = ["SPEC §", "SPEC.md", "coordination-rules.md", "apple-coordination-reference.md", "fuse-measurements.md",
-                       "beyond-one-mount.md", "../shared/"]
+        // Spelled in pieces, so that this file does not cite them itself.
+        let outside = ["SPEC" + " §", "SPEC" + ".md", "coordination-rules" + ".md", "apple-coordination-reference" + ".md",
+                       "fuse-measurements" + ".md", "beyond-one-mount" + ".md", "../" + "shared/"]
         var citing: [String] = []
-        for (path, text) in try Self.texts() where path != "Tests/CoordFSIntegrationTests/RulesDocTests.swift" {
+        for (path, text) in try Self.texts() {
             for name in outside where text.contains(name) { citing.append("\(path): \(name)") }
         }
         #expect(citing.isEmpty, "\(citing)")

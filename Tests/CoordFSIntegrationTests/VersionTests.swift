@@ -21,6 +21,21 @@ import Glibc
         return versions
     }
 
+    /// Two hold.py processes, A and B, read `doc` (holding "base\n"); then A rewrites it "from A".
+    func aAndBReadThenAWrites(_ doc: String) throws -> (a: Child, b: Child) {
+        let a = try Child.holder(), b = try Child.holder()
+        for reader in [a, b] {
+            #expect(reader.ask("open r \(doc)") == "ok 1")
+            #expect(reader.ask("read 1") == "data base|")
+            #expect(reader.ask("close all") == "ok")
+        }
+        #expect(a.ask("open wt \(doc)") == "ok 2")
+        #expect(a.ask("write 2 from A") == "ok")
+        #expect(a.ask("close all") == "ok")
+        #expect(eventually { (try? String(contentsOfFile: doc, encoding: .utf8)) == "from A\n" })
+        return (a, b)
+    }
+
     func shown(_ path: String, _ id: String) throws -> String { try run(binary, ["versions", path, "--show", id]).output }
 
     func shell(_ script: String, _ arguments: String...) throws -> (status: Int32, output: String, errors: String) {
@@ -60,17 +75,7 @@ import Glibc
         let watcher = try Child(binary, ["watch", fx.mountPoint.path, "--json", "-e", "CONFLICT"])
         #expect(eventually { ((try? fx.state()) ?? "").contains("PRESENT") })
         // A and B read; A writes; B writes from its old read.
-        let a = try Child.holder()
-        let b = try Child.holder()
-        for reader in [a, b] {
-            #expect(reader.ask("open r \(doc)") == "ok 1")
-            #expect(reader.ask("read 1") == "data base|")
-            #expect(reader.ask("close all") == "ok")
-        }
-        #expect(a.ask("open wt \(doc)") == "ok 2")
-        #expect(a.ask("write 2 from A") == "ok")
-        #expect(a.ask("close all") == "ok")
-        #expect(eventually { (try? String(contentsOfFile: doc, encoding: .utf8)) == "from A\n" })
+        let (_, b) = try aAndBReadThenAWrites(doc)
         #expect(b.ask("open wt \(doc)") == "ok 2")
         #expect(b.ask("write 2 from B") == "ok")
         #expect(b.ask("close all") == "ok")
@@ -79,7 +84,8 @@ import Glibc
         let all = try versions(doc)
         let conflicts = all.filter { $0["conflict"] as? Bool == true }
         #expect(conflicts.count == 1, "\(all)")
-        guard let conflict = conflicts.first, let id = conflict["id"] as? String else { return }
+        let conflict = try #require(conflicts.first)
+        let id = try #require(conflict["id"] as? String)
         #expect(try shown(doc, id) == "from A\n")
         let replacedBy = conflict["replaced_by"] as? [String: Any]
         #expect(replacedBy?["command"] as? String == "python3")
@@ -108,16 +114,7 @@ import Glibc
         let fx = try MountFixture(["--versions", "refuse", "--version-readers", "process"])
         let doc = fx.path("doc.txt")
         try fx.seed("doc.txt", "base\n")
-        let a = try Child.holder()
-        let b = try Child.holder()
-        for reader in [a, b] {
-            #expect(reader.ask("open r \(doc)") == "ok 1")
-            #expect(reader.ask("close all") == "ok")
-        }
-        #expect(a.ask("open wt \(doc)") == "ok 2")
-        #expect(a.ask("write 2 from A") == "ok")
-        #expect(a.ask("close all") == "ok")
-        #expect(eventually { (try? String(contentsOfFile: doc, encoding: .utf8)) == "from A\n" })
+        let (_, b) = try aAndBReadThenAWrites(doc)
         // B's rewrite and B's rename over it both fail before anything changes.
         #expect(b.ask("open wt \(doc)") == "err ESTALE")
         #expect(try String(contentsOfFile: doc, encoding: .utf8) == "from A\n")
