@@ -5,6 +5,7 @@ import CoordFSMount
 import CoordinationServer
 import CoordinationWire
 import FileCoordination
+import FileVersions
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -32,6 +33,9 @@ struct Daemon: ParsableCommand {
 
     @Option(help: ArgumentHelp("End once no client has been connected for this many seconds.", valueName: "seconds"))
     var exitWhenIdle: Int?
+
+    @Option(help: ArgumentHelp("Where the versions programs add of items outside any mount are kept (FileVersion.addOfItem; default: $XDG_DATA_HOME/coordfs, else ~/.local/share/coordfs, or /var/lib/coordfs as root).", valueName: "directory"))
+    var versionsDirectory: String?
 
     @OptionGroup(title: "Hosts that share a store")
     var clusterOptions: ClusterOptions
@@ -95,6 +99,7 @@ struct Daemon: ParsableCommand {
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")
         server.trimsMemoryWhenIdle = true
+        server.versions = try openVersions()
         // A host of a shared store joins its cluster before it serves: no hold is granted
         // that its delegations do not cover.
         let membership = try clusterOptions.setting().map { try joinCluster($0, domain: domain, server: server) }
@@ -118,6 +123,34 @@ struct Daemon: ParsableCommand {
             sigwait(&signals, &received)
         }
         server.stop()
+    }
+
+    /// The store of versions of items outside any mount, made where missing. Without one (a
+    /// user with no home, say) the daemon still coordinates, and says why it keeps no versions;
+    /// only a directory given with --versions-directory must serve.
+    private func openVersions() throws -> VersionStore? {
+        let directory = versionsDirectory ?? Self.defaultVersionsDirectory()
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            guard fd >= 0 else { throw Errno.current }
+            defer { close(fd) }
+            return try VersionStore(in: fd)
+        } catch {
+            let why = "cannot keep versions in '\(directory)': \((error as? Errno)?.description ?? error.localizedDescription)"
+            if versionsDirectory != nil { throw CommandFailure(why) }
+            FileHandle.standardError.write(Data("coordfs daemon: \(why); versions of items outside mounts are not kept\n".utf8))
+            return nil
+        }
+    }
+
+    /// $XDG_DATA_HOME/coordfs, else ~/.local/share/coordfs (the user's own home, whatever
+    /// $HOME says), or /var/lib/coordfs as root.
+    private static func defaultVersionsDirectory() -> String {
+        if getuid() == 0 { return "/var/lib/coordfs" }
+        if let data = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], data.hasPrefix("/") { return data + "/coordfs" }
+        let home = getpwuid(getuid()).map { String(cString: $0.pointee.pw_dir) } ?? FileManager.default.homeDirectoryForCurrentUser.path
+        return home + "/.local/share/coordfs"
     }
 
     /// Joins the cluster as the host of the store at --cluster-directory: its clients' holds of

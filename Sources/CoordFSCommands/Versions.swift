@@ -1,5 +1,6 @@
 import ArgumentParser
 import CoordinationClient
+import CoordinationRuntime
 import CoordinationWire
 import Foundation
 #if canImport(Glibc)
@@ -66,7 +67,7 @@ struct Versions: ParsableCommand {
             FileHandle.standardOutput.write(content.readDataToEndOfFile())
         } else if let restore {
             let (_, content) = try open(restore, client, resolved)
-            try Self.put(content, at: resolved)
+            do { try VersionsLink.put(content, at: resolved) } catch { throw CommandFailure("\(error)") }
         } else if let resolve {
             try act(resolve, .resolve)
         } else if let keep {
@@ -113,31 +114,6 @@ struct Versions: ParsableCommand {
             let time = formatter.string(from: Date(timeIntervalSince1970: Double(number("time"))))
             print([text("id"), time, String(number("size")), text("cause"), by, marks.joined(separator: ",")]
                 .filter { !$0.isEmpty }.joined(separator: "  "))
-        }
-    }
-
-    /// Writes `content` at `path` as a save does: a new file beside it, renamed over it, so that
-    /// readers see the old content or the new, never a part (and the mount keeps the old).
-    static func put(_ content: FileHandle, at path: String) throws {
-        var info = stat()
-        let mode = fstat(content.fileDescriptor, &info) == 0 ? info.st_mode & 0o777 : 0o644
-        let directory = (path as NSString).deletingLastPathComponent
-        let temporary = directory + "/." + (path as NSString).lastPathComponent + ".coordfs-restore-\(getpid())"
-        let fd = Glibc.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw CommandFailure("cannot write beside '\(path)': \(String(cString: strerror(errno)))") }
-        let output = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        do {
-            while case let data = content.availableData, !data.isEmpty { try output.write(contentsOf: data) }
-            try output.synchronize()
-            try output.close()
-        } catch {
-            unlink(temporary)
-            throw CommandFailure("cannot write beside '\(path)': \(error)")
-        }
-        if rename(temporary, path) != 0 {
-            let reason = String(cString: strerror(errno))
-            unlink(temporary)
-            throw CommandFailure("cannot put the version back at '\(path)': \(reason)")
         }
     }
 }

@@ -143,7 +143,7 @@ extension Filesystem {
         let item = target(mountRoot.appending(record.item), isDirectory: false)
         let writer = callingProcess(caller, now: coarseMilliseconds()).map { CoordinatorIdentity.process($0) }
         versions.telling.async { [domain, engine] in
-            domain.deliver(engine.conflictVersionKept(record.id, of: item, by: writer))
+            domain.deliver(engine.versionNews(.gainedConflict, version: record.id, of: item, by: writer))
         }
     }
 }

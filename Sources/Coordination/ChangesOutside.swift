@@ -32,10 +32,12 @@ extension CoordinationEngine {
         }
     }
 
-    /// A version of `item` kept as a conflict, `version` its identifier: the item's presenters
-    /// hear that it gained one, the presenters of the directories around it that a subitem did.
-    /// Every presenter hears, the writer's own too: it wrote over content it had not seen.
-    public func conflictVersionKept(_ version: String, of item: AccessTarget, by accessor: CoordinatorIdentity?)
+    /// News of version `version` of `item` (kept as a conflict, added, removed, resolved): the
+    /// item's presenters hear it, the presenters of the directories around it that a subitem's
+    /// version did. Every presenter hears, the accessor's own too, as Apple's version messages
+    /// reach a coordinator's own presenter (P18): a conflict's writer wrote over content it had
+    /// not seen.
+    public func versionNews(_ news: VersionNews, version: String, of item: AccessTarget, by accessor: CoordinatorIdentity?)
         -> [PresenterDelivery<PresenterNotification>]
     {
         withState { state in
@@ -43,11 +45,11 @@ extension CoordinationEngine {
             var builder = State.DeliveryBuilder<PresenterNotification>(excluding: nil)
             let packages = Set(item.enclosingPackages)
             for id in state.presenterTree.presenters(at: item.path) {
-                builder.add([.didGainConflictVersion(version)], to: id, at: item.path, package: item.isPackage, records: state.presenters)
+                builder.add([.versionNews(news, version)], to: id, at: item.path, package: item.isPackage, records: state.presenters)
             }
             for (ancestor, ids) in state.presenterTree.presentersAbove(item.path) {
                 for id in ids {
-                    builder.add([.subitemDidGainConflictVersion(item.path, version)], to: id, at: ancestor,
+                    builder.add([.subitemVersionNews(item.path, news, version)], to: id, at: ancestor,
                                 package: packages.contains(ancestor), records: state.presenters)
                 }
             }

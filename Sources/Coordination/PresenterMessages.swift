@@ -57,20 +57,32 @@ public enum PresenterNotification: Hashable, Sendable {
     /// An access to the item went ahead without waiting any longer for those that held it: a
     /// broken lease (the break time, a settled file, a kernel lock). coordfs's own: Apple has none.
     case coordinationWasBroken
-    /// A version of the item was kept as an unresolved conflict (its content was replaced by a
-    /// writer that had not seen it: a lost update); its identifier. Apple's
-    /// `presentedItemDidGain(_:)`.
-    case didGainConflictVersion(String)
-    /// The same of an item inside; `presentedSubitem(at:didGain:)`.
-    case subitemDidGainConflictVersion(ItemPath, String)
+    /// One of the item's versions was added, removed or resolved (`VersionNews`); the version's
+    /// identifier. Apple's `presentedItemDidGain(_:)`, `DidLose(_:)` and `DidResolveConflict(_:)` (P18).
+    case versionNews(VersionNews, String)
+    /// The same of an item inside: `presentedSubitem(at:didGain:)` and its kin.
+    case subitemVersionNews(ItemPath, VersionNews, String)
 
     /// True for the subitem notifications a package presenter may receive as did-change (P20).
     public var isSubitemNotification: Bool {
         switch self {
-        case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted, .subitemDidGainConflictVersion: return true
-        case .didMove, .didChange, .itemWasDeleted, .coordinationWasBroken, .didGainConflictVersion: return false
+        case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted, .subitemVersionNews: return true
+        case .didMove, .didChange, .itemWasDeleted, .coordinationWasBroken, .versionNews: return false
         }
     }
+}
+
+/// What happened to a version of an item, as its presenters hear it.
+public enum VersionNews: String, Hashable, Sendable {
+    /// A version was kept as an unresolved conflict: its content was replaced by a writer that
+    /// had not seen it (a lost update).
+    case gainedConflict
+    /// A program added a version (`FileVersion.addOfItem`).
+    case gained
+    /// A program removed a version.
+    case lost
+    /// A conflict version was marked resolved.
+    case resolved
 }
 
 /// Messages for one presenter, in delivery order.

@@ -186,6 +186,12 @@ public final class ControlClient: @unchecked Sendable {
         return (fields, FileHandle(fileDescriptor: descriptor, closeOnDealloc: true))
     }
 
+    /// Adds a version of the item at `path` with the content of the file open at `content` (sent
+    /// with the request); returns the version's record.
+    public func addVersion(of path: String, content: Int32) throws -> [String: WireValue] {
+        try request({ .addVersion(id: $0, path: path) }, descriptor: content)
+    }
+
     /// Called once when the server closes the connection.
     public func onEnd(_ handler: @escaping @Sendable () -> Void) { lock.withLock { endHandler = handler } }
 
@@ -197,7 +203,14 @@ public final class ControlClient: @unchecked Sendable {
         return fields
     }
 
-    private func requestWithDescriptor(_ make: (Int) -> ClientMessage) throws -> ([String: WireValue], Int32?) {
+    /// Sends a request with `descriptor` attached to its line and waits for its reply's fields.
+    private func request(_ make: (Int) -> ClientMessage, descriptor: Int32) throws -> [String: WireValue] {
+        let (fields, received) = try requestWithDescriptor(make, attaching: descriptor)
+        if let received { Glibc.close(received) }
+        return fields
+    }
+
+    private func requestWithDescriptor(_ make: (Int) -> ClientMessage, attaching: Int32? = nil) throws -> ([String: WireValue], Int32?) {
         let semaphore = DispatchSemaphore(value: 0)
         let box = Box()
         let id = try lock.withLock { () throws -> Int in
@@ -206,7 +219,7 @@ public final class ControlClient: @unchecked Sendable {
             waiting[nextID] = (semaphore, box)
             return nextID
         }
-        send(make(id))
+        send(make(id), descriptor: attaching)
         semaphore.wait()
         switch box.message {
         case .ok(_, let fields)?: return (fields, box.descriptor)
@@ -237,14 +250,20 @@ public final class ControlClient: @unchecked Sendable {
     /// Answers a request event: 0 consents, an errno refuses.
     public func answer(cookie: UInt64, errno code: Int32) { send(.answer(cookie: cookie, errno: code)) }
 
-    public func send(_ message: ClientMessage) {
+    public func send(_ message: ClientMessage) { send(message, descriptor: nil) }
+
+    /// Sends `message`, with `descriptor` riding on its first byte where one is given.
+    private func send(_ message: ClientMessage, descriptor: Int32?) {
         let bytes = WireCodec.encode(message)
         writeLock.withLock {
             guard !descriptorClosed else { return }
             var offset = 0
             while offset < bytes.count {
                 let written = try? retryingInterrupts {
-                    bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    bytes[offset...].withUnsafeBytes { part in
+                        if offset == 0, let descriptor { return DescriptorPassing.send(fd, part, descriptor: descriptor) }
+                        return Glibc.send(fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
+                    }
                 }
                 guard let written, written > 0 else { return }
                 offset += written

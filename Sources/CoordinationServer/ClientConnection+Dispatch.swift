@@ -46,6 +46,7 @@ extension ClientConnection {
         case .connect(let id, let name, let path): connect(id, name, path)
         case .versions(let id, let path): versions(id, path)
         case .version(let id, let path, let number, let action): version(id, path, number, action)
+        case .addVersion(let id, let path): addVersion(id, path)
         }
     }
 

@@ -40,8 +40,19 @@ extension ClientConnection {
             }
             if ready == 0 { continue }
             let count: Int
-            do throws(Errno) { count = try check(Glibc.read(fd, &buffer, buffer.count)) } catch {
-                if error == .interrupted { continue reading }
+            do throws(Errno) {
+                let received = try DescriptorPassing.receive(fd, into: &buffer)
+                count = received.count
+                // A descriptor rides on the first byte of its line: at most a few are pending
+                // at once, and a client cannot hoard the server's descriptors.
+                for descriptor in received.descriptors {
+                    if lock.withLock({ receivedDescriptors.count < Self.pendingDescriptorLimit }) {
+                        lock.withLock { receivedDescriptors.append(descriptor) }
+                    } else {
+                        Glibc.close(descriptor)
+                    }
+                }
+            } catch {
                 break reading
             }
             if count <= 0 { break }
@@ -62,11 +73,26 @@ extension ClientConnection {
                 send(.error(id: nil, errno: "EPROTO", message: "\(error)"))
                 break reading
             }
+            if pending.isEmpty { closeReceivedDescriptors() }
             if pending.count > WireProtocol.maximumLineLength {
                 send(.error(id: nil, errno: "EPROTO", message: "line longer than \(WireProtocol.maximumLineLength) bytes"))
                 break
             }
         }
+        closeReceivedDescriptors()
         close()
+    }
+
+    static let pendingDescriptorLimit = 4
+
+    /// The oldest descriptor the client sent that no request has taken yet.
+    func takeReceivedDescriptor() -> Int32? {
+        lock.withLock { receivedDescriptors.isEmpty ? nil : receivedDescriptors.removeFirst() }
+    }
+
+    /// Closes the descriptors sent with lines that did not take them.
+    private func closeReceivedDescriptors() {
+        let left = lock.withLock { () -> [Int32] in defer { receivedDescriptors = [] }; return receivedDescriptors }
+        for descriptor in left { Glibc.close(descriptor) }
     }
 }

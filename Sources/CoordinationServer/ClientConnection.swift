@@ -48,6 +48,9 @@ final class ClientConnection: @unchecked Sendable {
     var vended: Set<ServiceRegistrationID> = []
     var lastNumber = 0
     var lastCookie: UInt64 = 0
+    /// Descriptors the client sent with its lines (SCM_RIGHTS), oldest first, for the request
+    /// that takes one (`add_version`); those no line took are closed once its lines are read.
+    var receivedDescriptors: [Int32] = []
 
     init(fd: Int32, peer: PeerCredentials, server: ControlServer) {
         self.fd = fd

@@ -64,7 +64,7 @@ public final class HostPresenter: Presenter, @unchecked Sendable {
             case .subitemDidMove(let source, let destination): move(source, destination)
             // A conflict version is kept in the store of the host that replaced the content;
             // the other hosts' presenters hear of the change itself.
-            case .coordinationWasBroken, .didGainConflictVersion, .subitemDidGainConflictVersion: break
+            case .coordinationWasBroken, .versionNews, .subitemVersionNews: break
             }
         }
     }

@@ -37,7 +37,8 @@ public enum WireCodec {
     /// The ops that carry an id and may be refused one by one (`hello` must succeed, and an
     /// `answer` or `working` with a wrong cookie is a client's confusion about the whole exchange).
     private static let refusable: Set<String> = ["watch", "unwatch", "hold", "release", "moved", "cancel", "status",
-                                                 "vend", "withdraw", "services", "connect", "remount", "versions", "version"]
+                                                 "vend", "withdraw", "services", "connect", "remount", "versions", "version",
+                                                 "add_version"]
 
     private static func clientMessage(_ object: [String: JSON]) throws(WireError) -> ClientMessage {
         do {
@@ -150,6 +151,8 @@ public enum WireCodec {
                 throw WireError("\"action\" must be one of \(VersionAction.allCases.map(\.rawValue).joined(separator: ", ")), not '\(name)'")
             }
             return .version(id: try int(object, "id"), path: try string(object, "path"), version: try string(object, "version"), action: action)
+        case "add_version":
+            return .addVersion(id: try int(object, "id"), path: try string(object, "path"))
         default:
             throw WireError("unknown op \"\(op)\"")
         }
@@ -197,6 +200,7 @@ public enum WireCodec {
         case .versions(let id, let path): object = ["op": "versions", "id": .int(id), "path": .string(path)]
         case .version(let id, let path, let version, let action):
             object = ["op": "version", "id": .int(id), "path": .string(path), "version": .string(version), "action": .string(action.rawValue)]
+        case .addVersion(let id, let path): object = ["op": "add_version", "id": .int(id), "path": .string(path)]
         }
         return line(object)
     }

@@ -30,13 +30,21 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     /// conflict: its content was replaced by a writer that had not seen it, a lost update.
     /// `cookie` is the version's identifier (`coordfs versions`).
     public static let conflict = EventMask(rawValue: 1 << 18)
+    /// A program added a version of the item (or, with a name, of an item inside): Apple's
+    /// `NSFileVersion.addOfItem`. `cookie` is the version's identifier.
+    public static let versionAdded = EventMask(rawValue: 1 << 19)
+    /// A version of the item (or of an item inside) was removed by a program; `cookie` names it.
+    public static let versionRemoved = EventMask(rawValue: 1 << 20)
+    /// A conflict version of the item (or of an item inside) was marked resolved; `cookie` names it.
+    public static let conflictResolved = EventMask(rawValue: 1 << 21)
     /// Set on records that wait for an answer.
     public static let request = EventMask(rawValue: 1 << 30)
 
     public static let requests: EventMask = [.relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion,
                                              .accommodateEviction]
     public static let all: EventMask = [.requests, .reacquire, .changed, .movedFrom, .movedTo, .subitemAppeared,
-                                        .subitemChanged, .subitemDeleted, .presenterRemoved, .broken, .conflict]
+                                        .subitemChanged, .subitemDeleted, .presenterRemoved, .broken, .conflict,
+                                        .versionAdded, .versionRemoved, .conflictResolved]
 
     /// The names used on the wire and by `coordfs watch`.
     public static let names: [(String, EventMask)] = [
@@ -46,7 +54,8 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
         ("REACQUIRE", .reacquire), ("CHANGED", .changed), ("MOVED_FROM", .movedFrom), ("MOVED_TO", .movedTo),
         ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged), ("SUBITEM_DELETED", .subitemDeleted),
         ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("BROKEN", .broken),
-        ("CONFLICT", .conflict),
+        ("CONFLICT", .conflict), ("VERSION_ADDED", .versionAdded), ("VERSION_REMOVED", .versionRemoved),
+        ("CONFLICT_RESOLVED", .conflictResolved),
         ("REQUEST", .request),
     ]
 

@@ -78,6 +78,9 @@ public enum ClientMessage: Hashable, Sendable {
     /// Acts on version `version` of the item at `path`: `open` (the reply carries a descriptor of
     /// its content), `resolve`, `unresolve`, `pin`, `unpin` or `remove`.
     case version(id: Int, path: String, version: String, action: VersionAction)
+    /// Adds a version of the item at `path` whose content is the file of the descriptor sent
+    /// with the line (SCM_RIGHTS, opened for reading): Apple's `NSFileVersion.addOfItem`.
+    case addVersion(id: Int, path: String)
 }
 
 /// What a `version` request does.

@@ -37,6 +37,20 @@ public protocol FilePresenter: AnyObject {
     /// An item inside the presented directory or package is about to be deleted (P13).
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void)
 
+    /// The item gained a version: one kept as a conflict (its content was replaced by a writer
+    /// that had not seen it, a lost update; `version.isConflict`), or one a program added (P18).
+    func presentedItemDidGain(_ version: FileVersion)
+    /// A version of the item was removed (P18).
+    func presentedItemDidLose(_ version: FileVersion)
+    /// A conflict version of the item was marked resolved (P18).
+    func presentedItemDidResolveConflict(_ version: FileVersion)
+    /// An item inside the presented directory gained a version (P18).
+    func presentedSubitem(at url: URL, didGain version: FileVersion)
+    /// An item inside the presented directory lost a version (P18).
+    func presentedSubitem(at url: URL, didLose version: FileVersion)
+    /// A conflict version of an item inside the presented directory was resolved (P18).
+    func presentedSubitem(at url: URL, didResolve version: FileVersion)
+
     /// iCloud's: the ubiquity attributes the presenter wants to hear of. Linux has no ubiquitous
     /// items: a presenter that names any is reported at registration (`CoordinationReport.neverCalled`).
     var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { get }
@@ -75,6 +89,18 @@ extension FilePresenter {
     public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { UnimplementedCallback.note() }
     /// Ignores the news (a package's presenter gets did-change instead, P20).
     public func presentedSubitemDidChange(at url: URL) { UnimplementedCallback.note() }
+    /// Ignores the news.
+    public func presentedItemDidGain(_ version: FileVersion) {}
+    /// Ignores the news.
+    public func presentedItemDidLose(_ version: FileVersion) {}
+    /// Ignores the news.
+    public func presentedItemDidResolveConflict(_ version: FileVersion) {}
+    /// Ignores the news.
+    public func presentedSubitem(at url: URL, didGain version: FileVersion) {}
+    /// Ignores the news.
+    public func presentedSubitem(at url: URL, didLose version: FileVersion) {}
+    /// Ignores the news.
+    public func presentedSubitem(at url: URL, didResolve version: FileVersion) {}
     /// None.
     public var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { [] }
     /// Ignores the news (never sent on Linux).

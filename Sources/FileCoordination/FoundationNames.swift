@@ -15,9 +15,6 @@ public typealias NSFileAccessIntent = FileAccessIntent
 /// Linux does not have): `error: &error` passes a `var error: NSError?` as it does there.
 public typealias NSErrorPointer = UnsafeMutablePointer<NSError?>?
 
-/// Apple's file versions, which swift-corelibs-foundation does not have: a presenter's version
-/// callbacks (`presentedItemDidGain(_:)` and the others) would never be called, so they do not
-/// compile, and say why.
-@available(*, unavailable, message: "file versions do not exist on Linux: coordfs never calls presentedItemDidGain, presentedItemDidLose, presentedItemDidResolveConflict or their subitem forms")
-public final class NSFileVersion {}
+/// Foundation's name for file versions, which swift-corelibs-foundation does not have.
+public typealias NSFileVersion = FileVersion
 #endif

@@ -73,10 +73,21 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
                         (presenter as? ExtendedFilePresenter)?.presentedItemWasDeleted()
                     case .coordinationWasBroken:
                         (presenter as? ExtendedFilePresenter)?.presentedItemCoordinationWasBroken()
-                    case .didGainConflictVersion, .subitemDidGainConflictVersion:
-                        // Apple's presentedItemDidGain(_:) takes a file version, which this
-                        // library does not have yet: heard on the event channel only.
-                        break
+                    case .versionNews(let news, let id):
+                        guard let item = presenter.presentedItemURL else { break }
+                        let version = FileVersion.told(item: item, id: id)
+                        switch news {
+                        case .gained, .gainedConflict: presenter.presentedItemDidGain(version)
+                        case .lost: presenter.presentedItemDidLose(version)
+                        case .resolved: presenter.presentedItemDidResolveConflict(version)
+                        }
+                    case .subitemVersionNews(let path, let news, let id):
+                        let version = FileVersion.told(item: path.fileURL, id: id)
+                        switch news {
+                        case .gained, .gainedConflict: presenter.presentedSubitem(at: path.fileURL, didGain: version)
+                        case .lost: presenter.presentedSubitem(at: path.fileURL, didLose: version)
+                        case .resolved: presenter.presentedSubitem(at: path.fileURL, didResolve: version)
+                        }
                     }
                 }
                 if presentsPackage && notification.isSubitemNotification && !sentDidChange {

@@ -27,6 +27,8 @@ public struct VersionRecord: Codable, Hashable, Sendable {
         case truncated
         /// Its last name was removed.
         case deleted
+        /// A program added it (`FileVersion.addOfItem`, the protocol's `add_version`).
+        case added
     }
 
     /// Unique in the store and ordered by when it was kept: microseconds since 1970, in decimal (a number JSON readers take exactly, below 2^53).

@@ -21,6 +21,19 @@ import Testing
         return condition()
     }
 
+    /// Apple's conflict settling compiles as written; outside a mount with no daemon (this test
+    /// coordinates in process) nobody keeps versions, so there is nothing to settle.
+    @Test func settlingConflictsWhereNoVersionsAreKeptSettlesNothing() throws {
+        let url = folder.appendingPathComponent("notes.txt")
+        #expect(NotebookStore.write("only\n", to: url) == nil)
+        #expect(NSFileVersion.currentVersionOfItem(at: url) != nil)
+        #expect(NSFileVersion.otherVersionsOfItem(at: url) == [])
+        #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: url) == [])
+        #expect(NotebookStore.resolveConflicts(url) == nil)
+        #expect(NSFileVersion.currentVersionOfItem(at: folder.appendingPathComponent("absent")) == nil)
+        #expect(NSFileVersion.otherVersionsOfItem(at: folder.appendingPathComponent("absent")) == nil)
+    }
+
     @Test func aPresenterHearsWritesAndFollowsAMove() throws {
         let url = folder.appendingPathComponent("notes.txt")
         #expect(NotebookStore.write("first\n", to: url) == nil)

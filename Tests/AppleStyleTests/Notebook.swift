@@ -47,10 +47,30 @@ final class Notebook: NSObject, NSFilePresenter, @unchecked Sendable {
         lock.lock(); url = newURL; lock.unlock()
         note("did move to \(newURL.lastPathComponent)")
     }
+
+    func presentedItemDidGain(_ version: NSFileVersion) {
+        note(version.isConflict ? "conflict from \(version.localizedNameOfSavingComputer ?? "?")" : "version")
+    }
+
+    func presentedItemDidResolveConflict(_ version: NSFileVersion) { note("conflict resolved") }
 }
 
 /// Coordinated reads and writes as Apple's documentation shows them.
 enum NotebookStore {
+    /// Apple's way to settle conflicts: keep the current version, mark the others resolved and
+    /// remove them, inside a coordinated write.
+    static func resolveConflicts(_ url: URL) -> NSError? {
+        var error: NSError?
+        var failure: NSError?
+        NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: [], error: &error) { url in
+            for version in NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? [] {
+                version.isResolved = true
+            }
+            do { try NSFileVersion.removeOtherVersionsOfItem(at: url) } catch { failure = error as NSError }
+        }
+        return error ?? failure
+    }
+
     static func read(_ url: URL, error: NSErrorPointer) -> String? {
         var text: String?
         NSFileCoordinator(filePresenter: nil).coordinate(readingItemAt: url, options: [], error: error) { url in

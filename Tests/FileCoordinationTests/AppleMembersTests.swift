@@ -30,7 +30,7 @@ private final class UbiquitousPresenter: FilePresenter, @unchecked Sendable {
         #expect(reports.events.count == 1)
     }
 
-    @Test("P18 eviction: a forEvicting write asks the item's presenters, and those inside a directory, to accommodate it")
+    @Test("P33 eviction: a forEvicting write asks the item's presenters, and those inside a directory, to accommodate it")
     func evictionAsksPresentersToAccommodateIt() throws {
         let fx = try Fixture()
         let a = try fx.file("dir/a")
@@ -55,7 +55,7 @@ private final class UbiquitousPresenter: FilePresenter, @unchecked Sendable {
         _ = parent
     }
 
-    @Test("P18 a presenter that does not implement eviction refuses it, as on Apple platforms")
+    @Test("P33 a presenter that does not implement eviction refuses it, as on Apple platforms")
     func aPresenterWithoutAnEvictionCallbackRefuses() throws {
         let fx = try Fixture()
         let doc = try fx.file("doc")

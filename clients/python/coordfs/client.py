@@ -173,20 +173,26 @@ class Connection:
 
     # Plumbing
 
-    def _send(self, message: Dict[str, Any]) -> None:
+    def _send(self, message: Dict[str, Any], descriptor: Optional[int] = None) -> None:
         line = json.dumps(message, separators=(",", ":")).encode() + b"\n"
         with self._write_lock:
             if self._closed:
                 raise CoordfsError("ENOTCONN", "the connection is closed")
+            if descriptor is not None:
+                # The descriptor rides on the line's first byte.
+                sent = socket.send_fds(self._socket, [line], [descriptor])
+                line = line[sent:]
             self._socket.sendall(line)
 
-    def request(self, message: Dict[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
-        """Sends `message` with a fresh id and returns the reply's fields; a refusal raises
-        `CoordfsError`, a connection that ends first `ConnectionError`."""
+    def request(self, message: Dict[str, Any], timeout: Optional[float] = None,
+                descriptor: Optional[int] = None) -> Dict[str, Any]:
+        """Sends `message` with a fresh id (and `descriptor` attached, for `add_version`) and
+        returns the reply's fields; a refusal raises `CoordfsError`, a connection that ends
+        first `ConnectionError`."""
         with self._lock:
             number = self._next_id
             self._next_id += 1
-        self._send(dict(message, id=number))
+        self._send(dict(message, id=number), descriptor)
         with self._arrived:
             if not self._arrived.wait_for(lambda: number in self._replies or self._ended.is_set(), timeout):
                 raise TimeoutError(f"no reply to {message.get('op')} within {timeout} s")
@@ -359,6 +365,13 @@ class Connection:
         if descriptor is None:
             raise CoordfsError("EPROTO", "the reply carried no descriptor")
         return os.fdopen(descriptor, "rb")
+
+    def add_version(self, path: Union[str, bytes], content: Any) -> Dict[str, Any]:
+        """Keeps the content of `content` (a file object or descriptor open for reading) as a
+        new version of the item at `path` (cause `added`); returns its record. Presenters of the
+        item hear VERSION_ADDED. Outside any mount the daemon keeps it."""
+        descriptor = content if isinstance(content, int) else content.fileno()
+        return dict(self.request({"op": "add_version", "path": _real(path)}, descriptor=descriptor)["version"])
 
     def version(self, path: Union[str, bytes], version: str, action: str) -> None:
         """Acts on version `version` of the item at `path`: `resolve`, `unresolve`, `pin`,

@@ -322,6 +322,28 @@ class VersionTests(MountedTestCase):
                 connection.open_version(self.doc, "1")
             self.assertEqual(missing.exception.name, "ENOENT")
 
+    def test_a_version_added_from_a_file_is_kept_and_its_presenters_hear_of_it(self):
+        draft = os.path.join(self.mount.base, "draft")
+        with open(draft, "w") as f:
+            f.write("a draft\n")
+        heard = []
+        with coordfs.connect(self.doc) as watcher, coordfs.connect(self.doc) as connection:
+            watcher.watch(self.doc, heard.append, events=["VERSION_ADDED", "VERSION_REMOVED"])
+            with open(draft, "rb") as content:
+                added = connection.add_version(self.doc, content)
+            self.assertEqual(added["cause"], "added")
+            with connection.open_version(self.doc, added["id"]) as kept:
+                self.assertEqual(kept.read(), b"a draft\n")
+            connection.version(self.doc, added["id"], "remove")
+            deadline = time.monotonic() + 10
+            while len(heard) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.assertEqual([(e.events, e.cookie) for e in heard],
+                             [(["VERSION_ADDED"], int(added["id"])), (["VERSION_REMOVED"], int(added["id"]))])
+            with self.assertRaises(coordfs.CoordfsError) as unsent:
+                connection.request({"op": "add_version", "path": self.doc})
+            self.assertEqual(unsent.exception.name, "EINVAL")
+
 
 class AsyncTests(MountedTestCase):
     """The asyncio forms: a coroutine handler answers, and `async with` holds."""
