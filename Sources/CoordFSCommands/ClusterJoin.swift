@@ -279,6 +279,8 @@ private final class MemberDelegations: HostDelegations {
 
     func covers(_ path: String, writing: Bool) -> Bool { member.covers(path, writing ? .write : .read) }
 
+    func coversAccessor(_ path: String, writing: Bool) -> Bool { member.coversAccessor(path, writing ? .write : .read) }
+
     func acquire(_ path: String, _ access: DelegatedAccess, waits: Bool,
                  completion: @escaping @Sendable (HostDelegationOutcome) -> Void) -> @Sendable () -> Void {
         let mode = Delegations.Mode(access)

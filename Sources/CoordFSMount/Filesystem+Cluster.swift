@@ -39,7 +39,7 @@ extension Filesystem {
             // Asked once held: a recall that came meanwhile waited for this claim (or passage)
             // only if it began after this answer.
             let needs = delegationNeeds(wanted, other)
-            if covered(needs, by: delegations) { return body(reply, claim) }
+            if covered(needs, by: delegations, for: claim) { return body(reply, claim) }
             if claim != nil { statistics.takenAgain.add(1, ordering: .relaxed) }
             let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
             end(claim, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
@@ -69,8 +69,25 @@ extension Filesystem {
         return [need(wanted), other.flatMap(need)].compactMap { $0 }
     }
 
-    private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations) -> Bool {
-        needs.allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
+    /// Whether `delegations` cover `needs` now. An accessor's own request (`Claim.accessor`: a
+    /// process of a `coordinate` hold, its descendant, a Swift program in its coordinated block)
+    /// is covered for what its hold stands for by the delegation the hold was granted under,
+    /// recalled or not, until its host gives it back: the recall waits for the hold, so waiting
+    /// for the recall would be waiting for itself (until the break time). The identity rule of
+    /// one host (C20), across hosts.
+    private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations, for claim: Claim?) -> Bool {
+        if needs.allSatisfy({ delegations.covers($0.path, writing: $0.access.writes) }) { return true }
+        guard case .accessor(let held, _)? = claim else { return false }
+        let holds = held.intents.compactMap { store.delegationNeed($0.kind, of: $0.target) }
+        return needs.allSatisfy { need in
+            if delegations.covers(need.path, writing: need.access.writes) { return true }
+            // Only inside an item the hold needed as much of: a read hold's writer asks as anyone.
+            let standsFor = holds.contains { hold in
+                (hold.access.writes || !need.access.writes)
+                    && (hold.path.isEmpty || hold.path == need.path || need.path.hasPrefix(hold.path + "/"))
+            }
+            return standsFor && delegations.coversAccessor(need.path, writing: need.access.writes)
+        }
     }
 
     /// Waits for the delegations `needs`, then hands the reply to `then` on another thread; or

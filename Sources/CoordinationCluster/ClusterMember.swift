@@ -22,7 +22,8 @@ public protocol LocalAccess: Sendable {
 /// A host asks for as much as nobody else wants: for an item, the delegation of its outermost
 /// directory below the store's root that no other host has a conflicting key in or above, so a
 /// host alone in a subtree asks etcd once. A recall narrows it: the host stops granting under
-/// the recalled delegation, asks its presenters for the other host's access, waits until none
+/// the recalled delegation (but to its holders' own accessors: the recall waits for those
+/// holders, `coversAccessor`), asks its presenters for the other host's access, waits until none
 /// of its own holders conflicts with the other host's key (or the break time passes), takes
 /// finer delegations for the holders that go on, and gives the recalled one back.
 public final class ClusterMember: Sendable {
@@ -52,6 +53,10 @@ public final class ClusterMember: Sendable {
         var held: [String: Modes] = [:]
         /// Recalled, being given back: the other hosts' keys that want them.
         var recalled: [Key: [Delegations.Entry]] = [:]
+        /// Recalled keys still this host's while its holders that conflict with the recall go
+        /// on: their accessors' own requests are still granted from them (`coversAccessor`),
+        /// nobody else's. Out once the host gives the key back (or keeps it after all).
+        var kept: Set<Key> = []
         /// Acquires under way, shared by the requests that need them.
         var acquiring: [Key: Acquiring] = [:]
         var acquires: UInt64 = 0
@@ -203,6 +208,7 @@ public final class ClusterMember: Sendable {
             state.news = news
             state.held = [:]
             state.recalled = [:]
+            state.kept = []
             // What an earlier run was doing ended with it (its tasks find themselves gone).
             state.acquiring = [:]
             state.givingBack = [:]
@@ -226,6 +232,7 @@ public final class ClusterMember: Sendable {
                     state.delegations = nil
                     state.news = nil
                     state.held = [:]
+                    state.kept = []
                 }
                 return state.leaving
             }
@@ -280,6 +287,7 @@ public final class ClusterMember: Sendable {
         let (delegations, news) = state.withLock { state -> (Delegations?, HostNews?) in
             state.leaving = true
             state.held = [:]
+            state.kept = []
             defer { (state.delegations, state.news) = (nil, nil) }
             return (state.delegations, state.news)
         }
@@ -348,6 +356,22 @@ public final class ClusterMember: Sendable {
                 if state.held[String(directory)]?.serves(mode) == true { return true }
             }
             return false
+        }
+    }
+
+    /// `covers`, for a request of an accessor of one of this host's holders (a process of a
+    /// `coordfs coordinate` hold or its descendant, a Swift program inside its coordinated
+    /// block): also from a delegation recalled but not given back yet. The recall waits for the
+    /// holders that conflict with it, so the delegation stays this host's until they end; their
+    /// own work inside it waiting for the recall would wait for itself (until the break time).
+    /// The caller asks only for what the accessor's hold stands for.
+    public func coversAccessor(_ path: String, _ mode: Delegations.Mode) -> Bool {
+        if covers(path, mode) { return true }
+        return state.withLock { state in
+            guard !state.kept.isEmpty, state.delegations?.lease.isLost == false else { return false }
+            return state.kept.contains { key in
+                Modes(key.mode).serves(mode) && Delegations.contains(key.path, path, orIs: true)
+            }
         }
     }
 
@@ -479,8 +503,16 @@ public final class ClusterMember: Sendable {
         Task { try? await delegations.release(key.path, key.mode) }
     }
 
-    /// `acquire` for a request that does not wait (O_NONBLOCK): false, having taken nothing, when
-    /// another host holds what `path` needs, or this host is already waiting for it.
+    /// How long a request that does not wait (O_NONBLOCK) waits at most for the hosts in its
+    /// way to answer: one that holds the item idle gives it back, and one whose programs hold
+    /// it refuses, within milliseconds; one that does not answer is cut off, or gone.
+    static let idlePatience: Duration = .seconds(1)
+
+    /// `acquire` for a request that does not wait for another host's programs (O_NONBLOCK):
+    /// true once this host may grant it, having waited only for the hosts that hold it idle to
+    /// give it back; false, having taken nothing, when another host's programs hold what `path`
+    /// needs (that host refuses it), another request waits for it already (here or on another
+    /// host), or a host in its way did not answer within `idlePatience`.
     public func acquireAtOnce(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) -> Bool {
         if covers(path, mode) { return true }
         let chosen = state.withLock { current -> (key: Key, delegations: Delegations, busy: Bool)? in
@@ -492,16 +524,16 @@ public final class ClusterMember: Sendable {
         }
         guard let (key, delegations, busy) = chosen else { throw .leaseLost }
         if busy { return false }
-        for candidate in key.path == path ? [key] : [key, Key(path: path, mode: mode)] {
-            // The item itself recalls the host in its way: one that holds it idle gives it back,
-            // and the open tried again may succeed. (A directory asked for on the replica's word
-            // recalls nobody.)
-            if let token = try await delegations.acquireUnlessBlocked(candidate.path, candidate.mode, recalling: candidate.path == path) {
-                state.withLock { $0.hold(candidate, made: token, by: delegations) }
-                return covers(path, mode)
-            }
+        // A directory asked for on the replica's word recalls nobody; the item itself recalls
+        // the hosts in its way, and is granted once those that hold it idle have given it back.
+        let exact = Key(path: path, mode: mode)
+        if key != exact, let token = try await delegations.acquireUnlessBlocked(key.path, key.mode) {
+            state.withLock { $0.hold(key, made: token, by: delegations) }
+            return covers(path, mode)
         }
-        return false
+        guard let token = try await delegations.acquireIfIdle(path, mode, patience: Self.idlePatience) else { return false }
+        state.withLock { $0.hold(exact, made: token, by: delegations) }
+        return covers(path, mode)
     }
 
     /// The key to ask for `mode` of `path`: of its outermost directory nobody else wants
@@ -541,6 +573,7 @@ public final class ClusterMember: Sendable {
             let first = state.recalled[key] == nil
             state.recalled[key, default: []].append(recall.wanted)
             state.stopHolding(Modes(key.mode), at: key.path)
+            state.kept.insert(key)
             if first {
                 let revision = recall.held.revision
                 state.givingBack[key] = Task { [self] in await giveBack(key, made: revision, of: delegations) }
@@ -554,31 +587,43 @@ public final class ClusterMember: Sendable {
         var begun: [LocalAccess] = []
         var told: Set<Int64> = []
         var asked: Set<Key> = []
+        var refused: Set<Int64> = []
         var broken = false
         while true {
             // The other hosts' keys that still want it: one taken back (a host that asked for
             // a whole directory and narrowed its request), or whose host's lease ended, does not.
-            let wanted = state.withLock { state -> [Delegations.Entry]? in
+            let present = state.withLock { state -> [Delegations.Entry]? in
                 guard state.delegations === delegations else { return [] }
                 let wanted = (state.recalled[key] ?? []).filter { delegations.isPresent($0) }
                 if wanted.isEmpty {
                     state.recalled[key] = nil
                     state.givingBack[key] = nil
+                    state.kept.remove(key)
                     state.held[key.path, default: []].insert(Modes(key.mode))
                     return nil
                 }
                 state.recalled[key] = wanted
                 return wanted
             }
-            guard let wanted else {
+            guard let all = present else {
                 for access in begun { access.end() }
                 return      // kept
+            }
+            if delegations.lease.isLost { break }
+            let holders = local.holders().map { Delegations.Entry(path: $0.path, host: "", mode: $0.mode, revision: 0, lease: 0) }
+            // A request that does not wait (O_NONBLOCK) with a program of this host in its way
+            // is refused: it fails at once, as it would on one host, and nobody here is asked.
+            // The key is kept once the replica has seen the refusals (`isPresent` above).
+            let refusing = all.filter { other in other.asksIdle && holders.contains { Delegations.conflict($0, other) } }
+            for other in refusing where refused.insert(other.revision).inserted { try? await delegations.refuse(other) }
+            let wanted = all.filter { !refusing.contains($0) }
+            if wanted.isEmpty {
+                try? await Task.sleep(for: .milliseconds(10))
+                continue
             }
             for other in wanted where told.insert(other.revision).inserted {
                 begun.append(local.beginAccess(for: other.host, other.path, other.mode))
             }
-            if delegations.lease.isLost { break }
-            let holders = local.holders().map { Delegations.Entry(path: $0.path, host: "", mode: $0.mode, revision: 0, lease: 0) }
             let conflicting = holders.filter { holder in wanted.contains { Delegations.conflict(holder, $0) } }
             // Another host's presence breaks nobody here: its presenters only want to be asked.
             let pastDeadline = ContinuousClock.now >= deadline && wanted.contains { $0.mode != .presence }
@@ -599,6 +644,11 @@ public final class ClusterMember: Sendable {
                 }
             }
             try? await Task.sleep(for: .milliseconds(10))
+        }
+        // Going: from here the holders' accessors wait for a delegation as anyone does.
+        state.withLock { state in
+            guard state.delegations === delegations else { return }
+            state.kept.remove(key)
         }
         if !delegations.lease.isLost { do { try await delegations.release(key.path, key.mode) } catch {
             logger.error("cluster: cannot give back \(key.path.isEmpty ? "/" : key.path): \(error)")

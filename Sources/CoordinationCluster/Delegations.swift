@@ -47,6 +47,11 @@ public final class Delegations: Sendable {
         /// otherwise have that host's presenters asked about a write of the directory that
         /// never comes.)
         public var isTentative = false
+        /// Asked for by a request that does not wait for another host's programs (an
+        /// `O_NONBLOCK` open, `acquireIfIdle`): a holder with none in its way gives its
+        /// delegation back as for any recall, one whose programs hold what it wants refuses it
+        /// (`refuse`): the request fails at once, as on one host.
+        public var asksIdle = false
 
         func isSameHolder(as other: Entry) -> Bool { host == other.host && lease == other.lease }
     }
@@ -166,21 +171,53 @@ public final class Delegations: Sendable {
     /// below it), and returns the grant's fencing token. A read and a write of one path are two
     /// delegations (a host that reads an item and comes to write it keeps the read meanwhile).
     public func acquire(_ path: String, _ mode: Mode) async throws(Failure) -> Int64 {
-        try await acquire(path, mode, waits: true)!
+        try await acquire(path, mode, asking: .waiting)!
     }
 
     /// `acquire`, unless another host's key is in the way: then the key made is withdrawn and
     /// nil returned. (A host asking for a whole directory on what its replica knew takes back a
-    /// request that would wait for holders of items it does not need.) `recalling`: the hosts
-    /// in the way are recalled all the same, to give back what none of their programs holds
-    /// (an `O_NONBLOCK` open, which fails now, may succeed when tried again); without it the
-    /// key is tentative and recalls nobody.
-    public func acquireUnlessBlocked(_ path: String, _ mode: Mode, recalling: Bool = false) async throws(Failure) -> Int64? {
-        try await acquire(path, mode, waits: false, tentative: !recalling)
+    /// request that would wait for holders of items it does not need.) The key is tentative:
+    /// it recalls nobody.
+    public func acquireUnlessBlocked(_ path: String, _ mode: Mode) async throws(Failure) -> Int64? {
+        try await acquire(path, mode, asking: .tentatively)
     }
 
-    private func acquire(_ path: String, _ mode: Mode, waits: Bool, tentative: Bool = false) async throws(Failure) -> Int64? {
+    /// `acquire` for a request that does not wait for another host's programs (`O_NONBLOCK`):
+    /// the hosts in the way are recalled, and one that holds the item idle gives it back, which
+    /// this waits for. Nil, the key taken away, when a host whose programs hold it refuses it
+    /// (`refuse`), when a key in the way is itself still waiting (another host's program wants
+    /// the item first), or when no answer came within `patience` (a host cut off, or gone).
+    public func acquireIfIdle(_ path: String, _ mode: Mode, patience: Duration) async throws(Failure) -> Int64? {
+        try await acquire(path, mode, asking: .ifIdle(patience))
+    }
+
+    /// Refuses another host's request that does not wait (`Entry.asksIdle`), for this host's
+    /// programs hold what it wants: its key is taken away as made, and its request fails.
+    public func refuse(_ entry: Entry) async throws(Failure) {
+        guard entry.asksIdle else { return }
+        let key = self.key(of: entry)
+        do { _ = try await client.transaction([.created(key, at: entry.revision)], success: [.delete(key: key)]) } catch {
+            throw .etcd(error)
+        }
+    }
+
+    /// How a request waits for the keys in its way.
+    private enum Asking {
+        /// Until they are gone.
+        case waiting
+        /// Not at all, and recalling nobody (`acquireUnlessBlocked`).
+        case tentatively
+        /// Until their hosts give them back or refuse it, at most the patience (`acquireIfIdle`).
+        case ifIdle(Duration)
+    }
+
+    private func acquire(_ path: String, _ mode: Mode, asking: Asking) async throws(Failure) -> Int64? {
         let key = self.key(path, mode)
+        let marker = switch asking {
+        case .waiting: ""
+        case .tentatively: "?"
+        case .ifIdle: "!"
+        }
         // With the key, the keys that could be in its way, read at its revision: the replica
         // may not have followed that far yet, and must not grant on what it has not seen.
         let around = neighbourhood(of: path)
@@ -189,7 +226,7 @@ public final class Delegations: Sendable {
             // A key of this run already there (acquired before) keeps its place in line.
             while made == nil {
                 let answer = try await client.transaction(
-                    [.absent(key)], success: [.put(key: key, value: Array((mode.rawValue + (tentative ? "?" : "")).utf8), lease: lease.id)] + around,
+                    [.absent(key)], success: [.put(key: key, value: Array((mode.rawValue + marker).utf8), lease: lease.id)] + around,
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
                     made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
@@ -202,7 +239,20 @@ public final class Delegations: Sendable {
             throw .etcd(error)
         }
         let (revision, snapshot, readAt) = made!
-        let mine = Entry(path: path, host: host, mode: mode, revision: revision, lease: lease.id, isTentative: tentative)
+        let mine = Entry(path: path, host: host, mode: mode, revision: revision, lease: lease.id,
+                         isTentative: marker == "?", asksIdle: marker == "!")
+        // A request that does not wait takes its key back once its patience has run out; a
+        // grant that comes after that is not held (the key is going).
+        var patience: (timer: Task<Void, Never>, first: FirstOfTwo)?
+        if case .ifIdle(let duration) = asking {
+            let first = FirstOfTwo()
+            patience = (Task { [self] in
+                try? await Task.sleep(for: duration)
+                guard !Task.isCancelled, first.take() else { return }
+                _ = try? await client.transaction([.created(key, at: revision)], success: [.delete(key: key)])
+            }, first)
+        }
+        defer { patience?.timer.cancel() }
         let granted: Int64
         do {
             granted = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int64, Error>) in
@@ -223,8 +273,15 @@ public final class Delegations: Sendable {
                     // taken back by a waiter that gave up); to be made again, not put back.
                     if state.revision >= readAt && state.entries[key] == nil { return .failure(.withdrawn) }
                     if mine.revision >= (state.entries[key]?.revision ?? 0) { state.entries[key] = mine }
-                    if Self.blockers(of: mine, in: state.entries).isEmpty { return .success(revision) }
-                    if !waits { return .success(0) }
+                    let blockers = Self.blockers(of: mine, in: state.entries)
+                    if blockers.isEmpty { return .success(revision) }
+                    switch asking {
+                    case .waiting: break
+                    case .tentatively: return .success(0)
+                    // One in the way that waits itself: another host's program wants it first.
+                    case .ifIdle where blockers.contains(where: { !Self.blockers(of: $0, in: state.entries).isEmpty }): return .success(0)
+                    case .ifIdle: break
+                    }
                     state.waiters[key, default: []].append(continuation)
                     return nil
                 }
@@ -232,11 +289,13 @@ public final class Delegations: Sendable {
                 settle { _ in }     // recalls this key makes
             }
         } catch let failure as Failure {
+            // Taken away by the holder that refused it, or by its own patience: refused.
+            if case .ifIdle = asking, failure == .withdrawn { return nil }
             throw failure
         } catch {
             throw .leaseLost
         }
-        if granted != 0 { return granted }
+        if granted != 0 { return (patience?.first.take() ?? true) ? granted : nil }
         do { _ = try await client.transaction([.created(key, at: revision)], success: [.delete(key: key)]) } catch {
             throw .etcd(error)
         }
@@ -272,8 +331,7 @@ public final class Delegations: Sendable {
 
     /// Whether the replica still has `entry`'s key as it was made.
     public func isPresent(_ entry: Entry) -> Bool {
-        let key = prefix + Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0]
-            + Array(String(entry.lease, radix: 16).utf8) + [0] + Array(entry.mode.rawValue.utf8)
+        let key = self.key(of: entry)
         return state.withLock { $0.entries[key]?.revision == entry.revision }
     }
 
@@ -287,20 +345,25 @@ public final class Delegations: Sendable {
     /// This run's key for `path`: another run of the same host (one that died and came back
     /// within its lease's TTL) has keys of its own, under its own lease.
     private func key(_ path: String, _ mode: Mode) -> [UInt8] {
-        prefix + Array(path.utf8) + [0] + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0]
-            + Array(mode.rawValue.utf8)
+        key(of: Entry(path: path, host: host, mode: mode, revision: 0, lease: lease.id))
+    }
+
+    /// The key of `entry`, of whichever host.
+    private func key(of entry: Entry) -> [UInt8] {
+        prefix + Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0] + Array(String(entry.lease, radix: 16).utf8) + [0]
+            + Array(entry.mode.rawValue.utf8)
     }
 
     private func entry(_ value: EtcdKeyValue) -> Entry? {
         guard value.key.starts(with: prefix) else { return nil }
         let rest = value.key[prefix.count...]
-        let tentative = value.value.last == UInt8(ascii: "?")
+        let tentative = value.value.last == UInt8(ascii: "?"), idle = value.value.last == UInt8(ascii: "!")
         guard let zero = rest.firstIndex(of: 0),
-              let mode = Mode(rawValue: String(decoding: tentative ? value.value.dropLast() : value.value[...], as: UTF8.self)) else { return nil }
+              let mode = Mode(rawValue: String(decoding: tentative || idle ? value.value.dropLast() : value.value[...], as: UTF8.self)) else { return nil }
         let holder = rest[(zero + 1)...]
         let host = holder.firstIndex(of: 0).map { holder[..<$0] } ?? holder
         return Entry(path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: host, as: UTF8.self),
-                     mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative)
+                     mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative, asksIdle: idle)
     }
 
     /// Reads every key anew: the revision read at.
@@ -386,6 +449,12 @@ public final class Delegations: Sendable {
         // A lease revoked is lost before etcd deletes its keys.
         for waiter in withdrawn { waiter.resume(throwing: lease.isLost ? Failure.leaseLost : Failure.withdrawn) }
         for recall in recalls { recallSink.yield(recall) }
+    }
+
+    /// Decides once between a grant and the end of a request's patience: the first to take it.
+    private final class FirstOfTwo: Sendable {
+        private let taken = Atomic<Bool>(false)
+        func take() -> Bool { !taken.exchange(true, ordering: .acquiringAndReleasing) }
     }
 
     private func leaseLost() {

@@ -14,8 +14,9 @@ import Foundation
 ///   until its lease's TTL has passed, and refused if it is still there.
 struct HostRecord: Codable, Equatable, Sendable {
     /// The form of the store's keys and what each mode asks of the hosts it recalls (3: a
-    /// directory asked for on a replica's word is marked tentative, and recalls nobody).
-    static let currentFormat = 3
+    /// directory asked for on a replica's word is marked tentative, and recalls nobody; 4: a
+    /// request that does not wait is marked, and a holder whose programs are in its way refuses it).
+    static let currentFormat = 4
 
     var format: Int
     /// `/etc/machine-id`, the boot's id and the pid namespace: which machine, since when, and

@@ -6,6 +6,10 @@ import Coordination
 public protocol HostDelegations: AnyObject, Sendable {
     /// Whether this host may grant `writing` (or reading) of `path` now.
     func covers(_ path: String, writing: Bool) -> Bool
+    /// `covers`, for an accessor's own request (a process of a hold through the control socket,
+    /// or its descendant) of what its hold stands for: also under a delegation recalled but not
+    /// given back yet, which the recall keeps for that hold until it ends.
+    func coversAccessor(_ path: String, writing: Bool) -> Bool
     /// Asks for what `access` of `path` needs; `completion` runs once, on any thread. Without
     /// `waits`, a delegation another host holds is not waited for (`.wouldWait`). The closure
     /// returned stops waiting (a request interrupted or past its wait timeout): `completion` is

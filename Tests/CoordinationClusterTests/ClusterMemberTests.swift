@@ -145,19 +145,52 @@ struct ClusterMemberTests {
         }
     }
 
-    /// An O_NONBLOCK request fails at once where another host holds the item, but recalls it:
-    /// a delegation none of that host's programs uses is given back, and a try after succeeds.
-    @Test func aNonBlockingOpenRecallsAnIdleDelegationForItsNextTry() async throws {
+    /// An O_NONBLOCK request waits for a host that holds the item idle to give it back (tar on
+    /// one host of files another made failed EAGAIN).
+    @Test func aNonBlockingOpenIsGrantedWhatAnotherHostHoldsIdle() async throws {
         try await Self.withTwoHosts { a, localA, b in
             try await a.acquire("doc", .write)
-            #expect(try await b.acquireAtOnce("doc", .read) == false, "A holds it")
-            var granted = false
-            for _ in 0..<100 where !granted {
-                try await Task.sleep(for: .milliseconds(10))
-                granted = try await b.acquireAtOnce("doc", .read)
-            }
-            #expect(granted, "A kept a delegation nobody used")
-            #expect(!a.covers("doc", .write))
+            #expect(try await b.acquireAtOnce("doc", .read), "A gave back a delegation none of its programs used")
+            #expect(b.covers("doc", .read) && !a.covers("doc", .write))
+        }
+    }
+
+    /// Where a program of the other host holds the item, an O_NONBLOCK request fails at once: that
+    /// host refuses it (the request does not wait out its patience), keeps its delegation, and
+    /// asks its presenters nothing about an access that never comes.
+    @Test func aNonBlockingOpenIsRefusedWhereAProgramHoldsTheItem() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            let started = ContinuousClock.now
+            #expect(try await b.acquireAtOnce("doc", .read) == false, "A's program writes it")
+            let waited = ContinuousClock.now - started
+            #expect(waited < .milliseconds(800), "refused by A, not given up on after \(waited)")
+            #expect(await Self.eventually { a.covers("doc", .write) && Self.keys(a) == ["A w doc"] }, "A keeps it: \(Self.keys(a))")
+            #expect(localA.begun.isEmpty, "A's presenters were asked about a read that never came: \(localA.begun)")
+            localA.end("doc")
+            #expect(try await b.acquireAtOnce("doc", .read), "granted once the program is done")
+        }
+    }
+
+    /// A recall does not take the item from the holder it waits for: that holder's accessors
+    /// (the processes of a `coordfs coordinate` hold) are still granted from the recalled
+    /// delegation until the holder ends, and nobody else is. (Their own write waited for the
+    /// recall, which waited for their hold: both until the break time.)
+    @Test func aRecalledDelegationStillCoversTheAccessorsOfTheHolderItWaitsFor() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            let reader = Task { try await b.acquire("doc", .read) }
+            #expect(await Self.eventually { localA.begun == ["B r doc"] }, "A is recalled")
+            #expect(!a.covers("doc", .read), "nothing new is granted under a recalled delegation")
+            #expect(a.coversAccessor("doc", .write) && a.coversAccessor("doc", .read), "the holder's own work goes on")
+            #expect(!a.coversAccessor("other", .read), "only under the recalled delegation")
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(!b.covers("doc", .read), "B read while A's holder wrote")
+            localA.end("doc")
+            try await reader.value
+            #expect(!a.coversAccessor("doc", .read), "given back: the accessors ask as anyone does")
         }
     }
 
@@ -203,6 +236,7 @@ struct ClusterMemberTests {
             let waited = ContinuousClock.now - started
             #expect(waited >= .milliseconds(900), "B waited \(waited)")
             #expect(!a.covers("log", .read))
+            #expect(!a.coversAccessor("log", .write), "a broken holder's accessors ask as anyone does")
         }
     }
 

@@ -114,6 +114,47 @@ struct DelegationsTests {
         await b.leave()
     }
 
+    /// A request that does not wait (O_NONBLOCK) recalls the holder and waits for it to give the
+    /// item back; it ends at once, nil, when the holder refuses it (its programs hold the item)
+    /// or a request before it waits itself, and after its patience when nobody answers.
+    @Test func aRequestThatDoesNotWaitWaitsOnlyForAnIdleHolder() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client), c = try await Self.host("C", client)
+        _ = try await a.acquire("doc", .write)
+        var recallsOfA = a.recalls.makeAsyncIterator()
+        let started = ContinuousClock.now
+        let refused = Pending { try await b.acquireIfIdle("doc", .read, patience: .seconds(30)) ?? 0 }
+        let next = await recallsOfA.next()
+        let recall = try #require(next)
+        #expect(recall.wanted.host == "B" && recall.wanted.asksIdle, "\(recall)")
+        try await a.refuse(recall.wanted)
+        #expect(try await refused.value == 0)
+        #expect(ContinuousClock.now - started < .seconds(10), "refused, not given up on")
+
+        let granted = Pending { try await b.acquireIfIdle("doc", .read, patience: .seconds(30)) ?? 0 }
+        _ = await recallsOfA.next()
+        try await a.release("doc")
+        #expect(try await granted.value > 0, "A gave it back")
+        try await b.release("doc")
+
+        _ = try await a.acquire("doc", .write)
+        let asked = ContinuousClock.now
+        #expect(try await b.acquireIfIdle("doc", .read, patience: .milliseconds(300)) == nil, "A does not answer")
+        #expect(ContinuousClock.now - asked >= .milliseconds(300))
+        #expect(await ClusterMemberTests.eventually { !b.entries().contains { $0.host == "B" } }, "its key is taken back")
+
+        let writer = Pending { try await c.acquire("doc", .write) }
+        #expect(await writer.waits())
+        #expect(try await b.acquireIfIdle("doc", .read, patience: .seconds(30)) == nil, "C waits for it first")
+        try await a.release("doc")
+        _ = try await writer.value
+        await a.leave()
+        await b.leave()
+        await c.leave()
+    }
+
     /// Waiters are served in the order they came, whatever their modes.
     @Test func hostsAreServedFirstComeFirstServed() async throws {
         let servers = try EtcdServers()

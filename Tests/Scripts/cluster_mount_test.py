@@ -16,10 +16,12 @@ Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
 import errno
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -274,6 +276,64 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
             holder.wait(timeout=30)
         self.assertEqual(holder.returncode, 0)
         self.assertTrue(reader.finish(), self.log_tail("B"))
+
+    def own_write_while_B_reads(self, name, holder_command):
+        """`holder_command` holds `name` on A, says "held", then writes "new" into it through A's
+        mount a second later. B's read, begun meanwhile, recalls A's delegation: it waits for the
+        hold and reads what the hold's own write made, which does not wait for B in turn."""
+        self.write("A", name, b"old\n")
+        holder = subprocess.Popen(holder_command, stdout=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "held", self.log_tail("A"))
+            started = time.monotonic()
+            reader = Opening(self.path("B", name), os.O_RDONLY)
+            self.assertTrue(reader.waits(0.5), "B's read went ahead while A's hold held the item")
+            self.assertEqual(holder.wait(timeout=15), 0, self.log_tail("A"))
+            self.assertLess(time.monotonic() - started, 5, "A's own write waited for B's recall\n" + self.log_tail("A"))
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.wait()
+            holder.stdout.close()
+        self.assertTrue(reader.finish(5), self.log_tail("B"))
+        self.assertIsNone(reader.error)
+        self.assertEqual(reader.result, b"new\n")
+
+    def test_2_a_coordinated_write_on_A_goes_ahead_while_B_waits_for_it(self):
+        target = shlex.quote(self.path("A", "own-item"))
+        self.own_write_while_B_reads("own-item", [COORDFS, "coordinate", "--write", self.path("A", "own-item"), "--",
+                                                  "sh", "-c", f"echo held; sleep 1; echo new > {target}"])
+
+    def test_2_a_descriptor_hold_on_A_writes_its_item_while_B_waits_for_it(self):
+        # flock's descriptor form: the shell holds the item, and its own write is the hold's.
+        target = shlex.quote(self.path("A", "own-fd"))
+        script = (f"exec 9>>{target}; {shlex.quote(COORDFS)} coordinate -x 9 || exit 10; echo held; "
+                  f"sleep 1; echo new > {target}; exec 9>&-")
+        self.own_write_while_B_reads("own-fd", ["sh", "-c", script])
+
+    def test_3_O_NONBLOCK_opens_on_B_wait_for_what_A_holds_idle(self):
+        # A made a tree and nobody holds it: tar on B opens each file with O_NONBLOCK, which
+        # waits for A to give back what none of its programs uses (it failed with EAGAIN).
+        os.makedirs(self.path("A", "tree"), exist_ok=True)
+        names = [f"tree/f{index}" for index in range(20)]
+        for name in names:
+            self.write("A", name, name.encode())
+        time.sleep(0.5)      # A's mount has the closes (each file's release comes after close(2))
+        archive = os.path.join(self.work, "tree.tar")
+        tar = subprocess.run(["tar", "cf", archive, "-C", self.mounts["B"], "tree"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(tar.returncode, 0, tar.stderr + self.log_tail("B"))
+        with tarfile.open(archive) as made:
+            self.assertEqual(sorted(member.name for member in made.getmembers() if member.isfile()), sorted(names))
+        # Where a program on A really holds one, it fails at once, as on one host.
+        fd = os.open(self.path("A", "tree/f0"), os.O_WRONLY)
+        try:
+            started = time.monotonic()
+            with self.assertRaises(OSError) as raised:
+                os.close(os.open(self.path("B", "tree/f0"), os.O_RDONLY | os.O_NONBLOCK))
+            self.assertEqual(raised.exception.errno, errno.EAGAIN)
+            self.assertLess(time.monotonic() - started, 0.8, "refused by A, not given up on")
+        finally:
+            os.close(fd)
 
     def test_3_readers_on_both_hosts_share(self):
         self.write("A", "shared", b"both\n")
