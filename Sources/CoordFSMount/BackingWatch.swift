@@ -22,8 +22,9 @@ import Glibc
 /// entry's name, and by the item's own handle (with the filesystem's mark, files marked for
 /// their writes, `WatchedWrites`, are known by it). The mount's own changes are left out by
 /// their process, which is the daemon's, except writes the kernel serves straight from the
-/// backing file (kernel passthrough), which carry the writer's: those to a file open for
-/// writing through the mount, or closed just now, count as the mount's.
+/// backing file (kernel passthrough), which carry the writer's: those of a process that opened
+/// the file for writing through the mount, up to its last close, count as the mount's. Anyone
+/// else's are told, whenever they come.
 final class BackingWatch: @unchecked Sendable {
     /// How a watch could not be made, for the log.
     struct Unavailable: Error, CustomStringConvertible {
@@ -250,7 +251,7 @@ final class BackingWatch: @unchecked Sendable {
         if writes || attributes || change.mask & CFS_CHANGE_RENAME != 0, !isDirectory, let object = change.object,
            let node = filesystem.watchedWrites.node(handle: Self.key(object)) {
             if attributes { node.hasNoCapability.store(false, ordering: .relaxed) }
-            filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel())
+            filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel(by: change.pid, closing: false))
             forgotten = node
         }
         if change.mask & CFS_CHANGE_RENAME != 0 { return takeRename(change, isDirectory: isDirectory, into: &batch) }
@@ -281,8 +282,10 @@ final class BackingWatch: @unchecked Sendable {
         // Writes the kernel serves for an open through the mount are the mount's: not told,
         // and the kernel keeps the file's size and pages right itself. (A file marked for its
         // writes as such an open began may be written from behind too: its attributes, kept
-        // long, are forgotten.)
-        if writes && !attributes, let known, known.isWrittenThroughTheKernel() {
+        // long, are forgotten.) Known by their process: another's, beside such an open or
+        // just after it, is a change from outside.
+        if writes && !attributes, let known,
+           known.isWrittenThroughTheKernel(by: change.pid, closing: change.mask & CFS_CHANGE_CLOSE_WRITE != 0) {
             if filesystem.watchedWrites.covers(known) && known !== forgotten { filesystem.invalidateAttributes(of: known) }
             return
         }

@@ -146,7 +146,11 @@ extension Filesystem {
         // A request about a name waits with its directory locked by the kernel; a setattr, its
         // inode: holders that need them must not wait for it in turn.
         let underKernelLock = forTheCall || !wanted.name.isEmpty
-        let watched = waitWatch.watches(underKernelLock: underKernelLock)
+        // O_NONBLOCK answers what a blocking request would do now. A read that the settle rule
+        // may let through begins as a waiter, looked at once (below); anything else is refused
+        // where it would wait.
+        let settling = nonBlocking && mode != .strict && !wanted.kind.isWrite && waitWatch.settleTime != nil
+        let watched = !settling && waitWatch.watches(underKernelLock: underKernelLock)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         reply.onInterrupt(number)
         let uid = reply.caller.uid
@@ -155,7 +159,7 @@ extension Filesystem {
         // the holder's RELEASE, which the kernel sends without waiting for its answer (close(2)
         // has returned), so the waiter is served there at once instead of after a hand-off to
         // another thread; a timeout's or an interrupt's, on the thread that noticed it.
-        let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking,
+        let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking || settling,
                                         holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
             waitingRequests.ended(number)
             if watched { waitWatch.forget(number) }
@@ -168,7 +172,9 @@ extension Filesystem {
                 }
                 domain.deliveringAfter { body(pending.take(), claim) }
             case .failure(let error):
-                let failure = Errno.from(coordination: error)
+                var failure = Errno.from(coordination: error)
+                // Waiting for nobody, it closes no cycle: it would block.
+                if settling && failure == Errno(code: EDEADLK) { failure = Errno(code: EAGAIN) }
                 statistics.count(failure)
                 pending.take().error(failure)
                 if case .timedOut? = error as? FileCoordinationError { logGivingUp(process, intents) }
@@ -182,6 +188,10 @@ extension Filesystem {
                                 item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
             }
         }) else { return }
+        if settling {
+            if !waitWatch.goesAheadNow(access, item: (wanted.node, wanted.name)) { access.stopWaiting(because: .wouldBlock) }
+            return
+        }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { access.cancel() }
     }

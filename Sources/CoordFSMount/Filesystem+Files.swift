@@ -61,7 +61,8 @@ extension Filesystem {
             }
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
-                                writer: writes ? writer(of: claim, reply) : 0, directIO: direct, flags: flags)
+                                writer: writes ? writer(of: claim, reply) : 0, opener: writes ? openingProcess(caller) : 0,
+                                directIO: direct, flags: flags)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
             if versions != nil {
                 if flags & O_ACCMODE != O_WRONLY { noteRead(inode, fd, by: caller) }
@@ -181,7 +182,7 @@ extension Filesystem {
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
                 let direct = backingID == nil && flags & CFS_O_DIRECT != 0
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
-                                    writer: writer(of: claim, reply), directIO: direct, flags: flags)
+                                    writer: writer(of: claim, reply), opener: openingProcess(caller), directIO: direct, flags: flags)
                 file.versionReader = versionReader(reply.caller)
                 // A file that was there already, marked: as an open's. (A create's reply, which
                 // the kernel takes whatever it was told to forget meanwhile, is kept a short
@@ -260,7 +261,7 @@ extension Filesystem {
             let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
             let direct = backingID == nil && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
-                                directIO: direct, flags: flags)
+                                opener: openingProcess(reply.caller), directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
             reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info, handle: handle,
                          directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
@@ -308,7 +309,7 @@ extension Filesystem {
     func release(_ reply: consuming Reply, _ handle: UInt64) {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
         if file.writer != 0 { file.inode.endedWriting() }
-        if file.writesThroughTheKernel { file.inode.endedWritingThroughTheKernel() }
+        if file.writesThroughTheKernel { file.inode.endedWritingThroughTheKernel(by: file.kernelWriter) }
         var info = stat()
         let known = fstat(file.fd, &info) == 0
         close(file.fd)
@@ -377,6 +378,13 @@ extension Filesystem {
         let process = callingProcess(reply.caller, now: coarseMilliseconds()) ?? 0
         if process != 0 && !claim.isOnShortList { AccessOrigins.remember(process) }
         return process
+    }
+
+    /// The calling thread's process as fanotify names it (its thread group, whatever holds it
+    /// inherits): the backing watch takes the writes and the close it makes of a file it opened
+    /// through kernel passthrough as the mount's.
+    func openingProcess(_ caller: RequestCaller) -> Int32 {
+        ProcessInfoCache.caller(of: caller.thread, now: coarseMilliseconds()).process
     }
 
     func hasPrivilegeBits(_ fd: Int32) -> Bool {

@@ -50,10 +50,11 @@ final class Inode: @unchecked Sendable {
     /// that holds all of them (0 when more than one process does). See `OpenFile.writer`.
     let writers = Atomic<UInt64>(0)
     /// Its writable opens the kernel serves from the backing file (kernel passthrough), whose
-    /// writes carry the writer's process, not the daemon's; and when the last of them ended
-    /// (coarse milliseconds). See `BackingWatch`.
+    /// writes and close carry the writer's process, not the daemon's; and the processes that
+    /// made them: how many each has open, and when its last one ended (coarse milliseconds).
+    /// See `isWrittenThroughTheKernel`.
     let kernelWriters = Atomic<Int>(0)
-    let kernelWritesEnded = Atomic<Int64>(0)
+    let kernelWriterProcesses = Mutex<[Int32: KernelWriterProcess]>([:])
     /// The generation of `WatchedWrites` in which its file was marked for its writes (0: not).
     let markGeneration = Atomic<UInt32>(0)
     /// `WatchedWrites`' count of marks when it was marked.

@@ -33,12 +33,16 @@ final class OpenFile: @unchecked Sendable {
     let syncOwedToDirectWrites: Int32
     /// A writable open that kernel passthrough may serve (counted in `Inode.kernelWriters`).
     let writesThroughTheKernel: Bool
+    /// For such an open, the process that opened it (its thread group, as fanotify names it):
+    /// the writes and the close of the backing file that it makes are the mount's.
+    let kernelWriter: Int32
     /// Its place in its user's share of open files (`OpenFileBudget`), given back at release.
     fileprivate(set) var place = OpenFileBudget.Place(user: nil)
 
-    /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with.
+    /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
+    /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open.
     init(fd: Int32, inode: Inode, claim: Claim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
-         writer: Int32 = 0, directIO: Bool = false, flags: Int32 = 0) {
+         writer: Int32 = 0, opener: Int32 = 0, directIO: Bool = false, flags: Int32 = 0) {
         self.fd = fd
         self.inode = inode
         self.claim = claim
@@ -47,7 +51,8 @@ final class OpenFile: @unchecked Sendable {
         syncOwedToDirectWrites = directIO ? (O_SYNC | O_DSYNC) & ~flags : 0
         if writer != 0 { inode.beganWriting(by: writer) }
         writesThroughTheKernel = passthrough && writes
-        if writesThroughTheKernel { inode.kernelWriters.add(1, ordering: .relaxed) }
+        kernelWriter = writesThroughTheKernel ? opener : 0
+        if writesThroughTheKernel { inode.beganWritingThroughTheKernel(by: kernelWriter) }
         var info = stat()
         // A created file is reported as new whatever was written: nothing to compare.
         atOpen = passthrough && writes && !created && fstat(fd, &info) == 0 ? info : nil
@@ -64,18 +69,60 @@ final class OpenFile: @unchecked Sendable {
     }
 }
 
+/// A process writing an inode through kernel passthrough: its opens, the closes the backing
+/// watch has yet to read, and when its last open ended (coarse milliseconds).
+struct KernelWriterProcess {
+    var opens = 0
+    var closesToCome = 0
+    var ended: Int64 = 0
+}
+
 extension Inode {
-    /// A writable open served by kernel passthrough ends.
-    func endedWritingThroughTheKernel() {
-        kernelWritesEnded.store(coarseMilliseconds(), ordering: .relaxed)
+    /// How long after a process's last release its close may still come to be read: the kernel
+    /// reports it after the release, and closes of one process not read yet come as one event
+    /// (so a count of closes to come can stay above what is read).
+    static let lateClose: Int64 = 2000
+
+    /// A writable open served by kernel passthrough begins, made by `process`.
+    func beganWritingThroughTheKernel(by process: Int32) {
+        kernelWriterProcesses.withLock { $0[process, default: KernelWriterProcess()].opens += 1 }
+        kernelWriters.add(1, ordering: .relaxed)
+    }
+
+    /// One ends: its close is to come. Its process stays known until its closes are read, or
+    /// for `lateClose`; those known longer are forgotten.
+    func endedWritingThroughTheKernel(by process: Int32) {
+        let now = coarseMilliseconds()
+        kernelWriterProcesses.withLock { processes in
+            processes[process]?.opens -= 1
+            processes[process]?.closesToCome += 1
+            processes[process]?.ended = now
+            for (other, writer) in processes where writer.opens == 0 && now - writer.ended >= Self.lateClose {
+                processes[other] = nil
+            }
+        }
         kernelWriters.subtract(1, ordering: .relaxed)
     }
 
-    /// Whether a write reported on the backing file may be one the kernel served for an open
-    /// through the mount: one is open, or the last closed within the last two seconds (its
-    /// close is reported after the release that ended it).
-    func isWrittenThroughTheKernel() -> Bool {
-        kernelWriters.load(ordering: .relaxed) > 0 || coarseMilliseconds() - kernelWritesEnded.load(ordering: .relaxed) < 2000
+    /// Whether a write or a close that fanotify reports on the backing file, made by `process`,
+    /// is one the kernel served for an open through the mount: `process` has such an open, or
+    /// a close of one is still to be read. `closing`: it is a close, one of those to come; read
+    /// once none is open and no other is to come, the process is forgotten. Another process's
+    /// change is from outside, whenever it comes.
+    func isWrittenThroughTheKernel(by process: Int32, closing: Bool) -> Bool {
+        let now = coarseMilliseconds()
+        return kernelWriterProcesses.withLock { processes in
+            guard var writer = processes[process] else { return false }
+            if closing && writer.closesToCome > 0 { writer.closesToCome -= 1 }
+            let late = writer.opens == 0 && now - writer.ended >= Self.lateClose
+            if late || (writer.opens == 0 && writer.closesToCome == 0 && closing) {
+                processes[process] = nil
+                if processes.isEmpty { processes = [:] }     // its storage goes too
+            } else {
+                processes[process] = writer
+            }
+            return !late
+        }
     }
 
     /// A coordinated write open of it, granted to `process`, begins.

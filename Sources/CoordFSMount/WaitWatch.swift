@@ -133,16 +133,7 @@ final class WaitWatch: @unchecked Sendable {
                         if stuck && previous.contains(process) { reason = .kernelLock; break }
                     }
                 }
-                let onlyLeases = request.claim.waitsForHolders && awaited.allSatisfy { if case .process = $0 { true } else { false } }
-                // A reader waiting for writers' open files only (a writer waits for readers until
-                // they close: they change nothing, so "unchanged" says nothing of them). Unchanged
-                // for the settle time, by its own times: a writer that went quiet before this
-                // request came holds it up no longer than one that goes quiet after.
-                let reads = request.claim.grantedIntents.allSatisfy { !$0.kind.isWrite }
-                if reason == nil, let settleTime, onlyLeases, reads, let item = request.item,
-                   let state = look(item.node, item.name), state.secondsUnchanged >= settleTime.timeInterval {
-                    reason = .settled
-                }
+                if reason == nil, settles(request.claim, awaited, request.item) { reason = .settled }
                 if reason == nil, let breakTime, now - request.since >= breakTime, request.claim.waitsForHolders,
                    awaited.allSatisfy({ Self.isLease($0) || CoordinatorUsers.user(of: $0) != request.uid }) {
                     reason = .breakTime
@@ -157,13 +148,37 @@ final class WaitWatch: @unchecked Sendable {
             for (number, _, _) in broken { watched[number] = nil }
             condition.unlock()
             for (number, reason, awaited) in broken {
-                if let claim = requests[number]?.claim, let path = claim.grantedIntents.first?.path {
-                    tellBroken?(path, awaited, claim.request.identity)
-                }
-                if reason == .kernelLock { kernelLockBreaks.add(1, ordering: .relaxed) } else { leaseBreaks.add(1, ordering: .relaxed) }
-                logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))")
+                if let claim = requests[number]?.claim { wentAhead(claim, for: reason, past: awaited) }
             }
         }
+    }
+
+    /// The settle rule: a reader waiting for writers' open files only (a writer waits for
+    /// readers until they close: they change nothing, so "unchanged" says nothing of them), its
+    /// item unchanged for the settle time, by its own times: a writer that went quiet before
+    /// this request came holds it up no longer than one that goes quiet after.
+    private func settles(_ claim: CoordinatedAccess, _ awaited: Set<CoordinatorIdentity>, _ item: (node: Inode, name: String)?) -> Bool {
+        guard let settleTime, let item, claim.waitsForHolders, awaited.allSatisfy(Self.isLease),
+              claim.grantedIntents.allSatisfy({ !$0.kind.isWrite }), let state = look(item.node, item.name) else { return false }
+        return state.secondsUnchanged >= settleTime.timeInterval
+    }
+
+    /// For a request that must not wait (O_NONBLOCK), just begun: whether it goes ahead now,
+    /// as a blocking one would at the first look (the settle rule; the other two need time to
+    /// pass). Otherwise it is the caller's to refuse.
+    func goesAheadNow(_ claim: CoordinatedAccess, item: (node: Inode, name: String)) -> Bool {
+        let awaited = claim.awaited
+        guard !awaited.isEmpty, settles(claim, awaited, item) else { return false }
+        claim.breakThrough()
+        wentAhead(claim, for: .settled, past: awaited)
+        return true
+    }
+
+    /// Tells who held the item `claim` went ahead on, and its presenters; counts it and logs it.
+    private func wentAhead(_ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>) {
+        if let path = claim.grantedIntents.first?.path { tellBroken?(path, awaited, claim.request.identity) }
+        if reason == .kernelLock { kernelLockBreaks.add(1, ordering: .relaxed) } else { leaseBreaks.add(1, ordering: .relaxed) }
+        logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))")
     }
 
     /// An unmodified program's request or open file, held for that program alone.

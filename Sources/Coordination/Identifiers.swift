@@ -8,8 +8,9 @@ public enum CoordinatorIdentity: Hashable, Sendable, CustomStringConvertible {
     /// An object with no purpose string, such as a presenter (numbered by its owner).
     case object(UInt64)
     /// A coordinator in another process, reached through a control socket: one hold of the
-    /// client `process`, or a watch (presenter) and the holds taken for it (`number`, unique
-    /// per server). What `process` does through a mount meanwhile is its accessors' own work.
+    /// client `process` (or of the ancestor it holds for, flock's descriptor form), or a watch
+    /// (presenter) and the holds taken for it (`number`, unique per server). What `process`
+    /// does through a mount meanwhile is its accessors' own work.
     case client(process: Int32, number: UInt64)
     /// Another host of a shared store (`--cluster`), by its name: its accesses, as this host
     /// serves its recalls (this host's presenters relinquish and save for it).

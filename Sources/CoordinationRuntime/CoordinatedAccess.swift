@@ -172,6 +172,13 @@ package final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
+    /// Ends a wait in the engine with `reason`, as `cancel` does; no effect once granted, also
+    /// while asking presenters (an O_NONBLOCK open that a blocking one would wait for, refused
+    /// with `.wouldBlock`, unless a holder let it in meanwhile).
+    package func stopWaiting(because reason: CoordinationError) {
+        if case .waiting(let ticket) = lock.withLock({ phase }) { domain.engine.abandon(ticket, because: reason) }
+    }
+
     /// Whom this access waits for now: the holders in its way, or the owners of the presenters
     /// it is asking (and then the holders of what their own work took).
     package var awaited: Set<CoordinatorIdentity> {

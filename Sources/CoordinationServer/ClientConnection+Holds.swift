@@ -56,8 +56,10 @@ extension ClientConnection {
         let coordinator: CoordinatorIdentity
         if holder != peer.pid {
             // The holder's own: its opens through a mount (and, inheriting, its children's) are
-            // the same coordinator, and neither waits for the other.
-            coordinator = .process(holder)
+            // the same coordinator, and neither waits for the other. A hold all the same, not
+            // the holder's open (`.process`): it never settles, and only another user's access
+            // goes past it at the break time.
+            coordinator = .client(process: holder, number: server.nextCoordinatorNumber())
         } else if let presenter {
             guard let watch = lock.withLock({ watches[presenter] }) else {
                 return send(.error(id: id, errno: "EINVAL", message: "no watch \(presenter) of yours"))

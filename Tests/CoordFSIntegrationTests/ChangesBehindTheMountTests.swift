@@ -203,6 +203,38 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(try heard("rm '\(dir)/moved.txt'") == ["\(watched) SUBITEM_DELETED moved.txt via=outside"])
     }
 
+    /// The mount's own writes through kernel passthrough carry the writing program's process:
+    /// they are known by that process and the mount's open files, not by a time after the
+    /// close. Another program's write behind the mount beside such an open, or just after it
+    /// closed, is told as from outside (P21); the mount's own writer is told once, as the
+    /// mount's (P9).
+    @Test("P21 a write behind the mount beside the mount's own writer, or just after it, is told as from outside")
+    func aWriteBehindBesideOrJustAfterTheMountsOwnIsTold() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt", "v1\n")
+        let doc = fx.path("doc.txt"), backing = fx.backingPath("doc.txt")
+        let watcher = try Child(Paths.binary.path, ["watch", doc, "--events", "CHANGED"])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        func heard() -> [String] {
+            var lines: [String] = []
+            while let line = watcher.next(timeout: .milliseconds(500)) { lines.append(line) }
+            return lines
+        }
+        let writer = try Child.holder()
+        #expect(writer.ask("open w \(doc)") == "ok 1")
+        try behind("echo beside >> '\(backing)'")
+        #expect(heard() == ["\(doc) CHANGED via=outside"])
+        #expect(writer.ask("write 1 mine") == "ok")
+        #expect(writer.ask("close 1") == "ok")
+        try behind("echo after >> '\(backing)'")
+        // In either order: the kernel sends the release after close(2) has returned.
+        let after = heard()
+        #expect(after.filter { $0.hasSuffix(" via=outside") } == ["\(doc) CHANGED via=outside"], "\(after)")
+        #expect(after.filter { $0.hasPrefix("\(doc) CHANGED pid=\(writer.pid) ") && $0.hasSuffix(" via=mount") }.count == 1,
+                "\(after)")
+        #expect(try String(contentsOfFile: backing, encoding: .utf8) == "v1\nbeside\nmine\nafter\n")
+    }
+
     /// A user without CAP_SYS_ADMIN cannot mark the backing filesystem: its mount marks each
     /// directory by itself, and changes behind it still reach presenters and readers through
     /// it. (uid 65534, mounting through fusermount3 as any user does.)

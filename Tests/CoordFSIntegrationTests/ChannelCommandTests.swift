@@ -207,6 +207,33 @@ import Glibc
         #expect(refused.output == "EPERM\n", "\(refused)")
     }
 
+    /// A hold is no program's open, though the descriptor form takes it for the shell: it never
+    /// settles, and the break time lets only another user's access past it. A reader waits
+    /// until the shell closes the descriptor, long after the file went quiet (docs/mount.md,
+    /// Files kept open).
+    @Test("C1 a shell's descriptor hold keeps a reader out until the shell closes it, past the settle and break times")
+    func aDescriptorHoldNeitherSettlesNorBreaks() throws {
+        let fx = try MountFixture(["--break-time", "2"])
+        try fx.seed("doc.txt", "text\n")
+        let doc = fx.path("doc.txt")
+        let shell = try Child("/bin/bash", ["-c", """
+            exec 9>>"$2"
+            "$1" coordinate -x 9 || exit 10
+            echo held
+            read line
+            exec 9>&-
+            echo closed
+            """, "bash", binary, doc])
+        #expect(shell.next() == "held")
+        let reader = try Child("/bin/cat", [doc])
+        // Three settle times (1 s), and past the break time: still waiting.
+        #expect(reader.waitForExit(timeout: .seconds(3)) == nil, "the reader went past the hold")
+        shell.send("close")
+        #expect(shell.next() == "closed")
+        #expect(reader.waitForExit() == 0)
+        #expect(try fx.statistics()["lease_breaks"] == 0)
+    }
+
     /// flock -o: the command does not act as the holder, so its own open of the held item waits
     /// for the hold like anyone else's (here until the wait timeout).
     @Test func coordinateWithCloseLeavesTheCommandOutOfTheHold() throws {

@@ -100,7 +100,9 @@ import Glibc
     }
 
     @Test func nonBlockingOpensGetEAGAINAtOnce() throws {
-        let fx = try MountFixture()
+        // No settle time: the writer's file, quiet since it was seeded, would let a reader in,
+        // blocking or not.
+        let fx = try MountFixture(["--settle-time", "0"])
         try fx.seed("a.txt")
         let writer = try Child.holder(), other = try Child.holder()
         #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
@@ -116,7 +118,7 @@ import Glibc
     /// file was coordinated by, and a reader that had just looked up the other name opened the
     /// file while a writer held it.)
     @Test func opensOfAFileByEitherOfItsNamesConflict() throws {
-        let fx = try MountFixture(["--cache-timeout", "0.2"])
+        let fx = try MountFixture(["--cache-timeout", "0.2", "--settle-time", "0"])
         try FileManager.default.createDirectory(atPath: fx.path("a"), withIntermediateDirectories: false)
         try FileManager.default.createDirectory(atPath: fx.path("b"), withIntermediateDirectories: false)
         #expect(FileManager.default.createFile(atPath: fx.path("a/first"), contents: Data("linked".utf8)))
@@ -137,7 +139,7 @@ import Glibc
     /// is coordinated by another of its names from then on. (The path stayed the removed name,
     /// so status showed it, and a new file made under it conflicted with the linked one.)
     @Test func aFileWithHardLinksIsCoordinatedByANameItStillHas() throws {
-        let fx = try MountFixture()
+        let fx = try MountFixture(["--settle-time", "0"])
         try FileManager.default.createDirectory(atPath: fx.path("a"), withIntermediateDirectories: false)
         try FileManager.default.createDirectory(atPath: fx.path("b"), withIntermediateDirectories: false)
         #expect(FileManager.default.createFile(atPath: fx.path("a/first"), contents: Data("linked".utf8)))
@@ -207,7 +209,7 @@ import Glibc
     /// Every thread of a process is the process: its first thread is told without /proc, the
     /// others from it (`ProcessInfoCache`). Another process still waits.
     @Test func aProcessNeverWaitsForItselfOnAnyOfItsThreads() throws {
-        let fx = try MountFixture()
+        let fx = try MountFixture(["--settle-time", "0"])
         try fx.seed("a.txt")
         let path = fx.path("a.txt")
         let script = """
