@@ -6,31 +6,103 @@ import Foundation
 import Glibc
 #endif
 
-/// Reads /proc/self/mountinfo.
+/// Reads /proc/self/mountinfo, and asks FUSE mounts whether they are coordfs mounts.
 enum MountTable {
-    /// Each mount: where, its type, and its source (a coordfs mount's is its backing directory).
-    static func entries() -> [(mountPoint: String, type: String, source: String)] {
+    /// A mount: where, its type, its source (a coordfs mount's is its backing directory, unless
+    /// `-o fsname=` says otherwise), its filesystem's device, and the directory of that
+    /// filesystem it shows (not "/" for a bind mount of a directory).
+    typealias Entry = (mountPoint: String, type: String, source: String, device: String, root: String)
+
+    static func entries() -> [Entry] {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
             guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 2, fields.count > 4 else { return nil }
-            return (unescape(String(fields[4])), String(fields[dash + 1]), unescape(String(fields[dash + 2])))
+            return (unescape(String(fields[4])), String(fields[dash + 1]), unescape(String(fields[dash + 2])),
+                    String(fields[2]), unescape(String(fields[3])))
         }
     }
 
+    /// Whether `inner` is `outer` or lies inside it (both absolute).
+    static func within(_ inner: String, _ outer: String) -> Bool { inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/") }
+
+    /// The mount `path` (absolute) is on: the innermost, and of several at one point the one on
+    /// top (listed last).
+    static func innermostMount(holding path: String, in table: [Entry]) -> Entry? {
+        let holding = table.filter { within(path, $0.mountPoint) }
+        return holding.last { $0.mountPoint.count == holding.map(\.mountPoint.count).max() }
+    }
+
+    /// Where `path` (a real path) lies: the device of its filesystem and the path there from
+    /// that filesystem's root. A directory bound elsewhere (mount --bind) is one place by
+    /// either name.
+    static func place(of path: String, in table: [Entry]) -> (device: String, path: String) {
+        guard let mount = innermostMount(holding: path, in: table) else { return ("", path) }
+        let below = mount.mountPoint == "/" ? path : String(path.dropFirst(mount.mountPoint.count))
+        let joined = (mount.root == "/" ? "" : mount.root) + below
+        return (mount.device, joined.isEmpty ? "/" : joined)
+    }
+
+    /// The coordfs mount whose filesystem `path` is on, as the mount says itself: its mount
+    /// point and control socket; nil when no coordfs mount answers for that filesystem. The
+    /// socket's server must serve a mount on `path`'s own device: another FUSE filesystem that
+    /// passes attributes through (bindfs over a coordfs mount) names a socket whose mount is
+    /// elsewhere.
+    static func coordfsMount(serving path: String) -> (mountPoint: String, socket: String)? {
+        guard let socket = ControlClient.attribute("user.coordfs.socket", of: path),
+              let client = try? ControlClient(socketPath: socket) else { return nil }
+        defer { client.close() }
+        guard case .string(let root)? = client.server["root"] else { return nil }
+        var here = stat(), there = stat()
+        guard stat(path, &here) == 0, stat(root, &there) == 0, here.st_dev == there.st_dev else { return nil }
+        return (root, socket)
+    }
+
+    /// Whether the mount at `path` is a coordfs mount: it says so, or, where it cannot be asked
+    /// (its daemon has gone, or it is another user's), mountinfo gives it coordfs's type.
+    static func isCoordfs(_ path: String) -> Bool {
+        coordfsMount(serving: path) != nil || type(of: path) == "fuse.coordfs"
+    }
+
+    /// The coordfs mounts here, each once, with their backing directories where they can be
+    /// learnt. `-o fsname=` and `-o subtype=` change the source and type mountinfo shows, so
+    /// each FUSE mount is asked; one that cannot answer counts by coordfs's type, with the
+    /// backing its source names (another user's mount renamed so, without allow_other, is not
+    /// seen).
+    static func coordfsMounts(in table: [Entry]) -> [(mountPoint: String, backing: String?)] {
+        var mounts: [(mountPoint: String, backing: String?)] = []
+        for entry in table where entry.type == "fuse" || entry.type.hasPrefix("fuse.") {
+            if let served = coordfsMount(serving: entry.mountPoint) {
+                // A bind mount of a coordfs mount is that mount.
+                if mounts.contains(where: { $0.mountPoint == served.mountPoint }) { continue }
+                mounts.append((served.mountPoint, ControlClient.attribute("user.coordfs.backing", of: served.mountPoint)))
+            } else if entry.type == "fuse.coordfs" {
+                mounts.append((entry.mountPoint, entry.source.hasPrefix("/") ? entry.source : nil))
+            }
+        }
+        return mounts
+    }
+
     /// Refuses a backing directory (real path) that is, holds or lies inside the backing of a
-    /// coordfs mount already here: each mount has its own engine, so two mounts of one tree
-    /// would not coordinate with each other, and a program writing through one would not wait
-    /// for a reader through the other. (Mounts made before coordfs named its backing as the
-    /// mount's source say "coordfs" there and are not seen.) A mount `joining` a cluster may
-    /// share its backing directory with another host's mount of the same store in the same
-    /// cluster: those coordinate through it.
+    /// coordfs mount already here, by its path or by its place (through a bind mount): each
+    /// mount has its own engine, so two mounts of one tree would not coordinate with each
+    /// other, and a program writing through one would not wait for a reader through the other.
+    /// A mount `joining` a cluster may share its backing directory with another host's mount of
+    /// the same store in the same cluster: those coordinate through it.
     static func refuseOverlap(of backing: String, joining cluster: ClusterSetting? = nil) throws {
-        func within(_ inner: String, _ outer: String) -> Bool { inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/") }
-        for mount in entries() where mount.type == "fuse.coordfs" && mount.source.hasPrefix("/") {
-            guard within(backing, mount.source) || within(mount.source, backing) else { continue }
+        let table = entries()
+        let ourPlace = place(of: backing, in: table)
+        for mount in coordfsMounts(in: table) {
+            guard let named = mount.backing else { continue }
+            let theirBacking = URL(fileURLWithPath: named).resolvingSymlinksInPath().path
+            let theirPlace = place(of: theirBacking, in: table)
+            // By path: one inside the other, across any mounts between; by place: through a bind mount.
+            let oneFilesystem = ourPlace.device == theirPlace.device
+            let same = backing == theirBacking || oneFilesystem && ourPlace.path == theirPlace.path
+            let inside = within(backing, theirBacking) || oneFilesystem && within(ourPlace.path, theirPlace.path)
+            guard inside || within(theirBacking, backing) || oneFilesystem && within(theirPlace.path, ourPlace.path) else { continue }
             try refuseAbandoned(mount.mountPoint)
-            if let cluster, backing == mount.source, let theirs = clusterOf(mount.mountPoint),
+            if let cluster, same, let theirs = clusterOf(mount.mountPoint),
                theirs.store == cluster.store, !Set(theirs.endpoints).isDisjoint(with: cluster.endpoints) {
                 // Two hosts of one name would take each other's news and presences.
                 if theirs.host == cluster.host {
@@ -40,12 +112,12 @@ enum MountTable {
                 continue
             }
             if let cluster {
-                throw CommandFailure("'\(backing)' overlaps the backing '\(mount.source)' of the coordfs mount at '\(mount.mountPoint)', "
+                throw CommandFailure("'\(backing)' overlaps the backing '\(theirBacking)' of the coordfs mount at '\(mount.mountPoint)', "
                     + "which is not a host of the store '\(cluster.store)' on this cluster with the same backing directory: the two would "
                     + "not coordinate with each other; give it the same --cluster and --cluster-store, or --allow-overlap to mount it anyway")
             }
-            let relation = backing == mount.source ? "is already the backing"
-                : within(backing, mount.source) ? "lies inside '\(mount.source)', the backing" : "holds '\(mount.source)', the backing"
+            let relation = backing == theirBacking ? "is already the backing" : same ? "is '\(theirBacking)', the backing"
+                : inside ? "lies inside '\(theirBacking)', the backing" : "holds '\(theirBacking)', the backing"
             throw CommandFailure("'\(backing)' \(relation) of the coordfs mount at '\(mount.mountPoint)': two mounts of one "
                 + "tree do not coordinate with each other; use that mount, or --allow-overlap to mount it anyway")
         }
@@ -71,13 +143,8 @@ enum MountTable {
     /// answers every call on it with ENOTCONN, which reads as "does not exist" or "not a coordfs
     /// mount" to a command that only asks whether a path is there. nil when `path` is on no such
     /// mount. statvfs, not stat: a stat may still be answered from the kernel's cache.
-    static func abandonedMount(holding path: String) -> (mountPoint: String, type: String, source: String)? {
-        let holding = entries().filter { entry in
-            path == entry.mountPoint || path.hasPrefix(entry.mountPoint == "/" ? "/" : entry.mountPoint + "/")
-        }
-        // The innermost mount, and of several at one point the one on top (listed last).
-        guard let mount = holding.last(where: { $0.mountPoint.count == holding.map(\.mountPoint.count).max() }),
-              mount.type == "fuse" || mount.type.hasPrefix("fuse.") else { return nil }
+    static func abandonedMount(holding path: String) -> Entry? {
+        guard let mount = innermostMount(holding: path, in: entries()), mount.type == "fuse" || mount.type.hasPrefix("fuse.") else { return nil }
         var info = statvfs()
         do throws(Errno) { _ = try check(statvfs(mount.mountPoint, &info)) } catch {
             return error == .socketNotConnected || error == .connectionAbort ? mount : nil

@@ -16,8 +16,7 @@ extension Mount {
         guard let given = mountPoint ?? backing else { throw CommandFailure("-o remount: name the mount point") }
         let target = Self.absolute(given)
         try MountTable.refuseAbandoned(target)
-        guard MountTable.entries().contains(where: { $0.mountPoint == target && $0.type == "fuse.coordfs" }),
-              let socketPath = ControlClient.mountSocketPath(for: target) else {
+        guard MountTable.isMountPoint(target), let socketPath = MountTable.coordfsMount(serving: target)?.socket else {
             throw CommandFailure("-o remount: '\(given)' is not a coordfs mount point")
         }
         if fake {

@@ -98,7 +98,7 @@ struct Status: ParsableCommand {
         if let here = ControlClient.mountSocketPath(for: FileManager.default.currentDirectoryPath) { return ([here], []) }
         var sockets: [String] = []
         var gone: [Error] = []
-        for mount in MountTable.entries() where mount.type == "fuse.coordfs" {
+        for mount in MountTable.coordfsMounts(in: MountTable.entries()) {
             if let socket = ControlClient.mountSocketPath(for: mount.mountPoint) {
                 sockets.append(socket)
             } else {

@@ -22,7 +22,11 @@ struct Unmount: ParsableCommand {
     func run() throws {
         let path = URL(fileURLWithPath: Mount.absolute(mountPoint)).resolvingSymlinksInPath().path
         guard let type = MountTable.type(of: path) else { throw CommandFailure("'\(mountPoint)' is not a mount point") }
-        guard type == "fuse.coordfs" else { throw CommandFailure("'\(mountPoint)' is a \(type) mount, not coordfs") }
+        // Asked, not read from mountinfo, where -o subtype= and fsname= rename it.
+        guard MountTable.isCoordfs(path) else {
+            try MountTable.refuseAbandoned(path, named: mountPoint)
+            throw CommandFailure("'\(mountPoint)' is a \(type) mount, not coordfs")
+        }
         // Read before trying: a busy mount is explained with it.
         let statistics = Status.statistics(ofMountAt: path)
         let openFiles = statistics?["open_files"] as? Int

@@ -48,9 +48,9 @@ public final class MountSession: @unchecked Sendable {
         }
     }
 
-    /// The mount's source, as mount, df and findmnt show it: the backing directory's real path
-    /// (another mount of an overlapping tree is refused by it), or "coordfs" where the path
-    /// holds what FUSE's option list could misread.
+    /// The mount's source, as mount, df and findmnt show it: the backing directory's real path,
+    /// or "coordfs" where the path holds what FUSE's option list could misread. (`-o fsname=`
+    /// replaces it: coordfs commands ask a mount what it is, through its control socket.)
     static func source(of backing: String) -> String {
         let path = URL(fileURLWithPath: backing).resolvingSymlinksInPath().path
         return path.hasPrefix("/") && !path.contains(where: { $0 == "," || $0 == "\\" || $0 == "=" || $0.isNewline }) ? path : "coordfs"

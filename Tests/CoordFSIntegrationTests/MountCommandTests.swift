@@ -116,6 +116,76 @@ import Glibc
         #expect(!MountFixture.isMounted(outside))
     }
 
+    /// `-o fsname=` and `-o subtype=` change what mountinfo shows of a mount, not the tree it
+    /// serves: a second mount of that tree is still refused, naming the first.
+    @Test func aSecondMountOfOneTreeIsRefusedWhateverTheFirstIsCalled() throws {
+        for options in ["fsname=elsewhere", "subtype=other", "fsname=elsewhere,subtype=other"] {
+            let fx = try MountFixture(["-o", options])
+            let backing = fx.backing.resolvingSymlinksInPath().path
+            let other = fx.base.appendingPathComponent("other").path
+            try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
+            // Before, it was mounted: a hold through the first mount kept nobody out of the second.
+            let again = try run(binary, ["mount", backing, other])
+            if again.status == 0 { _ = try? run(binary, ["unmount", other]) }
+            #expect(again.status != 0 && again.errors.contains("'\(backing)' is already the backing of the coordfs mount at '\(fx.mountPoint.path)'"),
+                    "-o \(options): \(again.errors)")
+        }
+    }
+
+    /// One tree reached by another path is still that tree: through a symbolic link, through a
+    /// bind mount of the backing directory or of the directory holding it, and inside such a bind.
+    @Test func aTreeReachedByAnotherPathIsOneTree() throws {
+        let fx = try MountFixture()
+        let backing = fx.backing.resolvingSymlinksInPath().path, base = fx.base.resolvingSymlinksInPath().path
+        try FileManager.default.createDirectory(atPath: backing + "/sub", withIntermediateDirectories: true)
+        let link = base + "/link", bound = base + "/bound", other = base + "/other"
+        let boundBase = "/tmp/coordfs-bound-\(UUID().uuidString.prefix(8))"
+        for directory in [bound, boundBase, other] {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        defer { try? FileManager.default.removeItem(atPath: boundBase) }
+        try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: backing)
+        defer { for directory in [bound, boundBase] { _ = umount2(directory, Int32(MNT_DETACH)) } }
+        for (target, directory) in [(backing, bound), (base, boundBase)] {
+            let bind = try run("/usr/bin/mount", ["--bind", target, directory])
+            try #require(bind.status == 0, "\(bind.errors)")
+        }
+        let uncoordinated = "the backing of the coordfs mount at '\(fx.mountPoint.path)': two mounts of one tree do not coordinate with each other"
+        let cases: [(String, String)] = [
+            (link, "'\(backing)' is already \(uncoordinated)"),
+            (bound, "'\(bound)' is '\(backing)', \(uncoordinated)"),
+            (bound + "/sub", "'\(bound)/sub' lies inside '\(backing)', \(uncoordinated)"),
+            (boundBase, "'\(boundBase)' holds '\(backing)', \(uncoordinated)"),
+        ]
+        for (given, message) in cases {
+            // Before, a bind mount was taken for another tree, and mounted.
+            let result = try run(binary, ["mount", given, other])
+            if result.status == 0 { _ = try? run(binary, ["unmount", other]) }
+            #expect(result.status != 0 && result.errors.contains(message), "\(given): \(result.errors)")
+        }
+    }
+
+    /// A mount renamed with `-o fsname=` and `-o subtype=` is found by asking it: `coordfs
+    /// status`, `-o remount` and `coordfs unmount` take it as any coordfs mount.
+    @Test func aRenamedMountIsStillShownRemountedAndUnmounted() throws {
+        let fx = try MountFixture(["-o", "fsname=elsewhere,subtype=other"])
+        let mnt = fx.mountPoint.path
+        let mountinfo = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
+        let line = mountinfo.split(separator: "\n").last { $0.split(separator: " ").dropFirst(4).first == Substring(mnt) }
+        try #require(line?.contains(" - fuse.other elsewhere ") == true, "mountinfo shows what -o says: \(line ?? "")")
+        let listed = try run(binary, ["status"])
+        #expect(listed.output.contains("\(mnt) — control socket"), "\(listed)")
+        let remounted = try run(binary, ["mount", "-o", "remount,uid=4242", fx.backing.path, mnt])
+        #expect(remounted.status == 0, "\(remounted.errors)")
+        var info = stat()
+        #expect(stat(mnt, &info) == 0 && info.st_uid == 4242)
+        fx.daemonWillEnd()
+        // Before, refused: "is a fuse.other mount, not coordfs".
+        let unmounted = try run(binary, ["unmount", mnt])
+        #expect(unmounted.status == 0, "\(unmounted.errors)")
+        #expect(eventually { !MountFixture.isMounted(mnt) })
+    }
+
     @Test func unmountUnmountsAndRefusesWhatIsNotACoordfsMount() throws {
         let fx = try MountFixture()
         #expect(MountFixture.isMounted(fx.mountPoint.path))
