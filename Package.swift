@@ -112,7 +112,7 @@ let package = Package(
             dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "LinuxSystem", "CLinux", "TestSupport"]
         ),
         // The mount's parts on their own, and the commands' (no mount made).
-        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "LinuxSystem", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
+        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "Coordination", "LinuxSystem", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
         .testTarget(name: "CoordinationClientTests", dependencies: ["CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"]),
         // Against etcd servers the tests start on loopback.
         .testTarget(name: "CoordinationClusterTests", dependencies: ["CoordinationCluster", "TestSupport"]),

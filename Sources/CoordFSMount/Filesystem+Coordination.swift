@@ -150,6 +150,9 @@ extension Filesystem {
         // may let through begins as a waiter, looked at once (below); anything else is refused
         // where it would wait.
         let settling = nonBlocking && mode != .strict && !wanted.kind.isWrite && waitWatch.settleTime != nil
+        // An open of the items by this process went ahead by a break: the request goes ahead past
+        // the same holders at once, as that open's own writes do (`BrokenOpens`).
+        let covered = brokenOpens.covers(intents, of: process)
         let watched = !settling && waitWatch.watches(underKernelLock: underKernelLock)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         reply.onInterrupt(number)
@@ -159,7 +162,7 @@ extension Filesystem {
         // the holder's RELEASE, which the kernel sends without waiting for its answer (close(2)
         // has returned), so the waiter is served there at once instead of after a hand-off to
         // another thread; a timeout's or an interrupt's, on the thread that noticed it.
-        let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking || settling,
+        let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking || settling || covered,
                                         holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
             waitingRequests.ended(number)
             if watched { waitWatch.forget(number) }
@@ -188,6 +191,11 @@ extension Filesystem {
                                 item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
             }
         }) else { return }
+        // Its holders were told of the break once, at the open's.
+        if covered && access.breakThroughWhileWaiting() {
+            statistics.coveredByBrokenOpen.add(1, ordering: .relaxed)
+            return
+        }
         if settling {
             if !waitWatch.goesAheadNow(access, item: (wanted.node, wanted.name)) { access.stopWaiting(because: .wouldBlock) }
             return

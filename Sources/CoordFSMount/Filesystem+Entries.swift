@@ -113,16 +113,22 @@ extension Filesystem {
     func setattr(_ reply: consuming Reply, _ id: UInt64, _ change: AttributeChange, _ handle: UInt64?) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let open = handle.flatMap { files[$0] }
-        // Truncation changes contents: a plain write. The rest is metadata (O9).
-        let options: WritingOptions = change.size != nil ? [] : .contentIndependentMetadataOnly
+        // Truncation changes contents: a plain write; through an open that writes in place, a
+        // write in place that the other writers in place share (U2: SQLite's checkpoint sizes
+        // the database with ftruncate while other connections have it open). The rest is
+        // metadata (O9).
+        let options: WritingOptions = change.size == nil ? .contentIndependentMetadataOnly
+            : open?.writesInPlace == true ? .sharingWriters : []
         // A process that holds the file open for writing (tar's fchown, fchmod and futimens; the
         // futimens of touch on the file it just made) changes its attributes as part of that
         // access: the open already holds the write and has asked its presenters, and its release
         // tells them of the change. Taken as a write of its own, it would wait for nobody but cost
         // a full coordination, and touch's watchers would hear of the change before the file
-        // appeared.
+        // appeared. So too beside other writers in place, or with an open let past a break:
+        // otherwise it would wait for the others' opens (root's SQLite fchowns the `-wal` and
+        // `-shm` another connection keeps open), up to the break time.
         if change.size == nil, inode.writers.load(ordering: .relaxed) != 0,
-           let process = callingProcess(reply.caller, now: coarseMilliseconds()), inode.isWritten(onlyBy: process) {
+           let process = callingProcess(reply.caller, now: coarseMilliseconds()), inode.isWritten(by: process) {
             statistics.coordinated.add()
             statistics.coveredByOwnOpen.add(1, ordering: .relaxed)
             return apply(change, inode, open, reply, claim: nil)

@@ -64,6 +64,7 @@ extension Filesystem {
                                 writer: writes ? writer(of: claim, reply) : 0, opener: writes ? openingProcess(caller) : 0,
                                 directIO: direct, flags: flags)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
+            noteBrokenOpen(file, claim, caller)
             if versions != nil {
                 if flags & O_ACCMODE != O_WRONLY { noteRead(inode, fd, by: caller) }
                 if writes { file.versionReader = versionReader(caller) }
@@ -80,6 +81,16 @@ extension Filesystem {
             reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct,
                        noFlush: sendsNoFlush(inode))
         }
+    }
+
+    /// An open that went ahead by a break (`WaitWatch`) holds nothing. Until its release it
+    /// covers its process's next calls on the item (`BrokenOpens`): they would otherwise wait
+    /// the break time again for the holders it already went past (root's SQLite opens a file,
+    /// then fchowns it).
+    private func noteBrokenOpen(_ file: OpenFile, _ claim: Claim?, _ caller: RequestCaller) {
+        guard case .waited(let access)? = claim, access.wentAheadHoldingNothing, let intent = access.grantedIntents.first,
+              let process = callingProcess(caller, now: coarseMilliseconds()) else { return }
+        file.brokenOpen = (process, brokenOpens.add(process, intent.path, writes: intent.kind.isWrite))
     }
 
     /// Flags a backing file keeps and every open served from it would feel.
@@ -125,6 +136,15 @@ extension Filesystem {
     static func openKind(_ flags: Int32) -> AccessKind {
         let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
         guard writes else { return .reading([]) }
+        return createKind(flags)
+    }
+
+    /// The intent a create with `flags` holds on the new file, for as long as it stays open: a
+    /// write, whatever the access mode (it makes the item), of the kind an open of the file with
+    /// those flags holds. A file made read-write and kept open is a writer in place like one
+    /// opened so (U2): SQLite's `-wal` and `-shm`, which the first connection makes with
+    /// O_RDWR|O_CREAT and keeps, are opened by the next connections while it still has them.
+    static func createKind(_ flags: Int32) -> AccessKind {
         if flags & O_TRUNC != 0 { return .writing([]) }
         return .writing(flags & O_APPEND != 0 ? .appendingOnly : .sharingWriters)
     }
@@ -138,9 +158,10 @@ extension Filesystem {
         // With passthrough the new file is opened read-write when its flags would not reach other
         // opens through a shared backing file: it then is the backing file, with no second open.
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
-        // A write on the new item; it stays held as the open's intent (an appending one for an
-        // O_APPEND open: a log a program creates is readable while it appends, U1).
-        let kind: AccessKind = flags & O_APPEND != 0 && flags & O_TRUNC == 0 ? .writing(.appendingOnly) : .writing([])
+        // A write on the new item; it stays held as the open's intent: an appending one for an
+        // O_APPEND open (a log a program creates is readable while it appends, U1), one that
+        // excludes everyone for O_TRUNC, else a write in place (`createKind`).
+        let kind = Self.createKind(flags)
         let caller = reply.caller
         let user = caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
@@ -184,6 +205,7 @@ extension Filesystem {
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
                                     writer: writer(of: claim, reply), opener: openingProcess(caller), directIO: direct, flags: flags)
                 file.versionReader = versionReader(reply.caller)
+                noteBrokenOpen(file, claim, caller)
                 // A file that was there already, marked: as an open's. (A create's reply, which
                 // the kernel takes whatever it was told to forget meanwhile, is kept a short
                 // time: open for writing, the file is not marked anyway.)
@@ -308,7 +330,8 @@ extension Filesystem {
 
     func release(_ reply: consuming Reply, _ handle: UInt64) {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
-        if file.writer != 0 { file.inode.endedWriting() }
+        if file.writer != 0 { file.inode.endedWriting(by: file.writer) }
+        if let broken = file.brokenOpen { brokenOpens.remove(broken.token, of: broken.process) }
         if file.writesThroughTheKernel { file.inode.endedWritingThroughTheKernel(by: file.kernelWriter) }
         var info = stat()
         let known = fstat(file.fd, &info) == 0

@@ -44,6 +44,8 @@ public final class Filesystem: @unchecked Sendable {
     /// Waiting requests whose wait must end early: under a kernel lock, for a settled file,
     /// past the break time (`WaitWatch`).
     let waitWatch: WaitWatch
+    /// Opens that went ahead by a break, which cover their processes' next calls on their items.
+    let brokenOpens = BrokenOpens()
     /// Shut for the names of the files held open under gated grants (`NameGates`).
     let nameGates = NameGates()
     /// The FUSE session once mounted: its io_uring queues serve it, named by its descriptor.

@@ -49,6 +49,9 @@ final class Inode: @unchecked Sendable {
     /// Its coordinated write opens: how many in the high half, and in the low half the process
     /// that holds all of them (0 when more than one process does). See `OpenFile.writer`.
     let writers = Atomic<UInt64>(0)
+    /// While more than one process holds them (the low half of `writers` is 0): how many each
+    /// process holds; empty otherwise. See `isWritten(by:)`.
+    let sharedWriters = Mutex<[Int32: Int]>([:])
     /// Its writable opens the kernel serves from the backing file (kernel passthrough), whose
     /// writes and close carry the writer's process, not the daemon's; and the processes that
     /// made them: how many each has open, and when its last one ended (coarse milliseconds).

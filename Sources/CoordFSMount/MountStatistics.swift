@@ -17,6 +17,9 @@ final class MountStatistics: Sendable {
     /// Setattrs made by the process that holds the file open for writing, taken as part of that
     /// access instead of as a write of their own (`Filesystem.setattr`).
     let coveredByOwnOpen = Atomic<Int>(0)
+    /// Requests of a process whose open of the item went ahead by a break, let go ahead at once
+    /// too (`BrokenOpens`) instead of waiting the break time again.
+    let coveredByBrokenOpen = Atomic<Int>(0)
     let waited = Atomic<Int>(0)
     /// Changes made behind the mount, told to presenters (`BackingWatch`), and whether the
     /// mount watches for them.
@@ -75,6 +78,7 @@ final class MountStatistics: Sendable {
             ("passed_beside_open_files", passedBesideOpenFiles.value),
             ("taken_again", takenAgain.load(ordering: .relaxed)),
             ("covered_by_own_open", coveredByOwnOpen.load(ordering: .relaxed)),
+            ("covered_by_broken_open", coveredByBrokenOpen.load(ordering: .relaxed)),
             ("waited", waited.load(ordering: .relaxed)), ("changes_behind", changesBehind.load(ordering: .relaxed)),
             ("watches_backing", watchesBacking.load(ordering: .relaxed) ? 1 : 0),
             ("watched_directories", watchedDirectories.load(ordering: .relaxed)),

@@ -33,11 +33,17 @@ final class OpenFile: @unchecked Sendable {
     let syncOwedToDirectWrites: Int32
     /// A writable open that kernel passthrough may serve (counted in `Inode.kernelWriters`).
     let writesThroughTheKernel: Bool
+    /// A write open without O_TRUNC or O_APPEND: a writer in place (U2), whose ftruncate is one
+    /// more write in place.
+    let writesInPlace: Bool
     /// For such an open, the process that opened it (its thread group, as fanotify names it):
     /// the writes and the close of the backing file that it makes are the mount's.
     let kernelWriter: Int32
     /// Its place in its user's share of open files (`OpenFileBudget`), given back at release.
     fileprivate(set) var place = OpenFileBudget.Place(user: nil)
+    /// For an open that went ahead by a break, holding nothing: its entry in `BrokenOpens`,
+    /// taken out at release. Set before the open is inserted in the table.
+    var brokenOpen: (process: Int32, token: UInt64)?
 
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
     /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open.
@@ -51,6 +57,7 @@ final class OpenFile: @unchecked Sendable {
         syncOwedToDirectWrites = directIO ? (O_SYNC | O_DSYNC) & ~flags : 0
         if writer != 0 { inode.beganWriting(by: writer) }
         writesThroughTheKernel = passthrough && writes
+        writesInPlace = writes && flags & (O_TRUNC | O_APPEND) == 0
         kernelWriter = writesThroughTheKernel ? opener : 0
         if writesThroughTheKernel { inode.beganWritingThroughTheKernel(by: kernelWriter) }
         var info = stat()
@@ -127,25 +134,58 @@ extension Inode {
 
     /// A coordinated write open of it, granted to `process`, begins.
     func beganWriting(by process: Int32) {
+        let mine = UInt32(bitPattern: process)
         var current = writers.load(ordering: .relaxed)
-        while true {
-            let count = current >> 32, owner = UInt32(truncatingIfNeeded: current), mine = UInt32(bitPattern: process)
-            let next = (count + 1) << 32 | UInt64(count == 0 || owner == mine ? mine : 0)
+        // The first, or one more of the sole writer's own: the count and the owner in one step.
+        while current == 0 || (current >> 32 != 0 && UInt32(truncatingIfNeeded: current) == mine) {
+            let next = ((current >> 32) + 1) << 32 | UInt64(mine)
             let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
             if exchanged { return }
             current = original
         }
+        // Beside another process's (writers in place, or an open let past a break): who writes
+        // is kept in `sharedWriters`, changed with the count under its lock.
+        sharedWriters.withLock { table in
+            var current = writers.load(ordering: .relaxed)
+            while true {
+                let count = current >> 32, owner = UInt32(truncatingIfNeeded: current)
+                let alone = count == 0 || owner == mine
+                let next = (count + 1) << 32 | UInt64(alone ? mine : 0)
+                let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+                if !exchanged { current = original; continue }
+                if alone { return }
+                if owner != 0 { table[Int32(bitPattern: owner), default: 0] += Int(count) }
+                table[process, default: 0] += 1
+                return
+            }
+        }
     }
 
-    /// One of them ends.
-    func endedWriting() {
+    /// One of them, granted to `process`, ends.
+    func endedWriting(by process: Int32) {
+        let mine = UInt32(bitPattern: process)
         var current = writers.load(ordering: .relaxed)
-        while true {
+        while current >> 32 != 0 && UInt32(truncatingIfNeeded: current) == mine {
             let count = current >> 32
-            let next = count <= 1 ? 0 : (count - 1) << 32 | (current & 0xFFFF_FFFF)
+            let next = count <= 1 ? 0 : (count - 1) << 32 | UInt64(mine)
             let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
             if exchanged { return }
             current = original
+        }
+        sharedWriters.withLock { table in
+            var current = writers.load(ordering: .relaxed)
+            while true {
+                let count = current >> 32
+                let next = count <= 1 ? 0 : (count - 1) << 32 | (current & 0xFFFF_FFFF)
+                let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+                if !exchanged { current = original; continue }
+                if next == 0 {
+                    table = [:]     // its storage goes too
+                } else if let opens = table[process] {
+                    table[process] = opens > 1 ? opens - 1 : nil
+                }
+                return
+            }
         }
     }
 
@@ -153,6 +193,15 @@ extension Inode {
     func isWritten(onlyBy process: Int32) -> Bool {
         let current = writers.load(ordering: .acquiring)
         return current >> 32 != 0 && UInt32(truncatingIfNeeded: current) == UInt32(bitPattern: process)
+    }
+
+    /// Whether `process` has a coordinated write open of it, alone or beside other processes'.
+    func isWritten(by process: Int32) -> Bool {
+        let current = writers.load(ordering: .acquiring)
+        guard current >> 32 != 0 else { return false }
+        let owner = UInt32(truncatingIfNeeded: current)
+        if owner != 0 { return owner == UInt32(bitPattern: process) }
+        return sharedWriters.withLock { $0[process] != nil }
     }
 }
 

@@ -48,6 +48,8 @@ package final class CoordinatedAccess: @unchecked Sendable {
     private var remoteRequest: (link: MountLink, id: Int)?
     /// Set by `breakThrough`: it goes ahead without waiting for anyone any more.
     private var brokeThrough = false
+    /// Set when it went ahead holding nothing (`goAheadHoldingNothing`).
+    private var heldNothing = false
     /// Existence of each written item once presenters have answered, for the notifications after.
     private var before: [ItemLocator.Fingerprint?] = []
 
@@ -209,6 +211,18 @@ package final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
+    /// `breakThrough` while it waits in the engine for holders, and only then: one asking
+    /// presenters goes on asking them. Whether it broke through (false too when it was granted
+    /// meanwhile).
+    package func breakThroughWhileWaiting() -> Bool {
+        guard case .waiting(let ticket) = lock.withLock({ phase }) else { return false }
+        return domain.engine.abandon(ticket, because: .brokenThrough)
+    }
+
+    /// Whether its wait was broken and it went ahead holding nothing (a mount's request that
+    /// went ahead of leases: `WaitWatch`).
+    package var wentAheadHoldingNothing: Bool { lock.withLock { heldNothing } }
+
     /// After a broken wait: granted at once, holding nothing and asking nobody.
     private func goAheadHoldingNothing() {
         var telling = request
@@ -216,7 +230,10 @@ package final class CoordinatedAccess: @unchecked Sendable {
         telling.messagesPresenters = false
         switch domain.engine.acquire(telling, resume: { _ in }) {
         case .granted(let grant):
-            lock.withLock { phase = .messaging(grant, nil) }
+            lock.withLock {
+                phase = .messaging(grant, nil)
+                heldNothing = true
+            }
             completeGrant(grant)
         case .waiting(let ticket):
             domain.engine.abandon(ticket, because: .cancelled)      // holding nothing, it cannot wait

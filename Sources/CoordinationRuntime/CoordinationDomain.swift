@@ -33,6 +33,11 @@ public final class CoordinationDomain: @unchecked Sendable {
     private let lock = NSLock()
     private var _presenterTimeout: Duration = .seconds(10)
     private var _presenterWorkLimit: Duration = .seconds(45)
+    private var _presenterMissLimit = 3
+    /// Presenters that missed their last deadlines, with how many in a row (`presenterMissed`).
+    private var missedDeadlines: [PresenterID: Int] = [:]
+    /// `missedDeadlines.count`, read without the lock: every answer looks at it.
+    private let missingCount = Atomic<Int>(0)
     /// Purpose identifiers of coordinators in other processes, by identity (`setPurpose`).
     private var purposes: [CoordinatorIdentity: String] = [:]
     private var _defaultWaitTimeout: Duration? = .seconds(120)
@@ -85,6 +90,16 @@ public final class CoordinationDomain: @unchecked Sendable {
     public var presenterWorkLimit: Duration {
         get { withLock { _presenterWorkLimit } }
         set { withLock { _presenterWorkLimit = newValue } }
+    }
+
+    /// How many deadlines in a row a presenter may miss before it is asked nothing more, as if
+    /// it were gone, until it answers again, late or not, or says it is still working (X7): a
+    /// presenter whose process is stopped (SIGSTOP, a debugger) costs that many presenter
+    /// timeouts, not one to every access for as long as it is stopped. 3 by default; 0 asks it
+    /// always.
+    public var presenterMissLimit: Int {
+        get { withLock { _presenterMissLimit } }
+        set { withLock { _presenterMissLimit = max(0, newValue) } }
     }
 
     /// Records the purpose identifier a coordinator of another process gave (a control-socket
@@ -197,6 +212,7 @@ public final class CoordinationDomain: @unchecked Sendable {
         let id: PresenterID? = withLock {
             guard let id = presenterIDs.removeValue(forKey: key) else { return nil }
             presenters[id] = nil
+            if missedDeadlines.removeValue(forKey: id) != nil { missingCount.store(missedDeadlines.count, ordering: .releasing) }
             return id
         }
         if let id { engine.removePresenter(id) }
@@ -221,6 +237,40 @@ public final class CoordinationDomain: @unchecked Sendable {
     }
 
     package func presenter(_ id: PresenterID) -> (any Presenter)? { withLock { presenters[id] } }
+
+    /// The presenter of `id` to put a request to: nil when it is gone, or when it missed
+    /// `presenterMissLimit` deadlines in a row and has not answered since (X7).
+    package func presenterToAsk(_ id: PresenterID) -> (any Presenter)? {
+        withLock {
+            if _presenterMissLimit > 0, let missed = missedDeadlines[id], missed >= _presenterMissLimit { return nil }
+            return presenters[id]
+        }
+    }
+
+    /// The presenter of `id` missed a deadline. True when that is the one that makes it asked
+    /// nothing more.
+    package func presenterMissed(_ id: PresenterID) -> Bool {
+        withLock {
+            guard presenters[id] != nil else { return false }      // gone meanwhile: nothing to keep
+            let missed = (missedDeadlines[id] ?? 0) + 1
+            missedDeadlines[id] = missed
+            missingCount.store(missedDeadlines.count, ordering: .releasing)
+            return missed == _presenterMissLimit
+        }
+    }
+
+    /// The presenter of `id` answered a request, late or not, or said it is still working: it
+    /// is asked again. True when it had been asked nothing.
+    @discardableResult
+    package func presenterAnswered(_ id: PresenterID) -> Bool {
+        // Nearly always nobody missed a deadline: answered without the lock.
+        if missingCount.load(ordering: .acquiring) == 0 { return false }
+        return withLock {
+            guard let missed = missedDeadlines.removeValue(forKey: id) else { return false }
+            missingCount.store(missedDeadlines.count, ordering: .releasing)
+            return _presenterMissLimit > 0 && missed >= _presenterMissLimit
+        }
+    }
 
     package func presenterID(forKey key: ObjectIdentifier) -> PresenterID? { withLock { presenterIDs[key] } }
 

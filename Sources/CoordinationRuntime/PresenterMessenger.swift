@@ -73,7 +73,8 @@ final class PresenterMessenger: @unchecked Sendable {
     }
 
     private func deliver(_ messages: ArraySlice<PresenterRequest>, _ delivery: PresenterDelivery<PresenterRequest>) {
-        guard let message = messages.first, let presenter = domain.presenter(delivery.presenter) else {
+        // One that missed its last deadlines is passed as one that is gone (X7).
+        guard let message = messages.first, let presenter = domain.presenterToAsk(delivery.presenter) else {
             answered(delivery.presenter, error: nil)
             return
         }
@@ -84,8 +85,16 @@ final class PresenterMessenger: @unchecked Sendable {
             extended[id] = nil
         }
         let rest = messages.dropFirst()
-        let progress = PresenterProgress { [weak self] in self?.stillWorking(id) }
+        let domain = self.domain, item = delivery.presentedPath
+        // Its word, late or not, says it is there again: it is asked again.
+        let progress = PresenterProgress { [weak self, weak domain] in
+            domain?.presenterAnswered(id)
+            self?.stillWorking(id)
+        }
         presenter.asked(message, origin: origin, progress: progress) { [self] error, reacquirer in
+            if domain.presenterAnswered(id) {
+                domain.logger.notice("presenter of \(item) answered again: it is asked again")
+            }
             if let error { return answered(id, error: error) }
             if let reacquirer { keep(reacquirer, of: presenter) }
             // Passed at its timeout meanwhile: it is asked nothing more for this access.
@@ -158,17 +167,20 @@ final class PresenterMessenger: @unchecked Sendable {
     func timeOut() {
         let now = DispatchTime.now()
         let waited = Duration.nanoseconds(Int64(now.uptimeNanoseconds - started.uptimeNanoseconds))
-        let (late, next, done) = lock.withLock { () -> ([(request: String, presentedItem: String)], DispatchTime?, Bool) in
+        let (late, next, done) = lock.withLock { () -> ([(presenter: PresenterID, request: String, presentedItem: String)], DispatchTime?, Bool) in
             guard completion != nil else { return ([], nil, false) }
             let working = pending.filter { extended[$0].map { $0 > now } ?? false }
             let late = pending.subtracting(working).map { presenter in
-                current[presenter].map { ($0.request.logName, "\($0.presentedPath)") } ?? ("\(presenter)", "\(presenter)")
+                current[presenter].map { (presenter, $0.request.logName, "\($0.presentedPath)") } ?? (presenter, "\(presenter)", "\(presenter)")
             }
             pending = working
             return (late, working.compactMap { extended[$0] }.min(), working.isEmpty)
         }
-        for (request, item) in late {
+        for (presenter, request, item) in late {
             domain.report(.presenterDidNotAnswer(presentedItem: item, request: request, waited: waited))
+            if domain.presenterMissed(presenter) {
+                domain.logger.warning("presenter of \(item) missed \(domain.presenterMissLimit) deadlines in a row: it is asked nothing more until it answers again")
+            }
         }
         if let next {
             let token = domain.answerDeadlines.add(self, due: next)

@@ -52,6 +52,54 @@ import Glibc
         #expect(waited >= .milliseconds(900) && waited < .seconds(4), "\(waited)")
     }
 
+    /// X7: a presenter whose process is stopped (SIGSTOP) costs the accesses that ask it the
+    /// presenter timeout three times in a row; then it is asked nothing, as one that is gone,
+    /// until it answers again (its late answers, once it runs). It cost every access the
+    /// presenter timeout for as long as it was stopped.
+    @Test func aStoppedPresenterCostsThreeDeadlinesThenNothingUntilItAnswersAgain() throws {
+        let fx = try MountFixture(["--presenter-timeout", "0.5"])
+        try fx.seed("doc.txt", "content\n")
+        let presenter = try startPresenter(fx.path("doc.txt"))
+        func timedCat() throws -> Duration {
+            let start = ContinuousClock.now
+            let cat = try run("/bin/cat", [fx.path("doc.txt")])
+            #expect(cat.output == "content\n")
+            return ContinuousClock.now - start
+        }
+        presenter.signal(SIGSTOP)
+        for n in 1...3 {
+            let waited = try timedCat()
+            #expect(waited >= .milliseconds(400), "deadline \(n): \(waited)")
+        }
+        for _ in 1...3 {
+            let waited = try timedCat()
+            #expect(waited < .milliseconds(300), "asked nothing: \(waited)")
+        }
+        #expect(try fx.statistics()["presenter_timeouts"] == 3)
+        presenter.signal(SIGCONT)
+        // It reads the three requests it missed and answers them, late: then it is asked again.
+        var asked = 0
+        func readRequests() {
+            while let line = presenter.next(timeout: .milliseconds(200)) {
+                if line.contains("RELINQUISH_READER") { asked += 1 }
+            }
+        }
+        readRequests()
+        #expect(asked == 3, "the requests it missed: \(asked)")
+        let deadline = ContinuousClock.now + .seconds(10)
+        while asked == 3 && ContinuousClock.now < deadline {
+            _ = try timedCat()
+            readRequests()
+        }
+        #expect(asked > 3, "asked again once it answered")
+        let before = asked
+        let waited = try timedCat()
+        #expect(waited < .milliseconds(400), "it answers in time: \(waited)")
+        readRequests()
+        #expect(asked == before + 1, "asked at each access again")
+        #expect(try fx.statistics()["presenter_timeouts"] == 3)
+    }
+
     @Test func mvYieldsMovedFromAndMovedToWithOneCookieAndASwiftPresenterFollows() throws {
         let fx = try MountFixture(inProcess: { _ in })
         try fx.seed("dir/old.txt")

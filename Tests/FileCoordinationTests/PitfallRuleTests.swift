@@ -172,6 +172,32 @@ import Testing
         try holder.release()
         stopped.presentedItemOperationQueue.isSuspended = false
     }
+
+    /// A presenter that misses three deadlines in a row (a stopped process, a queue that never
+    /// runs) is asked nothing more, as one that is gone, until it answers again: its late
+    /// answers, once its queue runs, bring it back.
+    @Test("X7 a presenter that misses three deadlines in a row costs nothing more until it answers again") func x7MissedDeadlines() throws {
+        let fx = try Fixture(presenterTimeout: .milliseconds(200))
+        let a = try fx.file("a")
+        let stopped = fx.presenter("stopped", "a")
+        stopped.presentedItemOperationQueue.isSuspended = true
+        for n in 1...3 {
+            let start = ContinuousClock.now
+            try fx.coordinator().coordinate(readingItemAt: a) { _ in }
+            #expect(ContinuousClock.now - start >= .milliseconds(150), "deadline \(n)")
+        }
+        let start = ContinuousClock.now
+        for _ in 1...5 { try fx.coordinator().coordinate(readingItemAt: a) { _ in } }
+        #expect(ContinuousClock.now - start < .milliseconds(150), "asked nothing")
+        stopped.presentedItemOperationQueue.isSuspended = false
+        #expect(eventually { fx.log.count("stopped:relinquishToReader") == 3 }, "its three late answers")
+        // Back: asked again, and answering in time.
+        #expect(eventually {
+            _ = try? fx.coordinator().coordinate(readingItemAt: a) { _ in }
+            return fx.log.count("stopped:relinquishToReader") == 4
+        })
+        #expect(fx.isIdle)
+    }
 }
 
 // @unchecked Sendable: immutable but for its thread-safe log.

@@ -1,0 +1,76 @@
+import Coordination
+@testable import CoordFSMount
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Who writes a file, as a writer's own calls on it need to know (`Inode.isWritten(by:)`), and
+/// what a create holds (`Filesystem.createKind`).
+@Suite struct WritersTests {
+    private func inode() -> Inode {
+        Inode(id: 2, device: 1, number: 2, handle: nil, isDirectory: false, parent: 1, name: "f")
+    }
+
+    @Test func eachOfSeveralWritingProcessesIsKnownUntilItsLastRelease() {
+        let file = inode()
+        file.beganWriting(by: 10)
+        file.beganWriting(by: 10)
+        #expect(file.isWritten(onlyBy: 10) && file.isWritten(by: 10) && !file.isWritten(by: 11))
+        file.beganWriting(by: 11)
+        #expect(!file.isWritten(onlyBy: 10) && file.isWritten(by: 10) && file.isWritten(by: 11) && !file.isWritten(by: 12))
+        file.endedWriting(by: 10)
+        #expect(file.isWritten(by: 10), "one of its two opens is left")
+        file.endedWriting(by: 10)
+        #expect(!file.isWritten(by: 10) && file.isWritten(by: 11))
+        file.endedWriting(by: 11)
+        #expect(!file.isWritten(by: 11) && file.writers.load(ordering: .relaxed) == 0)
+        #expect(file.sharedWriters.withLock { $0.isEmpty })
+        // Alone again, it is the sole writer as before.
+        file.beganWriting(by: 12)
+        #expect(file.isWritten(onlyBy: 12) && file.isWritten(by: 12))
+        file.endedWriting(by: 12)
+        #expect(file.writers.load(ordering: .relaxed) == 0)
+    }
+
+    @Test func aCreateHoldsWhatAnOpenWithItsFlagsHolds() {
+        // SQLite's -wal and -shm: made read-write and kept open, writers in place (U2).
+        #expect(Filesystem.createKind(O_RDWR | O_CREAT) == .writing(.sharingWriters))
+        #expect(Filesystem.createKind(O_WRONLY | O_CREAT | O_EXCL) == .writing(.sharingWriters))
+        #expect(Filesystem.createKind(O_WRONLY | O_CREAT | O_APPEND) == .writing(.appendingOnly))
+        #expect(Filesystem.createKind(O_WRONLY | O_CREAT | O_TRUNC) == .writing([]))
+        #expect(Filesystem.createKind(O_WRONLY | O_CREAT | O_APPEND | O_TRUNC) == .writing([]))
+        // Made read-only, still a write: it makes the item.
+        #expect(Filesystem.createKind(O_RDONLY | O_CREAT).isWrite)
+        for flags in [O_RDWR, O_WRONLY, O_WRONLY | O_APPEND, O_RDWR | O_TRUNC] {
+            #expect(Filesystem.createKind(flags | O_CREAT) == Filesystem.openKind(flags))
+        }
+    }
+
+    @Test func anOpenWithoutOTruncOrOAppendWritesInPlace() {
+        func open(_ flags: Int32, writes: Bool = true) -> OpenFile {
+            OpenFile(fd: -1, inode: inode(), claim: nil, created: false, writes: writes, flags: flags)
+        }
+        #expect(open(O_RDWR).writesInPlace && open(O_WRONLY | O_CREAT).writesInPlace)
+        #expect(!open(O_WRONLY | O_TRUNC).writesInPlace && !open(O_WRONLY | O_APPEND).writesInPlace)
+        #expect(!open(O_RDONLY, writes: false).writesInPlace)
+    }
+
+    @Test func aBrokenOpenCoversItsOwnProcesssCallsOnItsItemOnly() throws {
+        let opens = BrokenOpens()
+        let item = try #require(ItemPath("/mnt/w.db-wal")), other = try #require(ItemPath("/mnt/w.db-shm"))
+        #expect(!opens.covers([.write(item)], of: 10))
+        let written = opens.add(10, item, writes: true)
+        let read = opens.add(11, other, writes: false)
+        #expect(opens.covers([.write(item, .contentIndependentMetadataOnly)], of: 10))
+        #expect(opens.covers([.read(item)], of: 10))
+        #expect(!opens.covers([.write(item)], of: 11), "another process's")
+        #expect(!opens.covers([.write(other)], of: 10), "another item")
+        #expect(!opens.covers([.write(item, .forMoving), .write(other, .forReplacing)], of: 10), "both items or none")
+        #expect(opens.covers([.read(other)], of: 11) && !opens.covers([.write(other)], of: 11), "a read covers reads")
+        opens.remove(written, of: 10)
+        opens.remove(read, of: 11)
+        #expect(!opens.covers([.write(item)], of: 10) && !opens.covers([.read(other)], of: 11))
+    }
+}
