@@ -30,12 +30,15 @@ extension Filesystem {
     }
 
     /// An open that reads the file `fd` of `inode` by `caller`: what it saw, for its later writes.
+    /// A file renamed over or removed since the kernel looked it up is no longer at its path
+    /// in the inode table, but its version knows where it was: the reader read that item's
+    /// older content, and its next write there is stale (else it would count as blind).
     func noteRead(_ inode: Inode, _ fd: Int32, by caller: RequestCaller) {
         guard let versions else { return }
-        let item = relativePath(inode)
-        guard versions.policy(of: item) != .off, let reader = versionReader(caller) else { return }
         var info = stat()
         guard fstat(fd, &info) == 0 else { return }
+        let item = info.st_nlink == 1 ? versions.store.item(holding: info) ?? relativePath(inode) : relativePath(inode)
+        guard versions.policy(of: item) != .off, let reader = versionReader(caller) else { return }
         versions.saw(item, info, by: reader)
     }
 

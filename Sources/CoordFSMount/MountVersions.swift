@@ -121,15 +121,18 @@ final class MountVersions: Sendable {
         // Checked and counted as one step: two writers that read the same content and replace it
         // at the same instant (one let past the other by a broken lease) are told apart, the
         // second stale against the first.
+        // Under `refuse`, a replacement that would displace another process's writing (one let
+        // past it: its writes would land in the version) is refused as a stale one is: the
+        // replacing program reads again and retries once that writer is done.
         let stale = changes.withLock { changes -> Bool in
             let current = ContentStamp(info, change: changes.of[item] ?? 0)
             let stale = writer.reader.map { reads.isStale(item, by: $0, replacing: current) } ?? false
-            if !(stale && policy == .refuse) { Self.count(item, in: &changes, capacity: reads.capacity) }
+            if !((stale || beingWritten) && policy == .refuse) { Self.count(item, in: &changes, capacity: reads.capacity) }
             return stale
         }
-        if stale && policy == .refuse {
+        if (stale || beingWritten) && policy == .refuse {
             refused.add(1, ordering: .relaxed)
-            logger.notice("refused a stale write of \(item) by pid \(writer.pid): it replaces content its writer never read (versions refuse)")
+            logger.notice("refused a \(stale ? "stale write" : "replacement") of \(item) by pid \(writer.pid): \(stale ? "it replaces content its writer never read" : "another process is still writing it") (versions refuse)")
             return .refused
         }
         return .keep(conflict: stale || beingWritten)

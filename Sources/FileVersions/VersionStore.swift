@@ -234,6 +234,18 @@ public final class VersionStore: @unchecked Sendable {
         return state.withLock { $0.linkedInodes.contains(UInt64(info.st_ino)) }
     }
 
+    /// The item whose version holds the inode `info` describes by a link (a file renamed over
+    /// or removed), if one does.
+    public func item(holding info: stat) -> String? {
+        guard UInt64(info.st_dev) == device else { return nil }
+        let inode = UInt64(info.st_ino)
+        return state.withLock { state in
+            guard state.linkedInodes.contains(inode) else { return nil }
+            for (item, versions) in state.versions where versions.contains(where: { $0.linkedInode == inode }) { return item }
+            return nil
+        }
+    }
+
     /// Bytes of content the store keeps.
     public var totalBytes: Int64 { state.withLock { $0.totalBytes } }
 
