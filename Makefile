@@ -181,7 +181,8 @@ soak-versions: build
 	  $(COORDFS) mount --versions refuse $$dir/backing-refuse $$dir/mnt-refuse; echo "coordfs (refuse):"; \
 	  python3 Tests/Scripts/lost_updates.py $$dir/mnt-refuse --writers $(VERSIONS_WRITERS) --rounds $(VERSIONS_ROUNDS) --coordfs $(COORDFS)
 
-# Mounts the demo profile (Mounts/demo.profile: the sample tree Mounts/demo at Mounts/run/demo).
+# Mounts the demo profile (Mounts/demo.profile: the sample tree Mounts/demo at Mounts/run/demo),
+# and prints what to try there (Mounts/demo.hints).
 run: build
 	@mkdir -p $(DEMO_MNT)
 	@if findmnt -n $(CURDIR)/$(DEMO_MNT) >/dev/null 2>&1; then $(COORDFS) unmount $(DEMO_MNT); fi
@@ -189,15 +190,8 @@ run: build
 	@echo ""
 	@echo "coordfs: Mounts/demo is mounted at $(DEMO_MNT) (profile Mounts/demo.profile)."
 	@echo ""
-	@echo "Try it in two terminals:"
-	@echo "  1\$$ exec 3>>$(DEMO_MNT)/notes/todo.txt     # this shell now holds a write"
-	@echo "  2\$$ cat $(DEMO_MNT)/notes/todo.txt         # waits ..."
-	@echo "  1\$$ exec 3>&-                              # ... until the write is released"
-	@echo "  2\$$ python3 -c \"import os; os.open('$(DEMO_MNT)/notes/todo.txt', os.O_RDONLY|os.O_NONBLOCK)\"  # EAGAIN at once while held"
-	@echo "  Who holds and who waits, like lslocks:  $(COORDFS) status $(DEMO_MNT)"
-	@echo "  Every coordination message, like inotifywait -m:  $(COORDFS) watch $(DEMO_MNT)/notes"
-	@echo "  Hold a file while a command runs, like flock:  $(COORDFS) coordinate --write $(DEMO_MNT)/notes/todo.txt -- vi $(DEMO_MNT)/notes/todo.txt"
-	@echo "  Presenters' messages, in one process:  $(COORDFS) demo"
+	@# The hints are a file of their own, so that a test runs each as written (DemoHintsTests).
+	@sed -e '/^#/d' -e 's|{DEMO}|$(DEMO_MNT)|g' -e 's|{COORDFS}|$(COORDFS)|g' Mounts/demo.hints
 	@echo ""
 	@echo "Unmount with: make stop   (or $(COORDFS) unmount $(DEMO_MNT))"
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import CoordinationClient
 import CoordinationWire
 import Foundation
+import LinuxSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,7 +17,7 @@ struct Services: ParsableCommand {
     @Argument(help: "An item inside a coordfs mount (or anywhere, with the daemon).")
     var path: String
 
-    @Option(help: "Connect to this service: standard input goes to the provider, its answers to standard output.")
+    @Option(help: "Connect to this service, as nc -U: standard input goes to the provider (its end half-closes the connection), what it sends to standard output, until it closes.")
     var connect: String?
 
     @Option(help: "The control socket (default: found from the path).")
@@ -45,23 +46,104 @@ struct Services: ParsableCommand {
         let connection: FileHandle
         do { connection = try client.connect(service: name, at: resolved) } catch { throw CommandFailure("\(error)") }
         client.close()
-        Relay.run(connection, input: FileHandle.standardInput, output: FileHandle.standardOutput)
+        // A reader of our output that has gone is an end, as for nc: EPIPE, not a signal.
+        signal(SIGPIPE, SIG_IGN)
+        try withExtendedLifetime(connection) { try Relay.run(connection: connection.fileDescriptor) }
     }
 }
 
-/// Copies bytes between a connection and a pair of handles until both directions end.
+/// Copies bytes between a service's connection and standard input and output, as `nc -U`
+/// does: what the provider sends is printed as it comes; at the end of standard input the
+/// connection is half-closed, so that the provider reads its end of file; and the provider's
+/// close ends the relay. One thread on poll(2), read(2) and send(2): Foundation's
+/// `FileHandle.availableData` traps on a read error, and a provider that answers and closes
+/// with bytes of ours unread resets the connection (ECONNRESET), which is its end, not a failure.
 enum Relay {
-    static func run(_ connection: FileHandle, input: FileHandle, output: FileHandle) {
-        let fd = connection.fileDescriptor
-        let outgoing = Thread {
-            while case let data = input.availableData, !data.isEmpty {
-                guard (try? connection.write(contentsOf: data)) != nil else { break }
+    static func run(connection: Int32, input: Int32 = STDIN_FILENO, output: Int32 = STDOUT_FILENO) throws(CommandFailure) {
+        var fromProvider = [UInt8](repeating: 0, count: 65_536), fromInput = [UInt8](repeating: 0, count: 65_536)
+        // What was read from the input and not yet sent. The input is read again only once it
+        // is all sent: a provider that reads slowly holds up our input, never what it sends us.
+        var unsent = 0..<0
+        var inputOpen = true
+        while true {
+            var watched = [pollfd(fd: connection, events: Int16(POLLIN) | (unsent.isEmpty ? 0 : Int16(POLLOUT)), revents: 0)]
+            if inputOpen && unsent.isEmpty { watched.append(pollfd(fd: input, events: Int16(POLLIN), revents: 0)) }
+            do throws(Errno) {
+                _ = try retryingInterrupts { poll(&watched, nfds_t(watched.count), -1) }
+            } catch { throw CommandFailure("poll: \(error)") }
+            let connectionEvents = watched[0].revents
+            if connectionEvents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                let count: Int
+                do throws(Errno) {
+                    count = try retryingInterrupts { read(connection, &fromProvider, fromProvider.count) }
+                } catch {
+                    if error == .connectionReset { return }        // closed with bytes of ours unread
+                    if error == .resourceTemporarilyUnavailable { continue }
+                    throw CommandFailure("the connection to the service failed: \(error)")
+                }
+                if count == 0 { return }                            // the provider closed its side
+                guard try write(fromProvider[..<count], to: output) else { return }
             }
-            shutdown(fd, Int32(SHUT_WR))
+            if !unsent.isEmpty && connectionEvents & Int16(POLLOUT | POLLHUP | POLLERR) != 0 {
+                let sent: Int
+                do throws(Errno) {
+                    sent = try retryingInterrupts {
+                        fromInput[unsent].withUnsafeBytes { Glibc.send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                    }
+                } catch {
+                    if error == .brokenPipe || error == .connectionReset {
+                        // The provider reads no more: what it still sends is printed until it closes.
+                        unsent = 0..<0
+                        inputOpen = false
+                        continue
+                    }
+                    if error == .resourceTemporarilyUnavailable { continue }
+                    throw CommandFailure("the connection to the service failed: \(error)")
+                }
+                unsent = unsent.lowerBound + sent..<unsent.upperBound
+            }
+            if watched.count > 1 && watched[1].revents != 0 {
+                var count = 0
+                // POLLNVAL: no standard input at all, read as an empty one.
+                if watched[1].revents & Int16(POLLNVAL) == 0 {
+                    do throws(Errno) {
+                        count = try retryingInterrupts { read(input, &fromInput, fromInput.count) }
+                    } catch {
+                        if error == .resourceTemporarilyUnavailable { continue }
+                        throw CommandFailure("cannot read standard input: \(error)")
+                    }
+                }
+                if count > 0 {
+                    unsent = 0..<count
+                } else {
+                    // As nc -N: the provider reads its end of file, and may still answer.
+                    inputOpen = false
+                    shutdown(connection, Int32(SHUT_WR))
+                }
+            }
         }
-        outgoing.start()
-        while case let data = connection.availableData, !data.isEmpty {
-            guard (try? output.write(contentsOf: data)) != nil else { break }
+    }
+
+    /// Writes all of `bytes`; false when the output's reader has gone (EPIPE: the command
+    /// ignores SIGPIPE).
+    private static func write(_ bytes: ArraySlice<UInt8>, to output: Int32) throws(CommandFailure) -> Bool {
+        var rest = bytes
+        while !rest.isEmpty {
+            let written: Int
+            do throws(Errno) {
+                written = try retryingInterrupts { rest.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) } }
+            } catch {
+                if error == .brokenPipe { return false }
+                if error == .resourceTemporarilyUnavailable {
+                    // An output left non-blocking by whoever started us: wait for room.
+                    var room = pollfd(fd: output, events: Int16(POLLOUT), revents: 0)
+                    _ = poll(&room, 1, -1)
+                    continue
+                }
+                throw CommandFailure("cannot write standard output: \(error)")
+            }
+            rest = rest.dropFirst(written)
         }
+        return true
     }
 }

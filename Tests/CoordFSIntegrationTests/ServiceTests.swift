@@ -90,6 +90,26 @@ import Glibc
         #expect(try run(binary, ["vend", "--max-connections", "0", "org.example.x", fx.path("project"), "--", "true"]).status == 64)
     }
 
+    /// As `nc -U`: a provider that answers and closes before it reads what it was sent resets
+    /// the connection (ECONNRESET). The client prints the answer and ends with status 0, every
+    /// time (it trapped in Foundation's availableData in 8 runs of 10: SIGILL), input that goes
+    /// on past the provider's end raises no SIGPIPE, and a real failure is one line and status 1.
+    @Test func aProviderThatAnswersAndClosesFirstEndsTheClientCleanly() throws {
+        let fx = try MountFixture()
+        try fx.seed("svc/file.txt")
+        let provider = try Child(binary, ["vend", "org.example.bye", fx.path("svc"), "--", "echo", "bye"])
+        defer { withExtendedLifetime(provider) {} }
+        #expect(eventually { (try? services(fx.path("svc"))) == ["org.example.bye"] })
+        for _ in 0..<10 {
+            let reply = try talk(fx.path("svc"), "org.example.bye", "hi\\n")
+            #expect(reply.status == 0 && reply.output == "bye\n" && reply.errors.isEmpty, "\(reply)")
+        }
+        let endless = try run("/bin/sh", ["-c", "yes | '\(binary)' services '\(fx.path("svc"))' --connect org.example.bye"])
+        #expect(endless.status == 0 && endless.output == "bye\n", "\(endless)")
+        let full = try run("/bin/sh", ["-c", "echo hi | '\(binary)' services '\(fx.path("svc"))' --connect org.example.bye > /dev/full"])
+        #expect(full.status == 1 && full.errors == "Error: cannot write standard output: No space left on device\n", "\(full)")
+    }
+
     @Test func aNearerRegistrationWinsAndAMoveKeepsTheServices() throws {
         let fx = try MountFixture()
         try fx.seed("project/sub/file.txt")
