@@ -81,8 +81,14 @@ waitFor(marker(peer, "ready"))
 
 for _ in 0..<updates {
     do {
-        // Where the item is now: a peer's move is followed (the presenter's URL moves with it).
-        try coordinator.coordinate(writingItemAt: presenter.presentedItemURL ?? file, options: .forMerging) { url in
+        // The item's own path, not the presenter's URL: the peer's final move takes the item away
+        // and back in one access, so it is at FILE whenever an access can begin, and a hold of
+        // FILE that waits for that move follows it there and back (C11). The presenter's URL,
+        // read between the move's two did-move messages, names the place the item was for a
+        // moment: a hold there that came after the move would write a new file beside the
+        // counter, and one that came during it was granted at FILE only because it followed the
+        // move back.
+        try coordinator.coordinate(writingItemAt: file, options: .forMerging) { url in
             let old = (try? Data(contentsOf: url)).flatMap { try? JSONDecoder().decode(Count.self, from: $0) }
             let new = Count(count: (old?.count ?? 0) + 1, by: name)
             try JSONEncoder().encode(new).write(to: url, options: .atomic)

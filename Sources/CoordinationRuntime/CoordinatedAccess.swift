@@ -336,7 +336,11 @@ package final class CoordinatedAccess: @unchecked Sendable {
 
     private func completeGrant(_ grant: Grant) {
         // A claim's owner reports outcomes itself (and its items may be behind this very mount).
-        let fingerprints = coordinator == nil ? [] : grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint($0.path) : nil }
+        var fingerprints: [ItemLocator.Fingerprint?] = []
+        if coordinator != nil {
+            let moves = lock.withLock { remoteMoves }
+            fingerprints = grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint(Self.path(of: $0, after: moves)) : nil }
+        }
         let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
             guard case .messaging(_, let messenger) = phase else { return nil }
             before = fingerprints
@@ -359,19 +363,29 @@ package final class CoordinatedAccess: @unchecked Sendable {
         completion?(.failure(error))
     }
 
+    /// Where the accessor found the item of `intent`: where the grant names it, unless a hold in
+    /// another process's mount or daemon waited while that process moved the item (C11), and so
+    /// was granted where the item went (`remoteMoves`), as the accessor's URL says. What changed
+    /// is looked for there: looked for where the item had been, nothing was there before or
+    /// after, and the server was told that nothing changed, so the item's presenters heard
+    /// relinquish, save and reacquire with no did-change between.
+    private static func path(of intent: Intent, after moves: [ItemPath: ItemPath]) -> ItemPath {
+        moves.isEmpty ? intent.path : moves[intent.path] ?? intent.path
+    }
+
     /// Ends the access: releases the grant, tells presenters what changed (from `outcomes`, or
     /// by looking at the items), runs reacquirers, and reads the coordinator's presenter's URL
     /// again (C5, C22). The notifications go out through `CoordinationDomain.deliver`.
     package func end(outcomes given: [IntentOutcome]? = nil) {
-        let ended = lock.withLock { () -> (Grant, PresenterMessenger?, [ItemLocator.Fingerprint?])? in
+        let ended = lock.withLock { () -> (Grant, PresenterMessenger?, [ItemLocator.Fingerprint?], [ItemPath: ItemPath])? in
             guard case .granted(let grant, let messenger) = phase else { return nil }
             phase = .ended
-            return (grant, messenger, before)
+            return (grant, messenger, before, remoteMoves)
         }
         coordinator?.untrack(self)
-        guard let (grant, messenger, before) = ended else { return }
+        guard let (grant, messenger, before, moves) = ended else { return }
         let outcomes = given ?? zip(grant.intents, before).map { intent, old -> IntentOutcome in
-            let new = intent.kind.isWrite ? ItemLocator.fingerprint(intent.path) : nil
+            let new = intent.kind.isWrite ? ItemLocator.fingerprint(Self.path(of: intent, after: moves)) : nil
             return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
         }
         // Presenters hear what the access did, then get their reacquirers, and only then is the

@@ -1,4 +1,5 @@
 import CoordinationClient
+import CoordinationWire
 import Foundation
 import TestSupport
 import Testing
@@ -16,6 +17,11 @@ import Glibc
 
     static var counter: String {
         Paths.binary.deletingLastPathComponent().appendingPathComponent("CoordinatedCounter").path
+    }
+
+    /// An Apple-style presenter that prints each message it gets (Sources/PresenterLog).
+    static var presenterLog: String {
+        Paths.binary.deletingLastPathComponent().appendingPathComponent("PresenterLog").path
     }
 
     /// Runs two copies on `file`; the counter's final value and each copy's report.
@@ -82,6 +88,105 @@ import Glibc
         let (count, reports) = try runPair(fx.path("count.json"))
         #expect(count == 2 * Self.updates)
         expectExactMessages(reports)
+    }
+
+    /// A coordinated write whose hold waited at the daemon while another process moved the item
+    /// is granted where the item went (C11), and the accessor writes it there: the item's
+    /// presenters there hear it changed (P9). The library looked for the change where the item
+    /// had been, found nothing there before or after, and told the daemon that nothing changed,
+    /// so a presenter heard relinquish, save and reacquire with no did-change between. In the
+    /// pair above, 1 run in 6: a copy whose presenter had heard the first of the other's two
+    /// did-moves asked for the item where that move had taken it. Here each step waits for the
+    /// daemon to show the one before it, so the writer's hold always waits at the old path.
+    @Test func aWriteThatWaitedWhileAnotherProcessMovedItsItemIsToldWhereTheItemWent() throws {
+        let (directory, socket) = try Self.daemonDirectory()
+        defer { Self.stopDaemon(at: socket); try? FileManager.default.removeItem(atPath: directory) }
+        // As the daemon spells paths (its status is compared with them).
+        let base = URL(fileURLWithPath: directory).resolvingSymlinksInPath().path
+        let old = base + "/count.json", new = base + "/moved.json"
+        let seed = Data(#"{"count":0,"by":"seed"}"#.utf8)
+        #expect(FileManager.default.createFile(atPath: old, contents: seed))
+        func started(_ program: String, _ arguments: [String]) throws -> Child {
+            try Child("/bin/sh", ["-c", #"unset COORDFS_COORDINATION; COORDFS_SOCKET="$1"; export COORDFS_SOCKET; shift; exec "$@""#,
+                                  "sh", socket, program] + arguments)
+        }
+        // A Swift presenter of the item in a process of its own; it starts the daemon.
+        let presenter = try started(Self.presenterLog, [old])
+        try #require(presenter.next(timeout: .seconds(30)) == #"{"ready":true}"#, "PresenterLog did not start")
+        let client = try ControlClient(socketPath: socket)
+        defer { client.close() }
+        /// What waits at the daemon, as "MODE PATH" for each intent of each waiter.
+        func waiting() -> [String] {
+            guard let fields = try? client.request({ .status(id: $0) }), case .array(let waiters)? = fields["waiters"] else { return [] }
+            return waiters.flatMap { waiter -> [String] in
+                guard case .object(let waiter) = waiter, case .array(let intents)? = waiter["intents"] else { return [] }
+                return intents.compactMap { intent -> String? in
+                    guard case .object(let intent) = intent, case .string(let mode)? = intent["mode"],
+                          case .string(let path)? = intent["path"] else { return nil }
+                    return "\(mode) \(path)"
+                }
+            }
+        }
+        /// Whether `entry` waits at the daemon within `timeout` (asked every 20 ms).
+        func waits(_ entry: String, within timeout: Duration = .seconds(30)) -> Bool {
+            let deadline = ContinuousClock.now + timeout
+            while ContinuousClock.now < deadline {
+                if waiting().contains(entry) { return true }
+                usleep(20_000)
+            }
+            return waiting().contains(entry)
+        }
+
+        // The mover holds the item and where it goes, as the counter's final move does.
+        let moving = try client.request {
+            .hold(id: $0, intents: [WireIntent(path: old, access: .write, options: ["forMoving"]),
+                                    WireIntent(path: new, access: .write, options: ["forReplacing"])],
+                  wait: true, timeout: 30, inherit: false)
+        }
+        guard case .int(let mover)? = moving["hold"] else { Issue.record("no hold: \(moving)"); return }
+        // The writer: the counter, one update of the item at the old path, which waits.
+        let writer = try started(Self.counter, [old, "1", "b", "-"])
+        #expect(waits("write(forMerging) \(old)"), "the writer's hold does not wait: \(waiting())")
+        // A hold of the old path that waits too, for the writer's final move (away and back) to
+        // wait for in its turn: it replaces, so it stays at the path when the item moves (O8).
+        let second = EventLog()
+        client.request({ .hold(id: $0, intents: [WireIntent(path: old, access: .write, options: ["forReplacing"])],
+                               wait: true, timeout: 30, inherit: false) }) { result in
+            if case .success(let fields) = result, case .int(let number)? = fields["hold"] { second.add(String(number)) }
+            else { second.add("\(result)") }
+        }
+        #expect(waits("write(forReplacing) \(old)", within: .seconds(10)), "\(waiting())")
+
+        // The move; outside a mount nobody sees the rename, so the mover reports it.
+        #expect(rename(old, new) == 0)
+        _ = try client.request { .moved(id: $0, hold: mover, from: old, to: new) }
+        let followed = waiting()
+        #expect(followed.contains("write(forMerging) \(new)") && followed.contains("write(forReplacing) \(old)"),
+                "the writer's wait follows the item, the replacing one stays: \(followed)")
+        _ = try client.request { .release(id: $0, hold: mover, changed: false) }
+
+        // The writer's hold is granted where the item is now, and it updates it there; then its
+        // final move of the old path waits for the second hold.
+        #expect(eventually(.seconds(10)) { Int(second.events.first ?? "") != nil }, "\(second.events)")
+        let held = try #require(Int(second.events.first ?? ""))
+        #expect(waits("write(forMoving) \(old)"), "the writer's final move does not wait: \(waiting())")
+        #expect(FileManager.default.createFile(atPath: old, contents: seed))
+        _ = try client.request { .release(id: $0, hold: held, changed: false) }
+        #expect(writer.waitForExit(timeout: .seconds(30)) == 0)
+        let report = (writer.next(timeout: .seconds(5))).flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(report?["log"] as? String == "M" && (report?["errors"] as? [String])?.isEmpty == true,
+                "the writer's presenter heard the move alone, and nothing failed: \(String(describing: report))")
+        let count = (try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: new))) as? [String: Any])?["count"] as? Int
+        #expect(count == 1, "the update is in the item where it went")
+
+        // The presenter heard the move, then the writer's update in full.
+        var heard: [String] = []
+        while let line = presenter.next(timeout: .seconds(1)) {
+            let message = (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["message"] as? String
+            heard.append(message ?? line)
+        }
+        #expect(heard == ["relinquishToWriter", "didMove", "reacquire", "relinquishToWriter", "save", "didChange", "reacquire"],
+                "\(heard)")
     }
 
     /// Outside any mount, `coordfs watch` starts the user's daemon where none runs, and a hold
