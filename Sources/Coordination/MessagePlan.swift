@@ -119,6 +119,7 @@ extension State {
                        outcomes: some Sequence<IntentOutcome>, tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>] {
         if presenterTree.isEmpty { return [] }
         var builder = DeliveryBuilder<PresenterNotification>(excluding: identity)
+        var toldAttributes = false
         for (intent, outcome) in zip(intents, outcomes) {
             guard case .writing(let options) = intent.kind, !options.contains(.forMoving) else { continue }
             if !outcome.existedBefore && !outcome.existsAfter { continue }
@@ -127,10 +128,14 @@ extension State {
             let path = intent.path
             let target = intent.target
             let packages = target.enclosingPackages
+            // chmod, chown, utimes: told as a change of attributes, which inotify's users tell
+            // apart from one of contents (ATTRIB, MODIFY).
+            let attributesOnly = options.contains(.contentIndependentMetadataOnly) && outcome.existedBefore
+            toldAttributes = toldAttributes || attributesOnly
             let subitemNews: PresenterNotification
             switch (outcome.existedBefore, outcome.existsAfter) {
             case (false, _): subitemNews = .subitemDidAppear(path)
-            case (true, true): subitemNews = .subitemDidChange(path)
+            case (true, true): subitemNews = attributesOnly ? .subitemDidChangeAttributes(path) : .subitemDidChange(path)
             case (true, false): subitemNews = .subitemWasDeleted(path)
             }
             if outcome.existedBefore && !outcome.existsAfter {
@@ -140,7 +145,8 @@ extension State {
             }
             if outcome.existsAfter && (!target.isDirectory || target.isPackage) {       // P19
                 for id in presenterTree.presenters(at: path) {
-                    builder.add([.didChange], to: id, at: path, package: target.isPackage, records: presenters)
+                    builder.add([attributesOnly ? .didChangeAttributes : .didChange], to: id, at: path, package: target.isPackage,
+                                records: presenters)
                 }
             }
             for (ancestor, ids) in tellingContainers ? presenterTree.presentersAbove(path) : [] {   // P19: any depth
@@ -148,6 +154,22 @@ extension State {
                 for id in ids { builder.add([subitemNews], to: id, at: ancestor, package: isPackage, records: presenters) }
             }
         }
-        return builder.deliveries
+        if !toldAttributes { return builder.deliveries }
+        // One change of an item per delivery, as before there were two kinds: a grant that wrote
+        // an item's attributes and its contents (two intents) tells the change of contents alone.
+        // Told both, a presenter in another process heard did-change twice (two events), and
+        // one in this process once.
+        var deliveries = builder.deliveries
+        for index in deliveries.indices where deliveries[index].messages.count > 1 {
+            let messages = deliveries[index].messages
+            deliveries[index].messages.removeAll { message in
+                switch message {
+                case .didChangeAttributes: messages.contains(.didChange)
+                case .subitemDidChangeAttributes(let path): messages.contains(.subitemDidChange(path))
+                default: false
+                }
+            }
+        }
+        return deliveries
     }
 }

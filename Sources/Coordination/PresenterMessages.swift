@@ -50,6 +50,12 @@ public enum PresenterNotification: Hashable, Sendable {
     case subitemDidAppear(ItemPath)                      // P10
     case subitemDidMove(from: ItemPath, to: ItemPath)    // P11
     case subitemDidChange(ItemPath)                      // P12
+    /// `didChange` of the item's attributes alone (a write with contentIndependentMetadataOnly:
+    /// chmod, chown, utimes). Apple tells it as did-change; the event channel flags it, for
+    /// inotify's ATTRIB.
+    case didChangeAttributes
+    /// `subitemDidChange` of an item's attributes alone.
+    case subitemDidChangeAttributes(ItemPath)
     /// An item inside was deleted. Apple has no callback for it; the event channel has.
     case subitemWasDeleted(ItemPath)
     /// The presented item itself was deleted (the event channel removes the watch).
@@ -66,8 +72,9 @@ public enum PresenterNotification: Hashable, Sendable {
     /// True for the subitem notifications a package presenter may receive as did-change (P20).
     public var isSubitemNotification: Bool {
         switch self {
-        case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemWasDeleted, .subitemVersionNews: return true
-        case .didMove, .didChange, .itemWasDeleted, .coordinationWasBroken, .versionNews: return false
+        case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemDidChangeAttributes, .subitemWasDeleted,
+             .subitemVersionNews: return true
+        case .didMove, .didChange, .didChangeAttributes, .itemWasDeleted, .coordinationWasBroken, .versionNews: return false
         }
     }
 }

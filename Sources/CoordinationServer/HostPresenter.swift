@@ -52,14 +52,14 @@ public final class HostPresenter: Presenter, @unchecked Sendable {
         }
         for notification in notifications {
             switch notification {
-            case .didChange: forward(.changed(own))
+            case .didChange, .didChangeAttributes: forward(.changed(own))
             case .itemWasDeleted: forward(.deleted(own))
             case .didMove(let destination):
                 move(store.itemPath(ofStorePath: own), destination)
                 path.withLock { $0 = destination }
                 moved()
             case .subitemDidAppear(let item): inside(item) { .appeared($0) }
-            case .subitemDidChange(let item): inside(item) { .changed($0) }
+            case .subitemDidChange(let item), .subitemDidChangeAttributes(let item): inside(item) { .changed($0) }
             case .subitemWasDeleted(let item): inside(item) { .deleted($0) }
             case .subitemDidMove(let source, let destination): move(source, destination)
             // A conflict version is kept in the store of the host that replaced the content;

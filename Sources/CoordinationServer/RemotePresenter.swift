@@ -70,11 +70,13 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
         }
     }
 
-    private func tell(_ bit: EventMask, cookie: UInt64 = 0, name: String = "", path: String? = nil, origin: EventOrigin? = nil) {
+    /// Sends `bit` (with `flags`, such as METADATA_ONLY) if the watch asked for it.
+    private func tell(_ bit: EventMask, flags: EventMask = [], cookie: UInt64 = 0, name: String = "", path: String? = nil,
+                      origin: EventOrigin? = nil) {
         guard mask.contains(bit), let connection else { return }
         // Items deep inside a watched directory: only if the client could list their directory.
         if Self.isDeep(name), let path, !connection.mayLearn(of: path) { return }
-        connection.send(.event(record(bit, cookie: cookie, name: name, path: path, origin: origin)))
+        connection.send(.event(record(bit.union(flags), cookie: cookie, name: name, path: path, origin: origin)))
     }
 
     private static func error(_ code: Int32) -> Error? {
@@ -120,9 +122,12 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
                 itemDidMove(to: newPath.string, origin)
                 moved()
             case .didChange: tell(.changed, origin: origin)
+            case .didChangeAttributes: tell(.changed, flags: .metadataOnly, origin: origin)
             case .subitemDidAppear(let item): tell(.subitemAppeared, name: name(item.string), path: item.string, origin: origin)
             case .subitemDidMove(let from, let to): subitem(at: from.string, didMoveTo: to.string, origin)
             case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string, origin: origin)
+            case .subitemDidChangeAttributes(let item):
+                tell(.subitemChanged, flags: .metadataOnly, name: name(item.string), path: item.string, origin: origin)
             case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string, origin: origin)
             case .itemWasDeleted:
                 tell(.presenterRemoved, origin: origin)

@@ -37,6 +37,10 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     public static let versionRemoved = EventMask(rawValue: 1 << 20)
     /// A conflict version of the item (or of an item inside) was marked resolved; `cookie` names it.
     public static let conflictResolved = EventMask(rawValue: 1 << 21)
+    /// Set with `changed` or `subitemChanged` when the change was to the item's attributes
+    /// alone (chmod, chown, utimes, an extended attribute: a write with
+    /// contentIndependentMetadataOnly), what inotify tells as ATTRIB rather than MODIFY.
+    public static let metadataOnly = EventMask(rawValue: 1 << 22)
     /// Set on records that wait for an answer.
     public static let request = EventMask(rawValue: 1 << 30)
 
@@ -56,7 +60,7 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
         ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("BROKEN", .broken),
         ("CONFLICT", .conflict), ("VERSION_ADDED", .versionAdded), ("VERSION_REMOVED", .versionRemoved),
         ("CONFLICT_RESOLVED", .conflictResolved),
-        ("REQUEST", .request),
+        ("METADATA_ONLY", .metadataOnly), ("REQUEST", .request),
     ]
 
     public var names: [String] { Self.names.filter { contains($0.1) }.map(\.0) }

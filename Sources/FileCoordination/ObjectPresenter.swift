@@ -63,9 +63,14 @@ final class ObjectPresenter: Presenter, @unchecked Sendable {
                     switch notification {
                     case .didMove(let path): presenter.presentedItemDidMove(to: path.fileURL)
                     case .didChange: presenter.presentedItemDidChange(); sentDidChange = true
+                    // Apple has one callback for a change of contents and of attributes: once.
+                    case .didChangeAttributes:
+                        if !sentDidChange { presenter.presentedItemDidChange() }
+                        sentDidChange = true
                     case .subitemDidAppear(let path): presenter.presentedSubitemDidAppear(at: path.fileURL)
                     case .subitemDidMove(let from, let to): presenter.presentedSubitem(at: from.fileURL, didMoveTo: to.fileURL)
-                    case .subitemDidChange(let path): presenter.presentedSubitemDidChange(at: path.fileURL)
+                    case .subitemDidChange(let path), .subitemDidChangeAttributes(let path):
+                        presenter.presentedSubitemDidChange(at: path.fileURL)
                     case .subitemWasDeleted(let path):
                         if let extended = presenter as? ExtendedFilePresenter { extended.presentedSubitemWasDeleted(at: path.fileURL) }
                         else { UnimplementedCallback.note() }   // no Apple callback

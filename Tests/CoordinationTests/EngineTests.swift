@@ -165,6 +165,41 @@ import Testing
         #expect(messages[0] == messages[1])
     }
 
+    /// A write of attributes alone (chmod, chown, utimes: contentIndependentMetadataOnly) is
+    /// told as such, for inotify's ATTRIB; any other change as before.
+    @Test func aChangeOfAttributesAloneIsToldAsSuch() throws {
+        let directory = ItemPath("/d")!, item = ItemPath("/d/x")!
+        var told: [[ItemPath: [PresenterNotification]]] = []
+        for options: WritingOptions in [.contentIndependentMetadataOnly, []] {
+            let engine = CoordinationEngine()
+            _ = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: []))
+            _ = engine.addPresenter(PresenterRecord(owner: .process(3), path: item, answers: []))
+            let grant = try #require(engine.acquireAtOnce(request(.process(1), .write(item, options))))
+            let delivered = engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true)) { _ in }
+            told.append(Dictionary(uniqueKeysWithValues: delivered.map { ($0.presentedPath, $0.messages) }))
+        }
+        #expect(told[0] == [directory: [.subitemDidChangeAttributes(item)], item: [.didChangeAttributes]])
+        #expect(told[1] == [directory: [.subitemDidChange(item)], item: [.didChange]])
+    }
+
+    /// One grant that writes an item's attributes and its contents tells one change of it, of
+    /// its contents, whatever the order: told both, a presenter in another process heard
+    /// did-change twice.
+    @Test func aChangeOfAttributesAndContentsAtOnceIsToldOnce() throws {
+        let directory = ItemPath("/d")!, item = ItemPath("/d/x")!
+        let changed = IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
+        for intents in [[Intent.write(item, .contentIndependentMetadataOnly), .write(item)],
+                        [.write(item), .write(item, .contentIndependentMetadataOnly)]] {
+            let engine = CoordinationEngine()
+            _ = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: []))
+            _ = engine.addPresenter(PresenterRecord(owner: .process(3), path: item, answers: []))
+            let grant = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(1), intents: intents, waits: true)))
+            let delivered = engine.release(grant, outcomes: [changed, changed]) { _ in }
+            let told = Dictionary(uniqueKeysWithValues: delivered.map { ($0.presentedPath, $0.messages) })
+            #expect(told == [directory: [.subitemDidChange(item)], item: [.didChange]], "\(intents)")
+        }
+    }
+
     @Test func reentryDoesNotQueueBehindWaitersOfItself() throws {
         // P holds a; Q waits for a; P asks for a again: granted, not deadlocked by fairness.
         let engine = CoordinationEngine(), resumed = Resumed()

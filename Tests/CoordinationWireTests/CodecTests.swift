@@ -27,6 +27,15 @@ import Testing
         }
     }
 
+    /// A change of attributes alone carries METADATA_ONLY beside its event: what inotify tells
+    /// as ATTRIB rather than MODIFY.
+    @Test func aChangeOfAttributesAloneIsFlagged() throws {
+        let event = ServerMessage.event(EventRecord(wd: 2, mask: [.subitemChanged, .metadataOnly], cookie: 0, name: "f", path: "/m/d/f"))
+        #expect(String(decoding: WireCodec.encode(event), as: UTF8.self)
+                == #"{"cookie":0,"events":["SUBITEM_CHANGED","METADATA_ONLY"],"mask":4198400,"name":"f","path":"/m/d/f","wd":2}"# + "\n")
+        #expect(try WireCodec.decodeServer(WireCodec.encode(event)) == event)
+    }
+
     @Test func eventsAndRepliesRoundTrip() throws {
         let event = ServerMessage.event(EventRecord(wd: 1, mask: [.save, .request], cookie: 7, name: "", path: "/m/doc"))
         let line = String(decoding: WireCodec.encode(event), as: UTF8.self)
