@@ -51,6 +51,9 @@ struct Mount: ParsableCommand {
     @Option(help: "Seconds a file held open for writing must stay unchanged before others waiting for it go ahead (default 1; 0: wait the break time).")
     var settleTime: Double?
 
+    @Option(help: "Seconds an rm, mv, create, chmod or truncate waits at most for another user's hold, open file or presenter, while nobody can list or create in its directory (default 1; 0: wait the break time).")
+    var lockTime: Double?
+
     @Option(help: "Whose refusals fail whose accesses: own-user (a presenter's refusal fails its own user's accesses, root's anyone's; another user's is reported and ignored; the default) or anyone (any refusal fails any access, for users who trust each other).")
     var vetoes: VetoScope?
 
@@ -184,6 +187,8 @@ struct Mount: ParsableCommand {
         configuration.breakTime = breakSeconds == 0 ? nil : try Seconds.duration(breakSeconds, option: "--break-time")
         let settleSeconds = settleTime ?? loaded?.settleTime ?? 1
         configuration.settleTime = settleSeconds == 0 ? nil : try Seconds.duration(settleSeconds, option: "--settle-time")
+        let lockSeconds = lockTime ?? loaded?.lockTime ?? 1
+        configuration.lockTime = lockSeconds == 0 ? nil : try Seconds.duration(lockSeconds, option: "--lock-time")
         let cache = cacheTimeout ?? loaded?.cacheTimeout
         if let cache, !(cache >= 0 && cache <= 86_400) { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
         configuration.cacheTimeout = cache

@@ -13,6 +13,7 @@ import Foundation
 ///     presenter-timeout = 5
 ///     break-time = 45                # seconds an access waits at most for another program's open file
 ///     settle-time = 1                # seconds a file held open for writing must stay unchanged
+///     lock-time = 1                  # seconds an rm or mv waits at most for another user's hold
 ///     cache-timeout = 1              # seconds the kernel keeps names and attributes
 ///     package-extensions = pkg, bundle
 ///     options = allow_other          # FUSE -o options
@@ -40,6 +41,7 @@ struct Profile {
     var presenterTimeout: Double?
     var breakTime: Double?
     var settleTime: Double?
+    var lockTime: Double?
     var cacheTimeout: Double?
     var backingWatch: Bool?
     /// `backing-watch = directories`: a mark on each directory.
@@ -126,6 +128,7 @@ struct Profile {
             case "presenter-timeout": presenterTimeout = try seconds(value)
             case "break-time": breakTime = try seconds(value)
             case "settle-time": settleTime = try seconds(value)
+            case "lock-time": lockTime = try seconds(value)
             case "cache-timeout": cacheTimeout = try seconds(value)
             case "backing-watch":
                 if value == "directories" { backingWatch = true; backingWatchByDirectory = true } else { backingWatch = try boolean(value) }

@@ -22,6 +22,10 @@ extension Filesystem {
         /// a `String?` runs the optional's value witnesses, some ten cache lines of code.
         var name: String = ""
         var isDirectory: Bool
+        /// The kernel keeps the item's inode locked while the request waits (a truncation):
+        /// every write of the file waits behind it, as others' requests about names in a
+        /// directory wait behind a request about one of them.
+        var inodeLocked = false
     }
 
     /// The mode the configuration's rules give the item `wanted` names.
@@ -74,11 +78,8 @@ extension Filesystem {
         if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return body(reply, nil) }
         let mode = coordinationMode(wanted, other)
         if mode == .off { return body(reply, nil) }
-        var strictened = wanted
-        if mode == .strict, case .writing(let options) = wanted.kind, !options.isDisjoint(with: [.appendingOnly, .sharingWriters]) {
-            strictened.kind = .writing([])     // every writer excludes every other open
-        }
-        let wanted = strictened
+        let wanted = mode == .strict ? Self.strict(wanted) : wanted
+        let other = mode == .strict ? other.map(Self.strict) : other
         if forTheCall && mayPassQuietly(wanted, other), let passage = passQuietly(wanted, other) {
             if attempt == 0 { statistics.coordinated.add() }
             body(reply, nil)
@@ -144,8 +145,17 @@ extension Filesystem {
         }
         let number = waitingRequests.number()
         // A request about a name waits with its directory locked by the kernel; a setattr, its
-        // inode: holders that need them must not wait for it in turn.
+        // inode: holders that need them must not wait for it in turn. A truncation locks the
+        // inode too: it is not looked at for holders stuck on it (its own rule's), but others
+        // are kept out meanwhile (the lock time).
         let underKernelLock = forTheCall || !wanted.name.isEmpty
+        let locksOthersOut = underKernelLock || wanted.inodeLocked
+        // An unlink, rmdir or rename: what it passes on the names it takes away is revoked once
+        // it is made (`revokePassedHolds`).
+        var changesNames = false
+        if forTheCall, case .writing(let options) = wanted.kind, !options.isDisjoint(with: [.forDeleting, .forMoving, .forReplacing]) {
+            changesNames = true
+        }
         // O_NONBLOCK answers what a blocking request would do now. A read that the settle rule
         // may let through begins as a waiter, looked at once (below); anything else is refused
         // where it would wait.
@@ -153,7 +163,7 @@ extension Filesystem {
         // An open of the items by this process went ahead by a break: the request goes ahead past
         // the same holders at once, as that open's own writes do (`BrokenOpens`).
         let covered = brokenOpens.covers(intents, of: process)
-        let watched = !settling && waitWatch.watches(underKernelLock: underKernelLock)
+        let watched = !settling && waitWatch.watches(underKernelLock: underKernelLock, locksOthersOut: locksOthersOut)
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         reply.onInterrupt(number)
         let uid = reply.caller.uid
@@ -187,7 +197,8 @@ extension Filesystem {
         guard access.ifUnsettled({
             interrupted = waitingRequests.waits(number, in: access)
             if watched {
-                waitWatch.watch(number, access, underKernelLock: underKernelLock, uid: uid,
+                waitWatch.watch(number, access, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
+                                changesNames: changesNames, uid: uid,
                                 item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
             }
         }) else { return }
@@ -202,6 +213,32 @@ extension Filesystem {
         }
         statistics.waited.add(1, ordering: .relaxed)
         if interrupted { access.cancel() }
+    }
+
+    /// `intent` as strict mode takes it: every writer excludes every other open (no appending or
+    /// writing in place beside others, U1, U2), and no open file lets a change pass it.
+    private static func strict(_ intent: ItemIntent) -> ItemIntent {
+        var strict = intent
+        switch intent.kind {
+        case .writing(let options):
+            if !options.isDisjoint(with: [.appendingOnly, .sharingWriters]) {
+                strict.kind = .writing([])
+            } else if !options.isDisjoint(with: [.passesOpenReads, .passesAppends]) {
+                strict.kind = .writing(options.subtracting([.passesOpenReads, .passesAppends]))
+            }
+        case .reading(let options):
+            if options.contains(.throughOpenFile) { strict.kind = .reading(options.subtracting(.throughOpenFile)) }
+        }
+        return strict
+    }
+
+    /// A name change made past holds (`WaitWatch`: the kernel-lock rule, the lock time, the
+    /// break time) revokes, once it is made, those it passed on the names it took away
+    /// (`CoordinatedAccess.revokePassed`): their items are gone from there.
+    func revokePassedHolds(_ claim: Claim?) {
+        guard case .waited(let access)? = claim else { return }
+        let revoked = access.revokePassed()
+        if revoked > 0 { waitWatch.holdsRevoked.add(revoked, ordering: .relaxed) }
     }
 
     /// A request that gave up waiting (EBUSY) says in the log who it waited for: what a user

@@ -116,9 +116,12 @@ extension Filesystem {
         // Truncation changes contents: a plain write; through an open that writes in place, a
         // write in place that the other writers in place share (U2: SQLite's checkpoint sizes
         // the database with ftruncate while other connections have it open). The rest is
-        // metadata (O9).
-        let options: WritingOptions = change.size == nil ? .contentIndependentMetadataOnly
+        // metadata (O9). A log's truncation (a file with appending opens: logrotate's
+        // copytruncate, `truncate -s 0`) leaves its appenders appending at the new end and its
+        // readers reading a prefix, as they share it already (U1): it does not wait for them.
+        var options: WritingOptions = change.size == nil ? .contentIndependentMetadataOnly
             : open?.writesInPlace == true ? .sharingWriters : []
+        if change.size != nil && inode.appenders.load(ordering: .relaxed) > 0 { options.formUnion(Self.logRotation) }
         // A process that holds the file open for writing (tar's fchown, fchmod and futimens; the
         // futimens of touch on the file it just made) changes its attributes as part of that
         // access: the open already holds the write and has asked its presenters, and its release
@@ -134,8 +137,9 @@ extension Filesystem {
             return apply(change, inode, open, reply, claim: nil)
         }
         // A truncation may free a big file's blocks, for as long as the disk takes: it does not
-        // pass the quiet gate, whose next closer would wait for it.
-        coordinate(reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory),
+        // pass the quiet gate, whose next closer would wait for it. The kernel keeps the inode
+        // locked meanwhile, as for every setattr: every write of the file waits behind it.
+        coordinate(reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory, inodeLocked: true),
                    forTheCall: change.size == nil) { [self] reply, claim in
             apply(change, inode, open, reply, claim: claim)
         }

@@ -13,7 +13,10 @@ extension Filesystem {
     func open(_ reply: consuming Reply, _ id: UInt64, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(request.flags)
-        let wanted = ItemIntent(kind: Self.openKind(flags), node: inode, isDirectory: false)
+        let wanted = ItemIntent(kind: Self.openKind(flags, ofALog: inode.appenders.load(ordering: .relaxed) > 0,
+                                                    withOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed)),
+                                node: inode, isDirectory: false)
+        let appends = wanted.kind == .writing(.appendingOnly)
         let writes = wanted.kind.isWrite
         let info = request.info
         let caller = reply.caller
@@ -62,7 +65,7 @@ extension Filesystem {
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
             let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
                                 writer: writes ? writer(of: claim, reply) : 0, opener: writes ? openingProcess(caller) : 0,
-                                directIO: direct, flags: flags)
+                                directIO: direct, flags: flags, appends: appends && claim != nil)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
             noteBrokenOpen(file, claim, caller)
             if versions != nil {
@@ -131,13 +134,24 @@ extension Filesystem {
             && seen.ctime.tv_nsec == info.st_ctim.tv_nsec
     }
 
-    /// The intent an open with `flags` holds: a read, an appending write (U1), a write in place
-    /// among sharing writers (U2), or a write that truncates and excludes everyone.
-    static func openKind(_ flags: Int32) -> AccessKind {
+    /// The intent an open with `flags` holds: a read of what it opened (which a name change
+    /// leaves to it: `WritingOptions.passesOpenReads`), an appending write (U1), a write in
+    /// place among sharing writers (U2), or a write that truncates and excludes everyone.
+    /// `ofALog`: the file has appending opens (`Inode.appenders`); an open for writing in place
+    /// of it is its rotation (logrotate's copytruncate opens it read-write, copies it and
+    /// truncates it through that open), which its readers do not hold off: they read a prefix
+    /// already (U1). `withOtherLinks`: a file with hard links (`Inode.hasOtherLinks`), whose
+    /// readers a name change waits for, as it does a coordinated reader's.
+    static func openKind(_ flags: Int32, ofALog: Bool = false, withOtherLinks: Bool = false) -> AccessKind {
         let writes = flags & O_ACCMODE != O_RDONLY || flags & O_TRUNC != 0
-        guard writes else { return .reading([]) }
-        return createKind(flags)
+        guard writes else { return .reading(withOtherLinks ? [] : .throughOpenFile) }
+        let kind = createKind(flags)
+        return ofALog && kind == .writing(.sharingWriters) ? .writing([.sharingWriters, .passesOpenReads]) : kind
     }
+
+    /// A log's rotation in one call (a truncation of a file with appending opens): its appenders
+    /// and its readers go on as they were (`LockKind.leavesUntouched`).
+    static let logRotation: WritingOptions = [.passesOpenReads, .passesAppends]
 
     /// The intent a create with `flags` holds on the new file, for as long as it stays open: a
     /// write, whatever the access mode (it makes the item), of the kind an open of the file with
@@ -203,7 +217,8 @@ extension Filesystem {
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
                 let direct = backingID == nil && flags & CFS_O_DIRECT != 0
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
-                                    writer: writer(of: claim, reply), opener: openingProcess(caller), directIO: direct, flags: flags)
+                                    writer: writer(of: claim, reply), opener: openingProcess(caller), directIO: direct, flags: flags,
+                                    appends: kind == .writing(.appendingOnly) && claim != nil)
                 file.versionReader = versionReader(reply.caller)
                 noteBrokenOpen(file, claim, caller)
                 // A file that was there already, marked: as an open's. (A create's reply, which
@@ -331,6 +346,7 @@ extension Filesystem {
     func release(_ reply: consuming Reply, _ handle: UInt64) {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
         if file.writer != 0 { file.inode.endedWriting(by: file.writer) }
+        if file.appends { file.inode.appenders.subtract(1, ordering: .relaxed) }
         if let broken = file.brokenOpen { brokenOpens.remove(broken.token, of: broken.process) }
         if file.writesThroughTheKernel { file.inode.endedWritingThroughTheKernel(by: file.kernelWriter) }
         var info = stat()

@@ -89,7 +89,10 @@ extension Filesystem {
     func unlink(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID], !isVersionStore(parentID, name) else { return reply.error(ENOENT) }
         let caller = reply.caller
-        coordinate(reply, ItemIntent(kind: .writing(.forDeleting), node: parent, name: name, isDirectory: directory),
+        // Programs reading the item through open files read on what they opened, as on any
+        // Linux filesystem: they do not keep its directory locked (docs/mount.md, the kernel's
+        // locks). A writer's work would be lost: it is waited for.
+        coordinate(reply, ItemIntent(kind: .writing([.forDeleting, .passesOpenReads]), node: parent, name: name, isDirectory: directory),
                    forTheCall: true) { reply, claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 // A file's last name: its inode goes to the store first, as a version.
@@ -112,7 +115,10 @@ extension Filesystem {
                 if failure == nil, !directory { self.versions?.changed(self.relativePath(parent, name)) }
                 return failure
             }
-            if failure == nil { self.namespaceChanged(name: name, directory: directory) }
+            if failure == nil {
+                self.namespaceChanged(name: name, directory: directory)
+                self.revokePassedHolds(claim)
+            }
             self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
             if let failure = failure ?? self.syncNames(in: parent) { reply.error(failure) } else { reply.ok() }
         }
@@ -139,9 +145,15 @@ extension Filesystem {
         let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
         let exchange = flags & UInt32(CFS_RENAME_EXCHANGE) != 0
         // Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
-        let source = ItemIntent(kind: .writing(.forMoving), node: parent, name: name, isDirectory: sourceIsDirectory)
-        let destination = ItemIntent(kind: .writing(exchange ? .forMoving : .forReplacing), node: newParent, name: newName,
-                                 isDirectory: destinationIsDirectory)
+        // Open descriptors keep their inodes: readers read on, and appenders of a moved item
+        // append on under its new name (logrotate's mv, before it asks for a reopen); their
+        // holds follow it (`State.relocateOpenFileHolds`). An appender of a replaced file would
+        // lose its work: it is waited for. An exchange, which reports no move for holds to
+        // follow, waits for them all.
+        let source = ItemIntent(kind: .writing(exchange ? .forMoving : [.forMoving, .passesOpenReads, .passesAppends]),
+                                node: parent, name: name, isDirectory: sourceIsDirectory)
+        let destination = ItemIntent(kind: .writing(exchange ? .forMoving : [.forReplacing, .passesOpenReads]), node: newParent,
+                                     name: newName, isDirectory: destinationIsDirectory)
         let replacedItself = destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
         // A file renamed over another (an atomic save) replaces its content: kept as a version.
         let mayReplace = !exchange && flags & CFS_RENAME_NOREPLACE == 0 && versions != nil
@@ -175,6 +187,7 @@ extension Filesystem {
                 return reply.error(failure)
             }
             namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
+            revokePassedHolds(claim)
             if replaces, let versions {
                 // A change of the item, which the writer has seen as the rename left it (its
                 // change time moved); a conflict is told once the rename is done.

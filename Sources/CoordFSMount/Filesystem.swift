@@ -133,7 +133,7 @@ public final class Filesystem: @unchecked Sendable {
         lanesByItem = configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal
         let table = inodes
         waitWatch = WaitWatch(logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
-                              breakTime: configuration.breakTime) { node, name in
+                              breakTime: configuration.breakTime, lockTime: configuration.lockTime) { node, name in
             table.withFD(node, orElse: { _ in nil }) { fd -> WaitWatch.FileState? in
                 var info = stat()
                 let found = name.isEmpty ? fstat(fd, &info) : FileSystemName.withCString(name) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }

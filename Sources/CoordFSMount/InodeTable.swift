@@ -52,6 +52,14 @@ final class Inode: @unchecked Sendable {
     /// While more than one process holds them (the low half of `writers` is 0): how many each
     /// process holds; empty otherwise. See `isWritten(by:)`.
     let sharedWriters = Mutex<[Int32: Int]>([:])
+    /// Its coordinated appending opens (`OpenFile.appends`): while there are any its file is a
+    /// log, whose rotation (a truncation, an open for writing in place) does not wait for its
+    /// readers or its appenders.
+    let appenders = Atomic<Int>(0)
+    /// A file seen with more than one link (hard links) by a lookup: its opens' holds are filed
+    /// under one of its names, and a writer by another name may not meet them once that name
+    /// is gone. So its readers keep name changes waiting, as before (`Filesystem.openKind`).
+    let hasOtherLinks = Atomic<Bool>(false)
     /// Its writable opens the kernel serves from the backing file (kernel passthrough), whose
     /// writes and close carry the writer's process, not the daemon's; and the processes that
     /// made them: how many each has open, and when its last one ended (coarse milliseconds).
@@ -347,6 +355,7 @@ final class InodeTable: Sendable {
                               handle: hasHandle ? handle : nil, isDirectory: isDirectory,
                               parent: parent, name: name)
             inode.lookups = 1
+            if !isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
             return (inode, nil, insert(inode, key, fd: fd, &state))
         }
         if let unused { close(unused) }
@@ -422,6 +431,7 @@ final class InodeTable: Sendable {
                 known.place(at: place)
                 known.isUnnamed.store(false, ordering: .relaxed)
             } else if !known.isDirectory && info.st_nlink > 1 {
+                known.hasOtherLinks.store(true, ordering: .relaxed)
                 // Another name of a file with hard links: the file keeps the path it is
                 // coordinated by, so that opens by either name conflict (when each lookup
                 // moved it, a reader that looked up the other name opened the file while

@@ -43,6 +43,11 @@ public struct MountConfiguration: Sendable {
     /// waits for it goes ahead: a program that keeps its output open and no longer writes (a
     /// server's port file) holds nobody up past it. nil: only the break time.
     public var settleTime: Duration? = .seconds(1)
+    /// How long a request the kernel keeps a lock for while it waits (a name change, a create,
+    /// a setattr, a truncation: meanwhile nobody can list, look up or create names in its
+    /// directory, or write its file) waits at most for other users' holds, open files and
+    /// presenters; then it goes ahead. nil: the break time.
+    public var lockTime: Duration? = .seconds(1)
     public var packageExtensions: Set<String> = []
     /// Whose refusals are vetoes for whom (`VetoScope`): the mount's owner may let any user's
     /// refusals fail anyone's accesses.

@@ -44,16 +44,22 @@ final class OpenFile: @unchecked Sendable {
     /// For an open that went ahead by a break, holding nothing: its entry in `BrokenOpens`,
     /// taken out at release. Set before the open is inserted in the table.
     var brokenOpen: (process: Int32, token: UInt64)?
+    /// A coordinated appending open (U1), counted in its inode's `appenders` from the open to
+    /// the release.
+    let appends: Bool
 
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
-    /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open.
+    /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open;
+    /// `appends`: a coordinated appending open, counted in `Inode.appenders`.
     init(fd: Int32, inode: Inode, claim: Claim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
-         writer: Int32 = 0, opener: Int32 = 0, directIO: Bool = false, flags: Int32 = 0) {
+         writer: Int32 = 0, opener: Int32 = 0, directIO: Bool = false, flags: Int32 = 0, appends: Bool = false) {
         self.fd = fd
         self.inode = inode
         self.claim = claim
         self.created = created
         self.writer = writer
+        self.appends = appends
+        if appends { inode.appenders.add(1, ordering: .relaxed) }
         syncOwedToDirectWrites = directIO ? (O_SYNC | O_DSYNC) & ~flags : 0
         if writer != 0 { inode.beganWriting(by: writer) }
         writesThroughTheKernel = passthrough && writes

@@ -12,7 +12,7 @@ import Glibc
 // @unchecked Sendable: its table is behind `condition`.
 /// Watches the requests that wait in the mount, and lets go ahead the ones whose wait must end
 /// before the wait timeout. A request that goes ahead holds nothing, and presenters are still
-/// told what it did (`CoordinatedAccess.breakThrough`). Three rules, looked at every 20 ms:
+/// told what it did (`CoordinatedAccess.breakThrough`). Four rules, looked at every 20 ms:
 ///
 /// - **A kernel lock.** The kernel locks a directory before it sends a request that changes a
 ///   name in it (and the victim's inode for unlink and rename), and an inode before a setattr,
@@ -25,14 +25,32 @@ import Glibc
 /// - **A settled file.** A program that keeps a file open for writing and no longer writes it
 ///   (a server's port or pid file, its output) holds it like a lease: once the file has stayed
 ///   unchanged for the settle time, a reader waiting only for such opens goes ahead.
+/// - **The lock time.** While a request the kernel holds a lock for waits (those above, and a
+///   truncation), nobody can list, look up or create names in its directory (or write its
+///   file): another user's holds, open files and presenters keep it at most the lock time.
 /// - **The break time.** A request waits at most the break time for opens of unmodified programs
 ///   (leases, as Linux's `lease-break-time`) and for holds of other users; then it goes ahead.
+///   The holds of other users it passes are revoked: they hold nothing from then on, and the
+///   request is granted as usual when nothing else stands in its way (not a change of metadata:
+///   a chmod that passed a writer leaves readers waiting for it).
+///
+/// A name change (unlink, rmdir, rename) that went ahead by any of these rules revokes, once
+/// it is made, the holds it passed on the names it took away (`CoordinatedAccess.revokePassed`):
+/// what they stood for has gone from there, and nobody waits for them again. Nothing else of
+/// their holders' changes.
 final class WaitWatch: @unchecked Sendable {
     /// A waiting request.
     struct Watched {
         let claim: CoordinatedAccess
-        /// The kernel holds a lock for it (a request about a name, a setattr).
+        /// The kernel holds a lock for it (a request about a name, a setattr but a truncation):
+        /// the kernel-lock rule looks at it.
         let underKernelLock: Bool
+        /// The kernel keeps others out of its directory or file while it waits (those, and a
+        /// truncation): the lock time bounds its wait for other users.
+        let locksOthersOut: Bool
+        /// It removes, replaces or moves a name (unlink, rmdir, rename): the holds it passes on
+        /// its items are revoked once it is made (`CoordinatedAccess.revokePassed`).
+        let changesNames: Bool
         let since: ContinuousClock.Instant
         /// Its caller's user.
         let uid: uid_t
@@ -53,7 +71,9 @@ final class WaitWatch: @unchecked Sendable {
         }
     }
 
-    enum Reason: String { case kernelLock = "a kernel lock", settled = "a settled file", breakTime = "the break time" }
+    enum Reason: String {
+        case kernelLock = "a kernel lock", settled = "a settled file", lockTime = "the lock time", breakTime = "the break time"
+    }
 
     private let condition = NSCondition()
     private var watched: [UInt: Watched] = [:]
@@ -63,31 +83,43 @@ final class WaitWatch: @unchecked Sendable {
     private let logger: Logger
     let settleTime: Duration?
     let breakTime: Duration?
+    /// How long a request that locks others out waits at most for other users
+    /// (`MountConfiguration.lockTime`); nil: the break time.
+    let lockTime: Duration?
     /// How the item of a watched request is looked at (`Filesystem` gives its inode table).
     private let look: @Sendable (Inode, String) -> FileState?
     /// Tells the holders of an item, and its presenters, that a request went ahead of them.
     /// Tells who held an item that a request (of the identity given) went ahead on.
     var tellBroken: (@Sendable (ItemPath, Set<CoordinatorIdentity>, CoordinatorIdentity) -> Void)?
-    /// Requests that went ahead, by rule.
+    /// Requests that went ahead, by rule, and the holds revoked (by the break time, and by name
+    /// changes made past them: `Filesystem.revokePassedHolds`).
     let kernelLockBreaks = Atomic<Int>(0)
     let leaseBreaks = Atomic<Int>(0)
+    let lockTimeBreaks = Atomic<Int>(0)
+    let holdsRevoked = Atomic<Int>(0)
     static let interval: useconds_t = 20_000
 
-    init(logger: Logger, settleTime: Duration?, breakTime: Duration?, look: @escaping @Sendable (Inode, String) -> FileState?) {
+    init(logger: Logger, settleTime: Duration?, breakTime: Duration?, lockTime: Duration?,
+         look: @escaping @Sendable (Inode, String) -> FileState?) {
         self.logger = logger
         self.settleTime = settleTime
         self.breakTime = breakTime
+        self.lockTime = lockTime
         self.look = look
     }
 
     /// Whether a request of this kind needs watching at all.
-    func watches(underKernelLock: Bool) -> Bool { underKernelLock || settleTime != nil || breakTime != nil }
+    func watches(underKernelLock: Bool, locksOthersOut: Bool) -> Bool {
+        underKernelLock || (locksOthersOut && lockTime != nil) || settleTime != nil || breakTime != nil
+    }
 
     /// Watches `claim` until `forget(number)`.
-    func watch(_ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, uid: uid_t, item: (node: Inode, name: String)?) {
+    func watch(_ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, locksOthersOut: Bool, changesNames: Bool,
+               uid: uid_t, item: (node: Inode, name: String)?) {
         let now = ContinuousClock.now
         condition.lock()
-        watched[number] = Watched(claim: claim, underKernelLock: underKernelLock, since: now, uid: uid, item: item)
+        watched[number] = Watched(claim: claim, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
+                                  changesNames: changesNames, since: now, uid: uid, item: item)
         if !running {
             running = true
             let thread = Thread { [self] in loop() }
@@ -120,10 +152,20 @@ final class WaitWatch: @unchecked Sendable {
             let now = ContinuousClock.now
             var stuckNow: Set<Int32> = []
             var looked: [Int32: Bool] = [:]
-            var broken: [(UInt, Reason, Set<CoordinatorIdentity>)] = []
+            // Each identity's user, read from /proc at most once a look (nil: gone, as another's).
+            var users: [CoordinatorIdentity: uid_t?] = [:]
+            func user(of identity: CoordinatorIdentity) -> uid_t? {
+                if let known = users[identity] { return known }
+                let found = CoordinatorUsers.user(of: identity)
+                users[identity] = .some(found)
+                return found
+            }
+            var broken: [(number: UInt, reason: Reason, awaited: Set<CoordinatorIdentity>, revoked: Int)] = []
             for (number, request) in requests {
                 let awaited = request.claim.awaited
                 guard !awaited.isEmpty else { continue }
+                func anotherUsers(_ identity: CoordinatorIdentity) -> Bool { user(of: identity) != request.uid }
+                let waitsForHolders = request.claim.waitsForHolders
                 var reason: Reason?
                 if request.underKernelLock {
                     for process in Set(awaited.compactMap(\.process)) {
@@ -134,21 +176,35 @@ final class WaitWatch: @unchecked Sendable {
                     }
                 }
                 if reason == nil, settles(request.claim, awaited, request.item) { reason = .settled }
-                if reason == nil, let breakTime, now - request.since >= breakTime, request.claim.waitsForHolders,
-                   awaited.allSatisfy({ Self.isLease($0) || CoordinatorUsers.user(of: $0) != request.uid }) {
+                if reason == nil, let lockTime, request.locksOthersOut, now - request.since >= lockTime,
+                   awaited.allSatisfy(anotherUsers) {
+                    reason = .lockTime
+                }
+                if reason == nil, let breakTime, now - request.since >= breakTime, waitsForHolders,
+                   awaited.allSatisfy({ Self.isLease($0) || anotherUsers($0) }) {
                     reason = .breakTime
                 }
-                if let reason {
-                    request.claim.breakThrough()
-                    broken.append((number, reason, awaited))
+                guard let ended = reason else { continue }
+                // Another user's holds passed at the break time: a lease broken (docs/sharing.md).
+                // The caller's own user's open files keep their rule: passed, not revoked.
+                var revoking: Set<CoordinatorIdentity> = []
+                if ended == .breakTime && waitsForHolders && !Self.changesMetadataOnly(request.claim.request) {
+                    revoking = awaited.filter(anotherUsers)
                 }
+                // A name change remembers what it passes on its own items, revoked once it is made.
+                let noting: Set<CoordinatorIdentity> = request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
+                let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
+                broken.append((number, ended, awaited, revoked))
             }
             condition.lock()
             suspects = stuckNow
-            for (number, _, _) in broken { watched[number] = nil }
+            // Granted after its holders were revoked, a request may still ask presenters: it
+            // stays watched until its end (`forget`), and the lock time bounds them too. Any
+            // other is not looked at again.
+            for entry in broken where entry.revoked == 0 { watched[entry.number] = nil }
             condition.unlock()
-            for (number, reason, awaited) in broken {
-                if let claim = requests[number]?.claim { wentAhead(claim, for: reason, past: awaited) }
+            for entry in broken {
+                if let claim = requests[entry.number]?.claim { wentAhead(claim, for: entry.reason, past: entry.awaited, revoked: entry.revoked) }
             }
         }
     }
@@ -164,7 +220,7 @@ final class WaitWatch: @unchecked Sendable {
     }
 
     /// For a request that must not wait (O_NONBLOCK), just begun: whether it goes ahead now,
-    /// as a blocking one would at the first look (the settle rule; the other two need time to
+    /// as a blocking one would at the first look (the settle rule; the others need time to
     /// pass). Otherwise it is the caller's to refuse.
     func goesAheadNow(_ claim: CoordinatedAccess, item: (node: Inode, name: String)) -> Bool {
         let awaited = claim.awaited
@@ -175,10 +231,24 @@ final class WaitWatch: @unchecked Sendable {
     }
 
     /// Tells who held the item `claim` went ahead on, and its presenters; counts it and logs it.
-    private func wentAhead(_ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>) {
+    private func wentAhead(_ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>, revoked: Int = 0) {
         if let path = claim.grantedIntents.first?.path { tellBroken?(path, awaited, claim.request.identity) }
-        if reason == .kernelLock { kernelLockBreaks.add(1, ordering: .relaxed) } else { leaseBreaks.add(1, ordering: .relaxed) }
-        logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))")
+        switch reason {
+        case .kernelLock: kernelLockBreaks.add(1, ordering: .relaxed)
+        case .lockTime: lockTimeBreaks.add(1, ordering: .relaxed)
+        case .settled, .breakTime: leaseBreaks.add(1, ordering: .relaxed)
+        }
+        if revoked > 0 { holdsRevoked.add(revoked, ordering: .relaxed) }
+        let revoking = revoked > 0 ? "; \(revoked) of their holds revoked" : ""
+        logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))\(revoking)")
+    }
+
+    /// Whether `request` writes nothing but metadata (O9: chmod, chown, utimes, xattrs).
+    static func changesMetadataOnly(_ request: AccessRequest) -> Bool {
+        request.intents.allSatisfy { intent in
+            if case .writing(let options) = intent.kind { return options.contains(.contentIndependentMetadataOnly) }
+            return false
+        }
     }
 
     /// An unmodified program's request or open file, held for that program alone.

@@ -11,6 +11,12 @@ public struct ReadingOptions: OptionSet, Hashable, Sendable {
     public static let immediatelyAvailableMetadataOnly = ReadingOptions(rawValue: 4)
     /// Hand the accessor a snapshot taken under coordination (O4).
     public static let forUploading = ReadingOptions(rawValue: 8)
+
+    // coordfs's own (not Apple's), set by a mount only:
+
+    /// A read through a descriptor an unmodified program opened through a mount: it reads the
+    /// inode it opened, whatever becomes of the item's name (`WritingOptions.passesOpenReads`).
+    package static let throughOpenFile = ReadingOptions(rawValue: 1 << 16)
 }
 
 /// Options of a coordinated write. Raw values are Apple's; a write carries at most one (O10).
@@ -40,14 +46,31 @@ public struct WritingOptions: OptionSet, Hashable, Sendable {
     /// may refuse it (P33). Like a deletion, on a directory it covers everything inside.
     public static let forEvicting = WritingOptions(rawValue: 1 << 18)
 
+    // Marks a mount sets beside a write's option, for a change it makes in one call for an
+    // unmodified program (docs/mount.md, the kernel's locks). Nobody asks for them: the
+    // control socket knows them by no name.
+
+    /// A change that reads through open descriptors outlive: a name change (a descriptor keeps
+    /// its inode and every byte of it) or a log's rotation (its readers read a prefix already,
+    /// U1). It does not wait for `ReadingOptions.throughOpenFile` reads, nor they for it.
+    package static let passesOpenReads = WritingOptions(rawValue: 1 << 19)
+    /// A change that leaves appenders appending: a move (the descriptor keeps its inode) or a
+    /// log's truncation (an `O_APPEND` write lands at the new end). It does not wait for
+    /// `appendingOnly` writes, nor they for it.
+    package static let passesAppends = WritingOptions(rawValue: 1 << 20)
+
     static let known: WritingOptions = [.forDeleting, .forMoving, .forMerging, .forReplacing,
-                                        .contentIndependentMetadataOnly, .appendingOnly, .sharingWriters, .forEvicting]
+                                        .contentIndependentMetadataOnly, .appendingOnly, .sharingWriters, .forEvicting,
+                                        .passesOpenReads, .passesAppends]
+    /// The marks: a write carries at most one option besides them (O10).
+    static let marks: WritingOptions = [.passesOpenReads, .passesAppends]
     /// The options whose write on a directory covers everything inside it (C19).
     static let destructive: WritingOptions = [.forDeleting, .forMoving, .forReplacing, .forEvicting]
 
-    /// True when at most one known option is set and no unknown bit is.
+    /// True when at most one known option is set besides the marks, and no unknown bit is.
     public var isValid: Bool {
-        rawValue & ~WritingOptions.known.rawValue == 0 && rawValue & (rawValue &- 1) == 0
+        let option = rawValue & ~WritingOptions.marks.rawValue
+        return rawValue & ~WritingOptions.known.rawValue == 0 && option & (option &- 1) == 0
     }
 }
 

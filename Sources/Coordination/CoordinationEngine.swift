@@ -254,12 +254,18 @@ public final class CoordinationEngine: Sendable {
                 let entry = state.shortList.remove(at: index)
                 let intents = CollectionOfOne(entry.intent)
                 let notes = outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []
-                if let outcomes { state.endServices(ofItemsDeletedBy: intents, outcomes: outcomes) }
+                if let outcomes {
+                    state.endServices(ofItemsDeletedBy: intents, outcomes: outcomes)
+                    if entry.kind.passesOpenReads { state.dropOpenFileHolds(removedBy: intents, outcomes: outcomes) }
+                }
                 return (notes, state.waiting.isEmpty && state.settling.isEmpty ? [] : state.grantWaiters())
             }
             guard let record = state.removeGrant(grant) else { return ([], []) }
             let notes = outcomes.map { state.notifications(after: record, outcomes: $0) } ?? []
-            if let outcomes { state.endServices(ofItemsDeletedBy: record.intents, outcomes: outcomes) }
+            if let outcomes {
+                state.endServices(ofItemsDeletedBy: record.intents, outcomes: outcomes)
+                state.dropOpenFileHolds(removedBy: record.intents, outcomes: outcomes)
+            }
             return (notes, state.grantWaiters())
         }
         if !notifications.isEmpty { deliver(notifications) }

@@ -11,9 +11,11 @@ struct State: ~Copyable {
         /// When it was granted, among all numbers the engine hands out: orders a snapshot.
         let number: UInt64
         let identity: CoordinatorIdentity
-        let intents: [Intent]
-        /// False for an access that only tells (`AccessRequest.holdsIntents`).
-        let holdsIntents: Bool
+        /// Those of open descriptors follow their item's moves (`relocateOpenFileHolds`).
+        var intents: [Intent]
+        /// False for an access that only tells (`AccessRequest.holdsIntents`), and for one whose
+        /// holds were revoked (`giveUpHolds`).
+        var holdsIntents: Bool
         /// Owners of the presenters this grant is messaging: their requests do not wait for it
         /// while it does (C21), and the grant's owner waits for them (wait-for graph).
         var messaging: Set<CoordinatorIdentity>
@@ -166,7 +168,8 @@ struct State: ~Copyable {
             }
             if subtreeHoldCount > 0 {
                 for ancestor in mode.path.ancestors {
-                    for hold in holds[ancestor] ?? Holds() where hold.kind.coversSubtree && isBlocking(hold, for: identity) {
+                    for hold in holds[ancestor] ?? Holds() where hold.kind.coversSubtree && !hold.kind.leavesUntouched(mode.kind)
+                        && isBlocking(hold, for: identity) {
                         found.insert(hold.identity)
                     }
                 }
@@ -174,7 +177,9 @@ struct State: ~Copyable {
             if mode.coversSubtree {
                 // Rare (deleting or moving a directory): a scan of the held items.
                 for (path, inside) in holds where mode.path.isAncestor(of: path) {
-                    for hold in inside where isBlocking(hold, for: identity) { found.insert(hold.identity) }
+                    for hold in inside where !mode.kind.leavesUntouched(hold.kind) && isBlocking(hold, for: identity) {
+                        found.insert(hold.identity)
+                    }
                 }
             }
             if !shortList.isEmpty { shortList.forEachHolder(blocking: mode, for: identity) { found.insert($0) } }
@@ -317,8 +322,21 @@ struct State: ~Copyable {
     mutating func releaseListedQuietly(_ grant: GrantID) -> Bool {
         guard presenterTree.isEmpty && services.isEmpty && waiting.isEmpty && settling.isEmpty,
               let index = shortList.index(of: grant.shortListNumber) else { return false }
+        // A deletion beside open files' reads may leave their holds to drop (`dropOpenFileHolds`).
+        if shortList.entries[index].kind.passesOpenReads && (shortList.entries.count > 1 || holds.count > 0) { return false }
         shortList.remove(at: index)
         return true
+    }
+
+    /// After a mount's deletion that went ahead beside open files' reads (`passesOpenReads`),
+    /// their holds on the item removed: its name is gone, and what is made there next is not
+    /// theirs to hold off (`dropOpenFileHolds`). `intents` and `outcomes` are the ended grant's.
+    mutating func dropOpenFileHolds(removedBy intents: some Sequence<Intent>, outcomes: some Sequence<IntentOutcome>) {
+        for (intent, outcome) in zip(intents, outcomes) where !outcome.existsAfter {
+            guard case .writing(let options) = intent.kind, options.contains(.forDeleting), options.contains(.passesOpenReads)
+            else { continue }
+            dropOpenFileHolds(at: LockMode.lockedPath(intent), inside: intent.target.isDirectory)
+        }
     }
 
     mutating func removeGrant(_ id: GrantID) -> GrantRecord? {

@@ -12,7 +12,10 @@ extension CoordinationEngine {
             }
             if source.path == destination.path { return [] }     // harmless (C45)
             state.grants[grant]!.moved += [source.path, destination.path]
-            return state.move(from: source, to: destination, by: record.identity)
+            // A mount's rename: the open descriptors it let past follow their inode.
+            var byMount = false
+            if case .process = record.identity { byMount = true }
+            return state.move(from: source, to: destination, by: record.identity, openFilesFollow: byMount)
         }
     }
 }
@@ -20,8 +23,10 @@ extension CoordinationEngine {
 extension State {
     /// The move of the item at `source` to `destination`, by `identity` (nil: behind a mount):
     /// presenters re-indexed, waiters and services moved, the notifications returned.
+    /// `openFilesFollow`: a mount's rename, which the holds of open descriptors follow
+    /// (`relocateOpenFileHolds`).
     mutating func move(from source: AccessTarget, to destination: AccessTarget, by identity: CoordinatorIdentity?,
-                       tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>]
+                       tellingContainers: Bool = true, openFilesFollow: Bool = false) -> [PresenterDelivery<PresenterNotification>]
     {
         let from = source.path, to = destination.path
         var builder = State.DeliveryBuilder<PresenterNotification>(excluding: identity)
@@ -61,6 +66,10 @@ extension State {
         }
 
         relocateWaiters(from: from, to: to)
+        if openFilesFollow {
+            dropOpenFileHolds(at: to, inside: destination.isDirectory)
+            relocateOpenFileHolds(from: from, to: to, inside: source.isDirectory)
+        }
         for (id, service) in services {
             if let path = service.path.relocated(from: from, to: to) { services[id]!.path = path }
         }
@@ -89,5 +98,73 @@ extension State {
                 waiting[index].modes = intents.map(LockMode.init)
             }
         }
+    }
+}
+
+extension State {
+    /// A hold of an open descriptor that a name change leaves as it was
+    /// (`LockKind.leavesUntouched`): a read through an open file, an appender. It keeps its
+    /// inode, whatever becomes of its names.
+    static func followsItsInode(_ kind: LockKind) -> Bool { kind.readsOpenFile || kind.appends }
+
+    /// Holds of open descriptors on the item moved, and inside it, follow it: their descriptors
+    /// keep the inode, under its new name. Left behind, they would hold off whatever is made
+    /// under the old name next (logrotate's new log, a second `tail -f`'s reader). A coordinated
+    /// hold names a path and stays where it is (only waiting intents follow, C11). A moved hold
+    /// is gated no more: the gate its owner shut guards the name it left, and a request about
+    /// the new name passing beside it would not see it.
+    /// `inside`: the item is a directory, whose contents move with it; a file's holds are looked
+    /// up, not looked for.
+    mutating func relocateOpenFileHolds(from: ItemPath, to: ItemPath, inside: Bool) {
+        func moved(_ intent: Intent) -> Intent {
+            var intent = intent
+            intent.target.path = intent.target.path.relocated(from: from, to: to) ?? intent.target.path
+            intent.target.enclosingPackages = intent.target.enclosingPackages.map { $0.relocated(from: from, to: to) ?? $0 }
+            return intent
+        }
+        if !shortList.isEmpty { shortList.relocate(from: from, following: Self.followsItsInode, moved) }
+        guard holds.count > 0 else { return }
+        var moving: [(grant: GrantID, path: ItemPath)] = []
+        if inside {
+            for (path, held) in holds where path == from || from.isAncestor(of: path) {
+                for hold in held where Self.followsItsInode(hold.kind) { moving.append((hold.grant, path)) }
+            }
+        } else if let held = holds[from] {
+            for hold in held where Self.followsItsInode(hold.kind) { moving.append((hold.grant, from)) }
+        }
+        for (grant, path) in moving {
+            guard let record = grants[grant], record.holdsIntents else { continue }
+            for index in record.intents.indices where LockMode.lockedPath(record.intents[index]) == path {
+                let kind = LockKind(record.intents[index])
+                guard Self.followsItsInode(kind) else { continue }
+                let intent = moved(record.intents[index])
+                holds.remove(grant: grant, at: path)
+                holds.append(Hold(grant: grant, identity: record.identity, kind: LockKind(intent)), at: LockMode.lockedPath(intent))
+                grants[grant]!.intents[index] = intent
+            }
+            // Its owner's gate (a mount's `NameGates`) guards the name it left: requests about
+            // the new one would pass beside it. Gated no more, it closes the engine's gate.
+            if grants[grant]?.gated == true {
+                grants[grant]!.gated = false
+                gatedGrantCount -= 1
+            }
+        }
+    }
+
+    /// Holds of open descriptors on what was at `path` (and inside it) before a move replaced
+    /// it: their inode has no name there any more, and what is there now is not theirs to hold
+    /// off. They hold nothing from then on, as revoked holds.
+    mutating func dropOpenFileHolds(at path: ItemPath, inside: Bool) {
+        if !shortList.isEmpty { shortList.revoke(at: path, following: Self.followsItsInode) }
+        guard holds.count > 0 else { return }
+        var dropped: [GrantID] = []
+        if inside {
+            for (held, there) in holds where held == path || path.isAncestor(of: held) {
+                for hold in there where Self.followsItsInode(hold.kind) { dropped.append(hold.grant) }
+            }
+        } else if let there = holds[path] {
+            for hold in there where Self.followsItsInode(hold.kind) { dropped.append(hold.grant) }
+        }
+        for grant in dropped { giveUpHolds(of: grant) }
     }
 }

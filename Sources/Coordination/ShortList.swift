@@ -15,10 +15,14 @@ struct ShortList {
         let number: UInt64
         let identity: CoordinatorIdentity
         let kind: LockKind
-        let intent: Intent
+        /// An open descriptor's follows its item's moves (`relocate`).
+        var intent: Intent
         /// Its owner keeps it from the accesses that pass the engine beside gated grants
         /// (`CoordinationEngine.Quietness.onlyGatedGrants`).
         var gated = false
+        /// Revoked (`State.revoke`): it blocks nobody any more, and stays listed until its
+        /// owner ends it.
+        var revoked = false
 
         /// The item this grant locks: its outermost package, or itself (C17).
         func locks(_ path: ItemPath) -> Bool {
@@ -92,11 +96,57 @@ struct ShortList {
     func forEachHolder(blocking mode: LockMode, for identity: CoordinatorIdentity,
                        _ body: (CoordinatorIdentity) -> Void) {
         let key = mode.path.hashCode
-        for index in entries.indices where !entries[index].identity.isSameCoordinator(as: identity) {
-            if keys[index] == key && entries[index].locks(mode.path) {
-                if entries[index].kind.conflicts(onTheSameItemWith: mode.kind) { body(entries[index].identity) }
-            } else if mode.coversSubtree && entries[index].locks(inside: mode.path) {
-                body(entries[index].identity)
+        for index in entries.indices where stops(index, mode, key: key, for: identity) { body(entries[index].identity) }
+    }
+
+    /// Calls `body` with the id of each listed grant of `holders` that `mode`, wanted by
+    /// `identity`, must wait for.
+    func forEachGrant(of holders: Set<CoordinatorIdentity>, blocking mode: LockMode, for identity: CoordinatorIdentity,
+                      _ body: (GrantID) -> Void) {
+        let key = mode.path.hashCode
+        for index in entries.indices where holders.contains(entries[index].identity) && stops(index, mode, key: key, for: identity) {
+            body(GrantID(shortListNumber: entries[index].number))
+        }
+    }
+
+    /// Whether the listed grant at `index` stops `mode` (whose path hashes to `key`), wanted by
+    /// `identity`.
+    private func stops(_ index: Int, _ mode: LockMode, key: Int, for identity: CoordinatorIdentity) -> Bool {
+        guard !entries[index].revoked, !entries[index].identity.isSameCoordinator(as: identity) else { return false }
+        if keys[index] == key && entries[index].locks(mode.path) {
+            return entries[index].kind.conflicts(onTheSameItemWith: mode.kind)
+        }
+        return mode.coversSubtree && entries[index].locks(inside: mode.path) && !mode.kind.leavesUntouched(entries[index].kind)
+    }
+
+    /// Marks the listed grant numbered `number` revoked; false when it is not listed, or was
+    /// revoked already.
+    mutating func revoke(_ number: UInt64) -> Bool {
+        guard let index = index(of: number), !entries[index].revoked else { return false }
+        entries[index].revoked = true
+        return true
+    }
+
+    /// Marks revoked the listed grants whose kind `follows`, on the item at `path` or inside it.
+    mutating func revoke(at path: ItemPath, following follows: (LockKind) -> Bool) {
+        for index in entries.indices where !entries[index].revoked && follows(entries[index].kind) {
+            let locked = LockMode.lockedPath(entries[index].intent)
+            if locked == path || path.isAncestor(of: locked) { entries[index].revoked = true }
+        }
+    }
+
+    /// Moves the listed grants whose kind `follows`, on the item at `from` or inside it, to
+    /// where `moved` takes their intents; they are gated no more.
+    mutating func relocate(from: ItemPath, following follows: (LockKind) -> Bool, _ moved: (Intent) -> Intent) {
+        for index in entries.indices where !entries[index].revoked && follows(entries[index].kind) {
+            let path = LockMode.lockedPath(entries[index].intent)
+            guard path == from || from.isAncestor(of: path) else { continue }
+            entries[index].intent = moved(entries[index].intent)
+            keys[index] = LockMode.lockedPath(entries[index].intent).hashCode
+            // Its owner's gate guards the name it left: requests about the new one pass no gate.
+            if entries[index].gated {
+                entries[index].gated = false
+                ungatedCount += 1
             }
         }
     }
@@ -107,7 +157,8 @@ struct ShortList {
         let key = path.hashCode
         for index in keys.indices where keys[index] == key {
             let entry = entries[index]
-            if !entry.identity.isSameCoordinator(as: identity) && entry.locks(path) && entry.kind.conflicts(onTheSameItemWith: kind) { return true }
+            if !entry.revoked && !entry.identity.isSameCoordinator(as: identity) && entry.locks(path)
+                && entry.kind.conflicts(onTheSameItemWith: kind) { return true }
         }
         return false
     }

@@ -50,6 +50,8 @@ package final class CoordinatedAccess: @unchecked Sendable {
     private var brokeThrough = false
     /// Set when it went ahead holding nothing (`goAheadHoldingNothing`).
     private var heldNothing = false
+    /// The grants a broken wait went past on the access's own items, for `revokePassed`.
+    private var passedGrants: [GrantID] = []
     /// Existence of each written item once presenters have answered, for the notifications after.
     private var before: [ItemLocator.Fingerprint?] = []
 
@@ -199,16 +201,44 @@ package final class CoordinatedAccess: @unchecked Sendable {
 
     /// Stops waiting and goes ahead: the holders in its way, or the presenters it asks, need
     /// something its caller holds to finish (a kernel lock a mount's request holds while it
-    /// waits). Waiting in the engine, it goes ahead holding nothing, and presenters are still
-    /// told what it did; asking presenters, it goes on without the answers still missing.
-    package func breakThrough() {
+    /// waits), or have been waited for as long as they may be. Waiting in the engine, it goes
+    /// ahead holding nothing, and presenters are still told what it did; asking presenters, it
+    /// goes on without the answers still missing.
+    ///
+    /// `revoking`: holders whose grants in its way are revoked first (leases broken at the
+    /// break time): they hold nothing from then on, and it is granted as usual if nothing else
+    /// stands in its way. `noting`: holders whose grants on its own items (and inside them) it
+    /// remembers, for `revokePassed` once its change is made. Returns how many grants were
+    /// revoked.
+    @discardableResult
+    package func breakThrough(revoking holders: Set<CoordinatorIdentity> = [], noting passed: Set<CoordinatorIdentity> = []) -> Int {
         switch lock.withLock({ brokeThrough = true; return phase }) {
-        case .waiting(let ticket): domain.engine.abandon(ticket, because: .brokenThrough)
+        case .waiting(let ticket):
+            // Looked up while it still waits: once it goes ahead, nothing stands in its way.
+            if !passed.isEmpty {
+                let found = domain.engine.grants(of: passed, onTheItemsOf: ticket)
+                if !found.isEmpty { lock.withLock { passedGrants += found } }
+            }
+            if !holders.isEmpty { return domain.engine.breakThrough(ticket, revoking: holders).count }
+            domain.engine.abandon(ticket, because: .brokenThrough)
         case .messaging(let grant, let messenger):
             messenger?.stopWaiting()
             domain.engine.stopSettling(grant.id)
         case .idle, .granted, .ended: break
         }
+        return 0
+    }
+
+    /// Revokes the grants a broken wait went past on the access's own items (`breakThrough`'s
+    /// `noting`), once what it did took those items away from them: a name removed, replaced
+    /// or moved elsewhere. Returns how many it revoked.
+    @discardableResult
+    package func revokePassed() -> Int {
+        let grants = lock.withLock { () -> [GrantID] in
+            defer { passedGrants = [] }
+            return passedGrants
+        }
+        return domain.engine.revoke(grants)
     }
 
     /// `breakThrough` while it waits in the engine for holders, and only then: one asking

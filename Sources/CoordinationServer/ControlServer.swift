@@ -243,10 +243,16 @@ public final class ControlServer: @unchecked Sendable {
             return fields
         }
         func describe(_ intent: Intent) -> WireValue {
+            // A mount's marks (`ReadingOptions.throughOpenFile`, `WritingOptions.passesOpenReads`,
+            // `passesAppends`) have no names: an open's read shows as a read.
             let mode: String
             switch intent.kind {
-            case .reading(let options): mode = options.isEmpty ? "read" : "read(\(Self.names(of: options)))"
-            case .writing(let options): mode = options.isEmpty ? "write" : "write(\(Self.names(of: options)))"
+            case .reading(let options):
+                let names = Self.names(of: options)
+                mode = names.isEmpty ? "read" : "read(\(names))"
+            case .writing(let options):
+                let names = Self.names(of: options)
+                mode = names.isEmpty ? "write" : "write(\(names))"
             }
             guard mayLearn(intent.path.string) else { return .object(["hidden": .bool(true), "mode": .string(mode)]) }
             return .object(["path": .string(intent.path.string), "mode": .string(mode)])

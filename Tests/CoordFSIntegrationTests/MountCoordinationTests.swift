@@ -80,23 +80,45 @@ import Glibc
         #expect(writer.next() == "ok 1")
     }
 
-    @Test func unlinkAndRenameWaitForAnOpenFile() throws {
+    /// An unlink or a rename waits for a writer of the item, whose work it would lose or show
+    /// half-done; a reader's open file does not hold it up: its descriptor reads on what it
+    /// opened, as on any Linux filesystem (docs/mount.md, the kernel's locks).
+    @Test func unlinkAndRenameWaitForAWriterAndNotForAReader() throws {
         let fx = try MountFixture()
         try fx.seed("a.txt")
         try fx.seed("b.txt")
-        let reader = try Child.holder(), other = try Child.holder()
-        #expect(reader.ask("open r \(fx.path("a.txt"))") == "ok 1")
-        #expect(reader.ask("open r \(fx.path("b.txt"))") == "ok 2")
+        try fx.seed("r.txt", "read\n")
+        let holder = try Child.holder(), other = try Child.holder()
+        #expect(holder.ask("open r \(fx.path("r.txt"))") == "ok 1")
+        #expect(other.ask("rename \(fx.path("r.txt")) \(fx.path("r2.txt"))", timeout: .seconds(2)) == "ok")
+        #expect(other.ask("unlink \(fx.path("r2.txt"))", timeout: .seconds(2)) == "ok")
+        #expect(holder.ask("read 1") == "data read|")
+        #expect(holder.ask("open w \(fx.path("a.txt"))") == "ok 2")
+        #expect(holder.ask("open w \(fx.path("b.txt"))") == "ok 3")
         other.send("unlink \(fx.path("a.txt"))")
         #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
-        #expect(reader.ask("close 1") == "ok")
+        #expect(holder.ask("close 2") == "ok")
         #expect(other.next() == "ok")
         #expect(!FileManager.default.fileExists(atPath: fx.backingPath("a.txt")))
         other.send("rename \(fx.path("b.txt")) \(fx.path("c.txt"))")
         #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
-        #expect(reader.ask("close 2") == "ok")
+        #expect(holder.ask("close 3") == "ok")
         #expect(other.next() == "ok")
         #expect(FileManager.default.fileExists(atPath: fx.backingPath("c.txt")))
+        #expect(try fx.statistics()["lease_breaks"] == 0)
+    }
+
+    /// `--coordination strict`: no open file lets a change past it, a reader's neither.
+    @Test func strictModeKeepsUnlinkAndRenameWaitingForAReader() throws {
+        let fx = try MountFixture(["--coordination", "strict"])
+        try fx.seed("r.txt", "read\n")
+        let holder = try Child.holder(), other = try Child.holder()
+        #expect(holder.ask("open r \(fx.path("r.txt"))") == "ok 1")
+        other.send("rename \(fx.path("r.txt")) \(fx.path("r2.txt"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
+        #expect(holder.ask("close 1") == "ok")
+        #expect(other.next() == "ok")
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("r2.txt")))
     }
 
     @Test func nonBlockingOpensGetEAGAINAtOnce() throws {

@@ -199,8 +199,9 @@ import Glibc
         try fx.seed("many/other.txt")
         try fx.seed("work/f.txt")
         let holder = try Child.holder()
+        // Open for writing: an unlink or a rename does not wait for a reader's open.
         for index in 0..<held {
-            #expect(holder.ask("open r \(fx.path("many/f\(index).txt"))") == "ok \(index + 1)")
+            #expect(holder.ask("open w \(fx.path("many/f\(index).txt"))") == "ok \(index + 1)")
         }
         let script = """
             \(Self.pythonPrelude)

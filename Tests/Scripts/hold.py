@@ -2,8 +2,8 @@
 """A process that opens and holds files on command, for coordination tests.
 
 Reads commands from stdin, one a line, answers each with one line on stdout:
-  open r|w|rw|wt|rn|wn|wtn PATH   open (t: O_TRUNC, a writer that excludes every other open;
-                           n: O_NONBLOCK); answers "ok N" or "err ERRNO_NAME"
+  open r|w|rw|wt|a|rn|wn|wtn PATH   open (t: O_TRUNC, a writer that excludes every other open;
+                           a: O_APPEND, an appender; n: O_NONBLOCK); answers "ok N" or "err ERRNO_NAME"
   read N                   read file N to the end; answers "data <text>" (newlines as |)
   write N TEXT             write TEXT at the end of file N; answers "ok"
   close N | close all      answers "ok"
@@ -17,7 +17,7 @@ import sys
 
 files = {}
 counter = 0
-MODES = {"r": os.O_RDONLY, "w": os.O_WRONLY, "rw": os.O_RDWR, "wt": os.O_WRONLY | os.O_TRUNC,
+MODES = {"r": os.O_RDONLY, "w": os.O_WRONLY, "rw": os.O_RDWR, "wt": os.O_WRONLY | os.O_TRUNC, "a": os.O_WRONLY | os.O_APPEND,
          "rn": os.O_RDONLY | os.O_NONBLOCK, "wn": os.O_WRONLY | os.O_NONBLOCK, "wtn": os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK}
 
 
