@@ -24,16 +24,18 @@ struct Coordinate: ParsableCommand {
         """
     )
 
-    @Option(name: [.customShort("s"), .long], help: "An item to hold for reading (repeatable; -s as flock's shared lock).")
+    @Option(name: [.customShort("s"), .long], help: "An item to hold for reading (repeatable; -s as flock's shared lock).", completion: .file())
     var read: [String] = []
 
-    @Option(name: [.customShort("x"), .long], help: "An item to hold for writing (repeatable; -x as flock's exclusive lock).")
+    @Option(name: [.customShort("x"), .long], help: "An item to hold for writing (repeatable; -x as flock's exclusive lock).", completion: .file())
     var write: [String] = []
 
-    @Option(name: .long, help: "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.")
+    @Option(name: .long, help: "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.",
+            completion: .list(["withoutChanges", "resolvesSymbolicLink", "immediatelyAvailableMetadataOnly"]))
     var readOption: [String] = []
 
-    @Option(name: .long, help: "The writing option for every --write: forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly, forEvicting (presenters are asked to accommodate an eviction of the local content).")
+    @Option(name: .long, help: "The writing option for every --write: forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly, forEvicting (presenters are asked to accommodate an eviction of the local content).",
+            completion: .list(["forDeleting", "forMoving", "forMerging", "forReplacing", "contentIndependentMetadataOnly", "forEvicting"]))
     var writeOption: String?
 
     @Flag(name: [.customShort("n"), .long], help: "Fail at once instead of waiting (as flock -n).")
@@ -48,7 +50,7 @@ struct Coordinate: ParsableCommand {
     @Option(name: [.customShort("c"), .long], help: "Run this command line with /bin/sh -c instead of a command after -- (as flock -c).")
     var commandLine: String?
 
-    @Option(help: "The control socket (default: found from the paths).")
+    @Option(help: "The control socket (default: found from the paths).", completion: .file())
     var socket: String?
 
     @Flag(name: [.customShort("o"), .customLong("close")],

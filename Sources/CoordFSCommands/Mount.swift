@@ -24,10 +24,10 @@ struct Mount: ParsableCommand {
         """
     )
 
-    @Argument(help: "The directory to show (taken from the profile when omitted).")
+    @Argument(help: "The directory to show (taken from the profile when omitted).", completion: .directory)
     var backing: String?
 
-    @Argument(help: "An empty directory to mount on (taken from the profile when omitted).")
+    @Argument(help: "An empty directory to mount on (taken from the profile when omitted).", completion: .directory)
     var mountPoint: String?
 
     @Flag(name: .short, help: "Stay in the foreground.")

@@ -14,7 +14,7 @@ struct Services: ParsableCommand {
         discussion: "Each line lists a service: NAME, the item it was vended for, and the provider's pid."
     )
 
-    @Argument(help: "An item inside a coordfs mount (or anywhere, with the daemon).")
+    @Argument(help: "An item inside a coordfs mount (or anywhere, with the daemon).", completion: .file())
     var path: String
 
     @Option(help: "Connect to this service, as nc -U: standard input goes to the provider (its end half-closes the connection), what it sends to standard output, until it closes.")

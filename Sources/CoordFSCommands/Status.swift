@@ -7,10 +7,11 @@ import Foundation
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Show who holds, who waits and who presents, like lslocks.")
 
-    @Argument(help: "A coordfs mount point or any path inside one (default: the current directory's mount, else every coordfs mount and the daemon).")
+    @Argument(help: "A coordfs mount point or any path inside one (default: the current directory's mount, else every coordfs mount and the daemon).",
+              completion: .file())
     var path: String?
 
-    @Option(help: "The control socket (default: found from the path).")
+    @Option(help: "The control socket (default: found from the path).", completion: .file())
     var socket: String?
 
     @Flag(name: [.customShort("J"), .long], help: "As JSON, one object a line, one line a server (docs/json.md), narrowed by PATH and -p as the table is.")
@@ -18,7 +19,8 @@ struct Status: ParsableCommand {
 
     @Option(name: [.short, .customLong("output")], parsing: .unconditional,
             help: ArgumentHelp("The columns to show, comma-separated, as lslocks takes them: \(Column.allCases.map(\.rawValue).joined(separator: ",")); a leading + adds them to the default ones.",
-                               valueName: "LIST"))
+                               valueName: "LIST"),
+            completion: .list(Column.allCases.map(\.rawValue)))
     var output: String?
 
     @Flag(name: .customLong("output-all"), help: "Show every column.")

@@ -12,7 +12,7 @@ struct Unmount: ParsableCommand {
     /// libfuse's helper, through which a user other than root mounts and unmounts.
     static let fusermount3 = "/usr/bin/fusermount3"
 
-    @Argument(help: "The mount point.")
+    @Argument(help: "The mount point.", completion: .directory)
     var mountPoint: String
 
     @Flag(name: [.customShort("l"), .long],

@@ -28,7 +28,7 @@ struct Vend: ParsableCommand {
     @Argument(help: "The service's name (reverse-DNS by convention, at most 255 bytes).")
     var name: String
 
-    @Argument(help: "The item (usually a directory) the service is for.")
+    @Argument(help: "The item (usually a directory) the service is for.", completion: .file())
     var path: String
 
     @Option(help: "The control socket (default: found from the path).")

@@ -20,7 +20,7 @@ struct Versions: ParsableCommand {
         """
     )
 
-    @Argument(help: "An item inside a coordfs mount; it may have been removed since.")
+    @Argument(help: "An item inside a coordfs mount; it may have been removed since.", completion: .file())
     var path: String
 
     @Option(name: .customLong("show"), help: ArgumentHelp("Write version ID's content to standard output.", valueName: "id"))

@@ -27,17 +27,19 @@ struct Watch: ParsableCommand {
         """
     )
 
-    @Argument(help: "Items to present (inside a coordfs mount, or anywhere with the daemon).")
+    @Argument(help: "Items to present (inside a coordfs mount, or anywhere with the daemon).", completion: .file())
     var paths: [String]
 
     @Flag(help: "One JSON object per line.")
     var json = false
 
-    @Option(help: "How to answer requests: ok, an errno name (EACCES, ...), or none.")
+    @Option(help: "How to answer requests: ok, an errno name (EACCES, ...), or none.",
+            completion: .list(["ok", "none", "EACCES", "EPERM", "EBUSY", "EAGAIN", "EIO"]))
     var answer: String = "ok"
 
     @Option(name: [.customShort("e"), .customLong("events"), .customLong("event")],
-            help: ArgumentHelp("Events to receive, comma-separated or repeated, in either case (default: all): RELINQUISH_READER, SAVE, CHANGED, ...; or inotifywait's create, modify, attrib, close_write, close, moved_from, moved_to, move, move_self, delete, delete_self, unmount, ignored, which stand for the events that tell the same (access, open and close_nowrite are never told, and refused).", valueName: "EVENTS"))
+            help: ArgumentHelp("Events to receive, comma-separated or repeated, in either case (default: all): RELINQUISH_READER, SAVE, CHANGED, ...; or inotifywait's create, modify, attrib, close_write, close, moved_from, moved_to, move, move_self, delete, delete_self, unmount, ignored, which stand for the events that tell the same (access, open and close_nowrite are never told, and refused).", valueName: "EVENTS"),
+            completion: .list(Self.eventNames))
     var events: [String] = []
 
     @Flag(name: [.customShort("r"), .long], help: "Print events of items at any depth inside a watched directory, as inotifywait -r (without it, only of the directory's own entries; requests about deeper items are answered all the same).")
@@ -45,6 +47,13 @@ struct Watch: ParsableCommand {
 
     @Flag(help: "Print as inotifywait does: `DIR/ EVENTS NAME` (or --format, --csv), with inotify's names (CREATE, MODIFY, ATTRIB, CLOSE_WRITE,CLOSE, MOVED_FROM, MOVED_TO, MOVE_SELF, DELETE, DELETE_SELF, IGNORED, UNMOUNT, with ISDIR for directories), only those, and the first event alone unless -m is given: a script written for inotifywait reads the same lines.")
     var inotifyEvents = false
+
+    /// The names `-e` completes: the events a watch can hear (not the record flags), and
+    /// inotifywait's that stand for them.
+    static var eventNames: [String] {
+        EventMask.names.map(\.0).filter { !["REQUEST", "METADATA_ONLY", "SERVICE_CONNECTION"].contains($0) }
+            + InotifyEvents.names.map(\.0).filter { InotifyEvents.untold[$0] == nil }
+    }
 
     /// What `-e` asks for.
     func eventChoice() throws(ValidationError) -> EventChoice {
@@ -63,7 +72,7 @@ struct Watch: ParsableCommand {
     @Option(name: [.customShort("t"), .long], help: "End with status 2 when this many seconds pass with no event (as inotifywait -t; 0: never).")
     var timeout: Double?
 
-    @Option(help: "The control socket (default: found from the paths).")
+    @Option(help: "The control socket (default: found from the paths).", completion: .file())
     var socket: String?
 
     @Flag(name: [.customShort("m"), .long], help: "With --inotify-events, keep printing events (as inotifywait -m; without it the first event ends the watch). coordfs's own lines always keep coming.")
