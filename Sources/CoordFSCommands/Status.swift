@@ -62,6 +62,9 @@ struct Status: ParsableCommand {
         return adding ? Column.standard + named.filter { !Column.standard.contains($0) } : named
     }
 
+    /// Only the table's rows (and its headings without -n): nothing a pipeline would take for one.
+    private var tableOnly: Bool { noHeadings || raw }
+
     func run() throws {
         // Listing every server: one that cannot be reached (a mount whose daemon died, a
         // daemon's socket left behind) is named, and the others are still shown.
@@ -76,7 +79,7 @@ struct Status: ParsableCommand {
                 unreachable.append(error)
                 continue
             }
-            if shown > 0 && !json { print("") }
+            if shown > 0 && !json && !tableOnly { print("") }
             show(fields)
             shown += 1
         }
@@ -173,7 +176,10 @@ struct Status: ParsableCommand {
         let root: String? = if case .string(let root)? = fields["root"] { root } else { nil }
         // A mount names its backing directory too (the daemon's root is "/").
         let backing = root.flatMap { $0 == "/" ? nil : ControlClient.attribute("user.coordfs.backing", of: $0) }
-        print("\(string(fields["root"])) — control socket \(string(fields["socket"]))" + (backing.map { " — backing \($0)" } ?? ""))
+        // -n and -r print the table alone, as lslocks does, for pipelines (`| xargs`).
+        if !tableOnly {
+            print("\(string(fields["root"])) — control socket \(string(fields["socket"]))" + (backing.map { " — backing \($0)" } ?? ""))
+        }
         if verbose, let root, let stats = Self.statistics(ofMountAt: root) {
             if let transport = Self.transport(stats) { print(transport) }
             if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {
