@@ -7,12 +7,15 @@ import contextlib
 import errno as errnos
 import io
 import json
+import logging
 import os
 import queue
 import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+
+_logger = logging.getLogger("coordfs")
 
 PROTOCOL_VERSION = 1
 
@@ -272,8 +275,13 @@ class Connection:
         if handler is not None:
             try:
                 answer = handler(event)
-            except Exception as error:      # a handler that fails refuses, and says why
+            except Exception as error:
+                # A handler that fails refuses a request, and says why (with its traceback, on the
+                # "coordfs" logger: standard error unless the program configures logging).
                 answer = getattr(error, "errno", None) or errnos.EIO
+                what = (f"refused with {errnos.errorcode.get(answer, answer)}" if event.is_request
+                        else "the notification is dropped")
+                _logger.error("the handler of %s raised on %s: %s", event.path, ",".join(event.events), what, exc_info=True)
         if event.is_request:
             self._send({"op": "answer", "cookie": event.cookie, "errno": answer or 0})
 

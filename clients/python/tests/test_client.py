@@ -306,6 +306,38 @@ class ServiceTests(MountedTestCase):
             self.assertEqual(refused.exception.errno, errno.ENOENT)
 
 
+class HandlerFailureTests(MountedTestCase):
+
+    def test_a_handler_that_raises_refuses_a_request_and_says_why_and_so_for_a_notification(self):
+        consenting = threading.Event()
+
+        def on_event(event):
+            if event.is_request and consenting.is_set():
+                return 0
+            raise RuntimeError(f"broken handler for {','.join(event.events)}")
+
+        def wait_for(records, count):
+            deadline = time.monotonic() + 10
+            while len(records) < count and time.monotonic() < deadline:
+                time.sleep(0.02)
+
+        with coordfs.connect(self.doc) as connection, self.assertLogs("coordfs", level="ERROR") as logged:
+            connection.watch(self.doc, on_event)
+            cat = subprocess.run(["cat", self.doc], capture_output=True, text=True, timeout=30)
+            wait_for(logged.records, 1)
+            consenting.set()
+            with open(self.doc, "a") as f:        # asked, consented; then told CHANGED
+                f.write("more\n")
+            wait_for(logged.records, 2)
+        self.assertNotEqual(cat.returncode, 0)
+        self.assertIn("Input/output error", cat.stderr)
+        messages = [record.getMessage() for record in logged.records]
+        self.assertIn("RELINQUISH_READER", messages[0])
+        self.assertIn("refused with EIO", messages[0])
+        self.assertTrue(any("CHANGED" in m and "the notification is dropped" in m for m in messages[1:]), messages)
+        self.assertTrue(all(record.exc_info and "broken handler" in str(record.exc_info[1]) for record in logged.records), messages)
+
+
 class VersionTests(MountedTestCase):
 
     def test_a_rewritten_file_keeps_its_earlier_content_and_it_can_be_read_and_pinned(self):
