@@ -48,6 +48,18 @@ struct Watch: ParsableCommand {
     @Flag(help: "Print as inotifywait does: `DIR/ EVENTS NAME` (or --format, --csv), with inotify's names (CREATE, MODIFY, ATTRIB, CLOSE_WRITE,CLOSE, MOVED_FROM, MOVED_TO, MOVE_SELF, DELETE, DELETE_SELF, IGNORED, UNMOUNT, with ISDIR for directories), only those, and the first event alone unless -m is given: a script written for inotifywait reads the same lines.")
     var inotifyEvents = false
 
+    /// What `--answer` says, in either case (as event names are taken): ok is errno 0, none
+    /// never answers.
+    enum AnswerCode: Equatable { case errno(Int32), none, invalid }
+
+    var answerCode: AnswerCode {
+        switch answer.lowercased() {
+        case "ok": return .errno(0)
+        case "none": return .none
+        default: return ErrnoNames.code(of: answer.uppercased()).map { .errno($0) } ?? .invalid
+        }
+    }
+
     /// The names `-e` completes: the events a watch can hear (not the record flags), and
     /// inotifywait's that stand for them.
     static var eventNames: [String] {
@@ -117,8 +129,8 @@ struct Watch: ParsableCommand {
     }
 
     func validate() throws {
-        if answer != "ok" && answer != "none" && ErrnoNames.code(of: answer) == nil {
-            throw ValidationError("--answer must be ok, none or an errno name such as EACCES")
+        if answerCode == .invalid {
+            throw ValidationError("--answer must be ok, none or an errno name such as EACCES, not '\(answer)'")
         }
         _ = try eventChoice()
         if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
@@ -129,7 +141,7 @@ struct Watch: ParsableCommand {
     func run() throws {
         Signals.resetInherited()
         let choice = try eventChoice()
-        let code: Int32? = answer == "none" ? nil : answer == "ok" ? 0 : ErrnoNames.code(of: answer)
+        let code: Int32? = if case .errno(let code) = answerCode { code } else { nil }
         // As inotifywait: a path that is not there fails the whole watch, in its words.
         for path in paths where inotifyEvents {
             guard let failure = Self.missing(path) else { continue }
