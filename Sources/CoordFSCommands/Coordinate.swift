@@ -27,7 +27,7 @@ struct Coordinate: ParsableCommand {
     @Option(name: [.customShort("s"), .long], help: "An item to hold for reading (repeatable; -s as flock's shared lock).", completion: .file())
     var read: [String] = []
 
-    @Option(name: [.customShort("x"), .long], help: "An item to hold for writing (repeatable; -x as flock's exclusive lock).", completion: .file())
+    @Option(name: [.customShort("x"), .long], help: "An item to hold for writing (repeatable; -x as flock's exclusive lock). A directory is held as an item, not what is inside it, unless the write option is forDeleting, forMoving or forReplacing.", completion: .file())
     var write: [String] = []
 
     @Option(name: .long, help: "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.",

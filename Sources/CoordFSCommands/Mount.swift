@@ -66,7 +66,7 @@ struct Mount: ParsableCommand {
     @Flag(help: "Watch with a mark on each directory below BACKING rather than one on its whole filesystem (what a mount without root does): for a small tree on a busy filesystem.")
     var backingWatchByDirectory = false
 
-    @Option(help: "A profile: Mounts/NAME.profile, or a path to one.")
+    @Option(help: "A profile: NAME.profile in $COORDFS_MOUNTS, else in ./Mounts; or a path to one.", completion: .file(extensions: ["profile"]))
     var profile: String?
 
     @Option(help: "Write the daemon's log to this file.")
