@@ -92,7 +92,10 @@ struct Coordinate: ParsableCommand {
         let intents = read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
             + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
         if socket == nil {
-            for (intent, name) in zip(intents, read + write) { try MountTable.refuseAbandoned(intent.path, named: name) }
+            for (intent, name) in zip(intents, read + write) {
+                try MountTable.refuseAbandoned(intent.path, named: name)
+                try MountTable.refuseBacking(intent.path, named: name)
+            }
         }
         var sockets = Set<String>()
         for intent in intents {

@@ -83,6 +83,24 @@ enum MountTable {
         return mounts
     }
 
+    /// Refuses `path` (a real path) where it lies in the backing directory of a live coordfs
+    /// mount and no mount serves it: a hold or a watch there would go to the daemon, which
+    /// knows nothing of what programs do through the mount (nobody would wait for it, and it
+    /// would hear nothing). `name`: the path as the user gave it.
+    /// A server chosen by $COORDFS_SOCKET (a daemon serving a shared store's directory, which on
+    /// one machine may also be a mount's backing) is the user's to choose.
+    static func refuseBacking(_ path: String, named name: String? = nil) throws {
+        if ProcessInfo.processInfo.environment["COORDFS_SOCKET"]?.isEmpty == false { return }
+        guard ControlClient.mountSocketPath(for: path) == nil else { return }
+        for mount in coordfsMounts(in: entries()) {
+            guard let backing = mount.backing, within(path, backing) else { continue }
+            let inside = path == backing ? "" : String(path.dropFirst(backing == "/" ? 1 : backing.count + 1))
+            let through = inside.isEmpty ? mount.mountPoint : (mount.mountPoint as NSString).appendingPathComponent(inside)
+            throw CommandFailure("'\(name ?? path)' is in the backing directory of the coordfs mount at '\(mount.mountPoint)': "
+                                 + "programs reach it through the mount, so coordinate through it: '\(through)'")
+        }
+    }
+
     /// Refuses a backing directory (real path) that is, holds or lies inside the backing of a
     /// coordfs mount already here, by its path or by its place (through a bind mount): each
     /// mount has its own engine, so two mounts of one tree would not coordinate with each

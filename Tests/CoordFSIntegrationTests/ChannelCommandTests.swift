@@ -9,6 +9,21 @@ import Glibc
 @Suite struct ChannelCommands {
     let binary = Paths.binary.path
 
+    /// A path in a live mount's backing directory is served by no mount: a hold or a watch
+    /// there would reach the daemon, which sees nothing programs do through the mount.
+    @Test func aPathInALiveMountsBackingDirectoryIsRefusedNamingTheMountsPath() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let behind = fx.backingPath("doc.txt")
+        let through = fx.path("doc.txt")
+        for command in [["watch", behind], ["coordinate", "--write", behind, "--", "true"], ["services", behind]] {
+            let refused = try run(binary, command)
+            #expect(refused.status != 0 && refused.errors.contains("is in the backing directory of the coordfs mount at '\(fx.mountPoint.path)'")
+                    && refused.errors.contains("'\(through)'"), "coordfs \(command[0]): \(refused)")
+        }
+        #expect(try run(binary, ["coordinate", "--write", through, "--", "true"]).status == 0, "through the mount it holds")
+    }
+
     @Test func watchPrintsEventsAndAnswersAsTold() throws {
         let fx = try MountFixture()
         try fx.seed("doc.txt", "hello\n")
