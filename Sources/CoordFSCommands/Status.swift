@@ -94,8 +94,15 @@ struct Status: ParsableCommand {
     private func socketsToShow() throws -> (sockets: [String], gone: [Error]) {
         if let socket { return ([socket], []) }
         if let path {
-            try MountTable.refuseAbandoned(ServerConnection.resolve(path), named: path)
-            guard let socketPath = ControlClient.socketPath(for: ServerConnection.resolve(path)) else {
+            let resolved = ServerConnection.resolve(path)
+            try MountTable.refuseAbandoned(resolved, named: path)
+            try MountTable.refuseBacking(resolved, named: path)
+            // Outside any mount nothing is held at a path that is not there: a daemon running
+            // would only show an empty table.
+            if ControlClient.mountSocketPath(for: resolved) == nil && access(resolved, F_OK) != 0 {
+                throw CommandFailure("'\(path)': \(String(cString: strerror(errno)))")
+            }
+            guard let socketPath = ControlClient.socketPath(for: resolved) else {
                 throw CommandFailure("'\(path)' is not inside a coordfs mount")
             }
             return ([socketPath], [])

@@ -1,3 +1,4 @@
+import CoordinationClient
 import Foundation
 import TestSupport
 import Testing
@@ -22,6 +23,22 @@ import Glibc
                     && refused.errors.contains("'\(through)'"), "coordfs \(command[0]): \(refused)")
         }
         #expect(try run(binary, ["coordinate", "--write", through, "--", "true"]).status == 0, "through the mount it holds")
+        let status = try run(binary, ["status", fx.backing.path])
+        #expect(status.status != 0 && status.errors.contains("is in the backing directory of the coordfs mount"), "\(status)")
+    }
+
+    /// `status` of a path that is not there, outside any mount, says so, rather than show a
+    /// running daemon's empty table.
+    @Test func statusOfAMissingPathSaysSoWhenADaemonRuns() throws {
+        let (directory, socket) = try CrossProcessTests.daemonDirectory()
+        defer { CrossProcessTests.stopDaemon(at: socket); try? FileManager.default.removeItem(atPath: directory) }
+        let daemon = try Child(binary, ["daemon", "--socket", socket, "--versions-directory", directory + "/versions"])
+        #expect(eventually { (try? ControlClient(socketPath: socket)) != nil }, "the daemon serves \(socket)")
+        let missing = try run(binary, ["status", directory + "/nosuch"], environment: CrossProcessTests.environment(socket: socket))
+        #expect(missing.status != 0 && missing.errors.contains("'\(directory)/nosuch': No such file or directory"), "\(missing)")
+        let there = try run(binary, ["status", directory], environment: CrossProcessTests.environment(socket: socket))
+        #expect(there.status == 0, "\(there)")
+        _ = daemon
     }
 
     @Test func watchPrintsEventsAndAnswersAsTold() throws {
