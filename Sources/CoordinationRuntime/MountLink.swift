@@ -238,22 +238,13 @@ package final class MountLink: @unchecked Sendable {
         else if mask.contains(.subitemDeleted) { notification = .subitemWasDeleted(path) }
         else if mask.contains(.presenterRemoved) { notification = .itemWasDeleted }
         else if mask.contains(.broken) { notification = .coordinationWasBroken }
-        else if let news = Self.versionNews(mask) {
+        else if let news = VersionNews(eventMask: mask) {
             notification = record.name.isEmpty ? .versionNews(news, String(cookie)) : .subitemVersionNews(path, news, String(cookie))
         }
         else { return }
         presenter.told([notification], origin: origin, presentsPackage: false) {}
     }
 
-
-    /// What an event says of a version (its cookie names it), if it is version news.
-    private static func versionNews(_ mask: EventMask) -> VersionNews? {
-        if mask.contains(.conflict) { return .gainedConflict }
-        if mask.contains(.versionAdded) { return .gained }
-        if mask.contains(.versionRemoved) { return .lost }
-        if mask.contains(.conflictResolved) { return .resolved }
-        return nil
-    }
 
     private static func errnoCode(_ error: Error) -> Int32 {
         if let posix = error as? POSIXError { return posix.code.rawValue }

@@ -45,13 +45,12 @@ extension ClientConnection {
                 count = received.count
                 // A descriptor rides on the first byte of its line: at most a few are pending
                 // at once, and a client cannot hoard the server's descriptors.
-                for descriptor in received.descriptors {
-                    if lock.withLock({ receivedDescriptors.count < Self.pendingDescriptorLimit }) {
-                        lock.withLock { receivedDescriptors.append(descriptor) }
-                    } else {
-                        Glibc.close(descriptor)
-                    }
+                let refused = lock.withLock { () -> ArraySlice<Int32> in
+                    let room = max(0, Self.pendingDescriptorLimit - receivedDescriptors.count)
+                    receivedDescriptors += received.descriptors.prefix(room)
+                    return received.descriptors.dropFirst(room)
                 }
+                for descriptor in refused { Glibc.close(descriptor) }
             } catch {
                 break reading
             }

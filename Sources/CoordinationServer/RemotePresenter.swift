@@ -135,19 +135,10 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
             case .coordinationWasBroken: tell(.broken, origin: origin)
             // The version's identifier is the event's cookie (a version id is a number).
             case .versionNews(let news, let version):
-                tell(Self.mask(of: news), cookie: UInt64(version) ?? 0, origin: origin)
+                tell(news.eventMask, cookie: UInt64(version) ?? 0, origin: origin)
             case .subitemVersionNews(let item, let news, let version):
-                tell(Self.mask(of: news), cookie: UInt64(version) ?? 0, name: name(item.string), path: item.string, origin: origin)
+                tell(news.eventMask, cookie: UInt64(version) ?? 0, name: name(item.string), path: item.string, origin: origin)
             }
-        }
-    }
-
-    static func mask(of news: VersionNews) -> EventMask {
-        switch news {
-        case .gainedConflict: return .conflict
-        case .gained: return .versionAdded
-        case .lost: return .versionRemoved
-        case .resolved: return .conflictResolved
         }
     }
 
