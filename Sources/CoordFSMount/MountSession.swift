@@ -22,6 +22,9 @@ public final class MountSession: @unchecked Sendable {
     private var backingWatch: BackingWatch?
     /// The control socket of this mount, once mounted.
     public private(set) var controlServer: ControlServer?
+    /// Gives the allocator's free memory back once the mount has gone quiet, as the daemon
+    /// does once its last client has gone.
+    private var quietTrim: QuietTrim?
 
     /// The version of the libfuse this program runs with.
     public static var libfuseVersion: String { String(cString: fuse_pkgversion()) }
@@ -110,6 +113,8 @@ public final class MountSession: @unchecked Sendable {
         filesystem.session.store(UnsafeMutableRawPointer(session), ordering: .relaxed)
         backingWatch = filesystem.watchBacking()
         backingWatch?.start()
+        let statistics = filesystem.statistics, server = controlServer
+        quietTrim = IdleTrim.whenQuiet { statistics.work + (server?.linesRead ?? 0) }
         if hooked == 0 {
             filesystem.passthrough?.enable(device: fuse_session_fd(session))
         } else {
@@ -149,6 +154,8 @@ public final class MountSession: @unchecked Sendable {
         // Requests still waiting are answered while the session (and its io_uring queues) can.
         beforeUnmount?()
         backingWatch?.requestStop()
+        quietTrim?.stop()
+        quietTrim = nil
         if maskBefore >= 0 { umask(mode_t(maskBefore)) }
         if nice != 0 { _ = cfs_set_thread_nice(before) }
         controlServer?.stop()

@@ -91,13 +91,22 @@ extension ClientConnection {
                 held.claim.intents.contains { ($0.kind.isWrite || !intent.kind.isWrite) && AccessorHolds.covers($0, intent.target) }
             }
         } }) {
+            if let refusal = server.counts.takeMemory(ClientLimits.bytesPerHold, for: peer.uid) {
+                dropNamedCoordinator(name)
+                return send(.error(id: id, errno: "ENOMEM", message: refusal))
+            }
             var inner = Held(claim: outer.claim, coordinatorName: name, token: 0, realPaths: [], existedBefore: [])
             inner.nested = true
-            let number = lock.withLock { () -> Int in
+            inner.bytes = ClientLimits.bytesPerHold
+            // Asked again after a wait at the claim gate, this runs on another thread: the
+            // connection may have closed meanwhile, and a hold kept then kept its memory for good.
+            let number = lock.withLock { () -> Int? in
+                guard !closed else { return nil }
                 lastNumber += 1
                 holds[lastNumber] = inner
                 return lastNumber
             }
+            guard let number else { return end(inner, changed: false) }
             return send(.ok(id: id, fields: ["hold": .int(number), "paths": .array(intents.map { .string($0.path.string) })]))
         }
         let duplicate = lock.withLock { pendingHolds[id] != nil || pendingAdmissions[id] != nil }
@@ -114,6 +123,12 @@ extension ClientConnection {
                 hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
             } refused: { [self] in dropNamedCoordinator(name) }
         }
+        // Counted against the user's memory from here, granted or waited for, to its end.
+        let bytes = ClientLimits.bytes(ofHoldOn: intents.map(\.path.string))
+        if let refusal = server.counts.takeMemory(bytes, for: peer.uid) {
+            dropNamedCoordinator(name)
+            return send(.error(id: id, errno: "ENOMEM", message: refusal))
+        }
         // The completion holds the connection: a grant that comes after the client has gone
         // must still find it, to give the grant back (`closed` below). Held weakly, a hold
         // granted then stayed for good.
@@ -122,12 +137,14 @@ extension ClientConnection {
             self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
             switch result {
             case .failure(let error):
+                self.server.counts.returnMemory(bytes, of: self.peer.uid)
                 self.dropNamedCoordinator(name)
                 self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
             case .success(let claim) where self.server.claimGate.map({ !$0.admits(claim.intents) }) ?? false:
                 // Its host's delegation was recalled while it was claimed: given back, asked again.
                 claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) },
                           in: self.server.domain)
+                self.server.counts.returnMemory(bytes, of: self.peer.uid)
                 self.dropNamedCoordinator(name)
                 self.hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
             case .success(let claim):
@@ -139,6 +156,7 @@ extension ClientConnection {
                                 existedBefore: granted.map(Self.exists))
                 held.coordinator = coordinator
                 held.holder = holder
+                held.bytes = bytes
                 let number = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
                     self.lastNumber += 1
@@ -272,8 +290,11 @@ extension ClientConnection {
     /// made), and the process's requests through a mount are its own again.
     func end(_ held: Held, changed: Bool) {
         // The coordinator's name goes after its last hold has told presenters (its purpose is
-        // part of the origin they are told).
-        defer { dropNamedCoordinator(held.coordinatorName) }
+        // part of the origin they are told), and the hold's memory once it holds nothing.
+        defer {
+            dropNamedCoordinator(held.coordinatorName)
+            server.counts.returnMemory(held.bytes, of: peer.uid)
+        }
         if held.nested { return }
         server.domain.accessorHolds.remove(held.token, of: held.holder)
         let intents = held.claim.intents

@@ -58,6 +58,7 @@ extension ClientConnection {
             pending += buffer[0..<count]
             do throws(WireError) {
                 try WireLines.take(from: &pending) { line throws(WireError) in
+                    server.readLines.add(1, ordering: .relaxed)
                     let message: ClientMessage
                     do throws(WireError) {
                         message = try WireCodec.decodeClient(line)

@@ -56,7 +56,8 @@ final class ClientConnection: @unchecked Sendable {
         self.fd = fd
         self.peer = peer
         self.server = server
-        self.outbox = Outbox(fd: fd)
+        // What waits for the client to read is its user's memory, as its holds are.
+        self.outbox = Outbox(fd: fd, memory: UserMemory(counts: server.counts, uid: peer.uid))
     }
 
     /// The client's process, as owner of its services.
@@ -80,6 +81,9 @@ final class ClientConnection: @unchecked Sendable {
         let token: UInt64
         let realPaths: [String]
         let existedBefore: [Bool]
+        /// What it is counted as against its user's memory (`ClientLimits.bytes(ofHoldOn:)`),
+        /// given back at its end.
+        var bytes = 0
     }
 
     /// A coordinator of this client: a hold, or a watch and the holds taken for it.

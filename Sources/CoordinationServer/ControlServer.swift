@@ -39,6 +39,10 @@ public final class ControlServer: @unchecked Sendable {
 
     func nextCoordinatorNumber() -> UInt64 { coordinatorNumbers.add(1, ordering: .relaxed).newValue }
 
+    /// Lines read from every client so far: a mount's work includes its socket's (`IdleTrim.whenQuiet`).
+    public var linesRead: Int { readLines.load(ordering: .relaxed) }
+    let readLines = Atomic<Int>(0)
+
     /// Changes the options of the mount this server serves (`remount`): nil when it serves none
     /// (the daemon). Returns nil when done, or why not.
     public var remount: (@Sendable ([String]) -> String?)? {
@@ -204,7 +208,8 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Whether to give the allocator's free memory back once the last client has gone
     /// (`IdleTrim`): for the daemon, whose clients are all it serves. A mount is not idle when
-    /// its socket is, and a trim would lock the arenas its serving threads allocate from.
+    /// its socket is, and a trim would lock the arenas its serving threads allocate from: it
+    /// trims once its requests and its socket's lines have both stopped (`IdleTrim.whenQuiet`).
     public var trimsMemoryWhenIdle: Bool {
         get { lock.withLock { trims } }
         set { lock.withLock { trims = newValue } }

@@ -14,16 +14,24 @@ import Glibc
 /// does not take waits here, and the connection's writer thread (started the first time) writes
 /// it as the client reads. A slow client must never hold up the access that sends to it.
 ///
-/// A client that reads nothing for `stallLimit`, or lets more than `capacity` bytes pile up, is
+/// A client that reads nothing for `stallLimit`, or lets more than `capacity` bytes pile up, or
+/// more than its user's memory has room for (`UserMemory`, over all their connections), is
 /// given up: the socket is shut down, and the connection's reader ends it as if it had closed
 /// (its watches go, its unanswered requests count as consent, X4).
+///
+/// Lock order: the outbox's `condition`, then the user's counts (`UserCounts`).
 final class Outbox: @unchecked Sendable {
     static let defaultCapacity = 8 << 20
     static let defaultStallLimit: Duration = .seconds(5)
+    /// What waits is counted against the user's memory in steps of this many bytes: a line
+    /// queued or written costs the counts' lock only when it crosses a step.
+    static let chargeStep = 65_536
 
     private let fd: Int32
     private let capacity: Int
     private let stallLimit: Duration
+    /// Whose memory what waits here is counted against; nil: nobody's.
+    private let memory: UserMemory?
     /// Guards the state below; signalled when there is work for the writer, or it is done.
     private let condition = NSCondition()
     /// Unsent bytes are `pending[head...]`.
@@ -37,11 +45,15 @@ final class Outbox: @unchecked Sendable {
     /// The writer is waiting for room: the socket is full, so senders only queue.
     private var writerBusy = false
     private var ended = false
+    /// What `memory` is charged now: what waits, rounded up to `chargeStep`.
+    private var charged = 0
 
-    init(fd: Int32, capacity: Int = Outbox.defaultCapacity, stallLimit: Duration = Outbox.defaultStallLimit) {
+    init(fd: Int32, capacity: Int = Outbox.defaultCapacity, stallLimit: Duration = Outbox.defaultStallLimit,
+         memory: UserMemory? = nil) {
         self.fd = fd
         self.capacity = capacity
         self.stallLimit = stallLimit
+        self.memory = memory
     }
 
     /// Sends `bytes`, with (a duplicate of) `descriptor` attached to the first byte unless it
@@ -59,7 +71,7 @@ final class Outbox: @unchecked Sendable {
             if ended { return false }
             if head == pending.count { reset(); return true }
         }
-        if pending.count - head > capacity { giveUp(); return false }
+        if pending.count - head > capacity || !chargeForWaiting() { giveUp(); return false }
         wakeWriter()
         return true
     }
@@ -160,6 +172,7 @@ final class Outbox: @unchecked Sendable {
             for index in descriptors.indices { descriptors[index].offset -= head }
             head = 0
         }
+        giveBackUnused()
         return sent
     }
 
@@ -167,6 +180,31 @@ final class Outbox: @unchecked Sendable {
     private func reset() {
         pending.removeAll(keepingCapacity: pending.count <= 65_536)
         head = 0
+        giveBackUnused()
+    }
+
+    /// What waits, rounded up to a whole `chargeStep`.
+    private var waitingCharge: Int {
+        (pending.count - head + Self.chargeStep - 1) / Self.chargeStep * Self.chargeStep
+    }
+
+    /// Counts what waits against the user's memory: false when it has no room for it.
+    private func chargeForWaiting() -> Bool {
+        guard let memory else { return true }
+        let wanted = waitingCharge
+        guard wanted > charged else { return true }
+        guard memory.take(wanted - charged) == nil else { return false }
+        charged = wanted
+        return true
+    }
+
+    /// Gives the user back what is counted beyond what waits (all of it once nothing does).
+    private func giveBackUnused() {
+        guard let memory else { return }
+        let wanted = waitingCharge
+        guard wanted < charged else { return }
+        memory.give(charged - wanted)
+        charged = wanted
     }
 
     private func end() {
@@ -175,6 +213,7 @@ final class Outbox: @unchecked Sendable {
         descriptors = []
         pending = []
         head = 0
+        giveBackUnused()
         condition.broadcast()
     }
 

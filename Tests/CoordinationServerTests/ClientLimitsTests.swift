@@ -9,16 +9,17 @@ import Testing
 import Glibc
 #endif
 
-/// What one user may take of a server: connections, watches and holds are bounded, a refusal
-/// says which limit and why, and what is given back can be taken again.
+/// What one user may take of a server: connections, watches, holds and memory are bounded, a
+/// refusal says which limit and why, and what is given back can be taken again.
 @Suite struct ClientLimitsTests {
     /// A server with `limits` on a socket in a fresh directory, and the directory (for items).
-    func withServer(_ limits: ClientLimits, _ body: (ControlServer, String) throws -> Void) throws {
+    /// `mode` is the socket's: 0o666 lets other users connect.
+    func withServer(_ limits: ClientLimits, mode: mode_t = 0o600, _ body: (ControlServer, String) throws -> Void) throws {
         let directory = "/tmp/coordfs-limits-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let domain = CoordinationDomain()
-        let server = ControlServer(socketPath: directory + "/s.sock", mode: 0o600, domain: domain,
+        let server = ControlServer(socketPath: directory + "/s.sock", mode: mode, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/", limits: limits)
         try server.start()
         defer { server.stop() }
@@ -26,9 +27,19 @@ import Glibc
     }
 
     func limits(connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100, services: Int = 100,
-                hello: Duration = .seconds(10)) -> ClientLimits {
+                hello: Duration = .seconds(10), memory: Int = ClientLimits.standard.memoryPerUser) -> ClientLimits {
         ClientLimits(connections: connections, connectionsPerUser: perUser, watchesPerUser: watches, holdsPerConnection: holds,
-                     servicesPerConnection: services, helloTimeout: hello)
+                     servicesPerConnection: services, helloTimeout: hello, memoryPerUser: memory)
+    }
+
+    /// What a hold of one item of a server's directory (`item0` … `item9`, whose paths are all
+    /// as long) is counted as against its user's memory.
+    static let oneItemHold = ClientLimits.bytes(ofHoldOn: ["/tmp/coordfs-limits-12345678/item0"])
+
+    /// Asks `client` to hold item `n` of `directory` (read, or write), without waiting.
+    func hold(_ client: RawClient, _ n: Int, in directory: String, access: WireIntent.Access = .read) throws -> ServerMessage? {
+        try client.ask(.hold(id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: access)],
+                             wait: false, timeout: nil, inherit: false))
     }
 
     /// `count` requests made by `make` (given 0, 1, …), each granted: the `field` number of each
@@ -122,6 +133,92 @@ import Glibc
                                             wait: false, timeout: nil, inherit: false))
             guard case .ok? = reply else { Issue.record("\(String(describing: reply))"); return }
         }
+    }
+
+    @Test func oneUsersHoldsAreBoundedByTheirMemoryOverAllTheirConnections() throws {
+        // Room for three holds of one item, not four.
+        let memory = Self.oneItemHold * 7 / 2
+        try withServer(limits(memory: memory)) { server, directory in
+            let first = try RawClient(server.socketPath), second = try RawClient(server.socketPath)
+            #expect(try first.greet() && second.greet())
+            guard let held = try granted(2, "hold", { try hold(first, $0, in: directory) }) else { return }
+            guard case .ok? = try hold(second, 2, in: directory) else { Issue.record("the third hold refused"); return }
+            let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
+            #expect(isError(try hold(second, 3, in: directory), "ENOMEM", saying: limit))
+            #expect(isError(try hold(first, 4, in: directory), "ENOMEM", saying: limit), "counted per user, not per connection")
+            #expect(server.counts.memory(of: getuid()) > 2 * Self.oneItemHold && server.counts.memory(of: getuid()) <= memory)
+            // A release gives its hold's memory back; a closed connection gives back its holds'.
+            guard case .ok? = try first.ask(.release(id: 30, hold: held[0], changed: false)) else { Issue.record("release"); return }
+            guard case .ok? = try hold(second, 5, in: directory) else { Issue.record("memory given back was not"); return }
+            #expect(isError(try hold(second, 6, in: directory), "ENOMEM", saying: limit))
+            first.close()       // its one hold left goes with it
+            #expect(eventually { if case .ok? = try? hold(second, 7, in: directory) { return true } else { return false } })
+            #expect(isError(try hold(second, 8, in: directory), "ENOMEM", saying: limit))
+            second.close()
+            #expect(eventually { server.counts.memory(of: getuid()) == 0 }, "nothing is counted once nothing is held")
+        }
+    }
+
+    /// A hold waited for counts as a granted one does, until it is given up.
+    @Test func aHoldWaitedForCountsUntilItIsCancelled() throws {
+        let memory = Self.oneItemHold * 5 / 2
+        try withServer(limits(memory: memory)) { server, directory in
+            let holder = try RawClient(server.socketPath), waiter = try RawClient(server.socketPath)
+            #expect(try holder.greet() && waiter.greet())
+            guard case .ok? = try hold(holder, 0, in: directory, access: .write) else { Issue.record("the write hold refused"); return }
+            waiter.send(.hold(id: 3, intents: [WireIntent(path: directory + "/item0", access: .write)], wait: true, timeout: nil, inherit: false))
+            #expect(eventually { server.counts.memory(of: getuid()) > Self.oneItemHold * 3 / 2 }, "the waiting hold is counted")
+            let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
+            #expect(isError(try hold(holder, 1, in: directory), "ENOMEM", saying: limit))
+            // Cancelled: its refusal and the cancel's answer, in either order.
+            waiter.send(.cancel(id: 4, request: 3))
+            let answers = try [waiter.receive(), waiter.receive()]
+            #expect(answers.contains { if case .error(let id, let errno, _)? = $0 { id == 3 && errno == "ECANCELED" } else { false } }, "\(answers)")
+            #expect(answers.contains { if case .ok(let id, _)? = $0 { id == 4 } else { false } }, "\(answers)")
+            #expect(eventually { server.counts.memory(of: getuid()) < Self.oneItemHold * 3 / 2 })
+            guard case .ok? = try hold(holder, 1, in: directory) else { Issue.record("the cancelled hold's memory was not given back"); return }
+        }
+    }
+
+    /// One user past their memory is refused alone: another user (nobody, uid 65534, through
+    /// setpriv) holds as before, within a share of their own.
+    @Test(.enabled(if: geteuid() == 0, "another user's connection needs root (setpriv)"))
+    func oneUserPastTheirMemoryLeavesAnotherUsersHoldsAlone() throws {
+        // Room for one hold of one item a user, not two.
+        let memory = Self.oneItemHold * 3 / 2
+        try withServer(limits(memory: memory), mode: 0o666) { server, directory in
+            chmod(directory, 0o755)     // theirs to read, whatever the umask
+            let mine = try RawClient(server.socketPath)
+            #expect(try mine.greet())
+            guard case .ok? = try hold(mine, 0, in: directory) else { Issue.record("the first hold refused"); return }
+            let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
+            #expect(isError(try hold(mine, 1, in: directory), "ENOMEM", saying: limit))
+            let theirs = try holdsAsNobody(on: server.socketPath, of: [directory + "/item2", directory + "/item3"])
+            #expect(theirs == ["held", "ENOMEM"], "their first hold granted, their second past their own share")
+            #expect(isError(try hold(mine, 4, in: directory), "ENOMEM", saying: limit), "and this user is still past theirs")
+        }
+    }
+
+    /// How holds of `paths` (one each, read, not waiting) on a connection of nobody's are
+    /// answered: "held", or the errno, a line each.
+    func holdsAsNobody(on socket: String, of paths: [String]) throws -> [String] {
+        let process = Process(), output = Pipe()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", """
+            import json, socket, sys
+            s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1]); f = s.makefile("rwb", buffering=0)
+            def ask(message):
+                f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+            ask({"op": "hello", "id": 1, "version": 1})
+            for n, path in enumerate(sys.argv[2:]):
+                reply = ask({"op": "hold", "id": 2 + n, "intents": [{"path": path, "access": "read"}], "wait": False})
+                print(reply.get("error", "held"), flush=True)
+            """, socket] + paths
+        process.standardOutput = output
+        try process.run()
+        let printed = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: printed, as: UTF8.self).split(separator: "\n").map(String.init)
     }
 
     /// A timeout no `Duration` holds (one such line took a shared mount down): that request is

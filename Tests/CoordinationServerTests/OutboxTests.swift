@@ -121,6 +121,50 @@ import Glibc
         outbox.close(grace: .zero)
     }
 
+    /// What waits for a client counts against its user's memory, over all the user's
+    /// connections: the connection that would take the user past it is given up, another user's
+    /// queues as before, and what is read or dropped is given back.
+    @Test func unreadLinesCountAgainstTheirUsersMemoryAlone() throws {
+        let step = Outbox.chargeStep
+        let counts = UserCounts(limits: ClientLimits(connections: 10, connectionsPerUser: 10, watchesPerUser: 10, holdsPerConnection: 10,
+                                                     servicesPerConnection: 10, memoryPerUser: 4 * step))
+        let (near, far) = Self.socketPair(), (secondNear, secondFar) = Self.socketPair(), (theirNear, theirFar) = Self.socketPair()
+        defer { for fd in [near, far, secondNear, secondFar, theirNear, theirFar] { close(fd) } }
+        func outbox(_ fd: Int32, of uid: UInt32) -> Outbox {
+            Outbox(fd: fd, stallLimit: .seconds(60), memory: UserMemory(counts: counts, uid: uid))
+        }
+        let first = outbox(near, of: 1000), second = outbox(secondNear, of: 1000), theirs = outbox(theirNear, of: 1001)
+        // Sends lines to `box` until almost three steps wait: what was sent, or nil at a refusal.
+        func fill(_ box: Outbox) -> [UInt8]? {
+            var sent: [UInt8] = [], number = 0
+            while box.queuedBytes < 3 * step - 200 && number < 100_000 {
+                let line = Self.line(number)
+                guard box.send(line) else { return nil }
+                sent += line
+                number += 1
+            }
+            return sent
+        }
+        let expected = try #require(fill(first), "three steps of one user's four")
+        #expect(counts.memory(of: 1000) == 3 * step)
+        // The user's second connection has one step left: past it, it is given up and its queue dropped.
+        var accepted = 0
+        while accepted < 100_000 && second.send(Self.line(accepted)) { accepted += 1 }
+        #expect(accepted < 100_000, "refused past the user's memory")
+        #expect(second.queuedBytes == 0)
+        #expect(counts.memory(of: 1000) == 3 * step, "what the second had waiting is given back")
+        // Another user's connection is not the first user's business.
+        #expect(fill(theirs) != nil, "another user's lines queue as before")
+        #expect(counts.memory(of: 1001) == 3 * step)
+        // Read, the first connection's lines are given back; closed, the other user's are.
+        #expect(Self.readAll(far, count: expected.count).bytes == expected)
+        #expect(eventually { counts.memory(of: 1000) == 0 })
+        theirs.close(grace: .zero)
+        #expect(counts.memory(of: 1001) == 0)
+        first.close(grace: .zero)
+        second.close(grace: .zero)
+    }
+
     @Test func closingWaitsForTheQueueWithinItsGraceThenStops() throws {
         let (near, far) = Self.socketPair()
         defer { close(near); close(far) }
