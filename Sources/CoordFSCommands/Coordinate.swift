@@ -41,7 +41,7 @@ struct Coordinate: ParsableCommand {
     @Flag(name: [.customShort("n"), .long], help: "Fail at once instead of waiting (as flock -n).")
     var nonblock = false
 
-    @Option(name: [.customShort("w"), .long], help: "Seconds to wait before giving up (default: the server's; as flock -w).")
+    @Option(name: [.customShort("w"), .long], help: "Seconds to wait before giving up (default: the server's wait timeout, a mount's --wait-timeout, 60 s unless set; as flock -w). Another user's holds and open files keep it waiting at most the mount's break time.")
     var timeout: Double?
 
     @Option(name: [.customShort("E"), .long], help: "The exit status when another holds an item and -n or --timeout gives up (default 1, as flock -E).")

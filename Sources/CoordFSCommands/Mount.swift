@@ -39,13 +39,13 @@ struct Mount: ParsableCommand {
     @Option(help: "exclusive (wait as the model says), strict (every writer excludes every open, no settling), notify (presenters told, nobody waits) or off.")
     var coordination: CoordinationMode?
 
-    @Option(help: "Seconds an access waits for others before EBUSY (default 60; 0: fail at once, as flock -w 0 and coordinate -w 0; infinity: wait forever).")
+    @Option(help: "Seconds an access waits for others before EBUSY, through the mount or a hold through its control socket that names no timeout (default 60, as everywhere in coordfs; 0: fail at once, as flock -w 0 and coordinate -w 0; infinity: wait forever).")
     var waitTimeout: Double?
 
     @Option(help: "Seconds presenters have to answer (default 5).")
     var presenterTimeout: Double?
 
-    @Option(help: "Seconds an access waits at most for a file another program keeps open, as Linux's lease-break-time (default 45; 0: the wait timeout).")
+    @Option(help: "Seconds an access waits at most for a file another program keeps open, or for another user's holds (through the mount or its control socket), as Linux's lease-break-time (default 45; 0: the wait timeout).")
     var breakTime: Double?
 
     @Option(help: "Seconds a file held open for writing must stay unchanged before others waiting for it go ahead (default 1; 0: wait the break time).")
@@ -178,10 +178,12 @@ struct Mount: ParsableCommand {
         var configuration = MountConfiguration(backing: Self.absolute(backing), mountPoint: Self.absolute(mountPoint))
         configuration.mode = coordination ?? loaded?.mode ?? .exclusive
         configuration.modeRules = loaded?.rules.map { (pattern: $0.0, mode: $0.1) } ?? []
-        let wait = waitTimeout ?? loaded?.waitTimeout ?? 60
         // 0 fails at once, as everywhere else in coordfs (coordinate -w 0, a coordinator's
-        // waitTimeout of zero, flock -w 0); only an infinity waits forever.
-        configuration.waitTimeout = wait == .infinity ? nil : try Seconds.duration(wait, option: "--wait-timeout")
+        // waitTimeout of zero, flock -w 0); only an infinity waits forever. Not given: the one
+        // default of coordfs (`CoordinationDomain.standardWaitTimeout`).
+        if let wait = waitTimeout ?? loaded?.waitTimeout {
+            configuration.waitTimeout = wait == .infinity ? nil : try Seconds.duration(wait, option: "--wait-timeout")
+        }
         configuration.presenterTimeout = try Seconds.duration(presenterTimeout ?? loaded?.presenterTimeout ?? 5, option: "--presenter-timeout")
         let breakSeconds = breakTime ?? loaded?.breakTime ?? 45
         configuration.breakTime = breakSeconds == 0 ? nil : try Seconds.duration(breakSeconds, option: "--break-time")

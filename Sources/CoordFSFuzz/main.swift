@@ -28,9 +28,9 @@ final class FuzzFixture: Sendable {
         }
         let domain = CoordinationDomain()
         domain.presenterTimeout = .milliseconds(50)
-        domain.defaultWaitTimeout = .milliseconds(200)
         server = ControlServer(socketPath: Self.tree + "/unused.sock", mode: 0o600, domain: domain,
                                resolver: HostItemResolver(domain: domain), root: "/")
+        server.waitTimeout = .milliseconds(200)
     }
 }
 

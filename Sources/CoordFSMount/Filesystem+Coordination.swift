@@ -164,6 +164,9 @@ extension Filesystem {
         // the same holders at once, as that open's own writes do (`BrokenOpens`).
         let covered = brokenOpens.covers(intents, of: process)
         let watched = !settling && waitWatch.watches(underKernelLock: underKernelLock, locksOthersOut: locksOthersOut)
+        // Watched, its wait for other users ends by itself (the break time, or the lock time):
+        // a cycle through it is no deadlock (X1).
+        let passesOtherUsers = watched && (waitWatch.breakTime != nil || (locksOthersOut && waitWatch.lockTime != nil))
         // Registered before the claim starts: the claim may be granted (and answered) at once.
         reply.onInterrupt(number)
         let uid = reply.caller.uid
@@ -173,7 +176,8 @@ extension Filesystem {
         // has returned), so the waiter is served there at once instead of after a hand-off to
         // another thread; a timeout's or an interrupt's, on the thread that noticed it.
         let access = Claim.beginWaiting(in: domain, identity: identity, intents: intents, waits: !nonBlocking || settling || covered,
-                                        holds: mode.holds, timeout: configuration.waitTimeout) { [self] result in
+                                        holds: mode.holds, timeout: configuration.waitTimeout,
+                                        user: uid, passesOtherUsers: passesOtherUsers) { [self] result in
             waitingRequests.ended(number)
             if watched { waitWatch.forget(number) }
             switch result {
@@ -198,7 +202,7 @@ extension Filesystem {
             interrupted = waitingRequests.waits(number, in: access)
             if watched {
                 waitWatch.watch(number, access, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
-                                changesNames: changesNames, uid: uid,
+                                changesNames: changesNames, passesLeases: true, uid: uid,
                                 item: mode == .strict ? nil : (wanted.node, wanted.name))   // strict: no settling
             }
         }) else { return }

@@ -32,12 +32,14 @@ public struct MountConfiguration: Sendable {
     public var modeRules: [(pattern: String, mode: CoordinationMode)] = []
     /// What is kept of content the mount replaces, per path, and who counts as one reader.
     public var versions = VersionSettings()
-    /// How long an open may wait for others before it fails with EBUSY; nil waits forever.
-    public var waitTimeout: Duration? = .seconds(60)
+    /// How long an open may wait for others before it fails with EBUSY, and a hold through the
+    /// mount's control socket that names no timeout; nil waits forever.
+    public var waitTimeout: Duration? = CoordinationDomain.standardWaitTimeout
     /// How long presenters have to answer.
     public var presenterTimeout: Duration = .seconds(5)
-    /// How long an access waits at most for an open file of an unmodified program (a lease)
-    /// before it goes ahead, as Linux's `lease-break-time`; nil: as long as the wait timeout.
+    /// How long an access waits at most for an open file of an unmodified program (a lease), or
+    /// for another user's holds (through the mount or its control socket), before it goes ahead,
+    /// as Linux's `lease-break-time`; nil: as long as the wait timeout.
     public var breakTime: Duration? = .seconds(45)
     /// How long a file held open for writing must have stayed unchanged before an access that
     /// waits for it goes ahead: a program that keeps its output open and no longer writes (a

@@ -91,6 +91,10 @@ public final class MountSession: @unchecked Sendable {
                                            domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
                                            root: filesystem.mountRoot.string)
                 server.claimGate = filesystem.claimGate
+                // Its holds wait as the mount's requests do: as long, and past other users'
+                // holds at the break time.
+                server.waitTimeout = filesystem.configuration.waitTimeout
+                server.holdWaits = filesystem.socketHoldWaits
                 server.versions = filesystem.versions?.store
                 server.remount = { [weak filesystem = self.filesystem] options in
                     guard let filesystem else { return "the mount is gone" }

@@ -34,6 +34,11 @@ import Glibc
 ///   request is granted as usual when nothing else stands in its way (not a change of metadata:
 ///   a chmod that passed a writer leaves readers waiting for it).
 ///
+/// A hold through the mount's control socket (`coordfs coordinate`, a Swift coordinator) that
+/// waits is watched too (`SocketHoldWaits`), for the break time alone and for other users' holds
+/// only: across users a hold is a lease whoever asks, and within one user a coordinated access
+/// waits for its user's programs' opens, as it always has.
+///
 /// A name change (unlink, rmdir, rename) that went ahead by any of these rules revokes, once
 /// it is made, the holds it passed on the names it took away (`CoordinatedAccess.revokePassed`):
 /// what they stood for has gone from there, and nobody waits for them again. Nothing else of
@@ -51,6 +56,9 @@ final class WaitWatch: @unchecked Sendable {
         /// It removes, replaces or moves a name (unlink, rmdir, rename): the holds it passes on
         /// its items are revoked once it is made (`CoordinatedAccess.revokePassed`).
         let changesNames: Bool
+        /// It goes past open files of its own user's unmodified programs at the break time, as
+        /// past leases (a program's request); false for a hold through the control socket.
+        let passesLeases: Bool
         let since: ContinuousClock.Instant
         /// Its caller's user.
         let uid: uid_t
@@ -99,7 +107,7 @@ final class WaitWatch: @unchecked Sendable {
     let holdsRevoked = Atomic<Int>(0)
     static let interval: useconds_t = 20_000
 
-    init(logger: Logger, settleTime: Duration?, breakTime: Duration?, lockTime: Duration?,
+    init(logger: Logger = Logger(label: "org.coordfs.mount"), settleTime: Duration?, breakTime: Duration?, lockTime: Duration?,
          look: @escaping @Sendable (Inode, String) -> FileState?) {
         self.logger = logger
         self.settleTime = settleTime
@@ -115,11 +123,11 @@ final class WaitWatch: @unchecked Sendable {
 
     /// Watches `claim` until `forget(number)`.
     func watch(_ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, locksOthersOut: Bool, changesNames: Bool,
-               uid: uid_t, item: (node: Inode, name: String)?) {
+               passesLeases: Bool, uid: uid_t, item: (node: Inode, name: String)?) {
         let now = ContinuousClock.now
         condition.lock()
         watched[number] = Watched(claim: claim, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
-                                  changesNames: changesNames, since: now, uid: uid, item: item)
+                                  changesNames: changesNames, passesLeases: passesLeases, since: now, uid: uid, item: item)
         if !running {
             running = true
             let thread = Thread { [self] in loop() }
@@ -181,7 +189,7 @@ final class WaitWatch: @unchecked Sendable {
                     reason = .lockTime
                 }
                 if reason == nil, let breakTime, now - request.since >= breakTime, waitsForHolders,
-                   awaited.allSatisfy({ Self.isLease($0) || anotherUsers($0) }) {
+                   awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }) {
                     reason = .breakTime
                 }
                 guard let ended = reason else { continue }

@@ -110,7 +110,7 @@ public final class CoordinationEngine: Sendable {
                 return .granted(state.grant(request, modes, requests: requests))
             }
             if !request.waits { return .refused(.wouldBlock) }
-            if let cycle = state.cycle(from: request.identity, through: blockers) {
+            if let cycle = state.cycle(from: request, through: blockers) {
                 return .refused(.deadlock(cycle: cycle))
             }
             let ticket = TicketID(rawValue: state.takeNumber())
@@ -348,6 +348,12 @@ public struct AccessRequest: Sendable {
     /// False for an access that only tells (a mount's `notify` mode): granted at once, it holds
     /// nothing and blocks nobody; its release still yields notifications.
     public var holdsIntents: Bool = true
+    /// The user the requester acts for (its filesystem uid), where its caller knows it.
+    public var user: UInt32? = nil
+    /// Its wait for coordinators of another `user` ends by itself: across users a hold is a
+    /// lease, which its caller goes past at the break time (docs/sharing.md). Such a wait closes
+    /// no deadlock (X1).
+    public var passesOtherUsers = false
 
     public init(identity: CoordinatorIdentity, intents: [Intent], waits: Bool = true,
                 alreadyRelinquished: Set<PresenterID> = [], messagesPresenters: Bool = true) {

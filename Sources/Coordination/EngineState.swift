@@ -213,25 +213,35 @@ struct State: ~Copyable {
     /// of those of the coordinators it is one with (a process's request through a mount may be
     /// made inside its coordinator's accessor, which cannot end before the request does).
     /// Waiting for a presenter's answer is no edge: the presenter timeout bounds it, and the
-    /// presenter's process may well wait for a grant meanwhile without any cycle.
-    private func edges(from identity: CoordinatorIdentity) -> Set<CoordinatorIdentity> {
+    /// presenter's process may well wait for a grant meanwhile without any cycle. With `users`,
+    /// a wait that ends by itself is no edge either (`counts`).
+    private func edges(from identity: CoordinatorIdentity, users: [CoordinatorIdentity: UInt32]?) -> Set<CoordinatorIdentity> {
         var next = Set<CoordinatorIdentity>()
-        for waiter in waiting where waiter.request.identity.isSameCoordinator(as: identity) { next.formUnion(waiter.blockers) }
+        for waiter in waiting where waiter.request.identity.isSameCoordinator(as: identity) {
+            if let users, waiter.request.passesOtherUsers {
+                for blocker in waiter.blockers where Self.counts(blocker, from: waiter.request, users: users) { next.insert(blocker) }
+            } else {
+                next.formUnion(waiter.blockers)
+            }
+        }
         return next
     }
 
-    /// Whether `start` waits, directly or through others, for `target`.
+    /// Whether `start` waits, directly or through others, for `target`. Every edge counts here,
+    /// leases too: an earlier waiter that waits for the requester does not hold it up
+    /// (`blockers`), whoever's it is.
     func waits(_ start: CoordinatorIdentity, for target: CoordinatorIdentity) -> Bool {
-        path(from: start, to: target) != nil
+        path(from: start, to: target, users: nil) != nil
     }
 
     /// The chain `start … target` in the wait-for graph, if there is one.
-    private func path(from start: CoordinatorIdentity, to target: CoordinatorIdentity) -> [CoordinatorIdentity]? {
+    private func path(from start: CoordinatorIdentity, to target: CoordinatorIdentity,
+                      users: [CoordinatorIdentity: UInt32]?) -> [CoordinatorIdentity]? {
         var parent: [CoordinatorIdentity: CoordinatorIdentity] = [:]
         var visited: Set<CoordinatorIdentity> = [start]
         var frontier = [start]
         while let current = frontier.popLast() {
-            for next in edges(from: current) where !visited.contains(next) {
+            for next in edges(from: current, users: users) where !visited.contains(next) {
                 parent[next] = current
                 if next.isSameCoordinator(as: target) {
                     var chain = [target]
@@ -246,13 +256,51 @@ struct State: ~Copyable {
         return nil
     }
 
-    /// The cycle that `identity` waiting for `blockers` would close (X1), as a list that starts
-    /// and ends with `identity`.
-    func cycle(from identity: CoordinatorIdentity, through blockers: Set<CoordinatorIdentity>) -> [CoordinatorIdentity]? {
-        for blocker in blockers.sorted(by: { $0.description < $1.description }) {
-            if let chain = path(from: blocker, to: identity) { return [identity] + chain }
+    /// The cycle that `request` waiting for `blockers` would close (X1), as a list that starts
+    /// and ends with its identity. A cycle through a wait that ends by itself (one user's for
+    /// another user's holds, which it goes past at the break time) is no deadlock: where a
+    /// waiter's wait may, the cycle is looked for again without such edges.
+    func cycle(from request: AccessRequest, through blockers: Set<CoordinatorIdentity>) -> [CoordinatorIdentity]? {
+        guard let found = cycle(from: request, through: blockers, users: nil) else { return nil }
+        // Nearly always there is no cycle at all, or nobody's wait ends by itself.
+        guard let users = waitUsers(with: request) else { return found }
+        return cycle(from: request, through: blockers, users: users)
+    }
+
+    private func cycle(from request: AccessRequest, through blockers: Set<CoordinatorIdentity>,
+                       users: [CoordinatorIdentity: UInt32]?) -> [CoordinatorIdentity]? {
+        for blocker in blockers.sorted(by: { $0.description < $1.description })
+        where users.map({ Self.counts(blocker, from: request, users: $0) }) ?? true {
+            if let chain = path(from: blocker, to: request.identity, users: users) { return [request.identity] + chain }
         }
         return nil
+    }
+
+    /// The users of the waiting coordinators and of `request`'s, by `userKey`; nil when neither
+    /// it nor any waiter passes other users (every edge counts).
+    private func waitUsers(with request: AccessRequest) -> [CoordinatorIdentity: UInt32]? {
+        guard request.passesOtherUsers || waiting.contains(where: { $0.request.passesOtherUsers }) else { return nil }
+        var users: [CoordinatorIdentity: UInt32] = [:]
+        for waiter in waiting {
+            if let user = waiter.request.user { users[Self.userKey(waiter.request.identity)] = user }
+        }
+        if let user = request.user { users[Self.userKey(request.identity)] = user }
+        return users
+    }
+
+    /// What a coordinator's user is filed under: its process, for one that stands in a process
+    /// (a process's requests through a mount and its clients' holds are one user's).
+    private static func userKey(_ identity: CoordinatorIdentity) -> CoordinatorIdentity {
+        identity.process.map { .process($0) } ?? identity
+    }
+
+    /// Whether the edge from `request` to `blocker` counts in the wait-for graph: not when the
+    /// request's wait for other users ends by itself (`AccessRequest.passesOtherUsers`) and
+    /// `blocker` is another user's. One whose user is not known counts.
+    private static func counts(_ blocker: CoordinatorIdentity, from request: AccessRequest,
+                               users: [CoordinatorIdentity: UInt32]) -> Bool {
+        guard request.passesOtherUsers, let user = request.user, let theirs = users[userKey(blocker)] else { return true }
+        return theirs == user
     }
 
     // MARK: Granting

@@ -38,17 +38,20 @@ package enum Claim: Sendable {
     /// runs once — possibly before this returns, on the calling thread — with the claim, granted
     /// and presenters answered, or the error that stopped it (`FileCoordinationError`,
     /// `CocoaError(.userCancelled)`, or a presenter's own error). Returns the waiting access, nil
-    /// when granted at once. `waits` false is refused at once instead of waiting.
+    /// when granted at once. `waits` false is refused at once instead of waiting. `user`: whose
+    /// claim it is; `passesOtherUsers`: its caller lets it past other users' holds at the break
+    /// time, so its wait for them closes no deadlock (`AccessRequest`).
     @discardableResult
     package static func begin(in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
                               waits: Bool = true, holds: Bool = true, timeout: Duration?,
+                              user: UInt32? = nil, passesOtherUsers: Bool = false,
                               completion: @escaping @Sendable (Result<Claim, Error>) -> Void) -> CoordinatedAccess? {
         if let claim = grantedAtOnce(in: domain, identity: identity, intents: intents, holds: holds) {
             completion(.success(claim))
             return nil
         }
         return beginWaiting(in: domain, identity: identity, intents: intents, waits: waits, holds: holds,
-                            timeout: timeout, completion: completion)
+                            timeout: timeout, user: user, passesOtherUsers: passesOtherUsers, completion: completion)
     }
 
     /// `begin` for a caller whose `grantedAtOnce` just came back nil: it waits (or is refused)
@@ -56,8 +59,12 @@ package enum Claim: Sendable {
     /// is what a caller cancels, watches (`awaited`) or lets through (`breakThrough`).
     package static func beginWaiting(in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
                                      waits: Bool = true, holds: Bool = true, timeout: Duration?,
+                                     user: UInt32? = nil, passesOtherUsers: Bool = false,
                                      completion: @escaping @Sendable (Result<Claim, Error>) -> Void) -> CoordinatedAccess {
-        let access = CoordinatedAccess(domain: domain, request: request(identity, intents, waits: waits, holds: holds))
+        var asked = request(identity, intents, waits: waits, holds: holds)
+        asked.user = user
+        asked.passesOtherUsers = passesOtherUsers && user != nil
+        let access = CoordinatedAccess(domain: domain, request: asked)
         access.start(waitTimeout: timeout) { result in completion(result.map { .waited($0) }) }
         return access
     }

@@ -40,7 +40,7 @@ public final class CoordinationDomain: @unchecked Sendable {
     private let missingCount = Atomic<Int>(0)
     /// Purpose identifiers of coordinators in other processes, by identity (`setPurpose`).
     private var purposes: [CoordinatorIdentity: String] = [:]
-    private var _defaultWaitTimeout: Duration? = .seconds(120)
+    private var _defaultWaitTimeout: Duration? = CoordinationDomain.standardWaitTimeout
     private var _packageExtensions: Set<String> = []
     private var _vetoScope = VetoScope.ownUser
     private var _reportHandler: (@Sendable (CoordinationReport) -> Void)?
@@ -112,7 +112,13 @@ public final class CoordinationDomain: @unchecked Sendable {
         withLock { purposes.isEmpty ? nil : purposes[identity] }
     }
 
-    /// The wait timeout of coordinators that set none (X5); nil waits forever, as Apple does.
+    /// The one default wait timeout (X5), 60 s: a `FileCoordinator`'s, a mount's
+    /// (`--wait-timeout`), and a hold's through a control socket that names none (a mount's
+    /// socket waits as the mount's requests do).
+    public static let standardWaitTimeout: Duration = .seconds(60)
+
+    /// The wait timeout of coordinators that set none (X5; `standardWaitTimeout` unless set);
+    /// nil waits forever, as Apple does.
     public var defaultWaitTimeout: Duration? {
         get { withLock { _defaultWaitTimeout } }
         set { withLock { _defaultWaitTimeout = newValue } }

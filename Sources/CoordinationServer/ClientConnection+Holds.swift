@@ -115,7 +115,7 @@ extension ClientConnection {
             return send(.error(id: id, errno: "EINVAL", message: "request \(id) is already pending"))
         }
         // The decoder has bounded it (`Seconds`): the conversion cannot trap.
-        let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.domain.defaultWaitTimeout
+        let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.waitTimeout
         // Past the server's gate first (another host's delegation, on a mount of a shared
         // store), then claimed here; asked again once granted, as a mount's opens are.
         if let gate = server.claimGate, !gate.admits(intents) {
@@ -129,12 +129,20 @@ extension ClientConnection {
             dropNamedCoordinator(name)
             return send(.error(id: id, errno: "ENOMEM", message: refusal))
         }
+        // Whose hold it is, across users a lease: the client's user's, or the holder's (root
+        // may hold for another user's process).
+        let user = holder == peer.pid ? peer.uid : CoordinatorUsers.user(of: coordinator) ?? peer.uid
+        let holdWaits = server.holdWaits
         // The completion holds the connection: a grant that comes after the client has gone
         // must still find it, to give the grant back (`closed` below). Held weakly, a hold
         // granted then stayed for good.
-        let waiting = Claim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait,
-                                  timeout: claimTimeout) { [self] result in
-            self.lock.withLock { _ = self.pendingHolds.removeValue(forKey: id) }
+        let waiting = Claim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait, timeout: claimTimeout,
+                                  user: user, passesOtherUsers: holdWaits?.passesOtherUsers ?? false) { [self] result in
+            let unwatch = self.lock.withLock { () -> (@Sendable () -> Void)? in
+                _ = self.pendingHolds.removeValue(forKey: id)
+                return self.watchedHolds.removeValue(forKey: id)
+            }
+            unwatch?()
             switch result {
             case .failure(let error):
                 self.server.counts.returnMemory(bytes, of: self.peer.uid)
@@ -176,6 +184,11 @@ extension ClientConnection {
         var closedMeanwhile = false
         _ = waiting.ifUnsettled {
             lock.withLock { if closed { closedMeanwhile = true } else { pendingHolds[id] = waiting } }
+            // Watched until its completion: a mount lets it past other users' holds at the break time.
+            if !closedMeanwhile, let holdWaits {
+                let unwatch = holdWaits.watch(waiting, user: user)
+                lock.withLock { watchedHolds[id] = unwatch }
+            }
         }
         if closedMeanwhile { waiting.cancel() }
     }

@@ -40,6 +40,8 @@ final class ClientConnection: @unchecked Sendable {
     /// The processes this connection has told the domain inherit (`updateInheritance`).
     var inheritingProcesses: Set<Int32> = []
     var pendingHolds: [Int: CoordinatedAccess] = [:]
+    /// Pending holds the server's `HoldWaitWatch` watches, by request: what ends each watch.
+    var watchedHolds: [Int: @Sendable () -> Void] = [:]
     /// Holds waiting at the server's claim gate (`ClaimGate`), by request: how to stop each.
     var pendingAdmissions: [Int: @Sendable () -> Void] = [:]
     /// The requests the client has yet to answer, by cookie: where its answer goes, and its word

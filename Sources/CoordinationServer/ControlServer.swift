@@ -67,6 +67,24 @@ public final class ControlServer: @unchecked Sendable {
         set { lock.withLock { gate = newValue } }
     }
 
+    /// How long a hold that names no timeout waits for others before it fails with EBUSY: the
+    /// one default (`CoordinationDomain.standardWaitTimeout`), or a mount's `--wait-timeout`, so
+    /// that a hold through a mount's socket waits as the mount's own requests do. nil waits
+    /// forever.
+    public var waitTimeout: Duration? {
+        get { lock.withLock { holdWaitTimeout } }
+        set { lock.withLock { holdWaitTimeout = newValue } }
+    }
+    private var holdWaitTimeout: Duration? = CoordinationDomain.standardWaitTimeout
+
+    /// Who watches holds while they wait (a mount's break time for other users' holds); nil:
+    /// they wait up to their timeout.
+    package var holdWaits: (any HoldWaitWatch)? {
+        get { lock.withLock { holdWaitWatch } }
+        set { lock.withLock { holdWaitWatch = newValue } }
+    }
+    private var holdWaitWatch: (any HoldWaitWatch)?
+
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
     public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
                 limits: ClientLimits = .standard) {

@@ -64,7 +64,8 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     }
 
     /// How long a call waits for other coordinators before it fails with
-    /// `FileCoordinationError.timedOut(item:)`; nil waits forever.
+    /// `FileCoordinationError.timedOut(item:)` (the domain's `defaultWaitTimeout` unless set, 60 s
+    /// by default); nil waits forever.
     public var waitTimeout: Duration? {
         get { lock.withLock { _waitTimeout } }
         set { lock.withLock { _waitTimeout = newValue } }

@@ -279,3 +279,157 @@ import Glibc
         withExtendedLifetime((secretService, docService)) {}
     }
 }
+
+/// A hold through a mount's control socket (`coordfs coordinate`, and so a Swift coordinator)
+/// is a lease across users exactly as the mount's own requests are (docs/sharing.md): another
+/// user's hold or open file keeps it at most the break time, then it goes past them, revokes
+/// them and tells their holders. Its own user's it waits for as before, and a hold that names
+/// no timeout waits the mount's wait timeout. (It waited 120 s for another user's plain open,
+/// then failed with EBUSY; with `--wait-timeout infinity`, 120 s all the same.)
+@Suite struct CrossUserSocketHolds {
+    let binary = Paths.binary.path
+
+    @Test func aHoldGoesPastAnotherUsersHoldAndOpenFileAtTheBreakTime() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--break-time", "2", "--wait-timeout", "infinity"])
+        for name in ["held.txt", "open.txt"] {
+            try fx.seed(name, "\(name)\n")
+            chmod(fx.backingPath(name), 0o644)
+        }
+        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", LockTimeAndRevokedHolds.holder, fx.path("held.txt")]))
+        let held = try #require(holder.next()?.split(separator: " ").dropFirst().first.map(String.init))
+        let reader = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path]))
+        #expect(reader.ask("open r \(fx.path("open.txt"))") == "ok 1")
+        for name in ["held.txt", "open.txt"] {
+            let started = ContinuousClock.now
+            let coordinate = try Child(binary, ["coordinate", "-x", fx.path(name), "--", "/bin/true"])
+            let status = coordinate.waitForExit(timeout: .seconds(10))
+            let took = ContinuousClock.now - started
+            #expect(status == 0, "root's hold of \(name) beside another user's: status \(String(describing: status)) after \(took)")
+            #expect(took >= .milliseconds(1500), "it waited the break time: \(took)")
+        }
+        #expect(holder.next() == "broken \(held)", "the hold passed is told")
+        // Revoked: root's next holds go ahead at once.
+        for name in ["held.txt", "open.txt"] {
+            let started = ContinuousClock.now
+            #expect(try run(binary, ["coordinate", "-x", fx.path(name), "-w", "1", "--", "/bin/true"]).status == 0,
+                    "the revoked hold on \(name) held root up again")
+            #expect(ContinuousClock.now - started < .seconds(1))
+        }
+        let statistics = try fx.statistics()
+        #expect(statistics["lease_breaks"] == 2 && statistics["holds_revoked"] == 2, "\(statistics)")
+        #expect(reader.ask("read 1") == "data open.txt|", "the reader reads on what it opened")
+    }
+
+    /// Within one user nothing changed: a hold waits for its own user's holds and open files
+    /// until its timeout, whatever the break time (a coordinated access, not a lease's breaker).
+    @Test func aHoldWaitsForItsOwnUsersHoldsAndOpenFilesAsBefore() throws {
+        let fx = try MountFixture(["--break-time", "0.5", "--wait-timeout", "infinity"])
+        try fx.seed("held.txt")
+        try fx.seed("open.txt")
+        let holder = try Child("/usr/bin/python3", ["-c", LockTimeAndRevokedHolds.holder, fx.path("held.txt")])
+        #expect(holder.next()?.hasPrefix("held ") == true)
+        let reader = try Child.holder()
+        #expect(reader.ask("open r \(fx.path("open.txt"))") == "ok 1")
+        for name in ["held.txt", "open.txt"] {
+            let started = ContinuousClock.now
+            let refused = try run(binary, ["coordinate", "-x", fx.path(name), "-w", "2", "--", "/bin/true"])
+            let took = ContinuousClock.now - started
+            #expect(refused.status == 1 && took >= .milliseconds(1800), "root's hold of \(name) beside root's own: \(refused) after \(took)")
+        }
+        #expect(holder.next(timeout: .milliseconds(300)) == nil, "nobody was told of a break")
+        let statistics = try fx.statistics()
+        #expect(statistics["lease_breaks"] == 0 && statistics["holds_revoked"] == 0, "\(statistics)")
+    }
+
+    @Test("X5 a hold that names no timeout waits the mount's wait timeout")
+    func aHoldThatNamesNoTimeoutWaitsTheMountsWaitTimeout() throws {
+        let fx = try MountFixture(["--wait-timeout", "1"])
+        try fx.seed("held.txt")
+        let holder = try Child("/usr/bin/python3", ["-c", LockTimeAndRevokedHolds.holder, fx.path("held.txt")])
+        #expect(holder.next()?.hasPrefix("held ") == true)
+        let started = ContinuousClock.now
+        let waiting = try Child(binary, ["coordinate", "-x", fx.path("held.txt"), "--", "/bin/true"])
+        let status = waiting.waitForExit(timeout: .seconds(8))
+        let took = ContinuousClock.now - started
+        #expect(status == 1, "EBUSY after the mount's 1 s: status \(String(describing: status)) after \(took)")
+        #expect(took >= .milliseconds(900) && took < .seconds(5), "\(took)")
+    }
+}
+
+/// A wait for another user's hold ends by itself at the break time, so a cycle through it is no
+/// deadlock (X1, docs/sharing.md): another user who holds one item and asks for one root holds
+/// cannot make root's wait fail with EDEADLK at once. (It did, in a millisecond.)
+@Suite struct CrossUserCycles {
+    /// Holds on command under one named coordinator, through the socket of the first path's
+    /// mount: a line "N" holds the N-th path (from 0) for writing and prints the reply, "ok"
+    /// or the errno name; a BROKEN event of one of its holds prints "broken".
+    static let holder = """
+        import json, os, socket, sys, threading
+        paths = sys.argv[1:]
+        s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(paths[0], "user.coordfs.socket").decode())
+        reader, writer = s.makefile("rb"), s.makefile("wb", buffering=0)
+        def send(m): writer.write(json.dumps(m).encode() + b"\\n")
+        def read():
+            for line in reader:
+                record = json.loads(line)
+                if "BROKEN" in record.get("events", []):
+                    print("broken", flush=True)
+                elif record.get("id", 0) > 1:
+                    print(record.get("error") or "ok", flush=True)
+        send({"op": "hello", "id": 1, "version": 1})
+        threading.Thread(target=read, daemon=True).start()
+        for number, line in enumerate(sys.stdin, start=2):
+            send({"op": "hold", "id": number, "coordinator": "one", "intents": [{"path": paths[int(line)], "access": "write"}]})
+        """
+
+    @Test("X1 another user's open closes no cycle with root's: both go ahead at the break time")
+    func anotherUsersOpenMakesNoDeadlockOfRootsOpen() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--break-time", "2", "--wait-timeout", "infinity"])
+        for name in ["x", "y"] {
+            try fx.seed(name)
+            chmod(fx.backingPath(name), 0o666)
+        }
+        let roots = try Child.holder()
+        let theirs = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path]))
+        // Truncating writers: each excludes every other open.
+        #expect(roots.ask("open wt \(fx.path("x"))") == "ok 1")
+        #expect(theirs.ask("open wt \(fx.path("y"))") == "ok 1")
+        theirs.send("open wt \(fx.path("x"))")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true })
+        let started = ContinuousClock.now
+        #expect(roots.ask("open wt \(fx.path("y"))") == "ok 2", "root's open waits the break time, not EDEADLK")
+        let took = ContinuousClock.now - started
+        #expect(took >= .milliseconds(1000) && took < .seconds(5), "\(took)")
+        #expect(theirs.next() == "ok 2", "theirs went ahead at its break time")
+        // Within one user a cycle is still refused (aCycleOfTwoProcessesGetsEDEADLK).
+    }
+
+    @Test("X1 another user's hold closes no cycle with root's hold through the socket")
+    func anotherUsersHoldMakesNoDeadlockOfRootsHold() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--break-time", "2", "--wait-timeout", "infinity"])
+        for name in ["a", "b"] {
+            try fx.seed(name)
+            chmod(fx.backingPath(name), 0o666)
+        }
+        let arguments = ["/usr/bin/python3", "-c", Self.holder, fx.path("a"), fx.path("b")]
+        let roots = try Child(arguments[0], Array(arguments.dropFirst()))
+        let theirs = try Child(Nobody.program, Nobody.arguments(arguments))
+        #expect(roots.ask("1") == "ok", "root holds b")
+        #expect(theirs.ask("0") == "ok", "they hold a")
+        theirs.send("1")
+        #expect(eventually { (try? fx.state())?.contains("WAIT") == true }, "they wait for root's b")
+        let started = ContinuousClock.now
+        roots.send("0")
+        // Root's b is passed at their break time meanwhile (told); then root's own answer.
+        var answers: [String] = []
+        while let line = roots.next(timeout: .seconds(10)) {
+            answers.append(line)
+            if line != "broken" { break }
+        }
+        let took = ContinuousClock.now - started
+        #expect(answers.last == "ok", "root's hold of a: \(answers)")
+        #expect(took >= .milliseconds(1000) && took < .seconds(5), "\(took)")
+        let theirAnswers = [theirs.next(), theirs.next()].compactMap { $0 }
+        #expect(Set(theirAnswers) == ["ok", "broken"], "their hold of b granted, their a broken: \(theirAnswers)")
+    }
+}

@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// While a request about a name waits in the mount, the kernel keeps its directory locked:
-/// nobody can list the directory, look a new name up in it or create in it (issue 60). A name
+/// nobody can list the directory, look a new name up in it or create in it. A name
 /// change does not wait for open files it leaves as they were (readers; appenders of a moved
 /// item), nor a log's rotation for its readers and appenders (docs/mount.md, the kernel's
 /// locks). Each of these failed on the build before: the break time given, or EAGAIN.
@@ -81,7 +81,7 @@ import Glibc
     /// is truncated by `truncate -s 0` (an open for writing with O_NONBLOCK, then ftruncate),
     /// by path (truncate(2)) and as logrotate does it (opened read-write, copied, truncated
     /// through that open) without waiting for either, and the appender is never stuck: it sat
-    /// in uninterruptible sleep on the file's lock for the break time (issue 60's item 7), and
+    /// in uninterruptible sleep on the file's lock for the break time, and
     /// `truncate -s 0` failed with EAGAIN beside tail's open.
     @Test func copytruncateBesideAnAppenderAndTailTakesNoTime() throws {
         let fx = try MountFixture(["--break-time", "2"])
@@ -157,7 +157,7 @@ import Glibc
 
 /// Another user's holds: a request the kernel holds a lock for waits for them at most the lock
 /// time; a hold passed at the break time is revoked; a name change revokes the holds it passed
-/// on the names it took away (issue 60's items 3 and 5; docs/sharing.md).
+/// on the names it took away (docs/sharing.md).
 @Suite struct LockTimeAndRevokedHolds {
     /// Holds each path for reading through the control socket (as one client, one hold each),
     /// prints "held N..." and then "broken N" for each BROKEN event.

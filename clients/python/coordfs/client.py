@@ -321,7 +321,9 @@ class Connection:
              timeout: Optional[float] = None, write_option: Optional[str] = None) -> Hold:
         """Holds reads of `read` and writes of `write`, all or none: once granted (presenters
         asked first), or refused (`CoordfsError`: EAGAIN when `wait` is false and another
-        holds an item, EBUSY after `timeout` seconds, EDEADLK)."""
+        holds an item, EBUSY after `timeout` seconds, by default the server's wait timeout (a
+        mount's --wait-timeout, 60 s unless set), EDEADLK). Another user's holds keep it
+        waiting at most a mount's break time."""
         intents = [{"path": _real(p), "access": "read"} for p in read]
         intents += [dict({"path": _real(p), "access": "write"}, **({"options": [write_option]} if write_option else {}))
                     for p in write]
