@@ -26,10 +26,17 @@ public protocol LocalAccess: Sendable {
 /// holders, `coversAccessor`), asks its presenters for the other host's access, waits until none
 /// of its own holders conflicts with the other host's key (or the break time passes), takes
 /// finer delegations for the holders that go on, and gives the recalled one back.
+///
+/// A delegation nothing here has used for an idle time (no request granted from it, no holder
+/// inside it) is given back unasked (`sweepIdle`): the fine ones a host takes where hosts meet
+/// (one per item) do not pile up, and once the other hosts' have gone too, the next request
+/// asks for the whole directory again.
 public final class ClusterMember: Sendable {
     private let join: @Sendable () async throws -> Delegations
     private let local: any LocalAccesses
     private let breakTime: Duration
+    /// How long a delegation stays unused before it is given back (nil: kept until recalled).
+    private let idleTime: Duration?
     private let logger = Logger(label: "org.coordfs.cluster")
     private let state: Mutex<State>
     private let tasks = Mutex<[Task<Void, Never>]>([])
@@ -49,7 +56,8 @@ public final class ClusterMember: Sendable {
         /// This run's delegations (a new lease after a lost one is a new run); nil while the
         /// host is not a member.
         var delegations: Delegations?
-        /// Held and granted from: by path, which modes.
+        /// Held and granted from: by path, which modes (and whether granted from since the last
+        /// sweep of idle delegations, `Modes.granted`).
         var held: [String: Modes] = [:]
         /// Recalled, being given back: the other hosts' keys that want them.
         var recalled: [Key: [Delegations.Entry]] = [:]
@@ -60,7 +68,8 @@ public final class ClusterMember: Sendable {
         /// Acquires under way, shared by the requests that need them.
         var acquiring: [Key: Acquiring] = [:]
         var acquires: UInt64 = 0
-        /// Recalled keys being given back: asked for again only once they are.
+        /// Recalled keys (and idle ones, `sweepIdle`) being given back: asked for again only
+        /// once they are.
         var givingBack: [Key: Task<Void, Never>] = [:]
         /// Keys given back, as made: a grant of one of them that comes late is not held.
         var givenBack: Set<GivenBack> = []
@@ -78,14 +87,35 @@ public final class ClusterMember: Sendable {
         /// was recalled as soon as granted, or given back already.
         mutating func hold(_ key: Key, made revision: Int64, by run: Delegations) {
             guard delegations === run, recalled[key] == nil, !givenBack.contains(GivenBack(key: key, revision: revision)) else { return }
-            held[key.path, default: []].insert(Modes(key.mode))
+            // Granted for a request that has yet to use it: not idle before the next sweep.
+            held[key.path, default: []].formUnion([Modes(key.mode), .granted])
         }
 
         /// Grants no more from `mode` at `path`.
         mutating func stopHolding(_ mode: Modes, at path: String) {
             guard var modes = held[path] else { return }
             modes.remove(mode)
-            held[path] = modes.isEmpty ? nil : modes
+            held[path] = modes.subtracting(.granted).isEmpty ? nil : modes
+        }
+
+        /// The held delegation `mode` of `path` is granted from: its path and modes.
+        func holding(_ path: String, _ mode: Delegations.Mode) -> (path: String, modes: Modes)? {
+            // A host alone holds a few delegations: compared in place, nothing allocated.
+            if held.count <= 8 {
+                return held.first { other, modes in
+                    modes.serves(mode) && (other.isEmpty || other == path
+                        || (path.utf8.count > other.utf8.count && path.hasPrefix(other)
+                            && path.utf8[path.utf8.index(path.utf8.startIndex, offsetBy: other.utf8.count)] == UInt8(ascii: "/")))
+                }.map { ($0.key, $0.value) }
+            }
+            if let modes = held[path], modes.serves(mode) { return (path, modes) }
+            var directory = Substring(path)
+            while !directory.isEmpty {
+                directory = directory.lastIndex(of: "/").map { directory[..<$0] } ?? ""
+                let above = String(directory)
+                if let modes = held[above], modes.serves(mode) { return (above, modes) }
+            }
+            return nil
         }
     }
 
@@ -94,6 +124,8 @@ public final class ClusterMember: Sendable {
         static let read = Modes(rawValue: 1)
         static let write = Modes(rawValue: 2)
         static let presence = Modes(rawValue: 4)
+        /// Not a mode: granted from since the last sweep of idle delegations (`sweepIdle`).
+        static let granted = Modes(rawValue: 8)
         init(rawValue: UInt8) { self.rawValue = rawValue }
         init(_ mode: Delegations.Mode) {
             switch mode {
@@ -103,7 +135,7 @@ public final class ClusterMember: Sendable {
             }
         }
         /// Holding `mode`: a write delegation serves reads too, and any serves a presence.
-        func serves(_ mode: Delegations.Mode) -> Bool { mode.writes ? contains(.write) : !isEmpty }
+        func serves(_ mode: Delegations.Mode) -> Bool { mode.writes ? contains(.write) : !subtracting(.granted).isEmpty }
     }
 
     /// One acquire of a key, shared by the requests that wait for it.
@@ -157,9 +189,6 @@ public final class ClusterMember: Sendable {
         }
     }
 
-    /// `join`: a new run's delegations, started (a lease granted, the store read and followed).
-    /// `breakTime`: how long a recall waits for this host's holders that conflict with it before
-    /// it gives the delegation back regardless (nil: for as long as they hold).
     /// What a host does once its lease is lost and etcd cannot be reached.
     public enum WhenUnreachable: String, Sendable, CaseIterable {
         /// Grants nothing that needs coordination (ENOLCK) until it has joined again.
@@ -171,11 +200,19 @@ public final class ClusterMember: Sendable {
 
     private let whenUnreachable: WhenUnreachable
 
+    /// How long a delegation nothing here uses is kept by default: between this and twice this.
+    public static let defaultIdleTime: Duration = .seconds(5)
+
+    /// `join`: a new run's delegations, started (a lease granted, the store read and followed).
+    /// `breakTime`: how long a recall waits for this host's holders that conflict with it before
+    /// it gives the delegation back regardless (nil: for as long as they hold). `idleTime`: how
+    /// long a delegation nothing here uses is kept (at most twice that; nil: until recalled).
     public init(join: @escaping @Sendable () async throws -> Delegations, local: any LocalAccesses, breakTime: Duration?,
-                whenUnreachable: WhenUnreachable = .refuse) {
+                whenUnreachable: WhenUnreachable = .refuse, idleTime: Duration? = ClusterMember.defaultIdleTime) {
         self.join = join
         self.whenUnreachable = whenUnreachable
         self.local = local
+        self.idleTime = idleTime
         self.breakTime = breakTime ?? .seconds(Int64.max / 4)
         state = Mutex(State())
         (presences, presencesSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
@@ -242,7 +279,8 @@ public final class ClusterMember: Sendable {
             logger.error("cluster: this host's lease is lost: it grants nothing until it has joined again")
             await rejoin(after: delegations.lease)
         }
-        tasks.withLock { $0 += [recalls, loss, forwarding, receiving] }
+        let sweeping = Task { [self] in await sweepIdle(of: delegations) }
+        tasks.withLock { $0 += [recalls, loss, forwarding, receiving, sweeping] }
     }
 
     /// Joins again, once a second until it can. The lost lease is revoked first where etcd can
@@ -341,21 +379,11 @@ public final class ClusterMember: Sendable {
             if state.alone { return true }
             // The lease counted lost is lost here at once, before its loss is handled.
             if state.held.isEmpty || state.delegations?.lease.isLost != false { return false }
-            // A host alone holds a few delegations: compared in place, nothing allocated.
-            if state.held.count <= 8 {
-                return state.held.contains { held, modes in
-                    modes.serves(mode) && (held.isEmpty || held == path
-                        || (path.utf8.count > held.utf8.count && path.hasPrefix(held)
-                            && path.utf8[path.utf8.index(path.utf8.startIndex, offsetBy: held.utf8.count)] == UInt8(ascii: "/")))
-                }
-            }
-            if state.held[path]?.serves(mode) == true { return true }
-            var directory = Substring(path)
-            while !directory.isEmpty {
-                directory = directory.lastIndex(of: "/").map { directory[..<$0] } ?? ""
-                if state.held[String(directory)]?.serves(mode) == true { return true }
-            }
-            return false
+            guard let found = state.holding(path, mode) else { return false }
+            // Not idle: marked once a sweep. (Presences too: presenters inside a delegation
+            // rely on it, and ask for a presence of their own only once it has gone.)
+            if !found.modes.contains(.granted) { state.held[found.path]?.insert(.granted) }
+            return true
         }
     }
 
@@ -514,16 +542,45 @@ public final class ClusterMember: Sendable {
     /// needs (that host refuses it), another request waits for it already (here or on another
     /// host), or a host in its way did not answer within `idlePatience`.
     public func acquireAtOnce(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) -> Bool {
-        if covers(path, mode) { return true }
-        let chosen = state.withLock { current -> (key: Key, delegations: Delegations, busy: Bool)? in
-            guard let delegations = current.delegations, !delegations.lease.isLost else { return nil }
-            let key = key(for: path, mode, in: delegations, avoiding: current.recalled)
-            let exact = Key(path: path, mode: mode)
-            let busy = [key, exact].contains { current.givingBack[$0] != nil || current.acquiring[$0] != nil }
-            return (key, delegations, busy)
+        var waitedForIdle = 0
+        while true {
+            if covers(path, mode) { return true }
+            let step = state.withLock { current -> AtOnce in
+                guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
+                let key = key(for: path, mode, in: delegations, avoiding: current.recalled)
+                let exact = Key(path: path, mode: mode)
+                // Being given back idle (nobody else wants it): asked for again once it is.
+                if let idle = [key, exact].compactMap({ current.recalled[$0] == nil ? current.givingBack[$0] : nil }).first {
+                    return .afterIdle(idle)
+                }
+                let busy = [key, exact].contains { current.givingBack[$0] != nil || current.acquiring[$0] != nil }
+                return busy ? .busy : .asking(key, delegations)
+            }
+            switch step {
+            case .lost:
+                throw .leaseLost
+            case .busy:
+                return false
+            case .afterIdle(let idle):
+                waitedForIdle += 1
+                if waitedForIdle > 4 { return false }
+                await idle.value
+            case .asking(let key, let delegations):
+                return try await acquireAtOnce(path, mode, as: key, in: delegations)
+            }
         }
-        guard let (key, delegations, busy) = chosen else { throw .leaseLost }
-        if busy { return false }
+    }
+
+    private enum AtOnce {
+        case lost
+        /// Another request waits for it already (here, or the recall of another host's).
+        case busy
+        case afterIdle(Task<Void, Never>)
+        case asking(Key, Delegations)
+    }
+
+    private func acquireAtOnce(_ path: String, _ mode: Delegations.Mode, as key: Key,
+                               in delegations: Delegations) async throws(Delegations.Failure) -> Bool {
         // A directory asked for on the replica's word recalls nobody; the item itself recalls
         // the hosts in its way, and is granted once those that hold it idle have given it back.
         let exact = Key(path: path, mode: mode)
@@ -550,18 +607,11 @@ public final class ClusterMember: Sendable {
     /// The delegation to ask for `path`: its outermost directory (or itself) in which and
     /// above which no other host has a key that conflicts; `path` itself when there is none.
     /// Never a key of this host being recalled.
+    /// (The replica's index answers in one walk down the path, however many keys the store has.)
     private func delegationPath(for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
                                 avoiding recalled: [Key: [Delegations.Entry]]) -> String {
         if path.isEmpty { return path }
-        let others = delegations.entries().filter { !($0.host == delegations.host && $0.lease == delegations.lease.id) }
-        let directories = path.indices.filter { path[$0] == "/" }.map { String(path[..<$0]) }
-        for candidate in directories {
-            let wanted = Delegations.Entry(path: candidate, host: delegations.host, mode: mode, revision: .max, lease: delegations.lease.id)
-            if recalled[Key(path: candidate, mode: mode)] == nil && !others.contains(where: { Delegations.conflict($0, wanted) }) {
-                return candidate
-            }
-        }
-        return path
+        return delegations.outermostFree(for: path, mode) { recalled[Key(path: $0, mode: mode)] != nil }
     }
 
     // MARK: Recalls
@@ -662,6 +712,101 @@ public final class ClusterMember: Sendable {
             }
         }
         for access in begun { access.end() }
+    }
+
+    // MARK: Idle delegations
+
+    /// Every `idleTime`, gives back the delegations of this run that nothing here used since
+    /// the sweep before: no request was granted from them (`covers`, `Modes.granted`) and no
+    /// holder is at or inside them. Presences stay (they are the presenters', given back when
+    /// those go), and so does what is being asked for, recalled or given back already.
+    private func sweepIdle(of delegations: Delegations) async {
+        guard let idleTime else { return }
+        while !Task.isCancelled {
+            try? await Task.sleep(for: idleTime)
+            let busy = Self.paths(holding: local.holders())
+            let going = state.withLock { state -> Bool in
+                guard state.delegations === delegations, !state.leaving else { return false }
+                if state.alone || delegations.lease.isLost { return true }
+                var idle: [String: Modes] = [:]
+                var used: [String] = []
+                for (path, modes) in state.held {
+                    if modes.contains(.granted) {
+                        used.append(path)
+                        continue
+                    }
+                    let giving = modes.intersection([.read, .write])
+                    guard !giving.isEmpty, !busy.contains(path) else { continue }
+                    let keys = Self.keys(giving, at: path)
+                    guard !keys.contains(where: { state.acquiring[$0] != nil || state.givingBack[$0] != nil
+                        || state.recalled[$0] != nil || state.kept.contains($0) }) else { continue }
+                    idle[path] = giving
+                }
+                for path in used { state.held[path]?.remove(.granted) }
+                guard !idle.isEmpty else { return true }
+                // From here nothing new is granted from them; asked for again, they wait for this.
+                for (path, modes) in idle { state.stopHolding(modes, at: path) }
+                let task = Task { [self, idle] in await giveBackIdle(idle, of: delegations) }
+                for (path, modes) in idle {
+                    for key in Self.keys(modes, at: path) { state.givingBack[key] = task }
+                }
+                return true
+            }
+            if !going { return }
+        }
+    }
+
+    /// Gives back `idle` (taken out of `held` by `sweepIdle`), but for what a holder came to
+    /// hold meanwhile: a request granted from one just before the sweep took its claim first
+    /// (the mount asks `covers` once it holds its claim), and is seen here.
+    private func giveBackIdle(_ idle: [String: Modes], of delegations: Delegations) async {
+        let busy = Self.paths(holding: local.holders())
+        let going = state.withLock { state -> [(path: String, mode: Delegations.Mode)] in
+            var going: [(path: String, mode: Delegations.Mode)] = []
+            for (path, modes) in idle {
+                let keys = Self.keys(modes, at: path)
+                if busy.contains(path) {
+                    // Held again, unless recalled meanwhile (that recall gives it back).
+                    if state.delegations === delegations && !keys.contains(where: { state.recalled[$0] != nil }) {
+                        state.held[path, default: []].formUnion(modes.union(.granted))
+                    }
+                } else {
+                    going += keys.map { (path: $0.path, mode: $0.mode) }
+                }
+            }
+            return going
+        }
+        if !going.isEmpty && !delegations.lease.isLost {
+            do { try await delegations.release(going) } catch {
+                logger.error("cluster: cannot give back \(going.count) idle delegation(s): \(error)")
+            }
+        }
+        state.withLock { state in
+            guard state.delegations === delegations else { return }
+            for (path, modes) in idle {
+                for key in Self.keys(modes, at: path) where state.recalled[key] == nil { state.givingBack[key] = nil }
+            }
+        }
+    }
+
+    /// The keys a delegation of `modes` at `path` may be: a write delegation is one of four.
+    private static func keys(_ modes: Modes, at path: String) -> [Key] {
+        var keys: [Key] = []
+        if modes.contains(.read) { keys.append(Key(path: path, mode: .read)) }
+        if modes.contains(.write) { keys += [Delegations.Mode.write, .deleting, .moving, .replacing].map { Key(path: path, mode: $0) } }
+        return keys
+    }
+
+    /// The paths at or around which a holder holds: each holder's, and every directory above it.
+    private static func paths(holding holders: [(path: String, mode: Delegations.Mode)]) -> Set<String> {
+        var paths: Set<String> = []
+        for holder in holders {
+            var path = Substring(holder.path)
+            while paths.insert(String(path)).inserted && !path.isEmpty {
+                path = path.lastIndex(of: "/").map { path[..<$0] } ?? ""
+            }
+        }
+        return paths
     }
 }
 

@@ -13,7 +13,8 @@ import Synchronization
 /// etcd lock recipe, over read and write modes): a key is held once every conflicting key made
 /// before it is gone, and its create revision is the grant's fencing token. Each host keeps a
 /// replica of all keys, read once and then followed by one watch, so waiting and recalls cost
-/// no request of their own.
+/// no request of their own; the replica is indexed by path (`DelegationIndex`), and a change
+/// looks again only at the keys around it, so neither costs more as the store's keys grow.
 public final class Delegations: Sendable {
     public enum Mode: String, Sendable, CaseIterable {
         case read = "r", write = "w"
@@ -92,14 +93,14 @@ public final class Delegations: Sendable {
     let store: String
     let lease: HostLease
     private let prefix: [UInt8]
-    private let state = Mutex(State())
+    private let state: Mutex<State>
     public let recalls: AsyncStream<Recall>
     private let recallSink: AsyncStream<Recall>.Continuation
     private let follower = Mutex<Task<Void, Never>?>(nil)
 
     private struct State {
-        /// Every delegation key under the prefix, by key.
-        var entries: [[UInt8]: Entry] = [:]
+        /// Every delegation key under the prefix, by key and by path.
+        var index: DelegationIndex
         var revision: Int64 = 0
         /// This host's keys still waiting, and who waits for each.
         var waiters: [[UInt8]: [CheckedContinuation<Int64, Error>]] = [:]
@@ -108,6 +109,8 @@ public final class Delegations: Sendable {
         var lost = false
         var started = false
         var stopped = false
+
+        init(index: DelegationIndex) { self.index = index }
     }
 
     private struct Told: Hashable {
@@ -122,6 +125,7 @@ public final class Delegations: Sendable {
         self.lease = lease
         self.store = store
         prefix = Array("/coordfs/\(store)/delegations/".utf8)
+        state = Mutex(State(index: DelegationIndex(host: host, lease: lease.id)))
         (recalls, recallSink) = AsyncStream.makeStream()
     }
 
@@ -264,22 +268,22 @@ public final class Delegations: Sendable {
                     // key it has in a later making is not put back to an earlier one.)
                     if state.revision < readAt {
                         for value in snapshot {
-                            if let found = entry(value), found.revision >= (state.entries[value.key]?.revision ?? 0) {
-                                state.entries[value.key] = found
+                            if let found = entry(value), found.revision >= (state.index[value.key]?.revision ?? 0) {
+                                state.index.put(value.key, found)
                             }
                         }
                     }
                     // The replica past the read without the key: deleted since (given back, or
                     // taken back by a waiter that gave up); to be made again, not put back.
-                    if state.revision >= readAt && state.entries[key] == nil { return .failure(.withdrawn) }
-                    if mine.revision >= (state.entries[key]?.revision ?? 0) { state.entries[key] = mine }
-                    let blockers = Self.blockers(of: mine, in: state.entries)
+                    if state.revision >= readAt && state.index[key] == nil { return .failure(.withdrawn) }
+                    if mine.revision >= (state.index[key]?.revision ?? 0) { state.index.put(key, mine) }
+                    let blockers = state.index.blockers(of: mine)
                     if blockers.isEmpty { return .success(revision) }
                     switch asking {
                     case .waiting: break
                     case .tentatively: return .success(0)
                     // One in the way that waits itself: another host's program wants it first.
-                    case .ifIdle where blockers.contains(where: { !Self.blockers(of: $0, in: state.entries).isEmpty }): return .success(0)
+                    case .ifIdle where blockers.contains(where: { state.index.isBlocked($0) }): return .success(0)
                     case .ifIdle: break
                     }
                     state.waiters[key, default: []].append(continuation)
@@ -322,8 +326,35 @@ public final class Delegations: Sendable {
     public func release(_ path: String, _ mode: Mode? = nil) async throws(Failure) {
         for mode in mode.map({ [$0] }) ?? Mode.allCases {
             let key = self.key(path, mode)
-            guard let made = state.withLock({ $0.entries[key] }) else { continue }
+            guard let made = state.withLock({ $0.index[key] }) else { continue }
             do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {
+                throw .etcd(error)
+            }
+        }
+    }
+
+    /// Gives back several of this host's delegations, those the replica has (as `release` each),
+    /// a few dozen keys to a transaction: what a host gives back idle comes in hundreds.
+    func release(_ items: [(path: String, mode: Mode)]) async throws(Failure) {
+        let made = state.withLock { state in
+            items.compactMap { item -> (key: [UInt8], revision: Int64)? in
+                let key = self.key(item.path, item.mode)
+                return state.index[key].map { (key, $0.revision) }
+            }
+        }
+        // etcd takes at most 128 operations of each kind in a transaction (--max-txn-ops).
+        for start in stride(from: 0, to: made.count, by: 64) {
+            let batch = made[start..<min(start + 64, made.count)]
+            do throws(EtcdError) {
+                let answer = try await client.transaction(batch.map { .created($0.key, at: $0.revision) },
+                                                          success: batch.map { .delete(key: $0.key) })
+                // One of them went meanwhile (its lease ended): the others one by one.
+                if !answer.succeeded {
+                    for (key, revision) in batch {
+                        _ = try await client.transaction([.created(key, at: revision)], success: [.delete(key: key)])
+                    }
+                }
+            } catch {
                 throw .etcd(error)
             }
         }
@@ -332,12 +363,20 @@ public final class Delegations: Sendable {
     /// Whether the replica still has `entry`'s key as it was made.
     public func isPresent(_ entry: Entry) -> Bool {
         let key = self.key(of: entry)
-        return state.withLock { $0.entries[key]?.revision == entry.revision }
+        return state.withLock { $0.index[key]?.revision == entry.revision }
     }
 
-    /// Every delegation, held or wanted, by every host, in line order.
+    /// Every delegation, held or wanted, by every host, in line order. (For status and tests:
+    /// it sorts every key. Requests ask `outermostFree` and the index.)
     public func entries() -> [Entry] {
-        state.withLock { $0.entries.values.sorted { $0.revision < $1.revision } }
+        state.withLock { $0.index.all.map { $0.entry }.sorted { $0.revision < $1.revision } }
+    }
+
+    /// The delegation to ask for `mode` of `path`: its outermost directory (the store's root
+    /// aside) in which and above which no other holder has a key that conflicts, and that
+    /// `excluded` does not refuse; `path` itself when there is none (`DelegationIndex`).
+    func outermostFree(for path: String, _ mode: Mode, unless excluded: (String) -> Bool) -> String {
+        state.withLock { $0.index.outermostFree(for: path, mode, unless: excluded) }
     }
 
     // MARK: The replica
@@ -371,10 +410,13 @@ public final class Delegations: Sendable {
         let (revision, values): (Int64, [EtcdKeyValue])
         do { (revision, values) = try await client.get(prefix, prefix: true) } catch { throw .etcd(error) }
         settle { state in
-            // Keys made after the read (an acquire's own, merged meanwhile) are kept.
-            let later = state.entries.filter { $0.value.revision > revision }
-            state.entries = Dictionary(values.compactMap { value in entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 })
-                .merging(later, uniquingKeysWith: { $1 })
+            // Keys made after the read (an acquire's own, merged meanwhile) are kept; the
+            // replica changes by the difference, so that recalls look only at what changed.
+            let later = state.index.all.filter { $0.entry.revision > revision }
+            let read = Dictionary(values.compactMap { value in entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 })
+                .merging(later.map { ($0.key, $0.entry) }, uniquingKeysWith: { $1 })
+            for (key, _) in state.index.all where read[key] == nil { state.index.remove(key) }
+            for (key, made) in read { state.index.put(key, made) }
             state.revision = max(state.revision, revision)
         }
         return revision
@@ -392,12 +434,12 @@ public final class Delegations: Sendable {
                             let key = event.keyValue.key
                             // A key this host made again may be in the replica before the
                             // watch brings the old one's deletion: older news is ignored.
-                            let current = state.entries[key]?.revision ?? 0
+                            let current = state.index[key]?.revision ?? 0
                             switch event.kind {
                             case .put:
-                                if let made = entry(event.keyValue), made.revision >= current { state.entries[key] = made }
+                                if let made = entry(event.keyValue), made.revision >= current { state.index.put(key, made) }
                             case .delete:
-                                if current <= event.keyValue.modRevision { state.entries[key] = nil }
+                                if current <= event.keyValue.modRevision { state.index.remove(key) }
                             }
                         }
                         state.revision = max(state.revision, batch.revision)
@@ -412,36 +454,37 @@ public final class Delegations: Sendable {
         }
     }
 
-    /// Changes the replica, then wakes the waiters whose keys are now held and tells recalls.
+    /// Changes the replica, then wakes the waiters whose keys are now held and tells recalls:
+    /// those the change made (the index looks only around the keys that changed).
     private func settle(_ change: (inout State) -> Void) {
         let (granted, withdrawn, recalls) = state.withLock { state in
             change(&state)
+            let changes = state.index.takeChanges()
             var granted: [(CheckedContinuation<Int64, Error>, Int64)] = []
             var withdrawn: [CheckedContinuation<Int64, Error>] = []
             for (key, waiters) in state.waiters {
-                guard let mine = state.entries[key] else {
+                guard let mine = state.index[key] else {
                     withdrawn += waiters
                     state.waiters[key] = nil
                     continue
                 }
-                if Self.blockers(of: mine, in: state.entries).isEmpty {
+                if !state.index.isBlocked(mine) {
                     granted += waiters.map { ($0, mine.revision) }
                     state.waiters[key] = nil
                 }
             }
             var recalls: [Recall] = []
-            // Held: this run's keys with nothing before them in the way.
-            let held = state.entries.filter { $0.value.host == host && $0.value.lease == lease.id
-                && Self.blockers(of: $0.value, in: state.entries).isEmpty }   // this run's
-            for (heldKey, mine) in held {
-                for (otherKey, other) in state.entries where !other.isSameHolder(as: mine) && other.revision > mine.revision
-                    && !other.isTentative && Self.conflict(mine, other) {
-                    let pair = Told(held: heldKey, heldRevision: mine.revision, wanted: otherKey, wantedRevision: other.revision)
-                    if state.told.insert(pair).inserted { recalls.append(Recall(held: mine, wanted: other)) }
-                }
+            // Held: this run's keys with nothing before them in the way; wanted: another
+            // holder's later key that conflicts, and recalls (not tentative).
+            for pair in state.index.recalls(after: changes) {
+                let told = Told(held: pair.heldKey, heldRevision: pair.held.revision, wanted: pair.wantedKey, wantedRevision: pair.wanted.revision)
+                if state.told.insert(told).inserted { recalls.append(Recall(held: pair.held, wanted: pair.wanted)) }
             }
-            state.told = state.told.filter { pair in
-                state.entries[pair.held]?.revision == pair.heldRevision && state.entries[pair.wanted]?.revision == pair.wantedRevision
+            // Pairs told of keys gone, or made again, are forgotten.
+            if !state.told.isEmpty && changes.contains(where: { $0.old != nil }) {
+                state.told = state.told.filter { pair in
+                    state.index[pair.held]?.revision == pair.heldRevision && state.index[pair.wanted]?.revision == pair.wantedRevision
+                }
             }
             return (granted, withdrawn, recalls)
         }
@@ -467,11 +510,6 @@ public final class Delegations: Sendable {
     }
 
     // MARK: Conflicts
-
-    /// The other holders' keys made before `entry` that conflict with it.
-    static func blockers(of entry: Entry, in entries: [[UInt8]: Entry]) -> [Entry] {
-        entries.values.filter { !$0.isSameHolder(as: entry) && $0.revision < entry.revision && conflict(entry, $0) }
-    }
 
     /// Two delegations conflict when either writes and their items are one, or one holds the other.
     static func conflict(_ a: Entry, _ b: Entry) -> Bool {

@@ -33,14 +33,16 @@ struct ClusterMemberTests {
         }
     }
 
+    /// A member of store "s". Its delegations are kept until recalled unless `idleTime` is given:
+    /// the tests that count keys do not race the sweep of idle ones.
     static func member(_ name: String, _ client: EtcdClient, _ local: Local = Local(), breakTime: Duration? = nil,
-                       ttl: Int64 = 5) async throws -> ClusterMember {
+                       ttl: Int64 = 5, idleTime: Duration? = nil) async throws -> ClusterMember {
         let member = ClusterMember(join: {
             let lease = try await HostLease.grant(on: client, ttl: ttl)
             let delegations = Delegations(client: client, store: "s", host: name, lease: lease)
             try await delegations.start()
             return delegations
-        }, local: local, breakTime: breakTime)
+        }, local: local, breakTime: breakTime, idleTime: idleTime)
         try await member.start()
         return member
     }
@@ -238,6 +240,62 @@ struct ClusterMemberTests {
             #expect(!a.covers("log", .read))
             #expect(!a.coversAccessor("log", .write), "a broken holder's accessors ask as anyone does")
         }
+    }
+
+    /// A delegation nothing here uses is given back after the idle time (between one and two),
+    /// asked by nobody: keys do not pile up. One a holder is inside, one granted from all along,
+    /// and a presence stay; the one given back grants nothing more, and is asked for again as
+    /// any other.
+    @Test func anIdleDelegationIsGivenBackAndOneInUseIsKept() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let localA = Local()
+        let a = try await Self.member("A", client, localA, idleTime: .milliseconds(300))
+        try await a.acquire("held/file", .write)
+        localA.hold("held/file", .write)
+        try await a.acquire("used/file", .write)
+        try await a.acquire("idle/file", .read)
+        try await a.acquirePresence("presented/file")
+        #expect(Set(Self.keys(a)) == ["A w held", "A w used", "A r idle", "A p presented/file"], "\(Self.keys(a))")
+        var idleGone = false
+        for _ in 0..<150 where !idleGone {          // 3 s at most; it goes within 0.6 s
+            #expect(a.covers("used/other", .write))
+            try await Task.sleep(for: .milliseconds(20))
+            idleGone = !Self.keys(a).contains("A r idle")
+        }
+        #expect(idleGone, "\(Self.keys(a))")
+        #expect(!a.covers("idle/file", .read), "nothing is granted from a delegation given back")
+        #expect(Set(Self.keys(a)) == ["A w held", "A w used", "A p presented/file"], "\(Self.keys(a))")
+        try await a.acquire("idle/file", .read)
+        #expect(a.covers("idle/file", .read), "asked for again")
+        localA.end("held/file")
+        #expect(await Self.eventually(seconds: 3) { !Self.keys(a).contains("A w held") }, "given back once its holder is gone")
+        await a.leave()
+    }
+
+    /// Where hosts meet, each takes a delegation per item (one key per file created in a
+    /// directory both use); given back once idle, and a host alone again takes the whole
+    /// directory with its next request.
+    @Test func fineDelegationsGoWhenIdleAndAHostAloneTakesTheDirectoryAgain() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let localB = Local()
+        let a = try await Self.member("A", client, idleTime: .milliseconds(500))
+        let b = try await Self.member("B", client, localB, idleTime: .milliseconds(500))
+        try await b.acquire("shared/b", .write)
+        localB.hold("shared/b", .write)
+        #expect(await Self.eventually { Self.keys(a).contains("B w shared") }, "B alone takes the directory: \(Self.keys(a))")
+        for name in ["a0", "a1", "a2"] { try await a.acquire("shared/\(name)", .write) }
+        #expect(await Self.eventually { Set(Self.keys(a)) == ["B w shared/b", "A w shared/a0", "A w shared/a1", "A w shared/a2"] },
+                "where they meet, an item each: \(Self.keys(a))")
+        localB.end("shared/b")
+        #expect(await Self.eventually(seconds: 5) { Self.keys(a).isEmpty }, "given back once idle: \(Self.keys(a))")
+        try await a.acquire("shared/a3", .write)
+        #expect(Self.keys(a) == ["A w shared"], "alone again: the directory")
+        await a.leave()
+        await b.leave()
     }
 
     /// A host told to coordinate alone when etcd is gone does so, loudly, once its lease is

@@ -196,6 +196,29 @@ struct DelegationsTests {
         #expect(Delegations.contains("", "a") && Delegations.contains("a", "a/b") && !Delegations.contains("a", "ab"))
     }
 
+    /// Delegations given back together (idle ones come in hundreds) go a few dozen to a
+    /// transaction; one deleted meanwhile behind the replica's back (its lease ended) does not
+    /// keep the others, and one never asked for is passed over.
+    @Test func severalDelegationsAreGivenBackTogether() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client)
+        let paths = (0..<150).map { "d/f\($0)" }
+        for path in paths { _ = try await a.acquire(path, .write) }
+        a.stop()        // the replica stops following: it keeps the key deleted below
+        let prefix = Array("/coordfs/s/delegations/".utf8)
+        let gone = prefix + Array("d/f7".utf8) + [0] + Array("A".utf8) + [0] + Array(String(a.lease.id, radix: 16).utf8) + [0]
+            + Array("w".utf8)
+        #expect(try await client.delete(gone) == 1)
+        var items: [(path: String, mode: Delegations.Mode)] = paths.map { ($0, .write) }
+        items.append(("never/asked", .read))
+        try await a.release(items)
+        let left = try await client.get(prefix + Array("d/".utf8), prefix: true).values
+        #expect(left.isEmpty, "\(left.count) keys left")
+        await a.leave()
+    }
+
     /// A host that dies (its lease not renewed) or leaves (its lease revoked) gives back all it
     /// held: the others proceed; its own waits end with the lease.
     @Test func aHostThatDiesOrLeavesGivesBackAllItHeld() async throws {

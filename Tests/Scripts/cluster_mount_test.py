@@ -6,7 +6,8 @@ A 3-member etcd cluster and two hosts, A and B, each in a network namespace of i
 backing directory (the "store") on a mount point of its own; the programs that use the mounts
 run here. Tests: a read on B waits for a write held on A and sees what it wrote; readers on both
 share; a rename on A waits for a reader on B; other files of a directory held on A are not
-held up; a member killed changes nothing visible; a host cut off loses its grants after its
+held up; the keys of files created where both hosts work are given back once idle; a member
+killed changes nothing visible; a host cut off loses its grants after its
 TTL (its programs get ENOLCK, the other host goes ahead); a daemon killed with -9 likewise.
 
 Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
@@ -342,6 +343,33 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
             reader = Opening(self.path("B", "shared"), os.O_RDONLY)
             self.assertTrue(reader.finish(5), "B's read waited for A's read")
             self.assertEqual(reader.result, b"both\n")
+        finally:
+            os.close(fd)
+
+    def delegation_keys(self, inside):
+        """How many delegation keys the store has in etcd for items inside the directory `inside`."""
+        prefix = f"/coordfs/shared/delegations/{inside}/".encode()
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        answer = cluster.run_in_netns(self.info["hosts"][0]["namespace"], cluster.http_json,
+                                      self.info["members"][0]["client_url"] + "/v3/kv/range",
+                                      {"key": cluster._b64(prefix), "range_end": cluster._b64(end), "count_only": True})
+        return int(answer.get("count", 0))
+
+    def test_4_keys_of_files_created_where_both_hosts_work_are_given_back_once_idle(self):
+        os.makedirs(self.path("A", "meet"), exist_ok=True)
+        self.write("B", "meet/b", b"b\n")
+        fd = os.open(self.path("B", "meet/b"), os.O_RDONLY)     # B's program keeps a file there
+        try:
+            for number in range(40):
+                self.write("A", f"meet/a{number}", b"a\n")
+            made = self.delegation_keys("meet")
+            self.assertGreaterEqual(made, 40, "a delegation per file A created beside B's")
+            deadline = time.monotonic() + 25
+            while time.monotonic() < deadline and self.delegation_keys("meet") > 1:
+                time.sleep(0.5)
+            left = self.delegation_keys("meet")
+            self.assertLessEqual(left, 1, f"{left} of {made} keys left once A's files went idle (B's stays)\n"
+                                 + self.log_tail("A"))
         finally:
             os.close(fd)
 
