@@ -48,7 +48,7 @@ struct Mount: ParsableCommand {
     @Option(help: "Seconds an access waits at most for a file another program keeps open, or for another user's holds (through the mount or its control socket), as Linux's lease-break-time (default 45; 0: the wait timeout).")
     var breakTime: Double?
 
-    @Option(help: "Seconds a file held open for writing must stay unchanged before others waiting for it go ahead (default 1; 0: wait the break time).")
+    @Option(help: "Seconds a file held open for writing must stay unchanged before readers waiting for it go ahead (default 1; 0: wait the break time).")
     var settleTime: Double?
 
     @Option(help: "Seconds an rm, mv, create, chmod or truncate waits at most for another user's hold, open file or presenter, while nobody can list or create in its directory (default 1; 0: wait the break time).")
