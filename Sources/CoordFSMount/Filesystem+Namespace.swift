@@ -160,6 +160,8 @@ extension Filesystem {
         coordinate(reply, source, and: destination, forTheCall: true) { [self] reply, claim in
             var version: VersionRecord?
             let destinationItem = mayReplace ? relativePath(newParent, newName) : ""
+            // Who replaces, found once: for the version kept and for what it then has seen.
+            let writer = mayReplace ? versionWriter(caller) : nil
             var replaces = false
             let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
                 inodes.withFD(newParent, orElse: { $0 }) { toFD in
@@ -170,7 +172,8 @@ extension Filesystem {
                     if mayReplace, FileSystemName.withCString(newName, { fstatat(toFD, $0, &replaced, AT_SYMLINK_NOFOLLOW) }) == 0,
                        replaced.st_mode & S_IFMT == S_IFREG, replaced.st_dev != sourceInfo.st_dev || replaced.st_ino != sourceInfo.st_ino {
                         replaces = true
-                        switch keepBeforeReplacing(newName, in: toFD, item: destinationItem, replaced, deleting: false, by: caller) {
+                        switch keepBeforeReplacing(newName, in: toFD, item: destinationItem, replaced, deleting: false, by: caller,
+                                                   as: writer) {
                         case .success(let kept): version = kept
                         case .failure(let refusal): return refusal
                         }
@@ -193,7 +196,7 @@ extension Filesystem {
                 // change time moved); a conflict is told once the rename is done.
                 versions.changed(destinationItem)
                 var after = stat()
-                if let reader = versionReader(caller), inodes.withFD(newParent, orElse: { _ in false }, { fd in
+                if let reader = writer?.reader, inodes.withFD(newParent, orElse: { _ in false }, { fd in
                     FileSystemName.withCString(newName) { fstatat(fd, $0, &after, AT_SYMLINK_NOFOLLOW) } == 0
                 }) {
                     versions.saw(destinationItem, after, by: reader)

@@ -92,9 +92,10 @@ extension Filesystem {
     /// copy where the file keeps other names: its content is not lost, but a stale write over it
     /// is still a conflict). The version kept, if any, to take back should the rename or unlink
     /// fail; or ESTALE for a stale rename under `refuse` (a removal is never refused).
+    /// `writer`: the caller as versions know it, where the handler has it already.
     func keepBeforeReplacing(_ name: String, in parentFD: Int32, item: String, _ info: stat, deleting: Bool,
-                             by caller: RequestCaller) -> Result<VersionRecord?, Errno> {
-        guard let versions, let writer = versionWriter(caller) else { return .success(nil) }
+                             by caller: RequestCaller, as writer: MountVersions.Writer? = nil) -> Result<VersionRecord?, Errno> {
+        guard let versions, let writer = writer ?? versionWriter(caller) else { return .success(nil) }
         let lastName = info.st_nlink == 1
         // A file another process still writes (past the break or settle time): its writes from
         // now on land in this inode, which only the version keeps.

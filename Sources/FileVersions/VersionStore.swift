@@ -69,14 +69,18 @@ public final class VersionStore: @unchecked Sendable {
         var journal: Int32 = -1
     }
 
+    private let unnamedAge: Double
+
     /// The store's filesystem: only its inodes can be linked into it.
     private let device: UInt64
 
     /// The store in the directory `root` (which the caller keeps open), read back where it
     /// exists. Its directory is made with the first version kept: a tree whose files are never
     /// replaced gets none.
-    public init(in root: Int32, limits: VersionLimits = VersionLimits()) throws(Errno) {
+    /// `unnamedAge`: seconds after which content no record names is removed at the open.
+    public init(in root: Int32, limits: VersionLimits = VersionLimits(), unnamedAge: Double = 600) throws(Errno) {
         self.limits = limits
+        self.unnamedAge = unnamedAge
         self.root = try check(fcntl(root, F_DUPFD_CLOEXEC, 0))
         var info = stat()
         fstat(self.root, &info)
@@ -375,43 +379,63 @@ public final class VersionStore: @unchecked Sendable {
         return String(id)
     }
 
-    /// Appends a line to the journal: one write of an O_APPEND descriptor, whole.
+    /// Appends a line to the journal: one write of an O_APPEND descriptor, whole, made on the
+    /// store's queue in order with every other line and removal, so that a save does not wait
+    /// for it. A line lost with the process leaves content no record names: removed at the
+    /// next open (`readBack`).
     private func append(_ line: [UInt8]) {
-        guard let journal = try? directories(making: true).journal else { return }
-        _ = line.withUnsafeBytes { Glibc.write(journal, $0.baseAddress, $0.count) }
+        writer.async { [self] in
+            guard let journal = try? directories(making: true).journal else { return }
+            _ = line.withUnsafeBytes { Glibc.write(journal, $0.baseAddress, $0.count) }
+        }
     }
 
-    /// The record as `JSONDecoder` reads it back, written by hand: JSONEncoder costs more than
-    /// the rest of keeping a version, on a machine whose other core is busy with the writer.
+    /// The record as `JSONDecoder` reads it back, written byte by byte: it is built on every
+    /// save, and JSONEncoder (or strings joined) cost more than the rest of keeping a version.
     static func json(_ record: VersionRecord) -> [UInt8] {
-        func string(_ text: String) -> String {
-            var escaped = "\""
-            for scalar in text.unicodeScalars {
-                switch scalar {
-                case "\"": escaped += "\\\""
-                case "\\": escaped += "\\\\"
-                case _ where scalar.value < 0x20: escaped += String(format: "\\u%04x", scalar.value)
-                default: escaped.unicodeScalars.append(scalar)
-                }
-            }
-            return escaped + "\""
-        }
-        var fields = ["\"id\":\(string(record.id))", "\"item\":\(string(record.item))", "\"cause\":\"\(record.cause.rawValue)\"",
-                      "\"time\":\(record.time)", "\"modified\":\(record.modified)", "\"size\":\(record.size)",
-                      "\"conflict\":\(record.conflict)", "\"resolved\":\(record.resolved)", "\"pinned\":\(record.pinned)"]
+        var line: [UInt8] = []
+        line.reserveCapacity(224 + 2 * record.item.utf8.count)
+        line += "{\"id\":".utf8
+        appendString(record.id, to: &line)
+        line += ",\"item\":".utf8
+        appendString(record.item, to: &line)
+        line += ",\"cause\":\"\(record.cause.rawValue)\",\"time\":\(record.time),\"modified\":\(record.modified)".utf8
+        line += ",\"size\":\(record.size),\"conflict\":\(record.conflict),\"resolved\":\(record.resolved),\"pinned\":\(record.pinned)".utf8
         if let origin = record.replacedBy {
-            var by = ["\"pid\":\(origin.pid)", "\"uid\":\(origin.uid)"]
-            if let command = origin.command { by.append("\"command\":\(string(command))") }
-            if let host = origin.host { by.append("\"host\":\(string(host))") }
-            fields.append("\"replacedBy\":{" + by.joined(separator: ",") + "}")
+            line += ",\"replacedBy\":{\"pid\":\(origin.pid),\"uid\":\(origin.uid)".utf8
+            if let command = origin.command {
+                line += ",\"command\":".utf8
+                appendString(command, to: &line)
+            }
+            if let host = origin.host {
+                line += ",\"host\":".utf8
+                appendString(host, to: &line)
+            }
+            line.append(UInt8(ascii: "}"))
         }
-        if let inode = record.linkedInode { fields.append("\"linkedInode\":\(inode)") }
-        return Array(("{" + fields.joined(separator: ",") + "}\n").utf8)
+        if let inode = record.linkedInode { line += ",\"linkedInode\":\(inode)".utf8 }
+        line += "}\n".utf8
+        return line
+    }
+
+    /// `text` as a JSON string: quotes and backslashes escaped, control characters as \u00XX,
+    /// everything else as its UTF-8.
+    private static func appendString(_ text: String, to line: inout [UInt8]) {
+        let hex = Array("0123456789abcdef".utf8)
+        line.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"): line += [UInt8(ascii: "\\"), byte]
+            case ..<0x20: line += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+            default: line.append(byte)
+            }
+        }
+        line.append(UInt8(ascii: "\""))
     }
 
     /// Reads the journal back: the last line of each id wins, removed ones are gone, records
     /// whose content is gone are dropped, and the journal is written again with what is left
-    /// (compacted). Contents no record names are left where they are.
+    /// (compacted). Content no record names is removed once it is `unnamedAge` old.
     private func readBack() {
         guard let (content, journal) = try? directories(making: false) else { return }
         var latest: [String: VersionRecord] = [:]
@@ -451,7 +475,24 @@ public final class VersionStore: @unchecked Sendable {
             }
             close(directory)
         }
+        removeUnnamed(in: content, keeping: Set(found.versions.values.joined().map(\.id)))
         state.withLock { $0 = found }
+    }
+
+    /// Removes the content no record names: kept by a process that ended before its record's
+    /// line was written. Only once its link is `unnamedAge` old (ten minutes; its change time):
+    /// another process keeping versions in the same directory may not have written its line yet.
+    private func removeUnnamed(in content: Int32, keeping ids: Set<String>) {
+        let files = FileManager.default
+        let directory = "/proc/self/fd/\(content)"
+        let before = Self.now() - unnamedAge
+        func removeIfUnnamed(_ path: String, id: String) {
+            var info = stat()
+            guard !ids.contains(id), fstatat(content, path, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
+                  Double(info.st_ctim.tv_sec) < before else { return }
+            _ = unlinkat(content, path, 0)
+        }
+        for id in (try? files.contentsOfDirectory(atPath: directory)) ?? [] { removeIfUnnamed(id, id: id) }
     }
 
     private static func readAll(_ fd: Int32) -> [UInt8] {
@@ -466,3 +507,4 @@ public final class VersionStore: @unchecked Sendable {
         }
     }
 }
+

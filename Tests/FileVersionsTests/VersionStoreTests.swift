@@ -133,6 +133,29 @@ import Glibc
         }
     }
 
+    /// A version's line is written after its save has been answered: content whose line was
+    /// lost with its process is removed at the next open, once old enough that no other store
+    /// of the directory may still be about to write it; named content stays.
+    @Test func contentNoRecordNamesIsRemovedAtTheNextOpenOnceOld() throws {
+        try withRoot { root, fd in
+            try write("named\n", root + "/a.txt")
+            let store = try VersionStore(in: fd)
+            let record = try store.keep(.name("a.txt", in: fd), item: "a.txt", info: status(root + "/a.txt"), cause: .deleted).get()
+            store.flush()
+            let contents = root + "/.coordfs-versions/content/"
+            try write("lost line\n", contents + "1234")
+            try write("lost line\n", contents + "5678")
+            var info = stat()
+            // Young: left alone.
+            _ = try VersionStore(in: fd)
+            #expect(lstat(contents + "1234", &info) == 0 && lstat(contents + "5678", &info) == 0)
+            let again = try VersionStore(in: fd, unnamedAge: -1)
+            #expect(lstat(contents + "1234", &info) == -1 && lstat(contents + "5678", &info) == -1)
+            #expect(again.versions(of: "a.txt").map(\.id) == [record.id])
+            #expect(try content(again, again.versions(of: "a.txt")[0]) == "named\n")
+        }
+    }
+
     @Test func aRecordWrittenByHandIsReadBackAsItWas() throws {
         var record = VersionRecord(id: "1796452045885588", item: "dir/a \"quoted\"\\name\u{1}\u{F7E9}é.txt", cause: .replaced,
                                    time: 1_796_452_045.885588, modified: 1_796_452_000.25, size: 42,
