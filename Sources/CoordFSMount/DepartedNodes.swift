@@ -8,7 +8,9 @@ import LinuxSystem
 ///
 /// An item looked up by name again gets its old id back (`reclaim`): the kernel's handles of it
 /// stay good whoever finds it first, the handle's owner or any other program (or the mount's
-/// own watch) that named it meanwhile.
+/// own watch) that named it meanwhile. A file with hard links is remembered by all the places
+/// it was reached by: the one it was known by may be gone while it lives on under another
+/// (a link made, then the original name unlinked: fstests generic/426, 467, 756).
 ///
 /// Kept in the inode table's state, under its lock: a forget, a lookup and a revival each see
 /// a node either known or departed, never neither.
@@ -19,6 +21,12 @@ struct DepartedNodes: Sendable {
         let device: UInt64
         let number: UInt64
         let isDirectory: Bool
+        /// A file seen with more than one link (`Inode.hasOtherLinks`): it may live on under a
+        /// name the mount never knew, in one of the directories of its places.
+        var hadOtherLinks = false
+        /// The other places a file with hard links was reached by, most recent last
+        /// (`Inode.otherPlaces`).
+        var others: [Inode.Place] = []
         /// Its slot in the ring's order: an id that departed again has a later one.
         fileprivate(set) var slot = 0
     }
@@ -65,11 +73,14 @@ struct DepartedNodes: Sendable {
 
     /// The id the item `device`:`number` departed under, now that a lookup of `name` in
     /// `parent` found it again: no longer remembered as departed. Nil when it is not
-    /// remembered, or was known by another place or type: its inode number may have gone to
-    /// another item (as `InodeTable.revive` takes it, the place and the number together).
+    /// remembered, or was known by none of the places it departed from (its own, or another
+    /// of a file with hard links), or as another type: its inode number may have gone to
+    /// another item (as `InodeTable.revive` takes it, a place and the number together).
     mutating func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: UInt64, name: String) -> UInt64? {
         guard let id = ids[Item(device: device, number: number)], let record = records[id],
-              record.isDirectory == isDirectory, record.parent == parent, record.name == name else { return nil }
+              record.isDirectory == isDirectory else { return nil }
+        let place = Inode.Place(parent: parent, name: name)
+        guard record.parent == parent && record.name == name || record.others.contains(place) else { return nil }
         remove(id)
         return id
     }

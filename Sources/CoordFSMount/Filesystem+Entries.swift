@@ -158,7 +158,7 @@ extension Filesystem {
                 try apply(change, to: fd, open: open)
                 if change.size != nil {
                     open?.written.store(true, ordering: .relaxed)
-                    if !reply.caller.mayKeepPrivilegeBits { dropPrivilegeBits(open?.fd ?? fd) }
+                    if !caller.mayKeepPrivilegeBits { dropPrivilegeBits(open?.fd ?? fd, clearedFor: caller) }
                 }
                 if let open {
                     var info = stat()

@@ -53,11 +53,12 @@ extension Filesystem {
                 end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: flags & O_TRUNC != 0))
                 reply.error(failure)
             }
-            let unprivileged = !reply.caller.mayKeepPrivilegeBits
-            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd, of: inode) }
+            let unprivileged = !caller.mayKeepPrivilegeBits
+            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd, of: inode, clearedFor: caller) }
             if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(reply, failure) }
-            // Writes of a setuid file by others must reach the mount, which clears the bit.
-            let keepsBits = writes && unprivileged && hasPrivilegeBits(fd)
+            // Writes that clear bits must reach the mount: the kernel writes a backing file with
+            // the daemon's rights (CAP_FSETID), which keep them (`privilegeBits`).
+            let keepsBits = writes && unprivileged && hasPrivilegeBits(fd, clearedFor: caller)
             let mode: KernelPassthrough.Mode
             do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
                 return giveUp(reply, error)
@@ -78,7 +79,7 @@ extension Filesystem {
             let handle = files.insert(file, in: place)
             if case .backed(let id, _) = mode {
                 // Already served from a backing file: the bits go now instead of at the first write.
-                if keepsBits { dropPrivilegeBits(fd, of: inode) }
+                if keepsBits { dropPrivilegeBits(fd, of: inode, clearedFor: caller) }
                 return reply.open(info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
             }
             reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct,
@@ -226,8 +227,8 @@ extension Filesystem {
                 // time: open for writing, the file is not marked anyway.)
                 if file.writesThroughTheKernel { _ = watchedWrites.unwatch(inode, fd: fd) }
                 let handle = files.insert(file, in: place)
-                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info, handle: handle,
-                             directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
+                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info,
+                             handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
             } catch {
                 files.budget.giveBack(place)
                 close(fd)
@@ -300,8 +301,8 @@ extension Filesystem {
             let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
                                 opener: openingProcess(reply.caller), directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
-            reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info, handle: handle,
-                         directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
+            reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info,
+                         handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
         } catch {
             files.budget.giveBack(place)
             close(fd)
@@ -406,7 +407,7 @@ extension Filesystem {
 
 /// setuid and setgid on writes. The kernel leaves them to the mount (HANDLE_KILLPRIV and _V2),
 /// whose own writes run as root and so would keep them: a writer without CAP_FSETID (anyone but
-/// root, here) clears setuid, and setgid where group execute is set, as the kernel does natively.
+/// root, here) clears them as Linux does natively (`privilegeBits`).
 extension Filesystem {
     /// The process a write open's `claim` was granted to (its caller's, as `coordinate` named
     /// it); 0 when the open holds nothing.
@@ -426,35 +427,49 @@ extension Filesystem {
         ProcessInfoCache.caller(of: caller.thread, now: coarseMilliseconds()).process
     }
 
-    func hasPrivilegeBits(_ fd: Int32) -> Bool {
+    /// Whether a write of the file at `fd` by `caller` would clear bits of it (`privilegeBits`).
+    func hasPrivilegeBits(_ fd: Int32, clearedFor caller: RequestCaller) -> Bool {
         var info = stat()
-        return fstat(fd, &info) == 0 && Self.privilegeBits(info.st_mode) != 0
+        return fstat(fd, &info) == 0 && Self.privilegeBits(of: info, clearedFor: caller) != 0
     }
 
     /// For writes: nothing to look at when root writes (the common case on this path).
     func dropPrivilegeBits(_ fd: Int32, of inode: Inode, unlessRootCalls reply: borrowing Reply) {
-        if !reply.caller.mayKeepPrivilegeBits { dropPrivilegeBits(fd, of: inode) }
+        let caller = reply.caller
+        if !caller.mayKeepPrivilegeBits { dropPrivilegeBits(fd, of: inode, clearedFor: caller) }
     }
 
-    /// Clears setuid (and setgid with group execute) of the file at `fd`, as the kernel does
-    /// when someone without CAP_FSETID writes it. `inode`, when given: the kernel's cached
-    /// attributes of it are forgotten, since no reply carries the new mode (a write's, an
-    /// open's): `stat` would show the old one for up to the attribute timeout. Whether it
-    /// cleared any.
+    /// Clears the bits a write by `caller` (someone without CAP_FSETID) clears of the file at
+    /// `fd` (`privilegeBits`). `inode`, when given: the kernel's cached attributes of it are
+    /// forgotten, since no reply carries the new mode (a write's, an open's): `stat` would show
+    /// the old one for up to the attribute timeout. Whether it cleared any.
     @discardableResult
-    func dropPrivilegeBits(_ fd: Int32, of inode: Inode? = nil) -> Bool {
+    func dropPrivilegeBits(_ fd: Int32, of inode: Inode? = nil, clearedFor caller: RequestCaller) -> Bool {
         var info = stat()
-        guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return false }
-        let bits = Self.privilegeBits(info.st_mode)
+        guard fstat(fd, &info) == 0 else { return false }
+        let bits = Self.privilegeBits(of: info, clearedFor: caller)
         // By path: `fd` may be an O_PATH descriptor, which fchmod refuses.
         guard bits != 0, chmod(procPath(fd), info.st_mode & 0o7777 & ~bits) == 0 else { return false }
         if let inode { invalidateAttributes(of: inode) }
         return true
     }
 
-    private static func privilegeBits(_ mode: mode_t) -> mode_t {
+    /// The bits a write, a truncation or an fallocate of a file with `info` by `caller` (not
+    /// root) clears: `privilegeBits(_:writerInGroup:)`, the caller's groups read only when they
+    /// decide it.
+    static func privilegeBits(of info: stat, clearedFor caller: RequestCaller) -> mode_t {
+        guard info.st_mode & S_IFMT == S_IFREG else { return 0 }
+        return privilegeBits(info.st_mode, writerInGroup: { caller.isInGroup(info.st_gid) })
+    }
+
+    /// The bits of `mode` a write by someone without CAP_FSETID clears, as Linux's
+    /// setattr_should_drop_suidgid has them: setuid always; setgid when group execute is set,
+    /// or else when the writer is not in the file's group (without group execute, setgid is
+    /// the mark of mandatory locking, which a member's writes keep). `writerInGroup` is asked
+    /// only for setgid without group execute.
+    static func privilegeBits(_ mode: mode_t, writerInGroup: () -> Bool) -> mode_t {
         var bits = mode & S_ISUID
-        if mode & (S_ISGID | S_IXGRP) == S_ISGID | S_IXGRP { bits |= S_ISGID }
+        if mode & S_ISGID != 0 && (mode & S_IXGRP != 0 || !writerInGroup()) { bits |= S_ISGID }
         return bits
     }
 }

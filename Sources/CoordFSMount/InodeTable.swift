@@ -455,12 +455,14 @@ final class InodeTable: Sendable {
             state.byID[id] = nil
             state.byKey[Key(device: inode.device, number: inode.number)] = nil
             inode.forgotten = true
+            let others = inode.otherPlaces
             changingPlaces(of: inode) { $0.otherPlaces = [] }
             // With its removal: a lookup by name in between would find the item neither known
             // nor departed, and give it a new id.
             if !inode.isUnnamed.load(ordering: .relaxed) {
                 state.departed.add(id, DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device,
-                                                      number: inode.number, isDirectory: inode.isDirectory))
+                                                      number: inode.number, isDirectory: inode.isDirectory,
+                                                      hadOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed), others: others))
             }
             guard let slot = state.slots.slot(of: inode), state.slots.pins[slot] == 0 else { return nil }
             return state.slots.detach(slot)
@@ -469,10 +471,10 @@ final class InodeTable: Sendable {
     }
 
     /// The node `id`, known, or one the kernel forgot and asks for again (a file handle: a
-    /// LOOKUP of "." in it), found by the place it was last known by (its parent found again
-    /// the same way) and checked to be the same item. `countingLookup`: the kernel will hold
-    /// it (the node it asked for); an ancestor found again on the way is held by no one.
-    /// ESTALE when it is not remembered, or its place now names another item.
+    /// LOOKUP of "." in it), found by the places it was last known by (its parent found again
+    /// the same way) and checked to be the same item (`findAgain`). `countingLookup`: the
+    /// kernel will hold it (the node it asked for); an ancestor found again on the way is held
+    /// by no one. ESTALE when it is not remembered, or no place of it leads to it any more.
     func revive(_ id: UInt64, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
         // Known: counted under the lock that a FORGET takes, which might otherwise drop it between.
         // Else where it was last known, looked up with it: a node is one or the other.
@@ -482,12 +484,8 @@ final class InodeTable: Sendable {
             return (known, nil)
         }
         if let known { return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) }) }
-        guard let gone = departedAt else { throw Errno(code: ESTALE) }
-        let (parent, _) = try revive(gone.parent, countingLookup: false)
-        let fd: Int32, info: stat
-        do throws(Errno) { (fd, info) = try openChild(named: gone.name, in: parent) } catch { throw Errno(code: ESTALE) }
+        guard let gone = departedAt, let (fd, info, place, others) = findAgain(gone) else { throw Errno(code: ESTALE) }
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
-        guard key.device == gone.device, key.number == gone.number else { close(fd); throw Errno(code: ESTALE) }
         let (inode, unused, evicted) = state.withLock { state -> (Inode?, Int32?, [Int32]) in
             if let other = state.byKey[key] {
                 // Looked up by name again meanwhile, under another id: this handle is stale.
@@ -496,16 +494,72 @@ final class InodeTable: Sendable {
                 return (known, fd, [])
             }
             let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: gone.isDirectory,
-                              parent: parent.id, name: gone.name)
+                              parent: place.parent, name: place.name)
             inode.lookups = countingLookup ? 1 : 0
+            if !gone.isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
             // With its insertion, as `forget` adds it: a forget right after adds it anew.
             state.departed.remove(id)
-            return (inode, nil, insert(inode, key, fd: fd, &state))
+            let evicted = insert(inode, key, fd: fd, &state)
+            // Its other names stay known: the one it is known by may be removed next.
+            if !others.isEmpty { changingPlaces(of: inode) { $0.otherPlaces = others } }
+            return (inode, nil, evicted)
         }
         if let unused { close(unused) }
         closeLater(evicted)
         guard let inode else { throw Errno(code: ESTALE) }
         return (inode, info)
+    }
+
+    /// The item a departed node was, opened O_PATH: at the place it was known by, or else at
+    /// another place a file with hard links was reached by (the latest first), each checked to
+    /// name the same item; or else, for a file seen with other links, under a name the mount
+    /// never knew in one of those places' directories (`otherName`): linked behind the mount,
+    /// or by a lookup the kernel has forgotten, before its known names were unlinked. Its
+    /// attributes, the place it was found at, and the other places not proved wrong (most
+    /// recent last, as `Inode.otherPlaces`).
+    private func findAgain(_ gone: DepartedNodes.Record) -> (Int32, stat, Inode.Place, [Inode.Place])? {
+        let places = [Inode.Place(parent: gone.parent, name: gone.name)] + gone.others.reversed()
+        var directories: [Inode] = []
+        for (index, place) in places.enumerated() {
+            guard let (directory, _) = try? revive(place.parent, countingLookup: false) else { continue }
+            if !directories.contains(where: { $0 === directory }) { directories.append(directory) }
+            guard let (fd, info) = try? openChild(named: place.name, in: directory) else { continue }
+            if UInt64(info.st_dev) == gone.device && UInt64(info.st_ino) == gone.number {
+                return (fd, info, place, Array(places[(index + 1)...].reversed()))
+            }
+            close(fd)
+        }
+        guard gone.hadOtherLinks else { return nil }
+        for directory in directories {
+            if let (fd, info, name) = otherName(of: gone, in: directory) {
+                return (fd, info, Inode.Place(parent: directory.id, name: name), [])
+            }
+        }
+        return nil
+    }
+
+    /// A name in `directory` of the file `gone` was, found by reading the directory for its
+    /// inode number and opened O_PATH, checked to be that file. Read only for a file seen with
+    /// hard links, once none of its known names leads to it.
+    private func otherName(of gone: DepartedNodes.Record, in directory: Inode) -> (Int32, stat, String)? {
+        let listing = withFD(directory, orElse: { _ in Int32(-1) }) { fd in
+            Glibc.open(procPath(fd), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        }
+        guard listing >= 0 else { return nil }
+        guard let stream = fdopendir(listing) else { close(listing); return nil }
+        defer { closedir(stream) }
+        while let found = try? nextEntry(of: stream) {
+            // Read in place (`DirectoryEntry`); a name made only for the entry sought.
+            let entry = UnsafePointer(found)
+            guard UInt64(entry.pointer(to: \.d_ino)!.pointee) == gone.number else { continue }
+            let name = DirectoryEntry(entry).name
+            guard let (fd, info) = try? openChild(named: name, in: directory) else { continue }
+            if UInt64(info.st_dev) == gone.device && UInt64(info.st_ino) == gone.number && info.st_mode & S_IFMT != S_IFDIR {
+                return (fd, info, name)
+            }
+            close(fd)
+        }
+        return nil
     }
 
     /// The path of a node below `base` — `base`, a slash, then the names from the root down

@@ -1,4 +1,5 @@
 import CFuse3
+import LinuxSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,6 +17,13 @@ struct RequestCaller {
     let umask: mode_t
     /// Root's writes keep setuid and setgid (CAP_FSETID); nobody else's do.
     var mayKeepPrivilegeBits: Bool { uid == 0 }
+
+    /// Whether the caller is in `group`, as the kernel's in_group_p asks: its filesystem group,
+    /// or else one of its supplementary groups, which the request does not carry (read from
+    /// /proc/TID/status: only for what only they decide). A caller gone is in its own alone.
+    func isInGroup(_ group: gid_t) -> Bool {
+        group == gid || UnixSocket.groups(of: thread, primary: gid).contains(group)
+    }
 }
 
 extension Reply {

@@ -57,6 +57,18 @@ import Testing
         #expect(departed.record(of: 5) != nil)
     }
 
+    /// A file with hard links is found again by any of the places it departed from: the one it
+    /// was known by, or another it was reached by (its known name may be gone by then).
+    @Test func aFileWithLinksIsReclaimedAtAnyOfItsPlaces() {
+        var departed = DepartedNodes(capacity: 3)
+        var record = Self.record(40)
+        record.others = [Inode.Place(parent: 2, name: "link")]
+        departed.add(5, record)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 2, name: "other") == nil)
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 2, name: "link") == 5)
+        #expect(departed.count == 0)
+    }
+
     /// An id that departed, came back and departed again keeps its later record when the ring
     /// passes the slot of its first departure.
     @Test func anIdThatDepartedAgainOutlivesItsFirstSlot() {

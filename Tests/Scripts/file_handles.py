@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """File handles of a file and its directories, opened again while the kernel has their inodes
 and after it has dropped them (drop_caches), after they were dropped and named again by path
-before the handles were used, after a rename of the directory, and, given a
+before the handles were used, after a rename of the directory, after the file was linked to a
+second name and then (the kernel's inodes dropped between) its first name unlinked, as
+fstests generic/426 does, and, given a
 remount command, after the filesystem was remounted read-only and read-write again: prints one
 line a step, the same on any filesystem that keeps handles good for as long as the items live.
 
@@ -49,7 +51,8 @@ with open(root + "/a/b/file", "w") as made:
     made.write("content\n")
 handles = {name: handle(root + "/" + name) for name in ["a/b/file", "a/b", "a"]}
 mount_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-steps = ["cached", "dropped", "dropped and named", "renamed and dropped"]
+steps = ["cached", "dropped", "dropped and named", "renamed and dropped", "linked and dropped",
+         "first name unlinked and dropped"]
 if len(sys.argv) > 2:
     steps += ["remounted read-only", "remounted read-write"]
 for when in steps:
@@ -62,6 +65,13 @@ for when in steps:
         os.stat(root + "/a/b/file")
     if when == "renamed and dropped":
         os.rename(root + "/a", root + "/moved")
+        drop_caches()
+    if when == "linked and dropped":
+        os.link(root + "/moved/b/file", root + "/moved/b/link")
+        drop_caches()
+    if when == "first name unlinked and dropped":
+        # The file lives on under its link: its handle still opens it.
+        os.unlink(root + "/moved/b/file")
         drop_caches()
     if when.startswith("remounted"):
         remount("ro" if when.endswith("read-only") else "rw")

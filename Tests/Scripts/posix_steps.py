@@ -3,6 +3,7 @@
 
   posix_steps.py ROOT            run the steps as root in ROOT (created fresh)
   posix_steps.py ROOT --as UID   prepare ROOT as root, then run the unprivileged steps as UID
+                                 (group UID, supplementary group OTHER_GROUP)
 
 Prints one JSON object per step: the step's name, "ok" or the errno's name, and for steps that
 look at an item its mode, owner, group, size and link count. Paths are relative to ROOT, so both
@@ -18,8 +19,12 @@ import struct
 import sys
 
 libc = ctypes.CDLL(None, use_errno=True)
+libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
 AT_FDCWD = -100
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_ZERO_RANGE = 0x01, 0x02, 0x10
+# The unprivileged steps' supplementary group: a file of that group is theirs to keep setgid on.
+OTHER_GROUP = 4242
 
 
 def renameat2(old, new, flags):
@@ -128,6 +133,50 @@ def pwrite(path):
         os.close(fd)
 
 
+def fallocate(path, mode, offset, length):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if libc.fallocate(fd, mode, offset, length) != 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(fd)
+
+
+# What the unprivileged steps do to root's files with privilege bits (`bits_steps`).
+BIT_CHANGES = {
+    "write": pwrite,
+    "fallocate": lambda p: fallocate(p, 0, 0, 16384),
+    "fpunch": lambda p: fallocate(p, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096),
+    "fzero": lambda p: fallocate(p, FALLOC_FL_ZERO_RANGE, 0, 4096),
+    "truncate": lambda p: os.truncate(p, 4096),
+    "o_trunc": lambda p: os.close(os.open(p, os.O_WRONLY | os.O_TRUNC)),
+}
+
+
+def bit_files(uid):
+    """Root's files in bits/ (name, mode, group): each change above of setgid files without
+    group execute (fstests generic/683-685's first and third), and with it, in root's group,
+    which the writer is not in; a write and an fallocate in the writer's own group and in its
+    supplementary group, whose setgid a writer keeps."""
+    files = []
+    for change in BIT_CHANGES:
+        for mode in (0o2666, 0o6666, 0o6766, 0o2676):
+            files.append(("bits/%s-%o-root" % (change, mode), mode, 0))
+    for change in ("write", "fallocate"):
+        files.append(("bits/%s-2666-own" % change, 0o2666, uid))
+        files.append(("bits/%s-2666-supplementary" % change, 0o2666, OTHER_GROUP))
+    return files
+
+
+def bits_steps(uid):
+    """Writes, fallocates (punch, zero), truncations and O_TRUNC opens of root's setgid files by
+    another user: setgid goes where group execute is set or the writer is not in the file's group
+    (Linux's setattr_should_drop_suidgid), setuid always."""
+    for path, mode, group in bit_files(uid):
+        change = os.path.basename(path).split("-")[0]
+        step("%s of %o, group %s" % (change, mode, path.rsplit("-", 1)[1]), lambda: BIT_CHANGES[change](path), path)
+
+
 def privilege_steps(folder):
     """Writing, truncating or opening with O_TRUNC clears setuid, and setgid with group
     execute, unless the writer has CAP_FSETID (root)."""
@@ -203,7 +252,7 @@ def root_steps():
     step("listing", lambda: sorted(os.listdir("."))[:12])
 
 
-def prepare_for_other():
+def prepare_for_other(uid):
     create("rootfile", 0o644, b"root's")
     os.mkdir("rootdir", 0o755)
     create("rootdir/f", 0o644, b"f")
@@ -220,6 +269,12 @@ def prepare_for_other():
     create("aclfile", 0o600, b"by acl")
     os.setxattr("aclfile", "system.posix_acl_access",
                 acl(("user_obj", 6, 0), ("user", 4, 65534), ("group_obj", 0, 0), ("mask", 4, 0), ("other", 0, 0)))
+    os.mkdir("bits", 0o777)
+    os.chmod("bits", 0o777)
+    for path, mode, group in bit_files(uid):
+        create(path, 0o644, b"\0" * 8192)
+        os.chown(path, 0, group)
+        os.chmod(path, mode)
 
 
 def other_steps(uid):
@@ -248,6 +303,7 @@ def other_steps(uid):
     step("read a file an acl opens", lambda: open("aclfile", "rb").read().decode())
     step("write a file an acl opens for reading only", lambda: os.open("aclfile", os.O_WRONLY))
     privilege_steps("pub")
+    bits_steps(uid)
 
 
 def main():
@@ -258,8 +314,8 @@ def main():
     os.chdir(root)
     if len(sys.argv) > 3 and sys.argv[2] == "--as":
         uid = int(sys.argv[3])
-        prepare_for_other()
-        os.setgroups([])
+        prepare_for_other(uid)
+        os.setgroups([OTHER_GROUP])
         os.setgid(uid)
         os.setuid(uid)
         other_steps(uid)
