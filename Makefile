@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak soak-versions stress-cross run stop install clean
+.PHONY: all setup io-uring build test test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak soak-versions soak-hostile stress-cross run stop install clean
 
 all: build
 
@@ -166,6 +166,20 @@ stress-cross: build
 # SOAK_OPTIONS go to the mount (SOAK_OPTIONS=--no-kernel-passthrough soaks the daemon's data path).
 soak: build
 	python3 Tests/Scripts/soak.py $(COORDFS) $(SOAK_SECONDS) $(SOAK_OPTIONS)
+
+# Hostile users, long (as root): nobody and two throwaway uids (setpriv) hammer a mount shared with
+# -o allow_other for HOSTILE_SECONDS (holds, watches, moves, vends, status, opens, renames, unlinks,
+# connections, memory up to ENOMEM, presenters doing their own work, a user's own hold freezing a
+# shared directory) while root runs fio with crc32c verify, CoordinatedCounter, `coordfs
+# coordinate` and every kind of call, each timed. It fails when root waits past the break time,
+# fio verifies an error, the daemon's memory passes its share a user, or a directory freezes past
+# 1 s (Tests/Scripts/hostile_soak.py says what else). HOSTILE_OPTIONS go to the script
+# (--without ATTACKS, --break-time S, --users UIDS, ...). Its short form (25 s) still finds directories held past 1 s under load.
+HOSTILE_SECONDS ?= 600
+HOSTILE_OPTIONS ?=
+soak-hostile: build
+	python3 Tests/Scripts/hostile_soak.py --coordfs $(COORDFS) --counter .build/debug/CoordinatedCounter \
+		--seconds $(HOSTILE_SECONDS) $(HOSTILE_OPTIONS)
 
 # Lost updates, long: unmodified writers doing read-think-write cycles on shared JSON files, on
 # a plain directory of the same filesystem, then through a mount (every update in the files or

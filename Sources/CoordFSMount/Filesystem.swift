@@ -140,8 +140,8 @@ public final class Filesystem: @unchecked Sendable {
                 return found == 0 ? WaitWatch.FileState(modified: info.st_mtim, changed: info.st_ctim) : nil
             }
         }
-        waitWatch.tellBroken = { [domain] path, holders, accessor in
-            domain.tellCoordinationBroken(at: path, holders: holders, by: accessor)
+        waitWatch.tellBroken = { [domain] paths, grants, accessor in
+            domain.tellCoordinationBroken(at: paths, grants: grants, by: accessor)
         }
         // Weak: a recall's task may outlive the mount by a moment.
         let rootFD = fd

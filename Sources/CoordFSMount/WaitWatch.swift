@@ -43,6 +43,16 @@ import Glibc
 /// it is made, the holds it passed on the names it took away (`CoordinatedAccess.revokePassed`):
 /// what they stood for has gone from there, and nobody waits for them again. Nothing else of
 /// their holders' changes.
+///
+/// Every hold a request went past, on any of its items (or above or inside them), is told once
+/// (`BROKEN`), and the presenters of each of its items.
+///
+/// **A wait spent.** The lock time does not compound: a process that went past another user's
+/// holds, open files or presenters by the lock time or the break time goes past that user's at
+/// once in its next requests the kernel holds a lock for, until it has gone past them for none
+/// for `spentWaitWindow` (`rm -rf` of a tree where another user holds many files waits the lock
+/// time once in all, not once a file). Only another user's: its own user's holders are waited
+/// for by their own rules, whoever passed whom before.
 final class WaitWatch: @unchecked Sendable {
     /// A waiting request.
     struct Watched {
@@ -83,8 +93,23 @@ final class WaitWatch: @unchecked Sendable {
         case kernelLock = "a kernel lock", settled = "a settled file", lockTime = "the lock time", breakTime = "the break time"
     }
 
+    /// A process's wait for another user's holders, spent (the lock time or the break time):
+    /// by `process`, of `user`, for those of `holder`.
+    struct SpentWait: Hashable {
+        let process: Int32
+        /// The caller's user: a process that changed user (or a number taken again) has none.
+        let user: uid_t
+        let holder: uid_t
+    }
+
+    /// How long after a process last went past another user's holders, by a rule or by a wait
+    /// spent, its requests under a kernel lock go past that user's at once.
+    static let spentWaitWindow: Duration = .seconds(5)
+
     private let condition = NSCondition()
     private var watched: [UInt: Watched] = [:]
+    /// When each process last went past another user's holders (`SpentWait`).
+    private var spentWaits: [SpentWait: ContinuousClock.Instant] = [:]
     /// Processes seen stuck at the last look: a second look confirms.
     private var suspects: Set<Int32> = []
     private var running = false
@@ -96,14 +121,16 @@ final class WaitWatch: @unchecked Sendable {
     let lockTime: Duration?
     /// How the item of a watched request is looked at (`Filesystem` gives its inode table).
     private let look: @Sendable (Inode, String) -> FileState?
-    /// Tells the holders of an item, and its presenters, that a request went ahead of them.
-    /// Tells who held an item that a request (of the identity given) went ahead on.
-    var tellBroken: (@Sendable (ItemPath, Set<CoordinatorIdentity>, CoordinatorIdentity) -> Void)?
+    /// Tells who held the items of a request (of the identity given) that went ahead of them:
+    /// the presenters of each item, and the holds of the grants it went past, each once.
+    var tellBroken: (@Sendable ([ItemPath], Set<GrantID>, CoordinatorIdentity) -> Void)?
     /// Requests that went ahead, by rule, and the holds revoked (by the break time, and by name
     /// changes made past them: `Filesystem.revokePassedHolds`).
     let kernelLockBreaks = Atomic<Int>(0)
     let leaseBreaks = Atomic<Int>(0)
     let lockTimeBreaks = Atomic<Int>(0)
+    /// Of `lockTimeBreaks`, those that went ahead at once on a wait spent (`SpentWait`).
+    let lockTimeWaived = Atomic<Int>(0)
     let holdsRevoked = Atomic<Int>(0)
     static let interval: useconds_t = 20_000
 
@@ -147,7 +174,9 @@ final class WaitWatch: @unchecked Sendable {
     private func loop() {
         while true {
             usleep(Self.interval)
+            let now = ContinuousClock.now
             condition.lock()
+            spentWaits = spentWaits.filter { now - $0.value < Self.spentWaitWindow }
             if watched.isEmpty {
                 running = false
                 suspects = []
@@ -156,8 +185,8 @@ final class WaitWatch: @unchecked Sendable {
             }
             let requests = watched
             let previous = suspects
+            let spent = spentWaits
             condition.unlock()
-            let now = ContinuousClock.now
             var stuckNow: Set<Int32> = []
             var looked: [Int32: Bool] = [:]
             // Each identity's user, read from /proc at most once a look (nil: gone, as another's).
@@ -168,11 +197,19 @@ final class WaitWatch: @unchecked Sendable {
                 users[identity] = .some(found)
                 return found
             }
-            var broken: [(number: UInt, reason: Reason, awaited: Set<CoordinatorIdentity>, revoked: Int)] = []
+            var broken: [Broken] = []
+            var spending: [SpentWait] = []
             for (number, request) in requests {
                 let awaited = request.claim.awaited
                 guard !awaited.isEmpty else { continue }
                 func anotherUsers(_ identity: CoordinatorIdentity) -> Bool { user(of: identity) != request.uid }
+                let caller = request.claim.request.identity.process
+                // The wait the caller's process spends (or spent) on `identity`'s user: another user's only.
+                func spentWait(_ identity: CoordinatorIdentity) -> SpentWait? {
+                    guard let caller, let holder = user(of: identity), holder != request.uid else { return nil }
+                    return SpentWait(process: caller, user: request.uid, holder: holder)
+                }
+                func waitSpent(_ identity: CoordinatorIdentity) -> Bool { spentWait(identity).flatMap { spent[$0] } != nil }
                 let waitsForHolders = request.claim.waitsForHolders
                 var reason: Reason?
                 if request.underKernelLock {
@@ -184,15 +221,21 @@ final class WaitWatch: @unchecked Sendable {
                     }
                 }
                 if reason == nil, settles(request.claim, awaited, request.item) { reason = .settled }
-                if reason == nil, let lockTime, request.locksOthersOut, now - request.since >= lockTime,
-                   awaited.allSatisfy(anotherUsers) {
-                    reason = .lockTime
+                var waived = false
+                if reason == nil, let lockTime, request.locksOthersOut, awaited.allSatisfy(anotherUsers) {
+                    if now - request.since >= lockTime {
+                        reason = .lockTime
+                    } else if awaited.allSatisfy(waitSpent) {
+                        reason = .lockTime
+                        waived = true
+                    }
                 }
                 if reason == nil, let breakTime, now - request.since >= breakTime, waitsForHolders,
                    awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }) {
                     reason = .breakTime
                 }
                 guard let ended = reason else { continue }
+                if ended == .lockTime || ended == .breakTime { spending += awaited.compactMap(spentWait) }
                 // Another user's holds passed at the break time: a lease broken (docs/sharing.md).
                 // The caller's own user's open files keep their rule: passed, not revoked.
                 var revoking: Set<CoordinatorIdentity> = []
@@ -201,20 +244,38 @@ final class WaitWatch: @unchecked Sendable {
                 }
                 // A name change remembers what it passes on its own items, revoked once it is made.
                 let noting: Set<CoordinatorIdentity> = request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
+                // Looked up while it still waits: what it goes past, to be told.
+                let passed = request.claim.grantsInItsWay(of: awaited)
                 let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
-                broken.append((number, ended, awaited, revoked))
+                broken.append(Broken(number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived))
             }
             condition.lock()
             suspects = stuckNow
+            for wait in spending { spentWaits[wait] = now }
             // Granted after its holders were revoked, a request may still ask presenters: it
             // stays watched until its end (`forget`), and the lock time bounds them too. Any
             // other is not looked at again.
             for entry in broken where entry.revoked == 0 { watched[entry.number] = nil }
             condition.unlock()
             for entry in broken {
-                if let claim = requests[entry.number]?.claim { wentAhead(claim, for: entry.reason, past: entry.awaited, revoked: entry.revoked) }
+                if let claim = requests[entry.number]?.claim {
+                    wentAhead(claim, for: entry.reason, past: entry.awaited, passing: entry.passed, revoked: entry.revoked,
+                              waived: entry.waived)
+                }
             }
         }
+    }
+
+    /// A request let go ahead at a look: by which rule, past whom (the holders it waited for and
+    /// their grants in its way), how many of those were revoked, and whether the lock time was
+    /// waived for a wait spent.
+    private struct Broken {
+        let number: UInt
+        let reason: Reason
+        let awaited: Set<CoordinatorIdentity>
+        let passed: Set<GrantID>
+        let revoked: Int
+        let waived: Bool
     }
 
     /// The settle rule: a reader waiting for writers' open files only (a writer waits for
@@ -233,22 +294,28 @@ final class WaitWatch: @unchecked Sendable {
     func goesAheadNow(_ claim: CoordinatedAccess, item: (node: Inode, name: String)) -> Bool {
         let awaited = claim.awaited
         guard !awaited.isEmpty, settles(claim, awaited, item) else { return false }
+        let passed = claim.grantsInItsWay(of: awaited)
         claim.breakThrough()
-        wentAhead(claim, for: .settled, past: awaited)
+        wentAhead(claim, for: .settled, past: awaited, passing: passed)
         return true
     }
 
-    /// Tells who held the item `claim` went ahead on, and its presenters; counts it and logs it.
-    private func wentAhead(_ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>, revoked: Int = 0) {
-        if let path = claim.grantedIntents.first?.path { tellBroken?(path, awaited, claim.request.identity) }
+    /// Tells who held the items `claim` went ahead on (the holds of the grants `passed`, each
+    /// once, whichever item they held, and the presenters of every item); counts it and logs it.
+    private func wentAhead(_ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>,
+                           passing passed: Set<GrantID>, revoked: Int = 0, waived: Bool = false) {
+        let paths = claim.grantedIntents.map(\.path)
+        if !paths.isEmpty { tellBroken?(paths, passed, claim.request.identity) }
         switch reason {
         case .kernelLock: kernelLockBreaks.add(1, ordering: .relaxed)
         case .lockTime: lockTimeBreaks.add(1, ordering: .relaxed)
         case .settled, .breakTime: leaseBreaks.add(1, ordering: .relaxed)
         }
+        if waived { lockTimeWaived.add(1, ordering: .relaxed) }
         if revoked > 0 { holdsRevoked.add(revoked, ordering: .relaxed) }
         let revoking = revoked > 0 ? "; \(revoked) of their holds revoked" : ""
-        logger.notice("a waiting request went ahead (\(reason.rawValue)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))\(revoking)")
+        let spent = waived ? ", waited for their user already" : ""
+        logger.notice("a waiting request went ahead (\(reason.rawValue)\(spent)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))\(revoking)")
     }
 
     /// Whether `request` writes nothing but metadata (O9: chmod, chown, utimes, xattrs).

@@ -39,6 +39,26 @@ extension CoordinationEngine {
         }
     }
 
+    /// The grants of `holders` that stand in the way of waiting request `ticket`: on its items,
+    /// inside those it covers and on a directory above them that covers its subtree, on any of
+    /// its items (what a request that goes past them went past). Nothing is changed; empty when
+    /// it is no longer waiting.
+    public func grants(of holders: Set<CoordinatorIdentity>, inTheWayOf ticket: TicketID) -> [GrantID] {
+        state.withLock { state in
+            guard let waiter = state.waiting.first(where: { $0.ticket == ticket }) else { return [] }
+            return state.grants(of: holders, standingIn: waiter.modes, for: waiter.request.identity, aboveToo: true)
+        }
+    }
+
+    /// The grants of `holders` that keep `grant` settling after its presenters' own work
+    /// (`finishMessaging`), as `grants(of:inTheWayOf:)`; empty when it is not settling.
+    public func grants(of holders: Set<CoordinatorIdentity>, inTheWayOfSettling grant: GrantID) -> [GrantID] {
+        state.withLock { state in
+            guard let settling = state.settling.first(where: { $0.grant == grant }) else { return [] }
+            return state.grants(of: holders, standingIn: settling.modes, for: settling.identity, aboveToo: true)
+        }
+    }
+
     /// Revokes `grants` (those still there and holding): they hold nothing from then on, and
     /// whoever waited only for them goes ahead. Returns how many were revoked.
     @discardableResult

@@ -97,6 +97,16 @@ package enum Claim: Sendable {
         }
     }
 
+    /// The engine's grant it holds by, once granted; nil for a claim inside an accessor, which
+    /// holds nothing of its own, and for a waited one not granted (yet, or any more).
+    package var grantID: GrantID? {
+        switch self {
+        case .grant(let id, _), .single(let id), .gated(let id, _): return id
+        case .waited(let access): return access.grantID
+        case .accessor: return nil
+        }
+    }
+
     /// Reports a move made under the claim: presenters follow it (C15).
     package func reportMove(from source: AccessTarget, to destination: AccessTarget, in domain: CoordinationDomain) {
         switch self {

@@ -193,6 +193,19 @@ package final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
+    /// The grants of `holders` in its way now (`awaited`'s holders' grants): waiting in the
+    /// engine, those on its items, inside those it covers and above them; settling after its
+    /// presenters' work, those its grant waits for. Empty while it asks presenters, and once
+    /// granted. What a caller about to let it past them (`breakThrough`) tells (`BROKEN`).
+    package func grantsInItsWay(of holders: Set<CoordinatorIdentity>) -> Set<GrantID> {
+        if holders.isEmpty { return [] }
+        switch lock.withLock({ phase }) {
+        case .waiting(let ticket): return Set(domain.engine.grants(of: holders, inTheWayOf: ticket))
+        case .messaging(let grant, _): return Set(domain.engine.grants(of: holders, inTheWayOfSettling: grant.id))
+        case .idle, .granted, .ended: return []
+        }
+    }
+
     /// Whether it waits in the engine for holders (not for presenters' answers).
     package var waitsForHolders: Bool {
         if case .waiting = lock.withLock({ phase }) { return true }

@@ -57,7 +57,7 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// Why the user's daemon could not be had, said once in the log.
     private var daemonTrouble: String?
     private var serviceHandlers: [ServiceRegistrationID: @Sendable (FileHandle, ItemPath) -> Void] = [:]
-    private var brokenHoldHandlers: [@Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void] = []
+    private var brokenHoldHandlers: [@Sendable (Set<GrantID>, [ItemPath]) -> Void] = []
     private var presenterObservers: [@Sendable () -> Void] = []
 
     package let logger = Logger(label: "org.coordfs.coordination")
@@ -313,17 +313,23 @@ public final class CoordinationDomain: @unchecked Sendable {
         return withLock { Set(inheriting.keys) }
     }
 
-    /// Tells whoever held `path` that an access to it went ahead without waiting for them any
-    /// longer (a broken lease): the item's presenters, and the servers whose clients held it
-    /// (`onBrokenHolds`), which tell the holders among `holders`.
-    package func tellCoordinationBroken(at path: ItemPath, holders: Set<CoordinatorIdentity>, by accessor: CoordinatorIdentity? = nil) {
-        deliver(engine.brokenCoordinationNotices(at: path, by: accessor))
-        for handler in withLock({ brokenHoldHandlers }) { handler(holders, path) }
+    /// Tells whoever held the items of an access (`paths`, each of its items once) that it went
+    /// ahead without waiting for them any longer (a broken lease): the presenters of each item,
+    /// and the servers whose clients' holds were among `grants`, those it went past
+    /// (`onBrokenHolds`), which tell each such hold once, whichever of the items it held.
+    package func tellCoordinationBroken(at paths: [ItemPath], grants: Set<GrantID>, by accessor: CoordinatorIdentity? = nil) {
+        var told: Set<ItemPath> = []
+        for path in paths {
+            guard told.insert(path).inserted else { continue }
+            deliver(engine.brokenCoordinationNotices(at: path, by: accessor))
+        }
+        if grants.isEmpty { return }
+        for handler in withLock({ brokenHoldHandlers }) { handler(grants, paths) }
     }
 
-    /// Called with the holders whose coordination of an item was broken, and the item: a
-    /// control server tells its clients whose holds they were.
-    package func onBrokenHolds(_ handler: @escaping @Sendable (Set<CoordinatorIdentity>, ItemPath) -> Void) {
+    /// Called with the grants an access went past and its items: a control server tells its
+    /// clients whose holds those grants are.
+    package func onBrokenHolds(_ handler: @escaping @Sendable (Set<GrantID>, [ItemPath]) -> Void) {
         withLock { brokenHoldHandlers.append(handler) }
     }
 

@@ -286,17 +286,34 @@ extension ClientConnection {
         send(.ok(id: id, fields: [:]))
     }
 
-    /// Tells the client of each of its holds, held for one of `holders`, that holds `path`:
-    /// an access went ahead without waiting for it any longer (a BROKEN event; `cookie` is the hold).
-    func tellBroken(_ holders: Set<CoordinatorIdentity>, at path: ItemPath) {
+    /// Tells the client of each of its holds whose grant is among `grants`, those an access to
+    /// `paths` went past, that the access went ahead without waiting for it any longer: one
+    /// BROKEN event a hold (`cookie` is the hold), naming its item the access went past.
+    func tellBroken(_ grants: Set<GrantID>, along paths: [ItemPath]) {
         let broken = lock.withLock {
-            holds.filter { _, held in
-                !held.nested && held.coordinator.map(holders.contains) == true && held.claim.intents.contains { $0.path == path }
-            }.keys.sorted()
+            holds.compactMap { entry -> (number: Int, path: ItemPath?)? in
+                // A nested hold shares its outer hold's grant: the outer one is told.
+                guard !entry.value.nested, let grant = entry.value.claim.grantID, grants.contains(grant) else { return nil }
+                return (entry.key, Self.itemPassed(of: entry.value.claim.intents, along: paths))
+            }.sorted { $0.number < $1.number }
         }
-        for number in broken {
+        for (number, path) in broken {
+            guard let path = path ?? paths.first else { continue }
             send(.event(EventRecord(wd: 0, mask: .broken, cookie: UInt64(number), name: "", path: path.string)))
         }
+    }
+
+    /// Which of a hold's items (`intents`) an access to `paths` went past: the first it holds
+    /// at one of them, else the first above or inside one (a directory held, or an item inside
+    /// a directory removed), else its first.
+    static func itemPassed(of intents: [Intent], along paths: [ItemPath]) -> ItemPath? {
+        for path in paths {
+            if let same = intents.first(where: { $0.path == path }) { return same.path }
+        }
+        for path in paths {
+            if let near = intents.first(where: { path.isSameOrInside($0.path) || $0.path.isSameOrInside(path) }) { return near.path }
+        }
+        return intents.first?.path
     }
 
     /// Ends a hold: presenters learn what became of each written item (changed, deleted or

@@ -113,9 +113,9 @@ public final class ControlServer: @unchecked Sendable {
 
     private func startAccepting(_ fd: Int32) {
         // Holds of this server's clients whose coordination was broken: their clients are told.
-        domain.onBrokenHolds { [weak self] holders, path in
+        domain.onBrokenHolds { [weak self] grants, paths in
             guard let self else { return }
-            for connection in self.lock.withLock({ Array(self.connections.values) }) { connection.tellBroken(holders, at: path) }
+            for connection in self.lock.withLock({ Array(self.connections.values) }) { connection.tellBroken(grants, along: paths) }
         }
         let thread = Thread { [self] in acceptLoop(fd) }
         thread.name = "coordfs control socket"

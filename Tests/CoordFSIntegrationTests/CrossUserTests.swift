@@ -320,6 +320,29 @@ import Glibc
         #expect(reader.ask("read 1") == "data open.txt|", "the reader reads on what it opened")
     }
 
+    /// A hold of two items goes past another user's hold on its second item at the break time,
+    /// and that hold is told and revoked. (Only holders of a request's first item were told.)
+    @Test func aHoldOfTwoItemsTellsAnotherUsersHoldOnItsSecond() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--break-time", "2", "--wait-timeout", "infinity"])
+        for name in ["first.txt", "second.txt"] {
+            try fx.seed(name, "\(name)\n")
+            chmod(fx.backingPath(name), 0o644)
+        }
+        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", LockTimeAndRevokedHolds.holder, fx.path("second.txt")]))
+        let held = try #require(holder.next()?.split(separator: " ").dropFirst().first.map(String.init))
+        let started = ContinuousClock.now
+        let roots = try Child("/usr/bin/python3", ["-c", LockTimeAndRevokedHolds.holder, "--write",
+                                                   fx.path("first.txt") + "+" + fx.path("second.txt")])
+        let granted = roots.next(timeout: .seconds(10))
+        let took = ContinuousClock.now - started
+        #expect(granted?.hasPrefix("held ") == true && granted != "held None", "root's hold of both: \(String(describing: granted))")
+        #expect(took >= .milliseconds(1500) && took < .seconds(5), "it waited the break time: \(took)")
+        #expect(holder.next(timeout: .seconds(2)) == "broken \(held)", "the hold of the second item is told")
+        #expect(holder.next(timeout: .milliseconds(300)) == nil, "and told once")
+        let statistics = try fx.statistics()
+        #expect(statistics["lease_breaks"] == 1 && statistics["holds_revoked"] == 1, "\(statistics)")
+    }
+
     /// Within one user nothing changed: a hold waits for its own user's holds and open files
     /// until its timeout, whatever the break time (a coordinated access, not a lease's breaker).
     @Test func aHoldWaitsForItsOwnUsersHoldsAndOpenFilesAsBefore() throws {

@@ -159,18 +159,23 @@ import Glibc
 /// time; a hold passed at the break time is revoked; a name change revokes the holds it passed
 /// on the names it took away (docs/sharing.md).
 @Suite struct LockTimeAndRevokedHolds {
-    /// Holds each path for reading through the control socket (as one client, one hold each),
-    /// prints "held N..." and then "broken N" for each BROKEN event.
+    /// Holds each argument for reading (`--write` first: for writing) through the control socket,
+    /// as one client, one hold an argument (`a+b`: one hold of both), prints "held N..." and then
+    /// "broken N" for each BROKEN event.
     static let holder = """
         import json, os, socket, sys
-        paths = sys.argv[1:]
-        s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(paths[0], "user.coordfs.socket").decode())
+        arguments = sys.argv[1:]
+        access = "read"
+        if arguments[0] == "--write":
+            access, arguments = "write", arguments[1:]
+        groups = [argument.split("+") for argument in arguments]
+        s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(groups[0][0], "user.coordfs.socket").decode())
         f = s.makefile("rwb", buffering=0)
         def send(m): f.write(json.dumps(m).encode() + b"\\n")
         send({"op": "hello", "id": 1, "version": 1}); f.readline()
         holds = []
-        for number, path in enumerate(paths):
-            send({"op": "hold", "id": 2 + number, "intents": [{"path": path, "access": "read"}]})
+        for number, group in enumerate(groups):
+            send({"op": "hold", "id": 2 + number, "intents": [{"path": path, "access": access} for path in group]})
             holds.append(str(json.loads(f.readline()).get("hold")))
         print("held " + " ".join(holds), flush=True)
         for line in f:
@@ -235,31 +240,111 @@ import Glibc
         #expect(statistics["lease_breaks"] == 1 && statistics["holds_revoked"] == 1, "\(statistics)")
     }
 
-    /// `rm -rf` of a tree in which another user holds three files: each unlink waits the lock
-    /// time for the hold on its file and revokes it once the file is gone, so the rmdirs wait
-    /// for nothing (it took the break time for each file and again for each directory).
-    @Test func rmRfOfATreeAnotherUserHoldsFilesInWaitsOnceAFile() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "0.3", "--break-time", "5", "--wait-timeout", "infinity"])
-        let files = ["tree/a", "tree/b", "tree/sub/c"]
+    /// `rm -rf` of a tree in which another user holds five files waits the lock time once in
+    /// all: its first unlink waits for the hold on its file, and its next calls go past that
+    /// user's holds at once (a wait spent, `lock_time_waived`). Each unlink revokes the hold on
+    /// its file once the file is gone, so the rmdirs wait for nothing, and each hold passed is
+    /// told once. (It waited the lock time for each file, five lock times in all, and before
+    /// that the break time for each file and again for each directory.)
+    @Test func rmRfOfATreeAnotherUserHoldsFilesInWaitsTheLockTimeOnceInAll() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "1", "--break-time", "30", "--wait-timeout", "infinity"])
+        let files = ["tree/a", "tree/b", "tree/sub/c", "tree/sub/d", "tree/sub/deeper/e"]
         for file in files {
             try fx.seed(file, "\(file)\n")
             chmod(fx.backingPath(file), 0o644)
         }
         let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder] + files.map(fx.path)))
         let held = try #require(holder.next()?.split(separator: " ").dropFirst().map(String.init))
-        #expect(held.count == 3)
+        #expect(held.count == 5)
         let started = ContinuousClock.now
         let removed = try run("/bin/rm", ["-rf", fx.path("tree")])
         let took = ContinuousClock.now - started
         #expect(removed.status == 0, "\(removed)")
-        #expect(took < .seconds(3), "rm -rf took \(took)")
+        #expect(took >= .milliseconds(900), "the first unlink waited the lock time: \(took)")
+        #expect(took < .seconds(3), "rm -rf took \(took), not less than three lock times")
         #expect(!FileManager.default.fileExists(atPath: fx.backingPath("tree")))
-        var broken: Set<String> = []
-        while broken.count < 3, let line = holder.next(timeout: .seconds(5)), line.hasPrefix("broken ") {
-            broken.insert(String(line.dropFirst("broken ".count)))
+        var broken: [String] = []
+        while broken.count < 5, let line = holder.next(timeout: .seconds(5)), line.hasPrefix("broken ") {
+            broken.append(String(line.dropFirst("broken ".count)))
         }
-        #expect(broken == Set(held), "each hold passed is told: \(broken)")
+        #expect(holder.next(timeout: .milliseconds(300)) == nil, "no hold is told twice")
+        #expect(broken.sorted() == held.sorted(), "each hold passed is told once: \(broken)")
         let statistics = try fx.statistics()
-        #expect(statistics["lock_time_breaks"] == 3 && statistics["holds_revoked"] == 3, "the rmdirs waited for nothing: \(statistics)")
+        #expect(statistics["lock_time_breaks"] == 5 && statistics["lock_time_waived"] == 4 && statistics["holds_revoked"] == 5,
+                "one wait, then the others waived; the rmdirs waited for nothing: \(statistics)")
+    }
+
+    /// The wait spent is the process's, and for the other user's holders only: another process
+    /// of root's waits the lock time again, and root's own holds are waited for as ever (one
+    /// user's programs never go past each other).
+    @Test func aWaitSpentLetsNoOtherProcessAndNoHolderOfTheSameUserPast() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "0.5", "--break-time", "30", "--wait-timeout", "2"])
+        for file in ["d/theirs1", "d/theirs2", "d/theirs3", "d/roots"] {
+            try fx.seed(file, "\(file)\n")
+            chmod(fx.backingPath(file), 0o666)
+        }
+        let theirs = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder,
+                                                                 fx.path("d/theirs1"), fx.path("d/theirs2"), fx.path("d/theirs3")]))
+        #expect(theirs.next()?.hasPrefix("held ") == true)
+        let roots = try Child("/usr/bin/python3", ["-c", Self.holder, fx.path("d/roots")])
+        #expect(roots.next()?.hasPrefix("held ") == true)
+        // One process: unlinks theirs1 (the lock time), theirs2 (at once), then roots (its own
+        // user's: until the wait timeout, EBUSY), each timed.
+        let unlinks = try run("/usr/bin/python3", ["-c", """
+            import os, sys, time
+            for path in sys.argv[1:]:
+                started = time.monotonic()
+                try:
+                    os.unlink(path)
+                    outcome = "ok"
+                except OSError as error:
+                    outcome = os.strerror(error.errno)
+                print("%s %.3f" % (outcome, time.monotonic() - started), flush=True)
+            """, fx.path("d/theirs1"), fx.path("d/theirs2"), fx.path("d/roots")])
+        let lines = unlinks.output.split(separator: "\n").map { $0.split(separator: " ") }
+        try #require(lines.count == 3, "\(unlinks)")
+        func seconds(_ line: [Substring]) -> Double { Double(line.last ?? "") ?? -1 }
+        #expect(lines[0].first == "ok" && seconds(lines[0]) >= 0.4 && seconds(lines[0]) < 1.5, "the first: \(lines[0])")
+        #expect(lines[1].first == "ok" && seconds(lines[1]) < 0.3, "the second, a wait spent: \(lines[1])")
+        #expect(lines[2].first != "ok" && seconds(lines[2]) >= 1.8, "root's own hold is waited for: \(lines[2])")
+        // Another process of root's, at once after: the lock time again.
+        let started = ContinuousClock.now
+        #expect(try run("/bin/rm", [fx.path("d/theirs3")]).status == 0)
+        #expect(ContinuousClock.now - started >= .milliseconds(400), "another process spent no wait")
+        let statistics = try fx.statistics()
+        #expect(statistics["lock_time_breaks"] == 3 && statistics["lock_time_waived"] == 1, "\(statistics)")
+    }
+
+    /// `mv g f` over an item another user holds goes past the hold at the lock time, revokes it
+    /// and tells its holder; a hold of both items is told once. (Only the holders of the first
+    /// item, the one renamed, were told: the hold of `f` heard nothing.)
+    @Test func aRenameOverAnotherUsersHoldTellsItsHolderOnce() throws {
+        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "0.5", "--break-time", "30", "--wait-timeout", "infinity"])
+        for file in ["d/f", "d/g", "d/f2", "d/g2"] {
+            try fx.seed(file, "\(file)\n")
+            chmod(fx.backingPath(file), 0o644)
+        }
+        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder,
+                                                                 fx.path("d/f"), fx.path("d/g2") + "+" + fx.path("d/f2")]))
+        let held = try #require(holder.next()?.split(separator: " ").dropFirst().map(String.init))
+        #expect(held.count == 2)
+        for (from, to) in [("d/g", "d/f"), ("d/g2", "d/f2")] {
+            let started = ContinuousClock.now
+            let renamed = try run("/usr/bin/python3", ["-c", "import os, sys; os.rename(sys.argv[1], sys.argv[2])", fx.path(from), fx.path(to)])
+            let took = ContinuousClock.now - started
+            #expect(renamed.status == 0, "\(renamed)")
+            #expect(took >= .milliseconds(400) && took < .milliseconds(1500), "rename of \(from) over \(to) took \(took)")
+        }
+        var broken: [String] = []
+        while let line = holder.next(timeout: .seconds(2)), line.hasPrefix("broken ") {
+            broken.append(String(line.dropFirst("broken ".count)))
+        }
+        #expect(broken.sorted() == held.sorted(), "each hold the renames went past is told once: \(broken)")
+        // Revoked: a write of the new d/f goes ahead at once.
+        let started = ContinuousClock.now
+        #expect(try run("/bin/sh", ["-c", "echo new > \"$1\"", "sh", fx.path("d/f")]).status == 0)
+        #expect(ContinuousClock.now - started < .milliseconds(400), "the revoked hold held the new d/f up")
+        let statistics = try fx.statistics()
+        #expect(statistics["lock_time_breaks"] == 2 && statistics["holds_revoked"] == 2, "\(statistics)")
     }
 }

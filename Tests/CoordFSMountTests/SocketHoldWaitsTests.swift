@@ -52,11 +52,11 @@ import Glibc
     }
 
     /// A mount's wait watch with a short break time, what the control socket's holds wait with,
-    /// and the holders it told of a break (one line a break, the holders' names).
+    /// and the holds it told of a break (one line a break, the grants passed).
     func watched(breakTime: Duration) -> (WaitWatch, SocketHoldWaits, EventLog) {
         let watch = WaitWatch(settleTime: nil, breakTime: breakTime, lockTime: .seconds(1)) { _, _ in nil }
         let told = EventLog()
-        watch.tellBroken = { _, holders, _ in told.add(holders.map(\.description).sorted().joined(separator: ",")) }
+        watch.tellBroken = { _, grants, _ in told.add(grants.map(\.description).sorted().joined(separator: ",")) }
         return (watch, SocketHoldWaits(waitWatch: watch, numbers: WaitingRequests()), told)
     }
 
@@ -89,7 +89,8 @@ import Glibc
         let (outcome, took) = try ownHold(in: domain, through: waits, timeout: .seconds(10))
         guard case .success(let claim)? = outcome else { Issue.record("the hold: \(String(describing: outcome))"); return }
         #expect(took >= .milliseconds(300) && took < .seconds(3), "it waited the break time: \(took)")
-        #expect(told.events == [holder.description], "the holder is told")
+        let heldGrant = try #require(held.grantID)
+        #expect(told.events == [heldGrant.description], "the holder is told")
         #expect(watch.leaseBreaks.load(ordering: .relaxed) == 1 && watch.holdsRevoked.load(ordering: .relaxed) == 1)
         claim.end(outcomes: [unchanged], in: domain)
         // Revoked: its hold keeps nobody out any more, though it has not ended it.

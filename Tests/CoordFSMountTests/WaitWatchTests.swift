@@ -1,0 +1,99 @@
+import Coordination
+import CoordinationRuntime
+@testable import CoordFSMount
+import Foundation
+import TestSupport
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a mount's wait watch tells when a request goes past holders, and the lock time spent
+/// once (docs/sharing.md): every hold passed, on any of the request's items, is told once; a
+/// process that waited the lock time for another user goes past that user's holders at once
+/// for a while, and nobody else does.
+@Suite struct WaitWatchTests {
+    typealias Sleeper = SocketHoldWaitsTests.Sleeper
+    typealias Outcome = SocketHoldWaitsTests.Outcome
+
+    let item = ItemPath("/d/f")!
+    let other = ItemPath("/d/g")!
+    let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+
+    /// A request of process `caller` (of this test's user) for `intents`, watched as a mount's
+    /// request under a kernel lock (an unlink's, a rename's) that changes no names: what it came
+    /// to (ended here), and how long it took.
+    func lockedRequest(of caller: Int32, _ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch,
+                       number: UInt, timeout: Duration = .seconds(10)) throws -> (granted: Bool, took: Duration) {
+        let outcome = Outcome()
+        let started = ContinuousClock.now
+        let waiting = try #require(Claim.begin(in: domain, identity: .process(caller), intents: intents, timeout: timeout,
+                                               user: geteuid(), passesOtherUsers: true) { outcome.set($0) },
+                                   "the request was granted at once: nothing held it")
+        _ = waiting.ifUnsettled {
+            watch.watch(number, waiting, underKernelLock: true, locksOthersOut: true, changesNames: false, passesLeases: true,
+                        uid: geteuid(), item: nil)
+        }
+        _ = eventually(timeout + .seconds(5)) { outcome.value != nil }
+        let took = ContinuousClock.now - started
+        watch.forget(number)
+        guard case .success(let claim)? = outcome.value else { return (false, took) }
+        claim.end(outcomes: intents.map { _ in unchanged }, in: domain)
+        return (true, took)
+    }
+
+    @Test(.enabled(if: geteuid() == 0, "runs a process as another user (nobody)"))
+    func aHoldOnTheSecondItemOfARequestIsToldAndAHoldOfBothOnce() throws {
+        let theirs = try Sleeper(asNobody: true)
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(300)) { _, _ in nil }
+        // One line a request told of: its items, then the grants it went past.
+        let told = EventLog()
+        watch.tellBroken = { paths, grants, _ in
+            told.add(paths.map(\.string).joined(separator: ",") + " " + grants.map(\.description).sorted().joined(separator: ","))
+        }
+        // Another user's hold of the second item (`f`, renamed over), and one of both.
+        let ofTheSecond = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: theirs.pid, number: 1),
+                                                           intents: [.read(item)]))
+        let ofBoth = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: theirs.pid, number: 2),
+                                                      intents: [.read(other), .read(item)]))
+        let (granted, took) = try lockedRequest(of: getpid(), [.write(other), .write(item)], in: domain, watch: watch, number: 1)
+        #expect(granted && took >= .milliseconds(250) && took < .seconds(3), "the lock time: \(took)")
+        // Told just after the request is let go.
+        _ = eventually(.seconds(2)) { !told.events.isEmpty }
+        let second = try #require(ofTheSecond.grantID), both = try #require(ofBoth.grantID)
+        let passed = [second.description, both.description].sorted().joined(separator: ",")
+        #expect(told.events == ["\(other.string),\(item.string) \(passed)"],
+                "told once: the presenters of both items, and both holds passed, each once")
+        for claim in [ofTheSecond, ofBoth] { claim.end(outcomes: claim.intents.map { _ in unchanged }, in: domain) }
+        #expect(domain.engine.snapshot().isIdle)
+    }
+
+    @Test(.enabled(if: geteuid() == 0, "runs a process as another user (nobody)"))
+    func aWaitSpentOnAnotherUserLetsItsProcessAloneGoPastThatUserAtOnce() throws {
+        let theirs = try Sleeper(asNobody: true)
+        let anotherOfOurs = try Sleeper(asNobody: false)
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(500)) { _, _ in nil }
+        let held = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: theirs.pid, number: 1),
+                                                    intents: [.read(item)]))
+        // Not revoked (no name changed): each request below finds the hold in its way.
+        let first = try lockedRequest(of: getpid(), [.write(item)], in: domain, watch: watch, number: 1)
+        #expect(first.granted && first.took >= .milliseconds(450), "the lock time: \(first.took)")
+        let second = try lockedRequest(of: getpid(), [.write(item)], in: domain, watch: watch, number: 2)
+        #expect(second.granted && second.took < .milliseconds(300), "at once, the wait spent: \(second.took)")
+        let elsewhere = try lockedRequest(of: anotherOfOurs.pid, [.write(item)], in: domain, watch: watch, number: 3)
+        #expect(elsewhere.granted && elsewhere.took >= .milliseconds(450), "another process spent none: \(elsewhere.took)")
+        #expect(watch.lockTimeBreaks.load(ordering: .relaxed) == 3 && watch.lockTimeWaived.load(ordering: .relaxed) == 1)
+        held.end(outcomes: [unchanged], in: domain)
+
+        // Its own user's hold it waits for as ever, the wait spent on another user's or not.
+        let ours = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: anotherOfOurs.pid, number: 2),
+                                                    intents: [.read(item)]))
+        let own = try lockedRequest(of: getpid(), [.write(item)], in: domain, watch: watch, number: 4, timeout: .seconds(1))
+        #expect(!own.granted && own.took >= .milliseconds(900), "its own user's hold is waited for until the timeout: \(own.took)")
+        #expect(watch.lockTimeWaived.load(ordering: .relaxed) == 1)
+        ours.end(outcomes: [unchanged], in: domain)
+        #expect(domain.engine.snapshot().isIdle)
+    }
+}
