@@ -82,6 +82,7 @@ let package = Package(
                 "FileCoordination", "Coordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
                 "LinuxSystem", "CoordinationCluster", "FileVersions",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(name: "coordfs", dependencies: ["CoordFSCommands"]),

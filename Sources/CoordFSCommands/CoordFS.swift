@@ -8,6 +8,11 @@ public struct CoordFS: ParsableCommand {
     public static let configuration = CommandConfiguration(
         commandName: "coordfs",
         abstract: "File coordination for Linux: Apple's coordinator and presenter model, enforced for every program.",
+        discussion: """
+        Exit status: each subcommand's, on its page; 0 for --help and --version; 64 for a command \
+        line it cannot take (an unknown subcommand or option, a missing or malformed argument), \
+        with what it did not take and, for a mistyped name, the nearest one.
+        """,
         version: CoordFS.versionText,
         subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Services.self, Vend.self, Versions.self,
                       Daemon.self, Demo.self, DaemonStart.self],
@@ -73,6 +78,48 @@ extension CoordFS {
             translated.append(argument)
         }
         return translated
+    }
+
+    /// Parses and runs `commandLine` (`CommandLine.arguments`, with the name it was run by):
+    /// as `arguments(from:)` reads it, and a first word that names no subcommand is a usage
+    /// error naming the nearest one, as swift-argument-parser names the nearest option.
+    public static func main(commandLine: [String]) {
+        let arguments = arguments(from: commandLine)
+        if let unknown = unknownSubcommand(arguments) { Self.exit(withError: ValidationError(unknown)) }
+        Self.main(arguments)
+    }
+
+    /// What to say of `arguments`' first word when it is no subcommand (and no option); nil
+    /// when it is one.
+    static func unknownSubcommand(_ arguments: [String]) -> String? {
+        guard let word = arguments.first, !word.hasPrefix("-"), word != "help",
+              !configuration.subcommands.contains(where: { $0._commandName == word }) else { return nil }
+        let shown = configuration.subcommands.filter { $0.configuration.shouldDisplay }.map { $0._commandName }
+        // Of names as near, one with the word's first letter: `umount` is `unmount`, not `mount`.
+        func rank(_ name: String) -> (Int, Int) { (editDistance(word, name), name.first == word.first ? 0 : 1) }
+        let nearest = shown.map { (name: $0, distance: rank($0).0) }.min { rank($0.name) < rank($1.name) }
+        if let nearest, nearest.distance < min(4, word.count) {
+            return "Unknown subcommand '\(word)'. Did you mean '\(nearest.name)'?"
+        }
+        if word.count >= 3, let started = shown.first(where: { $0.hasPrefix(word) }) {
+            return "Unknown subcommand '\(word)'. Did you mean '\(started)'?"
+        }
+        return "Unknown subcommand '\(word)'. The subcommands: \(shown.joined(separator: ", "))"
+    }
+
+    /// Levenshtein's distance between `a` and `b`: the fewest insertions, deletions and
+    /// substitutions of characters that make one the other.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1] + Array(repeating: 0, count: b.count)
+            for (j, y) in b.enumerated() {
+                current[j + 1] = min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[b.count]
     }
 
     static func isDirectory(_ path: String) -> Bool {

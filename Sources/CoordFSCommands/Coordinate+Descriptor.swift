@@ -23,7 +23,14 @@ extension Coordinate {
         guard fcntl(fd, F_GETFD) != -1 else {
             throw CommandFailure("descriptor \(fd) is not open: open it in the shell first (exec \(fd)>>FILE), as for flock")
         }
-        guard Self.openPath(fd) != nil else { throw CommandFailure("descriptor \(fd) is not open on a file or directory") }
+        guard let path = Self.openPath(fd) else { throw CommandFailure("descriptor \(fd) is not open on a file or directory") }
+        // -v: the holder takes the hold for the shell, so the shell's waiting hold is the one told of.
+        let report: DispatchWorkItem? = if verbose, !nonblock, let socketPath = socket ?? (try? ControlClient.serverSocket(for: path).get()) {
+            Self.sayWhomItWaitsFor(getppid(), at: socketPath)
+        } else {
+            nil
+        }
+        defer { report?.cancel() }
         var ends: [Int32] = [0, 0]
         do throws(Errno) { _ = try check(pipe(&ends)) } catch { throw CommandFailure("pipe: \(error.description)") }
         let (reading, writing) = (ends[0], ends[1])

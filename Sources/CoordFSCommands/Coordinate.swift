@@ -1,5 +1,6 @@
 import ArgumentParser
 import CoordinationClient
+import CoordinationRuntime
 import CoordinationWire
 import Foundation
 #if canImport(Glibc)
@@ -14,13 +15,15 @@ struct Coordinate: ParsableCommand {
         abstract: "Run a command while holding coordinated reads and writes, like flock(1).",
         discussion: """
         The command runs in the foreground, with the terminal; SIGTERM and SIGHUP are passed on \
-        to it, and the intents are held until it ends. Exits with the command's status (128+N \
-        when signal N ended it); 1 when the intents could not be taken (with the reason); 127 \
-        when the command is not found; the --conflict-exit-code (default 1) when another holds \
-        an item and -n or --timeout gives up, with who holds it. \
+        to it, and the intents are held until it ends. When another holds an item and -n or \
+        --timeout gives up, the error names who holds it. \
         As flock's descriptor form, `coordfs coordinate -x 9` (or -s 9) with no command holds the \
         item the shell's descriptor 9 is open on (exec 9>>FILE) for the shell and its children, \
-        until the shell closes it (exec 9>&-) or ends; it returns once the hold is taken.
+        until the shell closes it (exec 9>&-) or ends; it returns once the hold is taken. \
+        Exit status, as flock's: the command's (128+N when signal N ended it); 1 when the intents \
+        could not be taken, with the reason; 127 when the command is not found; the \
+        --conflict-exit-code (default 1) when another holds an item and -n or --timeout gives up; \
+        64 for a command line it cannot take.
         """
     )
 
@@ -52,6 +55,10 @@ struct Coordinate: ParsableCommand {
 
     @Option(help: "The control socket (default: found from the paths).", completion: .file())
     var socket: String?
+
+    @Flag(name: [.customShort("v"), .long],
+          help: "Say on standard error whom the hold waits for once it has waited a second, how long taking it took, and the command run (as flock --verbose).")
+    var verbose = false
 
     @Flag(name: [.customShort("o"), .customLong("close")],
           help: "The command does not act as the holder: its own opens of the held items wait for the hold like anyone else's (as flock -o keeps the lock from the command).")
@@ -94,6 +101,7 @@ struct Coordinate: ParsableCommand {
         if socket == nil {
             for (intent, name) in zip(intents, read + write) {
                 try MountTable.refuseAbandoned(intent.path, named: name)
+                try MountTable.refusePrivate(intent.path, named: name)
                 try MountTable.refuseBacking(intent.path, named: name)
             }
         }
@@ -110,6 +118,9 @@ struct Coordinate: ParsableCommand {
         }
         let client: ControlClient
         let hold: Int
+        let started = ContinuousClock.now
+        let report = verbose && !nonblock ? Self.sayWhomItWaitsFor(getpid(), at: socketPath) : nil
+        defer { report?.cancel() }
         do {
             client = try ControlClient(socketPath: socketPath)
             let fields = try client.request { .hold(id: $0, intents: intents, wait: !nonblock, timeout: timeout, inherit: !close) }
@@ -122,9 +133,15 @@ struct Coordinate: ParsableCommand {
             FileHandle.standardError.write(Data("Error: cannot take the intents: \(error)\(holders)\n".utf8))
             throw ExitCode(conflict ? conflictExitCode : 1)
         }
+        report?.cancel()
+        let words = commandLine.map { ["/bin/sh", "-c", $0] } ?? command
+        if verbose {
+            let took = (ContinuousClock.now - started).logText
+            FileHandle.standardError.write(Data("coordfs coordinate: taking the intents took \(took)\ncoordfs coordinate: running \(words.joined(separator: " "))\n".utf8))
+        }
         let status: Int32
         do {
-            status = try ForegroundCommand.run(commandLine.map { ["/bin/sh", "-c", $0] } ?? command)
+            status = try ForegroundCommand.run(words)
         } catch {
             _ = try? client.request { .release(id: $0, hold: hold, changed: false) }
             FileHandle.standardError.write(Data("Error: \(error)\n".utf8))
@@ -133,6 +150,55 @@ struct Coordinate: ParsableCommand {
         _ = try? client.request { .release(id: $0, hold: hold, changed: !write.isEmpty) }
         client.close()
         throw ExitCode(status)
+    }
+
+    /// -v: once the hold of `pid` has waited a second, a line on standard error naming whom it
+    /// waits for (asked of the server on a connection of its own), as flock --verbose says it
+    /// waits. Cancelled once the wait has ended; a hold no longer waiting by then says nothing.
+    static func sayWhomItWaitsFor(_ pid: Int32, at socketPath: String) -> DispatchWorkItem {
+        let item = DispatchWorkItem {
+            guard let whom = Coordinate.whom(waiterOf: pid, at: socketPath) else { return }
+            FileHandle.standardError.write(Data("coordfs coordinate: waiting for \(whom)\n".utf8))
+        }
+        DispatchQueue.global().asyncAfter(deadline: .now() + 1, execute: item)
+        return item
+    }
+
+    /// Whom `pid`'s waiting hold waits for, from the server's status: "pid 42 (vim), which holds
+    /// '/m/doc.txt' for write", "the presenter of '/m/doc.txt', pid 7 (editor), to answer"; nil
+    /// when it waits no longer.
+    static func whom(waiterOf pid: Int32, at socketPath: String) -> String? {
+        guard let client = try? ControlClient(socketPath: socketPath), let fields = try? client.request({ .status(id: $0) }) else { return nil }
+        defer { client.close() }
+        func entries(_ key: String) -> [[String: WireValue]] {
+            guard case .array(let list)? = fields[key] else { return [] }
+            return list.compactMap { if case .object(let entry) = $0 { entry } else { nil } }
+        }
+        func text(_ value: WireValue?) -> String? { if case .string(let text)? = value { text } else { nil } }
+        func who(_ entry: [String: WireValue]) -> String {
+            guard case .int(let pid)? = entry["pid"] else { return text(entry["identity"]) ?? "another coordinator" }
+            return "pid \(pid)" + (text(entry["command"]).map { " (\($0))" } ?? "")
+        }
+        guard let waiter = entries("waiters").first(where: { $0["pid"] == .int(Int(pid)) }),
+              case .array(let awaited)? = waiter["waits_for"], !awaited.isEmpty else { return nil }
+        let holders = entries("holders"), presenters = entries("presenters")
+        let named = awaited.compactMap(text).map { identity -> String in
+            if let holder = holders.first(where: { text($0["identity"]) == identity }) {
+                let held: [String] = if case .array(let intents)? = holder["intents"] {
+                    intents.compactMap { intent in
+                        guard case .object(let fields) = intent, let mode = text(fields["mode"]) else { return nil }
+                        return "\(text(fields["path"]).map { "'\($0)'" } ?? "an item in a directory you cannot read") for \(mode)"
+                    }
+                } else { [] }
+                return who(holder) + (held.isEmpty ? "" : ", which holds " + held.joined(separator: " and "))
+            }
+            if let presenter = presenters.first(where: { text($0["identity"]) == identity }) {
+                let item = text(presenter["path"]).map { "'\($0)'" } ?? "an item in a directory you cannot read"
+                return "the presenter of \(item), \(who(presenter)), to answer"
+            }
+            return Status.blocker(identity)
+        }
+        return named.joined(separator: "; ")
     }
 
     /// Who holds `paths` now, as "; '/m/doc.txt' is held for write by pid 42 (vim)" clauses:

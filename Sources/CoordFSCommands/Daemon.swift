@@ -21,7 +21,10 @@ struct Daemon: ParsableCommand {
         using FileCoordination and `coordfs coordinate` start one for the user where none runs, with \
         --exit-when-idle; one daemon serves a socket at a time (the others end at once). Started by systemd \
         with a socket (socket activation: LISTEN_FDS), it serves that socket instead, and leaves it to \
-        systemd when it ends.
+        systemd when it ends. \
+        Exit status: 0 when SIGINT, SIGTERM or SIGHUP ends it, or --exit-when-idle; 1 when it \
+        cannot serve (another server listens there, say), with the reason on standard error; 64 \
+        for a command line it cannot take.
         """
     )
 
@@ -84,17 +87,19 @@ struct Daemon: ParsableCommand {
             throw CommandFailure("cannot serve: \(error)")
         }
         // One daemon a socket: two started at once for one user would otherwise race to bind it.
+        let lockPath = path + ".lock"
         let lock: Int32
-        do throws(Errno) {
-            lock = try check(open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600))
-            _ = try check(flock(lock, LOCK_EX | LOCK_NB))
-        } catch {
+        do throws(Errno) { lock = try Self.lock(lockPath) } catch {
             if error == .wouldBlock { throw CommandFailure("cannot serve \(path): another coordfs server listens there") }
-            throw CommandFailure("cannot lock \(path).lock: \(error.description)")
+            throw CommandFailure("cannot lock \(lockPath): \(error.description)")
         }
         // Kept until the very end: a daemon started after this one ends serves only once this
-        // one has left its cluster (the deferred `leave` runs first).
-        defer { close(lock) }
+        // one has left its cluster (the deferred `leave` runs first). Removed while still
+        // locked, so that it is left behind only by a daemon that was killed.
+        defer {
+            unlink(lockPath)
+            close(lock)
+        }
         let domain = CoordinationDomain.shared
         let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
                                    resolver: HostItemResolver(domain: domain), root: "/")
@@ -123,6 +128,23 @@ struct Daemon: ParsableCommand {
             sigwait(&signals, &received)
         }
         server.stop()
+    }
+
+    /// `path` opened (made where missing) and locked, for this daemon alone; `.wouldBlock` when
+    /// another holds it. A daemon ending removes the file before it lets go of it, so a daemon
+    /// that opened it just before may lock a file no longer there: it opens it again, lest it
+    /// and a third, which makes a new one, both serve.
+    static func lock(_ path: String) throws(Errno) -> Int32 {
+        while true {
+            let fd = try check(open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600))
+            do throws(Errno) { _ = try check(flock(fd, LOCK_EX | LOCK_NB)) } catch {
+                close(fd)
+                throw error
+            }
+            var held = stat(), named = stat()
+            if fstat(fd, &held) == 0, stat(path, &named) == 0, held.st_dev == named.st_dev, held.st_ino == named.st_ino { return fd }
+            close(fd)
+        }
     }
 
     /// The store of versions of items outside any mount, made where missing. Without one (a

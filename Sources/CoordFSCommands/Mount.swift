@@ -4,6 +4,7 @@ import CoordinationWire
 import CoordFSMount
 import FileCoordination
 import Foundation
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -20,7 +21,10 @@ struct Mount: ParsableCommand {
         Returns once the mount is ready; -f stays in the foreground. SIGINT, SIGTERM or \
         `coordfs unmount MOUNTPOINT` unmount it cleanly. An open that conflicts waits; the wait \
         ends with EINTR on a signal, EAGAIN at once for O_NONBLOCK, EDEADLK on a cycle of \
-        processes, and EBUSY after --wait-timeout.
+        processes, and EBUSY after --wait-timeout. \
+        Exit status: 0 once the mount is ready (with -f, once it has been unmounted cleanly); 1 \
+        when it is refused or cannot be made, with the reason on standard error; 64 for a command \
+        line it cannot take.
         """
     )
 
@@ -69,7 +73,8 @@ struct Mount: ParsableCommand {
     @Option(help: "A profile: NAME.profile in $COORDFS_MOUNTS, else in ./Mounts; or a path to one.", completion: .file(extensions: ["profile"]))
     var profile: String?
 
-    @Option(help: "Write the daemon's log to this file.")
+    @Option(help: "Write the daemon's log to this file (-o log=FILE from fstab, the profile key log). Without it, a mount that returns logs to the system log (the journal, or syslog); one in the foreground (-f), to standard error.",
+            completion: .file())
     var log: String?
 
     @Flag(help: "Let the kernel cache writes and send them later (faster small writes; see docs/mount.md for the trade-off).")
@@ -116,8 +121,9 @@ struct Mount: ParsableCommand {
 
     func run() throws {
         if o.contains(where: { $0.split(separator: ",").contains("remount") }) { return try remount() }
-        let configuration = try makeConfiguration()
+        let (configuration, logFile) = try makeConfiguration()
         try Self.validate(configuration)
+        if let logFile { try Self.checkLog(logFile) }
         if verbose || fake {
             print("coordfs: \(fake ? "would mount" : "mounting") \(configuration.backing) on \(configuration.mountPoint)"
                   + (configuration.fuseOptions.isEmpty ? "" : " -o \(configuration.fuseOptions.joined(separator: ","))"))
@@ -129,7 +135,7 @@ struct Mount: ParsableCommand {
                 Self.noteTransport(configuration)
                 Self.noteRequestTimeout(configuration)
             }
-            try serve(configuration)
+            try serve(configuration, log: logFile)
         } else {
             try spawnDaemon()
             Self.noteTransport(configuration)
@@ -167,7 +173,9 @@ struct Mount: ParsableCommand {
         FileHandle.standardError.write(Data("coordfs: note: \(note)\n".utf8))
     }
 
-    func makeConfiguration() throws -> MountConfiguration {
+    /// The mount's configuration, and the file its daemon logs to, if one is named (`--log`,
+    /// else `-o log=`, else the profile's `log`).
+    func makeConfiguration() throws -> (MountConfiguration, log: String?) {
         var loaded: Profile?
         if let profile {
             guard let url = Profile.locate(profile) else { throw CommandFailure("no profile named '\(profile)' (looked in ./Mounts)") }
@@ -225,13 +233,25 @@ struct Mount: ParsableCommand {
             configuration.maxThreads = UInt32(count)
         }
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
-        var fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
+        // `log=FILE`, for a mount from fstab or a systemd unit: coordfs's, not FUSE's.
+        let logOption = options.last { $0.hasPrefix("log=") }.map { String($0.dropFirst(4)) }
+        var fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" && !$0.hasPrefix("log=") }
         do { configuration.ownershipView = try OwnershipView.take(from: &fuseOptions) } catch { throw CommandFailure("-o \(error)") }
         configuration.fuseOptions = fuseOptions
         configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
         configuration.cluster = try clusterOptions.setting(over: loaded)
         configuration.versions = try versionOptions.setting(over: loaded)
-        return configuration
+        let logFile = log ?? logOption ?? loaded?.log
+        return (configuration, logFile.map(Self.absolute))
+    }
+
+    /// Refuses a log file the daemon could not write (or make), before mounting: once detached,
+    /// it would have nowhere to say so. Nothing is made here (`--fake` makes nothing).
+    static func checkLog(_ path: String) throws {
+        let target = FileManager.default.fileExists(atPath: path) ? path : (path as NSString).deletingLastPathComponent
+        do throws(Errno) { _ = try check(access(target, W_OK)) } catch {
+            throw CommandFailure("cannot write the log '\(path)': \(error.description)")
+        }
     }
 
     /// Options mount(8) and fstab pass that are not FUSE's.
@@ -253,6 +273,14 @@ struct Mount: ParsableCommand {
             throw CommandFailure("backing directory '\(configuration.backing)' " + Self.whyMissing(configuration.backing))
         }
         guard isDirectory.boolValue else { throw CommandFailure("backing '\(configuration.backing)' is not a directory") }
+        // The daemon serves the backing directory with its own user's rights: one that user
+        // cannot list and search would mount, and answer every access with EACCES (bindfs
+        // refuses it too).
+        do throws(Errno) { _ = try check(access(configuration.backing, R_OK | X_OK)) } catch {
+            throw CommandFailure("cannot read backing directory '\(configuration.backing)' (\(error.description)): the mount serves it "
+                + "with the rights of \(MountTable.userName(geteuid())), who could do nothing through it; give that user read and "
+                + "search permission on it, or mount it as a user who has them")
+        }
         guard fileManager.fileExists(atPath: configuration.mountPoint, isDirectory: &isDirectory) else {
             throw CommandFailure("mount point '\(configuration.mountPoint)' " + Self.whyMissing(configuration.mountPoint))
         }
@@ -310,10 +338,15 @@ struct Mount: ParsableCommand {
     }
 
     /// Mounts and serves until unmounted; with COORDFS_READY_PIPE set, tells the parent once ready.
-    private func serve(_ configuration: MountConfiguration) throws {
+    private func serve(_ configuration: MountConfiguration, log logFile: String?) throws {
         let notifyParent = ProcessInfo.processInfo.environment["COORDFS_NOTIFY_READY"] == "1"
         var configuration = configuration
         configuration.mountPoint = URL(fileURLWithPath: configuration.mountPoint).resolvingSymlinksInPath().path
+        // Detached from its terminal (below), the daemon logs to the system log unless given a
+        // file; set before the session is made, whose parts take their loggers as they are made.
+        if notifyParent, logFile == nil, let systemLog = SystemLog(mountPoint: configuration.mountPoint) {
+            LoggingSystem.bootstrap { _ in SystemLog.Handler(destination: systemLog) }
+        }
         let session = try MountSession(configuration: configuration)
         let membership = try configuration.cluster.map { cluster in
             try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
@@ -331,7 +364,7 @@ struct Mount: ParsableCommand {
         if notifyParent {
             FileHandle.standardOutput.write(Data("ready\n".utf8))
             // Detach from the parent's pipes and terminal.
-            let target = log.map { Glibc.open($0, O_WRONLY | O_CREAT | O_APPEND, 0o644) } ?? Glibc.open("/dev/null", O_WRONLY)
+            let target = logFile.map { Glibc.open($0, O_WRONLY | O_CREAT | O_APPEND, 0o644) } ?? Glibc.open("/dev/null", O_WRONLY)
             let null = Glibc.open("/dev/null", O_RDONLY)
             dup2(null, 0); dup2(target, 1); dup2(target, 2)
             close(null); close(target)

@@ -9,18 +9,69 @@ import Glibc
 /// Reads /proc/self/mountinfo, and asks FUSE mounts whether they are coordfs mounts.
 enum MountTable {
     /// A mount: where, its type, its source (a coordfs mount's is its backing directory, unless
-    /// `-o fsname=` says otherwise), its filesystem's device, and the directory of that
-    /// filesystem it shows (not "/" for a bind mount of a directory).
-    typealias Entry = (mountPoint: String, type: String, source: String, device: String, root: String)
+    /// `-o fsname=` says otherwise), its filesystem's device, the directory of that filesystem
+    /// it shows (not "/" for a bind mount of a directory), and its filesystem's own options
+    /// (a FUSE mount's `user_id=` and `allow_other`).
+    typealias Entry = (mountPoint: String, type: String, source: String, device: String, root: String, options: [String])
 
     static func entries() -> [Entry] {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
         return text.split(separator: "\n").compactMap { line in
             let fields = line.split(separator: " ")
             guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 2, fields.count > 4 else { return nil }
+            let options = fields.count > dash + 3 ? fields[dash + 3].split(separator: ",").map(String.init) : []
             return (unescape(String(fields[4])), String(fields[dash + 1]), unescape(String(fields[dash + 2])),
-                    String(fields[2]), unescape(String(fields[3])))
+                    String(fields[2]), unescape(String(fields[3])), options)
         }
+    }
+
+    /// Whether `entry` is a FUSE filesystem's mount.
+    static func isFuse(_ entry: Entry) -> Bool { entry.type == "fuse" || entry.type.hasPrefix("fuse.") }
+
+    /// The user who made a FUSE mount (its `user_id=`, which the kernel keeps); nil for any other.
+    static func owner(of entry: Entry) -> uid_t? {
+        guard isFuse(entry), let option = entry.options.first(where: { $0.hasPrefix("user_id=") }) else { return nil }
+        return uid_t(option.dropFirst("user_id=".count))
+    }
+
+    /// "uid 1000 (alice)", or "root": a user as messages name one.
+    static func userName(_ uid: uid_t) -> String {
+        if uid == 0 { return "root" }
+        guard let entry = getpwuid(uid) else { return "uid \(uid)" }
+        return "uid \(uid) (\(String(cString: entry.pointee.pw_name)))"
+    }
+
+    /// The FUSE mount holding `path` (absolute) that another user made without `allow_other`:
+    /// the kernel lets nobody but that user into it, root included, so nothing there can be
+    /// asked or looked at. nil when `path` is on no such mount.
+    static func privateMount(holding path: String) -> (entry: Entry, owner: uid_t)? {
+        guard let mount = innermostMount(holding: path, in: entries()), let owner = owner(of: mount), owner != geteuid(),
+              !mount.options.contains("allow_other") else { return nil }
+        return (mount, owner)
+    }
+
+    /// Why another user's private mount cannot be asked: whose it is and what would let one in.
+    /// `path` (absolute): a path on it, named `name` as the user gave it; nil for the mount itself.
+    static func privateMountReason(_ mount: Entry, owner: uid_t, path: String? = nil, named name: String? = nil) -> String {
+        let kind = mount.type == "fuse.coordfs" ? "coordfs" : mount.type
+        let place: String
+        if let path, path != mount.mountPoint {
+            place = "'\(name ?? path)' is on the \(kind) mount at '\(mount.mountPoint)', one"
+        } else if path != nil {
+            place = "'\(name ?? mount.mountPoint)' is a \(kind) mount"
+        } else {
+            place = "the \(kind) mount at '\(mount.mountPoint)' is one"
+        }
+        return "\(place) that \(userName(owner)) made without -o allow_other: the kernel lets nobody else into it, root included; "
+            + "run the command as that user, or have the mount made with -o allow_other"
+    }
+
+    /// Throws when `path` (absolute) lies on another user's mount made without `allow_other`
+    /// (`privateMount`): that, rather than "not inside a coordfs mount" or "permission denied"
+    /// of some item. `name` is the path as the user gave it.
+    static func refusePrivate(_ path: String, named name: String? = nil) throws {
+        guard let found = privateMount(holding: path) else { return }
+        throw CommandFailure(privateMountReason(found.entry, owner: found.owner, path: path, named: name))
     }
 
     /// Whether `inner` is `outer` or lies inside it (both absolute).
@@ -71,7 +122,7 @@ enum MountTable {
     /// seen).
     static func coordfsMounts(in table: [Entry]) -> [(mountPoint: String, backing: String?)] {
         var mounts: [(mountPoint: String, backing: String?)] = []
-        for entry in table where entry.type == "fuse" || entry.type.hasPrefix("fuse.") {
+        for entry in table where isFuse(entry) {
             if let served = coordfsMount(serving: entry.mountPoint) {
                 // A bind mount of a coordfs mount is that mount.
                 if mounts.contains(where: { $0.mountPoint == served.mountPoint }) { continue }
@@ -162,7 +213,7 @@ enum MountTable {
     /// mount" to a command that only asks whether a path is there. nil when `path` is on no such
     /// mount. statvfs, not stat: a stat may still be answered from the kernel's cache.
     static func abandonedMount(holding path: String) -> Entry? {
-        guard let mount = innermostMount(holding: path, in: entries()), mount.type == "fuse" || mount.type.hasPrefix("fuse.") else { return nil }
+        guard let mount = innermostMount(holding: path, in: entries()), isFuse(mount) else { return nil }
         var info = statvfs()
         do throws(Errno) { _ = try check(statvfs(mount.mountPoint, &info)) } catch {
             return error == .socketNotConnected || error == .connectionAbort ? mount : nil

@@ -17,6 +17,7 @@ import Foundation
 ///     cache-timeout = 1              # seconds the kernel keeps names and attributes
 ///     package-extensions = pkg, bundle
 ///     options = allow_other          # FUSE -o options
+///     log = /var/log/coordfs-demo.log   # the daemon's log (default: the system log)
 ///     vetoes = own-user              # own-user | anyone: whose refusals fail whose accesses
 ///     open-files-per-user = 2000     # for users other than the mount's owner and root
 ///     cluster = etcd://10.0.0.1:2379,10.0.0.2:2379   # hosts sharing the store coordinate
@@ -48,6 +49,8 @@ struct Profile {
     var backingWatchByDirectory = false
     var packageExtensions: [String] = []
     var options: [String] = []
+    /// The file the daemon logs to (`--log`).
+    var log: String?
     var rules: [(String, CoordinationMode)] = []
     var writebackCache = false
     var kernelPassthrough = true
@@ -174,6 +177,7 @@ struct Profile {
                     throw ProfileError("\(url.path):\(number + 1): cluster-unreachable must be refuse or local, not '\(value)'")
                 }
                 clusterUnreachable = choice
+            case "log": log = resolve(value)
             case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
             case "versions": versionPolicy = try policy(value)
             case "version-readers":

@@ -26,8 +26,8 @@ extension Mount {
         do {
             let client = try ControlClient(socketPath: socketPath)
             defer { client.close() }
-            // mount(8)'s own options are the helper's, as at mount.
-            let daemons = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" }
+            // mount(8)'s own options are the helper's, and log= coordfs's, as at mount.
+            let daemons = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" && !$0.hasPrefix("log=") }
             _ = try client.request { .remount(id: $0, options: daemons) }
         } catch let error as ControlError {
             throw CommandFailure("-o remount: \(error.message)")

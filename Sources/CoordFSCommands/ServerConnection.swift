@@ -13,6 +13,7 @@ enum ServerConnection {
     static func socket(for path: String, explicit: String?) throws -> String {
         if let explicit { return explicit }
         try MountTable.refuseAbandoned(path)
+        try MountTable.refusePrivate(path)
         try MountTable.refuseBacking(path)
         switch ControlClient.serverSocket(for: path) {
         case .success(let socket): return socket

@@ -11,7 +11,12 @@ import Glibc
 struct Services: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the named services of an item, or connect standard input and output to one.",
-        discussion: "Each line lists a service: NAME, the item it was vended for, and the provider's pid."
+        discussion: """
+        Each line lists a service: NAME, the item it was vended for, and the provider's pid; --json \
+        prints them as one object. With --connect, the relay ends with the provider's close. Exit \
+        status: 0 (also when the item has no services: a line on standard error says so); 1 with \
+        the reason on standard error; 64 for a command line it cannot take.
+        """
     )
 
     @Argument(help: "An item inside a coordfs mount (or anywhere, with the daemon).", completion: .file())
@@ -23,12 +28,24 @@ struct Services: ParsableCommand {
     @Option(help: "The control socket (default: found from the path).")
     var socket: String?
 
+    @Flag(name: [.customShort("J"), .long], help: "Print the list as one JSON object: the path and its services, each with name, path and pid (docs/json.md).")
+    var json = false
+
+    func validate() throws {
+        if json && connect != nil { throw ValidationError("--json lists services; it does not go with --connect") }
+    }
+
     func run() throws {
         let resolved = ServerConnection.resolve(path)
         let client = try ServerConnection.connect(for: resolved, explicit: socket)
         guard let name = connect else {
             let fields: [String: WireValue]
             do { fields = try client.request { .services(id: $0, path: resolved) } } catch { throw CommandFailure("\(error)") }
+            if json {
+                let services: WireValue = fields["services"] ?? .array([])
+                print(String(decoding: WireCodec.encode(object: ["path": .string(resolved), "services": services]).dropLast(), as: UTF8.self))
+                return
+            }
             guard case .array(let entries)? = fields["services"], !entries.isEmpty else {
                 // On standard error, so that a script reading the list reads an empty one.
                 FileHandle.standardError.write(Data("no services for \(resolved)\n".utf8))

@@ -5,7 +5,15 @@ import Foundation
 
 /// `coordfs status [MOUNTPOINT]`: who holds what, who waits, who presents, like lslocks.
 struct Status: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show who holds, who waits and who presents, like lslocks.")
+    static let configuration = CommandConfiguration(
+        abstract: "Show who holds, who waits and who presents, like lslocks.",
+        discussion: """
+        Exit status: 0; listing every server, 0 when at least one could be read (each that could \
+        not gets a warning: line on standard error); 1 when the path or socket named cannot be \
+        read, or no server could be, with the reason on standard error; 64 for a command line it \
+        cannot take.
+        """
+    )
 
     @Argument(help: "A coordfs mount point or any path inside one (default: the current directory's mount, else every coordfs mount and the daemon).",
               completion: .file())
@@ -38,13 +46,21 @@ struct Status: ParsableCommand {
     @Flag(name: [.short, .long], help: "Also how the mount's requests come, and how many it coordinated.")
     var verbose = false
 
+    @Flag(help: "List the coordfs mounts instead, one a line, as findmnt does: where, the backing directory, the daemon's pid, how many hold, wait, present and vend services, the files open, and the control socket (-n, -r and -J as for the table).")
+    var mounts = false
+
     /// A column of the table, as lslocks names its own where the meaning is the same.
     enum Column: String, CaseIterable {
         case type = "TYPE", pid = "PID", command = "COMMAND", mode = "MODE", waited = "WAITED", path = "PATH", blocker = "BLOCKER"
         static let standard: [Column] = [.type, .pid, .command, .mode, .waited, .path, .blocker]
     }
 
-    func validate() throws { _ = try columns() }
+    func validate() throws {
+        _ = try columns()
+        if mounts, path != nil || socket != nil || pid != nil || output != nil || outputAll || verbose {
+            throw ValidationError("--mounts lists every coordfs mount: it takes no PATH, --socket, -p, -o, --output-all or -v")
+        }
+    }
 
     /// The columns asked for (`-o`, `--output-all`), in their order.
     func columns() throws -> [Column] {
@@ -66,6 +82,7 @@ struct Status: ParsableCommand {
     private var tableOnly: Bool { noHeadings || raw }
 
     func run() throws {
+        if mounts { return try listMounts() }
         // Listing every server: one that cannot be reached (a mount whose daemon died, a
         // daemon's socket left behind) is named, and the others are still shown.
         var (sockets, unreachable) = try socketsToShow()
@@ -96,6 +113,7 @@ struct Status: ParsableCommand {
         if let path {
             let resolved = ServerConnection.resolve(path)
             try MountTable.refuseAbandoned(resolved, named: path)
+            try MountTable.refusePrivate(resolved, named: path)
             try MountTable.refuseBacking(resolved, named: path)
             // Outside any mount nothing is held at a path that is not there: a daemon running
             // would only show an empty table.
@@ -114,12 +132,23 @@ struct Status: ParsableCommand {
             if let socket = ControlClient.mountSocketPath(for: mount.mountPoint) {
                 sockets.append(socket)
             } else {
-                do { try MountTable.refuseAbandoned(mount.mountPoint) } catch { gone.append(error) }
+                // Never left out unsaid (docs/json.md): a mount that cannot be asked is named, with why.
+                gone.append(CommandFailure(Self.whyUnasked(mount.mountPoint)))
             }
         }
         if let daemon = ControlClient.socketPath(for: "/") { sockets.append(daemon) }
         guard !sockets.isEmpty || !gone.isEmpty else { throw CommandFailure("no coordfs mount or daemon runs here") }
         return (sockets, gone)
+    }
+
+    /// Why the coordfs mount at `mountPoint` cannot be asked: its daemon has gone, it is another
+    /// user's private mount, or its root's socket attribute cannot be read.
+    static func whyUnasked(_ mountPoint: String) -> String {
+        do { try MountTable.refuseAbandoned(mountPoint) } catch { return "\(error)" }
+        if let found = MountTable.privateMount(holding: mountPoint) {
+            return MountTable.privateMountReason(found.entry, owner: found.owner)
+        }
+        return "the coordfs mount at '\(mountPoint)' cannot be asked: its root's user.coordfs.socket cannot be read"
     }
 
     private func status(of socketPath: String) throws -> [String: WireValue] {
@@ -161,7 +190,7 @@ struct Status: ParsableCommand {
             }
             return narrowed
         }
-        var narrowed = narrow(fields, keys: ["holders", "waiters", "presenters"])
+        var narrowed = narrow(fields, keys: ["holders", "waiters", "presenters", "services"])
         // Another host's processes are not this host's: a pid names none of them.
         narrowed["hosts"] = pid != nil ? nil : fields["hosts"].map { hosts in
             .array(array(hosts).map { host in
@@ -233,7 +262,7 @@ struct Status: ParsableCommand {
         }
         // Entries the server left out to keep its reply readable: said, never silently.
         if case .object(let omitted)? = fields["omitted"] {
-            let counts = ["holders", "waiters", "presenters"].compactMap { list -> String? in
+            let counts = ["holders", "waiters", "presenters", "services"].compactMap { list -> String? in
                 guard case .int(let count)? = omitted[list] else { return nil }
                 return "\(count) \(list)"
             }

@@ -7,7 +7,14 @@ import Glibc
 
 /// `coordfs unmount [--lazy] MOUNTPOINT`.
 struct Unmount: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Unmount a coordfs mount cleanly.")
+    static let configuration = CommandConfiguration(
+        abstract: "Unmount a coordfs mount cleanly.",
+        discussion: """
+        Exit status: 0 once the mount is gone (with --lazy, detached); 1 when it is not a coordfs \
+        mount, is busy, or was made by another user, with the reason on standard error; 64 for a \
+        command line it cannot take.
+        """
+    )
 
     /// libfuse's helper, through which a user other than root mounts and unmounts.
     static let fusermount3 = "/usr/bin/fusermount3"
@@ -26,6 +33,13 @@ struct Unmount: ParsableCommand {
         guard MountTable.isCoordfs(path) else {
             try MountTable.refuseAbandoned(path, named: mountPoint)
             throw CommandFailure("'\(mountPoint)' is a \(type) mount, not coordfs")
+        }
+        // fusermount3 unmounts only its own user's mounts, and says so only as "entry for … not
+        // found in /etc/mtab"; a user other than root cannot unmount another user's at all.
+        if geteuid() != 0, let entry = MountTable.entries().last(where: { $0.mountPoint == path }),
+           let owner = MountTable.owner(of: entry), owner != geteuid() {
+            throw CommandFailure("cannot unmount '\(mountPoint)': \(MountTable.userName(owner)) made it, and a mount is unmounted "
+                                 + "only by the user who made it or by root")
         }
         // Read before trying: a busy mount is explained with it.
         let statistics = Status.statistics(ofMountAt: path)
@@ -46,14 +60,18 @@ struct Unmount: ParsableCommand {
         let helper = Process()
         helper.executableURL = URL(fileURLWithPath: Self.fusermount3)
         helper.arguments = lazy ? ["-u", "-z", path] : ["-u", path]
+        let errors = Pipe()
+        helper.standardError = errors
         try helper.run()
+        let said = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         helper.waitUntilExit()
         guard helper.terminationStatus == 0 else {
-            // fusermount3 has said why; a mount still there is busy.
-            if MountTable.type(of: path) != nil {
-                FileHandle.standardError.write(Data("coordfs unmount: \(busy(path, openFiles))\n".utf8))
+            // Its own line names its errno; ours says what to do about a busy mount.
+            let why = said.split(separator: "\n").last.map { $0.hasPrefix("fusermount3: ") ? String($0.dropFirst(13)) : String($0) }
+            if MountTable.type(of: path) != nil, why?.contains("busy") ?? true {
+                throw CommandFailure("cannot unmount '\(mountPoint)': \(busy(path, openFiles))")
             }
-            throw ExitCode(helper.terminationStatus)
+            throw CommandFailure("cannot unmount '\(mountPoint)': \(why ?? "fusermount3 failed (status \(helper.terminationStatus))")")
         }
     }
 

@@ -21,7 +21,10 @@ struct Vend: ParsableCommand {
         commands run at once, as systemd's MaxConnections=: a connection past them is closed at \
         once, and a line on standard error says so. Runs until interrupted: the service ends \
         with it; connections being served stay with their commands. A second vend of a name \
-        you already vend for the same item is refused (EEXIST).
+        you already vend for the same item is refused (EEXIST). \
+        Exit status: 1 when the service cannot be vended, or once its server ends (the mount is \
+        unmounted), with the reason on standard error; 64 for a command line it cannot take. \
+        SIGINT and SIGTERM end it as they end any program.
         """
     )
 

@@ -16,7 +16,8 @@ struct Versions: ParsableCommand {
         last name, or its truncation. A version kept because its content was replaced by a writer \
         that had not seen it (a lost update) is a conflict until it is resolved. Each line lists \
         a version: ID, when it was kept, SIZE, what happened to it, who did it, and conflict, \
-        resolved or kept where so. Exit status: 0, or 1 with the reason on standard error.
+        resolved or kept where so. Exit status: 0; 1 with the reason on standard error; 64 for a \
+        command line it cannot take.
         """
     )
 

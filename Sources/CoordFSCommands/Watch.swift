@@ -19,11 +19,14 @@ struct Watch: ParsableCommand {
         through the mount, a coordinator, or from outside the mount), or what --format makes of it. \
         Requests (REQUEST in EVENTS) hold up the access until answered: --answer ok consents, \
         --answer EACCES (any errno name) makes it fail with that errno, --answer none never \
-        answers (the access then waits for the mount's presenter timeout). Exits 2 when \
-        --timeout passes with no event, as inotifywait does, and 0 once every watched item is \
-        deleted. With --inotify-events each line is inotifywait's, `DIR/ EVENTS NAME`, and as \
-        inotifywait the first event ends the watch (status 0; 1 when the watched item went \
-        unasked for) unless -m is given, and a path that does not exist is refused.
+        answers (the access then waits for the mount's presenter timeout). With \
+        --inotify-events each line is inotifywait's, `DIR/ EVENTS NAME`, and as inotifywait the \
+        first event ends the watch unless -m is given, and a path that does not exist is refused. \
+        Exit status, as inotifywait's: 0 once every watched item is deleted, or after the first \
+        event with --inotify-events and no -m; 1 when a path cannot be watched, its server ends, \
+        or (with --inotify-events, no -m) the watched item went unasked for, with the reason on \
+        standard error; 2 when --timeout passes with no event; 64 for a command line it cannot \
+        take. SIGINT and SIGTERM end it as they end any program.
         """
     )
 

@@ -251,18 +251,14 @@ extension Filesystem {
     /// not flood the log (or cost a snapshot of the engine each).
     private func logGivingUp(_ process: Int32, _ intents: [Intent]) {
         guard waitingRequests.mayLogGivingUp() else { return }
-        func who(_ identity: CoordinatorIdentity) -> String {
-            guard let pid = identity.process else { return "\(identity)" }
-            return "pid \(pid)" + (ProcFile.command(of: pid).map { " (\($0))" } ?? "")
-        }
         let paths = Set(intents.map(\.path))
         let holders = engine.snapshot().holders.flatMap { holder in
             holder.intents.filter { intent in paths.contains { $0 == intent.path || $0.isAncestor(of: intent.path) || intent.path.isAncestor(of: $0) } }
-                .map { "\($0.path) held for \($0.kind.isWrite ? "write" : "read") by \(who(holder.identity))" }
+                .map { "\($0.path) held for \($0.kind.isWrite ? "write" : "read") by \(holder.identity.logName)" }
         }
-        let waited = configuration.waitTimeout.map { " after \($0)" } ?? ""
+        let waited = configuration.waitTimeout.map { " after \($0.logText)" } ?? ""
         let wanted = intents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(separator: ", ")
-        let line = "\(who(.process(process))) gave up (EBUSY)\(waited) on \(wanted): "
+        let line = "\(CoordinatorIdentity.process(process).logName) gave up (EBUSY)\(waited) on \(wanted): "
             + (holders.isEmpty ? "nobody holds it any more" : holders.joined(separator: "; "))
         logger.notice("\(line)")
     }

@@ -41,6 +41,8 @@ public final class MountSession: @unchecked Sendable {
         // holder may), and no longer: the break time is fitted to the kernel's request timeout.
         domain.presenterWorkLimit = max(configuration.presenterTimeout, configuration.breakTime ?? configuration.presenterTimeout)
         domain.vetoScope = configuration.vetoScope
+        // The program a presenter refused knows only its errno: the log names who refused it.
+        domain.logsRefusals = true
         domain.packageExtensions = configuration.packageExtensions
         filesystem = try Filesystem(configuration: configuration, domain: domain)
         if domain.reportHandler == nil {

@@ -315,7 +315,10 @@ final class WaitWatch: @unchecked Sendable {
         if revoked > 0 { holdsRevoked.add(revoked, ordering: .relaxed) }
         let revoking = revoked > 0 ? "; \(revoked) of their holds revoked" : ""
         let spent = waived ? ", waited for their user already" : ""
-        logger.notice("a waiting request went ahead (\(reason.rawValue)\(spent)); it waited for \(awaited.map(\.description).sorted().joined(separator: ", "))\(revoking)")
+        let wanted = claim.grantedIntents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(separator: ", ")
+        let line = "\(claim.request.identity.logName) went ahead on \(wanted.isEmpty ? "its request" : wanted) (\(reason.rawValue)\(spent)), "
+            + "past \(awaited.map(\.logName).sorted().joined(separator: ", "))\(revoking)"
+        logger.notice("\(line)")
     }
 
     /// Whether `request` writes nothing but metadata (O9: chmod, chown, utimes, xattrs).

@@ -75,8 +75,10 @@ public final class ControlClient: @unchecked Sendable {
         if let mount { return .success(mount) }
         if abandoned { return .failure(ControlError("ENOTCONN", "'\(path)' is on a coordfs mount whose daemon has gone")) }
         if let denied {
-            return .failure(ControlError("EACCES", "cannot look at '\(denied)': permission denied (it takes read permission; "
-                                         + "a FUSE mount made without -o allow_other lets in nobody but the user who mounted it, root included)"))
+            // Not "allow_other" by itself: a file of mode 0600 on a mount shared with -o allow_other
+            // is refused alike. (`coordfs` names another user's mount made without it first.)
+            return .failure(ControlError("EACCES", "cannot look at '\(denied)': permission denied (coordinating an item takes "
+                                         + "read permission on it, and search permission on the directories above it)"))
         }
         let starting = ProcessInfo.processInfo.environment["COORDFS_COORDINATION"] != "in-process"
         return UserDaemon.socket(starting: starting).mapError { error in

@@ -43,6 +43,9 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var _defaultWaitTimeout: Duration? = CoordinationDomain.standardWaitTimeout
     private var _packageExtensions: Set<String> = []
     private var _vetoScope = VetoScope.ownUser
+    private var _logsRefusals = false
+    /// The second (of the uptime clock) refusals were last logged in, and how many.
+    private var refusalsLogged: (second: UInt64, count: Int) = (0, 0)
     private var _reportHandler: (@Sendable (CoordinationReport) -> Void)?
     private var presenters: [PresenterID: any Presenter] = [:]
     /// Registered presenters by the key their registrar gave (`register(_:key:linked:)`).
@@ -122,6 +125,26 @@ public final class CoordinationDomain: @unchecked Sendable {
     public var defaultWaitTimeout: Duration? {
         get { withLock { _defaultWaitTimeout } }
         set { withLock { _defaultWaitTimeout = newValue } }
+    }
+
+    /// Whether a presenter's refusal of an access is logged, naming the presenter, the
+    /// accessor and the item: a mount's log, where the user whose `cat` got EACCES asks who
+    /// refused it. Off by default: a program's own coordinator gets the refusal itself.
+    package var logsRefusals: Bool {
+        get { withLock { _logsRefusals } }
+        set { withLock { _logsRefusals = newValue } }
+    }
+
+    /// Whether one more refusal may be logged (`logsRefusals`): at most ten a second, so that
+    /// a presenter refusing everything does not flood the log.
+    package func mayLogRefusal() -> Bool {
+        let second = DispatchTime.now().uptimeNanoseconds / 1_000_000_000
+        return withLock {
+            guard _logsRefusals else { return false }
+            if refusalsLogged.second != second { refusalsLogged = (second, 0) }
+            refusalsLogged.count += 1
+            return refusalsLogged.count <= 10
+        }
     }
 
     /// Whose refusals fail whose accesses (`VetoScope`; own user by default).
@@ -401,7 +424,8 @@ public final class CoordinationDomain: @unchecked Sendable {
 /// An event the coordination layer reports for diagnosis.
 public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// A presenter did not answer `request` within the presenter timeout; the access went on (X2).
-    case presenterDidNotAnswer(presentedItem: String, request: String, waited: Duration)
+    /// `presenter` and `accessor`: who they are, as the log names them ("pid 42 (vim)").
+    case presenterDidNotAnswer(presentedItem: String, request: String, waited: Duration, presenter: String? = nil, accessor: String? = nil)
     /// A presenter of another user refused an access; across users that is no veto, and the
     /// access went on (docs/sharing.md).
     case vetoIgnored(presentedItem: String, presenterUser: Int, error: String)
@@ -414,8 +438,9 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// The report as a log line.
     public var description: String {
         switch self {
-        case .presenterDidNotAnswer(let item, let request, let waited):
-            return "presenter of \(item) did not answer \(request) within \(waited); access proceeded"
+        case .presenterDidNotAnswer(let item, let request, let waited, let presenter, let accessor):
+            return "presenter of \(item)\(presenter.map { ", \($0)," } ?? "") did not answer \(request)"
+                + "\(accessor.map { " for \($0)" } ?? "") within \(waited.logText); access proceeded"
         case .vetoIgnored(let item, let user, let error):
             return "a presenter of \(item) of another user (uid \(user)) refused an access (\(error)); across users that is no veto, and the access proceeded"
         case .coordinationBroken(let item):

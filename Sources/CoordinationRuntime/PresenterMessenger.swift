@@ -1,4 +1,5 @@
 import Coordination
+import CoordinationWire
 import Dispatch
 import Foundation
 
@@ -114,7 +115,9 @@ final class PresenterMessenger: @unchecked Sendable {
 
     private func answered(_ presenter: PresenterID, error given: Error?) {
         var error = given
-        let (waited, path) = lock.withLock { (pending.contains(presenter), current[presenter]?.presentedPath.string) }
+        let (waited, path, request) = lock.withLock {
+            (pending.contains(presenter), current[presenter]?.presentedPath.string, current[presenter]?.request.logName)
+        }
         // An answer that came after its presenter's time ran out changes nothing.
         guard waited else { return }
         // Across users a presenter's refusal is no veto (docs/sharing.md): the access goes on, and
@@ -132,6 +135,14 @@ final class PresenterMessenger: @unchecked Sendable {
             return (removed, pending.isEmpty)
         }
         guard removed else { return }
+        if let error, domain.mayLogRefusal() {
+            // Said where the program that gets the errno can be found: who refused it what.
+            let code = ErrnoNames.name(of: FileCoordinationError.errno(for: error, cancellation: ECANCELED))
+            let owner = domain.engine.presenter(presenter)?.owner.logName ?? "\(presenter)"
+            let line = "presenter of \(path ?? "\(presenter)"), \(owner), refused \(request ?? "a request")"
+                + "\(accessor.map { " for \($0.logName)" } ?? ""): the access fails with \(code)"
+            domain.logger.notice("\(line)")
+        }
         if let error { finish(error) } else if done { finish(nil) }
     }
 
@@ -177,7 +188,8 @@ final class PresenterMessenger: @unchecked Sendable {
             return (late, working.compactMap { extended[$0] }.min(), working.isEmpty)
         }
         for (presenter, request, item) in late {
-            domain.report(.presenterDidNotAnswer(presentedItem: item, request: request, waited: waited))
+            domain.report(.presenterDidNotAnswer(presentedItem: item, request: request, waited: waited,
+                                                 presenter: domain.engine.presenter(presenter)?.owner.logName, accessor: accessor?.logName))
             if domain.presenterMissed(presenter) {
                 domain.logger.warning("presenter of \(item) missed \(domain.presenterMissLimit) deadlines in a row: it is asked nothing more until it answers again")
             }

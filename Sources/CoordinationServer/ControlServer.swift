@@ -310,8 +310,19 @@ public final class ControlServer: @unchecked Sendable {
             if path.isEmpty || mayLearn(path) { fields["path"] = .string(path) } else { fields["hidden"] = .bool(true) }
             return .object(fields)
         }
+        // A service of an item this client may not learn of shows as there, not what or where.
+        let services: [WireValue] = snapshot.services.map { _, record in
+            var fields = who(record.owner)
+            if mayLearn(record.path.string) {
+                fields["name"] = .string(record.name)
+                fields["path"] = .string(record.path.string)
+            } else {
+                fields["hidden"] = .bool(true)
+            }
+            return .object(fields)
+        }
         var fields: [String: WireValue] = ["root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
-                                           "waiters": .array(waiters), "presenters": .array(presenters)]
+                                           "waiters": .array(waiters), "presenters": .array(presenters), "services": .array(services)]
         if othersToo, let otherHosts = lock.withLock({ otherHostsHandler }) {
             fields["hosts"] = .array(otherHosts().map { host, status in Self.seenFromHere(host, status, root: root, mayLearn: mayLearn) })
         }

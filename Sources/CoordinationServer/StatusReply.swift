@@ -6,7 +6,7 @@ import CoordinationWire
 /// line of a mount with a few hundred holds passed what clients read and was dropped: the
 /// client waited for its reply for ever.)
 enum StatusReply {
-    static let lists = ["holders", "waiters", "presenters"]
+    static let lists = ["holders", "waiters", "presenters", "services"]
 
     static func line(id: Int, fields: [String: WireValue], limit: Int = WireProtocol.maximumReplyLength) -> [UInt8] {
         var fields = fields

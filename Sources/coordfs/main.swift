@@ -1,3 +1,3 @@
 import CoordFSCommands
 
-CoordFS.main(CoordFS.arguments(from: CommandLine.arguments))
+CoordFS.main(commandLine: CommandLine.arguments)

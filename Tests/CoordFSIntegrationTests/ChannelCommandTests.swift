@@ -337,6 +337,56 @@ import Glibc
         #expect(named.status != 0 && named.errors.contains("nobody serves it") && named.errors.contains("ECONNREFUSED"), "\(named)")
     }
 
+    /// `status --mounts`: one line a mount, as findmnt lists mounts: where, the backing
+    /// directory, the daemon, how many hold, wait, present and vend there, the files open, and
+    /// the control socket; as JSON Lines with -J.
+    @Test func statusMountsListsEachMountAsFindmntDoes() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let mnt = fx.mountPoint.path
+        let holder = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("doc.txt"))") == "ok 1")
+        let watcher = try Child(binary, ["watch", fx.path("doc.txt")])
+        let provider = try Child(binary, ["vend", "org.example.mounts", mnt, "--", "cat"])
+        defer { withExtendedLifetime((watcher, provider)) {} }
+        #expect(eventually { (try? fx.state()).map { $0.contains("PRESENT") && $0.contains("SERVICE") } == true })
+        let daemon = try #require(ControlClient.attribute("user.coordfs.pid", of: mnt))
+        let socket = try #require(ControlClient.mountSocketPath(for: mnt))
+        let table = try run(binary, ["status", "--mounts"])
+        #expect(table.status == 0, "\(table)")
+        let lines = table.output.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
+        #expect(lines.first == ["TARGET", "SOURCE", "PID", "HOLDERS", "WAITERS", "PRESENTERS", "SERVICES", "OPEN", "SOCKET"], "\(table.output)")
+        let row = lines.first { $0.first == mnt }
+        #expect(row == [mnt, fx.backing.path, daemon, "1", "0", "1", "1", "1", socket], "\(table.output)")
+        let raw = try run(binary, ["status", "--mounts", "-n", "-r"])
+        #expect(raw.output.split(separator: "\n").contains { $0.hasPrefix(mnt + " ") } && !raw.output.contains("TARGET"), "\(raw)")
+        let json = try run(binary, ["status", "--mounts", "-J"])
+        let objects = json.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let mine = objects.first { $0["target"] as? String == mnt }
+        #expect(mine?["holders"] as? Int == 1 && mine?["services"] as? Int == 1 && mine?["open_files"] as? Int == 1
+                && mine?["pid"] as? Int == Int(daemon) && mine?["socket"] as? String == socket, "\(json)")
+        let refused = try run(binary, ["status", "--mounts", mnt])
+        #expect(refused.status == 64 && refused.errors.contains("--mounts lists every coordfs mount"), "\(refused)")
+    }
+
+    /// `coordfs coordinate -v`, as `flock --verbose`: whom it waits for once it has waited a
+    /// second, then how long taking the hold took and what it runs.
+    @Test func coordinateVerboseSaysWhomItWaitsFor() throws {
+        let fx = try MountFixture()
+        try fx.seed("doc.txt")
+        let holder = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("doc.txt"))") == "ok 1")
+        let waited = try run(binary, ["coordinate", "-v", "-w", "2", "-x", fx.path("doc.txt"), "--", "true"])
+        #expect(waited.status == 1, "\(waited)")
+        #expect(waited.errors.contains("coordfs coordinate: waiting for pid \(holder.pid) (python3), which holds '\(fx.path("doc.txt"))' for write"),
+                "\(waited)")
+        holder.signal(SIGKILL)
+        #expect(holder.waitForExit() != nil)
+        let taken = try run(binary, ["coordinate", "-v", "-x", fx.path("doc.txt"), "--", "true"])
+        #expect(taken.status == 0 && taken.errors.contains("coordfs coordinate: taking the intents took ")
+                && taken.errors.contains("coordfs coordinate: running true\n") && !taken.errors.contains("waiting for"), "\(taken)")
+    }
+
     @Test func coordinateHoldsWhileTheCommandRunsAndPassesItsStatus() throws {
         let fx = try MountFixture()
         try fx.seed("doc.txt", "one\n")
@@ -426,6 +476,7 @@ import Glibc
         // Started with a soft open-file limit of 1024, as many systems start programs.
         let daemon = try Child("/usr/bin/prlimit", ["--nofile=1024:", binary, "daemon", "--socket", socket])
         #expect(eventually { FileManager.default.fileExists(atPath: socket) })
+        #expect(FileManager.default.fileExists(atPath: socket + ".lock"), "one daemon a socket: it holds the lock file beside it")
         // A second daemon on the same socket is refused: taking it over would split clients
         // between two engines that know nothing of each other.
         let second = try run(binary, ["daemon", "--socket", socket])
@@ -446,12 +497,14 @@ import Glibc
         daemon.signal(SIGTERM)
         #expect(daemon.waitForExit() != nil)
         #expect(!FileManager.default.fileExists(atPath: socket), "the socket is removed")
+        #expect(!FileManager.default.fileExists(atPath: socket + ".lock"), "and its lock file (it was left behind)")
         // A daemon whose terminal closes (SIGHUP) ends as cleanly.
         let again = try Child(binary, ["daemon", "--socket", socket])
         #expect(eventually { FileManager.default.fileExists(atPath: socket) })
         again.signal(SIGHUP)
         #expect(again.waitForExit() == 0)
         #expect(!FileManager.default.fileExists(atPath: socket), "the socket is removed after SIGHUP too")
+        #expect(!FileManager.default.fileExists(atPath: socket + ".lock"), "and its lock file")
     }
 
     @Test func aSocketDirectoryOthersMayWriteIsRefused() throws {

@@ -195,6 +195,76 @@ import Glibc
         #expect(watched.status != 0 && watched.errors.contains("permission denied"), "\(watched)")
         #expect(!watched.errors.contains("not inside a coordfs mount"), "\(watched)")
     }
+
+    /// A file only its owner may read, on a mount shared with allow_other: refused for its mode,
+    /// not blamed on a mount option the mount has.
+    @Test func aFileOnlyItsOwnerMayReadIsNotBlamedOnAllowOther() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        try fx.seed("secret.txt")
+        chmod(fx.backingPath("secret.txt"), 0o600)
+        let watched = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "watch", fx.path("secret.txt")]))
+        #expect(watched.status != 0 && watched.errors.contains("permission denied"), "\(watched)")
+        // Before: "… a FUSE mount made without -o allow_other lets in nobody but the user who mounted it".
+        #expect(!watched.errors.contains("allow_other"), "\(watched)")
+    }
+
+    /// A user other than root unmounting root's mount is told whose it is, in one line: not "it
+    /// is busy" after fusermount3's "entry … not found in /etc/mtab".
+    @Test func anotherUsersMountIsUnmountedOnlyByThatUserOrRoot() throws {
+        let fx = try MountFixture()
+        let refused = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "unmount", fx.mountPoint.path]))
+        #expect(refused.status == 1 && refused.errors.contains("cannot unmount '\(fx.mountPoint.path)': root made it, and a mount is "
+                + "unmounted only by the user who made it or by root"), "\(refused)")
+        #expect(!refused.errors.contains("mtab") && !refused.errors.contains("busy"), "\(refused)")
+        #expect(MountFixture.isMounted(fx.mountPoint.path))
+    }
+
+    /// Another user's mount made without allow_other lets root in no more than anyone: `status`
+    /// of it says whose it is and why, rather than "not inside a coordfs mount", and `status`
+    /// listing every mount names it on a warning line rather than leave it out unsaid.
+    @Test func anotherUsersPrivateMountIsSaidToBeTheirs() throws {
+        let nobody: uid_t = 65534
+        try withFuseOpenToUsers {
+            let sockets = "/tmp/coordfs-\(nobody)"
+            try? FileManager.default.removeItem(atPath: sockets)
+            defer { try? FileManager.default.removeItem(atPath: sockets) }
+            let fx = try MountFixture(user: nobody)
+            let mnt = fx.mountPoint.path
+            let theirs = "that uid 65534 (nobody) made without -o allow_other: the kernel lets nobody else into it, root included"
+            let named = try run(Paths.binary.path, ["status", mnt])
+            #expect(named.status == 1 && named.errors.contains("'\(mnt)' is a coordfs mount \(theirs)"), "\(named)")
+            #expect(!named.errors.contains("not inside a coordfs mount"), "\(named)")
+            let inside = try run(Paths.binary.path, ["status", fx.path("doc.txt")])
+            #expect(inside.status == 1 && inside.errors.contains("'\(fx.path("doc.txt"))' is on the coordfs mount at '\(mnt)', one \(theirs)"),
+                    "\(inside)")
+            let everywhere = try run("/bin/sh", ["-c", "cd / && exec \"$0\" status", Paths.binary.path])
+            // The only mount there is: an error rather than a warning, and status 1.
+            #expect(everywhere.status == 1 && everywhere.errors.contains("the coordfs mount at '\(mnt)' is one \(theirs)"), "\(everywhere)")
+            // Its own user sees it as ever.
+            let own = try run(asUser(nobody)[0], Array(asUser(nobody).dropFirst()) + [Paths.binary.path, "status", mnt])
+            #expect(own.status == 0 && own.output.contains("\(mnt) — control socket"), "\(own)")
+        }
+    }
+
+    /// A backing directory its user cannot list and search is refused, as bindfs refuses it:
+    /// mounted, every access through it failed with EACCES.
+    @Test func anUnreadableBackingDirectoryIsRefused() throws {
+        let dir = "/tmp/coordfs-unreadable-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        for directory in ["backing", "mnt"] {
+            try FileManager.default.createDirectory(atPath: dir + "/" + directory, withIntermediateDirectories: true)
+        }
+        chmod(dir, 0o755)
+        chmod(dir + "/backing", 0o700)
+        chown(dir + "/mnt", 65534, 65534)
+        try withFuseOpenToUsers {
+            let refused = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "mount", dir + "/backing", dir + "/mnt"]))
+            // Before, it mounted: clear it.
+            if MountFixture.isMounted(dir + "/mnt") { _ = umount2(dir + "/mnt", Int32(MNT_DETACH)) }
+            #expect(refused.status == 1 && refused.errors.contains("cannot read backing directory '\(dir)/backing' (Permission denied)")
+                    && refused.errors.contains("uid 65534 (nobody)"), "\(refused)")
+        }
+    }
 }
 
 /// Every operation of the control socket, tried by another user against root's items on a

@@ -336,6 +336,45 @@ import Glibc
         }
     }
 
+    /// Every page states its exit statuses (generate-manual makes the pages from the same text).
+    @Test func everyCommandStatesItsExitStatus() throws {
+        for command in [[], ["mount"], ["unmount"], ["watch"], ["status"], ["coordinate"], ["services"], ["vend"], ["versions"],
+                        ["daemon"], ["demo"]] {
+            let help = try run(binary, command + ["--help"])
+            // As read, whatever the width the help is wrapped at.
+            let text = help.output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+            #expect(help.status == 0 && text.contains("Exit status") && text.contains("64 for a command line"),
+                    "coordfs \(command.joined()) --help: \(help.output)")
+        }
+    }
+
+    /// A mistyped subcommand is named with the nearest one, as swift-argument-parser names the
+    /// nearest option of a mistyped one; a word near none lists them. A usage error: status 64.
+    @Test func aMistypedSubcommandOrOptionNamesTheNearest() throws {
+        let cases: [([String], String)] = [
+            (["stats"], "Unknown subcommand 'stats'. Did you mean 'status'?"),
+            (["wtach", "/tmp"], "Unknown subcommand 'wtach'. Did you mean 'watch'?"),
+            (["umount", "/mnt"], "Unknown subcommand 'umount'. Did you mean 'unmount'?"),
+            (["coord"], "Unknown subcommand 'coord'. Did you mean 'coordinate'?"),
+            (["frobnicate"], "Unknown subcommand 'frobnicate'. The subcommands: mount, unmount, watch, status, coordinate, services"),
+            (["status", "--josn"], "Unknown option '--josn'. Did you mean '--json'?"),
+        ]
+        for (arguments, message) in cases {
+            let result = try run(binary, arguments)
+            #expect(result.status == 64 && result.errors.contains(message), "\(arguments): \(result)")
+        }
+    }
+
+    /// `coordfs demo` narrates what a user would see (`coordfs status`'s rows), not the
+    /// engine's records, and ends with what to try next, not a developer's `make test`.
+    @Test func theDemoShowsWhatAUserSees() throws {
+        let demo = try run(binary, ["demo"])
+        #expect(demo.status == 0, "\(demo)")
+        #expect(demo.output.contains("HOLD  write  notes.txt") && demo.output.contains("WAIT  read   notes.txt"), "\(demo.output)")
+        #expect(!demo.output.contains("object:") && !demo.output.contains("grant#") && !demo.output.contains("make test"), "\(demo.output)")
+        #expect(demo.output.contains("`coordfs help` lists the commands"), "\(demo.output)")
+    }
+
     @Test func theDemoProfileMounts() throws {
         let profile = Paths.repository.appendingPathComponent("Mounts/demo.profile")
         let dir = try scratch()
@@ -402,6 +441,125 @@ import Glibc
         func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
         #expect(eventually { log().contains("gave up (EBUSY)") && log().contains("held for write by pid \(holder.pid) (python3)") },
                 "\(log())")
+    }
+}
+
+/// What a mount logs, and where: a line for each refusal, presenter timeout and access that
+/// went ahead past others, naming the item and the processes by pid and command; to the system
+/// log by default, or to the file `--log`, `-o log=` or a profile's `log` names.
+@Suite struct MountLog {
+    let binary = Paths.binary.path
+
+    /// A presenter that refuses every request about `path` (`coordfs watch --answer EACCES`),
+    /// registered once the mount's state shows it.
+    func refusingPresenter(_ fx: MountFixture, _ path: String) throws -> Child {
+        let watcher = try Child(binary, ["watch", path, "--answer", "EACCES"])
+        #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
+        return watcher
+    }
+
+    @Test func aRefusalATimeoutAndABreakAreEachALineNamingWho() throws {
+        let logPath = "/tmp/coordfs-log-\(UUID().uuidString.prefix(8)).log"
+        defer { try? FileManager.default.removeItem(atPath: logPath) }
+        let fx = try MountFixture(["--log", logPath, "--presenter-timeout", "0.5", "--break-time", "1"])
+        func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+        // A refusal: before, nothing anywhere named who refused the cat.
+        try fx.seed("refused.txt")
+        let refusing = try refusingPresenter(fx, fx.path("refused.txt"))
+        let cat = try run("/bin/cat", [fx.path("refused.txt")])
+        #expect(cat.status != 0 && cat.errors.contains("Permission denied"), "\(cat)")
+        #expect(eventually { log().contains("presenter of \(fx.path("refused.txt")), pid \(refusing.pid) (coordfs), refused ") },
+                "\(log())")
+        #expect(log().contains(" (cat): the access fails with EACCES"), "\(log())")
+        refusing.signal(SIGTERM)
+        #expect(refusing.waitForExit() != nil)
+        // A presenter that does not answer: seconds to a tenth, and who (before: nine decimals, no pid).
+        try fx.seed("slow.txt")
+        let silent = try Child(binary, ["watch", fx.path("slow.txt"), "--answer", "none"])
+        #expect(eventually { (try? fx.state())?.contains("slow.txt") == true })
+        #expect(try run("/bin/cat", [fx.path("slow.txt")]).status == 0)
+        let timedOut = try Regex(#"presenter of \S*slow\.txt, pid \d+ \(coordfs\), did not answer \S+ \(\w+\) for pid \d+ \(cat\) within \d+\.\d s; access proceeded"#)
+        #expect(eventually { log().contains(timedOut) }, "\(log())")
+        withExtendedLifetime(silent) {}
+        // A writer that went ahead of a file held open, at the break time: who, on what, past whom.
+        try fx.seed("held.txt")
+        let holder = try Child.holder()
+        #expect(holder.ask("open w \(fx.path("held.txt"))") == "ok 1")
+        #expect(try run("/bin/sh", ["-c", "echo new > \"$1\"", "sh", fx.path("held.txt")]).status == 0)
+        #expect(eventually { log().contains(" (sh) went ahead on write of \(fx.path("held.txt")) (the break time), past pid \(holder.pid) (python3)") },
+                "\(log())")
+    }
+
+    /// A mount that returns logs to the system log: each line as syslog(3) sends it, to the
+    /// socket the journal and syslog listen on (here one the test listens on instead of /dev/log).
+    @Test func aMountThatReturnsLogsToTheSystemLog() throws {
+        let dir = "/tmp/coordfs-syslog-\(UUID().uuidString.prefix(8))"
+        for directory in ["backing", "mnt"] {
+            try FileManager.default.createDirectory(atPath: dir + "/" + directory, withIntermediateDirectories: true)
+        }
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let socket = dir + "/log.sock"
+        let listener = try Child("/usr/bin/python3", ["-c", """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            s.bind(sys.argv[1])
+            print("ready", flush=True)
+            while True:
+                print(s.recv(65536).decode(errors="replace").replace("\\n", " "), flush=True)
+            """, socket])
+        #expect(listener.next() == "ready")
+        var environment = ProcessInfo.processInfo.environment
+        environment["COORDFS_SYSLOG_SOCKET"] = socket
+        let mnt = dir + "/mnt"
+        let mounted = try run(binary, ["mount", dir + "/backing", mnt], environment: environment)
+        try #require(mounted.status == 0, "\(mounted)")
+        defer {
+            _ = try? run(binary, ["unmount", mnt])
+            _ = eventually { !MountFixture.isMounted(mnt) }
+        }
+        try Data("text\n".utf8).write(to: URL(fileURLWithPath: dir + "/backing/doc.txt"))
+        let refusing = try Child(binary, ["watch", mnt + "/doc.txt", "--answer", "EACCES"])
+        defer { withExtendedLifetime(refusing) {} }
+        #expect(eventually { (try? run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.state').decode())", mnt]))?
+            .output.contains("PRESENT") == true })
+        #expect(try run("/bin/cat", [mnt + "/doc.txt"]).status != 0)
+        var heard: [String] = []
+        while let line = listener.next(timeout: .seconds(5)) {
+            heard.append(line)
+            if line.contains("refused") { break }
+        }
+        // <29>: the daemon facility (3 << 3) at notice (5).
+        let refusal = heard.first { $0.contains("refused") }
+        #expect(refusal?.hasPrefix("<29>") == true && refusal?.contains(" coordfs[") == true
+                && refusal?.contains("]: \(mnt): presenter of \(mnt)/doc.txt, pid \(refusing.pid) (coordfs), refused ") == true
+                && refusal?.hasSuffix(" (cat): the access fails with EACCES") == true, "\(heard)")
+    }
+
+    /// From fstab or a systemd unit, where no --log can be given: `-o log=FILE`; and a profile's
+    /// `log` key. Neither reaches FUSE; a log that cannot be written is refused before mounting.
+    @Test func aLogFileFromMountOptionsOrAProfile() throws {
+        let base = "/tmp/coordfs-logs-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: base) }
+        let profile = base + "/logged.profile"
+        try Data("log = profile.log\n".utf8).write(to: URL(fileURLWithPath: profile))
+        for (arguments, logPath) in [(["-o", "allow_other,log=\(base)/option.log"], base + "/option.log"),
+                                     (["--profile", profile], base + "/profile.log")] {
+            let fx = try MountFixture(arguments)
+            try fx.seed("doc.txt")
+            let refusing = try refusingPresenter(fx, fx.path("doc.txt"))
+            defer { withExtendedLifetime(refusing) {} }
+            #expect(try run("/bin/cat", [fx.path("doc.txt")]).status != 0)
+            #expect(eventually { ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains(" (cat): the access fails with EACCES") },
+                    "\(arguments): nothing in \(logPath)")
+        }
+        for directory in ["b", "m"] {
+            try FileManager.default.createDirectory(atPath: base + "/" + directory, withIntermediateDirectories: true)
+        }
+        let unwritable = try run(binary, ["mount", base + "/b", base + "/m", "--log", base + "/no/such/directory/x.log"])
+        if MountFixture.isMounted(base + "/m") { _ = try? run(binary, ["unmount", base + "/m"]) }
+        #expect(unwritable.status == 1 && unwritable.errors.contains("cannot write the log '\(base)/no/such/directory/x.log': No such file or directory"),
+                "\(unwritable)")
     }
 }
 

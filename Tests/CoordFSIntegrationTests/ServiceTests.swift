@@ -43,6 +43,28 @@ import Glibc
         #expect(unknown.status != 0 && unknown.errors.contains("no service named 'org.example.missing'"))
     }
 
+    /// `--json`: the list as one object, the protocol's own reply, for scripts; an item with no
+    /// services, an empty list (the table's form says so on standard error).
+    @Test func servicesListAsJSON() throws {
+        let fx = try MountFixture()
+        try fx.seed("project/src/file.txt")
+        let echo = try provider("org.example.echo", fx.path("project"), label: "echo")
+        defer { withExtendedLifetime(echo) {} }
+        let deep = fx.path("project/src/file.txt")
+        #expect(eventually { (try? services(deep)) == ["org.example.echo"] })
+        let listed = try run(binary, ["services", "--json", deep])
+        let object = try JSONSerialization.jsonObject(with: Data(listed.output.utf8)) as? [String: Any]
+        let entries = object?["services"] as? [[String: Any]]
+        #expect(listed.status == 0 && object?["path"] as? String == deep && entries?.count == 1
+                && entries?.first?["name"] as? String == "org.example.echo" && entries?.first?["path"] as? String == fx.path("project")
+                && entries?.first?["pid"] as? Int == Int(echo.pid), "\(listed)")
+        try fx.seed("elsewhere.txt")
+        let none = try run(binary, ["services", "-J", fx.path("elsewhere.txt")])
+        #expect(none.status == 0 && none.output == "{\"path\":\"\(fx.path("elsewhere.txt"))\",\"services\":[]}\n", "\(none)")
+        let both = try run(binary, ["services", "--json", deep, "--connect", "org.example.echo"])
+        #expect(both.status == 64 && both.errors.contains("--json lists services; it does not go with --connect"), "\(both)")
+    }
+
     /// As inetd: the command's standard input and output are the connected socket itself, and
     /// it gets no other descriptor of the provider's. A name vended twice for one item by one
     /// user is refused, naming the first.

@@ -389,7 +389,7 @@ class Connection:
         self.request({"op": "version", "path": _real(path), "version": version, "action": action})
 
     def status(self) -> Dict[str, Any]:
-        """Who holds, waits and presents (`holders`, `waiters`, `presenters`)."""
+        """Who holds, waits, presents and vends services (`holders`, `waiters`, `presenters`, `services`)."""
         return self.request({"op": "status"})
 
     def wait(self, timeout: Optional[float] = None) -> bool:
