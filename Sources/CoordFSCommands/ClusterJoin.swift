@@ -26,10 +26,15 @@ struct ClusterHost: Sendable {
 final class ClusterJoin: Sendable {
     let member: ClusterMember
     let presenters: HostPresenters
+    /// This host's name and its store's, for status.
+    let hostName: String
+    let storeName: String
 
-    private init(member: ClusterMember, host: ClusterHost) {
+    private init(member: ClusterMember, host: ClusterHost, hostName: String, storeName: String) {
         self.member = member
         presenters = HostPresenters(member: member, host: host)
+        self.hostName = hostName
+        self.storeName = storeName
     }
 
     /// The members' URLs of `etcd://HOST:PORT[,HOST:PORT...]` (http:// URLs are taken as they are).
@@ -64,13 +69,13 @@ final class ClusterJoin: Sendable {
                     let lease = try await HostLease.grant(on: client, ttl: ttl)
                     let delegations = Delegations(client: client, store: store, host: host, lease: lease)
                     do { try await delegations.start(release: CoordFS.release) } catch {
-                        try? await lease.revoke()
+                        _ = try? await lease.revoke()
                         throw error
                     }
                     return delegations
                 }, local: StoreAccesses(store: local.store), breakTime: breakTime, whenUnreachable: whenUnreachable)
                 try await member.start()
-                outcome.withLock { $0 = .success(ClusterJoin(member: member, host: local)) }
+                outcome.withLock { $0 = .success(ClusterJoin(member: member, host: local, hostName: host, storeName: store)) }
             } catch {
                 outcome.withLock { $0 = .failure(error) }
             }
@@ -92,8 +97,10 @@ final class ClusterJoin: Sendable {
         }
     }
 
-    /// Answers the other hosts' status requests with `server`'s, and shows theirs in it.
+    /// Answers the other hosts' status requests with `server`'s, and shows theirs in it, with
+    /// this host's standing (its lease held, lost or joining again) as `cluster`.
     func serveStatus(through server: ControlServer) {
+        server.thisHost = { [member, hostName, storeName] in ClusterJoin.fields(of: member.standing, host: hostName, store: storeName) }
         member.answerStatus { [weak server] in
             guard let server else { return [] }
             return WireCodec.encode(.ok(id: 0, fields: server.status(othersToo: false)))
@@ -113,6 +120,19 @@ final class ClusterJoin: Sendable {
                 return (host, fields)
             }
         }
+    }
+
+    /// A host's standing as status shows it (docs/json.md, `cluster`).
+    static func fields(of standing: ClusterMember.Standing, host: String, store: String) -> [String: WireValue] {
+        func milliseconds(_ duration: Duration) -> WireValue {
+            let (seconds, attoseconds) = duration.components
+            return .int(Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
+        }
+        var fields: [String: WireValue] = ["host": .string(host), "store": .string(store), "lease": .string(standing.lease.rawValue),
+                                           "leases_lost": .int(standing.leasesLost), "fenced_opens": .int(standing.fencedOpens)]
+        if let validFor = standing.validFor { fields["valid_ms"] = milliseconds(validFor) }
+        if let lostFor = standing.lostFor { fields["lost_ms"] = milliseconds(lostFor) }
+        return fields
     }
 
     /// Gives back every delegation (the lease is revoked), waiting at most a few seconds.
@@ -280,6 +300,22 @@ private final class MemberDelegations: HostDelegations {
     func covers(_ path: String, writing: Bool) -> Bool { member.covers(path, writing ? .write : .read) }
 
     func coversAccessor(_ path: String, writing: Bool) -> Bool { member.coversAccessor(path, writing ? .write : .read) }
+
+    func stampWrites(_ path: String) -> UInt64? { member.stampWrites(path) }
+
+    var mayAdmitWrites: Bool { member.mayAdmitWrites }
+
+    var lastCoverLoss: UInt64 { member.lastCoverLoss }
+
+    func admitsWrites(_ path: String, since stamp: UInt64) -> WriteAdmission {
+        switch member.admitsWrites(path, since: stamp) {
+        case .admitted(let through): .admitted(through: through)
+        case .suspended: .suspended
+        case .fenced: .fenced
+        }
+    }
+
+    func othersInterested(in path: String) -> Bool { member.othersInterested(in: path) }
 
     func acquire(_ path: String, _ access: DelegatedAccess, waits: Bool,
                  completion: @escaping @Sendable (HostDelegationOutcome) -> Void) -> @Sendable () -> Void {

@@ -215,6 +215,8 @@ struct Status: ParsableCommand {
         // -n and -r print the table alone, as lslocks does, for pipelines (`| xargs`).
         if !tableOnly {
             print("\(string(fields["root"])) — control socket \(string(fields["socket"]))" + (backing.map { " — backing \($0)" } ?? ""))
+            // A host of a shared store: whether it holds its lease (a lost one refuses everything).
+            if case .object(let cluster)? = fields["cluster"] { print(Self.clusterLine(cluster)) }
         }
         if verbose, let root, let stats = Self.statistics(ofMountAt: root) {
             if let transport = Self.transport(stats) { print(transport) }
@@ -301,6 +303,34 @@ struct Status: ParsableCommand {
             }
         }
         return out.isEmpty ? "-" : out
+    }
+
+    /// A host of a shared store's standing (a status reply's `cluster`) in one line.
+    static func clusterLine(_ cluster: [String: WireValue]) -> String {
+        func text(_ key: String) -> String { if case .string(let value)? = cluster[key] { value } else { "" } }
+        func count(_ key: String) -> Int { if case .int(let value)? = cluster[key] { value } else { 0 } }
+        func seconds(_ key: String) -> String? {
+            if case .int(let milliseconds)? = cluster[key] { String(format: "%.1f s", Double(milliseconds) / 1000) } else { nil }
+        }
+        let lost = seconds("lost_ms").map { " \($0) ago" } ?? ""
+        var line = "cluster: host \(text("host")) of the store '\(text("store"))': "
+        switch text("lease") {
+        case "held":
+            line += "lease held" + (seconds("valid_ms").map { " (valid \($0) more unless renewed)" } ?? "")
+        case "lost":
+            line += "LEASE LOST\(lost): nothing is granted (ENOLCK), and writes through open files are refused (EIO), until it joins again"
+        case "rejoining":
+            line += "joining again (lease lost\(lost)): asking again for what its programs hold, before it grants anything new"
+        case "alone":
+            line += "LEASE LOST\(lost): coordinating its own programs ALONE (--cluster-unreachable local), not with the other hosts"
+        case let other:
+            line += other
+        }
+        let leasesLost = count("leases_lost"), fenced = count("fenced_opens")
+        if leasesLost > 0 || fenced > 0 {
+            line += "; since it joined, \(leasesLost) lease(s) lost, \(fenced) open file(s) fenced (their writes refused)"
+        }
+        return line
     }
 
     /// The counters of the mount at `root` (its `user.coordfs.stats`); nil when `root` is not a

@@ -23,6 +23,8 @@ extension Filesystem {
         let user = caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
         coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
+            // On a host of a shared store, stamped first: as it was granted.
+            let shared = sharedOpen(wanted, writes: writes, claim: claim, caller)
             // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
             // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
             // for an O_DIRECT backing file.
@@ -60,7 +62,7 @@ extension Filesystem {
             // the daemon's rights (CAP_FSETID), which keep them (`privilegeBits`).
             let keepsBits = writes && unprivileged && hasPrivilegeBits(fd, clearedFor: caller)
             let mode: KernelPassthrough.Mode
-            do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits) } catch {
+            do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits || !mayPassThrough(shared)) } catch {
                 return giveUp(reply, error)
             }
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
@@ -68,6 +70,7 @@ extension Filesystem {
                                 writer: writes ? writer(of: claim, reply) : 0, opener: writes ? openingProcess(caller) : 0,
                                 directIO: direct, flags: flags, appends: appends && claim != nil)
             if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
+            file.writeCover = shared?.cover
             noteBrokenOpen(file, claim, caller)
             if versions != nil {
                 if flags & O_ACCMODE != O_WRONLY { noteRead(inode, fd, by: caller) }
@@ -180,8 +183,10 @@ extension Filesystem {
         let caller = reply.caller
         let user = caller.uid
         guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
-        coordinate(reply, ItemIntent(kind: kind, node: parent, name: name, isDirectory: false),
-                   nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
+        let wanted = ItemIntent(kind: kind, node: parent, name: name, isDirectory: false)
+        coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
+            // On a host of a shared store, stamped first: as it was granted.
+            let shared = sharedOpen(wanted, writes: true, claim: claim, caller)
             // The place first: refused after the open, a file made behind the mount and opened
             // with O_TRUNC would have been emptied for nothing.
             guard let place = files.budget.take(for: user) else {
@@ -214,13 +219,14 @@ extension Filesystem {
             do {
                 if let failure = syncNames(in: parent) { throw failure }
                 let (inode, attributes) = try lookupNode(parent, name, justMade: made)
-                let mode = try beginPassthrough(inode, writes: true, openedReadWrite: backing ? fd : nil)
+                let mode = try beginPassthrough(inode, writes: true, prefersCached: !mayPassThrough(shared), openedReadWrite: backing ? fd : nil)
                 let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
                 let direct = backingID == nil && flags & CFS_O_DIRECT != 0
                 let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
                                     writer: writer(of: claim, reply), opener: openingProcess(caller), directIO: direct, flags: flags,
                                     appends: kind == .writing(.appendingOnly) && claim != nil)
                 file.versionReader = versionReader(reply.caller)
+                file.writeCover = shared?.cover
                 noteBrokenOpen(file, claim, caller)
                 // A file that was there already, marked: as an open's. (A create's reply, which
                 // the kernel takes whatever it was told to forget meanwhile, is kept a short
@@ -320,6 +326,7 @@ extension Filesystem {
     func write(_ reply: consuming Reply, _ handle: UInt64, _ data: WriteData, _ offset: off_t,
                flags: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
+        guard admitsWrite(through: file) else { return reply.error(EIO) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
         let written = data.write(to: file.fd, at: offset)
         if written < 0 { return reply.error(Int32(-written)) }
@@ -378,6 +385,7 @@ extension Filesystem {
 
     func fallocate(_ reply: consuming Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
+        guard admitsWrite(through: file) else { return reply.error(EIO) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
         if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
         file.written.store(true, ordering: .relaxed)
@@ -388,6 +396,7 @@ extension Filesystem {
     func copyFileRange(_ reply: consuming Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
                        _ length: Int, _ flags: UInt32) {
         guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
+        guard admitsWrite(through: target) else { return reply.error(EIO) }
         dropPrivilegeBits(target.fd, of: target.inode, unlessRootCalls: reply)
         var from = inputOffset, to = outputOffset
         let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)

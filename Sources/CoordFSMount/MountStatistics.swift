@@ -60,6 +60,10 @@ final class MountStatistics: Sendable {
     /// Those fstatats that found an item not known (or known without a descriptor): a call
     /// spent for nothing. After one, lookups in that directory open at once (`childrenAreKnown`).
     let knownLookupMisses = Atomic<Int>(0)
+    /// Writes through open files refused (EIO) on a host of a shared store: its lease may have
+    /// ended, or the file's item may have been another host's since it was opened
+    /// (`Filesystem.admitsWrite`).
+    let fencedWrites = Atomic<Int>(0)
 
     /// A number that moves with every request of the kernel's counted here, and every change
     /// behind the mount: the mount's work, for a trim once it stops (`IdleTrim.whenQuiet`).
@@ -103,6 +107,7 @@ final class MountStatistics: Sendable {
             ("attribute_requests", attributeRequests.value),
             ("files_watched_for_writes", filesWatchedForWrites.load(ordering: .relaxed)),
             ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),
+            ("fenced_writes", fencedWrites.load(ordering: .relaxed)),
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

@@ -47,6 +47,9 @@ final class OpenFile: @unchecked Sendable {
     /// A coordinated appending open (U1), counted in its inode's `appenders` from the open to
     /// the release.
     let appends: Bool
+    /// For a write open on a host of a shared store: its cover, which each write through it
+    /// asks (`Filesystem.admitsWrite`). Set before the open is inserted in the table.
+    var writeCover: WriteCover?
 
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
     /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open;
@@ -79,6 +82,20 @@ final class OpenFile: @unchecked Sendable {
         return before.st_size != now.st_size || before.st_mtim.tv_sec != now.st_mtim.tv_sec
             || before.st_mtim.tv_nsec != now.st_mtim.tv_nsec || before.st_ctim.tv_sec != now.st_ctim.tv_sec
             || before.st_ctim.tv_nsec != now.st_ctim.tv_nsec
+    }
+}
+
+/// A write open's cover on a host of a shared store (`Filesystem.admitsWrite`): the stamp of its
+/// grant (`HostDelegations.stampWrites`), moved on as the losses of cover since are judged not
+/// to reach its item, and whether one did: fenced, its writes are refused until it is closed.
+final class WriteCover: Sendable {
+    let stamp: Atomic<UInt64>
+    let fenced: Atomic<Bool>
+
+    /// `stamp`: nil when the host did not cover the open's writes as it was granted.
+    init(stamp: UInt64?) {
+        self.stamp = Atomic(stamp ?? 0)
+        fenced = Atomic(stamp == nil)
     }
 }
 

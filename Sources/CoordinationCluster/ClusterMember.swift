@@ -31,6 +31,14 @@ public protocol LocalAccess: Sendable {
 /// inside it) is given back unasked (`sweepIdle`): the fine ones a host takes where hosts meet
 /// (one per item) do not pile up, and once the other hosts' have gone too, the next request
 /// asks for the whole directory again.
+///
+/// Writes through files its programs keep open are fenced (`mayAdmitWrites`, `admitsWrites`):
+/// none lands once the lease may have ended (its last renewal's answer, plus the TTL, less the
+/// margin), and none through an open whose item may have become another host's since its grant
+/// (`CoverLosses`): a recall broken at the break time, or a lost lease. A host that joins again
+/// after a lost lease first asks again for what its programs hold (`redelegate`), before it
+/// grants anything new; an item whose new key finds no other host's key before it, under a lost
+/// lease that etcd still had, was this host's all along, and its write opens go on.
 public final class ClusterMember: Sendable {
     private let join: @Sendable () async throws -> Delegations
     private let local: any LocalAccesses
@@ -40,6 +48,16 @@ public final class ClusterMember: Sendable {
     private let logger = Logger(label: "org.coordfs.cluster")
     private let state: Mutex<State>
     private let tasks = Mutex<[Task<Void, Never>]>([])
+    /// Whether writes through open files may land, read without a lock (`mayAdmitWrites`):
+    /// `WriteStanding`'s raw value.
+    private let writeStanding = Atomic<UInt8>(WriteStanding.suspended.rawValue)
+    /// Until when the present run's lease is known valid (`LeaseClock` nanoseconds; 0: lost),
+    /// as the lease tells it (`HostLease.observeValidity`).
+    private let leaseUntil = Atomic<Int64>(0)
+    /// The lease `leaseUntil` follows: an earlier run's that tells late is not listened to.
+    private let leaseFollowed = Atomic<Int64>(0)
+    /// `state.losses.last`, read without a lock by every write through an open file.
+    private let lastLoss = Atomic<UInt64>(0)
     /// The other hosts' presented items (store paths by host), whole, whenever they change.
     public let presences: AsyncStream<[String: Set<String>]>
     private let presencesSink: AsyncStream<[String: Set<String>]>.Continuation
@@ -50,6 +68,16 @@ public final class ClusterMember: Sendable {
     struct Key: Hashable, Sendable {
         var path: String
         var mode: Delegations.Mode
+    }
+
+    /// Whether writes through open files may land.
+    private enum WriteStanding: UInt8 {
+        /// While the lease may be valid (`leaseUntil`), by their cover (`CoverLosses`).
+        case member
+        /// Not now: the lease is lost, or the host is joining again (`redelegate`).
+        case suspended
+        /// All: the host coordinates alone (`WhenUnreachable.local`).
+        case alone
     }
 
     private struct State {
@@ -82,6 +110,18 @@ public final class ClusterMember: Sendable {
         var presented: Set<String> = []
         /// What this host answers other hosts' status requests with.
         var statusAnswer: (@Sendable () -> [UInt8])?
+        /// While a run begun after a lost lease asks again for what this host's programs hold
+        /// (`redelegate`): nothing new is granted until it has.
+        var rejoining: Task<Void, Never>?
+        /// When its write opens may have lost their cover.
+        var losses = CoverLosses()
+        /// The loss of the run whose lease was lost, narrowed once its items are re-delegated.
+        var pendingRunLoss: UInt64?
+        /// Since when the lease is lost (nil while a run holds one).
+        var lostSince: ContinuousClock.Instant?
+        var leasesLost = 0
+        /// Write opens told they are fenced (`admitsWrites`, `stampWrites`).
+        var fencedOpens = 0
 
         /// Grants from `key`, made at `revision` by `run`: unless the run has ended, or the key
         /// was recalled as soon as granted, or given back already.
@@ -225,7 +265,9 @@ public final class ClusterMember: Sendable {
         await begin(delegations)
     }
 
-    private func begin(_ delegations: Delegations) async {
+    /// Begins a run. `lost`: the run before, whose lease was lost: what this host's programs
+    /// hold is asked for again first (`redelegate`), and nothing new is granted until then.
+    private func begin(_ delegations: Delegations, after lost: Delegations? = nil) async {
         // Presence and news are the presenters' part: a run without them (etcd failing just
         // then) still coordinates accesses.
         let news = HostNews(delegations: delegations)
@@ -240,6 +282,7 @@ public final class ClusterMember: Sendable {
             }
             tasks.withLock { $0.append(retrying) }
         }
+        follow(delegations.lease)
         let presented = state.withLock { state in
             state.delegations = delegations
             state.news = news
@@ -250,6 +293,14 @@ public final class ClusterMember: Sendable {
             state.acquiring = [:]
             state.givingBack = [:]
             state.givenBack = []
+            if let lost {
+                // Nor alone any more: the run asks the cluster, beginning with what is held here.
+                state.alone = false
+                writeStanding.store(WriteStanding.suspended.rawValue, ordering: .releasing)
+                state.rejoining = Task { [self] in await redelegate(in: delegations, after: lost) }
+            } else {
+                writeStanding.store(WriteStanding.member.rawValue, ordering: .releasing)
+            }
             return state.presented
         }
         await news.present(presented)
@@ -270,37 +321,44 @@ public final class ClusterMember: Sendable {
                     state.news = nil
                     state.held = [:]
                     state.kept = []
+                    state.rejoining = nil
+                    state.lostSince = state.lostSince ?? .now
+                    state.leasesLost += 1
+                    if !state.alone { writeStanding.store(WriteStanding.suspended.rawValue, ordering: .releasing) }
+                    // Every write open granted so far may have lost its cover: other hosts may
+                    // go ahead once etcd expires the lease. Narrowed when this host joins again.
+                    state.pendingRunLoss = state.losses.record(.allBut([]))
+                    lastLoss.store(state.losses.last, ordering: .releasing)
                 }
                 return state.leaving
             }
             delegations.stop()
             news.stop()
             if leaving { return }
-            logger.error("cluster: this host's lease is lost: it grants nothing until it has joined again")
-            await rejoin(after: delegations.lease)
+            logger.error("cluster: this host's lease is lost: it grants nothing, and refuses writes through files open for writing (EIO), until it has joined again")
+            await rejoin(after: delegations)
         }
         let sweeping = Task { [self] in await sweepIdle(of: delegations) }
         tasks.withLock { $0 += [recalls, loss, forwarding, receiving, sweeping] }
     }
 
-    /// Joins again, once a second until it can. The lost lease is revoked first where etcd can
-    /// be reached (it may still live there, a host cut off for less than its TTL): the keys of
-    /// the run that lost it would otherwise stand in the new run's way until it expired.
-    private func rejoin(after lost: HostLease) async {
+    /// Joins again, once a second until it can. The new run asks again for what this host's
+    /// programs hold before anything else, and then revokes the lost lease where etcd still has
+    /// it (a host cut off for less than its TTL): its keys held this host's place in line for
+    /// those items meanwhile, and would otherwise stand in the new run's way until they expired
+    /// (`redelegate`).
+    private func rejoin(after lost: Delegations) async {
         var attempts = 0, refusalTold = false
         while !Task.isCancelled && !state.withLock({ $0.leaving }) {
             do {
-                try await lost.revoke()
                 let delegations = try await join()
                 if state.withLock({ $0.leaving }) { return await delegations.leave() }
-                await begin(delegations)
+                let wasAlone = state.withLock { $0.alone }
+                await begin(delegations, after: lost)
                 // Left meanwhile: this run is nobody's.
                 if state.withLock({ $0.leaving }) { return await delegations.leave() }
-                let wasAlone = state.withLock { state in
-                    defer { state.alone = false }
-                    return state.alone
-                }
-                logger.notice("cluster: joined again\(wasAlone ? "; this host no longer coordinates alone" : "")")
+                await state.withLock({ $0.rejoining })?.value
+                if wasAlone { logger.notice("cluster: this host no longer coordinates alone") }
                 return
             } catch {
                 attempts += 1
@@ -308,12 +366,118 @@ public final class ClusterMember: Sendable {
                     if !refusalTold { logger.critical("cluster: cannot join again: \(why); this host grants nothing until it can") }
                     refusalTold = true
                 } else if attempts == 1 && whenUnreachable == .local && !state.withLock({ $0.leaving }) {
-                    state.withLock { $0.alone = true }
+                    state.withLock { state in
+                        state.alone = true
+                        writeStanding.store(WriteStanding.alone.rawValue, ordering: .releasing)
+                    }
                     logger.critical("cluster: etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again")
                 }
                 try? await Task.sleep(for: .seconds(1))
             }
         }
+    }
+
+    /// `leaseUntil` follows `lease` from now on (a run's, as it begins).
+    private func follow(_ lease: HostLease) {
+        let id = lease.id
+        leaseFollowed.store(id, ordering: .releasing)
+        lease.observeValidity { [weak self] until in
+            guard let self, leaseFollowed.load(ordering: .acquiring) == id else { return }
+            leaseUntil.store(until.map(LeaseClock.nanoseconds) ?? 0, ordering: .releasing)
+        }
+    }
+
+    // MARK: Joining again
+
+    /// How long a rejoin waits for its keys to be in line before it revokes the lost lease.
+    static let redelegationPatience: Duration = .seconds(5)
+
+    /// First thing in a run after a lost lease: asks again for each item this host's programs
+    /// hold (a write where any writes it, else a read), exactly that item, while the lost lease's
+    /// keys still stand in line before any other host's that came since; once every new key is
+    /// in line (or after `redelegationPatience`), revokes the lost lease. An item whose new key
+    /// had nothing but the lost run's keys in its way, under a lease etcd still had when revoked,
+    /// was this host's all along: its write opens go on. Any other item was, or may have been,
+    /// another host's meanwhile (etcd had expired the lease, or another host's key came first):
+    /// its write opens granted under the lost lease are fenced for good (`CoverLosses`). Each
+    /// item's key stays asked for until granted: other hosts then wait for the programs that
+    /// still hold it, as for any holder.
+    private func redelegate(in delegations: Delegations, after lost: Delegations) async {
+        var wanted: [String: Delegations.Mode] = [:]
+        for holder in local.holders() where wanted[holder.path] != .write {
+            wanted[holder.path] = holder.mode.writes ? .write : .read
+        }
+        let placements = Placements()
+        for (path, mode) in wanted {
+            Task { [self] in await redelegate(path, mode, in: delegations, after: lost, reporting: placements) }
+        }
+        let deadline = ContinuousClock.now + Self.redelegationPatience
+        while placements.count < wanted.count && ContinuousClock.now < deadline && !delegations.lease.isLost {
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        var stillHad = false
+        do { stillHad = try await lost.lease.revoke() } catch {
+            logger.error("cluster: cannot revoke the lost lease (\(error)); its keys stand in line until etcd expires it")
+        }
+        let clear = placements.clear
+        let carried = stillHad ? clear : []
+        let ended = state.withLock { state -> Bool in
+            guard state.delegations === delegations else { return false }
+            if let number = state.pendingRunLoss {
+                state.losses.narrow(number, to: .allBut(carried))
+                state.pendingRunLoss = nil
+            }
+            state.rejoining = nil
+            state.lostSince = nil
+            writeStanding.store(WriteStanding.member.rawValue, ordering: .releasing)
+            return true
+        }
+        guard ended else { return }
+        let writing = wanted.filter { $0.value.writes }.map { $0.key }
+        let fenced = writing.filter { !carried.contains($0) }.count
+        var summary = "joined again; \(wanted.count) item(s) held here asked for again first"
+        if !writing.isEmpty {
+            summary += ", \(writing.count - fenced) open for writing go on, \(fenced) fenced"
+            if fenced > 0 {
+                summary += " (writes through them fail with EIO: " + (stillHad ? "another host asked for them meanwhile)"
+                    : "the lost lease had ended in etcd, and other hosts may have written them)")
+            }
+        }
+        logger.notice("cluster: \(summary)")
+    }
+
+    /// Asks again for `mode` of `path` (exactly that item) for a holder here, reporting once
+    /// whether only the lost run's keys were in its way when it was put in line.
+    private func redelegate(_ path: String, _ mode: Delegations.Mode, in delegations: Delegations, after lost: Delegations,
+                            reporting placements: Placements) async {
+        let key = Key(path: path, mode: mode), lostLease = lost.lease.id, host = delegations.host
+        for _ in 0..<4 {
+            do throws(Delegations.Failure) {
+                let token = try await delegations.acquire(path, mode) { inTheWay in
+                    placements.report(path, clear: inTheWay.allSatisfy { $0.host == host && $0.lease == lostLease })
+                }
+                state.withLock { $0.hold(key, made: token, by: delegations) }
+                return
+            } catch .withdrawn {
+                continue
+            } catch {
+                break
+            }
+        }
+        placements.report(path, clear: false)
+    }
+
+    /// What `redelegate` learnt of each item's key as it was put in line: the first word on each.
+    private final class Placements: Sendable {
+        private let state = Mutex<[String: Bool]>([:])
+
+        func report(_ path: String, clear: Bool) {
+            state.withLock { if $0[path] == nil { $0[path] = clear } }
+        }
+
+        var count: Int { state.withLock { $0.count } }
+        /// The items that had only the lost run's keys in their way.
+        var clear: Set<String> { state.withLock { reports in Set(reports.filter { $0.value }.keys) } }
     }
 
     /// Whether the host coordinates alone (its lease lost, etcd unreachable, and
@@ -326,6 +490,7 @@ public final class ClusterMember: Sendable {
             state.leaving = true
             state.held = [:]
             state.kept = []
+            writeStanding.store(WriteStanding.suspended.rawValue, ordering: .releasing)
             defer { (state.delegations, state.news) = (nil, nil) }
             return (state.delegations, state.news)
         }
@@ -377,8 +542,9 @@ public final class ClusterMember: Sendable {
     public func covers(_ path: String, _ mode: Delegations.Mode) -> Bool {
         state.withLock { state in
             if state.alone { return true }
-            // The lease counted lost is lost here at once, before its loss is handled.
-            if state.held.isEmpty || state.delegations?.lease.isLost != false { return false }
+            // The lease counted lost is lost here at once, before its loss is handled; joining
+            // again, nothing new is granted before the items held here are asked for again.
+            if state.held.isEmpty || state.rejoining != nil || state.delegations?.lease.isLost != false { return false }
             guard let found = state.holding(path, mode) else { return false }
             // Not idle: marked once a sweep. (Presences too: presenters inside a delegation
             // rely on it, and ask for a presence of their own only once it has gone.)
@@ -396,10 +562,123 @@ public final class ClusterMember: Sendable {
     public func coversAccessor(_ path: String, _ mode: Delegations.Mode) -> Bool {
         if covers(path, mode) { return true }
         return state.withLock { state in
-            guard !state.kept.isEmpty, state.delegations?.lease.isLost == false else { return false }
+            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else { return false }
             return state.kept.contains { key in
                 Modes(key.mode).serves(mode) && Delegations.contains(key.path, path, orIs: true)
             }
+        }
+    }
+
+    // MARK: Fencing writes
+
+    /// Whether writes through files open for writing may land at all now, without a lock (every
+    /// write through a mount asks): the host coordinates alone, or is a member whose lease may
+    /// still be valid (its last renewal's answer, plus the TTL, less the margin: by the clock,
+    /// before the renewal's task has noticed). False while it is lost and while it joins again.
+    public var mayAdmitWrites: Bool {
+        switch writeStanding.load(ordering: .acquiring) {
+        case WriteStanding.alone.rawValue: true
+        case WriteStanding.member.rawValue: leaseUntil.load(ordering: .acquiring) > LeaseClock.now
+        default: false
+        }
+    }
+
+    /// The number of the last loss of cover (`CoverLosses`), without a lock: a write open
+    /// stamped (or judged) at or after it has lost nothing since.
+    public var lastCoverLoss: UInt64 { lastLoss.load(ordering: .acquiring) }
+
+    /// The stamp of a write open of `path` granted now (`CoverLosses.last`): the losses it is
+    /// judged against are those after it. Nil when this host does not cover writes of `path`
+    /// now, whether held or kept for its holders (its lease lost, joining again, or the
+    /// delegation gone since the grant): that open is fenced from the start.
+    public func stampWrites(_ path: String) -> UInt64? {
+        state.withLock { state in
+            if state.alone { return state.losses.last }
+            guard state.rejoining == nil, let delegations = state.delegations, !delegations.lease.isLost else {
+                state.fencedOpens += 1
+                return nil
+            }
+            let covered = state.holding(path, .write) != nil
+                || state.kept.contains { $0.mode.writes && Delegations.contains($0.path, path, orIs: true) }
+            if !covered { state.fencedOpens += 1 }
+            return covered ? state.losses.last : nil
+        }
+    }
+
+    /// What becomes of writes through a file open for writing.
+    public enum WriteAdmission: Sendable, Equatable {
+        /// They land; no loss of cover since `through` reaches it (the open's new stamp).
+        case admitted(through: UInt64)
+        /// Not now: the lease may have ended, and the host has not joined again (or is joining).
+        case suspended
+        /// Never again through this open: a loss of cover since its stamp reaches its item.
+        case fenced
+    }
+
+    /// Judges writes through a file open for writing of `path` ("" the store's root), stamped
+    /// `stamp` (`stampWrites`, or the last `admitted(through:)`). While the host coordinates
+    /// alone they land, judged again once it has joined.
+    public func admitsWrites(_ path: String, since stamp: UInt64) -> WriteAdmission {
+        guard mayAdmitWrites else { return .suspended }
+        return state.withLock { state in
+            if state.alone { return .admitted(through: stamp) }
+            guard state.rejoining == nil, state.delegations != nil else { return .suspended }
+            guard let through = state.losses.judge(path, since: stamp) else {
+                state.fencedOpens += 1
+                return .fenced
+            }
+            return .admitted(through: through)
+        }
+    }
+
+    /// Whether another host (or an earlier run of this one) has a key at, inside or around
+    /// `path`, of any mode (a presence too): such an item may be asked for while it is open
+    /// here, so its writes must reach the mount to be refused (no kernel passthrough). True
+    /// when this host is no member now.
+    public func othersInterested(in path: String) -> Bool {
+        guard let delegations = state.withLock({ $0.delegations }) else { return true }
+        return delegations.othersHaveKeys(around: path)
+    }
+
+    /// This host's standing in the cluster, for `coordfs status`.
+    public struct Standing: Sendable, Equatable {
+        public enum Lease: String, Sendable {
+            /// A member: its lease is valid for `validFor` more, unless renewed.
+            case held
+            /// Lost: nothing is granted and no write through an open file lands.
+            case lost
+            /// Joined again: asking for what its programs hold, before it grants anything new.
+            case rejoining
+            /// Lost, and coordinating its own programs alone (`WhenUnreachable.local`).
+            case alone
+        }
+        public var lease: Lease
+        /// While held: how long the lease is known valid still.
+        public var validFor: Duration?
+        /// Since the lease was lost (lost, rejoining or alone).
+        public var lostFor: Duration?
+        /// Leases lost since the host first joined.
+        public var leasesLost: Int
+        /// Write opens fenced (their writes refused for good) since the host first joined.
+        public var fencedOpens: Int
+    }
+
+    public var standing: Standing {
+        state.withLock { state in
+            let lostFor = state.lostSince.map { ContinuousClock.now - $0 }
+            let lease: Standing.Lease
+            if state.alone {
+                lease = .alone
+            } else if state.rejoining != nil {
+                lease = .rejoining
+            } else if let delegations = state.delegations, !delegations.lease.isLost {
+                lease = .held
+            } else {
+                lease = .lost
+            }
+            return Standing(lease: lease, validFor: lease == .held ? state.delegations?.lease.validFor : nil,
+                            // (Lost by the clock a moment before the loss is handled: just now.)
+                            lostFor: lease == .held ? nil : lostFor ?? .zero, leasesLost: state.leasesLost, fencedOpens: state.fencedOpens)
         }
     }
 
@@ -428,6 +707,12 @@ public final class ClusterMember: Sendable {
         try? await delegations?.release(path, .presence)
     }
 
+    /// Returns once the present run has asked again for what was held here (at once, unless
+    /// it is joining again after a lost lease).
+    private func afterRejoining() async {
+        await state.withLock({ $0.rejoining })?.value
+    }
+
     private enum Step {
         case lost
         /// The key is being given back: asked for again once it is.
@@ -437,6 +722,7 @@ public final class ClusterMember: Sendable {
 
     /// `exactly`: of the item itself, not of a directory above it.
     private func acquire(_ path: String, _ mode: Delegations.Mode, exactly: Bool) async throws(Delegations.Failure) {
+        await afterRejoining()
         // A key withdrawn under its waiters (taken back, or deleted as it was read) is asked for again.
         for _ in 0..<16 {
             if covers(path, mode) { return }
@@ -542,6 +828,7 @@ public final class ClusterMember: Sendable {
     /// needs (that host refuses it), another request waits for it already (here or on another
     /// host), or a host in its way did not answer within `idlePatience`.
     public func acquireAtOnce(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) -> Bool {
+        await afterRejoining()
         var waitedForIdle = 0
         while true {
             if covers(path, mode) { return true }
@@ -680,7 +967,14 @@ public final class ClusterMember: Sendable {
             if conflicting.isEmpty || pastDeadline {
                 if !conflicting.isEmpty && !broken {
                     broken = true
-                    logger.warning("cluster: recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold")
+                    // The conflicting holders' write opens lose their cover: refused from now.
+                    let given = wanted.filter { $0.mode != .presence }.map(\.path)
+                    state.withLock { state in
+                        guard state.delegations === delegations else { return }
+                        _ = state.losses.record(.around(given))
+                        lastLoss.store(state.losses.last, ordering: .releasing)
+                    }
+                    logger.warning("cluster: recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold; writes through their open files are refused (EIO) from now")
                 }
                 // Holders that go on need delegations of their own before this one goes.
                 let recalledEntry = Delegations.Entry(path: key.path, host: "", mode: key.mode, revision: 0, lease: 0)

@@ -166,7 +166,7 @@ public final class Delegations: Sendable {
     /// host held is given back now, not after its TTL.
     public func leave() async {
         stop()
-        try? await lease.revoke()
+        _ = try? await lease.revoke()
     }
 
     // MARK: Taking and giving back
@@ -176,6 +176,13 @@ public final class Delegations: Sendable {
     /// delegations (a host that reads an item and comes to write it keeps the read meanwhile).
     public func acquire(_ path: String, _ mode: Mode) async throws(Failure) -> Int64 {
         try await acquire(path, mode, asking: .waiting)!
+    }
+
+    /// `acquire`, telling `placed` as soon as the key is in line which other holders' keys
+    /// were then in its way (none: it is granted at once). A host joining again after a lost
+    /// lease learns so whether another host came before it (`ClusterMember.redelegate`).
+    func acquire(_ path: String, _ mode: Mode, placed: @escaping @Sendable ([Entry]) -> Void) async throws(Failure) -> Int64 {
+        try await acquire(path, mode, asking: .waiting, placed: placed)!
     }
 
     /// `acquire`, unless another host's key is in the way: then the key made is withdrawn and
@@ -215,7 +222,8 @@ public final class Delegations: Sendable {
         case ifIdle(Duration)
     }
 
-    private func acquire(_ path: String, _ mode: Mode, asking: Asking) async throws(Failure) -> Int64? {
+    private func acquire(_ path: String, _ mode: Mode, asking: Asking,
+                         placed: (@Sendable ([Entry]) -> Void)? = nil) async throws(Failure) -> Int64? {
         let key = self.key(path, mode)
         let marker = switch asking {
         case .waiting: ""
@@ -260,9 +268,9 @@ public final class Delegations: Sendable {
         let granted: Int64
         do {
             granted = try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Int64, Error>) in
-                let settled = state.withLock { state -> Result<Int64, Failure>? in
-                    if state.lost { return .failure(.leaseLost) }
-                    if state.stopped { return .failure(.stopped) }
+                let (settled, inTheWay) = state.withLock { state -> (Result<Int64, Failure>?, [Entry]?) in
+                    if state.lost { return (.failure(.leaseLost), nil) }
+                    if state.stopped { return (.failure(.stopped), nil) }
                     // Behind the snapshot, the replica learns what it holds; deletions after
                     // it come through the watch. (Ahead of it, the replica knows better; and a
                     // key it has in a later making is not put back to an earlier one.)
@@ -275,20 +283,21 @@ public final class Delegations: Sendable {
                     }
                     // The replica past the read without the key: deleted since (given back, or
                     // taken back by a waiter that gave up); to be made again, not put back.
-                    if state.revision >= readAt && state.index[key] == nil { return .failure(.withdrawn) }
+                    if state.revision >= readAt && state.index[key] == nil { return (.failure(.withdrawn), nil) }
                     if mine.revision >= (state.index[key]?.revision ?? 0) { state.index.put(key, mine) }
                     let blockers = state.index.blockers(of: mine)
-                    if blockers.isEmpty { return .success(revision) }
+                    if blockers.isEmpty { return (.success(revision), []) }
                     switch asking {
                     case .waiting: break
-                    case .tentatively: return .success(0)
+                    case .tentatively: return (.success(0), blockers)
                     // One in the way that waits itself: another host's program wants it first.
-                    case .ifIdle where blockers.contains(where: { state.index.isBlocked($0) }): return .success(0)
+                    case .ifIdle where blockers.contains(where: { state.index.isBlocked($0) }): return (.success(0), blockers)
                     case .ifIdle: break
                     }
                     state.waiters[key, default: []].append(continuation)
-                    return nil
+                    return (nil, blockers)
                 }
+                if let inTheWay { placed?(inTheWay) }
                 if let settled { continuation.resume(with: settled) }
                 settle { _ in }     // recalls this key makes
             }
@@ -364,6 +373,14 @@ public final class Delegations: Sendable {
     public func isPresent(_ entry: Entry) -> Bool {
         let key = self.key(of: entry)
         return state.withLock { $0.index[key]?.revision == entry.revision }
+    }
+
+    /// Whether another holder (another host, or an earlier run of this one) has a key of any
+    /// mode at `path`, in a directory above it, or inside it. (One walk down the path.)
+    func othersHaveKeys(around path: String) -> Bool {
+        state.withLock { state in
+            !state.index.forEachRelated(to: path, .others, writesOnly: false) { _, _ in false }
+        }
     }
 
     /// Every delegation, held or wanted, by every host, in line order. (For status and tests:

@@ -182,13 +182,25 @@ public final class EtcdClient: Sendable {
         return ttl
     }
 
-    /// Ends the lease: its keys are deleted. A lease already gone is not an error.
-    public func revoke(_ lease: Int64) async throws(EtcdError) {
+    /// Ends the lease: its keys are deleted. A lease already gone is not an error: false then
+    /// (it had expired, or was revoked before), true when etcd still had it.
+    @discardableResult
+    public func revoke(_ lease: Int64) async throws(EtcdError) -> Bool {
         do {
             let _: EtcdHeaderOnly = try await call("/v3/lease/revoke", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
+            return true
         } catch .refused(let code, _) where code == 5 {
-            return      // not found
+            return false    // not found
         }
+    }
+
+    /// The seconds the lease has left in etcd, or nil when it has expired or was revoked (or
+    /// never was). Not a renewal.
+    public func timeToLive(_ lease: Int64) async throws(EtcdError) -> Int64? {
+        let response: EtcdLeaseTimeToLiveResponse = try await call("/v3/lease/timetolive", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
+        // -1 for a lease etcd does not have; a TTL of 0 is left out, as every zero is.
+        let left = response.TTL?.value ?? 0
+        return left < 0 ? nil : left
     }
 
     // MARK: Watches

@@ -158,6 +158,14 @@ struct EtcdLeaseKeepAliveResponse: Decodable, Sendable {
     var error: EtcdStreamError?
 }
 
+struct EtcdLeaseTimeToLiveResponse: Decodable, Sendable {
+    var header: EtcdHeader?
+    var ID: EtcdInteger?
+    /// Seconds left; -1 when the lease is not there.
+    var TTL: EtcdInteger?
+    var grantedTTL: EtcdInteger?
+}
+
 struct EtcdStreamError: Decodable, Sendable {
     var grpc_code: Int?
     var message: String?

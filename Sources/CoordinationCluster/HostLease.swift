@@ -78,6 +78,17 @@ public final class HostLease: Sendable {
     /// Returns once the lease is lost.
     public func waitUntilLost() async { await validity.waitUntilLost() }
 
+    /// How long the lease is known valid still: until its last renewal's answer's TTL, less the
+    /// margin, counted from when that renewal was asked for; zero once lost.
+    public var validFor: Duration { validity.left }
+
+    /// Calls `observer` with the instant until which the lease is known valid, now and at each
+    /// renewal, and with nil once it is lost; each call in order, under the lease's lock (the
+    /// observer only records it). One observer: a later one replaces it.
+    public func observeValidity(_ observer: @escaping @Sendable (ContinuousClock.Instant?) -> Void) {
+        validity.observe(observer)
+    }
+
     /// Stops renewing without telling etcd: the lease ends after its TTL, as a host's that died.
     func stopRenewing() {
         renewal.cancel()
@@ -88,11 +99,21 @@ public final class HostLease: Sendable {
         }
     }
 
-    /// Ends the lease at once (a host leaving cleanly): etcd deletes its keys now, not after the TTL.
-    public func revoke() async throws(EtcdError) {
+    /// Counts the lease lost here now, without telling etcd, where it lives on until its TTL: as
+    /// a host whose renewals went unanswered until its margin, and that reaches etcd again just
+    /// after. (For tests.)
+    func loseLocally() {
         renewal.cancel()
         validity.end()
-        try await client.revoke(id)
+    }
+
+    /// Ends the lease at once (a host leaving cleanly): etcd deletes its keys now, not after the
+    /// TTL. Whether etcd still had it (false: it had expired, or was revoked already).
+    @discardableResult
+    public func revoke() async throws(EtcdError) -> Bool {
+        renewal.cancel()
+        validity.end()
+        return try await client.revoke(id)
     }
 }
 
@@ -102,20 +123,34 @@ private final class Validity: Sendable {
         var until: ContinuousClock.Instant
         var lost = false
         var waiters: [CheckedContinuation<Void, Never>] = []
+        var observer: (@Sendable (ContinuousClock.Instant?) -> Void)?
     }
     private let state: Mutex<State>
 
     init(until: ContinuousClock.Instant) { state = Mutex(State(until: until)) }
 
-    var left: Duration { state.withLock { $0.lost ? .zero : $0.until - .now } }
+    var left: Duration { state.withLock { $0.lost ? .zero : max($0.until - .now, .zero) } }
     var isLost: Bool { state.withLock { $0.lost || $0.until <= .now } }
 
+    func observe(_ observer: @escaping @Sendable (ContinuousClock.Instant?) -> Void) {
+        state.withLock { state in
+            state.observer = observer
+            observer(state.lost ? nil : state.until)
+        }
+    }
+
     func extend(to until: ContinuousClock.Instant) {
-        state.withLock { if !$0.lost { $0.until = max($0.until, until) } }
+        state.withLock { state in
+            guard !state.lost, until > state.until else { return }
+            state.until = until
+            state.observer?(until)
+        }
     }
 
     func end() {
         let waiters = state.withLock { state in
+            // Told once: the loss is for good.
+            if !state.lost { state.observer?(nil) }
             state.lost = true
             defer { state.waiters = [] }
             return state.waiters

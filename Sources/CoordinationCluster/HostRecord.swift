@@ -11,7 +11,9 @@ import Foundation
 ///   take each other's. A run of the same name here whose process is gone (a daemon killed and
 ///   started again within its TTL), or of this process (a run that lost its lease), is an
 ///   earlier run of this host; one on another machine (or in another container) is waited for
-///   until its lease's TTL has passed, and refused if it is still there.
+///   while its lease's time left fits this host's TTL, and refused if it is still there: as a
+///   live host of that name if it renewed its lease meanwhile, else as an earlier run whose
+///   lease etcd keeps for the time it names.
 struct HostRecord: Codable, Equatable, Sendable {
     /// The form of the store's keys and what each mode asks of the hosts it recalls (3: a
     /// directory asked for on a replica's word is marked tentative, and recalls nobody; 4: a
@@ -42,13 +44,17 @@ struct HostRecord: Codable, Equatable, Sendable {
     private static let here = (machine: contents("/etc/machine-id"), boot: contents("/proc/sys/kernel/random/boot_id"),
                                pidNamespace: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid")) ?? "")
 
-    /// When process `pid` started, or nil when there is none.
+    /// When process `pid` started, or nil when there is none. A process that has ended but
+    /// not been reaped (a zombie: a daemon killed where nobody waits for its children, as in
+    /// a container whose first process reaps none) is none: it runs nothing.
     static func start(of pid: Int32) -> UInt64? {
         let stat = contents("/proc/\(pid)/stat")
-        // Fields after the command's closing parenthesis, the 22nd of all the 20th of these.
+        // Fields after the command's closing parenthesis: its state first, its start the 22nd
+        // of all, the 20th of these.
         guard let close = stat.lastIndex(of: ")") else { return nil }
         let fields = stat[stat.index(after: close)...].split(separator: " ")
-        return fields.count > 19 ? UInt64(fields[19]) : nil
+        guard fields.count > 19, let state = fields.first, !["Z", "X", "x"].contains(state) else { return nil }
+        return UInt64(fields[19])
     }
 
     private static func contents(_ path: String) -> String {
@@ -73,30 +79,40 @@ struct HostRecord: Codable, Equatable, Sendable {
     enum Conflict: Error, Equatable, CustomStringConvertible {
         /// A host writing keys of another form.
         case format(host: String, format: Int, release: String)
-        /// A live run of another process with this host's name (`hereAndLive`: one whose
-        /// process is seen running here; else one that may have died, waited for until `ttl`).
-        case name(String, machine: String, hereAndLive: Bool, ttl: Int64)
+        /// A live run of another process with this host's name, seen running here (`pid`).
+        case nameHere(String, pid: Int32)
+        /// A run with this host's name elsewhere (another machine, or another pid namespace),
+        /// whose process cannot be looked up: `renewing`, it renewed its lease while this host
+        /// waited (a live host); else an earlier run (killed, or cut off) whose lease etcd keeps
+        /// `left` seconds more (nil: not asked yet), `ttl` the TTL it recorded.
+        case nameElsewhere(String, machine: String, pid: Int32, renewing: Bool, left: Int64?, ttl: Int64)
 
         var description: String {
             switch self {
             case .format(let host, let format, let release):
                 "host '\(host)' of this store runs coordfs \(release.isEmpty ? "of another release" : release) (cluster format \(format), this coordfs's is \(HostRecord.currentFormat)): every host of a store must run the same coordfs"
-            case .name(let host, let machine, let hereAndLive, let ttl):
-                "another host of this store is named '\(host)'\(machine.isEmpty ? "" : " (machine \(machine.prefix(8)))"): give each host its own --host-name"
-                    + (hereAndLive ? "" : " (one that stopped keeps its name for its TTL, \(ttl) s)")
+            case .nameHere(let host, let pid):
+                "another host of this store is named '\(host)' (a coordfs running here, pid \(pid)): give each host its own --host-name"
+            case .nameElsewhere(let host, let machine, _, true, _, _):
+                "another host of this store is named '\(host)'\(machine.isEmpty ? "" : " (machine \(machine.prefix(8)))") and renews its lease: give each host its own --host-name"
+            case .nameElsewhere(let host, let machine, let pid, false, let left, let ttl):
+                "the name '\(host)' is still held by an earlier run\(machine.isEmpty ? "" : " on machine \(machine.prefix(8))") (pid \(pid) there), which no longer renews its lease: "
+                    + (left.map { "etcd ends that lease in \($0) s" } ?? "etcd ends that lease within its TTL, \(ttl) s")
+                    + " (a run killed or cut off keeps its name until then); mount again after that, or, if that run is another host's, give each host its own --host-name"
             }
         }
     }
 
-    /// The first conflict of a run of `host` with `others` (host name and record, its own
-    /// record left out): a format conflict first, as waiting does not mend it.
-    static func conflict(of host: String, with others: [(host: String, record: HostRecord?)]) -> Conflict? {
+    /// The first conflict of a run of `host` with `others` (host name, record and the lease it
+    /// lives by, its own record left out): a format conflict first, as waiting does not mend it.
+    static func conflict(of host: String, with others: [(host: String, record: HostRecord?, lease: Int64)]) -> (Conflict, lease: Int64)? {
         for other in others where other.record?.format != currentFormat {
-            return .format(host: other.host, format: other.record?.format ?? 0, release: other.record?.release ?? "")
+            return (.format(host: other.host, format: other.record?.format ?? 0, release: other.record?.release ?? ""), other.lease)
         }
         for other in others where other.host == host && other.record!.mayBeLive {
             let record = other.record!
-            return .name(host, machine: record.machine, hereAndLive: record.isOfThisPIDNamespace, ttl: record.ttl)
+            if record.isOfThisPIDNamespace { return (.nameHere(host, pid: record.pid), other.lease) }
+            return (.nameElsewhere(host, machine: record.machine, pid: record.pid, renewing: false, left: nil, ttl: record.ttl), other.lease)
         }
         return nil
     }
@@ -105,11 +121,16 @@ struct HostRecord: Codable, Equatable, Sendable {
 extension Delegations {
     /// Records this run of the host in the store (with its lease) and checks that it may join:
     /// throws `.cannotJoin` (its record taken back) when another host runs another format, or
-    /// when another run with this host's name stays live past its TTL.
+    /// when another run with this host's name is live here, or elsewhere keeps its lease longer
+    /// than this host's TTL (saying whether it renews it, or how long etcd keeps it still).
     func record(release: String) async throws(Failure) {
         let records = Array("/coordfs/\(store)/hosts/".utf8)
         let mine = records + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8)
         let began = ContinuousClock.now
+        // The lease of a run of this name elsewhere, and the time it had left when last asked:
+        // one that grows was renewed.
+        var lastLook: (lease: Int64, left: Int64)?
+        var renewing = false
         do {
             let encoded = try JSONEncoder().encode(HostRecord.this(release: release, ttl: lease.ttl))
             _ = try await client.put(mine, Array(encoded), lease: lease.id)
@@ -123,14 +144,31 @@ extension Delegations {
             do { values = try await client.get(records, prefix: true).values } catch { throw .etcd(error) }
             let others = values.filter { $0.key != mine }.map { value in
                 let name = value.key[records.count...].split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false).first ?? []
-                return (host: String(decoding: name, as: UTF8.self), record: try? JSONDecoder().decode(HostRecord.self, from: Data(value.value)))
+                return (host: String(decoding: name, as: UTF8.self), record: try? JSONDecoder().decode(HostRecord.self, from: Data(value.value)),
+                        lease: value.lease)
             }
-            guard let conflict = HostRecord.conflict(of: host, with: others) else { return }
-            // A run of this name elsewhere may be a dead one whose lease has yet to end: waited
-            // for as long as its TTL, up to this host's (within which a join is waited for).
-            if case .name(_, _, hereAndLive: false, let ttl) = conflict, ContinuousClock.now < began + .seconds(min(ttl, lease.ttl) + 1) {
-                try? await Task.sleep(for: .milliseconds(500))
+            guard let found = HostRecord.conflict(of: host, with: others) else { return }
+            var conflict = found.0
+            // A run here seen running may be one being killed (a mount again right after its
+            // daemon's kill -9): given half a second to end.
+            if case .nameHere = conflict, ContinuousClock.now < began + .milliseconds(500) {
+                try? await Task.sleep(for: .milliseconds(100))
                 continue
+            }
+            // A run of this name elsewhere may be a dead one whose lease has yet to end: waited
+            // for as long as its TTL, up to this host's (within which a join is waited for),
+            // watching what etcd says its lease has left, for the refusal to say why.
+            if case .nameElsewhere(let name, let machine, let pid, _, _, let ttl) = conflict {
+                if let left = try? await client.timeToLive(found.lease) {
+                    if let lastLook, lastLook.lease == found.lease, left > lastLook.left { renewing = true }
+                    lastLook = (found.lease, left)
+                }
+                let left = lastLook?.lease == found.lease ? lastLook?.left : nil
+                conflict = .nameElsewhere(name, machine: machine, pid: pid, renewing: renewing, left: left, ttl: ttl)
+                if ContinuousClock.now < began + .seconds(min(ttl, lease.ttl) + 1) {
+                    try? await Task.sleep(for: .milliseconds(500))
+                    continue
+                }
             }
             _ = try? await client.delete(mine)
             throw .cannotJoin(conflict.description)

@@ -51,6 +51,7 @@ public final class ControlServer: @unchecked Sendable {
     }
     private var remountHandler: (@Sendable ([String]) -> String?)?
     private var otherHostsHandler: (@Sendable () -> [(host: String, status: [String: WireValue])])?
+    private var thisHostHandler: (@Sendable () -> [String: WireValue])?
     private var gate: (any ClaimGate)?
 
     /// The versions the mount this server serves keeps of its items (nil: none kept, or the
@@ -323,6 +324,7 @@ public final class ControlServer: @unchecked Sendable {
         }
         var fields: [String: WireValue] = ["root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
                                            "waiters": .array(waiters), "presenters": .array(presenters), "services": .array(services)]
+        if let thisHost = lock.withLock({ thisHostHandler }) { fields["cluster"] = .object(thisHost()) }
         if othersToo, let otherHosts = lock.withLock({ otherHostsHandler }) {
             fields["hosts"] = .array(otherHosts().map { host, status in Self.seenFromHere(host, status, root: root, mayLearn: mayLearn) })
         }
@@ -334,6 +336,14 @@ public final class ControlServer: @unchecked Sendable {
     public var otherHosts: (@Sendable () -> [(host: String, status: [String: WireValue])])? {
         get { lock.withLock { otherHostsHandler } }
         set { lock.withLock { otherHostsHandler = newValue } }
+    }
+
+    /// This host's standing in a shared store's cluster (its lease held, lost, joining again),
+    /// shown as `cluster` in every status reply (`coordfs mount --cluster`, `coordfs daemon
+    /// --cluster`).
+    public var thisHost: (@Sendable () -> [String: WireValue])? {
+        get { lock.withLock { thisHostHandler } }
+        set { lock.withLock { thisHostHandler = newValue } }
     }
 
     /// Another host's status as this mount's users see it: its paths spelled under this mount's

@@ -16,6 +16,37 @@ public protocol HostDelegations: AnyObject, Sendable {
     /// not called then.
     func acquire(_ path: String, _ access: DelegatedAccess, waits: Bool,
                  completion: @escaping @Sendable (HostDelegationOutcome) -> Void) -> @Sendable () -> Void
+
+    // Fencing writes through open files: a write open is stamped at its grant, and each write
+    // through it asks the two lock-free questions; only after a loss of cover since its stamp
+    // is it judged (`admitsWrites`).
+
+    /// The stamp of a write open of `path` granted now; nil when this host does not cover
+    /// writes of `path` now (the open is fenced from the start).
+    func stampWrites(_ path: String) -> UInt64?
+    /// Whether writes may land at all now, without a lock: false once the host's lease may have
+    /// ended (its last renewal's answer, plus the TTL, less the margin), until it has joined
+    /// again and asked again for what its programs hold.
+    var mayAdmitWrites: Bool { get }
+    /// The number of the last loss of cover, without a lock: an open stamped at or after it has
+    /// lost nothing.
+    var lastCoverLoss: UInt64 { get }
+    /// Judges writes through an open of `path` stamped `stamp`, after a loss of cover since.
+    func admitsWrites(_ path: String, since stamp: UInt64) -> WriteAdmission
+    /// Whether another host has a key of any kind at, inside or around `path`: its writes must
+    /// reach the mount to be refused, so the kernel does not serve them (no passthrough).
+    func othersInterested(in path: String) -> Bool
+}
+
+/// What becomes of writes through a file open for writing on a host of a shared store.
+public enum WriteAdmission: Sendable, Equatable {
+    /// They land: nothing since `through` (the open's stamp from now on) took the item away.
+    case admitted(through: UInt64)
+    /// Not now (EIO): the host's lease may have ended, and it has not joined again.
+    case suspended
+    /// Never again through this open (EIO until it is closed): the item may have been another
+    /// host's since the open was granted (a recall broken at the break time, a lease lost).
+    case fenced
 }
 
 /// What a request does to the item it needs a delegation of. The hosts its delegation recalls

@@ -343,4 +343,124 @@ struct ClusterMemberTests {
         #expect(a.covers("x", .write))
         await a.leave()
     }
+
+    // MARK: Fencing writes through open files
+
+    /// Whether `a` has joined again after losing `first`'s lease, and asked again for what its
+    /// programs hold.
+    static func rejoined(_ a: ClusterMember, after first: Delegations) -> Bool {
+        a.currentDelegations.map { $0 !== first } == true && a.standing.lease == .held
+    }
+
+    /// A write open is admitted while the lease may be valid and nothing took its item away;
+    /// once the lease is counted lost none of its writes lands, and status says so.
+    @Test func writesThroughAnOpenFileStopOnceTheLeaseMayHaveEnded() async throws {
+        try await Self.withTwoHosts { a, localA, _ in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            let stamp = try #require(a.stampWrites("doc"), "the open's writes are covered")
+            #expect(a.mayAdmitWrites && a.lastCoverLoss <= stamp, "no loss since: no lock taken to admit a write")
+            #expect(a.admitsWrites("doc", since: stamp) == .admitted(through: stamp))
+            #expect(a.standing.lease == .held && a.standing.validFor.map { $0 > .seconds(3) } == true, "\(a.standing)")
+            #expect(a.stampWrites("elsewhere") == nil, "a write nothing here covers is fenced from the start")
+            let first = try #require(a.currentDelegations)
+            first.lease.loseLocally()
+            #expect(!a.mayAdmitWrites, "the lease counted lost: no write lands, before its loss is handled")
+            #expect(a.admitsWrites("doc", since: stamp) == .suspended)
+            #expect(await Self.eventually(seconds: 10) { Self.rejoined(a, after: first) }, "\(a.standing)")
+            #expect(a.standing.leasesLost == 1 && a.standing.lostFor == nil, "\(a.standing)")
+        }
+    }
+
+    /// A host that counted its lease lost while etcd still had it (cut off for less than its
+    /// TTL) asks again for the items its programs hold first, while its lost keys still keep
+    /// its place in line, and only then revokes the lost lease: nobody came in between, so the
+    /// items were its own all along, and writes through the files open on them go on. The
+    /// other host still waits for those programs.
+    @Test func aLeaseLostWhileEtcdKeptItCarriesTheOpenFilesOver() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            let stamp = try #require(a.stampWrites("doc"))
+            let first = try #require(a.currentDelegations)
+            first.lease.loseLocally()
+            #expect(await Self.eventually(seconds: 10) { Self.rejoined(a, after: first) }, "\(a.standing)")
+            #expect(a.mayAdmitWrites)
+            guard case .admitted(let through) = a.admitsWrites("doc", since: stamp) else {
+                Issue.record("the open's writes were fenced: \(a.admitsWrites("doc", since: stamp)), \(Self.keys(a))")
+                return
+            }
+            #expect(through == a.lastCoverLoss && through > stamp, "judged past the lost lease")
+            #expect(a.standing.fencedOpens == 0)
+            #expect(await Self.eventually { a.covers("doc", .write) && Self.keys(a) == ["A w doc"] }, "asked for again: \(Self.keys(a))")
+            let reader = Task { try await b.acquire("doc", .read) }
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(!b.covers("doc", .read), "B read while A's program held the file")
+            localA.end("doc")
+            try await reader.value
+        }
+    }
+
+    /// A host whose lease etcd ended (a host cut off past its TTL finds it so) cannot know what
+    /// the other hosts did meanwhile: writes through the files its programs kept open are
+    /// fenced for good. It still asks again for their items before it grants anything new, so
+    /// the other hosts wait for those programs as for any holder (after a partition healed,
+    /// another host's `cat` and `echo >` went ahead while the program kept the file open).
+    @Test func aLeaseThatEndedInEtcdFencesTheOpenFilesButStillHoldsTheirItems() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            try await a.acquire("notes", .read)
+            localA.hold("notes", .read)
+            let stamp = try #require(a.stampWrites("doc"))
+            let first = try #require(a.currentDelegations)
+            // As etcd expires it: its keys go at once.
+            try await first.client.revoke(first.lease.id)
+            #expect(await Self.eventually(seconds: 10) { Self.rejoined(a, after: first) }, "\(a.standing)")
+            #expect(a.mayAdmitWrites, "new opens' writes land")
+            #expect(a.admitsWrites("doc", since: stamp) == .fenced, "another host may have written it meanwhile")
+            #expect(a.standing.fencedOpens == 1 && a.standing.leasesLost == 1, "\(a.standing)")
+            #expect(a.admitsWrites("doc", since: stamp) == .fenced, "for good")
+            #expect(await Self.eventually { Set(Self.keys(a)) == ["A w doc", "A r notes"] }, "asked for again: \(Self.keys(a))")
+            let newStamp = try #require(a.stampWrites("doc"), "a new open of it is covered")
+            #expect(a.admitsWrites("doc", since: newStamp) == .admitted(through: newStamp))
+            let writer = Task { try await b.acquire("notes", .write) }
+            let reader = Task { try await b.acquire("doc", .read) }
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(!b.covers("doc", .read) && !b.covers("notes", .write), "B went ahead of A's programs")
+            localA.end("doc")
+            localA.end("notes")
+            try await reader.value
+            try await writer.value
+        }
+    }
+
+    /// A recall broken at the break time fences the writes of the holders it went past, and of
+    /// them only: a write open of another item goes on.
+    @Test func aRecallBrokenAtTheBreakTimeFencesTheHoldersItWentPast() async throws {
+        try await Self.withTwoHosts(breakTime: .seconds(1)) { a, localA, b in
+            try await a.acquire("log", .write)
+            localA.hold("log", .write)
+            try await a.acquire("other", .write)
+            localA.hold("other", .write)
+            let log = try #require(a.stampWrites("log")), other = try #require(a.stampWrites("other"))
+            try await b.acquire("log", .write)
+            #expect(a.lastCoverLoss > log, "a loss of cover was recorded")
+            #expect(a.admitsWrites("log", since: log) == .fenced, "B writes it now")
+            #expect(a.admitsWrites("other", since: other) == .admitted(through: a.lastCoverLoss))
+        }
+    }
+
+    /// An item another host has any key of (a presence too) is one whose access may come while
+    /// it is open here: the kernel must not serve its writes (no passthrough).
+    @Test func anItemAnotherHostIsInterestedInIsKnown() async throws {
+        try await Self.withTwoHosts { a, _, b in
+            #expect(!a.othersInterested(in: "docs/report"), "a host alone")
+            try await b.acquirePresence("docs/report")
+            #expect(await Self.eventually { a.othersInterested(in: "docs/report") })
+            #expect(a.othersInterested(in: "docs"), "a directory around it")
+            #expect(a.othersInterested(in: "docs/report/inside"), "inside it")
+            #expect(!a.othersInterested(in: "docs/other"), "beside it")
+        }
+    }
 }

@@ -9,6 +9,9 @@ share; a rename on A waits for a reader on B; other files of a directory held on
 held up; the keys of files created where both hosts work are given back once idle; a member
 killed changes nothing visible; a host cut off loses its grants after its
 TTL (its programs get ENOLCK, the other host goes ahead); a daemon killed with -9 likewise.
+Fencing (both hosts with --no-kernel-passthrough): writes through a file open across a lost
+lease are refused with EIO, and status says the lease is lost; a file held open across a
+partition is held again once it heals.
 
 Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
     python3 Tests/Scripts/cluster_mount_test.py [-v]
@@ -845,6 +848,107 @@ class ClusterDaemonTests(ClusterHosts, unittest.TestCase):
             self.assertEqual((told.get("via"), told.get("host")), ("cluster", "A"), presenter.lines)
         finally:
             presenter.stop()
+
+
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterFencingTests(ClusterHosts, unittest.TestCase):
+    """Fencing on the data path. Both hosts mount with --no-kernel-passthrough, so every write
+    through an open file reaches the mount: A refuses it (EIO) once its lease may have ended, and
+    for good once the file's item may have been another host's since it was opened. A host that
+    joins again asks again for the items its programs hold before it grants anything new, so the
+    other hosts wait for those programs as before. `coordfs status` says when the lease is lost."""
+
+    CUT = TTL + 7  # seconds: past the TTL and its margin, so etcd expires the cut-off host's lease
+
+    @classmethod
+    def mount(cls, host, extra=()):
+        super().mount(host, ["--no-kernel-passthrough", *extra])
+
+    def cluster_status(self, host):
+        """The `cluster` object of `coordfs status --json` on host's mount."""
+        result = subprocess.run([COORDFS, "status", self.mounts[host], "--json"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads(result.stdout).get("cluster", {})
+
+    def wait_for_lease(self, host, state, seconds):
+        """Waits until host's status says its lease is `state` ("held", "lost"); the status then."""
+        deadline = time.monotonic() + seconds
+        while True:
+            status = self.cluster_status(host)
+            if status.get("lease") == state:
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host}'s lease is not {state} after {seconds} s: {status}\n" + self.log_tail(host))
+            time.sleep(0.3)
+
+    def test_1_a_file_held_open_across_a_partition_is_held_again_once_it_heals(self):
+        # A keeps rj open for writing while it is cut off past its TTL, then rejoins. B's `cat
+        # rj` and `echo y > rj` went ahead at once then, for as long as A's program kept it open.
+        self.write("A", "rj", b"before\n")
+        fd = os.open(self.path("A", "rj"), os.O_WRONLY)
+        reader = writer = None
+        try:
+            os.write(fd, b"a")
+            self.wait_for_lease("A", "held", 5)
+            cluster.cut(self.state, "h1")
+            try:
+                time.sleep(self.CUT)
+            finally:
+                cluster.heal(self.state, "h1")
+            joined = self.wait_for_lease("A", "held", 30)
+            self.assertEqual(joined.get("leases_lost"), 1, joined)
+            # The lease had ended in etcd: B might have written rj meanwhile, so nothing more
+            # lands through the open A's program kept (as NFS answers writes under a lost lock).
+            with self.assertRaises(OSError) as raised:
+                os.write(fd, b"late")
+            self.assertEqual(raised.exception.errno, errno.EIO, self.log_tail("A"))
+            # But rj is A's program's again: B's read and write wait for it.
+            reader = Opening(self.path("B", "rj"), os.O_RDONLY)
+            self.assertTrue(reader.waits(1.0), "B's read went ahead while A's program kept rj open\n" + self.log_tail("A"))
+            writer = Opening(self.path("B", "rj"), os.O_WRONLY | os.O_TRUNC)
+            self.assertTrue(writer.waits(0.5), "B's write went ahead while A's program kept rj open\n" + self.log_tail("A"))
+        finally:
+            os.close(fd)
+        self.assertTrue(reader.finish(), "B's read did not go ahead after A closed rj\n" + self.log_tail("B"))
+        self.assertTrue(writer.finish(), "B's write did not go ahead after A closed rj\n" + self.log_tail("B"))
+        self.assertIsNone(reader.error)
+        self.assertIsNone(writer.error)
+        self.assertIn(reader.result, (b"aefore\n", b""), "what A wrote before the cut, or B's write first")
+        with open(os.path.join(self.work, "A.log")) as log:
+            self.assertIn("1 fenced", log.read())
+
+    def test_2_writes_through_an_open_file_are_refused_once_the_lease_is_lost_and_status_says_so(self):
+        self.write("A", "wf", b"")
+        fd = os.open(self.path("A", "wf"), os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, b"one\n")
+            held = self.wait_for_lease("A", "held", 5)
+            self.assertGreater(held.get("valid_ms", 0), 0, held)
+            cluster.cut(self.state, "h1")
+            try:
+                lost = self.wait_for_lease("A", "lost", TTL + 5)
+                self.assertIn("lost_ms", lost)
+                with self.assertRaises(OSError) as raised:
+                    os.write(fd, b"two\n")
+                self.assertEqual(raised.exception.errno, errno.EIO, "a write landed after A's lease was lost")
+                table = subprocess.run([COORDFS, "status", self.mounts["A"]], capture_output=True, text=True, timeout=30)
+                self.assertIn("LEASE LOST", table.stdout, table.stdout + table.stderr)
+                # B goes ahead once etcd has expired A's lease.
+                self.write("B", "wf", b"B's\n")
+            finally:
+                cluster.heal(self.state, "h1")
+            self.wait_for_lease("A", "held", 30)
+            with self.assertRaises(OSError) as raised:
+                os.write(fd, b"three\n")
+            self.assertEqual(raised.exception.errno, errno.EIO, "fenced for good: B wrote the file meanwhile")
+            status = self.cluster_status("A")
+            counted = (status.get("leases_lost", 0) - held.get("leases_lost", 0), status.get("fenced_opens", 0) - held.get("fenced_opens", 0))
+            self.assertEqual(counted, (1, 1), f"{held} then {status}")
+        finally:
+            os.close(fd)
+        self.assertEqual(self.read(os.path.join(self.store, "wf")), b"B's\n")
+        with open(os.path.join(self.work, "A.log")) as log:
+            self.assertIn("this host's lease is lost", log.read())
 
 
 if __name__ == "__main__":
