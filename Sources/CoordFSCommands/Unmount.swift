@@ -19,7 +19,7 @@ struct Unmount: ParsableCommand {
     /// libfuse's helper, through which a user other than root mounts and unmounts.
     static let fusermount3 = "/usr/bin/fusermount3"
 
-    @Argument(help: "The mount point.", completion: .directory)
+    @Argument(help: "The mount point.", completion: .custom { _, _, _ in MountTable.coordfsMounts(in: MountTable.entries()).map(\.mountPoint) })
     var mountPoint: String
 
     @Flag(name: [.customShort("l"), .long],

@@ -9,6 +9,9 @@ import Testing
     func offered(_ words: [String]) throws -> [String] {
         let script = """
             source <("$1" --generate-completion-script bash)
+            # The words it asks coordfs itself for (`unmount`'s mount points) come from the
+            # coordfs on the PATH, as once installed.
+            PATH="$(dirname "$1"):$PATH"
             shift
             COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
             _coordfs coordfs "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
@@ -28,12 +31,21 @@ import Testing
             #expect(try offered(["coordfs"] + command + [directory + "/do"]) == [directory + "/docs.txt", directory + "/documents"],
                     "coordfs \(command.joined(separator: " ")) completes paths")
         }
-        #expect(try offered(["coordfs", "unmount", directory + "/do"]) == [directory + "/documents"], "a mount point is a directory")
         #expect(try offered(["coordfs", "watch", "-e", "close"]) == ["close", "close_write"], "inotifywait's names")
         #expect(try offered(["coordfs", "watch", "-e", "CONF"]) == ["CONFLICT", "CONFLICT_RESOLVED"], "coordfs's own names")
         #expect(try offered(["coordfs", "watch", "-e", "acc"]).isEmpty, "names never told are not offered")
         #expect(try offered(["coordfs", "watch", "--answer", "E"]).contains("EACCES"))
         #expect(try offered(["coordfs", "status", "-o", "PI"]) == ["PID"])
         #expect(try offered(["coordfs", "coordinate", "--write-option", "forM"]) == ["forMerging", "forMoving"])
+    }
+
+    /// `unmount` offers coordfs's mount points, not every directory (as `umount` offers mounts).
+    @Test func unmountCompletesCoordfsMountPointsOnly() throws {
+        let fx = try MountFixture()
+        let mountPoint = fx.mountPoint.path
+        let parent = fx.mountPoint.deletingLastPathComponent().path
+        #expect(try offered(["coordfs", "unmount", parent + "/"]) == [mountPoint], "the mount point, not its siblings")
+        #expect(try offered(["coordfs", "unmount", mountPoint]) == [mountPoint])
+        #expect(try offered(["coordfs", "unmount", parent + "/nothing-"]).isEmpty)
     }
 }

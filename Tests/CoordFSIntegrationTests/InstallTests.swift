@@ -23,6 +23,20 @@ import Testing
         #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: root + "/sbin/mount.coordfs")) == "/usr/local/bin/coordfs")
         let bash = try String(contentsOfFile: root + "/usr/local/share/bash-completion/completions/coordfs", encoding: .utf8)
         #expect(bash.contains("coordfs") && bash.contains("complete"))
+        // In a fresh bash with the installed script sourced (as bash-completion loads it), the
+        // installed command completes a path: `coordfs watch /tm<TAB>`.
+        let fresh = """
+            export PATH="$1/usr/local/bin:$PATH"
+            source "$1/usr/local/share/bash-completion/completions/coordfs"
+            complete -p coordfs
+            COMP_WORDS=(coordfs watch /tm); COMP_CWORD=2; COMP_LINE="coordfs watch /tm"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
+            _coordfs coordfs /tm watch
+            printf 'offered %s\\n' "${COMPREPLY[@]}"
+            """
+        let completed = try run("/usr/bin/env", ["-i", "HOME=/tmp", "PATH=/usr/bin:/bin", "/bin/bash", "--norc", "--noprofile", "-c", fresh,
+                                                 "bash", root])
+        #expect(completed.status == 0 && completed.output.contains("-F _coordfs coordfs"), "\(completed)")
+        #expect(completed.output.contains("offered /tmp"), "\(completed)")
         #expect(FileManager.default.fileExists(atPath: root + "/usr/local/share/zsh/site-functions/_coordfs"))
         #expect(FileManager.default.fileExists(atPath: root + "/usr/local/share/fish/vendor_completions.d/coordfs.fish"))
         for unit in ["coordfs-daemon.socket", "coordfs-daemon.service"] {
