@@ -194,7 +194,9 @@ extension Filesystem {
                 if settling && failure == Errno(code: EDEADLK) { failure = Errno(code: EAGAIN) }
                 statistics.count(failure)
                 pending.take().error(failure)
-                if case .timedOut? = error as? FileCoordinationError { logGivingUp(process, intents) }
+                if case .timedOut? = error as? FileCoordinationError {
+                    logGivingUp(process, intents, after: .milliseconds(coarseMilliseconds() - now))
+                }
             }
         }
         var interrupted = false
@@ -245,20 +247,19 @@ extension Filesystem {
         if revoked > 0 { waitWatch.holdsRevoked.add(revoked, ordering: .relaxed) }
     }
 
-    /// A request that gave up waiting (EBUSY) says in the log who it waited for: what a user
-    /// whose program failed asks next. Read after the fact from those holding its items now.
-    /// At most ten lines a second: waiters giving up together, or a user who makes them, must
-    /// not flood the log (or cost a snapshot of the engine each).
-    private func logGivingUp(_ process: Int32, _ intents: [Intent]) {
+    /// A request that gave up waiting (EBUSY) says in the log who it waited for, and how long:
+    /// what a user whose program failed asks next. Read after the fact from those holding its items now. At most ten
+    /// lines a second: waiters giving up together, or a user who makes them, must not flood the
+    /// log (or cost a snapshot of the engine each).
+    private func logGivingUp(_ process: Int32, _ intents: [Intent], after waited: Duration) {
         guard waitingRequests.mayLogGivingUp() else { return }
         let paths = Set(intents.map(\.path))
         let holders = engine.snapshot().holders.flatMap { holder in
             holder.intents.filter { intent in paths.contains { $0 == intent.path || $0.isAncestor(of: intent.path) || intent.path.isAncestor(of: $0) } }
                 .map { "\($0.path) held for \($0.kind.isWrite ? "write" : "read") by \(holder.identity.logName)" }
         }
-        let waited = configuration.waitTimeout.map { " after \($0.logText)" } ?? ""
         let wanted = intents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(separator: ", ")
-        let line = "\(CoordinatorIdentity.process(process).logName) gave up (EBUSY)\(waited) on \(wanted): "
+        let line = "\(CoordinatorIdentity.process(process).logName) gave up (EBUSY) after \(waited.logText) on \(wanted): "
             + (holders.isEmpty ? "nobody holds it any more" : holders.joined(separator: "; "))
         logger.notice("\(line)")
     }

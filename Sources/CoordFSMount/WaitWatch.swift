@@ -34,6 +34,14 @@ import Glibc
 ///   request is granted as usual when nothing else stands in its way (not a change of metadata:
 ///   a chmod that passed a writer leaves readers waiting for it).
 ///
+/// The break time and the lock time bound the whole wait, from the request's start: also its
+/// wait after its presenters answered for what their own work took meanwhile (C21: a presenter
+/// asked to relinquish may open or hold the item first, `CoordinatedAccess.isSettling`). Another
+/// user's presenter could otherwise keep the request waiting for ever by opening the item as
+/// its own work and keeping it open. That wait passes other users' holds alone, revoking them:
+/// the work of a presenter of the caller's own user is the caller's to wait for, as ever (C21;
+/// passing one user's programs past each other tore reads before, and was taken back).
+///
 /// A hold through the mount's control socket (`coordfs coordinate`, a Swift coordinator) that
 /// waits is watched too (`SocketHoldWaits`), for the break time alone and for other users' holds
 /// only: across users a hold is a lease whoever asks, and within one user a coordinated access
@@ -154,7 +162,8 @@ final class WaitWatch: @unchecked Sendable {
         let now = ContinuousClock.now
         condition.lock()
         watched[number] = Watched(claim: claim, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
-                                  changesNames: changesNames, passesLeases: passesLeases, since: now, uid: uid, item: item)
+                                  changesNames: changesNames, passesLeases: passesLeases,
+                                  since: now, uid: uid, item: item)
         if !running {
             running = true
             let thread = Thread { [self] in loop() }
@@ -211,6 +220,8 @@ final class WaitWatch: @unchecked Sendable {
                 }
                 func waitSpent(_ identity: CoordinatorIdentity) -> Bool { spentWait(identity).flatMap { spent[$0] } != nil }
                 let waitsForHolders = request.claim.waitsForHolders
+                // Granted, presenters answered, waiting for what their own work took: holders again.
+                let settling = !waitsForHolders && request.claim.isSettling
                 var reason: Reason?
                 if request.underKernelLock {
                     for process in Set(awaited.compactMap(\.process)) {
@@ -230,8 +241,9 @@ final class WaitWatch: @unchecked Sendable {
                         waived = true
                     }
                 }
-                if reason == nil, let breakTime, now - request.since >= breakTime, waitsForHolders,
-                   awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }) {
+                if reason == nil, let breakTime, now - request.since >= breakTime,
+                   (waitsForHolders && awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }))
+                    || (settling && awaited.allSatisfy(anotherUsers)) {
                     reason = .breakTime
                 }
                 guard let ended = reason else { continue }
@@ -239,7 +251,7 @@ final class WaitWatch: @unchecked Sendable {
                 // Another user's holds passed at the break time: a lease broken (docs/sharing.md).
                 // The caller's own user's open files keep their rule: passed, not revoked.
                 var revoking: Set<CoordinatorIdentity> = []
-                if ended == .breakTime && waitsForHolders && !Self.changesMetadataOnly(request.claim.request) {
+                if ended == .breakTime && (waitsForHolders || settling) && !Self.changesMetadataOnly(request.claim.request) {
                     revoking = awaited.filter(anotherUsers)
                 }
                 // A name change remembers what it passes on its own items, revoked once it is made.
@@ -247,15 +259,17 @@ final class WaitWatch: @unchecked Sendable {
                 // Looked up while it still waits: what it goes past, to be told.
                 let passed = request.claim.grantsInItsWay(of: awaited)
                 let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
-                broken.append(Broken(number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived))
+                broken.append(Broken(number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
+                                     settling: settling))
             }
             condition.lock()
             suspects = stuckNow
             for wait in spending { spentWaits[wait] = now }
             // Granted after its holders were revoked, a request may still ask presenters: it
-            // stays watched until its end (`forget`), and the lock time bounds them too. Any
-            // other is not looked at again.
-            for entry in broken where entry.revoked == 0 { watched[entry.number] = nil }
+            // stays watched until its end (`forget`), and the lock time bounds them too. So does
+            // one let past while settling, which may wait on for holders not passed. Any other
+            // is not looked at again.
+            for entry in broken where entry.revoked == 0 && !entry.settling { watched[entry.number] = nil }
             condition.unlock()
             for entry in broken {
                 if let claim = requests[entry.number]?.claim {
@@ -276,6 +290,8 @@ final class WaitWatch: @unchecked Sendable {
         let passed: Set<GrantID>
         let revoked: Int
         let waived: Bool
+        /// It was let past while settling after its presenters' own work.
+        let settling: Bool
     }
 
     /// The settle rule: a reader waiting for writers' open files only (a writer waits for
@@ -337,9 +353,9 @@ final class WaitWatch: @unchecked Sendable {
 
     /// Kernel functions a task sleeps in, uninterruptibly, while it waits for a directory's or
     /// an inode's lock on its way through a path or into a file (as /proc/TID/wchan names them).
-    private static let lockWaits = ["path_openat", "filename_create", "lookup_slow", "open_last_lookups", "do_unlinkat",
-                                    "do_rmdir", "lock_rename", "do_renameat2", "vfs_", "fuse_", "do_truncate", "chmod_common",
-                                    "chown_common", "utimes_common", "rwsem_", "down_"]
+    static let lockWaits = ["path_openat", "filename_create", "lookup_slow", "open_last_lookups", "do_unlinkat",
+                            "do_rmdir", "lock_rename", "do_renameat2", "vfs_", "fuse_", "do_truncate", "chmod_common",
+                            "chown_common", "utimes_common", "rwsem_", "down_"]
 
     /// Whether a thread of `process` sleeps uninterruptibly where lock waits sleep.
     static func isStuckOnKernelLock(_ process: Int32) -> Bool {

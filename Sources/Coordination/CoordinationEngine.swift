@@ -198,6 +198,23 @@ public final class CoordinationEngine: Sendable {
         settled?.proceed()
     }
 
+    /// Whether `grant` waits for what its presenters' own work took (`finishMessaging`): it
+    /// waits for holders again, as a request in the queue does, though it is granted.
+    public func isSettling(_ grant: GrantID) -> Bool {
+        state.withLock { state in state.settling.contains { $0.grant == grant } }
+    }
+
+    /// Ends the wait of a grant that `finishMessaging` keeps waiting without letting it go
+    /// ahead (a cancelled or refused access): its `proceed` will not run, and its owner ends the
+    /// grant. False when it was not waiting so (it went ahead, or never waited).
+    public func abandonSettling(_ grant: GrantID) -> Bool {
+        state.withLock { state -> Bool in
+            guard let index = state.settling.firstIndex(where: { $0.grant == grant }) else { return false }
+            state.settling.remove(at: index)
+            return true
+        }
+    }
+
     /// Clears the grant's waiver for the presenters it was messaging: from now on the owners of
     /// those presenters wait for it like anyone else (C21). What their own work took meanwhile
     /// may still hold the grant's items: `proceed` runs once none of it does — at once, or when

@@ -29,6 +29,31 @@ extension CoordinationEngine {
         return revoked
     }
 
+    /// Lets `grant`, which waits for what its presenters' own work took (`finishMessaging`),
+    /// past `holders`, whose wait its caller ended (leases broken at the break time): their
+    /// grants in its way are revoked, and it goes ahead once nothing else keeps it: at once when
+    /// nothing does, or when nobody but `holders` does (a grant that holds nothing to revoke).
+    /// Kept by anyone else, it waits on for them: nobody is passed but those named. Returns the
+    /// grants revoked.
+    @discardableResult
+    public func breakSettling(_ grant: GrantID, revoking holders: Set<CoordinatorIdentity>) -> [GrantID] {
+        let (revoked, woken) = withState { state -> ([GrantID], [State.Wakeup]) in
+            guard let settling = state.settling.first(where: { $0.grant == grant }) else { return ([], []) }
+            var revoked: [GrantID] = []
+            for id in state.grants(of: holders, standingIn: settling.modes, for: settling.identity, aboveToo: true) {
+                if state.revoke(id) { revoked.append(id) }
+            }
+            var woken = revoked.isEmpty ? [] : state.grantWaiters()
+            if let left = state.settling.firstIndex(where: { $0.grant == grant }),
+               state.blockers(of: settling.identity, settling.modes, queuedBefore: 0).isSubset(of: holders) {
+                woken.append(State.Wakeup(settled: state.settling.remove(at: left).proceed))
+            }
+            return (revoked, woken)
+        }
+        woken.forEach { $0.run() }
+        return revoked
+    }
+
     /// The grants of `holders` that stand in the way of waiting request `ticket` on its own
     /// items, and inside those it covers (a directory removed or moved): not those of a
     /// directory above them. Nothing is changed; empty when it is no longer waiting.

@@ -168,11 +168,30 @@ package final class CoordinatedAccess: @unchecked Sendable {
         case .waiting(let ticket):
             // The engine resumes the waiter with `reason` unless it was granted meanwhile.
             _ = domain.engine.abandon(ticket, because: reason)
-        case .messaging(_, let messenger):
+        case .messaging(let grant, let messenger):
             messenger?.cancel()
             if let remote = lock.withLock({ remoteRequest }) { remote.link.cancel(remote.id) }
+            // Waiting for what its presenters' own work took: still a wait (C13).
+            if domain.engine.abandonSettling(grant.id) { abandonGrant(grant, FileCoordinationError.from(reason, item: item)) }
         case .idle, .granted, .ended:
             break
+        }
+    }
+
+    /// Ends its wait for holders with `reason`, as its timeout would: waiting in the engine, or
+    /// for what its presenters' own work took (`isSettling`); not while it asks presenters.
+    /// Whether it ended it (false when it went on meanwhile).
+    @discardableResult
+    package func giveUp(because reason: CoordinationError) -> Bool {
+        switch lock.withLock({ phase }) {
+        case .waiting(let ticket):
+            return domain.engine.abandon(ticket, because: reason)
+        case .messaging(let grant, _):
+            guard domain.engine.abandonSettling(grant.id) else { return false }
+            abandonGrant(grant, FileCoordinationError.from(reason, item: item))
+            return true
+        case .idle, .granted, .ended:
+            return false
         }
     }
 
@@ -212,6 +231,14 @@ package final class CoordinatedAccess: @unchecked Sendable {
         return false
     }
 
+    /// Whether it is granted and its presenters have answered, but it waits for what their own
+    /// work took meanwhile (C21, `CoordinationEngine.finishMessaging`): holders again, not
+    /// presenters.
+    package var isSettling: Bool {
+        guard case .messaging(let grant, _) = lock.withLock({ phase }) else { return false }
+        return domain.engine.isSettling(grant.id)
+    }
+
     /// Stops waiting and goes ahead: the holders in its way, or the presenters it asks, need
     /// something its caller holds to finish (a kernel lock a mount's request holds while it
     /// waits), or have been waited for as long as they may be. Waiting in the engine, it goes
@@ -220,9 +247,10 @@ package final class CoordinatedAccess: @unchecked Sendable {
     ///
     /// `revoking`: holders whose grants in its way are revoked first (leases broken at the
     /// break time): they hold nothing from then on, and it is granted as usual if nothing else
-    /// stands in its way. `noting`: holders whose grants on its own items (and inside them) it
-    /// remembers, for `revokePassed` once its change is made. Returns how many grants were
-    /// revoked.
+    /// stands in its way. Settling after its presenters' own work, it is let past those holders
+    /// alone (`CoordinationEngine.breakSettling`). `noting`: holders whose grants on its own
+    /// items (and inside them) it remembers, for `revokePassed` once its change is made. Returns
+    /// how many grants were revoked.
     @discardableResult
     package func breakThrough(revoking holders: Set<CoordinatorIdentity> = [], noting passed: Set<CoordinatorIdentity> = []) -> Int {
         switch lock.withLock({ brokeThrough = true; return phase }) {
@@ -235,6 +263,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
             if !holders.isEmpty { return domain.engine.breakThrough(ticket, revoking: holders).count }
             domain.engine.abandon(ticket, because: .brokenThrough)
         case .messaging(let grant, let messenger):
+            if !holders.isEmpty && domain.engine.isSettling(grant.id) {
+                return domain.engine.breakSettling(grant.id, revoking: holders).count
+            }
             messenger?.stopWaiting()
             domain.engine.stopSettling(grant.id)
         case .idle, .granted, .ended: break

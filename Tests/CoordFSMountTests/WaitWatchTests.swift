@@ -96,4 +96,108 @@ import Glibc
         ours.end(outcomes: [unchanged], in: domain)
         #expect(domain.engine.snapshot().isIdle)
     }
+
+    // @unchecked Sendable: `work` is behind `lock`.
+    /// A presenter of `path` for `owner` that, asked anything, first does its own work: a read
+    /// of the item by its process (a program's open, which goes ahead of the access that asked,
+    /// C21), kept until `endWork`. Then it consents.
+    final class WorkingPresenter: Presenter, @unchecked Sendable {
+        let owner: CoordinatorIdentity
+        let path: ItemPath
+        let domain: CoordinationDomain
+        private let lock = NSLock()
+        private var work: Claim?
+
+        init(owner: CoordinatorIdentity, path: ItemPath, domain: CoordinationDomain) {
+            self.owner = owner
+            self.path = path
+            self.domain = domain
+        }
+
+        func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) { (path, nil) }
+        var answeredRequests: PresenterRequest.Kinds { .all }
+
+        func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+                   completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+            lock.withLock {
+                if work == nil, let process = owner.process {
+                    work = Claim.grantedAtOnce(in: domain, identity: .process(process), intents: [.read(path)])
+                }
+            }
+            completion(nil, nil)
+        }
+
+        func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+                  moved: @escaping @Sendable () -> Void) {}
+
+        func reacquire(_ reacquirer: @escaping @Sendable () -> Void) { reacquirer() }
+
+        var workGrant: GrantID? { lock.withLock { work?.grantID } }
+
+        func endWork() {
+            let ending = lock.withLock { () -> Claim? in defer { work = nil }; return work }
+            ending?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false), in: domain)
+        }
+    }
+
+    /// A program's open (no kernel lock) of `intents` by this process, begun and watched as
+    /// `number`: what it comes to (set by its completion), and when it began.
+    func openRequest(_ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch, number: UInt,
+                     timeout: Duration = .seconds(10)) throws -> (Outcome, ContinuousClock.Instant) {
+        let outcome = Outcome()
+        let started = ContinuousClock.now
+        let waiting = try #require(Claim.begin(in: domain, identity: .process(getpid()), intents: intents, timeout: timeout,
+                                               user: geteuid(), passesOtherUsers: true) { outcome.set($0) },
+                                   "the request was granted at once: it asked nobody")
+        _ = waiting.ifUnsettled {
+            watch.watch(number, waiting, underKernelLock: false, locksOthersOut: false, changesNames: false, passesLeases: true,
+                        uid: geteuid(), item: nil)
+        }
+        return (outcome, started)
+    }
+
+    /// Another user's presenter that opens the item as its own work before it answers keeps the
+    /// access waiting for that work at most the break time, from the access's start: then the
+    /// work is revoked and the access goes ahead. (It waited until the work ended.)
+    @Test(.enabled(if: geteuid() == 0, "runs a process as another user (nobody)"))
+    func anotherUsersPresentersOwnWorkIsPassedAtTheBreakTimeAndRevoked() throws {
+        let theirs = try Sleeper(asNobody: true)
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(1), lockTime: .milliseconds(300)) { _, _ in nil }
+        let presenter = WorkingPresenter(owner: .client(process: theirs.pid, number: 1), path: item, domain: domain)
+        domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
+        let (outcome, started) = try openRequest([.write(item)], in: domain, watch: watch, number: 1)
+        _ = eventually(.seconds(5)) { outcome.value != nil }
+        let took = ContinuousClock.now - started
+        watch.forget(1)
+        let claim = try #require(try outcome.value?.get(), "granted")
+        #expect(presenter.workGrant != nil, "the presenter did its work first")
+        #expect(took >= .milliseconds(900) && took < .seconds(3), "the break time: \(took)")
+        #expect(watch.leaseBreaks.load(ordering: .relaxed) == 1 && watch.holdsRevoked.load(ordering: .relaxed) == 1)
+        claim.end(outcomes: [unchanged], in: domain)
+        presenter.endWork()
+        domain.unregister(key: ObjectIdentifier(presenter))
+        #expect(domain.engine.snapshot().isIdle)
+    }
+
+    /// The same presenter of the access's own user: its work is waited for until it ends, past
+    /// the break time (within one user a coordinated access waits for its presenters' work, C21).
+    @Test func aPresentersOwnWorkOfTheSameUserIsWaitedForUntilItEnds() throws {
+        let ours = try Sleeper(asNobody: false)
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .milliseconds(500), lockTime: .milliseconds(300)) { _, _ in nil }
+        let presenter = WorkingPresenter(owner: .client(process: ours.pid, number: 1), path: item, domain: domain)
+        domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
+        let (outcome, _) = try openRequest([.write(item)], in: domain, watch: watch, number: 1, timeout: .seconds(1))
+        Thread.sleep(forTimeInterval: 1.5)
+        #expect(outcome.value == nil && presenter.workGrant != nil, "past the break time and the wait timeout, it waits for the work")
+        presenter.endWork()
+        _ = eventually(.seconds(2)) { outcome.value != nil }
+        watch.forget(1)
+        let claim = try #require(try outcome.value?.get(), "granted once the work ended")
+        #expect(watch.leaseBreaks.load(ordering: .relaxed) == 0 && watch.holdsRevoked.load(ordering: .relaxed) == 0)
+        claim.end(outcomes: [unchanged], in: domain)
+        domain.unregister(key: ObjectIdentifier(presenter))
+        #expect(domain.engine.snapshot().isIdle)
+    }
 }

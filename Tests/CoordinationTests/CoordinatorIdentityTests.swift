@@ -58,6 +58,53 @@ import Testing
         engine.release(asking.id)
     }
 
+    /// The break time ends a wait for a presenter's own work too (docs/sharing.md): the work of
+    /// the holders its caller passes is revoked, and the asker goes ahead; kept by anyone else,
+    /// it waits on for them.
+    @Test("C21 a wait for a presenter's own work broken for its owner revokes that work alone")
+    func aWaitForAPresentersWorkBrokenRevokesThatWorkAlone() throws {
+        let engine = CoordinationEngine()
+        let presenterOwner = CoordinatorIdentity.client(process: 20, number: 1)
+        _ = engine.addPresenter(PresenterRecord(owner: presenterOwner, path: a))
+        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
+        // B's work: its program reads the item while its presenter is asked.
+        let work = try #require(granted(engine.acquire(request(.process(20), .read(a)), resume: { _ in })))
+        let proceeded = Atomic<Bool>(false)
+        engine.finishMessaging(asking.id) { proceeded.store(true, ordering: .relaxed) }
+        let early = proceeded.load(ordering: .relaxed)
+        #expect(engine.isSettling(asking.id) && !early, "it waits for the presenter's work")
+        #expect(engine.breakSettling(asking.id, revoking: [.process(30)]).isEmpty, "nobody's of those named is in its way")
+        #expect(engine.isSettling(asking.id), "not let past a holder its caller did not name")
+        #expect(engine.breakSettling(asking.id, revoking: [.process(20)]) == [work.id])
+        let after = proceeded.load(ordering: .relaxed)
+        #expect(after && !engine.isSettling(asking.id), "let past the work, it goes ahead")
+        engine.release(asking.id)
+        // Revoked: nobody waits for that work again.
+        let later = try #require(granted(engine.acquire(request(.process(40), .write(a)), resume: { _ in })),
+                                 "the revoked work holds nothing")
+        engine.release(later.id)
+        engine.release(work.id)
+        #expect(engine.snapshot().isIdle)
+    }
+
+    @Test("C13 a wait for a presenter's own work abandoned does not go ahead")
+    func aWaitForAPresentersWorkAbandonedDoesNotGoAhead() throws {
+        let engine = CoordinationEngine()
+        let presenterOwner = CoordinatorIdentity.client(process: 20, number: 1)
+        _ = engine.addPresenter(PresenterRecord(owner: presenterOwner, path: a))
+        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
+        let work = try #require(granted(engine.acquire(request(.process(20), .read(a)), resume: { _ in })))
+        let proceeded = Atomic<Bool>(false)
+        engine.finishMessaging(asking.id) { proceeded.store(true, ordering: .relaxed) }
+        #expect(engine.abandonSettling(asking.id))
+        #expect(!engine.abandonSettling(asking.id), "once")
+        engine.release(asking.id)
+        engine.release(work.id)
+        let went = proceeded.load(ordering: .relaxed)
+        #expect(!went, "its owner ended it: it never went ahead")
+        #expect(engine.snapshot().isIdle)
+    }
+
     @Test("X1 waiting for a presenter's answer is no edge: B's coordinator waiting for A is no deadlock")
     func waitingForAPresentersAnswerIsNoEdgeOfTheWaitForGraph() throws {
         let engine = CoordinationEngine()
