@@ -117,15 +117,28 @@ memory-campaign: setup
 	  python3 Tests/Scripts/memory_campaign.py $$dir/campaign.sock $$pid $(MEMORY_SECONDS) Tests/Fuzz/corpus 16 60 $(MEMORY_MARGIN_KB)
 
 # The engine's figures, then the filesystem table (native, coordfs on and off, bindfs,
-# passthrough_ll); BENCH_REPEATS sets the interleaved repeats.
+# passthrough_ll, and libfuse's passthrough_hp where PASSTHROUGH_HP names it) with the metadata
+# jobs run by BENCH_CLIENTS processes at once as well; BENCH_REPEATS sets the interleaved
+# repeats, BENCH_OPTIONS adds options (BENCH_OPTIONS=--quick: smaller files and jobs).
 BENCH_REPEATS ?= 3
-BENCH_ROUNDS ?= 8
+# bench-programs' rounds: programbench.py's own default (8, 3 with --quick) unless set.
+BENCH_ROUNDS ?=
+BENCH_CLIENTS ?= 1,2,4,8
+BENCH_OPTIONS ?=
+# The anchor: passthrough_hp built beside the project as docs/performance.md says (nothing here
+# builds it), e.g. make bench PASSTHROUGH_HP=/path/to/passthrough_hp; mounted with
+# PASSTHROUGH_HP_OPTIONS (FUSE over io_uring where the kernel offers it). Unset: no such column.
+PASSTHROUGH_HP ?=
+PASSTHROUGH_HP_OPTIONS ?= -o io_uring
+BENCH_ANCHOR = $(if $(PASSTHROUGH_HP),--anchor passthrough_hp=$(PASSTHROUGH_HP) --anchor-options='$(PASSTHROUGH_HP_OPTIONS)')
 bench: setup io-uring
 	@command -v bindfs >/dev/null || { apt-get install -y -qq bindfs >/dev/null 2>&1 || true; }
 	$(SWIFT) build -c release --product CoordFSBench
 	$(SWIFT) build -c release --product coordfs
 	.build/release/CoordFSBench
-	python3 Benchmarks/fsbench.py .build/release/coordfs --repeats $(BENCH_REPEATS)
+	@[ -n "$(PASSTHROUGH_HP)" ] || echo "No passthrough_hp column: PASSTHROUGH_HP=/path/to/passthrough_hp adds it (docs/performance.md)."
+	python3 Benchmarks/fsbench.py .build/release/coordfs --repeats $(BENCH_REPEATS) \
+		$(if $(BENCH_CLIENTS),--clients $(BENCH_CLIENTS)) $(BENCH_ANCHOR) $(BENCH_OPTIONS)
 	@echo "The metadata jobs again, with a file held open on every mount elsewhere: requests pass beside it."
 	python3 Benchmarks/fsbench.py .build/release/coordfs --repeats $(BENCH_REPEATS) --engine-busy=elsewhere \
 		--coordfs-only --jobs create,stat,unlink
@@ -149,11 +162,15 @@ bench-cluster: setup
 	$(SWIFT) build -c release --product coordfs
 	python3 Benchmarks/clusterbench.py .build/release/CoordFSClusterBench --fsbench .build/release/coordfs
 
-# Real programs (cat, ls -l, find, grep, du, tar, cp in and out), each a fresh process,
-# through mounts made different ways side by side, against the backing directory itself.
+# Real programs (cat, ls -l, find, grep, du, tar, cp in and out; git clone and status, tar x,
+# rsync -a, find | xargs stat, rm -rf, make -j of a generated C tree), each a fresh process,
+# through mounts made different ways side by side (and passthrough_hp where PASSTHROUGH_HP names
+# it), against the backing directory itself, on one fresh ext4 image (root).
 bench-programs: setup io-uring
 	$(SWIFT) build -c release --product coordfs
-	python3 Benchmarks/programbench.py .build/release/coordfs --rounds $(BENCH_ROUNDS)
+	@[ -n "$(PASSTHROUGH_HP)" ] || echo "No passthrough_hp column: PASSTHROUGH_HP=/path/to/passthrough_hp adds it (docs/performance.md)."
+	python3 Benchmarks/programbench.py .build/release/coordfs $(if $(BENCH_ROUNDS),--rounds $(BENCH_ROUNDS)) \
+		$(BENCH_ANCHOR) $(BENCH_OPTIONS)
 
 # Two copies of an Apple-style program (CoordinatedCounter) at once, STRESS_ROUNDS times outside
 # any mount (through a daemon they start) and inside one: every failure, EDEADLK, EBUSY and hang
