@@ -194,7 +194,7 @@ def make_c_tree(root, units, compiler):
     with open(os.path.join(root, "src", "main.c"), "w") as out:
         out.write("int main(void) { return 0; }\n")
     if compiler:
-        compile_rule = "\t%s -O0 -Iinclude -MMD -MP -c $< -o $@\n" % compiler
+        compile_rule = "\t%s -Og -Iinclude -MMD -MP -c $< -o $@\n" % compiler
         link_rule = "\t%s -o $@ $(OBJS)\n" % compiler
     else:
         compile_rule = "\tcat $< > $@ && echo '$@: $<' > $(@:.o=.d)\n"
