@@ -3,7 +3,7 @@
 #ifndef COORDFS_CFUSE3_SHIM_H
 #define COORDFS_CFUSE3_SHIM_H
 
-#define FUSE_USE_VERSION 312
+#include "fuse_use_version.h"
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
 #include <errno.h>

@@ -13,7 +13,7 @@
 //   - offer FUSE over io_uring when the kernel does and the mount wants it, and hand the replies
 //     of requests that came through it to their ring entries (ring.c).
 // libfuse answers a request on the thread that read it, so thread-locals carry the marks.
-#define FUSE_USE_VERSION 312
+#include "../CFuse3/fuse_use_version.h"
 #include "fuse_abi.h"
 #include "fuse_passthrough.h"
 #include "ring.h"

@@ -33,7 +33,7 @@
 //
 // Interrupts, forgets and notifications still go through /dev/fuse and libfuse's own loop.
 #define _GNU_SOURCE
-#define FUSE_USE_VERSION 312
+#include "../CFuse3/fuse_use_version.h"
 #include "ring_internal.h"
 #include "fuse_passthrough.h"
 #include "ring.h"

@@ -1,7 +1,7 @@
 // FUSE over io_uring: the lane threads, which serve the requests that may wait long (see
 // ring.c), and the map of nodes whose requests all go to them.
 #define _GNU_SOURCE
-#define FUSE_USE_VERSION 312
+#include "../CFuse3/fuse_use_version.h"
 #include "ring_internal.h"
 #include "fuse_passthrough.h"
 #include "ring.h"

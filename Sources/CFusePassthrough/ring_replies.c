@@ -1,7 +1,7 @@
 // FUSE over io_uring: replies, captured from libfuse's writev into their ring entries and
 // committed by the entry's queue thread (see ring.c).
 #define _GNU_SOURCE
-#define FUSE_USE_VERSION 312
+#include "../CFuse3/fuse_use_version.h"
 #include "ring_internal.h"
 #include "fuse_passthrough.h"
 #include "ring.h"

@@ -1,6 +1,6 @@
 // The serving threads' CPU, priority and filesystem context (see ring.c and MountSession).
 #define _GNU_SOURCE
-#define FUSE_USE_VERSION 312
+#include "../CFuse3/fuse_use_version.h"
 #include "ring_internal.h"
 #include "fuse_passthrough.h"
 #include "ring.h"

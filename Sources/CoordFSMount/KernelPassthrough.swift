@@ -7,7 +7,7 @@ import Synchronization
 import Glibc
 #endif
 
-/// Kernel passthrough (`CFuse3/passthrough.h`): the kernel serves reads, writes and mmap of an
+/// Kernel passthrough (`CFusePassthrough/passthrough.c`): the kernel serves reads, writes and mmap of an
 /// open file from a backing file registered with it, so the data path never reaches the daemon.
 /// Opens and releases still do, and they are what coordination holds on to.
 ///

@@ -1,7 +1,6 @@
 import LinuxSystem
 import CoordinationRuntime
 import CLinux
-import CoordinationServer
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,5 +1,4 @@
 import LinuxSystem
-import CoordinationServer
 import Coordination
 import CoordinationRuntime
 import Foundation

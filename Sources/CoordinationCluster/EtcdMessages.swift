@@ -2,7 +2,7 @@ import Foundation
 
 // etcd v3's messages as its JSON gateway (etcd 3.4) spells them: keys and values in base64,
 // 64-bit integers as strings, and fields equal to zero, false or empty left out, so every
-// field decodes as optional.
+// field decodes as optional (notes/etcd-gateway.md: what the gateway was seen to do).
 
 /// A 64-bit integer the gateway writes as a JSON string (revisions, lease ids, TTLs): lease ids
 /// lie beyond a double's exact range.

@@ -4,11 +4,11 @@ import Testing
 /// docs/rules.md lists every rule id the code, the tests and the docs cite, and nothing in the
 /// repository cites a document outside it: a contributor can follow every cross-reference.
 @Suite struct RulesDocTests {
-    /// The repository's own text files: sources, tests, docs and the README.
+    /// The repository's own text files: sources, tests, docs, notes and the README.
     static func texts() throws -> [(path: String, text: String)] {
         let root = Paths.repository
         var found: [(String, String)] = []
-        for folder in ["Sources", "Tests", "docs", "clients", "Benchmarks"] {
+        for folder in ["Sources", "Tests", "docs", "notes", "clients", "Benchmarks"] {
             guard let walk = FileManager.default.enumerator(atPath: root.appendingPathComponent(folder).path) else { continue }
             for case let relative as String in walk {
                 let path = folder + "/" + relative
