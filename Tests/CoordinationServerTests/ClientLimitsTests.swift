@@ -44,17 +44,24 @@ import Glibc
 
     /// `count` requests made by `make` (given 0, 1, …), each granted: the `field` number of each
     /// reply, or nil (recorded) at the first refused.
-    func granted(_ count: Int, _ field: String, _ make: (Int) throws -> ServerMessage?) throws -> [Int]? {
+    func granted(_ count: Int, _ field: String, _ make: (Int) throws -> ServerMessage?) throws -> [Int] {
         var numbers: [Int] = []
         for n in 0..<count {
             let reply = try make(n)
             guard case .ok(_, let fields)? = reply, case .int(let number)? = fields[field] else {
-                Issue.record("request \(n) refused: \(String(describing: reply))")
-                return nil
+                // Fails the test here: nothing after it could be judged.
+                throw GrantRefused(description: "request \(n) refused: \(String(describing: reply))")
             }
             numbers.append(number)
         }
         return numbers
+    }
+
+    struct GrantRefused: Error, CustomStringConvertible { let description: String }
+
+    /// `reply` granted, or the test fails here with `what`.
+    func expectOK(_ reply: ServerMessage?, _ what: String) throws {
+        guard case .ok? = reply else { throw GrantRefused(description: "\(what): \(String(describing: reply))") }
     }
 
     func isError(_ reply: ServerMessage?, _ errno: String, saying text: String) -> Bool {
@@ -98,7 +105,7 @@ import Glibc
             func watch(_ client: RawClient, _ n: Int) throws -> ServerMessage? {
                 try client.ask(.watch(id: 10 + n, path: directory + "/item\(n)", mask: .all))
             }
-            guard let descriptors = try granted(3, "wd", { try watch(first, $0) }) else { return }
+            let descriptors = try granted(3, "wd", { try watch(first, $0) })
             guard case .ok? = try watch(second, 3) else { Issue.record("the fourth watch refused"); return }
             let limit = "too many watches of uid \(getuid()) (at most 4)"
             #expect(isError(try watch(second, 4), "ENOSPC", saying: limit))
@@ -122,7 +129,7 @@ import Glibc
                 try client.ask(.hold(id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: .read)],
                                      wait: false, timeout: nil, inherit: false))
             }
-            guard let held = try granted(2, "hold", hold) else { return }
+            let held = try granted(2, "hold", hold)
             #expect(isError(try hold(2), "ENOSPC", saying: "too many holds on one connection (at most 2"))
             guard case .ok? = try client.ask(.release(id: 30, hold: held[0], changed: false)) else { Issue.record("release"); return }
             guard case .ok? = try hold(3) else { Issue.record("a hold given back was not"); return }
@@ -141,15 +148,15 @@ import Glibc
         try withServer(limits(memory: memory)) { server, directory in
             let first = try RawClient(server.socketPath), second = try RawClient(server.socketPath)
             #expect(try first.greet() && second.greet())
-            guard let held = try granted(2, "hold", { try hold(first, $0, in: directory) }) else { return }
-            guard case .ok? = try hold(second, 2, in: directory) else { Issue.record("the third hold refused"); return }
+            let held = try granted(2, "hold", { try hold(first, $0, in: directory) })
+            try expectOK(try hold(second, 2, in: directory), "the third hold refused")
             let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
             #expect(isError(try hold(second, 3, in: directory), "ENOMEM", saying: limit))
             #expect(isError(try hold(first, 4, in: directory), "ENOMEM", saying: limit), "counted per user, not per connection")
             #expect(server.counts.memory(of: getuid()) > 2 * Self.oneItemHold && server.counts.memory(of: getuid()) <= memory)
             // A release gives its hold's memory back; a closed connection gives back its holds'.
-            guard case .ok? = try first.ask(.release(id: 30, hold: held[0], changed: false)) else { Issue.record("release"); return }
-            guard case .ok? = try hold(second, 5, in: directory) else { Issue.record("memory given back was not"); return }
+            try expectOK(try first.ask(.release(id: 30, hold: held[0], changed: false)), "release")
+            try expectOK(try hold(second, 5, in: directory), "memory given back was not")
             #expect(isError(try hold(second, 6, in: directory), "ENOMEM", saying: limit))
             first.close()       // its one hold left goes with it
             #expect(eventually { if case .ok? = try? hold(second, 7, in: directory) { return true } else { return false } })
@@ -165,7 +172,7 @@ import Glibc
         try withServer(limits(memory: memory)) { server, directory in
             let holder = try RawClient(server.socketPath), waiter = try RawClient(server.socketPath)
             #expect(try holder.greet() && waiter.greet())
-            guard case .ok? = try hold(holder, 0, in: directory, access: .write) else { Issue.record("the write hold refused"); return }
+            try expectOK(try hold(holder, 0, in: directory, access: .write), "the write hold refused")
             waiter.send(.hold(id: 3, intents: [WireIntent(path: directory + "/item0", access: .write)], wait: true, timeout: nil, inherit: false))
             #expect(eventually { server.counts.memory(of: getuid()) > Self.oneItemHold * 3 / 2 }, "the waiting hold is counted")
             let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
@@ -176,7 +183,7 @@ import Glibc
             #expect(answers.contains { if case .error(let id, let errno, _)? = $0 { id == 3 && errno == "ECANCELED" } else { false } }, "\(answers)")
             #expect(answers.contains { if case .ok(let id, _)? = $0 { id == 4 } else { false } }, "\(answers)")
             #expect(eventually { server.counts.memory(of: getuid()) < Self.oneItemHold * 3 / 2 })
-            guard case .ok? = try hold(holder, 1, in: directory) else { Issue.record("the cancelled hold's memory was not given back"); return }
+            try expectOK(try hold(holder, 1, in: directory), "the cancelled hold's memory was not given back")
         }
     }
 
@@ -190,7 +197,7 @@ import Glibc
             chmod(directory, 0o755)     // theirs to read, whatever the umask
             let mine = try RawClient(server.socketPath)
             #expect(try mine.greet())
-            guard case .ok? = try hold(mine, 0, in: directory) else { Issue.record("the first hold refused"); return }
+            try expectOK(try hold(mine, 0, in: directory), "the first hold refused")
             let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
             #expect(isError(try hold(mine, 1, in: directory), "ENOMEM", saying: limit))
             let theirs = try holdsAsNobody(on: server.socketPath, of: [directory + "/item2", directory + "/item3"])
@@ -254,7 +261,7 @@ import Glibc
             let client = try RawClient(server.socketPath)
             #expect(try client.greet())
             func vend(_ n: Int) throws -> ServerMessage? { try client.ask(.vend(id: 10 + n, name: "s\(n)", path: directory)) }
-            guard let vended = try granted(2, "service", vend) else { return }
+            let vended = try granted(2, "service", vend)
             #expect(isError(try vend(2), "ENOSPC", saying: "too many services vended on one connection (at most 2)"))
             guard case .ok? = try client.ask(.withdraw(id: 30, service: vended[0])) else { Issue.record("withdraw"); return }
             guard case .ok? = try vend(3) else { Issue.record("a service given back was not"); return }

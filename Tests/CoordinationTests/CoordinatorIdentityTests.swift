@@ -58,19 +58,27 @@ import Testing
         engine.release(asking.id)
     }
 
+    /// Process 10's write of `a` granted while the presenter of process 20 is asked, and process
+    /// 20's read of `a` (that presenter's own work) granted meanwhile: the answers in, the write
+    /// settles behind the work (`goesAhead` called once it goes ahead).
+    func settlingBehindPresentersWork(in engine: CoordinationEngine, goesAhead: @escaping @Sendable () -> Void) throws
+        -> (asking: Grant, work: Grant) {
+        _ = engine.addPresenter(PresenterRecord(owner: .client(process: 20, number: 1), path: a))
+        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
+        // Process 20's work: its program reads the item while its presenter is asked.
+        let work = try #require(granted(engine.acquire(request(.process(20), .read(a)), resume: { _ in })))
+        engine.finishMessaging(asking.id, then: goesAhead)
+        return (asking, work)
+    }
+
     /// The break time ends a wait for a presenter's own work too (docs/sharing.md): the work of
     /// the holders its caller passes is revoked, and the asker goes ahead; kept by anyone else,
     /// it waits on for them.
     @Test("C21 a wait for a presenter's own work broken for its owner revokes that work alone")
     func aWaitForAPresentersWorkBrokenRevokesThatWorkAlone() throws {
         let engine = CoordinationEngine()
-        let presenterOwner = CoordinatorIdentity.client(process: 20, number: 1)
-        _ = engine.addPresenter(PresenterRecord(owner: presenterOwner, path: a))
-        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
-        // B's work: its program reads the item while its presenter is asked.
-        let work = try #require(granted(engine.acquire(request(.process(20), .read(a)), resume: { _ in })))
         let proceeded = Atomic<Bool>(false)
-        engine.finishMessaging(asking.id) { proceeded.store(true, ordering: .relaxed) }
+        let (asking, work) = try settlingBehindPresentersWork(in: engine) { proceeded.store(true, ordering: .relaxed) }
         let early = proceeded.load(ordering: .relaxed)
         #expect(engine.isSettling(asking.id) && !early, "it waits for the presenter's work")
         #expect(engine.breakSettling(asking.id, revoking: [.process(30)]).isEmpty, "nobody's of those named is in its way")
@@ -90,12 +98,8 @@ import Testing
     @Test("C13 a wait for a presenter's own work abandoned does not go ahead")
     func aWaitForAPresentersWorkAbandonedDoesNotGoAhead() throws {
         let engine = CoordinationEngine()
-        let presenterOwner = CoordinatorIdentity.client(process: 20, number: 1)
-        _ = engine.addPresenter(PresenterRecord(owner: presenterOwner, path: a))
-        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
-        let work = try #require(granted(engine.acquire(request(.process(20), .read(a)), resume: { _ in })))
         let proceeded = Atomic<Bool>(false)
-        engine.finishMessaging(asking.id) { proceeded.store(true, ordering: .relaxed) }
+        let (asking, work) = try settlingBehindPresentersWork(in: engine) { proceeded.store(true, ordering: .relaxed) }
         #expect(engine.abandonSettling(asking.id))
         #expect(!engine.abandonSettling(asking.id), "once")
         engine.release(asking.id)
