@@ -18,69 +18,46 @@ import Glibc
 /// grouped by family in `Filesystem+*.swift`; the C trampolines are all in `FuseBridge.swift`.
 public final class Filesystem: @unchecked Sendable {
     public let configuration: MountConfiguration
-    public let domain: CoordinationDomain
-    /// `domain.engine`, held directly: reached through the domain, the compiler retained and
-    /// released it around every grant and release.
-    let engine: CoordinationEngine
+    /// Takes the items of the requests the handlers name, and hands them their claims.
+    let coordinator: MountCoordinator
     let inodes: InodeTable
     let files: OpenFileTable
     /// Kernel passthrough of open files; nil when the configuration does not use it.
     let passthrough: KernelPassthrough?
-    /// The mount point as the engine names items: presenters see paths under it.
-    let mountRoot: ItemPath
-    let logger = Logger(label: "org.coordfs.mount")
-    let waitingRequests = WaitingRequests()
-    /// The device whose items the kernel may keep long (`timeout(onDevice:)`): the backing
-    /// directory's, once `watchBacking` watches it; none again if the watch cannot cover every
-    /// directory (`stopKeepingLong`).
-    private let watched = Atomic<UInt64>(.max)
-    var watchedDevice: UInt64 { watched.load(ordering: .relaxed) }
-    let watchedTimeout: Double
-    let unwatchedTimeout: Double
     let statistics: MountStatistics
-    /// Files whose writes behind the mount are seen as they are made: the kernel keeps their
-    /// attributes long (`attributeTimeout(for:of:readSince:)`).
-    let watchedWrites: WatchedWrites
-    /// Waiting requests whose wait must end early: under a kernel lock, for a settled file,
-    /// past the break time (`WaitWatch`).
-    let waitWatch: WaitWatch
-    /// Opens that went ahead by a break, which cover their processes' next calls on their items.
-    let brokenOpens = BrokenOpens()
-    /// Shut for the names of the files held open under gated grants (`NameGates`).
-    let nameGates = NameGates()
+    /// How long the kernel keeps names and attributes.
+    let cacheTimes: KernelCacheTimes
     /// The FUSE session once mounted: its io_uring queues serve it, named by its descriptor.
     let session = Atomic<UnsafeMutableRawPointer?>(nil)
-    let packageMarkers: PackageMarkers
-    let directoryContexts = DirectoryContexts()
-    /// Created items are given to the caller (we can only when running as root).
-    let givesOwnership = geteuid() == 0
-    /// The filesystems under the mount, the backing's own and those mounted inside it.
-    let filesystems: BackingFilesystems
+    let backing: BackingDirectory
     /// What is kept of content the mount replaces, and which writes are stale (nil: none).
     let versions: MountVersions?
-    /// `-o noatime` for the backing files.
-    let accessTimes: AccessTimes
-    /// `configuration.isDirsync` and `isSynchronous`, read once: every change of names asks
-    /// (`Filesystem+Synchronous.swift`).
-    let syncsNames: Bool
-    let isSynchronous: Bool
-    /// The backing directory on its own mount, held while a `noatime` mount reads a private
-    /// copy of it (`AccessTimes.openBacking`); -1 otherwise.
-    private let backingPin: Int32
-    /// Requests about items on a filesystem that is not local, mounted inside the (local)
-    /// backing directory, go to the io_uring lanes (`laneRequests`).
-    let lanesByItem: Bool
-    /// The nice value libfuse's workers run at (`MountSession.run`).
-    let workerNice = Atomic<Int32>(0)
-    /// The process's open-file limit, raised to the hard limit at mount (`DescriptorLimit`).
-    let openFileLimit: Int
+    /// `sync` and `dirsync`, read once: every change of names asks (`Filesystem+Synchronous.swift`).
+    let synchronicity: Synchronicity
     /// The delegations of a host of a shared store (`--cluster`): set before the session runs.
-    public var delegations: (any HostDelegations)?
+    public var delegations: (any HostDelegations)? {
+        get { coordinator.delegations }
+        set { coordinator.delegations = newValue }
+    }
     /// The mount's items as a host of a store shared with other hosts sees them: the backing
     /// directory, at the mount point.
-    public var store: SharedStore { sharedStore! }
-    /// Set once, at the end of `init` (its targets are the mount's own, packages and all).
-    private var sharedStore: SharedStore?
+    public var store: SharedStore { coordinator.store }
+    public var domain: CoordinationDomain { coordinator.domain }
+    var engine: CoordinationEngine { coordinator.engine }
+    /// How the mount's items are named to the engine.
+    var targets: ItemTargets { coordinator.targets }
+    /// The mount point as the engine names items: presenters see paths under it.
+    var mountRoot: ItemPath { coordinator.targets.root }
+    /// Whether this mount sees every change to its backing directory itself: its watch covers a
+    /// local filesystem, which no other machine mounts, so other hosts' changes come through it.
+    public var seesChangesBehind: Bool { watchedDevice != .max }
+    var watchedDevice: UInt64 { cacheTimes.watchedDevice }
+    var unwatchedTimeout: Double { cacheTimes.unwatchedTimeout }
+    var watchedWrites: WatchedWrites { cacheTimes.watchedWrites }
+    var filesystems: BackingFilesystems { backing.filesystems }
+    var accessTimes: AccessTimes { backing.accessTimes }
+    var logger: Logger { Self.logger }
+    static let logger = Logger(label: "org.coordfs.mount")
     /// The control socket's path, answered as `user.coordfs.socket` on every item.
     var socketPath: String? {
         get { socket.withLock { $0 } }
@@ -91,34 +68,25 @@ public final class Filesystem: @unchecked Sendable {
     /// Opens the backing directory; the mount point must be canonical.
     public init(configuration: MountConfiguration, domain: CoordinationDomain) throws {
         self.configuration = configuration
-        self.domain = domain
-        engine = domain.engine
         statistics = MountStatistics()
-        watchedWrites = WatchedWrites(statistics: statistics)
+        cacheTimes = KernelCacheTimes(cacheTimeout: configuration.cacheTimeout, statistics: statistics)
         ownership = OwnershipSetting(configuration.ownershipView)
         guard let root = ItemPath(configuration.mountPoint) else {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
-        mountRoot = root
-        watchedTimeout = configuration.cacheTimeout ?? 86_400
-        unwatchedTimeout = configuration.cacheTimeout ?? 1
-        packageMarkers = PackageMarkers(lifetimeMilliseconds: Int64((configuration.cacheTimeout ?? 1) * 1000))
         passthrough = configuration.kernelPassthrough && !configuration.writebackCache ? KernelPassthrough() : nil
-        syncsNames = configuration.isDirsync
-        isSynchronous = configuration.isSynchronous
+        synchronicity = Synchronicity(names: configuration.isDirsync, everything: configuration.isSynchronous)
         // (`self.logger` cannot be reached before every property is set.)
         let (fd, pin, accessTimes) = AccessTimes.openBacking(configuration) {
             Logger(label: "org.coordfs.mount").notice("\($0)")
         }
         guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(Errno.current)") }
-        (backingPin, self.accessTimes) = (pin, accessTimes)
         var info = stat()
         guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0 else {
             for open in [fd, pin] where open >= 0 { close(open) }
             throw MountError.invalid("cannot stat backing directory '\(configuration.backing)'")
         }
         let limit = DescriptorLimit.raise()
-        openFileLimit = limit
         guard let budget = DescriptorLimit.budget(configuration.descriptorBudget, under: limit) else {
             for open in [fd, pin] where open >= 0 { close(open) }
             throw MountError.invalid(DescriptorLimit.refusal(of: "a descriptor budget of \(configuration.descriptorBudget ?? 0)", under: limit))
@@ -128,11 +96,13 @@ public final class Filesystem: @unchecked Sendable {
         inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
         let perUser = configuration.openFilesPerUser ?? DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget)
         files = OpenFileTable(budget: OpenFileBudget(perUser: perUser, owner: getuid()))
-        filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
+        let filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
+        backing = BackingDirectory(filesystems: filesystems, accessTimes: accessTimes, pin: pin,
+                                   lanesByItem: configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal,
+                                   openFileLimit: limit)
         versions = Self.openVersions(configuration, root: fd)
-        lanesByItem = configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal
         let table = inodes
-        waitWatch = WaitWatch(logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
+        let waitWatch = WaitWatch(logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
                               breakTime: configuration.breakTime, lockTime: configuration.lockTime) { node, name in
             table.withFD(node, orElse: { _ in nil }) { fd -> WaitWatch.FileState? in
                 var info = stat()
@@ -140,21 +110,15 @@ public final class Filesystem: @unchecked Sendable {
                 return found == 0 ? WaitWatch.FileState(modified: info.st_mtim, changed: info.st_ctim) : nil
             }
         }
-        waitWatch.tellBroken = { [domain] paths, grants, accessor in
-            domain.tellCoordinationBroken(at: paths, grants: grants, by: accessor)
-        }
-        // Weak: a recall's task may outlive the mount by a moment.
+        let targets = ItemTargets(inodes: inodes, root: root, packageExtensions: configuration.packageExtensions,
+                                  packageMarkers: PackageMarkers(lifetimeMilliseconds: Int64((configuration.cacheTimeout ?? 1) * 1000)))
         let rootFD = fd
-        sharedStore = SharedStore(domain: domain, root: mountRoot, isDirectory: { path in
+        let store = SharedStore(domain: domain, root: root, isDirectory: { path in
             var info = stat()
             return FileSystemName.withCString(path) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-        }, target: { [weak self] path, isDirectory in
-            self?.target(path, isDirectory: isDirectory) ?? AccessTarget(path: path, isDirectory: isDirectory)
-        })
-    }
-
-    deinit {
-        if backingPin >= 0 { close(backingPin) }
+        }, target: { path, isDirectory in targets.target(path, isDirectory: isDirectory) })
+        coordinator = MountCoordinator(domain: domain, configuration: configuration, targets: targets, statistics: statistics,
+                                       filesystems: filesystems, waitWatch: waitWatch, store: store)
     }
 
     /// The versions the configuration asks for; none through a read-only mount, which replaces
@@ -178,7 +142,7 @@ public final class Filesystem: @unchecked Sendable {
         do {
             let watch = try BackingWatch(watching: configuration.backing, device: filesystems.rootDevice,
                                          byDirectory: configuration.watchesBackingByDirectory, for: self)
-            watched.store(watch.device, ordering: .relaxed)
+            cacheTimes.keepLong(on: watch.device)
             statistics.watchesBacking.store(true, ordering: .relaxed)
             // Files' own marks would count against a mark per directory's limits, and go
             // with them when all of them are removed.
@@ -203,7 +167,7 @@ public final class Filesystem: @unchecked Sendable {
     /// The watch of changes behind the mount no longer covers every directory: the kernel keeps
     /// nothing long from now on, and forgets what it kept.
     func stopKeepingLong() {
-        watched.store(.max, ordering: .relaxed)
+        cacheTimes.stopKeepingLong()
         invalidateEverything()
     }
 
@@ -222,25 +186,14 @@ public final class Filesystem: @unchecked Sendable {
         filesystems.rootReportsNothingAtClose && inode.device == filesystems.rootDevice
     }
 
-    /// How long the kernel may keep names and attributes of items on `device`: long on the
-    /// backing directory's own filesystem while the mount watches it (what changes behind the
-    /// mount is forgotten as it changes), `--cache-timeout` or a second elsewhere.
+    /// `KernelCacheTimes.timeout(onDevice:)`.
     @inline(__always)
-    func timeout(onDevice device: UInt64) -> Double {
-        device == watchedDevice ? watchedTimeout : unwatchedTimeout
-    }
+    func timeout(onDevice device: UInt64) -> Double { cacheTimes.timeout(onDevice: device) }
 
-    /// How long the kernel may keep an item's attributes: a directory's as long as its name
-    /// (they change only as names do, which the watch sees), and a file's whose writes behind
-    /// the mount are seen as they are made (`WatchedWrites`); another file's for
-    /// `--cache-timeout` or a second, since a program writing it in place behind the mount is
-    /// seen only at its close.
-    /// `readSince`: `watchedWrites.readPoint` taken before `info` was read (a file marked
-    /// after that may have been written just before its mark, and `info` not show it).
+    /// `KernelCacheTimes.attributeTimeout(for:of:readSince:)`.
     @inline(__always)
     func attributeTimeout(for info: stat, of inode: Inode, readSince: UInt64) -> Double {
-        info.st_mode & S_IFMT == S_IFDIR || watchedWrites.covers(inode, readSince: readSince)
-            ? timeout(onDevice: UInt64(info.st_dev)) : unwatchedTimeout
+        cacheTimes.attributeTimeout(for: info, of: inode, readSince: readSince)
     }
 
     /// Marks `inode`'s file for its writes behind the mount, if it is a regular file on the
@@ -250,7 +203,7 @@ public final class Filesystem: @unchecked Sendable {
     /// read point they were read after.
     @inline(__always)
     func watchWritesIfAsked(_ inode: Inode, fd: Int32, _ info: inout stat, readSince: inout UInt64) {
-        guard info.st_mode & S_IFMT == S_IFREG, inode.device == watchedDevice, watchedTimeout > unwatchedTimeout,
+        guard info.st_mode & S_IFMT == S_IFREG, inode.device == watchedDevice, cacheTimes.watchedTimeout > unwatchedTimeout,
               !watchedWrites.covers(inode) else { return }
         let (marked, ended) = watchedWrites.watch(inode, fd: fd)
         if let ended { invalidateAttributes { $0.markGeneration.load(ordering: .relaxed) == ended } }
@@ -319,7 +272,7 @@ public final class Filesystem: @unchecked Sendable {
             statistics.knownLookupMisses.add(1, ordering: .relaxed)
         }
         let (fd, info) = try inodes.openChild(named: name, in: parent)
-        guard lanesByItem else { return (inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade), info) }
+        guard backing.lanesByItem else { return (inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade), info) }
         // Looked at before `remember`, which may close `fd`.
         let filesystem = filesystems.look(atDevice: UInt64(info.st_dev), of: fd)
         let inode = inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade)
@@ -338,7 +291,7 @@ public final class Filesystem: @unchecked Sendable {
         cfs_ring_lane_node(device, inode.id)
         if parent.device != inode.device { cfs_ring_lane_node(device, parent.id) }
         if firstOnItsFilesystem && cfs_ring_facts(device).queues > 0 {
-            logger.notice("a filesystem that is not local is mounted at '\(relativePath(inode))': lane threads serve its requests")
+            logger.notice("a filesystem that is not local is mounted at '\(targets.relativePath(inode))': lane threads serve its requests")
         }
     }
 }

@@ -25,6 +25,8 @@ final class MountStatistics: Sendable {
     /// mount watches for them.
     let changesBehind = Atomic<Int>(0)
     let watchesBacking = Atomic<Bool>(false)
+    /// The nice value libfuse's workers run at (`MountSession.run`).
+    let workerNice = Atomic<Int32>(0)
     /// Directories marked by a watch of one mark per directory (0 with a filesystem's mark).
     let watchedDirectories = Atomic<Int>(0)
     let timedOut = Atomic<Int>(0)

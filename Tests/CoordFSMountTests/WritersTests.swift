@@ -50,7 +50,7 @@ import Glibc
 
     @Test func anOpenWithoutOTruncOrOAppendWritesInPlace() {
         func open(_ flags: Int32, writes: Bool = true) -> OpenFile {
-            OpenFile(fd: -1, inode: inode(), claim: nil, created: false, writes: writes, flags: flags)
+            OpenFile(fd: -1, inode: inode(), created: false, writes: writes, flags: flags)
         }
         #expect(open(O_RDWR).writesInPlace && open(O_WRONLY | O_CREAT).writesInPlace)
         #expect(!open(O_WRONLY | O_TRUNC).writesInPlace && !open(O_WRONLY | O_APPEND).writesInPlace)

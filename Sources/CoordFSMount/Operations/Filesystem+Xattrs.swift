@@ -66,10 +66,10 @@ extension Filesystem {
 
     private func changeAttribute(_ reply: consuming Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        coordinate(reply, ItemIntent(kind: .writing(.contentIndependentMetadataOnly), node: inode,
+        coordinator.coordinate(reply, ItemIntent(kind: .writing(.contentIndependentMetadataOnly), node: inode,
                                   isDirectory: inode.isDirectory), forTheCall: true) { reply, claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
-            self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
+            claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
             if let failure = failure ?? self.syncAttributes(of: inode) { reply.error(failure) } else { reply.ok() }
         }
     }
@@ -96,19 +96,19 @@ extension Filesystem {
         case "user.coordfs.stats":
             let ring = cfs_ring_facts(device)
             return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
-                + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(openFileLimit),\"open_files\":\(files.count),"
+                + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(backing.openFileLimit),\"open_files\":\(files.count),"
                 + "\"open_files_per_user\":\(files.budget.perUser),\"socket_holds\":\(domain.accessorHolds.holds),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
-                + "\"kernel_lock_breaks\":\(waitWatch.kernelLockBreaks.load(ordering: .relaxed)),"
-                + "\"lock_time_breaks\":\(waitWatch.lockTimeBreaks.load(ordering: .relaxed)),\"lock_time_waived\":\(waitWatch.lockTimeWaived.load(ordering: .relaxed)),\"holds_revoked\":\(waitWatch.holdsRevoked.load(ordering: .relaxed)),"
+                + "\"kernel_lock_breaks\":\(coordinator.waitWatch.kernelLockBreaks.load(ordering: .relaxed)),"
+                + "\"lock_time_breaks\":\(coordinator.waitWatch.lockTimeBreaks.load(ordering: .relaxed)),\"lock_time_waived\":\(coordinator.waitWatch.lockTimeWaived.load(ordering: .relaxed)),\"holds_revoked\":\(coordinator.waitWatch.holdsRevoked.load(ordering: .relaxed)),"
                 + "\"versions_kept\":\(versions?.kept.load(ordering: .relaxed) ?? 0),\"versions_not_kept\":\(versions?.notKept.load(ordering: .relaxed) ?? 0),"
                 + "\"lost_updates\":\(versions?.conflicts.load(ordering: .relaxed) ?? 0),\"stale_writes_refused\":\(versions?.refused.load(ordering: .relaxed) ?? 0),"
                 + "\"version_bytes\":\(versions?.store.totalBytes ?? 0),"
-                + "\"lease_breaks\":\(waitWatch.leaseBreaks.load(ordering: .relaxed)),"
+                + "\"lease_breaks\":\(coordinator.waitWatch.leaseBreaks.load(ordering: .relaxed)),"
                 + "\"ring_requests\":\(ring.served),\"ring_lane_requests\":\(ring.laned),\"ring_direct_reads\":\(ring.direct_reads),"
                 + "\"ring_lanes_all\":\(ring.lanes_all),\"ring_lane_nodes\":\(ring.lane_nodes),"
-                + "\"serve_nice\":\(ring.queues > 0 ? ring.queue_nice : workerNice.load(ordering: .relaxed))}"
+                + "\"serve_nice\":\(ring.queues > 0 ? ring.queue_nice : statistics.workerNice.load(ordering: .relaxed))}"
         default: return nil
         }
     }

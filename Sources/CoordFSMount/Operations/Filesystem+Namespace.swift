@@ -18,23 +18,23 @@ extension Filesystem {
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
-        coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
+        coordinator.coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
                    forTheCall: true) { [self] reply, claim in
             do {
                 try CallerUmask.applying(reply.caller.umask) { () throws(Errno) in try inodes.withFD(parent) { fd throws(Errno) in try make(fd) } }
-                namespaceChanged(name: name, directory: false)
+                targets.namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.caller, parent: parent, name: name, mode: mode)
                 if let failure = syncNames(in: parent) {
-                    end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                    claim.end(IntentOutcome(existedBefore: false, existsAfter: true))
                     return reply.error(failure)
                 }
                 let readPoint = watchedWrites.readPoint
                 let (inode, info) = try lookupNode(parent, name, justMade: true)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                claim.end(IntentOutcome(existedBefore: false, existsAfter: true))
                 reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
                             attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
             } catch {
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
+                claim.end(IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
             }
         }
@@ -61,7 +61,7 @@ extension Filesystem {
     func link(_ reply: consuming Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
-        coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
+        coordinator.coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
                    forTheCall: true) { [self] reply, claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
@@ -69,18 +69,18 @@ extension Filesystem {
                         _ = try check(FileSystemName.withCString(name) { linkat(AT_FDCWD, procPath(inodeFD), parentFD, $0, AT_SYMLINK_FOLLOW) })
                     }
                 }
-                namespaceChanged(name: name, directory: false)
+                targets.namespaceChanged(name: name, directory: false)
                 if let failure = syncNames(in: parent) {
-                    end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                    claim.end(IntentOutcome(existedBefore: false, existsAfter: true))
                     return reply.error(failure)
                 }
                 let (linked, info) = try lookupNode(parent, name)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: true))
+                claim.end(IntentOutcome(existedBefore: false, existsAfter: true))
                 // Kept a short time: the kernel takes a link's reply whatever it was told to
                 // forget meanwhile (a write behind the mount just then would be lost for long).
                 reply.entry(linked, shown(info), timeout: timeout(onDevice: linked.device), attributeTimeout: unwatchedTimeout)
             } catch {
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
+                claim.end(IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
             }
         }
@@ -92,7 +92,7 @@ extension Filesystem {
         // Programs reading the item through open files read on what they opened, as on any
         // Linux filesystem: they do not keep its directory locked (docs/mount.md, the kernel's
         // locks). A writer's work would be lost: it is waited for.
-        coordinate(reply, ItemIntent(kind: .writing([.forDeleting, .passesOpenReads]), node: parent, name: name, isDirectory: directory),
+        coordinator.coordinate(reply, ItemIntent(kind: .writing([.forDeleting, .passesOpenReads]), node: parent, name: name, isDirectory: directory),
                    forTheCall: true) { reply, claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 // A file's last name: its inode goes to the store first, as a version.
@@ -104,7 +104,7 @@ extension Filesystem {
                    FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
                    info.st_size > 0 || self.inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
                        .map({ $0.writers.load(ordering: .relaxed) != 0 }) == true,
-                   case .success(let kept) = self.keepBeforeReplacing(name, in: fd, item: self.relativePath(parent, name), info,
+                   case .success(let kept) = self.keepBeforeReplacing(name, in: fd, item: self.targets.relativePath(parent, name), info,
                                                                       deleting: true, by: caller) {
                     version = kept
                 }
@@ -112,14 +112,14 @@ extension Filesystem {
                 let failure = FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
                 if failure != nil { self.takeBack(version) }
                 if failure == nil, let version, version.conflict { self.tellConflict(version, by: caller) }
-                if failure == nil, !directory { self.versions?.changed(self.relativePath(parent, name)) }
+                if failure == nil, !directory { self.versions?.changed(self.targets.relativePath(parent, name)) }
                 return failure
             }
             if failure == nil {
-                self.namespaceChanged(name: name, directory: directory)
-                self.revokePassedHolds(claim)
+                self.targets.namespaceChanged(name: name, directory: directory)
+                claim.revokePassed()
             }
-            self.end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
+            claim.end(IntentOutcome(existedBefore: true, existsAfter: failure != nil, changed: false))
             if let failure = failure ?? self.syncNames(in: parent) { reply.error(failure) } else { reply.ok() }
         }
     }
@@ -157,9 +157,9 @@ extension Filesystem {
         let replacedItself = destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
         // A file renamed over another (an atomic save) replaces its content: kept as a version.
         let mayReplace = !exchange && flags & CFS_RENAME_NOREPLACE == 0 && versions != nil
-        coordinate(reply, source, and: destination, forTheCall: true) { [self] reply, claim in
+        coordinator.coordinate(reply, source, and: destination, forTheCall: true) { [self] reply, claim in
             var version: VersionRecord?
-            let destinationItem = mayReplace ? relativePath(newParent, newName) : ""
+            let destinationItem = mayReplace ? targets.relativePath(newParent, newName) : ""
             // Who replaces, found once: for the version kept and for what it then has seen.
             let writer = mayReplace ? versionWriter(caller) : nil
             var replaces = false
@@ -185,12 +185,12 @@ extension Filesystem {
                 }
             }
             if let failure = renameFailure {
-                end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
-                                      IntentOutcome(existedBefore: destinationExisted, existsAfter: destinationExisted, changed: false)])
+                claim.end([IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
+                           IntentOutcome(existedBefore: destinationExisted, existsAfter: destinationExisted, changed: false)])
                 return reply.error(failure)
             }
-            namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
-            revokePassedHolds(claim)
+            targets.namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
+            claim.revokePassed()
             if replaces, let versions {
                 // A change of the item, which the writer has seen as the rename left it (its
                 // change time moved); a conflict is told once the rename is done.
@@ -215,14 +215,13 @@ extension Filesystem {
                     inodes.moved(other.id, from: (newParent.id, newName), to: parent.id, name: name)
                 }
                 // Both items changed place; told as changes of both paths.
-                end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
-                                      IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
-            } else if let claim {
-                // The paths as granted (C11); the destination is now what the source was.
-                let granted = claim.intents
-                reportMove(claim, from: granted[0].target, to: target(granted[1].path, isDirectory: sourceIsDirectory))
-                end(claim, outcomes: [IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
-                                      IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
+                claim.end([IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
+                           IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
+            } else {
+                // The destination is now what the source was.
+                claim.reportRename(sourceIsDirectory: sourceIsDirectory)
+                claim.end([IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
+                           IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
             }
             if let failure = syncNames(in: parent, and: newParent) { return reply.error(failure) }
             reply.ok()

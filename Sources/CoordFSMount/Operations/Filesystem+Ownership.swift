@@ -29,7 +29,7 @@ extension Filesystem {
     /// (`group`, the one it ends with). Nothing when the daemon does not run as root or the
     /// caller is root.
     func giveToCaller(_ ctx: RequestCaller, parent: Inode, _ chown: (Int32, uid_t, gid_t, gid_t) -> Void) {
-        guard givesOwnership else { return }
+        guard backing.givesOwnership else { return }
         if ctx.uid == 0 && ctx.gid == 0 { return }
         inodes.withFD(parent, orElse: { _ in }) { fd in
             var parentInfo = stat()

@@ -131,22 +131,22 @@ extension Filesystem {
         // otherwise it would wait for the others' opens (root's SQLite fchowns the `-wal` and
         // `-shm` another connection keeps open), up to the break time.
         if change.size == nil, inode.writers.load(ordering: .relaxed) != 0,
-           let process = callingProcess(reply.caller, now: coarseMilliseconds()), inode.isWritten(by: process) {
+           let process = coordinator.callingProcess(reply.caller, now: coarseMilliseconds()), inode.isWritten(by: process) {
             statistics.coordinated.add()
             statistics.coveredByOwnOpen.add(1, ordering: .relaxed)
-            return apply(change, inode, open, reply, claim: nil)
+            return apply(change, inode, open, reply, claim: MountClaim(nil, coordinator))
         }
         // A truncation may free a big file's blocks, for as long as the disk takes: it does not
         // pass the quiet gate, whose next closer would wait for it. The kernel keeps the inode
         // locked meanwhile, as for every setattr: every write of the file waits behind it.
-        coordinate(reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory, inodeLocked: true),
+        coordinator.coordinate(reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory, inodeLocked: true),
                    forTheCall: change.size == nil) { [self] reply, claim in
             apply(change, inode, open, reply, claim: claim)
         }
     }
 
     /// Makes `change` (of the file's `open`, if it came through one) and answers the request.
-    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: consuming Reply, claim: Claim?) {
+    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: consuming Reply, claim: consuming MountClaim) {
         let readPoint = watchedWrites.readPoint
         let caller = reply.caller
         do {
@@ -167,11 +167,11 @@ extension Filesystem {
                 }
                 return try statOf(fd)
             }
-            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
+            claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: true))
             if let failure = syncAttributes(of: inode, through: open) { return reply.error(failure) }
             reply.attr(shown(info), timeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
         } catch {
-            end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+            claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
             reply.error(error)
         }
     }

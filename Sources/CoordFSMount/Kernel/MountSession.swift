@@ -92,11 +92,11 @@ public final class MountSession: @unchecked Sendable {
                 let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
                                            domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
                                            root: filesystem.mountRoot.string)
-                server.claimGate = filesystem.claimGate
+                server.claimGate = filesystem.coordinator.claimGate
                 // Its holds wait as the mount's requests do: as long, and past other users'
                 // holds at the break time.
                 server.waitTimeout = filesystem.configuration.waitTimeout
-                server.holdWaits = filesystem.socketHoldWaits
+                server.holdWaits = filesystem.coordinator.socketHoldWaits
                 server.versions = filesystem.versions?.store
                 server.remount = { [weak filesystem = self.filesystem] options in
                     guard let filesystem else { return "the mount is gone" }
@@ -150,7 +150,7 @@ public final class MountSession: @unchecked Sendable {
         // libfuse's workers start from this thread and from each other, and keep its value;
         // restored after, for a caller that runs a mount on a thread of its own.
         let nice = filesystem.configuration.serveNice, before = cfs_thread_nice()
-        filesystem.workerNice.store(nice != 0 ? cfs_set_thread_nice(nice) : before, ordering: .relaxed)
+        filesystem.statistics.workerNice.store(nice != 0 ? cfs_set_thread_nice(nice) : before, ordering: .relaxed)
         // Modes are the caller's: the kernel has applied the caller's umask to every mode it
         // sends, and the daemon's own must not be applied again (it made 0662 under umask 0
         // 0640). The serving threads get a filesystem context of their own with umask 0, so the

@@ -16,88 +16,115 @@ extension Filesystem {
         let wanted = ItemIntent(kind: Self.openKind(flags, ofALog: inode.appenders.load(ordering: .relaxed) > 0,
                                                     withOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed)),
                                 node: inode, isDirectory: false)
-        let appends = wanted.kind == .writing(.appendingOnly)
-        let writes = wanted.kind.isWrite
-        let info = request.info
         let caller = reply.caller
-        let user = caller.uid
-        guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
-        coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
+        guard files.budget.hasRoom(for: caller.uid) else { return reply.error(EMFILE) }
+        coordinator.coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
             // On a host of a shared store, stamped first: as it was granted.
-            let shared = sharedOpen(wanted, writes: writes, claim: claim, caller)
-            // Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT
-            // becomes the kernel's direct_io for this open: the mount's buffers are not aligned
-            // for an O_DIRECT backing file.
-            // The place first: refused after the backing open, an O_TRUNC open would have
-            // emptied the file for nothing.
-            guard let place = files.budget.take(for: user) else {
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
-                return reply.error(EMFILE)
-            }
-            // errno is read inside: releasing the pin may touch it.
-            let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
-                if writes, let refusal = refusingReplaced(inodeFD) { return (-1, refusal) }
-                // What the truncation is about to throw away, kept first (or a stale write refused).
-                if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) { return (-1, refusal) }
-                let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) {
-                    Glibc.open(procPath(inodeFD), $0)
+            let shared = coordinator.sharedOpen(wanted, writes: wanted.kind.isWrite, claim: claim, caller)
+            switch openBacking(inode, flags, writes: wanted.kind.isWrite, shared: shared, caller) {
+            case .failure(let failure):
+                claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: failure.truncated))
+                reply.error(failure.errno)
+            case .success(let backing):
+                let file = openFile(backing, inode, wanted.kind, flags, created: false, claim, caller)
+                if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
+                file.writeCover = shared?.cover
+                if versions != nil {
+                    if flags & O_ACCMODE != O_WRONLY { noteRead(inode, backing.fd, by: caller) }
+                    if wanted.kind.isWrite { file.versionReader = versionReader(caller) }
                 }
-                return (fd, fd == -1 ? Errno.current : nil)
+                // Its writes are the mount's now, each reported if it stayed marked; the kernel
+                // keeps its attributes a short time again.
+                if file.writesThroughTheKernel && watchedWrites.unwatch(inode, fd: backing.fd) { invalidateAttributes(of: inode) }
+                let handle = files.insert(file, in: backing.place)
+                if case .backed(let id, _) = backing.mode {
+                    // Already served from a backing file: the bits go now instead of at the first write.
+                    if backing.keepsBits { dropPrivilegeBits(backing.fd, of: inode, clearedFor: caller) }
+                    return reply.open(request.info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
+                }
+                reply.open(request.info, handle: handle, keepCache: !backing.direct && unchangedSinceLastOpen(inode, backing.fd),
+                           directIO: backing.direct, noFlush: sendsNoFlush(inode))
             }
-            if let failure = openFailure {
-                files.budget.giveBack(place)
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
-                return reply.error(failure)
-            }
-            func giveUp(_ reply: consuming Reply, _ failure: Errno) {
-                files.budget.giveBack(place)
-                close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: flags & O_TRUNC != 0))
-                reply.error(failure)
-            }
-            let unprivileged = !caller.mayKeepPrivilegeBits
-            if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd, of: inode, clearedFor: caller) }
-            if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(reply, failure) }
-            // Writes that clear bits must reach the mount: the kernel writes a backing file with
-            // the daemon's rights (CAP_FSETID), which keep them (`privilegeBits`).
-            let keepsBits = writes && unprivileged && hasPrivilegeBits(fd, clearedFor: caller)
-            let mode: KernelPassthrough.Mode
-            do throws(Errno) { mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits || !mayPassThrough(shared)) } catch {
-                return giveUp(reply, error)
-            }
-            let direct = mode == .cached && flags & CFS_O_DIRECT != 0
-            let file = OpenFile(fd: fd, inode: inode, claim: claim, created: false, passthrough: mode != .cached, writes: writes,
-                                writer: writes ? writer(of: claim, reply) : 0, opener: writes ? openingProcess(caller) : 0,
-                                directIO: direct, flags: flags, appends: appends && claim != nil)
-            if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
-            file.writeCover = shared?.cover
-            noteBrokenOpen(file, claim, caller)
-            if versions != nil {
-                if flags & O_ACCMODE != O_WRONLY { noteRead(inode, fd, by: caller) }
-                if writes { file.versionReader = versionReader(caller) }
-            }
-            // Its writes are the mount's now, each reported if it stayed marked; the kernel
-            // keeps its attributes a short time again.
-            if file.writesThroughTheKernel && watchedWrites.unwatch(inode, fd: fd) { invalidateAttributes(of: inode) }
-            let handle = files.insert(file, in: place)
-            if case .backed(let id, _) = mode {
-                // Already served from a backing file: the bits go now instead of at the first write.
-                if keepsBits { dropPrivilegeBits(fd, of: inode, clearedFor: caller) }
-                return reply.open(info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
-            }
-            reply.open(info, handle: handle, keepCache: !direct && unchangedSinceLastOpen(inode, fd), directIO: direct,
-                       noFlush: sendsNoFlush(inode))
         }
     }
 
-    /// An open that went ahead by a break (`WaitWatch`) holds nothing. Until its release it
-    /// covers its process's next calls on the item (`BrokenOpens`): they would otherwise wait
-    /// the break time again for the holders it already went past (root's SQLite opens a file,
-    /// then fchowns it).
-    private func noteBrokenOpen(_ file: OpenFile, _ claim: Claim?, _ caller: RequestCaller) {
-        guard case .waited(let access)? = claim, access.wentAheadHoldingNothing, let intent = access.grantedIntents.first,
-              let process = callingProcess(caller, now: coarseMilliseconds()) else { return }
-        file.brokenOpen = (process, brokenOpens.add(process, intent.path, writes: intent.kind.isWrite))
+    /// A backing file opened for an open or a create, with its place in its user's share.
+    private struct OpenedBacking {
+        var fd: Int32
+        var place: OpenFileBudget.Place
+        var mode: KernelPassthrough.Mode
+        /// Served as the kernel's direct_io (O_DIRECT without passthrough).
+        var direct: Bool
+        /// Writes by the caller must clear setuid or setgid, which the kernel would keep.
+        var keepsBits = false
+        /// A create that made the file itself (and may take it back).
+        var made = false
+    }
+
+    /// Why an open or a create failed: whether an open had truncated the file by then, whether
+    /// a create left a file (made behind the mount, or not taken back).
+    private struct OpenFailure: Error {
+        var errno: Errno
+        var truncated = false
+        var leftFile = false
+    }
+
+    /// Opens the backing file for an open of `inode` with `flags`: its place first (refused
+    /// after the backing open, an O_TRUNC open would have emptied the file for nothing), then
+    /// the file, kept as a version first if the open truncates it (or refused as a stale write).
+    /// Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT becomes
+    /// the kernel's direct_io: the mount's buffers are not aligned for an O_DIRECT backing file.
+    private func openBacking(_ inode: Inode, _ flags: Int32, writes: Bool, shared: MountCoordinator.SharedOpen?,
+                             _ caller: RequestCaller) -> Result<OpenedBacking, OpenFailure> {
+        guard let place = files.budget.take(for: caller.uid) else { return .failure(OpenFailure(errno: Errno(code: EMFILE))) }
+        // errno is read inside: releasing the pin may touch it.
+        let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
+            if writes, let refusal = refusingReplaced(inodeFD) { return (-1, refusal) }
+            if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) { return (-1, refusal) }
+            let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
+            return (fd, fd == -1 ? Errno.current : nil)
+        }
+        if let openFailure {
+            files.budget.giveBack(place)
+            return .failure(OpenFailure(errno: openFailure))
+        }
+        func giveUp(_ failure: Errno) -> Result<OpenedBacking, OpenFailure> {
+            files.budget.giveBack(place)
+            close(fd)
+            return .failure(OpenFailure(errno: failure, truncated: flags & O_TRUNC != 0))
+        }
+        let unprivileged = !caller.mayKeepPrivilegeBits
+        if flags & O_TRUNC != 0 && unprivileged { dropPrivilegeBits(fd, of: inode, clearedFor: caller) }
+        if flags & O_TRUNC != 0, let failure = syncData(of: fd) { return giveUp(failure) }
+        // Writes that clear bits must reach the mount: the kernel writes a backing file with
+        // the daemon's rights (CAP_FSETID), which keep them (`privilegeBits`).
+        let keepsBits = writes && unprivileged && hasPrivilegeBits(fd, clearedFor: caller)
+        do throws(Errno) {
+            let mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits || !coordinator.mayPassThrough(shared))
+            return .success(OpenedBacking(fd: fd, place: place, mode: mode, direct: mode == .cached && flags & CFS_O_DIRECT != 0,
+                                          keepsBits: keepsBits))
+        } catch {
+            return giveUp(error)
+        }
+    }
+
+    /// The open file of an open or a create, keeping `claim` until its release. An open that
+    /// went ahead by a break (`WaitWatch`) holds nothing: until its release it covers its
+    /// process's next calls on the item (`BrokenOpens`), which would otherwise wait the break
+    /// time again for the holders it already went past (root's SQLite opens a file, then
+    /// fchowns it).
+    private func openFile(_ backing: OpenedBacking, _ inode: Inode, _ kind: AccessKind, _ flags: Int32, created: Bool,
+                          _ claim: consuming MountClaim, _ caller: RequestCaller) -> OpenFile {
+        let writes = kind.isWrite
+        let wentAhead = claim.wentAheadByBreak
+        let file = OpenFile(fd: backing.fd, inode: inode, created: created, passthrough: backing.mode != .cached, writes: writes,
+                            writer: writes ? writer(of: claim, caller) : 0, opener: writes ? openingProcess(caller) : 0,
+                            directIO: backing.direct, flags: flags, appends: kind == .writing(.appendingOnly) && claim.holds,
+                            claim: claim.keptOpen())
+        if let intent = wentAhead, let process = coordinator.callingProcess(caller, now: coarseMilliseconds()) {
+            file.brokenOpen = (process, coordinator.brokenOpens.add(process, intent.path, writes: intent.kind.isWrite))
+        }
+        return file
     }
 
     /// Flags a backing file keeps and every open served from it would feel.
@@ -172,75 +199,78 @@ extension Filesystem {
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
         if name == "/" { return tmpfile(reply, parent, mode, request) }
         let flags = backingFlags(request.flags)
-        let info = request.info
-        // With passthrough the new file is opened read-write when its flags would not reach other
-        // opens through a shared backing file: it then is the backing file, with no second open.
-        let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
         // A write on the new item; it stays held as the open's intent: an appending one for an
         // O_APPEND open (a log a program creates is readable while it appends, U1), one that
         // excludes everyone for O_TRUNC, else a write in place (`createKind`).
         let kind = Self.createKind(flags)
         let caller = reply.caller
-        let user = caller.uid
-        guard files.budget.hasRoom(for: user) else { return reply.error(EMFILE) }
+        guard files.budget.hasRoom(for: caller.uid) else { return reply.error(EMFILE) }
         let wanted = ItemIntent(kind: kind, node: parent, name: name, isDirectory: false)
-        coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
+        coordinator.coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
             // On a host of a shared store, stamped first: as it was granted.
-            let shared = sharedOpen(wanted, writes: true, claim: claim, caller)
-            // The place first: refused after the open, a file made behind the mount and opened
-            // with O_TRUNC would have been emptied for nothing.
-            guard let place = files.budget.take(for: user) else {
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
-                return reply.error(EMFILE)
-            }
-            // `backing`: opened read-write to serve as the backing file. Made exclusively, so that
-            // a failure after it can take back a file this create made (and only such a file): one
-            // made behind the mount meanwhile is opened as it is.
-            let (fd, createFailure, backing, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
-                let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
-                let item = versions == nil ? "" : relativePath(parent, name)
-                if sharesBacking {
-                    let (fd, made, refusal) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0,
-                                                      for: caller, item: item)
-                    if let refusal { return (-1, refusal, false, false) }
-                    if fd >= 0 { return (fd, nil, true, made) }
-                }
-                let (fd, made, refusal) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller, item: item)
-                if let refusal { return (-1, refusal, false, false) }
-                return (fd, fd == -1 ? Errno.current : nil, false, made)
-            }
-            if let failure = createFailure {
-                files.budget.giveBack(place)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: false))
-                return reply.error(failure)
-            }
-            namespaceChanged(name: name, directory: false)
-            giveToCaller(reply.caller, parent: parent, name: name, mode: mode)
-            do {
-                if let failure = syncNames(in: parent) { throw failure }
-                let (inode, attributes) = try lookupNode(parent, name, justMade: made)
-                let mode = try beginPassthrough(inode, writes: true, prefersCached: !mayPassThrough(shared), openedReadWrite: backing ? fd : nil)
-                let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
-                let direct = backingID == nil && flags & CFS_O_DIRECT != 0
-                let file = OpenFile(fd: fd, inode: inode, claim: claim, created: true, passthrough: mode != .cached, writes: true,
-                                    writer: writer(of: claim, reply), opener: openingProcess(caller), directIO: direct, flags: flags,
-                                    appends: kind == .writing(.appendingOnly) && claim != nil)
-                file.versionReader = versionReader(reply.caller)
+            let shared = coordinator.sharedOpen(wanted, writes: true, claim: claim, caller)
+            switch createBacking(name, in: parent, flags, mode, shared: shared, caller) {
+            case .failure(let failure):
+                claim.end(IntentOutcome(existedBefore: false, existsAfter: failure.leftFile))
+                reply.error(failure.errno)
+            case .success(let (backing, inode, attributes)):
+                let file = openFile(backing, inode, kind, flags, created: true, claim, caller)
+                file.versionReader = versionReader(caller)
                 file.writeCover = shared?.cover
-                noteBrokenOpen(file, claim, caller)
                 // A file that was there already, marked: as an open's. (A create's reply, which
                 // the kernel takes whatever it was told to forget meanwhile, is kept a short
                 // time: open for writing, the file is not marked anyway.)
-                if file.writesThroughTheKernel { _ = watchedWrites.unwatch(inode, fd: fd) }
-                let handle = files.insert(file, in: place)
-                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info,
-                             handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
-            } catch {
-                files.budget.giveBack(place)
-                close(fd)
-                end(claim, outcome: IntentOutcome(existedBefore: false, existsAfter: !takeBack(made, name, in: parent)))
-                reply.error(error)
+                if file.writesThroughTheKernel { _ = watchedWrites.unwatch(inode, fd: backing.fd) }
+                let handle = files.insert(file, in: backing.place)
+                let backingID: Int32? = if case .backed(let id, _) = backing.mode { id } else { nil }
+                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout,
+                             request.info, handle: handle, directIO: backing.direct, backingID: backingID, noFlush: sendsNoFlush(inode))
             }
+        }
+    }
+
+    /// Creates (or opens, when it is there already) `name` in `parent` for a create: its place
+    /// first (refused after the open, a file made behind the mount and opened with O_TRUNC
+    /// would have been emptied for nothing), then the file, then its node. With passthrough
+    /// the new file is opened read-write when its flags would not reach other opens through a
+    /// shared backing file: it then is the backing file, with no second open. Made exclusively,
+    /// so that a failure after it can take back a file this create made (and only such a
+    /// file): one made behind the mount meanwhile is opened as it is.
+    private func createBacking(_ name: String, in parent: Inode, _ flags: Int32, _ mode: mode_t,
+                               shared: MountCoordinator.SharedOpen?,
+                               _ caller: RequestCaller) -> Result<(OpenedBacking, Inode, stat), OpenFailure> {
+        guard let place = files.budget.take(for: caller.uid) else { return .failure(OpenFailure(errno: Errno(code: EMFILE))) }
+        let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
+        let (fd, createFailure, readWrite, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
+            let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
+            let item = versions == nil ? "" : targets.relativePath(parent, name)
+            if sharesBacking {
+                let (fd, made, refusal) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0,
+                                                  for: caller, item: item)
+                if let refusal { return (-1, refusal, false, false) }
+                if fd >= 0 { return (fd, nil, true, made) }
+            }
+            let (fd, made, refusal) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller, item: item)
+            if let refusal { return (-1, refusal, false, false) }
+            return (fd, fd == -1 ? Errno.current : nil, false, made)
+        }
+        if let createFailure {
+            files.budget.giveBack(place)
+            return .failure(OpenFailure(errno: createFailure))
+        }
+        targets.namespaceChanged(name: name, directory: false)
+        giveToCaller(caller, parent: parent, name: name, mode: mode)
+        do throws(Errno) {
+            if let failure = syncNames(in: parent) { throw failure }
+            let (inode, attributes) = try lookupNode(parent, name, justMade: made)
+            let mode = try beginPassthrough(inode, writes: true, prefersCached: !coordinator.mayPassThrough(shared),
+                                            openedReadWrite: readWrite ? fd : nil)
+            let direct = mode == .cached && flags & CFS_O_DIRECT != 0
+            return .success((OpenedBacking(fd: fd, place: place, mode: mode, direct: direct, made: made), inode, attributes))
+        } catch {
+            files.budget.giveBack(place)
+            close(fd)
+            return .failure(OpenFailure(errno: error, leftFile: !takeBack(made, name, in: parent)))
         }
     }
 
@@ -304,7 +334,7 @@ extension Filesystem {
             let mode = try beginPassthrough(inode, writes: true, openedReadWrite: flags & Self.flagsOfTheBackingFile == 0 ? fd : nil)
             let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
             let direct = backingID == nil && flags & CFS_O_DIRECT != 0
-            let file = OpenFile(fd: fd, inode: inode, claim: nil, created: true, passthrough: mode != .cached, writes: true,
+            let file = OpenFile(fd: fd, inode: inode, created: true, passthrough: mode != .cached, writes: true,
                                 opener: openingProcess(reply.caller), directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
             reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info,
@@ -326,7 +356,7 @@ extension Filesystem {
     func write(_ reply: consuming Reply, _ handle: UInt64, _ data: WriteData, _ offset: off_t,
                flags: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        guard admitsWrite(through: file) else { return reply.error(EIO) }
+        guard coordinator.admitsWrite(through: file) else { return reply.error(EIO) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
         let written = data.write(to: file.fd, at: offset)
         if written < 0 { return reply.error(Int32(-written)) }
@@ -355,7 +385,7 @@ extension Filesystem {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
         if file.writer != 0 { file.inode.endedWriting(by: file.writer) }
         if file.appends { file.inode.appenders.subtract(1, ordering: .relaxed) }
-        if let broken = file.brokenOpen { brokenOpens.remove(broken.token, of: broken.process) }
+        if let broken = file.brokenOpen { coordinator.brokenOpens.remove(broken.token, of: broken.process) }
         if file.writesThroughTheKernel { file.inode.endedWritingThroughTheKernel(by: file.kernelWriter) }
         var info = stat()
         let known = fstat(file.fd, &info) == 0
@@ -372,8 +402,7 @@ extension Filesystem {
             }
         }
         let outcome = IntentOutcome(existedBefore: !file.created, existsAfter: true, changed: changed)
-        guard let claim = file.claim else { return reply.ok() }
-        end(claim, outcome: outcome, thenAnswer: reply)
+        coordinator.end(file.claim, outcome: outcome, thenAnswer: reply)
     }
 
     func fsync(_ reply: consuming Reply, _ handle: UInt64, dataOnly: Bool) {
@@ -385,7 +414,7 @@ extension Filesystem {
 
     func fallocate(_ reply: consuming Reply, _ handle: UInt64, _ mode: Int32, _ offset: off_t, _ length: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        guard admitsWrite(through: file) else { return reply.error(EIO) }
+        guard coordinator.admitsWrite(through: file) else { return reply.error(EIO) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
         if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
         file.written.store(true, ordering: .relaxed)
@@ -396,7 +425,7 @@ extension Filesystem {
     func copyFileRange(_ reply: consuming Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
                        _ length: Int, _ flags: UInt32) {
         guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
-        guard admitsWrite(through: target) else { return reply.error(EIO) }
+        guard coordinator.admitsWrite(through: target) else { return reply.error(EIO) }
         dropPrivilegeBits(target.fd, of: target.inode, unlessRootCalls: reply)
         var from = inputOffset, to = outputOffset
         let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)
@@ -422,9 +451,9 @@ extension Filesystem {
     /// it); 0 when the open holds nothing.
     /// A claim off the short list may have presenters to tell at the release, when the writer
     /// may have ended: its user and command are read now (`AccessOrigins.remember`).
-    func writer(of claim: Claim?, _ reply: borrowing Reply) -> Int32 {
-        guard let claim else { return 0 }
-        let process = callingProcess(reply.caller, now: coarseMilliseconds()) ?? 0
+    func writer(of claim: borrowing MountClaim, _ caller: RequestCaller) -> Int32 {
+        guard claim.holds else { return 0 }
+        let process = coordinator.callingProcess(caller, now: coarseMilliseconds()) ?? 0
         if process != 0 && !claim.isOnShortList { AccessOrigins.remember(process) }
         return process
     }

@@ -12,11 +12,7 @@ import Glibc
 /// (`HostDelegations`): a request outside them waits for the delegation first, and one whose
 /// delegation was recalled while it took its claim gives the claim back unused and waits again.
 /// Recalls the other way come in as accesses of another host (`SharedStore.beginAccess(forHost:)`).
-extension Filesystem {
-    /// Whether this mount sees every change to its backing directory itself: its watch covers a
-    /// local filesystem, which no other machine mounts, so other hosts' changes come through it.
-    public var seesChangesBehind: Bool { watchedDevice != .max }
-
+extension MountCoordinator {
     /// A delegation a request needs: of the item it locks, below the store's root.
     struct DelegationNeed: Sendable {
         var path: String
@@ -27,36 +23,28 @@ extension Filesystem {
     /// delegations it needs are asked for; a host alone, whose delegation covers the item, goes
     /// on at once. One whose delegation is missing (or was recalled while it took its claim)
     /// gives the claim back unused and waits for it, then is coordinated again.
-    func coordinateInCluster(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent?, nonBlocking: Bool,
-                             forTheCall: Bool, _ delegations: any HostDelegations,
-                             until deadline: ContinuousClock.Instant? = nil,
-                             _ body: @escaping @Sendable (consuming Reply, Claim?) -> Void) {
-        coordinate(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, attempt: 0) { [self] reply, claim in
+    func coordinateInCluster(_ reply: consuming Reply, _ request: MountRequest, _ delegations: any HostDelegations,
+                             until deadline: ContinuousClock.Instant? = nil) {
+        let asked = MountRequest(wanted: request.wanted, other: request.other, nonBlocking: request.nonBlocking,
+                                 forTheCall: request.forTheCall, caller: request.caller) { [self] reply, claim in
             // Without a claim, what is not coordinated needs nothing: the kernel's own threads,
             // paths the mode leaves alone, an O_TMPFILE file not linked yet. (A request that
             // passed a quiet gate holds nothing either, and needs its delegation.)
-            if claim == nil && !isCoordinated(wanted, other, reply.caller) { return body(reply, claim) }
+            if !claim.holds && !isCoordinated(request.wanted, request.other, request.caller) { return request.body(reply, claim) }
             // Asked once held: a recall that came meanwhile waited for this claim (or passage)
             // only if it began after this answer.
-            let needs = delegationNeeds(wanted, other)
-            if covered(needs, by: delegations, for: claim) { return body(reply, claim) }
-            if claim != nil { statistics.takenAgain.add(1, ordering: .relaxed) }
+            let needs = delegationNeeds(request.wanted, request.other)
+            if covered(needs, by: delegations, for: claim) { return request.body(reply, claim) }
+            if claim.holds { statistics.takenAgain.add(1, ordering: .relaxed) }
             let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
-            end(claim, outcomes: other == nil ? [unchanged] : [unchanged, unchanged])
+            claim.end(request.other == nil ? [unchanged] : [unchanged, unchanged])
             let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
             // Never into the engine from here: this may run inside a quiet passage.
-            waitForDelegations(needs, delegations, reply, waits: !nonBlocking, until: deadline) { [self] reply in
-                coordinateInCluster(reply, wanted, and: other, nonBlocking: nonBlocking, forTheCall: forTheCall, delegations,
-                                    until: deadline, body)
+            waitForDelegations(needs, delegations, reply, waits: !request.nonBlocking, until: deadline) { [self] reply in
+                coordinateInCluster(reply, request, delegations, until: deadline)
             }
         }
-    }
-
-    /// Whether `coordinate` coordinates the request at all.
-    private func isCoordinated(_ wanted: ItemIntent, _ other: ItemIntent?, _ caller: RequestCaller) -> Bool {
-        if wanted.name.isEmpty && wanted.node.isUnnamed.load(ordering: .relaxed) { return false }
-        if coordinationMode(wanted, other) == .off { return false }
-        return callingProcess(caller, now: coarseMilliseconds()) != nil
+        take(reply, asked)
     }
 
     /// The delegations `wanted` (and `other`) need: of the item each locks (its outermost
@@ -64,7 +52,7 @@ extension Filesystem {
     private func delegationNeeds(_ wanted: ItemIntent, _ other: ItemIntent?) -> [DelegationNeed] {
         let now = coarseMilliseconds()
         func need(_ intent: ItemIntent) -> DelegationNeed? {
-            store.delegationNeed(intent.kind, of: target(of: intent, now: now)).map { DelegationNeed(path: $0.path, access: $0.access) }
+            store.delegationNeed(intent.kind, of: targets.target(of: intent, now: now)).map { DelegationNeed(path: $0.path, access: $0.access) }
         }
         return [need(wanted), other.flatMap(need)].compactMap { $0 }
     }
@@ -75,9 +63,9 @@ extension Filesystem {
     /// recalled or not, until its host gives it back: the recall waits for the hold, so waiting
     /// for the recall would be waiting for itself (until the break time). The identity rule of
     /// one host (C20), across hosts.
-    private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations, for claim: Claim?) -> Bool {
+    private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations, for claim: borrowing MountClaim) -> Bool {
         if needs.allSatisfy({ delegations.covers($0.path, writing: $0.access.writes) }) { return true }
-        guard case .accessor(let held, _)? = claim else { return false }
+        guard case .accessor(let held, _)? = claim.held else { return false }
         let holds = held.intents.compactMap { store.delegationNeed($0.kind, of: $0.target) }
         return needs.allSatisfy { need in
             if delegations.covers(need.path, writing: need.access.writes) { return true }
@@ -180,81 +168,8 @@ final class DelegationWait: Sendable, CancellableWait {
     func cancel() { finish(.interrupted) }
 }
 
-extension Filesystem {
+extension MountCoordinator {
     /// What holds through this mount's control socket must pass: its host's delegations, when
     /// it has any.
     var claimGate: (any ClaimGate)? { delegations.map { DelegationGate(store: store, delegations: $0) } }
-}
-
-/// Fencing writes through open files on a host of a shared store (docs/cluster.md, fencing): a
-/// write open is stamped at its grant, and each write through it lands only while the host's
-/// lease may be valid and nothing since the grant took its item away (a recall broken at the
-/// break time, a lease lost and not carried over at the rejoin). The kernel does not serve the
-/// writes of a file another host has any interest in (no passthrough): the mount must see them
-/// to refuse them.
-extension Filesystem {
-    /// An open on a host of a shared store: its item's store path, and for a write open its
-    /// cover, stamped as it was granted.
-    struct SharedOpen {
-        var path: String
-        var cover: WriteCover?
-    }
-
-    /// The store path of the item `intent` is about: what its delegation is of.
-    func storePath(of intent: ItemIntent) -> String? {
-        store.delegationNeed(intent.kind, of: target(of: intent, now: coarseMilliseconds()))?.path
-    }
-
-    /// For an open just granted (`claim`, to `caller`) on a host of a shared store: its item's
-    /// path and, if it `writes`, its cover; nil on a mount with no cluster. An open nothing
-    /// coordinates (the mode is off there, a kernel thread's) has no cover: nothing asked for
-    /// its item, and nothing takes it away.
-    func sharedOpen(_ wanted: ItemIntent, writes: Bool, claim: Claim?, _ caller: RequestCaller) -> SharedOpen? {
-        guard let delegations, let path = storePath(of: wanted) else { return nil }
-        guard writes, claim != nil || isCoordinated(wanted, nil, caller) else { return SharedOpen(path: path) }
-        let stamp = delegations.stampWrites(path)
-        if stamp == nil {
-            logger.error("cluster: '\(path.isEmpty ? "/" : path)' was opened for writing as this host lost it: writes through the open are refused (EIO)")
-        }
-        return SharedOpen(path: path, cover: WriteCover(stamp: stamp))
-    }
-
-    /// Whether the kernel may serve an open from its backing file (kernel passthrough): not
-    /// one of an item another host has any interest in, whose access may come while the file
-    /// is open. A write the kernel serves cannot be refused, and the mount would not see it.
-    /// (The first open of an inode decides for all its opens until the last is released.)
-    func mayPassThrough(_ shared: SharedOpen?) -> Bool {
-        guard let shared, let delegations else { return true }
-        return !delegations.othersInterested(in: shared.path)
-    }
-
-    /// Whether a write through `file` may land (write, fallocate, copy_file_range's output):
-    /// always but on a host of a shared store; there while its lease may be valid, and while
-    /// nothing since the open's grant has taken its item away. Refused: EIO, as NFS answers
-    /// writes under a lock lost with its lease. An open fenced so stays fenced until it is
-    /// closed: its program may not know what another host wrote meanwhile.
-    func admitsWrite(through file: OpenFile) -> Bool {
-        guard let cover = file.writeCover, let delegations else { return true }
-        func refused() -> Bool {
-            statistics.fencedWrites.add(1, ordering: .relaxed)
-            return false
-        }
-        if cover.fenced.load(ordering: .relaxed) || !delegations.mayAdmitWrites { return refused() }
-        let stamp = cover.stamp.load(ordering: .relaxed)
-        if delegations.lastCoverLoss <= stamp { return true }
-        let path = storePath(of: ItemIntent(kind: .writing([]), node: file.inode, isDirectory: false)) ?? ""
-        switch delegations.admitsWrites(path, since: stamp) {
-        case .admitted(let through):
-            // Writes judged at once move it on only forward.
-            _ = cover.stamp.max(through, ordering: .relaxed)
-            return true
-        case .suspended:
-            return refused()
-        case .fenced:
-            if !cover.fenced.exchange(true, ordering: .relaxed) {
-                logger.error("cluster: writes through an open file of '\(path.isEmpty ? "/" : path)' are refused (EIO) until it is closed: another host may have written it since it was opened")
-            }
-            return refused()
-        }
-    }
 }

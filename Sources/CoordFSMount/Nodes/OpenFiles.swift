@@ -9,7 +9,8 @@ import Synchronization
 final class OpenFile: @unchecked Sendable {
     let fd: Int32
     let inode: Inode
-    let claim: Claim?
+    /// What the open holds until its release (nothing for an open nobody coordinates).
+    let claim: OpenClaim
     /// Whether anything was written through it: its release then tells presenters.
     let written = Atomic<Bool>(false)
     /// Whether it was created by this open (for the notification at release).
@@ -54,8 +55,9 @@ final class OpenFile: @unchecked Sendable {
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
     /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open;
     /// `appends`: a coordinated appending open, counted in `Inode.appenders`.
-    init(fd: Int32, inode: Inode, claim: Claim?, created: Bool, passthrough: Bool = false, writes: Bool = false,
-         writer: Int32 = 0, opener: Int32 = 0, directIO: Bool = false, flags: Int32 = 0, appends: Bool = false) {
+    init(fd: Int32, inode: Inode, created: Bool, passthrough: Bool = false, writes: Bool = false,
+         writer: Int32 = 0, opener: Int32 = 0, directIO: Bool = false, flags: Int32 = 0, appends: Bool = false,
+         claim: OpenClaim = OpenClaim(held: nil)) {
         self.fd = fd
         self.inode = inode
         self.claim = claim

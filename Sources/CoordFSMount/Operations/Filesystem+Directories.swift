@@ -26,7 +26,7 @@ extension Filesystem {
             files.budget.giveBack(place)
             return reply.error(failure)
         }
-        let file = OpenFile(fd: fd, inode: inode, claim: nil, created: false)
+        let file = OpenFile(fd: fd, inode: inode, created: false)
         file.directory = stream
         // Its listing may be kept where the kernel is told of every change to it: through the
         // mount, or behind it on the watched filesystem (`BackingWatch` makes it forget).

@@ -21,12 +21,12 @@ extension Filesystem {
     /// The process `caller` is, as versions know writers: by its process, not its thread.
     func versionWriter(_ caller: RequestCaller) -> MountVersions.Writer? {
         guard let versions else { return nil }
-        return versions.writer(pid: callingProcess(caller, now: coarseMilliseconds()) ?? 0, uid: caller.uid)
+        return versions.writer(pid: coordinator.callingProcess(caller, now: coarseMilliseconds()) ?? 0, uid: caller.uid)
     }
 
     /// Who `caller` counts as among readers.
     func versionReader(_ caller: RequestCaller) -> Int64? {
-        versions?.reader(pid: callingProcess(caller, now: coarseMilliseconds()) ?? 0, uid: caller.uid)
+        versions?.reader(pid: coordinator.callingProcess(caller, now: coarseMilliseconds()) ?? 0, uid: caller.uid)
     }
 
     /// An open that reads the file `fd` of `inode` by `caller`: what it saw, for its later writes.
@@ -37,7 +37,7 @@ extension Filesystem {
         guard let versions else { return }
         var info = stat()
         guard fstat(fd, &info) == 0 else { return }
-        let item = info.st_nlink == 1 ? versions.store.item(holding: info) ?? relativePath(inode) : relativePath(inode)
+        let item = info.st_nlink == 1 ? versions.store.item(holding: info) ?? targets.relativePath(inode) : targets.relativePath(inode)
         guard versions.policy(of: item) != .off, let reader = versionReader(caller) else { return }
         versions.saw(item, info, by: reader)
     }
@@ -46,7 +46,7 @@ extension Filesystem {
     /// content, which the writer has seen.
     func noteWritten(_ inode: Inode, _ info: stat, by reader: Int64?) {
         guard let versions else { return }
-        let item = relativePath(inode)
+        let item = targets.relativePath(inode)
         versions.changed(item)
         if let reader { versions.saw(item, info, by: reader) }
     }
@@ -56,7 +56,7 @@ extension Filesystem {
     /// is the inode's descriptor.
     func keepBeforeTruncating(_ inode: Inode, _ inodeFD: Int32, to size: off_t = 0, by caller: RequestCaller) -> Errno? {
         guard versions != nil else { return nil }
-        return keepBeforeTruncating(item: relativePath(inode), inodeFD, to: size, by: caller)
+        return keepBeforeTruncating(item: targets.relativePath(inode), inodeFD, to: size, by: caller)
     }
 
     /// The same for an existing file a create opens with O_TRUNC: `name` in `parentFD`.
@@ -144,8 +144,8 @@ extension Filesystem {
     /// gate, which the engine waits to see empty before it looks at its presenters.
     func tellConflict(_ record: VersionRecord, by caller: RequestCaller) {
         guard let versions else { return }
-        let item = target(mountRoot.appending(record.item), isDirectory: false)
-        let writer = callingProcess(caller, now: coarseMilliseconds()).map { CoordinatorIdentity.process($0) }
+        let item = targets.target(mountRoot.appending(record.item), isDirectory: false)
+        let writer = coordinator.callingProcess(caller, now: coarseMilliseconds()).map { CoordinatorIdentity.process($0) }
         versions.telling.async { [domain, engine] in
             domain.deliver(engine.versionNews(.gainedConflict, version: record.id, of: item, by: writer))
         }

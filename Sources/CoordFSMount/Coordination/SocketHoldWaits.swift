@@ -22,7 +22,7 @@ struct SocketHoldWaits: HoldWaitWatch {
     }
 }
 
-extension Filesystem {
+extension MountCoordinator {
     /// What watches the holds of this mount's control socket while they wait.
     var socketHoldWaits: any HoldWaitWatch { SocketHoldWaits(waitWatch: waitWatch, numbers: waitingRequests) }
 }

@@ -1,7 +1,7 @@
 import LinuxSystem
 import Coordination
 
-extension Filesystem {
+extension MountCoordinator {
     /// How a request held for its call passed the quiet gates.
     enum QuietPassage {
         /// Through the engine's first gate: it held nothing.
@@ -43,6 +43,14 @@ extension Filesystem {
         return nil
     }
 
+    /// Whether a request for the call may pass the quiet gate: its items lie on the backing's
+    /// own filesystem, and that is local. Whoever closes the gate waits for the requests that
+    /// passed; one on a network filesystem could keep it waiting as long as its server takes.
+    func mayPassQuietly(_ wanted: ItemIntent, _ other: ItemIntent?) -> Bool {
+        filesystems.rootIsLocal && wanted.node.device == filesystems.rootDevice
+            && (other.map { $0.node.device == filesystems.rootDevice } ?? true)
+    }
+
     func endPassing(_ passage: QuietPassage) {
         switch passage {
         case .nothingHeld:
@@ -59,16 +67,7 @@ extension Filesystem {
     private func gate(of wanted: ItemIntent) -> Int? {
         if !wanted.name.isEmpty { return nameGates.index(of: wanted.name, in: wanted.node.id) }
         if wanted.node.id == InodeTable.rootID { return nil }
-        let (directory, name) = inodes.placement(of: wanted.node)
+        let (directory, name) = targets.inodes.placement(of: wanted.node)
         return nameGates.index(of: name, in: directory)
-    }
-}
-
-extension Filesystem.ItemIntent {
-    /// A destructive write on a directory: the engine makes it wait for everything held inside
-    /// (outside packages; here, where packages are not looked at, everywhere).
-    var coversSubtree: Bool {
-        guard isDirectory, case .writing(let options) = kind else { return false }
-        return !options.isDisjoint(with: [.forDeleting, .forMoving, .forReplacing])
     }
 }

@@ -25,6 +25,6 @@ struct MountItemResolver: ItemResolver {
         let real = relative.isEmpty ? filesystem.configuration.backing : filesystem.configuration.backing + "/" + relative
         var info = stat()
         let isDirectory = FileSystemName.withCString(real) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-        return (filesystem.target(item, isDirectory: isDirectory), real)
+        return (filesystem.targets.target(item, isDirectory: isDirectory), real)
     }
 }

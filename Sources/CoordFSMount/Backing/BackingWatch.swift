@@ -267,7 +267,7 @@ final class BackingWatch: @unchecked Sendable {
         let creates = change.mask & CFS_CHANGE_CREATE != 0, deletes = change.mask & CFS_CHANGE_DELETE != 0
         if creates || deletes {
             if let parent { forgetEntry(entry, in: parent) }
-            filesystem.namespaceChanged(name: entry, directory: isDirectory)
+            filesystem.targets.namespaceChanged(name: entry, directory: isDirectory)
             // Both, merged while unread (a lock file, a journal): what is there now.
             let exists = !(creates && deletes) ? creates : existing(entry, in: directory) != nil
             if creates && deletes && !exists { return }
@@ -319,8 +319,8 @@ final class BackingWatch: @unchecked Sendable {
         case let (nil, to?): batch.add(to, isDirectory: isDirectory, .appeared)
         case (nil, nil): return
         }
-        if let old, let new { filesystem.namespaceChanged(name: old.entry, new.entry, directory: isDirectory) }
-        else if let name = old?.entry ?? new?.entry { filesystem.namespaceChanged(name: name, directory: isDirectory) }
+        if let old, let new { filesystem.targets.namespaceChanged(name: old.entry, new.entry, directory: isDirectory) }
+        else if let name = old?.entry ?? new?.entry { filesystem.targets.namespaceChanged(name: name, directory: isDirectory) }
     }
 
     private func deliver(_ batch: Batch) {
@@ -363,19 +363,19 @@ final class BackingWatch: @unchecked Sendable {
         for news in batch.news {
             switch news {
             case let .change(path, isDirectory, outcome):
-                let change = (Intent(.writing([]), filesystem.target(path, isDirectory: isDirectory)), outcome)
+                let change = (Intent(.writing([]), filesystem.targets.target(path, isDirectory: isDirectory)), outcome)
                 if mayTellContainers(path) { changes.append(change) } else { muted.append(change) }
             case let .move(from, to, isDirectory):
                 tellChanges()
-                deliveries += engine.moveMadeOutside(from: filesystem.target(from, isDirectory: isDirectory),
-                                                     to: filesystem.target(to, isDirectory: isDirectory),
+                deliveries += engine.moveMadeOutside(from: filesystem.targets.target(from, isDirectory: isDirectory),
+                                                     to: filesystem.targets.target(to, isDirectory: isDirectory),
                                                      tellingContainers: mayTellContainers(from))
             }
         }
         tellChanges()
         let now = coarseMilliseconds()
         if !flooded.isEmpty && now - floodToldAt >= Self.burstMilliseconds {
-            deliveries += engine.contentsChangedOutside(of: flooded.map { filesystem.target($0, isDirectory: true) })
+            deliveries += engine.contentsChangedOutside(of: flooded.map { filesystem.targets.target($0, isDirectory: true) })
             flooded.removeAll()
             floodToldAt = now
         }

@@ -10,10 +10,18 @@ import Glibc
 /// place of a write: the mount syncs those before it answers, as a local filesystem would. Each
 /// returns nil when the change may be answered, else the sync's errno.
 extension Filesystem {
+    /// What the mount syncs before it answers.
+    struct Synchronicity {
+        /// `dirsync` (or `sync`): changes of names.
+        var names: Bool
+        /// `sync`: everything.
+        var everything: Bool
+    }
+
     /// Under `dirsync` (or `sync`): the directories whose names changed (`other`: a rename's
     /// second, when it is another).
     func syncNames(in directory: Inode, and other: Inode? = nil) -> Errno? {
-        guard syncsNames else { return nil }
+        guard synchronicity.names else { return nil }
         if let failure = fsyncDirectory(directory) { return failure }
         if let other, other !== directory { return fsyncDirectory(other) }
         return nil
@@ -23,7 +31,7 @@ extension Filesystem {
     /// `open` when the change came through one. Regular files and directories only: opening
     /// anything else to sync it could wait (a FIFO) or open a device.
     func syncAttributes(of inode: Inode, through open: OpenFile? = nil) -> Errno? {
-        guard isSynchronous else { return nil }
+        guard synchronicity.everything else { return nil }
         if let open {
             statistics.syncedAttributes.add(1, ordering: .relaxed)
             return Glibc.fsync(open.fd) == -1 ? Errno.current : nil
@@ -41,7 +49,7 @@ extension Filesystem {
     /// Under `sync`: the data of a file changed without a write (a fallocate, a copy_file_range's
     /// output, an open's O_TRUNC).
     func syncData(of fd: Int32) -> Errno? {
-        guard isSynchronous else { return nil }
+        guard synchronicity.everything else { return nil }
         statistics.syncedWrites.add(1, ordering: .relaxed)
         return fdatasync(fd) == -1 ? Errno.current : nil
     }

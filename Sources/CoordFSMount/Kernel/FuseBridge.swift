@@ -21,7 +21,7 @@ private func reply(_ req: fuse_req_t?) -> Reply { Reply(req: req!) }
 
 /// The interrupt callback libfuse calls when the kernel interrupts a waiting request.
 let interruptTrampoline: fuse_interrupt_func_t = { req, data in
-    filesystem(req).interrupt(UInt(bitPattern: data))
+    filesystem(req).coordinator.interrupt(UInt(bitPattern: data))
 }
 
 enum FuseBridge {

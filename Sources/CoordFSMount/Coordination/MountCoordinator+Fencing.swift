@@ -1,0 +1,78 @@
+import Coordination
+import CoordinationRuntime
+import CoordinationServer
+import LinuxSystem
+import Synchronization
+
+/// Fencing writes through open files on a host of a shared store (docs/cluster.md, fencing): a
+/// write open is stamped at its grant, and each write through it lands only while the host's
+/// lease may be valid and nothing since the grant took its item away (a recall broken at the
+/// break time, a lease lost and not carried over at the rejoin). The kernel does not serve the
+/// writes of a file another host has any interest in (no passthrough): the mount must see them
+/// to refuse them.
+extension MountCoordinator {
+    /// An open on a host of a shared store: its item's store path, and for a write open its
+    /// cover, stamped as it was granted.
+    struct SharedOpen {
+        var path: String
+        var cover: WriteCover?
+    }
+
+    /// The store path of the item `intent` is about: what its delegation is of.
+    func storePath(of intent: ItemIntent) -> String? {
+        store.delegationNeed(intent.kind, of: targets.target(of: intent, now: coarseMilliseconds()))?.path
+    }
+
+    /// For an open just granted (`claim`, to `caller`) on a host of a shared store: its item's
+    /// path and, if it `writes`, its cover; nil on a mount with no cluster. An open nothing
+    /// coordinates (the mode is off there, a kernel thread's) has no cover: nothing asked for
+    /// its item, and nothing takes it away.
+    func sharedOpen(_ wanted: ItemIntent, writes: Bool, claim: borrowing MountClaim, _ caller: RequestCaller) -> SharedOpen? {
+        guard let delegations, let path = storePath(of: wanted) else { return nil }
+        guard writes, claim.holds || isCoordinated(wanted, nil, caller) else { return SharedOpen(path: path) }
+        let stamp = delegations.stampWrites(path)
+        if stamp == nil {
+            logger.error("cluster: '\(path.isEmpty ? "/" : path)' was opened for writing as this host lost it: writes through the open are refused (EIO)")
+        }
+        return SharedOpen(path: path, cover: WriteCover(stamp: stamp))
+    }
+
+    /// Whether the kernel may serve an open from its backing file (kernel passthrough): not
+    /// one of an item another host has any interest in, whose access may come while the file
+    /// is open. A write the kernel serves cannot be refused, and the mount would not see it.
+    /// (The first open of an inode decides for all its opens until the last is released.)
+    func mayPassThrough(_ shared: SharedOpen?) -> Bool {
+        guard let shared, let delegations else { return true }
+        return !delegations.othersInterested(in: shared.path)
+    }
+
+    /// Whether a write through `file` may land (write, fallocate, copy_file_range's output):
+    /// always but on a host of a shared store; there while its lease may be valid, and while
+    /// nothing since the open's grant has taken its item away. Refused: EIO, as NFS answers
+    /// writes under a lock lost with its lease. An open fenced so stays fenced until it is
+    /// closed: its program may not know what another host wrote meanwhile.
+    func admitsWrite(through file: OpenFile) -> Bool {
+        guard let cover = file.writeCover, let delegations else { return true }
+        func refused() -> Bool {
+            statistics.fencedWrites.add(1, ordering: .relaxed)
+            return false
+        }
+        if cover.fenced.load(ordering: .relaxed) || !delegations.mayAdmitWrites { return refused() }
+        let stamp = cover.stamp.load(ordering: .relaxed)
+        if delegations.lastCoverLoss <= stamp { return true }
+        let path = storePath(of: ItemIntent(kind: .writing([]), node: file.inode, isDirectory: false)) ?? ""
+        switch delegations.admitsWrites(path, since: stamp) {
+        case .admitted(let through):
+            // Writes judged at once move it on only forward.
+            _ = cover.stamp.max(through, ordering: .relaxed)
+            return true
+        case .suspended:
+            return refused()
+        case .fenced:
+            if !cover.fenced.exchange(true, ordering: .relaxed) {
+                logger.error("cluster: writes through an open file of '\(path.isEmpty ? "/" : path)' are refused (EIO) until it is closed: another host may have written it since it was opened")
+            }
+            return refused()
+        }
+    }
+}
