@@ -15,6 +15,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
         // Hosts that share a store talk to etcd through its JSON gateway.
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // The etcd client's request bodies and methods are NIO's (async-http-client's own NIO).
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         // `make docs`: the DocC archive of the Swift API.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
@@ -31,7 +33,9 @@ let package = Package(
             dependencies: ["CLinux", .product(name: "SystemPackage", package: "swift-system")]
         ),
         // The runtime over the engine: a domain of coordinators and presenters, claims, presenter
-        // messaging through one path-based presenter protocol, links to other processes' servers.
+        // messaging through one path-based presenter protocol, links to other processes' servers,
+        // and what the mount and the server share: a host's side of a shared store, the hooks a
+        // control socket is served through.
         .target(
             name: "CoordinationRuntime",
             dependencies: ["Coordination", "CoordinationClient", "CoordinationWire", "LinuxSystem",
@@ -63,15 +67,18 @@ let package = Package(
         .target(
             name: "CoordinationCluster",
             dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client"),
+                           .product(name: "NIOCore", package: "swift-nio"),
+                           .product(name: "NIOHTTP1", package: "swift-nio"),
                            .product(name: "Logging", package: "swift-log")]
         ),
         // Versions of a tree's items, kept inside its own filesystem, and whose reads a write is
         // stale against: what a mount keeps of content it replaces.
         .target(name: "FileVersions", dependencies: ["CLinux", "LinuxSystem", "CoordinationRuntime"]),
-        // The FUSE filesystem: operations become coordinated intents.
+        // The FUSE filesystem: operations become coordinated intents. It knows nothing of the
+        // control server: the commands start it (the socket before the mount is made).
         .target(
             name: "CoordFSMount",
-            dependencies: ["CFuse3", "CFusePassthrough", "CLinux", "LinuxSystem", "Coordination", "CoordinationRuntime", "CoordinationServer",
+            dependencies: ["CFuse3", "CFusePassthrough", "CLinux", "LinuxSystem", "Coordination", "CoordinationRuntime",
                            "FileVersions",
                            .product(name: "Logging", package: "swift-log")]
         ),
@@ -102,23 +109,28 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
         .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
-        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "CoordinationServer", "TestSupport"]),
+        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "Coordination", "TestSupport"]),
         // A file written for Apple platforms, compiled unchanged but for the import (Swift 6 mode).
         .testTarget(name: "AppleStyleTests", dependencies: ["FileCoordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"]),
-        .testTarget(name: "CoordinationServerTests", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "LinuxSystem", "TestSupport"]),
+        .testTarget(
+            name: "CoordinationServerTests",
+            dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "Coordination", "CoordinationRuntime",
+                           "FileCoordination", "LinuxSystem", "TestSupport"]
+        ),
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
-            dependencies: ["CoordFSMount", "FileCoordination", "Coordination", "CoordinationClient", "LinuxSystem", "CLinux", "TestSupport"]
+            dependencies: ["CoordFSMount", "CoordFSCommands", "FileCoordination", "Coordination", "CoordinationRuntime", "CoordinationClient",
+                           "CoordinationWire", "LinuxSystem", "CLinux", "TestSupport"]
         ),
         // The mount's parts on their own, and the commands' (no mount made).
-        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "Coordination", "LinuxSystem", "CoordinationRuntime", "CoordinationServer", "TestSupport"]),
+        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "Coordination", "LinuxSystem", "CoordinationRuntime", "TestSupport"]),
         .testTarget(name: "CoordinationClientTests", dependencies: ["CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"]),
         // Against etcd servers the tests start on loopback.
         .testTarget(name: "CoordinationClusterTests", dependencies: ["CoordinationCluster", "TestSupport"]),
-        .testTarget(name: "FileVersionsTests", dependencies: ["FileVersions", "TestSupport"]),
-        .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "TestSupport"]),
+        .testTarget(name: "FileVersionsTests", dependencies: ["FileVersions"]),
+        .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire"]),
         .testTarget(
             name: "FileCoordinationTests",
             dependencies: ["FileCoordination", "CoordinationRuntime", "Coordination", "TestSupport"]

@@ -1,5 +1,6 @@
 import CoordinationCluster
 import CoordFSMount
+import CoordinationRuntime
 import CoordinationServer
 import CoordinationWire
 import Foundation

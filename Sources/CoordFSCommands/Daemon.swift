@@ -1,6 +1,7 @@
 import LinuxSystem
 import ArgumentParser
 import Coordination
+import CoordinationRuntime
 import CoordFSMount
 import CoordinationServer
 import CoordinationWire
@@ -128,6 +129,8 @@ struct Daemon: ParsableCommand {
             sigwait(&signals, &received)
         }
         server.stop()
+        // The lines of versions added last, gathered by the store's queue, before the process ends.
+        server.versions?.flush()
     }
 
     /// `path` opened (made where missing) and locked, for this daemon alone; `.wouldBlock` when

@@ -348,6 +348,7 @@ struct Mount: ParsableCommand {
             LoggingSystem.bootstrap { _ in SystemLog.Handler(destination: systemLog) }
         }
         let session = try MountSession(configuration: configuration)
+        session.startControlSocket = { try MountControlServer.start(for: $0) }
         let membership = try configuration.cluster.map { cluster in
             try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
                                  whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
@@ -360,7 +361,7 @@ struct Mount: ParsableCommand {
             throw CommandFailure("\(error)")
         }
         session.beforeUnmount = { membership?.leave() }
-        if let membership, let server = session.controlServer { membership.serveStatus(through: server) }
+        if let membership, let socket = session.controlSocket as? MountControlServer { membership.serveStatus(through: socket.server) }
         if notifyParent {
             FileHandle.standardOutput.write(Data("ready\n".utf8))
             // Detach from the parent's pipes and terminal.

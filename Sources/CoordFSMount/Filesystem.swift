@@ -3,7 +3,6 @@ import CLinux
 import CFusePassthrough
 import Coordination
 import FileVersions
-import CoordinationServer
 import CoordinationRuntime
 import Foundation
 import Logging
@@ -35,19 +34,23 @@ public final class Filesystem: @unchecked Sendable {
     /// `sync` and `dirsync`, read once: every change of names asks (`Filesystem+Synchronous.swift`).
     let synchronicity: Synchronicity
     /// The delegations of a host of a shared store (`--cluster`): set before the session runs.
-    public var delegations: (any HostDelegations)? {
+    package var delegations: (any HostDelegations)? {
         get { coordinator.delegations }
         set { coordinator.delegations = newValue }
     }
     /// The mount's items as a host of a store shared with other hosts sees them: the backing
     /// directory, at the mount point.
-    public var store: SharedStore { coordinator.store }
+    package var store: SharedStore { coordinator.store }
     public var domain: CoordinationDomain { coordinator.domain }
     var engine: CoordinationEngine { coordinator.engine }
     /// How the mount's items are named to the engine.
     var targets: ItemTargets { coordinator.targets }
     /// The mount point as the engine names items: presenters see paths under it.
-    var mountRoot: ItemPath { coordinator.targets.root }
+    package var mountRoot: ItemPath { coordinator.targets.root }
+    /// What holds through this mount's control socket must pass (`MountCoordinator.claimGate`).
+    package var claimGate: (any ClaimGate)? { coordinator.claimGate }
+    /// What watches the holds of this mount's control socket while they wait.
+    package var socketHoldWaits: any HoldWaitWatch { coordinator.socketHoldWaits }
     /// Whether this mount sees every change to its backing directory itself: its watch covers a
     /// local filesystem, which no other machine mounts, so other hosts' changes come through it.
     public var seesChangesBehind: Bool { watchedDevice != .max }
@@ -229,7 +232,7 @@ public final class Filesystem: @unchecked Sendable {
     /// `mount -o remount,OPTIONS`: `uid=`, `gid=` and `umask=` change at once (the kernel is
     /// told to forget the attributes it keeps); any other option must be as the mount has it
     /// (`ro` and `rw` are the kernel's, which the helper asks of it). Nil when done, or why not.
-    func remount(_ options: [String]) -> String? {
+    package func remount(_ options: [String]) -> String? {
         var rest = options
         let given: OwnershipView
         do { given = try OwnershipView.take(from: &rest) } catch { return "\(error)" }

@@ -7,12 +7,12 @@ import Synchronization
 final class MountStatistics: Sendable {
     /// Every coordinated request adds to it: striped by CPU.
     let coordinated = StripedCounter()
-    /// Those that passed one of the engine's quiet gates (`Filesystem.coordinate`, `forTheCall`).
+    /// Those that passed one of the engine's quiet gates (`MountCoordinator.coordinate`, `forTheCall`).
     let passedQuietly = StripedCounter()
     /// Those among them that passed beside files held open, by their names' gates (`NameGates`).
     let passedBesideOpenFiles = StripedCounter()
     /// Claims ended unused and taken again: their items had moved before they held them
-    /// (`Filesystem.movedBeforeHeld`).
+    /// (`MountCoordinator.movedBeforeHeld`).
     let takenAgain = Atomic<Int>(0)
     /// Setattrs made by the process that holds the file open for writing, taken as part of that
     /// access instead of as a write of their own (`Filesystem.setattr`).
@@ -64,7 +64,7 @@ final class MountStatistics: Sendable {
     let knownLookupMisses = Atomic<Int>(0)
     /// Writes through open files refused (EIO) on a host of a shared store: its lease may have
     /// ended, or the file's item may have been another host's since it was opened
-    /// (`Filesystem.admitsWrite`).
+    /// (`MountCoordinator.admitsWrite`).
     let fencedWrites = Atomic<Int>(0)
 
     /// A number that moves with every request of the kernel's counted here, and every change

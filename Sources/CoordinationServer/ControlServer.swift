@@ -63,7 +63,7 @@ public final class ControlServer: @unchecked Sendable {
     private var versionStore: VersionStore?
 
     /// What holds must pass before they are claimed (a shared store's host's delegations).
-    public var claimGate: (any ClaimGate)? {
+    package var claimGate: (any ClaimGate)? {
         get { lock.withLock { gate } }
         set { lock.withLock { gate = newValue } }
     }
@@ -87,8 +87,8 @@ public final class ControlServer: @unchecked Sendable {
     private var holdWaitWatch: (any HoldWaitWatch)?
 
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
-    public init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
-                limits: ClientLimits = .standard) {
+    package init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
+                 limits: ClientLimits = .standard) {
         counts = UserCounts(limits: limits)
         self.socketPath = socketPath
         self.mode = mode

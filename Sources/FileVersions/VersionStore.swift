@@ -22,10 +22,13 @@ import Glibc
 ///
 /// Versions stay with the path: a version of `notes.txt` is what was at `notes.txt`, wherever
 /// the file went since. The index lives in memory and is read back from the journal at start.
-/// Keeping a version costs its caller the link (or copy) and one appended line.
+/// Keeping a version costs its caller the link (or copy): its line, and the bounds it may
+/// bring to bear, are the store's queue's, gathered a short while (`gatherMilliseconds`).
 public final class VersionStore: @unchecked Sendable {
     /// The store's directory in the tree's root, which a mount hides.
     public static let directoryName = ".coordfs-versions"
+    /// The directory in it that holds the versions' content, one file each.
+    public static let contentDirectoryName = "content"
 
     /// Where a version's content comes from.
     public enum Source {
@@ -54,8 +57,26 @@ public final class VersionStore: @unchecked Sendable {
     /// The tree's root, whose `.coordfs-versions` is the store.
     private let root: Int32
     private let state = Mutex(State())
-    /// Records written and contents removed off the callers' path, in order.
+    /// Records written, bounds applied and contents removed off the callers' path, in order
+    /// (`State.pending`).
     private let writer = DispatchQueue(label: "org.coordfs.versions")
+
+    /// How long the store's queue gathers work before it does it: one wake of its thread and
+    /// one write of the journal for all the versions kept meanwhile (an editor's saves, a
+    /// script's rewrites), rather than one each on the saves' path. A line not yet written when
+    /// the process ends leaves content no record names, removed at a later open (`readBack`);
+    /// `flush` writes what is waiting.
+    static let gatherMilliseconds = 2
+
+    /// Work for the store's queue, in the order it was asked for (`drain`).
+    enum Pending: Sendable {
+        /// A version kept: its line, and a look at the bounds as of its time.
+        case kept(VersionRecord)
+        /// A version changed (resolved, pinned, made a conflict): its line.
+        case changed(VersionRecord)
+        /// A version removed: its line, then, with `unlink`, its content.
+        case removed(String, unlink: Bool)
+    }
 
     struct State {
         var versions: [String: [VersionRecord]] = [:]
@@ -67,6 +88,8 @@ public final class VersionStore: @unchecked Sendable {
         /// `.coordfs-versions/content` and the journal, once opened (-1 before).
         var content: Int32 = -1
         var journal: Int32 = -1
+        /// What the store's queue is to do: while it holds anything, a drain is on its way.
+        var pending: [Pending] = []
     }
 
     private let unnamedAge: Double
@@ -105,8 +128,8 @@ public final class VersionStore: @unchecked Sendable {
         if making, mkdirat(root, Self.directoryName, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
         let directory = try check(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         defer { close(directory) }
-        if making, mkdirat(directory, "content", 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
-        let content = try check(openat(directory, "content", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+        if making, mkdirat(directory, Self.contentDirectoryName, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
+        let content = try check(openat(directory, Self.contentDirectoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         let journal = openat(directory, "journal", O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard journal >= 0 else {
             let failure = Errno.current
@@ -141,13 +164,13 @@ public final class VersionStore: @unchecked Sendable {
                                    modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
                                    size: Int64(info.st_size), replacedBy: replacedBy, conflict: conflict)
         if linked { record.linkedInode = UInt64(info.st_ino) }
-        state.withLock { state in
+        let wake = state.withLock { state -> Bool in
             state.versions[item, default: []].append(record)
             state.totalBytes += record.size
             if let inode = record.linkedInode { state.linkedInodes.insert(inode) }
+            return Self.add(.kept(record), to: &state)
         }
-        append(Self.json(record))
-        prune(item: item, now: now)
+        if wake { drainLater() }
         return .success(record)
     }
 
@@ -270,19 +293,18 @@ public final class VersionStore: @unchecked Sendable {
     /// Marks version `id` resolved or not, pinned or not; returns it as it now is.
     @discardableResult
     public func update(_ id: String, resolved: Bool? = nil, pinned: Bool? = nil) -> VersionRecord? {
-        let updated = state.withLock { state -> VersionRecord? in
+        let (updated, wake) = state.withLock { state -> (VersionRecord?, Bool) in
             for (item, versions) in state.versions {
                 guard let index = versions.firstIndex(where: { $0.id == id }) else { continue }
                 if let resolved { state.versions[item]![index].resolved = resolved }
                 if let pinned { state.versions[item]![index].pinned = pinned }
-                return state.versions[item]![index]
+                let updated = state.versions[item]![index]
+                return (updated, Self.add(.changed(updated), to: &state))
             }
-            return nil
+            return (nil, false)
         }
-        if let updated {
-            append(Self.json(updated))
-            if resolved == true || pinned == false { prune(item: updated.item, now: Self.now()) }
-        }
+        if wake { drainLater() }
+        if let updated, resolved == true || pinned == false { prune(items: [updated.item], now: Self.now()) }
         return updated
     }
 
@@ -292,18 +314,19 @@ public final class VersionStore: @unchecked Sendable {
     public func markConflict(holding info: stat) -> VersionRecord? {
         guard holdsLink(to: info) else { return nil }
         let inode = UInt64(info.st_ino)
-        let marked = state.withLock { state -> VersionRecord? in
+        let (marked, wake) = state.withLock { state -> (VersionRecord?, Bool) in
             for (item, versions) in state.versions {
                 guard let index = versions.firstIndex(where: { $0.linkedInode == inode }) else { continue }
                 state.versions[item]![index].size = Int64(info.st_size)
-                if versions[index].isUnresolvedConflict { return nil }
+                if versions[index].isUnresolvedConflict { return (nil, false) }
                 state.versions[item]![index].conflict = true
                 state.versions[item]![index].resolved = false
-                return state.versions[item]![index]
+                let marked = state.versions[item]![index]
+                return (marked, Self.add(.changed(marked), to: &state))
             }
-            return nil
+            return (nil, false)
         }
-        if let marked { append(Self.json(marked)) }
+        if wake { drainLater() }
         return marked
     }
 
@@ -316,48 +339,107 @@ public final class VersionStore: @unchecked Sendable {
         return true
     }
 
-    /// Waits until every record and removal asked for so far is on disk.
-    public func flush() { writer.sync {} }
+    /// Waits until every record and removal asked for so far is on disk (written, not synced),
+    /// and the bounds have taken what they take of the versions kept so far.
+    public func flush() { writer.sync { drain() } }
 
     // MARK: Bounds
 
-    /// Removes what the limits no longer keep: of `item` past its count at once, of all past the
-    /// bytes whenever the total passes them, past the age at most once a minute.
-    private func prune(item: String, now: Double) {
+    /// Removes what the limits no longer keep: of `items` past their count, of all past the
+    /// bytes whenever the total passes them, past the age at most once a minute. For versions
+    /// kept, on the store's queue (`drain`): a look at every version is no save's to wait for.
+    private func prune(items: [String], now: Double) {
         let excess = state.withLock { state -> [VersionRecord] in
-            let overCount = (state.versions[item]?.count ?? 0) > limits.perItem
+            let overCount = Set(items).filter { (state.versions[$0]?.count ?? 0) > limits.perItem }
             let overBytes = state.totalBytes > limits.totalBytes
             let ageDue = now - state.lastAgeCheck > 60
-            guard overCount || overBytes || ageDue else { return [] }
+            guard !overCount.isEmpty || overBytes || ageDue else { return [] }
             if ageDue { state.lastAgeCheck = now }
-            let candidates = overBytes || ageDue ? state.versions.values.flatMap { $0 } : state.versions[item] ?? []
+            let candidates = overBytes || ageDue ? state.versions.values.flatMap { $0 } : overCount.flatMap { state.versions[$0] ?? [] }
             return limits.excess(of: candidates, now: now)
         }
         forget(excess)
     }
 
+    /// `now`: the content is removed before this returns; else by the store's queue, after the
+    /// removals' lines.
     private func forget(_ records: [VersionRecord], now: Bool = false) {
         guard !records.isEmpty else { return }
         let ids = Set(records.map(\.id))
-        state.withLock { state in
+        let wake = state.withLock { state -> Bool in
             for item in Set(records.map(\.item)) {
                 state.versions[item]?.removeAll { ids.contains($0.id) }
                 if state.versions[item]?.isEmpty == true { state.versions[item] = nil }
             }
             state.totalBytes -= records.reduce(0) { $0 + $1.size }
             for inode in records.compactMap(\.linkedInode) { state.linkedInodes.remove(inode) }
+            var wake = false
+            for record in records { wake = Self.add(.removed(record.id, unlink: !now), to: &state) || wake }
+            return wake
         }
-        for record in records {
-            append(Array("{\"removed\":\"\(record.id)\"}\n".utf8))
+        if wake { drainLater() }
+        guard now, let content = try? directories(making: false).content else { return }
+        for record in records { _ = unlinkat(content, record.id, 0) }
+    }
+
+    // MARK: The store's queue
+
+    /// Adds `work` for the store's queue: true when it is the first since the queue last took
+    /// what was waiting, and the queue must be woken (`drainLater`, once the lock is let go).
+    private static func add(_ work: Pending, to state: inout State) -> Bool {
+        state.pending.append(work)
+        return state.pending.count == 1
+    }
+
+    /// Wakes the store's queue once `gatherMilliseconds` have passed, to do what was asked for
+    /// meanwhile. The block holds the store, which lives until it has run.
+    private func drainLater() {
+        writer.asyncAfter(deadline: .now() + .milliseconds(Self.gatherMilliseconds)) { [self] in drain() }
+    }
+
+    /// What is waiting for the store's queue, taken: what is asked for from now on wakes it again.
+    private func take() -> [Pending] {
+        state.withLock { state -> [Pending] in
+            let work = state.pending
+            state.pending = []
+            return work
         }
-        guard let content = try? directories(making: false).content else { return }
-        if now {
-            for record in records { _ = unlinkat(content, record.id, 0) }
-            return
+    }
+
+    /// Does what was gathered, on the store's queue: the bounds as of the newest version kept
+    /// (what they remove joins the rest), the lines in one write, in the order asked for, then
+    /// the removals of content, each after its line. Built here, not by the saves: a record's
+    /// line costs more than the rest of keeping it but its link.
+    private func drain() {
+        var work: [Pending] = []
+        var taken = take()
+        while !taken.isEmpty {
+            work += taken
+            let kept = taken.compactMap { pending -> VersionRecord? in
+                if case .kept(let record) = pending { record } else { nil }
+            }
+            guard let newest = kept.map(\.time).max() else { break }
+            prune(items: kept.map(\.item), now: newest)
+            taken = take()
         }
-        // Off the caller's path: removing a large copy frees its blocks for as long as the disk takes.
-        writer.async {
-            for record in records { _ = unlinkat(content, record.id, 0) }
+        guard !work.isEmpty else { return }
+        var lines: [UInt8] = []
+        var removing: [String] = []
+        for pending in work {
+            switch pending {
+            case .kept(let record), .changed(let record):
+                lines += Self.json(record)
+            case .removed(let id, unlink: let unlink):
+                lines += Self.removal(id)
+                if unlink { removing.append(id) }
+            }
+        }
+        if let journal = try? directories(making: true).journal {
+            _ = lines.withUnsafeBytes { Glibc.write(journal, $0.baseAddress, $0.count) }
+        }
+        // Removing a large copy frees its blocks for as long as the disk takes.
+        if !removing.isEmpty, let content = try? directories(making: false).content {
+            for id in removing { _ = unlinkat(content, id, 0) }
         }
     }
 
@@ -379,19 +461,12 @@ public final class VersionStore: @unchecked Sendable {
         return String(id)
     }
 
-    /// Appends a line to the journal: one write of an O_APPEND descriptor, whole, made on the
-    /// store's queue in order with every other line and removal, so that a save does not wait
-    /// for it. A line lost with the process leaves content no record names: removed at the
-    /// next open (`readBack`).
-    private func append(_ line: [UInt8]) {
-        writer.async { [self] in
-            guard let journal = try? directories(making: true).journal else { return }
-            _ = line.withUnsafeBytes { Glibc.write(journal, $0.baseAddress, $0.count) }
-        }
-    }
+    /// A removal's line: the last line of an id wins, and this one says it is gone.
+    static func removal(_ id: String) -> [UInt8] { Array("{\"removed\":\"\(id)\"}\n".utf8) }
 
-    /// The record as `JSONDecoder` reads it back, written byte by byte: it is built on every
-    /// save, and JSONEncoder (or strings joined) cost more than the rest of keeping a version.
+    /// The record as `JSONDecoder` reads it back, written byte by byte: one is built for every
+    /// save (by the store's queue), and JSONEncoder (or strings joined) cost more than the rest
+    /// of keeping a version.
     static func json(_ record: VersionRecord) -> [UInt8] {
         var line: [UInt8] = []
         line.reserveCapacity(224 + 2 * record.item.utf8.count)

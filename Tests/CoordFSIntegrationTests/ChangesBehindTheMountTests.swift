@@ -1,3 +1,4 @@
+import CLinux
 @testable import CoordFSMount
 import FileCoordination
 import Foundation
@@ -492,6 +493,110 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(log.events.count < 5_000, "\(log.events.count) messages for 110 000 changes: \(kinds)")
         #expect(try behind("stat -c %s '\(fx.path("many/f0"))'") == "0\n")
     }
+
+    /// With the filesystem's mark, the version store's directories are marked for the kernel
+    /// to leave out what happens in them (each version kept is a link into its content), once
+    /// the first version kept has made them: the watch's thread is not woken to drop it.
+    @Test(.enabled(if: geteuid() == 0 && kernelIsAtLeast(6, 0), "a filesystem's mark needs root, its ignore marks Linux 6.0"))
+    func theVersionStoresOwnChangesAreLeftOutByTheKernel() throws {
+        let fx = try MountFixture(inProcess: { _ in })
+        try fx.seed("doc.txt", "one\n")
+        let saved = try run("/bin/sh", ["-c", "echo two > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"", "sh", fx.path("doc.txt")])
+        #expect(saved.status == 0, "\(saved.errors)")
+        for (relative, onDirectories) in [(".coordfs-versions", false), (".coordfs-versions/content", true)] {
+            var info = stat()
+            try #require(lstat(fx.backingPath(relative), &info) == 0, "no \(relative): no version was kept")
+            let inode = UInt64(info.st_ino)
+            let mask = { fanotifyIgnoreMasks(ofInode: inode).first { $0 != 0 } }
+            #expect(eventually { mask() != nil }, "\(relative) is not marked")
+            // Entries made and removed, their attributes and writes; directories in the
+            // content's only, so that the content's own making is seen.
+            let ignored = mask() ?? 0
+            #expect(ignored & UInt64(CFS_CHANGE_CREATE | CFS_CHANGE_DELETE) == UInt64(CFS_CHANGE_CREATE | CFS_CHANGE_DELETE), "\(String(ignored, radix: 16))")
+            #expect(ignored & UInt64(CFS_CHANGE_RENAME) == 0)
+            #expect((ignored & UInt64(CFS_CHANGE_ON_DIRECTORY) != 0) == onDirectories, "\(relative): \(String(ignored, radix: 16))")
+        }
+        #expect(try fx.statistics()["versions_kept"] == 1)
+    }
+
+    /// The ignore marks the watch asks for (`cfs_fanotify_ignore_directory`), under a
+    /// filesystem's mark, as the kernel keeps them: what happens inside the directory is left
+    /// out; a rename out of it (an item appearing in BACKING) is still told, and, in a directory
+    /// marked without its directories, a directory made in it.
+    @Test(.enabled(if: geteuid() == 0 && kernelIsAtLeast(6, 0), "a filesystem's mark needs root, its ignore marks Linux 6.0"))
+    func aDirectoryMarkedToBeIgnoredIsLeftOutButForRenamesOutOfIt() throws {
+        let root = "/tmp/coordfs-ignored-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: root + "/store/content", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let group = cfs_fanotify_watch_filesystem(root)
+        try #require(group >= 0, "fanotify: \(String(cString: strerror(-group)))")
+        defer { close(group) }
+        for (relative, directories) in [("/store", Int32(0)), ("/store/content", Int32(1))] {
+            let fd = open(root + relative, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            defer { close(fd) }
+            #expect(cfs_fanotify_ignore_directory(group, fd, directories) == 0)
+        }
+        // Names of this test's own: the mark sees the whole filesystem, other tests' too.
+        let tag = String(UUID().uuidString.prefix(8))
+        func write(_ relative: String) throws { try Data("x".utf8).write(to: URL(fileURLWithPath: root + relative)) }
+        try write("/doc-\(tag)")                                           // told: BACKING's own
+        #expect(link(root + "/doc-\(tag)", root + "/store/content/link-\(tag)") == 0)
+        try write("/store/content/copy-\(tag)")
+        #expect(chmod(root + "/store/content/copy-\(tag)", 0o600) == 0)
+        #expect(unlink(root + "/store/content/copy-\(tag)") == 0)
+        #expect(mkdir(root + "/store/content/sub-\(tag)", 0o700) == 0)
+        try write("/store/journal-\(tag)")
+        #expect(mkdir(root + "/store/made-\(tag)", 0o700) == 0)             // told: a directory in the store's
+        #expect(rename(root + "/store/content/link-\(tag)", root + "/moved-\(tag)") == 0)   // told: out of content
+        var told: [(mask: UInt64, names: [String])] = []
+        var buffer = [CChar](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = read(group, &buffer, buffer.count)
+            if count <= 0 { break }                                        // EAGAIN: read up
+            buffer.withUnsafeBufferPointer { bytes in
+                var offset = 0
+                var change = cfs_backing_change()
+                while cfs_fanotify_next(bytes.baseAddress!, count, &offset, &change) == 1 {
+                    let names = [change.name, change.new_name].compactMap { $0.map { String(cString: $0) } }.filter { $0.hasSuffix(tag) }
+                    if !names.isEmpty { told.append((change.mask, names)) }
+                }
+            }
+        }
+        let renames = told.filter { $0.mask & UInt64(CFS_CHANGE_RENAME) != 0 }.flatMap(\.names)
+        let others = Set(told.filter { $0.mask & UInt64(CFS_CHANGE_RENAME) == 0 }.flatMap(\.names))
+        #expect(others.isSuperset(of: ["doc-\(tag)", "made-\(tag)"]), "\(told)")
+        #expect(others.isDisjoint(with: ["link-\(tag)", "copy-\(tag)", "sub-\(tag)", "journal-\(tag)"]), "\(told)")
+        #expect(renames == ["link-\(tag)", "moved-\(tag)"], "\(told)")
+    }
+}
+
+/// Whether the running kernel is `major`.`minor` or later.
+func kernelIsAtLeast(_ major: Int, _ minor: Int) -> Bool {
+    var names = utsname()
+    guard uname(&names) == 0 else { return false }
+    let release = withUnsafeBytes(of: names.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+    let numbers = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
+    guard numbers.count == 2 else { return false }
+    return (numbers[0], numbers[1]) >= (major, minor)
+}
+
+/// The ignore masks of the marks on the inode numbered `inode` in this process's fanotify
+/// groups, as /proc shows each mark (`fanotify ino:HEX sdev:HEX mflags:HEX mask:HEX
+/// ignored_mask:HEX ...`).
+func fanotifyIgnoreMasks(ofInode inode: UInt64) -> [UInt64] {
+    let prefix = "fanotify ino:\(String(inode, radix: 16)) "
+    var masks: [UInt64] = []
+    for fd in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+        guard (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd)) == "anon_inode:[fanotify]",
+              let info = try? String(contentsOfFile: "/proc/self/fdinfo/" + fd, encoding: .utf8) else { continue }
+        for line in info.split(separator: "\n") where line.hasPrefix(prefix) {
+            if let field = line.split(separator: " ").first(where: { $0.hasPrefix("ignored_mask:") }),
+               let mask = UInt64(field.dropFirst("ignored_mask:".count), radix: 16) {
+                masks.append(mask)
+            }
+        }
+    }
+    return masks
 }
 
 /// Runs `body` with /dev/fuse open to every user, as a stock system has it (udev makes it

@@ -1,3 +1,4 @@
+import CoordFSCommands
 import CoordFSMount
 import Coordination
 import CoordinationClient
@@ -305,6 +306,7 @@ import Glibc
                                                mountPoint: dir.appendingPathComponent("mnt").path)
         configuration.socketPath = dir.appendingPathComponent("no-such-directory/s.sock").path
         let session = try MountSession(configuration: configuration, domain: CoordinationDomain())
+        session.startControlSocket = { try MountControlServer.start(for: $0) }
         do {
             try session.mount(handlingSignals: false)
             session.stop()

@@ -1,4 +1,5 @@
 import CLinux
+import CoordFSCommands
 import CoordFSMount
 import Coordination
 import Dispatch
@@ -74,6 +75,8 @@ final class MountFixture: @unchecked Sendable {
         configuration.waitTimeout = .seconds(10)
         configure(&configuration)
         let session = try MountSession(configuration: configuration, domain: domain)
+        // Its control socket served as `coordfs mount` serves it.
+        session.startControlSocket = { try MountControlServer.start(for: $0) }
         try session.mount(handlingSignals: false)
         self.session = session
         let thread = Thread { session.run() }

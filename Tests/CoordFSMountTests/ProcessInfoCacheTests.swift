@@ -1,7 +1,6 @@
 import LinuxSystem
 import CoordinationRuntime
 @testable import CoordFSMount
-import CoordinationServer
 import Foundation
 import Testing
 #if canImport(Glibc)

@@ -1,7 +1,6 @@
 import Coordination
 import CoordinationRuntime
 @testable import CoordFSMount
-import CoordinationServer
 import Foundation
 import Synchronization
 import TestSupport

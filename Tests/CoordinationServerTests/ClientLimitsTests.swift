@@ -1,5 +1,6 @@
 @testable import CoordinationServer
 import CoordinationClient
+import CoordinationRuntime
 import CoordinationWire
 import FileCoordination
 import Foundation

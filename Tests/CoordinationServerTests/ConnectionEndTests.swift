@@ -1,5 +1,6 @@
 @testable import CoordinationServer
 import Coordination
+import CoordinationRuntime
 import CoordinationWire
 import FileCoordination
 import Foundation

@@ -1,5 +1,6 @@
 import LinuxSystem
 @testable import CoordinationServer
+import CoordinationRuntime
 import CoordinationWire
 import FileCoordination
 import Foundation

@@ -102,6 +102,8 @@ import Glibc
                 unlink(root + "/f")
                 if n == 1 { store.update(kept[1].id, pinned: true) }
             }
+            // The bounds are the store's queue's, once the saves are answered.
+            store.flush()
             // The unresolved conflict (0) and the pinned (1) stay; of the rest the newest fill the count.
             let ids = store.versions(of: "f").map(\.id)
             #expect(ids == [kept[0].id, kept[1].id, kept[5].id], "\(ids)")
@@ -109,8 +111,8 @@ import Glibc
             store.update(kept[0].id, resolved: true)
             try write("version 6\n", root + "/f")
             let last = try store.keep(.name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced, now: base + 6).get()
-            #expect(store.versions(of: "f").map(\.id) == [kept[1].id, kept[5].id, last.id])
             store.flush()
+            #expect(store.versions(of: "f").map(\.id) == [kept[1].id, kept[5].id, last.id])
             let left = try FileManager.default.contentsOfDirectory(atPath: root + "/.coordfs-versions/content")
             #expect(Set(left) == Set([kept[1], kept[5], last].map(\.id)), "\(left.sorted())")
             // What a new store reads back is what the bounds left, pins and resolutions too.
@@ -128,6 +130,7 @@ import Glibc
                 try write("0123456789", root + "/" + item)
                 _ = try store.keep(.name(item, in: fd), item: item, info: status(root + "/" + item), cause: .deleted, now: base + Double(n)).get()
             }
+            store.flush()
             #expect(store.versions(of: "a").isEmpty && store.versions(of: "b").count == 1 && store.versions(of: "c").count == 1)
             #expect(store.totalBytes == 20)
         }
@@ -153,6 +156,33 @@ import Glibc
             #expect(lstat(contents + "1234", &info) == -1 && lstat(contents + "5678", &info) == -1)
             #expect(again.versions(of: "a.txt").map(\.id) == [record.id])
             #expect(try content(again, again.versions(of: "a.txt")[0]) == "named\n")
+        }
+    }
+
+    /// What the store's queue writes for versions kept together (their lines, a change of one,
+    /// removals) it writes in the order asked for, whatever it gathered: what a new store reads
+    /// back is what the first one ended with.
+    @Test func linesGatheredForTheStoresQueueAreWrittenInTheOrderAskedFor() throws {
+        try withRoot { root, fd in
+            let store = try VersionStore(in: fd)
+            var kept: [VersionRecord] = []
+            for name in ["a", "b", "c", "d"] {
+                try write(name, root + "/" + name)
+                kept.append(try store.keep(.name(name, in: fd), item: name, info: status(root + "/" + name), cause: .deleted).get())
+            }
+            store.update(kept[1].id, pinned: true)
+            store.update(kept[1].id, resolved: true)
+            // Taken back (a rename that failed): its content is gone before `remove` returns.
+            #expect(store.remove(kept[2].id, now: true))
+            var info = stat()
+            #expect(lstat(root + "/.coordfs-versions/content/" + kept[2].id, &info) == -1)
+            #expect(store.remove(kept[3].id))
+            store.flush()
+            #expect(lstat(root + "/.coordfs-versions/content/" + kept[3].id, &info) == -1)
+            let again = try VersionStore(in: fd)
+            #expect(again.all.map(\.id).sorted() == [kept[0].id, kept[1].id], "\(again.all)")
+            #expect(again.version(kept[1].id)?.pinned == true && again.version(kept[1].id)?.resolved == true)
+            #expect(try content(again, again.version(kept[0].id)!) == "a")
         }
     }
 

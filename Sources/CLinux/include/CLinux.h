@@ -194,6 +194,22 @@ static inline int cfs_fanotify_mark_directory(int group, int directory) {
     return fanotify_mark(group, FAN_MARK_ADD, CFS_WATCH_MASK | FAN_EVENT_ON_CHILD, directory, NULL) == 0 ? 0 : -errno;
 }
 
+#ifndef FAN_MARK_IGNORE
+#define FAN_MARK_IGNORE 0x00000400
+#endif
+// Leaves out of `group`'s events (a filesystem's mark) those inside the directory `directory` (a
+// descriptor): its entries made and removed, and their attributes changed and their closes
+// after a write, as reported by their name in it (FAN_EVENT_ON_CHILD). An inode event that
+// names no directory (a link count changed) is still reported. Not renames, whose other side
+// may be a watched directory. With `directories` 0, not events about directories in it either,
+// so that one made in it is still seen. FAN_MARK_IGNORE (Linux 6.0) makes FAN_ONDIR and
+// FAN_EVENT_ON_CHILD count in an ignore mask; on a directory the mask must survive modifications.
+// 0 or -errno (EINVAL before Linux 6.0).
+static inline int cfs_fanotify_ignore_directory(int group, int directory, int directories) {
+    uint64_t mask = FAN_CREATE | FAN_DELETE | FAN_ATTRIB | FAN_CLOSE_WRITE | FAN_EVENT_ON_CHILD | (directories ? FAN_ONDIR : 0);
+    return fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_IGNORE | FAN_MARK_IGNORED_SURV_MODIFY, mask, directory, NULL) == 0 ? 0 : -errno;
+}
+
 // The bytes of the handle of the item (a directory, a file) `fd` refers to, laid out as fanotify reports handles,
 // into `bytes` (room for `size`): their count, or -errno. Needs no privilege, unlike opening one.
 static inline int cfs_handle_bytes(int fd, void *bytes, size_t size) {

@@ -73,6 +73,9 @@ final class BackingWatch: @unchecked Sendable {
     static let burstMilliseconds: Int64 = 20
     static let changesPerWindow = 16_384
     private var stopping = false
+    /// The version store's directories are both left out by the kernel, or it refused to
+    /// (`leaveOutVersionStore`): nothing more to ask.
+    private var storeLeftOut = false
 
     struct Directory {
         /// Below the backing root, "" for the root itself.
@@ -118,6 +121,8 @@ final class BackingWatch: @unchecked Sendable {
             let failure = cfs_fanotify_mark_directory(changes, backing)
             guard failure == 0 else { throw Unavailable(description: "fanotify: \(Errno(code: -failure))") }
             markBelow("")
+        } else {
+            leaveOutVersionStore()
         }
     }
 
@@ -232,6 +237,18 @@ final class BackingWatch: @unchecked Sendable {
         }
     }
 
+    /// A change of a file marked by itself (`WatchedWrites`), whose attributes the kernel keeps
+    /// long: forgotten as it is known by its handle, whether or not a name below BACKING leads
+    /// to it (written or changed through a link elsewhere, or after its name went; renamed, its
+    /// change time moved). The file forgotten, if any.
+    private func forgetMarkedFile(_ change: cfs_backing_change, isDirectory: Bool, writes: Bool, attributes: Bool) -> Inode? {
+        guard writes || attributes || change.mask & CFS_CHANGE_RENAME != 0, !isDirectory, let object = change.object,
+              let node = filesystem.watchedWrites.node(handle: Self.key(object)) else { return nil }
+        if attributes { node.hasNoCapability.store(false, ordering: .relaxed) }
+        filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel(by: change.pid, closing: false))
+        return node
+    }
+
     private func take(_ change: cfs_backing_change, into batch: inout Batch) {
         if change.mask & CFS_CHANGE_OVERFLOW != 0 { batch.overflowed = true; return }
         let isDirectory = change.mask & CFS_CHANGE_ON_DIRECTORY != 0
@@ -239,21 +256,17 @@ final class BackingWatch: @unchecked Sendable {
             // Directories' places change with any rename or removal of one, the mount's own too.
             if marked != nil { track(change, into: &batch) }
             else if change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 { directories.removeAll() }
+            // The version store's directories, made with the first version kept: from then on
+            // the kernel leaves out what happens in them.
+            else if change.mask & CFS_CHANGE_CREATE != 0, !storeLeftOut, let name = change.name,
+                    [VersionStore.directoryName, VersionStore.contentDirectoryName].contains(FileSystemName.string(cString: name)) {
+                leaveOutVersionStore()
+            }
         }
         guard change.pid != ownProcess else { return }
-        // A change of a file marked by itself (`WatchedWrites`), whose attributes the kernel
-        // keeps long: forgotten as it is known by its handle, whether or not a name below
-        // BACKING leads to it (written or changed through a link elsewhere, or after its name
-        // went; renamed, its change time moved).
         let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
         let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
-        var forgotten: Inode?
-        if writes || attributes || change.mask & CFS_CHANGE_RENAME != 0, !isDirectory, let object = change.object,
-           let node = filesystem.watchedWrites.node(handle: Self.key(object)) {
-            if attributes { node.hasNoCapability.store(false, ordering: .relaxed) }
-            filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel(by: change.pid, closing: false))
-            forgotten = node
-        }
+        let forgotten = forgetMarkedFile(change, isDirectory: isDirectory, writes: writes, attributes: attributes)
         if change.mask & CFS_CHANGE_RENAME != 0 { return takeRename(change, isDirectory: isDirectory, into: &batch) }
         guard let handle = change.directory, let name = change.name else { return }
         let entry = FileSystemName.string(cString: name)
@@ -381,6 +394,35 @@ final class BackingWatch: @unchecked Sendable {
         }
         if !deliveries.isEmpty { filesystem.domain.deliver(deliveries) }
         filesystem.statistics.changesBehind.add(batch.news.count, ordering: .relaxed)
+    }
+
+    // MARK: The version store
+
+    /// Asks the kernel to leave out what happens inside the version store's directories, those
+    /// made so far: each version kept links a file into its content and each prune removes
+    /// some, and the filesystem's mark would report every one, for this thread to wake, read
+    /// and drop (the mount's own changes, in no directory it shows: `take`, `directory`). With
+    /// the filesystem's mark only: a mark per directory never marks the store (`markBelow`).
+    /// A kernel before 6.0 has no such marks: the store's changes are then read and dropped.
+    private func leaveOutVersionStore() {
+        guard scope == .filesystem, !storeLeftOut, filesystem.versions != nil else { return }
+        let store = VersionStore.directoryName
+        var left = 0
+        // The store's own directory still reports directories made in it: its content's, made
+        // just after it, is then left out in turn.
+        for (relative, withDirectories) in [(store, false), (store + "/" + VersionStore.contentDirectoryName, true)] {
+            let fd = FileSystemName.withCString(relative) { openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+            guard fd >= 0 else { continue }          // not made yet
+            let failure = cfs_fanotify_ignore_directory(changes, fd, withDirectories ? 1 : 0)
+            close(fd)
+            guard failure == 0 else {
+                storeLeftOut = true
+                logger.notice("the version store's own changes are reported, read and dropped: the kernel leaves nothing out (\(Errno(code: -failure)); fanotify ignore marks need Linux 6.0)")
+                return
+            }
+            left += 1
+        }
+        storeLeftOut = left == 2
     }
 
     // MARK: A mark per directory

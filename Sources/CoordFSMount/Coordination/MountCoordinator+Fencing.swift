@@ -1,6 +1,5 @@
 import Coordination
 import CoordinationRuntime
-import CoordinationServer
 import LinuxSystem
 import Synchronization
 

@@ -2,7 +2,6 @@ import LinuxSystem
 import CLinux
 import Coordination
 import CoordinationRuntime
-import CoordinationServer
 import Foundation
 import Logging
 #if canImport(Glibc)

@@ -1,7 +1,6 @@
 import LinuxSystem
 import Coordination
 import CoordinationRuntime
-import CoordinationServer
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -27,4 +26,9 @@ struct MountItemResolver: ItemResolver {
         let isDirectory = FileSystemName.withCString(real) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
         return (filesystem.targets.target(item, isDirectory: isDirectory), real)
     }
+}
+
+extension Filesystem {
+    /// How this mount's control socket resolves the paths its clients send.
+    package var itemResolver: any ItemResolver { MountItemResolver(filesystem: self) }
 }

@@ -16,7 +16,7 @@ import Coordination
 /// each first shuts the gate of the name its path was spelled from, waiting for whoever is
 /// passing it, and opens it again after its release. A request held for its call that covers no
 /// subtree may then pass beside them while the engine holds nothing else and the gate of every
-/// name it locks is open (`Filesystem.passQuietly`). rmdir and a directory's rename
+/// name it locks is open (`MountCoordinator.passQuietly`). rmdir and a directory's rename
 /// conflict with whatever is held below them and still need the engine to hold nothing.
 ///
 /// The names share a fixed table of gates by hash: two names on one gate only make a request

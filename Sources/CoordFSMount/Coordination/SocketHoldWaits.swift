@@ -1,5 +1,4 @@
 import CoordinationRuntime
-import CoordinationServer
 
 /// Holds through the mount's control socket wait as the mount's own requests do for other
 /// users: another user's holds, open files and presenters keep one at most the break time, and

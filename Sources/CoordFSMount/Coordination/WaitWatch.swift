@@ -132,7 +132,7 @@ final class WaitWatch: @unchecked Sendable {
     /// the presenters of each item, and the holds of the grants it went past, each once.
     var tellBroken: (@Sendable ([ItemPath], Set<GrantID>, CoordinatorIdentity) -> Void)?
     /// Requests that went ahead, by rule, and the holds revoked (by the break time, and by name
-    /// changes made past them: `Filesystem.revokePassedHolds`).
+    /// changes made past them: `MountClaim.revokePassed`).
     let kernelLockBreaks = Atomic<Int>(0)
     let leaseBreaks = Atomic<Int>(0)
     let lockTimeBreaks = Atomic<Int>(0)
@@ -183,100 +183,124 @@ final class WaitWatch: @unchecked Sendable {
         while true {
             usleep(Self.interval)
             let now = ContinuousClock.now
-            condition.lock()
-            spentWaits = spentWaits.filter { now - $0.value < Self.spentWaitWindow }
-            if watched.isEmpty {
-                running = false
-                suspects = []
-                condition.unlock()
-                return
-            }
-            let requests = watched
-            let previous = suspects
-            let spent = spentWaits
-            condition.unlock()
-            var stuckNow: Set<Int32> = []
-            var looked: [Int32: Bool] = [:]
-            // Each identity's user, read from /proc at most once a look (nil: gone, as another's).
-            var users: [CoordinatorIdentity: uid_t?] = [:]
-            func user(of identity: CoordinatorIdentity) -> uid_t? {
-                if let known = users[identity] { return known }
-                let found = CoordinatorUsers.user(of: identity)
-                users[identity] = .some(found)
-                return found
-            }
-            var broken: [Broken] = []
-            var spending: [SpentWait] = []
+            guard let (requests, previous, spent) = snapshot(at: now) else { return }
+            var round = Round(now: now, previous: previous, spent: spent)
             for (number, request) in requests {
-                let awaited = request.claim.awaited
-                guard !awaited.isEmpty else { continue }
-                func anotherUsers(_ identity: CoordinatorIdentity) -> Bool { user(of: identity) != request.uid }
-                let caller = request.claim.request.identity.process
-                // The wait the caller's process spends (or spent) on `identity`'s user: another user's only.
-                func spentWait(_ identity: CoordinatorIdentity) -> SpentWait? {
-                    guard let caller, let holder = user(of: identity), holder != request.uid else { return nil }
-                    return SpentWait(process: caller, user: request.uid, holder: holder)
-                }
-                func waitSpent(_ identity: CoordinatorIdentity) -> Bool { spentWait(identity).flatMap { spent[$0] } != nil }
-                let waitsForHolders = request.claim.waitsForHolders
-                // Granted, presenters answered, waiting for what their own work took: holders again.
-                let settling = !waitsForHolders && request.claim.isSettling
-                var reason: Reason?
-                if request.underKernelLock {
-                    for process in Set(awaited.compactMap(\.process)) {
-                        let stuck = looked[process] ?? Self.isStuckOnKernelLock(process)
-                        looked[process] = stuck
-                        if stuck { stuckNow.insert(process) }
-                        if stuck && previous.contains(process) { reason = .kernelLock; break }
-                    }
-                }
-                if reason == nil, settles(request.claim, awaited, request.item) { reason = .settled }
-                var waived = false
-                if reason == nil, let lockTime, request.locksOthersOut, awaited.allSatisfy(anotherUsers) {
-                    if now - request.since >= lockTime {
-                        reason = .lockTime
-                    } else if awaited.allSatisfy(waitSpent) {
-                        reason = .lockTime
-                        waived = true
-                    }
-                }
-                if reason == nil, let breakTime, now - request.since >= breakTime,
-                   (waitsForHolders && awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }))
-                    || (settling && awaited.allSatisfy(anotherUsers)) {
-                    reason = .breakTime
-                }
-                guard let ended = reason else { continue }
-                if ended == .lockTime || ended == .breakTime { spending += awaited.compactMap(spentWait) }
-                // Another user's holds passed at the break time: a lease broken (docs/sharing.md).
-                // The caller's own user's open files keep their rule: passed, not revoked.
-                var revoking: Set<CoordinatorIdentity> = []
-                if ended == .breakTime && (waitsForHolders || settling) && !Self.changesMetadataOnly(request.claim.request) {
-                    revoking = awaited.filter(anotherUsers)
-                }
-                // A name change remembers what it passes on its own items, revoked once it is made.
-                let noting: Set<CoordinatorIdentity> = request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
-                // Looked up while it still waits: what it goes past, to be told.
-                let passed = request.claim.grantsInItsWay(of: awaited)
-                let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
-                broken.append(Broken(number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
-                                     settling: settling))
+                if let entry = judge(number, request, in: &round) { round.broken.append(entry) }
             }
             condition.lock()
-            suspects = stuckNow
-            for wait in spending { spentWaits[wait] = now }
+            suspects = round.stuckNow
+            for wait in round.spending { spentWaits[wait] = now }
             // Granted after its holders were revoked, a request may still ask presenters: it
             // stays watched until its end (`forget`), and the lock time bounds them too. So does
             // one let past while settling, which may wait on for holders not passed. Any other
             // is not looked at again.
-            for entry in broken where entry.revoked == 0 && !entry.settling { watched[entry.number] = nil }
+            for entry in round.broken where entry.revoked == 0 && !entry.settling { watched[entry.number] = nil }
             condition.unlock()
-            for entry in broken {
+            for entry in round.broken {
                 if let claim = requests[entry.number]?.claim {
                     wentAhead(claim, for: entry.reason, past: entry.awaited, passing: entry.passed, revoked: entry.revoked,
                               waived: entry.waived)
                 }
             }
         }
+    }
+
+    /// What a look works on: the requests watched, the processes stuck on a kernel lock at the
+    /// look before, the waits spent on other users; nil (and the loop ends) once nothing is
+    /// watched.
+    private func snapshot(at now: ContinuousClock.Instant)
+        -> (requests: [UInt: Watched], previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant])? {
+        condition.lock()
+        defer { condition.unlock() }
+        spentWaits = spentWaits.filter { now - $0.value < Self.spentWaitWindow }
+        if watched.isEmpty {
+            running = false
+            suspects = []
+            return nil
+        }
+        return (watched, suspects, spentWaits)
+    }
+
+    /// One look at every watched request.
+    private struct Round {
+        let now: ContinuousClock.Instant
+        let previous: Set<Int32>
+        let spent: [SpentWait: ContinuousClock.Instant]
+        var stuckNow: Set<Int32> = []
+        var looked: [Int32: Bool] = [:]
+        /// Each identity's user, read from /proc at most once a look (nil: gone, as another's).
+        var users: [CoordinatorIdentity: uid_t?] = [:]
+        var broken: [Broken] = []
+        var spending: [SpentWait] = []
+
+        init(now: ContinuousClock.Instant, previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant]) {
+            (self.now, self.previous, self.spent) = (now, previous, spent)
+        }
+
+        mutating func user(of identity: CoordinatorIdentity) -> uid_t? {
+            if let known = users[identity] { return known }
+            let found = CoordinatorUsers.user(of: identity)
+            users[identity] = .some(found)
+            return found
+        }
+    }
+
+    /// Whether request `number` goes ahead at this look, and by which rule; it is let through
+    /// here, and its entry returned for the loop to tell.
+    private func judge(_ number: UInt, _ request: Watched, in round: inout Round) -> Broken? {
+        let awaited = request.claim.awaited
+        guard !awaited.isEmpty else { return nil }
+        func anotherUsers(_ identity: CoordinatorIdentity) -> Bool { round.user(of: identity) != request.uid }
+        let caller = request.claim.request.identity.process
+        // The wait the caller's process spends (or spent) on `identity`'s user: another user's only.
+        func spentWait(_ identity: CoordinatorIdentity) -> SpentWait? {
+            guard let caller, let holder = round.user(of: identity), holder != request.uid else { return nil }
+            return SpentWait(process: caller, user: request.uid, holder: holder)
+        }
+        func waitSpent(_ identity: CoordinatorIdentity) -> Bool { spentWait(identity).flatMap { round.spent[$0] } != nil }
+        let waitsForHolders = request.claim.waitsForHolders
+        // Granted, presenters answered, waiting for what their own work took: holders again.
+        let settling = !waitsForHolders && request.claim.isSettling
+        var reason: Reason?
+        if request.underKernelLock {
+            for process in Set(awaited.compactMap(\.process)) {
+                let stuck = round.looked[process] ?? Self.isStuckOnKernelLock(process)
+                round.looked[process] = stuck
+                if stuck { round.stuckNow.insert(process) }
+                if stuck && round.previous.contains(process) { reason = .kernelLock; break }
+            }
+        }
+        if reason == nil, settles(request.claim, awaited, request.item) { reason = .settled }
+        var waived = false
+        if reason == nil, let lockTime, request.locksOthersOut, awaited.allSatisfy(anotherUsers) {
+            if round.now - request.since >= lockTime {
+                reason = .lockTime
+            } else if awaited.allSatisfy(waitSpent) {
+                reason = .lockTime
+                waived = true
+            }
+        }
+        if reason == nil, let breakTime, round.now - request.since >= breakTime,
+           (waitsForHolders && awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }))
+            || (settling && awaited.allSatisfy(anotherUsers)) {
+            reason = .breakTime
+        }
+        guard let ended = reason else { return nil }
+        if ended == .lockTime || ended == .breakTime { round.spending += awaited.compactMap(spentWait) }
+        // Another user's holds passed at the break time: a lease broken (docs/sharing.md).
+        // The caller's own user's open files keep their rule: passed, not revoked.
+        var revoking: Set<CoordinatorIdentity> = []
+        if ended == .breakTime && (waitsForHolders || settling) && !Self.changesMetadataOnly(request.claim.request) {
+            revoking = awaited.filter(anotherUsers)
+        }
+        // A name change remembers what it passes on its own items, revoked once it is made.
+        let noting: Set<CoordinatorIdentity> = request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
+        // Looked up while it still waits: what it goes past, to be told.
+        let passed = request.claim.grantsInItsWay(of: awaited)
+        let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
+        return Broken(number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
+                      settling: settling)
     }
 
     /// A request let go ahead at a look: by which rule, past whom (the holders it waited for and

@@ -27,6 +27,17 @@ let interruptTrampoline: fuse_interrupt_func_t = { req, data in
 enum FuseBridge {
     static func operations() -> fuse_lowlevel_ops {
         var ops = fuse_lowlevel_ops()
+        session(&ops)
+        nodes(&ops)
+        namespace(&ops)
+        files(&ops)
+        directories(&ops)
+        extendedAttributes(&ops)
+        return ops
+    }
+
+    /// The session: INIT.
+    private static func session(_ ops: inout fuse_lowlevel_ops) {
         ops.`init` = { userdata, conn in
             let fs = Unmanaged<Filesystem>.fromOpaque(userdata!).takeUnretainedValue()
             cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0, fs.configuration.kernelChecksPermissions ? 1 : 0)
@@ -35,6 +46,10 @@ enum FuseBridge {
             cfs_want_ring(conn, fs.configuration.ioUring ? fs.session.load(ordering: .relaxed) : nil, fs.lanesAll ? 1 : 0,
                           fs.configuration.serveNice)
         }
+    }
+
+    /// Names and nodes: lookups, forgets, attributes.
+    private static func nodes(_ ops: inout fuse_lowlevel_ops) {
         ops.lookup = { req, parent, name in
             filesystem(req).lookup(reply(req), UInt64(parent), FileSystemName.string(cString: name!))
         }
@@ -67,6 +82,12 @@ enum FuseBridge {
             filesystem(req).setattr(reply(req), UInt64(ino), change, fi.map { cfs_file_info_handle($0) })
         }
         ops.readlink = { req, ino in filesystem(req).readlink(reply(req), UInt64(ino)) }
+        ops.statfs = { req, ino in filesystem(req).statfs(reply(req), UInt64(ino)) }
+        ops.access = { req, ino, mask in filesystem(req).access(reply(req), UInt64(ino), mask) }
+    }
+
+    /// Changes of names.
+    private static func namespace(_ ops: inout fuse_lowlevel_ops) {
         ops.mknod = { req, parent, name, mode, device in
             filesystem(req).mknod(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, device)
         }
@@ -89,6 +110,10 @@ enum FuseBridge {
         ops.link = { req, ino, parent, name in
             filesystem(req).link(reply(req), UInt64(ino), UInt64(parent), FileSystemName.string(cString: name!))
         }
+    }
+
+    /// Open files.
+    private static func files(_ ops: inout fuse_lowlevel_ops) {
         ops.open = { req, ino, fi in filesystem(req).open(reply(req), UInt64(ino), OpenRequest(fi!)) }
         ops.create = { req, parent, name, mode, fi in
             filesystem(req).create(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
@@ -104,6 +129,20 @@ enum FuseBridge {
         ops.fsync = { req, _, dataOnly, fi in
             filesystem(req).fsync(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
         }
+        ops.fallocate = { req, _, mode, offset, length, fi in
+            filesystem(req).fallocate(reply(req), cfs_file_info_handle(fi!), mode, offset, length)
+        }
+        ops.copy_file_range = { req, _, inOffset, inFile, _, outOffset, outFile, length, flags in
+            filesystem(req).copyFileRange(reply(req), cfs_file_info_handle(inFile!), inOffset,
+                                          cfs_file_info_handle(outFile!), outOffset, length, UInt32(flags))
+        }
+        ops.lseek = { req, _, offset, whence, fi in
+            filesystem(req).lseek(reply(req), cfs_file_info_handle(fi!), offset, whence)
+        }
+    }
+
+    /// Open directories.
+    private static func directories(_ ops: inout fuse_lowlevel_ops) {
         ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), UInt64(ino), OpenRequest(fi!)) }
         ops.readdir = { req, _, size, offset, fi in
             filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: false)
@@ -115,7 +154,10 @@ enum FuseBridge {
         ops.fsyncdir = { req, _, dataOnly, fi in
             filesystem(req).fsyncdir(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
         }
-        ops.statfs = { req, ino in filesystem(req).statfs(reply(req), UInt64(ino)) }
+    }
+
+    /// Extended attributes.
+    private static func extendedAttributes(_ ops: inout fuse_lowlevel_ops) {
         ops.setxattr = { req, ino, name, value, size, flags in
             let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
             filesystem(req).setxattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
@@ -127,17 +169,5 @@ enum FuseBridge {
         ops.removexattr = { req, ino, name in
             filesystem(req).removexattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!))
         }
-        ops.access = { req, ino, mask in filesystem(req).access(reply(req), UInt64(ino), mask) }
-        ops.fallocate = { req, _, mode, offset, length, fi in
-            filesystem(req).fallocate(reply(req), cfs_file_info_handle(fi!), mode, offset, length)
-        }
-        ops.copy_file_range = { req, _, inOffset, inFile, _, outOffset, outFile, length, flags in
-            filesystem(req).copyFileRange(reply(req), cfs_file_info_handle(inFile!), inOffset,
-                                          cfs_file_info_handle(outFile!), outOffset, length, UInt32(flags))
-        }
-        ops.lseek = { req, _, offset, whence, fi in
-            filesystem(req).lseek(reply(req), cfs_file_info_handle(fi!), offset, whence)
-        }
-        return ops
     }
 }

@@ -3,7 +3,6 @@ import CFuse3
 import CLinux
 import CFusePassthrough
 import Coordination
-import CoordinationServer
 import CoordinationRuntime
 import Foundation
 #if canImport(Glibc)
@@ -20,8 +19,13 @@ public final class MountSession: @unchecked Sendable {
     /// Watches the backing directory from the mount on (`BackingWatch`): a change made behind
     /// it as soon as it is mounted is seen.
     private var backingWatch: BackingWatch?
+    /// Starts serving this mount's control socket, where the configuration serves one: `mount()`
+    /// calls it once the FUSE session is made and before the mount is. The commands give it the
+    /// control server (`MountControlServer`), so that the mount knows nothing of the socket's
+    /// protocol; it throws when the socket cannot be served, and then no mount is made.
+    public var startControlSocket: ((Filesystem) throws -> any MountControlSocket)?
     /// The control socket of this mount, once mounted.
-    public private(set) var controlServer: ControlServer?
+    public private(set) var controlSocket: (any MountControlSocket)?
     /// Gives the allocator's free memory back once the mount has gone quiet, as the daemon
     /// does once its last client has gone.
     private var quietTrim: QuietTrim?
@@ -88,23 +92,10 @@ public final class MountSession: @unchecked Sendable {
         // Swift program, and they would not know (they find the socket through the mount).
         if configuration.servesControlSocket {
             do {
-                let path = try configuration.socketPath ?? ControlServer.mountSocketPath()
-                let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
-                                           domain: filesystem.domain, resolver: MountItemResolver(filesystem: filesystem),
-                                           root: filesystem.mountRoot.string)
-                server.claimGate = filesystem.coordinator.claimGate
-                // Its holds wait as the mount's requests do: as long, and past other users'
-                // holds at the break time.
-                server.waitTimeout = filesystem.configuration.waitTimeout
-                server.holdWaits = filesystem.coordinator.socketHoldWaits
-                server.versions = filesystem.versions?.store
-                server.remount = { [weak filesystem = self.filesystem] options in
-                    guard let filesystem else { return "the mount is gone" }
-                    return filesystem.remount(options)
-                }
-                try server.start()
-                controlServer = server
-                filesystem.socketPath = path
+                guard let startControlSocket else { throw MountError.invalid("no control server was given to serve it") }
+                let socket = try startControlSocket(filesystem)
+                controlSocket = socket
+                filesystem.socketPath = socket.path
             } catch {
                 abandon(session)
                 throw MountError.fuse("cannot serve the control socket: \(error)")
@@ -119,8 +110,8 @@ public final class MountSession: @unchecked Sendable {
         filesystem.session.store(UnsafeMutableRawPointer(session), ordering: .relaxed)
         backingWatch = filesystem.watchBacking()
         backingWatch?.start()
-        let statistics = filesystem.statistics, server = controlServer
-        quietTrim = IdleTrim.whenQuiet { statistics.work + (server?.linesRead ?? 0) }
+        let statistics = filesystem.statistics, socket = controlSocket
+        quietTrim = IdleTrim.whenQuiet { statistics.work + (socket?.linesRead ?? 0) }
         if hooked == 0 {
             filesystem.passthrough?.enable(device: fuse_session_fd(session))
         } else {
@@ -134,8 +125,8 @@ public final class MountSession: @unchecked Sendable {
         if handlesSignals { fuse_remove_signal_handlers(session) }
         fuse_session_destroy(session)
         self.session = nil
-        controlServer?.stop()
-        controlServer = nil
+        controlSocket?.stop()
+        controlSocket = nil
     }
 
     /// Runs once the session stops serving, before it unmounts: what must still answer waiting
@@ -164,7 +155,7 @@ public final class MountSession: @unchecked Sendable {
         quietTrim = nil
         if maskBefore >= 0 { umask(mode_t(maskBefore)) }
         if nice != 0 { _ = cfs_set_thread_nice(before) }
-        controlServer?.stop()
+        controlSocket?.stop()
         if handlesSignals { fuse_remove_signal_handlers(session) }
         // The io_uring queues serve this session: they end before it does, and before the
         // unmount, which closes the session's descriptor (the queues are found by it). Stopped
@@ -175,6 +166,9 @@ public final class MountSession: @unchecked Sendable {
         // holder is answered ENOTCONN) before the session it uses is freed.
         filesystem.session.store(nil, ordering: .relaxed)
         fuse_session_unmount(session)
+        // No version is kept from here: the lines the store's queue gathers are written before
+        // `run` returns, and the process perhaps ends (else they would be lost with it).
+        filesystem.versions?.store.flush()
         backingWatch?.waitUntilStopped()
         filesystem.watchedWrites.end()
         backingWatch = nil
@@ -186,8 +180,21 @@ public final class MountSession: @unchecked Sendable {
     /// Ends `run()` from another thread of this process (tests): unmounts lazily so the loop's
     /// reads end.
     public func stop() {
-        controlServer?.stop()
+        controlSocket?.stop()
         if let session { fuse_session_exit(session) }
         _ = umount2(filesystem.configuration.mountPoint, Int32(MNT_DETACH))
     }
+}
+
+/// A mount's control socket as its session sees it: started for the session by whoever gives
+/// it the server (`MountSession.startControlSocket`), stopped by the session as the mount ends.
+public protocol MountControlSocket: AnyObject, Sendable {
+    /// Where it listens: answered as `user.coordfs.socket` on every item.
+    var path: String { get }
+    /// Lines read from its clients so far: the mount's work includes its socket's
+    /// (`IdleTrim.whenQuiet`).
+    var linesRead: Int { get }
+    /// Stops accepting, ends every connection and removes the socket file (the session may
+    /// call it more than once).
+    func stop()
 }

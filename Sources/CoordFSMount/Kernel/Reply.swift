@@ -9,7 +9,7 @@ import Glibc
 
 // @unchecked Sendable: a request handle libfuse lets any thread answer, once.
 /// One kernel request's answer. Not copyable: each answering method consumes it, so the compiler
-/// refuses a second answer. A handler that waits passes it on (to `coordinate`'s body, or in a
+/// refuses a second answer. A handler that waits passes it on (to `MountCoordinator.coordinate`'s body, or in a
 /// `PendingReply` across threads); one dropped unanswered answers EIO, and stops debug builds.
 struct Reply: ~Copyable, @unchecked Sendable {
     let req: fuse_req_t

@@ -49,7 +49,7 @@ final class OpenFile: @unchecked Sendable {
     /// the release.
     let appends: Bool
     /// For a write open on a host of a shared store: its cover, which each write through it
-    /// asks (`Filesystem.admitsWrite`). Set before the open is inserted in the table.
+    /// asks (`MountCoordinator.admitsWrite`). Set before the open is inserted in the table.
     var writeCover: WriteCover?
 
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
@@ -87,7 +87,7 @@ final class OpenFile: @unchecked Sendable {
     }
 }
 
-/// A write open's cover on a host of a shared store (`Filesystem.admitsWrite`): the stamp of its
+/// A write open's cover on a host of a shared store (`MountCoordinator.admitsWrite`): the stamp of its
 /// grant (`HostDelegations.stampWrites`), moved on as the losses of cover since are judged not
 /// to reach its item, and whether one did: fenced, its writes are refused until it is closed.
 final class WriteCover: Sendable {

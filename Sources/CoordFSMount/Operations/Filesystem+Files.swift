@@ -243,14 +243,14 @@ extension Filesystem {
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
         let (fd, createFailure, readWrite, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
             let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
-            let item = versions == nil ? "" : targets.relativePath(parent, name)
             if sharesBacking {
                 let (fd, made, refusal) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0,
-                                                  for: caller, item: item)
+                                                  for: caller, item: versions == nil ? "" : targets.relativePath(parent, name))
                 if let refusal { return (-1, refusal, false, false) }
                 if fd >= 0 { return (fd, nil, true, made) }
             }
-            let (fd, made, refusal) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller, item: item)
+            let (fd, made, refusal) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller,
+                                              item: versions == nil ? "" : targets.relativePath(parent, name))
             if let refusal { return (-1, refusal, false, false) }
             return (fd, fd == -1 ? Errno.current : nil, false, made)
         }
@@ -278,13 +278,14 @@ extension Filesystem {
     /// failure after it can take back a file this create made, and only such a file: one made
     /// behind the mount meanwhile is opened as it is, unless the caller asked for O_EXCL itself.
     /// Returns the descriptor (or -1, errno set) and whether this call made the file.
-    /// An existing file opened with O_TRUNC is kept as a version first (`item`, its path), or
-    /// the open refused as a stale write (the third value).
+    /// An existing file opened with O_TRUNC is kept as a version first (`item`, its path, spelled
+    /// only then: a create of a new file takes no lock of the inode table for it), or the open
+    /// refused as a stale write (the third value).
     private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for caller: RequestCaller,
-                         item: String) -> (Int32, Bool, Errno?) {
+                         item: @autoclosure () -> String) -> (Int32, Bool, Errno?) {
         let fd = CallerUmask.applying(caller.umask) { accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } } }
         if fd >= 0 || Errno.current != .fileExists || exclusive { return (fd, fd >= 0, nil) }
-        if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(name, in: parentFD, item: item, by: caller) { return (-1, false, refusal) }
+        if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(name, in: parentFD, item: item(), by: caller) { return (-1, false, refusal) }
         return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false, nil)
     }
 

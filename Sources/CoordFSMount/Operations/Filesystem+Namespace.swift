@@ -129,102 +129,152 @@ extension Filesystem {
             return reply.error(ENOENT)
         }
         if isVersionStore(newParentID, newName) { return reply.error(EPERM) }
+        let rename: Rename
+        do throws(Errno) {
+            rename = try Rename(from: (parent, name), to: (newParent, newName), flags: flags, in: self)
+        } catch {
+            return reply.error(error)
+        }
         let caller = reply.caller
-        var sourceStat = stat()
-        let sourceFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fd in
-            FileSystemName.withCString(name) { fstatat(fd, $0, &sourceStat, AT_SYMLINK_NOFOLLOW) } == -1 ? Errno.current : nil
-        }
-        if let sourceFailure { return reply.error(sourceFailure) }
-        let sourceInfo = sourceStat
-        let sourceIsDirectory = (sourceInfo.st_mode & S_IFMT) == S_IFDIR
-        var destinationStat = stat()
-        let destinationExisted = inodes.withFD(newParent, orElse: { _ in false }) { fd in
-            FileSystemName.withCString(newName) { fstatat(fd, $0, &destinationStat, AT_SYMLINK_NOFOLLOW) } == 0
-        }
-        let destinationInfo = destinationStat
-        let destinationIsDirectory = destinationExisted && (destinationInfo.st_mode & S_IFMT) == S_IFDIR
-        let exchange = flags & UInt32(CFS_RENAME_EXCHANGE) != 0
         // Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
         // Open descriptors keep their inodes: readers read on, and appenders of a moved item
         // append on under its new name (logrotate's mv, before it asks for a reopen); their
         // holds follow it (`State.relocateOpenFileHolds`). An appender of a replaced file would
         // lose its work: it is waited for. An exchange, which reports no move for holds to
         // follow, waits for them all.
-        let source = ItemIntent(kind: .writing(exchange ? .forMoving : [.forMoving, .passesOpenReads, .passesAppends]),
-                                node: parent, name: name, isDirectory: sourceIsDirectory)
-        let destination = ItemIntent(kind: .writing(exchange ? .forMoving : [.forReplacing, .passesOpenReads]), node: newParent,
-                                     name: newName, isDirectory: destinationIsDirectory)
-        let replacedItself = destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
-        // A file renamed over another (an atomic save) replaces its content: kept as a version.
-        let mayReplace = !exchange && flags & CFS_RENAME_NOREPLACE == 0 && versions != nil
+        let source = ItemIntent(kind: .writing(rename.exchange ? .forMoving : [.forMoving, .passesOpenReads, .passesAppends]),
+                                node: parent, name: name, isDirectory: rename.sourceIsDirectory)
+        let destination = ItemIntent(kind: .writing(rename.exchange ? .forMoving : [.forReplacing, .passesOpenReads]), node: newParent,
+                                     name: newName, isDirectory: rename.destinationIsDirectory)
         coordinator.coordinate(reply, source, and: destination, forTheCall: true) { [self] reply, claim in
-            var version: VersionRecord?
-            let destinationItem = mayReplace ? targets.relativePath(newParent, newName) : ""
-            // Who replaces, found once: for the version kept and for what it then has seen.
-            let writer = mayReplace ? versionWriter(caller) : nil
-            var replaces = false
-            let renameFailure: Errno? = inodes.withFD(parent, orElse: { $0 }) { fromFD in
-                inodes.withFD(newParent, orElse: { $0 }) { toFD in
-                    // The destination as it is now, once the claim is held: what it was when the
-                    // request came (if anything) may have been made or written since, while it
-                    // waited. Not the source itself (a rename of a name onto another of its own).
-                    var replaced = stat()
-                    if mayReplace, FileSystemName.withCString(newName, { fstatat(toFD, $0, &replaced, AT_SYMLINK_NOFOLLOW) }) == 0,
-                       replaced.st_mode & S_IFMT == S_IFREG, replaced.st_dev != sourceInfo.st_dev || replaced.st_ino != sourceInfo.st_ino {
-                        replaces = true
-                        switch keepBeforeReplacing(newName, in: toFD, item: destinationItem, replaced, deleting: false, by: caller,
-                                                   as: writer) {
-                        case .success(let kept): version = kept
-                        case .failure(let refusal): return refusal
-                        }
-                    }
-                    let failure = FileSystemName.withCString(name) { from in FileSystemName.withCString(newName) { to in cfs_renameat2(fromFD, from, toFD, to, flags) } } == -1
-                        ? Errno.current : nil
-                    if failure != nil { takeBack(version) }
-                    return failure
-                }
-            }
+            let (renameFailure, replaced) = renameBacking(rename, caller)
             if let failure = renameFailure {
                 claim.end([IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
-                           IntentOutcome(existedBefore: destinationExisted, existsAfter: destinationExisted, changed: false)])
+                           IntentOutcome(existedBefore: rename.destinationExisted, existsAfter: rename.destinationExisted, changed: false)])
                 return reply.error(failure)
             }
-            targets.namespaceChanged(name: name, newName, directory: sourceIsDirectory || destinationIsDirectory)
+            targets.namespaceChanged(name: name, newName, directory: rename.sourceIsDirectory || rename.destinationIsDirectory)
             claim.revokePassed()
-            if replaces, let versions {
-                // A change of the item, which the writer has seen as the rename left it (its
-                // change time moved); a conflict is told once the rename is done.
-                versions.changed(destinationItem)
-                var after = stat()
-                if let reader = writer?.reader, inodes.withFD(newParent, orElse: { _ in false }, { fd in
-                    FileSystemName.withCString(newName) { fstatat(fd, $0, &after, AT_SYMLINK_NOFOLLOW) } == 0
-                }) {
-                    versions.saw(destinationItem, after, by: reader)
-                }
-                if let version, version.conflict { tellConflict(version, by: caller) }
-            }
-            if destinationExisted && !exchange && !destinationIsDirectory && !replacedItself {
-                inodes.nameRemoved(newName, in: newParent.id, device: UInt64(destinationInfo.st_dev),
-                                   number: UInt64(destinationInfo.st_ino))
-            }
-            if let moved = inodes.node(device: UInt64(sourceInfo.st_dev), number: UInt64(sourceInfo.st_ino)) {
-                inodes.moved(moved.id, from: (parent.id, name), to: newParent.id, name: newName)
-            }
-            if exchange {
-                if let other = inodes.node(device: UInt64(destinationInfo.st_dev), number: UInt64(destinationInfo.st_ino)) {
-                    inodes.moved(other.id, from: (newParent.id, newName), to: parent.id, name: name)
-                }
+            if let replaced { afterReplacing(rename, replaced, caller) }
+            renamedNodes(rename)
+            if rename.exchange {
                 // Both items changed place; told as changes of both paths.
                 claim.end([IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
                            IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
             } else {
                 // The destination is now what the source was.
-                claim.reportRename(sourceIsDirectory: sourceIsDirectory)
+                claim.reportRename(sourceIsDirectory: rename.sourceIsDirectory)
                 claim.end([IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
-                           IntentOutcome(existedBefore: destinationExisted, existsAfter: true, changed: true)])
+                           IntentOutcome(existedBefore: rename.destinationExisted, existsAfter: true, changed: true)])
             }
             if let failure = syncNames(in: parent, and: newParent) { return reply.error(failure) }
             reply.ok()
+        }
+    }
+
+    /// A rename as the request found its two names.
+    private struct Rename: Sendable {
+        let parent: Inode, name: String
+        let newParent: Inode, newName: String
+        let flags: UInt32
+        let sourceInfo: stat
+        let sourceIsDirectory: Bool
+        let destinationInfo: stat
+        let destinationExisted: Bool
+        let destinationIsDirectory: Bool
+        let exchange: Bool
+        /// A file renamed over another (an atomic save) replaces its content: kept as a version.
+        let mayReplace: Bool
+
+        init(from: (Inode, String), to: (Inode, String), flags: UInt32, in filesystem: Filesystem) throws(Errno) {
+            (parent, name, newParent, newName, self.flags) = (from.0, from.1, to.0, to.1, flags)
+            var source = stat()
+            let sourceFailure: Errno? = filesystem.inodes.withFD(from.0, orElse: { $0 }) { fd in
+                FileSystemName.withCString(from.1) { fstatat(fd, $0, &source, AT_SYMLINK_NOFOLLOW) } == -1 ? Errno.current : nil
+            }
+            if let sourceFailure { throw sourceFailure }
+            var destination = stat()
+            destinationExisted = filesystem.inodes.withFD(to.0, orElse: { _ in false }) { fd in
+                FileSystemName.withCString(to.1) { fstatat(fd, $0, &destination, AT_SYMLINK_NOFOLLOW) } == 0
+            }
+            (sourceInfo, destinationInfo) = (source, destination)
+            sourceIsDirectory = (source.st_mode & S_IFMT) == S_IFDIR
+            destinationIsDirectory = destinationExisted && (destination.st_mode & S_IFMT) == S_IFDIR
+            exchange = flags & UInt32(CFS_RENAME_EXCHANGE) != 0
+            mayReplace = !exchange && flags & CFS_RENAME_NOREPLACE == 0 && filesystem.versions != nil
+        }
+
+        /// Whether the destination was the source itself (a rename of a name onto another of its own).
+        var replacedItself: Bool {
+            destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
+        }
+    }
+
+    /// A file a rename replaced: its item, who replaced it, and the version kept of it (if any).
+    private struct Replaced {
+        var item: String
+        var writer: MountVersions.Writer?
+        var version: VersionRecord?
+    }
+
+    /// Renames on the backing directory; the errno if it failed, and the file it replaced, if
+    /// any. The destination is looked at as it is now, once the claim is held: what it was when
+    /// the request came (if anything) may have been made or written since, while it waited. Not
+    /// the source itself. Its path and who replaces it are found only for a file replaced (a
+    /// rename to a name that is free spells no path and asks for no session).
+    private func renameBacking(_ rename: Rename, _ caller: RequestCaller) -> (Errno?, replaced: Replaced?) {
+        var replaced: Replaced?
+        let failure: Errno? = inodes.withFD(rename.parent, orElse: { $0 }) { fromFD in
+            inodes.withFD(rename.newParent, orElse: { $0 }) { toFD in
+                var now = stat()
+                if rename.mayReplace, FileSystemName.withCString(rename.newName, { fstatat(toFD, $0, &now, AT_SYMLINK_NOFOLLOW) }) == 0,
+                   now.st_mode & S_IFMT == S_IFREG, now.st_dev != rename.sourceInfo.st_dev || now.st_ino != rename.sourceInfo.st_ino {
+                    let item = targets.relativePath(rename.newParent, rename.newName)
+                    let writer = versionWriter(caller)
+                    switch keepBeforeReplacing(rename.newName, in: toFD, item: item, now, deleting: false, by: caller, as: writer) {
+                    case .success(let kept): replaced = Replaced(item: item, writer: writer, version: kept)
+                    case .failure(let refusal): return refusal
+                    }
+                }
+                let failure = FileSystemName.withCString(rename.name) { from in
+                    FileSystemName.withCString(rename.newName) { to in cfs_renameat2(fromFD, from, toFD, to, rename.flags) }
+                } == -1 ? Errno.current : nil
+                if failure != nil { takeBack(replaced?.version) }
+                return failure
+            }
+        }
+        return (failure, failure == nil ? replaced : nil)
+    }
+
+    /// After a rename over a file: a change of the item, which the writer has seen as the rename
+    /// left it (its change time moved); counted already where a version was kept, as the
+    /// replacement was checked (`MountVersions.replacement`). A conflict is told once the
+    /// rename is done.
+    private func afterReplacing(_ rename: Rename, _ replaced: Replaced, _ caller: RequestCaller) {
+        guard let versions else { return }
+        let item = replaced.item
+        if replaced.version == nil { versions.changed(item) }
+        var after = stat()
+        if let reader = replaced.writer?.reader, inodes.withFD(rename.newParent, orElse: { _ in false }, { fd in
+            FileSystemName.withCString(rename.newName) { fstatat(fd, $0, &after, AT_SYMLINK_NOFOLLOW) } == 0
+        }) {
+            versions.saw(item, after, by: reader)
+        }
+        if let version = replaced.version, version.conflict { tellConflict(version, by: caller) }
+    }
+
+    /// The node table after a rename: the replaced name's node loses it, the moved nodes take
+    /// their new places.
+    private func renamedNodes(_ rename: Rename) {
+        let (source, destination) = (rename.sourceInfo, rename.destinationInfo)
+        if rename.destinationExisted && !rename.exchange && !rename.destinationIsDirectory && !rename.replacedItself {
+            inodes.nameRemoved(rename.newName, in: rename.newParent.id, device: UInt64(destination.st_dev), number: UInt64(destination.st_ino))
+        }
+        if let moved = inodes.node(device: UInt64(source.st_dev), number: UInt64(source.st_ino)) {
+            inodes.moved(moved.id, from: (rename.parent.id, rename.name), to: rename.newParent.id, name: rename.newName)
+        }
+        if rename.exchange, let other = inodes.node(device: UInt64(destination.st_dev), number: UInt64(destination.st_ino)) {
+            inodes.moved(other.id, from: (rename.newParent.id, rename.newName), to: rename.parent.id, name: rename.name)
         }
     }
 }

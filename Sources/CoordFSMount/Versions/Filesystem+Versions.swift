@@ -11,6 +11,10 @@ import Glibc
 /// Where the handlers meet `MountVersions`: the store's name hidden in the root, reads noted,
 /// and content kept before a rename over it, its last unlink or a truncation.
 extension Filesystem {
+    /// The store of the versions this mount keeps (nil: none), which its control socket's
+    /// clients ask for too.
+    package var versionStore: VersionStore? { versions?.store }
+
     /// Whether `name` in the directory `parentID` is the version store's own directory, which
     /// the mount neither shows nor lets anyone make, whatever the mount's versions are.
     @inline(__always)

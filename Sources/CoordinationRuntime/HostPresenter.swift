@@ -1,5 +1,4 @@
 import Coordination
-import CoordinationRuntime
 import Synchronization
 
 /// Another host's presenter, standing in this host's domain: asked nothing (the other host's
@@ -7,7 +6,7 @@ import Synchronization
 /// programs and coordinators did, which it forwards as changes of the store. Nothing else is
 /// forwarded: a third host sends its own changes itself, and a change a mount's backing watch
 /// saw is another mount's of the same local filesystem (which sees it too) or nobody's.
-public final class HostPresenter: Presenter, @unchecked Sendable {
+package final class HostPresenter: Presenter, @unchecked Sendable {
     // @unchecked: `path` is guarded by its lock; the rest is constant.
     let host: String
     private let path: Mutex<ItemPath>

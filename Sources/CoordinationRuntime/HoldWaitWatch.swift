@@ -1,5 +1,3 @@
-import CoordinationRuntime
-
 /// Who watches a hold through the control socket while it waits for others, and ends that wait
 /// where it must: a mount lets a hold go past another user's holds, open files and presenters at
 /// its break time, revoking them and telling their holders, as it lets its programs' requests

@@ -1,5 +1,4 @@
 import Coordination
-import CoordinationRuntime
 import LinuxSystem
 import Synchronization
 #if canImport(Glibc)
@@ -12,17 +11,17 @@ import Glibc
 /// mount's store is its backing directory seen at the mount point; the daemon's, a directory
 /// its clients use directly. Paths below the store's root are spelled alike on every host
 /// ("" is the root itself).
-public final class SharedStore: Sendable {
-    public let domain: CoordinationDomain
+package final class SharedStore: Sendable {
+    package let domain: CoordinationDomain
     /// The store's root, as the domain's paths spell it.
-    public let root: ItemPath
+    package let root: ItemPath
     /// Whether the item at a store path is a directory here now.
     let isDirectory: @Sendable (String) -> Bool
     /// The engine's facts for an item (directory, packages around it).
     let target: @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget
 
-    public init(domain: CoordinationDomain, root: ItemPath, isDirectory: @escaping @Sendable (String) -> Bool,
-                target: @escaping @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget) {
+    package init(domain: CoordinationDomain, root: ItemPath, isDirectory: @escaping @Sendable (String) -> Bool,
+                 target: @escaping @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget) {
         self.domain = domain
         self.root = root
         self.isDirectory = isDirectory
@@ -32,21 +31,21 @@ public final class SharedStore: Sendable {
     // MARK: Paths
 
     /// An item's path below the store's root; nil for one outside the store.
-    public func storePath(of path: ItemPath) -> String? {
+    package func storePath(of path: ItemPath) -> String? {
         if path == root { return "" }
         guard root.isAncestor(of: path) else { return nil }
         return String(path.string.dropFirst(root.isRoot ? 1 : root.string.count + 1))
     }
 
     /// The domain's path of an item below the store's root.
-    public func itemPath(ofStorePath path: String) -> ItemPath {
+    package func itemPath(ofStorePath path: String) -> ItemPath {
         path.isEmpty ? root : ItemPath(canonical: (root.isRoot ? "" : root.string) + "/" + path)
     }
 
     /// The item an access of `target` locks (its outermost package inside the store, or
     /// itself), below the store's root: the root itself for an access of a directory around
     /// the store (a rename or deletion of it takes the whole store); nil for one beside it.
-    public func lockedStorePath(_ target: AccessTarget) -> String? {
+    package func lockedStorePath(_ target: AccessTarget) -> String? {
         if target.path.isAncestor(of: root) { return "" }
         let package = target.enclosingPackages.first { root.isAncestor(of: $0) }
         return storePath(of: package ?? target.path)
@@ -55,7 +54,7 @@ public final class SharedStore: Sendable {
     /// What an access of `kind` to `target` needs a delegation of: the item it locks, and how.
     /// Deleting, moving or replacing an item inside a package is a write of the package (P22),
     /// not its deletion.
-    public func delegationNeed(_ kind: AccessKind, of target: AccessTarget) -> (path: String, access: DelegatedAccess)? {
+    package func delegationNeed(_ kind: AccessKind, of target: AccessTarget) -> (path: String, access: DelegatedAccess)? {
         guard let locked = lockedStorePath(target) else { return nil }
         let access = DelegatedAccess(kind)
         let itself = locked == "" ? target.path == root || target.path.isAncestor(of: root) : storePath(of: target.path) == locked
@@ -71,7 +70,7 @@ public final class SharedStore: Sendable {
 
     /// What this host's programs and coordinators hold now, below the store's root (other
     /// hosts' accesses left out).
-    public func heldItems() -> [(path: String, writing: Bool)] {
+    package func heldItems() -> [(path: String, writing: Bool)] {
         domain.engine.snapshot().holders.flatMap { holder -> [(path: String, writing: Bool)] in
             if case .host = holder.identity { return [] }
             return holder.intents.compactMap { intent in lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) } }
@@ -83,7 +82,7 @@ public final class SharedStore: Sendable {
     /// access of a local program, and it holds the item (for as long as the host's conflicting
     /// programs let it) until ended. Ended unchanged: what the other host's programs then do is
     /// told as it is done (its news, or a mount's watch of its backing directory), not guessed.
-    public func beginAccess(forHost host: String, _ path: String, _ kind: DelegatedAccess) -> HostAccess {
+    package func beginAccess(forHost host: String, _ path: String, _ kind: DelegatedAccess) -> HostAccess {
         let access = HostAccess()
         let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
         let waiting = Claim.beginWaiting(in: domain, identity: .host(host), intents: [Intent(kind.kind, storeTarget(path))],
@@ -98,7 +97,7 @@ public final class SharedStore: Sendable {
 
     /// The items this host's presenters present, below the store's root (other hosts'
     /// stand-ins left out).
-    public func presentedStorePaths() -> Set<String> {
+    package func presentedStorePaths() -> Set<String> {
         Set(domain.engine.snapshot().presenters.compactMap { _, record -> String? in
             if case .host = record.owner { return nil }
             return record.path.flatMap(storePath(of:))
@@ -107,7 +106,7 @@ public final class SharedStore: Sendable {
 
     /// Tells this host's presenters what `host`'s programs did, as changes of an accessor from
     /// another host (`via: cluster`); its stand-ins here hear nothing of it.
-    public func tell(_ changes: [HostChange], madeBy host: String) {
+    package func tell(_ changes: [HostChange], madeBy host: String) {
         let accessor = CoordinatorIdentity.host(host)
         let engine = domain.engine
         var deliveries: [PresenterDelivery<PresenterNotification>] = []
@@ -132,20 +131,20 @@ public final class SharedStore: Sendable {
 
     /// Stands a presenter of `host` at `path` (below the store's root) in this host's domain;
     /// `forward` gets what this host's programs do to it. Withdrawn by `withdraw`.
-    public func standIn(forPresenterOf host: String, at path: String,
-                        forward: @escaping @Sendable (HostChange) -> Void) -> HostPresenter {
+    package func standIn(forPresenterOf host: String, at path: String,
+                         forward: @escaping @Sendable (HostChange) -> Void) -> HostPresenter {
         let presenter = HostPresenter(host: host, path: itemPath(ofStorePath: path), store: self, forward: forward)
         domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
         return presenter
     }
 
-    public func withdraw(_ presenter: HostPresenter) {
+    package func withdraw(_ presenter: HostPresenter) {
         domain.unregister(key: ObjectIdentifier(presenter))
     }
 }
 
 /// A change another host's programs made to the shared store, below its root.
-public enum HostChange: Hashable, Sendable {
+package enum HostChange: Hashable, Sendable {
     case changed(String)
     case appeared(String)
     case deleted(String)

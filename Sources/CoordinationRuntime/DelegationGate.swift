@@ -3,11 +3,11 @@ import Synchronization
 
 /// Holds taken through a control socket pass their host's delegations, as a mount's programs'
 /// opens do (`ClaimGate`): those of items of `store`.
-public struct DelegationGate: ClaimGate {
+package struct DelegationGate: ClaimGate {
     let store: SharedStore
     let delegations: any HostDelegations
 
-    public init(store: SharedStore, delegations: any HostDelegations) {
+    package init(store: SharedStore, delegations: any HostDelegations) {
         self.store = store
         self.delegations = delegations
     }
@@ -16,12 +16,12 @@ public struct DelegationGate: ClaimGate {
         intents.compactMap { intent in store.delegationNeed(intent.kind, of: intent.target) }
     }
 
-    public func admits(_ intents: [Intent]) -> Bool {
+    package func admits(_ intents: [Intent]) -> Bool {
         needs(intents).allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
     }
 
-    public func admit(_ intents: [Intent], waits: Bool,
-                      completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void {
+    package func admit(_ intents: [Intent], waits: Bool,
+                       completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void {
         let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
         let delegations = self.delegations
         @Sendable func next(_ rest: ArraySlice<(path: String, access: DelegatedAccess)>) {

@@ -3,7 +3,7 @@ import Coordination
 /// Grants beyond this host: the delegations a host of a shared store must hold before it grants
 /// its own programs anything (`coordfs mount --cluster`, `coordfs daemon --cluster`). Paths are
 /// below the store's root ("" is the root itself), as every host spells them.
-public protocol HostDelegations: AnyObject, Sendable {
+package protocol HostDelegations: AnyObject, Sendable {
     /// Whether this host may grant `writing` (or reading) of `path` now.
     func covers(_ path: String, writing: Bool) -> Bool
     /// `covers`, for an accessor's own request (a process of a hold through the control socket,
@@ -39,7 +39,7 @@ public protocol HostDelegations: AnyObject, Sendable {
 }
 
 /// What becomes of writes through a file open for writing on a host of a shared store.
-public enum WriteAdmission: Sendable, Equatable {
+package enum WriteAdmission: Sendable, Equatable {
     /// They land: nothing since `through` (the open's stamp from now on) took the item away.
     case admitted(through: UInt64)
     /// Not now (EIO): the host's lease may have ended, and it has not joined again.
@@ -53,19 +53,19 @@ public enum WriteAdmission: Sendable, Equatable {
 /// ask their presenters as for such an access of their own: a deletion or replacement asks the
 /// presenters of the item and of everything inside it to accommodate the deletion, a move asks
 /// them to relinquish.
-public enum DelegatedAccess: Sendable, Equatable {
+package enum DelegatedAccess: Sendable, Equatable {
     case reading, writing, deleting, moving, replacing
 
-    public var writes: Bool { self != .reading }
+    package var writes: Bool { self != .reading }
 
-    public init(_ kind: AccessKind) {
+    package init(_ kind: AccessKind) {
         guard case .writing(let options) = kind else { self = .reading; return }
         self = options.contains(.forDeleting) ? .deleting : options.contains(.forReplacing) ? .replacing
             : options.contains(.forMoving) ? .moving : .writing
     }
 
     /// The engine's kind of such an access.
-    public var kind: AccessKind {
+    package var kind: AccessKind {
         switch self {
         case .reading: .reading([])
         case .writing: .writing([])
@@ -77,7 +77,7 @@ public enum DelegatedAccess: Sendable, Equatable {
 }
 
 /// How asking for a delegation ended.
-public enum HostDelegationOutcome: Sendable {
+package enum HostDelegationOutcome: Sendable {
     case granted
     /// Another host holds it, and the request would not wait.
     case wouldWait

@@ -3,7 +3,7 @@ import Coordination
 /// What a hold through the control socket must pass before it is claimed, beyond this
 /// server's domain: a host of a shared store (`coordfs mount --cluster`, `coordfs daemon
 /// --cluster`) grants a hold only inside its delegations, as a mount grants its programs' opens.
-public protocol ClaimGate: Sendable {
+package protocol ClaimGate: Sendable {
     /// Whether `intents` may be claimed here now.
     func admits(_ intents: [Intent]) -> Bool
     /// Waits until they may (`waits` false: not for another host). `completion` runs once, on

@@ -1,4 +1,4 @@
-@testable import CoordinationServer
+@testable import CoordinationRuntime
 import Foundation
 import TestSupport
 import Testing

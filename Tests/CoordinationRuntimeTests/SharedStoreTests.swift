@@ -1,6 +1,5 @@
-@testable import CoordinationServer
+@testable import CoordinationRuntime
 import Coordination
-import CoordinationRuntime
 import Synchronization
 import Testing
 

@@ -14,7 +14,7 @@ import Glibc
 /// it is run only where it costs nobody: for the daemon, when its last client has gone and two
 /// seconds later none has come (`schedule`); for a mount, whose socket may be idle while the
 /// kernel keeps it busy, once everything it serves has stood still for a while (`whenQuiet`).
-public enum IdleTrim {
+package enum IdleTrim {
     private typealias Trim = @convention(c) (Int) -> Int32
 
     /// glibc's `malloc_trim`, which Swift's Glibc module does not declare; nil under another C
@@ -25,7 +25,7 @@ public enum IdleTrim {
     }()
 
     /// Trims after `delay` if `stillIdle` says so then.
-    static func schedule(after delay: Duration = .seconds(2), if stillIdle: @escaping @Sendable () -> Bool) {
+    package static func schedule(after delay: Duration = .seconds(2), if stillIdle: @escaping @Sendable () -> Bool) {
         guard let trim else { return }
         DispatchQueue.global(qos: .utility).asyncAfter(deadline: .now() + delay.timeInterval) {
             if stillIdle() { _ = trim(0) }
@@ -35,15 +35,15 @@ public enum IdleTrim {
     /// Looks at `work`, a number that moves with everything the caller serves, every `interval`
     /// until the watch returned is stopped, and trims once each time it has not moved for a
     /// whole interval: after each burst, never twice in one quiet spell, never while it moves.
-    public static func whenQuiet(checkingEvery interval: Duration = .seconds(2),
-                                 work: @escaping @Sendable () -> Int) -> QuietTrim {
+    package static func whenQuiet(checkingEvery interval: Duration = .seconds(2),
+                                  work: @escaping @Sendable () -> Int) -> QuietTrim {
         guard let trim else { return QuietTrim(interval: interval, work: work, trim: nil) }
         return QuietTrim(interval: interval, work: work, trim: { _ = trim(0) })
     }
 }
 
 /// A watch of a process's work that trims once it has gone quiet (`IdleTrim.whenQuiet`).
-public final class QuietTrim: Sendable {
+package final class QuietTrim: Sendable {
     /// The work seen at the last look, and whether this quiet spell has been trimmed.
     private struct Spell {
         var work: Int?
@@ -88,5 +88,5 @@ public final class QuietTrim: Sendable {
     }
 
     /// Stops looking (a look under way may still trim, once).
-    public func stop() { spell.withLock { $0.stopped = true } }
+    package func stop() { spell.withLock { $0.stopped = true } }
 }

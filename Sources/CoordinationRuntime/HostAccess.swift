@@ -1,9 +1,8 @@
-import CoordinationRuntime
 import Synchronization
 
 /// Another host's access begun here (`SharedStore.beginAccess(forHost:)`): ended once, whether
 /// it was granted yet or still waits.
-public final class HostAccess: Sendable {
+package final class HostAccess: Sendable {
     private let state = Mutex<(claim: Claim?, waiting: CoordinatedAccess?, ender: (@Sendable (Claim) -> Void)?, ended: Bool)>((nil, nil, nil, false))
 
     init() {}
@@ -24,7 +23,7 @@ public final class HostAccess: Sendable {
         }
     }
 
-    public func end() {
+    package func end() {
         let (claim, waiting, ender) = state.withLock { state -> (Claim?, CoordinatedAccess?, (@Sendable (Claim) -> Void)?) in
             if state.ended { return (nil, nil, nil) }
             state.ended = true
