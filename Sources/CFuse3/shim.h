@@ -6,6 +6,7 @@
 #include "fuse_use_version.h"
 #include <fuse_lowlevel.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -31,8 +32,9 @@ static inline int cfs_session_loop_mt(struct fuse_session *se, unsigned max_thre
     return result;
 }
 
-// What a mount asks of the kernel at INIT.
-static inline void cfs_configure_connection(struct fuse_conn_info *conn, int writeback_cache, int posix_acl) {
+// What a mount asks of the kernel at INIT. `locks`: the mount serves flock and POSIX locks
+// itself (a host of a shared store, whose locks must exclude the other hosts').
+static inline void cfs_configure_connection(struct fuse_conn_info *conn, int writeback_cache, int posix_acl, int locks) {
     if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
     if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
     if (conn->capable & FUSE_CAP_SPLICE_READ) conn->want |= FUSE_CAP_SPLICE_READ;
@@ -49,8 +51,10 @@ static inline void cfs_configure_connection(struct fuse_conn_info *conn, int wri
     if (posix_acl && (conn->capable & FUSE_CAP_POSIX_ACL)) conn->want |= FUSE_CAP_POSIX_ACL;
     if (writeback_cache && (conn->capable & FUSE_CAP_WRITEBACK_CACHE)) conn->want |= FUSE_CAP_WRITEBACK_CACHE;
     else conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
-    // Locks stay local to the kernel's view of the mount (POSIX and flock both).
+    // Locks stay local to the kernel's view of the mount (POSIX and flock both), unless the
+    // mount serves them (libfuse asks for both by default, the handlers being installed).
     conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+    if (locks) conn->want |= conn->capable & (FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
     conn->max_write = 1024 * 1024;
     conn->max_readahead = 1024 * 1024;
 }
@@ -72,6 +76,43 @@ static inline ssize_t cfs_write_buf(struct fuse_bufvec *in, int fd, off_t offset
     out.buf[0].pos = offset;
     return fuse_buf_copy(&out, in, FUSE_BUF_SPLICE_NONBLOCK);
 }
+
+// A lock request's lock (libfuse made the kernel's a struct flock): `end` inclusive, INT64_MAX
+// (the kernel's OFFSET_MAX) for a lock to the end of the file however far it grows.
+struct cfs_lock {
+    int type;
+    int64_t start;
+    int64_t end;
+    int32_t pid;
+};
+
+static inline struct cfs_lock cfs_lock_of(const struct flock *lock) {
+    struct cfs_lock made;
+    made.type = lock->l_type;
+    made.start = lock->l_start;
+    made.end = lock->l_len == 0 ? INT64_MAX : lock->l_start + lock->l_len - 1;
+    made.pid = lock->l_pid;
+    return made;
+}
+
+// A GETLK's answer: the lock in the way, or type F_UNLCK for none.
+static inline int cfs_reply_lock(fuse_req_t req, int type, int64_t start, int64_t end, int32_t pid) {
+    struct flock lock;
+    memset(&lock, 0, sizeof(lock));
+    lock.l_type = (short)type;
+    lock.l_whence = SEEK_SET;
+    if (type != F_UNLCK) {
+        lock.l_start = start;
+        lock.l_len = end == INT64_MAX ? 0 : end - start + 1;
+    }
+    lock.l_pid = pid;
+    return fuse_reply_lock(req, &lock);
+}
+
+// The lock owner FLUSH, RELEASE and the lock requests name, and whether a RELEASE drops the
+// open's flock lock (the kernel names its owner then).
+static inline uint64_t cfs_file_info_lock_owner(const struct fuse_file_info *fi) { return fi->lock_owner; }
+static inline int cfs_file_info_flock_release(const struct fuse_file_info *fi) { return fi->flock_release; }
 
 // Open-file flags FUSE passes as they are.
 static inline int cfs_file_info_flags(const struct fuse_file_info *fi) { return fi->flags; }

@@ -13,26 +13,42 @@ struct ClusterHost: Sendable {
     let store: SharedStore
     let seesChangesBehind: @Sendable () -> Bool
     let grantsUnder: @Sendable (any HostDelegations) -> Void
+    /// Its programs' flock and fcntl locks, where it serves them (a mount; the daemon's clients
+    /// lock the store directly, where coordfs sees no lock).
+    var locks: Locks? = nil
 
-    /// A mount's: its requests and the holds through its socket pass the delegations.
+    /// A host's locks: which files its programs hold locks of, and how it comes to grant them
+    /// only under its lock delegations.
+    struct Locks: Sendable {
+        let holders: @Sendable () -> [(path: String, exclusive: Bool)]
+        let servesUnder: @Sendable (any HostLocks) -> Void
+    }
+
+    /// A mount's: its requests and the holds through its socket pass the delegations, and its
+    /// programs' locks the lock delegations.
     static func mount(_ filesystem: Filesystem) -> ClusterHost {
         ClusterHost(store: filesystem.store, seesChangesBehind: { filesystem.seesChangesBehind },
-                    grantsUnder: { filesystem.delegations = $0 })
+                    grantsUnder: { filesystem.delegations = $0 },
+                    locks: Locks(holders: { filesystem.lockHolders() }, servesUnder: { filesystem.serveLocks(across: $0) }))
     }
 }
 
 /// A host's membership of a cluster of hosts that share one store (`--cluster`): its etcd
 /// lease, its delegations, and its answers to other hosts' recalls, joined before the mount
-/// (or the daemon) serves and left when it ends.
+/// (or the daemon) serves and left when it ends. A mount is a member twice over: for its
+/// programs' accesses, and for their file locks (`locks`: delegations of their own, under a
+/// lease of their own, which a lock's holder gives back once its locks are gone).
 final class ClusterJoin: Sendable {
     let member: ClusterMember
+    let locks: ClusterMember?
     let presenters: HostPresenters
     /// This host's name and its store's, for status.
     let hostName: String
     let storeName: String
 
-    private init(member: ClusterMember, host: ClusterHost, hostName: String, storeName: String) {
+    private init(member: ClusterMember, locks: ClusterMember?, host: ClusterHost, hostName: String, storeName: String) {
         self.member = member
+        self.locks = locks
         presenters = HostPresenters(member: member, host: host)
         self.hostName = hostName
         self.storeName = storeName
@@ -76,7 +92,24 @@ final class ClusterJoin: Sendable {
                     return delegations
                 }, local: StoreAccesses(store: local.store), breakTime: breakTime, whenUnreachable: whenUnreachable)
                 try await member.start()
-                outcome.withLock { $0 = .success(ClusterJoin(member: member, host: local, hostName: host, storeName: store)) }
+                // Locks are never broken: a recall waits for as long as this host's programs
+                // hold what it wants, as a lock on one host is waited for.
+                let locks = local.locks.map { side in
+                    ClusterMember(join: {
+                        let lease = try await HostLease.grant(on: client, ttl: ttl)
+                        let delegations = Delegations(client: client, store: store, host: host, lease: lease, space: .locks)
+                        do { try await delegations.start(recording: false) } catch {
+                            _ = try? await lease.revoke()
+                            throw error
+                        }
+                        return delegations
+                    }, local: LockHolders(held: side.holders), breakTime: nil, whenUnreachable: whenUnreachable, role: .locks)
+                }
+                do { try await locks?.start() } catch {
+                    await member.leave()
+                    throw error
+                }
+                outcome.withLock { $0 = .success(ClusterJoin(member: member, locks: locks, host: local, hostName: host, storeName: store)) }
             } catch {
                 outcome.withLock { $0 = .failure(error) }
             }
@@ -91,6 +124,7 @@ final class ClusterJoin: Sendable {
         switch outcome.withLock({ $0 })! {
         case .success(let join):
             local.grantsUnder(MemberDelegations(member: join.member))
+            if let locks = join.locks { local.locks?.servesUnder(MemberLocks(member: locks)) }
             join.presenters.start()
             return join
         case .failure(let error):
@@ -140,8 +174,9 @@ final class ClusterJoin: Sendable {
     func leave() {
         presenters.stop()
         let done = DispatchSemaphore(value: 0)
-        Task { [member] in
+        Task { [member, locks] in
             await member.leave()
+            await locks?.leave()
             done.signal()
         }
         _ = done.wait(timeout: .now() + 5)
@@ -335,6 +370,58 @@ private final class MemberDelegations: HostDelegations {
             }
         }
         return { task.cancel() }
+    }
+}
+
+/// The host's side of the lock delegations: what its mount's lock requests ask.
+private final class MemberLocks: HostLocks {
+    let member: ClusterMember
+
+    init(member: ClusterMember) { self.member = member }
+
+    func covers(_ path: String, exclusive: Bool) -> Bool { member.covers(path, exclusive ? .write : .read) }
+
+    func coversHolder(_ path: String, exclusive: Bool) -> Bool { member.coversAccessor(path, exclusive ? .write : .read) }
+
+    func recallWaits(for path: String, holding exclusive: Bool) -> Bool { member.recallWaits(for: path, exclusive ? .write : .read) }
+
+    func acquire(_ path: String, exclusive: Bool, waits: Bool,
+                 completion: @escaping @Sendable (HostLockOutcome) -> Void) -> @Sendable () -> Void {
+        let mode: Delegations.Mode = exclusive ? .write : .read
+        let task = Task { [member] in
+            do throws(Delegations.Failure) {
+                if waits {
+                    try await member.acquire(path, mode)
+                    completion(.granted)
+                } else {
+                    completion(try await member.acquireAtOnce(path, mode) ? .granted : .wouldWait)
+                }
+            } catch {
+                if !Task.isCancelled { completion(.refused(error.description)) }
+            }
+        }
+        return { task.cancel() }
+    }
+
+    func otherHostHolds(_ path: String, exclusive: Bool) -> Bool? {
+        let others = member.othersInTheWay(of: path, exclusive ? .write : .read)
+        return others.isEmpty ? nil : others.contains { $0.mode.writes }
+    }
+}
+
+/// What the lock delegations ask of the host: the files its programs hold locks of. Another
+/// host's recall of a lock delegation asks nobody here (locks have no presenters).
+private struct LockHolders: LocalAccesses {
+    let held: @Sendable () -> [(path: String, exclusive: Bool)]
+
+    func holders() -> [(path: String, mode: Delegations.Mode)] {
+        held().map { ($0.path, $0.exclusive ? .write : .read) }
+    }
+
+    func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess { NoAccess() }
+
+    private struct NoAccess: LocalAccess {
+        func end() {}
     }
 }
 

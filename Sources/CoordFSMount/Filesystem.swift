@@ -38,6 +38,10 @@ public final class Filesystem: @unchecked Sendable {
         get { coordinator.delegations }
         set { coordinator.delegations = newValue }
     }
+    /// The flock and fcntl locks the mount serves itself, across the hosts of a shared store
+    /// (`serveLocks`, before the session runs); nil: the kernel keeps them, and never asks
+    /// (`Filesystem+Locks.swift`).
+    var fileLocks: FileLocks?
     /// The mount's items as a host of a store shared with other hosts sees them: the backing
     /// directory, at the mount point.
     package var store: SharedStore { coordinator.store }
@@ -180,13 +184,15 @@ public final class Filesystem: @unchecked Sendable {
         inodes.withFD(inode, passing: reply, orElse: { $0.error($1) }, body)
     }
 
-    /// Whether close(2) of an open of `inode` can go without a FLUSH to the daemon: its
-    /// backing file is on the backing directory's own filesystem, and that filesystem reports
-    /// nothing at close. Flushing is then only a dup and a close of the backing descriptor, not
+    /// Whether close(2) of an open of `inode` can go without a FLUSH to the daemon: the mount
+    /// serves no locks, its backing file is on the backing directory's own filesystem, and that
+    /// filesystem reports nothing at close. Flushing is then only a dup and a close of the backing descriptor, not
     /// worth a round trip to the daemon. (The writeback cache still flushes its dirty pages: the
     /// kernel sends FLUSH then regardless.)
     func sendsNoFlush(_ inode: Inode) -> Bool {
-        filesystems.rootReportsNothingAtClose && inode.device == filesystems.rootDevice
+        // Where the mount serves locks, every close must reach it: it drops the process's POSIX
+        // locks of the file (`flush`).
+        fileLocks == nil && filesystems.rootReportsNothingAtClose && inode.device == filesystems.rootDevice
     }
 
     /// `KernelCacheTimes.timeout(onDevice:)`.

@@ -50,6 +50,10 @@ public struct MountConfiguration: Sendable {
     /// directory, or write its file) waits at most for other users' holds, open files and
     /// presenters; then it goes ahead. nil: the break time.
     public var lockTime: Duration? = .seconds(1)
+    /// How long a flock or fcntl lock request the mount serves (a host of a shared store) waits
+    /// at most before it fails with ENOLCK: set only where the kernel's request timeout would
+    /// otherwise abort the connection (`fitWaits`). nil: as long as the lock is held, as POSIX has it.
+    public var lockWaitLimit: Duration? = nil
     public var packageExtensions: Set<String> = []
     /// Whose refusals are vetoes for whom (`VetoScope`): the mount's owner may let any user's
     /// refusals fail anyone's accesses.

@@ -39,6 +39,12 @@ public protocol LocalAccess: Sendable {
 /// after a lost lease first asks again for what its programs hold (`redelegate`), before it
 /// grants anything new; an item whose new key finds no other host's key before it, under a lost
 /// lease that etcd still had, was this host's all along, and its write opens go on.
+///
+/// A mount of a shared store is a member twice over (`Role`): for its programs' accesses, and
+/// for their flock and fcntl locks, under a lease and keys of their own. Only the accesses'
+/// member fences writes (and says how the host stands, `standing`); the locks' member, its lease
+/// lost, grants no lock across hosts (ENOLCK) and asks again for the files its programs still
+/// lock before it grants any new one, as the accesses' member asks again for what is held.
 public final class ClusterMember: Sendable {
     private let join: @Sendable () async throws -> Delegations
     private let local: any LocalAccesses
@@ -240,6 +246,24 @@ public final class ClusterMember: Sendable {
 
     private let whenUnreachable: WhenUnreachable
 
+    /// What a member's delegations stand for.
+    public enum Role: Sendable {
+        /// Its programs' accesses of the store's items: the presenters' presences and news
+        /// between hosts (`HostNews`) go with them, and writes through open files are fenced by
+        /// its lease and its losses of cover (`mayAdmitWrites`, `admitsWrites`).
+        case accesses
+        /// Its programs' flock and fcntl locks of the store's files (`Delegations.KeySpace.locks`):
+        /// nothing to tell presenters, and nobody is broken (`breakTime` nil). Nothing asks its
+        /// fencing of writes: a lock lost with its lease is refused anew (ENOLCK) until the
+        /// host has joined again and asked again for the locks its programs hold (`redelegate`).
+        case locks
+
+        /// How its log lines begin.
+        var subject: String { self == .accesses ? "cluster" : "cluster locks" }
+    }
+
+    private let role: Role
+
     /// How long a delegation nothing here uses is kept by default: between this and twice this.
     public static let defaultIdleTime: Duration = .seconds(5)
 
@@ -248,8 +272,10 @@ public final class ClusterMember: Sendable {
     /// it gives the delegation back regardless (nil: for as long as they hold). `idleTime`: how
     /// long a delegation nothing here uses is kept (at most twice that; nil: until recalled).
     public init(join: @escaping @Sendable () async throws -> Delegations, local: any LocalAccesses, breakTime: Duration?,
-                whenUnreachable: WhenUnreachable = .refuse, idleTime: Duration? = ClusterMember.defaultIdleTime) {
+                whenUnreachable: WhenUnreachable = .refuse, idleTime: Duration? = ClusterMember.defaultIdleTime,
+                role: Role = .accesses) {
         self.join = join
+        self.role = role
         self.whenUnreachable = whenUnreachable
         self.local = local
         self.idleTime = idleTime
@@ -269,18 +295,20 @@ public final class ClusterMember: Sendable {
     /// hold is asked for again first (`redelegate`), and nothing new is granted until then.
     private func begin(_ delegations: Delegations, after lost: Delegations? = nil) async {
         // Presence and news are the presenters' part: a run without them (etcd failing just
-        // then) still coordinates accesses.
-        let news = HostNews(delegations: delegations)
-        if let answer = state.withLock({ $0.statusAnswer }) { news.answerStatus(with: answer) }
-        do { try await news.start() } catch {
-            logger.error("cluster: cannot follow the other hosts' presenters yet: \(error)")
-            let retrying = Task {
-                while !Task.isCancelled && !delegations.lease.isLost {
-                    try? await Task.sleep(for: .seconds(1))
-                    if (try? await news.start()) != nil { return }
+        // then) still coordinates accesses. Locks have no presenters.
+        let news: HostNews? = role == .accesses ? HostNews(delegations: delegations) : nil
+        if let news {
+            if let answer = state.withLock({ $0.statusAnswer }) { news.answerStatus(with: answer) }
+            do { try await news.start() } catch {
+                logger.error("\(role.subject): cannot follow the other hosts' presenters yet: \(error)")
+                let retrying = Task {
+                    while !Task.isCancelled && !delegations.lease.isLost {
+                        try? await Task.sleep(for: .seconds(1))
+                        if (try? await news.start()) != nil { return }
+                    }
                 }
+                tasks.withLock { $0.append(retrying) }
             }
-            tasks.withLock { $0.append(retrying) }
         }
         follow(delegations.lease)
         let presented = state.withLock { state in
@@ -303,12 +331,15 @@ public final class ClusterMember: Sendable {
             }
             return state.presented
         }
-        await news.present(presented)
-        let forwarding = Task { [self] in
-            for await presences in news.presences { presencesSink.yield(presences) }
-        }
-        let receiving = Task { [self] in
-            for await batch in news.received { changesSink.yield(batch) }
+        var following: [Task<Void, Never>] = []
+        if let news {
+            await news.present(presented)
+            following.append(Task { [self] in
+                for await presences in news.presences { presencesSink.yield(presences) }
+            })
+            following.append(Task { [self] in
+                for await batch in news.received { changesSink.yield(batch) }
+            })
         }
         let recalls = Task { [self] in
             for await recall in delegations.recalls { recalled(recall, in: delegations) }
@@ -333,13 +364,18 @@ public final class ClusterMember: Sendable {
                 return state.leaving
             }
             delegations.stop()
-            news.stop()
+            news?.stop()
             if leaving { return }
-            logger.error("cluster: this host's lease is lost: it grants nothing, and refuses writes through files open for writing (EIO), until it has joined again")
+            switch role {
+            case .accesses:
+                logger.error("cluster: this host's lease is lost: it grants nothing, and refuses writes through files open for writing (EIO), until it has joined again")
+            case .locks:
+                logger.error("cluster locks: this host's lease of its file locks is lost: it takes no lock across hosts (ENOLCK) until it has joined again and asked again for the locks its programs hold")
+            }
             await rejoin(after: delegations)
         }
         let sweeping = Task { [self] in await sweepIdle(of: delegations) }
-        tasks.withLock { $0 += [recalls, loss, forwarding, receiving, sweeping] }
+        tasks.withLock { $0 += [recalls, loss, sweeping] + following }
     }
 
     /// Joins again, once a second until it can. The new run asks again for what this host's
@@ -358,19 +394,19 @@ public final class ClusterMember: Sendable {
                 // Left meanwhile: this run is nobody's.
                 if state.withLock({ $0.leaving }) { return await delegations.leave() }
                 await state.withLock({ $0.rejoining })?.value
-                if wasAlone { logger.notice("cluster: this host no longer coordinates alone") }
+                if wasAlone { logger.notice("\(role.subject): this host no longer coordinates alone") }
                 return
             } catch {
                 attempts += 1
                 if case Delegations.Failure.cannotJoin(let why)? = error as? Delegations.Failure {
-                    if !refusalTold { logger.critical("cluster: cannot join again: \(why); this host grants nothing until it can") }
+                    if !refusalTold { logger.critical("\(role.subject): cannot join again: \(why); this host grants nothing until it can") }
                     refusalTold = true
                 } else if attempts == 1 && whenUnreachable == .local && !state.withLock({ $0.leaving }) {
                     state.withLock { state in
                         state.alone = true
                         writeStanding.store(WriteStanding.alone.rawValue, ordering: .releasing)
                     }
-                    logger.critical("cluster: etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again")
+                    logger.critical("\(role.subject): etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again")
                 }
                 try? await Task.sleep(for: .seconds(1))
             }
@@ -417,7 +453,7 @@ public final class ClusterMember: Sendable {
         }
         var stillHad = false
         do { stillHad = try await lost.lease.revoke() } catch {
-            logger.error("cluster: cannot revoke the lost lease (\(error)); its keys stand in line until etcd expires it")
+            logger.error("\(role.subject): cannot revoke the lost lease (\(error)); its keys stand in line until etcd expires it")
         }
         let clear = placements.clear
         let carried = stillHad ? clear : []
@@ -433,17 +469,37 @@ public final class ClusterMember: Sendable {
             return true
         }
         guard ended else { return }
-        let writing = wanted.filter { $0.value.writes }.map { $0.key }
-        let fenced = writing.filter { !carried.contains($0) }.count
-        var summary = "joined again; \(wanted.count) item(s) held here asked for again first"
-        if !writing.isEmpty {
-            summary += ", \(writing.count - fenced) open for writing go on, \(fenced) fenced"
-            if fenced > 0 {
-                summary += " (writes through them fail with EIO: " + (stillHad ? "another host asked for them meanwhile)"
-                    : "the lost lease had ended in etcd, and other hosts may have written them)")
+        logger.notice("\(role.subject): \(Self.rejoinSummary(role, wanted: wanted, carried: carried, stillHad: stillHad))")
+    }
+
+    /// What a rejoin tells of the items held here, asked for again first (`wanted`); those
+    /// `carried` had only the lost run's keys before them, under a lease etcd still had.
+    static func rejoinSummary(_ role: Role, wanted: [String: Delegations.Mode], carried: Set<String>, stillHad: Bool) -> String {
+        switch role {
+        case .accesses:
+            let writing = wanted.filter { $0.value.writes }.map { $0.key }
+            let fenced = writing.filter { !carried.contains($0) }.count
+            var summary = "joined again; \(wanted.count) item(s) held here asked for again first"
+            if !writing.isEmpty {
+                summary += ", \(writing.count - fenced) open for writing go on, \(fenced) fenced"
+                if fenced > 0 {
+                    summary += " (writes through them fail with EIO: " + (stillHad ? "another host asked for them meanwhile)"
+                        : "the lost lease had ended in etcd, and other hosts may have written them)")
+                }
             }
+            return summary
+        case .locks:
+            // Locks are not fenced: their programs still hold them here, and the other hosts
+            // wait for them again from now; what they did meanwhile is said.
+            let uncertain = wanted.keys.filter { !carried.contains($0) }.sorted()
+            var summary = "joined again; \(wanted.count) file(s) locked here asked for again first"
+            if !uncertain.isEmpty {
+                summary += ", \(wanted.count - uncertain.count) kept throughout; \(uncertain.count) may have been locked by another host meanwhile ("
+                    + (stillHad ? "another host asked for them first" : "the lost lease had ended in etcd")
+                    + "): " + uncertain.prefix(8).map { $0.isEmpty ? "/" : $0 }.joined(separator: ", ") + (uncertain.count > 8 ? ", ..." : "")
+            }
+            return summary
         }
-        logger.notice("cluster: \(summary)")
     }
 
     /// Asks again for `mode` of `path` (exactly that item) for a holder here, reporting once
@@ -680,6 +736,27 @@ public final class ClusterMember: Sendable {
                             // (Lost by the clock a moment before the loss is handled: just now.)
                             lostFor: lease == .held ? nil : lostFor ?? .zero, leasesLost: state.leasesLost, fencedOpens: state.fencedOpens)
         }
+    }
+
+    /// Whether a recall of one of this host's delegations at or above `path`, kept while the
+    /// holders it waits for go on (`coversAccessor`), waits for a holder of `mode` at `path`:
+    /// another host's key that conflicts with such a holder wants it. A holder there that asks
+    /// for what the kept delegation does not serve would queue behind the host that waits for it.
+    public func recallWaits(for path: String, _ mode: Delegations.Mode) -> Bool {
+        state.withLock { state in
+            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else { return false }
+            let holder = Delegations.Entry(path: path, host: "", mode: mode, revision: 0, lease: 0)
+            return state.kept.contains { key in
+                Delegations.contains(key.path, path, orIs: true)
+                    && (state.recalled[key] ?? []).contains { Delegations.conflict(holder, $0) }
+            }
+        }
+    }
+
+    /// The other hosts' keys, held or waiting, in the way of `mode` of `path` now (none while
+    /// this host is not a member).
+    public func othersInTheWay(of path: String, _ mode: Delegations.Mode) -> [Delegations.Entry] {
+        currentDelegations?.blockers(of: path, mode) ?? []
     }
 
     /// Waits until `covers(path, mode)` held at the moment the delegation was granted (a recall
@@ -974,7 +1051,7 @@ public final class ClusterMember: Sendable {
                         _ = state.losses.record(.around(given))
                         lastLoss.store(state.losses.last, ordering: .releasing)
                     }
-                    logger.warning("cluster: recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold; writes through their open files are refused (EIO) from now")
+                    logger.warning("\(role.subject): recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold; writes through their open files are refused (EIO) from now")
                 }
                 // Holders that go on need delegations of their own before this one goes.
                 let recalledEntry = Delegations.Entry(path: key.path, host: "", mode: key.mode, revision: 0, lease: 0)
@@ -995,7 +1072,7 @@ public final class ClusterMember: Sendable {
             state.kept.remove(key)
         }
         if !delegations.lease.isLost { do { try await delegations.release(key.path, key.mode) } catch {
-            logger.error("cluster: cannot give back \(key.path.isEmpty ? "/" : key.path): \(error)")
+            logger.error("\(role.subject): cannot give back \(key.path.isEmpty ? "/" : key.path): \(error)")
         } }
         state.withLock { state in
             if state.delegations === delegations {
@@ -1072,7 +1149,7 @@ public final class ClusterMember: Sendable {
         }
         if !going.isEmpty && !delegations.lease.isLost {
             do { try await delegations.release(going) } catch {
-                logger.error("cluster: cannot give back \(going.count) idle delegation(s): \(error)")
+                logger.error("\(role.subject): cannot give back \(going.count) idle delegation(s): \(error)")
             }
         }
         state.withLock { state in

@@ -87,11 +87,21 @@ public final class Delegations: Sendable {
         }
     }
 
+    /// Which of a store's kinds of keys a `Delegations` follows: the delegations of its items'
+    /// accesses, or those of its files' locks (flock's and fcntl's, `ClusterMember` over them
+    /// with the mount's lock table for holders). The two never meet: a lock of a file and an
+    /// access of it do not conflict.
+    public enum KeySpace: String, Sendable {
+        case delegations
+        case locks
+    }
+
     public let host: String
     let client: EtcdClient
     /// The store's name in the cluster.
     let store: String
     let lease: HostLease
+    public let space: KeySpace
     private let prefix: [UInt8]
     private let state: Mutex<State>
     public let recalls: AsyncStream<Recall>
@@ -118,13 +128,15 @@ public final class Delegations: Sendable {
     }
 
     /// `store`: the name hosts that share one store give it (their mounts of it coordinate).
-    public init(client: EtcdClient, store: String, host: String, lease: HostLease) {
+    /// `space`: which of its keys (`/coordfs/<store>/<space>/`).
+    public init(client: EtcdClient, store: String, host: String, lease: HostLease, space: KeySpace = .delegations) {
         precondition(!host.contains("\0") && !host.isEmpty)
         self.client = client
         self.host = host
         self.lease = lease
         self.store = store
-        prefix = Array("/coordfs/\(store)/delegations/".utf8)
+        self.space = space
+        prefix = Array("/coordfs/\(store)/\(space.rawValue)/".utf8)
         state = Mutex(State(index: DelegationIndex(host: host, lease: lease.id)))
         (recalls, recallSink) = AsyncStream.makeStream()
     }
@@ -135,11 +147,12 @@ public final class Delegations: Sendable {
     }
 
     /// Records this run of the host (`HostRecord`, `release` the coordfs version it names),
-    /// reads every delegation and starts following changes.
-    public func start(release: String = "") async throws(Failure) {
+    /// reads every delegation and starts following changes. Without `recording`, it only reads
+    /// and follows: the run of a host's locks, whose delegations' run records the host.
+    public func start(release: String = "", recording: Bool = true) async throws(Failure) {
         precondition(!state.withLock { $0.started }, "started twice")
         state.withLock { $0.started = true }
-        try await record(release: release)
+        if recording { try await record(release: release) }
         let revision = try await reload()
         let task = Task { [self] in await follow(from: revision + 1) }
         follower.withLock { $0 = task }
@@ -380,6 +393,14 @@ public final class Delegations: Sendable {
     func othersHaveKeys(around path: String) -> Bool {
         state.withLock { state in
             !state.index.forEachRelated(to: path, .others, writesOnly: false) { _, _ in false }
+        }
+    }
+
+    /// The other holders' keys, held or waiting, in the way of `mode` of `path` now (what a
+    /// request for it would wait for, were it made now). Through the index: the depth of the path.
+    public func blockers(of path: String, _ mode: Mode) -> [Entry] {
+        state.withLock { state in
+            state.index.blockers(of: Entry(path: path, host: host, mode: mode, revision: .max, lease: lease.id))
         }
     }
 

@@ -17,8 +17,10 @@ import Foundation
 struct HostRecord: Codable, Equatable, Sendable {
     /// The form of the store's keys and what each mode asks of the hosts it recalls (3: a
     /// directory asked for on a replica's word is marked tentative, and recalls nobody; 4: a
-    /// request that does not wait is marked, and a holder whose programs are in its way refuses it).
-    static let currentFormat = 4
+    /// request that does not wait is marked, and a holder whose programs are in its way refuses it;
+    /// 5: files' flock and fcntl locks are delegated too, under `locks/`, which an older host
+    /// would not look at).
+    static let currentFormat = 5
 
     var format: Int
     /// `/etc/machine-id`, the boot's id and the pid namespace: which machine, since when, and

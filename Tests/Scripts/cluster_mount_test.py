@@ -12,12 +12,17 @@ TTL (its programs get ENOLCK, the other host goes ahead); a daemon killed with -
 Fencing (both hosts with --no-kernel-passthrough): writes through a file open across a lost
 lease are refused with EIO, and status says the lease is lost; a file held open across a
 partition is held again once it heals.
+File locks (ClusterLockTests): flock on B waits for A's flock, and flock -n and -w fail as they
+would on one host; fcntl locks through Python's fcntl.lockf likewise, F_GETLK on B shows A's; a
+host killed while it holds a lock lets the other have it after its TTL; a host cut off past its
+TTL takes no lock (ENOLCK), and once healed asks again for the locks its programs still hold.
 
 Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
     python3 Tests/Scripts/cluster_mount_test.py [-v]
 """
 
 import errno
+import fcntl
 import json
 import os
 import shlex
@@ -179,6 +184,23 @@ class ClusterHosts:
                 return "".join(file.readlines()[-20:])
         except OSError:
             return "(no log)"
+
+    def cluster_status(self, host):
+        """The `cluster` object of `coordfs status --json` on host's mount."""
+        result = subprocess.run([COORDFS, "status", self.mounts[host], "--json"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads(result.stdout).get("cluster", {})
+
+    def wait_for_lease(self, host, state, seconds):
+        """Waits until host's status says its lease is `state` ("held", "lost"); the status then."""
+        deadline = time.monotonic() + seconds
+        while True:
+            status = self.cluster_status(host)
+            if status.get("lease") == state:
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host}'s lease is not {state} after {seconds} s: {status}\n" + self.log_tail(host))
+            time.sleep(0.3)
 
 
 
@@ -570,6 +592,272 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
 
 
 
+# B's side of an fcntl lock A holds of byte 0: a request that does not wait, F_GETLK, then a
+# request that waits; a line of JSON.
+FCNTL_ON_B = r'''
+import errno, fcntl, json, os, struct, sys, time
+file = open(sys.argv[1], "r+b")
+report = {}
+try:
+    fcntl.lockf(file, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    report["at_once"] = "granted"
+except OSError as error:
+    report["at_once"] = errno.errorcode.get(error.errno, str(error.errno))
+found = struct.unpack("hhqqi", fcntl.fcntl(file, fcntl.F_GETLK, struct.pack("hhqqi", fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)))
+report["getlk"] = {"type": found[0], "start": found[2], "length": found[3], "pid": found[4]}
+started = time.monotonic()
+fcntl.lockf(file, fcntl.LOCK_EX, 1, 0)
+report["waited"] = time.monotonic() - started
+print(json.dumps(report), flush=True)
+'''
+
+# A's side: holds an exclusive fcntl lock of byte 0 for argv[2] seconds, then exits (its close
+# drops the lock).
+FCNTL_ON_A = r'''
+import fcntl, sys, time
+file = open(sys.argv[1], "r+b")
+fcntl.lockf(file, fcntl.LOCK_EX, 1, 0)
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+'''
+
+# One lock taken in a process of its own: argv path, kind (flock-sh, flock-ex: flock(2); ofd-r,
+# ofd-w: an OFD lock of the whole file, F_OFD_SETLK(W)), "wait" or "nowait", seconds to hold it.
+# Prints "held" once it holds it, or the errno's name; exits after holding it (its close drops it).
+LOCKER = r'''
+import errno, fcntl, os, struct, sys, time
+path, kind, how, hold = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+file = open(path, "r+b")
+try:
+    if kind.startswith("flock"):
+        operation = fcntl.LOCK_SH if kind == "flock-sh" else fcntl.LOCK_EX
+        fcntl.flock(file, operation | (fcntl.LOCK_NB if how == "nowait" else 0))
+    else:
+        command = fcntl.F_OFD_SETLK if how == "nowait" else fcntl.F_OFD_SETLKW
+        type_ = fcntl.F_RDLCK if kind == "ofd-r" else fcntl.F_WRLCK
+        # struct flock: l_type, l_whence, l_start, l_len (0: to the end), l_pid (0 for OFD locks)
+        fcntl.fcntl(file, command, struct.pack("hhqqi4x", type_, os.SEEK_SET, 0, 0, 0))
+    print("held", flush=True)
+except OSError as error:
+    print(errno.errorcode.get(error.errno, str(error.errno)), flush=True)
+    sys.exit(0)
+time.sleep(hold)
+'''
+
+
+def lock_skip_reason():
+    if skip_reason():
+        return skip_reason()
+    return "needs flock (util-linux)" if shutil.which("flock") is None else None
+
+
+@unittest.skipIf(lock_skip_reason(), lock_skip_reason() or "")
+class ClusterLockTests(ClusterHosts, unittest.TestCase):
+    """flock and fcntl locks exclude across hosts (docs/cluster.md, file locks). Files in locks/
+    are not coordinated (`mode locks/* = off`): two hosts' writable opens of one file would
+    otherwise wait for each other before any lock is asked for."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # The tests' uncoordinated files live in locks/, made once through A.
+        os.makedirs(os.path.join(cls.mounts["A"], "locks"), exist_ok=True)
+
+    @classmethod
+    def mount(cls, host, extra=()):
+        profile = os.path.join(cls.work, "locks.profile")
+        with open(profile, "w") as file:
+            file.write("mode locks/* = off\n")
+        super().mount(host, ["--profile", profile, *extra])
+
+    def hold(self, command):
+        """Starts `command` (in a session of its own), which prints "held" once it holds its lock."""
+        holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        line = holder.stdout.readline().strip()
+        if line != "held":
+            holder.kill()
+            holder.wait()
+            raise AssertionError(f"the holder did not take its lock: {line!r}\n" + self.log_tail("A"))
+        return holder
+
+    @staticmethod
+    def end(holder):
+        try:
+            os.killpg(holder.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        holder.wait()
+
+    def test_flock_on_B_waits_until_A_s_flock_ends(self):
+        # The issue's case, on a file coordinated as any other (flock opens it read-only: readers
+        # share across hosts, and the locks are what keeps B out).
+        self.write("A", "l", b"")
+        holder = self.hold(["flock", self.path("A", "l"), "-c", "echo held; sleep 2"])
+        try:
+            started = time.monotonic()
+            at_once = subprocess.run(["flock", "-n", self.path("B", "l"), "true"], capture_output=True, text=True, timeout=10)
+            self.assertEqual(at_once.returncode, 1, "flock -n on B took the lock A's flock holds\n" + at_once.stderr)
+            self.assertLess(time.monotonic() - started, 1.5, "flock -n waited")
+            waiter = subprocess.run(["flock", "-w", "10", self.path("B", "l"), "true"], capture_output=True, text=True, timeout=30)
+            waited = time.monotonic() - started
+            self.assertEqual(waiter.returncode, 0, waiter.stderr + self.log_tail("B"))
+            self.assertGreater(waited, 1.5, f"B's flock got A's lock after {waited:.3f} s")
+            self.assertLess(waited, 6, f"B's flock waited {waited:.1f} s for a lock held 2 s")
+        finally:
+            holder.wait(timeout=15)
+
+    def test_flock_w_on_B_times_out_while_A_holds(self):
+        # flock -w ends its wait with a signal: the mount answers the kernel's interrupt.
+        self.write("A", "locks/timed", b"")
+        holder = self.hold(["flock", self.path("A", "locks/timed"), "-c", "echo held; sleep 30"])
+        try:
+            started = time.monotonic()
+            waiter = subprocess.run(["flock", "-w", "1", self.path("B", "locks/timed"), "true"], capture_output=True, text=True,
+                                    timeout=20)
+            waited = time.monotonic() - started
+            self.assertEqual(waiter.returncode, 1, "B's flock got the lock A holds")
+            self.assertLess(waited, 4, f"flock -w 1 returned after {waited:.1f} s")
+        finally:
+            self.end(holder)
+        # A's lock went with its holder: B's next flock takes it.
+        self.assertEqual(subprocess.run(["flock", "-w", "10", self.path("B", "locks/timed"), "true"], timeout=30).returncode, 0)
+
+    def test_fcntl_locks_through_lockf_exclude_across_hosts(self):
+        self.write("A", "locks/db", b"0123456789")
+        holder = self.hold([sys.executable, "-c", FCNTL_ON_A, self.path("A", "locks/db"), "3"])
+        try:
+            started = time.monotonic()
+            on_b = subprocess.run([sys.executable, "-c", FCNTL_ON_B, self.path("B", "locks/db")], capture_output=True, text=True,
+                                  timeout=30)
+            self.assertEqual(on_b.returncode, 0, on_b.stderr + self.log_tail("B"))
+            report = json.loads(on_b.stdout)
+            self.assertIn(report["at_once"], ("EAGAIN", "EACCES"), report)
+            # Another host's lock: the whole file, of no process here.
+            self.assertEqual(report["getlk"], {"type": fcntl.F_WRLCK, "start": 0, "length": 0, "pid": 0}, report)
+            self.assertGreater(report["waited"], 0.8, f"B locked while A held: {report}")
+            self.assertLess(time.monotonic() - started, 8, report)
+        finally:
+            holder.wait(timeout=15)
+
+    def lock_on(self, host, name, kind, how="nowait"):
+        """What LOCKER answers on host for `kind` of name, in a process of its own that ends at
+        once (its lock with it): "held", or the errno's name."""
+        result = subprocess.run([sys.executable, "-c", LOCKER, self.path(host, name), kind, how, "0"], capture_output=True,
+                                text=True, timeout=30)
+        return result.stdout.strip() or result.stderr.strip()
+
+    def test_shared_flocks_share_across_hosts_and_keep_exclusive_ones_out(self):
+        self.write("A", "locks/shared", b"")
+        holder = self.hold([sys.executable, "-c", LOCKER, self.path("A", "locks/shared"), "flock-sh", "wait", "30"])
+        try:
+            self.assertEqual(self.lock_on("B", "locks/shared", "flock-sh"), "held", "shared flocks share\n" + self.log_tail("B"))
+            self.assertIn(self.lock_on("B", "locks/shared", "flock-ex"), ("EAGAIN", "EWOULDBLOCK"),
+                          "B's LOCK_EX | LOCK_NB beside A's LOCK_SH")
+        finally:
+            self.end(holder)
+        # A's shared lock went with its holder: B's exclusive one that waits is granted.
+        self.assertEqual(self.lock_on("B", "locks/shared", "flock-ex", "wait"), "held", self.log_tail("B"))
+
+    def test_ofd_locks_exclude_across_hosts_and_go_with_their_open(self):
+        # An OFD lock belongs to its open file description: no FLUSH names it, the open's
+        # RELEASE drops it (here: A's process ends after 2 s).
+        self.write("A", "locks/ofd", b"0123456789")
+        holder = self.hold([sys.executable, "-c", LOCKER, self.path("A", "locks/ofd"), "ofd-w", "wait", "2"])
+        try:
+            started = time.monotonic()
+            self.assertIn(self.lock_on("B", "locks/ofd", "ofd-r"), ("EAGAIN", "EACCES"), "B's F_OFD_SETLK beside A's write lock")
+            self.assertEqual(self.lock_on("B", "locks/ofd", "ofd-w", "wait"), "held", self.log_tail("B"))
+            waited = time.monotonic() - started
+            self.assertGreater(waited, 1.0, f"B's F_OFD_SETLKW got A's lock after {waited:.3f} s")
+            self.assertLess(waited, 8, f"B's F_OFD_SETLKW waited {waited:.1f} s for a lock held 2 s")
+        finally:
+            self.end(holder)
+
+    @staticmethod
+    def flock_at_once(path):
+        """What flock(LOCK_EX | LOCK_NB) of `path` answers in a process of its own: "granted" (the
+        lock goes with the process), an errno name, or "hung" when it did not answer in time."""
+        script = ("import errno, fcntl, sys\n"
+                  "file = open(sys.argv[1], 'rb')\n"
+                  "try:\n"
+                  "    fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+                  "    print('granted')\n"
+                  "except OSError as error:\n"
+                  "    print(errno.errorcode.get(error.errno, str(error.errno)))\n")
+        try:
+            result = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            return "hung"
+        return result.stdout.strip() or result.stderr.strip()
+
+    def test_a_host_cut_off_past_its_ttl_refuses_locks_and_asks_again_for_those_it_holds(self):
+        # A's flock of locks/part outlives a partition past A's TTL. Meanwhile A takes no lock
+        # across hosts (ENOLCK: its lock lease is lost), and B takes locks/part once etcd has
+        # expired A's lease. Once healed, A asks again for the file its program still locks
+        # before it grants anything new: B waits for A's holder again, and A's log says that
+        # another host may have had the file meanwhile.
+        self.write("A", "locks/part", b"")
+        self.write("A", "locks/free", b"")
+        holder = self.hold(["flock", self.path("A", "locks/part"), "-c", "echo held; sleep 120"])
+        try:
+            self.wait_for_lease("A", "held", 5)
+            cluster.cut(self.state, "h1")
+            try:
+                self.wait_for_lease("A", "lost", TTL + 5)
+                # The lock lease is lost a moment after the accesses' (a renewal apart at most).
+                answers = []
+                deadline = time.monotonic() + TTL
+                while time.monotonic() < deadline and (not answers or answers[-1] != "ENOLCK"):
+                    answers.append(self.flock_at_once(self.path("A", "locks/free")))
+                self.assertEqual(answers[-1], "ENOLCK", f"A's lock requests while cut off: {answers}\n" + self.log_tail("A"))
+                taken = subprocess.run(["flock", "-w", str(TTL + 10), self.path("B", "locks/part"), "true"], capture_output=True,
+                                       text=True, timeout=TTL + 30)
+                self.assertEqual(taken.returncode, 0, "B did not get the lock of a host cut off past its TTL\n"
+                                 + taken.stderr + self.log_tail("B"))
+            finally:
+                cluster.heal(self.state, "h1")
+            self.wait_for_lease("A", "held", 30)
+            answers = []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and (not answers or answers[-1] != "EAGAIN"):
+                answers.append(self.flock_at_once(self.path("B", "locks/part")))
+                time.sleep(0.2)
+            self.assertEqual(answers[-1], "EAGAIN", f"B's lock requests after A rejoined: {answers}\n" + self.log_tail("A"))
+            # Said once the lost lease is revoked, a moment after the file's key is in line.
+            deadline = time.monotonic() + 5
+            while True:
+                with open(os.path.join(self.work, "A.log")) as log:
+                    said = "may have been locked by another host meanwhile" in log.read()
+                if said or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertTrue(said, "A's log does not say B may have had locks/part\n" + self.log_tail("A"))
+        finally:
+            self.end(holder)
+        # A's lock went with its holder: B's next flock takes it.
+        self.assertEqual(subprocess.run(["flock", "-w", "10", self.path("B", "locks/part"), "true"], timeout=30).returncode, 0)
+
+    def test_a_host_killed_holding_a_lock_lets_the_other_have_it_after_its_ttl(self):
+        self.write("A", "locks/crash", b"")
+        holder = self.hold(["flock", self.path("A", "locks/crash"), "-c", "echo held; sleep 120"])
+        try:
+            at_once = subprocess.run(["flock", "-n", self.path("B", "locks/crash"), "true"], timeout=10)
+            self.assertEqual(at_once.returncode, 1, "B took the lock A's flock holds")
+            daemon = daemon_of(self.mounts["A"])
+            self.assertIsNotNone(daemon, "A's daemon not found")
+            killed = time.monotonic()
+            os.kill(daemon, signal.SIGKILL)
+            waiter = subprocess.run(["flock", "-w", str(TTL + 15), self.path("B", "locks/crash"), "true"], capture_output=True,
+                                    text=True, timeout=TTL + 30)
+            waited = time.monotonic() - killed
+            self.assertEqual(waiter.returncode, 0, waiter.stderr + self.log_tail("B"))
+            self.assertLess(waited, TTL + 5, f"B waited {waited:.1f} s for a dead host's lock")
+        finally:
+            self.end(holder)
+            self.unmount("A")
+        self.mount("A")
+
+
 class JsonLines:
     """A program running that prints a JSON object a line: the objects as they come."""
 
@@ -863,23 +1151,6 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
     @classmethod
     def mount(cls, host, extra=()):
         super().mount(host, ["--no-kernel-passthrough", *extra])
-
-    def cluster_status(self, host):
-        """The `cluster` object of `coordfs status --json` on host's mount."""
-        result = subprocess.run([COORDFS, "status", self.mounts[host], "--json"], capture_output=True, text=True, timeout=30)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        return json.loads(result.stdout).get("cluster", {})
-
-    def wait_for_lease(self, host, state, seconds):
-        """Waits until host's status says its lease is `state` ("held", "lost"); the status then."""
-        deadline = time.monotonic() + seconds
-        while True:
-            status = self.cluster_status(host)
-            if status.get("lease") == state:
-                return status
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{host}'s lease is not {state} after {seconds} s: {status}\n" + self.log_tail(host))
-            time.sleep(0.3)
 
     def test_1_a_file_held_open_across_a_partition_is_held_again_once_it_heals(self):
         # A keeps rj open for writing while it is cut off past its TTL, then rejoins. B's `cat

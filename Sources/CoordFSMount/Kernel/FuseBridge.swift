@@ -24,6 +24,12 @@ let interruptTrampoline: fuse_interrupt_func_t = { req, data in
     filesystem(req).coordinator.interrupt(UInt(bitPattern: data))
 }
 
+/// The same for a waiting lock request (`Filesystem+Locks.swift`), whose waits are the lock
+/// table's, not coordination's.
+let lockInterruptTrampoline: fuse_interrupt_func_t = { req, data in
+    filesystem(req).interruptLock(UInt(bitPattern: data))
+}
+
 enum FuseBridge {
     static func operations() -> fuse_lowlevel_ops {
         var ops = fuse_lowlevel_ops()
@@ -33,6 +39,7 @@ enum FuseBridge {
         files(&ops)
         directories(&ops)
         extendedAttributes(&ops)
+        locks(&ops)
         return ops
     }
 
@@ -40,7 +47,8 @@ enum FuseBridge {
     private static func session(_ ops: inout fuse_lowlevel_ops) {
         ops.`init` = { userdata, conn in
             let fs = Unmanaged<Filesystem>.fromOpaque(userdata!).takeUnretainedValue()
-            cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0, fs.configuration.kernelChecksPermissions ? 1 : 0)
+            cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0, fs.configuration.kernelChecksPermissions ? 1 : 0,
+                                     fs.fileLocks != nil ? 1 : 0)
             if let maxRead = fs.configuration.maxRead { conn!.pointee.max_read = maxRead }
             cfs_want_passthrough(fs.passthrough != nil ? 1 : 0)
             cfs_want_ring(conn, fs.configuration.ioUring ? fs.session.load(ordering: .relaxed) : nil, fs.lanesAll ? 1 : 0,
@@ -124,8 +132,13 @@ enum FuseBridge {
         ops.write_buf = { req, _, buffers, offset, fi in
             filesystem(req).write(reply(req), cfs_file_info_handle(fi!), WriteData(buffers: buffers!), offset, flags: cfs_file_info_flags(fi!))
         }
-        ops.flush = { req, _, fi in filesystem(req).flush(reply(req), cfs_file_info_handle(fi!)) }
-        ops.release = { req, _, fi in filesystem(req).release(reply(req), cfs_file_info_handle(fi!)) }
+        ops.flush = { req, _, fi in
+            filesystem(req).flush(reply(req), cfs_file_info_handle(fi!), lockOwner: cfs_file_info_lock_owner(fi!))
+        }
+        ops.release = { req, _, fi in
+            let flockOwner = cfs_file_info_flock_release(fi!) != 0 ? cfs_file_info_lock_owner(fi!) : nil
+            filesystem(req).release(reply(req), cfs_file_info_handle(fi!), flockOwner: flockOwner)
+        }
         ops.fsync = { req, _, dataOnly, fi in
             filesystem(req).fsync(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
         }
@@ -168,6 +181,23 @@ enum FuseBridge {
         ops.listxattr = { req, ino, size in filesystem(req).listxattr(reply(req), UInt64(ino), size) }
         ops.removexattr = { req, ino, name in
             filesystem(req).removexattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!))
+        }
+    }
+
+    /// flock and fcntl locks: asked for at INIT only where the mount serves them
+    /// (`Filesystem+Locks.swift`).
+    private static func locks(_ ops: inout fuse_lowlevel_ops) {
+        ops.getlk = { req, ino, fi, lock in
+            filesystem(req).getlk(reply(req), UInt64(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                                  KernelLock(cfs_lock_of(lock!)))
+        }
+        ops.setlk = { req, ino, fi, lock, sleep in
+            filesystem(req).setlk(reply(req), UInt64(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                                  KernelLock(cfs_lock_of(lock!)), waits: sleep != 0)
+        }
+        ops.flock = { req, ino, fi, operation in
+            filesystem(req).flock(reply(req), UInt64(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                                  operation: operation)
         }
     }
 }

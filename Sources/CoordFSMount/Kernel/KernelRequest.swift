@@ -37,6 +37,11 @@ extension Reply {
     func onInterrupt(_ token: UInt) {
         fuse_req_interrupt_func(req, interruptTrampoline, UnsafeMutableRawPointer(bitPattern: token))
     }
+
+    /// `onInterrupt`, for a lock request: `Filesystem.interruptLock(token)` is called.
+    func onLockInterrupt(_ token: UInt) {
+        fuse_req_interrupt_func(req, lockInterruptTrampoline, UnsafeMutableRawPointer(bitPattern: token))
+    }
 }
 
 /// The file info of an open, a create or an opendir: the caller's open flags, and the copy an
@@ -47,6 +52,20 @@ struct OpenRequest {
     var flags: Int32 { info.flags }
 
     init(_ info: UnsafeMutablePointer<fuse_file_info>) { self.info = info.pointee }
+}
+
+/// A lock as the kernel's request describes it (libfuse's `struct flock`, read by the shim).
+struct KernelLock {
+    let type: LockType
+    let range: LockRange
+    /// The caller's process, in the mount's pid namespace.
+    let pid: Int32
+
+    init(_ lock: cfs_lock) {
+        type = lock.type == F_WRLCK ? .exclusive : lock.type == F_RDLCK ? .shared : .unlock
+        range = LockRange(lock.start, lock.end)
+        pid = lock.pid
+    }
 }
 
 /// A write's data as the kernel delivered it (in the request, or in a pipe to splice from).

@@ -46,6 +46,8 @@ extension MountConfiguration {
         presenterTimeout = min(presenterTimeout, forPresenters)
         breakTime = min(breakTime ?? forHolders, forHolders * 4 / 5)
         lockTime = lockTime.map { min($0, forHolders * 4 / 5) }
+        // A lock request asks no presenter: it may wait the whole budget.
+        lockWaitLimit = min(lockWaitLimit ?? budget, budget)
         return "the kernel aborts FUSE requests that take longer than \(timeout.seconds) s (fs.fuse.default_request_timeout, "
             + "max_request_timeout): a request waits at most \(waitTimeout!) for others and \(presenterTimeout) for presenters, "
             + "then fails with EBUSY"

@@ -117,6 +117,12 @@ struct Reply: ~Copyable, @unchecked Sendable {
     consuming func statfs(_ info: statvfs) { var info = info; fuse_reply_statfs(req, &info); discard self }
     consuming func xattrSize(_ size: Int) { fuse_reply_xattr(req, size); discard self }
     consuming func lseek(_ offset: off_t) { fuse_reply_lseek(req, offset); discard self }
+    /// A GETLK's answer: the lock in the way (`type` F_RDLCK or F_WRLCK, its range and its
+    /// holder's pid), or F_UNLCK for none.
+    consuming func lock(type: Int32, _ range: LockRange, pid: Int32) {
+        _ = cfs_reply_lock(req, type, range.start, range.end, pid)
+        discard self
+    }
 }
 
 // @unchecked Sendable: taken once, by the one thread that ends the wait it was parked for.

@@ -372,9 +372,12 @@ extension Filesystem {
         reply.written(written)
     }
 
-    func flush(_ reply: consuming Reply, _ handle: UInt64) {
+    /// `lockOwner`: the closing process's, whose POSIX locks of the file go where the mount
+    /// serves locks (close(2) of any descriptor of a file drops them).
+    func flush(_ reply: consuming Reply, _ handle: UInt64, lockOwner: UInt64) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         statistics.flushes.add(1, ordering: .relaxed)
+        fileLocks?.flush(file.inode.id, owner: LockOwner(lockOwner))
         // Reports errors of deferred writes to close(2), as the backing filesystem would.
         let duplicate = dup(file.fd)
         if duplicate == -1 { return reply.error(Errno.current) }
@@ -382,8 +385,11 @@ extension Filesystem {
         reply.ok()
     }
 
-    func release(_ reply: consuming Reply, _ handle: UInt64) {
+    /// `flockOwner`: the open's flock lock's owner, when it took one; it goes with the open, as
+    /// do its OFD locks, where the mount serves locks.
+    func release(_ reply: consuming Reply, _ handle: UInt64, flockOwner: UInt64?) {
         guard let file = files.remove(handle) else { return reply.error(EBADF) }
+        fileLocks?.release(handle, of: file.inode.id, flockOwner: flockOwner.map(LockOwner.init))
         if file.writer != 0 { file.inode.endedWriting(by: file.writer) }
         if file.appends { file.inode.appenders.subtract(1, ordering: .relaxed) }
         if let broken = file.brokenOpen { coordinator.brokenOpens.remove(broken.token, of: broken.process) }
