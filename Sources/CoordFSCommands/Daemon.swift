@@ -158,7 +158,7 @@ struct Daemon: ParsableCommand {
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard fd >= 0 else { throw Errno.current }
+            guard fd >= 0 else { throw Errno.ofFailedCall() }
             defer { close(fd) }
             return try VersionStore(in: fd)
         } catch {
@@ -183,7 +183,7 @@ struct Daemon: ParsableCommand {
     /// the other hosts' programs.
     private func joinCluster(_ cluster: ClusterSetting, domain: CoordinationDomain, server: ControlServer) throws -> ClusterJoin {
         guard let directory = clusterDirectory, let resolved = realpath(directory, nil) else {
-            throw CommandFailure("--cluster-directory '\(clusterDirectory ?? "")': \(String(cString: strerror(errno)))")
+            throw CommandFailure("--cluster-directory '\(clusterDirectory ?? "")': \(Errno.ofFailedCall())")
         }
         let real = String(cString: resolved)
         free(resolved)

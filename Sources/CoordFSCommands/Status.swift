@@ -2,6 +2,7 @@ import ArgumentParser
 import CoordinationClient
 import CoordinationWire
 import Foundation
+import LinuxSystem
 
 /// `coordfs status [MOUNTPOINT]`: who holds what, who waits, who presents, like lslocks.
 struct Status: ParsableCommand {
@@ -118,7 +119,7 @@ struct Status: ParsableCommand {
             // Outside any mount nothing is held at a path that is not there: a daemon running
             // would only show an empty table.
             if ControlClient.mountSocketPath(for: resolved) == nil && access(resolved, F_OK) != 0 {
-                throw CommandFailure("'\(path)': \(String(cString: strerror(errno)))")
+                throw CommandFailure("'\(path)': \(Errno.ofFailedCall())")
             }
             guard let socketPath = ControlClient.socketPath(for: resolved) else {
                 throw CommandFailure("'\(path)' is not inside a coordfs mount")

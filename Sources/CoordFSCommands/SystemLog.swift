@@ -65,7 +65,7 @@ final class SystemLog: Sendable {
                 guard fd >= 0 else { return }
                 if Glibc.send(fd, bytes, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) >= 0 { return }
                 // Full (EAGAIN): dropped. Gone (ECONNREFUSED, ENOTCONN): connected again once.
-                guard errno == ECONNREFUSED || errno == ENOTCONN else { return }
+                guard [.connectionRefused, .socketNotConnected].contains(Errno.ofFailedCall()) else { return }
                 close(fd)
                 fd = -1
             }

@@ -232,7 +232,7 @@ struct Watch: ParsableCommand {
     /// Why `path` cannot be watched as inotifywait would (strerror's words), or nil: it is there.
     static func missing(_ path: String) -> String? {
         var info = stat()
-        return stat(path, &info) == 0 ? nil : Errno.current.description
+        return stat(path, &info).failure?.description
     }
 
     private func connect(_ path: String) throws -> ControlClient {

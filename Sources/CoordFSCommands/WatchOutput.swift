@@ -148,7 +148,7 @@ final class EventView: @unchecked Sendable {
     /// remembered, with those inside it under `-r`.
     private func look(_ path: [UInt8]) -> mode_t? {
         var info = stat()
-        func look() -> Errno? { FileSystemName.withCString(path) { name -> Errno? in lstat(name, &info) == 0 ? nil : Errno.current } }
+        func look() -> Errno? { FileSystemName.withCString(path) { name -> Errno? in lstat(name, &info).failure } }
         var failure = look()
         // The mount tells presenters once its reply is written, which may be a moment before the
         // kernel has put the new entry in place of the one it looked up and did not find.

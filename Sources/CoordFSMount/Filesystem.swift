@@ -87,7 +87,7 @@ public final class Filesystem: @unchecked Sendable {
         let (fd, pin, accessTimes) = AccessTimes.openBacking(configuration) {
             Logger(label: "org.coordfs.mount").notice("\($0)")
         }
-        guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(Errno.current)") }
+        guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(Errno.ofFailedCall())") }
         var info = stat()
         guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0 else {
             for open in [fd, pin] where open >= 0 { close(open) }

@@ -108,7 +108,7 @@ public final class ControlClient: @unchecked Sendable {
         while true {
             let count = c_getxattr(current, "user.coordfs.socket", &buffer, buffer.count)
             if count > 0 { return (String(decoding: buffer[0..<count], as: UTF8.self), false, nil) }
-            let failure: Errno? = count < 0 ? Errno.current : nil
+            let failure: Errno? = count < 0 ? Errno.ofFailedCall() : nil
             if failure == .socketNotConnected { return (nil, true, nil) }
             if failure == .permissionDenied { return (nil, false, current) }
             guard failure == .noSuchFileOrDirectory, current != "/", !current.isEmpty else { break }
@@ -128,7 +128,7 @@ public final class ControlClient: @unchecked Sendable {
             var buffer = [UInt8](repeating: 0, count: size + 256)
             let count = c_getxattr(path, name, &buffer, buffer.count)
             if count > 0 { return String(decoding: buffer[0..<count], as: UTF8.self) }
-            if count == 0 || Errno.current != .outOfRange { return nil }
+            if count == 0 || Errno.ofFailedCall() != .outOfRange { return nil }
         }
         return nil
     }
@@ -153,7 +153,7 @@ public final class ControlClient: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
-            let failure = Errno.current
+            let failure = Errno.ofFailedCall()
             Glibc.close(fd)
             // ENOENT: no socket there; ECONNREFUSED: one that nobody serves any more.
             let name = failure == .noSuchFileOrDirectory ? "ENOENT" : failure == .permissionDenied ? "EACCES" : "ECONNREFUSED"

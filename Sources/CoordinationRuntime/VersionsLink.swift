@@ -144,7 +144,7 @@ package enum VersionsLink {
         let directory = (path as NSString).deletingLastPathComponent
         let temporary = directory + "/." + (path as NSString).lastPathComponent + ".coordfs-restore-\(getpid())"
         let fd = Glibc.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw FileCoordinationError.systemError("cannot write beside '\(path)'", errno) }
+        guard fd >= 0 else { throw FileCoordinationError.systemError("cannot write beside '\(path)'", Errno.ofFailedCall().code) }
         let output = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         do {
             _ = lseek(content.fileDescriptor, 0, SEEK_SET)
@@ -156,7 +156,7 @@ package enum VersionsLink {
             throw error
         }
         if rename(temporary, path) != 0 {
-            let failure = errno
+            let failure = Errno.ofFailedCall().code
             unlink(temporary)
             throw FileCoordinationError.systemError("cannot put the version back at '\(path)'", failure)
         }

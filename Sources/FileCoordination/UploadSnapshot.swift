@@ -43,7 +43,7 @@ struct UploadSnapshot {
 enum TarArchive {
     static func write(directory: URL, to archive: URL) throws {
         guard FileManager.default.createFile(atPath: archive.path, contents: nil) else {
-            let failure = Errno.current
+            let failure = Errno.ofFailedCall()
             throw FileCoordinationError.systemError("cannot create \(archive.path)", failure.code)
         }
         let handle = try FileHandle(forWritingTo: archive)

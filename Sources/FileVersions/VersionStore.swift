@@ -125,14 +125,14 @@ public final class VersionStore: @unchecked Sendable {
     private func directories(making: Bool) throws(Errno) -> (content: Int32, journal: Int32) {
         let known = state.withLock { ($0.content, $0.journal) }
         if known.0 >= 0 { return known }
-        if making, mkdirat(root, Self.directoryName, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
+        if making, let failure = mkdirat(root, Self.directoryName, 0o700).failure, failure != .fileExists { throw failure }
         let directory = try check(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         defer { close(directory) }
-        if making, mkdirat(directory, Self.contentDirectoryName, 0o700) == -1 && Errno.current != .fileExists { throw Errno.current }
+        if making, let failure = mkdirat(directory, Self.contentDirectoryName, 0o700).failure, failure != .fileExists { throw failure }
         let content = try check(openat(directory, Self.contentDirectoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         let journal = openat(directory, "journal", O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard journal >= 0 else {
-            let failure = Errno.current
+            let failure = Errno.ofFailedCall()
             close(content)
             throw failure
         }
@@ -184,10 +184,10 @@ public final class VersionStore: @unchecked Sendable {
         case .copy(let fd):
             input = open("/proc/self/fd/\(fd)", O_RDONLY | O_CLOEXEC)
         }
-        guard input >= 0 else { return .failed(Errno.current) }
+        guard input >= 0 else { return .failed(Errno.ofFailedCall()) }
         defer { close(input) }
         let output = openat(items, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, info.st_mode & 0o777)
-        guard output >= 0 else { return .failed(Errno.current) }
+        guard output >= 0 else { return .failed(Errno.ofFailedCall()) }
         var failure: NotKept?
         if cfs_clone_file(output, input) != 0 {
             let size = Int64(info.st_size)
@@ -214,7 +214,7 @@ public final class VersionStore: @unchecked Sendable {
             let copied = cfs_copy_file_range(input, nil, output, nil, 1 << 30, 0)
             if copied == 0 { return nil }
             if copied > 0 { continue }
-            let failure = Errno.current
+            let failure = Errno.ofFailedCall()
             if failure == .interrupted { continue }
             guard failure == .improperLink || failure == .notSupported || failure == .invalidArgument else { return .failed(failure) }
             // Across filesystems on an older kernel, or a filesystem without it: by hand.
@@ -223,15 +223,15 @@ public final class VersionStore: @unchecked Sendable {
                 let count = buffer.withUnsafeMutableBytes { Glibc.read(input, $0.baseAddress, $0.count) }
                 if count == 0 { return nil }
                 if count < 0 {
-                    if Errno.current == .interrupted { continue }
-                    return .failed(Errno.current)
+                    if Errno.ofFailedCall() == .interrupted { continue }
+                    return .failed(Errno.ofFailedCall())
                 }
                 var offset = 0
                 while offset < count {
                     let written = buffer.withUnsafeBytes { Glibc.write(output, $0.baseAddress! + offset, count - offset) }
                     if written < 0 {
-                        if Errno.current == .interrupted { continue }
-                        return .failed(Errno.current)
+                        if Errno.ofFailedCall() == .interrupted { continue }
+                        return .failed(Errno.ofFailedCall())
                     }
                     offset += written
                 }

@@ -11,8 +11,27 @@ extension Errno {
     @inlinable package init(code: Int32) { self.init(rawValue: code) }
     @inlinable package var code: Int32 { rawValue }
 
-    /// errno, read right after the failed call.
-    @inlinable package static var current: Errno { Errno(rawValue: cfs_errno()) }
+    /// errno, read right after the failed call. Only here: elsewhere a call's failure is read
+    /// from its result (`check`, `failure`), so that errno enters Swift at one place.
+    @usableFromInline static var current: Errno { Errno(rawValue: cfs_errno()) }
+
+    /// errno after a call that tells its failure otherwise than by -1 (a null pointer, a
+    /// negative count): read right after it.
+    @inlinable @inline(__always)
+    package static func ofFailedCall() -> Errno { current }
+}
+
+extension Int32 {
+    /// A system call's result: its errno when it failed (-1), nil otherwise. For callers that
+    /// answer with the failure instead of throwing it (`check`).
+    @inlinable @inline(__always)
+    package var failure: Errno? { self == -1 ? Errno.current : nil }
+}
+
+extension Int {
+    /// A system call's result: its errno when it failed (-1), nil otherwise.
+    @inlinable @inline(__always)
+    package var failure: Errno? { self == -1 ? Errno.current : nil }
 }
 
 /// Every system call outside the C modules goes through one of these: -1 becomes

@@ -44,7 +44,7 @@ struct AccessTimes: Sendable {
     func open(_ flags: Int32, _ open: (Int32) -> Int32) -> Int32 {
         if flag == 0 { return open(flags) }
         let fd = open(flags | flag)
-        if fd == -1 && Errno.current == .notPermitted { return open(flags) }
+        if fd.failure == .notPermitted { return open(flags) }
         return fd
     }
 }

@@ -88,7 +88,7 @@ final class BackingWatch: @unchecked Sendable {
     /// tree on a busy filesystem). Without the privilege for a filesystem mark, the directories
     /// are marked anyway.
     init(watching path: String, device: UInt64, byDirectory: Bool = false, for filesystem: Filesystem) throws(Unavailable) {
-        guard let resolved = realpath(path, nil) else { throw Unavailable(description: "\(path): \(Errno.current)") }
+        guard let resolved = realpath(path, nil) else { throw Unavailable(description: "\(path): \(Errno.ofFailedCall())") }
         backingPath = String(cString: resolved)
         free(resolved)
         var descriptor = byDirectory ? -EPERM : cfs_fanotify_watch_filesystem(backingPath)
@@ -101,7 +101,7 @@ final class BackingWatch: @unchecked Sendable {
         let backing = open(backingPath, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         var ends: [Int32] = [-1, -1]
         guard backing >= 0, pipe(&ends) == 0 else {
-            let failure = Errno.current
+            let failure = Errno.ofFailedCall()
             close(descriptor)
             if backing >= 0 { close(backing) }
             throw Unavailable(description: "\(backingPath): \(failure)")
@@ -115,7 +115,7 @@ final class BackingWatch: @unchecked Sendable {
         if scope == .directories {
             // Marked before the mount is made: a change made as soon as it is, is seen.
             guard let handle = Self.handle(of: backing), let root = directories(root: handle) else {
-                throw Unavailable(description: "\(backingPath): \(Errno.current)")
+                throw Unavailable(description: "\(backingPath): \(Errno.ofFailedCall())")
             }
             marked = root
             let failure = cfs_fanotify_mark_directory(changes, backing)
@@ -179,7 +179,7 @@ final class BackingWatch: @unchecked Sendable {
     private func wait(milliseconds timeout: Int32) -> Bool {
         var descriptors = [pollfd(fd: changes, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
         while poll(&descriptors, 2, timeout) < 0 {
-            if Errno.current != .interrupted { return false }
+            if Errno.ofFailedCall() != .interrupted { return false }
         }
         if descriptors[1].revents != 0 { stopping = true }
         return !stopping

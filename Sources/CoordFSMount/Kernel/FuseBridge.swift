@@ -59,22 +59,22 @@ enum FuseBridge {
     /// Names and nodes: lookups, forgets, attributes.
     private static func nodes(_ ops: inout fuse_lowlevel_ops) {
         ops.lookup = { req, parent, name in
-            filesystem(req).lookup(reply(req), UInt64(parent), FileSystemName.string(cString: name!))
+            filesystem(req).lookup(reply(req), NodeID(parent), FileSystemName.string(cString: name!))
         }
         ops.forget = { req, ino, count in
             let fs = filesystem(req)
-            fs.forget(UInt64(ino), count)
+            fs.forget(NodeID(ino), count)
             fuse_reply_none(req)
             fs.forgetRequestServed(items: 1)
         }
         ops.forget_multi = { req, count, forgets in
             let fs = filesystem(req)
-            for index in 0..<count { fs.forget(UInt64(forgets![index].ino), forgets![index].nlookup) }
+            for index in 0..<count { fs.forget(NodeID(forgets![index].ino), forgets![index].nlookup) }
             fuse_reply_none(req)
             fs.forgetRequestServed(items: count)
         }
         ops.getattr = { req, ino, fi in
-            filesystem(req).getattr(reply(req), UInt64(ino), fi.map { cfs_file_info_handle($0) })
+            filesystem(req).getattr(reply(req), NodeID(ino), fi.map { cfs_file_info_handle($0) })
         }
         ops.setattr = { req, ino, attr, toSet, fi in
             let attr = attr!.pointee
@@ -87,44 +87,44 @@ enum FuseBridge {
             else if toSet & FUSE_SET_ATTR_ATIME != 0 { change.atime = attr.st_atim }
             if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { change.mtime = timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_NOW)) }
             else if toSet & FUSE_SET_ATTR_MTIME != 0 { change.mtime = attr.st_mtim }
-            filesystem(req).setattr(reply(req), UInt64(ino), change, fi.map { cfs_file_info_handle($0) })
+            filesystem(req).setattr(reply(req), NodeID(ino), change, fi.map { cfs_file_info_handle($0) })
         }
-        ops.readlink = { req, ino in filesystem(req).readlink(reply(req), UInt64(ino)) }
-        ops.statfs = { req, ino in filesystem(req).statfs(reply(req), UInt64(ino)) }
-        ops.access = { req, ino, mask in filesystem(req).access(reply(req), UInt64(ino), mask) }
+        ops.readlink = { req, ino in filesystem(req).readlink(reply(req), NodeID(ino)) }
+        ops.statfs = { req, ino in filesystem(req).statfs(reply(req), NodeID(ino)) }
+        ops.access = { req, ino, mask in filesystem(req).access(reply(req), NodeID(ino), mask) }
     }
 
     /// Changes of names.
     private static func namespace(_ ops: inout fuse_lowlevel_ops) {
         ops.mknod = { req, parent, name, mode, device in
-            filesystem(req).mknod(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, device)
+            filesystem(req).mknod(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, device)
         }
         ops.mkdir = { req, parent, name, mode in
-            filesystem(req).mkdir(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode)
+            filesystem(req).mkdir(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode)
         }
         ops.unlink = { req, parent, name in
-            filesystem(req).unlink(reply(req), UInt64(parent), FileSystemName.string(cString: name!), directory: false)
+            filesystem(req).unlink(reply(req), NodeID(parent), FileSystemName.string(cString: name!), directory: false)
         }
         ops.rmdir = { req, parent, name in
-            filesystem(req).unlink(reply(req), UInt64(parent), FileSystemName.string(cString: name!), directory: true)
+            filesystem(req).unlink(reply(req), NodeID(parent), FileSystemName.string(cString: name!), directory: true)
         }
         ops.symlink = { req, target, parent, name in
-            filesystem(req).symlink(reply(req), FileSystemName.string(cString: target!), UInt64(parent), FileSystemName.string(cString: name!))
+            filesystem(req).symlink(reply(req), FileSystemName.string(cString: target!), NodeID(parent), FileSystemName.string(cString: name!))
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
-            filesystem(req).rename(reply(req), UInt64(parent), FileSystemName.string(cString: name!), UInt64(newParent),
+            filesystem(req).rename(reply(req), NodeID(parent), FileSystemName.string(cString: name!), NodeID(newParent),
                                    FileSystemName.string(cString: newName!), UInt32(flags))
         }
         ops.link = { req, ino, parent, name in
-            filesystem(req).link(reply(req), UInt64(ino), UInt64(parent), FileSystemName.string(cString: name!))
+            filesystem(req).link(reply(req), NodeID(ino), NodeID(parent), FileSystemName.string(cString: name!))
         }
     }
 
     /// Open files.
     private static func files(_ ops: inout fuse_lowlevel_ops) {
-        ops.open = { req, ino, fi in filesystem(req).open(reply(req), UInt64(ino), OpenRequest(fi!)) }
+        ops.open = { req, ino, fi in filesystem(req).open(reply(req), NodeID(ino), OpenRequest(fi!)) }
         ops.create = { req, parent, name, mode, fi in
-            filesystem(req).create(reply(req), UInt64(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
+            filesystem(req).create(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
         }
         ops.read = { req, _, size, offset, fi in
             filesystem(req).read(reply(req), cfs_file_info_handle(fi!), size, offset)
@@ -156,7 +156,7 @@ enum FuseBridge {
 
     /// Open directories.
     private static func directories(_ ops: inout fuse_lowlevel_ops) {
-        ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), UInt64(ino), OpenRequest(fi!)) }
+        ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), NodeID(ino), OpenRequest(fi!)) }
         ops.readdir = { req, _, size, offset, fi in
             filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: false)
         }
@@ -173,14 +173,14 @@ enum FuseBridge {
     private static func extendedAttributes(_ ops: inout fuse_lowlevel_ops) {
         ops.setxattr = { req, ino, name, value, size, flags in
             let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            filesystem(req).setxattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
+            filesystem(req).setxattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
         }
         ops.getxattr = { req, ino, name, size in
-            filesystem(req).getxattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!), size)
+            filesystem(req).getxattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!), size)
         }
-        ops.listxattr = { req, ino, size in filesystem(req).listxattr(reply(req), UInt64(ino), size) }
+        ops.listxattr = { req, ino, size in filesystem(req).listxattr(reply(req), NodeID(ino), size) }
         ops.removexattr = { req, ino, name in
-            filesystem(req).removexattr(reply(req), UInt64(ino), FileSystemName.string(cString: name!))
+            filesystem(req).removexattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!))
         }
     }
 
@@ -188,15 +188,15 @@ enum FuseBridge {
     /// (`Filesystem+Locks.swift`).
     private static func locks(_ ops: inout fuse_lowlevel_ops) {
         ops.getlk = { req, ino, fi, lock in
-            filesystem(req).getlk(reply(req), UInt64(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+            filesystem(req).getlk(reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
                                   KernelLock(cfs_lock_of(lock!)))
         }
         ops.setlk = { req, ino, fi, lock, sleep in
-            filesystem(req).setlk(reply(req), UInt64(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+            filesystem(req).setlk(reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
                                   KernelLock(cfs_lock_of(lock!)), waits: sleep != 0)
         }
         ops.flock = { req, ino, fi, operation in
-            filesystem(req).flock(reply(req), UInt64(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+            filesystem(req).flock(reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
                                   operation: operation)
         }
     }

@@ -45,7 +45,7 @@ extension Filesystem {
         for node in inodes.knownNodes {
             invalidate(node, pages: true)
             let place = inodes.placement(of: node)
-            if node.id != InodeTable.rootID, let parent = inodes[place.parent] { invalidateEntry(named: place.name, in: parent) }
+            if node.id != InodeTable.rootID, let parent = inodes[NodeID(place.parent)] { invalidateEntry(named: place.name, in: parent) }
         }
     }
 }

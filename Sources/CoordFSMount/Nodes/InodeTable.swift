@@ -201,9 +201,9 @@ final class InodeTable: Sendable {
         for fd in descriptors + [rootDescriptor, handleBase] where fd >= 0 { close(fd) }
     }
 
-    subscript(id: UInt64) -> Inode? {
-        if id == Self.rootID { return root }
-        return state.withLock { $0.byID[id] }
+    subscript(node: NodeID) -> Inode? {
+        if node.value == Self.rootID { return root }
+        return state.withLock { $0.byID[node.value] }
     }
 
     /// Runs `body` with the node's descriptor, pinned: it is not closed until `body` returns.
@@ -241,7 +241,7 @@ final class InodeTable: Sendable {
         let fd: Int32
         if var handle = inode.handle {
             fd = cfs_open_by_handle(handleBase, &handle)
-            if fd < 0 { throw Errno.current }
+            if let failure = fd.failure { throw failure }
         } else {
             fd = try reopenByName(inode)
         }
@@ -270,7 +270,7 @@ final class InodeTable: Sendable {
         var wrong: [Inode.Place] = []
         var found: (fd: Int32, place: Inode.Place)?
         for place in [first] + others.reversed() where found == nil {
-            guard let parent = self[place.parent], parent !== inode else { wrong.append(place); continue }
+            guard let parent = self[NodeID(place.parent)], parent !== inode else { wrong.append(place); continue }
             do throws(Errno) {
                 let (fd, info) = try openChild(named: place.name, in: parent)
                 if UInt64(info.st_dev) == inode.device, UInt64(info.st_ino) == inode.number {
@@ -446,7 +446,8 @@ final class InodeTable: Sendable {
 
     /// The kernel forgets `count` lookups; at zero the node goes, and its descriptor once no
     /// request holds it.
-    func forget(_ id: UInt64, _ count: UInt64) {
+    func forget(_ node: NodeID, _ count: UInt64) {
+        let id = node.value
         if id == Self.rootID { return }
         let closing = state.withLock { state -> Int32? in
             guard let inode = state.byID[id] else { return nil }

@@ -9,19 +9,19 @@ import Glibc
 /// opendir, readdir, releasedir, fsyncdir. Listing a directory is a metadata read: not
 /// coordinated.
 extension Filesystem {
-    func opendir(_ reply: consuming Reply, _ id: UInt64, _ request: OpenRequest) {
+    func opendir(_ reply: consuming Reply, _ id: NodeID, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         guard let place = files.budget.take(for: reply.caller.uid) else { return reply.error(EMFILE) }
         let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
             let fd = accessTimes.open(O_RDONLY | O_DIRECTORY | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
-            return (fd, fd == -1 ? Errno.current : nil)
+            return (fd, fd.failure)
         }
         if let failure {
             files.budget.giveBack(place)
             return reply.error(failure)
         }
         guard let stream = fdopendir(fd) else {
-            let failure = Errno.current
+            let failure = Errno.ofFailedCall()
             close(fd)
             files.budget.giveBack(place)
             return reply.error(failure)
@@ -48,7 +48,7 @@ extension Filesystem {
             }
             guard let entry = found else { break }
             let record = DirectoryEntry(entry)
-            if isVersionStore(file.inode.id, record.name) { continue }
+            if isVersionStore(NodeID(file.inode.id), record.name) { continue }
             let added: Bool
             if plus {
                 if record.name != "." && record.name != ".." {
@@ -57,7 +57,7 @@ extension Filesystem {
                         listing.add($0, node: inode.id, attributes: shown(info), timeout: timeout(onDevice: inode.device),
                                     attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint), next: record.next)
                     }
-                    if !added { inodes.forget(inode.id, 1) }   // not sent: not looked up
+                    if !added { inodes.forget(NodeID(inode.id), 1) }   // not sent: not looked up
                 } else {
                     var attributes = stat()
                     attributes.st_ino = ino_t(record.number)
@@ -85,7 +85,7 @@ extension Filesystem {
 
     func fsyncdir(_ reply: consuming Reply, _ handle: UInt64, dataOnly: Bool) {
         guard let file = files[handle] else { return reply.error(EBADF) }
-        if (dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)) == -1 { return reply.error(Errno.current) }
+        if let failure = (dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)).failure { return reply.error(failure) }
         reply.ok()
     }
 }

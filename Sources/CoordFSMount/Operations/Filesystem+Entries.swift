@@ -11,7 +11,7 @@ import Glibc
 /// lookup, forget, getattr, setattr, readlink, statfs, access. Metadata reads are not
 /// coordinated; setattr is a write (metadata-only unless it truncates).
 extension Filesystem {
-    func lookup(_ reply: consuming Reply, _ parentID: UInt64, _ name: String) {
+    func lookup(_ reply: consuming Reply, _ parentID: NodeID, _ name: String) {
         if name == "." || name == ".." { return lookupByHandle(reply, parentID, name) }
         guard let parent = inodes[parentID], !isVersionStore(parentID, name) else { return reply.error(ENOENT) }
         let readPoint = watchedWrites.readPoint
@@ -32,17 +32,17 @@ extension Filesystem {
     /// The kernel's LOOKUP of "." in a node (a file handle of it, opened: the node itself) and
     /// of ".." (its parent, to reconnect a directory a handle named), for nodes it may have
     /// forgotten: see `InodeTable.revive`.
-    private func lookupByHandle(_ reply: consuming Reply, _ id: UInt64, _ name: String) {
+    private func lookupByHandle(_ reply: consuming Reply, _ id: NodeID, _ name: String) {
         let readPoint = watchedWrites.readPoint
         do throws(Errno) {
             if name == "." {
-                let (inode, info) = try inodes.revive(id, countingLookup: true)
+                let (inode, info) = try inodes.revive(id.value, countingLookup: true)
                 return reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
                                    attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
             }
-            let (node, _) = try inodes.revive(id, countingLookup: false)
+            let (node, _) = try inodes.revive(id.value, countingLookup: false)
             guard node.isDirectory else { return reply.error(ENOTDIR) }
-            let parentID = id == InodeTable.rootID ? id : inodes.placement(of: node).parent
+            let parentID = id.value == InodeTable.rootID ? id.value : inodes.placement(of: node).parent
             let (parent, info) = try inodes.revive(parentID, countingLookup: true)
             reply.entry(parent, shown(info), timeout: timeout(onDevice: parent.device),
                         attributeTimeout: attributeTimeout(for: info, of: parent, readSince: readPoint))
@@ -51,7 +51,7 @@ extension Filesystem {
         }
     }
 
-    func forget(_ id: UInt64, _ count: UInt64) { inodes.forget(id, count) }
+    func forget(_ id: NodeID, _ count: UInt64) { inodes.forget(id, count) }
 
     /// After a FORGET or BATCH_FORGET of `items` items: counts it and, while the io_uring
     /// queues serve everything else, waits a moment before this thread reads `/dev/fuse` again.
@@ -79,12 +79,12 @@ extension Filesystem {
 
     /// The kernel asks for attributes it did not keep (or no longer): a file asked about
     /// again is marked for its writes behind the mount, and kept long from then on.
-    func getattr(_ reply: consuming Reply, _ id: UInt64, _ handle: UInt64?) {
+    func getattr(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64?) {
         statistics.attributeRequests.add()
         var info = stat()
         var readPoint = watchedWrites.readPoint
         if let file = handle.flatMap({ files[$0] }) {
-            if fstat(file.fd, &info) == -1 { return reply.error(Errno.current) }
+            if let failure = fstat(file.fd, &info).failure { return reply.error(failure) }
             watchWritesIfAsked(file.inode, fd: file.fd, &info, readSince: &readPoint)
             return reply.attr(shown(info), timeout: attributeTimeout(for: info, of: file.inode, readSince: readPoint))
         }
@@ -110,7 +110,7 @@ extension Filesystem {
         var mtime: timespec?
     }
 
-    func setattr(_ reply: consuming Reply, _ id: UInt64, _ change: AttributeChange, _ handle: UInt64?) {
+    func setattr(_ reply: consuming Reply, _ id: NodeID, _ change: AttributeChange, _ handle: UInt64?) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let open = handle.flatMap { files[$0] }
         // Truncation changes contents: a plain write; through an open that writes in place, a
@@ -195,27 +195,27 @@ extension Filesystem {
         }
     }
 
-    func readlink(_ reply: consuming Reply, _ id: UInt64) {
+    func readlink(_ reply: consuming Reply, _ id: NodeID) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         withFD(inode, answering: reply) { reply, fd in
             var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
             let count = readlinkat(fd, "", &buffer, buffer.count - 1)
-            if count == -1 { return reply.error(Errno.current) }
+            if let failure = count.failure { return reply.error(failure) }
             reply.readlink(buffer)     // NUL-terminated: the buffer was zeroed, and count < its size
         }
     }
 
-    func statfs(_ reply: consuming Reply, _ id: UInt64) {
+    func statfs(_ reply: consuming Reply, _ id: NodeID) {
         var info = statvfs()
         // Every item of the mount is on the backing filesystem: the root answers for all.
-        if statvfs(procPath(inodes.rootDescriptor), &info) == -1 { return reply.error(Errno.current) }
+        if let failure = statvfs(procPath(inodes.rootDescriptor), &info).failure { return reply.error(failure) }
         reply.statfs(info)
     }
 
-    func access(_ reply: consuming Reply, _ id: UInt64, _ mask: Int32) {
+    func access(_ reply: consuming Reply, _ id: NodeID, _ mask: Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         withFD(inode, answering: reply) { reply, fd in
-            if faccessat(AT_FDCWD, procPath(fd), mask, 0) == -1 { return reply.error(Errno.current) }
+            if let failure = faccessat(AT_FDCWD, procPath(fd), mask, 0).failure { return reply.error(failure) }
             reply.ok()
         }
     }

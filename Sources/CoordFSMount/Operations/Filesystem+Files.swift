@@ -10,7 +10,7 @@ import Glibc
 /// open, create, read, write, flush, release, fsync, fallocate, copy_file_range, lseek. An open
 /// holds its intent — read for read-only, write for writable — until the last release.
 extension Filesystem {
-    func open(_ reply: consuming Reply, _ id: UInt64, _ request: OpenRequest) {
+    func open(_ reply: consuming Reply, _ id: NodeID, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(request.flags)
         let wanted = ItemIntent(kind: Self.openKind(flags, ofALog: inode.appenders.load(ordering: .relaxed) > 0,
@@ -82,7 +82,7 @@ extension Filesystem {
             if writes, let refusal = refusingReplaced(inodeFD) { return (-1, refusal) }
             if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) { return (-1, refusal) }
             let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
-            return (fd, fd == -1 ? Errno.current : nil)
+            return (fd, fd.failure)
         }
         if let openFailure {
             files.budget.giveBack(place)
@@ -194,7 +194,7 @@ extension Filesystem {
         return .writing(flags & O_APPEND != 0 ? .appendingOnly : .sharingWriters)
     }
 
-    func create(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, _ mode: mode_t, _ request: OpenRequest) {
+    func create(_ reply: consuming Reply, _ parentID: NodeID, _ name: String, _ mode: mode_t, _ request: OpenRequest) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
         if name == "/" { return tmpfile(reply, parent, mode, request) }
@@ -252,7 +252,7 @@ extension Filesystem {
             let (fd, made, refusal) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller,
                                               item: versions == nil ? "" : targets.relativePath(parent, name))
             if let refusal { return (-1, refusal, false, false) }
-            return (fd, fd == -1 ? Errno.current : nil, false, made)
+            return (fd, fd.failure, false, made)
         }
         if let createFailure {
             files.budget.giveBack(place)
@@ -284,7 +284,7 @@ extension Filesystem {
     private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for caller: RequestCaller,
                          item: @autoclosure () -> String) -> (Int32, Bool, Errno?) {
         let fd = CallerUmask.applying(caller.umask) { accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } } }
-        if fd >= 0 || Errno.current != .fileExists || exclusive { return (fd, fd >= 0, nil) }
+        if fd >= 0 || fd.failure != .fileExists || exclusive { return (fd, fd >= 0, nil) }
         if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(name, in: parentFD, item: item(), by: caller) { return (-1, false, refusal) }
         return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false, nil)
     }
@@ -310,8 +310,7 @@ extension Filesystem {
         let fd = inodes.withFD(parent, orElse: { _ in Int32(-1) }) { parentFD in
             CallerUmask.applying(reply.caller.umask) { accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) } }
         }
-        if fd == -1 {
-            let failure = Errno.current
+        if let failure = fd.failure {
             files.budget.giveBack(place)
             return reply.error(failure)
         }
@@ -324,7 +323,7 @@ extension Filesystem {
         var attributes = stat()
         let pathFD = Glibc.open(procPath(fd), CFS_O_PATH | O_CLOEXEC)
         guard fstat(fd, &attributes) == 0, pathFD >= 0 else {
-            let failure = Errno.current
+            let failure = Errno.ofFailedCall()
             if pathFD >= 0 { close(pathFD) }
             close(fd)
             files.budget.giveBack(place)
@@ -367,7 +366,7 @@ extension Filesystem {
             statistics.syncedWrites.add(1, ordering: .relaxed)
             // O_SYNC is O_DSYNC and a bit of its own: that bit asks for the metadata too.
             let synced = owed & ~O_DSYNC != 0 ? Glibc.fsync(file.fd) : fdatasync(file.fd)
-            if synced == -1 { return reply.error(Errno.current) }
+            if let failure = synced.failure { return reply.error(failure) }
         }
         reply.written(written)
     }
@@ -380,8 +379,8 @@ extension Filesystem {
         fileLocks?.flush(file.inode.id, owner: LockOwner(lockOwner))
         // Reports errors of deferred writes to close(2), as the backing filesystem would.
         let duplicate = dup(file.fd)
-        if duplicate == -1 { return reply.error(Errno.current) }
-        if close(duplicate) == -1 { return reply.error(Errno.current) }
+        if let failure = duplicate.failure { return reply.error(failure) }
+        if let failure = close(duplicate).failure { return reply.error(failure) }
         reply.ok()
     }
 
@@ -415,7 +414,7 @@ extension Filesystem {
     func fsync(_ reply: consuming Reply, _ handle: UInt64, dataOnly: Bool) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         let result = dataOnly ? fdatasync(file.fd) : Glibc.fsync(file.fd)
-        if result == -1 { return reply.error(Errno.current) }
+        if let failure = result.failure { return reply.error(failure) }
         reply.ok()
     }
 
@@ -423,7 +422,7 @@ extension Filesystem {
         guard let file = files[handle] else { return reply.error(EBADF) }
         guard coordinator.admitsWrite(through: file) else { return reply.error(EIO) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
-        if cfs_fallocate(file.fd, mode, offset, length) == -1 { return reply.error(Errno.current) }
+        if let failure = cfs_fallocate(file.fd, mode, offset, length).failure { return reply.error(failure) }
         file.written.store(true, ordering: .relaxed)
         if let failure = syncData(of: file.fd) { return reply.error(failure) }
         reply.ok()
@@ -436,7 +435,7 @@ extension Filesystem {
         dropPrivilegeBits(target.fd, of: target.inode, unlessRootCalls: reply)
         var from = inputOffset, to = outputOffset
         let copied = cfs_copy_file_range(source.fd, &from, target.fd, &to, length, flags)
-        if copied == -1 { return reply.error(Errno.current) }
+        if let failure = copied.failure { return reply.error(failure) }
         target.written.store(true, ordering: .relaxed)
         if let failure = syncData(of: target.fd) { return reply.error(failure) }
         reply.written(copied)
@@ -445,7 +444,7 @@ extension Filesystem {
     func lseek(_ reply: consuming Reply, _ handle: UInt64, _ offset: off_t, _ whence: Int32) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         let result = Glibc.lseek(file.fd, offset, whence)
-        if result == -1 { return reply.error(Errno.current) }
+        if let failure = result.failure { return reply.error(failure) }
         reply.lseek(result)
     }
 }

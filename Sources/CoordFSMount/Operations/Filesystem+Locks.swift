@@ -32,11 +32,11 @@ extension Filesystem {
 
     /// F_GETLK (and F_OFD_GETLK): the lock in the way of the one described, or none (F_UNLCK).
     /// Another host's programs' locks show as a lock of the whole file by no process.
-    func getlk(_ reply: consuming Reply, _ id: UInt64, _ handle: UInt64, owner: UInt64, _ asked: KernelLock) {
+    func getlk(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, owner: UInt64, _ asked: KernelLock) {
         guard let fileLocks else { return unserved(reply, "getlk") }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let request = LockRequest(node: id, handle: handle, kind: .posix, owner: LockOwner(owner), type: asked.type, range: asked.range,
-                                  pid: asked.pid, path: relativePath(inode))
+        let request = LockRequest(node: id.value, handle: handle, kind: .posix, owner: LockOwner(owner), type: asked.type, range: asked.range,
+                                  pid: asked.pid, path: targets.relativePath(inode))
         let pending = PendingReply(reply)
         fileLocks.test(request) { [self] found in
             let reply = pending.take()
@@ -53,13 +53,13 @@ extension Filesystem {
 
     /// F_SETLK, F_SETLKW (`waits`), F_OFD_SETLK and F_OFD_SETLKW: a POSIX lock taken, changed or
     /// dropped. (Its drop at close comes as FLUSH, `flush`.)
-    func setlk(_ reply: consuming Reply, _ id: UInt64, _ handle: UInt64, owner: UInt64, _ asked: KernelLock, waits: Bool) {
+    func setlk(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, owner: UInt64, _ asked: KernelLock, waits: Bool) {
         lock(reply, id, handle, .posix, LockOwner(owner), asked.type, asked.range, pid: asked.pid, waits: waits)
     }
 
     /// flock(2): `operation` LOCK_SH, LOCK_EX or LOCK_UN, with LOCK_NB when it does not wait.
     /// Its owner is the open file description; its drop at the last close comes with RELEASE.
-    func flock(_ reply: consuming Reply, _ id: UInt64, _ handle: UInt64, owner: UInt64, operation: Int32) {
+    func flock(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, owner: UInt64, operation: Int32) {
         let type: LockType
         switch operation & ~LOCK_NB {
         case LOCK_SH: type = .shared
@@ -70,12 +70,12 @@ extension Filesystem {
         lock(reply, id, handle, .flock, LockOwner(owner), type, .wholeFile, pid: 0, waits: operation & LOCK_NB == 0)
     }
 
-    private func lock(_ reply: consuming Reply, _ id: UInt64, _ handle: UInt64, _ kind: LockKind, _ owner: LockOwner, _ type: LockType,
+    private func lock(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, _ kind: LockKind, _ owner: LockOwner, _ type: LockType,
                       _ range: LockRange, pid: Int32, waits: Bool) {
         guard let fileLocks else { return unserved(reply, kind == .flock ? "flock" : "setlk") }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let request = LockRequest(node: id, handle: handle, kind: kind, owner: owner, type: type, range: range, pid: pid,
-                                  path: type == .unlock ? "" : relativePath(inode))
+        let request = LockRequest(node: id.value, handle: handle, kind: kind, owner: owner, type: type, range: range, pid: pid,
+                                  path: type == .unlock ? "" : targets.relativePath(inode))
         let number = fileLocks.nextNumber()
         // Registered before the request may wait (an unlock never does): an interrupt that
         // comes first is kept by `FileLocks` until the request begins to wait, and ends it then.

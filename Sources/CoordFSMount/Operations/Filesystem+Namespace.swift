@@ -14,7 +14,7 @@ extension Filesystem {
     /// Creates `name` in `parent` with `make`, under a write on the new item, and answers with
     /// its entry.
     /// `mode`: a regular file's, whose setuid and setgid bits the caller keeps.
-    private func makeItem(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, isDirectory: Bool, mode: mode_t = 0,
+    private func makeItem(_ reply: consuming Reply, _ parentID: NodeID, _ name: String, isDirectory: Bool, mode: mode_t = 0,
                           _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
@@ -40,25 +40,25 @@ extension Filesystem {
         }
     }
 
-    func mknod(_ reply: consuming Reply, _ parent: UInt64, _ name: String, _ mode: mode_t, _ device: dev_t) {
+    func mknod(_ reply: consuming Reply, _ parent: NodeID, _ name: String, _ mode: mode_t, _ device: dev_t) {
         makeItem(reply, parent, name, isDirectory: false, mode: mode) { parent throws(Errno) in
             _ = try check(FileSystemName.withCString(name) { mknodat(parent, $0, mode, device) })
         }
     }
 
-    func mkdir(_ reply: consuming Reply, _ parent: UInt64, _ name: String, _ mode: mode_t) {
+    func mkdir(_ reply: consuming Reply, _ parent: NodeID, _ name: String, _ mode: mode_t) {
         makeItem(reply, parent, name, isDirectory: true) { parent throws(Errno) in
             _ = try check(FileSystemName.withCString(name) { mkdirat(parent, $0, mode) })
         }
     }
 
-    func symlink(_ reply: consuming Reply, _ target: String, _ parent: UInt64, _ name: String) {
+    func symlink(_ reply: consuming Reply, _ target: String, _ parent: NodeID, _ name: String) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
             _ = try check(FileSystemName.withCString(name) { name in FileSystemName.withCString(target) { symlinkat($0, parent, name) } })
         }
     }
 
-    func link(_ reply: consuming Reply, _ id: UInt64, _ parentID: UInt64, _ name: String) {
+    func link(_ reply: consuming Reply, _ id: NodeID, _ parentID: NodeID, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
         coordinator.coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
@@ -86,7 +86,7 @@ extension Filesystem {
         }
     }
 
-    func unlink(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, directory: Bool) {
+    func unlink(_ reply: consuming Reply, _ parentID: NodeID, _ name: String, directory: Bool) {
         guard let parent = inodes[parentID], !isVersionStore(parentID, name) else { return reply.error(ENOENT) }
         let caller = reply.caller
         // Programs reading the item through open files read on what they opened, as on any
@@ -109,7 +109,7 @@ extension Filesystem {
                     version = kept
                 }
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
-                let failure = FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) } == -1 ? Errno.current : nil
+                let failure = FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) }.failure
                 if failure != nil { self.takeBack(version) }
                 if failure == nil, let version, version.conflict { self.tellConflict(version, by: caller) }
                 if failure == nil, !directory { self.versions?.changed(self.targets.relativePath(parent, name)) }
@@ -124,7 +124,7 @@ extension Filesystem {
         }
     }
 
-    func rename(_ reply: consuming Reply, _ parentID: UInt64, _ name: String, _ newParentID: UInt64, _ newName: String, _ flags: UInt32) {
+    func rename(_ reply: consuming Reply, _ parentID: NodeID, _ name: String, _ newParentID: NodeID, _ newName: String, _ flags: UInt32) {
         guard let parent = inodes[parentID], let newParent = inodes[newParentID], !isVersionStore(parentID, name) else {
             return reply.error(ENOENT)
         }
@@ -190,7 +190,7 @@ extension Filesystem {
             (parent, name, newParent, newName, self.flags) = (from.0, from.1, to.0, to.1, flags)
             var source = stat()
             let sourceFailure: Errno? = filesystem.inodes.withFD(from.0, orElse: { $0 }) { fd in
-                FileSystemName.withCString(from.1) { fstatat(fd, $0, &source, AT_SYMLINK_NOFOLLOW) } == -1 ? Errno.current : nil
+                FileSystemName.withCString(from.1) { fstatat(fd, $0, &source, AT_SYMLINK_NOFOLLOW) }.failure
             }
             if let sourceFailure { throw sourceFailure }
             var destination = stat()
@@ -238,7 +238,7 @@ extension Filesystem {
                 }
                 let failure = FileSystemName.withCString(rename.name) { from in
                     FileSystemName.withCString(rename.newName) { to in cfs_renameat2(fromFD, from, toFD, to, rename.flags) }
-                } == -1 ? Errno.current : nil
+                }.failure
                 if failure != nil { takeBack(replaced?.version) }
                 return failure
             }

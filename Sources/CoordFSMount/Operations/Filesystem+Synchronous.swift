@@ -34,11 +34,11 @@ extension Filesystem {
         guard synchronicity.everything else { return nil }
         if let open {
             statistics.syncedAttributes.add(1, ordering: .relaxed)
-            return Glibc.fsync(open.fd) == -1 ? Errno.current : nil
+            return Glibc.fsync(open.fd).failure
         }
         return inodes.withFD(inode, orElse: { $0 }) { fd -> Errno? in
             var info = stat()
-            guard fstat(fd, &info) == 0 else { return Errno.current }
+            if let failure = fstat(fd, &info).failure { return failure }
             let type = info.st_mode & S_IFMT
             guard type == S_IFREG || type == S_IFDIR else { return nil }
             statistics.syncedAttributes.add(1, ordering: .relaxed)
@@ -51,7 +51,7 @@ extension Filesystem {
     func syncData(of fd: Int32) -> Errno? {
         guard synchronicity.everything else { return nil }
         statistics.syncedWrites.add(1, ordering: .relaxed)
-        return fdatasync(fd) == -1 ? Errno.current : nil
+        return fdatasync(fd).failure
     }
 
     private func fsyncDirectory(_ directory: Inode) -> Errno? {
@@ -63,8 +63,8 @@ extension Filesystem {
     /// refuses, so the item is opened again for it.
     private func fsync(itemAt fd: Int32) -> Errno? {
         let opened = Glibc.open(procPath(fd), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        if opened == -1 { return Errno.current }
+        if let failure = opened.failure { return failure }
         defer { close(opened) }
-        return Glibc.fsync(opened) == -1 ? Errno.current : nil
+        return Glibc.fsync(opened).failure
     }
 }

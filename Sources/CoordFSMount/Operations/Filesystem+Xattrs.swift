@@ -11,7 +11,7 @@ import Glibc
 /// Extended attributes, passed through. Setting or removing one is a metadata-only write. The
 /// mount root answers `user.coordfs.*` attributes of its own (the control socket, later).
 extension Filesystem {
-    func getxattr(_ reply: consuming Reply, _ id: UInt64, _ name: String, _ size: Int) {
+    func getxattr(_ reply: consuming Reply, _ id: NodeID, _ name: String, _ size: Int) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         if name == "user.coordfs.state" {
             // Every path held, waited for or presented, by anyone: the mount's owner's and
@@ -25,8 +25,7 @@ extension Filesystem {
         withFD(inode, answering: reply) { reply, fd in
             if size == 0 {
                 let needed = FileSystemName.withCString(name) { cfs_getxattr(procPath(fd), $0, nil, 0) }
-                if needed == -1 {
-                    let failure = Errno.current
+                if let failure = needed.failure {
                     if isCapability && failure.code == ENODATA { inode.hasNoCapability.store(true, ordering: .relaxed) }
                     return reply.error(failure)
                 }
@@ -34,41 +33,41 @@ extension Filesystem {
             }
             var buffer = [UInt8](repeating: 0, count: size)
             let count = FileSystemName.withCString(name) { cfs_getxattr(procPath(fd), $0, &buffer, size) }
-            if count == -1 { return reply.error(Errno.current) }
+            if let failure = count.failure { return reply.error(failure) }
             reply.buffer(buffer, count: count)
         }
     }
 
-    func listxattr(_ reply: consuming Reply, _ id: UInt64, _ size: Int) {
+    func listxattr(_ reply: consuming Reply, _ id: NodeID, _ size: Int) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         withFD(inode, answering: reply) { reply, fd in
             if size == 0 {
                 let needed = cfs_listxattr(procPath(fd), nil, 0)
-                if needed == -1 { return reply.error(Errno.current) }
+                if let failure = needed.failure { return reply.error(failure) }
                 return reply.xattrSize(needed)
             }
             var buffer = [CChar](repeating: 0, count: size)
             let count = cfs_listxattr(procPath(fd), &buffer, size)
-            if count == -1 { return reply.error(Errno.current) }
+            if let failure = count.failure { return reply.error(failure) }
             reply.buffer(buffer, count: count)
         }
     }
 
-    func setxattr(_ reply: consuming Reply, _ id: UInt64, _ name: String, _ value: [UInt8], _ flags: Int32) {
+    func setxattr(_ reply: consuming Reply, _ id: NodeID, _ name: String, _ value: [UInt8], _ flags: Int32) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
         changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_setxattr(procPath(fd), $0, value, value.count, flags) } }
     }
 
-    func removexattr(_ reply: consuming Reply, _ id: UInt64, _ name: String) {
+    func removexattr(_ reply: consuming Reply, _ id: NodeID, _ name: String) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
         changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_removexattr(procPath(fd), $0) } }
     }
 
-    private func changeAttribute(_ reply: consuming Reply, _ id: UInt64, _ change: @escaping @Sendable (Int32) -> Int32) {
+    private func changeAttribute(_ reply: consuming Reply, _ id: NodeID, _ change: @escaping @Sendable (Int32) -> Int32) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         coordinator.coordinate(reply, ItemIntent(kind: .writing(.contentIndependentMetadataOnly), node: inode,
                                   isDirectory: inode.isDirectory), forTheCall: true) { reply, claim in
-            let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd) == -1 ? Errno.current : nil }
+            let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd).failure }
             claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
             if let failure = failure ?? self.syncAttributes(of: inode) { reply.error(failure) } else { reply.ok() }
         }

@@ -18,8 +18,8 @@ extension Filesystem {
     /// Whether `name` in the directory `parentID` is the version store's own directory, which
     /// the mount neither shows nor lets anyone make, whatever the mount's versions are.
     @inline(__always)
-    func isVersionStore(_ parentID: UInt64, _ name: String) -> Bool {
-        parentID == InodeTable.rootID && name == VersionStore.directoryName
+    func isVersionStore(_ parentID: NodeID, _ name: String) -> Bool {
+        parentID.value == InodeTable.rootID && name == VersionStore.directoryName
     }
 
     /// The process `caller` is, as versions know writers: by its process, not its thread.
