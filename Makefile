@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak soak-versions soak-hostile stress-cross run stop install clean
+.PHONY: all setup io-uring build test lint test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak soak-versions soak-hostile stress-cross run stop install clean
 
 all: build
 
@@ -40,6 +40,7 @@ build: setup io-uring
 # that async tests need; serially the whole run takes seconds.
 # CI shows only the end of a run: a failed run ends with its failures again.
 test: setup io-uring
+	@$(MAKE) --no-print-directory lint
 	$(SWIFT) build --build-tests
 	@$(MAKE) --no-print-directory man >/dev/null
 	@$(MAKE) --no-print-directory docs
@@ -56,6 +57,11 @@ test: setup io-uring
 	@$(MAKE) --no-print-directory test-python
 	@$(MAKE) --no-print-directory test-cluster-harness
 	@$(MAKE) --no-print-directory test-cluster-mounts
+
+# The code as .swift-format lays it out (120 columns; the toolchain's swift-format). Reformat
+# with `swift format -i --configuration .swift-format -r Sources Tests Package.swift`.
+lint:
+	$(SWIFT) format lint --strict --configuration .swift-format -r Sources Tests Package.swift
 
 # Hosts that share a store, mounted with --cluster: two coordfs hosts over one backing
 # directory and a 3-member etcd cluster, in network namespaces of their own.

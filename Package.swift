@@ -7,7 +7,7 @@ let package = Package(
     products: [
         .library(name: "FileCoordination", targets: ["FileCoordination"]),
         .library(name: "Coordination", targets: ["Coordination"]),
-        .executable(name: "coordfs", targets: ["coordfs"]),
+        .executable(name: "coordfs", targets: ["coordfs"])
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -18,7 +18,7 @@ let package = Package(
         // The etcd client's request bodies and methods are NIO's (async-http-client's own NIO).
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         // `make docs`: the DocC archive of the Swift API.
-        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
     ],
     targets: [
         // The engine: lock table, conflicts, waiters, wait-for graph, presenter and service registries.
@@ -38,38 +38,47 @@ let package = Package(
         // control socket is served through.
         .target(
             name: "CoordinationRuntime",
-            dependencies: ["Coordination", "CoordinationClient", "CoordinationWire", "LinuxSystem",
-                           .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "Coordination", "CoordinationClient", "CoordinationWire", "LinuxSystem",
+                .product(name: "Logging", package: "swift-log")
+            ]
         ),
         // Foundation-shaped public API: FileCoordinator and FilePresenter over the runtime.
         .target(
             name: "FileCoordination",
-            dependencies: ["Coordination", "CoordinationRuntime", "LinuxSystem",
-                           .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "Coordination", "CoordinationRuntime", "LinuxSystem",
+                .product(name: "Logging", package: "swift-log")
+            ]
         ),
         // The control socket's protocol: values and bytes, no I/O.
         .target(name: "CoordinationWire"),
         // The control socket: peer credentials, wire <-> engine, remote presenters.
         .target(
             name: "CoordinationServer",
-            dependencies: ["CoordinationWire", "Coordination", "CoordinationRuntime", "LinuxSystem", "FileVersions",
-                           .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "CoordinationWire", "Coordination", "CoordinationRuntime", "LinuxSystem", "FileVersions",
+                .product(name: "Logging", package: "swift-log")
+            ]
         ),
         // Connects to a mount's or the daemon's control socket.
         .target(name: "CoordinationClient", dependencies: ["CoordinationWire", "LinuxSystem"]),
         // libfuse3's low-level API: the one C boundary.
-        .systemLibrary(name: "CFuse3", pkgConfig: "fuse3",
-                       providers: [.apt(["libfuse3-dev"])]),
+        .systemLibrary(
+            name: "CFuse3", pkgConfig: "fuse3",
+            providers: [.apt(["libfuse3-dev"])]),
         // libfuse 3.14's device I/O hooks (thread-locals need real C): kernel passthrough, and
         // FUSE over io_uring through liburing.
         .target(name: "CFusePassthrough", dependencies: ["CFuse3"], linkerSettings: [.linkedLibrary("uring")]),
         // Hosts that share a store: etcd's keys, leases, transactions and watches.
         .target(
             name: "CoordinationCluster",
-            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client"),
-                           .product(name: "NIOCore", package: "swift-nio"),
-                           .product(name: "NIOHTTP1", package: "swift-nio"),
-                           .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log")
+            ]
         ),
         // Versions of a tree's items, kept inside its own filesystem, and whose reads a write is
         // stale against: what a mount keeps of content it replaces.
@@ -78,23 +87,27 @@ let package = Package(
         // control server: the commands start it (the socket before the mount is made).
         .target(
             name: "CoordFSMount",
-            dependencies: ["CFuse3", "CFusePassthrough", "CLinux", "LinuxSystem", "Coordination", "CoordinationRuntime",
-                           "FileVersions",
-                           .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "CFuse3", "CFusePassthrough", "CLinux", "LinuxSystem", "Coordination", "CoordinationRuntime",
+                "FileVersions",
+                .product(name: "Logging", package: "swift-log")
+            ]
         ),
         // One file per subcommand.
         .target(
             name: "CoordFSCommands",
             dependencies: [
-                "FileCoordination", "Coordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer", "CoordinationWire", "CoordinationClient",
+                "FileCoordination", "Coordination", "CoordinationRuntime", "CoordFSMount", "CoordinationServer",
+                "CoordinationWire", "CoordinationClient",
                 "LinuxSystem", "CoordinationCluster", "FileVersions",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Logging", package: "swift-log")
             ]
         ),
         .executableTarget(name: "coordfs", dependencies: ["CoordFSCommands"]),
         // The control socket's fuzz target (libFuzzer: make fuzz).
-        .executableTarget(name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationRuntime"]),
+        .executableTarget(
+            name: "CoordFSFuzz", dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationRuntime"]),
         // An Apple-style program the cross-process tests run as two processes.
         .executableTarget(name: "CoordinatedCounter", dependencies: ["FileCoordination"]),
         // An Apple-style presenter that prints what it is asked and told (the cluster tests).
@@ -109,24 +122,36 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["FileCoordination"], path: "Tests/TestSupport"),
         .testTarget(name: "CoordinationTests", dependencies: ["Coordination", "TestSupport"]),
         .testTarget(name: "LinuxSystemTests", dependencies: ["LinuxSystem"]),
-        .testTarget(name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "Coordination", "TestSupport"]),
+        .testTarget(
+            name: "CoordinationRuntimeTests", dependencies: ["CoordinationRuntime", "Coordination", "TestSupport"]),
         // A file written for Apple platforms, compiled unchanged but for the import (Swift 6 mode).
         .testTarget(name: "AppleStyleTests", dependencies: ["FileCoordination"]),
         .testTarget(name: "CoordinationWireTests", dependencies: ["CoordinationWire", "TestSupport"]),
         .testTarget(
             name: "CoordinationServerTests",
-            dependencies: ["CoordinationServer", "CoordinationWire", "CoordinationClient", "Coordination", "CoordinationRuntime",
-                           "FileCoordination", "LinuxSystem", "TestSupport"]
+            dependencies: [
+                "CoordinationServer", "CoordinationWire", "CoordinationClient", "Coordination", "CoordinationRuntime",
+                "FileCoordination", "LinuxSystem", "TestSupport"
+            ]
         ),
         // Real mounts, real child processes.
         .testTarget(
             name: "CoordFSIntegrationTests",
-            dependencies: ["CoordFSMount", "CoordFSCommands", "FileCoordination", "Coordination", "CoordinationRuntime", "CoordinationClient",
-                           "CoordinationWire", "LinuxSystem", "CLinux", "TestSupport"]
+            dependencies: [
+                "CoordFSMount", "CoordFSCommands", "FileCoordination", "Coordination", "CoordinationRuntime",
+                "CoordinationClient",
+                "CoordinationWire", "LinuxSystem", "CLinux", "TestSupport"
+            ]
         ),
         // The mount's parts on their own, and the commands' (no mount made).
-        .testTarget(name: "CoordFSMountTests", dependencies: ["CoordFSMount", "Coordination", "LinuxSystem", "CoordinationRuntime", "TestSupport"]),
-        .testTarget(name: "CoordinationClientTests", dependencies: ["CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"]),
+        .testTarget(
+            name: "CoordFSMountTests",
+            dependencies: ["CoordFSMount", "Coordination", "LinuxSystem", "CoordinationRuntime", "TestSupport"]),
+        .testTarget(
+            name: "CoordinationClientTests",
+            dependencies: [
+                "CoordinationClient", "CoordinationServer", "CoordinationRuntime", "CoordinationWire", "TestSupport"
+            ]),
         // Against etcd servers the tests start on loopback.
         .testTarget(name: "CoordinationClusterTests", dependencies: ["CoordinationCluster", "TestSupport"]),
         .testTarget(name: "FileVersionsTests", dependencies: ["FileVersions"]),
@@ -134,6 +159,6 @@ let package = Package(
         .testTarget(
             name: "FileCoordinationTests",
             dependencies: ["FileCoordination", "CoordinationRuntime", "Coordination", "TestSupport"]
-        ),
+        )
     ]
 )

@@ -27,7 +27,7 @@ func latency(_ engine: CoordinationEngine, _ intent: Intent) -> (median: Double,
     var samples = [Double]()
     samples.reserveCapacity(latencyIterations)
     let clock = ContinuousClock()
-    for _ in 0..<1_000 {     // warm up
+    for _ in 0..<1_000 {  // warm up
         if case .granted(let grant) = engine.acquire(request, resume: { _ in }) { engine.release(grant.id) }
     }
     for _ in 0..<latencyIterations {
@@ -56,10 +56,13 @@ func throughput(threads: Int, sameItem: Bool) -> Double {
         while DispatchTime.now() < deadline {
             for _ in 0..<64 {
                 let grant: GrantID
-                switch engine.acquire(request, resume: { result in
-                    if case .success(let g) = result { box[thread] = g.id }
-                    semaphore.signal()
-                }) {
+                switch engine.acquire(
+                    request,
+                    resume: { result in
+                        if case .success(let g) = result { box[thread] = g.id }
+                        semaphore.signal()
+                    })
+                {
                 case .granted(let g): grant = g.id
                 case .waiting: semaphore.wait(); grant = box[thread]!
                 case .refused(let error): fatalError("\(error)")
@@ -78,7 +81,8 @@ nonisolated(unsafe) var box = [GrantID?](repeating: nil, count: 64)
 
 func format(_ ns: Double) -> String { String(format: "%8.0f ns", ns) }
 
-print("coordfs engine benchmark (\(quick ? "quick" : "full") run, \(ProcessInfo.processInfo.activeProcessorCount) cores)")
+print(
+    "coordfs engine benchmark (\(quick ? "quick" : "full") run, \(ProcessInfo.processInfo.activeProcessorCount) cores)")
 print("")
 print("uncontended acquire+release, \(latencyIterations) iterations")
 let idle = CoordinationEngine()
@@ -93,7 +97,10 @@ print("throughput, writes, acquire+release per second")
 for threads in [1, 2, 8] {
     let one = throughput(threads: threads, sameItem: true)
     let distinct = throughput(threads: threads, sameItem: false)
-    print(String(format: "  %d thread%@  one item %10.0f/s   distinct items %10.0f/s", threads, threads == 1 ? " " : "s", one, distinct))
+    print(
+        String(
+            format: "  %d thread%@  one item %10.0f/s   distinct items %10.0f/s", threads, threads == 1 ? " " : "s",
+            one, distinct))
 }
 
 print("")
@@ -101,7 +108,8 @@ print("write latency with presenters registered elsewhere in the tree")
 for count in [0, 10, 1_000, 100_000] {
     let engine = CoordinationEngine()
     for index in 0..<count {
-        _ = engine.addPresenter(PresenterRecord(owner: .object(1), path: ItemPath("/home/user/other/d\(index % 100)/f\(index)")!))
+        _ = engine.addPresenter(
+            PresenterRecord(owner: .object(1), path: ItemPath("/home/user/other/d\(index % 100)/f\(index)")!))
     }
     let (median, p99) = latency(engine, .write(item))
     print(String(format: "  %7d presenters  median %@   p99 %@", count, format(median), format(p99)))
@@ -110,7 +118,9 @@ do {
     let engine = CoordinationEngine()
     _ = engine.addPresenter(PresenterRecord(owner: .object(2), path: item))
     let (median, p99) = latency(engine, .write(item))
-    print("  plus a presenter of the item itself (its request is planned, not delivered)  median \(format(median))   p99 \(format(p99))")
+    print(
+        "  plus a presenter of the item itself (its request is planned, not delivered)  median \(format(median))   p99 \(format(p99))"
+    )
 }
 
 print("")
@@ -118,7 +128,9 @@ print("FileCoordinator.coordinate(writingItemAt:), with its realpath and stat ca
 let directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("coordfs-bench-\(getpid())")
 try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
 let file = directory.appendingPathComponent("file")
-guard FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)) else { fatalError("cannot create \(file.path)") }
+guard FileManager.default.createFile(atPath: file.path, contents: Data("x".utf8)) else {
+    fatalError("cannot create \(file.path)")
+}
 /// The latency of a coordinated write of `file` by `coordinator`.
 func coordinatedWrite(_ coordinator: FileCoordinator, iterations: Int) throws -> (Double, Double) {
     var samples = [Double]()
@@ -131,7 +143,8 @@ func coordinatedWrite(_ coordinator: FileCoordinator, iterations: Int) throws ->
     return (percentile(samples, 0.5), percentile(samples, 0.99))
 }
 // In this process only: the engine and the API's own cost.
-let (inProcess, inProcess99) = try coordinatedWrite(FileCoordinator(domain: CoordinationDomain()), iterations: latencyIterations / 10)
+let (inProcess, inProcess99) = try coordinatedWrite(
+    FileCoordinator(domain: CoordinationDomain()), iterations: latencyIterations / 10)
 print("  write, in this process  median \(format(inProcess))   p99 \(format(inProcess99))")
 // As programs coordinate outside mounts: with every other process, through the user's daemon
 // (a hold and its release, each a round trip on its socket).
@@ -148,8 +161,10 @@ let claimIntent = Intent(.writing([]), AccessTarget(path: ItemPath("/bench/mount
 var samples = [Double]()
 for index in 0..<latencyIterations {
     let start = ContinuousClock.now
-    Claim.begin(in: claimDomain, identity: .process(Int32(1000 + index % 7)), intents: [claimIntent],
-                timeout: .seconds(60)) { result in
+    Claim.begin(
+        in: claimDomain, identity: .process(Int32(1000 + index % 7)), intents: [claimIntent],
+        timeout: .seconds(60)
+    ) { result in
         if case .success(let claim) = result {
             claim.end(outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false), in: claimDomain)
         }
@@ -160,17 +175,20 @@ samples.sort()
 print("  write  median \(format(percentile(samples, 0.5)))   p99 \(format(percentile(samples, 0.99)))")
 
 print("")
-print("a grant at once + release: from the tables (acquireAtOnce(_:)) and as the mount takes one (acquireAtOnce(_:for:))")
+print(
+    "a grant at once + release: from the tables (acquireAtOnce(_:)) and as the mount takes one (acquireAtOnce(_:for:))")
 for (name, oneItem) in [("tables", false), ("short list", true)] {
     samples = []
     for index in 0..<latencyIterations {
         let identity = CoordinatorIdentity.process(Int32(1000 + index % 7))
         let start = ContinuousClock.now
-        let grant = oneItem
+        let grant =
+            oneItem
             ? claimDomain.engine.acquireAtOnce(claimIntent, for: identity)
             : claimDomain.engine.acquireAtOnce(AccessRequest(identity: identity, intents: [claimIntent], waits: false))
         if let grant {
-            claimDomain.engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false))
+            claimDomain.engine.release(
+                grant, outcome: IntentOutcome(existedBefore: true, existsAfter: false, changed: false))
         }
         samples.append(nanoseconds(ContinuousClock.now - start))
     }

@@ -10,7 +10,8 @@ import Synchronization
 // cluster in network namespaces of its own. Endpoints: CLUSTER_ENDPOINTS (comma-separated).
 
 guard let endpoints = ProcessInfo.processInfo.environment["CLUSTER_ENDPOINTS"]?.split(separator: ",").map(String.init),
-      !endpoints.isEmpty else {
+    !endpoints.isEmpty
+else {
     FileHandle.standardError.write(Data("CLUSTER_ENDPOINTS is not set (run through Benchmarks/clusterbench.py)\n".utf8))
     exit(2)
 }
@@ -73,14 +74,17 @@ final class BenchHolders: LocalAccesses, Sendable {
     struct NoAccess: LocalAccess { func end() {} }
 }
 
-func member(_ name: String, of store: String, on client: EtcdClient, _ local: BenchHolders = BenchHolders(),
-            idleTime: Duration?) async throws -> ClusterMember {
-    let member = ClusterMember(join: {
-        let lease = try await HostLease.grant(on: client, ttl: 10)
-        let delegations = Delegations(client: client, store: store, host: name, lease: lease)
-        try await delegations.start()
-        return delegations
-    }, local: local, breakTime: nil, idleTime: idleTime)
+func member(
+    _ name: String, of store: String, on client: EtcdClient, _ local: BenchHolders = BenchHolders(),
+    idleTime: Duration?
+) async throws -> ClusterMember {
+    let member = ClusterMember(
+        join: {
+            let lease = try await HostLease.grant(on: client, ttl: 10)
+            let delegations = Delegations(client: client, store: store, host: name, lease: lease)
+            try await delegations.start()
+            return delegations
+        }, local: local, breakTime: nil, idleTime: idleTime)
     try await member.start()
     return member
 }
@@ -111,7 +115,9 @@ do {
             samples.append(milliseconds(ContinuousClock.now - started))
             asked += 1
         }
-        print("  beside \(String(keys).padding(toLength: 5, withPad: " ", startingAt: 0)) keys:          \(summary(samples))")
+        print(
+            "  beside \(String(keys).padding(toLength: 5, withPad: " ", startingAt: 0)) keys:          \(summary(samples))"
+        )
     }
     await hostA.leave()
     await hostB.leave()
@@ -126,7 +132,8 @@ do {
     for name in ["A", "B", "C"] {
         hosts.append((name, try await member(name, of: manyStore, on: client, idleTime: ClusterMember.defaultIdleTime)))
     }
-    let results = try await withThrowingTaskGroup(of: (String, [Double]).self, returning: [String: [Double]].self) { group in
+    let results = try await withThrowingTaskGroup(of: (String, [Double]).self, returning: [String: [Double]].self) {
+        group in
         for (name, host) in hosts {
             for creator in 0..<perHost {
                 group.addTask {

@@ -27,9 +27,10 @@ struct ClusterHost: Sendable {
     /// A mount's: its requests and the holds through its socket pass the delegations, and its
     /// programs' locks the lock delegations.
     static func mount(_ filesystem: Filesystem) -> ClusterHost {
-        ClusterHost(store: filesystem.store, seesChangesBehind: { filesystem.seesChangesBehind },
-                    grantsUnder: { filesystem.delegations = $0 },
-                    locks: Locks(holders: { filesystem.lockHolders() }, servesUnder: { filesystem.serveLocks(across: $0) }))
+        ClusterHost(
+            store: filesystem.store, seesChangesBehind: { filesystem.seesChangesBehind },
+            grantsUnder: { filesystem.delegations = $0 },
+            locks: Locks(holders: { filesystem.lockHolders() }, servesUnder: { filesystem.serveLocks(across: $0) }))
     }
 }
 
@@ -58,14 +59,18 @@ final class ClusterJoin: Sendable {
     static func endpoints(_ text: String) throws -> [String] {
         var rest = Substring(text)
         if rest.hasPrefix("etcd://") { rest = rest.dropFirst("etcd://".count) }
-        let members = rest.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+        let members = rest.split(separator: ",", omittingEmptySubsequences: false).map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
         guard !members.isEmpty, !members.contains(where: \.isEmpty) else {
             throw CommandFailure("--cluster wants etcd://HOST:PORT[,HOST:PORT...], not '\(text)'")
         }
         return try members.map { member in
             if member.hasPrefix("http://") || member.hasPrefix("https://") { return member }
-            guard let colon = member.lastIndex(of: ":"), let port = Int(member[member.index(after: colon)...]), (1...65535).contains(port),
-                  colon != member.startIndex else {
+            guard let colon = member.lastIndex(of: ":"), let port = Int(member[member.index(after: colon)...]),
+                (1...65535).contains(port),
+                colon != member.startIndex
+            else {
                 throw CommandFailure("--cluster: '\(member)' is not HOST:PORT")
             }
             return "http://" + member
@@ -74,42 +79,51 @@ final class ClusterJoin: Sendable {
 
     /// Joins: a lease, the store's delegations read and followed, recalls answered by
     /// `local`'s coordination. Waits at most `timeout` for etcd.
-    static func join(endpoints: [String], store: String, host: String, ttl: Int64, whenUnreachable: ClusterMember.WhenUnreachable,
-                     breakTime: Duration?,
-                     as local: ClusterHost, timeout: Duration = .seconds(15)) throws -> ClusterJoin {
+    static func join(
+        endpoints: [String], store: String, host: String, ttl: Int64, whenUnreachable: ClusterMember.WhenUnreachable,
+        breakTime: Duration?,
+        as local: ClusterHost, timeout: Duration = .seconds(15)
+    ) throws -> ClusterJoin {
         let outcome = Mutex<Result<ClusterJoin, Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         let task = Task {
             do {
                 let client = EtcdClient(endpoints: endpoints)
-                let member = ClusterMember(join: {
-                    let lease = try await HostLease.grant(on: client, ttl: ttl)
-                    let delegations = Delegations(client: client, store: store, host: host, lease: lease)
-                    do { try await delegations.start(release: CoordFS.release) } catch {
-                        _ = try? await lease.revoke()
-                        throw error
-                    }
-                    return delegations
-                }, local: StoreAccesses(store: local.store), breakTime: breakTime, whenUnreachable: whenUnreachable)
-                try await member.start()
-                // Locks are never broken: a recall waits for as long as this host's programs
-                // hold what it wants, as a lock on one host is waited for.
-                let locks = local.locks.map { side in
-                    ClusterMember(join: {
+                let member = ClusterMember(
+                    join: {
                         let lease = try await HostLease.grant(on: client, ttl: ttl)
-                        let delegations = Delegations(client: client, store: store, host: host, lease: lease, space: .locks)
-                        do { try await delegations.start(recording: false) } catch {
+                        let delegations = Delegations(client: client, store: store, host: host, lease: lease)
+                        do { try await delegations.start(release: CoordFS.release) } catch {
                             _ = try? await lease.revoke()
                             throw error
                         }
                         return delegations
-                    }, local: LockHolders(held: side.holders), breakTime: nil, whenUnreachable: whenUnreachable, role: .locks)
+                    }, local: StoreAccesses(store: local.store), breakTime: breakTime, whenUnreachable: whenUnreachable)
+                try await member.start()
+                // Locks are never broken: a recall waits for as long as this host's programs
+                // hold what it wants, as a lock on one host is waited for.
+                let locks = local.locks.map { side in
+                    ClusterMember(
+                        join: {
+                            let lease = try await HostLease.grant(on: client, ttl: ttl)
+                            let delegations = Delegations(
+                                client: client, store: store, host: host, lease: lease, space: .locks)
+                            do { try await delegations.start(recording: false) } catch {
+                                _ = try? await lease.revoke()
+                                throw error
+                            }
+                            return delegations
+                        }, local: LockHolders(held: side.holders), breakTime: nil, whenUnreachable: whenUnreachable,
+                        role: .locks)
                 }
                 do { try await locks?.start() } catch {
                     await member.leave()
                     throw error
                 }
-                outcome.withLock { $0 = .success(ClusterJoin(member: member, locks: locks, host: local, hostName: host, storeName: store)) }
+                outcome.withLock {
+                    $0 = .success(
+                        ClusterJoin(member: member, locks: locks, host: local, hostName: host, storeName: store))
+                }
             } catch {
                 outcome.withLock { $0 = .failure(error) }
             }
@@ -119,7 +133,8 @@ final class ClusterJoin: Sendable {
         let (seconds, attoseconds) = max(timeout, .seconds(ttl + 5)).components
         if done.wait(timeout: .now() + Double(seconds) + Double(attoseconds) / 1e18) == .timedOut {
             task.cancel()
-            throw CommandFailure("cannot join the cluster at \(endpoints.joined(separator: ",")): no answer within \(seconds) s")
+            throw CommandFailure(
+                "cannot join the cluster at \(endpoints.joined(separator: ",")): no answer within \(seconds) s")
         }
         switch outcome.withLock({ $0 })! {
         case .success(let join):
@@ -135,7 +150,9 @@ final class ClusterJoin: Sendable {
     /// Answers the other hosts' status requests with `server`'s, and shows theirs in it, with
     /// this host's standing (its lease held, lost or joining again) as `cluster`.
     func serveStatus(through server: ControlServer) {
-        server.thisHost = { [member, hostName, storeName] in ClusterJoin.fields(of: member.standing, host: hostName, store: storeName) }
+        server.thisHost = { [member, hostName, storeName] in
+            ClusterJoin.fields(of: member.standing, host: hostName, store: storeName)
+        }
         member.answerStatus { [weak server] in
             guard let server else { return [] }
             return WireCodec.encode(.ok(id: 0, fields: server.status(othersToo: false)))
@@ -163,8 +180,10 @@ final class ClusterJoin: Sendable {
             let (seconds, attoseconds) = duration.components
             return .int(Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
         }
-        var fields: [String: WireValue] = ["host": .string(host), "store": .string(store), "lease": .string(standing.lease.rawValue),
-                                           "leases_lost": .int(standing.leasesLost), "fenced_opens": .int(standing.fencedOpens)]
+        var fields: [String: WireValue] = [
+            "host": .string(host), "store": .string(store), "lease": .string(standing.lease.rawValue),
+            "leases_lost": .int(standing.leasesLost), "fenced_opens": .int(standing.fencedOpens)
+        ]
         if let validFor = standing.validFor { fields["valid_ms"] = milliseconds(validFor) }
         if let lostFor = standing.lostFor { fields["lost_ms"] = milliseconds(lostFor) }
         return fields
@@ -229,7 +248,7 @@ final class HostPresenters: Sendable {
                     if Task.isCancelled { return }
                     await publish()
                 }
-            },
+            }
         ]
         let stopped = state.withLock { state -> Bool in
             state.tasks = tasks
@@ -353,8 +372,10 @@ private final class MemberDelegations: HostDelegations {
 
     func othersInterested(in path: String) -> Bool { member.othersInterested(in: path) }
 
-    func acquire(_ path: String, _ access: DelegatedAccess, waits: Bool,
-                 completion: @escaping @Sendable (HostDelegationOutcome) -> Void) -> @Sendable () -> Void {
+    func acquire(
+        _ path: String, _ access: DelegatedAccess, waits: Bool,
+        completion: @escaping @Sendable (HostDelegationOutcome) -> Void
+    ) -> @Sendable () -> Void {
         let mode = Delegations.Mode(access)
         let task = Task { [member] in
             do throws(Delegations.Failure) {
@@ -381,12 +402,18 @@ private final class MemberLocks: HostLocks {
 
     func covers(_ path: String, exclusive: Bool) -> Bool { member.covers(path, exclusive ? .write : .read) }
 
-    func coversHolder(_ path: String, exclusive: Bool) -> Bool { member.coversAccessor(path, exclusive ? .write : .read) }
+    func coversHolder(_ path: String, exclusive: Bool) -> Bool {
+        member.coversAccessor(path, exclusive ? .write : .read)
+    }
 
-    func recallWaits(for path: String, holding exclusive: Bool) -> Bool { member.recallWaits(for: path, exclusive ? .write : .read) }
+    func recallWaits(for path: String, holding exclusive: Bool) -> Bool {
+        member.recallWaits(for: path, exclusive ? .write : .read)
+    }
 
-    func acquire(_ path: String, exclusive: Bool, waits: Bool,
-                 completion: @escaping @Sendable (HostLockOutcome) -> Void) -> @Sendable () -> Void {
+    func acquire(
+        _ path: String, exclusive: Bool, waits: Bool,
+        completion: @escaping @Sendable (HostLockOutcome) -> Void
+    ) -> @Sendable () -> Void {
         let mode: Delegations.Mode = exclusive ? .write : .read
         let task = Task { [member] in
             do throws(Delegations.Failure) {

@@ -9,13 +9,15 @@ public struct CoordFS: ParsableCommand {
         commandName: "coordfs",
         abstract: "File coordination for Linux: Apple's coordinator and presenter model, enforced for every program.",
         discussion: """
-        Exit status: each subcommand's, on its page; 0 for --help and --version; 64 for a command \
-        line it cannot take (an unknown subcommand or option, a missing or malformed argument), \
-        with what it did not take and, for a mistyped name, the nearest one.
-        """,
+            Exit status: each subcommand's, on its page; 0 for --help and --version; 64 for a command \
+            line it cannot take (an unknown subcommand or option, a missing or malformed argument), \
+            with what it did not take and, for a mistyped name, the nearest one.
+            """,
         version: CoordFS.versionText,
-        subcommands: [Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Services.self, Vend.self, Versions.self,
-                      Daemon.self, Demo.self, DaemonStart.self],
+        subcommands: [
+            Mount.self, Unmount.self, Watch.self, Status.self, Coordinate.self, Services.self, Vend.self, Versions.self,
+            Daemon.self, Demo.self, DaemonStart.self
+        ],
         defaultSubcommand: nil
     )
 
@@ -26,11 +28,12 @@ public struct CoordFS: ParsableCommand {
     /// `--version`: the release, the protocol its sockets speak, and what this machine's kernel
     /// and libfuse give a mount.
     static var versionText: String {
-        let ring: String = switch (FileManager.default.fileExists(atPath: Mount.ioUringSwitch), Mount.ioUringSwitchedOff) {
-        case (false, _): "not in this kernel"
-        case (true, true): "switched off (echo Y > \(Mount.ioUringSwitch))"
-        case (true, false): "available"
-        }
+        let ring: String =
+            switch (FileManager.default.fileExists(atPath: Mount.ioUringSwitch), Mount.ioUringSwitchedOff) {
+            case (false, _): "not in this kernel"
+            case (true, true): "switched off (echo Y > \(Mount.ioUringSwitch))"
+            case (true, false): "available"
+            }
         return """
             coordfs \(release)
             control socket protocol \(WireProtocol.version)
@@ -51,8 +54,10 @@ extension CoordFS {
         let rest = Array(commandLine.dropFirst())
         if name == "mount.coordfs" || name == "mount.fuse.coordfs" { return ["mount"] + mountHelperArguments(rest) }
         let subcommands = Set(configuration.subcommands.map { $0._commandName })
-        if let first = rest.first, rest.count >= 2, first != "help", !first.hasPrefix("-"), !subcommands.contains(first),
-           first.contains("/") || (isDirectory(first) && rest.contains("-o")) {
+        if let first = rest.first, rest.count >= 2, first != "help", !first.hasPrefix("-"),
+            !subcommands.contains(first),
+            first.contains("/") || (isDirectory(first) && rest.contains("-o"))
+        {
             return ["mount"] + rest
         }
         return rest
@@ -70,7 +75,8 @@ extension CoordFS {
             index += 1
             if argument == "-t" || argument == "-N" { index += 1; continue }
             if argument.hasPrefix("-"), !argument.hasPrefix("--"), argument.count > 1, argument != "-o",
-               argument.dropFirst().allSatisfy({ "sfnv".contains($0) }) {
+                argument.dropFirst().allSatisfy({ "sfnv".contains($0) })
+            {
                 if argument.contains("f") { translated.append("--fake") }
                 if argument.contains("v") { translated.append("--verbose") }
                 continue
@@ -93,7 +99,8 @@ extension CoordFS {
     /// when it is one.
     static func unknownSubcommand(_ arguments: [String]) -> String? {
         guard let word = arguments.first, !word.hasPrefix("-"), word != "help",
-              !configuration.subcommands.contains(where: { $0._commandName == word }) else { return nil }
+            !configuration.subcommands.contains(where: { $0._commandName == word })
+        else { return nil }
         let shown = configuration.subcommands.filter { $0.configuration.shouldDisplay }.map { $0._commandName }
         // Of names as near, one with the word's first letter: `umount` is `unmount`, not `mount`.
         func rank(_ name: String) -> (Int, Int) { (editDistance(word, name), name.first == word.first ? 0 : 1) }

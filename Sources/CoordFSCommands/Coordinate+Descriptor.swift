@@ -21,15 +21,19 @@ extension Coordinate {
     func holdDescriptor(_ fd: Int32) throws {
         if let shell = holdFor { return try holdInBackground(fd, for: shell) }
         guard fcntl(fd, F_GETFD) != -1 else {
-            throw CommandFailure("descriptor \(fd) is not open: open it in the shell first (exec \(fd)>>FILE), as for flock")
+            throw CommandFailure(
+                "descriptor \(fd) is not open: open it in the shell first (exec \(fd)>>FILE), as for flock")
         }
-        guard let path = Self.openPath(fd) else { throw CommandFailure("descriptor \(fd) is not open on a file or directory") }
+        guard let path = Self.openPath(fd) else {
+            throw CommandFailure("descriptor \(fd) is not open on a file or directory")
+        }
         // -v: the holder takes the hold for the shell, so the shell's waiting hold is the one told of.
-        let report: DispatchWorkItem? = if verbose, !nonblock, let socketPath = socket ?? (try? ControlClient.serverSocket(for: path).get()) {
-            Self.sayWhomItWaitsFor(getppid(), at: socketPath)
-        } else {
-            nil
-        }
+        let report: DispatchWorkItem? =
+            if verbose, !nonblock, let socketPath = socket ?? (try? ControlClient.serverSocket(for: path).get()) {
+                Self.sayWhomItWaitsFor(getppid(), at: socketPath)
+            } else {
+                nil
+            }
         defer { report?.cancel() }
         var ends: [Int32] = [0, 0]
         do throws(Errno) { _ = try check(pipe(&ends)) } catch { throw CommandFailure("pipe: \(error.description)") }
@@ -37,8 +41,10 @@ extension Coordinate {
         for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
         defer { Glibc.close(reading) }
         let reportFD = max(fd, 2) + 1
-        var arguments = ["coordfs", "coordinate", write.isEmpty ? "-s" : "-x", String(fd),
-                         "--hold-for", String(getppid()), "--report-to", String(reportFD)]
+        var arguments = [
+            "coordfs", "coordinate", write.isEmpty ? "-s" : "-x", String(fd),
+            "--hold-for", String(getppid()), "--report-to", String(reportFD)
+        ]
         if nonblock { arguments.append("-n") }
         if let timeout { arguments += ["-w", String(timeout)] }
         if let socket { arguments += ["--socket", socket] }
@@ -46,16 +52,21 @@ extension Coordinate {
         if let writeOption { arguments += ["--write-option", writeOption] }
         let spawned = Self.spawnHolder(arguments, reportFrom: writing, as: reportFD)
         Glibc.close(writing)
-        guard spawned == 0 else { throw CommandFailure("cannot start the holder: \(String(cString: strerror(spawned)))") }
+        guard spawned == 0 else {
+            throw CommandFailure("cannot start the holder: \(String(cString: strerror(spawned)))")
+        }
         var said: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 4096)
         while true {
-            guard let count = try? retryingInterrupts({ Glibc.read(reading, &buffer, buffer.count) }), count > 0 else { break }
+            guard let count = try? retryingInterrupts({ Glibc.read(reading, &buffer, buffer.count) }), count > 0 else {
+                break
+            }
             said += buffer[..<count]
         }
         let line = String(decoding: said, as: UTF8.self).trimmingCharacters(in: .newlines)
         if line == "ok" { return }
-        let (kind, message) = line.firstIndex(of: " ").map { (String(line[..<$0]), String(line[line.index(after: $0)...])) }
+        let (kind, message) =
+            line.firstIndex(of: " ").map { (String(line[..<$0]), String(line[line.index(after: $0)...])) }
             ?? (line, "the holder ended before it took the hold")
         FileHandle.standardError.write(Data("Error: cannot take the intents: \(message)\n".utf8))
         throw ExitCode(kind == "conflict" ? conflictExitCode : 1)
@@ -94,12 +105,17 @@ extension Coordinate {
             _ = (line + "\n").withCString { Glibc.write(report, $0, strlen($0)) }
             Glibc.close(report)
         }
-        guard let path = Self.openPath(fd) else { say("error descriptor \(fd) is not open on a file or directory"); throw ExitCode(1) }
-        let intent = write.isEmpty
+        guard let path = Self.openPath(fd) else {
+            say("error descriptor \(fd) is not open on a file or directory"); throw ExitCode(1)
+        }
+        let intent =
+            write.isEmpty
             ? WireIntent(path: path, access: .read, options: readOption.isEmpty ? nil : readOption)
             : WireIntent(path: path, access: .write, options: writeOption.map { [$0] })
         let socketPath: String
-        if let socket { socketPath = socket } else {
+        if let socket {
+            socketPath = socket
+        } else {
             switch ControlClient.serverSocket(for: path) {
             case .success(let found): socketPath = found
             case .failure(let error): say("error \(error.message)"); throw ExitCode(1)
@@ -116,7 +132,9 @@ extension Coordinate {
             hold = number
         } catch {
             let conflict = (error as? ControlError).map { $0.errno == "EAGAIN" || $0.errno == "EBUSY" } ?? false
-            say((conflict ? "conflict " : "error ") + "\(error)" + (conflict ? Self.holders(of: [path], at: socketPath) : ""))
+            say(
+                (conflict ? "conflict " : "error ") + "\(error)"
+                    + (conflict ? Self.holders(of: [path], at: socketPath) : ""))
             throw ExitCode(1)
         }
         say("ok")
@@ -142,10 +160,13 @@ extension Coordinate {
     static func shares(_ fd: Int32, with shell: Int32) -> Bool {
         var theirs = stat(), mine = stat()
         guard stat("/proc/\(shell)/fd/\(fd)", &theirs) == 0, fstat(fd, &mine) == 0,
-              theirs.st_dev == mine.st_dev, theirs.st_ino == mine.st_ino,
-              let info = ProcFile.read("/proc/\(shell)/fdinfo/\(fd)") else { return false }
+            theirs.st_dev == mine.st_dev, theirs.st_ino == mine.st_ino,
+            let info = ProcFile.read("/proc/\(shell)/fdinfo/\(fd)")
+        else { return false }
         func field(_ name: String) -> String? {
-            info.split(separator: "\n").first { $0.hasPrefix(name + ":") }.map { $0.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces) }
+            info.split(separator: "\n").first { $0.hasPrefix(name + ":") }.map {
+                $0.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces)
+            }
         }
         let kept = O_ACCMODE | O_APPEND
         return field("pos") == String(lseek(fd, 0, SEEK_CUR))

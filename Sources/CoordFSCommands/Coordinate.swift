@@ -14,54 +14,82 @@ struct Coordinate: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run a command while holding coordinated reads and writes, like flock(1).",
         discussion: """
-        The command runs in the foreground, with the terminal; SIGTERM and SIGHUP are passed on \
-        to it, and the intents are held until it ends. When another holds an item and -n or \
-        --timeout gives up, the error names who holds it. \
-        As flock's descriptor form, `coordfs coordinate -x 9` (or -s 9) with no command holds the \
-        item the shell's descriptor 9 is open on (exec 9>>FILE) for the shell and its children, \
-        until the shell closes it (exec 9>&-) or ends; it returns once the hold is taken. \
-        Exit status, as flock's: the command's (128+N when signal N ended it); 1 when the intents \
-        could not be taken, with the reason; 127 when the command is not found; the \
-        --conflict-exit-code (default 1) when another holds an item and -n or --timeout gives up; \
-        64 for a command line it cannot take.
-        """
+            The command runs in the foreground, with the terminal; SIGTERM and SIGHUP are passed on \
+            to it, and the intents are held until it ends. When another holds an item and -n or \
+            --timeout gives up, the error names who holds it. \
+            As flock's descriptor form, `coordfs coordinate -x 9` (or -s 9) with no command holds the \
+            item the shell's descriptor 9 is open on (exec 9>>FILE) for the shell and its children, \
+            until the shell closes it (exec 9>&-) or ends; it returns once the hold is taken. \
+            Exit status, as flock's: the command's (128+N when signal N ended it); 1 when the intents \
+            could not be taken, with the reason; 127 when the command is not found; the \
+            --conflict-exit-code (default 1) when another holds an item and -n or --timeout gives up; \
+            64 for a command line it cannot take.
+            """
     )
 
-    @Option(name: [.customShort("s"), .long], help: "An item to hold for reading (repeatable; -s as flock's shared lock).", completion: .file())
+    @Option(
+        name: [.customShort("s"), .long], help: "An item to hold for reading (repeatable; -s as flock's shared lock).",
+        completion: .file())
     var read: [String] = []
 
-    @Option(name: [.customShort("x"), .long], help: "An item to hold for writing (repeatable; -x as flock's exclusive lock). A directory is held as an item, not what is inside it, unless the write option is forDeleting, forMoving or forReplacing.", completion: .file())
+    @Option(
+        name: [.customShort("x"), .long],
+        help:
+            "An item to hold for writing (repeatable; -x as flock's exclusive lock). A directory is held as an item, not what is inside it, unless the write option is forDeleting, forMoving or forReplacing.",
+        completion: .file())
     var write: [String] = []
 
-    @Option(name: .long, help: "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.",
-            completion: .list(["withoutChanges", "resolvesSymbolicLink", "immediatelyAvailableMetadataOnly"]))
+    @Option(
+        name: .long,
+        help:
+            "A reading option for every --read: withoutChanges, resolvesSymbolicLink, immediatelyAvailableMetadataOnly.",
+        completion: .list(["withoutChanges", "resolvesSymbolicLink", "immediatelyAvailableMetadataOnly"]))
     var readOption: [String] = []
 
-    @Option(name: .long, help: "The writing option for every --write: forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly, forEvicting (presenters are asked to accommodate an eviction of the local content).",
-            completion: .list(["forDeleting", "forMoving", "forMerging", "forReplacing", "contentIndependentMetadataOnly", "forEvicting"]))
+    @Option(
+        name: .long,
+        help:
+            "The writing option for every --write: forDeleting, forMoving, forMerging, forReplacing, contentIndependentMetadataOnly, forEvicting (presenters are asked to accommodate an eviction of the local content).",
+        completion: .list([
+            "forDeleting", "forMoving", "forMerging", "forReplacing", "contentIndependentMetadataOnly", "forEvicting"
+        ]))
     var writeOption: String?
 
     @Flag(name: [.customShort("n"), .long], help: "Fail at once instead of waiting (as flock -n).")
     var nonblock = false
 
-    @Option(name: [.customShort("w"), .long], help: "Seconds to wait before giving up (default: the server's wait timeout, a mount's --wait-timeout, 60 s unless set; as flock -w). Another user's holds and open files keep it waiting at most the mount's break time.")
+    @Option(
+        name: [.customShort("w"), .long],
+        help:
+            "Seconds to wait before giving up (default: the server's wait timeout, a mount's --wait-timeout, 60 s unless set; as flock -w). Another user's holds and open files keep it waiting at most the mount's break time."
+    )
     var timeout: Double?
 
-    @Option(name: [.customShort("E"), .long], help: "The exit status when another holds an item and -n or --timeout gives up (default 1, as flock -E).")
+    @Option(
+        name: [.customShort("E"), .long],
+        help: "The exit status when another holds an item and -n or --timeout gives up (default 1, as flock -E).")
     var conflictExitCode: Int32 = 1
 
-    @Option(name: [.customShort("c"), .long], help: "Run this command line with /bin/sh -c instead of a command after -- (as flock -c).")
+    @Option(
+        name: [.customShort("c"), .long],
+        help: "Run this command line with /bin/sh -c instead of a command after -- (as flock -c).")
     var commandLine: String?
 
     @Option(help: "The control socket (default: found from the paths).", completion: .file())
     var socket: String?
 
-    @Flag(name: [.customShort("v"), .long],
-          help: "Say on standard error whom the hold waits for once it has waited a second, how long taking it took, and the command run (as flock --verbose).")
+    @Flag(
+        name: [.customShort("v"), .long],
+        help:
+            "Say on standard error whom the hold waits for once it has waited a second, how long taking it took, and the command run (as flock --verbose)."
+    )
     var verbose = false
 
-    @Flag(name: [.customShort("o"), .customLong("close")],
-          help: "The command does not act as the holder: its own opens of the held items wait for the hold like anyone else's (as flock -o keeps the lock from the command).")
+    @Flag(
+        name: [.customShort("o"), .customLong("close")],
+        help:
+            "The command does not act as the holder: its own opens of the held items wait for the hold like anyone else's (as flock -o keeps the lock from the command)."
+    )
     var close = false
 
     /// The descriptor form's holder, run in the background: the shell it holds for.
@@ -78,17 +106,24 @@ struct Coordinate: ParsableCommand {
     func validate() throws {
         if read.isEmpty && write.isEmpty { throw ValidationError("name at least one --read or --write item") }
         if command.isEmpty && commandLine == nil && descriptor == nil {
-            throw ValidationError("name the command to run after --, or give -c 'COMMAND' (or, as flock, -x or -s with a descriptor number alone)")
+            throw ValidationError(
+                "name the command to run after --, or give -c 'COMMAND' (or, as flock, -x or -s with a descriptor number alone)"
+            )
         }
-        if !command.isEmpty && commandLine != nil { throw ValidationError("give the command after -- or with -c, not both") }
+        if !command.isEmpty && commandLine != nil {
+            throw ValidationError("give the command after -- or with -c, not both")
+        }
         if !(0...255).contains(conflictExitCode) { throw ValidationError("--conflict-exit-code must be from 0 to 255") }
-        if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
+        if let timeout, case .failure(let why) = Seconds.duration(timeout) {
+            throw ValidationError("--timeout: \(why)")
+        }
     }
 
     /// flock's descriptor form: one -s or -x whose value is a number, and no command.
     var descriptor: Int32? {
         guard command.isEmpty, commandLine == nil, read.count + write.count == 1, let value = (read + write).first,
-              !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) else { return nil }
+            !value.isEmpty, value.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") })
+        else { return nil }
         return Int32(value)
     }
 
@@ -96,7 +131,8 @@ struct Coordinate: ParsableCommand {
         Signals.resetInherited()
         if let descriptor { return try holdDescriptor(descriptor) }
         let resolve = ServerConnection.resolve
-        let intents = read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
+        let intents =
+            read.map { WireIntent(path: resolve($0), access: .read, options: readOption.isEmpty ? nil : readOption) }
             + write.map { WireIntent(path: resolve($0), access: .write, options: writeOption.map { [$0] }) }
         if socket == nil {
             for (intent, name) in zip(intents, read + write) {
@@ -123,7 +159,9 @@ struct Coordinate: ParsableCommand {
         defer { report?.cancel() }
         do {
             client = try ControlClient(socketPath: socketPath)
-            let fields = try client.request { .hold(id: $0, intents: intents, wait: !nonblock, timeout: timeout, inherit: !close) }
+            let fields = try client.request {
+                .hold(id: $0, intents: intents, wait: !nonblock, timeout: timeout, inherit: !close)
+            }
             guard case .int(let number)? = fields["hold"] else { throw ControlError("EPROTO", "no hold in the reply") }
             hold = number
         } catch {
@@ -137,7 +175,10 @@ struct Coordinate: ParsableCommand {
         let words = commandLine.map { ["/bin/sh", "-c", $0] } ?? command
         if verbose {
             let took = (ContinuousClock.now - started).logText
-            FileHandle.standardError.write(Data("coordfs coordinate: taking the intents took \(took)\ncoordfs coordinate: running \(words.joined(separator: " "))\n".utf8))
+            FileHandle.standardError.write(
+                Data(
+                    "coordfs coordinate: taking the intents took \(took)\ncoordfs coordinate: running \(words.joined(separator: " "))\n"
+                        .utf8))
         }
         let status: Int32
         do {
@@ -168,7 +209,9 @@ struct Coordinate: ParsableCommand {
     /// '/m/doc.txt' for write", "the presenter of '/m/doc.txt', pid 7 (editor), to answer"; nil
     /// when it waits no longer.
     static func whom(waiterOf pid: Int32, at socketPath: String) -> String? {
-        guard let client = try? ControlClient(socketPath: socketPath), let fields = try? client.request({ .status(id: $0) }) else { return nil }
+        guard let client = try? ControlClient(socketPath: socketPath),
+            let fields = try? client.request({ .status(id: $0) })
+        else { return nil }
         defer { client.close() }
         func entries(_ key: String) -> [[String: WireValue]] {
             guard case .array(let list)? = fields[key] else { return [] }
@@ -180,16 +223,19 @@ struct Coordinate: ParsableCommand {
             return "pid \(pid)" + (text(entry["command"]).map { " (\($0))" } ?? "")
         }
         guard let waiter = entries("waiters").first(where: { $0["pid"] == .int(Int(pid)) }),
-              case .array(let awaited)? = waiter["waits_for"], !awaited.isEmpty else { return nil }
+            case .array(let awaited)? = waiter["waits_for"], !awaited.isEmpty
+        else { return nil }
         let holders = entries("holders"), presenters = entries("presenters")
         let named = awaited.compactMap(text).map { identity -> String in
             if let holder = holders.first(where: { text($0["identity"]) == identity }) {
-                let held: [String] = if case .array(let intents)? = holder["intents"] {
-                    intents.compactMap { intent in
-                        guard case .object(let fields) = intent, let mode = text(fields["mode"]) else { return nil }
-                        return "\(text(fields["path"]).map { "'\($0)'" } ?? "an item in a directory you cannot read") for \(mode)"
-                    }
-                } else { [] }
+                let held: [String] =
+                    if case .array(let intents)? = holder["intents"] {
+                        intents.compactMap { intent in
+                            guard case .object(let fields) = intent, let mode = text(fields["mode"]) else { return nil }
+                            return
+                                "\(text(fields["path"]).map { "'\($0)'" } ?? "an item in a directory you cannot read") for \(mode)"
+                        }
+                    } else { [] }
                 return who(holder) + (held.isEmpty ? "" : ", which holds " + held.joined(separator: " and "))
             }
             if let presenter = presenters.first(where: { text($0["identity"]) == identity }) {
@@ -204,8 +250,10 @@ struct Coordinate: ParsableCommand {
     /// Who holds `paths` now, as "; '/m/doc.txt' is held for write by pid 42 (vim)" clauses:
     /// what a user asks next after a refusal.
     static func holders(of paths: [String], at socketPath: String) -> String {
-        guard let client = try? ControlClient(socketPath: socketPath), let fields = try? client.request({ .status(id: $0) }),
-              case .array(let holders)? = fields["holders"] else { return "" }
+        guard let client = try? ControlClient(socketPath: socketPath),
+            let fields = try? client.request({ .status(id: $0) }),
+            case .array(let holders)? = fields["holders"]
+        else { return "" }
         defer { client.close() }
         var clauses: [String] = []
         for case .object(let holder) in holders {
@@ -216,8 +264,10 @@ struct Coordinate: ParsableCommand {
             }
             guard case .array(let intents)? = holder["intents"] else { continue }
             for case .object(let intent) in intents {
-                guard case .string(let path)? = intent["path"], paths.contains(where: { $0 == path || $0.hasPrefix(path + "/") || path.hasPrefix($0 + "/") }),
-                      case .string(let mode)? = intent["mode"] else { continue }
+                guard case .string(let path)? = intent["path"],
+                    paths.contains(where: { $0 == path || $0.hasPrefix(path + "/") || path.hasPrefix($0 + "/") }),
+                    case .string(let mode)? = intent["mode"]
+                else { continue }
                 clauses.append("'\(path)' is held for \(mode) by \(who)")
             }
         }

@@ -18,15 +18,15 @@ struct Daemon: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Serve the control socket for coordination outside any mount (foreground).",
         discussion: """
-        Clients find it at --socket, $COORDFS_SOCKET, or the default path printed at start. Swift programs \
-        using FileCoordination and `coordfs coordinate` start one for the user where none runs, with \
-        --exit-when-idle; one daemon serves a socket at a time (the others end at once). Started by systemd \
-        with a socket (socket activation: LISTEN_FDS), it serves that socket instead, and leaves it to \
-        systemd when it ends. \
-        Exit status: 0 when SIGINT, SIGTERM or SIGHUP ends it, or --exit-when-idle; 1 when it \
-        cannot serve (another server listens there, say), with the reason on standard error; 64 \
-        for a command line it cannot take.
-        """
+            Clients find it at --socket, $COORDFS_SOCKET, or the default path printed at start. Swift programs \
+            using FileCoordination and `coordfs coordinate` start one for the user where none runs, with \
+            --exit-when-idle; one daemon serves a socket at a time (the others end at once). Started by systemd \
+            with a socket (socket activation: LISTEN_FDS), it serves that socket instead, and leaves it to \
+            systemd when it ends. \
+            Exit status: 0 when SIGINT, SIGTERM or SIGHUP ends it, or --exit-when-idle; 1 when it \
+            cannot serve (another server listens there, say), with the reason on standard error; 64 \
+            for a command line it cannot take.
+            """
     )
 
     @Option(help: "The socket path (default: /run/coordfs/daemon.sock as root, else under $XDG_RUNTIME_DIR/coordfs).")
@@ -38,16 +38,25 @@ struct Daemon: ParsableCommand {
     @Option(help: ArgumentHelp("End once no client has been connected for this many seconds.", valueName: "seconds"))
     var exitWhenIdle: Int?
 
-    @Option(help: ArgumentHelp("Where the versions programs add of items outside any mount are kept (FileVersion.addOfItem; default: $XDG_DATA_HOME/coordfs, else ~/.local/share/coordfs, or /var/lib/coordfs as root).", valueName: "directory"))
+    @Option(
+        help: ArgumentHelp(
+            "Where the versions programs add of items outside any mount are kept (FileVersion.addOfItem; default: $XDG_DATA_HOME/coordfs, else ~/.local/share/coordfs, or /var/lib/coordfs as root).",
+            valueName: "directory"))
     var versionsDirectory: String?
 
     @OptionGroup(title: "Hosts that share a store")
     var clusterOptions: ClusterOptions
 
-    @Option(help: ArgumentHelp("With --cluster: the shared store's directory on this host, which the daemon's clients use directly (an NFS or CephFS mount, say). Their holds and presenters inside it coordinate with the store's other hosts.", valueName: "directory"))
+    @Option(
+        help: ArgumentHelp(
+            "With --cluster: the shared store's directory on this host, which the daemon's clients use directly (an NFS or CephFS mount, say). Their holds and presenters inside it coordinate with the store's other hosts.",
+            valueName: "directory"))
     var clusterDirectory: String?
 
-    @Option(help: ArgumentHelp("With --cluster: seconds another host's access waits at most for this host's holds that conflict with it, as a mount's --break-time (default 45).", valueName: "seconds"))
+    @Option(
+        help: ArgumentHelp(
+            "With --cluster: seconds another host's access waits at most for this host's holds that conflict with it, as a mount's --break-time (default 45).",
+            valueName: "seconds"))
     var breakTime: Double?
 
     func validate() throws {
@@ -55,10 +64,16 @@ struct Daemon: ParsableCommand {
             throw ValidationError("--exit-when-idle must be between 1 second and a year")
         }
         guard clusterOptions.cluster != nil else {
-            let given = [("--cluster-store", clusterOptions.clusterStore != nil), ("--host-name", clusterOptions.hostName != nil),
-                         ("--cluster-ttl", clusterOptions.clusterTTL != nil), ("--cluster-unreachable", clusterOptions.clusterUnreachable != nil),
-                         ("--cluster-directory", clusterDirectory != nil), ("--break-time", breakTime != nil)]
-            if let (option, _) = given.first(where: \.1) { throw ValidationError("\(option) is for a daemon with --cluster") }
+            let given = [
+                ("--cluster-store", clusterOptions.clusterStore != nil),
+                ("--host-name", clusterOptions.hostName != nil),
+                ("--cluster-ttl", clusterOptions.clusterTTL != nil),
+                ("--cluster-unreachable", clusterOptions.clusterUnreachable != nil),
+                ("--cluster-directory", clusterDirectory != nil), ("--break-time", breakTime != nil)
+            ]
+            if let (option, _) = given.first(where: \.1) {
+                throw ValidationError("\(option) is for a daemon with --cluster")
+            }
             return
         }
         guard clusterDirectory != nil else {
@@ -76,7 +91,7 @@ struct Daemon: ParsableCommand {
         sigemptyset(&signals)
         sigaddset(&signals, SIGINT)
         sigaddset(&signals, SIGTERM)
-        sigaddset(&signals, SIGHUP)     // its terminal closed: end as cleanly (the socket goes)
+        sigaddset(&signals, SIGHUP)  // its terminal closed: end as cleanly (the socket goes)
         pthread_sigmask(SIG_BLOCK, &signals, nil)
         // A connection is a descriptor: a soft limit of 1024, many systems' default, would
         // refuse the thousandth client.
@@ -91,7 +106,9 @@ struct Daemon: ParsableCommand {
         let lockPath = path + ".lock"
         let lock: Int32
         do throws(Errno) { lock = try Self.lock(lockPath) } catch {
-            if error == .wouldBlock { throw CommandFailure("cannot serve \(path): another coordfs server listens there") }
+            if error == .wouldBlock {
+                throw CommandFailure("cannot serve \(path): another coordfs server listens there")
+            }
             throw CommandFailure("cannot lock \(lockPath): \(error.description)")
         }
         // Kept until the very end: a daemon started after this one ends serves only once this
@@ -102,8 +119,9 @@ struct Daemon: ParsableCommand {
             close(lock)
         }
         let domain = CoordinationDomain.shared
-        let server = ControlServer(socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
-                                   resolver: HostItemResolver(domain: domain), root: "/")
+        let server = ControlServer(
+            socketPath: path, mode: allowOthers ? 0o666 : 0o600, domain: domain,
+            resolver: HostItemResolver(domain: domain), root: "/")
         server.trimsMemoryWhenIdle = true
         server.versions = try openVersions()
         // A host of a shared store joins its cluster before it serves: no hold is granted
@@ -115,7 +133,8 @@ struct Daemon: ParsableCommand {
         } else {
             do { try server.start() } catch { throw CommandFailure("cannot serve \(path): \(error)") }
         }
-        FileHandle.standardError.write(Data("coordfs daemon: serving \(path)\(activated == nil ? "" : " (socket from systemd)")\n".utf8))
+        FileHandle.standardError.write(
+            Data("coordfs daemon: serving \(path)\(activated == nil ? "" : " (socket from systemd)")\n".utf8))
         // Wait for SIGINT, SIGTERM or SIGHUP (or idleness), then remove the socket.
         if let exitWhenIdle {
             var idleSince = ContinuousClock.now
@@ -145,7 +164,10 @@ struct Daemon: ParsableCommand {
                 throw error
             }
             var held = stat(), named = stat()
-            if fstat(fd, &held) == 0, stat(path, &named) == 0, held.st_dev == named.st_dev, held.st_ino == named.st_ino { return fd }
+            if fstat(fd, &held) == 0, stat(path, &named) == 0, held.st_dev == named.st_dev, held.st_ino == named.st_ino
+            {
+                return fd
+            }
             close(fd)
         }
     }
@@ -156,15 +178,18 @@ struct Daemon: ParsableCommand {
     private func openVersions() throws -> VersionStore? {
         let directory = versionsDirectory ?? Self.defaultVersionsDirectory()
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard fd >= 0 else { throw Errno.ofFailedCall() }
             defer { close(fd) }
             return try VersionStore(in: fd)
         } catch {
-            let why = "cannot keep versions in '\(directory)': \((error as? Errno)?.description ?? error.localizedDescription)"
+            let why =
+                "cannot keep versions in '\(directory)': \((error as? Errno)?.description ?? error.localizedDescription)"
             if versionsDirectory != nil { throw CommandFailure(why) }
-            FileHandle.standardError.write(Data("coordfs daemon: \(why); versions of items outside mounts are not kept\n".utf8))
+            FileHandle.standardError.write(
+                Data("coordfs daemon: \(why); versions of items outside mounts are not kept\n".utf8))
             return nil
         }
     }
@@ -173,15 +198,21 @@ struct Daemon: ParsableCommand {
     /// $HOME says), or /var/lib/coordfs as root.
     private static func defaultVersionsDirectory() -> String {
         if getuid() == 0 { return "/var/lib/coordfs" }
-        if let data = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], data.hasPrefix("/") { return data + "/coordfs" }
-        let home = getpwuid(getuid()).map { String(cString: $0.pointee.pw_dir) } ?? FileManager.default.homeDirectoryForCurrentUser.path
+        if let data = ProcessInfo.processInfo.environment["XDG_DATA_HOME"], data.hasPrefix("/") {
+            return data + "/coordfs"
+        }
+        let home =
+            getpwuid(getuid()).map { String(cString: $0.pointee.pw_dir) }
+            ?? FileManager.default.homeDirectoryForCurrentUser.path
         return home + "/.local/share/coordfs"
     }
 
     /// Joins the cluster as the host of the store at --cluster-directory: its clients' holds of
     /// items inside it pass the host's delegations, its presenters there are asked and told of
     /// the other hosts' programs.
-    private func joinCluster(_ cluster: ClusterSetting, domain: CoordinationDomain, server: ControlServer) throws -> ClusterJoin {
+    private func joinCluster(
+        _ cluster: ClusterSetting, domain: CoordinationDomain, server: ControlServer
+    ) throws -> ClusterJoin {
         guard let directory = clusterDirectory, let resolved = realpath(directory, nil) else {
             throw CommandFailure("--cluster-directory '\(clusterDirectory ?? "")': \(Errno.ofFailedCall())")
         }
@@ -191,15 +222,19 @@ struct Daemon: ParsableCommand {
         guard stat(real, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR, let root = ItemPath(real) else {
             throw CommandFailure("--cluster-directory '\(directory)' is not a directory")
         }
-        let store = SharedStore(domain: domain, root: root, isDirectory: { path in
-            var info = stat()
-            return lstat(real + "/" + path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-        }, target: { path, _ in domain.locator.target(for: path) })
-        let host = ClusterHost(store: store, seesChangesBehind: { false },
-                               grantsUnder: { server.claimGate = DelegationGate(store: store, delegations: $0) })
-        let membership = try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
-                                              whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
-                                              breakTime: try Seconds.duration(breakTime ?? 45, option: "--break-time"), as: host)
+        let store = SharedStore(
+            domain: domain, root: root,
+            isDirectory: { path in
+                var info = stat()
+                return lstat(real + "/" + path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+            }, target: { path, _ in domain.locator.target(for: path) })
+        let host = ClusterHost(
+            store: store, seesChangesBehind: { false },
+            grantsUnder: { server.claimGate = DelegationGate(store: store, delegations: $0) })
+        let membership = try ClusterJoin.join(
+            endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
+            whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
+            breakTime: try Seconds.duration(breakTime ?? 45, option: "--break-time"), as: host)
         membership.serveStatus(through: server)
         return membership
     }

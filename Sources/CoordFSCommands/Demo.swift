@@ -8,11 +8,12 @@ import Foundation
 /// `coordfs demo`: coordination at work inside one process, narrated.
 struct Demo: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show coordination at work in this process: a writer, a waiting reader, a presenter, a move, a deletion.",
+        abstract:
+            "Show coordination at work in this process: a writer, a waiting reader, a presenter, a move, a deletion.",
         discussion: """
-        Exit status: 0; 1 when --directory is not there or the demo's files cannot be made, with \
-        the reason on standard error; 64 for a command line it cannot take.
-        """
+            Exit status: 0; 1 when --directory is not there or the demo's files cannot be made, with \
+            the reason on standard error; 64 for a command line it cannot take.
+            """
     )
 
     @Option(help: "A directory to work in (default: a new temporary directory, removed afterwards).")
@@ -54,18 +55,27 @@ struct Demo: ParsableCommand {
         writerHolds.wait()
         let reader = Thread {
             narrator.say("reader", "asks to read; must wait for the writer")
-            let text = try? FileCoordinator().coordinate(readingItemAt: notes) { try String(contentsOf: $0, encoding: .utf8) }
-            narrator.say("reader", "read \(text?.split(separator: "\n").count ?? 0) lines: \(text?.replacingOccurrences(of: "\n", with: " | ") ?? "-")")
+            let text = try? FileCoordinator().coordinate(readingItemAt: notes) {
+                try String(contentsOf: $0, encoding: .utf8)
+            }
+            narrator.say(
+                "reader",
+                "read \(text?.split(separator: "\n").count ?? 0) lines: \(text?.replacingOccurrences(of: "\n", with: " | ") ?? "-")"
+            )
         }
         reader.start()
         usleep(300_000)
-        narrator.say("main", "while the reader waits, as `coordfs status` shows programs in a mount:\n" + Self.table(CoordinationDomain.shared))
+        narrator.say(
+            "main",
+            "while the reader waits, as `coordfs status` shows programs in a mount:\n"
+                + Self.table(CoordinationDomain.shared))
         writerMayEnd.signal()
         while !reader.isFinished { usleep(10_000) }
 
         let renamed = base.appendingPathComponent("notes-final.txt")
         let mover = FileCoordinator()
-        try mover.coordinate(writingItemAt: notes, options: .forMoving, writingItemAt: renamed, options: .forReplacing) { source, target in
+        try mover.coordinate(writingItemAt: notes, options: .forMoving, writingItemAt: renamed, options: .forReplacing)
+        { source, target in
             narrator.say("mover", "renames \(source.lastPathComponent) to \(target.lastPathComponent)")
             try fileManager.moveItem(at: source, to: target)
             mover.item(at: source, didMoveTo: target)
@@ -76,20 +86,29 @@ struct Demo: ParsableCommand {
             try fileManager.removeItem(at: url)
         }
         usleep(100_000)
-        narrator.say("main", "done. Through a coordfs mount (`coordfs mount BACKING MOUNTPOINT`), programs that know nothing "
-                     + "of coordination (cat, cp, mv, editors) are held and asked the same way; `coordfs help` lists the commands.")
+        narrator.say(
+            "main",
+            "done. Through a coordfs mount (`coordfs mount BACKING MOUNTPOINT`), programs that know nothing "
+                + "of coordination (cat, cp, mv, editors) are held and asked the same way; `coordfs help` lists the commands."
+        )
     }
 
     /// Who holds and who waits in `domain`, as rows of `coordfs status`'s table (TYPE, MODE,
     /// PATH), indented under the narration: what a user sees, not the engine's own records.
     static func table(_ domain: CoordinationDomain) -> String {
         let snapshot = domain.engine.snapshot()
-        let rows = [["TYPE", "MODE", "PATH"]]
-            + snapshot.holders.flatMap { holder in holder.intents.map { ["HOLD", $0.kind.isWrite ? "write" : "read", String($0.path.lastComponent)] } }
-            + snapshot.waiters.flatMap { waiter in waiter.intents.map { ["WAIT", $0.kind.isWrite ? "write" : "read", String($0.path.lastComponent)] } }
+        let rows =
+            [["TYPE", "MODE", "PATH"]]
+            + snapshot.holders.flatMap { holder in
+                holder.intents.map { ["HOLD", $0.kind.isWrite ? "write" : "read", String($0.path.lastComponent)] }
+            }
+            + snapshot.waiters.flatMap { waiter in
+                waiter.intents.map { ["WAIT", $0.kind.isWrite ? "write" : "read", String($0.path.lastComponent)] }
+            }
         let widths = (0..<3).map { column in rows.map { $0[column].count }.max() ?? 0 }
         return rows.map { row in
-            "              " + row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
+            "              "
+                + row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
                 .joined(separator: "  ").trimmingCharacters(in: .whitespaces)
         }.joined(separator: "\n")
     }

@@ -35,14 +35,17 @@ struct InotifyEvents: OptionSet, Hashable, Sendable {
         ("close_nowrite", .closeNowrite), ("close", [.closeWrite, .closeNowrite]), ("open", .open),
         ("moved_from", .movedFrom), ("moved_to", .movedTo), ("move", [.movedFrom, .movedTo]), ("create", .create),
         ("delete", .delete), ("delete_self", .deleteSelf), ("move_self", .moveSelf), ("unmount", .unmount),
-        ("ignored", .ignored), ("all_events", .all),
+        ("ignored", .ignored), ("all_events", .all)
     ]
 
     /// The names nothing would ever answer, and why: refused, rather than waited for in vain.
     static let untold: [String: String] = [
-        "access": "coordfs hears of a read as one access, not of each read(2): as a RELINQUISH_READER request to the read item's own watch, never its directory's",
-        "open": "coordfs hears of an open only as the request it puts to the opened item's own watch (RELINQUISH_READER, RELINQUISH_WRITER), never its directory's",
-        "close_nowrite": "a close after reading changes nothing, and nothing is told of it (close and close_write hear writers' closes)",
+        "access":
+            "coordfs hears of a read as one access, not of each read(2): as a RELINQUISH_READER request to the read item's own watch, never its directory's",
+        "open":
+            "coordfs hears of an open only as the request it puts to the opened item's own watch (RELINQUISH_READER, RELINQUISH_WRITER), never its directory's",
+        "close_nowrite":
+            "a close after reading changes nothing, and nothing is told of it (close and close_write hear writers' closes)"
     ]
 
     /// The channel's events that tell these.
@@ -110,8 +113,9 @@ struct EventChoice: Equatable, Sendable {
             } else if let mask = EventMask(names: [name.uppercased()]) {
                 channel.formUnion(mask)
             } else {
-                throw ValidationError("unknown event name '\(name)' in -e/--events: coordfs's are listed by --help (SAVE, CHANGED, ...), "
-                                      + "inotifywait's are " + InotifyEvents.names.map(\.0).joined(separator: ", "))
+                throw ValidationError(
+                    "unknown event name '\(name)' in -e/--events: coordfs's are listed by --help (SAVE, CHANGED, ...), "
+                        + "inotifywait's are " + InotifyEvents.names.map(\.0).joined(separator: ", "))
             }
         }
     }

@@ -18,14 +18,14 @@ struct Mount: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show BACKING at MOUNTPOINT, coordinating every open, create, rename and unlink.",
         discussion: """
-        Returns once the mount is ready; -f stays in the foreground. SIGINT, SIGTERM or \
-        `coordfs unmount MOUNTPOINT` unmount it cleanly. An open that conflicts waits; the wait \
-        ends with EINTR on a signal, EAGAIN at once for O_NONBLOCK, EDEADLK on a cycle of \
-        processes, and EBUSY after --wait-timeout. \
-        Exit status: 0 once the mount is ready (with -f, once it has been unmounted cleanly); 1 \
-        when it is refused or cannot be made, with the reason on standard error; 64 for a command \
-        line it cannot take.
-        """
+            Returns once the mount is ready; -f stays in the foreground. SIGINT, SIGTERM or \
+            `coordfs unmount MOUNTPOINT` unmount it cleanly. An open that conflicts waits; the wait \
+            ends with EINTR on a signal, EAGAIN at once for O_NONBLOCK, EDEADLK on a cycle of \
+            processes, and EBUSY after --wait-timeout. \
+            Exit status: 0 once the mount is ready (with -f, once it has been unmounted cleanly); 1 \
+            when it is refused or cannot be made, with the reason on standard error; 64 for a command \
+            line it cannot take.
+            """
     )
 
     @Argument(help: "The directory to show (taken from the profile when omitted).", completion: .directory)
@@ -37,65 +37,124 @@ struct Mount: ParsableCommand {
     @Flag(name: .short, help: "Stay in the foreground.")
     var foreground = false
 
-    @Option(name: .short, help: ArgumentHelp("FUSE options, comma-separated (allow_other, ro, noatime, ...), and uid=, gid=, umask= as sshfs takes them.", valueName: "options"))
+    @Option(
+        name: .short,
+        help: ArgumentHelp(
+            "FUSE options, comma-separated (allow_other, ro, noatime, ...), and uid=, gid=, umask= as sshfs takes them.",
+            valueName: "options"))
     var o: [String] = []
 
-    @Option(help: "exclusive (wait as the model says), strict (every writer excludes every open, no settling), notify (presenters told, nobody waits) or off.")
+    @Option(
+        help:
+            "exclusive (wait as the model says), strict (every writer excludes every open, no settling), notify (presenters told, nobody waits) or off."
+    )
     var coordination: CoordinationMode?
 
-    @Option(help: "Seconds an access waits for others before EBUSY, through the mount or a hold through its control socket that names no timeout (default 60, as everywhere in coordfs; 0: fail at once, as flock -w 0 and coordinate -w 0; infinity: wait forever).")
+    @Option(
+        help:
+            "Seconds an access waits for others before EBUSY, through the mount or a hold through its control socket that names no timeout (default 60, as everywhere in coordfs; 0: fail at once, as flock -w 0 and coordinate -w 0; infinity: wait forever)."
+    )
     var waitTimeout: Double?
 
     @Option(help: "Seconds presenters have to answer (default 5).")
     var presenterTimeout: Double?
 
-    @Option(help: "Seconds an access waits at most for a file another program keeps open, or for another user's holds (through the mount or its control socket), as Linux's lease-break-time (default 45; 0: the wait timeout).")
+    @Option(
+        help:
+            "Seconds an access waits at most for a file another program keeps open, or for another user's holds (through the mount or its control socket), as Linux's lease-break-time (default 45; 0: the wait timeout)."
+    )
     var breakTime: Double?
 
-    @Option(help: "Seconds a file held open for writing must stay unchanged before readers waiting for it go ahead (default 1; 0: wait the break time).")
+    @Option(
+        help:
+            "Seconds a file held open for writing must stay unchanged before readers waiting for it go ahead (default 1; 0: wait the break time)."
+    )
     var settleTime: Double?
 
-    @Option(help: "Seconds an rm, mv, create, chmod or truncate waits at most for another user's hold, open file or presenter, while nobody can list or create in its directory (default 1; 0: wait the break time).")
+    @Option(
+        help:
+            "Seconds an rm, mv, create, chmod or truncate waits at most for another user's hold, open file or presenter, while nobody can list or create in its directory (default 1; 0: wait the break time)."
+    )
     var lockTime: Double?
 
-    @Option(help: "Whose refusals fail whose accesses: own-user (a presenter's refusal fails its own user's accesses, root's anyone's; another user's is reported and ignored; the default) or anyone (any refusal fails any access, for users who trust each other).")
+    @Option(
+        help:
+            "Whose refusals fail whose accesses: own-user (a presenter's refusal fails its own user's accesses, root's anyone's; another user's is reported and ignored; the default) or anyone (any refusal fails any access, for users who trust each other)."
+    )
     var vetoes: VetoScope?
 
-    @Option(help: "Seconds the kernel may keep names and attributes, and package markers are remembered (default: a day while the mount watches the backing directory for changes made behind it, which it forgets as they come; 1 otherwise).")
+    @Option(
+        help:
+            "Seconds the kernel may keep names and attributes, and package markers are remembered (default: a day while the mount watches the backing directory for changes made behind it, which it forgets as they come; 1 otherwise)."
+    )
     var cacheTimeout: Double?
 
-    @Flag(inversion: .prefixedNo, help: "Watch the backing directory for changes made behind the mount: the kernel forgets what changed and presenters hear of it (fanotify; default on).")
+    @Flag(
+        inversion: .prefixedNo,
+        help:
+            "Watch the backing directory for changes made behind the mount: the kernel forgets what changed and presenters hear of it (fanotify; default on)."
+    )
     var backingWatch = true
 
-    @Flag(help: "Watch with a mark on each directory below BACKING rather than one on its whole filesystem (what a mount without root does): for a small tree on a busy filesystem.")
+    @Flag(
+        help:
+            "Watch with a mark on each directory below BACKING rather than one on its whole filesystem (what a mount without root does): for a small tree on a busy filesystem."
+    )
     var backingWatchByDirectory = false
 
-    @Option(help: "A profile: NAME.profile in $COORDFS_MOUNTS, else in ./Mounts; or a path to one.", completion: .file(extensions: ["profile"]))
+    @Option(
+        help: "A profile: NAME.profile in $COORDFS_MOUNTS, else in ./Mounts; or a path to one.",
+        completion: .file(extensions: ["profile"]))
     var profile: String?
 
-    @Option(help: "Write the daemon's log to this file (-o log=FILE from fstab, the profile key log). Without it, a mount that returns logs to the system log (the journal, or syslog); one in the foreground (-f), to standard error.",
-            completion: .file())
+    @Option(
+        help:
+            "Write the daemon's log to this file (-o log=FILE from fstab, the profile key log). Without it, a mount that returns logs to the system log (the journal, or syslog); one in the foreground (-f), to standard error.",
+        completion: .file())
     var log: String?
 
-    @Flag(help: "Let the kernel cache writes and send them later (faster small writes; see docs/mount.md for the trade-off).")
+    @Flag(
+        help:
+            "Let the kernel cache writes and send them later (faster small writes; see docs/mount.md for the trade-off)."
+    )
     var writebackCache = false
 
-    @Flag(inversion: .prefixedNo, help: "Let the kernel serve reads and writes of open files straight from the backing files (Linux 6.9+, as root; default on, off with --writeback-cache).")
+    @Flag(
+        inversion: .prefixedNo,
+        help:
+            "Let the kernel serve reads and writes of open files straight from the backing files (Linux 6.9+, as root; default on, off with --writeback-cache)."
+    )
     var kernelPassthrough = true
 
-    @Flag(inversion: .prefixedNo, help: "Take requests through FUSE over io_uring, one queue per CPU, when the kernel offers it (Linux 6.14+ with the fuse module's enable_uring=Y; default on).")
+    @Flag(
+        inversion: .prefixedNo,
+        help:
+            "Take requests through FUSE over io_uring, one queue per CPU, when the kernel offers it (Linux 6.14+ with the fuse module's enable_uring=Y; default on)."
+    )
     var ioUring = true
 
-    @Option(help: "Which io_uring requests go to lane threads: auto (all on a backing that is not local; on a local one, blocking, and all for items on a filesystem that is not local mounted inside it), all, or blocking (fsync, truncation and the like).")
+    @Option(
+        help:
+            "Which io_uring requests go to lane threads: auto (all on a backing that is not local; on a local one, blocking, and all for items on a filesystem that is not local mounted inside it), all, or blocking (fsync, truncation and the like)."
+    )
     var ringLanes: RingLanes?
 
-    @Option(help: ArgumentHelp("The nice value of the threads that serve the kernel's requests, written --serve-nice=N (default -5, a few steps ahead of the programs they serve; 0 leaves them at the daemon's; below 0 needs root).", valueName: "n"))
+    @Option(
+        help: ArgumentHelp(
+            "The nice value of the threads that serve the kernel's requests, written --serve-nice=N (default -5, a few steps ahead of the programs they serve; 0 leaves them at the daemon's; below 0 needs root).",
+            valueName: "n"))
     var serveNice: Int?
 
-    @Option(help: "How many inode descriptors to keep open (default 12000, or three fifths of the open-file limit where that is lower; the rest reopen by file handle).")
+    @Option(
+        help:
+            "How many inode descriptors to keep open (default 12000, or three fifths of the open-file limit where that is lower; the rest reopen by file handle)."
+    )
     var descriptorBudget: Int?
 
-    @Option(help: "How many files and directories each user other than the mount's owner and root may keep open through the mount at once; one past it gets EMFILE (default: a quarter of what the descriptor budget leaves of the open-file limit, 2000 under 20000).")
+    @Option(
+        help:
+            "How many files and directories each user other than the mount's owner and root may keep open through the mount at once; one past it gets EMFILE (default: a quarter of what the descriptor budget leaves of the open-file limit, 2000 under 20000)."
+    )
     var openFilesPerUser: Int?
 
     @Option(help: "At most this many threads serve kernel requests (default 16; see docs/mount.md for 1).")
@@ -104,13 +163,16 @@ struct Mount: ParsableCommand {
     @Flag(name: .customShort("s"), help: "One thread serves kernel requests, as --threads 1 (FUSE's -s).")
     var singleThreaded = false
 
-    @Flag(help: .hidden)    // mount(8)'s -f for its helper: check everything, mount nothing
+    @Flag(help: .hidden)  // mount(8)'s -f for its helper: check everything, mount nothing
     var fake = false
 
-    @Flag(help: .hidden)    // mount(8)'s -v for its helper: say what is mounted
+    @Flag(help: .hidden)  // mount(8)'s -v for its helper: say what is mounted
     var verbose = false
 
-    @Flag(help: "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other; -o allow_overlap from fstab).")
+    @Flag(
+        help:
+            "Mount even when BACKING is, holds or lies inside the backing of another coordfs mount (the two do not coordinate with each other; -o allow_overlap from fstab)."
+    )
     var allowOverlap = false
 
     @OptionGroup(title: "Versions")
@@ -125,8 +187,10 @@ struct Mount: ParsableCommand {
         try Self.validate(configuration)
         if let logFile { try Self.checkLog(logFile) }
         if verbose || fake {
-            print("coordfs: \(fake ? "would mount" : "mounting") \(configuration.backing) on \(configuration.mountPoint)"
-                  + (configuration.fuseOptions.isEmpty ? "" : " -o \(configuration.fuseOptions.joined(separator: ","))"))
+            print(
+                "coordfs: \(fake ? "would mount" : "mounting") \(configuration.backing) on \(configuration.mountPoint)"
+                    + (configuration.fuseOptions.isEmpty
+                        ? "" : " -o \(configuration.fuseOptions.joined(separator: ","))"))
         }
         if fake { return }
         if foreground {
@@ -160,9 +224,11 @@ struct Mount: ParsableCommand {
     /// else would tell.
     static func noteTransport(_ configuration: MountConfiguration) {
         guard configuration.ioUring, ioUringSwitchedOff else { return }
-        FileHandle.standardError.write(Data(("coordfs: note: this kernel has FUSE over io_uring switched off (fuse enable_uring=N), so requests "
-            + "go through /dev/fuse, about half as fast on metadata; as root, `echo Y > \(ioUringSwitch)` switches it on for later "
-            + "mounts (--no-io-uring: no note)\n").utf8))
+        FileHandle.standardError.write(
+            Data(
+                ("coordfs: note: this kernel has FUSE over io_uring switched off (fuse enable_uring=N), so requests "
+                    + "go through /dev/fuse, about half as fast on metadata; as root, `echo Y > \(ioUringSwitch)` switches it on for later "
+                    + "mounts (--no-io-uring: no note)\n").utf8))
     }
 
     /// One line on stderr when the kernel aborts FUSE requests after a timeout: which bound the
@@ -178,7 +244,9 @@ struct Mount: ParsableCommand {
     func makeConfiguration() throws -> (MountConfiguration, log: String?) {
         var loaded: Profile?
         if let profile {
-            guard let url = Profile.locate(profile) else { throw CommandFailure("no profile named '\(profile)' (looked in ./Mounts)") }
+            guard let url = Profile.locate(profile) else {
+                throw CommandFailure("no profile named '\(profile)' (looked in ./Mounts)")
+            }
             loaded = try Profile(contentsOf: url)
         }
         guard let backing = backing ?? loaded?.backing else { throw CommandFailure("missing BACKING directory") }
@@ -192,15 +260,19 @@ struct Mount: ParsableCommand {
         if let wait = waitTimeout ?? loaded?.waitTimeout {
             configuration.waitTimeout = wait == .infinity ? nil : try Seconds.duration(wait, option: "--wait-timeout")
         }
-        configuration.presenterTimeout = try Seconds.duration(presenterTimeout ?? loaded?.presenterTimeout ?? 5, option: "--presenter-timeout")
+        configuration.presenterTimeout = try Seconds.duration(
+            presenterTimeout ?? loaded?.presenterTimeout ?? 5, option: "--presenter-timeout")
         let breakSeconds = breakTime ?? loaded?.breakTime ?? 45
         configuration.breakTime = breakSeconds == 0 ? nil : try Seconds.duration(breakSeconds, option: "--break-time")
         let settleSeconds = settleTime ?? loaded?.settleTime ?? 1
-        configuration.settleTime = settleSeconds == 0 ? nil : try Seconds.duration(settleSeconds, option: "--settle-time")
+        configuration.settleTime =
+            settleSeconds == 0 ? nil : try Seconds.duration(settleSeconds, option: "--settle-time")
         let lockSeconds = lockTime ?? loaded?.lockTime ?? 1
         configuration.lockTime = lockSeconds == 0 ? nil : try Seconds.duration(lockSeconds, option: "--lock-time")
         let cache = cacheTimeout ?? loaded?.cacheTimeout
-        if let cache, !(cache >= 0 && cache <= 86_400) { throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds") }
+        if let cache, !(cache >= 0 && cache <= 86_400) {
+            throw CommandFailure("--cache-timeout must be between 0 and 86400 seconds")
+        }
         configuration.cacheTimeout = cache
         configuration.watchesBacking = backingWatch && loaded?.backingWatch != false
         configuration.watchesBackingByDirectory = backingWatchByDirectory || loaded?.backingWatchByDirectory == true
@@ -212,7 +284,9 @@ struct Mount: ParsableCommand {
         configuration.ringLanes = ringLanes ?? loaded?.ringLanes ?? .auto
         let nice = serveNice ?? loaded?.serveNice ?? Int(configuration.serveNice)
         guard MountCommandLimits.nice.contains(nice) else {
-            throw CommandFailure("--serve-nice must be from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound)")
+            throw CommandFailure(
+                "--serve-nice must be from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound)"
+            )
         }
         configuration.serveNice = Int32(nice)
         if let descriptorBudget {
@@ -235,8 +309,12 @@ struct Mount: ParsableCommand {
         let options = (loaded?.options ?? []) + o.flatMap { $0.split(separator: ",").map(String.init) }
         // `log=FILE`, for a mount from fstab or a systemd unit: coordfs's, not FUSE's.
         let logOption = options.last { $0.hasPrefix("log=") }.map { String($0.dropFirst(4)) }
-        var fuseOptions = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" && !$0.hasPrefix("log=") }
-        do { configuration.ownershipView = try OwnershipView.take(from: &fuseOptions) } catch { throw CommandFailure("-o \(error)") }
+        var fuseOptions = options.filter {
+            !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" && !$0.hasPrefix("log=")
+        }
+        do { configuration.ownershipView = try OwnershipView.take(from: &fuseOptions) } catch {
+            throw CommandFailure("-o \(error)")
+        }
         configuration.fuseOptions = fuseOptions
         configuration.allowsOverlap = allowOverlap || options.contains("allow_overlap")
         configuration.cluster = try clusterOptions.setting(over: loaded)
@@ -255,10 +333,15 @@ struct Mount: ParsableCommand {
     }
 
     /// Options mount(8) and fstab pass that are not FUSE's.
-    static let mountHelperOptions: Set<String> = ["rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail"]
+    static let mountHelperOptions: Set<String> = [
+        "rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail"
+    ]
 
     static func absolute(_ path: String) -> String {
-        let url = path.hasPrefix("/") ? URL(fileURLWithPath: path) : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(path)
+        let url =
+            path.hasPrefix("/")
+            ? URL(fileURLWithPath: path)
+            : URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(path)
         return url.standardizedFileURL.path
     }
 
@@ -270,21 +353,28 @@ struct Mount: ParsableCommand {
         try MountTable.refuseAbandoned(configuration.mountPoint)
         try MountTable.refuseAbandoned(configuration.backing)
         guard fileManager.fileExists(atPath: configuration.backing, isDirectory: &isDirectory) else {
-            throw CommandFailure("backing directory '\(configuration.backing)' " + Self.whyMissing(configuration.backing))
+            throw CommandFailure(
+                "backing directory '\(configuration.backing)' " + Self.whyMissing(configuration.backing))
         }
-        guard isDirectory.boolValue else { throw CommandFailure("backing '\(configuration.backing)' is not a directory") }
+        guard isDirectory.boolValue else {
+            throw CommandFailure("backing '\(configuration.backing)' is not a directory")
+        }
         // The daemon serves the backing directory with its own user's rights: one that user
         // cannot list and search would mount, and answer every access with EACCES (bindfs
         // refuses it too).
         do throws(Errno) { _ = try check(access(configuration.backing, R_OK | X_OK)) } catch {
-            throw CommandFailure("cannot read backing directory '\(configuration.backing)' (\(error.description)): the mount serves it "
-                + "with the rights of \(MountTable.userName(geteuid())), who could do nothing through it; give that user read and "
-                + "search permission on it, or mount it as a user who has them")
+            throw CommandFailure(
+                "cannot read backing directory '\(configuration.backing)' (\(error.description)): the mount serves it "
+                    + "with the rights of \(MountTable.userName(geteuid())), who could do nothing through it; give that user read and "
+                    + "search permission on it, or mount it as a user who has them")
         }
         guard fileManager.fileExists(atPath: configuration.mountPoint, isDirectory: &isDirectory) else {
-            throw CommandFailure("mount point '\(configuration.mountPoint)' " + Self.whyMissing(configuration.mountPoint))
+            throw CommandFailure(
+                "mount point '\(configuration.mountPoint)' " + Self.whyMissing(configuration.mountPoint))
         }
-        guard isDirectory.boolValue else { throw CommandFailure("mount point '\(configuration.mountPoint)' is not a directory") }
+        guard isDirectory.boolValue else {
+            throw CommandFailure("mount point '\(configuration.mountPoint)' is not a directory")
+        }
         if MountTable.isMountPoint(configuration.mountPoint) {
             throw CommandFailure("'\(configuration.mountPoint)' is already a mount point")
         }
@@ -329,8 +419,9 @@ struct Mount: ParsableCommand {
         }
         guard geteuid() != 0 else { return }
         do throws(Errno) { _ = try check(access("/dev/fuse", R_OK | W_OK)) } catch {
-            throw CommandFailure("cannot open /dev/fuse (\(error.description)): a user mounts through it, and here it is not open to uid "
-                + "\(geteuid()); as root, `chmod 0666 /dev/fuse` opens it to all, as most systems leave it")
+            throw CommandFailure(
+                "cannot open /dev/fuse (\(error.description)): a user mounts through it, and here it is not open to uid "
+                    + "\(geteuid()); as root, `chmod 0666 /dev/fuse` opens it to all, as most systems leave it")
         }
         guard FileManager.default.isExecutableFile(atPath: Unmount.fusermount3) else {
             throw CommandFailure("fusermount3 is not installed (package fuse3): a user mounts and unmounts through it")
@@ -350,9 +441,10 @@ struct Mount: ParsableCommand {
         let session = try MountSession(configuration: configuration)
         session.startControlSocket = { try MountControlServer.start(for: $0) }
         let membership = try configuration.cluster.map { cluster in
-            try ClusterJoin.join(endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
-                                 whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
-                                 breakTime: configuration.breakTime ?? configuration.waitTimeout, as: .mount(session.filesystem))
+            try ClusterJoin.join(
+                endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
+                whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
+                breakTime: configuration.breakTime ?? configuration.waitTimeout, as: .mount(session.filesystem))
         }
         do {
             try session.mount()
@@ -361,11 +453,15 @@ struct Mount: ParsableCommand {
             throw CommandFailure("\(error)")
         }
         session.beforeUnmount = { membership?.leave() }
-        if let membership, let socket = session.controlSocket as? MountControlServer { membership.serveStatus(through: socket.server) }
+        if let membership, let socket = session.controlSocket as? MountControlServer {
+            membership.serveStatus(through: socket.server)
+        }
         if notifyParent {
             FileHandle.standardOutput.write(Data("ready\n".utf8))
             // Detach from the parent's pipes and terminal.
-            let target = logFile.map { Glibc.open($0, O_WRONLY | O_CREAT | O_APPEND, 0o644) } ?? Glibc.open("/dev/null", O_WRONLY)
+            let target =
+                logFile.map { Glibc.open($0, O_WRONLY | O_CREAT | O_APPEND, 0o644) }
+                ?? Glibc.open("/dev/null", O_WRONLY)
             let null = Glibc.open("/dev/null", O_RDONLY)
             dup2(null, 0); dup2(target, 1); dup2(target, 2)
             close(null); close(target)
@@ -396,7 +492,8 @@ struct Mount: ParsableCommand {
         process.waitUntilExit()
         let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             .trimmingCharacters(in: .whitespacesAndNewlines)
-        throw CommandFailure(message.isEmpty ? "the mount did not start" : message.replacingOccurrences(of: "Error: ", with: ""))
+        throw CommandFailure(
+            message.isEmpty ? "the mount did not start" : message.replacingOccurrences(of: "Error: ", with: ""))
     }
 }
 
@@ -435,4 +532,3 @@ enum MountCommandLimits {
     /// Nice values, as setpriority(2) takes them.
     static let nice = -20...19
 }
-

@@ -20,9 +20,10 @@ package final class MountControlServer: MountControlSocket {
     package static func start(for filesystem: Filesystem) throws -> MountControlServer {
         let configuration = filesystem.configuration
         let path = try configuration.socketPath ?? ControlServer.mountSocketPath()
-        let server = ControlServer(socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
-                                   domain: filesystem.domain, resolver: filesystem.itemResolver,
-                                   root: filesystem.mountRoot.string)
+        let server = ControlServer(
+            socketPath: path, mode: configuration.allowsOthers ? 0o666 : 0o600,
+            domain: filesystem.domain, resolver: filesystem.itemResolver,
+            root: filesystem.mountRoot.string)
         server.claimGate = filesystem.claimGate
         // Its holds wait as the mount's requests do: as long, and past other users'
         // holds at the break time.

@@ -12,7 +12,9 @@ enum MountTable {
     /// `-o fsname=` says otherwise), its filesystem's device, the directory of that filesystem
     /// it shows (not "/" for a bind mount of a directory), and its filesystem's own options
     /// (a FUSE mount's `user_id=` and `allow_other`).
-    typealias Entry = (mountPoint: String, type: String, source: String, device: String, root: String, options: [String])
+    typealias Entry = (
+        mountPoint: String, type: String, source: String, device: String, root: String, options: [String]
+    )
 
     static func entries() -> [Entry] {
         guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
@@ -20,8 +22,10 @@ enum MountTable {
             let fields = line.split(separator: " ")
             guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 2, fields.count > 4 else { return nil }
             let options = fields.count > dash + 3 ? fields[dash + 3].split(separator: ",").map(String.init) : []
-            return (unescape(String(fields[4])), String(fields[dash + 1]), unescape(String(fields[dash + 2])),
-                    String(fields[2]), unescape(String(fields[3])), options)
+            return (
+                unescape(String(fields[4])), String(fields[dash + 1]), unescape(String(fields[dash + 2])),
+                String(fields[2]), unescape(String(fields[3])), options
+            )
         }
     }
 
@@ -45,14 +49,18 @@ enum MountTable {
     /// the kernel lets nobody but that user into it, root included, so nothing there can be
     /// asked or looked at. nil when `path` is on no such mount.
     static func privateMount(holding path: String) -> (entry: Entry, owner: uid_t)? {
-        guard let mount = innermostMount(holding: path, in: entries()), let owner = owner(of: mount), owner != geteuid(),
-              !mount.options.contains("allow_other") else { return nil }
+        guard let mount = innermostMount(holding: path, in: entries()), let owner = owner(of: mount),
+            owner != geteuid(),
+            !mount.options.contains("allow_other")
+        else { return nil }
         return (mount, owner)
     }
 
     /// Why another user's private mount cannot be asked: whose it is and what would let one in.
     /// `path` (absolute): a path on it, named `name` as the user gave it; nil for the mount itself.
-    static func privateMountReason(_ mount: Entry, owner: uid_t, path: String? = nil, named name: String? = nil) -> String {
+    static func privateMountReason(
+        _ mount: Entry, owner: uid_t, path: String? = nil, named name: String? = nil
+    ) -> String {
         let kind = mount.type == "fuse.coordfs" ? "coordfs" : mount.type
         let place: String
         if let path, path != mount.mountPoint {
@@ -62,7 +70,8 @@ enum MountTable {
         } else {
             place = "the \(kind) mount at '\(mount.mountPoint)' is one"
         }
-        return "\(place) that \(userName(owner)) made without -o allow_other: the kernel lets nobody else into it, root included; "
+        return
+            "\(place) that \(userName(owner)) made without -o allow_other: the kernel lets nobody else into it, root included; "
             + "run the command as that user, or have the mount made with -o allow_other"
     }
 
@@ -75,7 +84,9 @@ enum MountTable {
     }
 
     /// Whether `inner` is `outer` or lies inside it (both absolute).
-    static func within(_ inner: String, _ outer: String) -> Bool { inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/") }
+    static func within(_ inner: String, _ outer: String) -> Bool {
+        inner == outer || inner.hasPrefix(outer == "/" ? "/" : outer + "/")
+    }
 
     /// The mount `path` (absolute) is on: the innermost, and of several at one point the one on
     /// top (listed last).
@@ -101,7 +112,8 @@ enum MountTable {
     /// elsewhere.
     static func coordfsMount(serving path: String) -> (mountPoint: String, socket: String)? {
         guard let socket = ControlClient.attribute("user.coordfs.socket", of: path),
-              let client = try? ControlClient(socketPath: socket) else { return nil }
+            let client = try? ControlClient(socketPath: socket)
+        else { return nil }
         defer { client.close() }
         guard case .string(let root)? = client.server["root"] else { return nil }
         var here = stat(), there = stat()
@@ -126,7 +138,8 @@ enum MountTable {
             if let served = coordfsMount(serving: entry.mountPoint) {
                 // A bind mount of a coordfs mount is that mount.
                 if mounts.contains(where: { $0.mountPoint == served.mountPoint }) { continue }
-                mounts.append((served.mountPoint, ControlClient.attribute("user.coordfs.backing", of: served.mountPoint)))
+                mounts.append(
+                    (served.mountPoint, ControlClient.attribute("user.coordfs.backing", of: served.mountPoint)))
             } else if entry.type == "fuse.coordfs" {
                 mounts.append((entry.mountPoint, entry.source.hasPrefix("/") ? entry.source : nil))
             }
@@ -146,9 +159,11 @@ enum MountTable {
         for mount in coordfsMounts(in: entries()) {
             guard let backing = mount.backing, within(path, backing) else { continue }
             let inside = path == backing ? "" : String(path.dropFirst(backing == "/" ? 1 : backing.count + 1))
-            let through = inside.isEmpty ? mount.mountPoint : (mount.mountPoint as NSString).appendingPathComponent(inside)
-            throw CommandFailure("'\(name ?? path)' is in the backing directory of the coordfs mount at '\(mount.mountPoint)': "
-                                 + "programs reach it through the mount, so coordinate through it: '\(through)'")
+            let through =
+                inside.isEmpty ? mount.mountPoint : (mount.mountPoint as NSString).appendingPathComponent(inside)
+            throw CommandFailure(
+                "'\(name ?? path)' is in the backing directory of the coordfs mount at '\(mount.mountPoint)': "
+                    + "programs reach it through the mount, so coordinate through it: '\(through)'")
         }
     }
 
@@ -169,26 +184,36 @@ enum MountTable {
             let oneFilesystem = ourPlace.device == theirPlace.device
             let same = backing == theirBacking || oneFilesystem && ourPlace.path == theirPlace.path
             let inside = within(backing, theirBacking) || oneFilesystem && within(ourPlace.path, theirPlace.path)
-            guard inside || within(theirBacking, backing) || oneFilesystem && within(theirPlace.path, ourPlace.path) else { continue }
+            guard inside || within(theirBacking, backing) || oneFilesystem && within(theirPlace.path, ourPlace.path)
+            else { continue }
             try refuseAbandoned(mount.mountPoint)
             if let cluster, same, let theirs = clusterOf(mount.mountPoint),
-               theirs.store == cluster.store, !Set(theirs.endpoints).isDisjoint(with: cluster.endpoints) {
+                theirs.store == cluster.store, !Set(theirs.endpoints).isDisjoint(with: cluster.endpoints)
+            {
                 // Two hosts of one name would take each other's news and presences.
                 if theirs.host == cluster.host {
-                    throw CommandFailure("the coordfs mount at '\(mount.mountPoint)' is already the host '\(cluster.host)' of the store "
-                        + "'\(cluster.store)': give this one another --host-name")
+                    throw CommandFailure(
+                        "the coordfs mount at '\(mount.mountPoint)' is already the host '\(cluster.host)' of the store "
+                            + "'\(cluster.store)': give this one another --host-name")
                 }
                 continue
             }
             if let cluster {
-                throw CommandFailure("'\(backing)' overlaps the backing '\(theirBacking)' of the coordfs mount at '\(mount.mountPoint)', "
-                    + "which is not a host of the store '\(cluster.store)' on this cluster with the same backing directory: the two would "
-                    + "not coordinate with each other; give it the same --cluster and --cluster-store, or --allow-overlap to mount it anyway")
+                throw CommandFailure(
+                    "'\(backing)' overlaps the backing '\(theirBacking)' of the coordfs mount at '\(mount.mountPoint)', "
+                        + "which is not a host of the store '\(cluster.store)' on this cluster with the same backing directory: the two would "
+                        + "not coordinate with each other; give it the same --cluster and --cluster-store, or --allow-overlap to mount it anyway"
+                )
             }
-            let relation = backing == theirBacking ? "is already the backing" : same ? "is '\(theirBacking)', the backing"
-                : inside ? "lies inside '\(theirBacking)', the backing" : "holds '\(theirBacking)', the backing"
-            throw CommandFailure("'\(backing)' \(relation) of the coordfs mount at '\(mount.mountPoint)': two mounts of one "
-                + "tree do not coordinate with each other; use that mount, or --allow-overlap to mount it anyway")
+            let relation =
+                backing == theirBacking
+                ? "is already the backing"
+                : same
+                    ? "is '\(theirBacking)', the backing"
+                    : inside ? "lies inside '\(theirBacking)', the backing" : "holds '\(theirBacking)', the backing"
+            throw CommandFailure(
+                "'\(backing)' \(relation) of the coordfs mount at '\(mount.mountPoint)': two mounts of one "
+                    + "tree do not coordinate with each other; use that mount, or --allow-overlap to mount it anyway")
         }
     }
 
@@ -227,7 +252,9 @@ enum MountTable {
         guard let mount = abandonedMount(holding: path) else { return }
         let isCoordfs = mount.type == "fuse.coordfs"
         let kind = isCoordfs ? "coordfs" : mount.type
-        let place = path == mount.mountPoint ? "'\(name ?? path)' is a \(kind) mount whose daemon has gone"
+        let place =
+            path == mount.mountPoint
+            ? "'\(name ?? path)' is a \(kind) mount whose daemon has gone"
             : "'\(name ?? path)' is on the \(kind) mount at '\(mount.mountPoint)', whose daemon has gone"
         let clear = isCoordfs ? "coordfs unmount \(mount.mountPoint)" : "fusermount3 -u \(mount.mountPoint)"
         throw CommandFailure("\(place) (transport endpoint is not connected): `\(clear)` clears it")
@@ -238,7 +265,9 @@ enum MountTable {
         var iterator = Array(text.utf8)[...]
         var bytes: [UInt8] = []
         while let byte = iterator.popFirst() {
-            if byte == UInt8(ascii: "\\"), iterator.count >= 3, let value = UInt8(String(decoding: iterator.prefix(3), as: UTF8.self), radix: 8) {
+            if byte == UInt8(ascii: "\\"), iterator.count >= 3,
+                let value = UInt8(String(decoding: iterator.prefix(3), as: UTF8.self), radix: 8)
+            {
                 bytes.append(value)
                 iterator = iterator.dropFirst(3)
             } else {

@@ -77,7 +77,9 @@ struct Profile {
     static func locate(_ name: String) -> URL? {
         let fileManager = FileManager.default
         if name.contains("/") { return fileManager.fileExists(atPath: name) ? URL(fileURLWithPath: name) : nil }
-        let folders = [ProcessInfo.processInfo.environment["COORDFS_MOUNTS"], fileManager.currentDirectoryPath + "/Mounts"]
+        let folders = [
+            ProcessInfo.processInfo.environment["COORDFS_MOUNTS"], fileManager.currentDirectoryPath + "/Mounts"
+        ]
         for folder in folders.compactMap({ $0 }) {
             let candidate = URL(fileURLWithPath: folder).appendingPathComponent(name + ".profile")
             if fileManager.fileExists(atPath: candidate.path) { return candidate }
@@ -92,7 +94,8 @@ struct Profile {
         }
         let text = try String(contentsOf: url, encoding: .utf8)
         for (number, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?
+            let line =
+                rawLine.split(separator: "#", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init)?
                 .trimmingCharacters(in: .whitespaces) ?? ""
             if line.isEmpty { continue }
             guard let equals = line.firstIndex(of: "=") else {
@@ -102,7 +105,8 @@ struct Profile {
             let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             func mode(_ text: String) throws -> CoordinationMode {
                 guard let mode = CoordinationMode(rawValue: text) else {
-                    throw ProfileError("\(url.path):\(number + 1): mode must be exclusive, strict, notify or off, not '\(text)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): mode must be exclusive, strict, notify or off, not '\(text)'")
                 }
                 return mode
             }
@@ -134,24 +138,34 @@ struct Profile {
             case "lock-time": lockTime = try seconds(value)
             case "cache-timeout": cacheTimeout = try seconds(value)
             case "backing-watch":
-                if value == "directories" { backingWatch = true; backingWatchByDirectory = true } else { backingWatch = try boolean(value) }
-            case "package-extensions": packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+                if value == "directories" {
+                    backingWatch = true; backingWatchByDirectory = true
+                } else {
+                    backingWatch = try boolean(value)
+                }
+            case "package-extensions":
+                packageExtensions = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
             case "writeback-cache": writebackCache = try boolean(value)
             case "kernel-passthrough": kernelPassthrough = try boolean(value)
             case "io-uring": ioUring = try boolean(value)
             case "ring-lanes":
                 guard let lanes = RingLanes(rawValue: value) else {
-                    throw ProfileError("\(url.path):\(number + 1): ring-lanes must be auto, all or blocking, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): ring-lanes must be auto, all or blocking, not '\(value)'")
                 }
                 ringLanes = lanes
             case "serve-nice":
                 guard let nice = Int(value), MountCommandLimits.nice.contains(nice) else {
-                    throw ProfileError("\(url.path):\(number + 1): serve-nice must be a whole number from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound), not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): serve-nice must be a whole number from \(MountCommandLimits.nice.lowerBound) to \(MountCommandLimits.nice.upperBound), not '\(value)'"
+                    )
                 }
                 serveNice = nice
             case "threads":
                 guard let count = Int(value), MountCommandLimits.threads.contains(count) else {
-                    throw ProfileError("\(url.path):\(number + 1): threads must be a whole number from 1 to \(MountCommandLimits.threads.upperBound), not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): threads must be a whole number from 1 to \(MountCommandLimits.threads.upperBound), not '\(value)'"
+                    )
                 }
                 threads = count
             case "vetoes":
@@ -161,7 +175,9 @@ struct Profile {
                 vetoScope = scope
             case "open-files-per-user":
                 guard let count = Int(value), count >= 1 else {
-                    throw ProfileError("\(url.path):\(number + 1): open-files-per-user must be a whole number of at least 1, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): open-files-per-user must be a whole number of at least 1, not '\(value)'"
+                    )
                 }
                 openFilesPerUser = count
             case "cluster": cluster = value
@@ -169,35 +185,47 @@ struct Profile {
             case "host-name": hostName = value
             case "cluster-ttl":
                 guard let seconds = Int(value), seconds >= 2 else {
-                    throw ProfileError("\(url.path):\(number + 1): cluster-ttl must be a whole number of seconds, at least 2, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): cluster-ttl must be a whole number of seconds, at least 2, not '\(value)'"
+                    )
                 }
                 clusterTTL = seconds
             case "cluster-unreachable":
                 guard let choice = ClusterMember.WhenUnreachable(rawValue: value) else {
-                    throw ProfileError("\(url.path):\(number + 1): cluster-unreachable must be refuse or local, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): cluster-unreachable must be refuse or local, not '\(value)'")
                 }
                 clusterUnreachable = choice
             case "log": log = resolve(value)
-            case "options": options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            case "options":
+                options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
+                    !$0.isEmpty
+                }
             case "versions": versionPolicy = try policy(value)
             case "version-readers":
                 guard let readers = ReaderIdentity(rawValue: value) else {
-                    throw ProfileError("\(url.path):\(number + 1): version-readers must be session, process-group, process or user, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): version-readers must be session, process-group, process or user, not '\(value)'"
+                    )
                 }
                 versionReaders = readers
             case "versions-per-item":
                 guard let count = Int(value), count >= 1 else {
-                    throw ProfileError("\(url.path):\(number + 1): versions-per-item must be a whole number of at least 1, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): versions-per-item must be a whole number of at least 1, not '\(value)'"
+                    )
                 }
                 versionsPerItem = count
             case "versions-total", "version-copy-limit":
                 guard VersionOptions.bytes(value) != nil else {
-                    throw ProfileError("\(url.path):\(number + 1): \(key) must be a size such as 512M or 2G, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): \(key) must be a size such as 512M or 2G, not '\(value)'")
                 }
                 if key == "versions-total" { versionsTotal = value } else { versionCopyLimit = value }
             case "versions-age":
                 guard let days = Double(value), days > 0 else {
-                    throw ProfileError("\(url.path):\(number + 1): versions-age must be a number of days, not '\(value)'")
+                    throw ProfileError(
+                        "\(url.path):\(number + 1): versions-age must be a number of days, not '\(value)'")
                 }
                 versionsAge = days
             case _ where key.hasPrefix("versions "):

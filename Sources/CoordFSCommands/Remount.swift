@@ -27,7 +27,9 @@ extension Mount {
             let client = try ControlClient(socketPath: socketPath)
             defer { client.close() }
             // mount(8)'s own options are the helper's, and log= coordfs's, as at mount.
-            let daemons = options.filter { !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" && !$0.hasPrefix("log=") }
+            let daemons = options.filter {
+                !Self.mountHelperOptions.contains($0) && $0 != "allow_overlap" && !$0.hasPrefix("log=")
+            }
             _ = try client.request { .remount(id: $0, options: daemons) }
         } catch let error as ControlError {
             throw CommandFailure("-o remount: \(error.message)")
@@ -45,10 +47,10 @@ extension Mount {
         do throws(Errno) { _ = try check(statvfs(target, &info)) } catch {
             throw CommandFailure("-o remount: \(target): \(error.description)")
         }
-        let kept: UInt = 2 | 4 | 8 | 16 | 1024 | 2048      // nosuid, nodev, noexec, sync, noatime, nodiratime
+        let kept: UInt = 2 | 4 | 8 | 16 | 1024 | 2048  // nosuid, nodev, noexec, sync, noatime, nodiratime
         let remount: UInt = 32, readOnlyFlag: UInt = 1, relatime: UInt = 1 << 21
         var flags = remount | (info.f_flag & kept) | (readOnly ? readOnlyFlag : 0)
-        if info.f_flag & 4096 != 0 { flags |= relatime }    // ST_RELATIME
+        if info.f_flag & 4096 != 0 { flags |= relatime }  // ST_RELATIME
         do throws(Errno) { _ = try check(Glibc.mount(nil, target, nil, flags, nil)) } catch {
             throw CommandFailure("-o remount,\(readOnly ? "ro" : "rw"): \(target): \(error.description)")
         }

@@ -27,7 +27,8 @@ enum ServerConnection {
         guard case .string(let root)? = client.server["root"], root != "/" else {
             return CommandFailure("the coordfs daemon closed the connection (it has ended)")
         }
-        return CommandFailure("the coordfs mount at '\(root)' closed the connection (it was unmounted, or its daemon ended)")
+        return CommandFailure(
+            "the coordfs mount at '\(root)' closed the connection (it was unmounted, or its daemon ended)")
     }
 
     /// A connected, greeted client of the socket serving `path`.

@@ -12,23 +12,30 @@ struct Services: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the named services of an item, or connect standard input and output to one.",
         discussion: """
-        Each line lists a service: NAME, the item it was vended for, and the provider's pid; --json \
-        prints them as one object. With --connect, the relay ends with the provider's close. Exit \
-        status: 0 (also when the item has no services: a line on standard error says so); 1 with \
-        the reason on standard error; 64 for a command line it cannot take.
-        """
+            Each line lists a service: NAME, the item it was vended for, and the provider's pid; --json \
+            prints them as one object. With --connect, the relay ends with the provider's close. Exit \
+            status: 0 (also when the item has no services: a line on standard error says so); 1 with \
+            the reason on standard error; 64 for a command line it cannot take.
+            """
     )
 
     @Argument(help: "An item inside a coordfs mount (or anywhere, with the daemon).", completion: .file())
     var path: String
 
-    @Option(help: "Connect to this service, as nc -U: standard input goes to the provider (its end half-closes the connection), what it sends to standard output, until it closes.")
+    @Option(
+        help:
+            "Connect to this service, as nc -U: standard input goes to the provider (its end half-closes the connection), what it sends to standard output, until it closes."
+    )
     var connect: String?
 
     @Option(help: "The control socket (default: found from the path).")
     var socket: String?
 
-    @Flag(name: [.customShort("J"), .long], help: "Print the list as one JSON object: the path and its services, each with name, path and pid (docs/json.md).")
+    @Flag(
+        name: [.customShort("J"), .long],
+        help:
+            "Print the list as one JSON object: the path and its services, each with name, path and pid (docs/json.md)."
+    )
     var json = false
 
     func validate() throws {
@@ -40,10 +47,15 @@ struct Services: ParsableCommand {
         let client = try ServerConnection.connect(for: resolved, explicit: socket)
         guard let name = connect else {
             let fields: [String: WireValue]
-            do { fields = try client.request { .services(id: $0, path: resolved) } } catch { throw CommandFailure("\(error)") }
+            do { fields = try client.request { .services(id: $0, path: resolved) } } catch {
+                throw CommandFailure("\(error)")
+            }
             if json {
                 let services: WireValue = fields["services"] ?? .array([])
-                print(String(decoding: WireCodec.encode(object: ["path": .string(resolved), "services": services]).dropLast(), as: UTF8.self))
+                print(
+                    String(
+                        decoding: WireCodec.encode(object: ["path": .string(resolved), "services": services])
+                            .dropLast(), as: UTF8.self))
                 return
             }
             guard case .array(let entries)? = fields["services"], !entries.isEmpty else {
@@ -76,14 +88,18 @@ struct Services: ParsableCommand {
 /// `FileHandle.availableData` traps on a read error, and a provider that answers and closes
 /// with bytes of ours unread resets the connection (ECONNRESET), which is its end, not a failure.
 enum Relay {
-    static func run(connection: Int32, input: Int32 = STDIN_FILENO, output: Int32 = STDOUT_FILENO) throws(CommandFailure) {
+    static func run(
+        connection: Int32, input: Int32 = STDIN_FILENO, output: Int32 = STDOUT_FILENO
+    ) throws(CommandFailure) {
         var fromProvider = [UInt8](repeating: 0, count: 65_536), fromInput = [UInt8](repeating: 0, count: 65_536)
         // What was read from the input and not yet sent. The input is read again only once it
         // is all sent: a provider that reads slowly holds up our input, never what it sends us.
         var unsent = 0..<0
         var inputOpen = true
         while true {
-            var watched = [pollfd(fd: connection, events: Int16(POLLIN) | (unsent.isEmpty ? 0 : Int16(POLLOUT)), revents: 0)]
+            var watched = [
+                pollfd(fd: connection, events: Int16(POLLIN) | (unsent.isEmpty ? 0 : Int16(POLLOUT)), revents: 0)
+            ]
             if inputOpen && unsent.isEmpty { watched.append(pollfd(fd: input, events: Int16(POLLIN), revents: 0)) }
             do throws(Errno) {
                 _ = try retryingInterrupts { poll(&watched, nfds_t(watched.count), -1) }
@@ -94,18 +110,20 @@ enum Relay {
                 do throws(Errno) {
                     count = try retryingInterrupts { read(connection, &fromProvider, fromProvider.count) }
                 } catch {
-                    if error == .connectionReset { return }        // closed with bytes of ours unread
+                    if error == .connectionReset { return }  // closed with bytes of ours unread
                     if error == .resourceTemporarilyUnavailable { continue }
                     throw CommandFailure("the connection to the service failed: \(error)")
                 }
-                if count == 0 { return }                            // the provider closed its side
+                if count == 0 { return }  // the provider closed its side
                 guard try write(fromProvider[..<count], to: output) else { return }
             }
             if !unsent.isEmpty && connectionEvents & Int16(POLLOUT | POLLHUP | POLLERR) != 0 {
                 let sent: Int
                 do throws(Errno) {
                     sent = try retryingInterrupts {
-                        fromInput[unsent].withUnsafeBytes { Glibc.send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
+                        fromInput[unsent].withUnsafeBytes {
+                            Glibc.send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+                        }
                     }
                 } catch {
                     if error == .brokenPipe || error == .connectionReset {
@@ -148,7 +166,9 @@ enum Relay {
         while !rest.isEmpty {
             let written: Int
             do throws(Errno) {
-                written = try retryingInterrupts { rest.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) } }
+                written = try retryingInterrupts {
+                    rest.withUnsafeBytes { Glibc.write(output, $0.baseAddress, $0.count) }
+                }
             } catch {
                 if error == .brokenPipe { return false }
                 if error == .resourceTemporarilyUnavailable {

@@ -8,7 +8,7 @@ extension Status {
     /// A column of the mounts' table, and the key of its value in a `--json` line.
     enum MountColumn: String, CaseIterable {
         case target = "TARGET", source = "SOURCE", pid = "PID", holders = "HOLDERS", waiters = "WAITERS",
-             presenters = "PRESENTERS", services = "SERVICES", open = "OPEN", socket = "SOCKET"
+            presenters = "PRESENTERS", services = "SERVICES", open = "OPEN", socket = "SOCKET"
 
         var key: String { self == .open ? "open_files" : rawValue.lowercased() }
     }
@@ -21,19 +21,23 @@ extension Status {
             var fields: [String: WireValue] = ["target": .string(mount.mountPoint)]
             if let backing = mount.backing { fields["source"] = .string(backing) }
             if let socket = ControlClient.mountSocketPath(for: mount.mountPoint),
-               let client = try? ControlClient(socketPath: socket) {
+                let client = try? ControlClient(socketPath: socket)
+            {
                 defer { client.close() }
                 fields["socket"] = .string(socket)
                 if case .int(let pid)? = client.server["pid"] { fields["pid"] = .int(pid) }
                 if let status = try? client.request({ .status(id: $0) }) {
-                    let omitted: [String: WireValue] = if case .object(let counts)? = status["omitted"] { counts } else { [:] }
+                    let omitted: [String: WireValue] =
+                        if case .object(let counts)? = status["omitted"] { counts } else { [:] }
                     for key in ["holders", "waiters", "presenters", "services"] {
                         guard case .array(let entries)? = status[key] else { continue }
                         let left: Int = if case .int(let count)? = omitted[key] { count } else { 0 }
                         fields[key] = .int(entries.count + left)
                     }
                 }
-                if let open = Self.statistics(ofMountAt: mount.mountPoint)?["open_files"] as? Int { fields["open_files"] = .int(open) }
+                if let open = Self.statistics(ofMountAt: mount.mountPoint)?["open_files"] as? Int {
+                    fields["open_files"] = .int(open)
+                }
             } else {
                 FileHandle.standardError.write(Data("warning: \(Self.whyUnasked(mount.mountPoint))\n".utf8))
             }
@@ -59,8 +63,9 @@ extension Status {
         }
         let widths = MountColumn.allCases.indices.map { column in table.map { $0[column].count }.max() ?? 0 }
         for row in table {
-            print(row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
-                .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+            print(
+                row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
+                    .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
     }
 }

@@ -9,27 +9,33 @@ struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show who holds, who waits and who presents, like lslocks.",
         discussion: """
-        Exit status: 0; listing every server, 0 when at least one could be read (each that could \
-        not gets a warning: line on standard error); 1 when the path or socket named cannot be \
-        read, or no server could be, with the reason on standard error; 64 for a command line it \
-        cannot take.
-        """
+            Exit status: 0; listing every server, 0 when at least one could be read (each that could \
+            not gets a warning: line on standard error); 1 when the path or socket named cannot be \
+            read, or no server could be, with the reason on standard error; 64 for a command line it \
+            cannot take.
+            """
     )
 
-    @Argument(help: "A coordfs mount point or any path inside one (default: the current directory's mount, else every coordfs mount and the daemon).",
-              completion: .file())
+    @Argument(
+        help:
+            "A coordfs mount point or any path inside one (default: the current directory's mount, else every coordfs mount and the daemon).",
+        completion: .file())
     var path: String?
 
     @Option(help: "The control socket (default: found from the path).", completion: .file())
     var socket: String?
 
-    @Flag(name: [.customShort("J"), .long], help: "As JSON, one object a line, one line a server (docs/json.md), narrowed by PATH and -p as the table is.")
+    @Flag(
+        name: [.customShort("J"), .long],
+        help: "As JSON, one object a line, one line a server (docs/json.md), narrowed by PATH and -p as the table is.")
     var json = false
 
-    @Option(name: [.short, .customLong("output")], parsing: .unconditional,
-            help: ArgumentHelp("The columns to show, comma-separated, as lslocks takes them: \(Column.allCases.map(\.rawValue).joined(separator: ",")); a leading + adds them to the default ones.",
-                               valueName: "LIST"),
-            completion: .list(Column.allCases.map(\.rawValue)))
+    @Option(
+        name: [.short, .customLong("output")], parsing: .unconditional,
+        help: ArgumentHelp(
+            "The columns to show, comma-separated, as lslocks takes them: \(Column.allCases.map(\.rawValue).joined(separator: ",")); a leading + adds them to the default ones.",
+            valueName: "LIST"),
+        completion: .list(Column.allCases.map(\.rawValue)))
     var output: String?
 
     @Flag(name: .customLong("output-all"), help: "Show every column.")
@@ -41,25 +47,32 @@ struct Status: ParsableCommand {
     @Flag(name: [.short, .long], help: "Columns one space apart, unaligned, with spaces inside values written \\x20.")
     var raw = false
 
-    @Option(name: [.short, .long], help: ArgumentHelp("Only the holders, waiters and presenters of this process.", valueName: "PID"))
+    @Option(
+        name: [.short, .long],
+        help: ArgumentHelp("Only the holders, waiters and presenters of this process.", valueName: "PID"))
     var pid: Int32?
 
     @Flag(name: [.short, .long], help: "Also how the mount's requests come, and how many it coordinated.")
     var verbose = false
 
-    @Flag(help: "List the coordfs mounts instead, one a line, as findmnt does: where, the backing directory, the daemon's pid, how many hold, wait, present and vend services, the files open, and the control socket (-n, -r and -J as for the table).")
+    @Flag(
+        help:
+            "List the coordfs mounts instead, one a line, as findmnt does: where, the backing directory, the daemon's pid, how many hold, wait, present and vend services, the files open, and the control socket (-n, -r and -J as for the table)."
+    )
     var mounts = false
 
     /// A column of the table, as lslocks names its own where the meaning is the same.
     enum Column: String, CaseIterable {
-        case type = "TYPE", pid = "PID", command = "COMMAND", mode = "MODE", waited = "WAITED", path = "PATH", blocker = "BLOCKER"
+        case type = "TYPE", pid = "PID", command = "COMMAND", mode = "MODE", waited = "WAITED", path = "PATH", blocker =
+            "BLOCKER"
         static let standard: [Column] = [.type, .pid, .command, .mode, .waited, .path, .blocker]
     }
 
     func validate() throws {
         _ = try columns()
         if mounts, path != nil || socket != nil || pid != nil || output != nil || outputAll || verbose {
-            throw ValidationError("--mounts lists every coordfs mount: it takes no PATH, --socket, -p, -o, --output-all or -v")
+            throw ValidationError(
+                "--mounts lists every coordfs mount: it takes no PATH, --socket, -p, -o, --output-all or -v")
         }
     }
 
@@ -71,7 +84,9 @@ struct Status: ParsableCommand {
         if adding { list.removeFirst() }
         let named = try list.split(separator: ",").map { name -> Column in
             guard let column = Column(rawValue: name.trimmingCharacters(in: .whitespaces).uppercased()) else {
-                throw ValidationError("unknown column '\(name)' (the columns: \(Column.allCases.map(\.rawValue).joined(separator: ", ")))")
+                throw ValidationError(
+                    "unknown column '\(name)' (the columns: \(Column.allCases.map(\.rawValue).joined(separator: ", ")))"
+                )
             }
             return column
         }
@@ -93,7 +108,7 @@ struct Status: ParsableCommand {
             let fields: [String: WireValue]
             do {
                 fields = try status(of: socketPath)
-            } catch where listing {
+            } catch  where listing {
                 unreachable.append(error)
                 continue
             }
@@ -126,7 +141,9 @@ struct Status: ParsableCommand {
             }
             return ([socketPath], [])
         }
-        if let here = ControlClient.mountSocketPath(for: FileManager.default.currentDirectoryPath) { return ([here], []) }
+        if let here = ControlClient.mountSocketPath(for: FileManager.default.currentDirectoryPath) {
+            return ([here], [])
+        }
         var sockets: [String] = []
         var gone: [Error] = []
         for mount in MountTable.coordfsMounts(in: MountTable.entries()) {
@@ -179,26 +196,33 @@ struct Status: ParsableCommand {
         func narrow(_ fields: [String: WireValue], keys: [String]) -> [String: WireValue] {
             var narrowed = fields
             for key in keys {
-                narrowed[key] = .array(array(fields[key]).compactMap { entry -> WireValue? in
-                    guard case .object(var object) = entry else { return nil }
-                    if let pid, object["pid"] != .int(Int(pid)) { return nil }
-                    if object["path"] != nil { return concerns(object) ? entry : nil }
-                    let intents = array(object["intents"]).filter { if case .object(let intent) = $0 { concerns(intent) } else { false } }
-                    if intents.isEmpty { return nil }
-                    object["intents"] = .array(intents)
-                    return .object(object)
-                })
+                narrowed[key] = .array(
+                    array(fields[key]).compactMap { entry -> WireValue? in
+                        guard case .object(var object) = entry else { return nil }
+                        if let pid, object["pid"] != .int(Int(pid)) { return nil }
+                        if object["path"] != nil { return concerns(object) ? entry : nil }
+                        let intents = array(object["intents"]).filter {
+                            if case .object(let intent) = $0 { concerns(intent) } else { false }
+                        }
+                        if intents.isEmpty { return nil }
+                        object["intents"] = .array(intents)
+                        return .object(object)
+                    })
             }
             return narrowed
         }
         var narrowed = narrow(fields, keys: ["holders", "waiters", "presenters", "services"])
         // Another host's processes are not this host's: a pid names none of them.
-        narrowed["hosts"] = pid != nil ? nil : fields["hosts"].map { hosts in
-            .array(array(hosts).map { host in
-                guard case .object(let other) = host else { return host }
-                return .object(narrow(other, keys: ["holders", "waiters"]))
-            })
-        }
+        narrowed["hosts"] =
+            pid != nil
+            ? nil
+            : fields["hosts"].map { hosts in
+                .array(
+                    array(hosts).map { host in
+                        guard case .object(let other) = host else { return host }
+                        return .object(narrow(other, keys: ["holders", "waiters"]))
+                    })
+            }
         return narrowed
     }
 
@@ -215,7 +239,9 @@ struct Status: ParsableCommand {
         let backing = root.flatMap { $0 == "/" ? nil : ControlClient.attribute("user.coordfs.backing", of: $0) }
         // -n and -r print the table alone, as lslocks does, for pipelines (`| xargs`).
         if !tableOnly {
-            print("\(string(fields["root"])) — control socket \(string(fields["socket"]))" + (backing.map { " — backing \($0)" } ?? ""))
+            print(
+                "\(string(fields["root"])) — control socket \(string(fields["socket"]))"
+                    + (backing.map { " — backing \($0)" } ?? ""))
             // A host of a shared store: whether it holds its lease (a lost one refuses everything).
             if case .object(let cluster)? = fields["cluster"] { print(Self.clusterLine(cluster)) }
         }
@@ -223,8 +249,9 @@ struct Status: ParsableCommand {
             if let transport = Self.transport(stats) { print(transport) }
             if let coordinated = stats["coordinated"] as? Int, let passed = stats["passed_quietly"] as? Int {
                 let beside = stats["passed_beside_open_files"] as? Int ?? 0
-                print("coordinated: \(coordinated) requests, \(passed) of them passed the quiet gates "
-                      + "(\(passed - beside) with nothing held, \(beside) beside files held open by other names)")
+                print(
+                    "coordinated: \(coordinated) requests, \(passed) of them passed the quiet gates "
+                        + "(\(passed - beside) with nothing held, \(beside) beside files held open by other names)")
             }
         }
         let columns = (try? self.columns()) ?? Column.standard
@@ -235,14 +262,19 @@ struct Status: ParsableCommand {
                 let processID: Int? = if case .int(let n)? = object["pid"] { n } else { nil }
                 let command = string(object["command"], fallback: string(object["identity"]))
                 let blocker = array(object["waits_for"]).map { Self.blocker(string($0)) }.joined(separator: ",")
-                let waited: String = if case .int(let ms)? = object["waited_ms"] { String(format: "%.1fs", Double(ms) / 1000) } else { "-" }
+                let waited: String =
+                    if case .int(let ms)? = object["waited_ms"] { String(format: "%.1fs", Double(ms) / 1000) } else {
+                        "-"
+                    }
                 // A path the server keeps from this user: in a directory they cannot read.
                 func path(_ fields: [String: WireValue]) -> String? {
                     if case .bool(true)? = fields["hidden"] { return "(in a directory you cannot read)" }
                     return fields["path"].map { string($0) }
                 }
-                var row: [Column: String] = [.type: type, .pid: processID.map(String.init) ?? "-", .command: command,
-                                             .waited: waited, .blocker: blocker]
+                var row: [Column: String] = [
+                    .type: type, .pid: processID.map(String.init) ?? "-", .command: command,
+                    .waited: waited, .blocker: blocker
+                ]
                 if let item = path(object) { rows.append(row.merging([.mode: "-", .path: item]) { $1 }) }
                 for intent in array(object["intents"]) {
                     guard case .object(let fields) = intent else { continue }
@@ -269,7 +301,8 @@ struct Status: ParsableCommand {
                 guard case .int(let count)? = omitted[list] else { return nil }
                 return "\(count) \(list)"
             }
-            FileHandle.standardError.write(Data("warning: the server left out \(counts.joined(separator: ", ")) (too many to send)\n".utf8))
+            FileHandle.standardError.write(
+                Data("warning: the server left out \(counts.joined(separator: ", ")) (too many to send)\n".utf8))
         }
         var table = rows.map { row in columns.map { row[$0] ?? "" } }
         if !noHeadings { table.insert(columns.map(\.rawValue), at: 0) }
@@ -279,8 +312,9 @@ struct Status: ParsableCommand {
         }
         let widths = columns.indices.map { column in table.map { $0[column].count }.max() ?? 0 }
         for row in table {
-            print(row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
-                .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
+            print(
+                row.enumerated().map { $0.element.padding(toLength: widths[$0.offset], withPad: " ", startingAt: 0) }
+                    .joined(separator: "  ").trimmingCharacters(in: .whitespaces))
         }
     }
 
@@ -311,7 +345,11 @@ struct Status: ParsableCommand {
         func text(_ key: String) -> String { if case .string(let value)? = cluster[key] { value } else { "" } }
         func count(_ key: String) -> Int { if case .int(let value)? = cluster[key] { value } else { 0 } }
         func seconds(_ key: String) -> String? {
-            if case .int(let milliseconds)? = cluster[key] { String(format: "%.1f s", Double(milliseconds) / 1000) } else { nil }
+            if case .int(let milliseconds)? = cluster[key] {
+                String(format: "%.1f s", Double(milliseconds) / 1000)
+            } else {
+                nil
+            }
         }
         let lost = seconds("lost_ms").map { " \($0) ago" } ?? ""
         var line = "cluster: host \(text("host")) of the store '\(text("store"))': "
@@ -319,17 +357,21 @@ struct Status: ParsableCommand {
         case "held":
             line += "lease held" + (seconds("valid_ms").map { " (valid \($0) more unless renewed)" } ?? "")
         case "lost":
-            line += "LEASE LOST\(lost): nothing is granted (ENOLCK), and writes through open files are refused (EIO), until it joins again"
+            line +=
+                "LEASE LOST\(lost): nothing is granted (ENOLCK), and writes through open files are refused (EIO), until it joins again"
         case "rejoining":
-            line += "joining again (lease lost\(lost)): asking again for what its programs hold, before it grants anything new"
+            line +=
+                "joining again (lease lost\(lost)): asking again for what its programs hold, before it grants anything new"
         case "alone":
-            line += "LEASE LOST\(lost): coordinating its own programs ALONE (--cluster-unreachable local), not with the other hosts"
+            line +=
+                "LEASE LOST\(lost): coordinating its own programs ALONE (--cluster-unreachable local), not with the other hosts"
         case let other:
             line += other
         }
         let leasesLost = count("leases_lost"), fenced = count("fenced_opens")
         if leasesLost > 0 || fenced > 0 {
-            line += "; since it joined, \(leasesLost) lease(s) lost, \(fenced) open file(s) fenced (their writes refused)"
+            line +=
+                "; since it joined, \(leasesLost) lease(s) lost, \(fenced) open file(s) fenced (their writes refused)"
         }
         return line
     }
@@ -349,7 +391,9 @@ struct Status: ParsableCommand {
             let lanes = stats["ring_lanes_all"] as? Int == 1 ? ", every request on lane threads" : ""
             return "requests: FUSE over io_uring, \(queues) queues at nice \(nice)\(lanes)"
         }
-        return "requests: /dev/fuse, workers at nice \(nice)" + (Mount.ioUringSwitchedOff ? " (this kernel has FUSE over io_uring switched off: echo Y > \(Mount.ioUringSwitch))" : "")
+        return "requests: /dev/fuse, workers at nice \(nice)"
+            + (Mount.ioUringSwitchedOff
+                ? " (this kernel has FUSE over io_uring switched off: echo Y > \(Mount.ioUringSwitch))" : "")
     }
 
     private func string(_ value: WireValue?, fallback: String = "-") -> String {

@@ -97,7 +97,9 @@ final class SystemLog: Sendable {
 
         func log(event: LogEvent) {
             let fields = metadata.merging(event.metadata ?? [:]) { $1 }
-            let extra = fields.isEmpty ? "" : " " + fields.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+            let extra =
+                fields.isEmpty
+                ? "" : " " + fields.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
             destination.send(event.level, "\(event.message)\(extra)")
         }
     }

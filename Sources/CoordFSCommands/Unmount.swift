@@ -10,20 +10,25 @@ struct Unmount: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Unmount a coordfs mount cleanly.",
         discussion: """
-        Exit status: 0 once the mount is gone (with --lazy, detached); 1 when it is not a coordfs \
-        mount, is busy, or was made by another user, with the reason on standard error; 64 for a \
-        command line it cannot take.
-        """
+            Exit status: 0 once the mount is gone (with --lazy, detached); 1 when it is not a coordfs \
+            mount, is busy, or was made by another user, with the reason on standard error; 64 for a \
+            command line it cannot take.
+            """
     )
 
     /// libfuse's helper, through which a user other than root mounts and unmounts.
     static let fusermount3 = "/usr/bin/fusermount3"
 
-    @Argument(help: "The mount point.", completion: .custom { _, _, _ in MountTable.coordfsMounts(in: MountTable.entries()).map(\.mountPoint) })
+    @Argument(
+        help: "The mount point.",
+        completion: .custom { _, _, _ in MountTable.coordfsMounts(in: MountTable.entries()).map(\.mountPoint) })
     var mountPoint: String
 
-    @Flag(name: [.customShort("l"), .long],
-          help: "Detach the mount now, as umount -l does: programs that have files open in it keep them (and their coordination) until they close them, and the daemon ends after the last.")
+    @Flag(
+        name: [.customShort("l"), .long],
+        help:
+            "Detach the mount now, as umount -l does: programs that have files open in it keep them (and their coordination) until they close them, and the daemon ends after the last."
+    )
     var lazy = false
 
     func run() throws {
@@ -37,9 +42,11 @@ struct Unmount: ParsableCommand {
         // fusermount3 unmounts only its own user's mounts, and says so only as "entry for … not
         // found in /etc/mtab"; a user other than root cannot unmount another user's at all.
         if geteuid() != 0, let entry = MountTable.entries().last(where: { $0.mountPoint == path }),
-           let owner = MountTable.owner(of: entry), owner != geteuid() {
-            throw CommandFailure("cannot unmount '\(mountPoint)': \(MountTable.userName(owner)) made it, and a mount is unmounted "
-                                 + "only by the user who made it or by root")
+            let owner = MountTable.owner(of: entry), owner != geteuid()
+        {
+            throw CommandFailure(
+                "cannot unmount '\(mountPoint)': \(MountTable.userName(owner)) made it, and a mount is unmounted "
+                    + "only by the user who made it or by root")
         }
         // Read before trying: a busy mount is explained with it.
         let statistics = Status.statistics(ofMountAt: path)
@@ -48,12 +55,16 @@ struct Unmount: ParsableCommand {
         // coordinated access) keep no file open, so the kernel would let the mount go with their
         // holders still at work inside them: they make it busy too, unless detached.
         if !lazy, let holds = statistics?["socket_holds"] as? Int, holds > 0 {
-            throw CommandFailure("cannot unmount '\(mountPoint)': it is busy: \(holds == 1 ? "1 hold is" : "\(holds) holds are") taken "
-                                 + "through its control socket; `coordfs status \(path)` shows whose; or `coordfs unmount --lazy` detaches it now")
+            throw CommandFailure(
+                "cannot unmount '\(mountPoint)': it is busy: \(holds == 1 ? "1 hold is" : "\(holds) holds are") taken "
+                    + "through its control socket; `coordfs status \(path)` shows whose; or `coordfs unmount --lazy` detaches it now"
+            )
         }
         if geteuid() == 0 {
             do throws(Errno) { _ = try check(umount2(path, lazy ? Int32(MNT_DETACH) : 0)) } catch {
-                throw CommandFailure("cannot unmount '\(mountPoint)': " + (error == .resourceBusy ? busy(path, openFiles) : error.description))
+                throw CommandFailure(
+                    "cannot unmount '\(mountPoint)': "
+                        + (error == .resourceBusy ? busy(path, openFiles) : error.description))
             }
             return
         }
@@ -67,19 +78,25 @@ struct Unmount: ParsableCommand {
         helper.waitUntilExit()
         guard helper.terminationStatus == 0 else {
             // Its own line names its errno; ours says what to do about a busy mount.
-            let why = said.split(separator: "\n").last.map { $0.hasPrefix("fusermount3: ") ? String($0.dropFirst(13)) : String($0) }
+            let why = said.split(separator: "\n").last.map {
+                $0.hasPrefix("fusermount3: ") ? String($0.dropFirst(13)) : String($0)
+            }
             if MountTable.type(of: path) != nil, why?.contains("busy") ?? true {
                 throw CommandFailure("cannot unmount '\(mountPoint)': \(busy(path, openFiles))")
             }
-            throw CommandFailure("cannot unmount '\(mountPoint)': \(why ?? "fusermount3 failed (status \(helper.terminationStatus))")")
+            throw CommandFailure(
+                "cannot unmount '\(mountPoint)': \(why ?? "fusermount3 failed (status \(helper.terminationStatus))")")
         }
     }
 
     /// Why a mount is busy, and how to find out who keeps it so.
     private func busy(_ path: String, _ openFiles: Int?) -> String {
         let files = openFiles.map { $0 == 1 ? "1 file is open through it" : "\($0) files are open through it" }
-        let who = "`coordfs status \(path)` shows who holds files there, `fuser -vm \(path)` every process using it (a working directory, say)"
-        if let files, openFiles != 0 { return "it is busy: \(files); \(who); or `coordfs unmount --lazy` detaches it now" }
+        let who =
+            "`coordfs status \(path)` shows who holds files there, `fuser -vm \(path)` every process using it (a working directory, say)"
+        if let files, openFiles != 0 {
+            return "it is busy: \(files); \(who); or `coordfs unmount --lazy` detaches it now"
+        }
         return "it is busy: \(who); or `coordfs unmount --lazy` detaches it now"
     }
 }

@@ -14,18 +14,18 @@ struct Vend: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Vend a named service for an item and everything inside it; each connection runs a command.",
         discussion: """
-        Each connection runs the command with the connected socket as its standard input and \
-        output, as inetd runs one, with COORDFS_SERVICE, COORDFS_ITEM, and the client's \
-        COORDFS_CLIENT_PID, COORDFS_CLIENT_UID, COORDFS_CLIENT_GID (from the socket's \
-        credentials) and COORDFS_CLIENT_COMMAND in its environment. At most --max-connections \
-        commands run at once, as systemd's MaxConnections=: a connection past them is closed at \
-        once, and a line on standard error says so. Runs until interrupted: the service ends \
-        with it; connections being served stay with their commands. A second vend of a name \
-        you already vend for the same item is refused (EEXIST). \
-        Exit status: 1 when the service cannot be vended, or once its server ends (the mount is \
-        unmounted), with the reason on standard error; 64 for a command line it cannot take. \
-        SIGINT and SIGTERM end it as they end any program.
-        """
+            Each connection runs the command with the connected socket as its standard input and \
+            output, as inetd runs one, with COORDFS_SERVICE, COORDFS_ITEM, and the client's \
+            COORDFS_CLIENT_PID, COORDFS_CLIENT_UID, COORDFS_CLIENT_GID (from the socket's \
+            credentials) and COORDFS_CLIENT_COMMAND in its environment. At most --max-connections \
+            commands run at once, as systemd's MaxConnections=: a connection past them is closed at \
+            once, and a line on standard error says so. Runs until interrupted: the service ends \
+            with it; connections being served stay with their commands. A second vend of a name \
+            you already vend for the same item is refused (EEXIST). \
+            Exit status: 1 when the service cannot be vended, or once its server ends (the mount is \
+            unmounted), with the reason on standard error; 64 for a command line it cannot take. \
+            SIGINT and SIGTERM end it as they end any program.
+            """
     )
 
     @Argument(help: "The service's name (reverse-DNS by convention, at most 255 bytes).")
@@ -37,7 +37,10 @@ struct Vend: ParsableCommand {
     @Option(help: "The control socket (default: found from the path).")
     var socket: String?
 
-    @Option(help: "Commands that may run at once; a connection past them is closed (default 64, as systemd's MaxConnections=).")
+    @Option(
+        help:
+            "Commands that may run at once; a connection past them is closed (default 64, as systemd's MaxConnections=)."
+    )
     var maxConnections: Int = 64
 
     @Argument(parsing: .postTerminator, help: "The command each connection runs, after --.")
@@ -63,7 +66,8 @@ struct Vend: ParsableCommand {
                 running.value.subtract(1, ordering: .relaxed)
                 try? connection.close()
                 let who = record.origin?.pid.map { " from pid \($0)" } ?? ""
-                FileHandle.standardError.write(Data("coordfs vend: \(limit) connections are being served; one\(who) was closed\n".utf8))
+                FileHandle.standardError.write(
+                    Data("coordfs vend: \(limit) connections are being served; one\(who) was closed\n".utf8))
                 return
             }
             Thread {
@@ -126,7 +130,8 @@ struct Vend: ParsableCommand {
         let failure = posix_spawnp(&pid, command[0], &actions, &attributes, argv, envp)
         try? connection.close()
         guard failure == 0 else {
-            FileHandle.standardError.write(Data("coordfs vend: cannot run \(command[0]): \(String(cString: strerror(failure)))\n".utf8))
+            FileHandle.standardError.write(
+                Data("coordfs vend: cannot run \(command[0]): \(String(cString: strerror(failure)))\n".utf8))
             return
         }
         var status: Int32 = 0

@@ -12,25 +12,32 @@ struct Versions: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List the versions a mount kept of an item, show one, or put one back.",
         discussion: """
-        A mount keeps a file's content as a version before a rename over it, the removal of its \
-        last name, or its truncation. A version kept because its content was replaced by a writer \
-        that had not seen it (a lost update) is a conflict until it is resolved. Each line lists \
-        a version: ID, when it was kept, SIZE, what happened to it, who did it, and conflict, \
-        resolved or kept where so. Exit status: 0; 1 with the reason on standard error; 64 for a \
-        command line it cannot take.
-        """
+            A mount keeps a file's content as a version before a rename over it, the removal of its \
+            last name, or its truncation. A version kept because its content was replaced by a writer \
+            that had not seen it (a lost update) is a conflict until it is resolved. Each line lists \
+            a version: ID, when it was kept, SIZE, what happened to it, who did it, and conflict, \
+            resolved or kept where so. Exit status: 0; 1 with the reason on standard error; 64 for a \
+            command line it cannot take.
+            """
     )
 
     @Argument(help: "An item inside a coordfs mount; it may have been removed since.", completion: .file())
     var path: String
 
-    @Option(name: .customLong("show"), help: ArgumentHelp("Write version ID's content to standard output.", valueName: "id"))
+    @Option(
+        name: .customLong("show"), help: ArgumentHelp("Write version ID's content to standard output.", valueName: "id")
+    )
     var show: String?
 
-    @Option(help: ArgumentHelp("Put version ID back at PATH, as a program saving it would (the content there now is kept as a version in turn).", valueName: "id"))
+    @Option(
+        help: ArgumentHelp(
+            "Put version ID back at PATH, as a program saving it would (the content there now is kept as a version in turn).",
+            valueName: "id"))
     var restore: String?
 
-    @Option(help: ArgumentHelp("Mark conflict version ID resolved: the bounds may then take it like any other.", valueName: "id"))
+    @Option(
+        help: ArgumentHelp(
+            "Mark conflict version ID resolved: the bounds may then take it like any other.", valueName: "id"))
     var resolve: String?
 
     @Option(help: ArgumentHelp("Keep version ID whatever the bounds say, until --unkeep or --remove.", valueName: "id"))
@@ -50,7 +57,9 @@ struct Versions: ParsableCommand {
 
     func validate() throws {
         let actions = [show, restore, resolve, keep, unkeep, remove].compactMap { $0 }
-        if actions.count > 1 { throw ValidationError("give one of --show, --restore, --resolve, --keep, --unkeep and --remove") }
+        if actions.count > 1 {
+            throw ValidationError("give one of --show, --restore, --resolve, --keep, --unkeep and --remove")
+        }
     }
 
     func run() throws {
@@ -79,18 +88,25 @@ struct Versions: ParsableCommand {
             try act(remove, .remove)
         } else {
             let fields: [String: WireValue]
-            do { fields = try client.request { .versions(id: $0, path: resolved) } } catch { throw CommandFailure("\(error)") }
+            do { fields = try client.request { .versions(id: $0, path: resolved) } } catch {
+                throw CommandFailure("\(error)")
+            }
             list(fields)
         }
     }
 
-    private func open(_ version: String, _ client: ControlClient, _ path: String) throws -> ([String: WireValue], FileHandle) {
+    private func open(
+        _ version: String, _ client: ControlClient, _ path: String
+    ) throws -> ([String: WireValue], FileHandle) {
         do { return try client.openVersion(version, of: path) } catch { throw CommandFailure("\(error)") }
     }
 
     private func list(_ fields: [String: WireValue]) {
         if json {
-            print(String(decoding: WireCodec.encode(object: fields.filter { $0.key != "id" && $0.key != "ok" }).dropLast(), as: UTF8.self))
+            print(
+                String(
+                    decoding: WireCodec.encode(object: fields.filter { $0.key != "id" && $0.key != "ok" }).dropLast(),
+                    as: UTF8.self))
             return
         }
         guard case .array(let versions)? = fields["versions"], !versions.isEmpty else {
@@ -113,8 +129,9 @@ struct Versions: ParsableCommand {
             if flag("conflict") { marks.append(flag("resolved") ? "resolved" : "conflict") }
             if flag("pinned") { marks.append("kept") }
             let time = formatter.string(from: Date(timeIntervalSince1970: Double(number("time"))))
-            print([text("id"), time, String(number("size")), text("cause"), by, marks.joined(separator: ",")]
-                .filter { !$0.isEmpty }.joined(separator: "  "))
+            print(
+                [text("id"), time, String(number("size")), text("cause"), by, marks.joined(separator: ",")]
+                    .filter { !$0.isEmpty }.joined(separator: "  "))
         }
     }
 }

@@ -12,22 +12,23 @@ import Glibc
 /// `coordfs watch PATH...`: present items from the command line and print what happens to them.
 struct Watch: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Present PATHs and print coordination events as they come, like inotifywait -m; with --inotify-events, as inotifywait.",
+        abstract:
+            "Present PATHs and print coordination events as they come, like inotifywait -m; with --inotify-events, as inotifywait.",
         discussion: """
-        Each line is: PATH EVENTS[,...] [NAME] [cookie=N] [pid=N command=NAME] [purpose=ID] via=ROUTE \
-        (PATH as given, or with -r the directory inside it that holds NAME; who made the access: \
-        through the mount, a coordinator, or from outside the mount), or what --format makes of it. \
-        Requests (REQUEST in EVENTS) hold up the access until answered: --answer ok consents, \
-        --answer EACCES (any errno name) makes it fail with that errno, --answer none never \
-        answers (the access then waits for the mount's presenter timeout). With \
-        --inotify-events each line is inotifywait's, `DIR/ EVENTS NAME`, and as inotifywait the \
-        first event ends the watch unless -m is given, and a path that does not exist is refused. \
-        Exit status, as inotifywait's: 0 once every watched item is deleted, or after the first \
-        event with --inotify-events and no -m; 1 when a path cannot be watched, its server ends, \
-        or (with --inotify-events, no -m) the watched item went unasked for, with the reason on \
-        standard error; 2 when --timeout passes with no event; 64 for a command line it cannot \
-        take. SIGINT and SIGTERM end it as they end any program.
-        """
+            Each line is: PATH EVENTS[,...] [NAME] [cookie=N] [pid=N command=NAME] [purpose=ID] via=ROUTE \
+            (PATH as given, or with -r the directory inside it that holds NAME; who made the access: \
+            through the mount, a coordinator, or from outside the mount), or what --format makes of it. \
+            Requests (REQUEST in EVENTS) hold up the access until answered: --answer ok consents, \
+            --answer EACCES (any errno name) makes it fail with that errno, --answer none never \
+            answers (the access then waits for the mount's presenter timeout). With \
+            --inotify-events each line is inotifywait's, `DIR/ EVENTS NAME`, and as inotifywait the \
+            first event ends the watch unless -m is given, and a path that does not exist is refused. \
+            Exit status, as inotifywait's: 0 once every watched item is deleted, or after the first \
+            event with --inotify-events and no -m; 1 when a path cannot be watched, its server ends, \
+            or (with --inotify-events, no -m) the watched item went unasked for, with the reason on \
+            standard error; 2 when --timeout passes with no event; 64 for a command line it cannot \
+            take. SIGINT and SIGTERM end it as they end any program.
+            """
     )
 
     @Argument(help: "Items to present (inside a coordfs mount, or anywhere with the daemon).", completion: .file())
@@ -36,19 +37,30 @@ struct Watch: ParsableCommand {
     @Flag(help: "One JSON object per line.")
     var json = false
 
-    @Option(help: "How to answer requests: ok, an errno name (EACCES, ...), or none.",
-            completion: .list(["ok", "none", "EACCES", "EPERM", "EBUSY", "EAGAIN", "EIO"]))
+    @Option(
+        help: "How to answer requests: ok, an errno name (EACCES, ...), or none.",
+        completion: .list(["ok", "none", "EACCES", "EPERM", "EBUSY", "EAGAIN", "EIO"]))
     var answer: String = "ok"
 
-    @Option(name: [.customShort("e"), .customLong("events"), .customLong("event")],
-            help: ArgumentHelp("Events to receive, comma-separated or repeated, in either case (default: all): RELINQUISH_READER, SAVE, CHANGED, ...; or inotifywait's create, modify, attrib, close_write, close, moved_from, moved_to, move, move_self, delete, delete_self, unmount, ignored, which stand for the events that tell the same (access, open and close_nowrite are never told, and refused).", valueName: "EVENTS"),
-            completion: .list(Self.eventNames))
+    @Option(
+        name: [.customShort("e"), .customLong("events"), .customLong("event")],
+        help: ArgumentHelp(
+            "Events to receive, comma-separated or repeated, in either case (default: all): RELINQUISH_READER, SAVE, CHANGED, ...; or inotifywait's create, modify, attrib, close_write, close, moved_from, moved_to, move, move_self, delete, delete_self, unmount, ignored, which stand for the events that tell the same (access, open and close_nowrite are never told, and refused).",
+            valueName: "EVENTS"),
+        completion: .list(Self.eventNames))
     var events: [String] = []
 
-    @Flag(name: [.customShort("r"), .long], help: "Print events of items at any depth inside a watched directory, as inotifywait -r (without it, only of the directory's own entries; requests about deeper items are answered all the same).")
+    @Flag(
+        name: [.customShort("r"), .long],
+        help:
+            "Print events of items at any depth inside a watched directory, as inotifywait -r (without it, only of the directory's own entries; requests about deeper items are answered all the same)."
+    )
     var recursive = false
 
-    @Flag(help: "Print as inotifywait does: `DIR/ EVENTS NAME` (or --format, --csv), with inotify's names (CREATE, MODIFY, ATTRIB, CLOSE_WRITE,CLOSE, MOVED_FROM, MOVED_TO, MOVE_SELF, DELETE, DELETE_SELF, IGNORED, UNMOUNT, with ISDIR for directories), only those, and the first event alone unless -m is given: a script written for inotifywait reads the same lines.")
+    @Flag(
+        help:
+            "Print as inotifywait does: `DIR/ EVENTS NAME` (or --format, --csv), with inotify's names (CREATE, MODIFY, ATTRIB, CLOSE_WRITE,CLOSE, MOVED_FROM, MOVED_TO, MOVE_SELF, DELETE, DELETE_SELF, IGNORED, UNMOUNT, with ISDIR for directories), only those, and the first event alone unless -m is given: a script written for inotifywait reads the same lines."
+    )
     var inotifyEvents = false
 
     /// What `--answer` says, in either case (as event names are taken): ok is errno 0, none
@@ -75,7 +87,10 @@ struct Watch: ParsableCommand {
         try EventChoice(events, inotifyNames: inotifyEvents)
     }
 
-    @Option(help: ArgumentHelp("Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated; %Xe: separated by X), %c the cookie, %T the time (--timefmt), %% a percent sign; %p, %C and %o the pid, command and route (mount, coordinator, outside, cluster) of whoever made the access, %h the other host for cluster.", valueName: "FMT"))
+    @Option(
+        help: ArgumentHelp(
+            "Print each event as FMT, as inotifywait --format: %w the watched item, %f the name inside it, %e the events (comma-separated; %Xe: separated by X), %c the cookie, %T the time (--timefmt), %% a percent sign; %p, %C and %o the pid, command and route (mount, coordinator, outside, cluster) of whoever made the access, %h the other host for cluster.",
+            valueName: "FMT"))
     var format: String?
 
     @Option(help: ArgumentHelp("The strftime(3) format of %T (default %H:%M:%S).", valueName: "FMT"))
@@ -84,32 +99,46 @@ struct Watch: ParsableCommand {
     @Flag(name: [.customShort("q"), .long], help: "Print no line but events (no \"Watches established.\").")
     var quiet = false
 
-    @Option(name: [.customShort("t"), .long], help: "End with status 2 when this many seconds pass with no event (as inotifywait -t; 0: never).")
+    @Option(
+        name: [.customShort("t"), .long],
+        help: "End with status 2 when this many seconds pass with no event (as inotifywait -t; 0: never).")
     var timeout: Double?
 
     @Option(help: "The control socket (default: found from the paths).", completion: .file())
     var socket: String?
 
-    @Flag(name: [.customShort("m"), .long], help: "With --inotify-events, keep printing events (as inotifywait -m; without it the first event ends the watch). coordfs's own lines always keep coming.")
+    @Flag(
+        name: [.customShort("m"), .long],
+        help:
+            "With --inotify-events, keep printing events (as inotifywait -m; without it the first event ends the watch). coordfs's own lines always keep coming."
+    )
     var monitor = false
 
-    @Flag(name: [.customShort("c"), .long], help: "Print each event as CSV, as inotifywait -c/--csv: the watched item, the events, the name inside it.")
+    @Flag(
+        name: [.customShort("c"), .long],
+        help: "Print each event as CSV, as inotifywait -c/--csv: the watched item, the events, the name inside it.")
     var csv = false
 
-    @Option(help: ArgumentHelp("Print no event whose full path matches this extended regular expression (as inotifywait --exclude; requests are still answered).", valueName: "REGEX"))
+    @Option(
+        help: ArgumentHelp(
+            "Print no event whose full path matches this extended regular expression (as inotifywait --exclude; requests are still answered).",
+            valueName: "REGEX"))
     var exclude: String?
 
     @Option(help: ArgumentHelp("--exclude, ignoring case.", valueName: "REGEX"))
     var excludei: String?
 
-    @Option(help: ArgumentHelp("Print only events whose full path matches this extended regular expression (as inotifywait --include).", valueName: "REGEX"))
+    @Option(
+        help: ArgumentHelp(
+            "Print only events whose full path matches this extended regular expression (as inotifywait --include).",
+            valueName: "REGEX"))
     var include: String?
 
     @Option(help: ArgumentHelp("--include, ignoring case.", valueName: "REGEX"))
     var includei: String?
 
     /// What --exclude and --include keep, from their expressions.
-    struct PathFilter: @unchecked Sendable {   // NSRegularExpression is immutable, and documented thread-safe
+    struct PathFilter: @unchecked Sendable {  // NSRegularExpression is immutable, and documented thread-safe
         let exclude: [NSRegularExpression]
         let include: [NSRegularExpression]
 
@@ -123,12 +152,17 @@ struct Watch: ParsableCommand {
     func pathFilter() throws -> PathFilter {
         func compile(_ pattern: String?, _ name: String, ignoringCase: Bool) throws -> [NSRegularExpression] {
             guard let pattern else { return [] }
-            do { return [try NSRegularExpression(pattern: pattern, options: ignoringCase ? [.caseInsensitive] : [])] } catch {
+            do {
+                return [try NSRegularExpression(pattern: pattern, options: ignoringCase ? [.caseInsensitive] : [])]
+            } catch {
                 throw ValidationError("--\(name): '\(pattern)' is not a regular expression")
             }
         }
-        return PathFilter(exclude: try compile(exclude, "exclude", ignoringCase: false) + compile(excludei, "excludei", ignoringCase: true),
-                          include: try compile(include, "include", ignoringCase: false) + compile(includei, "includei", ignoringCase: true))
+        return PathFilter(
+            exclude: try compile(exclude, "exclude", ignoringCase: false)
+                + compile(excludei, "excludei", ignoringCase: true),
+            include: try compile(include, "include", ignoringCase: false)
+                + compile(includei, "includei", ignoringCase: true))
     }
 
     func validate() throws {
@@ -136,8 +170,12 @@ struct Watch: ParsableCommand {
             throw ValidationError("--answer must be ok, none or an errno name such as EACCES, not '\(answer)'")
         }
         _ = try eventChoice()
-        if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw ValidationError("--timeout: \(why)") }
-        if [json, format != nil, csv].filter({ $0 }).count > 1 { throw ValidationError("--json, --csv and --format do not go together") }
+        if let timeout, case .failure(let why) = Seconds.duration(timeout) {
+            throw ValidationError("--timeout: \(why)")
+        }
+        if [json, format != nil, csv].filter({ $0 }).count > 1 {
+            throw ValidationError("--json, --csv and --format do not go together")
+        }
         _ = try pathFilter()
     }
 
@@ -153,10 +191,12 @@ struct Watch: ParsableCommand {
         }
         let given = Dictionary(paths.map { (ServerConnection.resolve($0), $0) }) { first, _ in first }
         let oneEvent = inotifyEvents && !monitor
-        let shape = format.map { EventFormat($0, timeFormat: timefmt) } ?? (csv ? .csv : inotifyEvents ? .inotifywait : nil)
-        let printer = Printer(json: json, format: shape, quiet: quiet,
-                              view: EventView(given: given, recursive: recursive, inotifyNames: inotifyEvents, choice: choice),
-                              limit: oneEvent ? 1 : nil)
+        let shape =
+            format.map { EventFormat($0, timeFormat: timefmt) } ?? (csv ? .csv : inotifyEvents ? .inotifywait : nil)
+        let printer = Printer(
+            json: json, format: shape, quiet: quiet,
+            view: EventView(given: given, recursive: recursive, inotifyNames: inotifyEvents, choice: choice),
+            limit: oneEvent ? 1 : nil)
         let filter = try pathFilter()
         let end = WatchEnd()
         let live = LiveWatches(count: paths.count)
@@ -181,11 +221,15 @@ struct Watch: ParsableCommand {
                     heard.signal()
                     if printed && oneEvent { return end.finish(.event) }
                     if record.mask.contains(.reacquire) { live.reacquired(record.cookie) }
-                    if code == 0, choice.asked.contains(.reacquire), !record.mask.isDisjoint(with: [.relinquishToReader, .relinquishToWriter]) {
+                    if code == 0, choice.asked.contains(.reacquire),
+                        !record.mask.isDisjoint(with: [.relinquishToReader, .relinquishToWriter])
+                    {
                         live.relinquished(record.cookie)
                     }
                     // A watched item deleted: the server removed its watch (inotify's IGNORED).
-                    if record.mask.contains(.presenterRemoved), record.name.isEmpty, live.remove(socketPath, wd: record.wd), oneEvent {
+                    if record.mask.contains(.presenterRemoved), record.name.isEmpty,
+                        live.remove(socketPath, wd: record.wd), oneEvent
+                    {
                         return end.finish(.unasked)
                     }
                     // Every watched item gone, nothing more can come: the watch ends, after the

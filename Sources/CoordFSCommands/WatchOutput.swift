@@ -45,14 +45,18 @@ final class EventView: @unchecked Sendable {
     private var directories = Set<[UInt8]>()
 
     init(given: [String: String], recursive: Bool, inotifyNames: Bool, choice: EventChoice? = nil) {
-        self.given = Dictionary(given.map { (FileSystemName.bytes($0.key), FileSystemName.bytes($0.value)) }) { first, _ in first }
+        self.given = Dictionary(given.map { (FileSystemName.bytes($0.key), FileSystemName.bytes($0.value)) }) {
+            first, _ in first
+        }
         self.recursive = recursive
         self.inotifyNames = inotifyNames
         self.choice = choice ?? .everything(inotifyNames: inotifyNames)
-        watchedDirectories = Set(self.given.keys.filter { resolved in
-            var info = stat()
-            return FileSystemName.withCString(resolved, { stat($0, &info) }) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-        })
+        watchedDirectories = Set(
+            self.given.keys.filter { resolved in
+                var info = stat()
+                return FileSystemName.withCString(resolved, { stat($0, &info) }) == 0
+                    && (info.st_mode & S_IFMT) == S_IFDIR
+            })
         guard inotifyNames else { return }
         for resolved in self.given.keys { remember(directoriesIn: resolved, depth: recursive ? 64 : 1) }
     }
@@ -69,7 +73,9 @@ final class EventView: @unchecked Sendable {
     func show(_ record: EventRecord) -> [ShownEvent] {
         let path = FileSystemName.bytes(record.path), relative = FileSystemName.bytes(record.name)
         guard recursive || !relative.contains(UInt8(ascii: "/")) else { return [] }
-        let lines = inotifyNames ? inotifyEvents(record, path) : record.mask.isDisjoint(with: choice.printed) ? [] : [record.mask.names]
+        let lines =
+            inotifyNames
+            ? inotifyEvents(record, path) : record.mask.isDisjoint(with: choice.printed) ? [] : [record.mask.names]
         guard !lines.isEmpty else { return [] }
         let slash = relative.lastIndex(of: UInt8(ascii: "/"))
         // The watched item as resolved: the record's path less "/NAME".
@@ -85,7 +91,9 @@ final class EventView: @unchecked Sendable {
             name = Array(relative[(slash + 1)...])
         }
         let itselfIsDirectory = watchedDirectories.contains(watched)
-        return lines.map { ShownEvent(directory: directory, name: name, events: $0, itselfIsDirectory: itselfIsDirectory) }
+        return lines.map {
+            ShownEvent(directory: directory, name: name, events: $0, itselfIsDirectory: itselfIsDirectory)
+        }
     }
 
     /// inotify's UNMOUNT, then IGNORED, for the watched item at `record.path` (as resolved when
@@ -96,8 +104,11 @@ final class EventView: @unchecked Sendable {
         var directory = given[path] ?? path
         if directory.count > 1, directory.last == UInt8(ascii: "/") { directory.removeLast() }
         let printed = choice.printedInotify
-        return [(InotifyEvents.unmount, "UNMOUNT"), (InotifyEvents.ignored, "IGNORED")].filter { printed.contains($0.0) }.map {
-            ShownEvent(directory: directory, name: [], events: [$0.1], itselfIsDirectory: watchedDirectories.contains(path))
+        return [(InotifyEvents.unmount, "UNMOUNT"), (InotifyEvents.ignored, "IGNORED")].filter {
+            printed.contains($0.0)
+        }.map {
+            ShownEvent(
+                directory: directory, name: [], events: [$0.1], itselfIsDirectory: watchedDirectories.contains(path))
         }
     }
 
@@ -126,7 +137,7 @@ final class EventView: @unchecked Sendable {
         } else if mask.contains(.movedFrom) {
             lines.append(itself ? (.moveSelf, ["MOVE_SELF"]) : (.movedFrom, ["MOVED_FROM"] + isDirectory(gone: true)))
         } else if mask.contains(.movedTo) {
-            if !itself { lines.append((.movedTo, ["MOVED_TO"] + isDirectory(gone: false))) }      // MOVE_SELF said it
+            if !itself { lines.append((.movedTo, ["MOVED_TO"] + isDirectory(gone: false))) }  // MOVE_SELF said it
         } else if mask.contains(.subitemDeleted) {
             lines.append((.delete, ["DELETE"] + isDirectory(gone: true)))
         } else if mask.contains(.presenterRemoved) {
@@ -297,7 +308,9 @@ struct EventFormat: Sendable {
     static let inotifywait = EventFormat("%w %e %f", timeFormat: "%H:%M:%S")
 
     private func field(_ bytes: [UInt8]) -> [UInt8] {
-        guard quotesFields, bytes.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 10 || $0 == 13 }) else {
+        guard quotesFields,
+            bytes.contains(where: { $0 == UInt8(ascii: ",") || $0 == UInt8(ascii: "\"") || $0 == 10 || $0 == 13 })
+        else {
             return bytes
         }
         var quoted: [UInt8] = [UInt8(ascii: "\"")]

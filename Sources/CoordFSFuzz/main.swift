@@ -28,8 +28,9 @@ final class FuzzFixture: Sendable {
         }
         let domain = CoordinationDomain()
         domain.presenterTimeout = .milliseconds(50)
-        server = ControlServer(socketPath: Self.tree + "/unused.sock", mode: 0o600, domain: domain,
-                               resolver: HostItemResolver(domain: domain), root: "/")
+        server = ControlServer(
+            socketPath: Self.tree + "/unused.sock", mode: 0o600, domain: domain,
+            resolver: HostItemResolver(domain: domain), root: "/")
         server.waitTimeout = .milliseconds(200)
     }
 }
@@ -37,7 +38,9 @@ final class FuzzFixture: Sendable {
 let fixture = FuzzFixture()
 
 /// Open descriptors of this process now (the listing's own descriptor left out).
-func openDescriptors() -> Int { ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.count ?? 1) - 1 }
+func openDescriptors() -> Int {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd"))?.count ?? 1) - 1
+}
 
 /// Inputs run, and the descriptors open after the first: every thousandth input checks that
 /// what one input opens it closes (connections, sockets, watches' and services' descriptors).
@@ -48,10 +51,14 @@ nonisolated(unsafe) var descriptorsAtStart = -1
 public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     let input = Array(UnsafeBufferPointer(start: data, count: size))
     // The decoder alone, every line.
-    for line in input.split(separator: 10, omittingEmptySubsequences: true) { _ = try? WireCodec.decodeClient(Array(line)) }
+    for line in input.split(separator: 10, omittingEmptySubsequences: true) {
+        _ = try? WireCodec.decodeClient(Array(line))
+    }
     // The server: the client's lines after a hello, then its end; replies drained meanwhile.
     var ends: [Int32] = [0, 0]
-    guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else { return 0 }
+    guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &ends) == 0 else {
+        return 0
+    }
     let client = ends[0]
     let drained = DispatchSemaphore(value: 0)
     Thread {
@@ -74,7 +81,8 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     runs += 1
     if runs == 1 { descriptorsAtStart = openDescriptors() }
     if runs % 1000 == 0, openDescriptors() > descriptorsAtStart + 64 {
-        fatalError("descriptors leak: \(openDescriptors()) open after \(runs) inputs, \(descriptorsAtStart) after the first")
+        fatalError(
+            "descriptors leak: \(openDescriptors()) open after \(runs) inputs, \(descriptorsAtStart) after the first")
     }
     return 0
 }
@@ -82,9 +90,11 @@ public func fuzz(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
 #if FUZZING
 // libFuzzer's driver, started from the program's entry (SwiftPM names it CoordFSFuzz_main).
 @_silgen_name("LLVMFuzzerRunDriver")
-func runFuzzerDriver(_ argc: UnsafeMutablePointer<Int32>,
-                     _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-                     _ body: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt) -> CInt
+func runFuzzerDriver(
+    _ argc: UnsafeMutablePointer<Int32>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+    _ body: @convention(c) (UnsafePointer<UInt8>, Int) -> CInt
+) -> CInt
 
 @_cdecl("CoordFSFuzz_main")
 func fuzzerMain(_ argc: Int32, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {

@@ -87,7 +87,10 @@ public final class Filesystem: @unchecked Sendable {
         let (fd, pin, accessTimes) = AccessTimes.openBacking(configuration) {
             Logger(label: "org.coordfs.mount").notice("\($0)")
         }
-        guard fd >= 0 else { throw MountError.invalid("cannot open backing directory '\(configuration.backing)': \(Errno.ofFailedCall())") }
+        guard fd >= 0 else {
+            throw MountError.invalid(
+                "cannot open backing directory '\(configuration.backing)': \(Errno.ofFailedCall())")
+        }
         var info = stat()
         guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0 else {
             for open in [fd, pin] where open >= 0 { close(open) }
@@ -96,36 +99,60 @@ public final class Filesystem: @unchecked Sendable {
         let limit = DescriptorLimit.raise()
         guard let budget = DescriptorLimit.budget(configuration.descriptorBudget, under: limit) else {
             for open in [fd, pin] where open >= 0 { close(open) }
-            throw MountError.invalid(DescriptorLimit.refusal(of: "a descriptor budget of \(configuration.descriptorBudget ?? 0)", under: limit))
+            throw MountError.invalid(
+                DescriptorLimit.refusal(
+                    of: "a descriptor budget of \(configuration.descriptorBudget ?? 0)", under: limit))
         }
         // Room for the budget and the files open through the mount, within the limit.
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
-        inodes = InodeTable(rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
-        let perUser = configuration.openFilesPerUser ?? DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget)
+        inodes = InodeTable(
+            rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
+        let perUser =
+            configuration.openFilesPerUser ?? DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget)
         files = OpenFileTable(budget: OpenFileBudget(perUser: perUser, owner: getuid()))
         let filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
-        backing = BackingDirectory(filesystems: filesystems, accessTimes: accessTimes, pin: pin,
-                                   lanesByItem: configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal,
-                                   openFileLimit: limit)
+        backing = BackingDirectory(
+            filesystems: filesystems, accessTimes: accessTimes, pin: pin,
+            lanesByItem: configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal,
+            openFileLimit: limit)
         versions = Self.openVersions(configuration, root: fd)
+        coordinator = Self.coordinator(
+            of: configuration, in: domain, inodes: inodes, root: root, filesystems: filesystems, statistics: statistics)
+    }
+
+    /// The mount's coordinator, naming items from `inodes` below `root` (the mount point).
+    private static func coordinator(
+        of configuration: MountConfiguration, in domain: CoordinationDomain, inodes: InodeTable, root: ItemPath,
+        filesystems: BackingFilesystems, statistics: MountStatistics
+    ) -> MountCoordinator {
         let table = inodes
-        let waitWatch = WaitWatch(logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
-                              breakTime: configuration.breakTime, lockTime: configuration.lockTime) { node, name in
+        let waitWatch = WaitWatch(
+            logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
+            breakTime: configuration.breakTime, lockTime: configuration.lockTime
+        ) { node, name in
             table.withFD(node, orElse: { _ in nil }) { fd -> WaitWatch.FileState? in
                 var info = stat()
-                let found = name.isEmpty ? fstat(fd, &info) : FileSystemName.withCString(name) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }
+                let found =
+                    name.isEmpty
+                    ? fstat(fd, &info)
+                    : FileSystemName.withCString(name) { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }
                 return found == 0 ? WaitWatch.FileState(modified: info.st_mtim, changed: info.st_ctim) : nil
             }
         }
-        let targets = ItemTargets(inodes: inodes, root: root, packageExtensions: configuration.packageExtensions,
-                                  packageMarkers: PackageMarkers(lifetimeMilliseconds: Int64((configuration.cacheTimeout ?? 1) * 1000)))
-        let rootFD = fd
-        let store = SharedStore(domain: domain, root: root, isDirectory: { path in
-            var info = stat()
-            return FileSystemName.withCString(path) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
-        }, target: { path, isDirectory in targets.target(path, isDirectory: isDirectory) })
-        coordinator = MountCoordinator(domain: domain, configuration: configuration, targets: targets, statistics: statistics,
-                                       filesystems: filesystems, waitWatch: waitWatch, store: store)
+        let targets = ItemTargets(
+            inodes: inodes, root: root, packageExtensions: configuration.packageExtensions,
+            packageMarkers: PackageMarkers(lifetimeMilliseconds: Int64((configuration.cacheTimeout ?? 1) * 1000)))
+        let rootFD = inodes.rootDescriptor
+        let store = SharedStore(
+            domain: domain, root: root,
+            isDirectory: { path in
+                var info = stat()
+                return FileSystemName.withCString(path) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
+                    && (info.st_mode & S_IFMT) == S_IFDIR
+            }, target: { path, isDirectory in targets.target(path, isDirectory: isDirectory) })
+        return MountCoordinator(
+            domain: domain, configuration: configuration, targets: targets, statistics: statistics,
+            filesystems: filesystems, waitWatch: waitWatch, store: store)
     }
 
     /// The versions the configuration asks for; none through a read-only mount, which replaces
@@ -136,7 +163,9 @@ public final class Filesystem: @unchecked Sendable {
         do {
             return try MountVersions(configuration.versions, root: root, logger: logger)
         } catch {
-            logger.warning("no versions are kept: the store \(VersionStore.directoryName) cannot be made in the backing directory (\(error))")
+            logger.warning(
+                "no versions are kept: the store \(VersionStore.directoryName) cannot be made in the backing directory (\(error))"
+            )
             return nil
         }
     }
@@ -147,8 +176,9 @@ public final class Filesystem: @unchecked Sendable {
     func watchBacking() -> BackingWatch? {
         guard configuration.watchesBacking, filesystems.rootIsLocal else { return nil }
         do {
-            let watch = try BackingWatch(watching: configuration.backing, device: filesystems.rootDevice,
-                                         byDirectory: configuration.watchesBackingByDirectory, for: self)
+            let watch = try BackingWatch(
+                watching: configuration.backing, device: filesystems.rootDevice,
+                byDirectory: configuration.watchesBackingByDirectory, for: self)
             cacheTimes.keepLong(on: watch.device)
             statistics.watchesBacking.store(true, ordering: .relaxed)
             // Files' own marks would count against a mark per directory's limits, and go
@@ -156,7 +186,9 @@ public final class Filesystem: @unchecked Sendable {
             if watch.scope == .filesystem { watchedWrites.begin(in: watch.descriptor) }
             return watch
         } catch {
-            logger.notice("changes made behind the mount are not seen (\(error)); the kernel keeps names and attributes for \(unwatchedTimeout) s")
+            logger.notice(
+                "changes made behind the mount are not seen (\(error)); the kernel keeps names and attributes for \(unwatchedTimeout) s"
+            )
             return nil
         }
     }
@@ -212,8 +244,10 @@ public final class Filesystem: @unchecked Sendable {
     /// read point they were read after.
     @inline(__always)
     func watchWritesIfAsked(_ inode: Inode, fd: Int32, _ info: inout stat, readSince: inout UInt64) {
-        guard info.st_mode & S_IFMT == S_IFREG, inode.device == watchedDevice, cacheTimes.watchedTimeout > unwatchedTimeout,
-              !watchedWrites.covers(inode) else { return }
+        guard info.st_mode & S_IFMT == S_IFREG, inode.device == watchedDevice,
+            cacheTimes.watchedTimeout > unwatchedTimeout,
+            !watchedWrites.covers(inode)
+        else { return }
         let (marked, ended) = watchedWrites.watch(inode, fd: fd)
         if let ended { invalidateAttributes { $0.markGeneration.load(ordering: .relaxed) == ended } }
         guard let marked, fstat(fd, &info) == 0 else { return }
@@ -253,7 +287,9 @@ public final class Filesystem: @unchecked Sendable {
         guard view != ownership.current else { return nil }
         ownership.set(view)
         invalidateAttributes { _ in true }
-        logger.notice("remounted: owner \(view.owner.map(String.init) ?? "as stored"), group \(view.group.map(String.init) ?? "as stored"), umask \(view.umask.map { String($0, radix: 8) } ?? "none")")
+        logger.notice(
+            "remounted: owner \(view.owner.map(String.init) ?? "as stored"), group \(view.group.map(String.init) ?? "as stored"), umask \(view.umask.map { String($0, radix: 8) } ?? "none")"
+        )
         return nil
     }
 
@@ -262,9 +298,12 @@ public final class Filesystem: @unchecked Sendable {
     /// own options). (mount(8)'s own the helper keeps to itself: `Mount.mountHelperOptions`.)
     static func passesRemount(_ option: String) -> Bool {
         let name = option.split(separator: "=", maxSplits: 1).first.map(String.init) ?? option
-        return ["remount", "ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "relatime", "strictatime", "lazytime",
-                "nolazytime", "default_permissions", "user_id", "group_id", "rootmode", "fd", "fsname", "subtype",
-                "blksize"].contains(name)
+        return [
+            "remount", "ro", "rw", "suid", "nosuid", "dev", "nodev", "exec", "noexec", "relatime", "strictatime",
+            "lazytime",
+            "nolazytime", "default_permissions", "user_id", "group_id", "rootmode", "fd", "fsname", "subtype",
+            "blksize"
+        ].contains(name)
     }
 
     /// Looks up `name` in `parent` on the backing directory and records the node.
@@ -272,7 +311,9 @@ public final class Filesystem: @unchecked Sendable {
         if justMade {
             // Not known yet: looking for it first would cost a call more. Its siblings' next
             // lookups will find it known.
-            if !parent.childrenAreKnown.load(ordering: .relaxed) { parent.childrenAreKnown.store(true, ordering: .relaxed) }
+            if !parent.childrenAreKnown.load(ordering: .relaxed) {
+                parent.childrenAreKnown.store(true, ordering: .relaxed)
+            }
         } else if parent.childrenAreKnown.load(ordering: .relaxed) {
             if let known = try inodes.knownChild(named: name, in: parent) {
                 statistics.knownLookups.add(1, ordering: .relaxed)
@@ -281,7 +322,9 @@ public final class Filesystem: @unchecked Sendable {
             statistics.knownLookupMisses.add(1, ordering: .relaxed)
         }
         let (fd, info) = try inodes.openChild(named: name, in: parent)
-        guard backing.lanesByItem else { return (inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade), info) }
+        guard backing.lanesByItem else {
+            return (inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade), info)
+        }
         // Looked at before `remember`, which may close `fd`.
         let filesystem = filesystems.look(atDevice: UInt64(info.st_dev), of: fd)
         let inode = inodes.remember(fd: fd, info: info, in: parent, name: name, justMade: justMade)
@@ -300,7 +343,9 @@ public final class Filesystem: @unchecked Sendable {
         cfs_ring_lane_node(device, inode.id)
         if parent.device != inode.device { cfs_ring_lane_node(device, parent.id) }
         if firstOnItsFilesystem && cfs_ring_facts(device).queues > 0 {
-            logger.notice("a filesystem that is not local is mounted at '\(targets.relativePath(inode))': lane threads serve its requests")
+            logger.notice(
+                "a filesystem that is not local is mounted at '\(targets.relativePath(inode))': lane threads serve its requests"
+            )
         }
     }
 }

@@ -104,12 +104,13 @@ final class MountStatistics: Sendable {
             ("flushes", flushes.load(ordering: .relaxed)), ("synced_writes", syncedWrites.load(ordering: .relaxed)),
             ("synced_directories", syncedDirectories.load(ordering: .relaxed)),
             ("synced_attributes", syncedAttributes.load(ordering: .relaxed)),
-            ("forget_requests", forgetRequests.load(ordering: .relaxed)), ("forgotten", forgotten.load(ordering: .relaxed)),
+            ("forget_requests", forgetRequests.load(ordering: .relaxed)),
+            ("forgotten", forgotten.load(ordering: .relaxed)),
             ("known_lookups", knownLookups.load(ordering: .relaxed)),
             ("attribute_requests", attributeRequests.value),
             ("files_watched_for_writes", filesWatchedForWrites.load(ordering: .relaxed)),
             ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),
-            ("fenced_writes", fencedWrites.load(ordering: .relaxed)),
+            ("fenced_writes", fencedWrites.load(ordering: .relaxed))
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

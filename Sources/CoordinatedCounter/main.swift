@@ -103,7 +103,8 @@ for _ in 0..<updates {
 // the old place between them, as it would on Apple's systems.)
 let away = directory.appendingPathComponent(file.lastPathComponent + ".\(name).moved")
 do {
-    try coordinator.coordinate(writingItemAt: file, options: .forMoving, writingItemAt: away, options: .forReplacing) { source, destination in
+    try coordinator.coordinate(writingItemAt: file, options: .forMoving, writingItemAt: away, options: .forReplacing) {
+        source, destination in
         try FileManager.default.moveItem(at: source, to: destination)
         coordinator.item(at: source, didMoveTo: destination)
         try FileManager.default.moveItem(at: destination, to: source)
@@ -128,7 +129,7 @@ let log = presenter.log
 func count(_ letter: Character) -> Int { log.filter { $0 == letter }.count }
 let report: [String: Any] = [
     "name": name, "log": log, "relinquish": count("R") + count("r"), "save": count("S"), "change": count("C"),
-    "move": count("M"), "reacquire": count("A"), "errors": errors,
+    "move": count("M"), "reacquire": count("A"), "errors": errors
 ]
 let line = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys])
 FileHandle.standardOutput.write(line + Data("\n".utf8))

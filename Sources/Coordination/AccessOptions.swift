@@ -59,9 +59,11 @@ public struct WritingOptions: OptionSet, Hashable, Sendable {
     /// `appendingOnly` writes, nor they for it.
     package static let passesAppends = WritingOptions(rawValue: 1 << 20)
 
-    static let known: WritingOptions = [.forDeleting, .forMoving, .forMerging, .forReplacing,
-                                        .contentIndependentMetadataOnly, .appendingOnly, .sharingWriters, .forEvicting,
-                                        .passesOpenReads, .passesAppends]
+    static let known: WritingOptions = [
+        .forDeleting, .forMoving, .forMerging, .forReplacing,
+        .contentIndependentMetadataOnly, .appendingOnly, .sharingWriters, .forEvicting,
+        .passesOpenReads, .passesAppends
+    ]
     /// The marks: a write carries at most one option besides them (O10).
     static let marks: WritingOptions = [.passesOpenReads, .passesAppends]
     /// The options whose write on a directory covers everything inside it (C19).
@@ -100,8 +102,10 @@ public struct AccessTarget: Hashable, Sendable {
     /// Whether the item is itself a file package.
     public var isPackage: Bool
 
-    public init(path: ItemPath, isDirectory: Bool = false, isPackage: Bool = false,
-                enclosingPackages: [ItemPath] = []) {
+    public init(
+        path: ItemPath, isDirectory: Bool = false, isPackage: Bool = false,
+        enclosingPackages: [ItemPath] = []
+    ) {
         self.path = path
         self.isDirectory = isDirectory || isPackage
         self.isPackage = isPackage
@@ -147,7 +151,7 @@ extension ReadingOptions {
     /// The options as Apple names them: what the control socket takes and `coordfs status` shows.
     public static let named: [(ReadingOptions, String)] = [
         (.withoutChanges, "withoutChanges"), (.resolvesSymbolicLink, "resolvesSymbolicLink"),
-        (.immediatelyAvailableMetadataOnly, "immediatelyAvailableMetadataOnly"), (.forUploading, "forUploading"),
+        (.immediatelyAvailableMetadataOnly, "immediatelyAvailableMetadataOnly"), (.forUploading, "forUploading")
     ]
 
     /// The names of the options this set holds, in `named`'s order.
@@ -160,7 +164,7 @@ extension WritingOptions {
     public static let named: [(WritingOptions, String)] = [
         (.forDeleting, "forDeleting"), (.forMoving, "forMoving"), (.forMerging, "forMerging"),
         (.forReplacing, "forReplacing"), (.contentIndependentMetadataOnly, "contentIndependentMetadataOnly"),
-        (.forEvicting, "forEvicting"),
+        (.forEvicting, "forEvicting")
     ]
 
     /// The names of the named options this set holds, in `named`'s order.

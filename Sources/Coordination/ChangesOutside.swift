@@ -8,27 +8,35 @@ extension CoordinationEngine {
     ///
     /// `accessor`: who made them where that is known though nobody here coordinated them
     /// (another host of a shared store); its own presenters hear nothing (C14).
-    public func changesMadeOutside(_ intents: [Intent], outcomes: [IntentOutcome], by accessor: CoordinatorIdentity? = nil,
-                                   tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>]
-    {
-        withState { $0.notifications(by: accessor, of: intents, moved: [], outcomes: outcomes, tellingContainers: tellingContainers) }
+    public func changesMadeOutside(
+        _ intents: [Intent], outcomes: [IntentOutcome], by accessor: CoordinatorIdentity? = nil,
+        tellingContainers: Bool = true
+    ) -> [PresenterDelivery<PresenterNotification>] {
+        withState {
+            $0.notifications(
+                by: accessor, of: intents, moved: [], outcomes: outcomes, tellingContainers: tellingContainers)
+        }
     }
 
     /// A move: presenters, waiters and services follow it as they follow a reported move
     /// (C11, C15, P8, P11). Without `tellingContainers`, the presenters of the directories
     /// around it hear nothing (they hear of a flood of changes as one).
-    public func moveMadeOutside(from source: AccessTarget, to destination: AccessTarget, by accessor: CoordinatorIdentity? = nil,
-                                tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>]
-    {
+    public func moveMadeOutside(
+        from source: AccessTarget, to destination: AccessTarget, by accessor: CoordinatorIdentity? = nil,
+        tellingContainers: Bool = true
+    ) -> [PresenterDelivery<PresenterNotification>] {
         if source.path == destination.path { return [] }
         return state.withLock { state in
             // What was at the destination was replaced (a save by rename): its presenters hear
             // that their item changed, before the moved item's presenters join them.
             var replaced = State.DeliveryBuilder<PresenterNotification>(excluding: accessor)
             for id in state.presenterTree.presenters(at: destination.path) {
-                replaced.add([.didChange], to: id, at: destination.path, package: destination.isPackage, records: state.presenters)
+                replaced.add(
+                    [.didChange], to: id, at: destination.path, package: destination.isPackage,
+                    records: state.presenters)
             }
-            return replaced.deliveries + state.move(from: source, to: destination, by: accessor, tellingContainers: tellingContainers)
+            return replaced.deliveries
+                + state.move(from: source, to: destination, by: accessor, tellingContainers: tellingContainers)
         }
     }
 
@@ -37,7 +45,9 @@ extension CoordinationEngine {
     /// version did. Every presenter hears, the accessor's own too, as Apple's version messages
     /// reach a coordinator's own presenter (P18): a conflict's writer wrote over content it had
     /// not seen.
-    public func versionNews(_ news: VersionNews, version: String, of item: AccessTarget, by accessor: CoordinatorIdentity?)
+    public func versionNews(
+        _ news: VersionNews, version: String, of item: AccessTarget, by accessor: CoordinatorIdentity?
+    )
         -> [PresenterDelivery<PresenterNotification>]
     {
         withState { state in
@@ -45,12 +55,15 @@ extension CoordinationEngine {
             var builder = State.DeliveryBuilder<PresenterNotification>(excluding: nil)
             let packages = Set(item.enclosingPackages)
             for id in state.presenterTree.presenters(at: item.path) {
-                builder.add([.versionNews(news, version)], to: id, at: item.path, package: item.isPackage, records: state.presenters)
+                builder.add(
+                    [.versionNews(news, version)], to: id, at: item.path, package: item.isPackage,
+                    records: state.presenters)
             }
             for (ancestor, ids) in state.presenterTree.presentersAbove(item.path) {
                 for id in ids {
-                    builder.add([.subitemVersionNews(item.path, news, version)], to: id, at: ancestor,
-                                package: packages.contains(ancestor), records: state.presenters)
+                    builder.add(
+                        [.subitemVersionNews(item.path, news, version)], to: id, at: ancestor,
+                        package: packages.contains(ancestor), records: state.presenters)
                 }
             }
             var deliveries = builder.deliveries
@@ -68,12 +81,15 @@ extension CoordinationEngine {
             for directory in directories {
                 let packages = Set(directory.enclosingPackages)
                 for id in state.presenterTree.presenters(at: directory.path) {
-                    builder.add([.didChange], to: id, at: directory.path, package: directory.isPackage, records: state.presenters)
+                    builder.add(
+                        [.didChange], to: id, at: directory.path, package: directory.isPackage,
+                        records: state.presenters)
                 }
                 for (ancestor, ids) in state.presenterTree.presentersAbove(directory.path) {
                     for id in ids {
-                        builder.add([.subitemDidChange(directory.path)], to: id, at: ancestor,
-                                    package: packages.contains(ancestor), records: state.presenters)
+                        builder.add(
+                            [.subitemDidChange(directory.path)], to: id, at: ancestor,
+                            package: packages.contains(ancestor), records: state.presenters)
                     }
                 }
             }

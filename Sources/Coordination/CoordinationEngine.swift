@@ -79,10 +79,11 @@ public final class CoordinationEngine: Sendable {
 
     /// Accesses passing now, and whether the gate lets more through.
     public func quietPassage(_ quietness: Quietness = .nothingHeld) -> (passing: Int, isOpen: Bool) {
-        let status = switch quietness {
-        case .nothingHeld: quietGate.status
-        case .onlyGatedGrants: gatedGate.status
-        }
+        let status =
+            switch quietness {
+            case .nothingHeld: quietGate.status
+            case .onlyGatedGrants: gatedGate.status
+            }
         return (status.passing, status.closers == 0)
     }
 
@@ -114,8 +115,10 @@ public final class CoordinationEngine: Sendable {
                 return .refused(.deadlock(cycle: cycle))
             }
             let ticket = TicketID(rawValue: state.takeNumber())
-            state.waiting.append(State.Waiter(ticket: ticket, request: request, modes: modes,
-                                              blockers: blockers, resume: resume, since: .now))
+            state.waiting.append(
+                State.Waiter(
+                    ticket: ticket, request: request, modes: modes,
+                    blockers: blockers, resume: resume, since: .now))
             return .waiting(ticket)
         }
     }
@@ -143,16 +146,19 @@ public final class CoordinationEngine: Sendable {
     /// the tables: a mount with many files open still lets such accesses pass. (One that goes to
     /// the tables because something waits, a presenter or service is registered or a subtree is
     /// held closes the gate anyway, with what made it go there.)
-    public func acquireAtOnce(_ intent: consuming Intent, for identity: CoordinatorIdentity,
-                              gated: Bool = false) -> GrantID? {
+    public func acquireAtOnce(
+        _ intent: consuming Intent, for identity: CoordinatorIdentity,
+        gated: Bool = false
+    ) -> GrantID? {
         if !intent.isValid { return nil }
         let kind = LockKind(intent)
         // Moved into the lock's closure and on into the grant, never copied.
         var given = Optional(consume intent)
         return withState { state -> GrantID? in
             guard state.suitsShortList(kind) else {
-                return state.grantAtOnce(AccessRequest(identity: identity, intents: [given.take()!], waits: false),
-                                         gated: gated && !kind.coversSubtree)
+                return state.grantAtOnce(
+                    AccessRequest(identity: identity, intents: [given.take()!], waits: false),
+                    gated: gated && !kind.coversSubtree)
             }
             return state.grantOnShortList(given.take()!, kind: kind, for: identity, gated: gated)
         }
@@ -221,14 +227,17 @@ public final class CoordinationEngine: Sendable {
     /// the last such access ends — so that the grant's accessor never overlaps it.
     /// `overlapping`: go ahead at once all the same (a wait broken through: what passed may be
     /// what cannot end before the grant's owner goes on).
-    public func finishMessaging(_ grant: GrantID, overlapping: Bool = false, then proceed: @escaping @Sendable () -> Void) {
+    public func finishMessaging(
+        _ grant: GrantID, overlapping: Bool = false, then proceed: @escaping @Sendable () -> Void
+    ) {
         let now = withState { state -> Bool in
             guard let record = state.grants[grant] else { return true }
             state.grants[grant]!.messaging = []
             if overlapping { return true }
             let modes = record.holdsIntents ? record.intents.map(LockMode.init) : []
             if state.isFree(for: record.identity, modes) { return true }
-            state.settling.append(State.Settling(grant: grant, identity: record.identity, modes: modes, proceed: proceed))
+            state.settling.append(
+                State.Settling(grant: grant, identity: record.identity, modes: modes, proceed: proceed))
             return false
         }
         if now { proceed() }
@@ -241,9 +250,11 @@ public final class CoordinationEngine: Sendable {
     @discardableResult
     /// `beforeWaking` runs after `deliver`, before anyone waiting is woken: an access's
     /// reacquirers go there, so that a presenter hears them before the next access asks it.
-    public func release(_ grant: GrantID, outcomes: [IntentOutcome]? = nil,
-                        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in },
-                        beforeWaking: () -> Void = {})
+    public func release(
+        _ grant: GrantID, outcomes: [IntentOutcome]? = nil,
+        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in },
+        beforeWaking: () -> Void = {}
+    )
         -> [PresenterDelivery<PresenterNotification>]
     {
         release(grant, someOutcomes: outcomes, deliver: deliver, beforeWaking: beforeWaking)
@@ -252,8 +263,10 @@ public final class CoordinationEngine: Sendable {
     /// `release` of a one-intent grant, without an array for its one outcome: the end of most
     /// kernel requests.
     @discardableResult
-    public func release(_ grant: GrantID, outcome: IntentOutcome,
-                        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in })
+    public func release(
+        _ grant: GrantID, outcome: IntentOutcome,
+        deliver: ([PresenterDelivery<PresenterNotification>]) -> Void = { _ in }
+    )
         -> [PresenterDelivery<PresenterNotification>]
     {
         release(grant, someOutcomes: CollectionOfOne(outcome), deliver: deliver, beforeWaking: {})
@@ -265,12 +278,14 @@ public final class CoordinationEngine: Sendable {
     ) -> [PresenterDelivery<PresenterNotification>] {
         // The common end, on a path of its own (it runs cold, so its length is its cost).
         if grant.isOnShortList && withState({ $0.releaseListedQuietly(grant) }) { return [] }
-        let (notifications, woken) = withState { state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
+        let (notifications, woken) = withState {
+            state -> ([PresenterDelivery<PresenterNotification>], [State.Wakeup]) in
             if grant.isOnShortList {
                 guard let index = state.shortList.index(of: grant.shortListNumber) else { return ([], []) }
                 let entry = state.shortList.remove(at: index)
                 let intents = CollectionOfOne(entry.intent)
-                let notes = outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []
+                let notes =
+                    outcomes.map { state.notifications(by: entry.identity, of: intents, moved: [], outcomes: $0) } ?? []
                 if let outcomes {
                     state.endServices(ofItemsDeletedBy: intents, outcomes: outcomes)
                     if entry.kind.passesOpenReads { state.dropOpenFileHolds(removedBy: intents, outcomes: outcomes) }
@@ -372,8 +387,10 @@ public struct AccessRequest: Sendable {
     /// no deadlock (X1).
     public var passesOtherUsers = false
 
-    public init(identity: CoordinatorIdentity, intents: [Intent], waits: Bool = true,
-                alreadyRelinquished: Set<PresenterID> = [], messagesPresenters: Bool = true) {
+    public init(
+        identity: CoordinatorIdentity, intents: [Intent], waits: Bool = true,
+        alreadyRelinquished: Set<PresenterID> = [], messagesPresenters: Bool = true
+    ) {
         self.identity = identity
         self.intents = intents
         self.waits = waits

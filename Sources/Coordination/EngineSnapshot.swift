@@ -33,11 +33,13 @@ public struct EngineSnapshot: Sendable, CustomStringConvertible {
         }
         var lines: [String] = []
         for holder in holders {
-            lines.append("HOLD \(holder.grant) \(holder.identity): " + holder.intents.map(describe).joined(separator: ", "))
+            lines.append(
+                "HOLD \(holder.grant) \(holder.identity): " + holder.intents.map(describe).joined(separator: ", "))
         }
         for waiter in waiters {
-            lines.append("WAIT \(waiter.ticket) \(waiter.identity): " + waiter.intents.map(describe).joined(separator: ", ")
-                         + " <- " + waiter.waitsFor.map(\.description).sorted().joined(separator: ", "))
+            lines.append(
+                "WAIT \(waiter.ticket) \(waiter.identity): " + waiter.intents.map(describe).joined(separator: ", ")
+                    + " <- " + waiter.waitsFor.map(\.description).sorted().joined(separator: ", "))
         }
         for (id, record) in presenters {
             lines.append("PRESENT \(id) \(record.owner): \(record.path?.string ?? "(no item yet)")")
@@ -54,16 +56,30 @@ extension CoordinationEngine {
     public func snapshot() -> EngineSnapshot {
         state.withLock { state in
             EngineSnapshot(
-                holders: (state.grants.map { (number: $0.record.number, holder: EngineSnapshot.Holder(
-                              grant: $0.id, identity: $0.record.identity, intents: $0.record.intents, messaging: $0.record.messaging,
-                              messagingSince: $0.record.messagingSince)) }
-                          + state.shortList.entries.map { (number: $0.number, holder: EngineSnapshot.Holder(
-                              grant: GrantID(shortListNumber: $0.number), identity: $0.identity, intents: [$0.intent], messaging: [],
-                              messagingSince: nil)) })
+                holders: (state.grants.map {
+                    (
+                        number: $0.record.number,
+                        holder: EngineSnapshot.Holder(
+                            grant: $0.id, identity: $0.record.identity, intents: $0.record.intents,
+                            messaging: $0.record.messaging,
+                            messagingSince: $0.record.messagingSince)
+                    )
+                }
+                    + state.shortList.entries.map {
+                        (
+                            number: $0.number,
+                            holder: EngineSnapshot.Holder(
+                                grant: GrantID(shortListNumber: $0.number), identity: $0.identity, intents: [$0.intent],
+                                messaging: [],
+                                messagingSince: nil)
+                        )
+                    })
                     .sorted { $0.number < $1.number }.map(\.holder),
                 waiters: state.waiting.map {
-                    .init(ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents, waitsFor: $0.blockers,
-                          since: $0.since)
+                    .init(
+                        ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents,
+                        waitsFor: $0.blockers,
+                        since: $0.since)
                 },
                 presenters: state.presenters.sorted { $0.key.rawValue < $1.key.rawValue },
                 services: state.services.sorted { $0.key.rawValue < $1.key.rawValue }

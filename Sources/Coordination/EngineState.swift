@@ -145,11 +145,15 @@ struct State: ~Copyable {
     // `blockers` and `grant` read their modes through a buffer: `acquireAtOnce` keeps them on
     // the stack; these take them from an array.
 
-    func blockers(of identity: CoordinatorIdentity, _ modes: [LockMode], queuedBefore position: Int) -> Set<CoordinatorIdentity> {
+    func blockers(
+        of identity: CoordinatorIdentity, _ modes: [LockMode], queuedBefore position: Int
+    ) -> Set<CoordinatorIdentity> {
         modes.withUnsafeBufferPointer { blockers(of: identity, $0, queuedBefore: position) }
     }
 
-    mutating func grant(_ request: AccessRequest, _ modes: [LockMode], requests: [PresenterDelivery<PresenterRequest>]) -> Grant {
+    mutating func grant(
+        _ request: AccessRequest, _ modes: [LockMode], requests: [PresenterDelivery<PresenterRequest>]
+    ) -> Grant {
         let id = modes.withUnsafeBufferPointer { grant(request, $0, requests: requests) }
         return Grant(id: id, identity: request.identity, intents: request.intents, requests: requests)
     }
@@ -157,19 +161,24 @@ struct State: ~Copyable {
     /// The identities a request must wait for: conflicting holders, and conflicting requests
     /// queued before it — except those that themselves wait for the requester, which it would
     /// otherwise deadlock with through fairness alone (a process re-opening what it holds).
-    func blockers(of identity: CoordinatorIdentity, _ modes: UnsafeBufferPointer<LockMode>,
-                  queuedBefore position: Int) -> Set<CoordinatorIdentity> {
+    func blockers(
+        of identity: CoordinatorIdentity, _ modes: UnsafeBufferPointer<LockMode>,
+        queuedBefore position: Int
+    ) -> Set<CoordinatorIdentity> {
         var found = Set<CoordinatorIdentity>()
         for mode in modes {
             if let sameItem = holds[mode.path] {
-                for hold in sameItem where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: mode.kind) {
+                for hold in sameItem
+                where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: mode.kind) {
                     found.insert(hold.identity)
                 }
             }
             if subtreeHoldCount > 0 {
                 for ancestor in mode.path.ancestors {
-                    for hold in holds[ancestor] ?? Holds() where hold.kind.coversSubtree && !hold.kind.leavesUntouched(mode.kind)
-                        && isBlocking(hold, for: identity) {
+                    for hold in holds[ancestor] ?? Holds()
+                    where hold.kind.coversSubtree && !hold.kind.leavesUntouched(mode.kind)
+                        && isBlocking(hold, for: identity)
+                    {
                         found.insert(hold.identity)
                     }
                 }
@@ -186,7 +195,7 @@ struct State: ~Copyable {
         }
         for waiter in waiting[..<position] where !waiter.request.identity.isSameCoordinator(as: identity) {
             guard !found.contains(waiter.request.identity),
-                  waiter.modes.contains(where: { theirs in modes.contains { theirs.conflicts(with: $0) } })
+                waiter.modes.contains(where: { theirs in modes.contains { theirs.conflicts(with: $0) } })
             else { continue }
             if !waits(waiter.request.identity, for: identity) { found.insert(waiter.request.identity) }
         }
@@ -215,11 +224,15 @@ struct State: ~Copyable {
     /// Waiting for a presenter's answer is no edge: the presenter timeout bounds it, and the
     /// presenter's process may well wait for a grant meanwhile without any cycle. With `users`,
     /// a wait that ends by itself is no edge either (`counts`).
-    private func edges(from identity: CoordinatorIdentity, users: [CoordinatorIdentity: UInt32]?) -> Set<CoordinatorIdentity> {
+    private func edges(
+        from identity: CoordinatorIdentity, users: [CoordinatorIdentity: UInt32]?
+    ) -> Set<CoordinatorIdentity> {
         var next = Set<CoordinatorIdentity>()
         for waiter in waiting where waiter.request.identity.isSameCoordinator(as: identity) {
             if let users, waiter.request.passesOtherUsers {
-                for blocker in waiter.blockers where Self.counts(blocker, from: waiter.request, users: users) { next.insert(blocker) }
+                for blocker in waiter.blockers where Self.counts(blocker, from: waiter.request, users: users) {
+                    next.insert(blocker)
+                }
             } else {
                 next.formUnion(waiter.blockers)
             }
@@ -235,8 +248,10 @@ struct State: ~Copyable {
     }
 
     /// The chain `start … target` in the wait-for graph, if there is one.
-    private func path(from start: CoordinatorIdentity, to target: CoordinatorIdentity,
-                      users: [CoordinatorIdentity: UInt32]?) -> [CoordinatorIdentity]? {
+    private func path(
+        from start: CoordinatorIdentity, to target: CoordinatorIdentity,
+        users: [CoordinatorIdentity: UInt32]?
+    ) -> [CoordinatorIdentity]? {
         var parent: [CoordinatorIdentity: CoordinatorIdentity] = [:]
         var visited: Set<CoordinatorIdentity> = [start]
         var frontier = [start]
@@ -267,8 +282,10 @@ struct State: ~Copyable {
         return cycle(from: request, through: blockers, users: users)
     }
 
-    private func cycle(from request: AccessRequest, through blockers: Set<CoordinatorIdentity>,
-                       users: [CoordinatorIdentity: UInt32]?) -> [CoordinatorIdentity]? {
+    private func cycle(
+        from request: AccessRequest, through blockers: Set<CoordinatorIdentity>,
+        users: [CoordinatorIdentity: UInt32]?
+    ) -> [CoordinatorIdentity]? {
         for blocker in blockers.sorted(by: { $0.description < $1.description })
         where users.map({ Self.counts(blocker, from: request, users: $0) }) ?? true {
             if let chain = path(from: blocker, to: request.identity, users: users) { return [request.identity] + chain }
@@ -297,9 +314,13 @@ struct State: ~Copyable {
     /// Whether the edge from `request` to `blocker` counts in the wait-for graph: not when the
     /// request's wait for other users ends by itself (`AccessRequest.passesOtherUsers`) and
     /// `blocker` is another user's. One whose user is not known counts.
-    private static func counts(_ blocker: CoordinatorIdentity, from request: AccessRequest,
-                               users: [CoordinatorIdentity: UInt32]) -> Bool {
-        guard request.passesOtherUsers, let user = request.user, let theirs = users[userKey(blocker)] else { return true }
+    private static func counts(
+        _ blocker: CoordinatorIdentity, from request: AccessRequest,
+        users: [CoordinatorIdentity: UInt32]
+    ) -> Bool {
+        guard request.passesOtherUsers, let user = request.user, let theirs = users[userKey(blocker)] else {
+            return true
+        }
         return theirs == user
     }
 
@@ -314,8 +335,10 @@ struct State: ~Copyable {
 
     /// Grants `intent` (of `kind`, which `suitsShortList`) on the short list; nil when something
     /// holds what it wants. The listed grant keeps `intent` itself: it is not copied.
-    mutating func grantOnShortList(_ intent: consuming Intent, kind: LockKind,
-                                   for identity: CoordinatorIdentity, gated: Bool = false) -> GrantID? {
+    mutating func grantOnShortList(
+        _ intent: consuming Intent, kind: LockKind,
+        for identity: CoordinatorIdentity, gated: Bool = false
+    ) -> GrantID? {
         let path = LockMode.lockedPath(intent)
         // An empty hold table (the usual case on a mount) is not probed.
         if holds.count > 0, let sameItem = holds[path] {
@@ -325,8 +348,9 @@ struct State: ~Copyable {
         }
         if shortList.blocks(kind, on: path, for: identity) { return nil }
         let number = takeNumber()
-        shortList.add(ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent, gated: gated),
-                      lockedPath: path)
+        shortList.add(
+            ShortList.Entry(number: number, identity: identity, kind: kind, intent: intent, gated: gated),
+            lockedPath: path)
         return GrantID(shortListNumber: number)
     }
 
@@ -350,13 +374,17 @@ struct State: ~Copyable {
     }
 
     /// Takes `modes` for `request`; `requests` is its `requestPlan` (empty when it messages nobody).
-    mutating func grant(_ request: AccessRequest, _ modes: UnsafeBufferPointer<LockMode>,
-                        requests: [PresenterDelivery<PresenterRequest>], gated: Bool = false) -> GrantID {
+    mutating func grant(
+        _ request: AccessRequest, _ modes: UnsafeBufferPointer<LockMode>,
+        requests: [PresenterDelivery<PresenterRequest>], gated: Bool = false
+    ) -> GrantID {
         var messaging = Set<CoordinatorIdentity>()
         for delivery in requests { if let owner = presenters[delivery.presenter]?.owner { messaging.insert(owner) } }
-        let id = grants.insert(GrantRecord(number: takeNumber(), identity: request.identity, intents: request.intents,
-                                           holdsIntents: request.holdsIntents, messaging: messaging,
-                                           messagingSince: messaging.isEmpty ? nil : .now, gated: gated))
+        let id = grants.insert(
+            GrantRecord(
+                number: takeNumber(), identity: request.identity, intents: request.intents,
+                holdsIntents: request.holdsIntents, messaging: messaging,
+                messagingSince: messaging.isEmpty ? nil : .now, gated: gated))
         if gated { gatedGrantCount += 1 }
         for mode in modes {
             holds.append(Hold(grant: id, identity: request.identity, kind: mode.kind), at: mode.path)
@@ -369,9 +397,12 @@ struct State: ~Copyable {
     /// service to end, nobody to wake. False, with nothing changed, otherwise.
     mutating func releaseListedQuietly(_ grant: GrantID) -> Bool {
         guard presenterTree.isEmpty && services.isEmpty && waiting.isEmpty && settling.isEmpty,
-              let index = shortList.index(of: grant.shortListNumber) else { return false }
+            let index = shortList.index(of: grant.shortListNumber)
+        else { return false }
         // A deletion beside open files' reads may leave their holds to drop (`dropOpenFileHolds`).
-        if shortList.entries[index].kind.passesOpenReads && (shortList.entries.count > 1 || holds.count > 0) { return false }
+        if shortList.entries[index].kind.passesOpenReads && (shortList.entries.count > 1 || holds.count > 0) {
+            return false
+        }
         shortList.remove(at: index)
         return true
     }
@@ -381,7 +412,8 @@ struct State: ~Copyable {
     /// theirs to hold off (`dropOpenFileHolds`). `intents` and `outcomes` are the ended grant's.
     mutating func dropOpenFileHolds(removedBy intents: some Sequence<Intent>, outcomes: some Sequence<IntentOutcome>) {
         for (intent, outcome) in zip(intents, outcomes) where !outcome.existsAfter {
-            guard case .writing(let options) = intent.kind, options.contains(.forDeleting), options.contains(.passesOpenReads)
+            guard case .writing(let options) = intent.kind, options.contains(.forDeleting),
+                options.contains(.passesOpenReads)
             else { continue }
             dropOpenFileHolds(at: LockMode.lockedPath(intent), inside: intent.target.isDirectory)
         }
@@ -411,7 +443,8 @@ struct State: ~Copyable {
             if blockers.isEmpty {
                 waiting.remove(at: index)
                 let requests = waiter.request.messagesPresenters ? requestPlan(for: waiter.request) : []
-                woken.append(Wakeup(resume: waiter.resume, grant: grant(waiter.request, waiter.modes, requests: requests)))
+                woken.append(
+                    Wakeup(resume: waiter.resume, grant: grant(waiter.request, waiter.modes, requests: requests)))
             } else {
                 waiting[index].blockers = blockers
                 index += 1

@@ -83,7 +83,9 @@ struct GrantTable: Sequence {
 
     private func liveIndex(_ id: GrantID) -> Int? {
         let index = Int(id.index)
-        guard index < slots.count, slots[index].generation == id.generation, slots[index].record != nil else { return nil }
+        guard index < slots.count, slots[index].generation == id.generation, slots[index].record != nil else {
+            return nil
+        }
         return index
     }
 }

@@ -70,7 +70,10 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
             var hash = Self.fnvBasis
             for (offset, byte) in bytes.enumerated() {
                 if byte == UInt8(ascii: "/") && offset > 0
-                    && !body(Int(truncatingIfNeeded: hash), UnsafeBufferPointer(rebasing: bytes[..<offset])) { return }
+                    && !body(Int(truncatingIfNeeded: hash), UnsafeBufferPointer(rebasing: bytes[..<offset]))
+                {
+                    return
+                }
                 hash = (hash ^ UInt64(byte)) &* Self.fnvPrime
             }
         }
@@ -93,7 +96,10 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
         var offset = 0
         while offset + 8 <= a.count {
             if UnsafeRawPointer(left).loadUnaligned(fromByteOffset: offset, as: UInt64.self)
-                != UnsafeRawPointer(right).loadUnaligned(fromByteOffset: offset, as: UInt64.self) { return false }
+                != UnsafeRawPointer(right).loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+            {
+                return false
+            }
             offset += 8
         }
         while offset < a.count {
@@ -186,7 +192,8 @@ public struct ItemPath: Hashable, Sendable, Comparable, CustomStringConvertible 
                 return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: count) { buffer in
                     _ = buffer.initialize(fromContentsOf: head)
                     if separator == 1 { buffer[head.count] = slash }
-                    _ = UnsafeMutableBufferPointer(rebasing: buffer[(head.count + separator)...]).initialize(fromContentsOf: tail)
+                    _ = UnsafeMutableBufferPointer(rebasing: buffer[(head.count + separator)...]).initialize(
+                        fromContentsOf: tail)
                     for byte in tail { hash = (hash ^ UInt64(byte)) &* Self.fnvPrime }
                     return String(decoding: buffer, as: UTF8.self)
                 }

@@ -21,7 +21,8 @@ struct LockMode: Hashable, Sendable {
     /// The conflict predicate: may `self` and `other`, held by different coordinators, coexist?
     func conflicts(with other: LockMode) -> Bool {
         if path == other.path { return kind.conflicts(onTheSameItemWith: other.kind) }
-        if path.isAncestor(of: other.path) { return kind.coversSubtree && !kind.leavesUntouched(other.kind) }   // C18, C19
+        // C18, C19
+        if path.isAncestor(of: other.path) { return kind.coversSubtree && !kind.leavesUntouched(other.kind) }
         if other.path.isAncestor(of: path) { return other.kind.coversSubtree && !other.kind.leavesUntouched(kind) }
         return false
     }
@@ -82,18 +83,18 @@ struct LockKind: Hashable, Sendable {
 
     /// Two locks on one item, held by different coordinators: may they coexist?
     func conflicts(onTheSameItemWith other: LockKind) -> Bool {
-        if !isWrite && !other.isWrite { return false }                  // C3: readers share
+        if !isWrite && !other.isWrite { return false }  // C3: readers share
         if leavesUntouched(other) || other.leavesUntouched(self) { return false }
-        if destructive || other.destructive { return true }             // O3: even metadata reads wait
+        if destructive || other.destructive { return true }  // O3: even metadata reads wait
         let (writer, reader) = isWrite ? (self, other) : (other, self)
         if !reader.isWrite {
-            if writer.appends { return false }                          // U1: a reader sees a prefix
+            if writer.appends { return false }  // U1: a reader sees a prefix
             // A metadata-only read waits only for destructive writes (O3); a metadata-only write
             // does not wait for reads of the contents (O9).
             return !(reader.metadataOnly || writer.metadataOnly)
         }
-        if sharesWithWriters && other.sharesWithWriters { return false } // U2: they order themselves
-        return true                                                     // C2: writers exclude writers
+        if sharesWithWriters && other.sharesWithWriters { return false }  // U2: they order themselves
+        return true  // C2: writers exclude writers
     }
 
     /// Whether this change, made by a mount in one call for an unmodified program, leaves

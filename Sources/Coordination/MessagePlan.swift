@@ -11,8 +11,10 @@ extension State {
 
         init(excluding owner: CoordinatorIdentity?) { excludedOwner = owner }
 
-        mutating func add(_ messages: [Message], to id: PresenterID, at path: ItemPath, package: Bool,
-                          records: [PresenterID: PresenterRecord]) {
+        mutating func add(
+            _ messages: [Message], to id: PresenterID, at path: ItemPath, package: Bool,
+            records: [PresenterID: PresenterRecord]
+        ) {
             guard !messages.isEmpty, let record = records[id] else { return }
             if let excludedOwner, record.owner.isSameProcess(as: excludedOwner) { return }
             if let index = indexByPresenter[id] {
@@ -21,8 +23,10 @@ extension State {
                 }
             } else {
                 indexByPresenter[id] = deliveries.count
-                deliveries.append(PresenterDelivery(presenter: id, presentedPath: path, presentsPackage: package,
-                                                    messages: messages, accessor: excludedOwner))
+                deliveries.append(
+                    PresenterDelivery(
+                        presenter: id, presentedPath: path, presentsPackage: package,
+                        messages: messages, accessor: excludedOwner))
             }
         }
     }
@@ -36,51 +40,58 @@ extension State {
             let target = intent.target
             let packages = target.enclosingPackages
             let direct = presenterTree.presenters(at: path)
-            let reachesBeyondItem = !packages.isEmpty || request.messagesContents || target.isPackage
+            let reachesBeyondItem =
+                !packages.isEmpty || request.messagesContents || target.isPackage
                 || !intent.kind.writingOptions.isDisjoint(with: WritingOptions.destructive)
-            if direct.isEmpty && !reachesBeyondItem { continue }     // the common case: nobody to ask
-            var own: [PresenterRequest] = []          // the item and everything it stands for
+            if direct.isEmpty && !reachesBeyondItem { continue }  // the common case: nobody to ask
+            var own: [PresenterRequest] = []  // the item and everything it stands for
             var enclosingPackage: [PresenterRequest] = []
-            var inside: [PresenterRequest] = []       // items inside a directory being removed
+            var inside: [PresenterRequest] = []  // items inside a directory being removed
             var enclosingDirectory: [PresenterRequest] = []
 
             switch intent.kind {
             case .reading(let options):
-                if options.contains(.immediatelyAvailableMetadataOnly) { break }          // O3
-                own = [.relinquishToReader]                                               // P4
-                if !options.contains(.withoutChanges) { own.append(.saveChanges) }        // O1, P6
-                enclosingPackage = own                                                    // P16
+                if options.contains(.immediatelyAvailableMetadataOnly) { break }  // O3
+                own = [.relinquishToReader]  // P4
+                if !options.contains(.withoutChanges) { own.append(.saveChanges) }  // O1, P6
+                enclosingPackage = own  // P16
             case .writing(let options):
-                if options.contains(.contentIndependentMetadataOnly) { break }            // O9
-                own = [.relinquishToWriter]                                               // P5
-                if options.contains(.forMerging) { own.append(.saveChanges) }             // O7
+                if options.contains(.contentIndependentMetadataOnly) { break }  // O9
+                own = [.relinquishToWriter]  // P5
+                if options.contains(.forMerging) { own.append(.saveChanges) }  // O7
                 enclosingPackage = own
                 let deleting = !options.isDisjoint(with: [.forDeleting, .forReplacing])
                 if deleting {
-                    own.append(.accommodateDeletion)                                      // O5, O8, P7
-                    enclosingPackage.append(.accommodateSubitemDeletion(path))            // P13, P22
-                    enclosingDirectory = [.accommodateSubitemDeletion(path)]              // P13
+                    own.append(.accommodateDeletion)  // O5, O8, P7
+                    enclosingPackage.append(.accommodateSubitemDeletion(path))  // P13, P22
+                    enclosingDirectory = [.accommodateSubitemDeletion(path)]  // P13
                 }
                 let evicting = options.contains(.forEvicting)
-                if evicting { own.append(.accommodateEviction) }                          // P33
+                if evicting { own.append(.accommodateEviction) }  // P33
                 if target.isDirectory && !options.isDisjoint(with: WritingOptions.destructive) {
-                    inside = deleting ? [.relinquishToWriter, .accommodateDeletion]                 // P17
-                        : evicting ? [.relinquishToWriter, .accommodateEviction]                   // P33
-                        : [.relinquishToWriter]                                                     // O6
+                    inside =
+                        deleting
+                        ? [.relinquishToWriter, .accommodateDeletion]  // P17
+                        : evicting
+                            ? [.relinquishToWriter, .accommodateEviction]  // P33
+                            : [.relinquishToWriter]  // O6
                 }
             }
             if own.isEmpty { continue }
             if request.messagesContents { inside = own }
 
             for id in direct {
-                builder.add(own, to: id, at: path, package: target.isPackage, records: presenters)   // P3 via primary index
+                // P3 via primary index
+                builder.add(own, to: id, at: path, package: target.isPackage, records: presenters)
             }
             // Enclosing directories hear only of deletions; enclosing packages of everything.
             if !packages.isEmpty || !enclosingDirectory.isEmpty {
                 for (ancestor, ids) in presenterTree.presentersAbove(path) {
                     let isPackage = packages.contains(ancestor)
                     let messages = isPackage ? enclosingPackage : enclosingDirectory
-                    for id in ids { builder.add(messages, to: id, at: ancestor, package: isPackage, records: presenters) }
+                    for id in ids {
+                        builder.add(messages, to: id, at: ancestor, package: isPackage, records: presenters)
+                    }
                 }
             }
             if !inside.isEmpty || target.isPackage {
@@ -98,7 +109,7 @@ extension State {
                 delivery.messages.removeAll { !answers.contains($0.kind) }
             }
             if request.alreadyRelinquished.contains(delivery.presenter) {
-                delivery.messages.removeAll { $0.deliveryRank == 0 }                      // P21
+                delivery.messages.removeAll { $0.deliveryRank == 0 }  // P21
             }
             if delivery.messages.contains(.relinquishToWriter) {
                 delivery.messages.removeAll { $0 == .relinquishToReader }
@@ -109,14 +120,18 @@ extension State {
     }
 
     /// The notifications after a grant's writes end (P9, P10, P12, P19, P20).
-    func notifications(after record: GrantRecord, outcomes: some Sequence<IntentOutcome>) -> [PresenterDelivery<PresenterNotification>] {
+    func notifications(
+        after record: GrantRecord, outcomes: some Sequence<IntentOutcome>
+    ) -> [PresenterDelivery<PresenterNotification>] {
         notifications(by: record.identity, of: record.intents, moved: record.moved, outcomes: outcomes)
     }
 
     /// The notifications after `identity`'s writes of `intents` end; `moved` are the moves
     /// reported inside the grant.
-    func notifications(by identity: CoordinatorIdentity?, of intents: some Sequence<Intent>, moved: [ItemPath],
-                       outcomes: some Sequence<IntentOutcome>, tellingContainers: Bool = true) -> [PresenterDelivery<PresenterNotification>] {
+    func notifications(
+        by identity: CoordinatorIdentity?, of intents: some Sequence<Intent>, moved: [ItemPath],
+        outcomes: some Sequence<IntentOutcome>, tellingContainers: Bool = true
+    ) -> [PresenterDelivery<PresenterNotification>] {
         if presenterTree.isEmpty { return [] }
         var builder = DeliveryBuilder<PresenterNotification>(excluding: identity)
         var toldAttributes = false
@@ -124,7 +139,7 @@ extension State {
             guard case .writing(let options) = intent.kind, !options.contains(.forMoving) else { continue }
             if !outcome.existedBefore && !outcome.existsAfter { continue }
             if outcome.existedBefore && outcome.existsAfter && !outcome.changed { continue }
-            if moved.contains(where: { intent.path.isSameOrInside($0) }) { continue }   // told as a move
+            if moved.contains(where: { intent.path.isSameOrInside($0) }) { continue }  // told as a move
             let path = intent.path
             let target = intent.target
             let packages = target.enclosingPackages
@@ -135,7 +150,8 @@ extension State {
             let subitemNews: PresenterNotification
             switch (outcome.existedBefore, outcome.existsAfter) {
             case (false, _): subitemNews = .subitemDidAppear(path)
-            case (true, true): subitemNews = attributesOnly ? .subitemDidChangeAttributes(path) : .subitemDidChange(path)
+            case (true, true):
+                subitemNews = attributesOnly ? .subitemDidChangeAttributes(path) : .subitemDidChange(path)
             case (true, false): subitemNews = .subitemWasDeleted(path)
             }
             if outcome.existedBefore && !outcome.existsAfter {
@@ -143,15 +159,19 @@ extension State {
                     builder.add([.itemWasDeleted], to: id, at: path, package: target.isPackage, records: presenters)
                 }
             }
-            if outcome.existsAfter && (!target.isDirectory || target.isPackage) {       // P19
+            if outcome.existsAfter && (!target.isDirectory || target.isPackage) {  // P19
                 for id in presenterTree.presenters(at: path) {
-                    builder.add([attributesOnly ? .didChangeAttributes : .didChange], to: id, at: path, package: target.isPackage,
-                                records: presenters)
+                    builder.add(
+                        [attributesOnly ? .didChangeAttributes : .didChange], to: id, at: path,
+                        package: target.isPackage,
+                        records: presenters)
                 }
             }
-            for (ancestor, ids) in tellingContainers ? presenterTree.presentersAbove(path) : [] {   // P19: any depth
+            for (ancestor, ids) in tellingContainers ? presenterTree.presentersAbove(path) : [] {  // P19: any depth
                 let isPackage = packages.contains(ancestor)
-                for id in ids { builder.add([subitemNews], to: id, at: ancestor, package: isPackage, records: presenters) }
+                for id in ids {
+                    builder.add([subitemNews], to: id, at: ancestor, package: isPackage, records: presenters)
+                }
             }
         }
         if !toldAttributes { return builder.deliveries }

@@ -3,14 +3,16 @@ extension CoordinationEngine {
     /// a write (C24). Presenters of the item and of everything inside it are re-indexed under the
     /// new location, waiting intents follow unless they replace (C11, O8), services follow, and
     /// the returned notifications tell presenters (C15, P8, P11).
-    public func reportMove(in grant: GrantID, from source: AccessTarget, to destination: AccessTarget) throws(CoordinationError)
+    public func reportMove(
+        in grant: GrantID, from source: AccessTarget, to destination: AccessTarget
+    ) throws(CoordinationError)
         -> [PresenterDelivery<PresenterNotification>]
     {
         try state.withLock { state throws(CoordinationError) -> [PresenterDelivery<PresenterNotification>] in
             guard let record = state.grants[grant], record.intents.contains(where: { $0.kind.isWrite }) else {
                 throw .notInsideWrite
             }
-            if source.path == destination.path { return [] }     // harmless (C45)
+            if source.path == destination.path { return [] }  // harmless (C45)
             state.grants[grant]!.moved += [source.path, destination.path]
             // A mount's rename: the open descriptors it let past follow their inode.
             var byMount = false
@@ -25,9 +27,10 @@ extension State {
     /// presenters re-indexed, waiters and services moved, the notifications returned.
     /// `openFilesFollow`: a mount's rename, which the holds of open descriptors follow
     /// (`relocateOpenFileHolds`).
-    mutating func move(from source: AccessTarget, to destination: AccessTarget, by identity: CoordinatorIdentity?,
-                       tellingContainers: Bool = true, openFilesFollow: Bool = false) -> [PresenterDelivery<PresenterNotification>]
-    {
+    mutating func move(
+        from source: AccessTarget, to destination: AccessTarget, by identity: CoordinatorIdentity?,
+        tellingContainers: Bool = true, openFilesFollow: Bool = false
+    ) -> [PresenterDelivery<PresenterNotification>] {
         let from = source.path, to = destination.path
         var builder = State.DeliveryBuilder<PresenterNotification>(excluding: identity)
 
@@ -37,14 +40,17 @@ extension State {
         let oldPackages = Set(source.enclosingPackages), newPackages = Set(destination.enclosingPackages)
         for (container, ids) in oldContainers {
             for id in ids {
-                builder.add([.subitemDidMove(from: from, to: to)], to: id, at: container,
-                            package: oldPackages.contains(container), records: presenters)
+                builder.add(
+                    [.subitemDidMove(from: from, to: to)], to: id, at: container,
+                    package: oldPackages.contains(container), records: presenters)
             }
         }
-        for (container, ids) in tellingContainers ? presenterTree.presentersAbove(to) : [] where !oldContainerPaths.contains(container) {
+        for (container, ids) in tellingContainers ? presenterTree.presentersAbove(to) : []
+        where !oldContainerPaths.contains(container) {
             for id in ids {
-                builder.add([.subitemDidMove(from: from, to: to), .subitemDidAppear(to)], to: id, at: container,
-                            package: newPackages.contains(container), records: presenters)   // P10
+                builder.add(
+                    [.subitemDidMove(from: from, to: to), .subitemDidAppear(to)], to: id, at: container,
+                    package: newPackages.contains(container), records: presenters)  // P10
             }
         }
 
@@ -60,8 +66,9 @@ extension State {
             removePresenter(id)
             insertPresenter(id, new)
             if let newPath = new.path, newPath != old.path {
-                builder.add([.didMove(to: newPath)], to: id, at: newPath,
-                            package: destination.isPackage && newPath == to, records: presenters)
+                builder.add(
+                    [.didMove(to: newPath)], to: id, at: newPath,
+                    package: destination.isPackage && newPath == to, records: presenters)
             }
         }
 
@@ -119,7 +126,9 @@ extension State {
         func moved(_ intent: Intent) -> Intent {
             var intent = intent
             intent.target.path = intent.target.path.relocated(from: from, to: to) ?? intent.target.path
-            intent.target.enclosingPackages = intent.target.enclosingPackages.map { $0.relocated(from: from, to: to) ?? $0 }
+            intent.target.enclosingPackages = intent.target.enclosingPackages.map {
+                $0.relocated(from: from, to: to) ?? $0
+            }
             return intent
         }
         if !shortList.isEmpty { shortList.relocate(from: from, following: Self.followsItsInode, moved) }
@@ -139,7 +148,9 @@ extension State {
                 guard Self.followsItsInode(kind) else { continue }
                 let intent = moved(record.intents[index])
                 holds.remove(grant: grant, at: path)
-                holds.append(Hold(grant: grant, identity: record.identity, kind: LockKind(intent)), at: LockMode.lockedPath(intent))
+                holds.append(
+                    Hold(grant: grant, identity: record.identity, kind: LockKind(intent)),
+                    at: LockMode.lockedPath(intent))
                 grants[grant]!.intents[index] = intent
             }
             // Its owner's gate (a mount's `NameGates`) guards the name it left: requests about

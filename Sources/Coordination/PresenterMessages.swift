@@ -1,11 +1,11 @@
 /// A question put to a presenter before an access; the access waits for every answer (P14).
 public enum PresenterRequest: Hashable, Sendable {
-    case relinquishToReader                       // P4
-    case relinquishToWriter                       // P5
-    case saveChanges                              // P6
-    case accommodateDeletion                      // P7
-    case accommodateSubitemDeletion(ItemPath)     // P13
-    case accommodateEviction                      // P33
+    case relinquishToReader  // P4
+    case relinquishToWriter  // P5
+    case saveChanges  // P6
+    case accommodateDeletion  // P7
+    case accommodateSubitemDeletion(ItemPath)  // P13
+    case accommodateEviction  // P33
 
     /// Kinds of request, as a set: what a presenter answers.
     public struct Kinds: OptionSet, Hashable, Sendable {
@@ -18,8 +18,10 @@ public enum PresenterRequest: Hashable, Sendable {
         public static let accommodateDeletion = Kinds(rawValue: 1 << 3)
         public static let accommodateSubitemDeletion = Kinds(rawValue: 1 << 4)
         public static let accommodateEviction = Kinds(rawValue: 1 << 5)
-        public static let all: Kinds = [.relinquishToReader, .relinquishToWriter, .saveChanges, .accommodateDeletion,
-                                        .accommodateSubitemDeletion, .accommodateEviction]
+        public static let all: Kinds = [
+            .relinquishToReader, .relinquishToWriter, .saveChanges, .accommodateDeletion,
+            .accommodateSubitemDeletion, .accommodateEviction
+        ]
     }
 
     public var kind: Kinds {
@@ -45,11 +47,11 @@ public enum PresenterRequest: Hashable, Sendable {
 
 /// News for a presenter after an access; nobody waits for it.
 public enum PresenterNotification: Hashable, Sendable {
-    case didMove(to: ItemPath)                           // P8
-    case didChange                                       // P9
-    case subitemDidAppear(ItemPath)                      // P10
-    case subitemDidMove(from: ItemPath, to: ItemPath)    // P11
-    case subitemDidChange(ItemPath)                      // P12
+    case didMove(to: ItemPath)  // P8
+    case didChange  // P9
+    case subitemDidAppear(ItemPath)  // P10
+    case subitemDidMove(from: ItemPath, to: ItemPath)  // P11
+    case subitemDidChange(ItemPath)  // P12
     /// `didChange` of the item's attributes alone (a write with contentIndependentMetadataOnly:
     /// chmod, chown, utimes). Apple tells it as did-change; the event channel flags it, for
     /// inotify's ATTRIB.
@@ -73,8 +75,10 @@ public enum PresenterNotification: Hashable, Sendable {
     public var isSubitemNotification: Bool {
         switch self {
         case .subitemDidAppear, .subitemDidMove, .subitemDidChange, .subitemDidChangeAttributes, .subitemWasDeleted,
-             .subitemVersionNews: return true
-        case .didMove, .didChange, .didChangeAttributes, .itemWasDeleted, .coordinationWasBroken, .versionNews: return false
+            .subitemVersionNews:
+            return true
+        case .didMove, .didChange, .didChangeAttributes, .itemWasDeleted, .coordinationWasBroken, .versionNews:
+            return false
         }
     }
 }

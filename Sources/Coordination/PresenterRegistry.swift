@@ -11,8 +11,10 @@ public struct PresenterRecord: Hashable, Sendable {
     /// those goes on at once, as with a presenter that consents at once, but without the wait.
     public var answers: PresenterRequest.Kinds
 
-    public init(owner: CoordinatorIdentity, path: ItemPath?, primaryPath: ItemPath? = nil,
-                answers: PresenterRequest.Kinds = .all) {
+    public init(
+        owner: CoordinatorIdentity, path: ItemPath?, primaryPath: ItemPath? = nil,
+        answers: PresenterRequest.Kinds = .all
+    ) {
         self.owner = owner
         self.path = path
         self.primaryPath = primaryPath

@@ -36,8 +36,9 @@ public struct QuietGate: ~Copyable, Sendable {
     public func enter() -> Bool {
         var current = word.load(ordering: .relaxed)
         while current < Self.oneCloser {
-            let (exchanged, original) = word.weakCompareExchange(expected: current, desired: current + 1,
-                                                                 successOrdering: .acquiring, failureOrdering: .relaxed)
+            let (exchanged, original) = word.weakCompareExchange(
+                expected: current, desired: current + 1,
+                successOrdering: .acquiring, failureOrdering: .relaxed)
             if exchanged { return true }
             current = original
         }

@@ -14,12 +14,16 @@ extension CoordinationEngine {
             guard let index = state.waiting.firstIndex(where: { $0.ticket == ticket }) else { return ([], nil, []) }
             let waiter = state.waiting[index]
             var revoked: [GrantID] = []
-            for grant in state.grants(of: holders, standingIn: waiter.modes, for: waiter.request.identity, aboveToo: true) {
+            for grant in state.grants(
+                of: holders, standingIn: waiter.modes, for: waiter.request.identity, aboveToo: true)
+            {
                 if state.revoke(grant) { revoked.append(grant) }
             }
             var woken = state.grantWaiters()
             // Still in the way: an earlier waiter, or a holder its caller did not pass.
-            guard let left = state.waiting.firstIndex(where: { $0.ticket == ticket }) else { return (revoked, nil, woken) }
+            guard let left = state.waiting.firstIndex(where: { $0.ticket == ticket }) else {
+                return (revoked, nil, woken)
+            }
             let stuck = state.waiting.remove(at: left)
             woken += state.grantWaiters()
             return (revoked, stuck.resume, woken)
@@ -45,7 +49,8 @@ extension CoordinationEngine {
             }
             var woken = revoked.isEmpty ? [] : state.grantWaiters()
             if let left = state.settling.firstIndex(where: { $0.grant == grant }),
-               state.blockers(of: settling.identity, settling.modes, queuedBefore: 0).isSubset(of: holders) {
+                state.blockers(of: settling.identity, settling.modes, queuedBefore: 0).isSubset(of: holders)
+            {
                 woken.append(State.Wakeup(settled: state.settling.remove(at: left).proceed))
             }
             return (revoked, woken)
@@ -103,33 +108,43 @@ extension State {
     /// The grants of `holders` whose holds stand in the way of `modes`, wanted by `identity`:
     /// on the same items, inside those that cover a subtree and, with `aboveToo`, on a
     /// directory above them that covers its subtree.
-    func grants(of holders: Set<CoordinatorIdentity>, standingIn modes: [LockMode], for identity: CoordinatorIdentity,
-                aboveToo: Bool) -> [GrantID] {
+    func grants(
+        of holders: Set<CoordinatorIdentity>, standingIn modes: [LockMode], for identity: CoordinatorIdentity,
+        aboveToo: Bool
+    ) -> [GrantID] {
         var found = Set<GrantID>()
         for mode in modes {
             if let sameItem = holds[mode.path] {
-                for hold in sameItem where holders.contains(hold.identity) && isBlocking(hold, for: identity)
-                    && hold.kind.conflicts(onTheSameItemWith: mode.kind) {
+                for hold in sameItem
+                where holders.contains(hold.identity) && isBlocking(hold, for: identity)
+                    && hold.kind.conflicts(onTheSameItemWith: mode.kind)
+                {
                     found.insert(hold.grant)
                 }
             }
             if aboveToo && subtreeHoldCount > 0 {
                 for ancestor in mode.path.ancestors {
-                    for hold in holds[ancestor] ?? Holds() where holders.contains(hold.identity) && hold.kind.coversSubtree
-                        && !hold.kind.leavesUntouched(mode.kind) && isBlocking(hold, for: identity) {
+                    for hold in holds[ancestor] ?? Holds()
+                    where holders.contains(hold.identity) && hold.kind.coversSubtree
+                        && !hold.kind.leavesUntouched(mode.kind) && isBlocking(hold, for: identity)
+                    {
                         found.insert(hold.grant)
                     }
                 }
             }
             if mode.coversSubtree {
                 for (path, inside) in holds where mode.path.isAncestor(of: path) {
-                    for hold in inside where holders.contains(hold.identity) && !mode.kind.leavesUntouched(hold.kind)
-                        && isBlocking(hold, for: identity) {
+                    for hold in inside
+                    where holders.contains(hold.identity) && !mode.kind.leavesUntouched(hold.kind)
+                        && isBlocking(hold, for: identity)
+                    {
                         found.insert(hold.grant)
                     }
                 }
             }
-            if !shortList.isEmpty { shortList.forEachGrant(of: holders, blocking: mode, for: identity) { found.insert($0) } }
+            if !shortList.isEmpty {
+                shortList.forEachGrant(of: holders, blocking: mode, for: identity) { found.insert($0) }
+            }
         }
         return Array(found)
     }

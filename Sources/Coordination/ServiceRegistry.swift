@@ -12,7 +12,9 @@ extension CoordinationEngine {
     public static let maximumServiceNameLength = 255
 
     /// Vends `name` for `path` and everything inside it.
-    public func vendService(named name: String, at path: ItemPath, owner: CoordinatorIdentity)
+    public func vendService(
+        named name: String, at path: ItemPath, owner: CoordinatorIdentity
+    )
         throws(CoordinationError) -> ServiceRegistrationID
     {
         if name.isEmpty { throw .invalidRequest("a service name cannot be empty") }
@@ -37,8 +39,10 @@ extension CoordinationEngine {
     /// The services of `path`: per name, the registration nearest up the tree (S2, S4) among
     /// those `trusted` accepts — a client of another user's provider is never captured by a
     /// nearer registration it does not trust. `trusted` runs after the engine's lock is let go.
-    public func services(for path: ItemPath,
-                         trusted: (ServiceRegistrationID, ServiceRecord) -> Bool = { _, _ in true })
+    public func services(
+        for path: ItemPath,
+        trusted: (ServiceRegistrationID, ServiceRecord) -> Bool = { _, _ in true }
+    )
         -> [String: (ServiceRegistrationID, ServiceRecord)]
     {
         let covering = state.withLock { state in state.services.filter { path.isSameOrInside($0.value.path) } }
@@ -61,13 +65,18 @@ extension CoordinationEngine {
 extension CoordinationEngine {
     /// What the presenters of `path` (and of the packages it lies in) are told when an access to
     /// it, by `accessor`, went ahead without waiting any longer for its holders.
-    public func brokenCoordinationNotices(at path: ItemPath, by accessor: CoordinatorIdentity? = nil)
-        -> [PresenterDelivery<PresenterNotification>] {
+    public func brokenCoordinationNotices(
+        at path: ItemPath, by accessor: CoordinatorIdentity? = nil
+    )
+        -> [PresenterDelivery<PresenterNotification>]
+    {
         state.withLock { state in
             var deliveries: [PresenterDelivery<PresenterNotification>] = []
             for id in state.presenterTree.presenters(at: path) {
-                deliveries.append(PresenterDelivery(presenter: id, presentedPath: path, presentsPackage: false,
-                                                    messages: [.coordinationWasBroken], accessor: accessor))
+                deliveries.append(
+                    PresenterDelivery(
+                        presenter: id, presentedPath: path, presentsPackage: false,
+                        messages: [.coordinationWasBroken], accessor: accessor))
             }
             return deliveries
         }

@@ -26,12 +26,14 @@ struct ShortList {
 
         /// The item this grant locks: its outermost package, or itself (C17).
         func locks(_ path: ItemPath) -> Bool {
-            intent.target.enclosingPackages.isEmpty ? intent.target.path == path : intent.target.enclosingPackages[0] == path
+            intent.target.enclosingPackages.isEmpty
+                ? intent.target.path == path : intent.target.enclosingPackages[0] == path
         }
 
         /// Whether the item this grant locks lies inside `directory`.
         func locks(inside directory: ItemPath) -> Bool {
-            directory.isAncestor(of: intent.target.enclosingPackages.isEmpty ? intent.target.path : intent.target.enclosingPackages[0])
+            directory.isAncestor(
+                of: intent.target.enclosingPackages.isEmpty ? intent.target.path : intent.target.enclosingPackages[0])
         }
     }
 
@@ -93,18 +95,23 @@ struct ShortList {
     /// Calls `body` with the owner of each listed grant that `mode`, wanted by `identity`, must
     /// wait for. A listed grant never covers a subtree, so only the same item and, for a mode
     /// that covers a subtree, the items inside it matter.
-    func forEachHolder(blocking mode: LockMode, for identity: CoordinatorIdentity,
-                       _ body: (CoordinatorIdentity) -> Void) {
+    func forEachHolder(
+        blocking mode: LockMode, for identity: CoordinatorIdentity,
+        _ body: (CoordinatorIdentity) -> Void
+    ) {
         let key = mode.path.hashCode
         for index in entries.indices where stops(index, mode, key: key, for: identity) { body(entries[index].identity) }
     }
 
     /// Calls `body` with the id of each listed grant of `holders` that `mode`, wanted by
     /// `identity`, must wait for.
-    func forEachGrant(of holders: Set<CoordinatorIdentity>, blocking mode: LockMode, for identity: CoordinatorIdentity,
-                      _ body: (GrantID) -> Void) {
+    func forEachGrant(
+        of holders: Set<CoordinatorIdentity>, blocking mode: LockMode, for identity: CoordinatorIdentity,
+        _ body: (GrantID) -> Void
+    ) {
         let key = mode.path.hashCode
-        for index in entries.indices where holders.contains(entries[index].identity) && stops(index, mode, key: key, for: identity) {
+        for index in entries.indices
+        where holders.contains(entries[index].identity) && stops(index, mode, key: key, for: identity) {
             body(GrantID(shortListNumber: entries[index].number))
         }
     }
@@ -116,7 +123,8 @@ struct ShortList {
         if keys[index] == key && entries[index].locks(mode.path) {
             return entries[index].kind.conflicts(onTheSameItemWith: mode.kind)
         }
-        return mode.coversSubtree && entries[index].locks(inside: mode.path) && !mode.kind.leavesUntouched(entries[index].kind)
+        return mode.coversSubtree && entries[index].locks(inside: mode.path)
+            && !mode.kind.leavesUntouched(entries[index].kind)
     }
 
     /// Marks the listed grant numbered `number` revoked; false when it is not listed, or was
@@ -158,7 +166,10 @@ struct ShortList {
         for index in keys.indices where keys[index] == key {
             let entry = entries[index]
             if !entry.revoked && !entry.identity.isSameCoordinator(as: identity) && entry.locks(path)
-                && entry.kind.conflicts(onTheSameItemWith: kind) { return true }
+                && entry.kind.conflicts(onTheSameItemWith: kind)
+            {
+                return true
+            }
         }
         return false
     }

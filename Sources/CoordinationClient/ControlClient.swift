@@ -7,7 +7,9 @@ import Glibc
 
 // glibc's getxattr, which Swift's Glibc module does not carry.
 @_silgen_name("getxattr")
-private func c_getxattr(_ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int) -> Int
+private func c_getxattr(
+    _ path: UnsafePointer<CChar>, _ name: UnsafePointer<CChar>, _ value: UnsafeMutableRawPointer?, _ size: Int
+) -> Int
 
 /// Why a control-socket request failed: the server's errno name and message.
 public struct ControlError: Error, CustomStringConvertible, Equatable {
@@ -73,16 +75,23 @@ public final class ControlClient: @unchecked Sendable {
     public static func serverSocket(for path: String) -> Result<String, ControlError> {
         let (mount, abandoned, denied) = lookUpMountSocket(for: path)
         if let mount { return .success(mount) }
-        if abandoned { return .failure(ControlError("ENOTCONN", "'\(path)' is on a coordfs mount whose daemon has gone")) }
+        if abandoned {
+            return .failure(ControlError("ENOTCONN", "'\(path)' is on a coordfs mount whose daemon has gone"))
+        }
         if let denied {
             // Not "allow_other" by itself: a file of mode 0600 on a mount shared with -o allow_other
             // is refused alike. (`coordfs` names another user's mount made without it first.)
-            return .failure(ControlError("EACCES", "cannot look at '\(denied)': permission denied (coordinating an item takes "
-                                         + "read permission on it, and search permission on the directories above it)"))
+            return .failure(
+                ControlError(
+                    "EACCES",
+                    "cannot look at '\(denied)': permission denied (coordinating an item takes "
+                        + "read permission on it, and search permission on the directories above it)"))
         }
         let starting = ProcessInfo.processInfo.environment["COORDFS_COORDINATION"] != "in-process"
         return UserDaemon.socket(starting: starting).mapError { error in
-            starting ? error : ControlError(error.errno, "'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
+            starting
+                ? error
+                : ControlError(error.errno, "'\(path)' is not inside a coordfs mount, and no coordfs daemon runs")
         }
     }
 
@@ -92,7 +101,8 @@ public final class ControlClient: @unchecked Sendable {
     static func isTrusted(directoryOf socket: String) -> Bool {
         var info = stat()
         guard lstat((socket as NSString).deletingLastPathComponent, &info) == 0 else { return false }
-        return (info.st_mode & S_IFMT) == S_IFDIR && (info.st_uid == geteuid() || info.st_uid == 0) && info.st_mode & 0o022 == 0
+        return (info.st_mode & S_IFMT) == S_IFDIR && (info.st_uid == geteuid() || info.st_uid == 0)
+            && info.st_mode & 0o022 == 0
     }
 
     /// The control socket of the coordfs mount holding `path`: the `user.coordfs.socket`
@@ -148,15 +158,20 @@ public final class ControlClient: @unchecked Sendable {
             Glibc.close(fd)
             throw ControlError("ENAMETOOLONG", "socket path too long")
         }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: bytes); raw[bytes.count] = 0 }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes); raw[bytes.count] = 0
+        }
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         guard connected == 0 else {
             let failure = Errno.ofFailedCall()
             Glibc.close(fd)
             // ENOENT: no socket there; ECONNREFUSED: one that nobody serves any more.
-            let name = failure == .noSuchFileOrDirectory ? "ENOENT" : failure == .permissionDenied ? "EACCES" : "ECONNREFUSED"
+            let name =
+                failure == .noSuchFileOrDirectory ? "ENOENT" : failure == .permissionDenied ? "EACCES" : "ECONNREFUSED"
             let why = failure == .connectionRefused ? "nobody serves it (its server has gone?)" : failure.description
             throw ControlError(name, "cannot connect to \(socketPath): \(why)")
         }
@@ -166,7 +181,9 @@ public final class ControlClient: @unchecked Sendable {
     }
 
     /// Called for each event record.
-    public func onEvent(_ handler: @escaping @Sendable (EventRecord) -> Void) { lock.withLock { eventHandler = handler } }
+    public func onEvent(_ handler: @escaping @Sendable (EventRecord) -> Void) {
+        lock.withLock { eventHandler = handler }
+    }
 
     /// Called for each client that connects to a service this connection vends, with the
     /// provider's end of the connection.
@@ -183,7 +200,9 @@ public final class ControlClient: @unchecked Sendable {
 
     /// Version `version` of the item at `path`: its record, and its content open for reading.
     public func openVersion(_ version: String, of path: String) throws -> ([String: WireValue], FileHandle) {
-        let (fields, descriptor) = try requestWithDescriptor { .version(id: $0, path: path, version: version, action: .open) }
+        let (fields, descriptor) = try requestWithDescriptor {
+            .version(id: $0, path: path, version: version, action: .open)
+        }
         guard let descriptor else { throw ControlError("EPROTO", "the reply carried no descriptor") }
         return (fields, FileHandle(fileDescriptor: descriptor, closeOnDealloc: true))
     }
@@ -212,7 +231,9 @@ public final class ControlClient: @unchecked Sendable {
         return fields
     }
 
-    private func requestWithDescriptor(_ make: (Int) -> ClientMessage, attaching: Int32? = nil) throws -> ([String: WireValue], Int32?) {
+    private func requestWithDescriptor(
+        _ make: (Int) -> ClientMessage, attaching: Int32? = nil
+    ) throws -> ([String: WireValue], Int32?) {
         let semaphore = DispatchSemaphore(value: 0)
         let box = Box()
         let id = try lock.withLock { () throws -> Int in
@@ -233,8 +254,10 @@ public final class ControlClient: @unchecked Sendable {
     /// Sends a request without waiting; `completion` gets its reply (on the reader thread).
     /// Returns the request's id (for `cancel`).
     @discardableResult
-    public func request(_ make: (Int) -> ClientMessage,
-                        completion: @escaping @Sendable (Result<[String: WireValue], ControlError>) -> Void) -> Int {
+    public func request(
+        _ make: (Int) -> ClientMessage,
+        completion: @escaping @Sendable (Result<[String: WireValue], ControlError>) -> Void
+    ) -> Int {
         let id = lock.withLock { () -> Int? in
             guard !closed else { return nil }
             nextID += 1
@@ -263,7 +286,9 @@ public final class ControlClient: @unchecked Sendable {
             while offset < bytes.count {
                 let written = try? retryingInterrupts {
                     bytes[offset...].withUnsafeBytes { part in
-                        if offset == 0, let descriptor { return DescriptorPassing.send(fd, part, descriptor: descriptor) }
+                        if offset == 0, let descriptor {
+                            return DescriptorPassing.send(fd, part, descriptor: descriptor)
+                        }
                         return Glibc.send(fd, part.baseAddress, part.count, Int32(MSG_NOSIGNAL))
                     }
                 }
@@ -291,16 +316,26 @@ public final class ControlClient: @unchecked Sendable {
             // A line this client cannot read ends the connection: dropped, the request it
             // answers would wait for ever.
             do throws(WireError) {
-                try WireLines.take(from: &pending) { line throws(WireError) in dispatch(try WireCodec.decodeServer(line)) }
+                try WireLines.take(from: &pending) { line throws(WireError) in
+                    dispatch(try WireCodec.decodeServer(line))
+                }
                 if pending.count > WireProtocol.maximumReplyLength {
                     throw WireError("line longer than \(WireProtocol.maximumReplyLength) bytes")
                 }
             } catch {
-                lock.withLock { if refusal == nil { refusal = ControlError("EPROTO", "the server sent a line this client cannot read: \(error)") } }
+                lock.withLock {
+                    if refusal == nil {
+                        refusal = ControlError("EPROTO", "the server sent a line this client cannot read: \(error)")
+                    }
+                }
                 break
             }
         }
-        let (waiters, callbacksLeft, end) = lock.withLock { () -> ([(DispatchSemaphore, Box)], [@Sendable (Result<[String: WireValue], ControlError>) -> Void], (@Sendable () -> Void)?) in
+        let (waiters, callbacksLeft, end) = lock.withLock {
+            () -> (
+                [(DispatchSemaphore, Box)], [@Sendable (Result<[String: WireValue], ControlError>) -> Void],
+                (@Sendable () -> Void)?
+            ) in
             closed = true
             defer { waiting = [:]; callbacks = [:] }
             return (Array(waiting.values), Array(callbacks.values), endHandler)
@@ -318,10 +353,15 @@ public final class ControlClient: @unchecked Sendable {
     private func dispatch(_ message: ServerMessage) {
         switch message {
         case .event(let record) where record.mask.contains(.serviceConnection):
-            let (descriptor, handler) = lock.withLock { (descriptors.isEmpty ? nil : descriptors.removeFirst(), serviceHandler) }
+            let (descriptor, handler) = lock.withLock {
+                (descriptors.isEmpty ? nil : descriptors.removeFirst(), serviceHandler)
+            }
             guard let descriptor else { return }
-            if let handler { handler(record, FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)) }
-            else { Glibc.close(descriptor) }
+            if let handler {
+                handler(record, FileHandle(fileDescriptor: descriptor, closeOnDealloc: true))
+            } else {
+                Glibc.close(descriptor)
+            }
         case .event(let record):
             lock.withLock { eventHandler }?(record)
         case .ok(let id, _), .error(let id?, _, _):
@@ -334,7 +374,7 @@ public final class ControlClient: @unchecked Sendable {
                 box.descriptor = descriptor
                 semaphore.signal()
             } else if let completion = lock.withLock({ callbacks.removeValue(forKey: id) }) {
-                if let descriptor { Glibc.close(descriptor) }   // only synchronous requests take connections
+                if let descriptor { Glibc.close(descriptor) }  // only synchronous requests take connections
                 if case .ok(_, let fields) = message { completion(.success(fields)) }
                 if case .error(_, let code, let text) = message { completion(.failure(ControlError(code, text))) }
             }

@@ -26,8 +26,11 @@ public enum UserDaemon {
         if isServed(path, trusting: given != nil) { return .success(path) }
         guard starting else { return .failure(ControlError("ENOENT", "no coordfs daemon serves \(path)")) }
         guard let command = executable() else {
-            return .failure(ControlError("ENOENT", "no coordfs daemon serves \(path), and no coordfs command was found to start one "
-                                          + "(looked beside this program and on $PATH)"))
+            return .failure(
+                ControlError(
+                    "ENOENT",
+                    "no coordfs daemon serves \(path), and no coordfs command was found to start one "
+                        + "(looked beside this program and on $PATH)"))
         }
         if let failure = start(command, socket: given) { return .failure(failure) }
         // It binds its socket within moments, or seconds on a loaded machine whose page cache
@@ -38,7 +41,8 @@ public enum UserDaemon {
             if isServed(path, trusting: given != nil) { return .success(path) }
             usleep(10_000)
         }
-        return .failure(ControlError("ETIMEDOUT", "started '\(command) daemon', but nothing served \(path) within 15 s"))
+        return .failure(
+            ControlError("ETIMEDOUT", "started '\(command) daemon', but nothing served \(path) within 15 s"))
     }
 
     /// Whether a server answers at `path`, in a directory only the user (or root) may write
@@ -52,9 +56,13 @@ public enum UserDaemon {
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
         guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in raw.copyBytes(from: bytes); raw[bytes.count] = 0 }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes); raw[bytes.count] = 0
+        }
         return withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         } == 0
     }
 
@@ -64,7 +72,9 @@ public enum UserDaemon {
         let own = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? ""
         if (own as NSString).lastPathComponent == "coordfs" { return own }
         var candidates = [((own as NSString).deletingLastPathComponent as NSString).appendingPathComponent("coordfs")]
-        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin").split(separator: ":") {
+        for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin").split(
+            separator: ":")
+        {
             candidates.append(String(directory) + "/coordfs")
         }
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
@@ -79,7 +89,7 @@ public enum UserDaemon {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        posix_spawnattr_setflags(&attributes, Int16(0x80))    // POSIX_SPAWN_SETSID (glibc 2.26), not in Swift's Glibc
+        posix_spawnattr_setflags(&attributes, Int16(0x80))  // POSIX_SPAWN_SETSID (glibc 2.26), not in Swift's Glibc
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -88,7 +98,10 @@ public enum UserDaemon {
         defer { for pointer in argv { free(pointer) } }
         var shell: pid_t = 0
         let code = posix_spawn(&shell, "/bin/sh", &actions, &attributes, &argv, environ)
-        guard code == 0 else { return ControlError(ErrnoNames.name(of: code), "cannot start '\(command) daemon': \(String(cString: strerror(code)))") }
+        guard code == 0 else {
+            return ControlError(
+                ErrnoNames.name(of: code), "cannot start '\(command) daemon': \(String(cString: strerror(code)))")
+        }
         var status: Int32 = 0
         _ = try? retryingInterrupts { waitpid(shell, &status, 0) }
         return nil

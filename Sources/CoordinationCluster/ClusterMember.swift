@@ -132,7 +132,9 @@ public final class ClusterMember: Sendable {
         /// Grants from `key`, made at `revision` by `run`: unless the run has ended, or the key
         /// was recalled as soon as granted, or given back already.
         mutating func hold(_ key: Key, made revision: Int64, by run: Delegations) {
-            guard delegations === run, recalled[key] == nil, !givenBack.contains(GivenBack(key: key, revision: revision)) else { return }
+            guard delegations === run, recalled[key] == nil,
+                !givenBack.contains(GivenBack(key: key, revision: revision))
+            else { return }
             // Granted for a request that has yet to use it: not idle before the next sweep.
             held[key.path, default: []].formUnion([Modes(key.mode), .granted])
         }
@@ -149,9 +151,11 @@ public final class ClusterMember: Sendable {
             // A host alone holds a few delegations: compared in place, nothing allocated.
             if held.count <= 8 {
                 return held.first { other, modes in
-                    modes.serves(mode) && (other.isEmpty || other == path
-                        || (path.utf8.count > other.utf8.count && path.hasPrefix(other)
-                            && path.utf8[path.utf8.index(path.utf8.startIndex, offsetBy: other.utf8.count)] == UInt8(ascii: "/")))
+                    modes.serves(mode)
+                        && (other.isEmpty || other == path
+                            || (path.utf8.count > other.utf8.count && path.hasPrefix(other)
+                                && path.utf8[path.utf8.index(path.utf8.startIndex, offsetBy: other.utf8.count)]
+                                    == UInt8(ascii: "/")))
                 }.map { ($0.key, $0.value) }
             }
             if let modes = held[path], modes.serves(mode) { return (path, modes) }
@@ -181,7 +185,9 @@ public final class ClusterMember: Sendable {
             }
         }
         /// Holding `mode`: a write delegation serves reads too, and any serves a presence.
-        func serves(_ mode: Delegations.Mode) -> Bool { mode.writes ? contains(.write) : !subtracting(.granted).isEmpty }
+        func serves(_ mode: Delegations.Mode) -> Bool {
+            mode.writes ? contains(.write) : !subtracting(.granted).isEmpty
+        }
     }
 
     /// One acquire of a key, shared by the requests that wait for it.
@@ -202,7 +208,12 @@ public final class ClusterMember: Sendable {
     /// How an acquire ended, for the requests that wait for it: one that is cancelled stops
     /// waiting at once.
     private final class Ending: Sendable {
-        private let state = Mutex<(result: Result<Void, Delegations.Failure>?, waiting: [UInt64: CheckedContinuation<Void, Error>], next: UInt64)>(
+        private let state = Mutex<
+            (
+                result: Result<Void, Delegations.Failure>?, waiting: [UInt64: CheckedContinuation<Void, Error>],
+                next: UInt64
+            )
+        >(
             (nil, [:], 0))
 
         func finish(_ result: Result<Void, Delegations.Failure>) {
@@ -271,9 +282,11 @@ public final class ClusterMember: Sendable {
     /// `breakTime`: how long a recall waits for this host's holders that conflict with it before
     /// it gives the delegation back regardless (nil: for as long as they hold). `idleTime`: how
     /// long a delegation nothing here uses is kept (at most twice that; nil: until recalled).
-    public init(join: @escaping @Sendable () async throws -> Delegations, local: any LocalAccesses, breakTime: Duration?,
-                whenUnreachable: WhenUnreachable = .refuse, idleTime: Duration? = ClusterMember.defaultIdleTime,
-                role: Role = .accesses) {
+    public init(
+        join: @escaping @Sendable () async throws -> Delegations, local: any LocalAccesses, breakTime: Duration?,
+        whenUnreachable: WhenUnreachable = .refuse, idleTime: Duration? = ClusterMember.defaultIdleTime,
+        role: Role = .accesses
+    ) {
         self.join = join
         self.role = role
         self.whenUnreachable = whenUnreachable
@@ -334,12 +347,14 @@ public final class ClusterMember: Sendable {
         var following: [Task<Void, Never>] = []
         if let news {
             await news.present(presented)
-            following.append(Task { [self] in
-                for await presences in news.presences { presencesSink.yield(presences) }
-            })
-            following.append(Task { [self] in
-                for await batch in news.received { changesSink.yield(batch) }
-            })
+            following.append(
+                Task { [self] in
+                    for await presences in news.presences { presencesSink.yield(presences) }
+                })
+            following.append(
+                Task { [self] in
+                    for await batch in news.received { changesSink.yield(batch) }
+                })
         }
         let recalls = Task { [self] in
             for await recall in delegations.recalls { recalled(recall, in: delegations) }
@@ -368,9 +383,13 @@ public final class ClusterMember: Sendable {
             if leaving { return }
             switch role {
             case .accesses:
-                logger.error("cluster: this host's lease is lost: it grants nothing, and refuses writes through files open for writing (EIO), until it has joined again")
+                logger.error(
+                    "cluster: this host's lease is lost: it grants nothing, and refuses writes through files open for writing (EIO), until it has joined again"
+                )
             case .locks:
-                logger.error("cluster locks: this host's lease of its file locks is lost: it takes no lock across hosts (ENOLCK) until it has joined again and asked again for the locks its programs hold")
+                logger.error(
+                    "cluster locks: this host's lease of its file locks is lost: it takes no lock across hosts (ENOLCK) until it has joined again and asked again for the locks its programs hold"
+                )
             }
             await rejoin(after: delegations)
         }
@@ -399,14 +418,19 @@ public final class ClusterMember: Sendable {
             } catch {
                 attempts += 1
                 if case Delegations.Failure.cannotJoin(let why)? = error as? Delegations.Failure {
-                    if !refusalTold { logger.critical("\(role.subject): cannot join again: \(why); this host grants nothing until it can") }
+                    if !refusalTold {
+                        logger.critical(
+                            "\(role.subject): cannot join again: \(why); this host grants nothing until it can")
+                    }
                     refusalTold = true
                 } else if attempts == 1 && whenUnreachable == .local && !state.withLock({ $0.leaving }) {
                     state.withLock { state in
                         state.alone = true
                         writeStanding.store(WriteStanding.alone.rawValue, ordering: .releasing)
                     }
-                    logger.critical("\(role.subject): etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again")
+                    logger.critical(
+                        "\(role.subject): etcd cannot be reached (\(error)): this host now coordinates its own programs ALONE (--cluster-unreachable local); other hosts' programs are NOT coordinated with until it joins again"
+                    )
                 }
                 try? await Task.sleep(for: .seconds(1))
             }
@@ -453,7 +477,9 @@ public final class ClusterMember: Sendable {
         }
         var stillHad = false
         do { stillHad = try await lost.lease.revoke() } catch {
-            logger.error("\(role.subject): cannot revoke the lost lease (\(error)); its keys stand in line until etcd expires it")
+            logger.error(
+                "\(role.subject): cannot revoke the lost lease (\(error)); its keys stand in line until etcd expires it"
+            )
         }
         let clear = placements.clear
         let carried = stillHad ? clear : []
@@ -469,12 +495,15 @@ public final class ClusterMember: Sendable {
             return true
         }
         guard ended else { return }
-        logger.notice("\(role.subject): \(Self.rejoinSummary(role, wanted: wanted, carried: carried, stillHad: stillHad))")
+        logger.notice(
+            "\(role.subject): \(Self.rejoinSummary(role, wanted: wanted, carried: carried, stillHad: stillHad))")
     }
 
     /// What a rejoin tells of the items held here, asked for again first (`wanted`); those
     /// `carried` had only the lost run's keys before them, under a lease etcd still had.
-    static func rejoinSummary(_ role: Role, wanted: [String: Delegations.Mode], carried: Set<String>, stillHad: Bool) -> String {
+    static func rejoinSummary(
+        _ role: Role, wanted: [String: Delegations.Mode], carried: Set<String>, stillHad: Bool
+    ) -> String {
         switch role {
         case .accesses:
             let writing = wanted.filter { $0.value.writes }.map { $0.key }
@@ -483,8 +512,11 @@ public final class ClusterMember: Sendable {
             if !writing.isEmpty {
                 summary += ", \(writing.count - fenced) open for writing go on, \(fenced) fenced"
                 if fenced > 0 {
-                    summary += " (writes through them fail with EIO: " + (stillHad ? "another host asked for them meanwhile)"
-                        : "the lost lease had ended in etcd, and other hosts may have written them)")
+                    summary +=
+                        " (writes through them fail with EIO: "
+                        + (stillHad
+                            ? "another host asked for them meanwhile)"
+                            : "the lost lease had ended in etcd, and other hosts may have written them)")
                 }
             }
             return summary
@@ -494,9 +526,11 @@ public final class ClusterMember: Sendable {
             let uncertain = wanted.keys.filter { !carried.contains($0) }.sorted()
             var summary = "joined again; \(wanted.count) file(s) locked here asked for again first"
             if !uncertain.isEmpty {
-                summary += ", \(wanted.count - uncertain.count) kept throughout; \(uncertain.count) may have been locked by another host meanwhile ("
+                summary +=
+                    ", \(wanted.count - uncertain.count) kept throughout; \(uncertain.count) may have been locked by another host meanwhile ("
                     + (stillHad ? "another host asked for them first" : "the lost lease had ended in etcd")
-                    + "): " + uncertain.prefix(8).map { $0.isEmpty ? "/" : $0 }.joined(separator: ", ") + (uncertain.count > 8 ? ", ..." : "")
+                    + "): " + uncertain.prefix(8).map { $0.isEmpty ? "/" : $0 }.joined(separator: ", ")
+                    + (uncertain.count > 8 ? ", ..." : "")
             }
             return summary
         }
@@ -504,8 +538,10 @@ public final class ClusterMember: Sendable {
 
     /// Asks again for `mode` of `path` (exactly that item) for a holder here, reporting once
     /// whether only the lost run's keys were in its way when it was put in line.
-    private func redelegate(_ path: String, _ mode: Delegations.Mode, in delegations: Delegations, after lost: Delegations,
-                            reporting placements: Placements) async {
+    private func redelegate(
+        _ path: String, _ mode: Delegations.Mode, in delegations: Delegations, after lost: Delegations,
+        reporting placements: Placements
+    ) async {
         let key = Key(path: path, mode: mode), lostLease = lost.lease.id, host = delegations.host
         for _ in 0..<4 {
             do throws(Delegations.Failure) {
@@ -618,7 +654,9 @@ public final class ClusterMember: Sendable {
     public func coversAccessor(_ path: String, _ mode: Delegations.Mode) -> Bool {
         if covers(path, mode) { return true }
         return state.withLock { state in
-            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else { return false }
+            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else {
+                return false
+            }
             return state.kept.contains { key in
                 Modes(key.mode).serves(mode) && Delegations.contains(key.path, path, orIs: true)
             }
@@ -654,7 +692,8 @@ public final class ClusterMember: Sendable {
                 state.fencedOpens += 1
                 return nil
             }
-            let covered = state.holding(path, .write) != nil
+            let covered =
+                state.holding(path, .write) != nil
                 || state.kept.contains { $0.mode.writes && Delegations.contains($0.path, path, orIs: true) }
             if !covered { state.fencedOpens += 1 }
             return covered ? state.losses.last : nil
@@ -732,9 +771,11 @@ public final class ClusterMember: Sendable {
             } else {
                 lease = .lost
             }
-            return Standing(lease: lease, validFor: lease == .held ? state.delegations?.lease.validFor : nil,
-                            // (Lost by the clock a moment before the loss is handled: just now.)
-                            lostFor: lease == .held ? nil : lostFor ?? .zero, leasesLost: state.leasesLost, fencedOpens: state.fencedOpens)
+            return Standing(
+                lease: lease, validFor: lease == .held ? state.delegations?.lease.validFor : nil,
+                // (Lost by the clock a moment before the loss is handled: just now.)
+                lostFor: lease == .held ? nil : lostFor ?? .zero, leasesLost: state.leasesLost,
+                fencedOpens: state.fencedOpens)
         }
     }
 
@@ -744,7 +785,9 @@ public final class ClusterMember: Sendable {
     /// for what the kept delegation does not serve would queue behind the host that waits for it.
     public func recallWaits(for path: String, _ mode: Delegations.Mode) -> Bool {
         state.withLock { state in
-            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else { return false }
+            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else {
+                return false
+            }
             let holder = Delegations.Entry(path: path, host: "", mode: mode, revision: 0, lease: 0)
             return state.kept.contains { key in
                 Delegations.contains(key.path, path, orIs: true)
@@ -806,11 +849,14 @@ public final class ClusterMember: Sendable {
             if Task.isCancelled { throw .withdrawn }
             let step = state.withLock { current -> Step in
                 guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
-                let key = exactly ? Key(path: path, mode: mode) : key(for: path, mode, in: delegations, avoiding: current.recalled)
+                let key =
+                    exactly
+                    ? Key(path: path, mode: mode) : key(for: path, mode, in: delegations, avoiding: current.recalled)
                 if let givingBack = current.givingBack[key] { return .after(givingBack) }
                 if current.acquiring[key] == nil {
                     current.acquires += 1
-                    current.acquiring[key] = makeAcquiring(key, number: current.acquires, for: path, mode, in: delegations)
+                    current.acquiring[key] = makeAcquiring(
+                        key, number: current.acquires, for: path, mode, in: delegations)
                 }
                 current.acquiring[key]!.waiters += 1
                 return .waiting(key, current.acquiring[key]!.number, current.acquiring[key]!.ending, delegations)
@@ -840,8 +886,10 @@ public final class ClusterMember: Sendable {
 
     /// The acquire of `key` for `path` (its own path, or a directory above it); made under the
     /// state's lock, its task waits for it.
-    private func makeAcquiring(_ key: Key, number: UInt64, for path: String, _ mode: Delegations.Mode,
-                               in delegations: Delegations) -> Acquiring {
+    private func makeAcquiring(
+        _ key: Key, number: UInt64, for path: String, _ mode: Delegations.Mode,
+        in delegations: Delegations
+    ) -> Acquiring {
         let ending = Ending()
         let task = Task { [self] in
             var token: Int64?
@@ -890,7 +938,7 @@ public final class ClusterMember: Sendable {
             return entry.task
         }
         guard let task else { return }
-        task.cancel()       // an item asked for in its place is given up too
+        task.cancel()  // an item asked for in its place is given up too
         Task { try? await delegations.release(key.path, key.mode) }
     }
 
@@ -914,7 +962,9 @@ public final class ClusterMember: Sendable {
                 let key = key(for: path, mode, in: delegations, avoiding: current.recalled)
                 let exact = Key(path: path, mode: mode)
                 // Being given back idle (nobody else wants it): asked for again once it is.
-                if let idle = [key, exact].compactMap({ current.recalled[$0] == nil ? current.givingBack[$0] : nil }).first {
+                if let idle = [key, exact].compactMap({ current.recalled[$0] == nil ? current.givingBack[$0] : nil })
+                    .first
+                {
                     return .afterIdle(idle)
                 }
                 let busy = [key, exact].contains { current.givingBack[$0] != nil || current.acquiring[$0] != nil }
@@ -943,8 +993,10 @@ public final class ClusterMember: Sendable {
         case asking(Key, Delegations)
     }
 
-    private func acquireAtOnce(_ path: String, _ mode: Delegations.Mode, as key: Key,
-                               in delegations: Delegations) async throws(Delegations.Failure) -> Bool {
+    private func acquireAtOnce(
+        _ path: String, _ mode: Delegations.Mode, as key: Key,
+        in delegations: Delegations
+    ) async throws(Delegations.Failure) -> Bool {
         // A directory asked for on the replica's word recalls nobody; the item itself recalls
         // the hosts in its way, and is granted once those that hold it idle have given it back.
         let exact = Key(path: path, mode: mode)
@@ -952,7 +1004,9 @@ public final class ClusterMember: Sendable {
             state.withLock { $0.hold(key, made: token, by: delegations) }
             return covers(path, mode)
         }
-        guard let token = try await delegations.acquireIfIdle(path, mode, patience: Self.idlePatience) else { return false }
+        guard let token = try await delegations.acquireIfIdle(path, mode, patience: Self.idlePatience) else {
+            return false
+        }
         state.withLock { $0.hold(exact, made: token, by: delegations) }
         return covers(path, mode)
     }
@@ -961,9 +1015,13 @@ public final class ClusterMember: Sendable {
     /// (`delegationPath`). A deletion, move or replacement is asked for as a write of such a
     /// directory when there is one (nobody else has anything in it to be asked about), else of
     /// the item itself in its own mode, so that the hosts it recalls know what is being done.
-    private func key(for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
-                     avoiding recalled: [Key: [Delegations.Entry]]) -> Key {
-        guard mode.isDestructive else { return Key(path: delegationPath(for: path, mode, in: delegations, avoiding: recalled), mode: mode) }
+    private func key(
+        for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
+        avoiding recalled: [Key: [Delegations.Entry]]
+    ) -> Key {
+        guard mode.isDestructive else {
+            return Key(path: delegationPath(for: path, mode, in: delegations, avoiding: recalled), mode: mode)
+        }
         let directory = delegationPath(for: path, .write, in: delegations, avoiding: recalled)
         return directory == path ? Key(path: path, mode: mode) : Key(path: directory, mode: .write)
     }
@@ -972,8 +1030,10 @@ public final class ClusterMember: Sendable {
     /// above which no other host has a key that conflicts; `path` itself when there is none.
     /// Never a key of this host being recalled.
     /// (The replica's index answers in one walk down the path, however many keys the store has.)
-    private func delegationPath(for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
-                                avoiding recalled: [Key: [Delegations.Entry]]) -> String {
+    private func delegationPath(
+        for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
+        avoiding recalled: [Key: [Delegations.Entry]]
+    ) -> String {
         if path.isEmpty { return path }
         return delegations.outermostFree(for: path, mode) { recalled[Key(path: $0, mode: mode)] != nil }
     }
@@ -1021,14 +1081,17 @@ public final class ClusterMember: Sendable {
             }
             guard let all = present else {
                 for access in begun { access.end() }
-                return      // kept
+                return  // kept
             }
             if delegations.lease.isLost { break }
-            let holders = local.holders().map { Delegations.Entry(path: $0.path, host: "", mode: $0.mode, revision: 0, lease: 0) }
+            let holders = local.holders().map {
+                Delegations.Entry(path: $0.path, host: "", mode: $0.mode, revision: 0, lease: 0)
+            }
             // A request that does not wait (O_NONBLOCK) with a program of this host in its way
             // is refused: it fails at once, as it would on one host, and nobody here is asked.
             // The key is kept once the replica has seen the refusals (`isPresent` above).
-            let refusing = all.filter { other in other.asksIdle && holders.contains { Delegations.conflict($0, other) } }
+            let refusing = all.filter { other in other.asksIdle && holders.contains { Delegations.conflict($0, other) }
+            }
             for other in refusing where refused.insert(other.revision).inserted { try? await delegations.refuse(other) }
             let wanted = all.filter { !refusing.contains($0) }
             if wanted.isEmpty {
@@ -1051,7 +1114,9 @@ public final class ClusterMember: Sendable {
                         _ = state.losses.record(.around(given))
                         lastLoss.store(state.losses.last, ordering: .releasing)
                     }
-                    logger.warning("\(role.subject): recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold; writes through their open files are refused (EIO) from now")
+                    logger.warning(
+                        "\(role.subject): recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold; writes through their open files are refused (EIO) from now"
+                    )
                 }
                 // Holders that go on need delegations of their own before this one goes.
                 let recalledEntry = Delegations.Entry(path: key.path, host: "", mode: key.mode, revision: 0, lease: 0)
@@ -1071,9 +1136,11 @@ public final class ClusterMember: Sendable {
             guard state.delegations === delegations else { return }
             state.kept.remove(key)
         }
-        if !delegations.lease.isLost { do { try await delegations.release(key.path, key.mode) } catch {
-            logger.error("\(role.subject): cannot give back \(key.path.isEmpty ? "/" : key.path): \(error)")
-        } }
+        if !delegations.lease.isLost {
+            do { try await delegations.release(key.path, key.mode) } catch {
+                logger.error("\(role.subject): cannot give back \(key.path.isEmpty ? "/" : key.path): \(error)")
+            }
+        }
         state.withLock { state in
             if state.delegations === delegations {
                 state.recalled[key] = nil
@@ -1109,8 +1176,12 @@ public final class ClusterMember: Sendable {
                     let giving = modes.intersection([.read, .write])
                     guard !giving.isEmpty, !busy.contains(path) else { continue }
                     let keys = Self.keys(giving, at: path)
-                    guard !keys.contains(where: { state.acquiring[$0] != nil || state.givingBack[$0] != nil
-                        || state.recalled[$0] != nil || state.kept.contains($0) }) else { continue }
+                    guard
+                        !keys.contains(where: {
+                            state.acquiring[$0] != nil || state.givingBack[$0] != nil
+                                || state.recalled[$0] != nil || state.kept.contains($0)
+                        })
+                    else { continue }
                     idle[path] = giving
                 }
                 for path in used { state.held[path]?.remove(.granted) }
@@ -1164,7 +1235,9 @@ public final class ClusterMember: Sendable {
     private static func keys(_ modes: Modes, at path: String) -> [Key] {
         var keys: [Key] = []
         if modes.contains(.read) { keys.append(Key(path: path, mode: .read)) }
-        if modes.contains(.write) { keys += [Delegations.Mode.write, .deleting, .moving, .replacing].map { Key(path: path, mode: $0) } }
+        if modes.contains(.write) {
+            keys += [Delegations.Mode.write, .deleting, .moving, .replacing].map { Key(path: path, mode: $0) }
+        }
         return keys
     }
 

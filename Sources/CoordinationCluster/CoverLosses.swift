@@ -20,7 +20,8 @@ struct CoverLosses: Sendable {
 
         func reaches(_ path: String) -> Bool {
             switch self {
-            case .around(let paths): paths.contains { Delegations.contains($0, path, orIs: true) || Delegations.contains(path, $0) }
+            case .around(let paths):
+                paths.contains { Delegations.contains($0, path, orIs: true) || Delegations.contains(path, $0) }
             case .allBut(let paths): !paths.contains(path)
             }
         }

@@ -143,7 +143,9 @@ struct DelegationIndex: Sendable {
     func wanting(_ held: Entry) -> [(key: [UInt8], entry: Entry)] {
         var found: [(key: [UInt8], entry: Entry)] = []
         forEachRelated(to: held.path, isMine(held) ? .others : .anyone, writesOnly: !held.mode.writes) { key, other in
-            if !other.isSameHolder(as: held) && other.revision > held.revision && !other.isTentative { found.append((key, other)) }
+            if !other.isSameHolder(as: held) && other.revision > held.revision && !other.isTentative {
+                found.append((key, other))
+            }
             return true
         }
         return found
@@ -157,7 +159,9 @@ struct DelegationIndex: Sendable {
         var pairs: [Pair] = []
         func tellAll(_ key: [UInt8], _ held: Entry) {
             guard !isBlocked(held) else { return }
-            for (wantedKey, wanted) in wanting(held) { pairs.append(Pair(heldKey: key, held: held, wantedKey: wantedKey, wanted: wanted)) }
+            for (wantedKey, wanted) in wanting(held) {
+                pairs.append(Pair(heldKey: key, held: held, wantedKey: wantedKey, wanted: wanted))
+            }
         }
         for change in changes {
             // A key changed again later is seen in that change.

@@ -194,7 +194,9 @@ public final class Delegations: Sendable {
     /// `acquire`, telling `placed` as soon as the key is in line which other holders' keys
     /// were then in its way (none: it is granted at once). A host joining again after a lost
     /// lease learns so whether another host came before it (`ClusterMember.redelegate`).
-    func acquire(_ path: String, _ mode: Mode, placed: @escaping @Sendable ([Entry]) -> Void) async throws(Failure) -> Int64 {
+    func acquire(
+        _ path: String, _ mode: Mode, placed: @escaping @Sendable ([Entry]) -> Void
+    ) async throws(Failure) -> Int64 {
         try await acquire(path, mode, asking: .waiting, placed: placed)!
     }
 
@@ -220,7 +222,8 @@ public final class Delegations: Sendable {
     public func refuse(_ entry: Entry) async throws(Failure) {
         guard entry.asksIdle else { return }
         let key = self.key(of: entry)
-        do { _ = try await client.transaction([.created(key, at: entry.revision)], success: [.delete(key: key)]) } catch {
+        do { _ = try await client.transaction([.created(key, at: entry.revision)], success: [.delete(key: key)]) } catch
+        {
             throw .etcd(error)
         }
     }
@@ -235,14 +238,17 @@ public final class Delegations: Sendable {
         case ifIdle(Duration)
     }
 
-    private func acquire(_ path: String, _ mode: Mode, asking: Asking,
-                         placed: (@Sendable ([Entry]) -> Void)? = nil) async throws(Failure) -> Int64? {
+    private func acquire(
+        _ path: String, _ mode: Mode, asking: Asking,
+        placed: (@Sendable ([Entry]) -> Void)? = nil
+    ) async throws(Failure) -> Int64? {
         let key = self.key(path, mode)
-        let marker = switch asking {
-        case .waiting: ""
-        case .tentatively: "?"
-        case .ifIdle: "!"
-        }
+        let marker =
+            switch asking {
+            case .waiting: ""
+            case .tentatively: "?"
+            case .ifIdle: "!"
+            }
         // With the key, the keys that could be in its way, read at its revision: the replica
         // may not have followed that far yet, and must not grant on what it has not seen.
         let around = neighbourhood(of: path)
@@ -251,7 +257,8 @@ public final class Delegations: Sendable {
             // A key of this run already there (acquired before) keeps its place in line.
             while made == nil {
                 let answer = try await client.transaction(
-                    [.absent(key)], success: [.put(key: key, value: Array((mode.rawValue + marker).utf8), lease: lease.id)] + around,
+                    [.absent(key)],
+                    success: [.put(key: key, value: Array((mode.rawValue + marker).utf8), lease: lease.id)] + around,
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
                     made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
@@ -264,18 +271,21 @@ public final class Delegations: Sendable {
             throw .etcd(error)
         }
         let (revision, snapshot, readAt) = made!
-        let mine = Entry(path: path, host: host, mode: mode, revision: revision, lease: lease.id,
-                         isTentative: marker == "?", asksIdle: marker == "!")
+        let mine = Entry(
+            path: path, host: host, mode: mode, revision: revision, lease: lease.id,
+            isTentative: marker == "?", asksIdle: marker == "!")
         // A request that does not wait takes its key back once its patience has run out; a
         // grant that comes after that is not held (the key is going).
         var patience: (timer: Task<Void, Never>, first: FirstOfTwo)?
         if case .ifIdle(let duration) = asking {
             let first = FirstOfTwo()
-            patience = (Task { [self] in
-                try? await Task.sleep(for: duration)
-                guard !Task.isCancelled, first.take() else { return }
-                _ = try? await client.transaction([.created(key, at: revision)], success: [.delete(key: key)])
-            }, first)
+            patience = (
+                Task { [self] in
+                    try? await Task.sleep(for: duration)
+                    guard !Task.isCancelled, first.take() else { return }
+                    _ = try? await client.transaction([.created(key, at: revision)], success: [.delete(key: key)])
+                }, first
+            )
         }
         defer { patience?.timer.cancel() }
         let granted: Int64
@@ -304,7 +314,8 @@ public final class Delegations: Sendable {
                     case .waiting: break
                     case .tentatively: return (.success(0), blockers)
                     // One in the way that waits itself: another host's program wants it first.
-                    case .ifIdle where blockers.contains(where: { state.index.isBlocked($0) }): return (.success(0), blockers)
+                    case .ifIdle where blockers.contains(where: { state.index.isBlocked($0) }):
+                        return (.success(0), blockers)
                     case .ifIdle: break
                     }
                     state.waiters[key, default: []].append(continuation)
@@ -312,7 +323,7 @@ public final class Delegations: Sendable {
                 }
                 if let inTheWay { placed?(inTheWay) }
                 if let settled { continuation.resume(with: settled) }
-                settle { _ in }     // recalls this key makes
+                settle { _ in }  // recalls this key makes
             }
         } catch let failure as Failure {
             // Taken away by the holder that refused it, or by its own patience: refused.
@@ -332,8 +343,10 @@ public final class Delegations: Sendable {
     /// holds, and those of the directories that hold it.
     private func neighbourhood(of path: String) -> [EtcdOperation] {
         if path.isEmpty { return [.range(key: prefix, prefix: true)] }
-        var reads: [EtcdOperation] = [.range(key: prefix + Array(path.utf8) + [0], prefix: true),
-                                      .range(key: prefix + Array((path + "/").utf8), prefix: true)]
+        var reads: [EtcdOperation] = [
+            .range(key: prefix + Array(path.utf8) + [0], prefix: true),
+            .range(key: prefix + Array((path + "/").utf8), prefix: true)
+        ]
         var directory = Substring(path)
         while true {
             if let slash = directory.lastIndex(of: "/") { directory = directory[..<slash] } else { directory = "" }
@@ -349,7 +362,9 @@ public final class Delegations: Sendable {
         for mode in mode.map({ [$0] }) ?? Mode.allCases {
             let key = self.key(path, mode)
             guard let made = state.withLock({ $0.index[key] }) else { continue }
-            do { _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]) } catch {
+            do {
+                _ = try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)])
+            } catch {
                 throw .etcd(error)
             }
         }
@@ -368,8 +383,9 @@ public final class Delegations: Sendable {
         for start in stride(from: 0, to: made.count, by: 64) {
             let batch = made[start..<min(start + 64, made.count)]
             do throws(EtcdError) {
-                let answer = try await client.transaction(batch.map { .created($0.key, at: $0.revision) },
-                                                          success: batch.map { .delete(key: $0.key) })
+                let answer = try await client.transaction(
+                    batch.map { .created($0.key, at: $0.revision) },
+                    success: batch.map { .delete(key: $0.key) })
                 // One of them went meanwhile (its lease ended): the others one by one.
                 if !answer.succeeded {
                     for (key, revision) in batch {
@@ -427,7 +443,8 @@ public final class Delegations: Sendable {
 
     /// The key of `entry`, of whichever host.
     private func key(of entry: Entry) -> [UInt8] {
-        prefix + Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0] + Array(String(entry.lease, radix: 16).utf8) + [0]
+        prefix + Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0]
+            + Array(String(entry.lease, radix: 16).utf8) + [0]
             + Array(entry.mode.rawValue.utf8)
     }
 
@@ -436,11 +453,15 @@ public final class Delegations: Sendable {
         let rest = value.key[prefix.count...]
         let tentative = value.value.last == UInt8(ascii: "?"), idle = value.value.last == UInt8(ascii: "!")
         guard let zero = rest.firstIndex(of: 0),
-              let mode = Mode(rawValue: String(decoding: tentative || idle ? value.value.dropLast() : value.value[...], as: UTF8.self)) else { return nil }
+            let mode = Mode(
+                rawValue: String(decoding: tentative || idle ? value.value.dropLast() : value.value[...], as: UTF8.self)
+            )
+        else { return nil }
         let holder = rest[(zero + 1)...]
         let host = holder.firstIndex(of: 0).map { holder[..<$0] } ?? holder
-        return Entry(path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: host, as: UTF8.self),
-                     mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative, asksIdle: idle)
+        return Entry(
+            path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: host, as: UTF8.self),
+            mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative, asksIdle: idle)
     }
 
     /// Reads every key anew: the revision read at.
@@ -451,8 +472,10 @@ public final class Delegations: Sendable {
             // Keys made after the read (an acquire's own, merged meanwhile) are kept; the
             // replica changes by the difference, so that recalls look only at what changed.
             let later = state.index.all.filter { $0.entry.revision > revision }
-            let read = Dictionary(values.compactMap { value in entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 })
-                .merging(later.map { ($0.key, $0.entry) }, uniquingKeysWith: { $1 })
+            let read = Dictionary(
+                values.compactMap { value in entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 }
+            )
+            .merging(later.map { ($0.key, $0.entry) }, uniquingKeysWith: { $1 })
             for (key, _) in state.index.all where read[key] == nil { state.index.remove(key) }
             for (key, made) in read { state.index.put(key, made) }
             state.revision = max(state.revision, revision)
@@ -475,7 +498,9 @@ public final class Delegations: Sendable {
                             let current = state.index[key]?.revision ?? 0
                             switch event.kind {
                             case .put:
-                                if let made = entry(event.keyValue), made.revision >= current { state.index.put(key, made) }
+                                if let made = entry(event.keyValue), made.revision >= current {
+                                    state.index.put(key, made)
+                                }
                             case .delete:
                                 if current <= event.keyValue.modRevision { state.index.remove(key) }
                             }
@@ -485,7 +510,11 @@ public final class Delegations: Sendable {
                     next = batch.revision + 1
                 }
             } catch EtcdError.compacted {
-                if let revision = try? await reload() { next = revision + 1 } else { try? await Task.sleep(for: .milliseconds(200)) }
+                if let revision = try? await reload() {
+                    next = revision + 1
+                } else {
+                    try? await Task.sleep(for: .milliseconds(200))
+                }
             } catch {
                 try? await Task.sleep(for: .milliseconds(200))
             }
@@ -515,13 +544,16 @@ public final class Delegations: Sendable {
             // Held: this run's keys with nothing before them in the way; wanted: another
             // holder's later key that conflicts, and recalls (not tentative).
             for pair in state.index.recalls(after: changes) {
-                let told = Told(held: pair.heldKey, heldRevision: pair.held.revision, wanted: pair.wantedKey, wantedRevision: pair.wanted.revision)
+                let told = Told(
+                    held: pair.heldKey, heldRevision: pair.held.revision, wanted: pair.wantedKey,
+                    wantedRevision: pair.wanted.revision)
                 if state.told.insert(told).inserted { recalls.append(Recall(held: pair.held, wanted: pair.wanted)) }
             }
             // Pairs told of keys gone, or made again, are forgotten.
             if !state.told.isEmpty && changes.contains(where: { $0.old != nil }) {
                 state.told = state.told.filter { pair in
-                    state.index[pair.held]?.revision == pair.heldRevision && state.index[pair.wanted]?.revision == pair.wantedRevision
+                    state.index[pair.held]?.revision == pair.heldRevision
+                        && state.index[pair.wanted]?.revision == pair.wantedRevision
                 }
             }
             return (granted, withdrawn, recalls)

@@ -55,7 +55,8 @@ public struct EtcdCompare: Sendable {
     public static func created(_ key: [UInt8], at revision: Int64) -> Self { Self(key: key, createRevision: revision) }
 
     var message: EtcdCompareMessage {
-        EtcdCompareMessage(key: EtcdBytes(key), target: "CREATE", result: "EQUAL", create_revision: EtcdInteger(createRevision))
+        EtcdCompareMessage(
+            key: EtcdBytes(key), target: "CREATE", result: "EQUAL", create_revision: EtcdInteger(createRevision))
     }
 }
 
@@ -68,11 +69,15 @@ public enum EtcdOperation: Sendable {
     var message: EtcdRequestOp {
         switch self {
         case let .put(key, value, lease):
-            EtcdRequestOp(request_put: EtcdPutRequest(key: EtcdBytes(key), value: EtcdBytes(value), lease: lease.map(EtcdInteger.init)))
+            EtcdRequestOp(
+                request_put: EtcdPutRequest(
+                    key: EtcdBytes(key), value: EtcdBytes(value), lease: lease.map(EtcdInteger.init)))
         case let .delete(key):
             EtcdRequestOp(request_delete_range: EtcdDeleteRequest(key: EtcdBytes(key)))
         case let .range(key, prefix):
-            EtcdRequestOp(request_range: EtcdRangeRequest(key: EtcdBytes(key), range_end: prefix ? EtcdBytes(EtcdClient.prefixEnd(key)) : nil))
+            EtcdRequestOp(
+                request_range: EtcdRangeRequest(
+                    key: EtcdBytes(key), range_end: prefix ? EtcdBytes(EtcdClient.prefixEnd(key)) : nil))
         }
     }
 }
@@ -109,8 +114,9 @@ public final class EtcdClient: Sendable {
         precondition(!endpoints.isEmpty, "an etcd client needs at least one endpoint")
         self.endpoints = endpoints.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
         http = Self.sharedHTTP
-        self.requestTimeout = .nanoseconds(Int64(requestTimeout.components.seconds) * 1_000_000_000
-                                           + requestTimeout.components.attoseconds / 1_000_000_000)
+        self.requestTimeout = .nanoseconds(
+            Int64(requestTimeout.components.seconds) * 1_000_000_000
+                + requestTimeout.components.attoseconds / 1_000_000_000)
     }
 
     /// The HTTP client of every etcd client in the process, never shut down (as
@@ -132,14 +138,18 @@ public final class EtcdClient: Sendable {
 
     @discardableResult
     public func put(_ key: [UInt8], _ value: [UInt8], lease: Int64? = nil) async throws(EtcdError) -> Int64 {
-        let response: EtcdPutResponse = try await call("/v3/kv/put",
+        let response: EtcdPutResponse = try await call(
+            "/v3/kv/put",
             EtcdPutRequest(key: EtcdBytes(key), value: EtcdBytes(value), lease: lease.map(EtcdInteger.init)))
         return response.header?.revision?.value ?? 0
     }
 
     /// The key's value, or every key under it as a prefix; and the revision they were read at.
-    public func get(_ key: [UInt8], prefix: Bool = false) async throws(EtcdError) -> (revision: Int64, values: [EtcdKeyValue]) {
-        let response: EtcdRangeResponse = try await call("/v3/kv/range",
+    public func get(
+        _ key: [UInt8], prefix: Bool = false
+    ) async throws(EtcdError) -> (revision: Int64, values: [EtcdKeyValue]) {
+        let response: EtcdRangeResponse = try await call(
+            "/v3/kv/range",
             EtcdRangeRequest(key: EtcdBytes(key), range_end: prefix ? EtcdBytes(Self.prefixEnd(key)) : nil))
         return (response.header?.revision?.value ?? 0, (response.kvs ?? []).map(EtcdKeyValue.init))
     }
@@ -147,33 +157,43 @@ public final class EtcdClient: Sendable {
     /// Deletes the key (or every key under it as a prefix): how many were deleted.
     @discardableResult
     public func delete(_ key: [UInt8], prefix: Bool = false) async throws(EtcdError) -> Int64 {
-        let response: EtcdDeleteResponse = try await call("/v3/kv/deleterange",
+        let response: EtcdDeleteResponse = try await call(
+            "/v3/kv/deleterange",
             EtcdDeleteRequest(key: EtcdBytes(key), range_end: prefix ? EtcdBytes(Self.prefixEnd(key)) : nil))
         return response.deleted?.value ?? 0
     }
 
     /// If every condition holds, `success`, else `failure`, at one revision.
-    public func transaction(_ conditions: [EtcdCompare], success: [EtcdOperation],
-                            failure: [EtcdOperation] = []) async throws(EtcdError) -> EtcdTransactionResult {
-        let response: EtcdTxnResponse = try await call("/v3/kv/txn", EtcdTxnRequest(
-            compare: conditions.map(\.message), success: success.map(\.message), failure: failure.map(\.message)))
-        let ranges = (response.responses ?? []).compactMap { $0.response_range.map { ($0.kvs ?? []).map(EtcdKeyValue.init) } }
-        return EtcdTransactionResult(succeeded: response.succeeded ?? false, revision: response.header?.revision?.value ?? 0,
-                                     ranges: ranges)
+    public func transaction(
+        _ conditions: [EtcdCompare], success: [EtcdOperation],
+        failure: [EtcdOperation] = []
+    ) async throws(EtcdError) -> EtcdTransactionResult {
+        let response: EtcdTxnResponse = try await call(
+            "/v3/kv/txn",
+            EtcdTxnRequest(
+                compare: conditions.map(\.message), success: success.map(\.message), failure: failure.map(\.message)))
+        let ranges = (response.responses ?? []).compactMap {
+            $0.response_range.map { ($0.kvs ?? []).map(EtcdKeyValue.init) }
+        }
+        return EtcdTransactionResult(
+            succeeded: response.succeeded ?? false, revision: response.header?.revision?.value ?? 0,
+            ranges: ranges)
     }
 
     // MARK: Leases
 
     /// A new lease of `ttl` seconds (etcd raises it to its minimum): its id and granted TTL.
     public func grantLease(ttl: Int64) async throws(EtcdError) -> (id: Int64, ttl: Int64) {
-        let response: EtcdLeaseGrantResponse = try await call("/v3/lease/grant", EtcdLeaseGrantRequest(TTL: EtcdInteger(ttl)))
+        let response: EtcdLeaseGrantResponse = try await call(
+            "/v3/lease/grant", EtcdLeaseGrantRequest(TTL: EtcdInteger(ttl)))
         guard let id = response.ID?.value, id != 0 else { throw .malformed("a lease grant without an id") }
         return (id, response.TTL?.value ?? ttl)
     }
 
     /// Renews the lease: its TTL from now, or nil when it has expired or was revoked.
     public func keepAlive(_ lease: Int64) async throws(EtcdError) -> Int64? {
-        let response: EtcdLeaseKeepAliveResponse = try await call("/v3/lease/keepalive", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
+        let response: EtcdLeaseKeepAliveResponse = try await call(
+            "/v3/lease/keepalive", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
         // Only a result without a TTL says the lease is gone; no result at all says nothing of it.
         guard let result = response.result else {
             throw .unavailable(response.error?.message ?? "keepalive answered no result")
@@ -190,14 +210,15 @@ public final class EtcdClient: Sendable {
             let _: EtcdHeaderOnly = try await call("/v3/lease/revoke", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
             return true
         } catch .refused(let code, _) where code == 5 {
-            return false    // not found
+            return false  // not found
         }
     }
 
     /// The seconds the lease has left in etcd, or nil when it has expired or was revoked (or
     /// never was). Not a renewal.
     public func timeToLive(_ lease: Int64) async throws(EtcdError) -> Int64? {
-        let response: EtcdLeaseTimeToLiveResponse = try await call("/v3/lease/timetolive", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
+        let response: EtcdLeaseTimeToLiveResponse = try await call(
+            "/v3/lease/timetolive", EtcdLeaseIDRequest(ID: EtcdInteger(lease)))
         // -1 for a lease etcd does not have; a TTL of 0 is left out, as every zero is.
         let left = response.TTL?.value ?? 0
         return left < 0 ? nil : left
@@ -210,7 +231,9 @@ public final class EtcdClient: Sendable {
     /// header names the store's revision, not theirs). Ends with an error when the member is lost or
     /// has no leader, and with `.compacted` when `revision` is no longer kept; the caller
     /// resumes from its last revision + 1.
-    public func watch(prefix: [UInt8], from revision: Int64?) -> AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error> {
+    public func watch(
+        prefix: [UInt8], from revision: Int64?
+    ) -> AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error> {
         let (stream, continuation) = AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error>.makeStream()
         let task = Task { [self] in
             do {
@@ -224,11 +247,15 @@ public final class EtcdClient: Sendable {
         return stream
     }
 
-    private func watching(prefix: [UInt8], from revision: Int64?,
-                          _ continuation: AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error>.Continuation) async throws {
-        let body = EtcdWatchRequest(create_request: EtcdWatchCreate(
-            key: EtcdBytes(prefix), range_end: EtcdBytes(Self.prefixEnd(prefix)), start_revision: revision.map(EtcdInteger.init),
-            progress_notify: true))
+    private func watching(
+        prefix: [UInt8], from revision: Int64?,
+        _ continuation: AsyncThrowingStream<(revision: Int64, events: [EtcdEvent]), Error>.Continuation
+    ) async throws {
+        let body = EtcdWatchRequest(
+            create_request: EtcdWatchCreate(
+                key: EtcdBytes(prefix), range_end: EtcdBytes(Self.prefixEnd(prefix)),
+                start_revision: revision.map(EtcdInteger.init),
+                progress_notify: true))
         let encoded = try JSONEncoder().encode(body)
         var lastError = "no member answered"
         for endpoint in orderedEndpoints() {
@@ -261,17 +288,26 @@ public final class EtcdClient: Sendable {
                     do { decoded = try JSONDecoder().decode(EtcdWatchLine.self, from: Data(line)) } catch {
                         throw EtcdError.malformed(String(decoding: line, as: UTF8.self))
                     }
-                    if let failure = decoded.error { throw EtcdError.unavailable(failure.message ?? "the watch failed") }
+                    if let failure = decoded.error {
+                        throw EtcdError.unavailable(failure.message ?? "the watch failed")
+                    }
                     guard let result = decoded.result else { continue }
                     if result.canceled == true {
-                        if let compacted = result.compact_revision?.value { throw EtcdError.compacted(revision: compacted) }
+                        if let compacted = result.compact_revision?.value {
+                            throw EtcdError.compacted(revision: compacted)
+                        }
                         throw EtcdError.unavailable("the watch was canceled")
                     }
-                    guard let events = result.events, !events.isEmpty else { continue }   // created, progress
-                    let revision = events.compactMap { $0.kv.mod_revision?.value }.max() ?? result.header?.revision?.value ?? 0
-                    continuation.yield((revision, events.map {
-                        EtcdEvent(kind: $0.type == "DELETE" ? .delete : .put, keyValue: EtcdKeyValue($0.kv))
-                    }))
+                    guard let events = result.events, !events.isEmpty else { continue }  // created, progress
+                    let revision =
+                        events.compactMap { $0.kv.mod_revision?.value }.max() ?? result.header?.revision?.value ?? 0
+                    continuation.yield(
+                        (
+                            revision,
+                            events.map {
+                                EtcdEvent(kind: $0.type == "DELETE" ? .delete : .put, keyValue: EtcdKeyValue($0.kv))
+                            }
+                        ))
                 }
             }
             return
@@ -284,7 +320,9 @@ public final class EtcdClient: Sendable {
     private struct EtcdHeaderOnly: Decodable { var header: EtcdHeader? }
 
     /// Sends `body` to `path` on the preferred member, then the others in turn.
-    private func call<Request: Encodable, Response: Decodable>(_ path: String, _ body: Request) async throws(EtcdError) -> Response {
+    private func call<Request: Encodable, Response: Decodable>(
+        _ path: String, _ body: Request
+    ) async throws(EtcdError) -> Response {
         let encoded: Data
         do { encoded = try JSONEncoder().encode(body) } catch { throw .malformed("\(error)") }
         var lastError = "no member answered"

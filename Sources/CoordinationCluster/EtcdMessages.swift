@@ -36,7 +36,8 @@ struct EtcdBytes: Codable, Sendable, Hashable {
     init(from decoder: Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         guard let data = Data(base64Encoded: text) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "not base64: \(text)"))
+            throw DecodingError.dataCorrupted(
+                .init(codingPath: decoder.codingPath, debugDescription: "not base64: \(text)"))
         }
         bytes = Array(data)
     }

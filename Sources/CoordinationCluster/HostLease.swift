@@ -63,7 +63,7 @@ public final class HostLease: Sendable {
                 case .some(.some(let granted)):
                     validity.extend(to: asked + .seconds(granted) - margin)
                     next = interval
-                case .some(.none): return validity.end()      // expired or revoked in etcd
+                case .some(.none): return validity.end()  // expired or revoked in etcd
                 case .none: next = .milliseconds(200)
                 }
             }

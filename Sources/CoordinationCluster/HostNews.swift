@@ -81,19 +81,25 @@ public final class HostNews: Sendable {
         let newsRevision = try await readNews()
         let following = [
             Task { [self] in
-                await follow(presencePrefix, from: presenceRevision + 1, reread: { [self] in try await readPresence() }) {
+                await follow(presencePrefix, from: presenceRevision + 1, reread: { [self] in try await readPresence() })
+                {
                     self.presenceChanged($0)
                 }
             },
             Task { [self] in
-                await follow(newsKey, from: newsRevision + 1, reread: { [self] in try await readNews() }) { self.newsArrived($0) }
+                await follow(newsKey, from: newsRevision + 1, reread: { [self] in try await readNews() }) {
+                    self.newsArrived($0)
+                }
             },
             Task { [self] in
                 let asks = Array((statusPrefix + "ask/").utf8)
-                await follow(asks, from: newsRevision + 1, reread: { [self] in
-                    try await client.get(Array(statusPrefix.utf8)).revision
-                }) { self.statusAsked($0) }
-            },
+                await follow(
+                    asks, from: newsRevision + 1,
+                    reread: { [self] in
+                        try await client.get(Array(statusPrefix.utf8)).revision
+                    }
+                ) { self.statusAsked($0) }
+            }
         ]
         tasks.withLock { $0 += following }
     }
@@ -137,7 +143,7 @@ public final class HostNews: Sendable {
             defer { state.publishing = true }
             return !state.publishing
         }
-        guard first else { return }     // the publisher under way takes it
+        guard first else { return }  // the publisher under way takes it
         while !Task.isCancelled {
             let step = state.withLock { state -> (wanted: Set<String>, published: Set<String>?)? in
                 if state.published == state.wanted {
@@ -150,7 +156,9 @@ public final class HostNews: Sendable {
             do throws(EtcdError) {
                 var operations: [EtcdOperation]
                 if let published = step.published {
-                    operations = step.wanted.subtracting(published).map { .put(key: presenceKey($0), value: [], lease: lease.id) }
+                    operations = step.wanted.subtracting(published).map {
+                        .put(key: presenceKey($0), value: [], lease: lease.id)
+                    }
                     operations += published.subtracting(step.wanted).map { .delete(key: presenceKey($0)) }
                 } else {
                     try await client.delete(ownPresencePrefix, prefix: true)
@@ -170,7 +178,9 @@ public final class HostNews: Sendable {
         state.withLock { $0.publishing = false }
     }
 
-    private var ownPresencePrefix: [UInt8] { presencePrefix + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0] }
+    private var ownPresencePrefix: [UInt8] {
+        presencePrefix + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0]
+    }
 
     private func presenceKey(_ path: String) -> [UInt8] { ownPresencePrefix + Array(path.utf8) }
 
@@ -196,7 +206,9 @@ public final class HostNews: Sendable {
     /// Tells `presences` every other host's presented items.
     private func announce() {
         let byHost = state.withLock { state in
-            Dictionary(grouping: state.presence.values.filter { $0.host != host }, by: { $0.host }).mapValues { Set($0.map { $0.path }) }
+            Dictionary(grouping: state.presence.values.filter { $0.host != host }, by: { $0.host }).mapValues {
+                Set($0.map { $0.path })
+            }
         }
         presenceSink.yield(byHost)
     }
@@ -230,7 +242,8 @@ public final class HostNews: Sendable {
         for event in events where event.kind == .put && event.keyValue.key.starts(with: prefix) {
             let asked = event.keyValue.key[prefix.count...]
             guard let asker = asked.split(separator: 0).first, String(decoding: asker, as: UTF8.self) != host,
-                  let answer = statusAnswer.withLock({ $0 }) else { continue }
+                let answer = statusAnswer.withLock({ $0 })
+            else { continue }
             let key = Array((statusPrefix + "answer/").utf8) + asked + Array(("/" + host).utf8)
             Task { [client, lease] in _ = try? await client.put(key, answer(), lease: lease.id) }
         }
@@ -242,7 +255,9 @@ public final class HostNews: Sendable {
     /// meanwhile, each once; one batch after the other, in order.
     func send(_ change: Change, to receiver: String) {
         let starts = state.withLock { state -> Bool in
-            if !(state.outgoing[receiver]?.contains(change) ?? false) { state.outgoing[receiver, default: []].append(change) }
+            if !(state.outgoing[receiver]?.contains(change) ?? false) {
+                state.outgoing[receiver, default: []].append(change)
+            }
             return state.sending.insert(receiver).inserted
         }
         guard starts else { return }
@@ -257,7 +272,10 @@ public final class HostNews: Sendable {
                 }
                 if changes.isEmpty { return }
                 guard let encoded = try? JSONEncoder().encode(changes) else { continue }
-                let key = Array((newsPrefix + receiver + "/" + host).utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0]
+                let key =
+                    Array((newsPrefix + receiver + "/" + host).utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [
+                        0
+                    ]
                     + Array(String(number).utf8)
                 _ = try? await client.put(key, Array(encoded), lease: lease.id)
             }
@@ -268,7 +286,8 @@ public final class HostNews: Sendable {
         for event in events where event.kind == .put {
             let key = event.keyValue.key
             let name = key.split(separator: UInt8(ascii: "/")).last.flatMap { $0.split(separator: 0).first }
-            guard let name, let changes = try? JSONDecoder().decode([Change].self, from: Data(event.keyValue.value)) else { continue }
+            guard let name, let changes = try? JSONDecoder().decode([Change].self, from: Data(event.keyValue.value))
+            else { continue }
             receivedSink.yield(Batch(host: String(decoding: name, as: UTF8.self), changes: changes))
             Task { [client] in _ = try? await client.delete(key) }
         }
@@ -276,8 +295,10 @@ public final class HostNews: Sendable {
 
     /// Follows changes under `prefix` from `revision`; after a lost connection from where it
     /// stopped; after a compaction, from a new reading (`reread`).
-    private func follow(_ prefix: [UInt8], from revision: Int64, reread: @escaping @Sendable () async throws -> Int64,
-                        _ handle: @escaping @Sendable ([EtcdEvent]) -> Void) async {
+    private func follow(
+        _ prefix: [UInt8], from revision: Int64, reread: @escaping @Sendable () async throws -> Int64,
+        _ handle: @escaping @Sendable ([EtcdEvent]) -> Void
+    ) async {
         var next = revision
         while !Task.isCancelled {
             do {
@@ -286,7 +307,11 @@ public final class HostNews: Sendable {
                     next = batch.revision + 1
                 }
             } catch EtcdError.compacted {
-                if let revision = try? await reread() { next = revision + 1 } else { try? await Task.sleep(for: .milliseconds(200)) }
+                if let revision = try? await reread() {
+                    next = revision + 1
+                } else {
+                    try? await Task.sleep(for: .milliseconds(200))
+                }
             } catch {
                 try? await Task.sleep(for: .milliseconds(200))
             }

@@ -39,12 +39,15 @@ struct HostRecord: Codable, Equatable, Sendable {
 
     /// This process's record.
     static func this(release: String, ttl: Int64) -> HostRecord {
-        HostRecord(format: currentFormat, machine: here.machine, boot: here.boot, pidNamespace: here.pidNamespace,
-                   pid: getpid(), started: start(of: getpid()) ?? 0, ttl: ttl, release: release)
+        HostRecord(
+            format: currentFormat, machine: here.machine, boot: here.boot, pidNamespace: here.pidNamespace,
+            pid: getpid(), started: start(of: getpid()) ?? 0, ttl: ttl, release: release)
     }
 
-    private static let here = (machine: contents("/etc/machine-id"), boot: contents("/proc/sys/kernel/random/boot_id"),
-                               pidNamespace: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid")) ?? "")
+    private static let here = (
+        machine: contents("/etc/machine-id"), boot: contents("/proc/sys/kernel/random/boot_id"),
+        pidNamespace: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/ns/pid")) ?? ""
+    )
 
     /// When process `pid` started, or nil when there is none. A process that has ended but
     /// not been reaped (a zombie: a daemon killed where nobody waits for its children, as in
@@ -107,14 +110,23 @@ struct HostRecord: Codable, Equatable, Sendable {
 
     /// The first conflict of a run of `host` with `others` (host name, record and the lease it
     /// lives by, its own record left out): a format conflict first, as waiting does not mend it.
-    static func conflict(of host: String, with others: [(host: String, record: HostRecord?, lease: Int64)]) -> (Conflict, lease: Int64)? {
+    static func conflict(
+        of host: String, with others: [(host: String, record: HostRecord?, lease: Int64)]
+    ) -> (Conflict, lease: Int64)? {
         for other in others where other.record?.format != currentFormat {
-            return (.format(host: other.host, format: other.record?.format ?? 0, release: other.record?.release ?? ""), other.lease)
+            return (
+                .format(host: other.host, format: other.record?.format ?? 0, release: other.record?.release ?? ""),
+                other.lease
+            )
         }
         for other in others where other.host == host && other.record!.mayBeLive {
             let record = other.record!
             if record.isOfThisPIDNamespace { return (.nameHere(host, pid: record.pid), other.lease) }
-            return (.nameElsewhere(host, machine: record.machine, pid: record.pid, renewing: false, left: nil, ttl: record.ttl), other.lease)
+            return (
+                .nameElsewhere(
+                    host, machine: record.machine, pid: record.pid, renewing: false, left: nil, ttl: record.ttl),
+                other.lease
+            )
         }
         return nil
     }
@@ -145,9 +157,14 @@ extension Delegations {
             let values: [EtcdKeyValue]
             do { values = try await client.get(records, prefix: true).values } catch { throw .etcd(error) }
             let others = values.filter { $0.key != mine }.map { value in
-                let name = value.key[records.count...].split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false).first ?? []
-                return (host: String(decoding: name, as: UTF8.self), record: try? JSONDecoder().decode(HostRecord.self, from: Data(value.value)),
-                        lease: value.lease)
+                let name =
+                    value.key[records.count...].split(separator: 0, maxSplits: 1, omittingEmptySubsequences: false)
+                    .first ?? []
+                return (
+                    host: String(decoding: name, as: UTF8.self),
+                    record: try? JSONDecoder().decode(HostRecord.self, from: Data(value.value)),
+                    lease: value.lease
+                )
             }
             guard let found = HostRecord.conflict(of: host, with: others) else { return }
             var conflict = found.0

@@ -38,8 +38,10 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
     public var host: String?
 
     /// An origin; fields left out are unknown.
-    public init(via: Route, pid: Int32? = nil, uid: UInt32? = nil, command: String? = nil, purposeIdentifier: String? = nil,
-                host: String? = nil) {
+    public init(
+        via: Route, pid: Int32? = nil, uid: UInt32? = nil, command: String? = nil, purposeIdentifier: String? = nil,
+        host: String? = nil
+    ) {
         self.via = via
         self.pid = pid
         self.uid = uid
@@ -66,16 +68,19 @@ public struct AccessOrigin: Sendable, Hashable, CustomStringConvertible {
 extension AccessOrigin {
     /// As an event of the control socket carries it.
     package var event: EventOrigin {
-        EventOrigin(via: via.rawValue, pid: pid.map(Int.init), uid: uid.map(Int.init), command: command, purpose: purposeIdentifier,
-                    host: host)
+        EventOrigin(
+            via: via.rawValue, pid: pid.map(Int.init), uid: uid.map(Int.init), command: command,
+            purpose: purposeIdentifier,
+            host: host)
     }
 
     /// What an event says; none, or a route this side does not know, is a change from outside.
     package init(_ event: EventOrigin?) {
         guard let event else { self.init(via: .outside); return }
-        self.init(via: Route(rawValue: event.via) ?? .outside, pid: event.pid.flatMap { Int32(exactly: $0) },
-                  uid: event.uid.flatMap { UInt32(exactly: $0) }, command: event.command, purposeIdentifier: event.purpose,
-                  host: event.host)
+        self.init(
+            via: Route(rawValue: event.via) ?? .outside, pid: event.pid.flatMap { Int32(exactly: $0) },
+            uid: event.uid.flatMap { UInt32(exactly: $0) }, command: event.command, purposeIdentifier: event.purpose,
+            host: event.host)
     }
 }
 
@@ -89,7 +94,9 @@ package enum CurrentMessage {
     package static let local = ThreadLocal { Value() }
 
     /// Runs `body` with `origin` (and `progress`, for a request) as the thread's current message.
-    package static func with<T>(_ origin: AccessOrigin?, progress: PresenterProgress? = nil, _ body: () throws -> T) rethrows -> T {
+    package static func with<T>(
+        _ origin: AccessOrigin?, progress: PresenterProgress? = nil, _ body: () throws -> T
+    ) rethrows -> T {
         let saved = local.withValue { value -> Value in
             defer { value = Value(origin: origin, progress: progress) }
             return value
@@ -133,7 +140,9 @@ package enum AccessOrigins {
 
     /// The origin of an access by `identity`: through a mount for a process, from a coordinator
     /// for the rest; `nil` is an access nobody coordinated (from outside the mount).
-    package static func origin(of identity: CoordinatorIdentity?, purposes: (CoordinatorIdentity) -> String? = { _ in nil }) -> AccessOrigin {
+    package static func origin(
+        of identity: CoordinatorIdentity?, purposes: (CoordinatorIdentity) -> String? = { _ in nil }
+    ) -> AccessOrigin {
         guard let identity else { return AccessOrigin(via: .outside) }
         switch identity {
         case .process(let pid):
@@ -141,10 +150,12 @@ package enum AccessOrigins {
             return AccessOrigin(via: .mount, pid: pid, uid: uid, command: command)
         case .client(let pid, _):
             let (uid, command) = process(pid)
-            return AccessOrigin(via: .coordinator, pid: pid, uid: uid, command: command, purposeIdentifier: purposes(identity))
+            return AccessOrigin(
+                via: .coordinator, pid: pid, uid: uid, command: command, purposeIdentifier: purposes(identity))
         case .purpose(let purpose):
             let (uid, command) = process(getpid())
-            return AccessOrigin(via: .coordinator, pid: getpid(), uid: uid, command: command, purposeIdentifier: purpose)
+            return AccessOrigin(
+                via: .coordinator, pid: getpid(), uid: uid, command: command, purposeIdentifier: purpose)
         case .object:
             let (uid, command) = process(getpid())
             return AccessOrigin(via: .coordinator, pid: getpid(), uid: uid, command: command)

@@ -29,9 +29,13 @@ package enum Claim: Sendable {
     /// The claim, granted now, when nothing blocks `intents` and no presenter has to be asked
     /// first; nil otherwise, having taken nothing. `holds` false tells presenters afterwards
     /// without holding anything (nobody waits).
-    package static func grantedAtOnce(in domain: CoordinationDomain, identity: CoordinatorIdentity,
-                                      intents: [Intent], holds: Bool = true) -> Claim? {
-        domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds)).map { .grant($0, intents: intents) }
+    package static func grantedAtOnce(
+        in domain: CoordinationDomain, identity: CoordinatorIdentity,
+        intents: [Intent], holds: Bool = true
+    ) -> Claim? {
+        domain.engine.acquireAtOnce(request(identity, intents, waits: false, holds: holds)).map {
+            .grant($0, intents: intents)
+        }
     }
 
     /// Starts claiming `intents` for `identity`: at once where it can, else waiting. `completion`
@@ -42,25 +46,30 @@ package enum Claim: Sendable {
     /// claim it is; `passesOtherUsers`: its caller lets it past other users' holds at the break
     /// time, so its wait for them closes no deadlock (`AccessRequest`).
     @discardableResult
-    package static func begin(in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
-                              waits: Bool = true, holds: Bool = true, timeout: Duration?,
-                              user: UInt32? = nil, passesOtherUsers: Bool = false,
-                              completion: @escaping @Sendable (Result<Claim, Error>) -> Void) -> CoordinatedAccess? {
+    package static func begin(
+        in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
+        waits: Bool = true, holds: Bool = true, timeout: Duration?,
+        user: UInt32? = nil, passesOtherUsers: Bool = false,
+        completion: @escaping @Sendable (Result<Claim, Error>) -> Void
+    ) -> CoordinatedAccess? {
         if let claim = grantedAtOnce(in: domain, identity: identity, intents: intents, holds: holds) {
             completion(.success(claim))
             return nil
         }
-        return beginWaiting(in: domain, identity: identity, intents: intents, waits: waits, holds: holds,
-                            timeout: timeout, user: user, passesOtherUsers: passesOtherUsers, completion: completion)
+        return beginWaiting(
+            in: domain, identity: identity, intents: intents, waits: waits, holds: holds,
+            timeout: timeout, user: user, passesOtherUsers: passesOtherUsers, completion: completion)
     }
 
     /// `begin` for a caller whose `grantedAtOnce` just came back nil: it waits (or is refused)
     /// and asks presenters, without trying the at-once grant a second time. The access returned
     /// is what a caller cancels, watches (`awaited`) or lets through (`breakThrough`).
-    package static func beginWaiting(in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
-                                     waits: Bool = true, holds: Bool = true, timeout: Duration?,
-                                     user: UInt32? = nil, passesOtherUsers: Bool = false,
-                                     completion: @escaping @Sendable (Result<Claim, Error>) -> Void) -> CoordinatedAccess {
+    package static func beginWaiting(
+        in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
+        waits: Bool = true, holds: Bool = true, timeout: Duration?,
+        user: UInt32? = nil, passesOtherUsers: Bool = false,
+        completion: @escaping @Sendable (Result<Claim, Error>) -> Void
+    ) -> CoordinatedAccess {
         var asked = request(identity, intents, waits: waits, holds: holds)
         asked.user = user
         asked.passesOtherUsers = passesOtherUsers && user != nil
@@ -69,7 +78,9 @@ package enum Claim: Sendable {
         return access
     }
 
-    private static func request(_ identity: CoordinatorIdentity, _ intents: [Intent], waits: Bool, holds: Bool) -> AccessRequest {
+    private static func request(
+        _ identity: CoordinatorIdentity, _ intents: [Intent], waits: Bool, holds: Bool
+    ) -> AccessRequest {
         var request = AccessRequest(identity: identity, intents: intents, waits: waits)
         request.holdsIntents = holds
         request.messagesPresenters = holds
@@ -114,12 +125,16 @@ package enum Claim: Sendable {
             assertionFailure("a single claim reports no move")
         case .grant(let id, _):
             // An ended grant has no move to report.
-            if let notifications = try? domain.engine.reportMove(in: id, from: source, to: destination), !notifications.isEmpty {
+            if let notifications = try? domain.engine.reportMove(in: id, from: source, to: destination),
+                !notifications.isEmpty
+            {
                 domain.deliver(notifications)
             }
         case .waited(let access):
-            guard let id = access.grantID, let notifications = try? domain.engine.reportMove(in: id, from: source, to: destination),
-                  !notifications.isEmpty else { return }
+            guard let id = access.grantID,
+                let notifications = try? domain.engine.reportMove(in: id, from: source, to: destination),
+                !notifications.isEmpty
+            else { return }
             domain.deliver(notifications)
         case .accessor(let held, _):
             // A file the accessor made, renamed over the held item (an atomic save), is a new

@@ -9,6 +9,8 @@ package protocol ClaimGate: Sendable {
     /// Waits until they may (`waits` false: not for another host). `completion` runs once, on
     /// any thread: nil, or the errno name and message that refuse the hold. The closure returned
     /// stops the wait; `completion` is not called then.
-    func admit(_ intents: [Intent], waits: Bool,
-               completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void
+    func admit(
+        _ intents: [Intent], waits: Bool,
+        completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+    ) -> @Sendable () -> Void
 }

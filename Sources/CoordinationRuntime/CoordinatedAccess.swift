@@ -79,7 +79,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
             default: intents = request.intents
             }
             if !remoteMoves.isEmpty {
-                for index in intents.indices { if let moved = remoteMoves[intents[index].path] { intents[index].target.path = moved } }
+                for index in intents.indices {
+                    if let moved = remoteMoves[intents[index].path] { intents[index].target.path = moved }
+                }
             }
             return intents
         }
@@ -114,27 +116,34 @@ package final class CoordinatedAccess: @unchecked Sendable {
 
     /// Starts; `completion` runs once, with this access granted or the error that stopped it.
     /// It may run before `start` returns, on the calling thread.
-    package func start(waitTimeout: Duration?, completion: @escaping @Sendable (Result<CoordinatedAccess, Error>) -> Void) {
+    package func start(
+        waitTimeout: Duration?, completion: @escaping @Sendable (Result<CoordinatedAccess, Error>) -> Void
+    ) {
         let early = lock.withLock { () -> CoordinationError? in
             self.completion = completion
             return cancelRequested
         }
-        if coordinator?.isCancelled == true || early != nil { return fail(FileCoordinationError.from(early ?? .cancelled, item: item)) }
+        if coordinator?.isCancelled == true || early != nil {
+            return fail(FileCoordinationError.from(early ?? .cancelled, item: item))
+        }
         coordinator?.track(self)
-        switch domain.engine.acquire(request, resume: { [self] result in
-            switch result {
-            case .success(let grant): granted(grant)
-            case .failure(.brokenThrough): goAheadHoldingNothing()
-            case .failure(let error): fail(FileCoordinationError.from(error, item: item))
-            }
-        }) {
+        switch domain.engine.acquire(
+            request,
+            resume: { [self] result in
+                switch result {
+                case .success(let grant): granted(grant)
+                case .failure(.brokenThrough): goAheadHoldingNothing()
+                case .failure(let error): fail(FileCoordinationError.from(error, item: item))
+                }
+            })
+        {
         case .granted(let grant):
             granted(grant)
         case .refused(let error):
             fail(FileCoordinationError.from(error, item: item))
         case .waiting(let ticket):
             let (armed, cancelled) = lock.withLock { () -> (Bool, CoordinationError?) in
-                guard case .idle = phase else { return (false, nil) }    // resumed already
+                guard case .idle = phase else { return (false, nil) }  // resumed already
                 phase = .waiting(ticket)
                 return (true, cancelRequested)
             }
@@ -172,7 +181,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
             messenger?.cancel()
             if let remote = lock.withLock({ remoteRequest }) { remote.link.cancel(remote.id) }
             // Waiting for what its presenters' own work took: still a wait (C13).
-            if domain.engine.abandonSettling(grant.id) { abandonGrant(grant, FileCoordinationError.from(reason, item: item)) }
+            if domain.engine.abandonSettling(grant.id) {
+                abandonGrant(grant, FileCoordinationError.from(reason, item: item))
+            }
         case .idle, .granted, .ended:
             break
         }
@@ -252,8 +263,12 @@ package final class CoordinatedAccess: @unchecked Sendable {
     /// items (and inside them) it remembers, for `revokePassed` once its change is made. Returns
     /// how many grants were revoked.
     @discardableResult
-    package func breakThrough(revoking holders: Set<CoordinatorIdentity> = [], noting passed: Set<CoordinatorIdentity> = []) -> Int {
-        switch lock.withLock({ brokeThrough = true; return phase }) {
+    package func breakThrough(
+        revoking holders: Set<CoordinatorIdentity> = [], noting passed: Set<CoordinatorIdentity> = []
+    ) -> Int {
+        switch lock.withLock({
+            brokeThrough = true; return phase
+        }) {
         case .waiting(let ticket):
             // Looked up while it still waits: once it goes ahead, nothing stands in its way.
             if !passed.isEmpty {
@@ -310,7 +325,7 @@ package final class CoordinatedAccess: @unchecked Sendable {
             }
             completeGrant(grant)
         case .waiting(let ticket):
-            domain.engine.abandon(ticket, because: .cancelled)      // holding nothing, it cannot wait
+            domain.engine.abandon(ticket, because: .cancelled)  // holding nothing, it cannot wait
             fail(FileCoordinationError.timedOut(item: item))
         case .refused(let error):
             fail(FileCoordinationError.from(error, item: item))
@@ -347,19 +362,25 @@ package final class CoordinatedAccess: @unchecked Sendable {
         var groups: [(MountLink, [Intent])] = []
         for intent in grant.intents {
             guard let link = domain.link(for: intent.path) else { continue }
-            if let index = groups.firstIndex(where: { $0.0 === link }) { groups[index].1.append(intent) }
-            else { groups.append((link, [intent])) }
+            if let index = groups.firstIndex(where: { $0.0 === link }) {
+                groups[index].1.append(intent)
+            } else {
+                groups.append((link, [intent]))
+            }
         }
         return groups
     }
 
     /// Takes the remote holds one mount after another; `finish` gets nil or the first error.
-    private func takeRemote(_ groups: ArraySlice<(MountLink, [Intent])>, _ finish: @escaping @Sendable (Error?) -> Void) {
+    private func takeRemote(_ groups: ArraySlice<(MountLink, [Intent])>, _ finish: @escaping @Sendable (Error?) -> Void)
+    {
         guard let (link, intents) = groups.first else { return finish(nil) }
         let done = PendingFlag()
         // One coordinator at the server too: its nested and batched accesses never wait for each other.
-        let id = link.hold(intents, forPresenter: coordinator?.presenterKey, coordinator: coordinator.map { "\($0.identity)" },
-                           timeout: coordinator?.waitTimeout) { [self] result in
+        let id = link.hold(
+            intents, forPresenter: coordinator?.presenterKey, coordinator: coordinator.map { "\($0.identity)" },
+            timeout: coordinator?.waitTimeout
+        ) { [self] result in
             done.set()
             lock.withLock { remoteRequest = nil }
             switch result {
@@ -384,7 +405,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
     }
 
     private func releaseRemote(changed: Bool) {
-        let holds = lock.withLock { () -> [(MountLink, Int)] in defer { remoteHolds = [] }; return remoteHolds }
+        let holds = lock.withLock { () -> [(MountLink, Int)] in
+            defer { remoteHolds = [] }; return remoteHolds
+        }
         for (link, number) in holds {
             guard let item = link.release(number, changed: changed) else { continue }
             lock.withLock { if brokenItem == nil { brokenItem = item } }
@@ -413,7 +436,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
         var fingerprints: [ItemLocator.Fingerprint?] = []
         if coordinator != nil {
             let moves = lock.withLock { remoteMoves }
-            fingerprints = grant.intents.map { $0.kind.isWrite ? ItemLocator.fingerprint(Self.path(of: $0, after: moves)) : nil }
+            fingerprints = grant.intents.map {
+                $0.kind.isWrite ? ItemLocator.fingerprint(Self.path(of: $0, after: moves)) : nil
+            }
         }
         let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
             guard case .messaging(_, let messenger) = phase else { return nil }
@@ -451,25 +476,30 @@ package final class CoordinatedAccess: @unchecked Sendable {
     /// by looking at the items), runs reacquirers, and reads the coordinator's presenter's URL
     /// again (C5, C22). The notifications go out through `CoordinationDomain.deliver`.
     package func end(outcomes given: [IntentOutcome]? = nil) {
-        let ended = lock.withLock { () -> (Grant, PresenterMessenger?, [ItemLocator.Fingerprint?], [ItemPath: ItemPath])? in
+        let ended = lock.withLock {
+            () -> (Grant, PresenterMessenger?, [ItemLocator.Fingerprint?], [ItemPath: ItemPath])? in
             guard case .granted(let grant, let messenger) = phase else { return nil }
             phase = .ended
             return (grant, messenger, before, remoteMoves)
         }
         coordinator?.untrack(self)
         guard let (grant, messenger, before, moves) = ended else { return }
-        let outcomes = given ?? zip(grant.intents, before).map { intent, old -> IntentOutcome in
-            let new = intent.kind.isWrite ? ItemLocator.fingerprint(Self.path(of: intent, after: moves)) : nil
-            return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
-        }
+        let outcomes =
+            given
+            ?? zip(grant.intents, before).map { intent, old -> IntentOutcome in
+                let new = intent.kind.isWrite ? ItemLocator.fingerprint(Self.path(of: intent, after: moves)) : nil
+                return IntentOutcome(existedBefore: old != nil, existsAfter: new != nil, changed: old != new)
+            }
         // Presenters hear what the access did, then get their reacquirers, and only then is the
         // next access let in to ask them again (P4, and Apple's order).
-        domain.engine.release(grant.id, outcomes: outcomes, deliver: { domain.deliver($0) },
-                              beforeWaking: { messenger?.endAccess() })
+        domain.engine.release(
+            grant.id, outcomes: outcomes, deliver: { domain.deliver($0) },
+            beforeWaking: { messenger?.endAccess() })
         // Other processes' presenters are told of every write of an item that exists (P9): a
         // file's fingerprint may not show a save (an inode number used again, a timestamp
         // of the same clock tick).
-        releaseRemote(changed: zip(grant.intents, outcomes).contains { $0.kind.isWrite && ($1.existedBefore || $1.existsAfter) })
+        releaseRemote(
+            changed: zip(grant.intents, outcomes).contains { $0.kind.isWrite && ($1.existedBefore || $1.existsAfter) })
         if let key = coordinator?.presenterKey, let id = domain.presenterID(forKey: key) { domain.refresh(id) }
     }
 }

@@ -77,7 +77,8 @@ public final class CoordinationDomain: @unchecked Sendable {
         // told to keep to themselves, which is said once so that it is never a surprise.
         _usesDaemon = shared && ProcessInfo.processInfo.environment["COORDFS_COORDINATION"] != "in-process"
         if shared && !_usesDaemon {
-            logger.notice("COORDFS_COORDINATION=in-process: outside coordfs mounts, this process coordinates with itself only")
+            logger.notice(
+                "COORDFS_COORDINATION=in-process: outside coordfs mounts, this process coordinates with itself only")
         }
     }
 
@@ -187,7 +188,9 @@ public final class CoordinationDomain: @unchecked Sendable {
             switch UserDaemon.socket() {
             case .success(let path): socket = path
             case .failure(let error):
-                let first = withLock { () -> Bool in defer { daemonTrouble = error.description }; return daemonTrouble == nil }
+                let first = withLock { () -> Bool in
+                    defer { daemonTrouble = error.description }; return daemonTrouble == nil
+                }
                 if first { logger.error("no coordination with other processes outside coordfs mounts: \(error)") }
                 return nil
             }
@@ -241,7 +244,9 @@ public final class CoordinationDomain: @unchecked Sendable {
         let id: PresenterID? = withLock {
             guard let id = presenterIDs.removeValue(forKey: key) else { return nil }
             presenters[id] = nil
-            if missedDeadlines.removeValue(forKey: id) != nil { missingCount.store(missedDeadlines.count, ordering: .releasing) }
+            if missedDeadlines.removeValue(forKey: id) != nil {
+                missingCount.store(missedDeadlines.count, ordering: .releasing)
+            }
             return id
         }
         if let id { engine.removePresenter(id) }
@@ -280,7 +285,7 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// nothing more.
     package func presenterMissed(_ id: PresenterID) -> Bool {
         withLock {
-            guard presenters[id] != nil else { return false }      // gone meanwhile: nothing to keep
+            guard presenters[id] != nil else { return false }  // gone meanwhile: nothing to keep
             let missed = (missedDeadlines[id] ?? 0) + 1
             missedDeadlines[id] = missed
             missingCount.store(missedDeadlines.count, ordering: .releasing)
@@ -313,7 +318,8 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     private func presenterRecord(for presenter: any Presenter) -> PresenterRecord {
         let (path, primaryPath) = presenter.presentedPaths(locator)
-        return PresenterRecord(owner: presenter.owner, path: path, primaryPath: primaryPath, answers: presenter.answeredRequests)
+        return PresenterRecord(
+            owner: presenter.owner, path: path, primaryPath: primaryPath, answers: presenter.answeredRequests)
     }
 
     /// Processes whose descendants count as themselves for coordination through a mount (a
@@ -340,7 +346,9 @@ public final class CoordinationDomain: @unchecked Sendable {
     /// ahead without waiting for them any longer (a broken lease): the presenters of each item,
     /// and the servers whose clients' holds were among `grants`, those it went past
     /// (`onBrokenHolds`), which tell each such hold once, whichever of the items it held.
-    package func tellCoordinationBroken(at paths: [ItemPath], grants: Set<GrantID>, by accessor: CoordinatorIdentity? = nil) {
+    package func tellCoordinationBroken(
+        at paths: [ItemPath], grants: Set<GrantID>, by accessor: CoordinatorIdentity? = nil
+    ) {
         var told: Set<ItemPath> = []
         for path in paths {
             guard told.insert(path).inserted else { continue }
@@ -389,7 +397,8 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     /// The second half: delivers what this thread's outermost scope held back.
     package func deliverHeldNotifications() {
-        let due = Self.heldNotifications.withValue { held -> [(CoordinationDomain, [PresenterDelivery<PresenterNotification>])] in
+        let due = Self.heldNotifications.withValue {
+            held -> [(CoordinationDomain, [PresenterDelivery<PresenterNotification>])] in
             held.depth -= 1
             guard held.depth == 0, !held.deliveries.isEmpty else { return [] }
             defer { held.deliveries = [] }
@@ -400,7 +409,9 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     // MARK: Service handlers
 
-    package func setServiceHandler(_ handler: @escaping @Sendable (FileHandle, ItemPath) -> Void, for id: ServiceRegistrationID) {
+    package func setServiceHandler(
+        _ handler: @escaping @Sendable (FileHandle, ItemPath) -> Void, for id: ServiceRegistrationID
+    ) {
         withLock { serviceHandlers[id] = handler }
     }
 
@@ -425,7 +436,8 @@ public final class CoordinationDomain: @unchecked Sendable {
 public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// A presenter did not answer `request` within the presenter timeout; the access went on (X2).
     /// `presenter` and `accessor`: who they are, as the log names them ("pid 42 (vim)").
-    case presenterDidNotAnswer(presentedItem: String, request: String, waited: Duration, presenter: String? = nil, accessor: String? = nil)
+    case presenterDidNotAnswer(
+        presentedItem: String, request: String, waited: Duration, presenter: String? = nil, accessor: String? = nil)
     /// A presenter of another user refused an access; across users that is no veto, and the
     /// access went on (docs/sharing.md).
     case vetoIgnored(presentedItem: String, presenterUser: Int, error: String)
@@ -442,9 +454,11 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
             return "presenter of \(item)\(presenter.map { ", \($0)," } ?? "") did not answer \(request)"
                 + "\(accessor.map { " for \($0)" } ?? "") within \(waited.logText); access proceeded"
         case .vetoIgnored(let item, let user, let error):
-            return "a presenter of \(item) of another user (uid \(user)) refused an access (\(error)); across users that is no veto, and the access proceeded"
+            return
+                "a presenter of \(item) of another user (uid \(user)) refused an access (\(error)); across users that is no veto, and the access proceeded"
         case .coordinationBroken(let item):
-            return "another user's access to \(item) went ahead while this process held it (the mount's break time had passed)"
+            return
+                "another user's access to \(item) went ahead while this process held it (the mount's break time had passed)"
         case .neverCalled(let item, let callback, let why):
             return "the presenter of \(item) asks for \(callback), which is never called: \(why)"
         }

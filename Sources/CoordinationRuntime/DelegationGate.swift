@@ -20,8 +20,10 @@ package struct DelegationGate: ClaimGate {
         needs(intents).allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
     }
 
-    package func admit(_ intents: [Intent], waits: Bool,
-                       completion: @escaping @Sendable ((errno: String, message: String)?) -> Void) -> @Sendable () -> Void {
+    package func admit(
+        _ intents: [Intent], waits: Bool,
+        completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+    ) -> @Sendable () -> Void {
         let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
         let delegations = self.delegations
         @Sendable func next(_ rest: ArraySlice<(path: String, access: DelegatedAccess)>) {

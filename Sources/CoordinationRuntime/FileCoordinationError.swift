@@ -50,7 +50,8 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
         case .invalidServiceName(let why): return "invalid service name: \(why)"
         case .noSuchItem(let path): return "no such file or directory: \(path)"
         case .systemError(let what, let code): return "\(what): \(String(cString: strerror(code)))"
-        case .coordinationBroken(let path): return "another user's access to \(path) went ahead while the accessor ran (break time reached)"
+        case .coordinationBroken(let path):
+            return "another user's access to \(path) went ahead while the accessor ran (break time reached)"
         }
     }
 
@@ -60,7 +61,8 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
         switch error {
         case .cancelled, .ownerGone: return CocoaError(.userCancelled)
         case .timedOut, .brokenThrough: return FileCoordinationError.timedOut(item: item)
-        case .deadlock(let cycle): return FileCoordinationError.deadlock(item: item, cycle: cycle.map(AccessOrigins.describe))
+        case .deadlock(let cycle):
+            return FileCoordinationError.deadlock(item: item, cycle: cycle.map(AccessOrigins.describe))
         case .wouldBlock: return FileCoordinationError.wouldBlock(item: item)
         case .notInsideWrite: return FileCoordinationError.moveReportedOutsideWrite
         case .invalidRequest(let why): return FileCoordinationError.invalidOptions(why)
@@ -124,7 +126,7 @@ extension FileCoordinationError: CustomNSError, LocalizedError {
         var info: [String: Any] = [NSLocalizedDescriptionKey: description]
         switch self {
         case .noSuchItem(let path), .coordinationBroken(let path), .timedOut(let path), .deadlock(let path, _),
-             .wouldBlock(let path):
+            .wouldBlock(let path):
             info[NSFilePathErrorKey] = path
         case .systemError(_, let code):
             info[NSUnderlyingErrorKey] = NSError(domain: NSPOSIXErrorDomain, code: Int(code))
@@ -149,17 +151,18 @@ extension FileCoordinationError {
             case .timedOut: return EBUSY
             case .deadlock: return EDEADLK
             case .wouldBlock: return EAGAIN
-            case .invalidURL, .emptyIntentList, .invalidOptions, .moveReportedOutsideWrite, .invalidServiceName: return EINVAL
+            case .invalidURL, .emptyIntentList, .invalidOptions, .moveReportedOutsideWrite, .invalidServiceName:
+                return EINVAL
             case .noSuchService, .noSuchItem: return ENOENT
             case .systemError(_, let code): return code
-            case .coordinationBroken: return EIO   // as Linux reports a lost NFS lock
+            case .coordinationBroken: return EIO  // as Linux reports a lost NFS lock
             }
         case let error as CocoaError where error.code == .userCancelled:
             return cancellation
         case let error as POSIXError:
-            return error.code.rawValue      // a presenter's refusal, as it gave it
+            return error.code.rawValue  // a presenter's refusal, as it gave it
         default:
-            return EACCES                   // a presenter refused without an errno
+            return EACCES  // a presenter refused without an errno
         }
     }
 }

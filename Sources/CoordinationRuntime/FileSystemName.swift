@@ -84,20 +84,27 @@ public enum FileSystemName {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(text.utf8.count)
         for scalar in text.unicodeScalars {
-            if isEscape(scalar) { bytes.append(UInt8(truncatingIfNeeded: scalar.value - escapeBase)) }
-            else { bytes.append(contentsOf: UTF8.encode(scalar)!) }
+            if isEscape(scalar) {
+                bytes.append(UInt8(truncatingIfNeeded: scalar.value - escapeBase))
+            } else {
+                bytes.append(contentsOf: UTF8.encode(scalar)!)
+            }
         }
         return bytes
     }
 
     /// Calls `body` with `text` as the NUL-terminated bytes a system call takes.
-    public static func withCString<Result>(_ text: String, _ body: (UnsafePointer<CChar>) throws -> Result) rethrows -> Result {
+    public static func withCString<Result>(
+        _ text: String, _ body: (UnsafePointer<CChar>) throws -> Result
+    ) rethrows -> Result {
         guard mayHoldEscapes(text) else { return try text.withCString(body) }
         return try withCString(bytes(text), body)
     }
 
     /// Calls `body` with `bytes`, a name's or a path's, NUL-terminated.
-    public static func withCString<Result>(_ bytes: [UInt8], _ body: (UnsafePointer<CChar>) throws -> Result) rethrows -> Result {
+    public static func withCString<Result>(
+        _ bytes: [UInt8], _ body: (UnsafePointer<CChar>) throws -> Result
+    ) rethrows -> Result {
         try (bytes + [0]).withUnsafeBufferPointer { buffer in
             try buffer.withMemoryRebound(to: CChar.self) { try body($0.baseAddress!) }
         }

@@ -3,7 +3,9 @@ import Synchronization
 /// Another host's access begun here (`SharedStore.beginAccess(forHost:)`): ended once, whether
 /// it was granted yet or still waits.
 package final class HostAccess: Sendable {
-    private let state = Mutex<(claim: Claim?, waiting: CoordinatedAccess?, ender: (@Sendable (Claim) -> Void)?, ended: Bool)>((nil, nil, nil, false))
+    private let state = Mutex<
+        (claim: Claim?, waiting: CoordinatedAccess?, ender: (@Sendable (Claim) -> Void)?, ended: Bool)
+    >((nil, nil, nil, false))
 
     init() {}
 
@@ -24,7 +26,8 @@ package final class HostAccess: Sendable {
     }
 
     package func end() {
-        let (claim, waiting, ender) = state.withLock { state -> (Claim?, CoordinatedAccess?, (@Sendable (Claim) -> Void)?) in
+        let (claim, waiting, ender) = state.withLock {
+            state -> (Claim?, CoordinatedAccess?, (@Sendable (Claim) -> Void)?) in
             if state.ended { return (nil, nil, nil) }
             state.ended = true
             defer { state.claim = nil }

@@ -14,8 +14,10 @@ package protocol HostDelegations: AnyObject, Sendable {
     /// `waits`, a delegation another host holds is not waited for (`.wouldWait`). The closure
     /// returned stops waiting (a request interrupted or past its wait timeout): `completion` is
     /// not called then.
-    func acquire(_ path: String, _ access: DelegatedAccess, waits: Bool,
-                 completion: @escaping @Sendable (HostDelegationOutcome) -> Void) -> @Sendable () -> Void
+    func acquire(
+        _ path: String, _ access: DelegatedAccess, waits: Bool,
+        completion: @escaping @Sendable (HostDelegationOutcome) -> Void
+    ) -> @Sendable () -> Void
 
     // Fencing writes through open files: a write open is stamped at its grant, and each write
     // through it asks the two lock-free questions; only after a loss of cover since its stamp
@@ -60,8 +62,12 @@ package enum DelegatedAccess: Sendable, Equatable {
 
     package init(_ kind: AccessKind) {
         guard case .writing(let options) = kind else { self = .reading; return }
-        self = options.contains(.forDeleting) ? .deleting : options.contains(.forReplacing) ? .replacing
-            : options.contains(.forMoving) ? .moving : .writing
+        self =
+            options.contains(.forDeleting)
+            ? .deleting
+            : options.contains(.forReplacing)
+                ? .replacing
+                : options.contains(.forMoving) ? .moving : .writing
     }
 
     /// The engine's kind of such an access.

@@ -22,17 +22,23 @@ package final class HostPresenter: Presenter, @unchecked Sendable {
 
     package var owner: CoordinatorIdentity { .host(host) }
 
-    package func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) { (path.withLock { $0 }, nil) }
+    package func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) {
+        (path.withLock { $0 }, nil)
+    }
 
     package var answeredRequests: PresenterRequest.Kinds { [] }
 
-    package func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
-                       completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+    package func asked(
+        _ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+        completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void
+    ) {
         completion(nil, nil)
     }
 
-    package func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
-                      moved: @escaping @Sendable () -> Void) {
+    package func told(
+        _ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+        moved: @escaping @Sendable () -> Void
+    ) {
         guard origin.via == .mount || origin.via == .coordinator else { return }
         guard let own = store.storePath(of: path.withLock { $0 }) else { return }
         let store = self.store

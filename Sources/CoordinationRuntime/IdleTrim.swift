@@ -35,8 +35,10 @@ package enum IdleTrim {
     /// Looks at `work`, a number that moves with everything the caller serves, every `interval`
     /// until the watch returned is stopped, and trims once each time it has not moved for a
     /// whole interval: after each burst, never twice in one quiet spell, never while it moves.
-    package static func whenQuiet(checkingEvery interval: Duration = .seconds(2),
-                                  work: @escaping @Sendable () -> Int) -> QuietTrim {
+    package static func whenQuiet(
+        checkingEvery interval: Duration = .seconds(2),
+        work: @escaping @Sendable () -> Int
+    ) -> QuietTrim {
         guard let trim else { return QuietTrim(interval: interval, work: work, trim: nil) }
         return QuietTrim(interval: interval, work: work, trim: { _ = trim(0) })
     }

@@ -51,8 +51,9 @@ package struct ItemLocator: Sendable {
         for ancestor in path.ancestors where !ancestor.isRoot && isPackageDirectory(ancestor) {
             packages.append(ancestor)
         }
-        return AccessTarget(path: path, isDirectory: isDirectory, isPackage: isPackage,
-                            enclosingPackages: packages.reversed())
+        return AccessTarget(
+            path: path, isDirectory: isDirectory, isPackage: isPackage,
+            enclosingPackages: packages.reversed())
     }
 
     package func isPackageDirectory(_ path: ItemPath) -> Bool {
@@ -83,8 +84,9 @@ package struct ItemLocator: Sendable {
     package static func fingerprint(_ path: ItemPath) -> Fingerprint? {
         var info = stat()
         guard FileSystemName.withCString(path.string, { lstat($0, &info) }) == 0 else { return nil }
-        return Fingerprint(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
-                           modified: info.st_mtim, changed: info.st_ctim)
+        return Fingerprint(
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+            modified: info.st_mtim, changed: info.st_ctim)
     }
 
     package static func exists(_ path: ItemPath) -> Bool {

@@ -34,7 +34,9 @@ package final class MountLink: @unchecked Sendable {
         if case .string(let root)? = client.server["root"] { mountRoot = root } else { mountRoot = "/" }
         client.onEvent { [weak self] record in self?.deliver(record) }
         client.onServiceConnection { [weak self] record, connection in
-            guard let handler = self?.lock.withLock({ self?.serviceHandlers[record.wd] }), let path = ItemPath(record.path) else { return }
+            guard let handler = self?.lock.withLock({ self?.serviceHandlers[record.wd] }),
+                let path = ItemPath(record.path)
+            else { return }
             DispatchQueue.global().async { handler(connection, path) }
         }
     }
@@ -42,12 +44,20 @@ package final class MountLink: @unchecked Sendable {
     // MARK: Services
 
     /// Vends `name` for `path` in the mount; returns the registration number.
-    package func vend(_ name: String, at path: ItemPath, handler: @escaping @Sendable (FileHandle, ItemPath) -> Void) throws -> Int {
+    package func vend(
+        _ name: String, at path: ItemPath, handler: @escaping @Sendable (FileHandle, ItemPath) -> Void
+    ) throws -> Int {
         let fields: [String: WireValue]
-        do { fields = try client.request { .vend(id: $0, name: name, path: path.string) } } catch let error as ControlError {
-            throw error.errno == "EINVAL" ? FileCoordinationError.invalidServiceName(error.message) : FileCoordinationError.noSuchItem(error.message)
+        do { fields = try client.request { .vend(id: $0, name: name, path: path.string) } } catch let error
+            as ControlError
+        {
+            throw error.errno == "EINVAL"
+                ? FileCoordinationError.invalidServiceName(error.message)
+                : FileCoordinationError.noSuchItem(error.message)
         }
-        guard case .int(let number)? = fields["service"] else { throw FileCoordinationError.systemError("no service in the reply", EPROTO) }
+        guard case .int(let number)? = fields["service"] else {
+            throw FileCoordinationError.systemError("no service in the reply", EPROTO)
+        }
         lock.withLock { serviceHandlers[number] = handler }
         return number
     }
@@ -72,7 +82,9 @@ package final class MountLink: @unchecked Sendable {
 
     package func connect(_ name: String, at path: ItemPath) throws -> FileHandle {
         do { return try client.connect(service: name, at: path.string) } catch let error as ControlError {
-            throw error.errno == "ENOENT" ? FileCoordinationError.noSuchService(name) : FileCoordinationError.systemError(error.description, ECONNREFUSED)
+            throw error.errno == "ENOENT"
+                ? FileCoordinationError.noSuchService(name)
+                : FileCoordinationError.systemError(error.description, ECONNREFUSED)
         }
     }
 
@@ -92,8 +104,10 @@ package final class MountLink: @unchecked Sendable {
     /// Holds `intents` for a coordinator of this process — for the presenter registered under
     /// `presenterKey`, when it was made with one watched here, so that it passes while that
     /// presenter is asked; `completion` gets the hold number or the error.
-    func hold(_ intents: [Intent], forPresenter presenterKey: ObjectIdentifier?, coordinator: String?, timeout: Duration?,
-              completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void) -> Int {
+    func hold(
+        _ intents: [Intent], forPresenter presenterKey: ObjectIdentifier?, coordinator: String?, timeout: Duration?,
+        completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void
+    ) -> Int {
         let wd = presenterKey.flatMap { key in lock.withLock { watches[key] } }
         let wire = intents.map { intent -> WireIntent in
             switch intent.kind {
@@ -104,16 +118,21 @@ package final class MountLink: @unchecked Sendable {
             }
         }
         let seconds = timeout.map { $0.timeInterval }
-        return client.request({ .hold(id: $0, intents: wire, wait: true, timeout: seconds, inherit: false, presenter: wd,
-                                              coordinator: wd == nil ? coordinator : nil) }) { reply in
+        return client.request({
+            .hold(
+                id: $0, intents: wire, wait: true, timeout: seconds, inherit: false, presenter: wd,
+                coordinator: wd == nil ? coordinator : nil)
+        }) { reply in
             // Off the connection's reader thread: what follows may run an accessor, and the
             // reader must stay free to deliver events (and the release's reply).
             DispatchQueue.global().async { Self.finishHold(reply, item: wire.first?.path ?? "/", completion) }
         }
     }
 
-    private static func finishHold(_ result: Result<[String: WireValue], ControlError>, item: String,
-                                   _ completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void) {
+    private static func finishHold(
+        _ result: Result<[String: WireValue], ControlError>, item: String,
+        _ completion: @escaping @Sendable (Result<(hold: Int, paths: [String]), Error>) -> Void
+    ) {
         switch result {
         case .success(let fields):
             // The paths as granted: an item moved while the hold waited is where it went (C11).
@@ -121,8 +140,11 @@ package final class MountLink: @unchecked Sendable {
             if case .array(let granted)? = fields["paths"] {
                 paths = granted.compactMap { if case .string(let path) = $0 { return path } else { return nil } }
             }
-            if case .int(let number)? = fields["hold"] { completion(.success((number, paths))) }
-            else { completion(.failure(FileCoordinationError.systemError("no hold in the mount's reply", EPROTO))) }
+            if case .int(let number)? = fields["hold"] {
+                completion(.success((number, paths)))
+            } else {
+                completion(.failure(FileCoordinationError.systemError("no hold in the mount's reply", EPROTO)))
+            }
         case .failure(let error):
             completion(.failure(Self.error(error, item: item)))
         }
@@ -155,7 +177,8 @@ package final class MountLink: @unchecked Sendable {
         switch error.errno {
         case "EDEADLK":
             // The server's message is this error's description; the cycle is what follows its colon.
-            let cycle = error.message.range(of: "deadlock: ").map { String(error.message[$0.upperBound...]) } ?? error.message
+            let cycle =
+                error.message.range(of: "deadlock: ").map { String(error.message[$0.upperBound...]) } ?? error.message
             return FileCoordinationError.deadlock(item: item, cycle: cycle.components(separatedBy: " -> "))
         case "EBUSY": return FileCoordinationError.timedOut(item: item)
         case "EAGAIN": return FileCoordinationError.wouldBlock(item: item)
@@ -181,7 +204,8 @@ package final class MountLink: @unchecked Sendable {
 
     func watch(_ presenter: any Presenter, key: ObjectIdentifier, at path: ItemPath) {
         guard let fields = try? client.request({ .watch(id: $0, path: path.string, mask: .all) }),
-              case .int(let wd)? = fields["wd"] else { return }
+            case .int(let wd)? = fields["wd"]
+        else { return }
         lock.withLock {
             presenters[wd] = presenter
             watches[key] = wd
@@ -189,11 +213,13 @@ package final class MountLink: @unchecked Sendable {
     }
 
     func unwatch(key: ObjectIdentifier) {
-        guard let wd = lock.withLock({ () -> Int? in
-            guard let wd = watches.removeValue(forKey: key) else { return nil }
-            presenters[wd] = nil
-            return wd
-        }) else { return }
+        guard
+            let wd = lock.withLock({ () -> Int? in
+                guard let wd = watches.removeValue(forKey: key) else { return nil }
+                presenters[wd] = nil
+                return wd
+            })
+        else { return }
         client.send(.unwatch(id: 0, wd: wd))
     }
 
@@ -211,7 +237,9 @@ package final class MountLink: @unchecked Sendable {
         let cookie = record.cookie
         let mask = record.mask
         if mask.contains(.reacquire) {
-            if let (presenter, reacquirer) = lock.withLock({ reacquirers.removeValue(forKey: cookie) }) { presenter.reacquire(reacquirer) }
+            if let (presenter, reacquirer) = lock.withLock({ reacquirers.removeValue(forKey: cookie) }) {
+                presenter.reacquire(reacquirer)
+            }
             return
         }
         if mask.contains(.movedFrom) {
@@ -221,30 +249,44 @@ package final class MountLink: @unchecked Sendable {
         let origin = AccessOrigin(record.origin)
         if let request = PresenterRequest(event: mask, path: path) {
             let progress = PresenterProgress { [client] in client.send(.working(cookie: cookie)) }
-            return presenter.asked(request, origin: origin, progress: progress) { [weak self, client] error, reacquirer in
-                if error == nil, let reacquirer { self?.lock.withLock { self?.reacquirers[cookie] = (presenter, reacquirer) } }
+            return presenter.asked(request, origin: origin, progress: progress) {
+                [weak self, client] error, reacquirer in
+                if error == nil, let reacquirer {
+                    self?.lock.withLock { self?.reacquirers[cookie] = (presenter, reacquirer) }
+                }
                 client.answer(cookie: cookie, errno: error.map(Self.errnoCode) ?? 0)
             }
         }
         let notification: PresenterNotification
         if mask.contains(.movedTo) {
-            if record.name.isEmpty { notification = .didMove(to: path) }
-            else if let from = lock.withLock({ movedFrom.removeValue(forKey: cookie) }).flatMap({ ItemPath($0) }) {
+            if record.name.isEmpty {
+                notification = .didMove(to: path)
+            } else if let from = lock.withLock({ movedFrom.removeValue(forKey: cookie) }).flatMap({ ItemPath($0) }) {
                 notification = .subitemDidMove(from: from, to: path)
-            } else { return }
-        } else if mask.contains(.changed) { notification = .didChange }
-        else if mask.contains(.subitemAppeared) { notification = .subitemDidAppear(path) }
-        else if mask.contains(.subitemChanged) { notification = .subitemDidChange(path) }
-        else if mask.contains(.subitemDeleted) { notification = .subitemWasDeleted(path) }
-        else if mask.contains(.presenterRemoved) { notification = .itemWasDeleted }
-        else if mask.contains(.broken) { notification = .coordinationWasBroken }
-        else if let news = VersionNews(eventMask: mask) {
-            notification = record.name.isEmpty ? .versionNews(news, String(cookie)) : .subitemVersionNews(path, news, String(cookie))
+            } else {
+                return
+            }
+        } else if mask.contains(.changed) {
+            notification = .didChange
+        } else if mask.contains(.subitemAppeared) {
+            notification = .subitemDidAppear(path)
+        } else if mask.contains(.subitemChanged) {
+            notification = .subitemDidChange(path)
+        } else if mask.contains(.subitemDeleted) {
+            notification = .subitemWasDeleted(path)
+        } else if mask.contains(.presenterRemoved) {
+            notification = .itemWasDeleted
+        } else if mask.contains(.broken) {
+            notification = .coordinationWasBroken
+        } else if let news = VersionNews(eventMask: mask) {
+            notification =
+                record.name.isEmpty
+                ? .versionNews(news, String(cookie)) : .subitemVersionNews(path, news, String(cookie))
+        } else {
+            return
         }
-        else { return }
         presenter.told([notification], origin: origin, presentsPackage: false) {}
     }
-
 
     private static func errnoCode(_ error: Error) -> Int32 {
         if let posix = error as? POSIXError { return posix.code.rawValue }

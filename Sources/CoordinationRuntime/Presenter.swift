@@ -20,14 +20,16 @@ package protocol Presenter: AnyObject, Sendable {
     /// Puts `request`, about an access from `origin`, to it. `completion` gets nil (with a
     /// reacquirer, for a relinquish that wants one) to consent, or the error that fails the
     /// access (P4–P7, P13); until then, `progress` takes its word that it is still working.
-    func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
-               completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void)
+    func asked(
+        _ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+        completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void)
 
     /// Tells it what an access from `origin` did, in order. `presentsPackage`: it presents a file package, and
     /// takes a subitem notification it has no callback for as a did-change (P20). `moved` is
     /// called once a did-move has been taken in, so that the domain reads its paths again (P8).
-    func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
-              moved: @escaping @Sendable () -> Void)
+    func told(
+        _ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+        moved: @escaping @Sendable () -> Void)
 
     /// Runs a reacquirer handed back by a relinquish, where its messages run (P4, P5).
     func reacquire(_ reacquirer: @escaping @Sendable () -> Void)

@@ -33,8 +33,11 @@ final class PresenterMessenger: @unchecked Sendable {
     /// A messenger for `deliveries`; nothing is sent before `start()`. `completion` is called
     /// once: nil when everyone consented (or timed out), else the first error (a presenter's, or
     /// cancellation).
-    init(_ deliveries: [PresenterDelivery<PresenterRequest>], domain: CoordinationDomain, accessor: CoordinatorIdentity? = nil,
-         completion: @escaping Completion) {
+    init(
+        _ deliveries: [PresenterDelivery<PresenterRequest>], domain: CoordinationDomain,
+        accessor: CoordinatorIdentity? = nil,
+        completion: @escaping Completion
+    ) {
         self.domain = domain
         self.deliveries = deliveries
         self.accessor = accessor
@@ -122,10 +125,14 @@ final class PresenterMessenger: @unchecked Sendable {
         guard waited else { return }
         // Across users a presenter's refusal is no veto (docs/sharing.md): the access goes on, and
         // the refusal is reported.
-        if let refusal = given, domain.vetoScope == .ownUser, let accessor, let owner = domain.engine.presenter(presenter)?.owner,
-           !owner.isSameProcess(as: accessor), !CoordinatorUsers.mayVeto(owner, accessor) {
-            domain.report(.vetoIgnored(presentedItem: path ?? "\(presenter)",
-                                       presenterUser: CoordinatorUsers.user(of: owner).map(Int.init) ?? -1, error: "\(refusal)"))
+        if let refusal = given, domain.vetoScope == .ownUser, let accessor,
+            let owner = domain.engine.presenter(presenter)?.owner,
+            !owner.isSameProcess(as: accessor), !CoordinatorUsers.mayVeto(owner, accessor)
+        {
+            domain.report(
+                .vetoIgnored(
+                    presentedItem: path ?? "\(presenter)",
+                    presenterUser: CoordinatorUsers.user(of: owner).map(Int.init) ?? -1, error: "\(refusal)"))
             error = nil
         }
         let (removed, done) = lock.withLock { () -> (Bool, Bool) in
@@ -139,7 +146,8 @@ final class PresenterMessenger: @unchecked Sendable {
             // Said where the program that gets the errno can be found: who refused it what.
             let code = ErrnoNames.name(of: FileCoordinationError.errno(for: error, cancellation: ECANCELED))
             let owner = domain.engine.presenter(presenter)?.owner.logName ?? "\(presenter)"
-            let line = "presenter of \(path ?? "\(presenter)"), \(owner), refused \(request ?? "a request")"
+            let line =
+                "presenter of \(path ?? "\(presenter)"), \(owner), refused \(request ?? "a request")"
                 + "\(accessor.map { " for \($0.logName)" } ?? ""): the access fails with \(code)"
             domain.logger.notice("\(line)")
         }
@@ -178,20 +186,27 @@ final class PresenterMessenger: @unchecked Sendable {
     func timeOut() {
         let now = DispatchTime.now()
         let waited = Duration.nanoseconds(Int64(now.uptimeNanoseconds - started.uptimeNanoseconds))
-        let (late, next, done) = lock.withLock { () -> ([(presenter: PresenterID, request: String, presentedItem: String)], DispatchTime?, Bool) in
+        let (late, next, done) = lock.withLock {
+            () -> ([(presenter: PresenterID, request: String, presentedItem: String)], DispatchTime?, Bool) in
             guard completion != nil else { return ([], nil, false) }
             let working = pending.filter { extended[$0].map { $0 > now } ?? false }
             let late = pending.subtracting(working).map { presenter in
-                current[presenter].map { (presenter, $0.request.logName, "\($0.presentedPath)") } ?? (presenter, "\(presenter)", "\(presenter)")
+                current[presenter].map { (presenter, $0.request.logName, "\($0.presentedPath)") } ?? (
+                    presenter, "\(presenter)", "\(presenter)"
+                )
             }
             pending = working
             return (late, working.compactMap { extended[$0] }.min(), working.isEmpty)
         }
         for (presenter, request, item) in late {
-            domain.report(.presenterDidNotAnswer(presentedItem: item, request: request, waited: waited,
-                                                 presenter: domain.engine.presenter(presenter)?.owner.logName, accessor: accessor?.logName))
+            domain.report(
+                .presenterDidNotAnswer(
+                    presentedItem: item, request: request, waited: waited,
+                    presenter: domain.engine.presenter(presenter)?.owner.logName, accessor: accessor?.logName))
             if domain.presenterMissed(presenter) {
-                domain.logger.warning("presenter of \(item) missed \(domain.presenterMissLimit) deadlines in a row: it is asked nothing more until it answers again")
+                domain.logger.warning(
+                    "presenter of \(item) missed \(domain.presenterMissLimit) deadlines in a row: it is asked nothing more until it answers again"
+                )
             }
         }
         if let next {
@@ -226,9 +241,11 @@ enum PresenterNotifier {
         for delivery in deliveries {
             guard let presenter = domain.presenter(delivery.presenter) else { continue }
             let id = delivery.presenter
-            let origin = origins[delivery.accessor] ?? AccessOrigins.origin(of: delivery.accessor, purposes: domain.purpose(of:))
+            let origin =
+                origins[delivery.accessor] ?? AccessOrigins.origin(of: delivery.accessor, purposes: domain.purpose(of:))
             origins[delivery.accessor] = origin
-            presenter.told(delivery.messages, origin: origin, presentsPackage: delivery.presentsPackage) { [weak domain] in
+            presenter.told(delivery.messages, origin: origin, presentsPackage: delivery.presentsPackage) {
+                [weak domain] in
                 domain?.refresh(id)
             }
         }

@@ -18,13 +18,21 @@ extension PresenterRequest {
 
     /// The request an event asks (its item at `path`); nil for an event that asks nothing.
     package init?(event mask: EventMask, path: ItemPath) {
-        if mask.contains(.relinquishToWriter) { self = .relinquishToWriter }
-        else if mask.contains(.relinquishToReader) { self = .relinquishToReader }
-        else if mask.contains(.save) { self = .saveChanges }
-        else if mask.contains(.accommodateDeletion) { self = .accommodateDeletion }
-        else if mask.contains(.accommodateSubitemDeletion) { self = .accommodateSubitemDeletion(path) }
-        else if mask.contains(.accommodateEviction) { self = .accommodateEviction }
-        else { return nil }
+        if mask.contains(.relinquishToWriter) {
+            self = .relinquishToWriter
+        } else if mask.contains(.relinquishToReader) {
+            self = .relinquishToReader
+        } else if mask.contains(.save) {
+            self = .saveChanges
+        } else if mask.contains(.accommodateDeletion) {
+            self = .accommodateDeletion
+        } else if mask.contains(.accommodateSubitemDeletion) {
+            self = .accommodateSubitemDeletion(path)
+        } else if mask.contains(.accommodateEviction) {
+            self = .accommodateEviction
+        } else {
+            return nil
+        }
     }
 
     /// As the log names it: the event a watch gets, and the Swift name ("SAVE (saveChanges)").

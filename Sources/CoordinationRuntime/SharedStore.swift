@@ -20,8 +20,10 @@ package final class SharedStore: Sendable {
     /// The engine's facts for an item (directory, packages around it).
     let target: @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget
 
-    package init(domain: CoordinationDomain, root: ItemPath, isDirectory: @escaping @Sendable (String) -> Bool,
-                 target: @escaping @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget) {
+    package init(
+        domain: CoordinationDomain, root: ItemPath, isDirectory: @escaping @Sendable (String) -> Bool,
+        target: @escaping @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget
+    ) {
         self.domain = domain
         self.root = root
         self.isDirectory = isDirectory
@@ -54,10 +56,13 @@ package final class SharedStore: Sendable {
     /// What an access of `kind` to `target` needs a delegation of: the item it locks, and how.
     /// Deleting, moving or replacing an item inside a package is a write of the package (P22),
     /// not its deletion.
-    package func delegationNeed(_ kind: AccessKind, of target: AccessTarget) -> (path: String, access: DelegatedAccess)? {
+    package func delegationNeed(_ kind: AccessKind, of target: AccessTarget) -> (path: String, access: DelegatedAccess)?
+    {
         guard let locked = lockedStorePath(target) else { return nil }
         let access = DelegatedAccess(kind)
-        let itself = locked == "" ? target.path == root || target.path.isAncestor(of: root) : storePath(of: target.path) == locked
+        let itself =
+            locked == ""
+            ? target.path == root || target.path.isAncestor(of: root) : storePath(of: target.path) == locked
         return (locked, itself || !access.writes ? access : .writing)
     }
 
@@ -73,7 +78,9 @@ package final class SharedStore: Sendable {
     package func heldItems() -> [(path: String, writing: Bool)] {
         domain.engine.snapshot().holders.flatMap { holder -> [(path: String, writing: Bool)] in
             if case .host = holder.identity { return [] }
-            return holder.intents.compactMap { intent in lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) } }
+            return holder.intents.compactMap { intent in
+                lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) }
+            }
         }
     }
 
@@ -85,8 +92,10 @@ package final class SharedStore: Sendable {
     package func beginAccess(forHost host: String, _ path: String, _ kind: DelegatedAccess) -> HostAccess {
         let access = HostAccess()
         let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
-        let waiting = Claim.beginWaiting(in: domain, identity: .host(host), intents: [Intent(kind.kind, storeTarget(path))],
-                                         timeout: nil) { [domain] result in
+        let waiting = Claim.beginWaiting(
+            in: domain, identity: .host(host), intents: [Intent(kind.kind, storeTarget(path))],
+            timeout: nil
+        ) { [domain] result in
             if case .success(let claim) = result, !access.granted(claim) { claim.end(outcome: unchanged, in: domain) }
         }
         access.waiting(waiting) { [domain] claim in claim.end(outcome: unchanged, in: domain) }
@@ -98,10 +107,11 @@ package final class SharedStore: Sendable {
     /// The items this host's presenters present, below the store's root (other hosts'
     /// stand-ins left out).
     package func presentedStorePaths() -> Set<String> {
-        Set(domain.engine.snapshot().presenters.compactMap { _, record -> String? in
-            if case .host = record.owner { return nil }
-            return record.path.flatMap(storePath(of:))
-        })
+        Set(
+            domain.engine.snapshot().presenters.compactMap { _, record -> String? in
+                if case .host = record.owner { return nil }
+                return record.path.flatMap(storePath(of:))
+            })
     }
 
     /// Tells this host's presenters what `host`'s programs did, as changes of an accessor from
@@ -110,20 +120,25 @@ package final class SharedStore: Sendable {
         let accessor = CoordinatorIdentity.host(host)
         let engine = domain.engine
         var deliveries: [PresenterDelivery<PresenterNotification>] = []
-        func outcome(_ before: Bool, _ after: Bool) -> IntentOutcome { IntentOutcome(existedBefore: before, existsAfter: after, changed: true) }
+        func outcome(_ before: Bool, _ after: Bool) -> IntentOutcome {
+            IntentOutcome(existedBefore: before, existsAfter: after, changed: true)
+        }
         for change in changes {
             switch change {
             case .changed(let path), .appeared(let path), .deleted(let path):
-                let happened = switch change {
-                case .appeared: outcome(false, true)
-                case .deleted: outcome(true, false)
-                default: outcome(true, true)
-                }
-                deliveries += engine.changesMadeOutside([Intent(.writing([]), storeTarget(path))], outcomes: [happened], by: accessor)
+                let happened =
+                    switch change {
+                    case .appeared: outcome(false, true)
+                    case .deleted: outcome(true, false)
+                    default: outcome(true, true)
+                    }
+                deliveries += engine.changesMadeOutside(
+                    [Intent(.writing([]), storeTarget(path))], outcomes: [happened], by: accessor)
             case .moved(let source, let destination):
                 let moved = storeTarget(destination)
-                deliveries += engine.moveMadeOutside(from: AccessTarget(path: itemPath(ofStorePath: source), isDirectory: moved.isDirectory),
-                                                     to: moved, by: accessor)
+                deliveries += engine.moveMadeOutside(
+                    from: AccessTarget(path: itemPath(ofStorePath: source), isDirectory: moved.isDirectory),
+                    to: moved, by: accessor)
             }
         }
         if !deliveries.isEmpty { domain.deliver(deliveries) }
@@ -131,8 +146,10 @@ package final class SharedStore: Sendable {
 
     /// Stands a presenter of `host` at `path` (below the store's root) in this host's domain;
     /// `forward` gets what this host's programs do to it. Withdrawn by `withdraw`.
-    package func standIn(forPresenterOf host: String, at path: String,
-                         forward: @escaping @Sendable (HostChange) -> Void) -> HostPresenter {
+    package func standIn(
+        forPresenterOf host: String, at path: String,
+        forward: @escaping @Sendable (HostChange) -> Void
+    ) -> HostPresenter {
         let presenter = HostPresenter(host: host, path: itemPath(ofStorePath: path), store: self, forward: forward)
         domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
         return presenter

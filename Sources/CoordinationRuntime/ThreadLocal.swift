@@ -18,7 +18,8 @@ package final class ThreadLocal<Value>: @unchecked Sendable {
     package init(_ make: @escaping () -> Value) {
         self.make = make
         var key = pthread_key_t()
-        hasKey = pthread_key_create(&key) { if let stored = $0 { Unmanaged<AnyObject>.fromOpaque(stored).release() } } == 0
+        hasKey =
+            pthread_key_create(&key) { if let stored = $0 { Unmanaged<AnyObject>.fromOpaque(stored).release() } } == 0
         self.key = key
     }
 

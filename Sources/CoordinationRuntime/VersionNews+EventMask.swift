@@ -5,7 +5,7 @@ import CoordinationWire
 /// and a client's link reads it back (`MountLink`) by this one table.
 extension VersionNews {
     private static let events: [(VersionNews, EventMask)] = [
-        (.gainedConflict, .conflict), (.gained, .versionAdded), (.lost, .versionRemoved), (.resolved, .conflictResolved),
+        (.gainedConflict, .conflict), (.gained, .versionAdded), (.lost, .versionRemoved), (.resolved, .conflictResolved)
     ]
 
     package var eventMask: EventMask { Self.events.first { $0.0 == self }!.1 }

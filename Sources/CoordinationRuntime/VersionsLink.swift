@@ -70,12 +70,18 @@ package enum VersionsLink {
         case .success(let found): socket = found
         case .failure(let error):
             // Nobody keeps versions of it: not in a mount, and no daemon runs (or may be started).
-            throw CocoaError(.featureUnsupported, userInfo: [NSURLErrorKey: URL(fileURLWithPath: path),
-                                                            NSLocalizedDescriptionKey: "no versions are kept of '\(path)': \(error.message)"])
+            throw CocoaError(
+                .featureUnsupported,
+                userInfo: [
+                    NSURLErrorKey: URL(fileURLWithPath: path),
+                    NSLocalizedDescriptionKey: "no versions are kept of '\(path)': \(error.message)"
+                ])
         }
         if let known = clients.withLock({ $0[socket] }), !known.isClosed { return known }
         let client: ControlClient
-        do { client = try ControlClient(socketPath: socket) } catch let error as ControlError { throw Self.error(error, item: path) }
+        do { client = try ControlClient(socketPath: socket) } catch let error as ControlError {
+            throw Self.error(error, item: path)
+        }
         clients.withLock { $0[socket] = client }
         return client
     }
@@ -127,12 +133,18 @@ package enum VersionsLink {
     /// Resolves, pins, unpins or removes version `id`; returns it as it now is (nil once removed).
     @discardableResult
     private static func act(_ action: VersionAction, on id: String, of path: String) throws -> VersionInfo? {
-        let fields = try ask(path) { client in try client.request { .version(id: $0, path: path, version: id, action: action) } }
+        let fields = try ask(path) { client in
+            try client.request { .version(id: $0, path: path, version: id, action: action) }
+        }
         return VersionInfo(fields["version"])
     }
 
-    private static func ask(_ path: String, _ body: (ControlClient) throws -> [String: WireValue]) throws -> [String: WireValue] {
-        do { return try body(try client(for: path)) } catch let error as ControlError { throw Self.error(error, item: path) }
+    private static func ask(
+        _ path: String, _ body: (ControlClient) throws -> [String: WireValue]
+    ) throws -> [String: WireValue] {
+        do { return try body(try client(for: path)) } catch let error as ControlError {
+            throw Self.error(error, item: path)
+        }
     }
 
     /// Writes `content` at `path` as a save does: a new file beside it, with the content's mode,
@@ -144,7 +156,9 @@ package enum VersionsLink {
         let directory = (path as NSString).deletingLastPathComponent
         let temporary = directory + "/." + (path as NSString).lastPathComponent + ".coordfs-restore-\(getpid())"
         let fd = Glibc.open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw FileCoordinationError.systemError("cannot write beside '\(path)'", Errno.ofFailedCall().code) }
+        guard fd >= 0 else {
+            throw FileCoordinationError.systemError("cannot write beside '\(path)'", Errno.ofFailedCall().code)
+        }
         let output = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         do {
             _ = lseek(content.fileDescriptor, 0, SEEK_SET)
@@ -166,11 +180,14 @@ package enum VersionsLink {
     static func error(_ error: ControlError, item: String) -> Error {
         let url = URL(fileURLWithPath: item)
         switch error.errno {
-        case "ENOENT": return CocoaError(.fileNoSuchFile, userInfo: [NSURLErrorKey: url, NSLocalizedDescriptionKey: error.message])
+        case "ENOENT":
+            return CocoaError(.fileNoSuchFile, userInfo: [NSURLErrorKey: url, NSLocalizedDescriptionKey: error.message])
         case "EACCES", "EPERM":
-            return CocoaError(.fileReadNoPermission, userInfo: [NSURLErrorKey: url, NSLocalizedDescriptionKey: error.message])
+            return CocoaError(
+                .fileReadNoPermission, userInfo: [NSURLErrorKey: url, NSLocalizedDescriptionKey: error.message])
         case "EOPNOTSUPP":
-            return CocoaError(.featureUnsupported, userInfo: [NSURLErrorKey: url, NSLocalizedDescriptionKey: error.message])
+            return CocoaError(
+                .featureUnsupported, userInfo: [NSURLErrorKey: url, NSLocalizedDescriptionKey: error.message])
         default:
             return FileCoordinationError.systemError(error.message, ErrnoNames.code(of: error.errno) ?? EIO)
         }

@@ -15,12 +15,20 @@ extension ClientConnection {
         let greeted = lock.withLock { self.greeted }
         if case .hello(let id, let version) = message {
             guard version == WireProtocol.version else {
-                send(.error(id: id, errno: "EPROTONOSUPPORT", message: "this server speaks version \(WireProtocol.version)"))
+                send(
+                    .error(
+                        id: id, errno: "EPROTONOSUPPORT", message: "this server speaks version \(WireProtocol.version)")
+                )
                 throw WireError("unsupported version \(version)")
             }
             lock.withLock { self.greeted = true }
-            send(.ok(id: id, fields: ["version": .int(WireProtocol.version), "server": .string("coordfs"),
-                                      "root": .string(server.root), "pid": .int(Int(getpid()))]))
+            send(
+                .ok(
+                    id: id,
+                    fields: [
+                        "version": .int(WireProtocol.version), "server": .string("coordfs"),
+                        "root": .string(server.root), "pid": .int(Int(getpid()))
+                    ]))
             return
         }
         guard greeted else { throw WireError("the first message must be hello") }
@@ -28,8 +36,11 @@ extension ClientConnection {
         case .hello: break
         case .watch(let id, let path, let mask): watch(id, path, mask)
         case .unwatch(let id, let wd):
-            if removeWatch(wd) { send(.ok(id: id, fields: [:])) }
-            else { send(.error(id: id, errno: "EINVAL", message: "no watch \(wd)")) }
+            if removeWatch(wd) {
+                send(.ok(id: id, fields: [:]))
+            } else {
+                send(.error(id: id, errno: "EINVAL", message: "no watch \(wd)"))
+            }
         case .answer(let cookie, let code): try takeAnswer(cookie, code)
         case .working(let cookie): try takeWorking(cookie)
         case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator, let holder):
@@ -57,7 +68,8 @@ extension ClientConnection {
         }
         // The mount's own user (the daemon's) and root: as mount(8) lets them remount.
         guard peer.uid == 0 || peer.uid == geteuid() else {
-            return send(.error(id: id, errno: "EPERM", message: "only the mount's owner and root may change its options"))
+            return send(
+                .error(id: id, errno: "EPERM", message: "only the mount's owner and root may change its options"))
         }
         if let refusal = remount(options) { return send(.error(id: id, errno: "EINVAL", message: refusal)) }
         send(.ok(id: id, fields: [:]))

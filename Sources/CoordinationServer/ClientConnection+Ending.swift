@@ -21,12 +21,22 @@ extension ClientConnection {
     /// requests it never answered count as consent. Once only: the descriptor and the user's
     /// connection are given back here.
     func close() {
-        let taken = lock.withLock { () -> ([RemotePresenter], [Held], [CoordinatedAccess], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>, [@Sendable () -> Void])? in
+        let taken = lock.withLock {
+            () -> (
+                [RemotePresenter], [Held], [CoordinatedAccess], [@Sendable (Int32) -> Void], Set<ServiceRegistrationID>,
+                [@Sendable () -> Void]
+            )? in
             if closed { return nil }
             closed = true
-            defer { watches = [:]; holds = [:]; pendingHolds = [:]; pendingAdmissions = [:]; answers = [:]; inheritingHolds = []; vended = [] }
-            return (Array(watches.values), Array(holds.values), Array(pendingHolds.values), answers.values.map(\.answered), vended,
-                    Array(pendingAdmissions.values))
+            defer {
+                watches = [:]; holds = [:]; pendingHolds = [:]; pendingAdmissions = [:]; answers = [:];
+                inheritingHolds = []; vended = []
+            }
+            return (
+                Array(watches.values), Array(holds.values), Array(pendingHolds.values), answers.values.map(\.answered),
+                vended,
+                Array(pendingAdmissions.values)
+            )
         }
         guard let (presenters, claims, pending, unanswered, services, admissions) = taken else { return }
         for stop in admissions { stop() }
@@ -40,7 +50,7 @@ extension ClientConnection {
         for claim in pending { claim.cancel() }
         for held in claims { end(held, changed: false) }
         for answered in unanswered { answered(0) }
-        outbox.close(grace: .seconds(1))   // a last error line still goes out
+        outbox.close(grace: .seconds(1))  // a last error line still goes out
         lock.withLock {
             descriptorClosed = true
             shutdown(fd, Int32(SHUT_RDWR))

@@ -42,15 +42,21 @@ extension ClientConnection {
         if let ended { server.domain.setPurpose(nil, for: ended) }
     }
 
-    func hold(_ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
-              _ coordinatorName: String?, _ holderID: Int? = nil) {
+    func hold(
+        _ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
+        _ coordinatorName: String?, _ holderID: Int? = nil
+    ) {
         let limit = server.counts.limits.holdsPerConnection
         if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
-            return send(.error(id: id, errno: "ENOSPC", message: "too many holds on one connection (at most \(limit), granted or waited for)"))
+            return send(
+                .error(
+                    id: id, errno: "ENOSPC",
+                    message: "too many holds on one connection (at most \(limit), granted or waited for)"))
         }
         let holder = holderID.map { Int32($0) } ?? peer.pid
         if holder != peer.pid && !Self.isAncestor(holder, of: peer.pid, sameUserAs: peer.uid) {
-            return send(.error(id: id, errno: "EPERM", message: "process \(holder) is not an ancestor of yours of your user"))
+            return send(
+                .error(id: id, errno: "EPERM", message: "process \(holder) is not an ancestor of yours of your user"))
         }
         // Taken for a presenter of this client: its own work, which passes while it is asked.
         let coordinator: CoordinatorIdentity
@@ -78,19 +84,35 @@ extension ClientConnection {
                 dropNamedCoordinator(name); return send(.error(id: id, errno: error.errno, message: error.message))
             }
             guard let kind = Self.kind(item) else {
-                dropNamedCoordinator(name); return send(.error(id: id, errno: "EINVAL", message: "unknown options \(item.options ?? []) for a \(item.access.rawValue)"))
+                dropNamedCoordinator(name);
+                return send(
+                    .error(
+                        id: id, errno: "EINVAL",
+                        message: "unknown options \(item.options ?? []) for a \(item.access.rawValue)"))
             }
-            guard Permissions.allows(peer, resolved.realPath, item.access == .read ? .read : .write, from: server.resolver.permissionBase) else {
-                dropNamedCoordinator(name); return send(.error(id: id, errno: "EACCES", message: "cannot \(item.access.rawValue) '\(item.path)'"))
+            guard
+                Permissions.allows(
+                    peer, resolved.realPath, item.access == .read ? .read : .write, from: server.resolver.permissionBase
+                )
+            else {
+                dropNamedCoordinator(name);
+                return send(.error(id: id, errno: "EACCES", message: "cannot \(item.access.rawValue) '\(item.path)'"))
             }
             intents.append(Intent(kind, resolved.target))
         }
         // Inside another granted hold of the same named coordinator that covers every item.
-        if let name, let outer = lock.withLock({ holds.values.first { held in
-            held.coordinatorName == name && intents.allSatisfy { intent in
-                held.claim.intents.contains { ($0.kind.isWrite || !intent.kind.isWrite) && AccessorHolds.covers($0, intent.target) }
-            }
-        } }) {
+        if let name,
+            let outer = lock.withLock({
+                holds.values.first { held in
+                    held.coordinatorName == name
+                        && intents.allSatisfy { intent in
+                            held.claim.intents.contains {
+                                ($0.kind.isWrite || !intent.kind.isWrite) && AccessorHolds.covers($0, intent.target)
+                            }
+                        }
+                }
+            })
+        {
             if let refusal = server.counts.takeMemory(ClientLimits.bytesPerHold, for: peer.uid) {
                 dropNamedCoordinator(name)
                 return send(.error(id: id, errno: "ENOMEM", message: refusal))
@@ -107,7 +129,8 @@ extension ClientConnection {
                 return lastNumber
             }
             guard let number else { return end(inner, changed: false) }
-            return send(.ok(id: id, fields: ["hold": .int(number), "paths": .array(intents.map { .string($0.path.string) })]))
+            return send(
+                .ok(id: id, fields: ["hold": .int(number), "paths": .array(intents.map { .string($0.path.string) })]))
         }
         let duplicate = lock.withLock { pendingHolds[id] != nil || pendingAdmissions[id] != nil }
         if duplicate {
@@ -121,7 +144,9 @@ extension ClientConnection {
         if let gate = server.claimGate, !gate.admits(intents) {
             return admit(id, intents, through: gate, wait: wait, timeout: claimTimeout) { [self] in
                 hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
-            } refused: { [self] in dropNamedCoordinator(name) }
+            } refused: { [self] in
+                dropNamedCoordinator(name)
+            }
         }
         // Counted against the user's memory from here, granted or waited for, to its end.
         let bytes = ClientLimits.bytes(ofHoldOn: intents.map(\.path.string))
@@ -136,8 +161,10 @@ extension ClientConnection {
         // The completion holds the connection: a grant that comes after the client has gone
         // must still find it, to give the grant back (`closed` below). Held weakly, a hold
         // granted then stayed for good.
-        let waiting = Claim.begin(in: server.domain, identity: coordinator, intents: intents, waits: wait, timeout: claimTimeout,
-                                  user: user, passesOtherUsers: holdWaits?.passesOtherUsers ?? false) { [self] result in
+        let waiting = Claim.begin(
+            in: server.domain, identity: coordinator, intents: intents, waits: wait, timeout: claimTimeout,
+            user: user, passesOtherUsers: holdWaits?.passesOtherUsers ?? false
+        ) { [self] result in
             let unwatch = self.lock.withLock { () -> (@Sendable () -> Void)? in
                 _ = self.pendingHolds.removeValue(forKey: id)
                 return self.watchedHolds.removeValue(forKey: id)
@@ -150,8 +177,11 @@ extension ClientConnection {
                 self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
             case .success(let claim) where self.server.claimGate.map({ !$0.admits(claim.intents) }) ?? false:
                 // Its host's delegation was recalled while it was claimed: given back, asked again.
-                claim.end(outcomes: claim.intents.map { _ in IntentOutcome(existedBefore: true, existsAfter: true, changed: false) },
-                          in: self.server.domain)
+                claim.end(
+                    outcomes: claim.intents.map { _ in
+                        IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+                    },
+                    in: self.server.domain)
                 self.server.counts.returnMemory(bytes, of: self.peer.uid)
                 self.dropNamedCoordinator(name)
                 self.hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
@@ -160,8 +190,9 @@ extension ClientConnection {
                 let token = self.server.domain.accessorHolds.add(claim, of: holder)
                 // Where the items are as granted: one moved while the hold waited is where it went.
                 let granted = claim.intents.map { (try? self.server.resolver.resolve($0.path.string).realPath) ?? "" }
-                var held = Held(claim: claim, coordinatorName: name, token: token, realPaths: granted,
-                                existedBefore: granted.map(Self.exists))
+                var held = Held(
+                    claim: claim, coordinatorName: name, token: token, realPaths: granted,
+                    existedBefore: granted.map(Self.exists))
                 held.coordinator = coordinator
                 held.holder = holder
                 held.bytes = bytes
@@ -174,13 +205,18 @@ extension ClientConnection {
                 }
                 guard let number else { return self.end(held, changed: false) }
                 self.updateInheritance()
-                self.send(.ok(id: id, fields: ["hold": .int(number),
-                                               "paths": .array(claim.intents.map { .string($0.path.string) })]))
+                self.send(
+                    .ok(
+                        id: id,
+                        fields: [
+                            "hold": .int(number),
+                            "paths": .array(claim.intents.map { .string($0.path.string) })
+                        ]))
             }
         }
         // A connection closed meanwhile (its writer found the client gone) cancelled only the
         // waits it knew of: this one is cancelled here.
-        guard let waiting else { return }    // granted at once
+        guard let waiting else { return }  // granted at once
         var closedMeanwhile = false
         _ = waiting.ifUnsettled {
             lock.withLock { if closed { closedMeanwhile = true } else { pendingHolds[id] = waiting } }
@@ -195,10 +231,12 @@ extension ClientConnection {
 
     /// Ends hold `number`; `changed` says the holder changed its items (presenters are told).
     func release(_ id: Int, _ number: Int, _ changed: Bool) {
-        guard let held = lock.withLock({ () -> Held? in
-            inheritingHolds.remove(number)
-            return holds.removeValue(forKey: number)
-        }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
+        guard
+            let held = lock.withLock({ () -> Held? in
+                inheritingHolds.remove(number)
+                return holds.removeValue(forKey: number)
+            })
+        else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
         updateInheritance()
         end(held, changed: changed)
         send(.ok(id: id, fields: [:]))
@@ -220,11 +258,17 @@ extension ClientConnection {
 
     /// Waits at `gate` for `intents` (at most `timeout`), then runs `then`; or answers request
     /// `id` with the refusal (EBUSY past the timeout) and runs `refused`.
-    private func admit(_ id: Int, _ intents: [Intent], through gate: any ClaimGate, wait: Bool, timeout: Duration?,
-                       then: @escaping @Sendable () -> Void, refused: @escaping @Sendable () -> Void) {
+    private func admit(
+        _ id: Int, _ intents: [Intent], through gate: any ClaimGate, wait: Bool, timeout: Duration?,
+        then: @escaping @Sendable () -> Void, refused: @escaping @Sendable () -> Void
+    ) {
         let finished = Mutex(false)
         let finish: @Sendable (((errno: String, message: String)?)) -> Void = { [self] refusal in
-            guard finished.withLock({ done in defer { done = true }; return !done }) else { return }
+            guard
+                finished.withLock({ done in
+                    defer { done = true }; return !done
+                })
+            else { return }
             lock.withLock { _ = pendingAdmissions.removeValue(forKey: id) }
             if let refusal {
                 refused()
@@ -261,7 +305,9 @@ extension ClientConnection {
     /// the item was. Otherwise any client holding its own file could name another user's item
     /// as `from` and have that user's presenters and services follow it into the client's file.
     func moved(_ id: Int, _ number: Int, _ from: String, _ to: String) {
-        guard let held = lock.withLock({ holds[number] }) else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
+        guard let held = lock.withLock({ holds[number] }) else {
+            return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)"))
+        }
         let source: (target: AccessTarget, realPath: String), destination: (target: AccessTarget, realPath: String)
         do {
             destination = try server.resolver.resolve(to)
@@ -272,12 +318,17 @@ extension ClientConnection {
         let writes = held.claim.intents.filter { $0.kind.isWrite }
         for (named, path) in [(from, source.target.path), (to, destination.target.path)]
         where !writes.contains(where: { path.isSameOrInside($0.path) }) {
-            return send(.error(id: id, errno: "EPERM", message: "hold \(number) does not write '\(named)': a move is reported inside a write of both places"))
+            return send(
+                .error(
+                    id: id, errno: "EPERM",
+                    message:
+                        "hold \(number) does not write '\(named)': a move is reported inside a write of both places"))
         }
         let base = server.resolver.permissionBase
         guard Permissions.allows(peer, source.realPath, .read, from: base),
-              Permissions.allows(peer, source.realPath, .write, from: base),
-              Permissions.allows(peer, destination.realPath, .write, from: base) else {
+            Permissions.allows(peer, source.realPath, .write, from: base),
+            Permissions.allows(peer, destination.realPath, .write, from: base)
+        else {
             return send(.error(id: id, errno: "EACCES", message: "cannot move '\(from)' to '\(to)'"))
         }
         var moving = source.target
@@ -293,7 +344,9 @@ extension ClientConnection {
         let broken = lock.withLock {
             holds.compactMap { entry -> (number: Int, path: ItemPath?)? in
                 // A nested hold shares its outer hold's grant: the outer one is told.
-                guard !entry.value.nested, let grant = entry.value.claim.grantID, grants.contains(grant) else { return nil }
+                guard !entry.value.nested, let grant = entry.value.claim.grantID, grants.contains(grant) else {
+                    return nil
+                }
                 return (entry.key, Self.itemPassed(of: entry.value.claim.intents, along: paths))
             }.sorted { $0.number < $1.number }
         }
@@ -311,7 +364,9 @@ extension ClientConnection {
             if let same = intents.first(where: { $0.path == path }) { return same.path }
         }
         for path in paths {
-            if let near = intents.first(where: { path.isSameOrInside($0.path) || $0.path.isSameOrInside(path) }) { return near.path }
+            if let near = intents.first(where: { path.isSameOrInside($0.path) || $0.path.isSameOrInside(path) }) {
+                return near.path
+            }
         }
         return intents.first?.path
     }
@@ -328,12 +383,14 @@ extension ClientConnection {
         if held.nested { return }
         server.domain.accessorHolds.remove(held.token, of: held.holder)
         let intents = held.claim.intents
-        held.claim.end(outcomes: intents.indices.map { index in
-            guard changed, intents[index].kind.isWrite, index < held.realPaths.count else {
-                return IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
-            }
-            return IntentOutcome(existedBefore: held.existedBefore[index], existsAfter: Self.exists(held.realPaths[index]))
-        }, in: server.domain)
+        held.claim.end(
+            outcomes: intents.indices.map { index in
+                guard changed, intents[index].kind.isWrite, index < held.realPaths.count else {
+                    return IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+                }
+                return IntentOutcome(
+                    existedBefore: held.existedBefore[index], existsAfter: Self.exists(held.realPaths[index]))
+            }, in: server.domain)
     }
 
     private static func exists(_ realPath: String) -> Bool {
@@ -358,7 +415,8 @@ extension ClientConnection {
         var current = pid
         for _ in 0..<64 {
             guard let fields = ProcFile.statusFields(["PPid"], of: current),
-                  let parent = fields["PPid"].flatMap({ Int32($0) }), parent > 1 else { return false }
+                let parent = fields["PPid"].flatMap({ Int32($0) }), parent > 1
+            else { return false }
             if parent == ancestor {
                 // Uid: real, effective, saved, filesystem; the socket's credentials are effective.
                 let ids = ProcFile.statusFields(["Uid"], of: parent)?["Uid"]?.split(separator: "\t") ?? []
@@ -376,7 +434,8 @@ extension ClientConnection {
             var options = ReadingOptions()
             for name in names {
                 // forUploading is the coordinator's own business (a snapshot it takes), not the server's.
-                guard let option = ReadingOptions.named.first(where: { $0.1 == name && $0.0 != .forUploading })?.0 else { return nil }
+                guard let option = ReadingOptions.named.first(where: { $0.1 == name && $0.0 != .forUploading })?.0
+                else { return nil }
                 options.insert(option)
             }
             return .reading(options)

@@ -28,7 +28,9 @@ extension ClientConnection {
                 let left = helloDeadline - ContinuousClock.now
                 let milliseconds = left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000
                 guard milliseconds > 0 else {
-                    send(.error(id: nil, errno: "EPROTO", message: "no hello within \(server.counts.limits.helloTimeout)"))
+                    send(
+                        .error(
+                            id: nil, errno: "EPROTO", message: "no hello within \(server.counts.limits.helloTimeout)"))
                     break reading
                 }
                 timeout = Int32(min(milliseconds, Int64(Int32.max)))
@@ -75,7 +77,9 @@ extension ClientConnection {
             }
             if pending.isEmpty { closeReceivedDescriptors() }
             if pending.count > WireProtocol.maximumLineLength {
-                send(.error(id: nil, errno: "EPROTO", message: "line longer than \(WireProtocol.maximumLineLength) bytes"))
+                send(
+                    .error(
+                        id: nil, errno: "EPROTO", message: "line longer than \(WireProtocol.maximumLineLength) bytes"))
                 break
             }
         }
@@ -92,7 +96,9 @@ extension ClientConnection {
 
     /// Closes the descriptors sent with lines that did not take them.
     private func closeReceivedDescriptors() {
-        let left = lock.withLock { () -> [Int32] in defer { receivedDescriptors = [] }; return receivedDescriptors }
+        let left = lock.withLock { () -> [Int32] in
+            defer { receivedDescriptors = [] }; return receivedDescriptors
+        }
         for descriptor in left { Glibc.close(descriptor) }
     }
 }

@@ -42,7 +42,9 @@ extension ClientConnection {
     func vend(_ id: Int, _ name: String, _ path: String) {
         let limit = server.counts.limits.servicesPerConnection
         if lock.withLock({ vended.count }) >= limit {
-            return send(.error(id: id, errno: "ENOSPC", message: "too many services vended on one connection (at most \(limit))"))
+            return send(
+                .error(
+                    id: id, errno: "ENOSPC", message: "too many services vended on one connection (at most \(limit))"))
         }
         guard let target = readable(id, path) else { return }
         // One user vending a name twice for one item would take its own first registration's
@@ -82,7 +84,8 @@ extension ClientConnection {
 
     func services(_ id: Int, _ path: String) {
         guard let target = readable(id, path) else { return }
-        let found = server.domain.engine.services(for: target.path, trusted: trusts).sorted { $0.key < $1.key }.map { name, entry -> WireValue in
+        let found = server.domain.engine.services(for: target.path, trusted: trusts).sorted { $0.key < $1.key }.map {
+            name, entry -> WireValue in
             var fields: [String: WireValue] = ["name": .string(name), "path": .string(entry.1.path.string)]
             if let pid = entry.1.owner.process { fields["pid"] = .int(Int(pid)) }
             return .object(fields)
@@ -93,7 +96,8 @@ extension ClientConnection {
     func connect(_ id: Int, _ name: String, _ path: String) {
         guard let target = readable(id, path) else { return }
         guard let (service, registration) = server.domain.engine.services(for: target.path, trusted: trusts)[name],
-              let provider = server.provider(of: service) else {
+            let provider = server.provider(of: service)
+        else {
             return send(.error(id: id, errno: "ENOENT", message: "'\(path)' has no service named '\(name)'"))
         }
         var ends: [Int32] = [0, 0]
@@ -105,10 +109,12 @@ extension ClientConnection {
         defer { Glibc.close(ends[0]); Glibc.close(ends[1]) }
         // Who connects, from the socket's credentials: what inetd's and systemd's services
         // learn from their own connections.
-        let client = EventOrigin(via: "coordinator", pid: Int(peer.pid), uid: Int(peer.uid), gid: Int(peer.gid),
-                                 command: ProcFile.command(of: peer.pid))
-        let record = EventRecord(wd: Int(service.rawValue), mask: .serviceConnection, cookie: UInt64(peer.pid),
-                                 name: registration.name, path: target.path.string, origin: client)
+        let client = EventOrigin(
+            via: "coordinator", pid: Int(peer.pid), uid: Int(peer.uid), gid: Int(peer.gid),
+            command: ProcFile.command(of: peer.pid))
+        let record = EventRecord(
+            wd: Int(service.rawValue), mask: .serviceConnection, cookie: UInt64(peer.pid),
+            name: registration.name, path: target.path.string, origin: client)
         guard provider.send(.event(record), descriptor: ends[1]) else {
             return send(.error(id: id, errno: "ECONNREFUSED", message: "the provider of '\(name)' is gone"))
         }

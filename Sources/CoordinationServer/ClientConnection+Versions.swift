@@ -15,9 +15,16 @@ import Glibc
 extension ClientConnection {
     /// The store, the item `path` names in it, and the item as the engine knows it; nil (the
     /// error answered) where this client may not `need` it.
-    private func versionItem(_ id: Int, _ path: String, _ need: Permissions.Need) -> (VersionStore, String, AccessTarget)? {
+    private func versionItem(
+        _ id: Int, _ path: String, _ need: Permissions.Need
+    ) -> (VersionStore, String, AccessTarget)? {
         guard let store = server.versions else {
-            send(.error(id: id, errno: "EOPNOTSUPP", message: "no versions are kept here (a mount with --versions off, or a daemon that could not make its versions directory: see its log)"))
+            send(
+                .error(
+                    id: id, errno: "EOPNOTSUPP",
+                    message:
+                        "no versions are kept here (a mount with --versions off, or a daemon that could not make its versions directory: see its log)"
+                ))
             return nil
         }
         let resolved: (target: AccessTarget, realPath: String)
@@ -59,20 +66,28 @@ extension ClientConnection {
         // root's: in a directory others may write, they could otherwise drop another user's
         // conflicts or fill the store.
         if action == .remove || action == .pin || action == .unpin, peer.uid != 0,
-           (try? store.contentStatus(record))?.st_uid != peer.uid {
-            return send(.error(id: id, errno: "EPERM", message: "version \(version) of '\(path)' is not yours to \(action.rawValue)"))
+            (try? store.contentStatus(record))?.st_uid != peer.uid
+        {
+            return send(
+                .error(
+                    id: id, errno: "EPERM",
+                    message: "version \(version) of '\(path)' is not yours to \(action.rawValue)"))
         }
         switch action {
         case .open:
             let fd: Int32
             do { fd = try store.openContent(record) } catch {
-                return send(.error(id: id, errno: ErrnoNames.name(of: error.code), message: "cannot open version \(version): \(error)"))
+                return send(
+                    .error(
+                        id: id, errno: ErrnoNames.name(of: error.code),
+                        message: "cannot open version \(version): \(error)"))
             }
             defer { Glibc.close(fd) }
             _ = send(.ok(id: id, fields: ["version": Self.fields(record), "descriptor": .bool(true)]), descriptor: fd)
         case .resolve, .unresolve, .pin, .unpin:
-            let updated = store.update(version, resolved: action == .resolve ? true : action == .unresolve ? false : nil,
-                                       pinned: action == .pin ? true : action == .unpin ? false : nil)
+            let updated = store.update(
+                version, resolved: action == .resolve ? true : action == .unresolve ? false : nil,
+                pinned: action == .pin ? true : action == .unpin ? false : nil)
             send(.ok(id: id, fields: updated.map { ["version": Self.fields($0)] } ?? [:]))
             // Told after the reply: whoever resolved it may present the item itself.
             if action == .resolve, record.isUnresolvedConflict { tell(.resolved, version, of: target) }
@@ -89,7 +104,10 @@ extension ClientConnection {
     /// the sent file's owner and mode, which decide who may read it.
     func addVersion(_ id: Int, _ path: String) {
         guard let content = takeReceivedDescriptor() else {
-            return send(.error(id: id, errno: "EINVAL", message: "add_version takes the content's descriptor with its line (SCM_RIGHTS)"))
+            return send(
+                .error(
+                    id: id, errno: "EINVAL",
+                    message: "add_version takes the content's descriptor with its line (SCM_RIGHTS)"))
         }
         defer { Glibc.close(content) }
         guard let (store, item, target) = versionItem(id, path, .write) else { return }
@@ -109,7 +127,10 @@ extension ClientConnection {
             send(.ok(id: id, fields: ["version": Self.fields(record)]))
             tell(.gained, record.id, of: target)
         case .failure(.tooLarge(let size, let limit)):
-            send(.error(id: id, errno: "EFBIG", message: "\(size) bytes, more than the copy limit of \(limit) on a filesystem without reflinks"))
+            send(
+                .error(
+                    id: id, errno: "EFBIG",
+                    message: "\(size) bytes, more than the copy limit of \(limit) on a filesystem without reflinks"))
         case .failure(.failed(let errno)):
             send(.error(id: id, errno: ErrnoNames.name(of: errno.code), message: "cannot keep the version: \(errno)"))
         }
@@ -128,7 +149,7 @@ extension ClientConnection {
         var fields: [String: WireValue] = [
             "id": .string(record.id), "cause": .string(record.cause.rawValue), "size": .int(Int(record.size)),
             "time": .int(Int(record.time)), "modified": .int(Int(record.modified)),
-            "conflict": .bool(record.conflict), "resolved": .bool(record.resolved), "pinned": .bool(record.pinned),
+            "conflict": .bool(record.conflict), "resolved": .bool(record.resolved), "pinned": .bool(record.pinned)
         ]
         if let origin = record.replacedBy {
             var by: [String: WireValue] = ["pid": .int(Int(origin.pid)), "uid": .int(Int(origin.uid))]

@@ -21,9 +21,12 @@ extension ClientConnection {
         if let refusal = server.counts.takeWatch(for: peer.uid) {
             return send(.error(id: id, errno: "ENOSPC", message: refusal))
         }
-        let wd = lock.withLock { () -> Int in lastNumber += 1; return lastNumber }
+        let wd = lock.withLock { () -> Int in
+            lastNumber += 1; return lastNumber
+        }
         let owner = newCoordinator()
-        let presenter = RemotePresenter(wd: wd, path: resolved.target.path.string, mask: mask, owner: owner, connection: self)
+        let presenter = RemotePresenter(
+            wd: wd, path: resolved.target.path.string, mask: mask, owner: owner, connection: self)
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
             watches[wd] = presenter
@@ -42,11 +45,18 @@ extension ClientConnection {
         return true
     }
 
-    func nextCookie() -> UInt64 { lock.withLock { lastCookie += 1; return lastCookie } }
+    func nextCookie() -> UInt64 {
+        lock.withLock {
+            lastCookie += 1; return lastCookie
+        }
+    }
 
     /// Sends a request record; `answered` gets the client's errno, or 0 if the client goes away.
     /// The client's word that it is still working goes to `progress`.
-    func request(_ record: EventRecord, progress reports: PresenterProgress? = nil, _ answered: @escaping @Sendable (Int32) -> Void) {
+    func request(
+        _ record: EventRecord, progress reports: PresenterProgress? = nil,
+        _ answered: @escaping @Sendable (Int32) -> Void
+    ) {
         let accepted = lock.withLock { () -> Bool in
             guard !closed else { return false }
             answers[record.cookie] = (answered, reports)

@@ -26,8 +26,10 @@ public struct ClientLimits: Sendable {
     /// connection whose unread lines would pass it is given up, as one past `Outbox`'s capacity.
     public var memoryPerUser: Int
 
-    public init(connections: Int, connectionsPerUser: Int, watchesPerUser: Int, holdsPerConnection: Int,
-                servicesPerConnection: Int, helloTimeout: Duration = .seconds(10), memoryPerUser: Int = 64 << 20) {
+    public init(
+        connections: Int, connectionsPerUser: Int, watchesPerUser: Int, holdsPerConnection: Int,
+        servicesPerConnection: Int, helloTimeout: Duration = .seconds(10), memoryPerUser: Int = 64 << 20
+    ) {
         self.helloTimeout = helloTimeout
         self.connections = connections
         self.connectionsPerUser = connectionsPerUser
@@ -40,8 +42,9 @@ public struct ClientLimits: Sendable {
     /// 4096 connections leave a mount's default descriptor budget (12 000 of 20 000) room.
     /// 64 MiB a user is some 150 000 intents (a dozen connections of 4096 holds of 64 intents
     /// each took 1.23 GB with no bound), or 8 connections' worth of unread lines.
-    public static let standard = ClientLimits(connections: 4096, connectionsPerUser: 256, watchesPerUser: 65_536,
-                                              holdsPerConnection: 4096, servicesPerConnection: 1024, memoryPerUser: 64 << 20)
+    public static let standard = ClientLimits(
+        connections: 4096, connectionsPerUser: 256, watchesPerUser: 65_536,
+        holdsPerConnection: 4096, servicesPerConnection: 1024, memoryPerUser: 64 << 20)
 
     /// What a hold is counted as, beside its intents: the connection's record of it, the
     /// engine's grant, the claim (and the access, if it waited), the process's accessor hold.
@@ -93,7 +96,8 @@ final class UserCounts: @unchecked Sendable {
     /// Takes a watch for `uid`; nil when allowed, else why not.
     func takeWatch(for uid: UInt32) -> String? {
         lock.withLock {
-            Self.take(for: uid, in: &watches, under: limits.watchesPerUser) ? nil
+            Self.take(for: uid, in: &watches, under: limits.watchesPerUser)
+                ? nil
                 : "too many watches of uid \(uid) (at most \(limits.watchesPerUser))"
         }
     }
@@ -108,7 +112,8 @@ final class UserCounts: @unchecked Sendable {
         lock.withLock {
             let mine = memoryTaken[uid, default: 0]
             guard bytes <= limits.memoryPerUser - mine else {
-                return "too much memory of uid \(uid) (at most \(limits.memoryPerUser) bytes of holds, their intents and unread lines)"
+                return
+                    "too much memory of uid \(uid) (at most \(limits.memoryPerUser) bytes of holds, their intents and unread lines)"
             }
             memoryTaken[uid] = mine + bytes
             return nil

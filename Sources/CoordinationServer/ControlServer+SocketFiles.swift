@@ -22,9 +22,10 @@ extension ControlServer {
             throw SocketError(call: "the socket directory \(directory)", code: error.code)
         }
         guard (info.st_mode & S_IFMT) == S_IFDIR, info.st_uid == geteuid(), info.st_mode & 0o022 == 0 else {
-            throw SocketError(call: "the socket directory \(directory)", code: EPERM,
-                              detail: "it must be a directory owned by uid \(geteuid()) that nobody else may write "
-                                + "(it has mode \(String(info.st_mode & 0o7777, radix: 8)), owner uid \(info.st_uid))")
+            throw SocketError(
+                call: "the socket directory \(directory)", code: EPERM,
+                detail: "it must be a directory owned by uid \(geteuid()) that nobody else may write "
+                    + "(it has mode \(String(info.st_mode & 0o7777, radix: 8)), owner uid \(info.st_uid))")
         }
         return directory + "/" + name + ".sock"
     }
@@ -45,8 +46,9 @@ extension ControlServer {
     static func removeAbandonedMountSockets(in directory: String) {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] {
             guard name.hasPrefix("mount-"), name.hasSuffix(".sock"),
-                  let pid = Int32(name.dropFirst("mount-".count).prefix { $0.isNumber }), pid > 0,
-                  ProcFile.hasEnded(pid) else { continue }
+                let pid = Int32(name.dropFirst("mount-".count).prefix { $0.isNumber }), pid > 0,
+                ProcFile.hasEnded(pid)
+            else { continue }
             let path = directory + "/" + name
             var info = stat()
             guard lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK else { continue }

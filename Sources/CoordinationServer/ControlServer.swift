@@ -87,8 +87,10 @@ public final class ControlServer: @unchecked Sendable {
     private var holdWaitWatch: (any HoldWaitWatch)?
 
     /// `mode` is the socket file's: 0666 when others may use the mount (`allow_other`), else 0600.
-    package init(socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
-                 limits: ClientLimits = .standard) {
+    package init(
+        socketPath: String, mode: mode_t, domain: CoordinationDomain, resolver: ItemResolver, root: String,
+        limits: ClientLimits = .standard
+    ) {
         counts = UserCounts(limits: limits)
         self.socketPath = socketPath
         self.mode = mode
@@ -101,14 +103,18 @@ public final class ControlServer: @unchecked Sendable {
         let fd = try UnixSocket.listen(at: socketPath, mode: mode)
         var info = stat()
         let file = lstat(socketPath, &info) == 0 ? (UInt64(info.st_dev), UInt64(info.st_ino)) : nil
-        lock.withLock { listener = fd; boundFile = file }
+        lock.withLock {
+            listener = fd; boundFile = file
+        }
         startAccepting(fd)
     }
 
     /// Starts serving on `fd`, a socket already listening at `socketPath` that someone else
     /// keeps too (systemd's, handed over by socket activation).
     public func start(listeningOn fd: Int32) {
-        lock.withLock { listener = fd; inherited = true }
+        lock.withLock {
+            listener = fd; inherited = true
+        }
         startAccepting(fd)
     }
 
@@ -116,7 +122,9 @@ public final class ControlServer: @unchecked Sendable {
         // Holds of this server's clients whose coordination was broken: their clients are told.
         domain.onBrokenHolds { [weak self] grants, paths in
             guard let self else { return }
-            for connection in self.lock.withLock({ Array(self.connections.values) }) { connection.tellBroken(grants, along: paths) }
+            for connection in self.lock.withLock({ Array(self.connections.values) }) {
+                connection.tellBroken(grants, along: paths)
+            }
         }
         let thread = Thread { [self] in acceptLoop(fd) }
         thread.name = "coordfs control socket"
@@ -157,8 +165,10 @@ public final class ControlServer: @unchecked Sendable {
                 fd = try check(accept(listener, nil, nil))
             } catch {
                 if error == .interrupted || error == .connectionAbort { continue }
-                if lock.withLock({ self.listener < 0 }) { return }    // stopped
-                if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem || error == .noBufferSpace || error == .noMemory {
+                if lock.withLock({ self.listener < 0 }) { return }  // stopped
+                if error == .tooManyOpenFiles || error == .tooManyOpenFilesInSystem || error == .noBufferSpace
+                    || error == .noMemory
+                {
                     // Out of descriptors or memory for now: clients wait in the backlog.
                     logger.warning("control socket: accept: \(error.description); retrying")
                     usleep(100_000)
@@ -205,7 +215,8 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Stops accepting, ends every connection, and removes the socket file.
     public func stop() {
-        let (fd, open, file, shared) = lock.withLock { () -> (Int32, [ClientConnection], (device: UInt64, inode: UInt64)?, Bool) in
+        let (fd, open, file, shared) = lock.withLock {
+            () -> (Int32, [ClientConnection], (device: UInt64, inode: UInt64)?, Bool) in
             defer { listener = -1; boundFile = nil }
             // The accept thread's closure holds the server: kept here, the two would hold each
             // other (and a mount's whole filesystem, through the resolver) for the life of the
@@ -214,9 +225,11 @@ public final class ControlServer: @unchecked Sendable {
             return (listener, Array(connections.values), boundFile, inherited)
         }
         if fd >= 0 && !shared {
-            shutdown(fd, Int32(SHUT_RDWR))      // the accept thread wakes, and closes it
+            shutdown(fd, Int32(SHUT_RDWR))  // the accept thread wakes, and closes it
             var info = stat()
-            if let file, lstat(socketPath, &info) == 0, UInt64(info.st_dev) == file.device, UInt64(info.st_ino) == file.inode {
+            if let file, lstat(socketPath, &info) == 0, UInt64(info.st_dev) == file.device,
+                UInt64(info.st_ino) == file.inode
+            {
                 unlink(socketPath)
             }
         }
@@ -298,13 +311,15 @@ public final class ControlServer: @unchecked Sendable {
             if let since = holder.messagingSince { fields["waited_ms"] = waited(since: since) }
             return .object(fields)
         }
-        let waiters: [WireValue] = asking + snapshot.waiters.map { waiter in
-            var fields = who(waiter.identity)
-            fields["intents"] = .array(waiter.intents.map(describe))
-            fields["waits_for"] = waitsFor(waiter.waitsFor)
-            fields["waited_ms"] = waited(since: waiter.since)
-            return .object(fields)
-        }
+        let waiters: [WireValue] =
+            asking
+            + snapshot.waiters.map { waiter in
+                var fields = who(waiter.identity)
+                fields["intents"] = .array(waiter.intents.map(describe))
+                fields["waits_for"] = waitsFor(waiter.waitsFor)
+                fields["waited_ms"] = waited(since: waiter.since)
+                return .object(fields)
+            }
         let presenters: [WireValue] = snapshot.presenters.map { _, record in
             var fields = who(record.owner)
             let path = record.path?.string ?? ""
@@ -322,11 +337,14 @@ public final class ControlServer: @unchecked Sendable {
             }
             return .object(fields)
         }
-        var fields: [String: WireValue] = ["root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
-                                           "waiters": .array(waiters), "presenters": .array(presenters), "services": .array(services)]
+        var fields: [String: WireValue] = [
+            "root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
+            "waiters": .array(waiters), "presenters": .array(presenters), "services": .array(services)
+        ]
         if let thisHost = lock.withLock({ thisHostHandler }) { fields["cluster"] = .object(thisHost()) }
         if othersToo, let otherHosts = lock.withLock({ otherHostsHandler }) {
-            fields["hosts"] = .array(otherHosts().map { host, status in Self.seenFromHere(host, status, root: root, mayLearn: mayLearn) })
+            fields["hosts"] = .array(
+                otherHosts().map { host, status in Self.seenFromHere(host, status, root: root, mayLearn: mayLearn) })
         }
         return fields
     }
@@ -348,8 +366,10 @@ public final class ControlServer: @unchecked Sendable {
 
     /// Another host's status as this mount's users see it: its paths spelled under this mount's
     /// root, and hidden where this user could not learn them here.
-    static func seenFromHere(_ host: String, _ status: [String: WireValue], root: String,
-                             mayLearn: (String) -> Bool) -> WireValue {
+    static func seenFromHere(
+        _ host: String, _ status: [String: WireValue], root: String,
+        mayLearn: (String) -> Bool
+    ) -> WireValue {
         let theirRoot: String = if case .string(let path)? = status["root"] { path } else { "" }
         func spelled(_ path: String) -> String? {
             guard path == theirRoot || path.hasPrefix(theirRoot == "/" ? "/" : theirRoot + "/") else { return nil }
@@ -358,21 +378,29 @@ public final class ControlServer: @unchecked Sendable {
         }
         func entries(_ value: WireValue?) -> WireValue {
             guard case .array(let entries)? = value else { return .array([]) }
-            return .array(entries.map { entry in
-                guard case .object(var fields) = entry, case .array(let intents)? = fields["intents"] else { return entry }
-                fields["intents"] = .array(intents.map { intent in
-                    guard case .object(var intentFields) = intent, case .string(let path)? = intentFields["path"] else { return intent }
-                    if let here = spelled(path), mayLearn(here) {
-                        intentFields["path"] = .string(here)
-                    } else {
-                        intentFields["path"] = nil
-                        intentFields["hidden"] = .bool(true)
+            return .array(
+                entries.map { entry in
+                    guard case .object(var fields) = entry, case .array(let intents)? = fields["intents"] else {
+                        return entry
                     }
-                    return .object(intentFields)
+                    fields["intents"] = .array(
+                        intents.map { intent in
+                            guard case .object(var intentFields) = intent,
+                                case .string(let path)? = intentFields["path"]
+                            else { return intent }
+                            if let here = spelled(path), mayLearn(here) {
+                                intentFields["path"] = .string(here)
+                            } else {
+                                intentFields["path"] = nil
+                                intentFields["hidden"] = .bool(true)
+                            }
+                            return .object(intentFields)
+                        })
+                    return .object(fields)
                 })
-                return .object(fields)
-            })
         }
-        return .object(["host": .string(host), "holders": entries(status["holders"]), "waiters": entries(status["waiters"])])
+        return .object([
+            "host": .string(host), "holders": entries(status["holders"]), "waiters": entries(status["waiters"])
+        ])
     }
 }

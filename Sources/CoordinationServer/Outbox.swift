@@ -48,8 +48,10 @@ final class Outbox: @unchecked Sendable {
     /// What `memory` is charged now: what waits, rounded up to `chargeStep`.
     private var charged = 0
 
-    init(fd: Int32, capacity: Int = Outbox.defaultCapacity, stallLimit: Duration = Outbox.defaultStallLimit,
-         memory: UserMemory? = nil) {
+    init(
+        fd: Int32, capacity: Int = Outbox.defaultCapacity, stallLimit: Duration = Outbox.defaultStallLimit,
+        memory: UserMemory? = nil
+    ) {
         self.fd = fd
         self.capacity = capacity
         self.stallLimit = stallLimit
@@ -112,7 +114,7 @@ final class Outbox: @unchecked Sendable {
             if head == pending.count {
                 reset()
                 writerBusy = false
-                condition.broadcast()   // for close()
+                condition.broadcast()  // for close()
                 condition.wait()
                 lastProgress = .now
                 continue
@@ -219,6 +221,6 @@ final class Outbox: @unchecked Sendable {
 
     private func giveUp() {
         end()
-        shutdown(fd, Int32(SHUT_RDWR))   // the reader sees the end and cleans up
+        shutdown(fd, Int32(SHUT_RDWR))  // the reader sees the end and cleans up
     }
 }

@@ -36,7 +36,7 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
         let kinds: [(EventMask, PresenterRequest.Kinds)] = [
             (.relinquishToReader, .relinquishToReader), (.relinquishToWriter, .relinquishToWriter),
             (.save, .saveChanges), (.accommodateDeletion, .accommodateDeletion),
-            (.accommodateSubitemDeletion, .accommodateSubitemDeletion), (.accommodateEviction, .accommodateEviction),
+            (.accommodateSubitemDeletion, .accommodateSubitemDeletion), (.accommodateEviction, .accommodateEviction)
         ]
         return kinds.reduce(into: []) { answered, pair in if mask.contains(pair.0) { answered.insert(pair.1) } }
     }
@@ -48,31 +48,40 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
     private func name(_ other: String) -> String {
         let base = path.utf8, full = other.utf8
         guard full.count > base.count + 1, full.starts(with: base),
-              full[full.index(full.startIndex, offsetBy: base.count)] == UInt8(ascii: "/") else { return other }
+            full[full.index(full.startIndex, offsetBy: base.count)] == UInt8(ascii: "/")
+        else { return other }
         return String(Substring(full.dropFirst(base.count + 1)))
     }
 
     private static func isDeep(_ name: String) -> Bool { name.utf8.contains(UInt8(ascii: "/")) }
 
-    private func record(_ bits: EventMask, cookie: UInt64, name: String = "", path: String? = nil,
-                        origin: EventOrigin? = nil) -> EventRecord {
+    private func record(
+        _ bits: EventMask, cookie: UInt64, name: String = "", path: String? = nil,
+        origin: EventOrigin? = nil
+    ) -> EventRecord {
         EventRecord(wd: wd, mask: bits, cookie: cookie, name: name, path: path ?? self.path, origin: origin)
     }
 
     /// Sends a request and calls `answered` with the errno (0 to consent) — at once when the
     /// watch does not want it or the client is gone.
-    private func ask(_ bit: EventMask, name: String = "", path: String? = nil, origin: EventOrigin, progress: PresenterProgress,
-                     _ answered: @escaping @Sendable (UInt64, Int32) -> Void) {
+    private func ask(
+        _ bit: EventMask, name: String = "", path: String? = nil, origin: EventOrigin, progress: PresenterProgress,
+        _ answered: @escaping @Sendable (UInt64, Int32) -> Void
+    ) {
         guard mask.contains(bit), let connection else { return answered(0, 0) }
         let cookie = connection.nextCookie()
-        connection.request(record([bit, .request], cookie: cookie, name: name, path: path, origin: origin), progress: progress) {
+        connection.request(
+            record([bit, .request], cookie: cookie, name: name, path: path, origin: origin), progress: progress
+        ) {
             answered(cookie, $0)
         }
     }
 
     /// Sends `bit` (with `flags`, such as METADATA_ONLY) if the watch asked for it.
-    private func tell(_ bit: EventMask, flags: EventMask = [], cookie: UInt64 = 0, name: String = "", path: String? = nil,
-                      origin: EventOrigin? = nil) {
+    private func tell(
+        _ bit: EventMask, flags: EventMask = [], cookie: UInt64 = 0, name: String = "", path: String? = nil,
+        origin: EventOrigin? = nil
+    ) {
         guard mask.contains(bit), let connection else { return }
         // Items deep inside a watched directory: only if the client could list their directory.
         if Self.isDeep(name), let path, !connection.mayLearn(of: path) { return }
@@ -85,8 +94,10 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
 
     // MARK: Requests
 
-    func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
-               completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+    func asked(
+        _ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+        completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void
+    ) {
         let origin = origin.event
         let answered: @Sendable (UInt64, Int32) -> Void = { _, code in completion(Self.error(code), nil) }
         switch request {
@@ -99,11 +110,16 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
                 let reacquire: @Sendable () -> Void = { self.tell(.reacquire, cookie: cookie) }
                 completion(nil, reacquire)
             }
-        case .saveChanges, .accommodateDeletion, .accommodateEviction: ask(request.event, origin: origin, progress: progress, answered)
+        case .saveChanges, .accommodateDeletion, .accommodateEviction:
+            ask(request.event, origin: origin, progress: progress, answered)
         case .accommodateSubitemDeletion(let item):
             let itemName = name(item.string)
-            if let connection, Self.isDeep(itemName), !connection.mayLearn(of: item.string) { return completion(nil, nil) }
-            ask(.accommodateSubitemDeletion, name: itemName, path: item.string, origin: origin, progress: progress, answered)
+            if let connection, Self.isDeep(itemName), !connection.mayLearn(of: item.string) {
+                return completion(nil, nil)
+            }
+            ask(
+                .accommodateSubitemDeletion, name: itemName, path: item.string, origin: origin, progress: progress,
+                answered)
         }
     }
 
@@ -113,8 +129,10 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
     // MARK: Notifications
 
     /// A watch gets every notification: it needs no did-change for a subitem one (P20).
-    func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
-              moved: @escaping @Sendable () -> Void) {
+    func told(
+        _ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+        moved: @escaping @Sendable () -> Void
+    ) {
         let origin = origin.event
         for notification in notifications {
             switch notification {
@@ -123,12 +141,15 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
                 moved()
             case .didChange: tell(.changed, origin: origin)
             case .didChangeAttributes: tell(.changed, flags: .metadataOnly, origin: origin)
-            case .subitemDidAppear(let item): tell(.subitemAppeared, name: name(item.string), path: item.string, origin: origin)
+            case .subitemDidAppear(let item):
+                tell(.subitemAppeared, name: name(item.string), path: item.string, origin: origin)
             case .subitemDidMove(let from, let to): subitem(at: from.string, didMoveTo: to.string, origin)
-            case .subitemDidChange(let item): tell(.subitemChanged, name: name(item.string), path: item.string, origin: origin)
+            case .subitemDidChange(let item):
+                tell(.subitemChanged, name: name(item.string), path: item.string, origin: origin)
             case .subitemDidChangeAttributes(let item):
                 tell(.subitemChanged, flags: .metadataOnly, name: name(item.string), path: item.string, origin: origin)
-            case .subitemWasDeleted(let item): tell(.subitemDeleted, name: name(item.string), path: item.string, origin: origin)
+            case .subitemWasDeleted(let item):
+                tell(.subitemDeleted, name: name(item.string), path: item.string, origin: origin)
             case .itemWasDeleted:
                 tell(.presenterRemoved, origin: origin)
                 connection?.removeWatch(wd)
@@ -137,7 +158,9 @@ final class RemotePresenter: Presenter, @unchecked Sendable {
             case .versionNews(let news, let version):
                 tell(news.eventMask, cookie: UInt64(version) ?? 0, origin: origin)
             case .subitemVersionNews(let item, let news, let version):
-                tell(news.eventMask, cookie: UInt64(version) ?? 0, name: name(item.string), path: item.string, origin: origin)
+                tell(
+                    news.eventMask, cookie: UInt64(version) ?? 0, name: name(item.string), path: item.string,
+                    origin: origin)
             }
         }
     }

@@ -17,16 +17,19 @@ public enum SocketActivation {
     public static func listener() throws -> (fd: Int32, path: String)? {
         let environment = ProcessInfo.processInfo.environment
         guard let pid = environment["LISTEN_PID"].flatMap({ Int32($0) }), pid == getpid(),
-              let count = environment["LISTEN_FDS"].flatMap({ Int($0) }) else { return nil }
+            let count = environment["LISTEN_FDS"].flatMap({ Int($0) })
+        else { return nil }
         for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] { unsetenv(name) }
         guard count == 1 else {
-            throw SocketError(call: "socket activation", code: EINVAL, detail: "\(count) sockets were passed; the daemon takes one")
+            throw SocketError(
+                call: "socket activation", code: EINVAL, detail: "\(count) sockets were passed; the daemon takes one")
         }
         let fd = firstDescriptor
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         guard let path = listeningPath(of: fd) else {
-            throw SocketError(call: "socket activation", code: ENOTSOCK,
-                              detail: "descriptor 3 is not a listening Unix stream socket bound to a path")
+            throw SocketError(
+                call: "socket activation", code: ENOTSOCK,
+                detail: "descriptor 3 is not a listening Unix stream socket bound to a path")
         }
         return (fd, path)
     }
@@ -36,7 +39,9 @@ public enum SocketActivation {
         var value: Int32 = 0
         var length = socklen_t(MemoryLayout<Int32>.size)
         guard getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &value, &length) == 0, value == 1 else { return nil }
-        guard getsockopt(fd, SOL_SOCKET, SO_TYPE, &value, &length) == 0, value == Int32(SOCK_STREAM.rawValue) else { return nil }
+        guard getsockopt(fd, SOL_SOCKET, SO_TYPE, &value, &length) == 0, value == Int32(SOCK_STREAM.rawValue) else {
+            return nil
+        }
         var address = sockaddr_un()
         var size = socklen_t(MemoryLayout<sockaddr_un>.size)
         let named = withUnsafeMutablePointer(to: &address) {

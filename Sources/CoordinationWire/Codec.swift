@@ -36,16 +36,19 @@ public enum WireCodec {
 
     /// The ops that carry an id and may be refused one by one (`hello` must succeed, and an
     /// `answer` or `working` with a wrong cookie is a client's confusion about the whole exchange).
-    private static let refusable: Set<String> = ["watch", "unwatch", "hold", "release", "moved", "cancel", "status",
-                                                 "vend", "withdraw", "services", "connect", "remount", "versions", "version",
-                                                 "add_version"]
+    private static let refusable: Set<String> = [
+        "watch", "unwatch", "hold", "release", "moved", "cancel", "status",
+        "vend", "withdraw", "services", "connect", "remount", "versions", "version",
+        "add_version"
+    ]
 
     private static func clientMessage(_ object: [String: JSON]) throws(WireError) -> ClientMessage {
         do {
             return try request(object)
         } catch {
             guard error.refusedRequest == nil, let op = object["op"]?.string, refusable.contains(op),
-                  let id = object["id"]?.int else { throw error }
+                let id = object["id"]?.int
+            else { throw error }
             throw WireError(error.description, refusedRequest: id)
         }
     }
@@ -60,7 +63,9 @@ public enum WireCodec {
             if let value = object["mask"] {
                 if let names = value.strings {
                     guard let parsed = EventMask(names: names) else {
-                        let unknown = names.filter { EventMask(names: [$0]) == nil }.prefix(3).map { "\"\($0.prefix(64))\"" }
+                        let unknown = names.filter { EventMask(names: [$0]) == nil }.prefix(3).map {
+                            "\"\($0.prefix(64))\""
+                        }
                         throw WireError("unknown event name \(unknown.joined(separator: ", ")) in \"mask\"")
                     }
                     mask = parsed
@@ -81,7 +86,9 @@ public enum WireCodec {
                 if let number = value.int, number >= 0, number < 4096 {
                     code = Int32(number)
                 } else if let name = value.string {
-                    guard let known = ErrnoNames.code(of: name) else { throw WireError("unknown errno name \"\(name)\"") }
+                    guard let known = ErrnoNames.code(of: name) else {
+                        throw WireError("unknown errno name \"\(name)\"")
+                    }
                     code = known
                 } else {
                     throw WireError("\"errno\" must be a number or an errno name")
@@ -107,30 +114,42 @@ public enum WireCodec {
             }
             let timeout = object["timeout"]?.double
             if object["timeout"] != nil && timeout == nil { throw WireError("\"timeout\" must be a number of seconds") }
-            if let timeout, case .failure(let why) = Seconds.duration(timeout) { throw WireError("\"timeout\": \(why)") }
+            if let timeout, case .failure(let why) = Seconds.duration(timeout) {
+                throw WireError("\"timeout\": \(why)")
+            }
             let presenter = object["presenter"]?.int
-            if object["presenter"] != nil && presenter == nil { throw WireError("\"presenter\" must be a watch descriptor") }
+            if object["presenter"] != nil && presenter == nil {
+                throw WireError("\"presenter\" must be a watch descriptor")
+            }
             let coordinator = object["coordinator"]?.string
-            if object["coordinator"] != nil && (coordinator == nil || coordinator!.isEmpty || coordinator!.utf8.count > 255) {
+            if object["coordinator"] != nil
+                && (coordinator == nil || coordinator!.isEmpty || coordinator!.utf8.count > 255)
+            {
                 throw WireError("\"coordinator\" must be a name of 1 to 255 bytes")
             }
             let holder = object["holder"]?.int
             if object["holder"] != nil && (holder == nil || holder! < 2 || holder! > Int(Int32.max)) {
                 throw WireError("\"holder\" must be a process id")
             }
-            return .hold(id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
-                         timeout: timeout, inherit: try bool(object, "inherit", default: false), presenter: presenter,
-                         coordinator: coordinator, holder: holder)
+            return .hold(
+                id: try int(object, "id"), intents: intents, wait: try bool(object, "wait", default: true),
+                timeout: timeout, inherit: try bool(object, "inherit", default: false), presenter: presenter,
+                coordinator: coordinator, holder: holder)
         case "remount":
             guard let options = object["options"]?.strings, options.count <= 64,
-                  options.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 4096 }) else {
+                options.allSatisfy({ !$0.isEmpty && $0.utf8.count <= 4096 })
+            else {
                 throw WireError("\"options\" must be a list of at most 64 options")
             }
             return .remount(id: try int(object, "id"), options: options)
         case "moved":
-            return .moved(id: try int(object, "id"), hold: try int(object, "hold"), from: try string(object, "from"), to: try string(object, "to"))
+            return .moved(
+                id: try int(object, "id"), hold: try int(object, "hold"), from: try string(object, "from"),
+                to: try string(object, "to"))
         case "release":
-            return .release(id: try int(object, "id"), hold: try int(object, "hold"), changed: try bool(object, "changed", default: true))
+            return .release(
+                id: try int(object, "id"), hold: try int(object, "hold"),
+                changed: try bool(object, "changed", default: true))
         case "cancel":
             return .cancel(id: try int(object, "id"), request: try int(object, "request"))
         case "status":
@@ -142,15 +161,20 @@ public enum WireCodec {
         case "services":
             return .services(id: try int(object, "id"), path: try string(object, "path"))
         case "connect":
-            return .connect(id: try int(object, "id"), name: try string(object, "name"), path: try string(object, "path"))
+            return .connect(
+                id: try int(object, "id"), name: try string(object, "name"), path: try string(object, "path"))
         case "versions":
             return .versions(id: try int(object, "id"), path: try string(object, "path"))
         case "version":
             let name = try string(object, "action")
             guard let action = VersionAction(rawValue: name) else {
-                throw WireError("\"action\" must be one of \(VersionAction.allCases.map(\.rawValue).joined(separator: ", ")), not '\(name)'")
+                throw WireError(
+                    "\"action\" must be one of \(VersionAction.allCases.map(\.rawValue).joined(separator: ", ")), not '\(name)'"
+                )
             }
-            return .version(id: try int(object, "id"), path: try string(object, "path"), version: try string(object, "version"), action: action)
+            return .version(
+                id: try int(object, "id"), path: try string(object, "path"), version: try string(object, "version"),
+                action: action)
         case "add_version":
             return .addVersion(id: try int(object, "id"), path: try string(object, "path"))
         default:
@@ -174,32 +198,44 @@ public enum WireCodec {
             return bytes
         case .working(let cookie): object = ["op": "working", "cookie": .int(Int(cookie))]
         case .hello(let id, let version): object = ["op": "hello", "id": .int(id), "version": .int(version)]
-        case .watch(let id, let path, let mask): object = ["op": "watch", "id": .int(id), "path": .string(path), "mask": .strings(mask.names)]
+        case .watch(let id, let path, let mask):
+            object = ["op": "watch", "id": .int(id), "path": .string(path), "mask": .strings(mask.names)]
         case .unwatch(let id, let wd): object = ["op": "unwatch", "id": .int(id), "wd": .int(wd)]
         case .hold(let id, let intents, let wait, let timeout, let inherit, let presenter, let coordinator, let holder):
-            object = ["op": "hold", "id": .int(id), "wait": .bool(wait), "inherit": .bool(inherit),
-                      "intents": .array(intents.map { intent -> JSONOutput in
-                          var entry: [String: JSONOutput] = ["path": .string(intent.path), "access": .string(intent.access.rawValue)]
-                          if let options = intent.options { entry["options"] = .strings(options) }
-                          return .object(entry)
-                      })]
+            object = [
+                "op": "hold", "id": .int(id), "wait": .bool(wait), "inherit": .bool(inherit),
+                "intents": .array(
+                    intents.map { intent -> JSONOutput in
+                        var entry: [String: JSONOutput] = [
+                            "path": .string(intent.path), "access": .string(intent.access.rawValue)
+                        ]
+                        if let options = intent.options { entry["options"] = .strings(options) }
+                        return .object(entry)
+                    })
+            ]
             if let timeout { object["timeout"] = .double(timeout) }
             if let presenter { object["presenter"] = .int(presenter) }
             if let coordinator { object["coordinator"] = .string(coordinator) }
             if let holder { object["holder"] = .int(holder) }
         case .remount(let id, let options): object = ["op": "remount", "id": .int(id), "options": .strings(options)]
-        case .release(let id, let hold, let changed): object = ["op": "release", "id": .int(id), "hold": .int(hold), "changed": .bool(changed)]
+        case .release(let id, let hold, let changed):
+            object = ["op": "release", "id": .int(id), "hold": .int(hold), "changed": .bool(changed)]
         case .moved(let id, let hold, let from, let to):
             object = ["op": "moved", "id": .int(id), "hold": .int(hold), "from": .string(from), "to": .string(to)]
         case .cancel(let id, let request): object = ["op": "cancel", "id": .int(id), "request": .int(request)]
         case .status(let id): object = ["op": "status", "id": .int(id)]
-        case .vend(let id, let name, let path): object = ["op": "vend", "id": .int(id), "name": .string(name), "path": .string(path)]
+        case .vend(let id, let name, let path):
+            object = ["op": "vend", "id": .int(id), "name": .string(name), "path": .string(path)]
         case .withdraw(let id, let service): object = ["op": "withdraw", "id": .int(id), "service": .int(service)]
         case .services(let id, let path): object = ["op": "services", "id": .int(id), "path": .string(path)]
-        case .connect(let id, let name, let path): object = ["op": "connect", "id": .int(id), "name": .string(name), "path": .string(path)]
+        case .connect(let id, let name, let path):
+            object = ["op": "connect", "id": .int(id), "name": .string(name), "path": .string(path)]
         case .versions(let id, let path): object = ["op": "versions", "id": .int(id), "path": .string(path)]
         case .version(let id, let path, let version, let action):
-            object = ["op": "version", "id": .int(id), "path": .string(path), "version": .string(version), "action": .string(action.rawValue)]
+            object = [
+                "op": "version", "id": .int(id), "path": .string(path), "version": .string(version),
+                "action": .string(action.rawValue)
+            ]
         case .addVersion(let id, let path): object = ["op": "add_version", "id": .int(id), "path": .string(path)]
         }
         return line(object)
@@ -288,9 +324,11 @@ public enum WireCodec {
 
     /// `eventLine` as every other line is written (its test).
     static func eventLineInGeneral(_ record: EventRecord) -> [UInt8] {
-        var object: [String: JSONOutput] = ["wd": .int(record.wd), "mask": .int(Int(record.mask.rawValue)),
-                                            "events": .strings(record.mask.names), "cookie": .int(Int(record.cookie)),
-                                            "name": .string(record.name), "path": .string(record.path)]
+        var object: [String: JSONOutput] = [
+            "wd": .int(record.wd), "mask": .int(Int(record.mask.rawValue)),
+            "events": .strings(record.mask.names), "cookie": .int(Int(record.cookie)),
+            "name": .string(record.name), "path": .string(record.path)
+        ]
         if let origin = record.origin {
             object["via"] = .string(origin.via)
             if let pid = origin.pid { object["pid"] = .int(pid) }
@@ -321,13 +359,19 @@ public enum WireCodec {
     private static func serverMessage(_ object: [String: JSON]) throws(WireError) -> ServerMessage {
         // Replies carry "ok" or "error" (a watch's reply has a "wd" too); events carry neither.
         if object["ok"] == nil && object["error"] == nil, let wd = object["wd"]?.int {
-            guard let mask = object["mask"]?.int, mask >= 0, mask <= Int(UInt32.max) else { throw WireError("bad \"mask\"") }
-            let origin = object["via"]?.string.map { via in
-                EventOrigin(via: via, pid: object["pid"]?.int, uid: object["uid"]?.int, gid: object["gid"]?.int,
-                            command: object["command"]?.string, purpose: object["purpose"]?.string, host: object["host"]?.string)
+            guard let mask = object["mask"]?.int, mask >= 0, mask <= Int(UInt32.max) else {
+                throw WireError("bad \"mask\"")
             }
-            return .event(EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, object["cookie"]?.int ?? 0)),
-                                      name: object["name"]?.string ?? "", path: object["path"]?.string ?? "", origin: origin))
+            let origin = object["via"]?.string.map { via in
+                EventOrigin(
+                    via: via, pid: object["pid"]?.int, uid: object["uid"]?.int, gid: object["gid"]?.int,
+                    command: object["command"]?.string, purpose: object["purpose"]?.string, host: object["host"]?.string
+                )
+            }
+            return .event(
+                EventRecord(
+                    wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(max(0, object["cookie"]?.int ?? 0)),
+                    name: object["name"]?.string ?? "", path: object["path"]?.string ?? "", origin: origin))
         }
         if let code = object["error"]?.string {
             return .error(id: object["id"]?.int, errno: code, message: object["message"]?.string ?? "")
@@ -344,8 +388,10 @@ public enum WireCodec {
     // MARK: Helpers
 
     /// `quickly`: by `JSONReader` first, which leaves to `JSONSerialization` what it is not sure of.
-    private static func parseObject(_ line: some Collection<UInt8>, quickly: Bool,
-                                    limit: Int = WireProtocol.maximumLineLength) throws(WireError) -> [String: JSON] {
+    private static func parseObject(
+        _ line: some Collection<UInt8>, quickly: Bool,
+        limit: Int = WireProtocol.maximumLineLength
+    ) throws(WireError) -> [String: JSON] {
         guard line.count <= limit else { throw WireError("line longer than \(limit) bytes") }
         guard !line.isEmpty else { throw WireError("empty line") }
         if quickly, let object = JSONReader.object(line) { return object }
@@ -353,7 +399,9 @@ public enum WireCodec {
         do { parsed = try JSONSerialization.jsonObject(with: Data(line), options: []) } catch {
             throw WireError("not JSON")
         }
-        guard parsed is [String: Any], case .object(let object)? = JSON(foundation: parsed) else { throw WireError("not a JSON object") }
+        guard parsed is [String: Any], case .object(let object)? = JSON(foundation: parsed) else {
+            throw WireError("not a JSON object")
+        }
         return object
     }
 
@@ -362,7 +410,8 @@ public enum WireCodec {
         return value
     }
 
-    private static func bool(_ object: [String: JSON], _ key: String, default fallback: Bool) throws(WireError) -> Bool {
+    private static func bool(_ object: [String: JSON], _ key: String, default fallback: Bool) throws(WireError) -> Bool
+    {
         guard let value = object[key] else { return fallback }
         guard let flag = value.bool else { throw WireError("\"\(key)\" must be true or false") }
         return flag
@@ -433,7 +482,8 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
             bytes.append(UInt8(ascii: "]"))
         case .object(let fields):
             bytes.append(UInt8(ascii: "{"))
-            for (index, field) in fields.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }).enumerated() {
+            for (index, field) in fields.sorted(by: { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }).enumerated()
+            {
                 if index > 0 { bytes.append(UInt8(ascii: ",")) }
                 Self.write(field.key, into: &bytes)
                 bytes.append(UInt8(ascii: ":"))
@@ -474,8 +524,10 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
                 if byte == 0xEF, index + 1 < utf8.count, utf8[index] & 0xFE == 0x9E {
                     let scalar = 0xF000 | UInt32(utf8[index] & 0x3F) << 6 | UInt32(utf8[index + 1] & 0x3F)
                     let escaped = UInt8(truncatingIfNeeded: scalar - byteEscapeBase)
-                    bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "d"), UInt8(ascii: "c"),
-                                              hexDigits[Int(escaped >> 4)], hexDigits[Int(escaped & 0x0F)]])
+                    bytes.append(contentsOf: [
+                        UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "d"), UInt8(ascii: "c"),
+                        hexDigits[Int(escaped >> 4)], hexDigits[Int(escaped & 0x0F)]
+                    ])
                     index += 2
                     continue
                 }
@@ -495,8 +547,10 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
         case 0x0D: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
         case 0x09: bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
         case 0x00..<0x20:
-            bytes.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
-                                      hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0x0F)]])
+            bytes.append(contentsOf: [
+                UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
+                hexDigits[Int(byte >> 4)], hexDigits[Int(byte & 0x0F)]
+            ])
         default: bytes.append(byte)
         }
     }
@@ -520,7 +574,7 @@ public enum ErrnoNames {
         ("EPERM", 1), ("ENOENT", 2), ("EINTR", 4), ("EIO", 5), ("EBADF", 9), ("EAGAIN", 11), ("ENOMEM", 12),
         ("EACCES", 13), ("EBUSY", 16), ("EEXIST", 17), ("ENOTDIR", 20), ("EISDIR", 21), ("EINVAL", 22),
         ("ENOSPC", 28), ("EROFS", 30), ("ENAMETOOLONG", 36), ("EDEADLK", 35), ("ENOSYS", 38), ("ENOTEMPTY", 39),
-        ("EPROTO", 71), ("EPROTONOSUPPORT", 93), ("ETIMEDOUT", 110), ("ECANCELED", 125),
+        ("EPROTO", 71), ("EPROTONOSUPPORT", 93), ("ETIMEDOUT", 110), ("ECANCELED", 125)
     ]
 
     public static func code(of name: String) -> Int32? { table.first { $0.0 == name }?.1 }

@@ -38,8 +38,11 @@ enum EventLine {
             guard reader.take(UInt8(ascii: "}")) else { return nil }
         }
         guard reader.atEnd, let wd, let mask, mask >= 0, mask <= Int(UInt32.max) else { return nil }
-        let origin = via.map { EventOrigin(via: $0, pid: pid, uid: uid, gid: gid, command: command, purpose: purpose, host: host) }
-        return EventRecord(wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(cookie), name: name, path: path,
-                           origin: origin)
+        let origin = via.map {
+            EventOrigin(via: $0, pid: pid, uid: uid, gid: gid, command: command, purpose: purpose, host: host)
+        }
+        return EventRecord(
+            wd: wd, mask: EventMask(rawValue: UInt32(mask)), cookie: UInt64(cookie), name: name, path: path,
+            origin: origin)
     }
 }

@@ -44,11 +44,15 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
     /// Set on records that wait for an answer.
     public static let request = EventMask(rawValue: 1 << 30)
 
-    public static let requests: EventMask = [.relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion,
-                                             .accommodateEviction]
-    public static let all: EventMask = [.requests, .reacquire, .changed, .movedFrom, .movedTo, .subitemAppeared,
-                                        .subitemChanged, .subitemDeleted, .presenterRemoved, .broken, .conflict,
-                                        .versionAdded, .versionRemoved, .conflictResolved]
+    public static let requests: EventMask = [
+        .relinquishToReader, .relinquishToWriter, .save, .accommodateDeletion, .accommodateSubitemDeletion,
+        .accommodateEviction
+    ]
+    public static let all: EventMask = [
+        .requests, .reacquire, .changed, .movedFrom, .movedTo, .subitemAppeared,
+        .subitemChanged, .subitemDeleted, .presenterRemoved, .broken, .conflict,
+        .versionAdded, .versionRemoved, .conflictResolved
+    ]
 
     /// The names used on the wire and by `coordfs watch`.
     public static let names: [(String, EventMask)] = [
@@ -56,11 +60,12 @@ public struct EventMask: OptionSet, Hashable, Sendable, Codable {
         ("ACCOMMODATE_DELETION", .accommodateDeletion), ("ACCOMMODATE_SUBITEM_DELETION", .accommodateSubitemDeletion),
         ("ACCOMMODATE_EVICTION", .accommodateEviction),
         ("REACQUIRE", .reacquire), ("CHANGED", .changed), ("MOVED_FROM", .movedFrom), ("MOVED_TO", .movedTo),
-        ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged), ("SUBITEM_DELETED", .subitemDeleted),
+        ("SUBITEM_APPEARED", .subitemAppeared), ("SUBITEM_CHANGED", .subitemChanged),
+        ("SUBITEM_DELETED", .subitemDeleted),
         ("PRESENTER_REMOVED", .presenterRemoved), ("SERVICE_CONNECTION", .serviceConnection), ("BROKEN", .broken),
         ("CONFLICT", .conflict), ("VERSION_ADDED", .versionAdded), ("VERSION_REMOVED", .versionRemoved),
         ("CONFLICT_RESOLVED", .conflictResolved),
-        ("METADATA_ONLY", .metadataOnly), ("REQUEST", .request),
+        ("METADATA_ONLY", .metadataOnly), ("REQUEST", .request)
     ]
 
     public var names: [String] { Self.names.filter { contains($0.1) }.map(\.0) }

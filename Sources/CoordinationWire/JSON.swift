@@ -21,7 +21,11 @@ enum JSON: Equatable {
         case is NSNull: self = .null
         case let number as NSNumber:
             // Foundation parses true and false as the NSNumbers whose objCType is "c".
-            if String(cString: number.objCType) == "c" { self = .bool(number.boolValue) } else { self = .number(number.doubleValue) }
+            if String(cString: number.objCType) == "c" {
+                self = .bool(number.boolValue)
+            } else {
+                self = .number(number.doubleValue)
+            }
         case let text as String: self = .string(text)
         case let values as [Any]:
             guard let converted = values.mappedUnlessNil(JSON.init(foundation:)) else { return nil }
@@ -45,7 +49,9 @@ enum JSON: Equatable {
 
     /// A whole number below 9e15, given with or without a fraction or an exponent ("3.0", "1e2").
     var int: Int? {
-        guard case .number(let number) = self, number.isFinite, number == number.rounded(), abs(number) < 9.0e15 else { return nil }
+        guard case .number(let number) = self, number.isFinite, number == number.rounded(), abs(number) < 9.0e15 else {
+            return nil
+        }
         return Int(number)
     }
 

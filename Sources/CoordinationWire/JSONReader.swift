@@ -67,7 +67,9 @@ struct JSONTokens {
         let digits = index - start
         // JSON allows no leading zero; a fraction or an exponent goes the general way.
         guard digits > 0, !(digits > 1 && bytes[start] == UInt8(ascii: "0")) else { return nil }
-        if index < bytes.count, bytes[index] == UInt8(ascii: ".") || bytes[index] | 0x20 == UInt8(ascii: "e") { return nil }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") || bytes[index] | 0x20 == UInt8(ascii: "e") {
+            return nil
+        }
         return negative ? -value : value
     }
 
@@ -84,7 +86,8 @@ struct JSONTokens {
             if take(UInt8(ascii: "}")) { return .object(fields) }
             repeat {
                 guard let key = string(), fields[key] == nil, take(UInt8(ascii: ":")),
-                      let field = value(depth: depth + 1) else { return nil }
+                    let field = value(depth: depth + 1)
+                else { return nil }
                 fields[key] = field
             } while take(UInt8(ascii: ","))
             return take(UInt8(ascii: "}")) ? .object(fields) : nil
@@ -124,7 +127,9 @@ struct JSONTokens {
         let start = index
         func digits() -> Int {
             let first = index
-            while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") { index += 1 }
+            while index < bytes.count, bytes[index] >= UInt8(ascii: "0"), bytes[index] <= UInt8(ascii: "9") {
+                index += 1
+            }
             return index - first
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
@@ -158,7 +163,8 @@ struct JSONTokens {
             return Double(value)
         }
         guard integerDigits + fractionDigits <= 15, abs(exponent - fractionDigits) <= 22,
-              let value = Double(text), value.isFinite else { return nil }
+            let value = Double(text), value.isFinite
+        else { return nil }
         return value
     }
 
@@ -179,7 +185,8 @@ struct JSONTokens {
         guard take(UInt8(ascii: "\"")) else { return nil }
         // Most strings hold no escape: made straight from their bytes.
         var end = index
-        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20 { end += 1 }
+        while end < bytes.count, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\"), bytes[end] >= 0x20
+        { end += 1 }
         if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
             defer { index = end + 1 }
             return String(validating: UnsafeBufferPointer(rebasing: bytes[index..<end]), as: UTF8.self)
@@ -209,7 +216,9 @@ struct JSONTokens {
                         scalarValue = JSONOutput.byteEscapeBase + UInt32(unit & 0xFF)
                     } else if (0xD800..<0xDC00).contains(unit) {
                         // A high surrogate must be followed at once by a low one.
-                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else { return nil }
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                            bytes[index + 1] == UInt8(ascii: "u")
+                        else { return nil }
                         index += 2
                         guard let low = hex4(), (0xDC00..<0xE000).contains(low) else { return nil }
                         scalarValue = 0x10000 + ((UInt32(unit) - 0xD800) << 10) + (UInt32(low) - 0xDC00)

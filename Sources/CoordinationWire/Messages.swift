@@ -50,8 +50,9 @@ public enum ClientMessage: Hashable, Sendable {
     /// `holder`: the process whose accesses through a mount are the hold's own — the client by
     /// default, or one of its ancestors of the same user (a shell that runs `coordfs coordinate
     /// 9` keeps the hold for as long as its descriptor 9 is open).
-    case hold(id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool, presenter: Int? = nil,
-              coordinator: String? = nil, holder: Int? = nil)
+    case hold(
+        id: Int, intents: [WireIntent], wait: Bool, timeout: Double?, inherit: Bool, presenter: Int? = nil,
+        coordinator: String? = nil, holder: Int? = nil)
     /// Changes a live mount's options (`mount -o remount,OPTIONS`): those that can change while
     /// mounted are applied, the others must be as they are. Only the mount's owner and root.
     case remount(id: Int, options: [String])
@@ -133,8 +134,10 @@ public struct EventOrigin: Hashable, Sendable {
     /// The other host of a shared store whose programs made the access (via "cluster").
     public var host: String?
 
-    public init(via: String, pid: Int? = nil, uid: Int? = nil, gid: Int? = nil, command: String? = nil, purpose: String? = nil,
-                host: String? = nil) {
+    public init(
+        via: String, pid: Int? = nil, uid: Int? = nil, gid: Int? = nil, command: String? = nil, purpose: String? = nil,
+        host: String? = nil
+    ) {
         self.via = via
         self.pid = pid
         self.uid = uid
@@ -163,7 +166,9 @@ extension WireProtocol {
     /// else $XDG_RUNTIME_DIR/coordfs, else /tmp/coordfs-UID.
     public static var runtimeDirectory: String {
         if geteuid() == 0 { return "/run/coordfs" }
-        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty { return runtime + "/coordfs" }
+        if let runtime = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], !runtime.isEmpty {
+            return runtime + "/coordfs"
+        }
         return "/tmp/coordfs-\(geteuid())"
     }
 

@@ -6,8 +6,10 @@ public enum WireLines {
     /// every time, quadratic in the lines one read brings. When `handle` throws, the lines
     /// before the one it threw for are dropped and the error goes on.
     @inlinable
-    public static func take<Failure: Error>(from pending: inout [UInt8],
-                                            _ handle: (ArraySlice<UInt8>) throws(Failure) -> Void) throws(Failure) {
+    public static func take<Failure: Error>(
+        from pending: inout [UInt8],
+        _ handle: (ArraySlice<UInt8>) throws(Failure) -> Void
+    ) throws(Failure) {
         var start = pending.startIndex
         defer { pending.removeSubrange(..<start) }
         while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {

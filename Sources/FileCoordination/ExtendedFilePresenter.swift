@@ -8,7 +8,8 @@ import Foundation
 public protocol ExtendedFilePresenter: FilePresenter {
     /// Like `relinquishPresentedItem(toReader:)` / `(toWriter:)`, but may refuse: `completion`
     /// gets nil and an optional reacquirer to consent, or an error that fails the access.
-    func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void)
+    func relinquishPresentedItem(
+        toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void)
     /// An item inside the presented directory was deleted.
     func presentedSubitemWasDeleted(at url: URL)
     /// The presented item itself was deleted.
@@ -36,7 +37,10 @@ extension ExtendedFilePresenter {
 extension FilePresenter {
     /// Runs `body` at once when the presenter takes its messages inline, else on its queue.
     func perform(_ body: @escaping @Sendable () -> Void) {
-        if (self as? ExtendedFilePresenter)?.takesMessagesInline == true { body() }
-        else { presentedItemOperationQueue.addOperation(body) }
+        if (self as? ExtendedFilePresenter)?.takesMessagesInline == true {
+            body()
+        } else {
+            presentedItemOperationQueue.addOperation(body)
+        }
     }
 }

@@ -8,8 +8,10 @@ extension FileCoordinator {
     /// Waits for all `intents` without blocking the caller, then runs `accessor` on `queue`:
     /// with nil once access is granted — each intent's `url` is then the location to use — or
     /// with the error that stopped it. The access ends when `accessor` returns (C36).
-    public func coordinate(with intents: [FileAccessIntent], queue: OperationQueue,
-                           byAccessor accessor: @escaping @Sendable (Error?) -> Void) {
+    public func coordinate(
+        with intents: [FileAccessIntent], queue: OperationQueue,
+        byAccessor accessor: @escaping @Sendable (Error?) -> Void
+    ) {
         let access: CoordinatedAccess
         do {
             access = try makeAccess(for: intents)
@@ -71,8 +73,10 @@ extension FileCoordinator {
     /// Waits for all `intents` — cancelling the task cancels the wait (C13) — then runs
     /// `accessor`; the access ends when it returns. The accessor runs in the caller's isolation
     /// (a `@MainActor` model's accessor may touch its state), so it need not be `@Sendable`.
-    public func coordinate<T>(with intents: [FileAccessIntent], isolation: isolated (any Actor)? = #isolation,
-                              byAccessor accessor: () async throws -> T) async throws -> T {
+    public func coordinate<T>(
+        with intents: [FileAccessIntent], isolation: isolated (any Actor)? = #isolation,
+        byAccessor accessor: () async throws -> T
+    ) async throws -> T {
         let access = try makeAccess(for: intents)
         try await grant(access)
         let snapshots: [UploadSnapshot]
@@ -93,15 +97,19 @@ extension FileCoordinator {
     /// A coordinated read of `url` that suspends instead of blocking while it waits; cancelling
     /// the task cancels the wait. (Not spelled `coordinate(readingItemAt:)`: a synchronous
     /// closure would pick the blocking overload, which no task cancellation can reach.)
-    public func read<T>(at url: URL, options: ReadingOptions = [], isolation: isolated (any Actor)? = #isolation,
-                        byAccessor reader: (URL) async throws -> T) async throws -> T {
+    public func read<T>(
+        at url: URL, options: ReadingOptions = [], isolation: isolated (any Actor)? = #isolation,
+        byAccessor reader: (URL) async throws -> T
+    ) async throws -> T {
         let intent = FileAccessIntent.readingIntent(with: url, options: options)
         return try await coordinate(with: [intent], isolation: isolation) { try await reader(intent.url) }
     }
 
     /// A coordinated write of `url` that suspends instead of blocking while it waits.
-    public func write<T>(at url: URL, options: WritingOptions = [], isolation: isolated (any Actor)? = #isolation,
-                         byAccessor writer: (URL) async throws -> T) async throws -> T {
+    public func write<T>(
+        at url: URL, options: WritingOptions = [], isolation: isolated (any Actor)? = #isolation,
+        byAccessor writer: (URL) async throws -> T
+    ) async throws -> T {
         let intent = FileAccessIntent.writingIntent(with: url, options: options)
         return try await coordinate(with: [intent], isolation: isolation) { try await writer(intent.url) }
     }
@@ -139,8 +147,10 @@ public final class CoordinatedAccessOperation: Operation, @unchecked Sendable {
     private var access: CoordinatedAccess?
 
     /// An operation that coordinates `intents` with `coordinator` and then runs `accessor`.
-    public init(coordinator: FileCoordinator, intents: [FileAccessIntent],
-                accessor: @escaping ([FileAccessIntent]) throws -> Void) {
+    public init(
+        coordinator: FileCoordinator, intents: [FileAccessIntent],
+        accessor: @escaping ([FileAccessIntent]) throws -> Void
+    ) {
         self.coordinator = coordinator
         self.intents = intents
         self.accessor = accessor

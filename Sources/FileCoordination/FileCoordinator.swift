@@ -58,7 +58,9 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
                 return true
             }
             if !accepted {
-                domain.logger.error("purposeIdentifier can be set once, to a non-empty string, on a coordinator without a presenter; '\(newValue)' ignored")
+                domain.logger.error(
+                    "purposeIdentifier can be set once, to a non-empty string, on a coordinator without a presenter; '\(newValue)' ignored"
+                )
             }
         }
     }
@@ -123,7 +125,8 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
         let locator = domain.locator
         let resolving = kind.readingOptionsValue.contains(.resolvesSymbolicLink)
         if case .writing(let options) = kind, !options.isValid {
-            throw FileCoordinationError.invalidOptions("a write carries at most one writing option (raw value \(options.rawValue))")
+            throw FileCoordinationError.invalidOptions(
+                "a write carries at most one writing option (raw value \(options.rawValue))")
         }
         let path = try locator.canonicalPath(of: url, resolvingLink: resolving)
         return Intent(kind, locator.target(for: path))
@@ -147,7 +150,10 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     /// link was resolved (O2).
     static func accessorURL(original: URL, requested: Intent, granted: Intent) -> URL {
         if granted.path == requested.path,
-           !requested.kind.readingOptionsValue.contains(.resolvesSymbolicLink) { return original }
+            !requested.kind.readingOptionsValue.contains(.resolvesSymbolicLink)
+        {
+            return original
+        }
         return granted.path.fileURL
     }
 
@@ -169,8 +175,10 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     /// Reads `url` once no other coordinator writes it and its presenters have saved and
     /// relinquished; `reader` gets the URL to use.
     @discardableResult
-    public func coordinate<T>(readingItemAt url: URL, options: ReadingOptions = [],
-                              byAccessor reader: (URL) throws -> T) throws -> T {
+    public func coordinate<T>(
+        readingItemAt url: URL, options: ReadingOptions = [],
+        byAccessor reader: (URL) throws -> T
+    ) throws -> T {
         let intent = try engineIntent(url, .reading(options))
         if options.contains(.forUploading) { return try readForUploading(url, intent, reader) }
         let access = makeAccess([intent])
@@ -181,8 +189,10 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
 
     /// Writes `url` once nobody else reads or writes it and its presenters have relinquished.
     @discardableResult
-    public func coordinate<T>(writingItemAt url: URL, options: WritingOptions = [],
-                              byAccessor writer: (URL) throws -> T) throws -> T {
+    public func coordinate<T>(
+        writingItemAt url: URL, options: WritingOptions = [],
+        byAccessor writer: (URL) throws -> T
+    ) throws -> T {
         let intent = try engineIntent(url, .writing(options))
         let access = makeAccess([intent])
         return try withGranted(access) {
@@ -192,33 +202,41 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
 
     /// Reads one item and writes another as one coordination (C7).
     @discardableResult
-    public func coordinate<T>(readingItemAt readingURL: URL, options readingOptions: ReadingOptions = [],
-                              writingItemAt writingURL: URL, options writingOptions: WritingOptions = [],
-                              byAccessor readerWriter: (URL, URL) throws -> T) throws -> T {
+    public func coordinate<T>(
+        readingItemAt readingURL: URL, options readingOptions: ReadingOptions = [],
+        writingItemAt writingURL: URL, options writingOptions: WritingOptions = [],
+        byAccessor readerWriter: (URL, URL) throws -> T
+    ) throws -> T {
         if readingOptions.contains(.forUploading) {
             throw FileCoordinationError.invalidOptions("forUploading is for a single read")
         }
-        let intents = [try engineIntent(readingURL, .reading(readingOptions)),
-                       try engineIntent(writingURL, .writing(writingOptions))]
+        let intents = [
+            try engineIntent(readingURL, .reading(readingOptions)),
+            try engineIntent(writingURL, .writing(writingOptions))
+        ]
         let access = makeAccess(intents)
         return try withGranted(access) {
             let granted = access.grantedIntents
-            return try readerWriter(Self.accessorURL(original: readingURL, requested: intents[0], granted: granted[0]),
-                                    Self.accessorURL(original: writingURL, requested: intents[1], granted: granted[1]))
+            return try readerWriter(
+                Self.accessorURL(original: readingURL, requested: intents[0], granted: granted[0]),
+                Self.accessorURL(original: writingURL, requested: intents[1], granted: granted[1]))
         }
     }
 
     /// Writes two items as one coordination, a move for instance (C8).
     @discardableResult
-    public func coordinate<T>(writingItemAt url1: URL, options options1: WritingOptions = [],
-                              writingItemAt url2: URL, options options2: WritingOptions = [],
-                              byAccessor writer: (URL, URL) throws -> T) throws -> T {
+    public func coordinate<T>(
+        writingItemAt url1: URL, options options1: WritingOptions = [],
+        writingItemAt url2: URL, options options2: WritingOptions = [],
+        byAccessor writer: (URL, URL) throws -> T
+    ) throws -> T {
         let intents = [try engineIntent(url1, .writing(options1)), try engineIntent(url2, .writing(options2))]
         let access = makeAccess(intents)
         return try withGranted(access) {
             let granted = access.grantedIntents
-            return try writer(Self.accessorURL(original: url1, requested: intents[0], granted: granted[0]),
-                              Self.accessorURL(original: url2, requested: intents[1], granted: granted[1]))
+            return try writer(
+                Self.accessorURL(original: url1, requested: intents[0], granted: granted[0]),
+                Self.accessorURL(original: url2, requested: intents[1], granted: granted[1]))
         }
     }
 
@@ -228,13 +246,16 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     /// `batchAccessor`, whose coordinated calls on this coordinator do not wait on the batch and
     /// do not ask those presenters to relinquish again. The batch ends — and reacquirers run —
     /// when the completion handler passed to `batchAccessor` is called, from any thread.
-    public func prepare(forReadingItemsAt readingURLs: [URL], options readingOptions: ReadingOptions = [],
-                        writingItemsAt writingURLs: [URL], options writingOptions: WritingOptions = [],
-                        byAccessor batchAccessor: (@escaping @Sendable () -> Void) -> Void) throws {
+    public func prepare(
+        forReadingItemsAt readingURLs: [URL], options readingOptions: ReadingOptions = [],
+        writingItemsAt writingURLs: [URL], options writingOptions: WritingOptions = [],
+        byAccessor batchAccessor: (@escaping @Sendable () -> Void) -> Void
+    ) throws {
         if readingOptions.contains(.resolvesSymbolicLink) || writingOptions.contains(.forReplacing) {
             throw FileCoordinationError.invalidOptions("prepare does not take resolvesSymbolicLink or forReplacing")
         }
-        let intents = try readingURLs.map { try engineIntent($0, .reading(readingOptions)) }
+        let intents =
+            try readingURLs.map { try engineIntent($0, .reading(readingOptions)) }
             + writingURLs.map { try engineIntent($0, .writing(writingOptions)) }
         if intents.isEmpty { throw FileCoordinationError.emptyIntentList }
         let access = makeAccess(intents, contents: true)
@@ -273,7 +294,9 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     public func reportMove(of oldURL: URL, to newURL: URL) throws {
         let locator = domain.locator
         let old = try locator.canonicalPath(of: oldURL), new = try locator.canonicalPath(of: newURL)
-        let access = lock.withLock { running.reversed().first { access in access.grantedIntents.contains { $0.kind.isWrite } } }
+        let access = lock.withLock {
+            running.reversed().first { access in access.grantedIntents.contains { $0.kind.isWrite } }
+        }
         guard let access, let grant = access.grantID else { throw FileCoordinationError.moveReportedOutsideWrite }
         // Presenters in this process follow whatever the daemon says; its refusal is thrown after.
         let remoteRefusal: Error?
@@ -333,7 +356,9 @@ final class EndOnce: @unchecked Sendable {
     private var action: (() -> Void)?
     init(_ action: @escaping () -> Void) { self.action = action }
     func run() {
-        let action = lock.withLock { () -> (() -> Void)? in defer { self.action = nil }; return self.action }
+        let action = lock.withLock { () -> (() -> Void)? in
+            defer { self.action = nil }; return self.action
+        }
         action?()
     }
 }

@@ -68,15 +68,25 @@ extension FilePresenter {
     public var primaryPresentedItemURL: URL? { nil }
 
     /// Consents at once, with no reacquirer.
-    public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { reader(nil) }
+    public func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        reader(nil)
+    }
     /// Consents at once, with no reacquirer.
-    public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { writer(nil) }
+    public func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        writer(nil)
+    }
     /// Has nothing to save.
-    public func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
+    public func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        completionHandler(nil)
+    }
     /// Consents at once.
-    public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) { completionHandler(nil) }
+    public func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        completionHandler(nil)
+    }
     /// Consents at once.
-    public func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
+    public func accommodatePresentedSubitemDeletion(
+        at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void
+    ) {
         completionHandler(nil)
     }
     /// Ignores the news.
@@ -108,8 +118,12 @@ extension FilePresenter {
     /// Refuses, as on Apple platforms, where an item whose presenter does not implement this
     /// is not evicted (P33).
     public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable (Error?) -> Void) {
-        completionHandler(CocoaError(.featureUnsupported, userInfo: [
-            NSLocalizedDescriptionKey: "the presenter of this item does not accommodate eviction"]))
+        completionHandler(
+            CocoaError(
+                .featureUnsupported,
+                userInfo: [
+                    NSLocalizedDescriptionKey: "the presenter of this item does not accommodate eviction"
+                ]))
     }
 }
 

@@ -77,15 +77,18 @@ public enum FileProviderServices {
     /// Vends `name` for the item at `url` and everything inside it. `handler` runs, on a
     /// background queue, for every connection a client opens, with the provider's end of the
     /// connection and the item the client asked about.
-    public static func vend(named name: String, forItemAt url: URL, domain: CoordinationDomain = .shared,
-                            handler: @escaping @Sendable (FileHandle, URL) -> Void) throws -> ServiceRegistration {
+    public static func vend(
+        named name: String, forItemAt url: URL, domain: CoordinationDomain = .shared,
+        handler: @escaping @Sendable (FileHandle, URL) -> Void
+    ) throws -> ServiceRegistration {
         let path = try domain.locator.canonicalPath(of: url)
         guard ItemLocator.exists(path) else { throw FileCoordinationError.noSuchItem(path.string) }
         if let link = domain.link(for: path) {
             // Inside a mount served by another process: vend there, for every process to find.
             let number = try link.vend(name, at: path) { handler($0, $1.fileURL) }
-            return ServiceRegistration(name: name, id: ServiceRegistrationID(rawValue: UInt64(number)), domain: domain,
-                                       remote: (link, number))
+            return ServiceRegistration(
+                name: name, id: ServiceRegistrationID(rawValue: UInt64(number)), domain: domain,
+                remote: (link, number))
         }
         let owner = CoordinatorIdentity.purpose("service-provider-\(UUID().uuidString)")
         do {
@@ -100,13 +103,16 @@ public enum FileProviderServices {
     }
 
     /// The services of the item at `url`: per name, the nearest provider up the tree (S2, S4).
-    public static func services(forItemAt url: URL, domain: CoordinationDomain = .shared) throws -> [String: FileProviderService] {
+    public static func services(
+        forItemAt url: URL, domain: CoordinationDomain = .shared
+    ) throws -> [String: FileProviderService] {
         let path = try domain.locator.canonicalPath(of: url)
         var result: [String: FileProviderService] = [:]
         if let link = domain.link(for: path) {
             for name in try link.services(at: path) {
-                result[name] = FileProviderService(name: name, itemURL: url, registration: ServiceRegistrationID(rawValue: 0),
-                                                   domain: domain, link: link)
+                result[name] = FileProviderService(
+                    name: name, itemURL: url, registration: ServiceRegistrationID(rawValue: 0),
+                    domain: domain, link: link)
             }
             return result
         }
@@ -117,8 +123,10 @@ public enum FileProviderServices {
     }
 
     /// The service `name` of the item at `url`, or `FileCoordinationError.noSuchService`.
-    public static func service(named name: String, forItemAt url: URL,
-                               domain: CoordinationDomain = .shared) throws -> FileProviderService {
+    public static func service(
+        named name: String, forItemAt url: URL,
+        domain: CoordinationDomain = .shared
+    ) throws -> FileProviderService {
         guard let service = try services(forItemAt: url, domain: domain)[name] else {
             throw FileCoordinationError.noSuchService(name)
         }
@@ -128,11 +136,14 @@ public enum FileProviderServices {
 
 extension FileManager {
     /// Apple's spelling: the services of the item at `url`, delivered on a background queue.
-    public func getFileProviderServicesForItem(at url: URL,
-                                               completionHandler: @escaping @Sendable ([String: FileProviderService]?, Error?) -> Void) {
+    public func getFileProviderServicesForItem(
+        at url: URL,
+        completionHandler: @escaping @Sendable ([String: FileProviderService]?, Error?) -> Void
+    ) {
         DispatchQueue.global().async {
-            do { completionHandler(try FileProviderServices.services(forItemAt: url), nil) }
-            catch { completionHandler(nil, error) }
+            do { completionHandler(try FileProviderServices.services(forItemAt: url), nil) } catch {
+                completionHandler(nil, error)
+            }
         }
     }
 }

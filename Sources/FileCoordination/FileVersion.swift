@@ -103,7 +103,9 @@ public final class FileVersion: @unchecked Sendable, Hashable, CustomStringConve
     /// Keeps the content of the file at `contentsURL` as a new version of the item at `url`,
     /// which the item's presenters hear of (`presentedItemDidGain(_:)`). Inside a mount the
     /// mount's store keeps it, outside the user's daemon's; writing the item must be allowed.
-    public class func addOfItem(at url: URL, withContentsOf contentsURL: URL, options: AddingOptions = []) throws -> FileVersion {
+    public class func addOfItem(
+        at url: URL, withContentsOf contentsURL: URL, options: AddingOptions = []
+    ) throws -> FileVersion {
         let item = url.standardizedFileURL
         let content = try FileHandle(forReadingFrom: contentsURL)
         defer { try? content.close() }
@@ -117,8 +119,10 @@ public final class FileVersion: @unchecked Sendable, Hashable, CustomStringConve
     public class func removeOtherVersionsOfItem(at url: URL) throws {
         let item = url.standardizedFileURL
         let versions: [VersionInfo]
-        do { versions = try VersionsLink.versions(of: item.path) } catch let error as CocoaError where error.code == .featureUnsupported {
-            return          // no store serves the item: it has no other versions
+        do { versions = try VersionsLink.versions(of: item.path) } catch let error as CocoaError
+            where error.code == .featureUnsupported
+        {
+            return  // no store serves the item: it has no other versions
         }
         for version in versions {
             try VersionsLink.remove(version.id, of: item.path)
@@ -128,10 +132,13 @@ public final class FileVersion: @unchecked Sendable, Hashable, CustomStringConve
     /// A new directory on the item's filesystem where possible, for writing a version's content
     /// before `addOfItem(at:withContentsOf:options:)`.
     public class func temporaryDirectoryURLForNewVersionOfItem(at url: URL) -> URL {
-        let base = (try? FileManager.default.url(for: .itemReplacementDirectory, in: .userDomainMask,
-                                                  appropriateFor: url.standardizedFileURL, create: true))
+        let base =
+            (try? FileManager.default.url(
+                for: .itemReplacementDirectory, in: .userDomainMask,
+                appropriateFor: url.standardizedFileURL, create: true))
         if let base { return base }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-version-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "coordfs-version-\(UUID().uuidString)")
         try? FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         return directory
     }
@@ -191,7 +198,9 @@ public final class FileVersion: @unchecked Sendable, Hashable, CustomStringConve
                 try VersionsLink.resolve(info.id, of: itemURL.path, newValue)
                 state.withLock { $0.info?.resolved = newValue }
             } catch {
-                Self.logger.warning("cannot mark version \(info.id) of \(itemURL.path) \(newValue ? "resolved" : "unresolved"): \(error)")
+                Self.logger.warning(
+                    "cannot mark version \(info.id) of \(itemURL.path) \(newValue ? "resolved" : "unresolved"): \(error)"
+                )
             }
         }
     }
@@ -223,7 +232,9 @@ public final class FileVersion: @unchecked Sendable, Hashable, CustomStringConve
         let target = url.standardizedFileURL
         guard let id = state.withLock({ $0.info?.id }) else {
             // The current version: its content is the item's already.
-            if target.path != itemURL.path { try VersionsLink.put(try FileHandle(forReadingFrom: itemURL), at: target.path) }
+            if target.path != itemURL.path {
+                try VersionsLink.put(try FileHandle(forReadingFrom: itemURL), at: target.path)
+            }
             return target
         }
         let (_, content) = try VersionsLink.open(id, of: itemURL.path)
@@ -237,8 +248,12 @@ public final class FileVersion: @unchecked Sendable, Hashable, CustomStringConve
     /// cannot be removed.
     public func remove() throws {
         guard let id = state.withLock({ $0.info?.id }) else {
-            throw CocoaError(.featureUnsupported, userInfo: [NSLocalizedDescriptionKey: "the current version of \(itemURL.path) cannot be removed",
-                                                            NSURLErrorKey: itemURL])
+            throw CocoaError(
+                .featureUnsupported,
+                userInfo: [
+                    NSLocalizedDescriptionKey: "the current version of \(itemURL.path) cannot be removed",
+                    NSURLErrorKey: itemURL
+                ])
         }
         if state.withLock({ $0.removed }) { return }
         try VersionsLink.remove(id, of: itemURL.path)

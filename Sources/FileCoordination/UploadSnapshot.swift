@@ -14,8 +14,9 @@ struct UploadSnapshot {
         let fileManager = FileManager.default
         let directory = fileManager.temporaryDirectory
             .appendingPathComponent("coordfs-upload-\(UUID().uuidString)", isDirectory: true)
-        try fileManager.createDirectory(at: directory, withIntermediateDirectories: false,
-                                        attributes: [.posixPermissions: 0o700])
+        try fileManager.createDirectory(
+            at: directory, withIntermediateDirectories: false,
+            attributes: [.posixPermissions: 0o700])
         self.directory = directory
         let name = path.isRoot ? "root" : String(path.lastComponent)
         do {
@@ -74,12 +75,14 @@ enum TarArchive {
             try handle.write(contentsOf: data)
             try handle.write(contentsOf: Data(count: (512 - data.count % 512) % 512))
         default:
-            break   // sockets, fifos and devices carry no content to upload
+            break  // sockets, fifos and devices carry no content to upload
         }
     }
 
-    private static func writeHeader(name: String, size: Int, mode: Int, mtime: Int, type: Character,
-                                     link: String, into handle: FileHandle) throws {
+    private static func writeHeader(
+        name: String, size: Int, mode: Int, mtime: Int, type: Character,
+        link: String, into handle: FileHandle
+    ) throws {
         if name.utf8.count > 100 || link.utf8.count > 100 {
             var records = ""
             for (key, value) in [("path", name), ("linkpath", link)] where !value.isEmpty {
@@ -89,7 +92,8 @@ enum TarArchive {
                 records += "\(length)\(body)"
             }
             let data = Data(records.utf8)
-            try handle.write(contentsOf: header(name: "PaxHeader", size: data.count, mode: 0o644, mtime: mtime, type: "x", link: ""))
+            try handle.write(
+                contentsOf: header(name: "PaxHeader", size: data.count, mode: 0o644, mtime: mtime, type: "x", link: ""))
             try handle.write(contentsOf: data)
             try handle.write(contentsOf: Data(count: (512 - data.count % 512) % 512))
         }
@@ -102,7 +106,9 @@ enum TarArchive {
             for (i, byte) in string.utf8.prefix(width).enumerated() { block[offset + i] = byte }
         }
         func octal(_ value: Int, at offset: Int, width: Int) {
-            put(String(String(value, radix: 8).suffix(width - 1)).leftPadded(to: width - 1), at: offset, width: width - 1)
+            put(
+                String(String(value, radix: 8).suffix(width - 1)).leftPadded(to: width - 1), at: offset,
+                width: width - 1)
         }
         put(name, at: 0, width: 100)
         octal(mode & 0o7777, at: 100, width: 8)

@@ -16,8 +16,10 @@ public struct VersionLimits: Sendable, Equatable {
     /// version to its count at once).
     public var grace: Double
 
-    public init(perItem: Int = 32, totalBytes: Int64 = 1 << 30, maximumAge: Double = 30 * 86_400, copyLimit: Int64 = 64 << 20,
-                grace: Double = 5) {
+    public init(
+        perItem: Int = 32, totalBytes: Int64 = 1 << 30, maximumAge: Double = 30 * 86_400, copyLimit: Int64 = 64 << 20,
+        grace: Double = 5
+    ) {
         self.perItem = perItem
         self.totalBytes = totalBytes
         self.maximumAge = maximumAge
@@ -29,14 +31,18 @@ public struct VersionLimits: Sendable, Equatable {
     /// those past the age, then the oldest of each item past `perItem`, then the oldest of all
     /// until the rest fit in `totalBytes`.
     public func excess(of all: [VersionRecord], now: Double) -> [VersionRecord] {
-        let removable = all.filter { !$0.pinned && !$0.isUnresolvedConflict && now - $0.time >= grace }.sorted { $0.id < $1.id }
+        let removable = all.filter { !$0.pinned && !$0.isUnresolvedConflict && now - $0.time >= grace }.sorted {
+            $0.id < $1.id
+        }
         var removed = Set<String>()
         for version in removable where now - version.time > maximumAge { removed.insert(version.id) }
         let byItem = Dictionary(grouping: all.filter { !removed.contains($0.id) }, by: \.item)
         for (_, versions) in byItem where versions.count > perItem {
             var over = versions.count - perItem
-            for version in versions.sorted(by: { $0.id < $1.id }) where over > 0 && !version.pinned && !version.isUnresolvedConflict
-                && now - version.time >= grace {
+            for version in versions.sorted(by: { $0.id < $1.id })
+            where over > 0 && !version.pinned && !version.isUnresolvedConflict
+                && now - version.time >= grace
+            {
                 removed.insert(version.id)
                 over -= 1
             }

@@ -53,8 +53,10 @@ public struct VersionRecord: Codable, Hashable, Sendable {
     /// name of that inode, which whoever still has the file open must not count.
     public var linkedInode: UInt64?
 
-    public init(id: String, item: String, cause: Cause, time: Double, modified: Double, size: Int64,
-                replacedBy: VersionOrigin? = nil, conflict: Bool = false, resolved: Bool = false, pinned: Bool = false) {
+    public init(
+        id: String, item: String, cause: Cause, time: Double, modified: Double, size: Int64,
+        replacedBy: VersionOrigin? = nil, conflict: Bool = false, resolved: Bool = false, pinned: Bool = false
+    ) {
         self.id = id
         self.item = item
         self.cause = cause

@@ -125,11 +125,16 @@ public final class VersionStore: @unchecked Sendable {
     private func directories(making: Bool) throws(Errno) -> (content: Int32, journal: Int32) {
         let known = state.withLock { ($0.content, $0.journal) }
         if known.0 >= 0 { return known }
-        if making, let failure = mkdirat(root, Self.directoryName, 0o700).failure, failure != .fileExists { throw failure }
+        if making, let failure = mkdirat(root, Self.directoryName, 0o700).failure, failure != .fileExists {
+            throw failure
+        }
         let directory = try check(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         defer { close(directory) }
-        if making, let failure = mkdirat(directory, Self.contentDirectoryName, 0o700).failure, failure != .fileExists { throw failure }
-        let content = try check(openat(directory, Self.contentDirectoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
+        if making, let failure = mkdirat(directory, Self.contentDirectoryName, 0o700).failure, failure != .fileExists {
+            throw failure
+        }
+        let content = try check(
+            openat(directory, Self.contentDirectoryName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC))
         let journal = openat(directory, "journal", O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard journal >= 0 else {
             let failure = Errno.ofFailedCall()
@@ -148,8 +153,10 @@ public final class VersionStore: @unchecked Sendable {
 
     /// Keeps what `source` holds as a version of `item`, and returns its record; `info` is the
     /// file's status as the caller found it (a regular file, not empty: the caller decides).
-    public func keep(_ source: Source, item: String, info: stat, cause: VersionRecord.Cause,
-                     replacedBy: VersionOrigin? = nil, conflict: Bool = false, now: Double = VersionStore.now()) -> Result<VersionRecord, NotKept> {
+    public func keep(
+        _ source: Source, item: String, info: stat, cause: VersionRecord.Cause,
+        replacedBy: VersionOrigin? = nil, conflict: Bool = false, now: Double = VersionStore.now()
+    ) -> Result<VersionRecord, NotKept> {
         let content: Int32
         do { content = try directories(making: true).content } catch { return .failure(.failed(error)) }
         let id = nextID(now: now)
@@ -160,9 +167,10 @@ public final class VersionStore: @unchecked Sendable {
         if !linked {
             if let failure = copy(source, to: id, in: content, info: info) { return .failure(failure) }
         }
-        var record = VersionRecord(id: id, item: item, cause: cause, time: now,
-                                   modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
-                                   size: Int64(info.st_size), replacedBy: replacedBy, conflict: conflict)
+        var record = VersionRecord(
+            id: id, item: item, cause: cause, time: now,
+            modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
+            size: Int64(info.st_size), replacedBy: replacedBy, conflict: conflict)
         if linked { record.linkedInode = UInt64(info.st_ino) }
         let wake = state.withLock { state -> Bool in
             state.versions[item, default: []].append(record)
@@ -216,7 +224,9 @@ public final class VersionStore: @unchecked Sendable {
             if copied > 0 { continue }
             let failure = Errno.ofFailedCall()
             if failure == .interrupted { continue }
-            guard failure == .improperLink || failure == .notSupported || failure == .invalidArgument else { return .failed(failure) }
+            guard failure == .improperLink || failure == .notSupported || failure == .invalidArgument else {
+                return .failed(failure)
+            }
             // Across filesystems on an older kernel, or a filesystem without it: by hand.
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             while true {
@@ -228,7 +238,9 @@ public final class VersionStore: @unchecked Sendable {
                 }
                 var offset = 0
                 while offset < count {
-                    let written = buffer.withUnsafeBytes { Glibc.write(output, $0.baseAddress! + offset, count - offset) }
+                    let written = buffer.withUnsafeBytes {
+                        Glibc.write(output, $0.baseAddress! + offset, count - offset)
+                    }
                     if written < 0 {
                         if Errno.ofFailedCall() == .interrupted { continue }
                         return .failed(Errno.ofFailedCall())
@@ -268,7 +280,9 @@ public final class VersionStore: @unchecked Sendable {
         let inode = UInt64(info.st_ino)
         return state.withLock { state in
             guard state.linkedInodes.contains(inode) else { return nil }
-            for (item, versions) in state.versions where versions.contains(where: { $0.linkedInode == inode }) { return item }
+            for (item, versions) in state.versions where versions.contains(where: { $0.linkedInode == inode }) {
+                return item
+            }
             return nil
         }
     }
@@ -355,7 +369,9 @@ public final class VersionStore: @unchecked Sendable {
             let ageDue = now - state.lastAgeCheck > 60
             guard !overCount.isEmpty || overBytes || ageDue else { return [] }
             if ageDue { state.lastAgeCheck = now }
-            let candidates = overBytes || ageDue ? state.versions.values.flatMap { $0 } : overCount.flatMap { state.versions[$0] ?? [] }
+            let candidates =
+                overBytes || ageDue
+                ? state.versions.values.flatMap { $0 } : overCount.flatMap { state.versions[$0] ?? [] }
             return limits.excess(of: candidates, now: now)
         }
         forget(excess)
@@ -475,7 +491,9 @@ public final class VersionStore: @unchecked Sendable {
         line += ",\"item\":".utf8
         appendString(record.item, to: &line)
         line += ",\"cause\":\"\(record.cause.rawValue)\",\"time\":\(record.time),\"modified\":\(record.modified)".utf8
-        line += ",\"size\":\(record.size),\"conflict\":\(record.conflict),\"resolved\":\(record.resolved),\"pinned\":\(record.pinned)".utf8
+        line +=
+            ",\"size\":\(record.size),\"conflict\":\(record.conflict),\"resolved\":\(record.resolved),\"pinned\":\(record.pinned)"
+            .utf8
         if let origin = record.replacedBy {
             line += ",\"replacedBy\":{\"pid\":\(origin.pid),\"uid\":\(origin.uid)".utf8
             if let command = origin.command {
@@ -501,7 +519,11 @@ public final class VersionStore: @unchecked Sendable {
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""), UInt8(ascii: "\\"): line += [UInt8(ascii: "\\"), byte]
-            case ..<0x20: line += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
+            case ..<0x20:
+                line += [
+                    UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"), hex[Int(byte >> 4)],
+                    hex[Int(byte & 15)]
+                ]
             default: line.append(byte)
             }
         }
@@ -537,8 +559,10 @@ public final class VersionStore: @unchecked Sendable {
             found.lastID = max(found.lastID, UInt64(id) ?? 0)
             compacted += Self.json(record)
         }
-        if compacted.count < bytes.count, let directory = Optional(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_CLOEXEC)),
-           directory >= 0 {
+        if compacted.count < bytes.count,
+            let directory = Optional(openat(root, Self.directoryName, O_RDONLY | O_DIRECTORY | O_CLOEXEC)),
+            directory >= 0
+        {
             let fresh = openat(directory, "journal.new", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
             if fresh >= 0 {
                 let written = compacted.withUnsafeBytes { Glibc.write(fresh, $0.baseAddress, $0.count) }
@@ -563,8 +587,10 @@ public final class VersionStore: @unchecked Sendable {
         let before = Self.now() - unnamedAge
         func removeIfUnnamed(_ path: String, id: String) {
             var info = stat()
-            guard !ids.contains(id), fstatat(content, path, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG,
-                  Double(info.st_ctim.tv_sec) < before else { return }
+            guard !ids.contains(id), fstatat(content, path, &info, AT_SYMLINK_NOFOLLOW) == 0,
+                info.st_mode & S_IFMT == S_IFREG,
+                Double(info.st_ctim.tv_sec) < before
+            else { return }
             _ = unlinkat(content, path, 0)
         }
         for id in (try? files.contentsOfDirectory(atPath: directory)) ?? [] { removeIfUnnamed(id, id: id) }
@@ -582,4 +608,3 @@ public final class VersionStore: @unchecked Sendable {
         }
     }
 }
-

@@ -7,15 +7,17 @@ import Glibc
 /// arrival order and gives each to the next line that carries one (a `connect` reply or a
 /// `SERVICE_CONNECTION` event).
 public enum DescriptorPassing {
-    private static let controlSpace = 24          // CMSG_SPACE(sizeof(int)) on 64-bit Linux
-    private static let controlLength = 20         // CMSG_LEN(sizeof(int))
-    private static let rights: Int32 = 1          // SCM_RIGHTS
+    private static let controlSpace = 24  // CMSG_SPACE(sizeof(int)) on 64-bit Linux
+    private static let controlLength = 20  // CMSG_LEN(sizeof(int))
+    private static let rights: Int32 = 1  // SCM_RIGHTS
 
     /// One `sendmsg` of `bytes` with `descriptor` attached: the count sent (the descriptor goes
     /// with the first byte), or -1 with errno set, as the call it makes (for `check` or
     /// `retryingInterrupts`). `flags` adds to MSG_NOSIGNAL.
-    public static func send(_ socket: Int32, _ bytes: UnsafeRawBufferPointer, descriptor: Int32, flags: Int32 = 0) -> Int {
-        var control = (UInt64(0), UInt64(0), UInt64(0))   // controlSpace bytes, 8-aligned
+    public static func send(
+        _ socket: Int32, _ bytes: UnsafeRawBufferPointer, descriptor: Int32, flags: Int32 = 0
+    ) -> Int {
+        var control = (UInt64(0), UInt64(0), UInt64(0))  // controlSpace bytes, 8-aligned
         return withUnsafeMutableBytes(of: &control) { controlBuffer in
             controlBuffer.storeBytes(of: UInt(controlLength), toByteOffset: 0, as: UInt.self)
             controlBuffer.storeBytes(of: SOL_SOCKET, toByteOffset: 8, as: Int32.self)
@@ -36,7 +38,9 @@ public enum DescriptorPassing {
     /// Reads into `buffer`; returns the byte count (0 at end) and any descriptors that came with
     /// them. A read a signal interrupts before any byte came is made again; one that fails brings
     /// no descriptors and throws its errno.
-    public static func receive(_ socket: Int32, into buffer: inout [UInt8]) throws(Errno) -> (count: Int, descriptors: [Int32]) {
+    public static func receive(
+        _ socket: Int32, into buffer: inout [UInt8]
+    ) throws(Errno) -> (count: Int, descriptors: [Int32]) {
         var control = [UInt8](repeating: 0, count: controlSpace * 4)
         var result = (-1, 0)
         repeat {
@@ -54,7 +58,7 @@ public enum DescriptorPassing {
                     }
                 }
             }
-        } while result.0 == -1 && Errno.current == .interrupted     // a signal before any byte
+        } while result.0 == -1 && Errno.current == .interrupted  // a signal before any byte
         if result.0 == -1 { throw Errno.current }
         var descriptors: [Int32] = []
         var offset = 0
@@ -64,7 +68,8 @@ public enum DescriptorPassing {
             let type = control.withUnsafeBytes { $0.load(fromByteOffset: offset + 12, as: Int32.self) }
             if level == SOL_SOCKET && type == rights && length >= 16 {
                 for index in 0..<((length - 16) / 4) {
-                    descriptors.append(control.withUnsafeBytes { $0.load(fromByteOffset: offset + 16 + index * 4, as: Int32.self) })
+                    descriptors.append(
+                        control.withUnsafeBytes { $0.load(fromByteOffset: offset + 16 + index * 4, as: Int32.self) })
                 }
             }
             guard length > 0 else { break }

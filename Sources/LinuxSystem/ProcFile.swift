@@ -41,7 +41,9 @@ package enum ProcFile {
                 let name = String(decoding: text[lineStart..<colon], as: UTF8.self)
                 if names.contains(name) {
                     var valueStart = colon + 1
-                    while valueStart < lineEnd && (text[valueStart] == UInt8(ascii: " ") || text[valueStart] == UInt8(ascii: "\t")) {
+                    while valueStart < lineEnd
+                        && (text[valueStart] == UInt8(ascii: " ") || text[valueStart] == UInt8(ascii: "\t"))
+                    {
                         valueStart += 1
                     }
                     found[name] = String(decoding: text[valueStart..<lineEnd], as: UTF8.self)
@@ -69,7 +71,8 @@ package enum ProcFile {
 
     package static func caller(of tid: Int32) -> Caller? {
         guard let fields = statusFields(["Tgid", "PPid", "Kthread"], of: tid),
-              let group = fields["Tgid"].flatMap({ Int32($0) }) else { return nil }
+            let group = fields["Tgid"].flatMap({ Int32($0) })
+        else { return nil }
         // "Kthread" exists since Linux 6.x; before it, kernel threads are kthreadd (2) and its children.
         let isKernelThread = fields["Kthread"].map { $0 == "1" } ?? (group == 2 || fields["PPid"] == "2")
         return Caller(process: group, isKernelThread: isKernelThread, parent: fields["PPid"].flatMap { Int32($0) } ?? 0)

@@ -33,7 +33,7 @@ public struct PeerCredentials: Sendable, Hashable {
 }
 
 package enum UnixSocket {
-    package static let peerCredentialsOption: Int32 = 17   // SO_PEERCRED on Linux
+    package static let peerCredentialsOption: Int32 = 17  // SO_PEERCRED on Linux
 
     package static func withAddress<T>(_ path: String, _ body: (UnsafePointer<sockaddr>, socklen_t) -> T) throws -> T {
         var address = sockaddr_un()
@@ -46,7 +46,9 @@ package enum UnixSocket {
             raw[bytes.count] = 0
         }
         return withUnsafePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { body($0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                body($0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
     }
 
@@ -62,14 +64,17 @@ package enum UnixSocket {
             if let live = try? connect(to: path) {
                 close(live)
                 close(fd)
-                throw SocketError(call: "bind \(path)", code: EADDRINUSE, detail: "another coordfs server listens there")
+                throw SocketError(
+                    call: "bind \(path)", code: EADDRINUSE, detail: "another coordfs server listens there")
             }
             unlink(path)
             bound = try withAddress(path) { bind(fd, $0, $1) }
         }
         guard bound == 0 else { let code = errno; close(fd); throw SocketError(call: "bind \(path)", code: code) }
         chmod(path, mode)
-        guard Glibc.listen(fd, 64) == 0 else { let code = errno; close(fd); throw SocketError(call: "listen", code: code) }
+        guard Glibc.listen(fd, 64) == 0 else {
+            let code = errno; close(fd); throw SocketError(call: "listen", code: code)
+        }
         return fd
     }
 

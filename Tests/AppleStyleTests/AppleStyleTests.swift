@@ -47,8 +47,10 @@ import Testing
         #expect(eventually { notebook.events.contains("did move to renamed.txt") }, "\(notebook.events)")
         #expect(notebook.presentedItemURL?.lastPathComponent == "renamed.txt")
         #expect(notebook.events.starts(with: ["relinquish to writer"]), "\(notebook.events)")
-        #expect(notebook.events.contains("save") && notebook.events.contains("did change") && notebook.events.contains("reacquire"),
-                "\(notebook.events)")
+        #expect(
+            notebook.events.contains("save") && notebook.events.contains("did change")
+                && notebook.events.contains("reacquire"),
+            "\(notebook.events)")
         #expect(NotebookStore.copy(moved, to: folder.appendingPathComponent("copy.txt")) == nil)
         #expect(try String(contentsOf: folder.appendingPathComponent("copy.txt"), encoding: .utf8) == "second\n")
         let prepared = NotebookStore.prepareBoth(moved, folder.appendingPathComponent("copy.txt"))
@@ -61,13 +63,18 @@ import Testing
         var error: NSError?
         let text = NotebookStore.read(URL(string: "https://example.com/notes.txt")!, error: &error)
         #expect(text == nil)
-        #expect(error?.domain == NSCocoaErrorDomain && error?.code == CocoaError.Code.fileReadUnsupportedScheme.rawValue,
-                "\(String(describing: error))")
-        #expect(error?.localizedDescription.contains("URL") == true, "\(String(describing: error?.localizedDescription))")
+        #expect(
+            error?.domain == NSCocoaErrorDomain && error?.code == CocoaError.Code.fileReadUnsupportedScheme.rawValue,
+            "\(String(describing: error))")
+        #expect(
+            error?.localizedDescription.contains("URL") == true, "\(String(describing: error?.localizedDescription))")
         // A move reported outside a coordinated write is no crash, and moves nothing.
-        NSFileCoordinator(filePresenter: nil).item(at: folder.appendingPathComponent("a"), didMoveTo: folder.appendingPathComponent("b"))
+        NSFileCoordinator(filePresenter: nil).item(
+            at: folder.appendingPathComponent("a"), didMoveTo: folder.appendingPathComponent("b"))
         // Nil for the error pointer is allowed, as in Foundation.
-        NSFileCoordinator(filePresenter: nil).coordinate(readingItemAt: URL(string: "https://example.com")!, options: [],
-                                                         error: nil) { _ in Issue.record("the accessor ran") }
+        NSFileCoordinator(filePresenter: nil).coordinate(
+            readingItemAt: URL(string: "https://example.com")!, options: [],
+            error: nil
+        ) { _ in Issue.record("the accessor ran") }
     }
 }

@@ -18,13 +18,14 @@ import Testing
     func save(_ new: String) async throws {
         try await FileCoordinator().write(at: url, options: .forReplacing) { url in
             try new.write(to: url, atomically: true, encoding: .utf8)
-            text = new          // main-actor state: the accessor runs where its caller does
+            text = new  // main-actor state: the accessor runs where its caller does
             saves += 1
         }
     }
 
     func copy(to other: URL) async throws {
-        let from = FileAccessIntent.readingIntent(with: url), to = FileAccessIntent.writingIntent(with: other, options: .forReplacing)
+        let from = FileAccessIntent.readingIntent(with: url),
+            to = FileAccessIntent.writingIntent(with: other, options: .forReplacing)
         try await FileCoordinator().coordinate(with: [from, to]) {
             try Data(contentsOf: from.url).write(to: to.url)
             saves += 1
@@ -34,7 +35,8 @@ import Testing
 
 @Suite struct MainActorCallers {
     @Test @MainActor func aMainActorModelCoordinatesWithTheAsyncForms() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-main-actor-\(UUID().uuidString)")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "coordfs-main-actor-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
         let model = DocumentModel(url: directory.appendingPathComponent("doc.txt"))

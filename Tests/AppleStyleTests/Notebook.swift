@@ -81,7 +81,8 @@ enum NotebookStore {
 
     static func write(_ text: String, to url: URL) -> NSError? {
         var error: NSError?
-        NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing, error: &error) { url in
+        NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing, error: &error) {
+            url in
             try? text.write(to: url, atomically: true, encoding: .utf8)
         }
         return error
@@ -90,8 +91,10 @@ enum NotebookStore {
     static func move(_ source: URL, to destination: URL) -> NSError? {
         var error: NSError?
         let coordinator = NSFileCoordinator(filePresenter: nil)
-        coordinator.coordinate(writingItemAt: source, options: .forMoving, writingItemAt: destination,
-                               options: .forReplacing, error: &error) { from, to in
+        coordinator.coordinate(
+            writingItemAt: source, options: .forMoving, writingItemAt: destination,
+            options: .forReplacing, error: &error
+        ) { from, to in
             coordinator.item(at: from, willMoveTo: to)
             try? FileManager.default.moveItem(at: from, to: to)
             coordinator.item(at: from, didMoveTo: to)
@@ -101,8 +104,10 @@ enum NotebookStore {
 
     static func copy(_ source: URL, to destination: URL) -> NSError? {
         var error: NSError?
-        NSFileCoordinator(filePresenter: nil).coordinate(readingItemAt: source, options: [], writingItemAt: destination,
-                                                         options: .forReplacing, error: &error) { from, to in
+        NSFileCoordinator(filePresenter: nil).coordinate(
+            readingItemAt: source, options: [], writingItemAt: destination,
+            options: .forReplacing, error: &error
+        ) { from, to in
             try? FileManager.default.copyItem(at: from, to: to)
         }
         return error
@@ -111,8 +116,10 @@ enum NotebookStore {
     static func prepareBoth(_ first: URL, _ second: URL) -> (ran: Bool, error: NSError?) {
         var error: NSError?
         var ran = false
-        NSFileCoordinator(filePresenter: nil).prepare(forReadingItemsAt: [first], options: [], writingItemsAt: [second],
-                                                      options: [], error: &error) { completionHandler in
+        NSFileCoordinator(filePresenter: nil).prepare(
+            forReadingItemsAt: [first], options: [], writingItemsAt: [second],
+            options: [], error: &error
+        ) { completionHandler in
             ran = true
             completionHandler()
         }

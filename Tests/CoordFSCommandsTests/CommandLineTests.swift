@@ -9,10 +9,14 @@ import Testing
         #expect(CoordFS.unknownSubcommand(["umount", "/mnt"]) == "Unknown subcommand 'umount'. Did you mean 'unmount'?")
         #expect(CoordFS.unknownSubcommand(["serivces"]) == "Unknown subcommand 'serivces'. Did you mean 'services'?")
         #expect(CoordFS.unknownSubcommand(["coord"]) == "Unknown subcommand 'coord'. Did you mean 'coordinate'?")
-        #expect(CoordFS.unknownSubcommand(["xyzzy"])?.hasPrefix("Unknown subcommand 'xyzzy'. The subcommands: mount, unmount, watch") == true)
+        #expect(
+            CoordFS.unknownSubcommand(["xyzzy"])?.hasPrefix(
+                "Unknown subcommand 'xyzzy'. The subcommands: mount, unmount, watch") == true)
         // The hidden one is never offered, nor listed.
         let hidden = CoordFS.unknownSubcommand(["daemon-strat"]) ?? ""
-        #expect(hidden.hasPrefix("Unknown subcommand 'daemon-strat'. The subcommands: ") && !hidden.contains("daemon-start"), "\(hidden)")
+        #expect(
+            hidden.hasPrefix("Unknown subcommand 'daemon-strat'. The subcommands: ")
+                && !hidden.contains("daemon-start"), "\(hidden)")
     }
 
     @Test func subcommandsOptionsAndHelpPass() {
@@ -30,7 +34,8 @@ import Testing
     }
 
     @Test func logLevelsAreSyslogSeverities() {
-        #expect(SystemLog.severity(.critical) == 2 && SystemLog.severity(.error) == 3 && SystemLog.severity(.warning) == 4)
+        #expect(
+            SystemLog.severity(.critical) == 2 && SystemLog.severity(.error) == 3 && SystemLog.severity(.warning) == 4)
         #expect(SystemLog.severity(.notice) == 5 && SystemLog.severity(.info) == 6 && SystemLog.severity(.debug) == 7)
     }
 }

@@ -15,7 +15,8 @@ import Glibc
 
         init() throws {
             var pair: [Int32] = [0, 0], input: [Int32] = [0, 0], output: [Int32] = [0, 0]
-            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0, pipe(&input) == 0, pipe(&output) == 0 else {
+            guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0, pipe(&input) == 0, pipe(&output) == 0
+            else {
                 throw CommandFailure("socketpair or pipe: \(errno)")
             }
             (ours, provider) = (pair[0], pair[1])

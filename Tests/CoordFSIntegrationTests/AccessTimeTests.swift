@@ -14,21 +14,21 @@ import Glibc
     /// read; then reads the file and lists the directory through the mount. Prints the bytes
     /// read, the names listed, and whether each access time was kept.
     static let readAndList = """
-    import os, sys
-    backing, mount = sys.argv[1], sys.argv[2]
-    directory, file = os.path.join(backing, "d"), os.path.join(backing, "d", "f")
-    os.makedirs(directory, exist_ok=True)
-    with open(file, "wb") as out:
-        out.write(b"x" * 10000)
-    old = 946684800
-    for path in (file, directory):
-        os.utime(path, (old, os.stat(path).st_mtime))
-    with open(os.path.join(mount, "d", "f"), "rb") as read:
-        count = len(read.read())
-    names = os.listdir(os.path.join(mount, "d"))
-    kept = lambda path: "kept" if int(os.stat(path).st_atime) == old else "touched"
-    print(count, names, "file", kept(file), "directory", kept(directory))
-    """
+        import os, sys
+        backing, mount = sys.argv[1], sys.argv[2]
+        directory, file = os.path.join(backing, "d"), os.path.join(backing, "d", "f")
+        os.makedirs(directory, exist_ok=True)
+        with open(file, "wb") as out:
+            out.write(b"x" * 10000)
+        old = 946684800
+        for path in (file, directory):
+            os.utime(path, (old, os.stat(path).st_mtime))
+        with open(os.path.join(mount, "d", "f"), "rb") as read:
+            count = len(read.read())
+        names = os.listdir(os.path.join(mount, "d"))
+        kept = lambda path: "kept" if int(os.stat(path).st_atime) == old else "touched"
+        print(count, names, "file", kept(file), "directory", kept(directory))
+        """
 
     static func readAndList(_ fx: MountFixture, in relative: String = "") throws -> String {
         let result = try run("/usr/bin/python3", ["-c", readAndList, fx.backingPath(relative), fx.path(relative)])
@@ -105,25 +105,25 @@ import Glibc
     func aProgramsOwnNoatimeOpenLeavesTheBackingFileAsItWas(path: [String]) throws {
         let fx = try MountFixture(path)
         let script = """
-        import os, sys
-        backing, mount = sys.argv[1], sys.argv[2]
-        with open(os.path.join(backing, "f"), "wb") as out:
-            out.write(b"x" * 10000)
-        old = 946684800
-        os.utime(os.path.join(backing, "f"), (old, os.stat(os.path.join(backing, "f")).st_mtime))
-        def read(flags):
-            fd = os.open(os.path.join(mount, "f"), os.O_RDONLY | flags)
-            # Nothing from the mount's page cache: the read reaches the backing file.
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            count = len(os.read(fd, 20000))
-            os.close(fd)
-            return count
-        count = read(os.O_NOATIME)
-        kept = int(os.stat(os.path.join(backing, "f")).st_atime) == old
-        read(0)
-        touched = int(os.stat(os.path.join(backing, "f")).st_atime) != old
-        print(count, "kept" if kept else "touched", "then touched" if touched else "then kept")
-        """
+            import os, sys
+            backing, mount = sys.argv[1], sys.argv[2]
+            with open(os.path.join(backing, "f"), "wb") as out:
+                out.write(b"x" * 10000)
+            old = 946684800
+            os.utime(os.path.join(backing, "f"), (old, os.stat(os.path.join(backing, "f")).st_mtime))
+            def read(flags):
+                fd = os.open(os.path.join(mount, "f"), os.O_RDONLY | flags)
+                # Nothing from the mount's page cache: the read reaches the backing file.
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                count = len(os.read(fd, 20000))
+                os.close(fd)
+                return count
+            count = read(os.O_NOATIME)
+            kept = int(os.stat(os.path.join(backing, "f")).st_atime) == old
+            read(0)
+            touched = int(os.stat(os.path.join(backing, "f")).st_atime) != old
+            print(count, "kept" if kept else "touched", "then touched" if touched else "then kept")
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.backing.path, fx.mountPoint.path])
         #expect(result.status == 0, "\(result.errors)")
         // The plain read after it shows that a read there does touch it.

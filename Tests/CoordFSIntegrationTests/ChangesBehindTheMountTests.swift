@@ -28,11 +28,14 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     }
 
     private func note(_ message: String) {
-        log.add("\(name):\(message) via \(AccessOrigin.current.map { $0.via.rawValue } ?? "?")"
+        log.add(
+            "\(name):\(message) via \(AccessOrigin.current.map { $0.via.rawValue } ?? "?")"
                 + (AccessOrigin.current?.pid == nil ? "" : " with pid"))
     }
 
-    func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+    func relinquishPresentedItem(
+        toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void
+    ) {
         completion(nil, nil)
     }
     func presentedSubitemWasDeleted(at url: URL) { note("subitemWasDeleted \(url.lastPathComponent)") }
@@ -72,22 +75,22 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         fx.domain!.addFilePresenter(OriginPresenter("D", fx.path("dir"), log: log))
         let dir = fx.backingPath("dir")
 
-        try behind("echo v2 > '\(dir)/doc.txt'")                                      // a write
+        try behind("echo v2 > '\(dir)/doc.txt'")  // a write
         #expect(log.waitFor("F:didChange via outside"))
         #expect(log.waitFor("D:subitemDidChange doc.txt via outside"))
-        try behind("echo v3 >> '\(dir)/doc.txt'")                                     // an append
+        try behind("echo v3 >> '\(dir)/doc.txt'")  // an append
         #expect(eventually { log.count("F:didChange via outside") >= 2 })
-        try behind("truncate -s 1 '\(dir)/doc.txt'")                                  // a truncation
+        try behind("truncate -s 1 '\(dir)/doc.txt'")  // a truncation
         #expect(eventually { log.count("F:didChange via outside") >= 3 })
-        try behind("echo new > '\(dir)/new.txt'")                                     // a create
+        try behind("echo new > '\(dir)/new.txt'")  // a create
         #expect(log.waitFor("D:subitemDidAppear new.txt via outside"))
-        try behind("mkdir '\(dir)/sub'")                                              // a mkdir
+        try behind("mkdir '\(dir)/sub'")  // a mkdir
         #expect(log.waitFor("D:subitemDidAppear sub via outside"))
-        try behind("mv '\(dir)/doc.txt' '\(dir)/moved.txt'")                          // a rename
+        try behind("mv '\(dir)/doc.txt' '\(dir)/moved.txt'")  // a rename
         #expect(log.waitFor("F:didMove moved.txt via outside"))
         #expect(log.waitFor("D:subitemDidMove doc.txt moved.txt via outside"))
         #expect(eventually { file.presentedItemURL?.path == fx.path("dir/moved.txt") })
-        try behind("rm '\(dir)/new.txt'")                                             // an unlink
+        try behind("rm '\(dir)/new.txt'")  // an unlink
         #expect(log.waitFor("D:subitemWasDeleted new.txt via outside"))
         #expect(log.matching("").allSatisfy { !$0.contains("with pid") }, "nobody coordinated them: \(log.events)")
     }
@@ -127,7 +130,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         let fx = try MountFixture(options)
         try fx.seed("dir/doc.txt", "aaaa\n")
         let dir = fx.backingPath("dir"), mounted = fx.path("dir")
-        func size(_ path: String) throws -> String { try behind("stat -c %s '\(path)'").trimmingCharacters(in: .whitespacesAndNewlines) }
+        func size(_ path: String) throws -> String {
+            try behind("stat -c %s '\(path)'").trimmingCharacters(in: .whitespacesAndNewlines)
+        }
         // What the kernel keeps: an attribute, a page, a name and an absence.
         #expect(try size("\(mounted)/doc.txt") == "5")
         #expect(try behind("cat '\(mounted)/doc.txt'") == "aaaa\n")
@@ -158,7 +163,8 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     func theMountsOwnChangesAreNotToldAgainAsFromOutside(byDirectory: Bool) throws {
         let fx = try MountFixture(byDirectory ? ["--backing-watch-by-directory"] : [])
         let mounted = fx.path("")
-        try behind("""
+        try behind(
+            """
             cd '\(mounted)' && mkdir d && echo one > d/f && echo two >> d/f && truncate -s 1 d/f && chmod 600 d/f \
             && mv d/f d/g && ln -s g d/link && rm d/link && python3 -c "
             import os
@@ -186,7 +192,7 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
             line = watcher.next(timeout: .milliseconds(500))
         }
         #expect(line == "\(fx.path("dir")) SUBITEM_CHANGED doc.txt via=outside", "\(line ?? "nothing")")
-        while watcher.next(timeout: .milliseconds(300)) != nil {}      // the retries' appends
+        while watcher.next(timeout: .milliseconds(300)) != nil {}  // the retries' appends
         let dir = fx.backingPath("dir"), watched = fx.path("dir")
         func heard(_ command: String) throws -> [String] {
             try behind(command)
@@ -198,8 +204,10 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(try heard("mkdir '\(dir)/sub'") == ["\(watched) SUBITEM_APPEARED sub via=outside"])
         #expect(try heard("touch '\(dir)/new.txt'") == ["\(watched) SUBITEM_APPEARED new.txt via=outside"])
         let moved = try heard("mv '\(dir)/new.txt' '\(dir)/moved.txt'")
-        #expect(moved.count == 2 && moved[0].hasPrefix("\(watched) MOVED_FROM new.txt cookie=")
-                && moved[1].hasPrefix("\(watched) MOVED_TO moved.txt cookie=") && moved.allSatisfy { $0.hasSuffix(" via=outside") }
+        #expect(
+            moved.count == 2 && moved[0].hasPrefix("\(watched) MOVED_FROM new.txt cookie=")
+                && moved[1].hasPrefix("\(watched) MOVED_TO moved.txt cookie=")
+                && moved.allSatisfy { $0.hasSuffix(" via=outside") }
                 && moved[0].split(separator: " ")[3] == moved[1].split(separator: " ")[3], "\(moved)")
         #expect(try heard("rm '\(dir)/moved.txt'") == ["\(watched) SUBITEM_DELETED moved.txt via=outside"])
     }
@@ -231,8 +239,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         // In either order: the kernel sends the release after close(2) has returned.
         let after = heard()
         #expect(after.filter { $0.hasSuffix(" via=outside") } == ["\(doc) CHANGED via=outside"], "\(after)")
-        #expect(after.filter { $0.hasPrefix("\(doc) CHANGED pid=\(writer.pid) ") && $0.hasSuffix(" via=mount") }.count == 1,
-                "\(after)")
+        #expect(
+            after.filter { $0.hasPrefix("\(doc) CHANGED pid=\(writer.pid) ") && $0.hasSuffix(" via=mount") }.count == 1,
+            "\(after)")
         #expect(try String(contentsOfFile: backing, encoding: .utf8) == "v1\nbeside\nmine\nafter\n")
     }
 
@@ -254,14 +263,19 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
                 return result.output
             }
             func statistics() throws -> [String: Int] {
-                let json = try asNobody("python3 -c \"import os; print(os.getxattr('\(fx.mountPoint.path)', 'user.coordfs.stats').decode())\"")
+                let json = try asNobody(
+                    "python3 -c \"import os; print(os.getxattr('\(fx.mountPoint.path)', 'user.coordfs.stats').decode())\""
+                )
                 return try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Int] ?? [:]
             }
             #expect(try statistics()["watches_backing"] == 1)
             #expect(try statistics()["watched_directories"] == 1, "the backing directory's own mark")
             try asNobody("mkdir '\(fx.path("dir"))' && echo v1 > '\(fx.path("dir/doc.txt"))'")
-            #expect(eventually { (try? statistics()["watched_directories"]) == 2 }, "a directory made through the mount is marked")
-            let watcher = try Child(asUser(nobody)[0], Array(asUser(nobody).dropFirst()) + [Paths.binary.path, "watch", fx.path("dir")])
+            #expect(
+                eventually { (try? statistics()["watched_directories"]) == 2 },
+                "a directory made through the mount is marked")
+            let watcher = try Child(
+                asUser(nobody)[0], Array(asUser(nobody).dropFirst()) + [Paths.binary.path, "watch", fx.path("dir")])
             defer { watcher.signal(SIGTERM) }
             // Its watch is in place once a change is heard: appended to until then.
             var line: String?
@@ -272,7 +286,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
             #expect(line == "\(fx.path("dir")) SUBITEM_CHANGED doc.txt via=outside", "\(line ?? "nothing")")
             try behind("echo v2 > '\(fx.backingPath("dir/doc.txt"))' && mkdir '\(fx.backingPath("dir/sub"))'")
             #expect(try asNobody("cat '\(fx.path("dir/doc.txt"))'; ls '\(fx.path("dir"))'") == "v2\ndoc.txt\nsub\n")
-            #expect(eventually { (try? statistics()["watched_directories"]) == 3 }, "a directory made behind the mount is marked")
+            #expect(
+                eventually { (try? statistics()["watched_directories"]) == 3 },
+                "a directory made behind the mount is marked")
         }
     }
 
@@ -283,7 +299,8 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         let fx = try MountFixture(inProcess: { $0.watchesBackingByDirectory = true })
         try fx.seed("top/old/doc.txt", "v1\n")
         let elsewhere = fx.base.appendingPathComponent("elsewhere")
-        try FileManager.default.createDirectory(at: elsewhere.appendingPathComponent("inner"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: elsewhere.appendingPathComponent("inner"), withIntermediateDirectories: true)
         try "x\n".write(to: elsewhere.appendingPathComponent("inner/f.txt"), atomically: false, encoding: .utf8)
         #expect(eventually { (try? fx.statistics()["watched_directories"]) == 3 }, "the root, top and top/old")
         let log = EventLog()
@@ -294,12 +311,15 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         try behind("mkdir -p '\(top)/a/b/c' && echo hi > '\(top)/a/b/c/f.txt'")
         #expect(log.waitFor("T:subitemDidAppear f.txt via outside"), "\(log.events)")
         try behind("echo more >> '\(top)/a/b/c/f.txt'")
-        #expect(log.waitFor("T:subitemDidChange f.txt via outside"), "a change in a directory made behind: \(log.events)")
+        #expect(
+            log.waitFor("T:subitemDidChange f.txt via outside"), "a change in a directory made behind: \(log.events)")
         // Made through the mount, then written in behind it.
         try behind("mkdir '\(fx.path("top/made"))'")
         #expect(eventually { ((try? fx.statistics()["watched_directories"]) ?? 0) >= 7 })
         try behind("echo x > '\(top)/made/g.txt'")
-        #expect(log.waitFor("T:subitemDidAppear g.txt via outside"), "a change in a directory made through the mount: \(log.events)")
+        #expect(
+            log.waitFor("T:subitemDidAppear g.txt via outside"),
+            "a change in a directory made through the mount: \(log.events)")
         // Renamed behind the mount: changes in it are told at its new place.
         let presenter = OriginPresenter("F", fx.path("top/old/doc.txt"), log: log)
         fx.domain!.addFilePresenter(presenter)
@@ -307,12 +327,15 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(log.waitFor("T:subitemDidMove old new via outside"), "\(log.events)")
         try behind("echo v2 > '\(top)/new/doc.txt'")
         #expect(eventually { presenter.presentedItemURL?.path == fx.path("top/new/doc.txt") })
-        #expect(log.waitFor("F:didChange via outside"), "a change in a directory renamed behind the mount: \(log.events)")
+        #expect(
+            log.waitFor("F:didChange via outside"), "a change in a directory renamed behind the mount: \(log.events)")
         // Moved in from elsewhere on the filesystem, with what it holds.
         try behind("mv '\(elsewhere.path)' '\(top)/moved-in'")
         #expect(log.waitFor("T:subitemDidAppear moved-in via outside"))
-        #expect(log.waitFor("T:subitemDidAppear f.txt via outside") && eventually { log.count("T:subitemDidAppear f.txt via outside") >= 2 },
-                "what the moved-in directory holds: \(log.events)")
+        #expect(
+            log.waitFor("T:subitemDidAppear f.txt via outside")
+                && eventually { log.count("T:subitemDidAppear f.txt via outside") >= 2 },
+            "what the moved-in directory holds: \(log.events)")
         try behind("echo y >> '\(top)/moved-in/inner/f.txt'")
         #expect(eventually { log.count("T:subitemDidChange f.txt via outside") >= 2 }, "\(log.events)")
         // Removed: forgotten.
@@ -334,7 +357,8 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         let top = fx.backingPath("top")
         #expect(eventually { (try? fx.statistics()["watched_directories"]) == 4 })
         // Exchanged: what was a is now b, and the other way round.
-        try behind("""
+        try behind(
+            """
             python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); \
             r = libc.renameat2(-100, b'\(top)/a', -100, b'\(top)/b', 2); \
             os._exit(0 if r == 0 else 1)"
@@ -370,11 +394,13 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         let fx = try MountFixture()
         try fx.seed("log.txt", "one\n")
         let mounted = fx.path("log.txt")
-        func size() throws -> String { try behind("stat -c %s '\(mounted)'").trimmingCharacters(in: .whitespacesAndNewlines) }
+        func size() throws -> String {
+            try behind("stat -c %s '\(mounted)'").trimmingCharacters(in: .whitespacesAndNewlines)
+        }
         func statistic(_ name: String) throws -> Int { try #require(fx.statistics()[name], "no \(name)") }
-        #expect(try size() == "4")                          // looked up: kept a second
+        #expect(try size() == "4")  // looked up: kept a second
         Thread.sleep(forTimeInterval: 1.3)
-        #expect(try size() == "4")                          // asked again: marked
+        #expect(try size() == "4")  // asked again: marked
         #expect(try statistic("files_watched_for_writes") == 1)
         let asked = try statistic("attribute_requests")
         Thread.sleep(forTimeInterval: 1.3)
@@ -383,18 +409,25 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
 
         // A writer behind the mount that keeps the file open.
         func appender(_ path: String) throws -> Child {
-            try Child("/usr/bin/python3", ["-u", "-c", """
-                import os, sys
-                fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
-                for line in sys.stdin:
-                    os.write(fd, line.encode())
-                    print("wrote", flush=True)
-                """, path])
+            try Child(
+                "/usr/bin/python3",
+                [
+                    "-u", "-c",
+                    """
+                    import os, sys
+                    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+                    for line in sys.stdin:
+                        os.write(fd, line.encode())
+                        print("wrote", flush=True)
+                    """, path
+                ])
         }
         let writer = try appender(fx.backingPath("log.txt"))
         writer.send("two")
         #expect(writer.next() == "wrote")
-        #expect(eventually(.milliseconds(500)) { (try? size()) == "8" }, "a write behind the mount unseen while its writer keeps it open")
+        #expect(
+            eventually(.milliseconds(500)) { (try? size()) == "8" },
+            "a write behind the mount unseen while its writer keeps it open")
         writer.send("three")
         #expect(writer.next() == "wrote")
         #expect(eventually(.milliseconds(500)) { (try? size()) == "14" })
@@ -408,7 +441,8 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         let linkWriter = try appender(outside)
         linkWriter.send("3")
         #expect(linkWriter.next() == "wrote")
-        #expect(eventually(.milliseconds(500)) { (try? size()) == "16" }, "a write through a link outside BACKING unseen")
+        #expect(
+            eventually(.milliseconds(500)) { (try? size()) == "16" }, "a write through a link outside BACKING unseen")
         linkWriter.signal(SIGTERM)
         try behind("chmod 600 '\(outside)'")
         #expect(eventually(.milliseconds(500)) { (try? behind("stat -c %a '\(mounted)'")) == "600\n" }, "a stale mode")
@@ -436,22 +470,32 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         func statistic(_ name: String) throws -> Int { try #require(fx.statistics()[name], "no \(name)") }
         // Made behind the mount, and told (the kernel forgets the names as it is told), first.
         try fx.settled {
-            let made = try run("/usr/bin/python3", ["-c", """
-                import os, sys
-                for i in range(int(sys.argv[2])):
-                    os.close(os.open(f"{sys.argv[1]}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
-                """, fx.backingPath("many"), String(count)])
+            let made = try run(
+                "/usr/bin/python3",
+                [
+                    "-c",
+                    """
+                    import os, sys
+                    for i in range(int(sys.argv[2])):
+                        os.close(os.open(f"{sys.argv[1]}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+                    """, fx.backingPath("many"), String(count)
+                ])
             #expect(made.status == 0, "\(made.errors)")
         }
-        let asked = try run("/usr/bin/python3", ["-c", """
-            import os, sys, time
-            mounted, count = sys.argv[1], int(sys.argv[2])
-            for i in range(count):
-                os.stat(f"{mounted}/f{i}")      # looked up: kept a second
-            time.sleep(1.3)
-            for i in range(count):
-                os.stat(f"{mounted}/f{i}")      # asked again: marked
-            """, fx.path("many"), String(count)])
+        let asked = try run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import os, sys, time
+                mounted, count = sys.argv[1], int(sys.argv[2])
+                for i in range(count):
+                    os.stat(f"{mounted}/f{i}")      # looked up: kept a second
+                time.sleep(1.3)
+                for i in range(count):
+                    os.stat(f"{mounted}/f{i}")      # asked again: marked
+                """, fx.path("many"), String(count)
+            ])
         #expect(asked.status == 0, "\(asked.errors)")
         #expect(try statistic("files_watched_for_writes") == count - bound, "a new generation of marks")
         let requests = try statistic("attribute_requests")
@@ -463,7 +507,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         try behind("stat '\(fx.path("many/f0"))' >/dev/null")
         #expect(try statistic("attribute_requests") == afterFirst, "marked again: kept long")
         // Still seen as it is written behind the mount, without a close.
-        try behind("(python3 -c \"import os, time; fd = os.open('\(fx.backingPath("many/f0"))', os.O_WRONLY); os.write(fd, b'x'); time.sleep(2)\" >/dev/null 2>&1 &)")
+        try behind(
+            "(python3 -c \"import os, time; fd = os.open('\(fx.backingPath("many/f0"))', os.O_WRONLY); os.write(fd, b'x'); time.sleep(2)\" >/dev/null 2>&1 &)"
+        )
         #expect(eventually(.milliseconds(500)) { (try? behind("stat -c %s '\(fx.path("many/f0"))'")) == "1\n" })
     }
 
@@ -475,21 +521,28 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         try fx.seed("many/.keep", "")
         let log = EventLog()
         fx.domain!.addFilePresenter(OriginPresenter("D", fx.path("many"), log: log))
-        let made = try run("/usr/bin/python3", ["-c", """
-            import os, sys
-            base = sys.argv[1]
-            for i in range(100000):
-                os.close(os.open(f"{base}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
-            for i in range(5000):
-                os.rename(f"{base}/f0", f"{base}/g0")
-                os.rename(f"{base}/g0", f"{base}/f0")
-            """, fx.backingPath("many")])
+        let made = try run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import os, sys
+                base = sys.argv[1]
+                for i in range(100000):
+                    os.close(os.open(f"{base}/f{i}", os.O_CREAT | os.O_WRONLY, 0o644))
+                for i in range(5000):
+                    os.rename(f"{base}/f0", f"{base}/g0")
+                    os.rename(f"{base}/g0", f"{base}/f0")
+                """, fx.backingPath("many")
+            ])
         #expect(made.status == 0, "\(made.errors)")
         #expect(log.waitFor("D:didChange via outside", timeout: .seconds(60)), "the flood was not told")
         let listed = try run("/bin/sh", ["-c", "ls -f '\(fx.path("many"))' | wc -l"])
-        #expect(listed.output.trimmingCharacters(in: .whitespacesAndNewlines) == "100003", "\(listed)")   // with . and ..
+        // with . and ..
+        #expect(listed.output.trimmingCharacters(in: .whitespacesAndNewlines) == "100003", "\(listed)")
         Thread.sleep(forTimeInterval: 1)
-        let kinds = Dictionary(grouping: log.events, by: { $0.split(separator: " ").first.map(String.init) ?? "" }).mapValues(\.count)
+        let kinds = Dictionary(grouping: log.events, by: { $0.split(separator: " ").first.map(String.init) ?? "" })
+            .mapValues(\.count)
         #expect(log.events.count < 5_000, "\(log.events.count) messages for 110 000 changes: \(kinds)")
         #expect(try behind("stat -c %s '\(fx.path("many/f0"))'") == "0\n")
     }
@@ -497,11 +550,14 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     /// With the filesystem's mark, the version store's directories are marked for the kernel
     /// to leave out what happens in them (each version kept is a link into its content), once
     /// the first version kept has made them: the watch's thread is not woken to drop it.
-    @Test(.enabled(if: geteuid() == 0 && kernelIsAtLeast(6, 0), "a filesystem's mark needs root, its ignore marks Linux 6.0"))
+    @Test(
+        .enabled(
+            if: geteuid() == 0 && kernelIsAtLeast(6, 0), "a filesystem's mark needs root, its ignore marks Linux 6.0"))
     func theVersionStoresOwnChangesAreLeftOutByTheKernel() throws {
         let fx = try MountFixture(inProcess: { _ in })
         try fx.seed("doc.txt", "one\n")
-        let saved = try run("/bin/sh", ["-c", "echo two > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"", "sh", fx.path("doc.txt")])
+        let saved = try run(
+            "/bin/sh", ["-c", "echo two > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"", "sh", fx.path("doc.txt")])
         #expect(saved.status == 0, "\(saved.errors)")
         for (relative, onDirectories) in [(".coordfs-versions", false), (".coordfs-versions/content", true)] {
             var info = stat()
@@ -512,9 +568,13 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
             // Entries made and removed, their attributes and writes; directories in the
             // content's only, so that the content's own making is seen.
             let ignored = mask() ?? 0
-            #expect(ignored & UInt64(CFS_CHANGE_CREATE | CFS_CHANGE_DELETE) == UInt64(CFS_CHANGE_CREATE | CFS_CHANGE_DELETE), "\(String(ignored, radix: 16))")
+            #expect(
+                ignored & UInt64(CFS_CHANGE_CREATE | CFS_CHANGE_DELETE)
+                    == UInt64(CFS_CHANGE_CREATE | CFS_CHANGE_DELETE), "\(String(ignored, radix: 16))")
             #expect(ignored & UInt64(CFS_CHANGE_RENAME) == 0)
-            #expect((ignored & UInt64(CFS_CHANGE_ON_DIRECTORY) != 0) == onDirectories, "\(relative): \(String(ignored, radix: 16))")
+            #expect(
+                (ignored & UInt64(CFS_CHANGE_ON_DIRECTORY) != 0) == onDirectories,
+                "\(relative): \(String(ignored, radix: 16))")
         }
         #expect(try fx.statistics()["versions_kept"] == 1)
     }
@@ -523,7 +583,9 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     /// filesystem's mark, as the kernel keeps them: what happens inside the directory is left
     /// out; a rename out of it (an item appearing in BACKING) is still told, and, in a directory
     /// marked without its directories, a directory made in it.
-    @Test(.enabled(if: geteuid() == 0 && kernelIsAtLeast(6, 0), "a filesystem's mark needs root, its ignore marks Linux 6.0"))
+    @Test(
+        .enabled(
+            if: geteuid() == 0 && kernelIsAtLeast(6, 0), "a filesystem's mark needs root, its ignore marks Linux 6.0"))
     func aDirectoryMarkedToBeIgnoredIsLeftOutButForRenamesOutOfIt() throws {
         let root = "/tmp/coordfs-ignored-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: root + "/store/content", withIntermediateDirectories: true)
@@ -539,25 +601,27 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         // Names of this test's own: the mark sees the whole filesystem, other tests' too.
         let tag = String(UUID().uuidString.prefix(8))
         func write(_ relative: String) throws { try Data("x".utf8).write(to: URL(fileURLWithPath: root + relative)) }
-        try write("/doc-\(tag)")                                           // told: BACKING's own
+        try write("/doc-\(tag)")  // told: BACKING's own
         #expect(link(root + "/doc-\(tag)", root + "/store/content/link-\(tag)") == 0)
         try write("/store/content/copy-\(tag)")
         #expect(chmod(root + "/store/content/copy-\(tag)", 0o600) == 0)
         #expect(unlink(root + "/store/content/copy-\(tag)") == 0)
         #expect(mkdir(root + "/store/content/sub-\(tag)", 0o700) == 0)
         try write("/store/journal-\(tag)")
-        #expect(mkdir(root + "/store/made-\(tag)", 0o700) == 0)             // told: a directory in the store's
-        #expect(rename(root + "/store/content/link-\(tag)", root + "/moved-\(tag)") == 0)   // told: out of content
+        #expect(mkdir(root + "/store/made-\(tag)", 0o700) == 0)  // told: a directory in the store's
+        #expect(rename(root + "/store/content/link-\(tag)", root + "/moved-\(tag)") == 0)  // told: out of content
         var told: [(mask: UInt64, names: [String])] = []
         var buffer = [CChar](repeating: 0, count: 64 * 1024)
         while true {
             let count = read(group, &buffer, buffer.count)
-            if count <= 0 { break }                                        // EAGAIN: read up
+            if count <= 0 { break }  // EAGAIN: read up
             buffer.withUnsafeBufferPointer { bytes in
                 var offset = 0
                 var change = cfs_backing_change()
                 while cfs_fanotify_next(bytes.baseAddress!, count, &offset, &change) == 1 {
-                    let names = [change.name, change.new_name].compactMap { $0.map { String(cString: $0) } }.filter { $0.hasSuffix(tag) }
+                    let names = [change.name, change.new_name].compactMap { $0.map { String(cString: $0) } }.filter {
+                        $0.hasSuffix(tag)
+                    }
                     if !names.isEmpty { told.append((change.mask, names)) }
                 }
             }
@@ -587,11 +651,15 @@ func fanotifyIgnoreMasks(ofInode inode: UInt64) -> [UInt64] {
     let prefix = "fanotify ino:\(String(inode, radix: 16)) "
     var masks: [UInt64] = []
     for fd in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
-        guard (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd)) == "anon_inode:[fanotify]",
-              let info = try? String(contentsOfFile: "/proc/self/fdinfo/" + fd, encoding: .utf8) else { continue }
+        guard
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd))
+                == "anon_inode:[fanotify]",
+            let info = try? String(contentsOfFile: "/proc/self/fdinfo/" + fd, encoding: .utf8)
+        else { continue }
         for line in info.split(separator: "\n") where line.hasPrefix(prefix) {
             if let field = line.split(separator: " ").first(where: { $0.hasPrefix("ignored_mask:") }),
-               let mask = UInt64(field.dropFirst("ignored_mask:".count), radix: 16) {
+                let mask = UInt64(field.dropFirst("ignored_mask:".count), radix: 16)
+            {
                 masks.append(mask)
             }
         }

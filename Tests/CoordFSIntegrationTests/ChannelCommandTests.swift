@@ -19,12 +19,18 @@ import Glibc
         let through = fx.path("doc.txt")
         for command in [["watch", behind], ["coordinate", "--write", behind, "--", "true"], ["services", behind]] {
             let refused = try run(binary, command)
-            #expect(refused.status != 0 && refused.errors.contains("is in the backing directory of the coordfs mount at '\(fx.mountPoint.path)'")
+            #expect(
+                refused.status != 0
+                    && refused.errors.contains(
+                        "is in the backing directory of the coordfs mount at '\(fx.mountPoint.path)'")
                     && refused.errors.contains("'\(through)'"), "coordfs \(command[0]): \(refused)")
         }
-        #expect(try run(binary, ["coordinate", "--write", through, "--", "true"]).status == 0, "through the mount it holds")
+        #expect(
+            try run(binary, ["coordinate", "--write", through, "--", "true"]).status == 0, "through the mount it holds")
         let status = try run(binary, ["status", fx.backing.path])
-        #expect(status.status != 0 && status.errors.contains("is in the backing directory of the coordfs mount"), "\(status)")
+        #expect(
+            status.status != 0 && status.errors.contains("is in the backing directory of the coordfs mount"),
+            "\(status)")
     }
 
     /// `status` of a path that is not there, outside any mount, says so, rather than show a
@@ -34,8 +40,11 @@ import Glibc
         defer { CrossProcessTests.stopDaemon(at: socket); try? FileManager.default.removeItem(atPath: directory) }
         let daemon = try Child(binary, ["daemon", "--socket", socket, "--versions-directory", directory + "/versions"])
         #expect(eventually { (try? ControlClient(socketPath: socket)) != nil }, "the daemon serves \(socket)")
-        let missing = try run(binary, ["status", directory + "/nosuch"], environment: CrossProcessTests.environment(socket: socket))
-        #expect(missing.status != 0 && missing.errors.contains("'\(directory)/nosuch': No such file or directory"), "\(missing)")
+        let missing = try run(
+            binary, ["status", directory + "/nosuch"], environment: CrossProcessTests.environment(socket: socket))
+        #expect(
+            missing.status != 0 && missing.errors.contains("'\(directory)/nosuch': No such file or directory"),
+            "\(missing)")
         let there = try run(binary, ["status", directory], environment: CrossProcessTests.environment(socket: socket))
         #expect(there.status == 0, "\(there)")
         _ = daemon
@@ -72,12 +81,15 @@ import Glibc
         let fx = try MountFixture()
         let watcher = try Child(binary, ["watch", fx.mountPoint.path, "--events", "SUBITEM_APPEARED"])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
-        let creates = "import os, sys\nfor n in range(3000): os.close(os.open(os.path.join(sys.argv[1], 'f%d' % n), os.O_CREAT | os.O_WRONLY))"
+        let creates =
+            "import os, sys\nfor n in range(3000): os.close(os.open(os.path.join(sys.argv[1], 'f%d' % n), os.O_CREAT | os.O_WRONLY))"
         #expect(try run("/usr/bin/python3", ["-c", creates, fx.mountPoint.path]).status == 0)
         var printed: [String] = []
         while printed.count < 3000, let line = withoutOrigin(watcher.next()) { printed.append(line) }
         let expected = (0..<3000).map { "\(fx.mountPoint.path) SUBITEM_APPEARED f\($0)" }
-        #expect(printed.count == 3000 && Set(printed) == Set(expected), "\(printed.count) lines, \(Set(printed).count) different")
+        #expect(
+            printed.count == 3000 && Set(printed) == Set(expected),
+            "\(printed.count) lines, \(Set(printed).count) different")
     }
 
     @Test func aWatchWhoseMountIsUnmountedSaysSoAndFails() throws {
@@ -86,18 +98,25 @@ import Glibc
         #expect(watcher.next() == "Watches established.")
         fx.daemonWillEnd()
         #expect(try run(binary, ["unmount", fx.mountPoint.path]).status == 0)
-        #expect(watcher.next() == "Error: the coordfs mount at '\(fx.mountPoint.path)' closed the connection (it was unmounted, or its daemon ended)")
+        #expect(
+            watcher.next()
+                == "Error: the coordfs mount at '\(fx.mountPoint.path)' closed the connection (it was unmounted, or its daemon ended)"
+        )
         #expect(watcher.waitForExit() == 1)
     }
 
     @Test func watchRefusesWhatItCannotWatch() throws {
         // Kept to itself, a command finds no daemon to start outside a mount.
-        let outside = try run(binary, ["watch", "/etc/hostname"], environment: ["PATH": "/usr/bin:/bin", "COORDFS_COORDINATION": "in-process"])
+        let outside = try run(
+            binary, ["watch", "/etc/hostname"],
+            environment: ["PATH": "/usr/bin:/bin", "COORDFS_COORDINATION": "in-process"])
         #expect(outside.status != 0 && outside.errors.contains("not inside a coordfs mount"), "\(outside)")
         let fx = try MountFixture()
         let badAnswer = try run(binary, ["watch", fx.mountPoint.path, "--answer", "maybe"])
-        #expect(badAnswer.status != 0 && badAnswer.errors.contains("--answer must be ok, none or an errno name such as EACCES, not 'maybe'"),
-                "\(badAnswer)")
+        #expect(
+            badAnswer.status != 0
+                && badAnswer.errors.contains("--answer must be ok, none or an errno name such as EACCES, not 'maybe'"),
+            "\(badAnswer)")
         let badEvents = try run(binary, ["watch", fx.mountPoint.path, "--events", "SOMETIMES"])
         #expect(badEvents.status != 0 && badEvents.errors.contains("unknown event"))
     }
@@ -109,15 +128,28 @@ import Glibc
         #expect(holder.ask("open w \(fx.path("doc.txt"))") == "ok 1")
         waiter.send("open r \(fx.path("doc.txt"))")
         let watcher = try Child(binary, ["watch", fx.mountPoint.path])
-        #expect(eventually { (try? fx.state())?.contains("WAIT") == true && (try? fx.state())?.contains("PRESENT") == true })
+        #expect(
+            eventually { (try? fx.state())?.contains("WAIT") == true && (try? fx.state())?.contains("PRESENT") == true }
+        )
         let status = try run(binary, ["status", "-v", fx.mountPoint.path])
         #expect(status.status == 0)
         let lines = status.output.split(separator: "\n").map(String.init)
         let queues = try fx.statistics()["ring_queues"] ?? 0
-        #expect(lines.contains(queues > 0 ? "requests: FUSE over io_uring, \(queues) queues at nice -5" : "requests: /dev/fuse, workers at nice -5"), "\(lines)")
+        #expect(
+            lines.contains(
+                queues > 0
+                    ? "requests: FUSE over io_uring, \(queues) queues at nice -5"
+                    : "requests: /dev/fuse, workers at nice -5"), "\(lines)")
         #expect(lines.contains { $0.hasPrefix("coordinated: ") && $0.contains("passed the quiet gates") }, "\(lines)")
-        #expect(lines.contains { $0.hasPrefix("HOLD") && $0.contains(String(holder.pid)) && $0.contains("python3") && $0.contains("write") })
-        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(waiter.pid)) && $0.hasSuffix(" \(holder.pid)") }, "\(lines)")
+        #expect(
+            lines.contains {
+                $0.hasPrefix("HOLD") && $0.contains(String(holder.pid)) && $0.contains("python3")
+                    && $0.contains("write")
+            })
+        #expect(
+            lines.contains {
+                $0.hasPrefix("WAIT") && $0.contains(String(waiter.pid)) && $0.hasSuffix(" \(holder.pid)")
+            }, "\(lines)")
         #expect(lines.contains { $0.hasPrefix("PRESENT") && $0.contains(String(watcher.pid)) })
         #expect(lines.contains { $0.hasPrefix("TYPE") && $0.hasSuffix("BLOCKER") }, "\(lines)")
         // Without -v, the table alone.
@@ -127,13 +159,18 @@ import Glibc
         let chosen = try run(binary, ["status", "-p", String(holder.pid), "-o", "PATH,MODE", "-n", fx.mountPoint.path])
         // The rows alone, no line naming the server: a pipeline (`| xargs`) takes every line.
         #expect(chosen.status == 0 && chosen.output == "\(fx.path("doc.txt"))  write(inPlace)\n", "\(chosen)")
-        let waited = try run(binary, ["status", "-p", String(waiter.pid), "-o", "WAITED,BLOCKER", "-n", "-r", fx.mountPoint.path])
+        let waited = try run(
+            binary, ["status", "-p", String(waiter.pid), "-o", "WAITED,BLOCKER", "-n", "-r", fx.mountPoint.path])
         let rows = waited.output.split(separator: "\n").map(String.init)
         #expect(rows.count == 1, "\(waited)")
         let row = rows.last ?? ""
         #expect(row.hasSuffix("s \(holder.pid)") && Double(row.prefix { $0 != "s" }) != nil, "\(waited)")
-        let pids = try run("/bin/sh", ["-c", "\"$1\" status -n -o PID \"$2\" | xargs", "sh", binary, fx.mountPoint.path])
-        #expect(pids.output.split(separator: " ").allSatisfy { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) != nil }
+        let pids = try run(
+            "/bin/sh", ["-c", "\"$1\" status -n -o PID \"$2\" | xargs", "sh", binary, fx.mountPoint.path])
+        #expect(
+            pids.output.split(separator: " ").allSatisfy {
+                Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) != nil
+            }
                 && pids.output.contains(String(holder.pid)), "\(pids)")
         // A path inside the mount shows only what concerns it.
         try fx.seed("other.txt")
@@ -145,9 +182,12 @@ import Glibc
         // As JSON, narrowed as the table is (docs/json.md), without the protocol's id and ok.
         let mine = try run(binary, ["status", "-J", "-p", String(holder.pid), fx.path("doc.txt")])
         let object = try JSONSerialization.jsonObject(with: Data(mine.output.utf8)) as? [String: Any]
-        #expect((object?["holders"] as? [Any])?.count == 1 && (object?["waiters"] as? [Any])?.isEmpty == true
+        #expect(
+            (object?["holders"] as? [Any])?.count == 1 && (object?["waiters"] as? [Any])?.isEmpty == true
                 && (object?["presenters"] as? [Any])?.isEmpty == true, "\(mine)")
-        #expect(object?["id"] == nil && object?["ok"] == nil && mine.output.contains("\"path\":\"\(fx.path("doc.txt"))\""), "\(mine)")
+        #expect(
+            object?["id"] == nil && object?["ok"] == nil && mine.output.contains("\"path\":\"\(fx.path("doc.txt"))\""),
+            "\(mine)")
         let elsewhereJSON = try run(binary, ["status", "-J", fx.path("other.txt")])
         #expect(!elsewhereJSON.output.contains("doc.txt"), "\(elsewhereJSON)")
         #expect(holder.ask("close 1") == "ok")
@@ -160,8 +200,12 @@ import Glibc
         let fx = try MountFixture()
         try FileManager.default.createDirectory(atPath: fx.backingPath("dir"), withIntermediateDirectories: true)
         let dir = fx.path("dir")
-        let watcher = try Child(binary, ["watch", "-q", "-e", "subitem_appeared,Changed", "--format", "%w|%f|%e|%T|100%%",
-                                         "--timefmt", "%Y", dir])
+        let watcher = try Child(
+            binary,
+            [
+                "watch", "-q", "-e", "subitem_appeared,Changed", "--format", "%w|%f|%e|%T|100%%",
+                "--timefmt", "%Y", dir
+            ])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         #expect(try run("/bin/sh", ["-c", "echo x > \"$1\"/new.txt", "sh", dir]).status == 0)
         let year = Calendar.current.component(.year, from: Date())
@@ -178,7 +222,9 @@ import Glibc
         let fx = try MountFixture()
         try FileManager.default.createDirectory(atPath: fx.backingPath("dir"), withIntermediateDirectories: true)
         let dir = fx.path("dir")
-        let csv = try Child(binary, ["watch", "-m", "-q", "--csv", "-e", "SUBITEM_APPEARED", "--include", "\\.txt$", "--excludei", "SKIP", dir])
+        let csv = try Child(
+            binary,
+            ["watch", "-m", "-q", "--csv", "-e", "SUBITEM_APPEARED", "--include", "\\.txt$", "--excludei", "SKIP", dir])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         let make = #"for name in a.txt b.log skip.txt "c,d.txt"; do echo x > "$1/$name"; done"#
         #expect(try run("/bin/sh", ["-c", make, "sh", dir]).status == 0)
@@ -255,14 +301,19 @@ import Glibc
         let fx = try MountFixture(["--break-time", "2"])
         try fx.seed("doc.txt", "text\n")
         let doc = fx.path("doc.txt")
-        let shell = try Child("/bin/bash", ["-c", """
-            exec 9>>"$2"
-            "$1" coordinate -x 9 || exit 10
-            echo held
-            read line
-            exec 9>&-
-            echo closed
-            """, "bash", binary, doc])
+        let shell = try Child(
+            "/bin/bash",
+            [
+                "-c",
+                """
+                exec 9>>"$2"
+                "$1" coordinate -x 9 || exit 10
+                echo held
+                read line
+                exec 9>&-
+                echo closed
+                """, "bash", binary, doc
+            ])
         #expect(shell.next() == "held")
         let reader = try Child("/bin/cat", [doc])
         // Three settle times (1 s), and past the break time: still waiting.
@@ -297,12 +348,15 @@ import Glibc
         #expect(eventually { watcher.next(timeout: .milliseconds(200))?.contains("REQUEST") == true })
         let status = try run(binary, ["status", fx.mountPoint.path])
         let lines = status.output.split(separator: "\n").map(String.init)
-        #expect(lines.contains { $0.hasPrefix("WAIT") && $0.contains(String(reader.pid)) && $0.hasSuffix(" \(watcher.pid)") },
-                "\(lines)")
+        #expect(
+            lines.contains {
+                $0.hasPrefix("WAIT") && $0.contains(String(reader.pid)) && $0.hasSuffix(" \(watcher.pid)")
+            },
+            "\(lines)")
         #expect(!lines.contains { $0.hasPrefix("HOLD") && $0.contains(String(reader.pid)) }, "\(lines)")
         let json = try run(binary, ["status", "--json", fx.mountPoint.path])
         #expect(json.output.contains("\"asking_presenters\":true"), "\(json.output)")
-        watcher.signal(SIGKILL)     // its requests end with it: the read goes on
+        watcher.signal(SIGKILL)  // its requests end with it: the read goes on
         #expect(reader.waitForExit() == 0)
     }
 
@@ -310,31 +364,37 @@ import Glibc
     @Test func statusWithoutAPathShowsTheMountHereElseEveryMount() throws {
         let first = try MountFixture(), second = try MountFixture()
         let here = try run("/bin/sh", ["-c", "cd '\(second.path("."))' && exec '\(binary)' status"])
-        #expect(here.status == 0 && here.output.contains("\(second.mountPoint.path) — ")
+        #expect(
+            here.status == 0 && here.output.contains("\(second.mountPoint.path) — ")
                 && !here.output.contains("\(first.mountPoint.path) — "), "\(here)")
         #expect(here.output.contains(" — backing \(second.backing.path)"), "\(here.output)")
         let everywhere = try run("/bin/sh", ["-c", "cd / && exec '\(binary)' status --json"])
         let roots = everywhere.output.split(separator: "\n").compactMap { line in
             (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["root"] as? String
         }
-        #expect(everywhere.status == 0 && roots.contains(first.mountPoint.path) && roots.contains(second.mountPoint.path),
-                "\(everywhere)")
+        #expect(
+            everywhere.status == 0 && roots.contains(first.mountPoint.path) && roots.contains(second.mountPoint.path),
+            "\(everywhere)")
     }
 
     @Test func statusOfEveryServerNamesOneThatHasGoneAndShowsTheRest() throws {
         let fx = try MountFixture()
         // The socket a daemon killed with SIGKILL leaves: a socket file nobody listens on.
         let stale = fx.base.appendingPathComponent("daemon.sock").path
-        let left = try run("/usr/bin/python3", ["-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", stale])
+        let left = try run(
+            "/usr/bin/python3", ["-c", "import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])", stale])
         try #require(left.status == 0, "\(left.errors)")
         var environment = ProcessInfo.processInfo.environment
         environment["COORDFS_SOCKET"] = stale
         let everywhere = try run("/bin/sh", ["-c", "cd / && exec '\(binary)' status"], environment: environment)
         #expect(everywhere.status == 0 && everywhere.output.contains("\(fx.mountPoint.path) — "), "\(everywhere)")
-        #expect(everywhere.errors.contains("warning: cannot connect to \(stale): nobody serves it"), "\(everywhere.errors)")
+        #expect(
+            everywhere.errors.contains("warning: cannot connect to \(stale): nobody serves it"), "\(everywhere.errors)")
         // Named alone, it is an error.
         let named = try run(binary, ["status", "--socket", stale])
-        #expect(named.status != 0 && named.errors.contains("nobody serves it") && named.errors.contains("ECONNREFUSED"), "\(named)")
+        #expect(
+            named.status != 0 && named.errors.contains("nobody serves it") && named.errors.contains("ECONNREFUSED"),
+            "\(named)")
     }
 
     /// `status --mounts`: one line a mount, as findmnt lists mounts: where, the backing
@@ -355,15 +415,23 @@ import Glibc
         let table = try run(binary, ["status", "--mounts"])
         #expect(table.status == 0, "\(table)")
         let lines = table.output.split(separator: "\n").map { $0.split(separator: " ").map(String.init) }
-        #expect(lines.first == ["TARGET", "SOURCE", "PID", "HOLDERS", "WAITERS", "PRESENTERS", "SERVICES", "OPEN", "SOCKET"], "\(table.output)")
+        #expect(
+            lines.first == [
+                "TARGET", "SOURCE", "PID", "HOLDERS", "WAITERS", "PRESENTERS", "SERVICES", "OPEN", "SOCKET"
+            ], "\(table.output)")
         let row = lines.first { $0.first == mnt }
         #expect(row == [mnt, fx.backing.path, daemon, "1", "0", "1", "1", "1", socket], "\(table.output)")
         let raw = try run(binary, ["status", "--mounts", "-n", "-r"])
-        #expect(raw.output.split(separator: "\n").contains { $0.hasPrefix(mnt + " ") } && !raw.output.contains("TARGET"), "\(raw)")
+        #expect(
+            raw.output.split(separator: "\n").contains { $0.hasPrefix(mnt + " ") } && !raw.output.contains("TARGET"),
+            "\(raw)")
         let json = try run(binary, ["status", "--mounts", "-J"])
-        let objects = json.output.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        let objects = json.output.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
         let mine = objects.first { $0["target"] as? String == mnt }
-        #expect(mine?["holders"] as? Int == 1 && mine?["services"] as? Int == 1 && mine?["open_files"] as? Int == 1
+        #expect(
+            mine?["holders"] as? Int == 1 && mine?["services"] as? Int == 1 && mine?["open_files"] as? Int == 1
                 && mine?["pid"] as? Int == Int(daemon) && mine?["socket"] as? String == socket, "\(json)")
         let refused = try run(binary, ["status", "--mounts", mnt])
         #expect(refused.status == 64 && refused.errors.contains("--mounts lists every coordfs mount"), "\(refused)")
@@ -378,13 +446,18 @@ import Glibc
         #expect(holder.ask("open w \(fx.path("doc.txt"))") == "ok 1")
         let waited = try run(binary, ["coordinate", "-v", "-w", "2", "-x", fx.path("doc.txt"), "--", "true"])
         #expect(waited.status == 1, "\(waited)")
-        #expect(waited.errors.contains("coordfs coordinate: waiting for pid \(holder.pid) (python3), which holds '\(fx.path("doc.txt"))' for write"),
-                "\(waited)")
+        #expect(
+            waited.errors.contains(
+                "coordfs coordinate: waiting for pid \(holder.pid) (python3), which holds '\(fx.path("doc.txt"))' for write"
+            ),
+            "\(waited)")
         holder.signal(SIGKILL)
         #expect(holder.waitForExit() != nil)
         let taken = try run(binary, ["coordinate", "-v", "-x", fx.path("doc.txt"), "--", "true"])
-        #expect(taken.status == 0 && taken.errors.contains("coordfs coordinate: taking the intents took ")
-                && taken.errors.contains("coordfs coordinate: running true\n") && !taken.errors.contains("waiting for"), "\(taken)")
+        #expect(
+            taken.status == 0 && taken.errors.contains("coordfs coordinate: taking the intents took ")
+                && taken.errors.contains("coordfs coordinate: running true\n") && !taken.errors.contains("waiting for"),
+            "\(taken)")
     }
 
     @Test func coordinateHoldsWhileTheCommandRunsAndPassesItsStatus() throws {
@@ -392,7 +465,9 @@ import Glibc
         try fx.seed("doc.txt", "one\n")
         let doc = fx.path("doc.txt")
         // The command's own opens pass its hold; others' wait.
-        let coordinate = try Child(binary, ["coordinate", "--write", doc, "--", "sh", "-c", "echo two >> \(doc); echo held; read line; cat \(doc)"])
+        let coordinate = try Child(
+            binary,
+            ["coordinate", "--write", doc, "--", "sh", "-c", "echo two >> \(doc); echo held; read line; cat \(doc)"])
         #expect(coordinate.next() == "held")
         let other = try Child.holder()
         #expect(other.ask("open rn \(doc)") == "err EAGAIN")
@@ -404,8 +479,9 @@ import Glibc
         #expect(coordinate.waitForExit() == 0)
         #expect(other.ask("open rn \(doc)")?.hasPrefix("ok") == true, "released when the command ended")
         #expect(try run(binary, ["coordinate", "--read", doc, "--", "sh", "-c", "exit 7"]).status == 7)
-        #expect(try run(binary, ["coordinate", "--read", doc, "--", "sh", "-c", "kill -KILL $$"]).status == 128 + SIGKILL,
-                "a command ended by a signal, as shells report it")
+        #expect(
+            try run(binary, ["coordinate", "--read", doc, "--", "sh", "-c", "kill -KILL $$"]).status == 128 + SIGKILL,
+            "a command ended by a signal, as shells report it")
         let missing = try run(binary, ["coordinate", "--read", doc, "--", "no-such-command-here"])
         #expect(missing.status == 127 && missing.errors.contains("No such file"))
         let usage = try run(binary, ["coordinate", "--", "true"])
@@ -443,8 +519,9 @@ import Glibc
         #expect(other.ask("open rn \(doc)") == "err EAGAIN")
         coordinate.signal(SIGINT)
         coordinate.signal(SIGTERM)
-        #expect(coordinate.waitForExit() == 3 && coordinate.process.terminationReason == .exit,
-                "SIGINT ignored, SIGTERM passed on, the command's status returned")
+        #expect(
+            coordinate.waitForExit() == 3 && coordinate.process.terminationReason == .exit,
+            "SIGINT ignored, SIGTERM passed on, the command's status returned")
         #expect(try String(contentsOfFile: fx.backingPath("doc.txt"), encoding: .utf8) == "one\nlast\n")
         #expect(other.ask("open rn \(doc)")?.hasPrefix("ok") == true)
     }
@@ -454,11 +531,11 @@ import Glibc
     @Test func watchEndsOnSIGTERMWhateverItsSpawnerLeftBlocked() throws {
         let fx = try MountFixture()
         let spawner = """
-        import os, signal, sys
-        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        os.execv(sys.argv[1], sys.argv[1:])
-        """
+            import os, signal, sys
+            signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM])
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.execv(sys.argv[1], sys.argv[1:])
+            """
         let watcher = try Child("/usr/bin/python3", ["-c", spawner, binary, "watch", fx.mountPoint.path])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         watcher.signal(SIGTERM)
@@ -476,16 +553,23 @@ import Glibc
         // Started with a soft open-file limit of 1024, as many systems start programs.
         let daemon = try Child("/usr/bin/prlimit", ["--nofile=1024:", binary, "daemon", "--socket", socket])
         #expect(eventually { FileManager.default.fileExists(atPath: socket) })
-        #expect(FileManager.default.fileExists(atPath: socket + ".lock"), "one daemon a socket: it holds the lock file beside it")
+        #expect(
+            FileManager.default.fileExists(atPath: socket + ".lock"),
+            "one daemon a socket: it holds the lock file beside it")
         // A second daemon on the same socket is refused: taking it over would split clients
         // between two engines that know nothing of each other.
         let second = try run(binary, ["daemon", "--socket", socket])
-        #expect(second.status != 0 && second.errors.contains("another coordfs server listens there"), "\(second.errors)")
+        #expect(
+            second.status != 0 && second.errors.contains("another coordfs server listens there"), "\(second.errors)")
         let limits = try String(contentsOfFile: "/proc/\(daemon.pid)/limits", encoding: .utf8)
-        let openFiles = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }?
+        let openFiles =
+            limits.split(separator: "\n").first { $0.hasPrefix("Max open files") }?
             .split(separator: " ", omittingEmptySubsequences: true).dropFirst(3).prefix(2).map(String.init) ?? []
-        #expect(openFiles.count == 2 && openFiles[0] == openFiles[1], "the soft limit is raised to the hard one: \(openFiles)")
-        let holding = try Child(binary, ["coordinate", "--socket", socket, "--write", file, "--", "sh", "-c", "echo held; read line"])
+        #expect(
+            openFiles.count == 2 && openFiles[0] == openFiles[1],
+            "the soft limit is raised to the hard one: \(openFiles)")
+        let holding = try Child(
+            binary, ["coordinate", "--socket", socket, "--write", file, "--", "sh", "-c", "echo held; read line"])
         #expect(holding.next() == "held")
         let refused = try run(binary, ["coordinate", "--socket", socket, "-n", "--write", file, "--", "true"])
         #expect(refused.status == 1 && refused.errors.contains("EAGAIN"))
@@ -514,11 +598,17 @@ import Glibc
         let directory = "/tmp/coordfs-\(nobody)"
         try? FileManager.default.removeItem(atPath: directory)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        #expect(mkdir(directory, 0o777) == 0 && chmod(directory, 0o777) == 0)   // root's, open to all
-        let asNobody = ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "env", "-u", "XDG_RUNTIME_DIR", binary, "daemon"]
+        #expect(mkdir(directory, 0o777) == 0 && chmod(directory, 0o777) == 0)  // root's, open to all
+        let asNobody = [
+            "--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups", "env", "-u", "XDG_RUNTIME_DIR", binary, "daemon"
+        ]
         let refused = try run("/usr/bin/setpriv", asNobody)
-        #expect(refused.status != 0 && refused.errors.contains("the socket directory \(directory): it must be a directory owned by uid \(nobody) that nobody else may write"),
-                "\(refused.errors)")
+        #expect(
+            refused.status != 0
+                && refused.errors.contains(
+                    "the socket directory \(directory): it must be a directory owned by uid \(nobody) that nobody else may write"
+                ),
+            "\(refused.errors)")
         // Nor do the user's clients go to a daemon socket someone else put there.
         let foreign = try Child(binary, ["daemon", "--socket", directory + "/daemon.sock"])
         #expect(eventually { FileManager.default.fileExists(atPath: directory + "/daemon.sock") })

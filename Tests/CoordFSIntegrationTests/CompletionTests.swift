@@ -23,16 +23,24 @@ import Testing
     }
 
     @Test func pathsCompleteAsFilesAndWordsAsWords() throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("completion-\(UUID().uuidString.prefix(8))").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "completion-\(UUID().uuidString.prefix(8))"
+        ).path
         try FileManager.default.createDirectory(atPath: directory + "/documents", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         #expect(FileManager.default.createFile(atPath: directory + "/docs.txt", contents: Data()))
-        for command in [["watch"], ["status"], ["versions"], ["services"], ["coordinate", "--write"], ["coordinate", "-s"]] {
-            #expect(try offered(["coordfs"] + command + [directory + "/do"]) == [directory + "/docs.txt", directory + "/documents"],
-                    "coordfs \(command.joined(separator: " ")) completes paths")
+        for command in [
+            ["watch"], ["status"], ["versions"], ["services"], ["coordinate", "--write"], ["coordinate", "-s"]
+        ] {
+            #expect(
+                try offered(["coordfs"] + command + [directory + "/do"]) == [
+                    directory + "/docs.txt", directory + "/documents"
+                ],
+                "coordfs \(command.joined(separator: " ")) completes paths")
         }
         #expect(try offered(["coordfs", "watch", "-e", "close"]) == ["close", "close_write"], "inotifywait's names")
-        #expect(try offered(["coordfs", "watch", "-e", "CONF"]) == ["CONFLICT", "CONFLICT_RESOLVED"], "coordfs's own names")
+        #expect(
+            try offered(["coordfs", "watch", "-e", "CONF"]) == ["CONFLICT", "CONFLICT_RESOLVED"], "coordfs's own names")
         #expect(try offered(["coordfs", "watch", "-e", "acc"]).isEmpty, "names never told are not offered")
         #expect(try offered(["coordfs", "watch", "--answer", "E"]).contains("EACCES"))
         #expect(try offered(["coordfs", "status", "-o", "PI"]) == ["PID"])

@@ -21,7 +21,8 @@ import Glibc
         #expect(expected.status == 0, "\(expected.errors)")
         #expect(actual.status == 0, "\(actual.errors)")
         let want = expected.output.split(separator: "\n"), got = actual.output.split(separator: "\n")
-        #expect(want.count > 20 && want.count == got.count, "\(want.count) steps natively, \(got.count) through the mount")
+        #expect(
+            want.count > 20 && want.count == got.count, "\(want.count) steps natively, \(got.count) through the mount")
         for (native, mounted) in zip(want, got) where native != mounted {
             Issue.record("native:  \(native)\nmounted: \(mounted)")
         }
@@ -50,7 +51,9 @@ import Glibc
             #expect(result.status == 0, "\(result)")
             outputs.append(result.output)
         }
-        #expect(outputs[0] == "write-open 0o777\nwrite-closed 0o777\ndirect 0o777\nfallocate 0o777\no_trunc 0o777\n", "natively: \(outputs[0])")
+        #expect(
+            outputs[0] == "write-open 0o777\nwrite-closed 0o777\ndirect 0o777\nfallocate 0o777\no_trunc 0o777\n",
+            "natively: \(outputs[0])")
         #expect(outputs[1] == outputs[0], "through the mount: \(outputs[1])")
     }
 
@@ -74,12 +77,12 @@ import Glibc
             return line.map(String.init) ?? ""
         }
         let asNobody = """
-        import os, sys
-        os.setgroups([]); os.setgid(65534); os.setuid(65534)
-        for path in sys.argv[1:]:
-            try: open(path).close(); print("read")
-            except OSError as e: print(e.errno)
-        """
+            import os, sys
+            os.setgroups([]); os.setgid(65534); os.setuid(65534)
+            for path in sys.argv[1:]:
+                try: open(path).close(); print("read")
+                except OSError as e: print(e.errno)
+            """
         let shared = try MountFixture(["-o", "allow_other"])
         try shared.seed("secret", "root only\n")
         chmod(shared.backingPath("secret"), 0o600)

@@ -14,7 +14,8 @@ import Glibc
 @Suite struct CoordinationContract {
     /// Settle, lock, presenter and break times and wait timeout of the mount, in seconds; how long
     /// the saving presenter takes to save, and when a party lets go of what it has.
-    static let settle = 0.5, lock = 1.0, save = 1.7, presenterTimeout = 2.4, breakTime = 3.1, release = 3.9, waitTimeout = 7.0
+    static let settle = 0.5, lock = 1.0, save = 1.7, presenterTimeout = 2.4, breakTime = 3.1, release = 3.9,
+        waitTimeout = 7.0
 
     static let document = Paths.repository.appendingPathComponent("docs/contract.md").path
 
@@ -22,9 +23,12 @@ import Glibc
     /// nothing can be held (a new name, a directory), and the presenter requests name a request
     /// for each row: an edit of the document that the runner cannot run fails here, without a mount.
     @Test func theTableIsOneTheRunnerCanRun() throws {
-        let result = try run("/usr/bin/python3", [Paths.scripts.appendingPathComponent("contract.py").path, "check", Self.document])
+        let result = try run(
+            "/usr/bin/python3", [Paths.scripts.appendingPathComponent("contract.py").path, "check", Self.document])
         let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any] ?? [:]
-        #expect(result.status == 0 && (report["problems"] as? [String])?.isEmpty == true, "\(result.output)\(result.errors)")
+        #expect(
+            result.status == 0 && (report["problems"] as? [String])?.isEmpty == true, "\(result.output)\(result.errors)"
+        )
         #expect((report["run"] as? Int ?? 0) >= 250, "\(report)")
     }
 
@@ -33,21 +37,32 @@ import Glibc
     /// Cells run side by side (about 40 s); one that fails is run once more alone, and its first
     /// try shows beside its verdict.
     @Test func everyCellHoldsOnAMount() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--settle-time", "\(Self.settle)", "--lock-time", "\(Self.lock)",
-                                   "--presenter-timeout", "\(Self.presenterTimeout)", "--break-time", "\(Self.breakTime)",
-                                   "--wait-timeout", "\(Self.waitTimeout)"])
+        let fx = try MountFixture([
+            "-o", "allow_other", "--settle-time", "\(Self.settle)", "--lock-time", "\(Self.lock)",
+            "--presenter-timeout", "\(Self.presenterTimeout)", "--break-time", "\(Self.breakTime)",
+            "--wait-timeout", "\(Self.waitTimeout)"
+        ])
         // A copy another user can run (the repository may lie where it cannot).
         let script = fx.base.appendingPathComponent("contract.py").path
-        try FileManager.default.copyItem(atPath: Paths.scripts.appendingPathComponent("contract.py").path, toPath: script)
+        try FileManager.default.copyItem(
+            atPath: Paths.scripts.appendingPathComponent("contract.py").path, toPath: script)
         try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: script)
-        let times = [Self.settle, Self.lock, Self.save, Self.presenterTimeout, Self.breakTime, Self.release, Self.waitTimeout]
-            .map { "\($0)" }.joined(separator: ",")
-        let result = try run("/usr/bin/python3", [script, "run", Self.document, fx.mountPoint.path, "--coordfs", Paths.binary.path,
-                                                  "--times", times])
+        let times = [
+            Self.settle, Self.lock, Self.save, Self.presenterTimeout, Self.breakTime, Self.release, Self.waitTimeout
+        ]
+        .map { "\($0)" }.joined(separator: ",")
+        let result = try run(
+            "/usr/bin/python3",
+            [
+                script, "run", Self.document, fx.mountPoint.path, "--coordfs", Paths.binary.path,
+                "--times", times
+            ])
         var cells = 0
         var summary: [String: Any] = [:]
         for line in result.output.split(separator: "\n") {
-            guard let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { continue }
+            guard let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
+                continue
+            }
             guard let row = record["row label"] as? String, let column = record["column label"] as? String else {
                 summary = record
                 continue
@@ -55,7 +70,8 @@ import Glibc
             cells += 1
             if record["ok"] as? Bool != true {
                 let problems = (record["problems"] as? [String] ?? []).joined(separator: "; ")
-                let first = (record["first_try"] as? [String]).map { " (first try: \($0.joined(separator: "; ")))" } ?? ""
+                let first =
+                    (record["first_try"] as? [String]).map { " (first try: \($0.joined(separator: "; ")))" } ?? ""
                 Issue.record("'\(row)' beside '\(column)', expected '\(record["text"] ?? "?")': \(problems)\(first)")
             }
         }

@@ -33,10 +33,15 @@ import Glibc
         let fx = try MountFixture()
         try fx.seed("doc.txt")
         let presenter = try startPresenter(fx.path("doc.txt"), ["--answer", "EACCES", "--mask", "SAVE"])
-        defer { withExtendedLifetime(presenter) {} }   // a released Child is killed
+        defer { withExtendedLifetime(presenter) {} }  // a released Child is killed
         let cat = try run("/bin/cat", [fx.path("doc.txt")])
         #expect(cat.status != 0 && cat.errors.contains("Permission denied"), "\(cat.errors)")
-        let refused = try run("/usr/bin/python3", ["-c", "import os,sys\ntry: os.open(sys.argv[1], os.O_RDONLY)\nexcept OSError as e: print(e.errno)", fx.path("doc.txt")])
+        let refused = try run(
+            "/usr/bin/python3",
+            [
+                "-c", "import os,sys\ntry: os.open(sys.argv[1], os.O_RDONLY)\nexcept OSError as e: print(e.errno)",
+                fx.path("doc.txt")
+            ])
         #expect(refused.output.trimmingCharacters(in: .whitespacesAndNewlines) == String(EACCES))
     }
 
@@ -111,7 +116,9 @@ import Glibc
         let from = watcher.next() ?? "", to = watcher.next() ?? ""
         #expect(from.contains("MOVED_FROM") && from.contains("\"name\": \"old.txt\""), "\(from)")
         #expect(to.contains("MOVED_TO") && to.contains("\"name\": \"new.txt\""), "\(to)")
-        let cookie = { (line: String) in (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["cookie"] as? Int }
+        let cookie = { (line: String) in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["cookie"] as? Int
+        }
         #expect(cookie(from) != nil && cookie(from) == cookie(to), "one cookie pairs them")
         #expect(eventually { swiftPresenter.presentedItemURL?.path == fx.path("dir/new.txt") })
     }
@@ -133,41 +140,43 @@ import Glibc
         let fx = try MountFixture()
         try fx.seed("doc.txt")
         let script = """
-        import os, socket, sys, json, random
-        path = sys.argv[1]
-        address = os.getxattr(path, "user.coordfs.socket").decode()
-        good = socket.socket(socket.AF_UNIX); good.connect(address); goodf = good.makefile("rwb", buffering=0)
-        goodf.write(b'{"op":"hello","id":1,"version":1}\\n'); assert json.loads(goodf.readline())["ok"]
-        random.seed(7)
-        bad_lines = [b"garbage\\n", b"{}\\n", b"[1]\\n", b"\\xff\\xfe\\n",
-                     b'{"op":"hello","id":1,"version":99}\\n', b"x" * 70000 + b"\\n", b'{"op":"answer","cookie":123}\\n']
-        bad_lines += [bytes(random.getrandbits(8) for _ in range(random.randint(1, 200))) + b"\\n" for _ in range(40)]
-        closed = 0
-        for line in bad_lines:
-            s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(address); f = s.makefile("rwb", buffering=0)
-            if not line.startswith(b'{"op":"hello"') and not line.startswith(b'{"op":"answer"'):
-                f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
-            try: f.write(line)
-            except BrokenPipeError: pass
-            replies = []
-            try:
-                while True:
-                    reply = f.readline()
-                    if not reply: break
-                    replies.append(reply)
-            except socket.timeout:
-                replies.append(b"(still open)")
-            if replies and all(b'"error"' in r for r in replies): closed += 1
-            s.close()
-        # A request the server can tell apart, malformed (a watch with no path): refused alone.
-        goodf.write(b'{"op":"watch","id":7}\\n')
-        refused = json.loads(goodf.readline())
-        goodf.write(json.dumps({"op": "watch", "id": 2, "path": path}).encode() + b"\\n")
-        print("closed", closed, "of", len(bad_lines), "good", "wd" in json.loads(goodf.readline()),
-              refused.get("id"), refused.get("error"))
-        """
+            import os, socket, sys, json, random
+            path = sys.argv[1]
+            address = os.getxattr(path, "user.coordfs.socket").decode()
+            good = socket.socket(socket.AF_UNIX); good.connect(address); goodf = good.makefile("rwb", buffering=0)
+            goodf.write(b'{"op":"hello","id":1,"version":1}\\n'); assert json.loads(goodf.readline())["ok"]
+            random.seed(7)
+            bad_lines = [b"garbage\\n", b"{}\\n", b"[1]\\n", b"\\xff\\xfe\\n",
+                         b'{"op":"hello","id":1,"version":99}\\n', b"x" * 70000 + b"\\n", b'{"op":"answer","cookie":123}\\n']
+            bad_lines += [bytes(random.getrandbits(8) for _ in range(random.randint(1, 200))) + b"\\n" for _ in range(40)]
+            closed = 0
+            for line in bad_lines:
+                s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(address); f = s.makefile("rwb", buffering=0)
+                if not line.startswith(b'{"op":"hello"') and not line.startswith(b'{"op":"answer"'):
+                    f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+                try: f.write(line)
+                except BrokenPipeError: pass
+                replies = []
+                try:
+                    while True:
+                        reply = f.readline()
+                        if not reply: break
+                        replies.append(reply)
+                except socket.timeout:
+                    replies.append(b"(still open)")
+                if replies and all(b'"error"' in r for r in replies): closed += 1
+                s.close()
+            # A request the server can tell apart, malformed (a watch with no path): refused alone.
+            goodf.write(b'{"op":"watch","id":7}\\n')
+            refused = json.loads(goodf.readline())
+            goodf.write(json.dumps({"op": "watch", "id": 2, "path": path}).encode() + b"\\n")
+            print("closed", closed, "of", len(bad_lines), "good", "wd" in json.loads(goodf.readline()),
+                  refused.get("id"), refused.get("error"))
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
-        #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "closed 47 of 47 good True 7 EINVAL", "\(result.output) \(result.errors)")
+        #expect(
+            result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "closed 47 of 47 good True 7 EINVAL",
+            "\(result.output) \(result.errors)")
         #expect(try run("/bin/cat", [fx.path("doc.txt")]).status == 0, "the mount still serves")
     }
 
@@ -176,16 +185,16 @@ import Glibc
     @Test func linesSentTogetherAreEachAnsweredInOrder() throws {
         let fx = try MountFixture()
         let script = """
-        import json, os, socket, sys
-        address = os.getxattr(sys.argv[1], "user.coordfs.socket").decode()
-        s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(address)
-        lines = [b'{"op":"hello","id":0,"version":1}']
-        lines += [json.dumps({"op": "unwatch", "id": n, "wd": 100000 + n}).encode() for n in range(1, 3001)]
-        s.sendall(b"\\n".join(lines) + b"\\ngarbage\\n")
-        replies = s.makefile("rb").read().splitlines()
-        ids = [json.loads(reply).get("id") for reply in replies]
-        print(len(replies), ids[:3001] == list(range(3001)), b'"EPROTO"' in replies[-1])
-        """
+            import json, os, socket, sys
+            address = os.getxattr(sys.argv[1], "user.coordfs.socket").decode()
+            s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(address)
+            lines = [b'{"op":"hello","id":0,"version":1}']
+            lines += [json.dumps({"op": "unwatch", "id": n, "wd": 100000 + n}).encode() for n in range(1, 3001)]
+            s.sendall(b"\\n".join(lines) + b"\\ngarbage\\n")
+            replies = s.makefile("rb").read().splitlines()
+            ids = [json.loads(reply).get("id") for reply in replies]
+            print(len(replies), ids[:3001] == list(range(3001)), b'"EPROTO"' in replies[-1])
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
         #expect(result.output == "3002 True True\n", "\(result.output) \(result.errors)")
     }
@@ -197,23 +206,25 @@ import Glibc
         chmod(fx.backingPath("private"), 0o700)
         chmod(fx.backingPath("public.txt"), 0o644)
         let script = """
-        import os, socket, sys, json
-        address = os.getxattr(sys.argv[1], "user.coordfs.socket").decode()
-        os.setgroups([]); os.setgid(65534); os.setuid(65534)
-        s = socket.socket(socket.AF_UNIX); s.connect(address); f = s.makefile("rwb", buffering=0)
-        def ask(message):
-            f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
-        ask({"op": "hello", "id": 1, "version": 1})
-        root = sys.argv[1]
-        print(ask({"op": "watch", "id": 2, "path": root + "/private/secret.txt"}).get("error"))
-        print(ask({"op": "hold", "id": 3, "intents": [{"path": root + "/private/secret.txt", "access": "read"}]}).get("error"))
-        print(ask({"op": "hold", "id": 4, "intents": [{"path": root + "/public.txt", "access": "write"}]}).get("error"))
-        print(ask({"op": "watch", "id": 5, "path": root + "/public.txt"}).get("ok"))
-        print(ask({"op": "hold", "id": 6, "intents": [{"path": root + "/public.txt", "access": "read"}]}).get("ok"))
-        print(ask({"op": "watch", "id": 7, "path": "/etc/shadow"}).get("error"))
-        """
+            import os, socket, sys, json
+            address = os.getxattr(sys.argv[1], "user.coordfs.socket").decode()
+            os.setgroups([]); os.setgid(65534); os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX); s.connect(address); f = s.makefile("rwb", buffering=0)
+            def ask(message):
+                f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+            ask({"op": "hello", "id": 1, "version": 1})
+            root = sys.argv[1]
+            print(ask({"op": "watch", "id": 2, "path": root + "/private/secret.txt"}).get("error"))
+            print(ask({"op": "hold", "id": 3, "intents": [{"path": root + "/private/secret.txt", "access": "read"}]}).get("error"))
+            print(ask({"op": "hold", "id": 4, "intents": [{"path": root + "/public.txt", "access": "write"}]}).get("error"))
+            print(ask({"op": "watch", "id": 5, "path": root + "/public.txt"}).get("ok"))
+            print(ask({"op": "hold", "id": 6, "intents": [{"path": root + "/public.txt", "access": "read"}]}).get("ok"))
+            print(ask({"op": "watch", "id": 7, "path": "/etc/shadow"}).get("error"))
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
-        #expect(result.output.split(separator: "\n") == ["EACCES", "EACCES", "EACCES", "True", "True", "EXDEV"], "\(result.output) \(result.errors)")
+        #expect(
+            result.output.split(separator: "\n") == ["EACCES", "EACCES", "EACCES", "True", "True", "EXDEV"],
+            "\(result.output) \(result.errors)")
     }
 
     @Test func anotherUidLearnsFromStatusOnlyThePathsItCouldList() throws {
@@ -222,18 +233,27 @@ import Glibc
         try fx.seed("public.txt", "public\n")
         chmod(fx.backingPath("private"), 0o700)
         let binary = Paths.binary.path
-        let holding = try Child(binary, ["coordinate", "--read", fx.path("private/secret.txt"), "--read", fx.path("public.txt"),
-                                         "--", "sh", "-c", "echo held; read line"])
+        let holding = try Child(
+            binary,
+            [
+                "coordinate", "--read", fx.path("private/secret.txt"), "--read", fx.path("public.txt"),
+                "--", "sh", "-c", "echo held; read line"
+            ])
         #expect(holding.next() == "held")
         let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", binary, "status", fx.mountPoint.path]
         let theirs = try run("/usr/bin/setpriv", asNobody)
-        #expect(theirs.status == 0 && theirs.output.contains(fx.path("public.txt"))
-                && theirs.output.contains("(in a directory you cannot read)") && !theirs.output.contains("secret"), "\(theirs)")
+        #expect(
+            theirs.status == 0 && theirs.output.contains(fx.path("public.txt"))
+                && theirs.output.contains("(in a directory you cannot read)") && !theirs.output.contains("secret"),
+            "\(theirs)")
         let mine = try run(binary, ["status", fx.mountPoint.path])
         #expect(mine.output.contains(fx.path("private/secret.txt")), "\(mine.output)")
         // The engine's whole state, on the root's attribute, is the owner's and root's alone.
-        let state = "import os,sys\ntry: os.getxattr(sys.argv[1], 'user.coordfs.state'); print('read')\nexcept OSError as e: print(e.errno)"
-        let refused = try run("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", state, fx.mountPoint.path])
+        let state =
+            "import os,sys\ntry: os.getxattr(sys.argv[1], 'user.coordfs.state'); print('read')\nexcept OSError as e: print(e.errno)"
+        let refused = try run(
+            "/usr/bin/setpriv",
+            ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", state, fx.mountPoint.path])
         #expect(refused.output.trimmingCharacters(in: .whitespacesAndNewlines) == String(EACCES), "\(refused)")
         #expect(try fx.state().contains("secret.txt"))
         holding.send("go")
@@ -244,33 +264,41 @@ import Glibc
         let fx = try MountFixture()
         try fx.seed("doc.txt")
         let script = """
-        import os, socket, sys, json, subprocess, time
-        path = sys.argv[1]
-        s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(path, "user.coordfs.socket").decode()); f = s.makefile("rwb", buffering=0)
-        def ask(message):
-            f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
-        ask({"op": "hello", "id": 1, "version": 1})
-        hold = ask({"op": "hold", "id": 2, "intents": [{"path": path, "access": "write"}]})["hold"]
-        other = subprocess.run([sys.executable, "-c", "import os,sys\\ntry: os.open(sys.argv[1], os.O_RDONLY|os.O_NONBLOCK); print('opened')\\nexcept BlockingIOError: print('EAGAIN')", path], capture_output=True, text=True)
-        print("other", other.stdout.strip())
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK); os.close(fd); print("self opened")
-        print("again", ask({"op": "hold", "id": 3, "intents": [{"path": path, "access": "read"}], "wait": False}).get("error"))
-        ask({"op": "release", "id": 4, "hold": hold})
-        other = subprocess.run([sys.executable, "-c", "import os,sys\\nos.open(sys.argv[1], os.O_RDONLY|os.O_NONBLOCK); print('opened')", path], capture_output=True, text=True)
-        print("after", other.stdout.strip())
-        """
+            import os, socket, sys, json, subprocess, time
+            path = sys.argv[1]
+            s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(path, "user.coordfs.socket").decode()); f = s.makefile("rwb", buffering=0)
+            def ask(message):
+                f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+            ask({"op": "hello", "id": 1, "version": 1})
+            hold = ask({"op": "hold", "id": 2, "intents": [{"path": path, "access": "write"}]})["hold"]
+            other = subprocess.run([sys.executable, "-c", "import os,sys\\ntry: os.open(sys.argv[1], os.O_RDONLY|os.O_NONBLOCK); print('opened')\\nexcept BlockingIOError: print('EAGAIN')", path], capture_output=True, text=True)
+            print("other", other.stdout.strip())
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK); os.close(fd); print("self opened")
+            print("again", ask({"op": "hold", "id": 3, "intents": [{"path": path, "access": "read"}], "wait": False}).get("error"))
+            ask({"op": "release", "id": 4, "hold": hold})
+            other = subprocess.run([sys.executable, "-c", "import os,sys\\nos.open(sys.argv[1], os.O_RDONLY|os.O_NONBLOCK); print('opened')", path], capture_output=True, text=True)
+            print("after", other.stdout.strip())
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
         // The process's own opens are its accessor's (docs/presenters.md); a second hold is another
         // coordinator, which waits for the first like anyone's.
-        #expect(result.output.split(separator: "\n") == ["other EAGAIN", "self opened", "again EAGAIN", "after opened"], "\(result.output) \(result.errors)")
+        #expect(
+            result.output.split(separator: "\n") == ["other EAGAIN", "self opened", "again EAGAIN", "after opened"],
+            "\(result.output) \(result.errors)")
     }
 
     @Test func theSocketsModeFollowsAllowOther() throws {
         let shared = try MountFixture(["-o", "allow_other"])
         let privateMount = try MountFixture()
         func mode(_ fx: MountFixture) throws -> Int? {
-            let socket = try run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.socket').decode())", fx.mountPoint.path])
-            return try FileManager.default.attributesOfItem(atPath: socket.output.trimmingCharacters(in: .whitespacesAndNewlines))[.posixPermissions] as? Int
+            let socket = try run(
+                "/usr/bin/python3",
+                [
+                    "-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.socket').decode())",
+                    fx.mountPoint.path
+                ])
+            return try FileManager.default.attributesOfItem(
+                atPath: socket.output.trimmingCharacters(in: .whitespacesAndNewlines))[.posixPermissions] as? Int
         }
         #expect(try mode(shared) == 0o666)
         #expect(try mode(privateMount) == 0o600)
@@ -280,14 +308,14 @@ import Glibc
         let fx = try MountFixture()
         try fx.seed("doc.txt")
         let script = """
-        import os, socket, sys, json
-        path = sys.argv[1]
-        s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(path, "user.coordfs.socket").decode()); f = s.makefile("rwb", buffering=0)
-        f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
-        f.write(json.dumps({"op": "hold", "id": 2, "intents": [{"path": path, "access": "write"}]}).encode() + b"\\n")
-        print(json.loads(f.readline()).get("hold"), flush=True)
-        sys.stdin.readline()
-        """
+            import os, socket, sys, json
+            path = sys.argv[1]
+            s = socket.socket(socket.AF_UNIX); s.connect(os.getxattr(path, "user.coordfs.socket").decode()); f = s.makefile("rwb", buffering=0)
+            f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+            f.write(json.dumps({"op": "hold", "id": 2, "intents": [{"path": path, "access": "write"}]}).encode() + b"\\n")
+            print(json.loads(f.readline()).get("hold"), flush=True)
+            sys.stdin.readline()
+            """
         let holder = try Child("/usr/bin/python3", ["-c", script, fx.path("doc.txt")])
         #expect(holder.next() == "1")
         let other = try Child.holder()
@@ -304,22 +332,24 @@ import Glibc
         chmod(fx.backingPath("shared"), 0o755)
         chmod(fx.backingPath("shared/closed"), 0o700)
         let script = """
-        import os, socket, sys, json
-        path = sys.argv[1]
-        address = os.getxattr(path, "user.coordfs.socket").decode()
-        os.setgroups([]); os.setgid(65534); os.setuid(65534)
-        s = socket.socket(socket.AF_UNIX); s.connect(address); f = s.makefile("rwb", buffering=0)
-        f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
-        f.write(json.dumps({"op": "watch", "id": 2, "path": path, "mask": ["SUBITEM_CHANGED"]}).encode() + b"\\n")
-        print(json.loads(f.readline()).get("wd"), flush=True)
-        while True:
-            line = f.readline()
-            if not line: break
-            print(json.loads(line)["name"], flush=True)
-        """
+            import os, socket, sys, json
+            path = sys.argv[1]
+            address = os.getxattr(path, "user.coordfs.socket").decode()
+            os.setgroups([]); os.setgid(65534); os.setuid(65534)
+            s = socket.socket(socket.AF_UNIX); s.connect(address); f = s.makefile("rwb", buffering=0)
+            f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
+            f.write(json.dumps({"op": "watch", "id": 2, "path": path, "mask": ["SUBITEM_CHANGED"]}).encode() + b"\\n")
+            print(json.loads(f.readline()).get("wd"), flush=True)
+            while True:
+                line = f.readline()
+                if not line: break
+                print(json.loads(line)["name"], flush=True)
+            """
         let watcher = try Child("/usr/bin/python3", ["-c", script, fx.path("shared")])
         #expect(watcher.next() == "1")
-        _ = try run("/bin/sh", ["-c", "echo x >> \(fx.path("shared/closed/hidden.txt")); echo y >> \(fx.path("shared/visible.txt"))"])
+        _ = try run(
+            "/bin/sh",
+            ["-c", "echo x >> \(fx.path("shared/closed/hidden.txt")); echo y >> \(fx.path("shared/visible.txt"))"])
         #expect(watcher.next() == "visible.txt", "the first it hears of is the visible one")
         #expect(watcher.next(timeout: .milliseconds(300)) == nil, "nothing about hidden.txt")
     }

@@ -25,7 +25,9 @@ import Glibc
     }
 
     /// Runs two copies on `file`; the counter's final value and each copy's report.
-    func runPair(_ file: String, environment: [String: String] = CrossProcessTests.environment()) throws
+    func runPair(
+        _ file: String, environment: [String: String] = CrossProcessTests.environment()
+    ) throws
         -> (count: Int?, reports: [[String: Any]])
     {
         // What the copies' threads find, under its lock.
@@ -42,11 +44,19 @@ import Glibc
             Thread {
                 defer { group.leave() }
                 do {
-                    let result = try run(Self.counter, [file, String(Self.updates), name, peer], environment: environment)
+                    let result = try run(
+                        Self.counter, [file, String(Self.updates), name, peer], environment: environment)
                     let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any]
                     outcomes.lock.withLock {
-                        if let report { outcomes.reports.append(report) } else { outcomes.failures.append("\(name): \(result)") }
-                        if result.status != 0 { outcomes.failures.append("\(name) exited \(result.status): \(result.output) \(result.errors)") }
+                        if let report {
+                            outcomes.reports.append(report)
+                        } else {
+                            outcomes.failures.append("\(name): \(result)")
+                        }
+                        if result.status != 0 {
+                            outcomes.failures.append(
+                                "\(name) exited \(result.status): \(result.output) \(result.errors)")
+                        }
                     }
                 } catch {
                     outcomes.lock.withLock { outcomes.failures.append("\(name): \(error)") }
@@ -66,7 +76,8 @@ import Glibc
         #expect(reports.count == 2)
         let expected = String(repeating: "RSCA", count: Self.updates) + "RMMA"
         for report in reports {
-            #expect(report["log"] as? String == expected, "\(report["name"] ?? "?") heard \(report["log"] ?? "nothing")")
+            #expect(
+                report["log"] as? String == expected, "\(report["name"] ?? "?") heard \(report["log"] ?? "nothing")")
             #expect((report["errors"] as? [String])?.isEmpty == true, "\(report["errors"] ?? "")")
         }
     }
@@ -107,8 +118,12 @@ import Glibc
         let seed = Data(#"{"count":0,"by":"seed"}"#.utf8)
         #expect(FileManager.default.createFile(atPath: old, contents: seed))
         func started(_ program: String, _ arguments: [String]) throws -> Child {
-            try Child("/bin/sh", ["-c", #"unset COORDFS_COORDINATION; COORDFS_SOCKET="$1"; export COORDFS_SOCKET; shift; exec "$@""#,
-                                  "sh", socket, program] + arguments)
+            try Child(
+                "/bin/sh",
+                [
+                    "-c", #"unset COORDFS_COORDINATION; COORDFS_SOCKET="$1"; export COORDFS_SOCKET; shift; exec "$@""#,
+                    "sh", socket, program
+                ] + arguments)
         }
         // A Swift presenter of the item in a process of its own; it starts the daemon.
         let presenter = try started(Self.presenterLog, [old])
@@ -117,12 +132,16 @@ import Glibc
         defer { client.close() }
         /// What waits at the daemon, as "MODE PATH" for each intent of each waiter.
         func waiting() -> [String] {
-            guard let fields = try? client.request({ .status(id: $0) }), case .array(let waiters)? = fields["waiters"] else { return [] }
+            guard let fields = try? client.request({ .status(id: $0) }), case .array(let waiters)? = fields["waiters"]
+            else { return [] }
             return waiters.flatMap { waiter -> [String] in
-                guard case .object(let waiter) = waiter, case .array(let intents)? = waiter["intents"] else { return [] }
+                guard case .object(let waiter) = waiter, case .array(let intents)? = waiter["intents"] else {
+                    return []
+                }
                 return intents.compactMap { intent -> String? in
                     guard case .object(let intent) = intent, case .string(let mode)? = intent["mode"],
-                          case .string(let path)? = intent["path"] else { return nil }
+                        case .string(let path)? = intent["path"]
+                    else { return nil }
                     return "\(mode) \(path)"
                 }
             }
@@ -139,9 +158,13 @@ import Glibc
 
         // The mover holds the item and where it goes, as the counter's final move does.
         let moving = try client.request {
-            .hold(id: $0, intents: [WireIntent(path: old, access: .write, options: ["forMoving"]),
-                                    WireIntent(path: new, access: .write, options: ["forReplacing"])],
-                  wait: true, timeout: 30, inherit: false)
+            .hold(
+                id: $0,
+                intents: [
+                    WireIntent(path: old, access: .write, options: ["forMoving"]),
+                    WireIntent(path: new, access: .write, options: ["forReplacing"])
+                ],
+                wait: true, timeout: 30, inherit: false)
         }
         guard case .int(let mover)? = moving["hold"] else { Issue.record("no hold: \(moving)"); return }
         // The writer: the counter, one update of the item at the old path, which waits.
@@ -150,10 +173,16 @@ import Glibc
         // A hold of the old path that waits too, for the writer's final move (away and back) to
         // wait for in its turn: it replaces, so it stays at the path when the item moves (O8).
         let second = EventLog()
-        client.request({ .hold(id: $0, intents: [WireIntent(path: old, access: .write, options: ["forReplacing"])],
-                               wait: true, timeout: 30, inherit: false) }) { result in
-            if case .success(let fields) = result, case .int(let number)? = fields["hold"] { second.add(String(number)) }
-            else { second.add("\(result)") }
+        client.request({
+            .hold(
+                id: $0, intents: [WireIntent(path: old, access: .write, options: ["forReplacing"])],
+                wait: true, timeout: 30, inherit: false)
+        }) { result in
+            if case .success(let fields) = result, case .int(let number)? = fields["hold"] {
+                second.add(String(number))
+            } else {
+                second.add("\(result)")
+            }
         }
         #expect(waits("write(forReplacing) \(old)", within: .seconds(10)), "\(waiting())")
 
@@ -161,8 +190,9 @@ import Glibc
         #expect(rename(old, new) == 0)
         _ = try client.request { .moved(id: $0, hold: mover, from: old, to: new) }
         let followed = waiting()
-        #expect(followed.contains("write(forMerging) \(new)") && followed.contains("write(forReplacing) \(old)"),
-                "the writer's wait follows the item, the replacing one stays: \(followed)")
+        #expect(
+            followed.contains("write(forMerging) \(new)") && followed.contains("write(forReplacing) \(old)"),
+            "the writer's wait follows the item, the replacing one stays: \(followed)")
         _ = try client.request { .release(id: $0, hold: mover, changed: false) }
 
         // The writer's hold is granted where the item is now, and it updates it there; then its
@@ -173,20 +203,29 @@ import Glibc
         #expect(FileManager.default.createFile(atPath: old, contents: seed))
         _ = try client.request { .release(id: $0, hold: held, changed: false) }
         #expect(writer.waitForExit(timeout: .seconds(30)) == 0)
-        let report = (writer.next(timeout: .seconds(5))).flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-        #expect(report?["log"] as? String == "M" && (report?["errors"] as? [String])?.isEmpty == true,
-                "the writer's presenter heard the move alone, and nothing failed: \(String(describing: report))")
-        let count = (try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: new))) as? [String: Any])?["count"] as? Int
+        let report = (writer.next(timeout: .seconds(5))).flatMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        #expect(
+            report?["log"] as? String == "M" && (report?["errors"] as? [String])?.isEmpty == true,
+            "the writer's presenter heard the move alone, and nothing failed: \(String(describing: report))")
+        let count =
+            (try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: new))) as? [String: Any])?[
+                "count"] as? Int
         #expect(count == 1, "the update is in the item where it went")
 
         // The presenter heard the move, then the writer's update in full.
         var heard: [String] = []
         while let line = presenter.next(timeout: .seconds(1)) {
-            let message = (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["message"] as? String
+            let message =
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["message"] as? String
             heard.append(message ?? line)
         }
-        #expect(heard == ["relinquishToWriter", "didMove", "reacquire", "relinquishToWriter", "save", "didChange", "reacquire"],
-                "\(heard)")
+        #expect(
+            heard == [
+                "relinquishToWriter", "didMove", "reacquire", "relinquishToWriter", "save", "didChange", "reacquire"
+            ],
+            "\(heard)")
     }
 
     /// Outside any mount, `coordfs watch` starts the user's daemon where none runs, and a hold
@@ -196,11 +235,17 @@ import Glibc
         defer { Self.stopDaemon(at: socket); try? FileManager.default.removeItem(atPath: directory) }
         let file = directory + "/count.json"
         #expect(FileManager.default.createFile(atPath: file, contents: Data(#"{"count":0,"by":"seed"}"#.utf8)))
-        let watch = try Child("/bin/sh", ["-c", "unset COORDFS_COORDINATION; COORDFS_SOCKET=\"$1\" exec \"$2\" watch \"$3\" 2>&1",
-                                          "sh", socket, Paths.binary.path, file])
+        let watch = try Child(
+            "/bin/sh",
+            [
+                "-c", "unset COORDFS_COORDINATION; COORDFS_SOCKET=\"$1\" exec \"$2\" watch \"$3\" 2>&1",
+                "sh", socket, Paths.binary.path, file
+            ])
         #expect(watch.next() == "Watches established.")
         #expect(FileManager.default.fileExists(atPath: socket), "the watch started no daemon")
-        let held = try run(Paths.binary.path, ["coordinate", "--write", file, "--", "true"], environment: Self.environment(socket: socket))
+        let held = try run(
+            Paths.binary.path, ["coordinate", "--write", file, "--", "true"],
+            environment: Self.environment(socket: socket))
         #expect(held.status == 0, "\(held)")
         #expect(watch.next()?.contains("RELINQUISH_WRITER,REQUEST cookie=1 pid=") == true)
         #expect(watch.next()?.contains("CHANGED") == true)
@@ -211,8 +256,10 @@ import Glibc
         while let line = watch.next(timeout: .milliseconds(500)) { heard.append(line) }
         let program1 = heard.filter { $0.contains("RELINQUISH_WRITER") }.count
         #expect(program1 == 2, "the program's update and its move: \(heard)")
-        #expect(heard.contains { $0.contains("SAVE") } && heard.contains { $0.contains("CHANGED") } && heard.contains { $0.contains("MOVED_TO") },
-                "\(heard)")
+        #expect(
+            heard.contains { $0.contains("SAVE") } && heard.contains { $0.contains("CHANGED") }
+                && heard.contains { $0.contains("MOVED_TO") },
+            "\(heard)")
     }
 
     /// This process's environment, with coordination across processes on (`make test` keeps
@@ -228,8 +275,9 @@ import Glibc
     /// serves it yet).
     static func daemonDirectory() throws -> (directory: String, socket: String) {
         let directory = "/tmp/coordfs-cross-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false,
-                                                attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: false,
+            attributes: [.posixPermissions: 0o700])
         return (directory, directory + "/daemon.sock")
     }
 
@@ -254,14 +302,18 @@ import Glibc
     @Test func oneProgramBesideAShellLoopOfMvCatRmAndCp() throws {
         let fx = try MountFixture()
         try fx.seed("count.json", #"{"count":0,"by":"seed"}"#)
-        let shell = try Child("/bin/sh", [Paths.scripts.appendingPathComponent("beside_loop.sh").path, fx.mountPoint.path])
+        let shell = try Child(
+            "/bin/sh", [Paths.scripts.appendingPathComponent("beside_loop.sh").path, fx.mountPoint.path])
         let updates = CrossProcessTests.updates
-        let result = try run(CrossProcessTests.counter, [fx.path("count.json"), String(updates), "a", "-"],
-                             environment: CrossProcessTests.environment())
+        let result = try run(
+            CrossProcessTests.counter, [fx.path("count.json"), String(updates), "a", "-"],
+            environment: CrossProcessTests.environment())
         #expect(result.status == 0, "\(result)")
         let rounds = Int(shell.next()?.trimmingCharacters(in: .whitespaces) ?? "") ?? 0
         #expect(rounds > 0, "the loop never ran")
-        let count = (try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: fx.path("count.json")))) as? [String: Any])?["count"] as? Int
+        let count =
+            (try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: fx.path("count.json"))))
+            as? [String: Any])?["count"] as? Int
         #expect(count == updates)
         // No program got an error (EBUSY, EDEADLK, ENOENT), and no read saw a half-written file.
         let errors = (try? String(contentsOfFile: fx.path("errors"), encoding: .utf8)) ?? ""
@@ -269,7 +321,9 @@ import Glibc
         for name in try FileManager.default.contentsOfDirectory(atPath: fx.mountPoint.path)
         where name.hasPrefix("read.") || name.hasPrefix("copy.") {
             let data = try Data(contentsOf: URL(fileURLWithPath: fx.path(name)))
-            #expect((try? JSONSerialization.jsonObject(with: data)) != nil, "\(name) holds '\(String(decoding: data, as: UTF8.self))'")
+            #expect(
+                (try? JSONSerialization.jsonObject(with: data)) != nil,
+                "\(name) holds '\(String(decoding: data, as: UTF8.self))'")
         }
         // The program's presenter was asked by the loop's reads, and reacquired after each.
         let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any] ?? [:]

@@ -19,7 +19,8 @@ import Glibc
         chmod(fx.backingPath("root.txt"), 0o644)
         chmod(fx.backingPath("other.txt"), 0o644)
         // Another user, who may read root's file, refuses every request about it.
-        let theirs = try Child(Nobody.program, Nobody.arguments([binary, "watch", fx.path("root.txt"), "--answer", "EACCES"]))
+        let theirs = try Child(
+            Nobody.program, Nobody.arguments([binary, "watch", fx.path("root.txt"), "--answer", "EACCES"]))
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         // Root's accesses go on: read, append, rename, delete.
         let cat = try run("/bin/cat", [fx.path("root.txt")])
@@ -43,7 +44,8 @@ import Glibc
         let fx = try MountFixture(["-o", "allow_other", "--vetoes", "anyone"])
         try fx.seed("root.txt", "root's\n")
         chmod(fx.backingPath("root.txt"), 0o644)
-        let theirs = try Child(Nobody.program, Nobody.arguments([binary, "watch", fx.path("root.txt"), "--answer", "EACCES"]))
+        let theirs = try Child(
+            Nobody.program, Nobody.arguments([binary, "watch", fx.path("root.txt"), "--answer", "EACCES"]))
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         let cat = try run("/bin/cat", [fx.path("root.txt")])
         #expect(cat.status != 0 && cat.errors.contains("Permission denied"), "\(cat)")
@@ -98,9 +100,12 @@ import Glibc
         let nobody = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", script, fx.path("theirs")]))
         let report = try #require(nobody.next(timeout: .seconds(60)))
         #expect(report == #"{"opened": 20, "errno": 24}"#, "\(report)")
-        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("theirs/f20")), "the refused create left its file")
+        #expect(
+            !FileManager.default.fileExists(atPath: fx.backingPath("theirs/f20")), "the refused create left its file")
         let listing = try run(Nobody.program, Nobody.arguments(["/bin/ls", fx.path("")]))
-        #expect(listing.status != 0 && listing.errors.contains("Too many open files"), "the share is the user's, over all its processes: \(listing)")
+        #expect(
+            listing.status != 0 && listing.errors.contains("Too many open files"),
+            "the share is the user's, over all its processes: \(listing)")
         // Root opens far more than the share.
         let roots = (0..<100).map { open(fx.path("r\($0)"), O_CREAT | O_RDWR | O_CLOEXEC, 0o644) }
         #expect(roots.allSatisfy { $0 >= 0 })
@@ -115,7 +120,8 @@ import Glibc
 /// process's report handler hears it too.
 @Suite struct CrossUserBreaks {
     @Test func aSwiftCoordinatorHearsThatItsCoordinationWasBroken() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--break-time", "1", "--wait-timeout", "infinity"], backingMode: 0o755)
+        let fx = try MountFixture(
+            ["-o", "allow_other", "--break-time", "1", "--wait-timeout", "infinity"], backingMode: 0o755)
         try fx.seed("shared.txt", "before\n")
         chmod(fx.backingPath("shared.txt"), 0o666)
         let url = URL(fileURLWithPath: fx.path("shared.txt"))
@@ -124,7 +130,8 @@ import Glibc
             try FileCoordinator().coordinate(writingItemAt: url) { url in
                 // Another user writes while this accessor runs: it waits the break time, then
                 // goes ahead.
-                theirs = try run(Nobody.program, Nobody.arguments(["/bin/sh", "-c", "echo theirs > \"$1\"", "sh", url.path]))
+                theirs = try run(
+                    Nobody.program, Nobody.arguments(["/bin/sh", "-c", "echo theirs > \"$1\"", "sh", url.path]))
             }
             Issue.record("the coordinate call returned as if its coordination had held")
         } catch FileCoordinationError.coordinationBroken(let item) {
@@ -160,10 +167,16 @@ import Glibc
                 s.close()
             """
         let result = try run(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", script, fx.path("doc.txt")]))
-        #expect(result.output == "1e16 EINVAL True\n-3 EINVAL True\nNaN EPROTO True\nInfinity EPROTO True\n1e400 EPROTO True\n",
-                "\(result)")
-        let command = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "coordinate", "--read", fx.path("doc.txt"),
-                                                                "--timeout", "1e16", "--", "/bin/true"]))
+        #expect(
+            result.output
+                == "1e16 EINVAL True\n-3 EINVAL True\nNaN EPROTO True\nInfinity EPROTO True\n1e400 EPROTO True\n",
+            "\(result)")
+        let command = try run(
+            Nobody.program,
+            Nobody.arguments([
+                Paths.binary.path, "coordinate", "--read", fx.path("doc.txt"),
+                "--timeout", "1e16", "--", "/bin/true"
+            ]))
         #expect(command.status != 0 && command.errors.contains("--timeout"), "\(command)")
         // Everyone is still served.
         #expect(try run("/bin/cat", [fx.path("doc.txt")]).output == "text\n")
@@ -182,7 +195,8 @@ import Glibc
         try FileManager.default.createDirectory(atPath: dir + "/backing", withIntermediateDirectories: true)
         chmod(dir + "/closed", 0o700)
         chmod(dir + "/backing", 0o777)
-        let refused = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "mount", dir + "/backing", dir + "/closed/mnt"]))
+        let refused = try run(
+            Nobody.program, Nobody.arguments([Paths.binary.path, "mount", dir + "/backing", dir + "/closed/mnt"]))
         #expect(refused.status != 0 && refused.errors.contains("cannot be reached: Permission denied"), "\(refused)")
         #expect(!refused.errors.contains("does not exist"), "\(refused)")
     }
@@ -213,8 +227,12 @@ import Glibc
     @Test func anotherUsersMountIsUnmountedOnlyByThatUserOrRoot() throws {
         let fx = try MountFixture()
         let refused = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "unmount", fx.mountPoint.path]))
-        #expect(refused.status == 1 && refused.errors.contains("cannot unmount '\(fx.mountPoint.path)': root made it, and a mount is "
-                + "unmounted only by the user who made it or by root"), "\(refused)")
+        #expect(
+            refused.status == 1
+                && refused.errors.contains(
+                    "cannot unmount '\(fx.mountPoint.path)': root made it, and a mount is "
+                        + "unmounted only by the user who made it or by root"),
+            "\(refused)")
         #expect(!refused.errors.contains("mtab") && !refused.errors.contains("busy"), "\(refused)")
         #expect(MountFixture.isMounted(fx.mountPoint.path))
     }
@@ -230,16 +248,22 @@ import Glibc
             defer { try? FileManager.default.removeItem(atPath: sockets) }
             let fx = try MountFixture(user: nobody)
             let mnt = fx.mountPoint.path
-            let theirs = "that uid 65534 (nobody) made without -o allow_other: the kernel lets nobody else into it, root included"
+            let theirs =
+                "that uid 65534 (nobody) made without -o allow_other: the kernel lets nobody else into it, root included"
             let named = try run(Paths.binary.path, ["status", mnt])
             #expect(named.status == 1 && named.errors.contains("'\(mnt)' is a coordfs mount \(theirs)"), "\(named)")
             #expect(!named.errors.contains("not inside a coordfs mount"), "\(named)")
             let inside = try run(Paths.binary.path, ["status", fx.path("doc.txt")])
-            #expect(inside.status == 1 && inside.errors.contains("'\(fx.path("doc.txt"))' is on the coordfs mount at '\(mnt)', one \(theirs)"),
-                    "\(inside)")
+            #expect(
+                inside.status == 1
+                    && inside.errors.contains(
+                        "'\(fx.path("doc.txt"))' is on the coordfs mount at '\(mnt)', one \(theirs)"),
+                "\(inside)")
             let everywhere = try run("/bin/sh", ["-c", "cd / && exec \"$0\" status", Paths.binary.path])
             // The only mount there is: an error rather than a warning, and status 1.
-            #expect(everywhere.status == 1 && everywhere.errors.contains("the coordfs mount at '\(mnt)' is one \(theirs)"), "\(everywhere)")
+            #expect(
+                everywhere.status == 1 && everywhere.errors.contains("the coordfs mount at '\(mnt)' is one \(theirs)"),
+                "\(everywhere)")
             // Its own user sees it as ever.
             let own = try run(asUser(nobody)[0], Array(asUser(nobody).dropFirst()) + [Paths.binary.path, "status", mnt])
             #expect(own.status == 0 && own.output.contains("\(mnt) — control socket"), "\(own)")
@@ -258,10 +282,13 @@ import Glibc
         chmod(dir + "/backing", 0o700)
         chown(dir + "/mnt", 65534, 65534)
         try withFuseOpenToUsers {
-            let refused = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "mount", dir + "/backing", dir + "/mnt"]))
+            let refused = try run(
+                Nobody.program, Nobody.arguments([Paths.binary.path, "mount", dir + "/backing", dir + "/mnt"]))
             // Before, it mounted: clear it.
             if MountFixture.isMounted(dir + "/mnt") { _ = umount2(dir + "/mnt", Int32(MNT_DETACH)) }
-            #expect(refused.status == 1 && refused.errors.contains("cannot read backing directory '\(dir)/backing' (Permission denied)")
+            #expect(
+                refused.status == 1
+                    && refused.errors.contains("cannot read backing directory '\(dir)/backing' (Permission denied)")
                     && refused.errors.contains("uid 65534 (nobody)"), "\(refused)")
         }
     }
@@ -279,7 +306,8 @@ import Glibc
     func eachOperationAsAnotherUser() throws {
         let fx = try MountFixture(["-o", "allow_other"])
         for directory in ["private", "shared", "nobody"] {
-            try FileManager.default.createDirectory(atPath: fx.backingPath(directory), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: fx.backingPath(directory), withIntermediateDirectories: true)
         }
         try fx.seed("private/secret", "root's secret\n")
         try fx.seed("shared/doc", "root's document\n")
@@ -293,7 +321,8 @@ import Glibc
         // Root presents and vends both of its items.
         let secretPresenter = try Child(binary, ["watch", fx.path("private/secret")])
         let docPresenter = try Child(binary, ["watch", fx.path("shared/doc")])
-        let secretService = try Child(binary, ["vend", "org.example.root", fx.path("private/secret"), "--", "echo", "root"])
+        let secretService = try Child(
+            binary, ["vend", "org.example.root", fx.path("private/secret"), "--", "echo", "root"])
         let docService = try Child(binary, ["vend", "org.example.shared", fx.path("shared/doc"), "--", "echo", "root"])
         let services = { (path: String) in (try? run(self.binary, ["services", path]))?.output ?? "" }
         #expect(eventually { services(fx.path("private/secret")).contains("org.example.root") })
@@ -302,8 +331,12 @@ import Glibc
 
         let script = Paths.scripts.appendingPathComponent("other_user_ops.py").path
         let python = Paths.repository.appendingPathComponent("clients/python").path
-        let attempt = try run(Nobody.program, Nobody.arguments(["/usr/bin/env", "PYTHONPATH=\(python)", "/usr/bin/python3", script,
-                                                                fx.mountPoint.path]))
+        let attempt = try run(
+            Nobody.program,
+            Nobody.arguments([
+                "/usr/bin/env", "PYTHONPATH=\(python)", "/usr/bin/python3", script,
+                fx.mountPoint.path
+            ]))
         #expect(attempt.status == 0, "\(attempt)")
         let answered = try JSONSerialization.jsonObject(with: Data(attempt.output.utf8)) as? [String: String] ?? [:]
         let expected = [
@@ -329,7 +362,7 @@ import Glibc
             "vend root's name on shared/doc": "ok",
             "remount": "EPERM",
             "status names private/secret": "no",
-            "answer a cookie never sent": "closed",
+            "answer a cookie never sent": "closed"
         ]
         for (name, outcome) in expected.sorted(by: { $0.key < $1.key }) {
             #expect(answered[name] == outcome, "\(name): \(answered[name] ?? "not tried")")
@@ -344,7 +377,9 @@ import Glibc
         #expect(state.contains("private/secret") && state.contains("shared/doc"), "\(state)")
         #expect(services(fx.path("private/secret")).contains("org.example.root"))
         #expect(!services(fx.path("nobody/a")).contains("org.example"))
-        let connected = try run("/bin/sh", ["-c", "echo | \"$0\" services \"$1\" --connect org.example.shared", binary, fx.path("shared/doc")])
+        let connected = try run(
+            "/bin/sh",
+            ["-c", "echo | \"$0\" services \"$1\" --connect org.example.shared", binary, fx.path("shared/doc")])
         #expect(connected.output == "root\n", "\(connected)")
         withExtendedLifetime((secretService, docService)) {}
     }
@@ -365,24 +400,31 @@ import Glibc
             try fx.seed(name, "\(name)\n")
             chmod(fx.backingPath(name), 0o644)
         }
-        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", LockTimeAndRevokedHolds.holder, fx.path("held.txt")]))
+        let holder = try Child(
+            Nobody.program,
+            Nobody.arguments(["/usr/bin/python3", "-c", LockTimeAndRevokedHolds.holder, fx.path("held.txt")]))
         let held = try #require(holder.next()?.split(separator: " ").dropFirst().first.map(String.init))
-        let reader = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path]))
+        let reader = try Child(
+            Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path])
+        )
         #expect(reader.ask("open r \(fx.path("open.txt"))") == "ok 1")
         for name in ["held.txt", "open.txt"] {
             let started = ContinuousClock.now
             let coordinate = try Child(binary, ["coordinate", "-x", fx.path(name), "--", "/bin/true"])
             let status = coordinate.waitForExit(timeout: .seconds(10))
             let took = ContinuousClock.now - started
-            #expect(status == 0, "root's hold of \(name) beside another user's: status \(String(describing: status)) after \(took)")
+            #expect(
+                status == 0,
+                "root's hold of \(name) beside another user's: status \(String(describing: status)) after \(took)")
             #expect(took >= .milliseconds(1500), "it waited the break time: \(took)")
         }
         #expect(holder.next() == "broken \(held)", "the hold passed is told")
         // Revoked: root's next holds go ahead at once.
         for name in ["held.txt", "open.txt"] {
             let started = ContinuousClock.now
-            #expect(try run(binary, ["coordinate", "-x", fx.path(name), "-w", "1", "--", "/bin/true"]).status == 0,
-                    "the revoked hold on \(name) held root up again")
+            #expect(
+                try run(binary, ["coordinate", "-x", fx.path(name), "-w", "1", "--", "/bin/true"]).status == 0,
+                "the revoked hold on \(name) held root up again")
             #expect(ContinuousClock.now - started < .seconds(1))
         }
         let statistics = try fx.statistics()
@@ -398,14 +440,22 @@ import Glibc
             try fx.seed(name, "\(name)\n")
             chmod(fx.backingPath(name), 0o644)
         }
-        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", LockTimeAndRevokedHolds.holder, fx.path("second.txt")]))
+        let holder = try Child(
+            Nobody.program,
+            Nobody.arguments(["/usr/bin/python3", "-c", LockTimeAndRevokedHolds.holder, fx.path("second.txt")]))
         let held = try #require(holder.next()?.split(separator: " ").dropFirst().first.map(String.init))
         let started = ContinuousClock.now
-        let roots = try Child("/usr/bin/python3", ["-c", LockTimeAndRevokedHolds.holder, "--write",
-                                                   fx.path("first.txt") + "+" + fx.path("second.txt")])
+        let roots = try Child(
+            "/usr/bin/python3",
+            [
+                "-c", LockTimeAndRevokedHolds.holder, "--write",
+                fx.path("first.txt") + "+" + fx.path("second.txt")
+            ])
         let granted = roots.next(timeout: .seconds(10))
         let took = ContinuousClock.now - started
-        #expect(granted?.hasPrefix("held ") == true && granted != "held None", "root's hold of both: \(String(describing: granted))")
+        #expect(
+            granted?.hasPrefix("held ") == true && granted != "held None",
+            "root's hold of both: \(String(describing: granted))")
         #expect(took >= .milliseconds(1500) && took < .seconds(5), "it waited the break time: \(took)")
         #expect(holder.next(timeout: .seconds(2)) == "broken \(held)", "the hold of the second item is told")
         #expect(holder.next(timeout: .milliseconds(300)) == nil, "and told once")
@@ -427,7 +477,9 @@ import Glibc
             let started = ContinuousClock.now
             let refused = try run(binary, ["coordinate", "-x", fx.path(name), "-w", "2", "--", "/bin/true"])
             let took = ContinuousClock.now - started
-            #expect(refused.status == 1 && took >= .milliseconds(1800), "root's hold of \(name) beside root's own: \(refused) after \(took)")
+            #expect(
+                refused.status == 1 && took >= .milliseconds(1800),
+                "root's hold of \(name) beside root's own: \(refused) after \(took)")
         }
         #expect(holder.next(timeout: .milliseconds(300)) == nil, "nobody was told of a break")
         let statistics = try fx.statistics()
@@ -483,7 +535,9 @@ import Glibc
             chmod(fx.backingPath(name), 0o666)
         }
         let roots = try Child.holder()
-        let theirs = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path]))
+        let theirs = try Child(
+            Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path])
+        )
         // Truncating writers: each excludes every other open.
         #expect(roots.ask("open wt \(fx.path("x"))") == "ok 1")
         #expect(theirs.ask("open wt \(fx.path("y"))") == "ok 1")

@@ -21,8 +21,9 @@ import Glibc
         var environment = ProcessInfo.processInfo.environment
         environment["FIO_DIR"] = work
         environment["FIO_SIZE"] = "8m"
-        let fio = try run("/usr/bin/fio", [Paths.fio.appendingPathComponent("contention.fio").path, "--output-format=json"],
-                          environment: environment)
+        let fio = try run(
+            "/usr/bin/fio", [Paths.fio.appendingPathComponent("contention.fio").path, "--output-format=json"],
+            environment: environment)
         churn.closeInput()
         let churnResult = churn.next(timeout: .seconds(10)) ?? ""
         #expect(fio.status == 0, "\(fio.errors)")
@@ -43,8 +44,10 @@ import Glibc
         let fx = try MountFixture()
         let scratch = fx.base.appendingPathComponent("scratch")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
-        let result = try run("/bin/sh", [scripts.appendingPathComponent("programs.sh").path, fx.mountPoint.path, fx.backing.path, scratch.path],
-                             environment: ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch.path])
+        let result = try run(
+            "/bin/sh",
+            [scripts.appendingPathComponent("programs.sh").path, fx.mountPoint.path, fx.backing.path, scratch.path],
+            environment: ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch.path])
         #expect(result.status == 0, "\(result.output)\n\(result.errors)")
         #expect(result.output.hasSuffix("all ok\n"), "\(result.output)")
         #expect(result.output.split(separator: "\n").filter { $0.hasPrefix("ok ") }.count == 6)
@@ -68,18 +71,32 @@ import Glibc
         let fx = try MountFixture()
         let ledger = fx.base.appendingPathComponent("ledger").path
         let file = fx.path("data.bin")
-        let writer = try Child("/usr/bin/python3", [scripts.appendingPathComponent("fsync_writer.py").path, "write", file, ledger])
+        let writer = try Child(
+            "/usr/bin/python3", [scripts.appendingPathComponent("fsync_writer.py").path, "write", file, ledger])
         #expect(writer.next() == "started")
-        #expect(eventually { (try? String(contentsOfFile: ledger, encoding: .utf8)).flatMap { Int($0) }.map { $0 >= 256 } == true },
-                "it wrote and fsynced at least 1 MiB")
-        let daemon = try #require(pid_t((try run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())", fx.mountPoint.path])).output.trimmingCharacters(in: .whitespacesAndNewlines)))
+        #expect(
+            eventually {
+                (try? String(contentsOfFile: ledger, encoding: .utf8)).flatMap { Int($0) }.map { $0 >= 256 } == true
+            },
+            "it wrote and fsynced at least 1 MiB")
+        let daemon = try #require(
+            pid_t(
+                (try run(
+                    "/usr/bin/python3",
+                    [
+                        "-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())",
+                        fx.mountPoint.path
+                    ])).output.trimmingCharacters(in: .whitespacesAndNewlines)))
         fx.daemonWillEnd()
         kill(daemon, SIGTERM)
-        #expect(writer.next(timeout: .seconds(10))?.hasPrefix("stopped") == true, "the writer gets an error, not a hang")
+        #expect(
+            writer.next(timeout: .seconds(10))?.hasPrefix("stopped") == true, "the writer gets an error, not a hang")
         #expect(writer.waitForExit() != nil)
         #expect(eventually { !MountFixture.isMounted(fx.mountPoint.path) })
         // Whatever was fsynced is in the backing file and verifies.
-        let verified = try run("/usr/bin/python3", [scripts.appendingPathComponent("fsync_writer.py").path, "verify", fx.backingPath("data.bin"), ledger])
+        let verified = try run(
+            "/usr/bin/python3",
+            [scripts.appendingPathComponent("fsync_writer.py").path, "verify", fx.backingPath("data.bin"), ledger])
         let words = verified.output.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: " ")
         #expect(words.count == 4 && words[1] == words[3] && Int(words[1]) ?? 0 >= 256, "\(verified.output)")
         // And a fresh mount of the same backing directory works.

@@ -24,12 +24,17 @@ import Glibc
         let text = try String(contentsOf: Paths.repository.appendingPathComponent("Mounts/demo.hints"), encoding: .utf8)
         var hints: [Hint] = [], heading: [String] = []
         for line in text.split(separator: "\n").map(String.init) where !line.hasPrefix("#") {
-            let filled = line.replacingOccurrences(of: "{DEMO}", with: fx.mountPoint.path).replacingOccurrences(of: "{COORDFS}", with: binary)
+            let filled = line.replacingOccurrences(of: "{DEMO}", with: fx.mountPoint.path).replacingOccurrences(
+                of: "{COORDFS}", with: binary)
             let words = filled.trimmingCharacters(in: .whitespaces)
             if let terminal = words.first?.wholeNumberValue, words.dropFirst().hasPrefix("$ "),
-               let comment = words.range(of: "  # ", options: .backwards) {
+                let comment = words.range(of: "  # ", options: .backwards)
+            {
                 let command = words[words.index(words.startIndex, offsetBy: 3)..<comment.lowerBound]
-                hints.append(Hint(terminal: terminal, command: command.trimmingCharacters(in: .whitespaces), says: String(words[comment.upperBound...])))
+                hints.append(
+                    Hint(
+                        terminal: terminal, command: command.trimmingCharacters(in: .whitespaces),
+                        says: String(words[comment.upperBound...])))
             } else if filled.hasPrefix("      ") {
                 hints.append(Hint(terminal: nil, command: words, says: heading.joined(separator: " ")))
                 heading = []
@@ -86,7 +91,9 @@ import Glibc
         let fx = try Self.demoMount()
         let steps = try Self.hints(for: fx, binary: binary).filter { $0.terminal != nil }
         try #require(steps.map(\.terminal) == [1, 2, 1, 2, 2, 1, 1], "the hints changed: change this test with them")
-        let contents = try String(contentsOfFile: fx.backingPath("notes/todo.txt"), encoding: .utf8).split(separator: "\n").map(String.init)
+        let contents = try String(contentsOfFile: fx.backingPath("notes/todo.txt"), encoding: .utf8).split(
+            separator: "\n"
+        ).map(String.init)
         let one = try Terminal(), two = try Terminal()
         // 1$ exec 3>>todo.txt: this shell appends, and an append shares the file with readers:
         one.type(steps[0].command)
@@ -105,7 +112,9 @@ import Glibc
         let asked = ContinuousClock.now
         two.type(steps[3].command)
         let refused = two.ended(within: .seconds(5))
-        #expect(refused?.status == 1 && refused?.output.contains { $0.contains("BlockingIOError") } == true, "\(String(describing: refused))")
+        #expect(
+            refused?.status == 1 && refused?.output.contains { $0.contains("BlockingIOError") } == true,
+            "\(String(describing: refused))")
         #expect(ContinuousClock.now - asked < .seconds(3))
         // 2$ cat todo.txt: waits, past the settle time (a hold never settles) ...
         #expect(steps[4].says.contains("waits"))
@@ -115,7 +124,8 @@ import Glibc
         #expect(steps[5].says.contains("HOLD") && steps[5].says.contains("WAIT"))
         one.type(steps[5].command)
         let rows = one.ended()?.output ?? []
-        #expect(rows.contains { $0.hasPrefix("HOLD") && $0.contains(" \(one.pid) ") && $0.contains("todo.txt") }, "\(rows)")
+        #expect(
+            rows.contains { $0.hasPrefix("HOLD") && $0.contains(" \(one.pid) ") && $0.contains("todo.txt") }, "\(rows)")
         #expect(rows.contains { $0.hasPrefix("WAIT") && $0.contains("cat") && $0.contains("todo.txt") }, "\(rows)")
         // 1$ exec 3>&-: ... until the shell closes descriptor 3: then cat reads.
         one.type(steps[6].command)
@@ -153,12 +163,15 @@ import Glibc
         #expect(eventually { (try? fx.state())?.components(separatedBy: "PRESENT").count == 3 })
         #expect(try run("/bin/cat", [todo]).status == 0)
         #expect(try run("/bin/sh", ["-c", "echo new > \"$0\"", fx.path("notes/new.txt")]).status == 0)
-        #expect(withoutOrigin(directory.next()) == "\(fx.path("notes")) SUBITEM_APPEARED new.txt", "the read was told to the directory")
+        #expect(
+            withoutOrigin(directory.next()) == "\(fx.path("notes")) SUBITEM_APPEARED new.txt",
+            "the read was told to the directory")
 
         // coordfs coordinate -x todo.txt -- ${EDITOR:-vi} todo.txt: a cat elsewhere waits until the editor quits.
         #expect(hints[2].says.contains("waits until the editor quits"))
         let editor = fx.base.appendingPathComponent("editor").path
-        try Data("#!/bin/sh\necho 'from the editor' >> \"$1\"\nread line\n".utf8).write(to: URL(fileURLWithPath: editor))
+        try Data("#!/bin/sh\necho 'from the editor' >> \"$1\"\nread line\n".utf8).write(
+            to: URL(fileURLWithPath: editor))
         chmod(editor, 0o755)
         let session = try Child("/usr/bin/env", ["EDITOR=\(editor)", "/bin/sh", "-c", hints[2].command])
         #expect(eventually { (try? fx.state())?.contains("HOLD") == true })

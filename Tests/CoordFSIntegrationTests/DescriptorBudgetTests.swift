@@ -19,11 +19,12 @@ import Testing
     /// The same without file handles (as a mount not run as root): evicted descriptors are
     /// opened again by name.
     @Test func realProgramsAndPosixStepsAreUnchangedWithATinyBudgetAndNoFileHandles() throws {
-        try Self.runProgramsAndPosixSteps(on: MountFixture(inProcess: { configuration in
-            configuration.descriptorBudget = 32
-            configuration.fileHandles = false
-            configuration.fuseOptions = ["allow_other"]
-        }))
+        try Self.runProgramsAndPosixSteps(
+            on: MountFixture(inProcess: { configuration in
+                configuration.descriptorBudget = 32
+                configuration.fileHandles = false
+                configuration.fuseOptions = ["allow_other"]
+            }))
     }
 
     /// Without file handles, a file with two names loses, through the mount, the name the
@@ -36,19 +37,19 @@ import Testing
             configuration.fileHandles = false
         })
         let script = """
-        import os, sys
-        root = sys.argv[1]
-        os.mkdir(root + "/a"); os.mkdir(root + "/b")
-        with open(root + "/a/first", "w") as f: f.write("linked")
-        os.link(root + "/a/first", root + "/b/second")
-        fd = os.open(root + "/a/first", os.O_RDONLY)
-        os.unlink(root + "/b/second")
-        for i in range(40):
-            with open(root + "/g%d" % i, "w"): pass
-            os.stat(root + "/g%d" % i)
-        os.setxattr(fd, "user.test", b"kept")
-        print(os.getxattr(fd, "user.test").decode(), os.read(fd, 10).decode())
-        """
+            import os, sys
+            root = sys.argv[1]
+            os.mkdir(root + "/a"); os.mkdir(root + "/b")
+            with open(root + "/a/first", "w") as f: f.write("linked")
+            os.link(root + "/a/first", root + "/b/second")
+            fd = os.open(root + "/a/first", os.O_RDONLY)
+            os.unlink(root + "/b/second")
+            for i in range(40):
+                with open(root + "/g%d" % i, "w"): pass
+                os.stat(root + "/g%d" % i)
+            os.setxattr(fd, "user.test", b"kept")
+            print(os.getxattr(fd, "user.test").decode(), os.read(fd, 10).decode())
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
         #expect(result.output == "kept linked\n", "\(result.errors)")
         #expect(try String(contentsOfFile: fx.backingPath("a/first"), encoding: .utf8) == "linked")
@@ -58,9 +59,13 @@ import Testing
     static func runProgramsAndPosixSteps(on fx: MountFixture) throws {
         let scratch = fx.base.appendingPathComponent("scratch")
         try FileManager.default.createDirectory(at: scratch, withIntermediateDirectories: true)
-        let programs = try run("/bin/sh", [Paths.scripts.appendingPathComponent("programs.sh").path, fx.mountPoint.path,
-                                           fx.backing.path, scratch.path],
-                               environment: ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch.path])
+        let programs = try run(
+            "/bin/sh",
+            [
+                Paths.scripts.appendingPathComponent("programs.sh").path, fx.mountPoint.path,
+                fx.backing.path, scratch.path
+            ],
+            environment: ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": scratch.path])
         #expect(programs.status == 0 && programs.output.hasSuffix("all ok\n"), "\(programs.output)\n\(programs.errors)")
         let script = Paths.scripts.appendingPathComponent("posix_steps.py").path
         let native = fx.base.appendingPathComponent("native")
@@ -79,8 +84,12 @@ import Testing
     /// before it failed takes the file back: nothing is left that nobody asked for.
     @Test func aCreateThatFailsOutOfDescriptorsLeavesNothingBehind() throws {
         let fx = try MountFixture(fileLimit: 300)
-        let result = try run("/usr/bin/python3", [Paths.scripts.appendingPathComponent("exhaust_creates.py").path,
-                                                  fx.mountPoint.path, fx.backing.path])
+        let result = try run(
+            "/usr/bin/python3",
+            [
+                Paths.scripts.appendingPathComponent("exhaust_creates.py").path,
+                fx.mountPoint.path, fx.backing.path
+            ])
         let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any] ?? [:]
         #expect(report["errnos"] as? [Int] == [Int(EMFILE)], "\(result)")
         #expect((report["opened"] as? Int ?? 0) > 0, "\(report)")
@@ -98,7 +107,9 @@ import Testing
     /// Started with a soft open-file limit of 1024 (many systems' default) under a higher hard
     /// one, the mount raises its limit and keeps its budget: a tree of 3000 files is used
     /// through it. Kept at 1024, the mount answered EMFILE after a thousand items.
-    @Test(.enabled(if: DescriptorBudget.hardFileLimit >= 4096, "the hard open-file limit is below 4096: nothing to raise to"))
+    @Test(
+        .enabled(
+            if: DescriptorBudget.hardFileLimit >= 4096, "the hard open-file limit is below 4096: nothing to raise to"))
     func aLowSoftOpenFileLimitIsRaisedToTheHardOne() throws {
         let fx = try MountFixture(softFileLimit: 1024)
         let fields = try fx.statistics()
@@ -106,13 +117,13 @@ import Testing
         #expect(fields["open_file_limit"] == Int(min(hard, rlim_t(Int32.max))), "\(fields)")
         #expect(fields["descriptor_budget"] == min(12_000, Int(hard) / 5 * 3), "\(fields)")
         let script = """
-        import os, sys
-        d = os.path.join(sys.argv[1], "tree")
-        os.makedirs(d)
-        for i in range(3000):
-            with open(os.path.join(d, "f%04d" % i), "w") as f: f.write(str(i))
-        print(sum(1 for i in range(3000) if open(os.path.join(d, "f%04d" % i)).read() == str(i)))
-        """
+            import os, sys
+            d = os.path.join(sys.argv[1], "tree")
+            os.makedirs(d)
+            for i in range(3000):
+                with open(os.path.join(d, "f%04d" % i), "w") as f: f.write(str(i))
+            print(sum(1 for i in range(3000) if open(os.path.join(d, "f%04d" % i)).read() == str(i)))
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
         #expect(result.output == "3000\n", "\(result.output) \(result.errors)")
     }
@@ -124,12 +135,19 @@ import Testing
         let fx = try MountFixture()
         let fields = try fx.statistics()
         let budget = try #require(fields["descriptor_budget"]), limit = try #require(fields["open_file_limit"])
-        let pid = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())",
-                                               fx.mountPoint.path]).output
+        let pid = try run(
+            "/usr/bin/python3",
+            [
+                "-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())",
+                fx.mountPoint.path
+            ]
+        ).output
         let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
         let size = status.split(separator: "\n").first { $0.hasPrefix("FDSize:") }
             .flatMap { Int($0.dropFirst("FDSize:".count).trimmingCharacters(in: .whitespaces)) }
-        #expect((size ?? 0) >= min(limit, budget + budget / 4 + 256), "FDSize \(size ?? -1), budget \(budget), limit \(limit)")
+        #expect(
+            (size ?? 0) >= min(limit, budget + budget / 4 + 256),
+            "FDSize \(size ?? -1), budget \(budget), limit \(limit)")
     }
 
     @Test func moreFilesThanTheOpenFileLimitStayUsable() throws {
@@ -144,14 +162,14 @@ import Testing
 
     static func useMoreFilesThanTheOpenFileLimit(on fx: MountFixture) throws {
         let script = """
-        import os, sys
-        d = os.path.join(sys.argv[1], "many")
-        os.makedirs(d)
-        for i in range(21000):
-            with open(os.path.join(d, "f%05d" % i), "w") as f: f.write(str(i))
-        bad = sum(1 for i in range(0, 21000, 97) if open(os.path.join(d, "f%05d" % i)).read() != str(i))
-        print(len(os.listdir(d)), bad)
-        """
+            import os, sys
+            d = os.path.join(sys.argv[1], "many")
+            os.makedirs(d)
+            for i in range(21000):
+                with open(os.path.join(d, "f%05d" % i), "w") as f: f.write(str(i))
+            bad = sum(1 for i in range(0, 21000, 97) if open(os.path.join(d, "f%05d" % i)).read() != str(i))
+            print(len(os.listdir(d)), bad)
+            """
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
         #expect(result.output == "21000 0\n", "\(result.output) \(result.errors)")
     }
@@ -190,16 +208,18 @@ import Testing
         do {
             let fx = try MountFixture(inProcess: { _ in })
             let script = """
-            import os, sys
-            for i in range(2000): open(os.path.join(sys.argv[1], "f%d" % i), "w").close()
-            print(sum(1 for name in os.listdir(sys.argv[1]) if os.stat(os.path.join(sys.argv[1], name)).st_size == 0))
-            """
+                import os, sys
+                for i in range(2000): open(os.path.join(sys.argv[1], "f%d" % i), "w").close()
+                print(sum(1 for name in os.listdir(sys.argv[1]) if os.stat(os.path.join(sys.argv[1], name)).st_size == 0))
+                """
             let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
             #expect(result.output == "2000\n", "\(result.errors)")
             #expect(Self.openDescriptors() >= before + 2000, "the mount keeps a descriptor per item")
             fx.unmount()
         }
         // The table goes once nothing holds the mount's filesystem any more.
-        #expect(eventually(.seconds(5)) { Self.openDescriptors() < before + 50 }, "\(Self.openDescriptors()) open, \(before) before")
+        #expect(
+            eventually(.seconds(5)) { Self.openDescriptors() < before + 50 },
+            "\(Self.openDescriptors()) open, \(before) before")
     }
 }

@@ -34,13 +34,16 @@ import Glibc
         #expect(took < .seconds(1), "mv and the new log took \(took)")
         #expect(app.ask("write 1 after the move") == "ok")
         #expect(tail.next(timeout: .seconds(5)) == "after the move", "tail -f reads on what it opened")
-        #expect(try String(contentsOfFile: fx.backingPath("logs/app.log.1"), encoding: .utf8) == "line 0\nafter the move\n")
+        #expect(
+            try String(contentsOfFile: fx.backingPath("logs/app.log.1"), encoding: .utf8) == "line 0\nafter the move\n")
         #expect(try String(contentsOfFile: fx.backingPath("logs/app.log"), encoding: .utf8) == "")
         // The open files' holds are the moved file's, at its new name.
         #expect(try fx.state().contains("logs/app.log.1"), "held at the new name")
         let statistics = try fx.statistics()
-        #expect(statistics["lease_breaks"] == 0 && statistics["lock_time_breaks"] == 0 && statistics["kernel_lock_breaks"] == 0,
-                "nothing was waited for: \(statistics)")
+        #expect(
+            statistics["lease_breaks"] == 0 && statistics["lock_time_breaks"] == 0
+                && statistics["kernel_lock_breaks"] == 0,
+            "nothing was waited for: \(statistics)")
     }
 
     /// Another user reads `d/x1`; root removes it. The removal does not wait for the reader,
@@ -52,7 +55,9 @@ import Glibc
         try fx.seed("d/x2", "two\n")
         for file in ["d/x1", "d/x2"] { chmod(fx.backingPath(file), 0o644) }
         chmod(fx.backingPath("d"), 0o755)
-        let reader = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path]))
+        let reader = try Child(
+            Nobody.program, Nobody.arguments(["/usr/bin/python3", Paths.scripts.appendingPathComponent("hold.py").path])
+        )
         #expect(reader.ask("open r \(fx.path("d/x1"))") == "ok 1")
         let started = ContinuousClock.now
         let rm = try Child("/bin/rm", [fx.path("d/x1")])
@@ -88,27 +93,32 @@ import Glibc
         try fx.seed("logs/app.log", "")
         let log = fx.path("logs/app.log")
         // Appends a line every 20 ms; at the end, prints the longest time between two lines.
-        let appender = try Child("/usr/bin/python3", ["-u", "-c", """
-            import os, sys, threading, time
-            fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
-            longest, count, stop = 0.0, 0, False
-            def run():
-                global longest, count
-                last = time.monotonic()
-                while not stop:
-                    os.write(fd, b"line %d\\n" % count)
-                    count += 1
-                    now = time.monotonic()
-                    longest, last = max(longest, now - last), now
-                    time.sleep(0.02)
-            worker = threading.Thread(target=run)
-            worker.start()
-            print("appending", flush=True)
-            sys.stdin.readline()
-            stop = True
-            worker.join()
-            print("%.3f %d" % (longest, count), flush=True)
-            """, log])
+        let appender = try Child(
+            "/usr/bin/python3",
+            [
+                "-u", "-c",
+                """
+                import os, sys, threading, time
+                fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND)
+                longest, count, stop = 0.0, 0, False
+                def run():
+                    global longest, count
+                    last = time.monotonic()
+                    while not stop:
+                        os.write(fd, b"line %d\\n" % count)
+                        count += 1
+                        now = time.monotonic()
+                        longest, last = max(longest, now - last), now
+                        time.sleep(0.02)
+                worker = threading.Thread(target=run)
+                worker.start()
+                print("appending", flush=True)
+                sys.stdin.readline()
+                stop = True
+                worker.join()
+                print("%.3f %d" % (longest, count), flush=True)
+                """, log
+            ])
         #expect(appender.next() == "appending")
         let tail = try Child("/usr/bin/tail", ["-s", "0.1", "-f", log])
         #expect(eventually { (try? fx.state())?.contains("pid:\(tail.pid):") == true }, "tail -f has the log open")
@@ -124,19 +134,24 @@ import Glibc
         #expect(ContinuousClock.now - started < .seconds(1), "truncate(2) beside the appender and tail -f")
         Thread.sleep(forTimeInterval: 0.3)
         started = ContinuousClock.now
-        let copied = try run("/usr/bin/python3", ["-c", """
-            import os, sys
-            log = sys.argv[1]
-            fd = os.open(log, os.O_RDWR | os.O_NOFOLLOW)
-            with open(log + ".1", "wb") as out:
-                while True:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        break
-                    out.write(chunk)
-            os.ftruncate(fd, 0)
-            os.close(fd)
-            """, log])
+        let copied = try run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import os, sys
+                log = sys.argv[1]
+                fd = os.open(log, os.O_RDWR | os.O_NOFOLLOW)
+                with open(log + ".1", "wb") as out:
+                    while True:
+                        chunk = os.read(fd, 65536)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                os.ftruncate(fd, 0)
+                os.close(fd)
+                """, log
+            ])
         #expect(copied.status == 0, "\(copied)")
         #expect(ContinuousClock.now - started < .seconds(1), "copytruncate beside the appender and tail -f")
         #expect(try String(contentsOfFile: fx.backingPath("logs/app.log.1"), encoding: .utf8).hasPrefix("line "))
@@ -145,7 +160,9 @@ import Glibc
         #expect(report.count == 2 && report[0] < 0.5, "the appender's longest pause between lines: \(report)")
         #expect(tail.process.isRunning)
         let statistics = try fx.statistics()
-        #expect(statistics["lease_breaks"] == 0 && statistics["lock_time_breaks"] == 0, "nothing was waited for: \(statistics)")
+        #expect(
+            statistics["lease_breaks"] == 0 && statistics["lock_time_breaks"] == 0,
+            "nothing was waited for: \(statistics)")
         // `> log` (O_TRUNC) is no rotation: it still waits for tail's read, the settle time
         // aside (a reader changes nothing), up to the break time.
         #expect(appender.waitForExit() == 0)
@@ -189,13 +206,17 @@ import Glibc
     /// told it was broken, holds a new `d/x1` up no more. (The rm of x1 took the break time and
     /// that of x2 the presenter timeout, with the directory locked.)
     @Test func anotherUsersHoldAndSilentPresenterKeepANameChangeTheLockTimeAtMost() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "0.5", "--break-time", "5", "--wait-timeout", "infinity"])
+        let fx = try MountFixture([
+            "-o", "allow_other", "--lock-time", "0.5", "--break-time", "5", "--wait-timeout", "infinity"
+        ])
         try fx.seed("d/x1", "one\n")
         try fx.seed("d/x2", "two\n")
         for file in ["d/x1", "d/x2"] { chmod(fx.backingPath(file), 0o644) }
-        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder, fx.path("d/x1")]))
+        let holder = try Child(
+            Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder, fx.path("d/x1")]))
         let held = try #require(holder.next()?.split(separator: " ").dropFirst().first.map(String.init))
-        let presenter = try Child(Nobody.program, Nobody.arguments([Paths.binary.path, "watch", fx.path("d/x2"), "--answer", "none"]))
+        let presenter = try Child(
+            Nobody.program, Nobody.arguments([Paths.binary.path, "watch", fx.path("d/x2"), "--answer", "none"]))
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         for name in ["x1", "x2"] {
             let started = ContinuousClock.now
@@ -207,7 +228,9 @@ import Glibc
             let removed = ContinuousClock.now - started
             #expect(listed.status == 0, "\(listed)")
             #expect(removed >= .milliseconds(400), "rm of \(name) waited the lock time: \(removed)")
-            #expect(listing < .seconds(1.5) && removed < .seconds(1.5), "rm of \(name) took \(removed), ls meanwhile \(listing)")
+            #expect(
+                listing < .seconds(1.5) && removed < .seconds(1.5),
+                "rm of \(name) took \(removed), ls meanwhile \(listing)")
         }
         #expect(holder.next() == "broken \(held)")
         let started = ContinuousClock.now
@@ -224,7 +247,8 @@ import Glibc
         let fx = try MountFixture(["-o", "allow_other", "--break-time", "2", "--wait-timeout", "infinity"])
         try fx.seed("root.txt", "root's\n")
         chmod(fx.backingPath("root.txt"), 0o644)
-        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder, fx.path("root.txt")]))
+        let holder = try Child(
+            Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder, fx.path("root.txt")]))
         let held = try #require(holder.next()?.split(separator: " ").dropFirst().first.map(String.init))
         var started = ContinuousClock.now
         #expect(try run("/bin/sh", ["-c", "echo one > \"$1\"", "sh", fx.path("root.txt")]).status == 0)
@@ -247,13 +271,16 @@ import Glibc
     /// told once. (It waited the lock time for each file, five lock times in all, and before
     /// that the break time for each file and again for each directory.)
     @Test func rmRfOfATreeAnotherUserHoldsFilesInWaitsTheLockTimeOnceInAll() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "1", "--break-time", "30", "--wait-timeout", "infinity"])
+        let fx = try MountFixture([
+            "-o", "allow_other", "--lock-time", "1", "--break-time", "30", "--wait-timeout", "infinity"
+        ])
         let files = ["tree/a", "tree/b", "tree/sub/c", "tree/sub/d", "tree/sub/deeper/e"]
         for file in files {
             try fx.seed(file, "\(file)\n")
             chmod(fx.backingPath(file), 0o644)
         }
-        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder] + files.map(fx.path)))
+        let holder = try Child(
+            Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder] + files.map(fx.path)))
         let held = try #require(holder.next()?.split(separator: " ").dropFirst().map(String.init))
         #expect(held.count == 5)
         let started = ContinuousClock.now
@@ -270,37 +297,50 @@ import Glibc
         #expect(holder.next(timeout: .milliseconds(300)) == nil, "no hold is told twice")
         #expect(broken.sorted() == held.sorted(), "each hold passed is told once: \(broken)")
         let statistics = try fx.statistics()
-        #expect(statistics["lock_time_breaks"] == 5 && statistics["lock_time_waived"] == 4 && statistics["holds_revoked"] == 5,
-                "one wait, then the others waived; the rmdirs waited for nothing: \(statistics)")
+        #expect(
+            statistics["lock_time_breaks"] == 5 && statistics["lock_time_waived"] == 4
+                && statistics["holds_revoked"] == 5,
+            "one wait, then the others waived; the rmdirs waited for nothing: \(statistics)")
     }
 
     /// The wait spent is the process's, and for the other user's holders only: another process
     /// of root's waits the lock time again, and root's own holds are waited for as ever (one
     /// user's programs never go past each other).
     @Test func aWaitSpentLetsNoOtherProcessAndNoHolderOfTheSameUserPast() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "0.5", "--break-time", "30", "--wait-timeout", "2"])
+        let fx = try MountFixture([
+            "-o", "allow_other", "--lock-time", "0.5", "--break-time", "30", "--wait-timeout", "2"
+        ])
         for file in ["d/theirs1", "d/theirs2", "d/theirs3", "d/roots"] {
             try fx.seed(file, "\(file)\n")
             chmod(fx.backingPath(file), 0o666)
         }
-        let theirs = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder,
-                                                                 fx.path("d/theirs1"), fx.path("d/theirs2"), fx.path("d/theirs3")]))
+        let theirs = try Child(
+            Nobody.program,
+            Nobody.arguments([
+                "/usr/bin/python3", "-c", Self.holder,
+                fx.path("d/theirs1"), fx.path("d/theirs2"), fx.path("d/theirs3")
+            ]))
         #expect(theirs.next()?.hasPrefix("held ") == true)
         let roots = try Child("/usr/bin/python3", ["-c", Self.holder, fx.path("d/roots")])
         #expect(roots.next()?.hasPrefix("held ") == true)
         // One process: unlinks theirs1 (the lock time), theirs2 (at once), then roots (its own
         // user's: until the wait timeout, EBUSY), each timed.
-        let unlinks = try run("/usr/bin/python3", ["-c", """
-            import os, sys, time
-            for path in sys.argv[1:]:
-                started = time.monotonic()
-                try:
-                    os.unlink(path)
-                    outcome = "ok"
-                except OSError as error:
-                    outcome = os.strerror(error.errno)
-                print("%s %.3f" % (outcome, time.monotonic() - started), flush=True)
-            """, fx.path("d/theirs1"), fx.path("d/theirs2"), fx.path("d/roots")])
+        let unlinks = try run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import os, sys, time
+                for path in sys.argv[1:]:
+                    started = time.monotonic()
+                    try:
+                        os.unlink(path)
+                        outcome = "ok"
+                    except OSError as error:
+                        outcome = os.strerror(error.errno)
+                    print("%s %.3f" % (outcome, time.monotonic() - started), flush=True)
+                """, fx.path("d/theirs1"), fx.path("d/theirs2"), fx.path("d/roots")
+            ])
         let lines = unlinks.output.split(separator: "\n").map { $0.split(separator: " ") }
         try #require(lines.count == 3, "\(unlinks)")
         func seconds(_ line: [Substring]) -> Double { Double(line.last ?? "") ?? -1 }
@@ -319,21 +359,30 @@ import Glibc
     /// and tells its holder; a hold of both items is told once. (Only the holders of the first
     /// item, the one renamed, were told: the hold of `f` heard nothing.)
     @Test func aRenameOverAnotherUsersHoldTellsItsHolderOnce() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--lock-time", "0.5", "--break-time", "30", "--wait-timeout", "infinity"])
+        let fx = try MountFixture([
+            "-o", "allow_other", "--lock-time", "0.5", "--break-time", "30", "--wait-timeout", "infinity"
+        ])
         for file in ["d/f", "d/g", "d/f2", "d/g2"] {
             try fx.seed(file, "\(file)\n")
             chmod(fx.backingPath(file), 0o644)
         }
-        let holder = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.holder,
-                                                                 fx.path("d/f"), fx.path("d/g2") + "+" + fx.path("d/f2")]))
+        let holder = try Child(
+            Nobody.program,
+            Nobody.arguments([
+                "/usr/bin/python3", "-c", Self.holder,
+                fx.path("d/f"), fx.path("d/g2") + "+" + fx.path("d/f2")
+            ]))
         let held = try #require(holder.next()?.split(separator: " ").dropFirst().map(String.init))
         #expect(held.count == 2)
         for (from, to) in [("d/g", "d/f"), ("d/g2", "d/f2")] {
             let started = ContinuousClock.now
-            let renamed = try run("/usr/bin/python3", ["-c", "import os, sys; os.rename(sys.argv[1], sys.argv[2])", fx.path(from), fx.path(to)])
+            let renamed = try run(
+                "/usr/bin/python3",
+                ["-c", "import os, sys; os.rename(sys.argv[1], sys.argv[2])", fx.path(from), fx.path(to)])
             let took = ContinuousClock.now - started
             #expect(renamed.status == 0, "\(renamed)")
-            #expect(took >= .milliseconds(400) && took < .milliseconds(1500), "rename of \(from) over \(to) took \(took)")
+            #expect(
+                took >= .milliseconds(400) && took < .milliseconds(1500), "rename of \(from) over \(to) took \(took)")
         }
         var broken: [String] = []
         while let line = holder.next(timeout: .seconds(2)), line.hasPrefix("broken ") {

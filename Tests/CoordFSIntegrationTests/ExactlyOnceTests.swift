@@ -11,7 +11,8 @@ import Testing
     func events(_ remote: Child) -> [String] {
         var names: [String] = []
         while let line = remote.next(timeout: .milliseconds(500)),
-              let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] {
+            let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        {
             names.append(((record["events"] as? [String]) ?? []).filter { $0 != "REQUEST" }.joined(separator: ","))
         }
         return names
@@ -41,13 +42,17 @@ import Testing
         #expect(events(remote) == ["RELINQUISH_WRITER", "SAVE", "CHANGED", "REACQUIRE"], "write")
 
         try coordinator.prepare(forReadingItemsAt: [], writingItemsAt: [url]) { done in
-            #expect(throws: Never.self) { try coordinator.coordinate(writingItemAt: url) { url in try Data("batch\n".utf8).write(to: url) } }
+            #expect(throws: Never.self) {
+                try coordinator.coordinate(writingItemAt: url) { url in try Data("batch\n".utf8).write(to: url) }
+            }
             done()
         }
         #expect(events(remote) == ["RELINQUISH_WRITER", "CHANGED", "REACQUIRE"], "prepare")
 
         let moved = URL(fileURLWithPath: fx.path("moved.txt"))
-        try coordinator.coordinate(writingItemAt: url, options: .forMoving, writingItemAt: moved, options: .forReplacing) { from, to in
+        try coordinator.coordinate(
+            writingItemAt: url, options: .forMoving, writingItemAt: moved, options: .forReplacing
+        ) { from, to in
             try FileManager.default.moveItem(at: from, to: to)
             coordinator.item(at: from, didMoveTo: to)
         }
@@ -56,7 +61,8 @@ import Testing
         try coordinator.coordinate(writingItemAt: moved, options: .forDeleting) { url in
             try FileManager.default.removeItem(at: url)
         }
-        #expect(events(remote) == ["RELINQUISH_WRITER", "ACCOMMODATE_DELETION", "PRESENTER_REMOVED", "REACQUIRE"], "delete")
+        #expect(
+            events(remote) == ["RELINQUISH_WRITER", "ACCOMMODATE_DELETION", "PRESENTER_REMOVED", "REACQUIRE"], "delete")
     }
 
     @Test("P4 a Swift presenter's reacquirer runs after an unmodified rm of its item")

@@ -13,7 +13,8 @@ import Testing
         let native = try run("/usr/bin/python3", [script, fx.base.appendingPathComponent("native").path])
         let mounted = try run("/usr/bin/python3", [script, fx.path("run")])
         #expect(native.status == 0 && mounted.status == 0, "\(native.errors) \(mounted.errors)")
-        #expect(native.output.split(separator: "\n").count == 18 && !native.output.contains("error"), "\(native.output)")
+        #expect(
+            native.output.split(separator: "\n").count == 18 && !native.output.contains("error"), "\(native.output)")
         #expect(mounted.output == native.output, "through the mount:\n\(mounted.output)\nnatively:\n\(native.output)")
     }
 
@@ -28,10 +29,15 @@ import Testing
         defer { _ = try? run("/bin/umount", [native]) }
         let script = Paths.scripts.appendingPathComponent("file_handles.py").path
         let onTmpfs = try run("/usr/bin/python3", [script, native, "mount -o remount,{} \(native)"])
-        let onMount = try run("/usr/bin/python3", [script, fx.path("run"),
-                                                   "\(Paths.binary.path) mount -o remount,{} \(fx.mountPoint.path)"])
+        let onMount = try run(
+            "/usr/bin/python3",
+            [
+                script, fx.path("run"),
+                "\(Paths.binary.path) mount -o remount,{} \(fx.mountPoint.path)"
+            ])
         #expect(onTmpfs.status == 0 && onMount.status == 0, "\(onTmpfs.errors) \(onMount.errors)")
-        #expect(onTmpfs.output.split(separator: "\n").count == 24 && !onTmpfs.output.contains("error"), "\(onTmpfs.output)")
+        #expect(
+            onTmpfs.output.split(separator: "\n").count == 24 && !onTmpfs.output.contains("error"), "\(onTmpfs.output)")
         #expect(onMount.output == onTmpfs.output, "through the mount:\n\(onMount.output)\non tmpfs:\n\(onTmpfs.output)")
     }
 }

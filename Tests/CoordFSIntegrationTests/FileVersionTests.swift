@@ -42,12 +42,17 @@ import Glibc
         FileCoordinator.addFilePresenter(folder)
         defer { FileCoordinator.removeFilePresenter(editor); FileCoordinator.removeFilePresenter(folder) }
         try loseAnUpdate(doc)
-        #expect(eventually { log.events.contains { $0.hasPrefix("gain ") } && log.events.contains { $0.hasPrefix("folder:gain ") } },
-                "\(log.events)")
+        #expect(
+            eventually {
+                log.events.contains { $0.hasPrefix("gain ") } && log.events.contains { $0.hasPrefix("folder:gain ") }
+            },
+            "\(log.events)")
         let gained = try #require(editor.versions.first)
         #expect(gained.isConflict && !gained.isResolved)
         #expect(content(gained) == "from A\n", "the conflict keeps the update that would have been lost")
-        #expect(log.events.filter { $0.hasPrefix("gain ") } == ["gain \(gained.persistentIdentifier) conflict"], "told once: \(log.events)")
+        #expect(
+            log.events.filter { $0.hasPrefix("gain ") } == ["gain \(gained.persistentIdentifier) conflict"],
+            "told once: \(log.events)")
         #expect(log.events.contains("folder:gain \(gained.persistentIdentifier) conflict at doc.json"), "\(log.events)")
 
         let conflicts = try #require(NSFileVersion.unresolvedConflictVersionsOfItem(at: url))
@@ -59,7 +64,8 @@ import Glibc
         #expect(conflicts[0].isResolved)
         #expect(eventually { log.events.contains("resolve \(gained.persistentIdentifier) conflict") }, "\(log.events)")
         #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: url)?.isEmpty == true)
-        #expect(FileVersion.version(itemAt: url, forPersistentIdentifier: gained.persistentIdentifier)?.isResolved == true)
+        #expect(
+            FileVersion.version(itemAt: url, forPersistentIdentifier: gained.persistentIdentifier)?.isResolved == true)
 
         try conflicts[0].remove()
         #expect(eventually { log.events.contains("lose \(gained.persistentIdentifier)") }, "\(log.events)")
@@ -89,14 +95,16 @@ import Glibc
         let fx = try MountFixture()
         try fx.seed("notes.txt", "one\n")
         let url = URL(fileURLWithPath: fx.path("notes.txt"))
-        try Data("two\n".utf8).write(to: url)          // a rewrite: "one" is kept
+        try Data("two\n".utf8).write(to: url)  // a rewrite: "one" is kept
         let log = EventLog()
         let editor = VersionsPresenter(url: url, log: log)
         FileCoordinator.addFilePresenter(editor)
         defer { FileCoordinator.removeFilePresenter(editor) }
 
         let current = try #require(NSFileVersion.currentVersionOfItem(at: url))
-        #expect(current.url.path == url.path && !current.isConflict && current.isResolved && current.modificationDate != nil)
+        #expect(
+            current.url.path == url.path && !current.isConflict && current.isResolved && current.modificationDate != nil
+        )
         let kept = try #require(NSFileVersion.otherVersionsOfItem(at: url))
         #expect(kept.map(content) == ["one\n"])
         #expect(kept[0].localizedName == "notes.txt" && kept[0].isDiscardable)
@@ -111,7 +119,9 @@ import Glibc
         #expect(found == added && content(found) == "a draft\n")
 
         added.isDiscardable = false
-        #expect(FileVersion.version(itemAt: url, forPersistentIdentifier: added.persistentIdentifier)?.isDiscardable == false)
+        #expect(
+            FileVersion.version(itemAt: url, forPersistentIdentifier: added.persistentIdentifier)?.isDiscardable
+                == false)
 
         #expect(try added.replaceItem(at: url) == url)
         #expect(try String(contentsOf: url, encoding: .utf8) == "a draft\n")
@@ -121,7 +131,9 @@ import Glibc
         try NSFileVersion.removeOtherVersionsOfItem(at: url)
         #expect(NSFileVersion.otherVersionsOfItem(at: url)?.isEmpty == true)
         #expect(eventually { log.events.contains("lose \(added.persistentIdentifier)") }, "\(log.events)")
-        #expect(NSFileVersion.otherVersionsOfItem(at: URL(fileURLWithPath: fx.path("never-there"))) == [], "a path never versioned has none")
+        #expect(
+            NSFileVersion.otherVersionsOfItem(at: URL(fileURLWithPath: fx.path("never-there"))) == [],
+            "a path never versioned has none")
     }
 
     @Test("P18 outside any mount the daemon keeps added versions, across its restart, and its presenters hear of them")
@@ -132,7 +144,9 @@ import Glibc
         let store = directory + "/versions"
         var daemons: [Child] = []
         func startDaemon() throws {
-            daemons.append(try Child(Paths.binary.path, ["daemon", "--socket", socket, "--allow-others", "--versions-directory", store]))
+            daemons.append(
+                try Child(
+                    Paths.binary.path, ["daemon", "--socket", socket, "--allow-others", "--versions-directory", store]))
             #expect(eventually { (try? ControlClient(socketPath: socket)) != nil }, "the daemon serves \(socket)")
         }
         try startDaemon()
@@ -142,7 +156,9 @@ import Glibc
         try Data("final\n".utf8).write(to: url)
         chmod(file, 0o644)
         func watch() throws -> Child {
-            let watch = try Child("/bin/sh", ["-c", "COORDFS_SOCKET=\"$1\" exec \"$2\" watch \"$3\" 2>&1", "sh", socket, Paths.binary.path, file])
+            let watch = try Child(
+                "/bin/sh",
+                ["-c", "COORDFS_SOCKET=\"$1\" exec \"$2\" watch \"$3\" 2>&1", "sh", socket, Paths.binary.path, file])
             #expect(watch.next() == "Watches established.")
             return watch
         }
@@ -162,7 +178,8 @@ import Glibc
         try Data("secret\n".utf8).write(to: URL(fileURLWithPath: secret))
         chmod(secret, 0o600)
         let hidden = try NSFileVersion.addOfItem(at: url, withContentsOf: URL(fileURLWithPath: secret))
-        let listed = try run(Nobody.program, Nobody.arguments([Paths.binary.path, "versions", file, "--socket", socket, "--json"]))
+        let listed = try run(
+            Nobody.program, Nobody.arguments([Paths.binary.path, "versions", file, "--socket", socket, "--json"]))
         #expect(listed.status == 0 && listed.output.contains(added.persistentIdentifier), "\(listed)")
         #expect(!listed.output.contains(hidden.persistentIdentifier), "\(listed)")
 
@@ -174,7 +191,8 @@ import Glibc
         let watcherAgain = try watch()
         try again.remove()
         #expect(watcherAgain.next()?.contains("VERSION_REMOVED cookie=\(added.persistentIdentifier)") == true)
-        #expect(NSFileVersion.otherVersionsOfItem(at: url)?.map(\.persistentIdentifier) == [hidden.persistentIdentifier])
+        #expect(
+            NSFileVersion.otherVersionsOfItem(at: url)?.map(\.persistentIdentifier) == [hidden.persistentIdentifier])
     }
 }
 
@@ -202,7 +220,9 @@ final class VersionsPresenter: NSObject, FilePresenter, @unchecked Sendable {
     private func note(_ event: String, _ version: FileVersion, at url: URL? = nil) {
         lock.withLock { heard.append(version) }
         let place = url.map { " at \($0.lastPathComponent)" } ?? ""
-        log.add((name.map { $0 + ":" } ?? "") + event + " " + version.persistentIdentifier + (version.isConflict ? " conflict" : "") + place)
+        log.add(
+            (name.map { $0 + ":" } ?? "") + event + " " + version.persistentIdentifier
+                + (version.isConflict ? " conflict" : "") + place)
     }
 
     func presentedItemDidGain(_ version: FileVersion) { note("gain", version) }

@@ -13,8 +13,9 @@ import Testing
         try FileManager.default.createDirectory(atPath: fx.path("fio"), withIntermediateDirectories: true)
         var environment = ProcessInfo.processInfo.environment
         environment["FIO_DIR"] = fx.path("fio")
-        let result = try run(path, [Paths.fio.appendingPathComponent("verify-basic.fio").path, "--output-format=json"],
-                             environment: environment)
+        let result = try run(
+            path, [Paths.fio.appendingPathComponent("verify-basic.fio").path, "--output-format=json"],
+            environment: environment)
         #expect(result.status == 0, "\(result.errors)")
         let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any]
         let jobs = report?["jobs"] as? [[String: Any]] ?? []
@@ -26,7 +27,8 @@ import Testing
             #expect(written + read > 0, "\(job["jobname"] ?? "?") moved data")
         }
         // What fio wrote through the mount is what the backing directory holds.
-        let mounted = try run("/usr/bin/cmp", [fx.path("fio/sequential-1m.0.0"), fx.backingPath("fio/sequential-1m.0.0")])
+        let mounted = try run(
+            "/usr/bin/cmp", [fx.path("fio/sequential-1m.0.0"), fx.backingPath("fio/sequential-1m.0.0")])
         #expect(mounted.status == 0)
     }
 }

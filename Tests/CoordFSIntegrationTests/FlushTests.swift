@@ -7,20 +7,20 @@ import Testing
 @Suite struct Flush {
     /// Creates, rewrites and appends files, closing duplicated descriptors too; prints the bytes.
     static let closes = """
-    import os, sys
-    directory = sys.argv[1]
-    for i in range(5):
-        path = os.path.join(directory, "f%d" % i)
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
-        os.write(fd, b"x" * (i + 1))
-        os.close(os.dup(fd))
-        os.close(fd)
-        with open(path, "r+b") as rewrite:
-            rewrite.write(b"y")
-        with open(path, "ab") as append:
-            append.write(b"z")
-    print(b"".join(open(os.path.join(directory, "f%d" % i), "rb").read() for i in range(5)).decode())
-    """
+        import os, sys
+        directory = sys.argv[1]
+        for i in range(5):
+            path = os.path.join(directory, "f%d" % i)
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, b"x" * (i + 1))
+            os.close(os.dup(fd))
+            os.close(fd)
+            with open(path, "r+b") as rewrite:
+                rewrite.write(b"y")
+            with open(path, "ab") as append:
+                append.write(b"z")
+        print(b"".join(open(os.path.join(directory, "f%d" % i), "rb").read() for i in range(5)).decode())
+        """
     static let expected = "yz\nyxz\nyxxz\nyxxxz\nyxxxxz\n".replacingOccurrences(of: "\n", with: "") + "\n"
 
     @Test(arguments: [[], ["--no-kernel-passthrough"]])

@@ -24,11 +24,13 @@ import Testing
     /// The toolchain's and the system's modules: imported anywhere, declared nowhere.
     static let systemModules: Set<String> = [
         "Swift", "_Concurrency", "_StringProcessing", "Synchronization", "Glibc", "Musl", "Darwin", "Dispatch",
-        "Foundation", "FoundationEssentials", "FoundationNetworking", "FoundationXML", "Testing", "XCTest",
+        "Foundation", "FoundationEssentials", "FoundationNetworking", "FoundationXML", "Testing", "XCTest"
     ]
 
-    static let kinds = [".target(": "library", ".executableTarget(": "executable", ".testTarget(": "test",
-                        ".systemLibrary(": "system library"]
+    static let kinds = [
+        ".target(": "library", ".executableTarget(": "executable", ".testTarget(": "test",
+        ".systemLibrary(": "system library"
+    ]
 
     /// The targets of Package.swift, in its order.
     static func manifestTargets() throws -> [Target] {
@@ -91,7 +93,8 @@ import Testing
         for opening in [".product(", ".target(", ".byName("] where element.hasPrefix(opening) {
             let arguments = try elements(Array(element.dropFirst(opening.count))).elements
             if let first = arguments.first, first.hasPrefix("name:"),
-               let name = string(first.dropFirst("name:".count).trimmingCharacters(in: .whitespaces)) {
+                let name = string(first.dropFirst("name:".count).trimmingCharacters(in: .whitespaces))
+            {
                 return name
             }
         }
@@ -191,11 +194,13 @@ import Testing
         let root = Paths.repository.appendingPathComponent(directory)
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: root.path, isDirectory: &isDirectory), isDirectory.boolValue,
-              let walk = FileManager.default.enumerator(atPath: root.path) else {
+            let walk = FileManager.default.enumerator(atPath: root.path)
+        else {
             throw ManifestError("\(directory), a target's directory, is not there")
         }
         // `import M`, `@testable import M`, `package import M`, `import struct M.T`: M.
-        let importLine = #/
+        let importLine =
+            #/
             ^ (?: @\w+ (?: \( [^)]* \) )? \s+ )*
             (?: (?: public | package | internal | fileprivate | private ) \s+ )?
             import \s+ (?: (?: typealias | struct | class | enum | protocol | let | var | func ) \s+ )?

@@ -13,8 +13,11 @@ import Glibc
 @Suite struct InodeTablePaths {
     /// A table over a fresh directory, and the chain of `depth` nested directories remembered
     /// in it (innermost last). Names alternate short (inline strings) and long (heap strings).
-    private func nested(depth: Int) throws -> (table: InodeTable, chain: [Inode], names: [String], cleanup: () -> Void) {
-        let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-paths-\(UUID().uuidString)").path
+    private func nested(depth: Int) throws -> (table: InodeTable, chain: [Inode], names: [String], cleanup: () -> Void)
+    {
+        let backing = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "coordfs-paths-\(UUID().uuidString)"
+        ).path
         try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
         let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         try #require(rootFD >= 0)
@@ -74,9 +77,12 @@ import Glibc
     /// A table of 16 descriptors without file handles, over a new backing directory holding
     /// the directories `directories`; the caller removes the directory.
     static func smallTable(directories: [String]) throws -> (backing: String, table: InodeTable) {
-        let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-names-\(UUID().uuidString)").path
+        let backing = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "coordfs-names-\(UUID().uuidString)"
+        ).path
         for directory in directories {
-            try FileManager.default.createDirectory(atPath: backing + "/" + directory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: backing + "/" + directory, withIntermediateDirectories: true)
         }
         let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         try #require(rootFD >= 0)
@@ -117,12 +123,14 @@ import Glibc
             _ = try remember("g\(index)", in: table.root)
         }
         #expect(table.openDescriptors <= 16, "over budget, the oldest were let go")
-        #expect(!table.holdsDescriptor(files[0]) && !table.holdsDescriptor(sub), "the first file and its directory were evicted")
+        #expect(
+            !table.holdsDescriptor(files[0]) && !table.holdsDescriptor(sub),
+            "the first file and its directory were evicted")
         // Reopened by name, the parent first: the same inodes as remembered.
         for inode in files { #expect(try number(inode) == inode.number) }
         // Behind the table's back, f1's name goes to another file: f1's inode is not reopened
         // as that one.
-        for index in 2..<40 { _ = try number(files[index]) }    // f1 is the oldest again
+        for index in 2..<40 { _ = try number(files[index]) }  // f1 is the oldest again
         #expect(!table.holdsDescriptor(files[1]))
         try FileManager.default.moveItem(atPath: backing + "/sub/f1", toPath: backing + "/sub/moved")
         #expect(FileManager.default.createFile(atPath: backing + "/sub/f1", contents: Data("other".utf8)))

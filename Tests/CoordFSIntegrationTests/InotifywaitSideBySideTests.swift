@@ -32,10 +32,16 @@ import Testing
         let directory = fx.path("d")
         let events = "create,modify,moved_from,moved_to,delete", format = "%w|%f|%e"
         // Without -q inotifywait says on stderr when its watches are set: wait for that.
-        let theirs = try Child("/bin/sh", ["-c", "exec \"$0\" -m -r -e \(events) --format '\(format)' \"$1\" 2>&1",
-                                           Self.inotifywait, directory])
+        let theirs = try Child(
+            "/bin/sh",
+            [
+                "-c", "exec \"$0\" -m -r -e \(events) --format '\(format)' \"$1\" 2>&1",
+                Self.inotifywait, directory
+            ])
         while let line = theirs.next(), line != "Watches established." {}
-        let ours = try Child(Paths.binary.path, ["watch", "-m", "-q", "-r", "--inotify-events", "-e", events, "--format", format, directory])
+        let ours = try Child(
+            Paths.binary.path,
+            ["watch", "-m", "-q", "-r", "--inotify-events", "-e", events, "--format", format, directory])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         let changes = """
             cd "$1" && mkdir sub && sleep 0.05 && : > a && sleep 0.05 && echo x >> a && sleep 0.05 && : > sub/c && sleep 0.05 \
@@ -47,7 +53,7 @@ import Testing
             "\(directory)/|sub|CREATE,ISDIR", "\(directory)/|a|CREATE", "\(directory)/|a|MODIFY",
             "\(directory)/sub/|c|CREATE", "\(directory)/sub/|c|MODIFY", "\(directory)/|a|MOVED_FROM",
             "\(directory)/|b|MOVED_TO", "\(directory)/|b|DELETE", "\(directory)/sub/|c|DELETE",
-            "\(directory)/|sub|DELETE,ISDIR", "\(directory)/|t|CREATE",
+            "\(directory)/|sub|DELETE,ISDIR", "\(directory)/|t|CREATE"
         ]
         func lines(_ child: Child) -> [String] {
             var lines: [String] = []
@@ -69,7 +75,8 @@ import Testing
         let directory = fx.path("d")
         let events = "create,close_write,moved_from,moved_to,delete,attrib"
         let theirs = try Self.inotifywait(["-m", "-r", "-e", events], directory)
-        let ours = try Child(Paths.binary.path, ["watch", "-m", "-r", "-q", "--inotify-events", "-e", events, directory])
+        let ours = try Child(
+            Paths.binary.path, ["watch", "-m", "-r", "-q", "--inotify-events", "-e", events, directory])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
         let changes = """
             cd "$1" && mkdir sub && sleep 0.05 && : > a && sleep 0.05 && echo x >> a && sleep 0.05 && chmod 600 a \
@@ -79,9 +86,10 @@ import Testing
         #expect(try run("/bin/sh", ["-c", changes, "sh", directory]).status == 0)
         let expected = [
             "\(directory)/ CREATE,ISDIR sub", "\(directory)/ CREATE a", "\(directory)/ CLOSE_WRITE,CLOSE a",
-            "\(directory)/ CLOSE_WRITE,CLOSE a", "\(directory)/ ATTRIB a", "\(directory)/ MOVED_FROM a", "\(directory)/ MOVED_TO b",
+            "\(directory)/ CLOSE_WRITE,CLOSE a", "\(directory)/ ATTRIB a", "\(directory)/ MOVED_FROM a",
+            "\(directory)/ MOVED_TO b",
             "\(directory)/sub/ CREATE c", "\(directory)/sub/ CLOSE_WRITE,CLOSE c", "\(directory)/ DELETE b",
-            "\(directory)/sub/ DELETE c", "\(directory)/ DELETE,ISDIR sub",
+            "\(directory)/sub/ DELETE c", "\(directory)/ DELETE,ISDIR sub"
         ]
         let inotify = Self.lines(theirs, expected.count), coordfs = Self.lines(ours, expected.count)
         #expect(inotify == expected, "inotifywait printed \(inotify)")
@@ -139,9 +147,12 @@ import Testing
         let missing = fx.path("missing")
         let theirs = try run(Self.inotifywait, ["-q", missing])
         let ours = try run(Paths.binary.path, ["watch", "-q", "--inotify-events", missing])
-        #expect(theirs.status == 1 && theirs.errors == "Couldn't watch \(missing): No such file or directory\n", "\(theirs)")
+        #expect(
+            theirs.status == 1 && theirs.errors == "Couldn't watch \(missing): No such file or directory\n", "\(theirs)"
+        )
         #expect(ours.status == theirs.status && ours.errors == theirs.errors && ours.output.isEmpty, "\(ours)")
-        let access = try run(Paths.binary.path, ["watch", "--inotify-events", "-e", "create,access", fx.mountPoint.path])
+        let access = try run(
+            Paths.binary.path, ["watch", "--inotify-events", "-e", "create,access", fx.mountPoint.path])
         #expect(access.status == 64 && access.errors.contains("'access' cannot be watched"), "\(access)")
         let unknown = try run(Paths.binary.path, ["watch", "--inotify-events", "-e", "creat", fx.mountPoint.path])
         #expect(unknown.status == 64 && unknown.errors.contains("unknown event name 'creat'"), "\(unknown)")
@@ -151,11 +162,14 @@ import Testing
     /// about deeper items are still answered (the write below is not held up).
     @Test func withoutRecursiveOnlyTheDirectorysOwnEntries() throws {
         let fx = try MountFixture()
-        try fx.settled { try FileManager.default.createDirectory(atPath: fx.backingPath("d/sub"), withIntermediateDirectories: true) }
+        try fx.settled {
+            try FileManager.default.createDirectory(atPath: fx.backingPath("d/sub"), withIntermediateDirectories: true)
+        }
         let directory = fx.path("d")
         let watcher = try Child(Paths.binary.path, ["watch", "-q", "--format", "%w|%f|%e", "-e", "create", directory])
         #expect(eventually { (try? fx.state())?.contains("PRESENT") == true })
-        #expect(try run("/bin/sh", ["-c", "echo x > \"$1/sub/deep\" && echo y > \"$1/top\"", "sh", directory]).status == 0)
+        #expect(
+            try run("/bin/sh", ["-c", "echo x > \"$1/sub/deep\" && echo y > \"$1/top\"", "sh", directory]).status == 0)
         #expect(watcher.next() == "\(directory)/|top|SUBITEM_APPEARED")
         #expect(watcher.next(timeout: .milliseconds(500)) == nil)
     }

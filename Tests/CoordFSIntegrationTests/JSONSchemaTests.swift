@@ -14,7 +14,8 @@ import Glibc
 
     func schema(_ name: String) throws -> SchemaCheck {
         let url = Paths.repository.appendingPathComponent("docs/schemas/\(name).json")
-        let root = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any], "\(url.path)")
+        let root = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: url)) as? [String: Any], "\(url.path)")
         #expect(root["$schema"] as? String == "https://json-schema.org/draft/2020-12/schema", "\(name).json")
         return SchemaCheck(root: root)
     }
@@ -37,7 +38,11 @@ import Glibc
         let watcher = try Child(binary, ["watch", "--json", fx.path("watched.txt")])
         let provider = try Child(binary, ["vend", "org.example.schema", fx.mountPoint.path, "--", "cat"])
         defer { withExtendedLifetime((holder, waiter, provider)) {} }
-        #expect(eventually { (try? fx.state()).map { $0.contains("WAIT") && $0.contains("PRESENT") && $0.contains("SERVICE") } == true })
+        #expect(
+            eventually {
+                (try? fx.state()).map { $0.contains("WAIT") && $0.contains("PRESENT") && $0.contains("SERVICE") }
+                    == true
+            })
 
         let status = try run(binary, ["status", "--json", fx.mountPoint.path])
         let statusLines = objects(status.output)
@@ -46,10 +51,14 @@ import Glibc
             let problems = try schema("status").problems(line)
             #expect(problems.isEmpty, "\(problems)")
             let fields = line as? [String: Any]
-            #expect((fields?["services"] as? [[String: Any]])?.first?["name"] as? String == "org.example.schema", "\(status.output)")
+            #expect(
+                (fields?["services"] as? [[String: Any]])?.first?["name"] as? String == "org.example.schema",
+                "\(status.output)")
         }
         let mounts = try run(binary, ["status", "--mounts", "--json"])
-        #expect(objects(mounts.output).contains { ($0 as? [String: Any])?["target"] as? String == fx.mountPoint.path }, "\(mounts)")
+        #expect(
+            objects(mounts.output).contains { ($0 as? [String: Any])?["target"] as? String == fx.mountPoint.path },
+            "\(mounts)")
         for line in objects(mounts.output) {
             let problems = try schema("mounts").problems(line)
             #expect(problems.isEmpty, "\(problems)")
@@ -66,7 +75,8 @@ import Glibc
         let problems = try schema("watch").problems(JSONSerialization.jsonObject(with: Data(event.utf8)))
         #expect(problems.isEmpty, "\(event): \(problems)")
         // The checker is no rubber stamp: a line without what the schema requires fails it.
-        let incomplete = try schema("status").problems(["root": "/mnt"]), mistyped = try schema("watch").problems(["wd": "one"])
+        let incomplete = try schema("status").problems(["root": "/mnt"]),
+            mistyped = try schema("watch").problems(["wd": "one"])
         #expect(!incomplete.isEmpty && !mistyped.isEmpty, "\(incomplete) \(mistyped)")
     }
 }
@@ -83,27 +93,40 @@ struct SchemaCheck {
     private func problems(_ value: Any, _ schema: [String: Any], at path: String) -> [String] {
         if let reference = schema["$ref"] as? String {
             let name = String(reference.dropFirst("#/$defs/".count))
-            guard reference.hasPrefix("#/$defs/"), let target = (root["$defs"] as? [String: Any])?[name] as? [String: Any] else {
+            guard reference.hasPrefix("#/$defs/"),
+                let target = (root["$defs"] as? [String: Any])?[name] as? [String: Any]
+            else {
                 return ["\(path): no \(reference) in the schema"]
             }
             return problems(value, target, at: path)
         }
-        if let type = schema["type"] as? String, !Self.isOf(type, value) { return ["\(path): not of type \(type): \(value)"] }
+        if let type = schema["type"] as? String, !Self.isOf(type, value) {
+            return ["\(path): not of type \(type): \(value)"]
+        }
         var found: [String] = []
-        if let constant = schema["const"], !Self.same(value, constant) { found.append("\(path): not \(constant): \(value)") }
+        if let constant = schema["const"], !Self.same(value, constant) {
+            found.append("\(path): not \(constant): \(value)")
+        }
         if let options = schema["enum"] as? [Any], !options.contains(where: { Self.same(value, $0) }) {
             found.append("\(path): not one of \(options): \(value)")
         }
         if let number = value as? Int {
-            if let minimum = schema["minimum"] as? Int, number < minimum { found.append("\(path): \(number) < \(minimum)") }
-            if let maximum = schema["maximum"] as? Int, number > maximum { found.append("\(path): \(number) > \(maximum)") }
+            if let minimum = schema["minimum"] as? Int, number < minimum {
+                found.append("\(path): \(number) < \(minimum)")
+            }
+            if let maximum = schema["maximum"] as? Int, number > maximum {
+                found.append("\(path): \(number) > \(maximum)")
+            }
         }
         if let text = value as? String, let pattern = schema["pattern"] as? String, let regex = try? Regex(pattern),
-           (try? regex.firstMatch(in: text)) == nil {
+            (try? regex.firstMatch(in: text)) == nil
+        {
             found.append("\(path): '\(text)' does not match \(pattern)")
         }
         if let object = value as? [String: Any] {
-            for key in schema["required"] as? [String] ?? [] where object[key] == nil { found.append("\(path): no \(key)") }
+            for key in schema["required"] as? [String] ?? [] where object[key] == nil {
+                found.append("\(path): no \(key)")
+            }
             let properties = schema["properties"] as? [String: Any] ?? [:]
             for (key, field) in object {
                 if let property = properties[key] as? [String: Any] {

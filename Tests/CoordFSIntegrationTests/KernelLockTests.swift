@@ -8,8 +8,11 @@ import Testing
 @Suite struct KernelLockTests {
     /// Runs `save_beside.py` with `arguments`; its report.
     func saveBeside(_ arguments: [String]) throws -> [String: Any] {
-        let result = try run("/usr/bin/python3", [Paths.scripts.appendingPathComponent("save_beside.py").path] + arguments)
-        guard result.status == 0, let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any] else {
+        let result = try run(
+            "/usr/bin/python3", [Paths.scripts.appendingPathComponent("save_beside.py").path] + arguments)
+        guard result.status == 0,
+            let report = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any]
+        else {
             Issue.record("save_beside.py: \(result)")
             return [:]
         }

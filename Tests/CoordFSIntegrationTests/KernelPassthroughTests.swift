@@ -12,29 +12,29 @@ import Glibc
     /// Writes at offsets, appends, and writes through a shared mapping, then reads all of it back
     /// through the mount and compares with the backing file.
     static let exercise = """
-    import mmap, os, random, sys
-    path = sys.argv[1]
-    rng = random.Random(7)
-    data = bytearray(rng.randbytes(4 << 20))
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
-    os.write(fd, data)
-    for _ in range(200):
-        offset = rng.randrange(0, len(data) - 4096)
-        block = rng.randbytes(rng.randrange(1, 4096))
-        os.pwrite(fd, block, offset)
-        data[offset:offset + len(block)] = block
-    os.fsync(fd)
-    with mmap.mmap(fd, len(data)) as mapping:
-        mapping[100:200] = b"m" * 100
-        data[100:200] = b"m" * 100
-        mapping.flush()
-    os.close(fd)
-    with open(path, "ab") as appending:
-        appending.write(b"tail")
-    data += b"tail"
-    assert open(path, "rb").read() == bytes(data), "read back through the mount"
-    print(len(data))
-    """
+        import mmap, os, random, sys
+        path = sys.argv[1]
+        rng = random.Random(7)
+        data = bytearray(rng.randbytes(4 << 20))
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        os.write(fd, data)
+        for _ in range(200):
+            offset = rng.randrange(0, len(data) - 4096)
+            block = rng.randbytes(rng.randrange(1, 4096))
+            os.pwrite(fd, block, offset)
+            data[offset:offset + len(block)] = block
+        os.fsync(fd)
+        with mmap.mmap(fd, len(data)) as mapping:
+            mapping[100:200] = b"m" * 100
+            data[100:200] = b"m" * 100
+            mapping.flush()
+        os.close(fd)
+        with open(path, "ab") as appending:
+            appending.write(b"tail")
+        data += b"tail"
+        assert open(path, "rb").read() == bytes(data), "read back through the mount"
+        print(len(data))
+        """
 
     @Test func readsWritesAndMappingsOfOpenFilesReachTheBackingFile() throws {
         let fx = try MountFixture()
@@ -98,7 +98,8 @@ import Glibc
             #expect(result.status == 0, "\(options): \(result.errors)")
             #expect(try run("/usr/bin/cmp", [fx.path("data.bin"), fx.backingPath("data.bin")]).status == 0)
             let counters = try fx.statistics()
-            #expect(counters["kernel_passthrough"] == 0 && counters["passthrough_opens"] == 0, "\(options): \(counters)")
+            #expect(
+                counters["kernel_passthrough"] == 0 && counters["passthrough_opens"] == 0, "\(options): \(counters)")
         }
     }
 }

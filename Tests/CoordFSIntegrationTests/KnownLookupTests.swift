@@ -54,7 +54,9 @@ import Glibc
         let before = try fx.statistics()["known_lookups"] ?? 0
         #expect(try Self.inodeNumbers(fx, names).count == 20)
         let after = try fx.statistics()["known_lookups"] ?? 0
-        #expect(after - before >= 20, "every lookup of an item made through the mount answered from its node: \(before) -> \(after)")
+        #expect(
+            after - before >= 20,
+            "every lookup of an item made through the mount answered from its node: \(before) -> \(after)")
     }
 
     @Test func anItemReplacedBehindTheMountIsTheNewItem() throws {

@@ -16,8 +16,10 @@ import Glibc
 
     func scratch() throws -> URL {
         let url = URL(fileURLWithPath: "/tmp/coordfs-cli-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: url.appendingPathComponent("backing"), withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(at: url.appendingPathComponent("mnt"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: url.appendingPathComponent("backing"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: url.appendingPathComponent("mnt"), withIntermediateDirectories: true)
         return url
     }
 
@@ -42,7 +44,10 @@ import Glibc
             (["mount", backing], "missing MOUNTPOINT"),
             (["mount", backing, mnt, "--coordination", "sometimes"], "sometimes"),
             (["mount", backing, mnt, "--profile", "no-such-profile"], "no profile"),
-            (["mount", backing, mnt, "--profile", badProfile], "'kernel-passthrough' must be on or off, not 'sometimes'"),
+            (
+                ["mount", backing, mnt, "--profile", badProfile],
+                "'kernel-passthrough' must be on or off, not 'sometimes'"
+            ),
             (["mount", backing, mnt, "--cache-timeout=-1"], "--cache-timeout must be between 0 and 86400 seconds"),
             (["mount", backing, mnt, "--cache-timeout", "soon"], "soon"),
             (["mount", backing, mnt, "--threads", "0"], "--threads must be from 1 to 256"),
@@ -51,11 +56,20 @@ import Glibc
             (["mount", backing, mnt, "-s", "--threads", "4"], "-s is --threads 1; it cannot go with --threads 4"),
             (["mount", backing, mnt, "--profile", badThreads], "threads must be a whole number from 1 to 256, not '0'"),
             (["mount", backing, mnt, "--ring-lanes", "sometimes"], "sometimes"),
-            (["mount", backing, mnt, "--descriptor-budget", "100000000"], "--descriptor-budget 100000000 is more than the open-file limit allows"),
-            (["mount", backing, mnt, "--profile", badLanes], "ring-lanes must be auto, all or blocking, not 'sometimes'"),
+            (
+                ["mount", backing, mnt, "--descriptor-budget", "100000000"],
+                "--descriptor-budget 100000000 is more than the open-file limit allows"
+            ),
+            (
+                ["mount", backing, mnt, "--profile", badLanes],
+                "ring-lanes must be auto, all or blocking, not 'sometimes'"
+            ),
             (["mount", backing, mnt, "--serve-nice=20"], "--serve-nice must be from -20 to 19"),
             (["mount", backing, mnt, "--serve-nice", "fast"], "fast"),
-            (["mount", backing, mnt, "--profile", badNice], "serve-nice must be a whole number from -20 to 19, not '-21'"),
+            (
+                ["mount", backing, mnt, "--profile", badNice],
+                "serve-nice must be a whole number from -20 to 19, not '-21'"
+            )
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)
@@ -64,7 +78,9 @@ import Glibc
         }
         try FileManager.default.createDirectory(atPath: mnt + "/inner", withIntermediateDirectories: true)
         let inside = try run(binary, ["mount", mnt + "/inner", mnt])
-        #expect(inside.status != 0 && inside.errors.contains("not empty") || inside.errors.contains("inside the mount point"))
+        #expect(
+            inside.status != 0 && inside.errors.contains("not empty")
+                || inside.errors.contains("inside the mount point"))
         try FileManager.default.removeItem(atPath: mnt + "/inner")
         try Data().write(to: URL(fileURLWithPath: mnt + "/x"))
         let busy = try run(binary, ["mount", backing, mnt])
@@ -83,18 +99,26 @@ import Glibc
         let fx = try MountFixture()
         let backing = fx.backing.resolvingSymlinksInPath().path
         let mountinfo = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
-        let line = mountinfo.split(separator: "\n").last { $0.split(separator: " ").dropFirst(4).first == Substring(fx.mountPoint.path) }
-        let source = line?.components(separatedBy: " - fuse.coordfs ").last?.split(separator: " ").first.map(String.init)
+        let line = mountinfo.split(separator: "\n").last {
+            $0.split(separator: " ").dropFirst(4).first == Substring(fx.mountPoint.path)
+        }
+        let source = line?.components(separatedBy: " - fuse.coordfs ").last?.split(separator: " ").first.map(
+            String.init)
         #expect(source == backing, "mount, df and findmnt show the backing directory")
         try FileManager.default.createDirectory(atPath: backing + "/sub", withIntermediateDirectories: true)
         let other = fx.base.appendingPathComponent("other").path
         try FileManager.default.createDirectory(atPath: other, withIntermediateDirectories: true)
-        let uncoordinated = "of the coordfs mount at '\(fx.mountPoint.path)': two mounts of one tree do not coordinate with each other"
+        let uncoordinated =
+            "of the coordfs mount at '\(fx.mountPoint.path)': two mounts of one tree do not coordinate with each other"
         let same = try run(binary, ["mount", backing, other])
-        #expect(same.status != 0 && same.errors.contains("'\(backing)' is already the backing \(uncoordinated)"), "\(same.errors)")
+        #expect(
+            same.status != 0 && same.errors.contains("'\(backing)' is already the backing \(uncoordinated)"),
+            "\(same.errors)")
         let inside = try run(binary, ["mount", backing + "/sub", other])
-        #expect(inside.status != 0 && inside.errors.contains("'\(backing)/sub' lies inside '\(backing)', the backing \(uncoordinated)"),
-                "\(inside.errors)")
+        #expect(
+            inside.status != 0
+                && inside.errors.contains("'\(backing)/sub' lies inside '\(backing)', the backing \(uncoordinated)"),
+            "\(inside.errors)")
         #expect(!MountFixture.isMounted(other))
         let allowed = try run(binary, ["mount", "--allow-overlap", backing + "/sub", other])
         #expect(allowed.status == 0, "\(allowed.errors)")
@@ -113,7 +137,9 @@ import Glibc
         defer { try? FileManager.default.removeItem(atPath: outside) }
         let base = fx.base.resolvingSymlinksInPath().path
         let holds = try run(binary, ["mount", base, outside])
-        #expect(holds.status != 0 && holds.errors.contains("'\(base)' holds '\(backing)', the backing \(uncoordinated)"), "\(holds.errors)")
+        #expect(
+            holds.status != 0 && holds.errors.contains("'\(base)' holds '\(backing)', the backing \(uncoordinated)"),
+            "\(holds.errors)")
         #expect(!MountFixture.isMounted(outside))
     }
 
@@ -128,8 +154,11 @@ import Glibc
             // Before, it was mounted: a hold through the first mount kept nobody out of the second.
             let again = try run(binary, ["mount", backing, other])
             if again.status == 0 { _ = try? run(binary, ["unmount", other]) }
-            #expect(again.status != 0 && again.errors.contains("'\(backing)' is already the backing of the coordfs mount at '\(fx.mountPoint.path)'"),
-                    "-o \(options): \(again.errors)")
+            #expect(
+                again.status != 0
+                    && again.errors.contains(
+                        "'\(backing)' is already the backing of the coordfs mount at '\(fx.mountPoint.path)'"),
+                "-o \(options): \(again.errors)")
         }
     }
 
@@ -151,12 +180,13 @@ import Glibc
             let bind = try run("/usr/bin/mount", ["--bind", target, directory])
             try #require(bind.status == 0, "\(bind.errors)")
         }
-        let uncoordinated = "the backing of the coordfs mount at '\(fx.mountPoint.path)': two mounts of one tree do not coordinate with each other"
+        let uncoordinated =
+            "the backing of the coordfs mount at '\(fx.mountPoint.path)': two mounts of one tree do not coordinate with each other"
         let cases: [(String, String)] = [
             (link, "'\(backing)' is already \(uncoordinated)"),
             (bound, "'\(bound)' is '\(backing)', \(uncoordinated)"),
             (bound + "/sub", "'\(bound)/sub' lies inside '\(backing)', \(uncoordinated)"),
-            (boundBase, "'\(boundBase)' holds '\(backing)', \(uncoordinated)"),
+            (boundBase, "'\(boundBase)' holds '\(backing)', \(uncoordinated)")
         ]
         for (given, message) in cases {
             // Before, a bind mount was taken for another tree, and mounted.
@@ -172,7 +202,9 @@ import Glibc
         let fx = try MountFixture(["-o", "fsname=elsewhere,subtype=other"])
         let mnt = fx.mountPoint.path
         let mountinfo = try String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8)
-        let line = mountinfo.split(separator: "\n").last { $0.split(separator: " ").dropFirst(4).first == Substring(mnt) }
+        let line = mountinfo.split(separator: "\n").last {
+            $0.split(separator: " ").dropFirst(4).first == Substring(mnt)
+        }
         try #require(line?.contains(" - fuse.other elsewhere ") == true, "mountinfo shows what -o says: \(line ?? "")")
         let listed = try run(binary, ["status"])
         #expect(listed.output.contains("\(mnt) — control socket"), "\(listed)")
@@ -207,7 +239,10 @@ import Glibc
         try #require(daemon != getpid() && daemon > 1, "a daemon of its own")
         fx.daemonWillEnd()
         kill(daemon, SIGKILL)
-        #expect(eventually { var info = statvfs(); return statvfs(mnt, &info) != 0 && errno == ENOTCONN })
+        #expect(
+            eventually {
+                var info = statvfs(); return statvfs(mnt, &info) != 0 && errno == ENOTCONN
+            })
         // Before, these said "does not exist" or "not inside a coordfs mount", or went to the
         // standalone daemon's socket instead.
         let clears = "whose daemon has gone (transport endpoint is not connected): `coordfs unmount \(mnt)` clears it"
@@ -219,7 +254,7 @@ import Glibc
             (["status", mnt + "/x"], "'\(mnt)/x' is on the coordfs mount at '\(mnt)', \(clears)"),
             (["watch", mnt], "'\(mnt)' is a coordfs mount \(clears)"),
             (["coordinate", "--read", mnt + "/a", "--", "true"], "'\(mnt)/a' is on the coordfs mount"),
-            (["services", mnt + "/a"], "'\(mnt)/a' is on the coordfs mount"),
+            (["services", mnt + "/a"], "'\(mnt)/a' is on the coordfs mount")
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)
@@ -251,7 +286,8 @@ import Glibc
         let held = open(fx.path("held.txt"), O_RDONLY)
         try #require(held >= 0)
         let busy = try run(binary, ["unmount", mnt])
-        #expect(busy.status != 0 && busy.errors.contains("it is busy: 1 file is open through it")
+        #expect(
+            busy.status != 0 && busy.errors.contains("it is busy: 1 file is open through it")
                 && busy.errors.contains("`coordfs status \(mnt)`") && busy.errors.contains("--lazy"), "\(busy.errors)")
         #expect(MountFixture.isMounted(mnt))
 
@@ -260,8 +296,9 @@ import Glibc
         #expect(!MountFixture.isMounted(mnt), "detached at once")
         var bytes = [UInt8](repeating: 0, count: 64)
         let count = read(held, &bytes, bytes.count)
-        #expect(count > 0 && String(decoding: bytes[0..<max(count, 0)], as: UTF8.self) == "still readable\n",
-                "the open file is still served")
+        #expect(
+            count > 0 && String(decoding: bytes[0..<max(count, 0)], as: UTF8.self) == "still readable\n",
+            "the open file is still served")
         #expect(!hasEnded(daemon), "the daemon serves it")
         close(held)
         #expect(eventually { hasEnded(daemon) }, "the daemon ends after the last close")
@@ -270,7 +307,8 @@ import Glibc
     /// Whether process `pid` has ended (gone, or a zombie nobody reaped).
     func hasEnded(_ pid: pid_t) -> Bool {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let end = stat.lastIndex(of: ")") else { return true }
+            let end = stat.lastIndex(of: ")")
+        else { return true }
         return stat[stat.index(end, offsetBy: 2)] == "Z"
     }
 
@@ -288,7 +326,9 @@ import Glibc
         try #require(stat("/dev/fuse", &device) == 0)
         if device.st_mode & 0o006 != 0o006 {
             // As on this project's machines (0600): libfuse's own line said "failed to open".
-            #expect(result.status != 0 && result.errors.contains("cannot open /dev/fuse (Permission denied): a user mounts through it")
+            #expect(
+                result.status != 0
+                    && result.errors.contains("cannot open /dev/fuse (Permission denied): a user mounts through it")
                     && result.errors.contains("chmod 0666 /dev/fuse"), "\(result.errors)")
         } else {
             // Open to all, as most systems leave it: the user mounts, and unmounts through fusermount3.
@@ -302,8 +342,9 @@ import Glibc
     @Test func aMountThatCannotServeItsControlSocketIsNotMade() throws {
         let dir = try scratch()
         defer { try? FileManager.default.removeItem(at: dir) }
-        var configuration = MountConfiguration(backing: dir.appendingPathComponent("backing").path,
-                                               mountPoint: dir.appendingPathComponent("mnt").path)
+        var configuration = MountConfiguration(
+            backing: dir.appendingPathComponent("backing").path,
+            mountPoint: dir.appendingPathComponent("mnt").path)
         configuration.socketPath = dir.appendingPathComponent("no-such-directory/s.sock").path
         let session = try MountSession(configuration: configuration, domain: CoordinationDomain())
         session.startControlSocket = { try MountControlServer.start(for: $0) }
@@ -340,13 +381,16 @@ import Glibc
 
     /// Every page states its exit statuses (generate-manual makes the pages from the same text).
     @Test func everyCommandStatesItsExitStatus() throws {
-        for command in [[], ["mount"], ["unmount"], ["watch"], ["status"], ["coordinate"], ["services"], ["vend"], ["versions"],
-                        ["daemon"], ["demo"]] {
+        for command in [
+            [], ["mount"], ["unmount"], ["watch"], ["status"], ["coordinate"], ["services"], ["vend"], ["versions"],
+            ["daemon"], ["demo"]
+        ] {
             let help = try run(binary, command + ["--help"])
             // As read, whatever the width the help is wrapped at.
             let text = help.output.split(whereSeparator: \.isWhitespace).joined(separator: " ")
-            #expect(help.status == 0 && text.contains("Exit status") && text.contains("64 for a command line"),
-                    "coordfs \(command.joined()) --help: \(help.output)")
+            #expect(
+                help.status == 0 && text.contains("Exit status") && text.contains("64 for a command line"),
+                "coordfs \(command.joined()) --help: \(help.output)")
         }
     }
 
@@ -358,8 +402,11 @@ import Glibc
             (["wtach", "/tmp"], "Unknown subcommand 'wtach'. Did you mean 'watch'?"),
             (["umount", "/mnt"], "Unknown subcommand 'umount'. Did you mean 'unmount'?"),
             (["coord"], "Unknown subcommand 'coord'. Did you mean 'coordinate'?"),
-            (["frobnicate"], "Unknown subcommand 'frobnicate'. The subcommands: mount, unmount, watch, status, coordinate, services"),
-            (["status", "--josn"], "Unknown option '--josn'. Did you mean '--json'?"),
+            (
+                ["frobnicate"],
+                "Unknown subcommand 'frobnicate'. The subcommands: mount, unmount, watch, status, coordinate, services"
+            ),
+            (["status", "--josn"], "Unknown option '--josn'. Did you mean '--json'?")
         ]
         for (arguments, message) in cases {
             let result = try run(binary, arguments)
@@ -372,8 +419,12 @@ import Glibc
     @Test func theDemoShowsWhatAUserSees() throws {
         let demo = try run(binary, ["demo"])
         #expect(demo.status == 0, "\(demo)")
-        #expect(demo.output.contains("HOLD  write  notes.txt") && demo.output.contains("WAIT  read   notes.txt"), "\(demo.output)")
-        #expect(!demo.output.contains("object:") && !demo.output.contains("grant#") && !demo.output.contains("make test"), "\(demo.output)")
+        #expect(
+            demo.output.contains("HOLD  write  notes.txt") && demo.output.contains("WAIT  read   notes.txt"),
+            "\(demo.output)")
+        #expect(
+            !demo.output.contains("object:") && !demo.output.contains("grant#") && !demo.output.contains("make test"),
+            "\(demo.output)")
         #expect(demo.output.contains("`coordfs help` lists the commands"), "\(demo.output)")
     }
 
@@ -383,7 +434,12 @@ import Glibc
         defer { try? FileManager.default.removeItem(at: dir) }
         let mnt = dir.appendingPathComponent("mnt").path
         // (--allow-overlap: `make run` may have mounted the demo already.)
-        let result = try run(binary, ["mount", "--profile", profile.path, "--allow-overlap", Paths.repository.appendingPathComponent("Mounts/demo").path, mnt])
+        let result = try run(
+            binary,
+            [
+                "mount", "--profile", profile.path, "--allow-overlap",
+                Paths.repository.appendingPathComponent("Mounts/demo").path, mnt
+            ])
         #expect(result.status == 0, "\(result.errors)")
         defer { _ = try? run(binary, ["unmount", mnt]) }
         #expect(FileManager.default.fileExists(atPath: mnt + "/README.txt"))
@@ -422,7 +478,9 @@ import Glibc
 
     /// An extended attribute of `path` as text, read by another process.
     func attribute(_ name: String, of path: String) -> String? {
-        let result = try? run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], sys.argv[2]).decode())", path, name])
+        let result = try? run(
+            "/usr/bin/python3",
+            ["-c", "import os,sys; print(os.getxattr(sys.argv[1], sys.argv[2]).decode())", path, name])
         return result.flatMap { $0.status == 0 ? $0.output.trimmingCharacters(in: .whitespacesAndNewlines) : nil }
     }
 }
@@ -441,8 +499,11 @@ import Glibc
         #expect(writer.status != 0 && writer.errors.contains("busy"), "\(writer)")
         // Logged after the reply: the writer may have ended first.
         func log() -> String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
-        #expect(eventually { log().contains("gave up (EBUSY)") && log().contains("held for write by pid \(holder.pid) (python3)") },
-                "\(log())")
+        #expect(
+            eventually {
+                log().contains("gave up (EBUSY)") && log().contains("held for write by pid \(holder.pid) (python3)")
+            },
+            "\(log())")
     }
 }
 
@@ -470,8 +531,11 @@ import Glibc
         let refusing = try refusingPresenter(fx, fx.path("refused.txt"))
         let cat = try run("/bin/cat", [fx.path("refused.txt")])
         #expect(cat.status != 0 && cat.errors.contains("Permission denied"), "\(cat)")
-        #expect(eventually { log().contains("presenter of \(fx.path("refused.txt")), pid \(refusing.pid) (coordfs), refused ") },
-                "\(log())")
+        #expect(
+            eventually {
+                log().contains("presenter of \(fx.path("refused.txt")), pid \(refusing.pid) (coordfs), refused ")
+            },
+            "\(log())")
         #expect(log().contains(" (cat): the access fails with EACCES"), "\(log())")
         refusing.signal(SIGTERM)
         #expect(refusing.waitForExit() != nil)
@@ -480,7 +544,9 @@ import Glibc
         let silent = try Child(binary, ["watch", fx.path("slow.txt"), "--answer", "none"])
         #expect(eventually { (try? fx.state())?.contains("slow.txt") == true })
         #expect(try run("/bin/cat", [fx.path("slow.txt")]).status == 0)
-        let timedOut = try Regex(#"presenter of \S*slow\.txt, pid \d+ \(coordfs\), did not answer \S+ \(\w+\) for pid \d+ \(cat\) within \d+\.\d s; access proceeded"#)
+        let timedOut = try Regex(
+            #"presenter of \S*slow\.txt, pid \d+ \(coordfs\), did not answer \S+ \(\w+\) for pid \d+ \(cat\) within \d+\.\d s; access proceeded"#
+        )
         #expect(eventually { log().contains(timedOut) }, "\(log())")
         withExtendedLifetime(silent) {}
         // A writer that went ahead of a file held open, at the break time: who, on what, past whom.
@@ -488,8 +554,13 @@ import Glibc
         let holder = try Child.holder()
         #expect(holder.ask("open w \(fx.path("held.txt"))") == "ok 1")
         #expect(try run("/bin/sh", ["-c", "echo new > \"$1\"", "sh", fx.path("held.txt")]).status == 0)
-        #expect(eventually { log().contains(" (sh) went ahead on write of \(fx.path("held.txt")) (the break time), past pid \(holder.pid) (python3)") },
-                "\(log())")
+        #expect(
+            eventually {
+                log().contains(
+                    " (sh) went ahead on write of \(fx.path("held.txt")) (the break time), past pid \(holder.pid) (python3)"
+                )
+            },
+            "\(log())")
     }
 
     /// A mount that returns logs to the system log: each line as syslog(3) sends it, to the
@@ -501,14 +572,19 @@ import Glibc
         }
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let socket = dir + "/log.sock"
-        let listener = try Child("/usr/bin/python3", ["-c", """
-            import socket, sys
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            s.bind(sys.argv[1])
-            print("ready", flush=True)
-            while True:
-                print(s.recv(65536).decode(errors="replace").replace("\\n", " "), flush=True)
-            """, socket])
+        let listener = try Child(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import socket, sys
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                s.bind(sys.argv[1])
+                print("ready", flush=True)
+                while True:
+                    print(s.recv(65536).decode(errors="replace").replace("\\n", " "), flush=True)
+                """, socket
+            ])
         #expect(listener.next() == "ready")
         var environment = ProcessInfo.processInfo.environment
         environment["COORDFS_SYSLOG_SOCKET"] = socket
@@ -522,8 +598,13 @@ import Glibc
         try Data("text\n".utf8).write(to: URL(fileURLWithPath: dir + "/backing/doc.txt"))
         let refusing = try Child(binary, ["watch", mnt + "/doc.txt", "--answer", "EACCES"])
         defer { withExtendedLifetime(refusing) {} }
-        #expect(eventually { (try? run("/usr/bin/python3", ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.state').decode())", mnt]))?
-            .output.contains("PRESENT") == true })
+        #expect(
+            eventually {
+                (try? run(
+                    "/usr/bin/python3",
+                    ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.state').decode())", mnt]))?
+                    .output.contains("PRESENT") == true
+            })
         #expect(try run("/bin/cat", [mnt + "/doc.txt"]).status != 0)
         var heard: [String] = []
         while let line = listener.next(timeout: .seconds(5)) {
@@ -532,8 +613,10 @@ import Glibc
         }
         // <29>: the daemon facility (3 << 3) at notice (5).
         let refusal = heard.first { $0.contains("refused") }
-        #expect(refusal?.hasPrefix("<29>") == true && refusal?.contains(" coordfs[") == true
-                && refusal?.contains("]: \(mnt): presenter of \(mnt)/doc.txt, pid \(refusing.pid) (coordfs), refused ") == true
+        #expect(
+            refusal?.hasPrefix("<29>") == true && refusal?.contains(" coordfs[") == true
+                && refusal?.contains("]: \(mnt): presenter of \(mnt)/doc.txt, pid \(refusing.pid) (coordfs), refused ")
+                    == true
                 && refusal?.hasSuffix(" (cat): the access fails with EACCES") == true, "\(heard)")
     }
 
@@ -545,23 +628,33 @@ import Glibc
         defer { try? FileManager.default.removeItem(atPath: base) }
         let profile = base + "/logged.profile"
         try Data("log = profile.log\n".utf8).write(to: URL(fileURLWithPath: profile))
-        for (arguments, logPath) in [(["-o", "allow_other,log=\(base)/option.log"], base + "/option.log"),
-                                     (["--profile", profile], base + "/profile.log")] {
+        for (arguments, logPath) in [
+            (["-o", "allow_other,log=\(base)/option.log"], base + "/option.log"),
+            (["--profile", profile], base + "/profile.log")
+        ] {
             let fx = try MountFixture(arguments)
             try fx.seed("doc.txt")
             let refusing = try refusingPresenter(fx, fx.path("doc.txt"))
             defer { withExtendedLifetime(refusing) {} }
             #expect(try run("/bin/cat", [fx.path("doc.txt")]).status != 0)
-            #expect(eventually { ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains(" (cat): the access fails with EACCES") },
-                    "\(arguments): nothing in \(logPath)")
+            #expect(
+                eventually {
+                    ((try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "").contains(
+                        " (cat): the access fails with EACCES")
+                },
+                "\(arguments): nothing in \(logPath)")
         }
         for directory in ["b", "m"] {
             try FileManager.default.createDirectory(atPath: base + "/" + directory, withIntermediateDirectories: true)
         }
-        let unwritable = try run(binary, ["mount", base + "/b", base + "/m", "--log", base + "/no/such/directory/x.log"])
+        let unwritable = try run(
+            binary, ["mount", base + "/b", base + "/m", "--log", base + "/no/such/directory/x.log"])
         if MountFixture.isMounted(base + "/m") { _ = try? run(binary, ["unmount", base + "/m"]) }
-        #expect(unwritable.status == 1 && unwritable.errors.contains("cannot write the log '\(base)/no/such/directory/x.log': No such file or directory"),
-                "\(unwritable)")
+        #expect(
+            unwritable.status == 1
+                && unwritable.errors.contains(
+                    "cannot write the log '\(base)/no/such/directory/x.log': No such file or directory"),
+            "\(unwritable)")
     }
 }
 
@@ -591,13 +684,16 @@ import Glibc
         chmod(fx.backingPath("doc.txt"), 0o666)
         var info = stat()
         #expect(stat(fx.path("doc.txt"), &info) == 0)
-        #expect(info.st_uid == 4242 && info.st_gid == getgrnam("daemon").pointee.gr_gid && info.st_mode & 0o7777 == 0o640,
-                "\(info.st_uid) \(info.st_gid) \(String(info.st_mode, radix: 8))")
-        #expect(stat(fx.mountPoint.path, &info) == 0 && info.st_uid == 4242 && info.st_mode & 0o077 == info.st_mode & 0o050)
+        #expect(
+            info.st_uid == 4242 && info.st_gid == getgrnam("daemon").pointee.gr_gid && info.st_mode & 0o7777 == 0o640,
+            "\(info.st_uid) \(info.st_gid) \(String(info.st_mode, radix: 8))")
+        #expect(
+            stat(fx.mountPoint.path, &info) == 0 && info.st_uid == 4242 && info.st_mode & 0o077 == info.st_mode & 0o050)
         // Through an open file and readdir's entries too; the backing file is as it was.
         let listed = try run("/bin/ls", ["-ln", fx.mountPoint.path])
         #expect(listed.output.contains("-rw-r----- 1 4242 "), "\(listed)")
-        #expect(stat(fx.backingPath("doc.txt"), &info) == 0 && info.st_uid == getuid() && info.st_mode & 0o7777 == 0o666)
+        #expect(
+            stat(fx.backingPath("doc.txt"), &info) == 0 && info.st_uid == getuid() && info.st_mode & 0o7777 == 0o666)
         for (option, message) in [("uid=nosuchuser", "no such user"), ("umask=99", "not an octal mask")] {
             let bad = try run(Paths.binary.path, ["mount", "-o", option, fx.backingPath(""), fx.mountPoint.path])
             #expect(bad.status != 0 && bad.errors.contains(message), "\(bad)")
@@ -623,11 +719,15 @@ import Glibc
     @Test func unmountRefusesWhileACoordinateHoldsAnItemAndLazyDetaches() throws {
         let fx = try MountFixture()
         try fx.seed("doc.txt", "text\n")
-        let holder = try Child(Paths.binary.path, ["coordinate", "--write", fx.path("doc.txt"), "--", "/bin/sleep", "30"])
+        let holder = try Child(
+            Paths.binary.path, ["coordinate", "--write", fx.path("doc.txt"), "--", "/bin/sleep", "30"])
         #expect(eventually { (try? fx.statistics())?["socket_holds"] == 1 })
         let refused = try run(Paths.binary.path, ["unmount", fx.mountPoint.path])
-        #expect(refused.status != 0 && refused.errors.contains("1 hold is taken through its control socket"), "\(refused)")
-        #expect(((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(" \(fx.mountPoint.path) "))
+        #expect(
+            refused.status != 0 && refused.errors.contains("1 hold is taken through its control socket"), "\(refused)")
+        #expect(
+            ((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(
+                " \(fx.mountPoint.path) "))
         holder.signal(SIGTERM)
         #expect(holder.waitForExit() != nil)
         #expect(eventually { (try? fx.statistics())?["socket_holds"] == 0 })
@@ -683,7 +783,9 @@ import Glibc
         defer { _ = try? run(Paths.binary.path, ["unmount", mnt]) }
         #expect(mounted.status == 0 && mounted.output.contains("mounting \(backing) on \(mnt)"), "\(mounted)")
         #expect(Self.isMountPoint(mnt))
-        let stats = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mnt])
+        let stats = try run(
+            "/usr/bin/python3",
+            ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mnt])
         #expect(stats.output.contains("\"max_threads\":16"), "-s is sloppy, not one thread: \(stats.output)")
         // mount -o remount changes the live mount: ro and rw (the kernel's), uid= (the mount's),
         // with the options mount(8) reads back from the kernel's table; an option that cannot
@@ -698,7 +800,9 @@ import Glibc
         #expect(stat(mnt, &info) == 0 && info.st_uid == 4242, "shown at once, not after the attribute timeout")
         #expect((try? run("/bin/sh", ["-c", "touch \"$0\"/writable-again", mnt]).status) == 0)
         let fixed = try run(helper.path, [backing, mnt, "-o", "remount,allow_other,max_read=4096"])
-        #expect(fixed.status != 0 && fixed.errors.contains("allow_other,max_read=4096 cannot change while mounted"), "\(fixed)")
+        #expect(
+            fixed.status != 0 && fixed.errors.contains("allow_other,max_read=4096 cannot change while mounted"),
+            "\(fixed)")
         #expect(Self.isMountPoint(mnt) && stat(mnt, &info) == 0 && info.st_uid == 4242)
         let notAMount = try run(helper.path, [backing, dir.path, "-o", "remount,ro"])
         #expect(notAMount.status != 0 && notAMount.errors.contains("is not a coordfs mount point"), "\(notAMount)")
@@ -717,7 +821,8 @@ import Glibc
     @Test func helpAndMistypedSubcommandsNeverMount() throws {
         let dir = URL(fileURLWithPath: "/tmp/coordfs-words-\(UUID().uuidString.prefix(8))")
         for name in ["help", "watch", "stats"] {
-            try FileManager.default.createDirectory(at: dir.appendingPathComponent(name), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                at: dir.appendingPathComponent(name), withIntermediateDirectories: true)
         }
         defer { try? FileManager.default.removeItem(at: dir) }
         let help = try run("/bin/sh", ["-c", "cd \"$1\" && \"$2\" help watch", "sh", dir.path, Paths.binary.path])
@@ -733,7 +838,10 @@ import Glibc
         // What `mount -t fuse.coordfs` and an fstab line end in: mount(8) runs mount.fuse3, which
         // runs `coordfs SOURCE DIR -o OPTIONS` from the PATH (mount(8) itself uses the standard
         // PATH, where `make install` puts coordfs).
-        guard let helper = ["/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"].first(where: FileManager.default.isExecutableFile) else {
+        guard
+            let helper = ["/sbin/mount.fuse3", "/usr/sbin/mount.fuse3"].first(
+                where: FileManager.default.isExecutableFile)
+        else {
             Issue.record("mount.fuse3 is not installed (fuse3)")
             return
         }
@@ -743,12 +851,17 @@ import Glibc
         defer { try? FileManager.default.removeItem(at: dir) }
         try Data("x\n".utf8).write(to: dir.appendingPathComponent("b/f"))
         let mnt = dir.appendingPathComponent("m").path
-        let path = Paths.binary.deletingLastPathComponent().path + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
-        let mounted = try run(helper, [dir.appendingPathComponent("b").path, mnt, "-t", "coordfs", "-o", "rw,nofail,noauto"],
-                              environment: ["PATH": path])
+        let path =
+            Paths.binary.deletingLastPathComponent().path + ":"
+            + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+        let mounted = try run(
+            helper, [dir.appendingPathComponent("b").path, mnt, "-t", "coordfs", "-o", "rw,nofail,noauto"],
+            environment: ["PATH": path])
         defer { _ = try? run(Paths.binary.path, ["unmount", mnt]) }
         #expect(mounted.status == 0, "\(mounted.errors)")
-        #expect(((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(" \(mnt) fuse.coordfs "))
+        #expect(
+            ((try? String(contentsOfFile: "/proc/self/mounts", encoding: .utf8)) ?? "").contains(
+                " \(mnt) fuse.coordfs "))
         #expect((try? String(contentsOfFile: mnt + "/f", encoding: .utf8)) == "x\n")
     }
 }

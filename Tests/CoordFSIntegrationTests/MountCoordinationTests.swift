@@ -50,13 +50,16 @@ import Glibc
         let fx = try MountFixture()
         for depth in [1, 31, 32, 33, 70] {
             let directories = (0..<depth).map { "d\($0)" }.joined(separator: "/")
-            try FileManager.default.createDirectory(atPath: fx.path("deep\(depth)/" + directories), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: fx.path("deep\(depth)/" + directories), withIntermediateDirectories: true)
             let file = "deep\(depth)/" + directories + "/leaf.txt"
             #expect(FileManager.default.createFile(atPath: fx.path(file), contents: nil))
             let holder = try Child.holder()
             #expect(holder.ask("open wt \(fx.path(file))") == "ok 1")
             let held = try fx.state()
-            #expect(held.contains("write(0) \(fx.path(file))\n") || held.hasSuffix("write(0) \(fx.path(file))"), "depth \(depth): \(held)")
+            #expect(
+                held.contains("write(0) \(fx.path(file))\n") || held.hasSuffix("write(0) \(fx.path(file))"),
+                "depth \(depth): \(held)")
             #expect(holder.ask("close 1") == "ok")
         }
     }
@@ -235,22 +238,22 @@ import Glibc
         try fx.seed("a.txt")
         let path = fx.path("a.txt")
         let script = """
-        import os, subprocess, sys, threading
-        held = os.open("\(path)", os.O_WRONLY)
-        def attempt():
-            try:
-                os.close(os.open("\(path)", os.O_RDONLY | os.O_NONBLOCK))
-                return "ok"
-            except BlockingIOError:
-                return "EAGAIN"
-        seen = []
-        worker = threading.Thread(target=lambda: seen.append(attempt()))
-        worker.start(); worker.join()
-        other = subprocess.run([sys.executable, "-c", "import os\\n" + \
-            "try: os.open('\(path)', os.O_RDONLY | os.O_NONBLOCK); print('ok')\\n" + \
-            "except BlockingIOError: print('EAGAIN')"], capture_output=True, text=True).stdout.strip()
-        print(seen[0], attempt(), other)
-        """
+            import os, subprocess, sys, threading
+            held = os.open("\(path)", os.O_WRONLY)
+            def attempt():
+                try:
+                    os.close(os.open("\(path)", os.O_RDONLY | os.O_NONBLOCK))
+                    return "ok"
+                except BlockingIOError:
+                    return "EAGAIN"
+            seen = []
+            worker = threading.Thread(target=lambda: seen.append(attempt()))
+            worker.start(); worker.join()
+            other = subprocess.run([sys.executable, "-c", "import os\\n" + \
+                "try: os.open('\(path)', os.O_RDONLY | os.O_NONBLOCK); print('ok')\\n" + \
+                "except BlockingIOError: print('EAGAIN')"], capture_output=True, text=True).stdout.strip()
+            print(seen[0], attempt(), other)
+            """
         let result = try run("/usr/bin/python3", ["-c", script])
         #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "ok ok EAGAIN", "\(result.errors)")
     }
@@ -285,17 +288,17 @@ import Glibc
         #expect(writer.ask("open w \(fx.path("a.txt"))") == "ok 1")
         // A handler that raises: Python does not retry the open, and shows the errno it got.
         let script = """
-        import os, signal, errno
-        def interrupted(signum, frame): raise InterruptedError(errno.EINTR, "interrupted")
-        signal.signal(signal.SIGALRM, interrupted)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])  # the test runner's threads block it
-        signal.alarm(1)
-        try:
-            os.open("\(fx.path("a.txt"))", os.O_RDONLY)
-            print("opened")
-        except InterruptedError:
-            print("EINTR")
-        """
+            import os, signal, errno
+            def interrupted(signum, frame): raise InterruptedError(errno.EINTR, "interrupted")
+            signal.signal(signal.SIGALRM, interrupted)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGALRM])  # the test runner's threads block it
+            signal.alarm(1)
+            try:
+                os.open("\(fx.path("a.txt"))", os.O_RDONLY)
+                print("opened")
+            except InterruptedError:
+                print("EINTR")
+            """
         let result = try run("/usr/bin/python3", ["-c", script])
         #expect(result.output.trimmingCharacters(in: .whitespacesAndNewlines) == "EINTR")
         #expect(eventually { (try? fx.state())?.contains("WAIT") == false })

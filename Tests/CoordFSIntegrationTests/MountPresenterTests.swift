@@ -88,12 +88,14 @@ import Glibc
         #expect(log.events.contains("outer:relinquishToReader") && log.events.contains("inner:relinquishToReader"))
     }
 
-    @Test("P20 a package presenter lacking subitem notifications gets did-change, through the mount") func p20() throws {
+    @Test("P20 a package presenter lacking subitem notifications gets did-change, through the mount") func p20() throws
+    {
         let fx = try MountFixture(inProcess: { _ in })
         try package(fx, "Doc.pkg")
         try fx.seed("Doc.pkg/page", "1\n")
         let log = EventLog()
-        fx.domain!.addFilePresenter(ChangeOnlyPresenter(name: "K", url: URL(fileURLWithPath: fx.path("Doc.pkg")), log: log))
+        fx.domain!.addFilePresenter(
+            ChangeOnlyPresenter(name: "K", url: URL(fileURLWithPath: fx.path("Doc.pkg")), log: log))
         #expect(try run("/bin/sh", ["-c", "echo 2 >> \(fx.path("Doc.pkg/page"))"]).status == 0)
         #expect(log.waitFor("K:didChange"))
         #expect(try run("/bin/sh", ["-c", "echo new > \(fx.path("Doc.pkg/new"))"]).status == 0)
@@ -145,7 +147,9 @@ import Glibc
 
     @Test func aDirectoryRenamedBehindTheMountIsCoordinatedUnderTheNameLookedUp() throws {
         // Long caches: only the lookup of the new name can tell the mount.
-        let fx = try MountFixture(inProcess: { $0.maxThreads = 1; $0.cacheTimeout = 60 })
+        let fx = try MountFixture(inProcess: {
+            $0.maxThreads = 1; $0.cacheTimeout = 60
+        })
         try fx.seed("dir/a/doc.txt", "v1\n")
         for _ in 0..<3 { #expect(try run("/bin/cat", [fx.path("dir/a/doc.txt")]).output == "v1\n") }
         #expect(rename(fx.backingPath("dir/a"), fx.backingPath("dir/b")) == 0)

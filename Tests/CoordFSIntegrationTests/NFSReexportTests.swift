@@ -32,12 +32,19 @@ import Glibc
         }
         LOG { Default_Log_Level = WARN; }
         """.write(toFile: configuration, atomically: true, encoding: .utf8)
-        let server = try Child(Self.server, ["-F", "-f", configuration, "-L", fx.base.appendingPathComponent("ganesha.log").path,
-                                             "-p", fx.base.appendingPathComponent("ganesha.pid").path])
+        let server = try Child(
+            Self.server,
+            [
+                "-F", "-f", configuration, "-L", fx.base.appendingPathComponent("ganesha.log").path,
+                "-p", fx.base.appendingPathComponent("ganesha.pid").path
+            ])
         defer { server.signal(SIGTERM); _ = server.waitForExit(timeout: .seconds(10)) }
         func url(_ path: String) -> String { "nfs://127.0.0.1/coordfs/\(path)?version=4&nfsport=\(port)" }
-        #expect(eventually(.seconds(20)) { (try? run("/usr/bin/nfs-ls", [url("dir/")]))?.output.contains("seeded.txt") == true },
-                "the export never listed dir/")
+        #expect(
+            eventually(.seconds(20)) {
+                (try? run("/usr/bin/nfs-ls", [url("dir/")]))?.output.contains("seeded.txt") == true
+            },
+            "the export never listed dir/")
 
         let log = EventLog()
         fx.domain!.addFilePresenter(LoggingPresenter("D", fx.path("dir"), log: log))
@@ -45,7 +52,9 @@ import Glibc
         try "written over NFS\n".write(toFile: local, atomically: true, encoding: .utf8)
         let copied = try run("/usr/bin/nfs-cp", [local, url("dir/new.txt")])
         #expect(copied.status == 0, "\(copied)")
-        #expect(try String(contentsOf: fx.backing.appendingPathComponent("dir/new.txt"), encoding: .utf8) == "written over NFS\n")
+        #expect(
+            try String(contentsOf: fx.backing.appendingPathComponent("dir/new.txt"), encoding: .utf8)
+                == "written over NFS\n")
         #expect(log.waitFor("D:subitemDidAppear new.txt"), "the NFS server's create is coordinated and told")
 
         // The server finds the items again by their handles once the kernel has dropped them.

@@ -64,14 +64,17 @@ import Glibc
         for directory in [backing, mount] {
             var buffer = [CChar](repeating: 0, count: 64)
             let count = readlink(Self.path(directory, Array("link".utf8)), &buffer, buffer.count)
-            #expect(count == Self.latin1.count && buffer.prefix(count).map { UInt8(bitPattern: $0) } == Self.latin1, "\(directory)")
+            #expect(
+                count == Self.latin1.count && buffer.prefix(count).map { UInt8(bitPattern: $0) } == Self.latin1,
+                "\(directory)")
         }
     }
 
     @Test func watchPrintsTheBytesAndJSONTheirEscapes() throws {
         let fx = try MountFixture()
         let mount = fx.mountPoint.path
-        let text = fx.base.appendingPathComponent("text.out").path, json = fx.base.appendingPathComponent("json.out").path
+        let text = fx.base.appendingPathComponent("text.out").path,
+            json = fx.base.appendingPathComponent("json.out").path
         // Both watches start, then the name is made, then both end one quiet second later.
         let script = """
             "$1" watch -q -t 1 --format '%w%f %e' "$2" > "$3" & "$1" watch -q -t 1 --json "$2" > "$4" &
@@ -85,8 +88,9 @@ import Glibc
         let result = try run("/bin/sh", ["-c", script, "sh", Paths.binary.path, mount, text, json])
         #expect(result.status == 0, "\(result)")
         let printed = try Data(contentsOf: URL(fileURLWithPath: text))
-        #expect(Array(printed).starts(with: Array("\(mount)/".utf8) + Self.latin1 + Array(" SUBITEM_APPEARED".utf8)),
-                "\(String(decoding: printed, as: UTF8.self))")
+        #expect(
+            Array(printed).starts(with: Array("\(mount)/".utf8) + Self.latin1 + Array(" SUBITEM_APPEARED".utf8)),
+            "\(String(decoding: printed, as: UTF8.self))")
         let line = try String(contentsOfFile: json, encoding: .utf8)
         #expect(line.contains(#""name":"caf\udce9""#), "\(line)")
     }

@@ -139,7 +139,9 @@ import Glibc
         #expect(work["passed_quietly"] == 8 && work["passed_beside_open_files"] == 8, "\(report)")
         let held = report["in held"] as? [String: Int] ?? [:]
         #expect(report["other"] as? String == "ok" && report["into held"] as? String == "ok", "\(report)")
-        #expect(held["coordinated"] == 2 && held["passed_beside_open_files"] == 2, "other names than the held one: \(report)")
+        #expect(
+            held["coordinated"] == 2 && held["passed_beside_open_files"] == 2,
+            "other names than the held one: \(report)")
         for conflicting in ["unlink", "chmod", "rename", "rename dir", "replace"] {
             #expect(report[conflicting] as? String == "EBUSY", "\(conflicting) waits for the held file: \(report)")
         }
@@ -181,8 +183,12 @@ import Glibc
         #expect(result.output == "{\"covered\": 3}\n", "fchmod, futimens and chmod by the file's writer")
         let holder = try Child.holder()
         #expect(holder.ask("open w \(fx.path("own.txt"))") == "ok 1")
-        let other = try run("/usr/bin/python3", ["-c", "\(Self.pythonPrelude)\nprint(attempt(os.chmod, sys.argv[2], 0o600))",
-                                                 fx.mountPoint.path, fx.path("own.txt")])
+        let other = try run(
+            "/usr/bin/python3",
+            [
+                "-c", "\(Self.pythonPrelude)\nprint(attempt(os.chmod, sys.argv[2], 0o600))",
+                fx.mountPoint.path, fx.path("own.txt")
+            ])
         #expect(other.output == "EBUSY\n", "another process's chmod waits for the writer: \(other)")
         #expect(holder.ask("close all") == "ok")
         #expect(try fx.statistics()["covered_by_own_open"] == 4, "touch's futimens and the three above")
@@ -299,13 +305,16 @@ import Glibc
     @Test(arguments: [0, 40]) func churnThroughTheGateLosesNothing(held: Int) throws {
         let fx = try MountFixture()
         let script = Paths.scripts.appendingPathComponent("gate_churn.py").path
-        let result = try run("/usr/bin/python3", [script, Paths.binary.path, fx.mountPoint.path, fx.backing.path, "3", "\(held)"])
+        let result = try run(
+            "/usr/bin/python3", [script, Paths.binary.path, fx.mountPoint.path, fx.backing.path, "3", "\(held)"])
         #expect(result.status == 0, "\(result.errors)")
         let reports = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]] ?? []
         #expect(reports.count == 7, "\(result.output)")
         for report in reports {
             #expect((report["rounds"] as? Int ?? 0) > 0, "\(report)")
-            #expect((report["wrong"] as? [Int])?.isEmpty == true, "read back what was written, kept what was held: \(report)")
+            #expect(
+                (report["wrong"] as? [Int])?.isEmpty == true,
+                "read back what was written, kept what was held: \(report)")
         }
         let statistics = try fx.statistics()
         #expect((statistics["passed_quietly"] ?? 0) > 0, "\(statistics)")
@@ -313,6 +322,9 @@ import Glibc
         #expect((statistics["coordinated"] ?? 0) > (statistics["passed_quietly"] ?? 0), "\(statistics)")
         #expect(statistics["timed_out"] == 0 && statistics["deadlocks"] == 0, "\(statistics)")
         #expect(eventually { (try? fx.state())?.contains("(idle)") == true }, "the engine ends idle")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: fx.backing.path).filter { !$0.hasPrefix("o") && $0 != "k" && $0 != "h" && $0 != ".coordfs-versions" }.isEmpty)
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: fx.backing.path).filter {
+                !$0.hasPrefix("o") && $0 != "k" && $0 != "h" && $0 != ".coordfs-versions"
+            }.isEmpty)
     }
 }

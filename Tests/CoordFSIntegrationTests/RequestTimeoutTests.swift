@@ -22,7 +22,9 @@ import Testing
         try set(20, 0)
         #expect(KernelRequestTimeout.inForce(directory: directory)?.seconds == 20)
         try set(0, 5)
-        #expect(KernelRequestTimeout.inForce(directory: directory)?.seconds == 15, "never below the kernel's check interval")
+        #expect(
+            KernelRequestTimeout.inForce(directory: directory)?.seconds == 15, "never below the kernel's check interval"
+        )
         var configuration = MountConfiguration(backing: "/", mountPoint: "/")
         configuration.waitTimeout = nil
         let note = configuration.fitWaits(within: KernelRequestTimeout(seconds: 15))
@@ -34,15 +36,18 @@ import Testing
 
     /// Acceptance: with max_request_timeout at 5 s (the kernel makes it 15), a wait that would be
     /// longer ends before it and the mount stays up. The sysctl is set back, whatever happens.
-    @Test(.enabled(if: FileManager.default.isWritableFile(atPath: KernelRequestTimeout.sysctlDirectory + "/max_request_timeout"),
-                   "the kernel has no FUSE request timeout (Linux 6.15+), or it cannot be set here"))
+    @Test(
+        .enabled(
+            if: FileManager.default.isWritableFile(
+                atPath: KernelRequestTimeout.sysctlDirectory + "/max_request_timeout"),
+            "the kernel has no FUSE request timeout (Linux 6.15+), or it cannot be set here"))
     func aLongWaitEndsBeforeTheKernelAbortsTheMount() throws {
         let sysctl = KernelRequestTimeout.sysctlDirectory + "/max_request_timeout"
         let before = try String(contentsOfFile: sysctl, encoding: .utf8)
         try "5\n".write(toFile: sysctl, atomically: false, encoding: .utf8)
         defer { try? before.write(toFile: sysctl, atomically: false, encoding: .utf8) }
         let fx = try MountFixture(["--wait-timeout", "infinity"])
-        try? before.write(toFile: sysctl, atomically: false, encoding: .utf8)   // the mount has read it
+        try? before.write(toFile: sysctl, atomically: false, encoding: .utf8)  // the mount has read it
         try fx.seed("doc.txt", "text\n")
         let reader = try Child.holder()
         #expect(reader.ask("open r \(fx.path("doc.txt"))") == "ok 1")

@@ -9,11 +9,15 @@ import Testing
         let root = Paths.repository
         var found: [(String, String)] = []
         for folder in ["Sources", "Tests", "docs", "notes", "clients", "Benchmarks"] {
-            guard let walk = FileManager.default.enumerator(atPath: root.appendingPathComponent(folder).path) else { continue }
+            guard let walk = FileManager.default.enumerator(atPath: root.appendingPathComponent(folder).path) else {
+                continue
+            }
             for case let relative as String in walk {
                 let path = folder + "/" + relative
-                guard !path.hasPrefix("Tests/Fuzz"), [".swift", ".md", ".c", ".h", ".py", ".sh"].contains(where: path.hasSuffix),
-                      let text = try? String(contentsOf: root.appendingPathComponent(path), encoding: .utf8) else { continue }
+                guard !path.hasPrefix("Tests/Fuzz"),
+                    [".swift", ".md", ".c", ".h", ".py", ".sh"].contains(where: path.hasSuffix),
+                    let text = try? String(contentsOf: root.appendingPathComponent(path), encoding: .utf8)
+                else { continue }
                 found.append((path, text))
             }
         }
@@ -36,8 +40,10 @@ import Testing
 
     @Test func nothingCitesADocumentOutsideTheRepository() throws {
         // Spelled in pieces, so that this file does not cite them itself.
-        let outside = ["SPEC" + " §", "SPEC" + ".md", "coordination-rules" + ".md", "apple-coordination-reference" + ".md",
-                       "fuse-measurements" + ".md", "beyond-one-mount" + ".md", "../" + "shared/"]
+        let outside = [
+            "SPEC" + " §", "SPEC" + ".md", "coordination-rules" + ".md", "apple-coordination-reference" + ".md",
+            "fuse-measurements" + ".md", "beyond-one-mount" + ".md", "../" + "shared/"
+        ]
         var citing: [String] = []
         for (path, text) in try Self.texts() {
             for name in outside where text.contains(name) { citing.append("\(path): \(name)") }

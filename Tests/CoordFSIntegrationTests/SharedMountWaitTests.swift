@@ -39,22 +39,31 @@ import Glibc
         """
 
     /// Rewrites a file with `O_TRUNC` (as `> f` does) with the text given.
-    static let rewrite = "import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC); os.write(fd, sys.argv[2].encode()); os.close(fd)"
+    static let rewrite =
+        "import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC); os.write(fd, sys.argv[2].encode()); os.close(fd)"
 
     @Test func anotherUsersPresenterWorkingOnRootsFileKeepsRootsOpenTheBreakTimeAtMost() throws {
-        let fx = try MountFixture(["-o", "allow_other", "--break-time", "2", "--presenter-timeout", "1", "--wait-timeout", "infinity"])
+        let fx = try MountFixture([
+            "-o", "allow_other", "--break-time", "2", "--presenter-timeout", "1", "--wait-timeout", "infinity"
+        ])
         try fx.seed("root.txt", "root's\n")
         chmod(fx.backingPath("root.txt"), 0o644)
         // Keeps its work open 8 s: past the break time and its margin, and the test still ends.
-        let presenter = try Child(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.workingPresenter,
-                                                                    fx.path("root.txt"), "8"]))
+        let presenter = try Child(
+            Nobody.program,
+            Nobody.arguments([
+                "/usr/bin/python3", "-c", Self.workingPresenter,
+                fx.path("root.txt"), "8"
+            ]))
         #expect(presenter.next() == "watching")
         var started = ContinuousClock.now
         let first = try run("/usr/bin/python3", ["-c", Self.rewrite, fx.path("root.txt"), "one\n"])
         let took = ContinuousClock.now - started
         #expect(first.status == 0, "\(first)")
         #expect(presenter.next() == "working", "the presenter opened root's file as its own work")
-        #expect(took >= .milliseconds(1500) && took < .seconds(4), "root's open waited for that work the break time: \(took)")
+        #expect(
+            took >= .milliseconds(1500) && took < .seconds(4),
+            "root's open waited for that work the break time: \(took)")
         #expect(presenter.next(timeout: .seconds(3)) == "broken", "the presenter is told")
         // Revoked: root's next open waits for that work no more (the presenter answers at once).
         started = ContinuousClock.now

@@ -13,13 +13,15 @@ import Glibc
 
 /// Where the repository and the built `coordfs` are.
 enum Paths {
-    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
     static let scripts = repository.appendingPathComponent("Tests/Scripts")
     static let fio = repository.appendingPathComponent("Tests/fio")
     static var binary: URL {
         let candidates = [
-            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("coordfs"),
-            repository.appendingPathComponent(".build/debug/coordfs"),
+            URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(
+                "coordfs"),
+            repository.appendingPathComponent(".build/debug/coordfs")
         ]
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) } ?? candidates[1]
     }
@@ -45,8 +47,10 @@ final class MountFixture: @unchecked Sendable {
     /// `fileLimit`, with that limit soft and hard (the daemon cannot raise it). `umask`, under
     /// that umask. `user`: mounted by that user, who owns the backing directory and the mount
     /// point, without privileges (through fusermount3, as any user mounts).
-    init(_ arguments: [String] = [], backingMode: mode_t = 0o755, backing existing: URL? = nil,
-         softFileLimit: Int? = nil, fileLimit: Int? = nil, umask daemonMask: mode_t? = nil, user: uid_t? = nil) throws {
+    init(
+        _ arguments: [String] = [], backingMode: mode_t = 0o755, backing existing: URL? = nil,
+        softFileLimit: Int? = nil, fileLimit: Int? = nil, umask daemonMask: mode_t? = nil, user: uid_t? = nil
+    ) throws {
         (base, backing, mountPoint) = try Self.makeDirectories(backingMode)
         if let existing { backing = existing }
         domain = nil
@@ -59,7 +63,8 @@ final class MountFixture: @unchecked Sendable {
             command = asUser(user) + command
         }
         let limit = fileLimit.map { "--nofile=\($0):\($0)" } ?? softFileLimit.map { "--nofile=\($0):" }
-        let result = try limit.map { try run("/usr/bin/prlimit", [$0] + command) }
+        let result =
+            try limit.map { try run("/usr/bin/prlimit", [$0] + command) }
             ?? run(command[0], Array(command.dropFirst()))
         guard result.status == 0 else { throw FixtureError("coordfs mount failed: \(result.errors)") }
         mounted = true
@@ -106,7 +111,8 @@ final class MountFixture: @unchecked Sendable {
     func seed(_ relative: String, _ contents: String = "seed\n") throws {
         let url = backing.appendingPathComponent(relative)
         try settled {
-            try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
             try Data(contents.utf8).write(to: url)
         }
     }
@@ -140,20 +146,31 @@ final class MountFixture: @unchecked Sendable {
         var bytes = [CChar](repeating: 0, count: 8192)
         let count = cfs_getxattr(mountPoint.path, "user.coordfs.stats", &bytes, bytes.count)
         guard count > 0,
-              let fields = try? JSONSerialization.jsonObject(with: Data(bytes: bytes, count: count)) as? [String: Int],
-              fields["watches_backing"] == 1 else { return nil }
+            let fields = try? JSONSerialization.jsonObject(with: Data(bytes: bytes, count: count)) as? [String: Int],
+            fields["watches_backing"] == 1
+        else { return nil }
         return fields["changes_behind"]
     }
 
     /// The mount's counters, as the root's `user.coordfs.stats` attribute shows them.
     func statistics() throws -> [String: Int] {
-        let result = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())", mountPoint.path])
+        let result = try run(
+            "/usr/bin/python3",
+            [
+                "-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.stats').decode())",
+                mountPoint.path
+            ])
         return try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Int] ?? [:]
     }
 
     /// The engine's state as the mount root's `user.coordfs.state` attribute shows it.
     func state() throws -> String {
-        let result = try run("/usr/bin/python3", ["-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.state').decode())", mountPoint.path])
+        let result = try run(
+            "/usr/bin/python3",
+            [
+                "-c", "import os,sys; sys.stdout.write(os.getxattr(sys.argv[1], 'user.coordfs.state').decode())",
+                mountPoint.path
+            ])
         return result.output
     }
 
@@ -171,7 +188,9 @@ final class MountFixture: @unchecked Sendable {
             // A daemon that died leaves its mount answering ENOTCONN: that fails the test, even
             // when nothing it checked noticed. (statfs, not stat: stat may be answered from cache.)
             var info = statvfs()
-            let gone = !Self.isMounted(mountPoint.path) || (statvfs(mountPoint.path, &info) == -1 && (errno == ENOTCONN || errno == ECONNABORTED))
+            let gone =
+                !Self.isMounted(mountPoint.path)
+                || (statvfs(mountPoint.path, &info) == -1 && (errno == ENOTCONN || errno == ECONNABORTED))
             if gone && !daemonMayEnd {
                 Issue.record("the coordfs daemon of \(mountPoint.path) is gone (crashed?): see dmesg")
             }
@@ -205,7 +224,9 @@ func asUser(_ user: uid_t) -> [String] {
 
 /// Runs a program to the end.
 @discardableResult
-func run(_ program: String, _ arguments: [String], environment: [String: String]? = nil) throws -> (status: Int32, output: String, errors: String) {
+func run(
+    _ program: String, _ arguments: [String], environment: [String: String]? = nil
+) throws -> (status: Int32, output: String, errors: String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: program)
     process.arguments = arguments
@@ -218,7 +239,9 @@ func run(_ program: String, _ arguments: [String], environment: [String: String]
     let outData = output.fileHandleForReading.readDataToEndOfFile()
     let errData = errors.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
-    return (process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
+    return (
+        process.terminationStatus, String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self)
+    )
 }
 
 // @unchecked Sendable: its lines are behind `lock`.
@@ -255,7 +278,9 @@ final class Child: @unchecked Sendable {
     }
 
     /// A `hold.py` process.
-    static func holder() throws -> Child { try Child("/usr/bin/python3", [Paths.scripts.appendingPathComponent("hold.py").path]) }
+    static func holder() throws -> Child {
+        try Child("/usr/bin/python3", [Paths.scripts.appendingPathComponent("hold.py").path])
+    }
 
     private func deliver(_ line: String) {
         lock.lock(); lines.append(line); lock.unlock()
@@ -306,7 +331,9 @@ extension LoggingPresenter {
 /// groups), through setpriv. `run(Nobody.program, Nobody.arguments(command))` runs `command` so.
 enum Nobody {
     static let program = "/usr/bin/setpriv"
-    static func arguments(_ command: [String]) -> [String] { ["--reuid=65534", "--regid=65534", "--clear-groups"] + command }
+    static func arguments(_ command: [String]) -> [String] {
+        ["--reuid=65534", "--regid=65534", "--clear-groups"] + command
+    }
 }
 
 /// A line of `coordfs watch` less who made the access (its " pid=… via=…" end).

@@ -31,8 +31,12 @@ import Glibc
         #expect(writer.ask("open w \(url.path)") == "ok 1")
         let impatient = FileCoordinator()
         impatient.waitTimeout = .milliseconds(300)
-        #expect(throws: FileCoordinationError.timedOut(item: url.path)) { try impatient.coordinate(readingItemAt: url) { _ in } }
-        let reader = Background { try FileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) } }
+        #expect(throws: FileCoordinationError.timedOut(item: url.path)) {
+            try impatient.coordinate(readingItemAt: url) { _ in }
+        }
+        let reader = Background {
+            try FileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) }
+        }
         usleep(100_000)
         #expect(writer.ask("write 1 written") == "ok")
         #expect(writer.ask("close 1") == "ok")
@@ -54,30 +58,37 @@ import Glibc
         #expect(try run("/bin/mv", [url.path, fx.path("renamed.txt")]).status == 0)
         #expect(eventually { editor.presentedItemURL?.path == fx.path("renamed.txt") })
         // docs/swift.md: each callback knew who made the access.
-        #expect(editor.origin(of: "relinquishToReader")?.via == .mount && editor.origin(of: "relinquishToReader")?.command == "cat",
-                "\(String(describing: editor.origin(of: "relinquishToReader")))")
-        #expect(editor.origin(of: "didMove")?.command == "mv" && editor.origin(of: "didMove")?.uid == geteuid(),
-                "\(String(describing: editor.origin(of: "didMove")))")
+        #expect(
+            editor.origin(of: "relinquishToReader")?.via == .mount
+                && editor.origin(of: "relinquishToReader")?.command == "cat",
+            "\(String(describing: editor.origin(of: "relinquishToReader")))")
+        #expect(
+            editor.origin(of: "didMove")?.command == "mv" && editor.origin(of: "didMove")?.uid == geteuid(),
+            "\(String(describing: editor.origin(of: "didMove")))")
     }
 }
 
 /// P15 across processes: the same access messages a presenter in another process exactly as
 /// one in the coordinator's own process.
 @Suite struct PresentersInOtherProcesses {
-    @Test("P15 presenters in other processes are messaged exactly as those in the coordinator's process") func p15() throws {
+    @Test("P15 presenters in other processes are messaged exactly as those in the coordinator's process") func p15()
+        throws
+    {
         let fx = try MountFixture()
         try fx.seed("doc.txt", "text\n")
         let url = URL(fileURLWithPath: fx.path("doc.txt"))
         let log = EventLog()
-        let local = LoggingPresenter("L", url.path, log: log)   // answers without writing anything
+        let local = LoggingPresenter("L", url.path, log: log)  // answers without writing anything
         FileCoordinator.addFilePresenter(local)
         defer { FileCoordinator.removeFilePresenter(local) }
-        let remote = try Child("/usr/bin/python3", [Paths.scripts.appendingPathComponent("presenter.py").path, url.path])
+        let remote = try Child(
+            "/usr/bin/python3", [Paths.scripts.appendingPathComponent("presenter.py").path, url.path])
         #expect(remote.next()?.contains("\"ok\": true") == true && remote.next()?.contains("\"wd\"") == true)
         func remoteEvents() -> [String] {
             var names: [String] = []
             while let line = remote.next(timeout: .milliseconds(500)),
-                  let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] {
+                let record = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+            {
                 names.append(((record["events"] as? [String]) ?? []).filter { $0 != "REQUEST" }.joined(separator: ","))
             }
             return names
@@ -126,7 +137,9 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
         // Saving through its own coordinator is granted while the reader waits (C21).
         let target = presentedItemURL!
         do {
-            try FileCoordinator(filePresenter: self).coordinate(writingItemAt: target) { try Data(contents.utf8).write(to: $0) }
+            try FileCoordinator(filePresenter: self).coordinate(writingItemAt: target) {
+                try Data(contents.utf8).write(to: $0)
+            }
             completionHandler(nil)
         } catch {
             completionHandler(error)
@@ -150,8 +163,12 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
         let swift = LoggingPresenter("S", url.path, log: log)
         FileCoordinator.addFilePresenter(swift)
         defer { FileCoordinator.removeFilePresenter(swift) }
-        let python = try Child("/usr/bin/env", ["PYTHONPATH=" + Paths.repository.appendingPathComponent("clients/python").path,
-                                                "python3", Paths.scripts.appendingPathComponent("package_presenter.py").path, url.path])
+        let python = try Child(
+            "/usr/bin/env",
+            [
+                "PYTHONPATH=" + Paths.repository.appendingPathComponent("clients/python").path,
+                "python3", Paths.scripts.appendingPathComponent("package_presenter.py").path, url.path
+            ])
         #expect(python.next() == "watching")
         // Another program reads, appends, then renames the file, through the mount.
         #expect(try run("/bin/cat", [url.path]).status == 0)
@@ -163,8 +180,10 @@ final class SavingEditor: FilePresenter, @unchecked Sendable {
         var heard: [String] = []
         while let line = python.next(timeout: .milliseconds(500)) { heard.append(line) }
         // The Swift presenter's callbacks, in the protocol's names; a move is MOVED_FROM and MOVED_TO there.
-        let names = ["relinquishToReader": "RELINQUISH_READER", "relinquishToWriter": "RELINQUISH_WRITER", "save": "SAVE",
-                     "reacquire": "REACQUIRE", "didChange": "CHANGED", "accommodateDeletion": "ACCOMMODATE_DELETION"]
+        let names = [
+            "relinquishToReader": "RELINQUISH_READER", "relinquishToWriter": "RELINQUISH_WRITER", "save": "SAVE",
+            "reacquire": "REACQUIRE", "didChange": "CHANGED", "accommodateDeletion": "ACCOMMODATE_DELETION"
+        ]
         let swiftHeard = log.events.flatMap { event -> [String] in
             let callback = event.dropFirst(2)
             if callback.hasPrefix("didMove") { return ["MOVED_FROM", "MOVED_TO"] }

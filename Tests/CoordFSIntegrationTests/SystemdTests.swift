@@ -15,7 +15,10 @@ import Testing
     func theShippedUnitsPassSystemdsCheck() throws {
         let shipped = Paths.repository.appendingPathComponent("Mounts/systemd")
         let units = try FileManager.default.contentsOfDirectory(atPath: shipped.path).sorted()
-        #expect(units == ["coordfs-daemon.service", "coordfs-daemon.socket", "srv-documents.automount", "srv-documents.mount"])
+        #expect(
+            units == [
+                "coordfs-daemon.service", "coordfs-daemon.socket", "srv-documents.automount", "srv-documents.mount"
+            ])
         let directory = try CrossProcessTests.daemonDirectory().directory
         defer { try? FileManager.default.removeItem(atPath: directory) }
         for unit in units {
@@ -30,7 +33,9 @@ import Testing
         }
     }
 
-    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: activate), "systemd-socket-activate is not installed"))
+    @Test(
+        .enabled(if: FileManager.default.isExecutableFile(atPath: activate), "systemd-socket-activate is not installed")
+    )
     func theDaemonServesTheSocketSystemdHandsItAndLeavesItToSystemd() throws {
         let (directory, socket) = try CrossProcessTests.daemonDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -47,8 +52,11 @@ import Testing
         defer { if activator.isRunning { kill(activator.processIdentifier, SIGKILL); activator.waitUntilExit() } }
         // The socket file shows before it listens (bind, then listen): connected to, it serves.
         var connected: ControlClient?
-        try #require(eventually(.seconds(10)) { connected = try? ControlClient(socketPath: socket); return connected != nil },
-                     "nothing serves \(socket)")
+        try #require(
+            eventually(.seconds(10)) {
+                connected = try? ControlClient(socketPath: socket); return connected != nil
+            },
+            "nothing serves \(socket)")
         let client = connected!
         guard case .int(let pid)? = client.server["pid"] else { Issue.record("no pid in \(client.server)"); return }
         #expect(Int32(pid) == activator.processIdentifier, "the daemon is not the program systemd-socket-activate ran")
@@ -56,8 +64,9 @@ import Testing
 
         // A command coordinating outside any mount goes through it.
         let file = directory + "/item"
-        let held = try run(Paths.binary.path, ["coordinate", "--write", file, "--", "/bin/sh", "-c", "echo held > \"$0\"", file],
-                           environment: CrossProcessTests.environment(socket: socket))
+        let held = try run(
+            Paths.binary.path, ["coordinate", "--write", file, "--", "/bin/sh", "-c", "echo held > \"$0\"", file],
+            environment: CrossProcessTests.environment(socket: socket))
         #expect(held.status == 0, "\(held)")
         #expect((try? String(contentsOfFile: file, encoding: .utf8)) == "held\n")
 

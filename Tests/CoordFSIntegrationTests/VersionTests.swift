@@ -12,10 +12,14 @@ import Glibc
     let binary = Paths.binary.path
 
     func versions(_ path: String, as user: [String] = []) throws -> [[String: Any]] {
-        let listed = user.isEmpty ? try run(binary, ["versions", path, "--json"])
+        let listed =
+            user.isEmpty
+            ? try run(binary, ["versions", path, "--json"])
             : try run(Nobody.program, Nobody.arguments([binary, "versions", path, "--json"]))
-        guard listed.status == 0, let object = try JSONSerialization.jsonObject(with: Data(listed.output.utf8)) as? [String: Any],
-              let versions = object["versions"] as? [[String: Any]] else {
+        guard listed.status == 0,
+            let object = try JSONSerialization.jsonObject(with: Data(listed.output.utf8)) as? [String: Any],
+            let versions = object["versions"] as? [[String: Any]]
+        else {
             throw FixtureError("coordfs versions \(path): \(listed)")
         }
         return versions
@@ -36,7 +40,9 @@ import Glibc
         return (a, b)
     }
 
-    func shown(_ path: String, _ id: String) throws -> String { try run(binary, ["versions", path, "--show", id]).output }
+    func shown(_ path: String, _ id: String) throws -> String {
+        try run(binary, ["versions", path, "--show", id]).output
+    }
 
     func shell(_ script: String, _ arguments: String...) throws -> (status: Int32, output: String, errors: String) {
         try run("/bin/sh", ["-c", script, "sh"] + arguments)
@@ -46,7 +52,7 @@ import Glibc
         let fx = try MountFixture()
         let doc = fx.path("doc.txt")
         #expect(try shell("echo first > \"$1\" && echo second > \"$1.tmp\" && mv \"$1.tmp\" \"$1\"", doc).status == 0)
-        #expect(try shell("echo third > \"$1\"", doc).status == 0)          // O_TRUNC
+        #expect(try shell("echo third > \"$1\"", doc).status == 0)  // O_TRUNC
         #expect(try shell("truncate -s 2 \"$1\"", doc).status == 0)
         #expect(try shell("rm \"$1\"", doc).status == 0)
         let kept = try versions(doc)
@@ -138,11 +144,14 @@ import Glibc
         #expect(try shell("echo two > \"$1\"", fx.path("doc.txt")).status == 0)
         let store = fx.path(".coordfs-versions")
         #expect(FileManager.default.fileExists(atPath: fx.backingPath(".coordfs-versions/content")))
-        #expect(!((try? FileManager.default.contentsOfDirectory(atPath: fx.mountPoint.path)) ?? []).contains(".coordfs-versions"))
+        #expect(
+            !((try? FileManager.default.contentsOfDirectory(atPath: fx.mountPoint.path)) ?? []).contains(
+                ".coordfs-versions"))
         for user in [[String](), Nobody.arguments([])] {
             func attempt(_ script: String) throws -> Int32 {
                 let command = ["/bin/sh", "-c", script, "sh", store, fx.path("doc.txt")]
-                return user.isEmpty ? try run(command[0], Array(command.dropFirst())).status
+                return user.isEmpty
+                    ? try run(command[0], Array(command.dropFirst())).status
                     : try run(Nobody.program, user + command).status
             }
             #expect(try attempt("ls \"$1\"") != 0)
@@ -152,7 +161,9 @@ import Glibc
             #expect(try attempt("touch \"$1\"") != 0)
             #expect(try attempt("ln -s x \"$1\"") != 0)
             #expect(try attempt("mv \"$2\" \"$1\"") != 0)
-            #expect(try attempt("rm -rf \"$1\"") == 0 && FileManager.default.fileExists(atPath: fx.backingPath(".coordfs-versions/content")))
+            #expect(
+                try attempt("rm -rf \"$1\"") == 0
+                    && FileManager.default.fileExists(atPath: fx.backingPath(".coordfs-versions/content")))
         }
         #expect(try String(contentsOfFile: fx.path("doc.txt"), encoding: .utf8) == "two\n")
     }
@@ -173,10 +184,15 @@ import Glibc
         let theirs = try versions(fx.path("public.txt"), as: Nobody.arguments([]))
         #expect(theirs.count == 1)
         let id = try versions(fx.path("private.txt"))[0]["id"] as! String
-        let shown = try run(Nobody.program, Nobody.arguments([binary, "versions", fx.path("private.txt"), "--show", id]))
+        let shown = try run(
+            Nobody.program, Nobody.arguments([binary, "versions", fx.path("private.txt"), "--show", id]))
         #expect(shown.status != 0 && !shown.output.contains("secret"), "\(shown)")
-        let removed = try run(Nobody.program, Nobody.arguments([binary, "versions", fx.path("public.txt"), "--remove",
-                                                                theirs[0]["id"] as! String]))
+        let removed = try run(
+            Nobody.program,
+            Nobody.arguments([
+                binary, "versions", fx.path("public.txt"), "--remove",
+                theirs[0]["id"] as! String
+            ]))
         #expect(removed.status != 0 && removed.errors.contains("cannot write"), "\(removed)")
     }
 
@@ -197,7 +213,8 @@ import Glibc
         #expect(try versions(fx.path("big")).isEmpty)
         #expect(try fx.statistics()["versions_not_kept"] == 1)
         // A removed file still open counts no link: the store's is not the user's.
-        let script = "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.unlink(sys.argv[1]); print(os.fstat(fd).st_nlink)"
+        let script =
+            "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.unlink(sys.argv[1]); print(os.fstat(fd).st_nlink)"
         try fx.seed("open.txt", "kept\n")
         #expect(try run("/usr/bin/python3", ["-c", script, fx.path("open.txt")]).output == "0\n")
         #expect(try versions(fx.path("open.txt")).count == 1)
@@ -218,15 +235,22 @@ import Glibc
     /// once; with `refuse` none is lost at all.
     @Test func lostUpdatesOfUnmodifiedWritersAreAllKeptOrRefused() throws {
         func figures(_ directory: String, _ arguments: [String]) throws -> [String: Any] {
-            let result = try run("/usr/bin/python3", [Paths.scripts.appendingPathComponent("lost_updates.py").path, directory,
-                                                      "--writers", "4", "--rounds", "15", "--json"] + arguments)
-            guard result.status == 0, let figures = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any] else {
+            let result = try run(
+                "/usr/bin/python3",
+                [
+                    Paths.scripts.appendingPathComponent("lost_updates.py").path, directory,
+                    "--writers", "4", "--rounds", "15", "--json"
+                ] + arguments)
+            guard result.status == 0,
+                let figures = try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any]
+            else {
                 throw FixtureError("lost_updates.py: \(result)")
             }
             return figures
         }
-        let plain = try FileManager.default.url(for: .itemReplacementDirectory, in: .userDomainMask,
-                                                appropriateFor: URL(fileURLWithPath: "/tmp"), create: true)
+        let plain = try FileManager.default.url(
+            for: .itemReplacementDirectory, in: .userDomainMask,
+            appropriateFor: URL(fileURLWithPath: "/tmp"), create: true)
         defer { try? FileManager.default.removeItem(at: plain) }
         let native = try figures(plain.path, [])
         let fx = try MountFixture()
@@ -243,7 +267,9 @@ import Glibc
         // lost_updates.py then fails with "stayed unreadable", and figures() throws.)
         #expect(try fx.statistics()["lock_time_breaks"] == 0 && refusing.statistics()["lock_time_breaks"] == 0)
         // What a plain directory loses, said for the record (it varies with scheduling).
-        print("lost updates: plain directory \(native["missing_from_files"] ?? "?") of 60, coordfs kept every one "
-              + "(\(kept["conflict_versions"] ?? "?") conflicts), coordfs refusing stale writes \(refused["refused_then_retried"] ?? "?") refused")
+        print(
+            "lost updates: plain directory \(native["missing_from_files"] ?? "?") of 60, coordfs kept every one "
+                + "(\(kept["conflict_versions"] ?? "?") conflicts), coordfs refusing stale writes \(refused["refused_then_retried"] ?? "?") refused"
+        )
     }
 }

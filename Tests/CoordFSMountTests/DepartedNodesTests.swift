@@ -42,7 +42,7 @@ import Testing
         var departed = DepartedNodes(capacity: 2)
         departed.add(5, Self.record(40))
         departed.add(6, Self.record(40))
-        departed.add(7, Self.record(50))    // passes 5
+        departed.add(7, Self.record(50))  // passes 5
         #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: 1, name: "n40") == 6)
         #expect(departed.reclaim(device: 7, number: 50, isDirectory: false, parent: 1, name: "n50") == 7)
     }
@@ -77,9 +77,9 @@ import Testing
         departed.remove(5)
         departed.add(6, Self.record(41))
         departed.add(5, Self.record(40))
-        departed.add(7, Self.record(42))     // the ring passes 5's first slot
+        departed.add(7, Self.record(42))  // the ring passes 5's first slot
         #expect(departed.record(of: 5) != nil && departed.record(of: 6) != nil && departed.record(of: 7) != nil)
-        departed.add(8, Self.record(43))     // and 6's: the oldest goes
+        departed.add(8, Self.record(43))  // and 6's: the oldest goes
         #expect(departed.record(of: 6) == nil && departed.count == 3)
     }
 }

@@ -13,11 +13,13 @@ import Glibc
         for task in tasks {
             let comm = (try? String(contentsOfFile: "/proc/self/task/\(task)/comm", encoding: .utf8)) ?? ""
             guard comm.hasPrefix("coordfs-closer"),
-                  let status = try? String(contentsOfFile: "/proc/self/task/\(task)/status", encoding: .utf8),
-                  let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Cpus_allowed_list:") })
+                let status = try? String(contentsOfFile: "/proc/self/task/\(task)/status", encoding: .utf8),
+                let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Cpus_allowed_list:") })
             else { continue }
             var cpus = Set<Int>()
-            for range in line.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces).split(separator: ",") {
+            for range in line.dropFirst("Cpus_allowed_list:".count).trimmingCharacters(in: .whitespaces).split(
+                separator: ",")
+            {
                 let ends = range.split(separator: "-").compactMap { Int($0) }
                 if let first = ends.first { cpus.formUnion(first...(ends.last ?? first)) }
             }
@@ -28,8 +30,9 @@ import Glibc
 
     static func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) != -1 }
 
-    @Test(.enabled(if: sysconf(Int32(_SC_NPROCESSORS_ONLN)) >= 2, "one CPU: there is nowhere else to close them"),
-          arguments: [Int32(0), 1])
+    @Test(
+        .enabled(if: sysconf(Int32(_SC_NPROCESSORS_ONLN)) >= 2, "one CPU: there is nowhere else to close them"),
+        arguments: [Int32(0), 1])
     func descriptorsAreClosedAwayFromTheEvictingCPU(cpu: Int32) throws {
         let cpus = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
         let descriptors = (0..<50).map { _ in open("/dev/null", O_RDONLY | O_CLOEXEC) }

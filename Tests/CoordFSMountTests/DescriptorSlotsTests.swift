@@ -37,7 +37,9 @@ import Testing
         for trial in 0..<10 {
             let uses = Self.uses(12_000 + trial * 3_137, shuffled: shuffled, using: &generator)
             for count in [1, 1200, uses.count / 2] {
-                #expect(Self.evicted(uses, upTo: DescriptorSlots.age(evicting: count, of: uses)) == count, "\(count) of \(uses.count)")
+                #expect(
+                    Self.evicted(uses, upTo: DescriptorSlots.age(evicting: count, of: uses)) == count,
+                    "\(count) of \(uses.count)")
             }
         }
     }

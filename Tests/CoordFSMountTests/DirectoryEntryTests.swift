@@ -18,12 +18,14 @@ import Glibc
         let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
         let name = Array("ab".utf8CString)
         let length = (nameOffset + name.count + 7) & ~7
-        let record = mapping + page - length           // ends where the guard page begins
+        let record = mapping + page - length  // ends where the guard page begins
         record.initializeMemory(as: UInt8.self, repeating: 0, count: length)
         record.storeBytes(of: 4242, toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_ino)!, as: ino_t.self)
         record.storeBytes(of: 99, toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_off)!, as: off_t.self)
-        record.storeBytes(of: UInt16(length), toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_reclen)!, as: UInt16.self)
-        record.storeBytes(of: UInt8(DT_REG), toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_type)!, as: UInt8.self)
+        record.storeBytes(
+            of: UInt16(length), toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_reclen)!, as: UInt16.self)
+        record.storeBytes(
+            of: UInt8(DT_REG), toByteOffset: MemoryLayout<dirent>.offset(of: \dirent.d_type)!, as: UInt8.self)
         name.withUnsafeBytes { (record + nameOffset).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
 
         let entry = DirectoryEntry(record.assumingMemoryBound(to: dirent.self))

@@ -26,7 +26,9 @@ import Glibc
         /// Notes that request `number` began to wait; `interrupted`: it is taken as interrupted
         /// then (as by an interrupt that came first).
         func whenWaiting(_ number: UInt, interrupted: Bool = false) -> @Sendable () -> Bool {
-            { self.registered.withLock { $0.append(number) }; return interrupted }
+            {
+                self.registered.withLock { $0.append(number) }; return interrupted
+            }
         }
 
         /// Request `number`'s answer, nil while it has none; a second answer fails the test.
@@ -60,10 +62,14 @@ import Glibc
 
         private let state = Mutex(State())
 
-        func hold(_ path: String, exclusive: Bool) { state.withLock { _ = $0.held.insert(path + (exclusive ? " w" : " r")) } }
+        func hold(_ path: String, exclusive: Bool) {
+            state.withLock { _ = $0.held.insert(path + (exclusive ? " w" : " r")) }
+        }
         func recall() { state.withLock { $0.held = [] } }
         func set(holderCovered: Bool = false, recallWaits: Bool = false, otherExclusive: Bool? = nil) {
-            state.withLock { ($0.holderCovered, $0.recallWaits, $0.otherExclusive) = (holderCovered, recallWaits, otherExclusive) }
+            state.withLock {
+                ($0.holderCovered, $0.recallWaits, $0.otherExclusive) = (holderCovered, recallWaits, otherExclusive)
+            }
         }
         var asks: [Ask] { state.withLock { $0.asks } }
         var stopped: Int { state.withLock { $0.stopped } }
@@ -76,29 +82,41 @@ import Glibc
 
         func recallWaits(for path: String, holding exclusive: Bool) -> Bool { state.withLock { $0.recallWaits } }
 
-        func acquire(_ path: String, exclusive: Bool, waits: Bool,
-                     completion: @escaping @Sendable (HostLockOutcome) -> Void) -> @Sendable () -> Void {
-            state.withLock { $0.asks.append(Ask(path: path, exclusive: exclusive, waits: waits, completion: completion)) }
+        func acquire(
+            _ path: String, exclusive: Bool, waits: Bool,
+            completion: @escaping @Sendable (HostLockOutcome) -> Void
+        ) -> @Sendable () -> Void {
+            state.withLock {
+                $0.asks.append(Ask(path: path, exclusive: exclusive, waits: waits, completion: completion))
+            }
             return { self.state.withLock { $0.stopped += 1 } }
         }
 
         func otherHostHolds(_ path: String, exclusive: Bool) -> Bool? { state.withLock { $0.otherExclusive } }
     }
 
-    static func posix(_ owner: LockOwner, _ type: LockType, _ start: Int64, _ end: Int64, handle: UInt64 = 1) -> LockRequest {
-        LockRequest(node: file, handle: handle, kind: .posix, owner: owner, type: type, range: LockRange(start, end), pid: 1,
-                    path: type == .unlock ? "" : "dir/file")
+    static func posix(
+        _ owner: LockOwner, _ type: LockType, _ start: Int64, _ end: Int64, handle: UInt64 = 1
+    ) -> LockRequest {
+        LockRequest(
+            node: file, handle: handle, kind: .posix, owner: owner, type: type, range: LockRange(start, end), pid: 1,
+            path: type == .unlock ? "" : "dir/file")
     }
 
     static func flock(_ owner: LockOwner, _ type: LockType) -> LockRequest {
-        LockRequest(node: file, handle: owner.rawValue, kind: .flock, owner: owner, type: type, range: .wholeFile, pid: 0,
-                    path: type == .unlock ? "" : "dir/file")
+        LockRequest(
+            node: file, handle: owner.rawValue, kind: .flock, owner: owner, type: type, range: .wholeFile, pid: 0,
+            path: type == .unlock ? "" : "dir/file")
     }
 
-    static func set(_ locks: FileLocks, _ answers: Answers, _ number: UInt, _ request: LockRequest, waits: Bool = true,
-                    interruptedFirst: Bool = false) {
-        locks.set(request, number: number, waits: waits, whenWaiting: answers.whenWaiting(number, interrupted: interruptedFirst),
-                  answer: answers.answer(number))
+    static func set(
+        _ locks: FileLocks, _ answers: Answers, _ number: UInt, _ request: LockRequest, waits: Bool = true,
+        interruptedFirst: Bool = false
+    ) {
+        locks.set(
+            request, number: number, waits: waits,
+            whenWaiting: answers.whenWaiting(number, interrupted: interruptedFirst),
+            answer: answers.answer(number))
     }
 
     // MARK: This host's own locks
@@ -213,7 +231,8 @@ import Glibc
         let host = Host(), locks = FileLocks(host: host), answers = Answers()
         Self.set(locks, answers, 1, Self.posix(Self.a, .exclusive, 0, 0))
         let ask = try #require(host.asks.first)
-        #expect(answers[1] == nil && ask.path == "dir/file" && ask.exclusive && ask.waits && answers.waitsRegistered == [1])
+        #expect(
+            answers[1] == nil && ask.path == "dir/file" && ask.exclusive && ask.waits && answers.waitsRegistered == [1])
         #expect(locks.holders().isEmpty, "nothing granted before the delegation")
         host.hold("dir/file", exclusive: true)
         ask.completion(.granted)
@@ -232,12 +251,12 @@ import Glibc
         let host = Host(), locks = FileLocks(host: host), answers = Answers()
         Self.set(locks, answers, 1, Self.flock(Self.a, .shared))
         try #require(host.asks.count == 1)
-        host.asks[0].completion(.granted)     // granted, but recalled before the request took it
+        host.asks[0].completion(.granted)  // granted, but recalled before the request took it
         #expect(answers[1] == nil && host.asks.count == 2 && !host.asks[1].exclusive)
         host.hold("dir/file", exclusive: false)
         host.asks[1].completion(.granted)
         #expect(answers[1] == .granted)
-        host.asks[0].completion(.granted)     // a late answer of an ask that was over
+        host.asks[0].completion(.granted)  // a late answer of an ask that was over
         #expect(answers[1] == .granted && host.asks.count == 2)
     }
 

@@ -9,21 +9,27 @@ import Testing
     static let file: UInt64 = 42
     static let a = LockOwner(0xA), b = LockOwner(0xB), c = LockOwner(0xC)
 
-    static func posix(_ owner: LockOwner, _ type: LockType, _ start: Int64, _ end: Int64, handle: UInt64 = 1,
-                      node: UInt64 = file) -> LockRequest {
-        LockRequest(node: node, handle: handle, kind: .posix, owner: owner, type: type, range: LockRange(start, end),
-                    pid: Int32(truncatingIfNeeded: owner.rawValue), path: type == .unlock ? "" : "dir/file")
+    static func posix(
+        _ owner: LockOwner, _ type: LockType, _ start: Int64, _ end: Int64, handle: UInt64 = 1,
+        node: UInt64 = file
+    ) -> LockRequest {
+        LockRequest(
+            node: node, handle: handle, kind: .posix, owner: owner, type: type, range: LockRange(start, end),
+            pid: Int32(truncatingIfNeeded: owner.rawValue), path: type == .unlock ? "" : "dir/file")
     }
 
     static func flock(_ owner: LockOwner, _ type: LockType, node: UInt64 = file) -> LockRequest {
-        LockRequest(node: node, handle: owner.rawValue, kind: .flock, owner: owner, type: type, range: .wholeFile, pid: 0,
-                    path: type == .unlock ? "" : "dir/file")
+        LockRequest(
+            node: node, handle: owner.rawValue, kind: .flock, owner: owner, type: type, range: .wholeFile, pid: 0,
+            path: type == .unlock ? "" : "dir/file")
     }
 
     /// `owner`'s POSIX locks of the file, as "start-end r|w", in order of their start.
     static func ranges(_ table: LockTable, _ owner: LockOwner, node: UInt64 = file) -> [String] {
-        table.locks(on: node).filter { $0.kind == .posix && $0.owner == owner }.sorted { $0.range.start < $1.range.start }
-            .map { "\($0.range) \($0.exclusive ? "w" : "r")" }
+        table.locks(on: node).filter { $0.kind == .posix && $0.owner == owner }.sorted {
+            $0.range.start < $1.range.start
+        }
+        .map { "\($0.range) \($0.exclusive ? "w" : "r")" }
     }
 
     /// Applies `request` where nothing is in its way, as `FileLocks` does; whether it was.
@@ -46,7 +52,9 @@ import Testing
         #expect(Self.set(&table, Self.posix(Self.c, .shared, 25, 40)), "shared locks share")
         #expect(table.conflict(with: Self.posix(Self.a, .exclusive, 28, 28))?.range == LockRange(20, 29))
         #expect(table.conflict(with: Self.posix(Self.a, .exclusive, 0, 3)) == nil, "an owner is never in its own way")
-        #expect(table.conflict(with: Self.posix(Self.b, .unlock, 0, LockRange.endOfFile)) == nil, "an unlock waits for nobody")
+        #expect(
+            table.conflict(with: Self.posix(Self.b, .unlock, 0, LockRange.endOfFile)) == nil,
+            "an unlock waits for nobody")
     }
 
     @Test func aLockToTheEndOfTheFileReachesPastIt() {
@@ -104,7 +112,9 @@ import Testing
         #expect(dropped)
         #expect(Self.ranges(table, Self.a).isEmpty)
         #expect(Self.ranges(table, Self.b) == ["200-209 r"], "another process's stay")
-        #expect(table.locks(on: Self.file).contains { $0.kind == .flock && $0.owner == Self.a }, "a flock lock is the open's, not the process's")
+        #expect(
+            table.locks(on: Self.file).contains { $0.kind == .flock && $0.owner == Self.a },
+            "a flock lock is the open's, not the process's")
         #expect(Self.ranges(table, Self.a, node: 7) == ["0-9 w"], "its locks of other files stay")
         let droppedAgain = table.removePOSIX(of: Self.a, on: Self.file)
         #expect(!droppedAgain, "nothing left to drop")
@@ -156,7 +166,9 @@ import Testing
         Self.set(&table, Self.flock(Self.a, .exclusive))
         #expect(table.conflict(with: Self.posix(Self.b, .exclusive, 0, LockRange.endOfFile)) == nil)
         Self.set(&table, Self.posix(Self.b, .exclusive, 0, LockRange.endOfFile))
-        #expect(table.conflict(with: Self.flock(Self.c, .shared))?.owner == Self.a, "only the flock lock is in a flock's way")
+        #expect(
+            table.conflict(with: Self.flock(Self.c, .shared))?.owner == Self.a,
+            "only the flock lock is in a flock's way")
     }
 
     // MARK: Waiting and deadlocks
@@ -190,7 +202,8 @@ import Testing
         #expect(table.heldFiles().map { $0.path } == ["dir/file"] && table.heldFiles().map { $0.exclusive } == [false])
         Self.set(&table, Self.posix(Self.b, .exclusive, 5, 5))
         #expect(table.heldFiles().map { $0.exclusive } == [true])
-        let droppedA = table.removePOSIX(of: Self.a, on: Self.file), droppedB = table.removePOSIX(of: Self.b, on: Self.file)
+        let droppedA = table.removePOSIX(of: Self.a, on: Self.file),
+            droppedB = table.removePOSIX(of: Self.b, on: Self.file)
         #expect(droppedA && droppedB)
         #expect(table.heldFiles().isEmpty)
     }

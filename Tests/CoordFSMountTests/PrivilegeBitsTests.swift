@@ -11,21 +11,22 @@ import Glibc
     @Test func setuidAlwaysAndSetgidWithGroupExecuteOrForAWriterOutsideTheGroup() {
         // (mode, the writer is in the file's group, what a write clears)
         let table: [(mode_t, Bool, mode_t)] = [
-            (0o6666, false, 0o6000),    // generic/683 test 1: neither has group execute
-            (0o6676, false, 0o6000),    // test 2
-            (0o6766, false, 0o6000),    // test 3
-            (0o6777, false, 0o6000),    // test 4
-            (0o2676, false, 0o2000),    // test 9
+            (0o6666, false, 0o6000),  // generic/683 test 1: neither has group execute
+            (0o6676, false, 0o6000),  // test 2
+            (0o6766, false, 0o6000),  // test 3
+            (0o6777, false, 0o6000),  // test 4
+            (0o2676, false, 0o2000),  // test 9
             (0o2666, false, 0o2000),
-            (0o6666, true, 0o4000),     // a member keeps setgid without group execute
+            (0o6666, true, 0o4000),  // a member keeps setgid without group execute
             (0o2666, true, 0),
-            (0o2676, true, 0o2000),     // but not with it
+            (0o2676, true, 0o2000),  // but not with it
             (0o4755, true, 0o4000),
-            (0o0777, false, 0),
+            (0o0777, false, 0)
         ]
         for (mode, member, cleared) in table {
-            #expect(Filesystem.privilegeBits(mode, writerInGroup: { member }) == cleared,
-                    "\(String(mode, radix: 8)) by a \(member ? "member" : "non-member")")
+            #expect(
+                Filesystem.privilegeBits(mode, writerInGroup: { member }) == cleared,
+                "\(String(mode, radix: 8)) by a \(member ? "member" : "non-member")")
         }
     }
 
@@ -33,10 +34,18 @@ import Glibc
     @Test func theGroupsAreAskedOnlyForSetgidWithoutGroupExecute() {
         var asked = 0
         for mode: mode_t in [0o4755, 0o2775, 0o6777, 0o0666] {
-            _ = Filesystem.privilegeBits(mode, writerInGroup: { asked += 1; return false })
+            _ = Filesystem.privilegeBits(
+                mode,
+                writerInGroup: {
+                    asked += 1; return false
+                })
         }
         #expect(asked == 0)
-        _ = Filesystem.privilegeBits(0o2664, writerInGroup: { asked += 1; return false })
+        _ = Filesystem.privilegeBits(
+            0o2664,
+            writerInGroup: {
+                asked += 1; return false
+            })
         #expect(asked == 1)
     }
 

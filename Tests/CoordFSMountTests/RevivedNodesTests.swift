@@ -14,7 +14,9 @@ import Glibc
 @Suite struct RevivedNodesTests {
     /// A table over a fresh directory, the directory's path, and what removes it.
     private func makeTable() throws -> (InodeTable, String, () -> Void) {
-        let backing = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-revive-\(UUID().uuidString)").path
+        let backing = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "coordfs-revive-\(UUID().uuidString)"
+        ).path
         try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
         let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         try #require(rootFD >= 0)

@@ -22,7 +22,10 @@ import Glibc
         let pid: pid_t
 
         init(asNobody: Bool) throws {
-            let words = (asNobody ? ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] : []) + ["/bin/sleep", "60"]
+            let words =
+                (asNobody ? ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] : []) + [
+                    "/bin/sleep", "60"
+                ]
             var argv: [UnsafeMutablePointer<CChar>?] = words.map { strdup($0) } + [nil]
             defer { argv.forEach { free($0) } }
             var child: pid_t = 0
@@ -61,14 +64,19 @@ import Glibc
 
     /// A hold of `item` for writing by a client of this test's user, through `waits`: its
     /// outcome, and how long it took.
-    func ownHold(in domain: CoordinationDomain, through waits: SocketHoldWaits,
-                 timeout: Duration) throws -> (outcome: Result<Claim, any Error>?, took: Duration) {
+    func ownHold(
+        in domain: CoordinationDomain, through waits: SocketHoldWaits,
+        timeout: Duration
+    ) throws -> (outcome: Result<Claim, any Error>?, took: Duration) {
         let outcome = Outcome()
         let started = ContinuousClock.now
-        let waiting = try #require(Claim.begin(in: domain, identity: .client(process: getpid(), number: 100), intents: [.write(item)],
-                                               timeout: timeout, user: geteuid(), passesOtherUsers: waits.passesOtherUsers) { result in
-            outcome.set(result)
-        })
+        let waiting = try #require(
+            Claim.begin(
+                in: domain, identity: .client(process: getpid(), number: 100), intents: [.write(item)],
+                timeout: timeout, user: geteuid(), passesOtherUsers: waits.passesOtherUsers
+            ) { result in
+                outcome.set(result)
+            })
         var unwatch: (@Sendable () -> Void)?
         _ = waiting.ifUnsettled { unwatch = waits.watch(waiting, user: geteuid()) }
         _ = eventually(timeout + .seconds(5)) { outcome.value != nil }
@@ -86,15 +94,18 @@ import Glibc
         let holder = CoordinatorIdentity.client(process: theirs.pid, number: 1)
         let held = try #require(Claim.grantedAtOnce(in: domain, identity: holder, intents: [.read(item)]))
         let (outcome, took) = try ownHold(in: domain, through: waits, timeout: .seconds(10))
-        guard case .success(let claim)? = outcome else { Issue.record("the hold: \(String(describing: outcome))"); return }
+        guard case .success(let claim)? = outcome else {
+            Issue.record("the hold: \(String(describing: outcome))"); return
+        }
         #expect(took >= .milliseconds(300) && took < .seconds(3), "it waited the break time: \(took)")
         let heldGrant = try #require(held.grantID)
         #expect(told.events == [heldGrant.description], "the holder is told")
         #expect(watch.leaseBreaks.load(ordering: .relaxed) == 1 && watch.holdsRevoked.load(ordering: .relaxed) == 1)
         claim.end(outcomes: [unchanged], in: domain)
         // Revoked: its hold keeps nobody out any more, though it has not ended it.
-        let next = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: getpid(), number: 101), intents: [.write(item)]),
-                                "the revoked hold held a later write up")
+        let next = try #require(
+            Claim.grantedAtOnce(in: domain, identity: .client(process: getpid(), number: 101), intents: [.write(item)]),
+            "the revoked hold held a later write up")
         next.end(outcomes: [unchanged], in: domain)
         held.end(outcomes: [unchanged], in: domain)
         #expect(domain.engine.snapshot().isIdle)

@@ -23,16 +23,22 @@ import Glibc
     /// A request of process `caller` (of this test's user) for `intents`, watched as a mount's
     /// request under a kernel lock (an unlink's, a rename's) that changes no names: what it came
     /// to (ended here), and how long it took.
-    func lockedRequest(of caller: Int32, _ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch,
-                       number: UInt, timeout: Duration = .seconds(10)) throws -> (granted: Bool, took: Duration) {
+    func lockedRequest(
+        of caller: Int32, _ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch,
+        number: UInt, timeout: Duration = .seconds(10)
+    ) throws -> (granted: Bool, took: Duration) {
         let outcome = Outcome()
         let started = ContinuousClock.now
-        let waiting = try #require(Claim.begin(in: domain, identity: .process(caller), intents: intents, timeout: timeout,
-                                               user: geteuid(), passesOtherUsers: true) { outcome.set($0) },
-                                   "the request was granted at once: nothing held it")
+        let waiting = try #require(
+            Claim.begin(
+                in: domain, identity: .process(caller), intents: intents, timeout: timeout,
+                user: geteuid(), passesOtherUsers: true
+            ) { outcome.set($0) },
+            "the request was granted at once: nothing held it")
         _ = waiting.ifUnsettled {
-            watch.watch(number, waiting, underKernelLock: true, locksOthersOut: true, changesNames: false, passesLeases: true,
-                        uid: geteuid(), item: nil)
+            watch.watch(
+                number, waiting, underKernelLock: true, locksOthersOut: true, changesNames: false, passesLeases: true,
+                uid: geteuid(), item: nil)
         }
         _ = eventually(timeout + .seconds(5)) { outcome.value != nil }
         let took = ContinuousClock.now - started
@@ -50,21 +56,29 @@ import Glibc
         // One line a request told of: its items, then the grants it went past.
         let told = EventLog()
         watch.tellBroken = { paths, grants, _ in
-            told.add(paths.map(\.string).joined(separator: ",") + " " + grants.map(\.description).sorted().joined(separator: ","))
+            told.add(
+                paths.map(\.string).joined(separator: ",") + " "
+                    + grants.map(\.description).sorted().joined(separator: ","))
         }
         // Another user's hold of the second item (`f`, renamed over), and one of both.
-        let ofTheSecond = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: theirs.pid, number: 1),
-                                                           intents: [.read(item)]))
-        let ofBoth = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: theirs.pid, number: 2),
-                                                      intents: [.read(other), .read(item)]))
-        let (granted, took) = try lockedRequest(of: getpid(), [.write(other), .write(item)], in: domain, watch: watch, number: 1)
+        let ofTheSecond = try #require(
+            Claim.grantedAtOnce(
+                in: domain, identity: .client(process: theirs.pid, number: 1),
+                intents: [.read(item)]))
+        let ofBoth = try #require(
+            Claim.grantedAtOnce(
+                in: domain, identity: .client(process: theirs.pid, number: 2),
+                intents: [.read(other), .read(item)]))
+        let (granted, took) = try lockedRequest(
+            of: getpid(), [.write(other), .write(item)], in: domain, watch: watch, number: 1)
         #expect(granted && took >= .milliseconds(250) && took < .seconds(3), "the lock time: \(took)")
         // Told just after the request is let go.
         _ = eventually(.seconds(2)) { !told.events.isEmpty }
         let second = try #require(ofTheSecond.grantID), both = try #require(ofBoth.grantID)
         let passed = [second.description, both.description].sorted().joined(separator: ",")
-        #expect(told.events == ["\(other.string),\(item.string) \(passed)"],
-                "told once: the presenters of both items, and both holds passed, each once")
+        #expect(
+            told.events == ["\(other.string),\(item.string) \(passed)"],
+            "told once: the presenters of both items, and both holds passed, each once")
         for claim in [ofTheSecond, ofBoth] { claim.end(outcomes: claim.intents.map { _ in unchanged }, in: domain) }
         #expect(domain.engine.snapshot().isIdle)
     }
@@ -75,23 +89,32 @@ import Glibc
         let anotherOfOurs = try Sleeper(asNobody: false)
         let domain = CoordinationDomain()
         let watch = WaitWatch(settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(500)) { _, _ in nil }
-        let held = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: theirs.pid, number: 1),
-                                                    intents: [.read(item)]))
+        let held = try #require(
+            Claim.grantedAtOnce(
+                in: domain, identity: .client(process: theirs.pid, number: 1),
+                intents: [.read(item)]))
         // Not revoked (no name changed): each request below finds the hold in its way.
         let first = try lockedRequest(of: getpid(), [.write(item)], in: domain, watch: watch, number: 1)
         #expect(first.granted && first.took >= .milliseconds(450), "the lock time: \(first.took)")
         let second = try lockedRequest(of: getpid(), [.write(item)], in: domain, watch: watch, number: 2)
         #expect(second.granted && second.took < .milliseconds(300), "at once, the wait spent: \(second.took)")
         let elsewhere = try lockedRequest(of: anotherOfOurs.pid, [.write(item)], in: domain, watch: watch, number: 3)
-        #expect(elsewhere.granted && elsewhere.took >= .milliseconds(450), "another process spent none: \(elsewhere.took)")
-        #expect(watch.lockTimeBreaks.load(ordering: .relaxed) == 3 && watch.lockTimeWaived.load(ordering: .relaxed) == 1)
+        #expect(
+            elsewhere.granted && elsewhere.took >= .milliseconds(450), "another process spent none: \(elsewhere.took)")
+        #expect(
+            watch.lockTimeBreaks.load(ordering: .relaxed) == 3 && watch.lockTimeWaived.load(ordering: .relaxed) == 1)
         held.end(outcomes: [unchanged], in: domain)
 
         // Its own user's hold it waits for as ever, the wait spent on another user's or not.
-        let ours = try #require(Claim.grantedAtOnce(in: domain, identity: .client(process: anotherOfOurs.pid, number: 2),
-                                                    intents: [.read(item)]))
-        let own = try lockedRequest(of: getpid(), [.write(item)], in: domain, watch: watch, number: 4, timeout: .seconds(1))
-        #expect(!own.granted && own.took >= .milliseconds(900), "its own user's hold is waited for until the timeout: \(own.took)")
+        let ours = try #require(
+            Claim.grantedAtOnce(
+                in: domain, identity: .client(process: anotherOfOurs.pid, number: 2),
+                intents: [.read(item)]))
+        let own = try lockedRequest(
+            of: getpid(), [.write(item)], in: domain, watch: watch, number: 4, timeout: .seconds(1))
+        #expect(
+            !own.granted && own.took >= .milliseconds(900),
+            "its own user's hold is waited for until the timeout: \(own.took)")
         #expect(watch.lockTimeWaived.load(ordering: .relaxed) == 1)
         ours.end(outcomes: [unchanged], in: domain)
         #expect(domain.engine.snapshot().isIdle)
@@ -117,8 +140,10 @@ import Glibc
         func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) { (path, nil) }
         var answeredRequests: PresenterRequest.Kinds { .all }
 
-        func asked(_ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
-                   completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+        func asked(
+            _ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+            completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void
+        ) {
             lock.withLock {
                 if work == nil, let process = owner.process {
                     work = Claim.grantedAtOnce(in: domain, identity: .process(process), intents: [.read(path)])
@@ -127,31 +152,41 @@ import Glibc
             completion(nil, nil)
         }
 
-        func told(_ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
-                  moved: @escaping @Sendable () -> Void) {}
+        func told(
+            _ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+            moved: @escaping @Sendable () -> Void
+        ) {}
 
         func reacquire(_ reacquirer: @escaping @Sendable () -> Void) { reacquirer() }
 
         var workGrant: GrantID? { lock.withLock { work?.grantID } }
 
         func endWork() {
-            let ending = lock.withLock { () -> Claim? in defer { work = nil }; return work }
+            let ending = lock.withLock { () -> Claim? in
+                defer { work = nil }; return work
+            }
             ending?.end(outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: false), in: domain)
         }
     }
 
     /// A program's open (no kernel lock) of `intents` by this process, begun and watched as
     /// `number`: what it comes to (set by its completion), and when it began.
-    func openRequest(_ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch, number: UInt,
-                     timeout: Duration = .seconds(10)) throws -> (Outcome, ContinuousClock.Instant) {
+    func openRequest(
+        _ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch, number: UInt,
+        timeout: Duration = .seconds(10)
+    ) throws -> (Outcome, ContinuousClock.Instant) {
         let outcome = Outcome()
         let started = ContinuousClock.now
-        let waiting = try #require(Claim.begin(in: domain, identity: .process(getpid()), intents: intents, timeout: timeout,
-                                               user: geteuid(), passesOtherUsers: true) { outcome.set($0) },
-                                   "the request was granted at once: it asked nobody")
+        let waiting = try #require(
+            Claim.begin(
+                in: domain, identity: .process(getpid()), intents: intents, timeout: timeout,
+                user: geteuid(), passesOtherUsers: true
+            ) { outcome.set($0) },
+            "the request was granted at once: it asked nobody")
         _ = waiting.ifUnsettled {
-            watch.watch(number, waiting, underKernelLock: false, locksOthersOut: false, changesNames: false, passesLeases: true,
-                        uid: geteuid(), item: nil)
+            watch.watch(
+                number, waiting, underKernelLock: false, locksOthersOut: false, changesNames: false, passesLeases: true,
+                uid: geteuid(), item: nil)
         }
         return (outcome, started)
     }
@@ -185,12 +220,16 @@ import Glibc
     @Test func aPresentersOwnWorkOfTheSameUserIsWaitedForUntilItEnds() throws {
         let ours = try Sleeper(asNobody: false)
         let domain = CoordinationDomain()
-        let watch = WaitWatch(settleTime: nil, breakTime: .milliseconds(500), lockTime: .milliseconds(300)) { _, _ in nil }
+        let watch = WaitWatch(settleTime: nil, breakTime: .milliseconds(500), lockTime: .milliseconds(300)) { _, _ in
+            nil
+        }
         let presenter = WorkingPresenter(owner: .client(process: ours.pid, number: 1), path: item, domain: domain)
         domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
         let (outcome, _) = try openRequest([.write(item)], in: domain, watch: watch, number: 1, timeout: .seconds(1))
         Thread.sleep(forTimeInterval: 1.5)
-        #expect(outcome.value == nil && presenter.workGrant != nil, "past the break time and the wait timeout, it waits for the work")
+        #expect(
+            outcome.value == nil && presenter.workGrant != nil,
+            "past the break time and the wait timeout, it waits for the work")
         presenter.endWork()
         _ = eventually(.seconds(2)) { outcome.value != nil }
         watch.forget(1)

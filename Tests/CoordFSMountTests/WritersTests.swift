@@ -19,7 +19,8 @@ import Glibc
         file.beganWriting(by: 10)
         #expect(file.isWritten(onlyBy: 10) && file.isWritten(by: 10) && !file.isWritten(by: 11))
         file.beganWriting(by: 11)
-        #expect(!file.isWritten(onlyBy: 10) && file.isWritten(by: 10) && file.isWritten(by: 11) && !file.isWritten(by: 12))
+        #expect(
+            !file.isWritten(onlyBy: 10) && file.isWritten(by: 10) && file.isWritten(by: 11) && !file.isWritten(by: 12))
         file.endedWriting(by: 10)
         #expect(file.isWritten(by: 10), "one of its two opens is left")
         file.endedWriting(by: 10)

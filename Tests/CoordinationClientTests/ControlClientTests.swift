@@ -12,9 +12,12 @@ import Testing
 @Suite struct ControlClientTests {
     /// The built `coordfs`, beside the test bundle.
     static var coordfs: URL {
-        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("coordfs")
-        return FileManager.default.isExecutableFile(atPath: beside.path) ? beside : repository.appendingPathComponent(".build/debug/coordfs")
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent(
+            "coordfs")
+        return FileManager.default.isExecutableFile(atPath: beside.path)
+            ? beside : repository.appendingPathComponent(".build/debug/coordfs")
     }
 
     func withServer(_ body: (ControlServer, String) throws -> Void) throws {
@@ -23,8 +26,9 @@ import Testing
         _ = FileManager.default.createFile(atPath: directory + "/doc", contents: Data("x".utf8))
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let domain = CoordinationDomain()
-        let server = ControlServer(socketPath: directory + "/s.sock", mode: 0o600, domain: domain,
-                                   resolver: HostItemResolver(domain: domain), root: "/")
+        let server = ControlServer(
+            socketPath: directory + "/s.sock", mode: 0o600, domain: domain,
+            resolver: HostItemResolver(domain: domain), root: "/")
         try server.start()
         defer { server.stop() }
         try body(server, directory)
@@ -61,7 +65,9 @@ import Testing
             // holds are not told to its own presenters).
             let writer = Process()
             writer.executableURL = Self.coordfs
-            writer.arguments = ["coordinate", "--socket", server.socketPath, "-x", directory + "/doc", "--", "/bin/true"]
+            writer.arguments = [
+                "coordinate", "--socket", server.socketPath, "-x", directory + "/doc", "--", "/bin/true"
+            ]
             try writer.run()
             writer.waitUntilExit()
             #expect(writer.terminationStatus == 0)

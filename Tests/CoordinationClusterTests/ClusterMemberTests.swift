@@ -12,14 +12,17 @@ struct ClusterMemberTests {
     /// A host's own coordination as the member sees it: holders set by the test, and the other
     /// hosts' accesses it was asked to begin and end.
     final class Local: LocalAccesses {
-        private let state = Mutex<(holders: [(String, Delegations.Mode)], begun: [String], ended: [String])>(([], [], []))
+        private let state = Mutex<(holders: [(String, Delegations.Mode)], begun: [String], ended: [String])>(
+            ([], [], []))
 
         func hold(_ path: String, _ mode: Delegations.Mode) { state.withLock { $0.holders.append((path, mode)) } }
         func end(_ path: String) { state.withLock { $0.holders.removeAll { $0.0 == path } } }
         var begun: [String] { state.withLock { $0.begun } }
         var ended: [String] { state.withLock { $0.ended } }
 
-        func holders() -> [(path: String, mode: Delegations.Mode)] { state.withLock { $0.holders.map { ($0.0, $0.1) } } }
+        func holders() -> [(path: String, mode: Delegations.Mode)] {
+            state.withLock { $0.holders.map { ($0.0, $0.1) } }
+        }
 
         func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess {
             let name = "\(host) \(mode.rawValue) \(path)"
@@ -35,14 +38,17 @@ struct ClusterMemberTests {
 
     /// A member of store "s". Its delegations are kept until recalled unless `idleTime` is given:
     /// the tests that count keys do not race the sweep of idle ones.
-    static func member(_ name: String, _ client: EtcdClient, _ local: Local = Local(), breakTime: Duration? = nil,
-                       ttl: Int64 = 5, idleTime: Duration? = nil) async throws -> ClusterMember {
-        let member = ClusterMember(join: {
-            let lease = try await HostLease.grant(on: client, ttl: ttl)
-            let delegations = Delegations(client: client, store: "s", host: name, lease: lease)
-            try await delegations.start()
-            return delegations
-        }, local: local, breakTime: breakTime, idleTime: idleTime)
+    static func member(
+        _ name: String, _ client: EtcdClient, _ local: Local = Local(), breakTime: Duration? = nil,
+        ttl: Int64 = 5, idleTime: Duration? = nil
+    ) async throws -> ClusterMember {
+        let member = ClusterMember(
+            join: {
+                let lease = try await HostLease.grant(on: client, ttl: ttl)
+                let delegations = Delegations(client: client, store: "s", host: name, lease: lease)
+                try await delegations.start()
+                return delegations
+            }, local: local, breakTime: breakTime, idleTime: idleTime)
         try await member.start()
         return member
     }
@@ -58,8 +64,10 @@ struct ClusterMemberTests {
 
     /// Runs `body` with two hosts, A (whose local coordination the test sets) and B, on one etcd;
     /// both leave after it.
-    static func withTwoHosts(breakTime: Duration? = nil,
-                             _ body: (_ a: ClusterMember, _ localA: Local, _ b: ClusterMember) async throws -> Void) async throws {
+    static func withTwoHosts(
+        breakTime: Duration? = nil,
+        _ body: (_ a: ClusterMember, _ localA: Local, _ b: ClusterMember) async throws -> Void
+    ) async throws {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
@@ -101,8 +109,9 @@ struct ClusterMemberTests {
             #expect(a.covers("a/b/c", .write), "what A's program holds stays A's")
             #expect(await Self.eventually { Set(Self.keys(a)) == ["A w a/b", "B r a/d/e"] }, "\(Self.keys(a))")
             // (B asks for "a" first, and takes it back, when its replica has not seen A's key yet.)
-            #expect(await Self.eventually { localA.begun.last == "B r a/d/e" && Set(localA.ended) == Set(localA.begun) },
-                    "A's presenters were asked for B's read, and told it ended: \(localA.begun) \(localA.ended)")
+            #expect(
+                await Self.eventually { localA.begun.last == "B r a/d/e" && Set(localA.ended) == Set(localA.begun) },
+                "A's presenters were asked for B's read, and told it ended: \(localA.begun) \(localA.ended)")
         }
     }
 
@@ -137,7 +146,7 @@ struct ClusterMemberTests {
             let bDelegations = try #require(b.currentDelegations)
             let taken = try await bDelegations.acquireUnlessBlocked("a", .read)
             #expect(taken == nil, "A's write of the directory is in the way")
-            try await Task.sleep(for: .milliseconds(500))      // a recall comes within milliseconds
+            try await Task.sleep(for: .milliseconds(500))  // a recall comes within milliseconds
             #expect(localA.begun.isEmpty, "A was recalled for a request that never waits: \(localA.begun)")
             #expect(a.covers("a/x", .write), "A keeps the directory")
             #expect(Self.keys(a) == ["A w a"])
@@ -168,7 +177,9 @@ struct ClusterMemberTests {
             #expect(try await b.acquireAtOnce("doc", .read) == false, "A's program writes it")
             let waited = ContinuousClock.now - started
             #expect(waited < .milliseconds(800), "refused by A, not given up on after \(waited)")
-            #expect(await Self.eventually { a.covers("doc", .write) && Self.keys(a) == ["A w doc"] }, "A keeps it: \(Self.keys(a))")
+            #expect(
+                await Self.eventually { a.covers("doc", .write) && Self.keys(a) == ["A w doc"] },
+                "A keeps it: \(Self.keys(a))")
             #expect(localA.begun.isEmpty, "A's presenters were asked about a read that never came: \(localA.begun)")
             localA.end("doc")
             #expect(try await b.acquireAtOnce("doc", .read), "granted once the program is done")
@@ -259,7 +270,7 @@ struct ClusterMemberTests {
         try await a.acquirePresence("presented/file")
         #expect(Set(Self.keys(a)) == ["A w held", "A w used", "A r idle", "A p presented/file"], "\(Self.keys(a))")
         var idleGone = false
-        for _ in 0..<150 where !idleGone {          // 3 s at most; it goes within 0.6 s
+        for _ in 0..<150 where !idleGone {  // 3 s at most; it goes within 0.6 s
             #expect(a.covers("used/other", .write))
             try await Task.sleep(for: .milliseconds(20))
             idleGone = !Self.keys(a).contains("A r idle")
@@ -270,7 +281,9 @@ struct ClusterMemberTests {
         try await a.acquire("idle/file", .read)
         #expect(a.covers("idle/file", .read), "asked for again")
         localA.end("held/file")
-        #expect(await Self.eventually(seconds: 3) { !Self.keys(a).contains("A w held") }, "given back once its holder is gone")
+        #expect(
+            await Self.eventually(seconds: 3) { !Self.keys(a).contains("A w held") },
+            "given back once its holder is gone")
         await a.leave()
     }
 
@@ -286,10 +299,15 @@ struct ClusterMemberTests {
         let b = try await Self.member("B", client, localB, idleTime: .milliseconds(500))
         try await b.acquire("shared/b", .write)
         localB.hold("shared/b", .write)
-        #expect(await Self.eventually { Self.keys(a).contains("B w shared") }, "B alone takes the directory: \(Self.keys(a))")
+        #expect(
+            await Self.eventually { Self.keys(a).contains("B w shared") },
+            "B alone takes the directory: \(Self.keys(a))")
         for name in ["a0", "a1", "a2"] { try await a.acquire("shared/\(name)", .write) }
-        #expect(await Self.eventually { Set(Self.keys(a)) == ["B w shared/b", "A w shared/a0", "A w shared/a1", "A w shared/a2"] },
-                "where they meet, an item each: \(Self.keys(a))")
+        #expect(
+            await Self.eventually {
+                Set(Self.keys(a)) == ["B w shared/b", "A w shared/a0", "A w shared/a1", "A w shared/a2"]
+            },
+            "where they meet, an item each: \(Self.keys(a))")
         localB.end("shared/b")
         #expect(await Self.eventually(seconds: 5) { Self.keys(a).isEmpty }, "given back once idle: \(Self.keys(a))")
         try await a.acquire("shared/a3", .write)
@@ -304,16 +322,19 @@ struct ClusterMemberTests {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
-        let member = ClusterMember(join: {
-            let lease = try await HostLease.grant(on: client, ttl: 2)
-            let delegations = Delegations(client: client, store: "s", host: "A", lease: lease)
-            try await delegations.start()
-            return delegations
-        }, local: Local(), breakTime: nil, whenUnreachable: .local)
+        let member = ClusterMember(
+            join: {
+                let lease = try await HostLease.grant(on: client, ttl: 2)
+                let delegations = Delegations(client: client, store: "s", host: "A", lease: lease)
+                try await delegations.start()
+                return delegations
+            }, local: Local(), breakTime: nil, whenUnreachable: .local)
         try await member.start()
         #expect(!member.covers("x", .write))
         servers.kill(0)
-        #expect(await Self.eventually(seconds: 8) { member.isAlone && member.covers("x", .write) }, "alone once the lease is lost")
+        #expect(
+            await Self.eventually(seconds: 8) { member.isAlone && member.covers("x", .write) },
+            "alone once the lease is lost")
         try servers.start(0)
         #expect(await Self.eventually(seconds: 20) { !member.isAlone }, "joined again")
         #expect(!member.covers("x", .write), "and asks the cluster again")
@@ -392,7 +413,9 @@ struct ClusterMemberTests {
             }
             #expect(through == a.lastCoverLoss && through > stamp, "judged past the lost lease")
             #expect(a.standing.fencedOpens == 0)
-            #expect(await Self.eventually { a.covers("doc", .write) && Self.keys(a) == ["A w doc"] }, "asked for again: \(Self.keys(a))")
+            #expect(
+                await Self.eventually { a.covers("doc", .write) && Self.keys(a) == ["A w doc"] },
+                "asked for again: \(Self.keys(a))")
             let reader = Task { try await b.acquire("doc", .read) }
             try await Task.sleep(for: .milliseconds(500))
             #expect(!b.covers("doc", .read), "B read while A's program held the file")
@@ -421,7 +444,9 @@ struct ClusterMemberTests {
             #expect(a.admitsWrites("doc", since: stamp) == .fenced, "another host may have written it meanwhile")
             #expect(a.standing.fencedOpens == 1 && a.standing.leasesLost == 1, "\(a.standing)")
             #expect(a.admitsWrites("doc", since: stamp) == .fenced, "for good")
-            #expect(await Self.eventually { Set(Self.keys(a)) == ["A w doc", "A r notes"] }, "asked for again: \(Self.keys(a))")
+            #expect(
+                await Self.eventually { Set(Self.keys(a)) == ["A w doc", "A r notes"] },
+                "asked for again: \(Self.keys(a))")
             let newStamp = try #require(a.stampWrites("doc"), "a new open of it is covered")
             #expect(a.admitsWrites("doc", since: newStamp) == .admitted(through: newStamp))
             let writer = Task { try await b.acquire("notes", .write) }

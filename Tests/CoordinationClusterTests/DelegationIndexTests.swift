@@ -21,23 +21,35 @@ struct DelegationIndexTests {
     struct Scan {
         var entries: [[UInt8]: Entry] = [:]
 
-        func isMine(_ entry: Entry) -> Bool { entry.host == DelegationIndexTests.host && entry.lease == DelegationIndexTests.lease }
+        func isMine(_ entry: Entry) -> Bool {
+            entry.host == DelegationIndexTests.host && entry.lease == DelegationIndexTests.lease
+        }
 
         func blockers(of entry: Entry) -> [Entry] {
-            entries.values.filter { !$0.isSameHolder(as: entry) && $0.revision < entry.revision && Delegations.conflict(entry, $0) }
+            entries.values.filter {
+                !$0.isSameHolder(as: entry) && $0.revision < entry.revision && Delegations.conflict(entry, $0)
+            }
         }
 
         func wanting(_ held: Entry) -> [Entry] {
-            entries.values.filter { !$0.isSameHolder(as: held) && $0.revision > held.revision && !$0.isTentative && Delegations.conflict(held, $0) }
+            entries.values.filter {
+                !$0.isSameHolder(as: held) && $0.revision > held.revision && !$0.isTentative
+                    && Delegations.conflict(held, $0)
+            }
         }
 
         /// Every recall the replica owes: this run's key held, another's later key that wants it.
         func recalls() -> Set<Told> {
             var pairs: Set<Told> = []
             for (heldKey, held) in entries where isMine(held) && blockers(of: held).isEmpty {
-                for (wantedKey, wanted) in entries where !wanted.isSameHolder(as: held) && wanted.revision > held.revision
-                    && !wanted.isTentative && Delegations.conflict(held, wanted) {
-                    pairs.insert(Told(held: heldKey, heldRevision: held.revision, wanted: wantedKey, wantedRevision: wanted.revision))
+                for (wantedKey, wanted) in entries
+                where !wanted.isSameHolder(as: held) && wanted.revision > held.revision
+                    && !wanted.isTentative && Delegations.conflict(held, wanted)
+                {
+                    pairs.insert(
+                        Told(
+                            held: heldKey, heldRevision: held.revision, wanted: wantedKey,
+                            wantedRevision: wanted.revision))
                 }
             }
             return pairs
@@ -49,8 +61,12 @@ struct DelegationIndexTests {
             let others = entries.values.filter { !isMine($0) }
             let directories = path.indices.filter { path[$0] == "/" }.map { String(path[..<$0]) }
             for candidate in directories {
-                let wanted = Entry(path: candidate, host: DelegationIndexTests.host, mode: mode, revision: .max, lease: DelegationIndexTests.lease)
-                if !excluded(candidate) && !others.contains(where: { Delegations.conflict($0, wanted) }) { return candidate }
+                let wanted = Entry(
+                    path: candidate, host: DelegationIndexTests.host, mode: mode, revision: .max,
+                    lease: DelegationIndexTests.lease)
+                if !excluded(candidate) && !others.contains(where: { Delegations.conflict($0, wanted) }) {
+                    return candidate
+                }
             }
             return path
         }
@@ -61,23 +77,29 @@ struct DelegationIndexTests {
     static func path(_ generator: inout SeededGenerator) -> String {
         if Int.random(in: 0..<12, using: &generator) == 0 { return "" }
         let names = ["a", "ab", "b", "", "a"]
-        return (0..<Int.random(in: 1...3, using: &generator)).map { _ in names.randomElement(using: &generator)! }.joined(separator: "/")
+        return (0..<Int.random(in: 1...3, using: &generator)).map { _ in names.randomElement(using: &generator)! }
+            .joined(separator: "/")
     }
 
     static func entry(_ generator: inout SeededGenerator, revision: Int64) -> Entry {
         let (host, lease) = [("A", Int64(1)), ("A", 2), ("B", 3), ("C", 4)].randomElement(using: &generator)!
-        return Entry(path: path(&generator), host: host, mode: Delegations.Mode.allCases.randomElement(using: &generator)!,
-                     revision: revision, lease: lease, isTentative: Int.random(in: 0..<5, using: &generator) == 0,
-                     asksIdle: Int.random(in: 0..<8, using: &generator) == 0)
+        return Entry(
+            path: path(&generator), host: host, mode: Delegations.Mode.allCases.randomElement(using: &generator)!,
+            revision: revision, lease: lease, isTentative: Int.random(in: 0..<5, using: &generator) == 0,
+            asksIdle: Int.random(in: 0..<8, using: &generator) == 0)
     }
 
     /// The key `Delegations` makes of an entry (less the store's prefix).
     static func key(_ entry: Entry) -> [UInt8] {
-        Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0] + Array(String(entry.lease, radix: 16).utf8) + [0] + Array(entry.mode.rawValue.utf8)
+        Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0] + Array(String(entry.lease, radix: 16).utf8) + [0]
+            + Array(entry.mode.rawValue.utf8)
     }
 
     static func described(_ entries: [Entry]) -> Set<String> {
-        Set(entries.map { "\($0.host)/\($0.lease) \($0.mode.rawValue) '\($0.path)' @\($0.revision)\($0.isTentative ? "?" : "")" })
+        Set(
+            entries.map {
+                "\($0.host)/\($0.lease) \($0.mode.rawValue) '\($0.path)' @\($0.revision)\($0.isTentative ? "?" : "")"
+            })
     }
 
     @Test(arguments: [1, 2, 3] as [UInt64])
@@ -109,32 +131,46 @@ struct DelegationIndexTests {
             let changes = index.takeChanges()
             let owed = scan.recalls()
             for pair in index.recalls(after: changes) {
-                let made = Told(held: pair.heldKey, heldRevision: pair.held.revision, wanted: pair.wantedKey, wantedRevision: pair.wanted.revision)
+                let made = Told(
+                    held: pair.heldKey, heldRevision: pair.held.revision, wanted: pair.wantedKey,
+                    wantedRevision: pair.wanted.revision)
                 #expect(owed.contains(made), "step \(step): a recall nobody owes: \(pair)")
                 told.insert(made)
             }
-            told = told.filter { scan.entries[$0.held]?.revision == $0.heldRevision && scan.entries[$0.wanted]?.revision == $0.wantedRevision }
+            told = told.filter {
+                scan.entries[$0.held]?.revision == $0.heldRevision
+                    && scan.entries[$0.wanted]?.revision == $0.wantedRevision
+            }
             #expect(owed.isSubset(of: told), "step \(step): recalls never told: \(owed.subtracting(told))")
 
             // Questions about keys that are there, and about keys that are not (yet).
             for _ in 0..<4 {
                 let other = Int64.random(in: 0...(revision + 1), using: &generator)
-                let present = Bool.random(using: &generator) ? scan.entries.values.randomElement(using: &generator) : nil
+                let present =
+                    Bool.random(using: &generator) ? scan.entries.values.randomElement(using: &generator) : nil
                 let asked = present ?? Self.entry(&generator, revision: other)
-                #expect(Self.described(index.blockers(of: asked)) == Self.described(scan.blockers(of: asked)), "step \(step): blockers of \(asked)")
+                #expect(
+                    Self.described(index.blockers(of: asked)) == Self.described(scan.blockers(of: asked)),
+                    "step \(step): blockers of \(asked)")
                 #expect(index.isBlocked(asked) == !scan.blockers(of: asked).isEmpty)
-                #expect(Self.described(index.wanting(asked).map { $0.entry }) == Self.described(scan.wanting(asked)), "step \(step): wanting \(asked)")
+                #expect(
+                    Self.described(index.wanting(asked).map { $0.entry }) == Self.described(scan.wanting(asked)),
+                    "step \(step): wanting \(asked)")
                 let refused: Set<String> = [Self.path(&generator), Self.path(&generator)]
                 let path = Self.path(&generator), mode = Delegations.Mode.allCases.randomElement(using: &generator)!
-                #expect(index.outermostFree(for: path, mode) { refused.contains($0) } == scan.outermostFree(for: path, mode) { refused.contains($0) },
-                        "step \(step): where to ask for \(mode) of '\(path)' refusing \(refused)")
+                #expect(
+                    index.outermostFree(for: path, mode) { refused.contains($0) }
+                        == scan.outermostFree(for: path, mode) { refused.contains($0) },
+                    "step \(step): where to ask for \(mode) of '\(path)' refusing \(refused)")
             }
         }
         // Given back, all of them: nothing is left to find.
         for key in scan.entries.keys { index.remove(key) }
         #expect(index.count == 0)
         var left = 0
-        index.forEachRelated(to: "", .anyone, writesOnly: false) { _, _ in left += 1; return true }
+        index.forEachRelated(to: "", .anyone, writesOnly: false) { _, _ in
+            left += 1; return true
+        }
         #expect(left == 0)
     }
 
@@ -155,13 +191,20 @@ struct DelegationIndexTests {
         let presented = make("shared/b17", "A", 1, .presence)
         _ = index.takeChanges()
         var looked = 0
-        index.forEachRelated(to: "shared/new", .anyone, writesOnly: false) { _, _ in looked += 1; return true }
+        index.forEachRelated(to: "shared/new", .anyone, writesOnly: false) { _, _ in
+            looked += 1; return true
+        }
         #expect(looked == 0, "nothing at, above or below a new item")
-        index.forEachRelated(to: "shared/b17", .anyone, writesOnly: false) { _, _ in looked += 1; return true }
+        index.forEachRelated(to: "shared/b17", .anyone, writesOnly: false) { _, _ in
+            looked += 1; return true
+        }
         #expect(looked == 2, "its own keys: B's write and A's presence")
         #expect(index.isBlocked(presented) && index.blockers(of: presented).count == 1)
-        #expect(index.outermostFree(for: "shared/new", .write) { _ in false } == "shared/new", "where hosts meet: the item")
-        #expect(index.outermostFree(for: "alone/x/y", .write) { _ in false } == "alone", "where nobody else is: the directory")
+        #expect(
+            index.outermostFree(for: "shared/new", .write) { _ in false } == "shared/new", "where hosts meet: the item")
+        #expect(
+            index.outermostFree(for: "alone/x/y", .write) { _ in false } == "alone",
+            "where nobody else is: the directory")
         // A key made beside them looks at its own path; given back, at its own path again.
         let created = make("shared/c-new", "C", 4, .write)
         #expect(index.recalls(after: index.takeChanges()).isEmpty)

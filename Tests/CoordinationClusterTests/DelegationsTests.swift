@@ -42,9 +42,10 @@ struct DelegationsTests {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
-        let a = try await Self.host("A", client), b = try await Self.host("B", client), c = try await Self.host("C", client)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client),
+            c = try await Self.host("C", client)
         _ = try await a.acquire("doc", .read)
-        _ = try await b.acquire("doc", .read)          // at once: readers share
+        _ = try await b.acquire("doc", .read)  // at once: readers share
         var recallsOfA = a.recalls.makeAsyncIterator(), recallsOfB = b.recalls.makeAsyncIterator()
         let writer = Pending { try await c.acquire("doc", .write) }
         #expect(await writer.waits(), "a writer waits for the readers")
@@ -107,7 +108,8 @@ struct DelegationsTests {
         #expect(try await b.acquireUnlessBlocked("docs", .write) == nil, "A's presence is in the way")
         let deletion = Pending { try await b.acquire("docs/folder", .deleting) }
         let recall = await recallsOfA.next()
-        #expect(recall?.wanted.path == "docs/folder" && recall?.wanted.mode == .deleting, "\(String(describing: recall))")
+        #expect(
+            recall?.wanted.path == "docs/folder" && recall?.wanted.mode == .deleting, "\(String(describing: recall))")
         try await a.release("docs/folder/report")
         _ = try await deletion.value
         await a.leave()
@@ -121,7 +123,8 @@ struct DelegationsTests {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
-        let a = try await Self.host("A", client), b = try await Self.host("B", client), c = try await Self.host("C", client)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client),
+            c = try await Self.host("C", client)
         _ = try await a.acquire("doc", .write)
         var recallsOfA = a.recalls.makeAsyncIterator()
         let started = ContinuousClock.now
@@ -143,7 +146,8 @@ struct DelegationsTests {
         let asked = ContinuousClock.now
         #expect(try await b.acquireIfIdle("doc", .read, patience: .milliseconds(300)) == nil, "A does not answer")
         #expect(ContinuousClock.now - asked >= .milliseconds(300))
-        #expect(await ClusterMemberTests.eventually { !b.entries().contains { $0.host == "B" } }, "its key is taken back")
+        #expect(
+            await ClusterMemberTests.eventually { !b.entries().contains { $0.host == "B" } }, "its key is taken back")
 
         let writer = Pending { try await c.acquire("doc", .write) }
         #expect(await writer.waits())
@@ -160,7 +164,8 @@ struct DelegationsTests {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
-        let a = try await Self.host("A", client), b = try await Self.host("B", client), c = try await Self.host("C", client)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client),
+            c = try await Self.host("C", client)
         let first = try await a.acquire("x", .write)
         let reader = Pending { try await b.acquire("x", .read) }
         #expect(await reader.waits())
@@ -183,8 +188,8 @@ struct DelegationsTests {
         _ = try await a.acquire("dir", .write)
         let inside = Pending { try await b.acquire("dir/sub/file", .read) }
         #expect(await inside.waits(), "an item inside a directory another host writes")
-        _ = try await b.acquire("other/file", .write)   // at once
-        _ = try await b.acquire("dirt", .write)         // a sibling whose name begins the same
+        _ = try await b.acquire("other/file", .write)  // at once
+        _ = try await b.acquire("dirt", .write)  // a sibling whose name begins the same
         try await a.release("dir")
         _ = try await inside.value
         let whole = Pending { try await a.acquire("", .write) }
@@ -206,9 +211,10 @@ struct DelegationsTests {
         let a = try await Self.host("A", client)
         let paths = (0..<150).map { "d/f\($0)" }
         for path in paths { _ = try await a.acquire(path, .write) }
-        a.stop()        // the replica stops following: it keeps the key deleted below
+        a.stop()  // the replica stops following: it keeps the key deleted below
         let prefix = Array("/coordfs/s/delegations/".utf8)
-        let gone = prefix + Array("d/f7".utf8) + [0] + Array("A".utf8) + [0] + Array(String(a.lease.id, radix: 16).utf8) + [0]
+        let gone =
+            prefix + Array("d/f7".utf8) + [0] + Array("A".utf8) + [0] + Array(String(a.lease.id, radix: 16).utf8) + [0]
             + Array("w".utf8)
         #expect(try await client.delete(gone) == 1)
         var items: [(path: String, mode: Delegations.Mode)] = paths.map { ($0, .write) }

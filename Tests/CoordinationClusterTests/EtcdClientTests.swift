@@ -39,15 +39,19 @@ struct EtcdClientTests {
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
         let key = Array("lock/x".utf8)
-        let made = try await client.transaction([.absent(key)], success: [.put(key: key, value: Array("A".utf8), lease: nil)],
-                                                failure: [.range(key: key, prefix: false)])
+        let made = try await client.transaction(
+            [.absent(key)], success: [.put(key: key, value: Array("A".utf8), lease: nil)],
+            failure: [.range(key: key, prefix: false)])
         #expect(made.succeeded && made.ranges.isEmpty)
-        let again = try await client.transaction([.absent(key)], success: [.put(key: key, value: Array("B".utf8), lease: nil)],
-                                                 failure: [.range(key: key, prefix: false)])
+        let again = try await client.transaction(
+            [.absent(key)], success: [.put(key: key, value: Array("B".utf8), lease: nil)],
+            failure: [.range(key: key, prefix: false)])
         #expect(!again.succeeded)
         #expect(again.ranges.first?.first?.value == Array("A".utf8))
-        #expect(again.ranges.first?.first?.createRevision == made.revision, "the revision is the holder's fencing token")
-        #expect(try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]).succeeded)
+        #expect(
+            again.ranges.first?.first?.createRevision == made.revision, "the revision is the holder's fencing token")
+        #expect(
+            try await client.transaction([.created(key, at: made.revision)], success: [.delete(key: key)]).succeeded)
         #expect(try await client.get(key).values.isEmpty)
     }
 
@@ -64,7 +68,7 @@ struct EtcdClientTests {
         try await client.revoke(lease)
         #expect(try await client.get(Array("held/x".utf8)).values.isEmpty)
         #expect(try await client.keepAlive(lease) == nil)
-        try await client.revoke(lease)      // again: not an error
+        try await client.revoke(lease)  // again: not an error
         await #expect(throws: EtcdError.self) { try await client.put(Array("held/y".utf8), [1], lease: lease) }
     }
 
@@ -87,7 +91,9 @@ struct EtcdClientTests {
         // From now: a change made after the watch began.
         let watch = client.watch(prefix: Array("w/".utf8), from: nil)
         let reader = Task { () -> [String] in
-            for try await batch in watch { return batch.events.map { String(decoding: $0.keyValue.key, as: UTF8.self) } }
+            for try await batch in watch {
+                return batch.events.map { String(decoding: $0.keyValue.key, as: UTF8.self) }
+            }
             return []
         }
         try await Task.sleep(for: .milliseconds(300))
@@ -103,7 +109,7 @@ struct EtcdClientTests {
         let client = EtcdClient(endpoints: servers.clientURLs, requestTimeout: .seconds(1))
         let lease = try await HostLease.grant(on: client, ttl: 2)
         try await client.put(Array("host/a".utf8), [1], lease: lease.id)
-        try await Task.sleep(for: .seconds(4))          // twice its TTL: renewed meanwhile
+        try await Task.sleep(for: .seconds(4))  // twice its TTL: renewed meanwhile
         #expect(!lease.isLost)
         #expect(try await client.get(Array("host/a".utf8)).values.count == 1, "kept alive")
         try await lease.revoke()

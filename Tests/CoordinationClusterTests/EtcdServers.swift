@@ -16,17 +16,22 @@ final class EtcdServers: @unchecked Sendable {
 
     /// Starts `count` members as one cluster and waits until it has a leader.
     init(count: Int = 1) throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-etcd-\(UUID().uuidString.prefix(8))")
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "coordfs-etcd-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         let ports = try (0..<count).map { _ in (try Self.freePort(), try Self.freePort()) }
         clientURLs = ports.map { "http://127.0.0.1:\($0.0)" }
         let cluster = ports.enumerated().map { "m\($0.offset)=http://127.0.0.1:\($0.element.1)" }.joined(separator: ",")
         arguments = ports.enumerated().map { index, port in
-            ["--name", "m\(index)", "--data-dir", "m\(index).etcd",
-             "--listen-client-urls", "http://127.0.0.1:\(port.0)", "--advertise-client-urls", "http://127.0.0.1:\(port.0)",
-             "--listen-peer-urls", "http://127.0.0.1:\(port.1)", "--initial-advertise-peer-urls", "http://127.0.0.1:\(port.1)",
-             "--initial-cluster", cluster, "--initial-cluster-token", "coordfs-test", "--pre-vote",
-             "--heartbeat-interval", "100", "--election-timeout", "1000", "--log-level", "warn"]
+            [
+                "--name", "m\(index)", "--data-dir", "m\(index).etcd",
+                "--listen-client-urls", "http://127.0.0.1:\(port.0)", "--advertise-client-urls",
+                "http://127.0.0.1:\(port.0)",
+                "--listen-peer-urls", "http://127.0.0.1:\(port.1)", "--initial-advertise-peer-urls",
+                "http://127.0.0.1:\(port.1)",
+                "--initial-cluster", cluster, "--initial-cluster-token", "coordfs-test", "--pre-vote",
+                "--heartbeat-interval", "100", "--election-timeout", "1000", "--log-level", "warn"
+            ]
         }
         members = Array(repeating: nil, count: count)
         do {
@@ -74,7 +79,9 @@ final class EtcdServers: @unchecked Sendable {
             if healthy { return }
             Thread.sleep(forTimeInterval: 0.1)
         }
-        let logs = (0..<members.count).map { (try? String(contentsOf: directory.appendingPathComponent("m\($0).log"), encoding: .utf8)) ?? "" }
+        let logs = (0..<members.count).map {
+            (try? String(contentsOf: directory.appendingPathComponent("m\($0).log"), encoding: .utf8)) ?? ""
+        }
         throw Failure("etcd did not become healthy within 20 s: \(logs.joined(separator: "\n").suffix(2000))")
     }
 
@@ -107,7 +114,9 @@ final class EtcdServers: @unchecked Sendable {
         address.sin_port = 0
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
         }
         guard bound else { throw Failure("bind: \(errno)") }
         return Int(UInt16(bigEndian: address.sin_port))

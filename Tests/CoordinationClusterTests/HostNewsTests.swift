@@ -28,7 +28,7 @@ struct HostNewsTests {
 
         var received = b.received.makeAsyncIterator()
         a.send(HostNews.Change(.change, "notes"), to: "B")
-        a.send(HostNews.Change(.change, "notes"), to: "B")      // the same change, batched: once
+        a.send(HostNews.Change(.change, "notes"), to: "B")  // the same change, batched: once
         a.send(HostNews.Change(.move, "notes", to: "notes-2"), to: "B")
         let batch = await received.next()
         #expect(batch?.host == "A")

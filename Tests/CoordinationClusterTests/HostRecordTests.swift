@@ -10,7 +10,9 @@ import Glibc
 @Suite(.serialized, .enabled(if: EtcdServers.installed, "etcd is not installed (make setup installs etcd-server)"))
 struct HostRecordTests {
     /// Puts a record of `host` as another run would, under `lease`.
-    static func put(_ record: HostRecord?, raw: String? = nil, of host: String, lease: Int64, on client: EtcdClient) async throws {
+    static func put(
+        _ record: HostRecord?, raw: String? = nil, of host: String, lease: Int64, on client: EtcdClient
+    ) async throws {
         let key = Array("/coordfs/s/hosts/\(host)\0\(String(lease, radix: 16))".utf8)
         let value = try raw.map { Array($0.utf8) } ?? Array(JSONEncoder().encode(record!))
         _ = try await client.put(key, value, lease: lease)
@@ -33,8 +35,9 @@ struct HostRecordTests {
     }
 
     static func elsewhere(pid: Int32 = 4242) -> HostRecord {
-        HostRecord(format: HostRecord.currentFormat, machine: "0123456789abcdef0123456789abcdef", boot: "another-boot",
-                   pidNamespace: "pid:[1]", pid: pid, started: 1, ttl: 3, release: "9.9.9")
+        HostRecord(
+            format: HostRecord.currentFormat, machine: "0123456789abcdef0123456789abcdef", boot: "another-boot",
+            pidNamespace: "pid:[1]", pid: pid, started: 1, ttl: 3, release: "9.9.9")
     }
 
     @Test func aHostOfAnotherFormatIsRefusedAndLeavesNoRecord() async throws {
@@ -46,14 +49,22 @@ struct HostRecordTests {
         record.format = 1
         record.release = "0.0.9"
         try await Self.put(record, of: "old", lease: older.id, on: client)
-        await #expect(throws: Delegations.Failure.cannotJoin("host 'old' of this store runs coordfs 0.0.9 (cluster format 1, this coordfs's is \(HostRecord.currentFormat)): every host of a store must run the same coordfs")) {
+        await #expect(
+            throws: Delegations.Failure.cannotJoin(
+                "host 'old' of this store runs coordfs 0.0.9 (cluster format 1, this coordfs's is \(HostRecord.currentFormat)): every host of a store must run the same coordfs"
+            )
+        ) {
             _ = try await Self.joining("B", client)
         }
         #expect(try await Self.records(on: client) == ["old"], "B's record was taken back")
         // A record this coordfs cannot read at all is of another release too.
         try await Self.put(nil, raw: "format one", of: "odd", lease: older.id, on: client)
         _ = try await client.delete(Array("/coordfs/s/hosts/old\0\(String(older.id, radix: 16))".utf8))
-        await #expect(throws: Delegations.Failure.cannotJoin("host 'odd' of this store runs coordfs of another release (cluster format 0, this coordfs's is \(HostRecord.currentFormat)): every host of a store must run the same coordfs")) {
+        await #expect(
+            throws: Delegations.Failure.cannotJoin(
+                "host 'odd' of this store runs coordfs of another release (cluster format 0, this coordfs's is \(HostRecord.currentFormat)): every host of a store must run the same coordfs"
+            )
+        ) {
             _ = try await Self.joining("B", client)
         }
         try await older.revoke()
@@ -71,12 +82,16 @@ struct HostRecordTests {
         let live = try await HostLease.grant(on: client, ttl: 2)
         try await Self.put(Self.elsewhere(), of: "render1", lease: live.id, on: client)
         let started = ContinuousClock.now
-        let refusal = await #expect(throws: Delegations.Failure.self) { _ = try await Self.joining("render1", client, ttl: 2) }
+        let refusal = await #expect(throws: Delegations.Failure.self) {
+            _ = try await Self.joining("render1", client, ttl: 2)
+        }
         let waited = ContinuousClock.now - started
         // Whether the refusal saw the renewal depends on when etcd was asked (it answers whole
         // seconds left); either way it names the run and says what to do.
         let why = refusal?.description ?? ""
-        #expect(why.contains("'render1'") && why.contains("01234567") && why.contains("give each host its own --host-name"), "\(why)")
+        #expect(
+            why.contains("'render1'") && why.contains("01234567") && why.contains("give each host its own --host-name"),
+            "\(why)")
         #expect(waited >= .milliseconds(2500), "refused after \(waited), before a dead run's lease would have ended")
         let other = try await Self.joining("render2", client, ttl: 2)
         #expect(Set(try await Self.records(on: client)) == ["render1", "render2"])
@@ -89,7 +104,7 @@ struct HostRecordTests {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
-        let (dead, _) = try await client.grantLease(ttl: 2)      // never renewed
+        let (dead, _) = try await client.grantLease(ttl: 2)  // never renewed
         try await Self.put(Self.elsewhere(), of: "render1", lease: dead, on: client)
         let host = try await Self.joining("render1", client)
         #expect(try await Self.records(on: client) == ["render1"])
@@ -176,14 +191,21 @@ struct HostRecordTests {
         let servers = try EtcdServers()
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
-        let (dead, _) = try await client.grantLease(ttl: 30)      // never renewed
+        let (dead, _) = try await client.grantLease(ttl: 30)  // never renewed
         var record = Self.elsewhere()
         record.ttl = 30
         try await Self.put(record, of: "render1", lease: dead, on: client)
-        let refusal = await #expect(throws: Delegations.Failure.self) { _ = try await Self.joining("render1", client, ttl: 2) }
+        let refusal = await #expect(throws: Delegations.Failure.self) {
+            _ = try await Self.joining("render1", client, ttl: 2)
+        }
         let why = refusal?.description ?? ""
-        #expect(why.contains("still held by an earlier run on machine 01234567 (pid 4242 there), which no longer renews its lease"), "\(why)")
-        let left = why.firstRange(of: "etcd ends that lease in ").flatMap { Int(why[$0.upperBound...].prefix { $0.isNumber }) }
+        #expect(
+            why.contains(
+                "still held by an earlier run on machine 01234567 (pid 4242 there), which no longer renews its lease"),
+            "\(why)")
+        let left = why.firstRange(of: "etcd ends that lease in ").flatMap {
+            Int(why[$0.upperBound...].prefix { $0.isNumber })
+        }
         #expect(left.map { (20...30).contains($0) } == true, "\(why)")
         #expect(try await client.timeToLive(dead) != nil)
         try await client.revoke(dead)

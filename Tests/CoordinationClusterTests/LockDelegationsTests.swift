@@ -37,15 +37,18 @@ struct LockDelegationsTests {
     /// `name`'s member for locks in store "s", joining as a mount does: a lease of its own, the
     /// lock keys, no host record (its accesses' member records the host). Once `life` has
     /// died, it cannot join again.
-    static func lockMember(_ name: String, _ client: EtcdClient, _ holders: Holders = Holders(), ttl: Int64 = 5,
-                           life: Life = Life()) async throws -> ClusterMember {
-        let member = ClusterMember(join: {
-            if life.isDead { throw Dead() }
-            let lease = try await HostLease.grant(on: client, ttl: ttl)
-            let delegations = Delegations(client: client, store: "s", host: name, lease: lease, space: .locks)
-            try await delegations.start(recording: false)
-            return delegations
-        }, local: holders, breakTime: nil, idleTime: nil, role: .locks)
+    static func lockMember(
+        _ name: String, _ client: EtcdClient, _ holders: Holders = Holders(), ttl: Int64 = 5,
+        life: Life = Life()
+    ) async throws -> ClusterMember {
+        let member = ClusterMember(
+            join: {
+                if life.isDead { throw Dead() }
+                let lease = try await HostLease.grant(on: client, ttl: ttl)
+                let delegations = Delegations(client: client, store: "s", host: name, lease: lease, space: .locks)
+                try await delegations.start(recording: false)
+                return delegations
+            }, local: holders, breakTime: nil, idleTime: nil, role: .locks)
         try await member.start()
         return member
     }
@@ -106,8 +109,11 @@ struct LockDelegationsTests {
         try await Task.sleep(for: .milliseconds(1500))
         #expect(!b.covers("dir/file", .read), "B locked while A's program held an exclusive lock (no break time)")
         holdersA.set([("dir/file", .read)])
-        #expect(await Self.granted(reader, within: 5) { b.covers("dir/file", .read) }, "B's reader once A's holder only reads")
-        #expect(await ClusterMemberTests.eventually { a.covers("dir/file", .read) }, "A's reader keeps a shared delegation")
+        #expect(
+            await Self.granted(reader, within: 5) { b.covers("dir/file", .read) },
+            "B's reader once A's holder only reads")
+        #expect(
+            await ClusterMemberTests.eventually { a.covers("dir/file", .read) }, "A's reader keeps a shared delegation")
         #expect(!a.covers("dir/file", .write))
         let inTheWay = b.othersInTheWay(of: "dir/file", .write)
         #expect(!inTheWay.isEmpty && inTheWay.allSatisfy { $0.host == "A" && !$0.mode.writes }, "\(inTheWay)")
@@ -126,7 +132,8 @@ struct LockDelegationsTests {
         defer { servers.stop() }
         let client = EtcdClient(endpoints: servers.clientURLs)
         let holdersA = Holders(), lifeA = Life()
-        let a = try await Self.lockMember("A", client, holdersA, ttl: 2, life: lifeA), b = try await Self.lockMember("B", client)
+        let a = try await Self.lockMember("A", client, holdersA, ttl: 2, life: lifeA),
+            b = try await Self.lockMember("B", client)
         try await a.acquire("db", .write)
         holdersA.set([("db", .write)])
         let waiting = Task { try await b.acquire("db", .write) }
@@ -135,7 +142,8 @@ struct LockDelegationsTests {
         lifeA.die()
         try #require(a.currentDelegations).lease.stopRenewing()
         let stopped = ContinuousClock.now
-        #expect(await Self.granted(waiting, within: 8) { b.covers("db", .write) }, "B was not granted a dead host's lock")
+        #expect(
+            await Self.granted(waiting, within: 8) { b.covers("db", .write) }, "B was not granted a dead host's lock")
         #expect(ContinuousClock.now - stopped < .seconds(5), "within the TTL (2 s) and a renewal's time")
         try await Task.sleep(for: .milliseconds(500))
         #expect(b.covers("db", .write) && Self.keys(b) == ["B w db"], "B keeps it: \(Self.keys(b))")
@@ -162,16 +170,20 @@ struct LockDelegationsTests {
         first.lease.loseLocally()
         #expect(!a.covers("dir/db", .read) && !a.covers("dir/other", .read), "a lost lease grants no lock")
         #expect(!a.coversAccessor("dir/db", .write), "nor to the holder of the file")
-        #expect(await ClusterMemberTests.eventually(seconds: 10) { ClusterMemberTests.rejoined(a, after: first) }, "\(a.standing)")
-        #expect(await ClusterMemberTests.eventually { a.covers("dir/db", .write) && Self.keys(a) == ["A w dir/db"] },
-                "asked for again, exactly the file, and the lost lease revoked: \(Self.keys(a))")
+        #expect(
+            await ClusterMemberTests.eventually(seconds: 10) { ClusterMemberTests.rejoined(a, after: first) },
+            "\(a.standing)")
+        #expect(
+            await ClusterMemberTests.eventually { a.covers("dir/db", .write) && Self.keys(a) == ["A w dir/db"] },
+            "asked for again, exactly the file, and the lost lease revoked: \(Self.keys(a))")
         try await a.acquire("dir/other", .write)
         #expect(a.covers("dir/other", .write), "new locks once it has")
         let locker = Task { try await b.acquire("dir/db", .read) }
         try await Task.sleep(for: .milliseconds(500))
         #expect(!b.covers("dir/db", .read), "B locked while A's program held its lock across A's lost lease")
         holdersA.set([])
-        #expect(await Self.granted(locker, within: 5) { b.covers("dir/db", .read) }, "B's lock once A's program's has gone")
+        #expect(
+            await Self.granted(locker, within: 5) { b.covers("dir/db", .read) }, "B's lock once A's program's has gone")
         await a.leave()
         await b.leave()
     }
@@ -180,13 +192,20 @@ struct LockDelegationsTests {
     /// those another host may have locked meanwhile (no write is fenced for them).
     @Test func aRejoinOfTheLocksTellsWhichFilesAnotherHostMayHaveLocked() {
         let wanted: [String: Delegations.Mode] = ["db": .write, "q/log": .read]
-        #expect(ClusterMember.rejoinSummary(.locks, wanted: wanted, carried: ["db", "q/log"], stillHad: true)
-            == "joined again; 2 file(s) locked here asked for again first")
-        #expect(ClusterMember.rejoinSummary(.locks, wanted: wanted, carried: ["db"], stillHad: true)
-            == "joined again; 2 file(s) locked here asked for again first, 1 kept throughout; 1 may have been locked by another host meanwhile (another host asked for them first): q/log")
-        #expect(ClusterMember.rejoinSummary(.locks, wanted: wanted, carried: [], stillHad: false)
-            == "joined again; 2 file(s) locked here asked for again first, 0 kept throughout; 2 may have been locked by another host meanwhile (the lost lease had ended in etcd): db, q/log")
-        #expect(ClusterMember.rejoinSummary(.accesses, wanted: wanted, carried: [], stillHad: false)
-            == "joined again; 2 item(s) held here asked for again first, 0 open for writing go on, 1 fenced (writes through them fail with EIO: the lost lease had ended in etcd, and other hosts may have written them)")
+        #expect(
+            ClusterMember.rejoinSummary(.locks, wanted: wanted, carried: ["db", "q/log"], stillHad: true)
+                == "joined again; 2 file(s) locked here asked for again first")
+        #expect(
+            ClusterMember.rejoinSummary(.locks, wanted: wanted, carried: ["db"], stillHad: true)
+                == "joined again; 2 file(s) locked here asked for again first, 1 kept throughout; 1 may have been locked by another host meanwhile (another host asked for them first): q/log"
+        )
+        #expect(
+            ClusterMember.rejoinSummary(.locks, wanted: wanted, carried: [], stillHad: false)
+                == "joined again; 2 file(s) locked here asked for again first, 0 kept throughout; 2 may have been locked by another host meanwhile (the lost lease had ended in etcd): db, q/log"
+        )
+        #expect(
+            ClusterMember.rejoinSummary(.accesses, wanted: wanted, carried: [], stillHad: false)
+                == "joined again; 2 item(s) held here asked for again first, 0 open for writing go on, 1 fenced (writes through them fail with EIO: the lost lease had ended in etcd, and other hosts may have written them)"
+        )
     }
 }

@@ -13,11 +13,14 @@ import Testing
     }
 
     @Test func aLatin1NameKeepsItsByte() {
-        let bytes: [UInt8] = [0x63, 0x61, 0x66, 0xE9]           // "caf\xe9"
+        let bytes: [UInt8] = [0x63, 0x61, 0x66, 0xE9]  // "caf\xe9"
         let text = FileSystemName.string(bytes)
         #expect(text != "caf\u{FFFD}" && text.unicodeScalars.last.map(FileSystemName.isEscape) == true)
         #expect(FileSystemName.bytes(text) == bytes)
-        #expect(FileSystemName.withCString(text) { pointer in (0..<5).map { UInt8(bitPattern: pointer[$0]) } } == bytes + [0])
+        #expect(
+            FileSystemName.withCString(text) { pointer in (0..<5).map { UInt8(bitPattern: pointer[$0]) } } == bytes + [
+                0
+            ])
     }
 
     @Test func aNameHoldingAnEscapeCharacterAsUTF8StaysDistinct() {
@@ -31,11 +34,14 @@ import Testing
     @Test func everyByteStringComesBack() {
         var generator = SeededGenerator(seed: 0xF11E_5A3E)
         // Bytes weighted toward the ones that make and break UTF-8 sequences.
-        let interesting: [UInt8] = [0x61, 0x2F, 0x80, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0x9E, 0x9F, 0xF0, 0xF4, 0xF5, 0xFF]
+        let interesting: [UInt8] = [
+            0x61, 0x2F, 0x80, 0xBF, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0x9E, 0x9F, 0xF0, 0xF4, 0xF5, 0xFF
+        ]
         var source: [String: [UInt8]] = [:]
         for _ in 0..<20_000 {
             let bytes = (0..<Int.random(in: 1...8, using: &generator)).map { _ in
-                Bool.random(using: &generator) ? interesting.randomElement(using: &generator)! : UInt8.random(in: 1...255, using: &generator)
+                Bool.random(using: &generator)
+                    ? interesting.randomElement(using: &generator)! : UInt8.random(in: 1...255, using: &generator)
             }
             let text = FileSystemName.string(bytes)
             #expect(FileSystemName.bytes(text) == bytes, "\(bytes)")

@@ -16,7 +16,9 @@ import Testing
     }
 
     static func target(_ path: String, packages: [String] = []) -> AccessTarget {
-        AccessTarget(path: ItemPath(canonical: path), isDirectory: false, enclosingPackages: packages.map { ItemPath(canonical: $0) })
+        AccessTarget(
+            path: ItemPath(canonical: path), isDirectory: false,
+            enclosingPackages: packages.map { ItemPath(canonical: $0) })
     }
 
     @Test func anAccessNeedsTheItemItLocksInsideTheStore() {
@@ -27,7 +29,9 @@ import Testing
         #expect(store.lockedStorePath(Self.target("/srv")) == "", "a directory around the store takes all of it")
         #expect(store.lockedStorePath(Self.target("/")) == "")
         // Its outermost package inside the store; one around the store is not the store's.
-        #expect(store.lockedStorePath(Self.target("/srv/shared/doc.pages/data", packages: ["/srv/shared/doc.pages"])) == "doc.pages")
+        #expect(
+            store.lockedStorePath(Self.target("/srv/shared/doc.pages/data", packages: ["/srv/shared/doc.pages"]))
+                == "doc.pages")
         #expect(store.lockedStorePath(Self.target("/srv/shared/a", packages: ["/srv"])) == "a")
     }
 
@@ -39,9 +43,15 @@ import Testing
         #expect(store.delegationNeed(.writing(.forDeleting), of: inside)! == ("doc.pages", .writing))
         #expect(store.delegationNeed(.writing(.forMoving), of: inside)! == ("doc.pages", .writing))
         #expect(store.delegationNeed(.reading([]), of: inside)! == ("doc.pages", .reading))
-        #expect(store.delegationNeed(.writing(.forDeleting), of: Self.target("/srv/shared/doc.pages"))! == ("doc.pages", .deleting))
-        #expect(store.delegationNeed(.writing(.forReplacing), of: Self.target("/srv/shared/a/b"))! == ("a/b", .replacing))
-        #expect(store.delegationNeed(.writing(.forMoving), of: Self.target("/srv"))! == ("", .moving), "the store itself moves")
+        #expect(
+            store.delegationNeed(.writing(.forDeleting), of: Self.target("/srv/shared/doc.pages"))! == (
+                "doc.pages", .deleting
+            ))
+        #expect(
+            store.delegationNeed(.writing(.forReplacing), of: Self.target("/srv/shared/a/b"))! == ("a/b", .replacing))
+        #expect(
+            store.delegationNeed(.writing(.forMoving), of: Self.target("/srv"))! == ("", .moving),
+            "the store itself moves")
         #expect(store.delegationNeed(.writing(.forDeleting), of: Self.target("/srv/other")) == nil)
     }
 
@@ -55,22 +65,28 @@ import Testing
         func told(_ notification: PresenterNotification) {
             presenter.told([notification], origin: origin, presentsPackage: false) {}
         }
-        told(.subitemDidMove(from: ItemPath(canonical: "/srv/shared/dir/a"), to: ItemPath(canonical: "/srv/shared/dir/b")))
+        told(
+            .subitemDidMove(
+                from: ItemPath(canonical: "/srv/shared/dir/a"), to: ItemPath(canonical: "/srv/shared/dir/b")))
         told(.subitemDidMove(from: ItemPath(canonical: "/srv/shared/dir/b"), to: ItemPath(canonical: "/home/me/b")))
         told(.subitemDidMove(from: ItemPath(canonical: "/tmp/c"), to: ItemPath(canonical: "/srv/shared/dir/c")))
         told(.subitemDidAppear(ItemPath(canonical: "/srv/shared/dir/d")))
         told(.didMove(to: ItemPath(canonical: "/home/me/dir")))
         // Outside the store now: nothing more of it is the other hosts' business.
         told(.didChange)
-        #expect(heard.withLock { $0 } == [.moved("dir/a", to: "dir/b"), .deleted("dir/b"), .appeared("dir/c"), .appeared("dir/d"),
-                                         .deleted("dir")])
+        #expect(
+            heard.withLock { $0 } == [
+                .moved("dir/a", to: "dir/b"), .deleted("dir/b"), .appeared("dir/c"), .appeared("dir/d"),
+                .deleted("dir")
+            ])
     }
 
     /// What other hosts did, told back here, is not forwarded to them again.
     @Test func changesFromOtherHostsAreNotSentBack() {
         let store = Self.store()
         let heard = Mutex<[HostChange]>([])
-        let presenter = store.standIn(forPresenterOf: "B", at: "file") { change in heard.withLock { $0.append(change) } }
+        let presenter = store.standIn(forPresenterOf: "B", at: "file") { change in heard.withLock { $0.append(change) }
+        }
         defer { store.withdraw(presenter) }
         for via in [AccessOrigin.Route.cluster, .outside] {
             presenter.told([.didChange], origin: AccessOrigin(via: via), presentsPackage: false) {}

@@ -28,7 +28,9 @@ import Testing
         threads.forEach { $0.start() }
         #expect(eventually { theirs.withLock { $0.count } == 4 })
         let values = theirs.withLock { $0 }
-        #expect(Set(values.map(ObjectIdentifier.init)).count == 4 && !values.contains { $0 === mine }, "one value per thread")
+        #expect(
+            Set(values.map(ObjectIdentifier.init)).count == 4 && !values.contains { $0 === mine },
+            "one value per thread")
         #expect(values.allSatisfy { $0.touched == 1 })
         #expect(mine.touched == 1)
     }

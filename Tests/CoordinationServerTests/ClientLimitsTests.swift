@@ -15,22 +15,27 @@ import Glibc
 @Suite struct ClientLimitsTests {
     /// A server with `limits` on a socket in a fresh directory, and the directory (for items).
     /// `mode` is the socket's: 0o666 lets other users connect.
-    func withServer(_ limits: ClientLimits, mode: mode_t = 0o600, _ body: (ControlServer, String) throws -> Void) throws {
+    func withServer(_ limits: ClientLimits, mode: mode_t = 0o600, _ body: (ControlServer, String) throws -> Void) throws
+    {
         let directory = "/tmp/coordfs-limits-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let domain = CoordinationDomain()
-        let server = ControlServer(socketPath: directory + "/s.sock", mode: mode, domain: domain,
-                                   resolver: HostItemResolver(domain: domain), root: "/", limits: limits)
+        let server = ControlServer(
+            socketPath: directory + "/s.sock", mode: mode, domain: domain,
+            resolver: HostItemResolver(domain: domain), root: "/", limits: limits)
         try server.start()
         defer { server.stop() }
         try body(server, directory)
     }
 
-    func limits(connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100, services: Int = 100,
-                hello: Duration = .seconds(10), memory: Int = ClientLimits.standard.memoryPerUser) -> ClientLimits {
-        ClientLimits(connections: connections, connectionsPerUser: perUser, watchesPerUser: watches, holdsPerConnection: holds,
-                     servicesPerConnection: services, helloTimeout: hello, memoryPerUser: memory)
+    func limits(
+        connections: Int = 100, perUser: Int = 100, watches: Int = 100, holds: Int = 100, services: Int = 100,
+        hello: Duration = .seconds(10), memory: Int = ClientLimits.standard.memoryPerUser
+    ) -> ClientLimits {
+        ClientLimits(
+            connections: connections, connectionsPerUser: perUser, watchesPerUser: watches, holdsPerConnection: holds,
+            servicesPerConnection: services, helloTimeout: hello, memoryPerUser: memory)
     }
 
     /// What a hold of one item of a server's directory (`item0` … `item9`, whose paths are all
@@ -38,9 +43,13 @@ import Glibc
     static let oneItemHold = ClientLimits.bytes(ofHoldOn: ["/tmp/coordfs-limits-12345678/item0"])
 
     /// Asks `client` to hold item `n` of `directory` (read, or write), without waiting.
-    func hold(_ client: RawClient, _ n: Int, in directory: String, access: WireIntent.Access = .read) throws -> ServerMessage? {
-        try client.ask(.hold(id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: access)],
-                             wait: false, timeout: nil, inherit: false))
+    func hold(
+        _ client: RawClient, _ n: Int, in directory: String, access: WireIntent.Access = .read
+    ) throws -> ServerMessage? {
+        try client.ask(
+            .hold(
+                id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: access)],
+                wait: false, timeout: nil, inherit: false))
     }
 
     /// `count` requests made by `make` (given 0, 1, …), each granted: the `field` number of each
@@ -76,7 +85,8 @@ import Glibc
             var open = try (0..<3).map { _ in try RawClient(socket) }
             for client in open { #expect(try client.greet()) }
             let fourth = try RawClient(socket)
-            #expect(isError(try fourth.receive(), "EMFILE", saying: "too many connections of uid \(getuid()) (at most 3)"))
+            #expect(
+                isError(try fourth.receive(), "EMFILE", saying: "too many connections of uid \(getuid()) (at most 3)"))
             #expect(try fourth.receive() == nil, "and closed")
             // The client library fails its hello with the server's reason.
             do {
@@ -95,7 +105,9 @@ import Glibc
         try withServer(limits(connections: 2)) { server, _ in
             let kept = try (0..<2).map { _ in try RawClient(server.socketPath) }
             for client in kept { #expect(try client.greet()) }
-            #expect(isError(try RawClient(server.socketPath).receive(), "EMFILE", saying: "too many connections (at most 2)"))
+            #expect(
+                isError(
+                    try RawClient(server.socketPath).receive(), "EMFILE", saying: "too many connections (at most 2)"))
         }
     }
 
@@ -112,10 +124,12 @@ import Glibc
             #expect(isError(try watch(second, 4), "ENOSPC", saying: limit))
             #expect(isError(try watch(first, 5), "ENOSPC", saying: limit), "counted per user, not per connection")
             // Unwatching gives one back; a closed connection gives back all it had.
-            guard case .ok? = try first.ask(.unwatch(id: 20, wd: descriptors[0])) else { Issue.record("unwatch"); return }
+            guard case .ok? = try first.ask(.unwatch(id: 20, wd: descriptors[0])) else {
+                Issue.record("unwatch"); return
+            }
             guard case .ok? = try watch(second, 6) else { Issue.record("a watch given back was not"); return }
             #expect(isError(try watch(second, 7), "ENOSPC", saying: limit))
-            first.close()       // its two watches go with it
+            first.close()  // its two watches go with it
             #expect(eventually { if case .ok? = try? watch(second, 8) { return true } else { return false } })
             guard case .ok? = try watch(second, 9) else { Issue.record("the second watch given back"); return }
             #expect(isError(try watch(second, 10), "ENOSPC", saying: limit))
@@ -127,18 +141,24 @@ import Glibc
             let client = try RawClient(server.socketPath)
             #expect(try client.greet())
             func hold(_ n: Int) throws -> ServerMessage? {
-                try client.ask(.hold(id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: .read)],
-                                     wait: false, timeout: nil, inherit: false))
+                try client.ask(
+                    .hold(
+                        id: 10 + n, intents: [WireIntent(path: directory + "/item\(n)", access: .read)],
+                        wait: false, timeout: nil, inherit: false))
             }
             let held = try granted(2, "hold", hold)
             #expect(isError(try hold(2), "ENOSPC", saying: "too many holds on one connection (at most 2"))
-            guard case .ok? = try client.ask(.release(id: 30, hold: held[0], changed: false)) else { Issue.record("release"); return }
+            guard case .ok? = try client.ask(.release(id: 30, hold: held[0], changed: false)) else {
+                Issue.record("release"); return
+            }
             guard case .ok? = try hold(3) else { Issue.record("a hold given back was not"); return }
             // Another connection has its own.
             let other = try RawClient(server.socketPath)
             #expect(try other.greet())
-            let reply = try other.ask(.hold(id: 1, intents: [WireIntent(path: directory + "/item9", access: .read)],
-                                            wait: false, timeout: nil, inherit: false))
+            let reply = try other.ask(
+                .hold(
+                    id: 1, intents: [WireIntent(path: directory + "/item9", access: .read)],
+                    wait: false, timeout: nil, inherit: false))
             guard case .ok? = reply else { Issue.record("\(String(describing: reply))"); return }
         }
     }
@@ -153,14 +173,19 @@ import Glibc
             try expectOK(try hold(second, 2, in: directory), "the third hold refused")
             let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
             #expect(isError(try hold(second, 3, in: directory), "ENOMEM", saying: limit))
-            #expect(isError(try hold(first, 4, in: directory), "ENOMEM", saying: limit), "counted per user, not per connection")
-            #expect(server.counts.memory(of: getuid()) > 2 * Self.oneItemHold && server.counts.memory(of: getuid()) <= memory)
+            #expect(
+                isError(try hold(first, 4, in: directory), "ENOMEM", saying: limit),
+                "counted per user, not per connection")
+            #expect(
+                server.counts.memory(of: getuid()) > 2 * Self.oneItemHold
+                    && server.counts.memory(of: getuid()) <= memory)
             // A release gives its hold's memory back; a closed connection gives back its holds'.
             try expectOK(try first.ask(.release(id: 30, hold: held[0], changed: false)), "release")
             try expectOK(try hold(second, 5, in: directory), "memory given back was not")
             #expect(isError(try hold(second, 6, in: directory), "ENOMEM", saying: limit))
-            first.close()       // its one hold left goes with it
-            #expect(eventually { if case .ok? = try? hold(second, 7, in: directory) { return true } else { return false } })
+            first.close()  // its one hold left goes with it
+            #expect(
+                eventually { if case .ok? = try? hold(second, 7, in: directory) { return true } else { return false } })
             #expect(isError(try hold(second, 8, in: directory), "ENOMEM", saying: limit))
             second.close()
             #expect(eventually { server.counts.memory(of: getuid()) == 0 }, "nothing is counted once nothing is held")
@@ -174,14 +199,22 @@ import Glibc
             let holder = try RawClient(server.socketPath), waiter = try RawClient(server.socketPath)
             #expect(try holder.greet() && waiter.greet())
             try expectOK(try hold(holder, 0, in: directory, access: .write), "the write hold refused")
-            waiter.send(.hold(id: 3, intents: [WireIntent(path: directory + "/item0", access: .write)], wait: true, timeout: nil, inherit: false))
-            #expect(eventually { server.counts.memory(of: getuid()) > Self.oneItemHold * 3 / 2 }, "the waiting hold is counted")
+            waiter.send(
+                .hold(
+                    id: 3, intents: [WireIntent(path: directory + "/item0", access: .write)], wait: true, timeout: nil,
+                    inherit: false))
+            #expect(
+                eventually { server.counts.memory(of: getuid()) > Self.oneItemHold * 3 / 2 },
+                "the waiting hold is counted")
             let limit = "too much memory of uid \(getuid()) (at most \(memory) bytes"
             #expect(isError(try hold(holder, 1, in: directory), "ENOMEM", saying: limit))
             // Cancelled: its refusal and the cancel's answer, in either order.
             waiter.send(.cancel(id: 4, request: 3))
             let answers = try [waiter.receive(), waiter.receive()]
-            #expect(answers.contains { if case .error(let id, let errno, _)? = $0 { id == 3 && errno == "ECANCELED" } else { false } }, "\(answers)")
+            #expect(
+                answers.contains {
+                    if case .error(let id, let errno, _)? = $0 { id == 3 && errno == "ECANCELED" } else { false }
+                }, "\(answers)")
             #expect(answers.contains { if case .ok(let id, _)? = $0 { id == 4 } else { false } }, "\(answers)")
             #expect(eventually { server.counts.memory(of: getuid()) < Self.oneItemHold * 3 / 2 })
             try expectOK(try hold(holder, 1, in: directory), "the cancelled hold's memory was not given back")
@@ -195,7 +228,7 @@ import Glibc
         // Room for one hold of one item a user, not two.
         let memory = Self.oneItemHold * 3 / 2
         try withServer(limits(memory: memory), mode: 0o666) { server, directory in
-            chmod(directory, 0o755)     // theirs to read, whatever the umask
+            chmod(directory, 0o755)  // theirs to read, whatever the umask
             let mine = try RawClient(server.socketPath)
             #expect(try mine.greet())
             try expectOK(try hold(mine, 0, in: directory), "the first hold refused")
@@ -203,7 +236,9 @@ import Glibc
             #expect(isError(try hold(mine, 1, in: directory), "ENOMEM", saying: limit))
             let theirs = try holdsAsNobody(on: server.socketPath, of: [directory + "/item2", directory + "/item3"])
             #expect(theirs == ["held", "ENOMEM"], "their first hold granted, their second past their own share")
-            #expect(isError(try hold(mine, 4, in: directory), "ENOMEM", saying: limit), "and this user is still past theirs")
+            #expect(
+                isError(try hold(mine, 4, in: directory), "ENOMEM", saying: limit), "and this user is still past theirs"
+            )
         }
     }
 
@@ -212,16 +247,20 @@ import Glibc
     func holdsAsNobody(on socket: String, of paths: [String]) throws -> [String] {
         let process = Process(), output = Pipe()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
-        process.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", """
-            import json, socket, sys
-            s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1]); f = s.makefile("rwb", buffering=0)
-            def ask(message):
-                f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
-            ask({"op": "hello", "id": 1, "version": 1})
-            for n, path in enumerate(sys.argv[2:]):
-                reply = ask({"op": "hold", "id": 2 + n, "intents": [{"path": path, "access": "read"}], "wait": False})
-                print(reply.get("error", "held"), flush=True)
-            """, socket] + paths
+        process.arguments =
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                """
+                import json, socket, sys
+                s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(sys.argv[1]); f = s.makefile("rwb", buffering=0)
+                def ask(message):
+                    f.write(json.dumps(message).encode() + b"\\n"); return json.loads(f.readline())
+                ask({"op": "hello", "id": 1, "version": 1})
+                for n, path in enumerate(sys.argv[2:]):
+                    reply = ask({"op": "hold", "id": 2 + n, "intents": [{"path": path, "access": "read"}], "wait": False})
+                    print(reply.get("error", "held"), flush=True)
+                """, socket
+            ] + paths
         process.standardOutput = output
         try process.run()
         let printed = output.fileHandleForReading.readDataToEndOfFile()
@@ -236,24 +275,34 @@ import Glibc
         try withServer(limits()) { server, directory in
             let client = try RawClient(server.socketPath)
             #expect(try client.greet())
-            let line = #"{"op":"hold","id":2,"intents":[{"path":"\#(directory)/item","access":"write"}],"timeout":\#(timeout)}"# + "\n"
+            let line =
+                #"{"op":"hold","id":2,"intents":[{"path":"\#(directory)/item","access":"write"}],"timeout":\#(timeout)}"#
+                + "\n"
             _ = line.withCString { write(client.fd, $0, strlen($0)) }
             let reply = try client.receive()
             // A number JSON reads is refused with the request alone; one it cannot read is no
             // request at all, and ends the connection.
             let readable = Double(timeout)?.isFinite == true
-            guard case .error(let id, let errno, _)? = reply, readable ? (id == 2 && errno == "EINVAL") : (id == nil && errno == "EPROTO") else {
+            guard case .error(let id, let errno, _)? = reply,
+                readable ? (id == 2 && errno == "EINVAL") : (id == nil && errno == "EPROTO")
+            else {
                 Issue.record("a timeout of \(timeout) was answered \(String(describing: reply))")
                 return
             }
             if readable {
-                guard case .ok? = try client.ask(.status(id: 3)) else { Issue.record("the client was not served after the refusal"); return }
+                guard case .ok? = try client.ask(.status(id: 3)) else {
+                    Issue.record("the client was not served after the refusal"); return
+                }
             }
             let next = try RawClient(server.socketPath)
             #expect(try next.greet())
-            let held = try next.ask(.hold(id: 3, intents: [WireIntent(path: directory + "/item", access: .write)],
-                                          wait: false, timeout: 1e9, inherit: false))
-            guard case .ok? = held else { Issue.record("the server did not serve the next client: \(String(describing: held))"); return }
+            let held = try next.ask(
+                .hold(
+                    id: 3, intents: [WireIntent(path: directory + "/item", access: .write)],
+                    wait: false, timeout: 1e9, inherit: false))
+            guard case .ok? = held else {
+                Issue.record("the server did not serve the next client: \(String(describing: held))"); return
+            }
         }
     }
 
@@ -261,10 +310,14 @@ import Glibc
         try withServer(limits(services: 2)) { server, directory in
             let client = try RawClient(server.socketPath)
             #expect(try client.greet())
-            func vend(_ n: Int) throws -> ServerMessage? { try client.ask(.vend(id: 10 + n, name: "s\(n)", path: directory)) }
+            func vend(_ n: Int) throws -> ServerMessage? {
+                try client.ask(.vend(id: 10 + n, name: "s\(n)", path: directory))
+            }
             let vended = try granted(2, "service", vend)
             #expect(isError(try vend(2), "ENOSPC", saying: "too many services vended on one connection (at most 2)"))
-            guard case .ok? = try client.ask(.withdraw(id: 30, service: vended[0])) else { Issue.record("withdraw"); return }
+            guard case .ok? = try client.ask(.withdraw(id: 30, service: vended[0])) else {
+                Issue.record("withdraw"); return
+            }
             guard case .ok? = try vend(3) else { Issue.record("a service given back was not"); return }
         }
     }
@@ -272,19 +325,26 @@ import Glibc
     @Test func aConnectionThatSaysNoHelloIsClosedAndGivesItsPlaceBack() throws {
         try withServer(limits(perUser: 1, hello: .milliseconds(300))) { server, _ in
             let silent = try RawClient(server.socketPath)
-            #expect(isError(try RawClient(server.socketPath).receive(), "EMFILE", saying: "at most 1"), "the silent one has the place")
+            #expect(
+                isError(try RawClient(server.socketPath).receive(), "EMFILE", saying: "at most 1"),
+                "the silent one has the place")
             #expect(isError(try silent.receive(), "EPROTO", saying: "no hello within"))
             #expect(try silent.receive() == nil, "and closed")
             var next: RawClient?
-            #expect(eventually {
-                guard let client = try? RawClient(server.socketPath), (try? client.greet()) == true else { return false }
-                next = client
-                return true
-            }, "its place is free again")
+            #expect(
+                eventually {
+                    guard let client = try? RawClient(server.socketPath), (try? client.greet()) == true else {
+                        return false
+                    }
+                    next = client
+                    return true
+                }, "its place is free again")
             // A greeted connection may stay silent as long as it likes.
             let greeted = try #require(next)
             usleep(500_000)
-            guard case .ok? = try greeted.ask(.status(id: 2)) else { Issue.record("a greeted client was closed"); return }
+            guard case .ok? = try greeted.ask(.status(id: 2)) else {
+                Issue.record("a greeted client was closed"); return
+            }
         }
     }
 }

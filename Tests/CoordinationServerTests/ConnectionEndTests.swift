@@ -14,15 +14,18 @@ import Glibc
 /// held (whatever it held, waited for or was being granted is given back, X4), and a
 /// presenter that answers late keeps its connection.
 @Suite struct ConnectionEndTests {
-    func withServer(presenterTimeout: Duration, _ body: (ControlServer, CoordinationDomain, String) throws -> Void) throws {
+    func withServer(
+        presenterTimeout: Duration, _ body: (ControlServer, CoordinationDomain, String) throws -> Void
+    ) throws {
         let directory = "/tmp/coordfs-ends-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory + "/dir", withIntermediateDirectories: true)
         _ = FileManager.default.createFile(atPath: directory + "/dir/c", contents: Data("x".utf8))
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let domain = CoordinationDomain()
         domain.presenterTimeout = presenterTimeout
-        let server = ControlServer(socketPath: directory + "/s.sock", mode: 0o600, domain: domain,
-                                   resolver: HostItemResolver(domain: domain), root: "/")
+        let server = ControlServer(
+            socketPath: directory + "/s.sock", mode: 0o600, domain: domain,
+            resolver: HostItemResolver(domain: domain), root: "/")
         try server.start()
         defer { server.stop() }
         try body(server, domain, directory)
@@ -42,13 +45,16 @@ import Glibc
     func writeHolder(of path: String, on server: ControlServer, untilGranted: Bool) throws -> (Process, Pipe) {
         let holder = Process(), output = Pipe()
         holder.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        holder.arguments = ["-c", """
+        holder.arguments = [
+            "-c",
+            """
             import socket, sys, time
             s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb", buffering=0)
             f.write(b'{"op":"hello","id":1,"version":1}\\n'); f.readline()
             f.write(b'{"op":"hold","id":2,"intents":[{"path":"' + sys.argv[2].encode() + b'","access":"write"}]}\\n')
             print(f.readline().decode().strip() if sys.argv[3] == "1" else time.sleep(0.1), flush=True)
-            """, server.socketPath, path, untilGranted ? "1" : "0"]
+            """, server.socketPath, path, untilGranted ? "1" : "0"
+        ]
         holder.standardOutput = output
         try holder.run()
         return (holder, output)
@@ -66,13 +72,16 @@ import Glibc
             // The presenter is asked (and says nothing); the holder goes meanwhile.
             #expect(try presenter.receive() != nil)
             holder.waitUntilExit()
-            #expect(eventually(.seconds(5)) { domain.engine.snapshot().holders.isEmpty },
-                    "a hold of a client that went away: \(domain.engine.snapshot().holders)")
+            #expect(
+                eventually(.seconds(5)) { domain.engine.snapshot().holders.isEmpty },
+                "a hold of a client that went away: \(domain.engine.snapshot().holders)")
             // And the item can be written again.
             let other = try RawClient(server.socketPath)
             #expect(try other.greet())
-            let reply = try other.ask(.hold(id: 2, intents: [WireIntent(path: directory + "/dir/c", access: .write)], wait: false,
-                                            timeout: nil, inherit: false))
+            let reply = try other.ask(
+                .hold(
+                    id: 2, intents: [WireIntent(path: directory + "/dir/c", access: .write)], wait: false,
+                    timeout: nil, inherit: false))
             guard case .ok? = reply else { Issue.record("\(String(describing: reply))"); return }
         }
     }
@@ -85,10 +94,11 @@ import Glibc
             // Another process holds the item for writing: the presenter is asked, and says nothing.
             let (holder, output) = try writeHolder(of: directory + "/dir/c", on: server, untilGranted: true)
             guard case .event(let request)? = try presenter.receive() else { Issue.record("no request"); return }
-            holder.waitUntilExit()     // granted after the presenter timeout
-            #expect(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("\"hold\""))
-            presenter.send(.answer(cookie: request.cookie, errno: 0))      // late
-            presenter.send(.answer(cookie: request.cookie, errno: 0))      // and again
+            holder.waitUntilExit()  // granted after the presenter timeout
+            #expect(
+                String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).contains("\"hold\""))
+            presenter.send(.answer(cookie: request.cookie, errno: 0))  // late
+            presenter.send(.answer(cookie: request.cookie, errno: 0))  // and again
             presenter.send(.status(id: 3))
             // Notifications of the holder's release may come first.
             var reply = try presenter.receive()

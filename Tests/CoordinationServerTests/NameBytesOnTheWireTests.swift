@@ -22,8 +22,12 @@ import Testing
         guard case .watch(_, let path, _) = message else { Issue.record("\(message)"); return }
         #expect(FileSystemName.bytes(path) == Self.latin1)
         // Any other lone surrogate is still refused.
-        #expect(throws: WireError.self) { try WireCodec.decodeClient(Array(#"{"id":2,"op":"watch","path":"/m/\ud800"}"#.utf8)) }
-        #expect(throws: WireError.self) { try WireCodec.decodeClient(Array(#"{"id":2,"op":"watch","path":"/m/\udc41"}"#.utf8)) }
+        #expect(throws: WireError.self) {
+            try WireCodec.decodeClient(Array(#"{"id":2,"op":"watch","path":"/m/\ud800"}"#.utf8))
+        }
+        #expect(throws: WireError.self) {
+            try WireCodec.decodeClient(Array(#"{"id":2,"op":"watch","path":"/m/\udc41"}"#.utf8))
+        }
     }
 
     /// What Python reads from the line is the name: `os.fsencode` gives its bytes back.
@@ -31,7 +35,10 @@ import Testing
         let line = WireCodec.encode(.event(EventRecord(wd: 1, mask: [.changed], cookie: 0, name: "", path: Self.path)))
         let python = Process()
         python.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        python.arguments = ["-c", "import json, os, sys; sys.stdout.buffer.write(os.fsencode(json.loads(sys.stdin.buffer.read())['path']))"]
+        python.arguments = [
+            "-c",
+            "import json, os, sys; sys.stdout.buffer.write(os.fsencode(json.loads(sys.stdin.buffer.read())['path']))"
+        ]
         let input = Pipe(), output = Pipe()
         python.standardInput = input
         python.standardOutput = output

@@ -78,7 +78,7 @@ import Glibc
         let carrier = Array("the line with a descriptor\n".utf8)
         let carrierStart = expected.count
         #expect(outbox.send(carrier, descriptor: pipeEnds[0]))
-        close(pipeEnds[0])   // the outbox keeps its own duplicate
+        close(pipeEnds[0])  // the outbox keeps its own duplicate
         expected += carrier
         for number in 400..<800 { expected += Self.line(number); outbox.send(Self.line(number)) }
 
@@ -126,9 +126,12 @@ import Glibc
     /// queues as before, and what is read or dropped is given back.
     @Test func unreadLinesCountAgainstTheirUsersMemoryAlone() throws {
         let step = Outbox.chargeStep
-        let counts = UserCounts(limits: ClientLimits(connections: 10, connectionsPerUser: 10, watchesPerUser: 10, holdsPerConnection: 10,
-                                                     servicesPerConnection: 10, memoryPerUser: 4 * step))
-        let (near, far) = Self.socketPair(), (secondNear, secondFar) = Self.socketPair(), (theirNear, theirFar) = Self.socketPair()
+        let counts = UserCounts(
+            limits: ClientLimits(
+                connections: 10, connectionsPerUser: 10, watchesPerUser: 10, holdsPerConnection: 10,
+                servicesPerConnection: 10, memoryPerUser: 4 * step))
+        let (near, far) = Self.socketPair(), (secondNear, secondFar) = Self.socketPair(),
+            (theirNear, theirFar) = Self.socketPair()
         defer { for fd in [near, far, secondNear, secondFar, theirNear, theirFar] { close(fd) } }
         func outbox(_ fd: Int32, of uid: UInt32) -> Outbox {
             Outbox(fd: fd, stallLimit: .seconds(60), memory: UserMemory(counts: counts, uid: uid))

@@ -29,7 +29,8 @@ import Glibc
 
     func server(at path: String) -> ControlServer {
         let domain = CoordinationDomain()
-        return ControlServer(socketPath: path, mode: 0o600, domain: domain, resolver: HostItemResolver(domain: domain), root: "/")
+        return ControlServer(
+            socketPath: path, mode: 0o600, domain: domain, resolver: HostItemResolver(domain: domain), root: "/")
     }
 
     /// Says hello at `path` and returns whether a server answered it.
@@ -80,7 +81,7 @@ import Glibc
         try withSocketPath { path in
             let old = server(at: path), new = server(at: path)
             try old.start()
-            unlink(path)    // someone removed it; a new server made its own there
+            unlink(path)  // someone removed it; a new server made its own there
             try new.start()
             old.stop()
             #expect(exists(path))
@@ -104,13 +105,14 @@ import Glibc
         #expect(kill(zombie, 0) == 0, "a zombie still answers kill(0): liveness alone cannot tell")
 
         let listener = server(at: directory + "/mount-\(reaped)-1.sock")
-        try listener.start()    // its pid says ended, but somebody listens
+        try listener.start()  // its pid says ended, but somebody listens
         defer { listener.stop() }
         try leaveDeadSocket(at: directory + "/mount-\(reaped)-0.sock")
         try leaveDeadSocket(at: directory + "/mount-\(zombie)-0.sock")
-        try leaveDeadSocket(at: directory + "/mount-\(getpid())-7.sock")    // a live process's
-        try leaveDeadSocket(at: directory + "/daemon.sock")                 // not a mount's
-        #expect(FileManager.default.createFile(atPath: directory + "/mount-\(reaped)-2.sock", contents: Data()))  // not a socket
+        try leaveDeadSocket(at: directory + "/mount-\(getpid())-7.sock")  // a live process's
+        try leaveDeadSocket(at: directory + "/daemon.sock")  // not a mount's
+        // not a socket
+        #expect(FileManager.default.createFile(atPath: directory + "/mount-\(reaped)-2.sock", contents: Data()))
 
         ControlServer.removeAbandonedMountSockets(in: directory)
         let left = Set(try FileManager.default.contentsOfDirectory(atPath: directory))

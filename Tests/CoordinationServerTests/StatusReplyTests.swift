@@ -15,8 +15,11 @@ import Testing
             #expect(try holder.greet())
             let count = 800
             for n in 0..<count {
-                let reply = try holder.ask(.hold(id: 10 + n, intents: [WireIntent(path: directory + "/an-item-with-a-longer-name-\(n)", access: .read)],
-                                                 wait: false, timeout: nil, inherit: false))
+                let reply = try holder.ask(
+                    .hold(
+                        id: 10 + n,
+                        intents: [WireIntent(path: directory + "/an-item-with-a-longer-name-\(n)", access: .read)],
+                        wait: false, timeout: nil, inherit: false))
                 guard case .ok? = reply else { Issue.record("hold \(n): \(String(describing: reply))"); return }
             }
             let client = try ControlClient(socketPath: server.socketPath)
@@ -38,16 +41,22 @@ import Testing
     }
 
     @Test func pastTheLimitEntriesAreLeftOutAndCounted() throws {
-        let entry = WireValue.object(["identity": .string("pid:1234#5"), "pid": .int(1234), "path": .string("/tmp/" + String(repeating: "x", count: 80))])
-        let fields: [String: WireValue] = ["root": .string("/"), "holders": .array(Array(repeating: entry, count: 100)),
-                                           "waiters": .array([entry]), "presenters": .array(Array(repeating: entry, count: 400))]
+        let entry = WireValue.object([
+            "identity": .string("pid:1234#5"), "pid": .int(1234),
+            "path": .string("/tmp/" + String(repeating: "x", count: 80))
+        ])
+        let fields: [String: WireValue] = [
+            "root": .string("/"), "holders": .array(Array(repeating: entry, count: 100)),
+            "waiters": .array([entry]), "presenters": .array(Array(repeating: entry, count: 400))
+        ]
         let whole = WireCodec.encode(ServerMessage.ok(id: 7, fields: fields))
         let limit = 16_384
         let line = StatusReply.line(id: 7, fields: fields, limit: limit)
         #expect(whole.count > limit && line.count <= limit, "\(whole.count) -> \(line.count)")
         guard case .ok(7, let kept) = try WireCodec.decodeServer(Array(line.dropLast())),
-              case .array(let holders)? = kept["holders"], case .array(let presenters)? = kept["presenters"],
-              case .object(let omitted)? = kept["omitted"] else {
+            case .array(let holders)? = kept["holders"], case .array(let presenters)? = kept["presenters"],
+            case .object(let omitted)? = kept["omitted"]
+        else {
             Issue.record("not a status reply"); return
         }
         let omittedHolders: Int = if case .int(let n)? = omitted["holders"] { n } else { 0 }

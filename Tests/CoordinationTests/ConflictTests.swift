@@ -15,21 +15,21 @@ import Testing
         let metaRead = mode(.reading(.immediatelyAvailableMetadataOnly), file)
         let metaWrite = mode(.writing(.contentIndependentMetadataOnly), file)
         let delete = mode(.writing(.forDeleting), file)
-        #expect(!read.conflicts(with: read))                    // C3
-        #expect(read.conflicts(with: write) && write.conflicts(with: read))   // C1, C2
+        #expect(!read.conflicts(with: read))  // C3
+        #expect(read.conflicts(with: write) && write.conflicts(with: read))  // C1, C2
         #expect(write.conflicts(with: write))
-        #expect(!metaRead.conflicts(with: write))               // O3
-        #expect(metaRead.conflicts(with: delete))               // O3
-        #expect(!metaWrite.conflicts(with: read))               // O9
+        #expect(!metaRead.conflicts(with: write))  // O3
+        #expect(metaRead.conflicts(with: delete))  // O3
+        #expect(!metaWrite.conflicts(with: read))  // O9
         #expect(metaWrite.conflicts(with: write) && metaWrite.conflicts(with: metaWrite))
     }
 
     @Test func directoriesAndContents() {
         let inner = mode(.reading(.immediatelyAvailableMetadataOnly), file)
-        #expect(!mode(.writing([]), dir, directory: true).conflicts(with: mode(.writing([]), file)))   // C18
+        #expect(!mode(.writing([]), dir, directory: true).conflicts(with: mode(.writing([]), file)))  // C18
         for option in [WritingOptions.forDeleting, .forMoving, .forReplacing] {
             let removal = mode(.writing(option), dir, directory: true)
-            #expect(removal.conflicts(with: inner) && inner.conflicts(with: removal))              // C19
+            #expect(removal.conflicts(with: inner) && inner.conflicts(with: removal))  // C19
         }
         #expect(!mode(.writing(.forMerging), dir, directory: true).conflicts(with: inner))
         // Deleting a file does not cover anything beside it.
@@ -40,7 +40,7 @@ import Testing
         let package = ItemPath("/p.pkg")!
         let a = mode(.writing(.forDeleting), ItemPath("/p.pkg/a")!, packages: [package])
         let b = mode(.reading([]), ItemPath("/p.pkg/sub/b")!, packages: [package])
-        #expect(a.path == package && !a.kind.destructive)           // P22: a write to the package
-        #expect(a.conflicts(with: b))                           // C17
+        #expect(a.path == package && !a.kind.destructive)  // P22: a write to the package
+        #expect(a.conflicts(with: b))  // C17
     }
 }

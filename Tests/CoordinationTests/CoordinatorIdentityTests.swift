@@ -26,11 +26,15 @@ import Testing
     @Test("C4 a process's requests through a mount are one with its coordinators; two coordinators of it are two")
     func aProcessIsOneWithEachOfItsCoordinators() throws {
         let engine = CoordinationEngine()
-        let hold = try #require(granted(engine.acquire(request(.client(process: 7, number: 1), .write(a)), resume: { _ in })))
-        #expect(granted(engine.acquire(request(.process(7), .write(a), waits: false), resume: { _ in })) != nil,
-                "the process's own open inside its accessor")
-        #expect(refusal(engine.acquire(request(.client(process: 7, number: 2), .write(a), waits: false), resume: { _ in })) == .wouldBlock,
-                "another coordinator of the same process")
+        let hold = try #require(
+            granted(engine.acquire(request(.client(process: 7, number: 1), .write(a)), resume: { _ in })))
+        #expect(
+            granted(engine.acquire(request(.process(7), .write(a), waits: false), resume: { _ in })) != nil,
+            "the process's own open inside its accessor")
+        #expect(
+            refusal(engine.acquire(request(.client(process: 7, number: 2), .write(a), waits: false), resume: { _ in }))
+                == .wouldBlock,
+            "another coordinator of the same process")
         #expect(refusal(engine.acquire(request(.process(8), .read(a), waits: false), resume: { _ in })) == .wouldBlock)
         engine.release(hold.id)
     }
@@ -40,10 +44,13 @@ import Testing
         let engine = CoordinationEngine()
         let presenterOwner = CoordinatorIdentity.client(process: 20, number: 1)
         _ = engine.addPresenter(PresenterRecord(owner: presenterOwner, path: a))
-        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
+        let asking = try #require(
+            granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
         #expect(!asking.requests.isEmpty)
         // Another coordinator of B waits like anyone's.
-        #expect(refusal(engine.acquire(request(.client(process: 20, number: 2), .write(a), waits: false), resume: { _ in })) == .wouldBlock)
+        #expect(
+            refusal(engine.acquire(request(.client(process: 20, number: 2), .write(a), waits: false), resume: { _ in }))
+                == .wouldBlock)
         // The presenter's own coordinator, and B's requests through the mount, pass.
         let own = try #require(granted(engine.acquire(request(presenterOwner, .write(a)), resume: { _ in })))
         #expect(granted(engine.acquire(request(.process(20), .read(b)), resume: { _ in })) != nil)
@@ -61,10 +68,14 @@ import Testing
     /// Process 10's write of `a` granted while the presenter of process 20 is asked, and process
     /// 20's read of `a` (that presenter's own work) granted meanwhile: the answers in, the write
     /// settles behind the work (`goesAhead` called once it goes ahead).
-    func settlingBehindPresentersWork(in engine: CoordinationEngine, goesAhead: @escaping @Sendable () -> Void) throws
-        -> (asking: Grant, work: Grant) {
+    func settlingBehindPresentersWork(
+        in engine: CoordinationEngine, goesAhead: @escaping @Sendable () -> Void
+    ) throws
+        -> (asking: Grant, work: Grant)
+    {
         _ = engine.addPresenter(PresenterRecord(owner: .client(process: 20, number: 1), path: a))
-        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
+        let asking = try #require(
+            granted(engine.acquire(request(.client(process: 10, number: 1), .write(a)), resume: { _ in })))
         // Process 20's work: its program reads the item while its presenter is asked.
         let work = try #require(granted(engine.acquire(request(.process(20), .read(a)), resume: { _ in })))
         engine.finishMessaging(asking.id, then: goesAhead)
@@ -81,15 +92,17 @@ import Testing
         let (asking, work) = try settlingBehindPresentersWork(in: engine) { proceeded.store(true, ordering: .relaxed) }
         let early = proceeded.load(ordering: .relaxed)
         #expect(engine.isSettling(asking.id) && !early, "it waits for the presenter's work")
-        #expect(engine.breakSettling(asking.id, revoking: [.process(30)]).isEmpty, "nobody's of those named is in its way")
+        #expect(
+            engine.breakSettling(asking.id, revoking: [.process(30)]).isEmpty, "nobody's of those named is in its way")
         #expect(engine.isSettling(asking.id), "not let past a holder its caller did not name")
         #expect(engine.breakSettling(asking.id, revoking: [.process(20)]) == [work.id])
         let after = proceeded.load(ordering: .relaxed)
         #expect(after && !engine.isSettling(asking.id), "let past the work, it goes ahead")
         engine.release(asking.id)
         // Revoked: nobody waits for that work again.
-        let later = try #require(granted(engine.acquire(request(.process(40), .write(a)), resume: { _ in })),
-                                 "the revoked work holds nothing")
+        let later = try #require(
+            granted(engine.acquire(request(.process(40), .write(a)), resume: { _ in })),
+            "the revoked work holds nothing")
         engine.release(later.id)
         engine.release(work.id)
         #expect(engine.snapshot().isIdle)
@@ -115,10 +128,15 @@ import Testing
         let presenterOwner = CoordinatorIdentity.client(process: 20, number: 1)
         _ = engine.addPresenter(PresenterRecord(owner: presenterOwner, path: a))
         // A holds b, and asks B's presenter of a.
-        let holdB = try #require(granted(engine.acquire(request(.client(process: 10, number: 1), .write(b)), resume: { _ in })))
-        let asking = try #require(granted(engine.acquire(request(.client(process: 10, number: 2), .write(a)), resume: { _ in })))
+        let holdB = try #require(
+            granted(engine.acquire(request(.client(process: 10, number: 1), .write(b)), resume: { _ in })))
+        let asking = try #require(
+            granted(engine.acquire(request(.client(process: 10, number: 2), .write(a)), resume: { _ in })))
         // B's ordinary coordinator waits for A's b: no cycle (it used to be refused EDEADLK).
-        guard case .waiting(let ticket) = engine.acquire(request(.client(process: 20, number: 2), .write(b)), resume: { _ in }) else {
+        guard
+            case .waiting(let ticket) = engine.acquire(
+                request(.client(process: 20, number: 2), .write(b)), resume: { _ in })
+        else {
             Issue.record("B's coordinator should wait for A's hold, not be refused"); return
         }
         #expect(engine.blockers(of: ticket) == [.client(process: 10, number: 1)])
@@ -136,7 +154,9 @@ import Testing
         // Two: 1 holds a, 2 holds b; 2 waits for a; 1 asking for b closes the cycle.
         let holdA = try #require(granted(engine.acquire(request(one, .write(a)), resume: { _ in })))
         let holdB = try #require(granted(engine.acquire(request(two, .write(b)), resume: { _ in })))
-        guard case .waiting(let twoWaits) = engine.acquire(request(two, .write(a)), resume: { _ in }) else { Issue.record(); return }
+        guard case .waiting(let twoWaits) = engine.acquire(request(two, .write(a)), resume: { _ in }) else {
+            Issue.record(); return
+        }
         guard case .deadlock(let cycle)? = refusal(engine.acquire(request(one, .write(b)), resume: { _ in })) else {
             Issue.record("a two-coordinator cycle was not refused"); return
         }
@@ -144,8 +164,12 @@ import Testing
         engine.abandon(twoWaits, because: .cancelled)
         // Three: 3 holds c; 2 waits for c, 3 waits for a (held by 1), 1 asking for b closes it.
         let holdC = try #require(granted(engine.acquire(request(three, .write(c)), resume: { _ in })))
-        guard case .waiting(let twoWaitsForC) = engine.acquire(request(two, .write(c)), resume: { _ in }) else { Issue.record(); return }
-        guard case .waiting(let threeWaitsForA) = engine.acquire(request(three, .write(a)), resume: { _ in }) else { Issue.record(); return }
+        guard case .waiting(let twoWaitsForC) = engine.acquire(request(two, .write(c)), resume: { _ in }) else {
+            Issue.record(); return
+        }
+        guard case .waiting(let threeWaitsForA) = engine.acquire(request(three, .write(a)), resume: { _ in }) else {
+            Issue.record(); return
+        }
         guard case .deadlock(let longer)? = refusal(engine.acquire(request(one, .write(b)), resume: { _ in })) else {
             Issue.record("a three-coordinator cycle was not refused"); return
         }
@@ -167,7 +191,8 @@ import Testing
         let fromTheMount = try #require(granted(engine.acquire(request(.process(30), .write(a)), resume: { _ in })))
         #expect(fromTheMount.requests.isEmpty)
         engine.release(fromTheMount.id)
-        let anotherCoordinator = try #require(granted(engine.acquire(request(.client(process: 30, number: 2), .write(a)), resume: { _ in })))
+        let anotherCoordinator = try #require(
+            granted(engine.acquire(request(.client(process: 30, number: 2), .write(a)), resume: { _ in })))
         #expect(anotherCoordinator.requests.isEmpty, "the process tells its presenters itself")
         engine.release(anotherCoordinator.id)
         let otherProcess = try #require(granted(engine.acquire(request(.process(31), .write(a)), resume: { _ in })))

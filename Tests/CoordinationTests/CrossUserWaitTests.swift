@@ -35,12 +35,19 @@ import Testing
 
     /// `first` (of `firstUser`) holds a and `second` (of `secondUser`) holds b; `second` waits
     /// for a; then `first` asks for b. What that last request got, with the engine emptied after.
-    func crossedWaits(_ first: CoordinatorIdentity, _ firstUser: UInt32?, passes firstPasses: Bool,
-                      _ second: CoordinatorIdentity, _ secondUser: UInt32?, passes secondPasses: Bool) throws -> CoordinationEngine.Acquisition {
+    func crossedWaits(
+        _ first: CoordinatorIdentity, _ firstUser: UInt32?, passes firstPasses: Bool,
+        _ second: CoordinatorIdentity, _ secondUser: UInt32?, passes secondPasses: Bool
+    ) throws -> CoordinationEngine.Acquisition {
         let engine = CoordinationEngine()
-        let holdsA = try #require(granted(engine.acquire(request(first, .write(a), user: firstUser, passes: firstPasses), resume: { _ in })))
-        let holdsB = try #require(granted(engine.acquire(request(second, .write(b), user: secondUser, passes: secondPasses), resume: { _ in })))
-        let secondWaits = try #require(waiting(engine.acquire(request(second, .write(a), user: secondUser, passes: secondPasses), resume: { _ in })))
+        let holdsA = try #require(
+            granted(engine.acquire(request(first, .write(a), user: firstUser, passes: firstPasses), resume: { _ in })))
+        let holdsB = try #require(
+            granted(
+                engine.acquire(request(second, .write(b), user: secondUser, passes: secondPasses), resume: { _ in })))
+        let secondWaits = try #require(
+            waiting(
+                engine.acquire(request(second, .write(a), user: secondUser, passes: secondPasses), resume: { _ in })))
         let last = engine.acquire(request(first, .write(b), user: firstUser, passes: firstPasses), resume: { _ in })
         if let ticket = waiting(last) { engine.abandon(ticket, because: .cancelled) }
         engine.abandon(secondWaits, because: .cancelled)
@@ -52,7 +59,8 @@ import Testing
 
     @Test("X1 another user's hold that the waiter goes past at the break time closes no cycle")
     func anotherUserCannotTurnABoundedWaitIntoADeadlock() throws {
-        let roots = CoordinatorIdentity.client(process: 100, number: 1), theirs = CoordinatorIdentity.client(process: 200, number: 1)
+        let roots = CoordinatorIdentity.client(process: 100, number: 1),
+            theirs = CoordinatorIdentity.client(process: 200, number: 1)
         // Root holds a; nobody holds b and waits for a; root asking for b waits (it was refused
         // EDEADLK at once): both waits end at the break time.
         #expect(waiting(try crossedWaits(roots, root, passes: true, theirs, nobody, passes: true)) != nil)
@@ -61,12 +69,14 @@ import Testing
         #expect(waiting(try crossedWaits(roots, root, passes: false, theirs, nobody, passes: true)) != nil)
         // A program's request through a mount is one with its process's holds, and is that
         // process's user's.
-        #expect(waiting(try crossedWaits(.process(100), root, passes: true, .process(200), nobody, passes: true)) != nil)
+        #expect(
+            waiting(try crossedWaits(.process(100), root, passes: true, .process(200), nobody, passes: true)) != nil)
     }
 
     @Test("X1 a cycle within one user, or through waits that do not end by themselves, is still refused")
     func realCyclesAreStillRefused() throws {
-        let one = CoordinatorIdentity.client(process: 100, number: 1), two = CoordinatorIdentity.client(process: 200, number: 1)
+        let one = CoordinatorIdentity.client(process: 100, number: 1),
+            two = CoordinatorIdentity.client(process: 200, number: 1)
         // One user's two coordinators: Apple's semantics, a deadlock.
         #expect(isDeadlock(try crossedWaits(one, 1000, passes: true, two, 1000, passes: true)))
         // Two users whose waits nobody ends (a server with no break time).
@@ -79,21 +89,26 @@ import Testing
     @Test("X1 in a longer cycle only an edge to another user's coordinator ends by itself")
     func onlyCrossUserEdgesAreLeftOut() throws {
         let engine = CoordinationEngine()
-        let first = CoordinatorIdentity.client(process: 100, number: 1)     // root's
-        let second = CoordinatorIdentity.client(process: 200, number: 1)    // nobody's
-        let third = CoordinatorIdentity.client(process: 300, number: 1)     // root's too
+        let first = CoordinatorIdentity.client(process: 100, number: 1)  // root's
+        let second = CoordinatorIdentity.client(process: 200, number: 1)  // nobody's
+        let third = CoordinatorIdentity.client(process: 300, number: 1)  // root's too
         let holdsA = try #require(granted(engine.acquire(request(first, .write(a), user: root), resume: { _ in })))
-        let holdsB = try #require(granted(engine.acquire(request(second, .write(b), user: nobody, passes: false), resume: { _ in })))
+        let holdsB = try #require(
+            granted(engine.acquire(request(second, .write(b), user: nobody, passes: false), resume: { _ in })))
         let holdsC = try #require(granted(engine.acquire(request(third, .write(c), user: root), resume: { _ in })))
         // Nobody waits for c (root's, a wait that does not end by itself); root's third waits
         // for a (its own user's: no lease).
-        let secondWaits = try #require(waiting(engine.acquire(request(second, .write(c), user: nobody, passes: false), resume: { _ in })))
+        let secondWaits = try #require(
+            waiting(engine.acquire(request(second, .write(c), user: nobody, passes: false), resume: { _ in })))
         let thirdWaits = try #require(waiting(engine.acquire(request(third, .write(a), user: root), resume: { _ in })))
         // Root's first asking for b: its wait for nobody ends at the break time, so no cycle.
         let firstWaits = try #require(waiting(engine.acquire(request(first, .write(b), user: root), resume: { _ in })))
         engine.abandon(firstWaits, because: .cancelled)
         // The same request with no break time of its own closes the cycle 1 → 2 → 3 → 1.
-        guard case .refused(.deadlock(let cycle)) = engine.acquire(request(first, .write(b), user: root, passes: false), resume: { _ in }) else {
+        guard
+            case .refused(.deadlock(let cycle)) = engine.acquire(
+                request(first, .write(b), user: root, passes: false), resume: { _ in })
+        else {
             Issue.record("the cycle through waits that do not end by themselves was let wait"); return
         }
         #expect(cycle.first == first && cycle.last == first && Set(cycle) == [first, second, third])

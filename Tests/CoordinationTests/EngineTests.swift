@@ -29,8 +29,12 @@ import Testing
     @Test func grantsFIFOAndWakesOnRelease() throws {
         let engine = CoordinationEngine(), resumed = Resumed()
         let r1 = try #require(granted(engine.acquire(request(.process(1), .read(a)), resume: resumed.resume("r1"))))
-        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("w")) else { Issue.record(); return }
-        guard case .waiting = engine.acquire(request(.process(3), .read(a)), resume: resumed.resume("r2")) else { Issue.record(); return }
+        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("w")) else {
+            Issue.record(); return
+        }
+        guard case .waiting = engine.acquire(request(.process(3), .read(a)), resume: resumed.resume("r2")) else {
+            Issue.record(); return
+        }
         engine.release(r1.id)
         let w = try #require(resumed.grant("w"))
         #expect(resumed.grant("r2") == nil)
@@ -41,7 +45,9 @@ import Testing
     @Test func nonBlockingRefusesAtOnce() {
         let engine = CoordinationEngine()
         _ = engine.acquire(request(.process(1), .write(a)), resume: { _ in })
-        guard case .refused(.wouldBlock) = engine.acquire(request(.process(2), .read(a), waits: false), resume: { _ in }) else {
+        guard
+            case .refused(.wouldBlock) = engine.acquire(request(.process(2), .read(a), waits: false), resume: { _ in })
+        else {
             Issue.record("expected wouldBlock"); return
         }
         #expect(engine.snapshot().waiters.isEmpty)
@@ -54,7 +60,9 @@ import Testing
         #expect(engine.acquireAtOnce(request(.process(2), .read(a))) == nil)
         #expect(engine.snapshot().waiters.isEmpty, "a refusal takes nothing and queues nothing")
         // Behind a queued waiter it is refused too, or it would overtake it (X3).
-        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("w")) else { Issue.record(); return }
+        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("w")) else {
+            Issue.record(); return
+        }
         engine.release(first)
         let waiter = try #require(resumed.grant("w"))
         #expect(engine.acquireAtOnce(request(.process(3), .read(a))) == nil)
@@ -63,7 +71,9 @@ import Testing
         // A presenter to ask first: the caller has to go through `acquire`, which asks it.
         _ = engine.addPresenter(PresenterRecord(owner: .process(9), path: a))
         #expect(engine.acquireAtOnce(request(.process(4), .write(a))) == nil)
-        guard case .granted(let asking) = engine.acquire(request(.process(4), .write(a)), resume: { _ in }) else { Issue.record(); return }
+        guard case .granted(let asking) = engine.acquire(request(.process(4), .write(a)), resume: { _ in }) else {
+            Issue.record(); return
+        }
         #expect(!asking.requests.isEmpty)
     }
 
@@ -76,7 +86,8 @@ import Testing
         }
         #expect(!grant.requests.isEmpty && grant.requests.allSatisfy { $0.accessor == .purpose("editor") })
         engine.finishMessaging(grant.id) {}
-        let told = engine.release(grant.id, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
+        let told = engine.release(
+            grant.id, outcomes: [IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
         #expect(!told.isEmpty && told.allSatisfy { $0.accessor == .purpose("editor") })
         #expect(engine.brokenCoordinationNotices(at: a, by: .process(4)).map(\.accessor) == [.process(4)])
         #expect(engine.brokenCoordinationNotices(at: a).map(\.accessor) == [nil])
@@ -128,7 +139,8 @@ import Testing
         #expect(planned.isEmpty)
         // The same presenter answering subitem deletions is asked, so the grant waits for it.
         engine.removePresenter(quiet)
-        _ = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: [.accommodateSubitemDeletion]))
+        _ = engine.addPresenter(
+            PresenterRecord(owner: .process(2), path: directory, answers: [.accommodateSubitemDeletion]))
         #expect(engine.acquireAtOnce(deleting) == nil)
         let asked = engine.state.withLock { $0.requestPlan(for: deleting) }
         #expect(asked.map(\.messages) == [[.accommodateSubitemDeletion(item)]])
@@ -154,8 +166,10 @@ import Testing
                 Issue.record("a read waits for the deletion"); return
             }
             var delivered: [PresenterDelivery<PresenterNotification>] = []
-            let returned = one ? engine.release(grant, outcome: deleted) { delivered = $0 }
-                               : engine.release(grant, outcomes: [deleted]) { delivered = $0 }
+            let returned =
+                one
+                ? engine.release(grant, outcome: deleted) { delivered = $0 }
+                : engine.release(grant, outcomes: [deleted]) { delivered = $0 }
             #expect(returned.map(\.messages) == delivered.map(\.messages))
             #expect(resumed.grant("r") != nil, "the waiting read is granted")
             told.append(returned)
@@ -175,7 +189,9 @@ import Testing
             _ = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: []))
             _ = engine.addPresenter(PresenterRecord(owner: .process(3), path: item, answers: []))
             let grant = try #require(engine.acquireAtOnce(request(.process(1), .write(item, options))))
-            let delivered = engine.release(grant, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true)) { _ in }
+            let delivered = engine.release(
+                grant, outcome: IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
+            ) { _ in }
             told.append(Dictionary(uniqueKeysWithValues: delivered.map { ($0.presentedPath, $0.messages) }))
         }
         #expect(told[0] == [directory: [.subitemDidChangeAttributes(item)], item: [.didChangeAttributes]])
@@ -188,12 +204,15 @@ import Testing
     @Test func aChangeOfAttributesAndContentsAtOnceIsToldOnce() throws {
         let directory = ItemPath("/d")!, item = ItemPath("/d/x")!
         let changed = IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
-        for intents in [[Intent.write(item, .contentIndependentMetadataOnly), .write(item)],
-                        [.write(item), .write(item, .contentIndependentMetadataOnly)]] {
+        for intents in [
+            [Intent.write(item, .contentIndependentMetadataOnly), .write(item)],
+            [.write(item), .write(item, .contentIndependentMetadataOnly)]
+        ] {
             let engine = CoordinationEngine()
             _ = engine.addPresenter(PresenterRecord(owner: .process(2), path: directory, answers: []))
             _ = engine.addPresenter(PresenterRecord(owner: .process(3), path: item, answers: []))
-            let grant = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(1), intents: intents, waits: true)))
+            let grant = try #require(
+                engine.acquireAtOnce(AccessRequest(identity: .process(1), intents: intents, waits: true)))
             let delivered = engine.release(grant, outcomes: [changed, changed]) { _ in }
             let told = Dictionary(uniqueKeysWithValues: delivered.map { ($0.presentedPath, $0.messages) })
             #expect(told == [directory: [.subitemDidChange(item)], item: [.didChange]], "\(intents)")
@@ -204,7 +223,9 @@ import Testing
         // P holds a; Q waits for a; P asks for a again: granted, not deadlocked by fairness.
         let engine = CoordinationEngine(), resumed = Resumed()
         _ = try #require(granted(engine.acquire(request(.process(1), .read(a)), resume: { _ in })))
-        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("q")) else { Issue.record(); return }
+        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: resumed.resume("q")) else {
+            Issue.record(); return
+        }
         #expect(granted(engine.acquire(request(.process(1), .read(a)), resume: { _ in })) != nil)
     }
 
@@ -212,8 +233,11 @@ import Testing
         let engine = CoordinationEngine(), resumed = Resumed()
         _ = try #require(granted(engine.acquire(request(.process(1), .write(a)), resume: { _ in })))
         _ = try #require(granted(engine.acquire(request(.process(2), .write(b)), resume: { _ in })))
-        guard case .waiting = engine.acquire(request(.process(1), .write(b)), resume: resumed.resume("p1")) else { Issue.record(); return }
-        guard case .refused(.deadlock(let cycle)) = engine.acquire(request(.process(2), .write(a)), resume: { _ in }) else {
+        guard case .waiting = engine.acquire(request(.process(1), .write(b)), resume: resumed.resume("p1")) else {
+            Issue.record(); return
+        }
+        guard case .refused(.deadlock(let cycle)) = engine.acquire(request(.process(2), .write(a)), resume: { _ in })
+        else {
             Issue.record("expected deadlock"); return
         }
         #expect(cycle == [.process(2), .process(1), .process(2)])
@@ -223,7 +247,8 @@ import Testing
     @Test func abandonEndsOnlyWaiting() throws {
         let engine = CoordinationEngine(), resumed = Resumed()
         let held = try #require(granted(engine.acquire(request(.process(1), .write(a)), resume: { _ in })))
-        guard case .waiting(let ticket) = engine.acquire(request(.process(2), .read(a)), resume: resumed.resume("r")) else { Issue.record(); return }
+        guard case .waiting(let ticket) = engine.acquire(request(.process(2), .read(a)), resume: resumed.resume("r"))
+        else { Issue.record(); return }
         #expect(engine.abandon(ticket, because: .timedOut))
         #expect(resumed.error("r") == .timedOut)
         #expect(!engine.abandon(ticket, because: .timedOut))
@@ -240,14 +265,17 @@ import Testing
         let save = try #require(granted(engine.acquire(request(owner, .write(a)), resume: { _ in })), "C21")
         engine.release(save.id)
         engine.finishMessaging(read.id) {}
-        guard case .refused(.wouldBlock) = engine.acquire(request(owner, .write(a), waits: false), resume: { _ in }) else {
+        guard case .refused(.wouldBlock) = engine.acquire(request(owner, .write(a), waits: false), resume: { _ in })
+        else {
             Issue.record("after messaging the owner waits like anyone"); return
         }
     }
 
     @Test func presenterLookupScalesWithDepthNotCount() {
         let engine = CoordinationEngine()
-        for index in 0..<10_000 { _ = engine.addPresenter(PresenterRecord(owner: .object(1), path: ItemPath("/other/\(index)")!)) }
+        for index in 0..<10_000 {
+            _ = engine.addPresenter(PresenterRecord(owner: .object(1), path: ItemPath("/other/\(index)")!))
+        }
         let target = ItemPath("/docs/x/y")!
         let id = engine.addPresenter(PresenterRecord(owner: .object(2), path: ItemPath("/docs")!))
         let tree = engine.state.withLock { $0.presenterTree.presentersAbove(target) }
@@ -262,9 +290,11 @@ import Testing
         let inner = try engine.vendService(named: "s", at: ItemPath("/m/sub")!, owner: .process(2))
         #expect(engine.services(for: ItemPath("/m/sub/f")!)["s"]?.0 == inner)
         #expect(engine.services(for: ItemPath("/m/f")!)["s"]?.0 == outer)
-        let write = try #require(granted(engine.acquire(request(.process(3), .write(ItemPath("/m")!, .forMoving)), resume: { _ in })))
-        _ = try engine.reportMove(in: write.id, from: AccessTarget(path: ItemPath("/m")!, isDirectory: true),
-                                  to: AccessTarget(path: ItemPath("/n")!, isDirectory: true))
+        let write = try #require(
+            granted(engine.acquire(request(.process(3), .write(ItemPath("/m")!, .forMoving)), resume: { _ in })))
+        _ = try engine.reportMove(
+            in: write.id, from: AccessTarget(path: ItemPath("/m")!, isDirectory: true),
+            to: AccessTarget(path: ItemPath("/n")!, isDirectory: true))
         #expect(engine.services(for: ItemPath("/n/sub/f")!)["s"]?.0 == inner)
         engine.endSession(of: .process(2))
         #expect(engine.services(for: ItemPath("/n/sub/f")!)["s"]?.0 == outer)
@@ -281,7 +311,10 @@ import Testing
         let local = engine.addPresenter(PresenterRecord(owner: .object(1), path: item))
         let remote = engine.addPresenter(PresenterRecord(owner: .process(777), path: item))
         for intent in [Intent.read(item), .write(item, .forDeleting), .write(item, .forMerging)] {
-            guard case .granted(let grant) = engine.acquire(AccessRequest(identity: .process(1), intents: [intent]), resume: { _ in }) else {
+            guard
+                case .granted(let grant) = engine.acquire(
+                    AccessRequest(identity: .process(1), intents: [intent]), resume: { _ in })
+            else {
                 Issue.record("not granted"); return
             }
             let byPresenter = Dictionary(uniqueKeysWithValues: grant.requests.map { ($0.presenter, $0.messages) })

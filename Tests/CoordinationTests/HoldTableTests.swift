@@ -4,8 +4,9 @@ import Testing
 
 @Suite struct HoldTableTests {
     func hold(_ number: UInt32, on path: ItemPath) -> State.Hold {
-        State.Hold(grant: GrantID(index: number, generation: 0), identity: .process(Int32(number % 7)),
-                   kind: LockKind(Intent.write(path)))
+        State.Hold(
+            grant: GrantID(index: number, generation: 0), identity: .process(Int32(number % 7)),
+            kind: LockKind(Intent.write(path)))
     }
 
     /// Random appends and removals, checked after every step against a dictionary: lookups,

@@ -26,7 +26,7 @@ import Testing
     @Test func aWriteCarriesOneOptionBesidesTheMarks() {
         #expect(deleting.isValid && moving.isValid && replacing.isValid && rotating.isValid)
         #expect(WritingOptions([.sharingWriters, .passesOpenReads, .passesAppends]).isValid)
-        #expect(!WritingOptions([.forDeleting, .forMoving, .passesOpenReads]).isValid)   // O10
+        #expect(!WritingOptions([.forDeleting, .forMoving, .passesOpenReads]).isValid)  // O10
         // The control socket knows the marks by no name.
         #expect(WritingOptions([.forDeleting, .passesOpenReads, .passesAppends]).names == ["forDeleting"])
         #expect(ReadingOptions.throughOpenFile.names.isEmpty)
@@ -39,7 +39,7 @@ import Testing
         let truncating = mode(.writing([]), a)
         for change in [mode(.writing(deleting), a), mode(.writing(moving), a), mode(.writing(replacing), a)] {
             #expect(!change.conflicts(with: openRead) && !openRead.conflicts(with: change))
-            #expect(change.conflicts(with: read) && read.conflicts(with: change))       // C2, O5, O6
+            #expect(change.conflicts(with: read) && read.conflicts(with: change))  // C2, O5, O6
             #expect(change.conflicts(with: inPlace) && change.conflicts(with: truncating))
         }
         #expect(!mode(.writing(moving), a).conflicts(with: appender), "an appender appends on under the new name")
@@ -48,14 +48,18 @@ import Testing
         // A coordinator's deletion carries no mark: it waits for an open file's read too.
         #expect(mode(.writing(.forDeleting), a).conflicts(with: openRead))
         // A log's rotation passes its readers and appenders; an O_TRUNC writer still waits for them.
-        #expect(!mode(.writing(rotating), a).conflicts(with: openRead) && !mode(.writing(rotating), a).conflicts(with: appender))
+        #expect(
+            !mode(.writing(rotating), a).conflicts(with: openRead)
+                && !mode(.writing(rotating), a).conflicts(with: appender))
         #expect(!mode(.writing([.sharingWriters, .passesOpenReads]), a).conflicts(with: openRead))
         #expect(mode(.writing([.sharingWriters, .passesOpenReads]), a).conflicts(with: read))
         #expect(truncating.conflicts(with: openRead) && truncating.conflicts(with: appender))
-        #expect(mode(.writing(rotating), a).conflicts(with: inPlace) && mode(.writing(rotating), a).conflicts(with: truncating))
+        #expect(
+            mode(.writing(rotating), a).conflicts(with: inPlace)
+                && mode(.writing(rotating), a).conflicts(with: truncating))
         // A directory removed or moved passes the open files' reads left inside it (C19 otherwise).
         #expect(!mode(.writing(deleting), d, directory: true).conflicts(with: openRead))
-        #expect(mode(.writing(.forDeleting), d, directory: true).conflicts(with: openRead))   // C19
+        #expect(mode(.writing(.forDeleting), d, directory: true).conflicts(with: openRead))  // C19
         #expect(mode(.writing(deleting), d, directory: true).conflicts(with: inPlace))
         #expect(!mode(.writing(moving), d, directory: true).conflicts(with: appender))
     }
@@ -84,7 +88,9 @@ import Testing
         let removal = Intent(.writing(deleting), AccessTarget(path: d, isDirectory: true))
         let rmdir = try #require(engine.acquireAtOnce(request(.process(2), removal)), "only open files' reads inside")
         engine.release(rmdir)
-        #expect(engine.acquireAtOnce(request(.process(2), .write(b, .forDeleting))) == nil, "an unmarked deletion waits (C2)")
+        #expect(
+            engine.acquireAtOnce(request(.process(2), .write(b, .forDeleting))) == nil,
+            "an unmarked deletion waits (C2)")
         engine.release(tabled)
         engine.release(listed)
         engine.removePresenter(presenter)
@@ -97,7 +103,8 @@ import Testing
         let engine = CoordinationEngine()
         let reader = try #require(engine.acquireAtOnce(.read(a, .throughOpenFile), for: .process(1), gated: true))
         let appender = try #require(engine.acquireAtOnce(.write(a, .appendingOnly), for: .process(5), gated: true))
-        let replacedReader = try #require(engine.acquireAtOnce(.read(b, .throughOpenFile), for: .process(4), gated: true))
+        let replacedReader = try #require(
+            engine.acquireAtOnce(.read(b, .throughOpenFile), for: .process(4), gated: true))
         #expect(engine.quietPassage(.onlyGatedGrants).isOpen)
         let rename = try #require(engine.acquireAtOnce(request(.process(2), .write(a, moving), .write(b, replacing))))
         _ = try engine.reportMove(in: rename, from: AccessTarget(path: a), to: AccessTarget(path: b))
@@ -143,7 +150,8 @@ import Testing
         #expect(engine.acquireAtOnce(.write(a), for: .process(3)) == nil, "a failed unlink leaves the reader holding")
         let unlink = try #require(engine.acquireAtOnce(.write(a, deleting), for: .process(2)))
         engine.release(unlink, outcome: removed)
-        let made = try #require(engine.acquireAtOnce(.write(a), for: .process(3)), "the reader's hold went with the name")
+        let made = try #require(
+            engine.acquireAtOnce(.write(a), for: .process(3)), "the reader's hold went with the name")
         engine.release(made)
         engine.release(reader)
         #expect(engine.snapshot().isIdle)
@@ -158,10 +166,16 @@ import Testing
         let held = try #require(engine.acquireAtOnce(request(holder, .read(a), .read(b))))
         let listed = try #require(engine.acquireAtOnce(.read(a, .throughOpenFile), for: .process(8)))
         let granted = Mutex<Grant?>(nil)
-        guard case .waiting(let ticket) = engine.acquire(request(.process(2), .write(a, deleting)), resume: { result in
-            granted.withLock { $0 = try? result.get() }
-        }) else { Issue.record("the deletion should wait for the coordinated read"); return }
-        #expect(engine.breakThrough(ticket, revoking: [holder, .process(8)]) == [held], "the open file's read was not in its way")
+        guard
+            case .waiting(let ticket) = engine.acquire(
+                request(.process(2), .write(a, deleting)),
+                resume: { result in
+                    granted.withLock { $0 = try? result.get() }
+                })
+        else { Issue.record("the deletion should wait for the coordinated read"); return }
+        #expect(
+            engine.breakThrough(ticket, revoking: [holder, .process(8)]) == [held],
+            "the open file's read was not in its way")
         let grant = try #require(granted.withLock { $0 }, "granted, holding its item")
         #expect(engine.acquireAtOnce(request(.process(3), .read(a))) == nil, "the deletion holds")
         engine.release(grant.id)
@@ -175,13 +189,18 @@ import Testing
 
     @Test func aBrokenWaitStillInTheWayGoesAheadHoldingNothing() throws {
         let engine = CoordinationEngine()
-        let passed = CoordinatorIdentity.client(process: 7, number: 1), kept = CoordinatorIdentity.client(process: 7, number: 2)
+        let passed = CoordinatorIdentity.client(process: 7, number: 1),
+            kept = CoordinatorIdentity.client(process: 7, number: 2)
         let first = try #require(engine.acquireAtOnce(request(passed, .read(a))))
         let second = try #require(engine.acquireAtOnce(request(kept, .read(a))))
         let ended = Mutex<CoordinationError?>(nil)
-        guard case .waiting(let ticket) = engine.acquire(request(.process(2), .write(a)), resume: { result in
-            if case .failure(let error) = result { ended.withLock { $0 = error } }
-        }) else { Issue.record("the write should wait"); return }
+        guard
+            case .waiting(let ticket) = engine.acquire(
+                request(.process(2), .write(a)),
+                resume: { result in
+                    if case .failure(let error) = result { ended.withLock { $0 = error } }
+                })
+        else { Issue.record("the write should wait"); return }
         #expect(engine.breakThrough(ticket, revoking: [passed]) == [first])
         #expect(ended.withLock { $0 } == .brokenThrough)
         #expect(engine.acquireAtOnce(request(.process(3), .write(a))) == nil, "the hold not passed still holds")
@@ -197,8 +216,11 @@ import Testing
         // One coordinator holds the file and, in a second grant, its directory (C4: they coexist).
         let holder = CoordinatorIdentity.client(process: 7, number: 1)
         let held = try #require(engine.acquireAtOnce(request(holder, .write(a))))
-        let directory = try #require(engine.acquireAtOnce(request(holder, Intent(.writing(.forDeleting), AccessTarget(path: d, isDirectory: true)))))
-        guard case .waiting(let ticket) = engine.acquire(request(.process(2), .write(a, deleting)), resume: { _ in }) else {
+        let directory = try #require(
+            engine.acquireAtOnce(
+                request(holder, Intent(.writing(.forDeleting), AccessTarget(path: d, isDirectory: true)))))
+        guard case .waiting(let ticket) = engine.acquire(request(.process(2), .write(a, deleting)), resume: { _ in })
+        else {
             Issue.record("the unlink should wait"); return
         }
         #expect(engine.grants(of: [holder], onTheItemsOf: ticket) == [held], "not the directory's, above it")

@@ -38,7 +38,9 @@ import Testing
                 #expect(found.map(\.0) == above.keys.sorted().reversed(), "ancestors of \(probe), step \(step)")
                 #expect(found.allSatisfy { above[$0.0] == $0.1 })
                 let inside = model.filter { probe.isAncestor(of: $0.0) }
-                #expect(Set(tree.presentersInside(probe).map { "\($0.0) \($0.1)" }) == Set(inside.map { "\($0.0) \($0.1)" }))
+                #expect(
+                    Set(tree.presentersInside(probe).map { "\($0.0) \($0.1)" }) == Set(inside.map { "\($0.0) \($0.1)" })
+                )
             }
             #expect(tree.isEmpty == model.isEmpty)
         }

@@ -30,18 +30,23 @@ import Testing
         #expect(!passes(engine))
         engine.release(listed)
         #expect(passes(engine))
-        let tabled = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(1), intents: [.read(a), .read(b)])))
+        let tabled = try #require(
+            engine.acquireAtOnce(AccessRequest(identity: .process(1), intents: [.read(a), .read(b)])))
         #expect(!passes(engine))
         engine.release(tabled)
         #expect(passes(engine))
 
         // A waiter, behind a grant: the gate stays shut until both have ended.
-        guard case .granted(let first) = engine.acquire(AccessRequest(identity: .process(1), intents: [.write(a)]),
-                                                        resume: { _ in })
+        guard
+            case .granted(let first) = engine.acquire(
+                AccessRequest(identity: .process(1), intents: [.write(a)]),
+                resume: { _ in })
         else { Issue.record("expected a grant"); return }
         let second = Mutex<GrantID?>(nil)
-        guard case .waiting = engine.acquire(AccessRequest(identity: .process(2), intents: [.write(a)]),
-                                             resume: { result in second.withLock { $0 = try? result.get().id } })
+        guard
+            case .waiting = engine.acquire(
+                AccessRequest(identity: .process(2), intents: [.write(a)]),
+                resume: { result in second.withLock { $0 = try? result.get().id } })
         else { Issue.record("expected to wait"); return }
         engine.release(first.id)
         #expect(!passes(engine), "the waiter now holds a")
@@ -129,11 +134,14 @@ import Testing
         #expect(!passesBeside(engine), "an ungated listed grant")
         engine.release(listed)
         #expect(passesBeside(engine))
-        let tabled = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(2), intents: [.read(b), .read(ItemPath("/c")!)])))
+        let tabled = try #require(
+            engine.acquireAtOnce(AccessRequest(identity: .process(2), intents: [.read(b), .read(ItemPath("/c")!)])))
         #expect(!passesBeside(engine), "a grant from the tables")
         engine.release(tabled)
         #expect(passesBeside(engine))
-        guard case .waiting(let ticket) = engine.acquire(AccessRequest(identity: .process(2), intents: [.read(a)]), resume: { _ in })
+        guard
+            case .waiting(let ticket) = engine.acquire(
+                AccessRequest(identity: .process(2), intents: [.read(a)]), resume: { _ in })
         else { Issue.record("expected to wait behind the gated write"); return }
         #expect(!passesBeside(engine), "a waiter")
         #expect(engine.abandon(ticket, because: .cancelled))
@@ -154,7 +162,8 @@ import Testing
         #expect(passesBeside(engine), "a full list of gated grants")
         var overflow: [GrantID] = []
         for index in 0..<3 {
-            overflow.append(try #require(engine.acquireAtOnce(.read(ItemPath("/g\(index)")!), for: .process(5), gated: true)))
+            overflow.append(
+                try #require(engine.acquireAtOnce(.read(ItemPath("/g\(index)")!), for: .process(5), gated: true)))
         }
         #expect(overflow.allSatisfy { !$0.isOnShortList }, "the list was full")
         #expect(passesBeside(engine), "gated grants from the tables")
@@ -188,7 +197,8 @@ import Testing
         // holds something, which only its owner's gates keep others from.
         var listedAlone: [GrantID] = []
         for index in 0..<ShortList.capacity {
-            listedAlone.append(try #require(engine.acquireAtOnce(.read(ItemPath("/l\(index)")!), for: .process(7), gated: true)))
+            listedAlone.append(
+                try #require(engine.acquireAtOnce(.read(ItemPath("/l\(index)")!), for: .process(7), gated: true)))
         }
         let tabledAlone = try #require(engine.acquireAtOnce(.read(ItemPath("/t")!), for: .process(7), gated: true))
         #expect(!tabledAlone.isOnShortList)

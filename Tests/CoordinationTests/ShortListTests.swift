@@ -12,8 +12,10 @@ import Testing
         AccessRequest(identity: who, intents: intents)
     }
 
-    func listed(_ engine: CoordinationEngine, _ who: CoordinatorIdentity, _ intent: Intent,
-                sourceLocation: SourceLocation = #_sourceLocation) throws -> GrantID {
+    func listed(
+        _ engine: CoordinationEngine, _ who: CoordinatorIdentity, _ intent: Intent,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> GrantID {
         let id = try #require(engine.acquireAtOnce(intent, for: who), sourceLocation: sourceLocation)
         #expect(id.isOnShortList, "nothing stood in the way: on the short list", sourceLocation: sourceLocation)
         return id
@@ -23,13 +25,19 @@ import Testing
         let engine = CoordinationEngine()
         let deleting = try listed(engine, .process(1), .write(a, .forDeleting))
         #expect(engine.acquireAtOnce(request(.process(2), .read(a))) == nil, "a read waits for a deletion (C2)")
-        #expect(engine.acquireAtOnce(.read(a, .immediatelyAvailableMetadataOnly), for: .process(3)) == nil,
-                "even a metadata-only read waits for a deletion (O3)")
+        #expect(
+            engine.acquireAtOnce(.read(a, .immediatelyAvailableMetadataOnly), for: .process(3)) == nil,
+            "even a metadata-only read waits for a deletion (O3)")
         let woken = Mutex<Grant?>(nil)
-        guard case .waiting = engine.acquire(request(.process(2), .write(a)), resume: { result in
-            woken.withLock { $0 = try? result.get() }
-        }) else { Issue.record("the writer should wait"); return }
-        #expect(engine.snapshot().waiters.first?.waitsFor == [.process(1)], "the wait-for graph names the listed holder")
+        guard
+            case .waiting = engine.acquire(
+                request(.process(2), .write(a)),
+                resume: { result in
+                    woken.withLock { $0 = try? result.get() }
+                })
+        else { Issue.record("the writer should wait"); return }
+        #expect(
+            engine.snapshot().waiters.first?.waitsFor == [.process(1)], "the wait-for graph names the listed holder")
         let other = try #require(engine.acquireAtOnce(.read(b), for: .process(4)), "other items are free")
         engine.release(deleting, outcome: IntentOutcome(existedBefore: true, existsAfter: false))
         let grant = try #require(woken.withLock { $0 }, "the release woke the waiting writer")
@@ -78,7 +86,9 @@ import Testing
         let inside = try listed(engine, .process(1), .write(ItemPath("/d/x")!))
         let directory = Intent(.writing(.forDeleting), AccessTarget(path: ItemPath("/d")!, isDirectory: true))
         let woken = Mutex(false)
-        guard case .waiting = engine.acquire(request(.process(2), directory), resume: { _ in woken.withLock { $0 = true } })
+        guard
+            case .waiting = engine.acquire(
+                request(.process(2), directory), resume: { _ in woken.withLock { $0 = true } })
         else { Issue.record("deleting the directory should wait for the write inside it (C19)"); return }
         engine.release(inside)
         #expect(woken.withLock { $0 })
@@ -103,8 +113,9 @@ import Testing
         }
         let behind = try #require(engine.acquireAtOnce(.write(b), for: .process(3)))
         #expect(!behind.isOnShortList)
-        #expect(engine.acquireAtOnce(.read(a), for: .process(3)) == nil,
-                "sharing with the reader would overtake the waiting writer")
+        #expect(
+            engine.acquireAtOnce(.read(a), for: .process(3)) == nil,
+            "sharing with the reader would overtake the waiting writer")
         engine.abandon(ticket, because: .timedOut)
         engine.release(behind)
         engine.release(holder)
@@ -126,8 +137,9 @@ import Testing
         }
         #expect(many.prefix(ShortList.capacity).allSatisfy { $0.isOnShortList })
         #expect(!many[ShortList.capacity].isOnShortList)
-        #expect(engine.acquireAtOnce(request(.process(99), .write(ItemPath("/item3")!))) == nil,
-                "a full list still blocks")
+        #expect(
+            engine.acquireAtOnce(request(.process(99), .write(ItemPath("/item3")!))) == nil,
+            "a full list still blocks")
         many.forEach { engine.release($0) }
         #expect(engine.snapshot().isIdle)
     }

@@ -25,15 +25,19 @@ import Testing
 
         func enter(_ thread: Int, _ intents: [Intent]) {
             let mine = intents.map {
-                Held(thread: thread, path: $0.path, write: $0.kind.isWrite,
-                     metadataWrite: $0.kind.writingOptions.contains(.contentIndependentMetadataOnly),
-                     destructiveDirectory: $0.target.isDirectory && !$0.kind.writingOptions.isDisjoint(with: [.forDeleting, .forMoving, .forReplacing]))
+                Held(
+                    thread: thread, path: $0.path, write: $0.kind.isWrite,
+                    metadataWrite: $0.kind.writingOptions.contains(.contentIndependentMetadataOnly),
+                    destructiveDirectory: $0.target.isDirectory
+                        && !$0.kind.writingOptions.isDisjoint(with: [.forDeleting, .forMoving, .forReplacing]))
             }
             held.withLock { held in
                 for (other, theirs) in held where other != thread {
-                    for x in mine { for y in theirs where Self.clash(x, y) {
-                        violations.withLock { $0.append("\(x.path) (\(thread)) vs \(y.path) (\(other))") }
-                    } }
+                    for x in mine {
+                        for y in theirs where Self.clash(x, y) {
+                            violations.withLock { $0.append("\(x.path) (\(thread)) vs \(y.path) (\(other))") }
+                        }
+                    }
                 }
                 held[thread] = mine
             }
@@ -57,7 +61,8 @@ import Testing
     @Test func eightThreadsRandomIntents() {
         let engine = CoordinationEngine()
         let invariant = Invariant()
-        let timeouts = Atomic<Int>(0), deadlocks = Atomic<Int>(0), grants = Atomic<Int>(0), listedGrants = Atomic<Int>(0)
+        let timeouts = Atomic<Int>(0), deadlocks = Atomic<Int>(0), grants = Atomic<Int>(0),
+            listedGrants = Atomic<Int>(0)
         DispatchQueue.concurrentPerform(iterations: 8) { thread in
             var generator = SystemRandomNumberGenerator()
             for _ in 0..<1_500 {
@@ -65,15 +70,19 @@ import Testing
                 let intents = (0..<count).map { _ -> Intent in
                     let path = Self.paths.randomElement(using: &generator)!
                     let isDirectory = ["/t", "/t/a", "/t/b"].contains(path.string)
-                    let kind: AccessKind = Bool.random(using: &generator)
+                    let kind: AccessKind =
+                        Bool.random(using: &generator)
                         ? .reading([])
-                        : .writing([[], .forDeleting, .forMoving, .forMerging, .contentIndependentMetadataOnly].randomElement(using: &generator)!)
+                        : .writing(
+                            [[], .forDeleting, .forMoving, .forMerging, .contentIndependentMetadataOnly].randomElement(
+                                using: &generator)!)
                     return Intent(kind, AccessTarget(path: path, isDirectory: isDirectory))
                 }
                 let request = AccessRequest(identity: .process(Int32(thread)), intents: intents)
                 // Half the one-item requests try first as a mount's requests do: grants on the
                 // short list live beside the tables, and the checker sees both kinds together.
-                var grant: GrantID? = count == 1 && Bool.random(using: &generator)
+                var grant: GrantID? =
+                    count == 1 && Bool.random(using: &generator)
                     ? engine.acquireAtOnce(intents[0], for: request.identity) : nil
                 if grant == nil {
                     let semaphore = DispatchSemaphore(value: 0)
@@ -88,7 +97,11 @@ import Testing
                     case .refused(let error): Issue.record("refused: \(error)")
                     case .waiting(let ticket):
                         if semaphore.wait(timeout: .now() + 5) == .timedOut {
-                            if engine.abandon(ticket, because: .timedOut) { timeouts.add(1, ordering: .relaxed) } else { semaphore.wait() }
+                            if engine.abandon(ticket, because: .timedOut) {
+                                timeouts.add(1, ordering: .relaxed)
+                            } else {
+                                semaphore.wait()
+                            }
                         }
                         grant = outcome.withLock { try? $0?.get().id }
                     }

@@ -48,9 +48,11 @@ import Testing
         var generator = SeededGenerator(seed: 0x150_0701)
         let alphabet = Array("aZ_-/é \"\\\n\u{1}0".unicodeScalars)
         func text() -> String {
-            String(String.UnicodeScalarView((0..<Int.random(in: 0...6, using: &generator)).map { _ in
-                alphabet.randomElement(using: &generator)!
-            }))
+            String(
+                String.UnicodeScalarView(
+                    (0..<Int.random(in: 0...6, using: &generator)).map { _ in
+                        alphabet.randomElement(using: &generator)!
+                    }))
         }
         func value(depth: Int) -> JSONOutput {
             switch Int.random(in: 0..<(depth < 3 ? 6 : 4), using: &generator) {
@@ -77,10 +79,14 @@ import Testing
         var generator = SeededGenerator(seed: 0xE7E_0E7)
         for round in 0..<3000 {
             let name = randomEventName(using: &generator)
-            let mask = round < 32 ? EventMask(rawValue: 1 << UInt32(round)) : EventMask(rawValue: UInt32.random(in: 0...UInt32.max, using: &generator))
-            let record = EventRecord(wd: Int.random(in: -20...1_000_000, using: &generator), mask: mask,
-                                     cookie: UInt64.random(in: 0...UInt64(Int.max), using: &generator), name: name, path: "/m/" + name,
-                                     origin: randomOrigin(using: &generator))
+            let mask =
+                round < 32
+                ? EventMask(rawValue: 1 << UInt32(round))
+                : EventMask(rawValue: UInt32.random(in: 0...UInt32.max, using: &generator))
+            let record = EventRecord(
+                wd: Int.random(in: -20...1_000_000, using: &generator), mask: mask,
+                cookie: UInt64.random(in: 0...UInt64(Int.max), using: &generator), name: name, path: "/m/" + name,
+                origin: randomOrigin(using: &generator))
             #expect(WireCodec.eventLine(record) == WireCodec.eventLineInGeneral(record), "\(record)")
         }
     }
@@ -89,9 +95,11 @@ import Testing
     @Test func answerLinesAreWrittenAsEveryOtherLineIs() {
         var generator = SeededGenerator(seed: 0xA45_0E7)
         for _ in 0..<3000 {
-            let cookie = UInt64.random(in: 0...UInt64(Int.max), using: &generator), code = Int32.random(in: 0..<4096, using: &generator)
+            let cookie = UInt64.random(in: 0...UInt64(Int.max), using: &generator),
+                code = Int32.random(in: 0..<4096, using: &generator)
             var general: [UInt8] = []
-            JSONOutput.object(["op": "answer", "cookie": .int(Int(cookie)), "errno": .int(Int(code))]).write(into: &general)
+            JSONOutput.object(["op": "answer", "cookie": .int(Int(cookie)), "errno": .int(Int(code))]).write(
+                into: &general)
             #expect(WireCodec.encode(.answer(cookie: cookie, errno: code)) == general + [UInt8(ascii: "\n")])
         }
     }

@@ -23,14 +23,16 @@ private final class UbiquitousPresenter: FilePresenter, @unchecked Sendable {
         let reports = EventLog()
         fx.domain.reportHandler = { reports.add($0.description) }
         fx.domain.addFilePresenter(UbiquitousPresenter(try fx.file("doc")))
-        #expect(reports.events.count == 1 && reports.events[0].contains("presentedItemDidChangeUbiquityAttributes(_:)"),
-                "\(reports.events)")
+        #expect(
+            reports.events.count == 1 && reports.events[0].contains("presentedItemDidChangeUbiquityAttributes(_:)"),
+            "\(reports.events)")
         // A presenter that observes none is registered without a word.
         fx.domain.addFilePresenter(ChangeOnlyPresenter(name: "p", url: try fx.file("other"), log: fx.log))
         #expect(reports.events.count == 1)
     }
 
-    @Test("P33 eviction: a forEvicting write asks the item's presenters, and those inside a directory, to accommodate it")
+    @Test(
+        "P33 eviction: a forEvicting write asks the item's presenters, and those inside a directory, to accommodate it")
     func evictionAsksPresentersToAccommodateIt() throws {
         let fx = try Fixture()
         let a = try fx.file("dir/a")
@@ -42,7 +44,9 @@ private final class UbiquitousPresenter: FilePresenter, @unchecked Sendable {
         // The name stays: the enclosing directory is asked nothing, unlike a deletion.
         #expect(!fx.log.events.contains { $0.hasPrefix("parent:accommodate") })
         // Evicting the directory asks what is inside it.
-        try fx.coordinator().coordinate(writingItemAt: fx.url("dir"), options: .forEvicting) { _ in fx.log.add("evict dir") }
+        try fx.coordinator().coordinate(writingItemAt: fx.url("dir"), options: .forEvicting) { _ in
+            fx.log.add("evict dir")
+        }
         #expect(fx.log.events.filter { $0 == "item:accommodateEviction" }.count == 2)
         #expect(fx.log.order("parent:accommodateEviction", before: "evict dir"))
         // A refusal keeps the content: the accessor does not run.
@@ -72,10 +76,12 @@ private final class UbiquitousPresenter: FilePresenter, @unchecked Sendable {
         #expect(ran)
     }
 
-    @Test("S3 Apple's getFileProviderConnection gives the connection on a background queue") func getFileProviderConnection() throws {
+    @Test("S3 Apple's getFileProviderConnection gives the connection on a background queue")
+    func getFileProviderConnection() throws {
         let fx = try Fixture()
         let dir = try fx.directory("managed")
-        _ = try FileProviderServices.vend(named: "echo", forItemAt: dir, domain: fx.domain, handler: ServiceRules.echo("echo"))
+        _ = try FileProviderServices.vend(
+            named: "echo", forItemAt: dir, domain: fx.domain, handler: ServiceRules.echo("echo"))
         let service = try FileProviderServices.service(named: "echo", forItemAt: dir, domain: fx.domain)
         let got = Mutex<FileHandle?>(nil)
         service.getFileProviderConnection { connection, error in

@@ -33,7 +33,9 @@ import Testing
         }
         done.wait()
         #expect(log.events == ["refused"])
-        await #expect(throws: FileCoordinationError.emptyIntentList) { try await fx.coordinator().coordinate(with: []) { } }
+        await #expect(throws: FileCoordinationError.emptyIntentList) {
+            try await fx.coordinator().coordinate(with: []) {}
+        }
         let op = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: []) { _ in }
         await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
             op.completionBlock = { finished.resume() }
@@ -46,9 +48,13 @@ import Testing
         struct Boom: Error, Equatable {}
         let fx = try Fixture()
         let a = try fx.file("a"), b = try fx.file("b")
-        #expect(throws: Boom()) { try fx.coordinator().coordinate(readingItemAt: a, writingItemAt: b) { _, _ in throw Boom() } }
+        #expect(throws: Boom()) {
+            try fx.coordinator().coordinate(readingItemAt: a, writingItemAt: b) { _, _ in throw Boom() }
+        }
         #expect(fx.isIdle)
-        let op = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in throw Boom() }
+        let op = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in
+            throw Boom()
+        }
         OperationQueue().addOperations([op], waitUntilFinished: true)
         #expect(op.error as? Boom == Boom())
         #expect(fx.isIdle)
@@ -70,7 +76,9 @@ import Testing
         let fx = try Fixture()
         let a = try fx.file("a")
         let unknown = FileCoordinator.WritingOptions(rawValue: 64)
-        #expect(throws: FileCoordinationError.self) { try fx.coordinator().coordinate(writingItemAt: a, options: unknown) { _ in } }
+        #expect(throws: FileCoordinationError.self) {
+            try fx.coordinator().coordinate(writingItemAt: a, options: unknown) { _ in }
+        }
         #expect(throws: FileCoordinationError.self) {
             try fx.coordinator().coordinate(writingItemAt: a, options: [.forMoving, .forReplacing]) { _ in }
         }

@@ -19,11 +19,15 @@ private final class InlinePresenter: ExtendedFilePresenter, @unchecked Sendable 
         self.log = log
     }
 
-    func relinquishPresentedItem(toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void) {
+    func relinquishPresentedItem(
+        toWriter: Bool, completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void
+    ) {
         completion(nil, nil)
     }
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
-        log.add("asked to accommodate \(url.lastPathComponent) on thread \(UInt(bitPattern: Int(bitPattern: pthread_self())))")
+        log.add(
+            "asked to accommodate \(url.lastPathComponent) on thread \(UInt(bitPattern: Int(bitPattern: pthread_self())))"
+        )
         completionHandler(nil)
     }
     func presentedSubitemDidAppear(at url: URL) { log.add("appeared \(url.lastPathComponent)") }

@@ -79,7 +79,9 @@ import Testing
         let holder = fx.holdWrite("W", b)
         #expect(holder.started(fx))
         let log = fx.log
-        let both = Background { try fx.coordinator().coordinate(readingItemAt: a, writingItemAt: b) { _, _ in log.add("both-run") } }
+        let both = Background {
+            try fx.coordinator().coordinate(readingItemAt: a, writingItemAt: b) { _, _ in log.add("both-run") }
+        }
         #expect(fx.waitForWaiters(1))
         #expect(!log.contains("both-run"))
         try holder.release()
@@ -94,7 +96,9 @@ import Testing
         let holder = fx.holdWrite("W", x)
         #expect(holder.started(fx))
         let log = fx.log
-        let pair = Background { try fx.coordinator().coordinate(writingItemAt: y, writingItemAt: x) { _, _ in log.add("pair-run") } }
+        let pair = Background {
+            try fx.coordinator().coordinate(writingItemAt: y, writingItemAt: x) { _, _ in log.add("pair-run") }
+        }
         #expect(fx.waitForWaiters(1))
         // The waiting pair holds nothing: only the writer of x holds. (A later writer of y would
         // still queue behind the pair: requests are granted in arrival order, X3.)
@@ -108,7 +112,9 @@ import Testing
         // Opposite orders, many times, never deadlock.
         let c1 = fx.coordinator(), c2 = fx.coordinator()
         let left = Background { for _ in 0..<200 { try c1.coordinate(writingItemAt: x, writingItemAt: y) { _, _ in } } }
-        let right = Background { for _ in 0..<200 { try c2.coordinate(writingItemAt: y, writingItemAt: x) { _, _ in } } }
+        let right = Background {
+            for _ in 0..<200 { try c2.coordinate(writingItemAt: y, writingItemAt: x) { _, _ in } }
+        }
         try left.join()
         try right.join()
         #expect(fx.isIdle)
@@ -136,7 +142,9 @@ import Testing
         let coordinator = fx.coordinator()
         let log = fx.log
         let move = Background {
-            try coordinator.coordinate(writingItemAt: source, options: .forMoving, writingItemAt: target, options: .forReplacing) { s, t in
+            try coordinator.coordinate(
+                writingItemAt: source, options: .forMoving, writingItemAt: target, options: .forReplacing
+            ) { s, t in
                 try FileManager.default.moveItem(at: s, to: t)
                 coordinator.item(at: s, didMoveTo: t)
                 log.add("move-run")
@@ -149,7 +157,9 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: target.path))
     }
 
-    @Test("C9 a prepared batch asks presenters once; nested calls do not wait; reacquirers run at its end") func c9() throws {
+    @Test("C9 a prepared batch asks presenters once; nested calls do not wait; reacquirers run at its end") func c9()
+        throws
+    {
         let fx = try Fixture()
         let dir = try fx.directory("docs")
         let inner = try fx.file("docs/a.txt")
@@ -160,7 +170,8 @@ import Testing
         var complete: (@Sendable () -> Void)?
         try coordinator.prepare(forReadingItemsAt: [dir], writingItemsAt: []) { completion in
             // Nested calls on the batch's items: granted at once, no new relinquish.
-            try? coordinator.coordinate(readingItemAt: inner, options: .withoutChanges) { _ in fx.log.add("nested-read") }
+            try? coordinator.coordinate(readingItemAt: inner, options: .withoutChanges) { _ in fx.log.add("nested-read")
+            }
             try? coordinator.coordinate(writingItemAt: inner) { _ in fx.log.add("nested-write") }
             complete = completion
         }
@@ -170,13 +181,16 @@ import Testing
         usleep(50_000)
         #expect(!fx.log.contains("P:reacquire"), "reacquirer waits for the batch's end")
         let completeBatch = complete
-        DispatchQueue.global().async { completeBatch?(); finish.open() }
+        DispatchQueue.global().async {
+            completeBatch?(); finish.open()
+        }
         finish.wait()
         #expect(fx.log.waitFor("P:reacquire"))
         #expect(fx.isIdle)
     }
 
-    @Test("C10 asynchronous coordination never blocks its caller and runs the accessor on the queue") func c10() throws {
+    @Test("C10 asynchronous coordination never blocks its caller and runs the accessor on the queue") func c10() throws
+    {
         let fx = try Fixture()
         let a = try fx.file("a")
         let holder = fx.holdWrite("W", a)
@@ -204,7 +218,8 @@ import Testing
         let mover = fx.coordinator()
         let gate = Gate()
         let moving = Background {
-            try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) { s, t in
+            try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) {
+                s, t in
                 gate.wait()
                 try FileManager.default.moveItem(at: s, to: t)
                 mover.item(at: s, didMoveTo: t)
@@ -263,7 +278,9 @@ import Testing
         let running = Gate()
         // One call of this coordinator runs (on b), another waits (on a).
         let runningCall = Background {
-            try coordinator.coordinate(readingItemAt: b) { _ in log.add("b-start"); running.wait(); log.add("b-end") }
+            try coordinator.coordinate(readingItemAt: b) { _ in
+                log.add("b-start"); running.wait(); log.add("b-end")
+            }
         }
         #expect(log.waitFor("b-start"))
         let waitingCall = Background { try coordinator.coordinate(readingItemAt: a) { _ in log.add("a-run") } }
@@ -283,7 +300,7 @@ import Testing
         let presenter = fx.presenter("P", "a")
         try fx.coordinator(presenter).coordinate(writingItemAt: a, options: .forDeleting) { _ in }
         try fx.coordinator(presenter).coordinate(readingItemAt: a) { _ in }
-        try fx.coordinator().coordinate(readingItemAt: a) { _ in }    // someone else: messaged
+        try fx.coordinator().coordinate(readingItemAt: a) { _ in }  // someone else: messaged
         #expect(fx.log.waitFor("P:relinquishToReader"))
         usleep(50_000)
         #expect(fx.log.events == ["P:relinquishToReader", "P:save"])
@@ -299,7 +316,9 @@ import Testing
         _ = fx.presenter("to", "to")
         let source = fx.url("from/docs"), target = fx.url("to/docs")
         let coordinator = fx.coordinator()
-        try coordinator.coordinate(writingItemAt: source, options: .forMoving, writingItemAt: target, options: .forReplacing) { s, t in
+        try coordinator.coordinate(
+            writingItemAt: source, options: .forMoving, writingItemAt: target, options: .forReplacing
+        ) { s, t in
             try FileManager.default.moveItem(at: s, to: t)
             coordinator.item(at: s, didMoveTo: t)
         }
@@ -307,7 +326,10 @@ import Testing
         #expect(fx.log.waitFor("inner:didMove \(target.path)/a.txt"))
         #expect(fx.log.waitFor("from:subitemDidMove docs docs"))
         #expect(fx.log.waitFor("to:subitemDidMove docs docs"))
-        #expect(eventually { docs.presentedItemURL?.path == target.path && inner.presentedItemURL?.path == target.path + "/a.txt" })
+        #expect(
+            eventually {
+                docs.presentedItemURL?.path == target.path && inner.presentedItemURL?.path == target.path + "/a.txt"
+            })
     }
 
     @Test("C16 presenters receive messages from adding to removing, and the list shows them") func c16() throws {
@@ -367,8 +389,9 @@ import Testing
         try innerWriter.release()
     }
 
-    @Test("C19 deleting, moving or replacing a directory conflicts with everything inside it",
-          arguments: [FileCoordinator.WritingOptions.forDeleting, .forMoving, .forReplacing])
+    @Test(
+        "C19 deleting, moving or replacing a directory conflicts with everything inside it",
+        arguments: [FileCoordinator.WritingOptions.forDeleting, .forMoving, .forReplacing])
     func c19(option: FileCoordinator.WritingOptions) throws {
         let fx = try Fixture()
         let dir = try fx.directory("dir")
@@ -460,9 +483,12 @@ import Testing
         let coordinator = fx.coordinator()
         #expect(throws: FileCoordinationError.moveReportedOutsideWrite) { try coordinator.reportMove(of: a, to: b) }
         try coordinator.coordinate(readingItemAt: a) { url in
-            #expect(throws: FileCoordinationError.moveReportedOutsideWrite) { try coordinator.reportMove(of: url, to: b) }
+            #expect(throws: FileCoordinationError.moveReportedOutsideWrite) {
+                try coordinator.reportMove(of: url, to: b)
+            }
         }
-        try coordinator.coordinate(writingItemAt: a, options: .forMoving, writingItemAt: b, options: .forReplacing) { s, t in
+        try coordinator.coordinate(writingItemAt: a, options: .forMoving, writingItemAt: b, options: .forReplacing) {
+            s, t in
             coordinator.item(at: s, willMoveTo: t)
             try FileManager.default.moveItem(at: s, to: t)
             coordinator.item(at: s, didMoveTo: t)
@@ -475,13 +501,19 @@ import Testing
         let coordinator = fx.coordinator()
         var ran = false
         #expect(throws: FileCoordinationError.self) {
-            try coordinator.prepare(forReadingItemsAt: [a], options: .resolvesSymbolicLink, writingItemsAt: []) { _ in ran = true }
+            try coordinator.prepare(forReadingItemsAt: [a], options: .resolvesSymbolicLink, writingItemsAt: []) { _ in
+                ran = true
+            }
         }
         #expect(throws: FileCoordinationError.self) {
-            try coordinator.prepare(forReadingItemsAt: [], options: [], writingItemsAt: [a], options: .forReplacing) { _ in ran = true }
+            try coordinator.prepare(forReadingItemsAt: [], options: [], writingItemsAt: [a], options: .forReplacing) {
+                _ in ran = true
+            }
         }
         #expect(!ran)
-        try coordinator.prepare(forReadingItemsAt: [a], writingItemsAt: []) { completion in ran = true; completion() }
+        try coordinator.prepare(forReadingItemsAt: [a], writingItemsAt: []) { completion in
+            ran = true; completion()
+        }
         #expect(ran && fx.isIdle)
     }
 
@@ -492,7 +524,7 @@ import Testing
         let spellings = [
             URL(fileURLWithPath: fx.root.path + "/real/./dir//a"),
             URL(fileURLWithPath: fx.root.path + "/real/dir/../dir/a"),
-            URL(fileURLWithPath: fx.root.path + "/link/dir/a"),
+            URL(fileURLWithPath: fx.root.path + "/link/dir/a")
         ]
         for (index, spelling) in spellings.enumerated() {
             let holder = fx.holdWrite("W\(index)", real)

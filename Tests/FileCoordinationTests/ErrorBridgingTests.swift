@@ -24,7 +24,7 @@ import Glibc
         (.wouldBlock(item: "/data/a.txt"), 100_005),
         (.noSuchService("backup"), 100_006),
         (.invalidServiceName("empty"), 100_007),
-        (.coordinationBroken("/data/a.txt"), 100_008),
+        (.coordinationBroken("/data/a.txt"), 100_008)
     ]
 
     @Test(arguments: 0..<documented.count)
@@ -44,8 +44,11 @@ import Glibc
     }
 
     @Test func anErrorAboutAnItemNamesIt() {
-        for error in [FileCoordinationError.noSuchItem("/data/a.txt"), .coordinationBroken("/data/a.txt"), .timedOut(item: "/data/a.txt"),
-                      .deadlock(item: "/data/a.txt", cycle: ["pid:1#2", "pid:3#4"]), .wouldBlock(item: "/data/a.txt")] {
+        for error in [
+            FileCoordinationError.noSuchItem("/data/a.txt"), .coordinationBroken("/data/a.txt"),
+            .timedOut(item: "/data/a.txt"),
+            .deadlock(item: "/data/a.txt", cycle: ["pid:1#2", "pid:3#4"]), .wouldBlock(item: "/data/a.txt")
+        ] {
             let bridged = error as NSError
             #expect(bridged.userInfo[NSFilePathErrorKey] as? String == "/data/a.txt")
             #expect(bridged.localizedDescription.contains("/data/a.txt"))
@@ -54,7 +57,9 @@ import Glibc
         let underlying = failed.userInfo[NSUnderlyingErrorKey] as? NSError
         #expect(underlying?.domain == NSPOSIXErrorDomain && underlying?.code == Int(EACCES))
         // A deadlock names the other parties too.
-        #expect((FileCoordinationError.deadlock(item: "/data/a.txt", cycle: ["pid:1#2", "pid:3#4"]) as NSError).localizedDescription
+        #expect(
+            (FileCoordinationError.deadlock(item: "/data/a.txt", cycle: ["pid:1#2", "pid:3#4"]) as NSError)
+                .localizedDescription
                 == "waiting for /data/a.txt would deadlock: pid:1#2 -> pid:3#4")
     }
 

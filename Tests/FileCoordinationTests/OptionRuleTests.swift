@@ -41,7 +41,7 @@ import Testing
         let writer = fx.holdWrite("W", a)
         #expect(writer.started(fx))
         fx.log.add("---")
-        try fx.read("meta", a, .immediatelyAvailableMetadataOnly).join()     // not stopped by a plain write
+        try fx.read("meta", a, .immediatelyAvailableMetadataOnly).join()  // not stopped by a plain write
         try writer.release()
         let deleter = fx.holdWrite("D", a, .forDeleting)
         #expect(deleter.started(fx))
@@ -51,15 +51,18 @@ import Testing
         try meta.join()
         #expect(fx.log.order("D-end", before: "meta2-run"))
         let afterMarker = fx.log.events.drop(while: { $0 != "---" })
-        #expect(afterMarker.filter { $0.hasPrefix("P:") && !$0.contains("Deletion") && !$0.contains("relinquishToWriter") }.isEmpty,
-                "the metadata reads asked the presenter nothing: \(fx.log.events)")
+        #expect(
+            afterMarker.filter { $0.hasPrefix("P:") && !$0.contains("Deletion") && !$0.contains("relinquishToWriter") }
+                .isEmpty,
+            "the metadata reads asked the presenter nothing: \(fx.log.events)")
     }
 
     @Test("O4 forUploading hands over a read-only snapshot and releases the item at once") func o4() throws {
         let fx = try Fixture()
         let file = try fx.file("doc.txt", "hello")
         let writerDone = Gate()
-        let snapshotPath = try fx.coordinator().coordinate(readingItemAt: file, options: .forUploading) { snapshot -> String in
+        let snapshotPath = try fx.coordinator().coordinate(readingItemAt: file, options: .forUploading) {
+            snapshot -> String in
             #expect(snapshot.path != file.path)
             #expect(try String(contentsOf: snapshot, encoding: .utf8) == "hello")
             let mode = try FileManager.default.attributesOfItem(atPath: snapshot.path)[.posixPermissions] as? Int
@@ -76,7 +79,8 @@ import Testing
         // A directory becomes one archive, which tar reads back.
         try fx.file("pkg/a.txt", "A")
         try fx.file("pkg/sub/b.txt", "B")
-        let listing = try fx.coordinator().coordinate(readingItemAt: fx.url("pkg"), options: .forUploading) { archive -> String in
+        let listing = try fx.coordinator().coordinate(readingItemAt: fx.url("pkg"), options: .forUploading) {
+            archive -> String in
             #expect(archive.pathExtension == "tar")
             let tar = Process()
             tar.executableURL = URL(fileURLWithPath: "/bin/tar")
@@ -94,15 +98,21 @@ import Testing
         let done = Gate()
         let seen = EventLog()
         fx.coordinator().coordinate(with: [intent], queue: OperationQueue()) { error in
-            seen.add(error == nil && intent.url != file ? (try? String(contentsOf: intent.url, encoding: .utf8)) ?? "unreadable" : "no snapshot")
+            seen.add(
+                error == nil && intent.url != file
+                    ? (try? String(contentsOf: intent.url, encoding: .utf8)) ?? "unreadable" : "no snapshot")
             done.open()
         }
         done.wait()
         #expect(seen.events == ["hello"])
-        #expect(eventually { !FileManager.default.fileExists(atPath: intent.url.path) }, "removed once the accessor returned")
+        #expect(
+            eventually { !FileManager.default.fileExists(atPath: intent.url.path) },
+            "removed once the accessor returned")
     }
 
-    @Test("O5 forDeleting asks the item's presenters, and those inside it, to accommodate the deletion") func o5() throws {
+    @Test("O5 forDeleting asks the item's presenters, and those inside it, to accommodate the deletion") func o5()
+        throws
+    {
         let fx = try Fixture()
         try fx.file("dir/a")
         _ = fx.presenter("dir", "dir")
@@ -114,7 +124,8 @@ import Testing
         #expect(fx.log.order("dir:relinquishToWriter", before: "dir:accommodateDeletion"))
     }
 
-    @Test("O6 forMoving asks the item's presenters, and those inside it, to relinquish to the writer") func o6() throws {
+    @Test("O6 forMoving asks the item's presenters, and those inside it, to relinquish to the writer") func o6() throws
+    {
         let fx = try Fixture()
         try fx.file("dir/a")
         _ = fx.presenter("dir", "dir")
@@ -136,13 +147,14 @@ import Testing
     @Test("O8 forReplacing asks to accommodate deletion and stays bound to the path") func o8() throws {
         let fx = try Fixture()
         let old = try fx.file("old"), moved = try fx.file("moved")
-        _ = fx.presenter("P", "moved")      // the item the move replaces
+        _ = fx.presenter("P", "moved")  // the item the move replaces
         let mover = fx.coordinator()
         let gate = Gate()
         let moving = Background {
-            try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: moved, options: .forReplacing) { s, t in
+            try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: moved, options: .forReplacing)
+            { s, t in
                 gate.wait()
-                #expect(rename(s.path, t.path) == 0)   // replaces, atomically
+                #expect(rename(s.path, t.path) == 0)  // replaces, atomically
                 mover.item(at: s, didMoveTo: t)
             }
         }

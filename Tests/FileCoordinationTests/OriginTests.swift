@@ -35,7 +35,9 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
 
     func savePresentedItemChanges(completionHandler: @escaping @Sendable (Error?) -> Void) {
         note("save")
-        guard let progress = PresenterProgress.current, let url = presentedItemURL else { return completionHandler(nil) }
+        guard let progress = PresenterProgress.current, let url = presentedItemURL else {
+            return completionHandler(nil)
+        }
         // The work goes on off the queue; the progress object is kept for it.
         let (takes, beat) = (self.takes, self.beat)
         Thread.detachNewThread {
@@ -74,8 +76,11 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
     /// A coordinated read of a file whose presenter takes `takes` to save, saying it is still
     /// working every `beat` (or never), with a presenter timeout of 300 ms: what was read, how
     /// long the read waited, and what the domain reported.
-    private func readWhileSaving(takes: Duration, beat: Duration?, workLimit: Duration? = nil) throws
-        -> (read: String, waited: Duration, reports: [String]) {
+    private func readWhileSaving(
+        takes: Duration, beat: Duration?, workLimit: Duration? = nil
+    ) throws
+        -> (read: String, waited: Duration, reports: [String])
+    {
         let fx = try Fixture(presenterTimeout: .milliseconds(300))
         if let workLimit { fx.domain.presenterWorkLimit = workLimit }
         let reports = EventLog()
@@ -105,7 +110,8 @@ private final class SlowSaver: FilePresenter, @unchecked Sendable {
 
     @Test("still working extends a presenter's time only up to the domain's work limit")
     func stillWorkingIsBounded() throws {
-        let (read, waited, reports) = try readWhileSaving(takes: .seconds(3), beat: .milliseconds(100), workLimit: .milliseconds(700))
+        let (read, waited, reports) = try readWhileSaving(
+            takes: .seconds(3), beat: .milliseconds(100), workLimit: .milliseconds(700))
         #expect(read == "unsaved")
         #expect(waited >= .milliseconds(650) && waited < .milliseconds(2000), "\(waited)")
         #expect(reports.count == 1 && reports[0].contains("saveChanges"), "\(reports)")

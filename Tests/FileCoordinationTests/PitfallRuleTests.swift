@@ -45,7 +45,8 @@ import Testing
         #expect(fx.isIdle)
     }
 
-    @Test("X2 a presenter that does not answer delays the access by the presenter timeout, and it is reported") func x2() throws {
+    @Test("X2 a presenter that does not answer delays the access by the presenter timeout, and it is reported")
+    func x2() throws {
         let fx = try Fixture(presenterTimeout: .milliseconds(300))
         let a = try fx.file("a")
         let silent = SilentPresenter(url: a)
@@ -58,13 +59,16 @@ import Testing
         #expect(fx.log.contains("read"))
         #expect(waited >= .milliseconds(250))
         // Named as a watch gets it, and as Swift calls it.
-        #expect(reports.events.count == 1 && reports.events[0].contains("RELINQUISH_READER (relinquishToReader)"), "\(reports.events)")
+        #expect(
+            reports.events.count == 1 && reports.events[0].contains("RELINQUISH_READER (relinquishToReader)"),
+            "\(reports.events)")
         #expect(fx.isIdle)
     }
 
     /// The domain keeps the deadlines of all its accesses in order on one timer: a shorter
     /// timeout set while an access waits out a longer one still holds for the accesses after it.
-    @Test("X2 a shorter presenter timeout holds for later accesses while an earlier one waits out a longer one") func x2ShorterLater() throws {
+    @Test("X2 a shorter presenter timeout holds for later accesses while an earlier one waits out a longer one")
+    func x2ShorterLater() throws {
         let fx = try Fixture(presenterTimeout: .seconds(3))
         let a = try fx.file("a"), b = try fx.file("b")
         fx.domain.addFilePresenter(SilentPresenter(url: a, log: fx.log, name: "a"))
@@ -107,7 +111,10 @@ import Testing
         let a = try fx.file("a")
         let engine = fx.engine
         let process = CoordinatorIdentity.process(4242)
-        guard case .granted = engine.acquire(AccessRequest(identity: process, intents: [.write(ItemPath(a.path)!)]), resume: { _ in }) else {
+        guard
+            case .granted = engine.acquire(
+                AccessRequest(identity: process, intents: [.write(ItemPath(a.path)!)]), resume: { _ in })
+        else {
             Issue.record("not granted")
             return
         }
@@ -127,8 +134,12 @@ import Testing
         #expect(holder.started(fx))
         let coordinator = fx.coordinator()
         coordinator.waitTimeout = .milliseconds(150)
-        #expect(throws: FileCoordinationError.timedOut(item: a.path)) { try coordinator.coordinate(readingItemAt: a) { _ in } }
-        await #expect(throws: FileCoordinationError.timedOut(item: a.path)) { try await coordinator.read(at: a) { _ in } }
+        #expect(throws: FileCoordinationError.timedOut(item: a.path)) {
+            try coordinator.coordinate(readingItemAt: a) { _ in }
+        }
+        await #expect(throws: FileCoordinationError.timedOut(item: a.path)) {
+            try await coordinator.read(at: a) { _ in }
+        }
         let op = CoordinatedAccessOperation(coordinator: coordinator, intents: [.readingIntent(with: a)]) { _ in }
         // Waited for through the operation's own completion: this test is async.
         await withCheckedContinuation { (finished: CheckedContinuation<Void, Never>) in
@@ -136,12 +147,16 @@ import Testing
             OperationQueue().addOperation(op)
         }
         #expect(op.error as? FileCoordinationError == .timedOut(item: a.path))
-        #expect(FileCoordinationError.timedOut(item: a.path).description == "timed out waiting for coordinated access to \(a.path)")
+        #expect(
+            FileCoordinationError.timedOut(item: a.path).description
+                == "timed out waiting for coordinated access to \(a.path)")
         try holder.release()
         #expect(fx.isIdle)
     }
 
-    @Test("X6 presenters of one item that coordinate from their own callbacks do not deadlock the engine") func x6() throws {
+    @Test("X6 presenters of one item that coordinate from their own callbacks do not deadlock the engine") func x6()
+        throws
+    {
         let fx = try Fixture(presenterTimeout: .milliseconds(500))
         let a = try fx.file("a")
         let done = EventLog()
@@ -160,7 +175,7 @@ import Testing
         let fx = try Fixture(presenterTimeout: .milliseconds(200))
         let a = try fx.file("a")
         let stopped = fx.presenter("stopped", "a")
-        stopped.presentedItemOperationQueue.isSuspended = true    // like SIGSTOP: it never runs
+        stopped.presentedItemOperationQueue.isSuspended = true  // like SIGSTOP: it never runs
         try fx.coordinator().coordinate(writingItemAt: a) { _ in fx.log.add("write") }
         #expect(fx.log.contains("write"))
         // A holder that never lets go: waiters give up after their own timeout.
@@ -168,7 +183,9 @@ import Testing
         #expect(holder.started(fx))
         let coordinator = fx.coordinator()
         coordinator.waitTimeout = .milliseconds(200)
-        #expect(throws: FileCoordinationError.timedOut(item: a.path)) { try coordinator.coordinate(readingItemAt: a) { _ in } }
+        #expect(throws: FileCoordinationError.timedOut(item: a.path)) {
+            try coordinator.coordinate(readingItemAt: a) { _ in }
+        }
         try holder.release()
         stopped.presentedItemOperationQueue.isSuspended = false
     }
@@ -176,7 +193,8 @@ import Testing
     /// A presenter that misses three deadlines in a row (a stopped process, a queue that never
     /// runs) is asked nothing more, as one that is gone, until it answers again: its late
     /// answers, once its queue runs, bring it back.
-    @Test("X7 a presenter that misses three deadlines in a row costs nothing more until it answers again") func x7MissedDeadlines() throws {
+    @Test("X7 a presenter that misses three deadlines in a row costs nothing more until it answers again")
+    func x7MissedDeadlines() throws {
         let fx = try Fixture(presenterTimeout: .milliseconds(200))
         let a = try fx.file("a")
         let stopped = fx.presenter("stopped", "a")
@@ -192,10 +210,11 @@ import Testing
         stopped.presentedItemOperationQueue.isSuspended = false
         #expect(eventually { fx.log.count("stopped:relinquishToReader") == 3 }, "its three late answers")
         // Back: asked again, and answering in time.
-        #expect(eventually {
-            _ = try? fx.coordinator().coordinate(readingItemAt: a) { _ in }
-            return fx.log.count("stopped:relinquishToReader") == 4
-        })
+        #expect(
+            eventually {
+                _ = try? fx.coordinator().coordinate(readingItemAt: a) { _ in }
+                return fx.log.count("stopped:relinquishToReader") == 4
+            })
         #expect(fx.isIdle)
     }
 }
@@ -209,8 +228,12 @@ final class SilentPresenter: FilePresenter, @unchecked Sendable {
     private let name: String
     /// With `log`, says "NAME asked" when asked (and still never answers).
     init(url: URL, log: EventLog? = nil, name: String = "") { presentedItemURL = url; self.log = log; self.name = name }
-    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { log?.add("\(name) asked") }
-    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) { log?.add("\(name) asked") }
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        log?.add("\(name) asked")
+    }
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        log?.add("\(name) asked")
+    }
 }
 
 // @unchecked Sendable: immutable but for its thread-safe log.

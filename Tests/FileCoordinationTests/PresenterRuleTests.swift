@@ -27,7 +27,9 @@ import Testing
         let file = fx.presenter("F", "dir/a")
         let dir = fx.presenter("D", "dir")
         try fx.coordinator().coordinate(readingItemAt: a) { _ in }
-        try fx.coordinator().coordinate(writingItemAt: a, options: .forMerging) { url in try Data("2".utf8).write(to: url) }
+        try fx.coordinator().coordinate(writingItemAt: a, options: .forMerging) { url in
+            try Data("2".utf8).write(to: url)
+        }
         try fx.coordinator().coordinate(writingItemAt: a, options: .forDeleting) { _ in }
         #expect(fx.log.waitFor("D:subitemDidChange a"))
         #expect(fx.log.waitFor("F:didChange"))
@@ -77,12 +79,15 @@ import Testing
         #expect(seen == "fresh")
         presenter.saveError = PresenterRefusal(code: 1)
         var ran = false
-        #expect(throws: PresenterRefusal(code: 1)) { try fx.coordinator().coordinate(writingItemAt: a, options: .forMerging) { _ in ran = true } }
+        #expect(throws: PresenterRefusal(code: 1)) {
+            try fx.coordinator().coordinate(writingItemAt: a, options: .forMerging) { _ in ran = true }
+        }
         #expect(!ran && fx.isIdle)
     }
 
-    @Test("P7 before a deletion or replacement: accommodate; an error fails it",
-          arguments: [FileCoordinator.WritingOptions.forDeleting, .forReplacing])
+    @Test(
+        "P7 before a deletion or replacement: accommodate; an error fails it",
+        arguments: [FileCoordinator.WritingOptions.forDeleting, .forReplacing])
     func p7(option: FileCoordinator.WritingOptions) throws {
         let fx = try Fixture()
         let a = try fx.file("a")
@@ -91,7 +96,9 @@ import Testing
         #expect(fx.log.order("P:accommodateDeletion", before: "write"))
         presenter.deletionError = PresenterRefusal(code: 2)
         var ran = false
-        #expect(throws: PresenterRefusal(code: 2)) { try fx.coordinator().coordinate(writingItemAt: a, options: option) { _ in ran = true } }
+        #expect(throws: PresenterRefusal(code: 2)) {
+            try fx.coordinator().coordinate(writingItemAt: a, options: option) { _ in ran = true }
+        }
         #expect(!ran && fx.isIdle)
     }
 
@@ -100,7 +107,8 @@ import Testing
         let old = try fx.file("old.txt"), new = fx.url("new.txt")
         let presenter = fx.presenter("P", "old.txt")
         let mover = fx.coordinator()
-        try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) { s, t in
+        try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) {
+            s, t in
             try FileManager.default.moveItem(at: s, to: t)
             mover.item(at: s, didMoveTo: t)
         }
@@ -124,7 +132,9 @@ import Testing
         // A reader queued behind the write: the presenter hears of the change before it is asked
         // to relinquish to that reader.
         let writer = Holding(fx, "W") { c, inside in
-            try c.coordinate(writingItemAt: a) { url in inside(); try? Data("newer".utf8).write(to: url) }
+            try c.coordinate(writingItemAt: a) { url in
+                inside(); try? Data("newer".utf8).write(to: url)
+            }
         }
         #expect(writer.started(fx))
         let reader = fx.read("R", a)
@@ -146,7 +156,8 @@ import Testing
         #expect(fx.log.waitFor("D:subitemDidAppear new.txt"))
         let mover = fx.coordinator()
         let target = fx.url("dir/moved.txt")
-        try mover.coordinate(writingItemAt: outside, options: .forMoving, writingItemAt: target, options: .forReplacing) { s, t in
+        try mover.coordinate(writingItemAt: outside, options: .forMoving, writingItemAt: target, options: .forReplacing)
+        { s, t in
             try FileManager.default.moveItem(at: s, to: t)
             mover.item(at: s, didMoveTo: t)
         }
@@ -158,7 +169,8 @@ import Testing
         let old = try fx.file("dir/a.txt"), new = fx.url("dir/b.txt")
         _ = fx.presenter("D", "dir")
         let mover = fx.coordinator()
-        try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) { s, t in
+        try mover.coordinate(writingItemAt: old, options: .forMoving, writingItemAt: new, options: .forReplacing) {
+            s, t in
             try FileManager.default.moveItem(at: s, to: t)
             mover.item(at: s, didMoveTo: t)
         }
@@ -188,12 +200,16 @@ import Testing
             fx.log.add("delete")
             try FileManager.default.removeItem(at: url)
         }
-        try fx.coordinator().coordinate(writingItemAt: b, options: .forDeleting) { url in try FileManager.default.removeItem(at: url) }
+        try fx.coordinator().coordinate(writingItemAt: b, options: .forDeleting) { url in
+            try FileManager.default.removeItem(at: url)
+        }
         #expect(fx.log.order("D:accommodateSubitemDeletion a", before: "delete"))
         #expect(fx.log.contains("K:accommodateSubitemDeletion b"))
         dir.deletionError = PresenterRefusal(code: 3)
         let c = try fx.file("dir/c")
-        #expect(throws: PresenterRefusal(code: 3)) { try fx.coordinator().coordinate(writingItemAt: c, options: .forDeleting) { _ in } }
+        #expect(throws: PresenterRefusal(code: 3)) {
+            try fx.coordinator().coordinate(writingItemAt: c, options: .forDeleting) { _ in }
+        }
     }
 
     @Test("P14 all concerned presenters answer before the access; any error fails it") func p14() throws {
@@ -204,7 +220,9 @@ import Testing
         try fx.coordinator().coordinate(readingItemAt: a) { _ in fx.log.add("read") }
         for index in 0..<5 { #expect(fx.log.order("P\(index):save", before: "read")) }
         presenters[2].saveError = PresenterRefusal(code: 4)
-        #expect(throws: PresenterRefusal(code: 4)) { try fx.coordinator().coordinate(readingItemAt: a) { _ in fx.log.add("read2") } }
+        #expect(throws: PresenterRefusal(code: 4)) {
+            try fx.coordinator().coordinate(readingItemAt: a) { _ in fx.log.add("read2") }
+        }
         #expect(!fx.log.contains("read2") && fx.isIdle)
     }
 
@@ -219,9 +237,11 @@ import Testing
         #expect(Set(fx.log.events) == ["outer:relinquishToReader", "inner:relinquishToReader"])
     }
 
-    @Test("P17 removing a directory asks every presenter inside it", arguments: [
-        FileCoordinator.WritingOptions.forDeleting, .forMoving, .forReplacing,
-    ])
+    @Test(
+        "P17 removing a directory asks every presenter inside it",
+        arguments: [
+            FileCoordinator.WritingOptions.forDeleting, .forMoving, .forReplacing
+        ])
     func p17(option: FileCoordinator.WritingOptions) throws {
         let fx = try Fixture()
         try fx.file("dir/x/y/deep")
@@ -233,7 +253,8 @@ import Testing
         #expect(accommodates == (option != .forMoving))
     }
 
-    @Test("P19 did-change goes to file presenters, subitem news to directory presenters at any depth") func p19() throws {
+    @Test("P19 did-change goes to file presenters, subitem news to directory presenters at any depth") func p19() throws
+    {
         let fx = try Fixture()
         let file = try fx.file("top/mid/f")
         let dir = try fx.directory("top/mid/d")
@@ -291,7 +312,9 @@ import Testing
         try fx.package("Doc.pkg")
         let page = try fx.file("Doc.pkg/page")
         _ = fx.presenter("K", "Doc.pkg")
-        try fx.coordinator().coordinate(writingItemAt: page, options: .forDeleting) { url in try FileManager.default.removeItem(at: url) }
+        try fx.coordinator().coordinate(writingItemAt: page, options: .forDeleting) { url in
+            try FileManager.default.removeItem(at: url)
+        }
         #expect(fx.log.contains("K:relinquishToWriter"))
         #expect(fx.log.contains("K:accommodateSubitemDeletion page"))
         #expect(!fx.log.contains("K:accommodateDeletion"))

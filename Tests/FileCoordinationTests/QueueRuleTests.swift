@@ -15,7 +15,8 @@ import Testing
         queue.name = "q1"
         let done = Gate()
         let log = fx.log
-        fx.coordinator().coordinate(with: [.readingIntent(with: a), .writingIntent(with: fx.url("b"))], queue: queue) { error in
+        fx.coordinator().coordinate(with: [.readingIntent(with: a), .writingIntent(with: fx.url("b"))], queue: queue) {
+            error in
             log.add(OperationQueue.current === queue && error == nil ? "on-queue" : "elsewhere")
             done.open()
         }
@@ -27,8 +28,12 @@ import Testing
         let fx = try Fixture()
         let a = try fx.file("a")
         let log = fx.log
-        let first = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in log.add("first") }
-        let second = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in log.add("second") }
+        let first = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in
+            log.add("first")
+        }
+        let second = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) {
+            _ in log.add("second")
+        }
         second.addDependency(first)
         #expect(!second.isReady)
         let queue = OperationQueue()
@@ -36,7 +41,9 @@ import Testing
         #expect(log.events == ["first", "second"])
 
         let cancelledDependency = BlockOperation { log.add("never") }
-        let dependent = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in log.add("dependent") }
+        let dependent = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) {
+            _ in log.add("dependent")
+        }
         dependent.addDependency(cancelledDependency)
         cancelledDependency.cancel()
         queue.addOperations([dependent, cancelledDependency], waitUntilFinished: true)
@@ -47,7 +54,9 @@ import Testing
         let fx = try Fixture()
         let a = try fx.file("a")
         let log = fx.log
-        let early = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in log.add("early") }
+        let early = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in
+            log.add("early")
+        }
         early.cancel()
         let queue = OperationQueue()
         queue.addOperations([early], waitUntilFinished: true)
@@ -56,7 +65,9 @@ import Testing
 
         // Waiting on a dependency: cancelling makes it ready at once.
         let blocker = BlockOperation {}
-        let dependent = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in log.add("dependent") }
+        let dependent = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) {
+            _ in log.add("dependent")
+        }
         dependent.addDependency(blocker)
         #expect(!dependent.isReady)
         dependent.cancel()
@@ -67,7 +78,9 @@ import Testing
         // Waiting for access: cancelling ends the wait without running the accessor.
         let holder = fx.holdWrite("W", a)
         #expect(holder.started(fx))
-        let waiting = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in log.add("waiting") }
+        let waiting = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) {
+            _ in log.add("waiting")
+        }
         queue.addOperation(waiting)
         #expect(fx.waitForWaiters(1))
         waiting.cancel()
@@ -93,7 +106,9 @@ import Testing
         queue.waitUntilAllOperationsAreFinished()
         #expect(!op.isExecuting && op.isFinished && op.error == nil)
 
-        let cancelled = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in }
+        let cancelled = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) {
+            _ in
+        }
         cancelled.cancel()
         queue.addOperations([cancelled], waitUntilFinished: true)
         #expect(!cancelled.isExecuting && cancelled.isFinished)
@@ -126,7 +141,9 @@ import Testing
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 4
         let ops = (0..<64).map { _ in
-            CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in usleep(200) }
+            CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in
+                usleep(200)
+            }
         }
         queue.addOperations(ops, waitUntilFinished: false)
         DispatchQueue.concurrentPerform(iterations: 64) { index in
@@ -146,14 +163,18 @@ import Testing
         let queue = OperationQueue()
         queue.maxConcurrentOperationCount = 1
         let tally = Mutex((running: 0, peak: 0, count: 0))
-        let files = try (0..<8).map { try fx.file("f\($0)") }   // distinct items: only the queue serialises
+        let files = try (0..<8).map { try fx.file("f\($0)") }  // distinct items: only the queue serialises
         let group = DispatchGroup()
         for file in files {
             group.enter()
             fx.coordinator().coordinate(with: [.readingIntent(with: file)], queue: queue) { _ in
-                tally.withLock { $0.running += 1; $0.peak = max($0.peak, $0.running) }
+                tally.withLock {
+                    $0.running += 1; $0.peak = max($0.peak, $0.running)
+                }
                 usleep(5_000)
-                tally.withLock { $0.running -= 1; $0.count += 1 }
+                tally.withLock {
+                    $0.running -= 1; $0.count += 1
+                }
                 group.leave()
             }
         }
@@ -169,14 +190,18 @@ import Testing
         let holder = fx.holdWrite("W", a)
         #expect(holder.started(fx))
         let queue = OperationQueue()
-        let async = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in log.add("async") }
+        let async = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in
+            log.add("async")
+        }
         queue.addOperation(async)
         #expect(fx.waitForWaiters(1))
         DispatchQueue.global().asyncAfter(deadline: .now() + 0.05) { try? holder.release() }
         queue.waitUntilAllOperationsAreFinished()
         #expect(log.contains("async"), "waited for the asynchronous operation")
         // Dependents of a cancelled operation run.
-        let cancelled = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) { _ in }
+        let cancelled = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.readingIntent(with: a)]) {
+            _ in
+        }
         let after = BlockOperation { log.add("after-cancelled") }
         after.addDependency(cancelled)
         cancelled.cancel()
@@ -185,13 +210,19 @@ import Testing
         // Dependencies on a serial queue do not deadlock, including on a later-added operation.
         let serial = OperationQueue()
         serial.maxConcurrentOperationCount = 1
-        let early = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in log.add("early") }
-        let late = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in log.add("late") }
+        let early = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in
+            log.add("early")
+        }
+        let late = CoordinatedAccessOperation(coordinator: fx.coordinator(), intents: [.writingIntent(with: a)]) { _ in
+            log.add("late")
+        }
         early.addDependency(late)
         serial.addOperation(early)
         serial.addOperation(late)
         let finished = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async { serial.waitUntilAllOperationsAreFinished(); finished.signal() }
+        DispatchQueue.global().async {
+            serial.waitUntilAllOperationsAreFinished(); finished.signal()
+        }
         #expect(finished.wait(timeout: .now() + 10) == .success)
         #expect(log.order("late", before: "early"))
     }

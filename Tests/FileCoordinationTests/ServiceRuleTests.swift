@@ -19,10 +19,15 @@ import Testing
     @Test("S1 a provider vends named services for the items it manages") func s1() throws {
         let fx = try Fixture()
         let dir = try fx.directory("managed")
-        let status = try FileProviderServices.vend(named: "org.example.sync-status", forItemAt: dir, domain: fx.domain, handler: Self.echo("status"))
-        let open = try FileProviderServices.vend(named: "org.example.open.v2", forItemAt: dir, domain: fx.domain, handler: Self.echo("open"))
+        let status = try FileProviderServices.vend(
+            named: "org.example.sync-status", forItemAt: dir, domain: fx.domain, handler: Self.echo("status"))
+        let open = try FileProviderServices.vend(
+            named: "org.example.open.v2", forItemAt: dir, domain: fx.domain, handler: Self.echo("open"))
         #expect(status.name == "org.example.sync-status" && open.name == "org.example.open.v2")
-        #expect(Set(try FileProviderServices.services(forItemAt: dir, domain: fx.domain).keys) == ["org.example.sync-status", "org.example.open.v2"])
+        #expect(
+            Set(try FileProviderServices.services(forItemAt: dir, domain: fx.domain).keys) == [
+                "org.example.sync-status", "org.example.open.v2"
+            ])
     }
 
     @Test("S2 a client gets a map from name to service for an item, or an error") func s2() throws {
@@ -53,7 +58,9 @@ import Testing
         connection.write(Data("again\n".utf8))
         #expect(connection.readLine() == "inner doc.txt: again")
         try connection.close()
-        let outer = try FileProviderServices.service(named: "svc", forItemAt: try fx.file("managed/top.txt"), domain: fx.domain).connection()
+        let outer = try FileProviderServices.service(
+            named: "svc", forItemAt: try fx.file("managed/top.txt"), domain: fx.domain
+        ).connection()
         outer.write(Data("x\n".utf8))
         #expect(outer.readLine() == "outer top.txt: x")
     }
@@ -62,7 +69,8 @@ import Testing
         let fx = try Fixture()
         let dir = try fx.directory("managed")
         let outside = try fx.file("elsewhere/file")
-        let registration = try FileProviderServices.vend(named: "svc", forItemAt: dir, domain: fx.domain, handler: Self.echo("svc"))
+        let registration = try FileProviderServices.vend(
+            named: "svc", forItemAt: dir, domain: fx.domain, handler: Self.echo("svc"))
         #expect(try FileProviderServices.services(forItemAt: outside, domain: fx.domain).isEmpty)
         #expect(try FileProviderServices.services(forItemAt: fx.root, domain: fx.domain).isEmpty)
         let service = try FileProviderServices.service(named: "svc", forItemAt: dir, domain: fx.domain)
@@ -75,12 +83,15 @@ import Testing
         let fx = try Fixture()
         let dir = try fx.directory("managed")
         let bytes = Data((0..<256).map { UInt8($0) })
-        _ = try FileProviderServices.vend(named: "com.example.binary-protocol.v7", forItemAt: dir, domain: fx.domain) { handle, _ in
+        _ = try FileProviderServices.vend(named: "com.example.binary-protocol.v7", forItemAt: dir, domain: fx.domain) {
+            handle, _ in
             let received = handle.readExactly(256)
             handle.write(Data(received.reversed()))
             try? handle.close()
         }
-        let connection = try FileProviderServices.service(named: "com.example.binary-protocol.v7", forItemAt: dir, domain: fx.domain).connection()
+        let connection = try FileProviderServices.service(
+            named: "com.example.binary-protocol.v7", forItemAt: dir, domain: fx.domain
+        ).connection()
         connection.write(bytes)
         #expect(connection.readExactly(256) == Data(bytes.reversed()))
         for bad in ["", String(repeating: "n", count: 256), "two\nlines"] {

@@ -16,7 +16,8 @@ final class Fixture: @unchecked Sendable {
     init(presenterTimeout: Duration = .seconds(5), waitTimeout: Duration? = .seconds(10)) throws {
         domain.presenterTimeout = presenterTimeout
         domain.defaultWaitTimeout = waitTimeout
-        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("coordfs-tests-\(UUID().uuidString)")
+        let base = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent(
+            "coordfs-tests-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
         // Canonical from the start, so URLs compare equal to what coordination hands back.
         root = URL(fileURLWithPath: base.resolvingSymlinksInPath().path)
@@ -82,8 +83,10 @@ final class Holding: @unchecked Sendable {
     private let gate = Gate()
     private var task: Background<Void>!
 
-    init(_ fixture: Fixture, _ name: String, coordinator: FileCoordinator? = nil,
-         _ access: @escaping (FileCoordinator, _ inside: () -> Void) throws -> Void) {
+    init(
+        _ fixture: Fixture, _ name: String, coordinator: FileCoordinator? = nil,
+        _ access: @escaping (FileCoordinator, _ inside: () -> Void) throws -> Void
+    ) {
         self.name = name
         let coordinator = coordinator ?? fixture.coordinator()
         let gate = self.gate
@@ -112,33 +115,45 @@ final class Holding: @unchecked Sendable {
 }
 
 extension Fixture {
-    func holdWrite(_ name: String, _ url: URL, _ options: FileCoordinator.WritingOptions = [],
-                   coordinator: FileCoordinator? = nil) -> Holding {
+    func holdWrite(
+        _ name: String, _ url: URL, _ options: FileCoordinator.WritingOptions = [],
+        coordinator: FileCoordinator? = nil
+    ) -> Holding {
         Holding(self, name, coordinator: coordinator) { c, inside in
             try c.coordinate(writingItemAt: url, options: options) { _ in inside() }
         }
     }
 
-    func holdRead(_ name: String, _ url: URL, _ options: FileCoordinator.ReadingOptions = [],
-                  coordinator: FileCoordinator? = nil) -> Holding {
+    func holdRead(
+        _ name: String, _ url: URL, _ options: FileCoordinator.ReadingOptions = [],
+        coordinator: FileCoordinator? = nil
+    ) -> Holding {
         Holding(self, name, coordinator: coordinator) { c, inside in
             try c.coordinate(readingItemAt: url, options: options) { _ in inside() }
         }
     }
 
     /// A read on a background thread that logs "<name>-run" when its accessor runs.
-    func read(_ name: String, _ url: URL, _ options: FileCoordinator.ReadingOptions = [],
-              coordinator: FileCoordinator? = nil) -> Background<Void> {
+    func read(
+        _ name: String, _ url: URL, _ options: FileCoordinator.ReadingOptions = [],
+        coordinator: FileCoordinator? = nil
+    ) -> Background<Void> {
         let coordinator = coordinator ?? self.coordinator()
         let log = self.log
-        return Background { try coordinator.coordinate(readingItemAt: url, options: options) { _ in log.add("\(name)-run") } }
+        return Background {
+            try coordinator.coordinate(readingItemAt: url, options: options) { _ in log.add("\(name)-run") }
+        }
     }
 
     /// A write on a background thread that logs "<name>-run" when its accessor runs.
-    func write(_ name: String, _ url: URL, _ options: FileCoordinator.WritingOptions = [],
-               coordinator: FileCoordinator? = nil) -> Background<Void> {
+    func write(
+        _ name: String, _ url: URL, _ options: FileCoordinator.WritingOptions = [],
+        coordinator: FileCoordinator? = nil
+    ) -> Background<Void> {
         let coordinator = coordinator ?? self.coordinator()
         let log = self.log
-        return Background { try coordinator.coordinate(writingItemAt: url, options: options) { _ in log.add("\(name)-run") } }
+        return Background {
+            try coordinator.coordinate(writingItemAt: url, options: options) { _ in log.add("\(name)-run") }
+        }
     }
 }

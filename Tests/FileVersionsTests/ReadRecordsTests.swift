@@ -16,12 +16,12 @@ import Glibc
     @Test func theLostUpdateIsStaleAndNothingElse() {
         let records = ReadRecords()
         let first = stamp(1, 100), afterA = stamp(2, 101)
-        records.saw(first, of: "doc", by: 10)       // A reads
-        records.saw(first, of: "doc", by: 20)       // B reads
-        #expect(!records.isStale("doc", by: 10, replacing: first))     // A writes what follows its read
+        records.saw(first, of: "doc", by: 10)  // A reads
+        records.saw(first, of: "doc", by: 20)  // B reads
+        #expect(!records.isStale("doc", by: 10, replacing: first))  // A writes what follows its read
         records.saw(afterA, of: "doc", by: 10)
-        #expect(records.isStale("doc", by: 20, replacing: afterA))     // B writes from its old read
-        #expect(!records.isStale("doc", by: 30, replacing: afterA))    // C never read it: blind, not stale
+        #expect(records.isStale("doc", by: 20, replacing: afterA))  // B writes from its old read
+        #expect(!records.isStale("doc", by: 30, replacing: afterA))  // C never read it: blind, not stale
         #expect(!records.isStale("other", by: 20, replacing: afterA))
         // B reads again: its next write follows that read.
         records.saw(afterA, of: "doc", by: 20)

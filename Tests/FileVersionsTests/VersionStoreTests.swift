@@ -35,8 +35,10 @@ import Glibc
             do {
                 let store = try VersionStore(in: fd)
                 let origin = VersionOrigin(pid: 42, uid: 1000, command: "editor")
-                record = try store.keep(.name("doc.txt", in: fd), item: "doc.txt", info: before, cause: .replaced,
-                                        replacedBy: origin, conflict: true).get()
+                record = try store.keep(
+                    .name("doc.txt", in: fd), item: "doc.txt", info: before, cause: .replaced,
+                    replacedBy: origin, conflict: true
+                ).get()
                 // The content is the file's own inode: no copy was made.
                 #expect(try store.contentStatus(record!).st_ino == before.st_ino)
                 try write("second\n", root + "/doc.tmp")
@@ -97,8 +99,11 @@ import Glibc
             let base = VersionStore.now()
             for n in 0..<6 {
                 try write("version \(n)\n", root + "/f")
-                kept.append(try store.keep(.name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced,
-                                           conflict: n == 0, now: base + Double(n)).get())
+                kept.append(
+                    try store.keep(
+                        .name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced,
+                        conflict: n == 0, now: base + Double(n)
+                    ).get())
                 unlink(root + "/f")
                 if n == 1 { store.update(kept[1].id, pinned: true) }
             }
@@ -110,7 +115,9 @@ import Glibc
             // Resolved, the conflict is a version like any other: the next one takes its place.
             store.update(kept[0].id, resolved: true)
             try write("version 6\n", root + "/f")
-            let last = try store.keep(.name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced, now: base + 6).get()
+            let last = try store.keep(
+                .name("f", in: fd), item: "f", info: status(root + "/f"), cause: .replaced, now: base + 6
+            ).get()
             store.flush()
             #expect(store.versions(of: "f").map(\.id) == [kept[1].id, kept[5].id, last.id])
             let left = try FileManager.default.contentsOfDirectory(atPath: root + "/.coordfs-versions/content")
@@ -128,10 +135,15 @@ import Glibc
             let base = VersionStore.now()
             for (n, item) in ["a", "b", "c"].enumerated() {
                 try write("0123456789", root + "/" + item)
-                _ = try store.keep(.name(item, in: fd), item: item, info: status(root + "/" + item), cause: .deleted, now: base + Double(n)).get()
+                _ = try store.keep(
+                    .name(item, in: fd), item: item, info: status(root + "/" + item), cause: .deleted,
+                    now: base + Double(n)
+                ).get()
             }
             store.flush()
-            #expect(store.versions(of: "a").isEmpty && store.versions(of: "b").count == 1 && store.versions(of: "c").count == 1)
+            #expect(
+                store.versions(of: "a").isEmpty && store.versions(of: "b").count == 1
+                    && store.versions(of: "c").count == 1)
             #expect(store.totalBytes == 20)
         }
     }
@@ -143,7 +155,9 @@ import Glibc
         try withRoot { root, fd in
             try write("named\n", root + "/a.txt")
             let store = try VersionStore(in: fd)
-            let record = try store.keep(.name("a.txt", in: fd), item: "a.txt", info: status(root + "/a.txt"), cause: .deleted).get()
+            let record = try store.keep(
+                .name("a.txt", in: fd), item: "a.txt", info: status(root + "/a.txt"), cause: .deleted
+            ).get()
             store.flush()
             let contents = root + "/.coordfs-versions/content/"
             try write("lost line\n", contents + "1234")
@@ -168,7 +182,9 @@ import Glibc
             var kept: [VersionRecord] = []
             for name in ["a", "b", "c", "d"] {
                 try write(name, root + "/" + name)
-                kept.append(try store.keep(.name(name, in: fd), item: name, info: status(root + "/" + name), cause: .deleted).get())
+                kept.append(
+                    try store.keep(.name(name, in: fd), item: name, info: status(root + "/" + name), cause: .deleted)
+                        .get())
             }
             store.update(kept[1].id, pinned: true)
             store.update(kept[1].id, resolved: true)
@@ -187,9 +203,10 @@ import Glibc
     }
 
     @Test func aRecordWrittenByHandIsReadBackAsItWas() throws {
-        var record = VersionRecord(id: "1796452045885588", item: "dir/a \"quoted\"\\name\u{1}\u{F7E9}é.txt", cause: .replaced,
-                                   time: 1_796_452_045.885588, modified: 1_796_452_000.25, size: 42,
-                                   replacedBy: VersionOrigin(pid: 7, uid: 1000, command: "vi\tm", host: "h"), conflict: true)
+        var record = VersionRecord(
+            id: "1796452045885588", item: "dir/a \"quoted\"\\name\u{1}\u{F7E9}é.txt", cause: .replaced,
+            time: 1_796_452_045.885588, modified: 1_796_452_000.25, size: 42,
+            replacedBy: VersionOrigin(pid: 7, uid: 1000, command: "vi\tm", host: "h"), conflict: true)
         record.pinned = true
         record.linkedInode = 123
         let read = try JSONDecoder().decode(VersionRecord.self, from: Data(VersionStore.json(record)))

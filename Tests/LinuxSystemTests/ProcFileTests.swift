@@ -8,15 +8,21 @@ import Glibc
 /// Who calls, read from /proc: checked against what the kernel says through system calls.
 @Suite struct ProcFileTests {
     @Test func aThreadWorksForItsProcess() throws {
-        #expect(ProcFile.caller(of: getpid()) == ProcFile.Caller(process: getpid(), isKernelThread: false, parent: getppid()))
+        #expect(
+            ProcFile.caller(of: getpid())
+                == ProcFile.Caller(process: getpid(), isKernelThread: false, parent: getppid()))
         // @unchecked Sendable: written by one thread before the test reads it.
         final class Box: @unchecked Sendable { var threadID: Int32 = 0 }
         let box = Box(), started = DispatchSemaphore(value: 0), mayEnd = DispatchSemaphore(value: 0)
-        Thread { box.threadID = Self.currentThreadID(); started.signal(); mayEnd.wait() }.start()
+        Thread {
+            box.threadID = Self.currentThreadID(); started.signal(); mayEnd.wait()
+        }.start()
         started.wait()
         defer { mayEnd.signal() }
         #expect(box.threadID != getpid())
-        #expect(ProcFile.caller(of: box.threadID) == ProcFile.Caller(process: getpid(), isKernelThread: false, parent: getppid()))
+        #expect(
+            ProcFile.caller(of: box.threadID)
+                == ProcFile.Caller(process: getpid(), isKernelThread: false, parent: getppid()))
     }
 
     /// The calling thread's id, from /proc/thread-self ("PID/task/TID").
@@ -26,7 +32,9 @@ import Glibc
     }
 
     // kthreadd is pid 2 wherever /proc shows the host's processes.
-    @Test(.enabled(if: ProcFile.command(of: 2) == "kthreadd", "this /proc shows no kernel threads (pid 2 is not kthreadd)"))
+    @Test(
+        .enabled(
+            if: ProcFile.command(of: 2) == "kthreadd", "this /proc shows no kernel threads (pid 2 is not kthreadd)"))
     func kernelThreadsAreKnownAsSuch() {
         #expect(ProcFile.caller(of: 2)?.isKernelThread == true)
     }

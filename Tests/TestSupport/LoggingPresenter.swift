@@ -68,7 +68,9 @@ public final class LoggingPresenter: FilePresenter, @unchecked Sendable {
         note("accommodateDeletion")
         completionHandler(deletionError)
     }
-    public func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void) {
+    public func accommodatePresentedSubitemDeletion(
+        at url: URL, completionHandler: @escaping @Sendable (Error?) -> Void
+    ) {
         note("accommodateSubitemDeletion \(url.lastPathComponent)")
         completionHandler(deletionError)
     }

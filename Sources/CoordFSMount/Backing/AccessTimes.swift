@@ -26,14 +26,18 @@ struct AccessTimes: Sendable {
     /// backing directory on its own mount, to hold open while the mount runs (else -1), so that
     /// the backing's mount still reports itself busy to umount. `notice` hears why a `noatime`
     /// mount falls back to O_NOATIME.
-    static func openBacking(_ configuration: MountConfiguration, notice: (String) -> Void)
-        -> (root: Int32, pin: Int32, accessTimes: AccessTimes) {
+    static func openBacking(
+        _ configuration: MountConfiguration, notice: (String) -> Void
+    )
+        -> (root: Int32, pin: Int32, accessTimes: AccessTimes)
+    {
         let plain = Glibc.open(configuration.backing, CFS_O_PATH | O_DIRECTORY | O_CLOEXEC)
         guard plain >= 0, configuration.isNoatime else { return (plain, -1, AccessTimes(flag: 0)) }
         let tree = configuration.noatimeThroughPrivateMounts ? cfs_open_noatime_tree(configuration.backing) : -ENOSYS
         if tree >= 0 { return (tree, plain, AccessTimes(flag: 0)) }
-        notice("noatime: no private noatime copy of the backing's mounts (\(String(cString: strerror(-tree)))); "
-               + "the daemon opens what it reads O_NOATIME instead")
+        notice(
+            "noatime: no private noatime copy of the backing's mounts (\(String(cString: strerror(-tree)))); "
+                + "the daemon opens what it reads O_NOATIME instead")
         return (plain, -1, AccessTimes(flag: CFS_O_NOATIME))
     }
 

@@ -38,12 +38,12 @@ final class BackingFilesystems: Sendable {
     /// writes are reported by write(2) and fsync(2). Network filesystems (NFS, SMB, FUSE) do
     /// report deferred errors at close, and keep their FLUSH.
     static let withoutFlush: Set<Int64> = [
-        0xEF53,         // ext2, ext3, ext4
-        0x58465342,     // xfs
-        0x9123683E,     // btrfs
-        0x01021994,     // tmpfs
-        0x858458F6,     // ramfs
-        0xF2F52010,     // f2fs
+        0xEF53,  // ext2, ext3, ext4
+        0x58465342,  // xfs
+        0x9123683E,  // btrfs
+        0x01021994,  // tmpfs
+        0x858458F6,  // ramfs
+        0xF2F52010  // f2fs
     ]
 
     /// Local filesystems, on a disk of this machine or in its memory: their lookups and opens
@@ -52,11 +52,11 @@ final class BackingFilesystems: Sendable {
     /// queues then hand every request to their lane threads, so that none holds up its CPU's
     /// queue (ring.c).
     static let localFilesystems: Set<Int64> = withoutFlush.union([
-        0x794C7630,     // overlayfs
-        0x2FC12FC1,     // zfs
-        0xCA451A4E,     // bcachefs
-        0x4D44,         // vfat
-        0x2011BAB0,     // exfat
-        0x7366746E,     // ntfs3
+        0x794C7630,  // overlayfs
+        0x2FC12FC1,  // zfs
+        0xCA451A4E,  // bcachefs
+        0x4D44,  // vfat
+        0x2011BAB0,  // exfat
+        0x7366746E  // ntfs3
     ])
 }

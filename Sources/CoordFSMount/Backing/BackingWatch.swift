@@ -87,8 +87,12 @@ final class BackingWatch: @unchecked Sendable {
     /// `byDirectory`: a mark per directory even where the filesystem could be marked (a small
     /// tree on a busy filesystem). Without the privilege for a filesystem mark, the directories
     /// are marked anyway.
-    init(watching path: String, device: UInt64, byDirectory: Bool = false, for filesystem: Filesystem) throws(Unavailable) {
-        guard let resolved = realpath(path, nil) else { throw Unavailable(description: "\(path): \(Errno.ofFailedCall())") }
+    init(
+        watching path: String, device: UInt64, byDirectory: Bool = false, for filesystem: Filesystem
+    ) throws(Unavailable) {
+        guard let resolved = realpath(path, nil) else {
+            throw Unavailable(description: "\(path): \(Errno.ofFailedCall())")
+        }
         backingPath = String(cString: resolved)
         free(resolved)
         var descriptor = byDirectory ? -EPERM : cfs_fanotify_watch_filesystem(backingPath)
@@ -150,13 +154,16 @@ final class BackingWatch: @unchecked Sendable {
 
     func waitUntilStopped() {
         while thread?.isFinished == false { usleep(1000) }
-        thread = nil        // its closure holds this watch, and this watch the filesystem
+        thread = nil  // its closure holds this watch, and this watch the filesystem
     }
 
     private func run() {
         var buffer = [CChar](repeating: 0, count: 64 * 1024)
         // Flooded directories are told at most once a window: until then, woken to tell them.
-        while wait(milliseconds: flooded.isEmpty ? -1 : Int32(max(floodToldAt + Self.burstMilliseconds - coarseMilliseconds(), 0))) {
+        while wait(
+            milliseconds: flooded.isEmpty
+                ? -1 : Int32(max(floodToldAt + Self.burstMilliseconds - coarseMilliseconds(), 0)))
+        {
             // The kernel forgets each change as it is read. Presenters hear what a short window
             // gathered: one program's open, write and close as one change; a burst, after a
             // longer window, so that a flood reaches them merged (`deliver`).
@@ -177,7 +184,10 @@ final class BackingWatch: @unchecked Sendable {
     /// Waits until changes can be read (true) or `timeout` has passed (true, nothing to read);
     /// false once `stop` was called.
     private func wait(milliseconds timeout: Int32) -> Bool {
-        var descriptors = [pollfd(fd: changes, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+        var descriptors = [
+            pollfd(fd: changes, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)
+        ]
         while poll(&descriptors, 2, timeout) < 0 {
             if Errno.ofFailedCall() != .interrupted { return false }
         }
@@ -189,7 +199,7 @@ final class BackingWatch: @unchecked Sendable {
     private func readAll(into batch: inout Batch, buffer: inout [CChar]) {
         while batch.news.count < Self.changesPerWindow && !stopping {
             let count = read(changes, &buffer, buffer.count)
-            if count <= 0 { return }             // EAGAIN: read up
+            if count <= 0 { return }  // EAGAIN: read up
             buffer.withUnsafeBufferPointer { bytes in
                 var offset = 0
                 var change = cfs_backing_change()
@@ -222,11 +232,12 @@ final class BackingWatch: @unchecked Sendable {
         mutating func add(_ path: ItemPath, isDirectory: Bool, _ kind: Kind) {
             if last[path] == kind || (kind == .changed && last[path] == .appeared) { return }
             last[path] = kind
-            let outcome = switch kind {
-            case .appeared: IntentOutcome(existedBefore: false, existsAfter: true, changed: true)
-            case .changed: IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
-            case .deleted: IntentOutcome(existedBefore: true, existsAfter: false, changed: true)
-            }
+            let outcome =
+                switch kind {
+                case .appeared: IntentOutcome(existedBefore: false, existsAfter: true, changed: true)
+                case .changed: IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
+                case .deleted: IntentOutcome(existedBefore: true, existsAfter: false, changed: true)
+                }
             news.append(.change(path: path, isDirectory: isDirectory, outcome: outcome))
         }
 
@@ -241,28 +252,37 @@ final class BackingWatch: @unchecked Sendable {
     /// long: forgotten as it is known by its handle, whether or not a name below BACKING leads
     /// to it (written or changed through a link elsewhere, or after its name went; renamed, its
     /// change time moved). The file forgotten, if any.
-    private func forgetMarkedFile(_ change: cfs_backing_change, isDirectory: Bool, writes: Bool, attributes: Bool) -> Inode? {
+    private func forgetMarkedFile(
+        _ change: cfs_backing_change, isDirectory: Bool, writes: Bool, attributes: Bool
+    ) -> Inode? {
         guard writes || attributes || change.mask & CFS_CHANGE_RENAME != 0, !isDirectory, let object = change.object,
-              let node = filesystem.watchedWrites.node(handle: Self.key(object)) else { return nil }
+            let node = filesystem.watchedWrites.node(handle: Self.key(object))
+        else { return nil }
         if attributes { node.hasNoCapability.store(false, ordering: .relaxed) }
         filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel(by: change.pid, closing: false))
         return node
     }
 
+    /// A change about a directory, whoever made it: directories' places change with any rename
+    /// or removal of one, the mount's own too. The version store's directories, made with the
+    /// first version kept: from then on the kernel leaves out what happens in them.
+    private func directoryChanged(_ change: cfs_backing_change, into batch: inout Batch) {
+        if marked != nil {
+            track(change, into: &batch)
+        } else if change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 {
+            directories.removeAll()
+        } else if change.mask & CFS_CHANGE_CREATE != 0, !storeLeftOut, let name = change.name,
+            [VersionStore.directoryName, VersionStore.contentDirectoryName].contains(
+                FileSystemName.string(cString: name))
+        {
+            leaveOutVersionStore()
+        }
+    }
+
     private func take(_ change: cfs_backing_change, into batch: inout Batch) {
         if change.mask & CFS_CHANGE_OVERFLOW != 0 { batch.overflowed = true; return }
         let isDirectory = change.mask & CFS_CHANGE_ON_DIRECTORY != 0
-        if isDirectory {
-            // Directories' places change with any rename or removal of one, the mount's own too.
-            if marked != nil { track(change, into: &batch) }
-            else if change.mask & (CFS_CHANGE_RENAME | CFS_CHANGE_DELETE) != 0 { directories.removeAll() }
-            // The version store's directories, made with the first version kept: from then on
-            // the kernel leaves out what happens in them.
-            else if change.mask & CFS_CHANGE_CREATE != 0, !storeLeftOut, let name = change.name,
-                    [VersionStore.directoryName, VersionStore.contentDirectoryName].contains(FileSystemName.string(cString: name)) {
-                leaveOutVersionStore()
-            }
-        }
+        if isDirectory { directoryChanged(change, into: &batch) }
         guard change.pid != ownProcess else { return }
         let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
         let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
@@ -283,14 +303,17 @@ final class BackingWatch: @unchecked Sendable {
             filesystem.targets.namespaceChanged(name: entry, directory: isDirectory)
             // Both, merged while unread (a lock file, a journal): what is there now.
             let exists = !(creates && deletes) ? creates : existing(entry, in: directory) != nil
-            if creates && deletes && !exists { return }
-            batch.add(itemPath, isDirectory: isDirectory, exists ? .appeared : .deleted)
+            if !(creates && deletes && !exists) {
+                batch.add(itemPath, isDirectory: isDirectory, exists ? .appeared : .deleted)
+            }
             return
         }
         // A write, a truncation, a change of mode, owner, times or attributes, of an item still
         // there by that name (not one removed since, whose removal is reported next, nor an
         // unnamed O_TMPFILE file, which the kernel names "#INODE").
-        guard let found = isItself ? (directory.device, directory.number) : existing(entry, in: directory) else { return }
+        guard let found = isItself ? (directory.device, directory.number) : existing(entry, in: directory) else {
+            return
+        }
         let known = filesystem.inodes.node(device: found.device, number: found.number)
         // Writes the kernel serves for an open through the mount are the mount's: not told,
         // and the kernel keeps the file's size and pages right itself. (A file marked for its
@@ -298,8 +321,11 @@ final class BackingWatch: @unchecked Sendable {
         // long, are forgotten.) Known by their process: another's, beside such an open or
         // just after it, is a change from outside.
         if writes && !attributes, let known,
-           known.isWrittenThroughTheKernel(by: change.pid, closing: change.mask & CFS_CHANGE_CLOSE_WRITE != 0) {
-            if filesystem.watchedWrites.covers(known) && known !== forgotten { filesystem.invalidateAttributes(of: known) }
+            known.isWrittenThroughTheKernel(by: change.pid, closing: change.mask & CFS_CHANGE_CLOSE_WRITE != 0)
+        {
+            if filesystem.watchedWrites.covers(known) && known !== forgotten {
+                filesystem.invalidateAttributes(of: known)
+            }
             return
         }
         if let known {
@@ -313,39 +339,56 @@ final class BackingWatch: @unchecked Sendable {
     /// A rename: a directory's mark reports a side only if it is marked (a move in or out of
     /// BACKING, with a mark per directory, brings one side).
     private func takeRename(_ change: cfs_backing_change, isDirectory: Bool, into batch: inout Batch) {
-        func side(_ handle: UnsafeRawPointer?, _ name: UnsafePointer<CChar>?) -> (entry: String, directory: Directory?, parent: Inode?)? {
+        func side(
+            _ handle: UnsafeRawPointer?, _ name: UnsafePointer<CChar>?
+        ) -> (entry: String, directory: Directory?, parent: Inode?)? {
             guard let handle, let name else { return nil }
             let directory = self.directory(handle)
-            return (FileSystemName.string(cString: name), directory,
-                    directory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) })
+            return (
+                FileSystemName.string(cString: name), directory,
+                directory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) }
+            )
         }
         let old = side(change.directory, change.name), new = side(change.new_directory, change.new_name)
         if let old, let parent = old.parent { forgetEntry(old.entry, in: parent) }
         if let new, let parent = new.parent { forgetEntry(new.entry, in: parent) }
-        if let old, let new, let parent = old.parent, let newParent = new.parent, let moved = child(new.entry, in: newParent) {
+        if let old, let new, let parent = old.parent, let newParent = new.parent,
+            let moved = child(new.entry, in: newParent)
+        {
             filesystem.inodes.moved(moved.id, from: (parent.id, old.entry), to: newParent.id, name: new.entry)
         }
         // Either side may lie outside BACKING: moved in, it appears; moved out, it is gone.
-        switch (old.flatMap { side in side.directory.map { path($0, side.entry) } }, new.flatMap { side in side.directory.map { path($0, side.entry) } }) {
+        switch (
+            old.flatMap { side in side.directory.map { path($0, side.entry) } },
+            new.flatMap { side in side.directory.map { path($0, side.entry) } }
+        ) {
         case let (from?, to?): batch.addMove(from: from, to: to, isDirectory: isDirectory)
         case let (from?, nil): batch.add(from, isDirectory: isDirectory, .deleted)
         case let (nil, to?): batch.add(to, isDirectory: isDirectory, .appeared)
         case (nil, nil): return
         }
-        if let old, let new { filesystem.targets.namespaceChanged(name: old.entry, new.entry, directory: isDirectory) }
-        else if let name = old?.entry ?? new?.entry { filesystem.targets.namespaceChanged(name: name, directory: isDirectory) }
+        if let old, let new {
+            filesystem.targets.namespaceChanged(name: old.entry, new.entry, directory: isDirectory)
+        } else if let name = old?.entry ?? new?.entry {
+            filesystem.targets.namespaceChanged(name: name, directory: isDirectory)
+        }
+    }
+
+    /// The kernel's queue overflowed: changes were lost, so the kernel forgets everything it
+    /// keeps, and directories made, moved or removed meanwhile are marked anew.
+    private func overflowed() {
+        logger.warning(
+            "changes behind the mount came faster than they could be read: some were not told; the kernel forgets everything it keeps"
+        )
+        filesystem.invalidateEverything()
+        if let old = marked, let root = directories(root: old.root) {
+            marked = root
+            markBelow("")
+        }
     }
 
     private func deliver(_ batch: Batch) {
-        if batch.overflowed {
-            logger.warning("changes behind the mount came faster than they could be read: some were not told; the kernel forgets everything it keeps")
-            filesystem.invalidateEverything()
-            // Directories made, moved or removed meanwhile: the marks are made anew.
-            if let old = marked, let root = directories(root: old.root) {
-                marked = root
-                markBelow("")
-            }
-        }
+        if batch.overflowed { overflowed() }
         let engine = filesystem.engine
         var deliveries: [PresenterDelivery<PresenterNotification>] = []
         // A flood in one directory (a backup restoring, an archive unpacked, a rename storm) is
@@ -369,7 +412,8 @@ final class BackingWatch: @unchecked Sendable {
                 changes.removeAll()
             }
             if !muted.isEmpty {
-                deliveries += engine.changesMadeOutside(muted.map(\.0), outcomes: muted.map(\.1), tellingContainers: false)
+                deliveries += engine.changesMadeOutside(
+                    muted.map(\.0), outcomes: muted.map(\.1), tellingContainers: false)
                 muted.removeAll()
             }
         }
@@ -380,15 +424,17 @@ final class BackingWatch: @unchecked Sendable {
                 if mayTellContainers(path) { changes.append(change) } else { muted.append(change) }
             case let .move(from, to, isDirectory):
                 tellChanges()
-                deliveries += engine.moveMadeOutside(from: filesystem.targets.target(from, isDirectory: isDirectory),
-                                                     to: filesystem.targets.target(to, isDirectory: isDirectory),
-                                                     tellingContainers: mayTellContainers(from))
+                deliveries += engine.moveMadeOutside(
+                    from: filesystem.targets.target(from, isDirectory: isDirectory),
+                    to: filesystem.targets.target(to, isDirectory: isDirectory),
+                    tellingContainers: mayTellContainers(from))
             }
         }
         tellChanges()
         let now = coarseMilliseconds()
         if !flooded.isEmpty && now - floodToldAt >= Self.burstMilliseconds {
-            deliveries += engine.contentsChangedOutside(of: flooded.map { filesystem.targets.target($0, isDirectory: true) })
+            deliveries += engine.contentsChangedOutside(
+                of: flooded.map { filesystem.targets.target($0, isDirectory: true) })
             flooded.removeAll()
             floodToldAt = now
         }
@@ -411,13 +457,17 @@ final class BackingWatch: @unchecked Sendable {
         // The store's own directory still reports directories made in it: its content's, made
         // just after it, is then left out in turn.
         for (relative, withDirectories) in [(store, false), (store + "/" + VersionStore.contentDirectoryName, true)] {
-            let fd = FileSystemName.withCString(relative) { openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
-            guard fd >= 0 else { continue }          // not made yet
+            let fd = FileSystemName.withCString(relative) {
+                openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
+            guard fd >= 0 else { continue }  // not made yet
             let failure = cfs_fanotify_ignore_directory(changes, fd, withDirectories ? 1 : 0)
             close(fd)
             guard failure == 0 else {
                 storeLeftOut = true
-                logger.notice("the version store's own changes are reported, read and dropped: the kernel leaves nothing out (\(Errno(code: -failure)); fanotify ignore marks need Linux 6.0)")
+                logger.notice(
+                    "the version store's own changes are reported, read and dropped: the kernel leaves nothing out (\(Errno(code: -failure)); fanotify ignore marks need Linux 6.0)"
+                )
                 return
             }
             left += 1
@@ -438,12 +488,14 @@ final class BackingWatch: @unchecked Sendable {
         let outside = change.pid != ownProcess
         func markNew(_ name: String, in parent: WatchedDirectories.Handle) {
             guard !marked!.contains(moved), let place = marked!.directory(parent) else { return }
-            let found = markBelow(place.relative.isEmpty ? name : place.relative + "/" + name, name: name, in: parent, collecting: outside)
+            let found = markBelow(
+                place.relative.isEmpty ? name : place.relative + "/" + name, name: name, in: parent, collecting: outside
+            )
             if outside { for (path, isDirectory) in found { batch.add(path, isDirectory: isDirectory, .appeared) } }
         }
         if change.mask & CFS_CHANGE_RENAME != 0 {
             guard let newDirectory = change.new_directory, let newName = change.new_name else {
-                marked!.removeTree(moved)       // out of BACKING
+                marked!.removeTree(moved)  // out of BACKING
                 return countMarks()
             }
             let newParent = Self.key(newDirectory), newEntry = FileSystemName.string(cString: newName)
@@ -465,8 +517,10 @@ final class BackingWatch: @unchecked Sendable {
     /// `parent`; "" for the root itself) and every directory below it on BACKING's filesystem.
     /// `collecting`: returns every item found below it, and whether it is a directory.
     @discardableResult
-    private func markBelow(_ relative: String, name: String = "", in parent: WatchedDirectories.Handle? = nil,
-                           collecting: Bool = false) -> [(ItemPath, Bool)] {
+    private func markBelow(
+        _ relative: String, name: String = "", in parent: WatchedDirectories.Handle? = nil,
+        collecting: Bool = false
+    ) -> [(ItemPath, Bool)] {
         var found: [(ItemPath, Bool)] = []
         var pending = [(relative: relative, name: name, parent: parent)]
         // A bind mount of the filesystem inside BACKING shows a directory twice: once is enough.
@@ -477,10 +531,11 @@ final class BackingWatch: @unchecked Sendable {
             let fd = FileSystemName.withCString(next.relative.isEmpty ? "." : next.relative) {
                 openat(backing, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             }
-            guard fd >= 0 else { continue }      // gone already
+            guard fd >= 0 else { continue }  // gone already
             var info = stat()
             guard fstat(fd, &info) == 0, UInt64(info.st_dev) == device, let handle = Self.handle(of: fd),
-                  seen.insert(handle).inserted else {
+                seen.insert(handle).inserted
+            else {
                 close(fd)
                 continue
             }
@@ -488,20 +543,27 @@ final class BackingWatch: @unchecked Sendable {
                 let failure = cfs_fanotify_mark_directory(changes, fd)
                 if failure == -ENOSPC {
                     marksRanOut = true
-                    logger.warning("changes behind the mount: fs.fanotify.max_user_marks reached at \(marked!.count) directories; the kernel keeps nothing long from now on (1 s), and changes in directories made since are not seen")
+                    logger.warning(
+                        "changes behind the mount: fs.fanotify.max_user_marks reached at \(marked!.count) directories; the kernel keeps nothing long from now on (1 s), and changes in directories made since are not seen"
+                    )
                     filesystem.stopKeepingLong()
                 }
                 guard failure == 0 else { close(fd); continue }
-                marked!.add(handle, name: next.name, in: parent, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+                marked!.add(
+                    handle, name: next.name, in: parent, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
             }
             guard let stream = fdopendir(fd) else { close(fd); continue }
             while let record = readdir(stream) {
-                let entry = withUnsafeBytes(of: record.pointee.d_name) { FileSystemName.string(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self)) }
+                let entry = withUnsafeBytes(of: record.pointee.d_name) {
+                    FileSystemName.string(cString: $0.baseAddress!.assumingMemoryBound(to: CChar.self))
+                }
                 if entry == "." || entry == ".." { continue }
                 var isDirectory = record.pointee.d_type == UInt8(DT_DIR)
                 if record.pointee.d_type == UInt8(DT_UNKNOWN) {
                     var child = stat()
-                    isDirectory = FileSystemName.withCString(entry) { fstatat(dirfd(stream), $0, &child, AT_SYMLINK_NOFOLLOW) } == 0
+                    isDirectory =
+                        FileSystemName.withCString(entry) { fstatat(dirfd(stream), $0, &child, AT_SYMLINK_NOFOLLOW) }
+                        == 0
                         && child.st_mode & S_IFMT == S_IFDIR
                 }
                 let childRelative = next.relative.isEmpty ? entry : next.relative + "/" + entry
@@ -540,7 +602,7 @@ final class BackingWatch: @unchecked Sendable {
         if let marked { return marked.directory(key) }
         if let known = directories[key] { return known }
         let fd = cfs_open_reported_handle(backing, handle)
-        guard fd >= 0 else { return nil }            // gone already: nothing to cache
+        guard fd >= 0 else { return nil }  // gone already: nothing to cache
         defer { close(fd) }
         var info = stat()
         var found: Directory?
@@ -582,7 +644,9 @@ final class BackingWatch: @unchecked Sendable {
     private func existing(_ name: String, in directory: Directory) -> (device: UInt64, number: UInt64)? {
         let relative = directory.relative.isEmpty ? name : directory.relative + "/" + name
         var info = stat()
-        guard FileSystemName.withCString(relative, { fstatat(backing, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return nil }
+        guard FileSystemName.withCString(relative, { fstatat(backing, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+            return nil
+        }
         return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
@@ -590,7 +654,9 @@ final class BackingWatch: @unchecked Sendable {
     private func child(_ name: String, in parent: Inode) -> Inode? {
         filesystem.inodes.withFD(parent, orElse: { _ in nil }) { fd -> Inode? in
             var info = stat()
-            guard FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return nil }
+            guard FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+                return nil
+            }
             return filesystem.inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         }
     }

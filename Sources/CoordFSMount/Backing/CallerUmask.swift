@@ -24,7 +24,9 @@ enum CallerUmask {
 
     /// Runs `body` (a create, mknod, mkdir or O_TMPFILE open) under the caller's umask, `mask`.
     @inline(__always)
-    static func applying<Result, Failure: Error>(_ mask: mode_t, _ body: () throws(Failure) -> Result) throws(Failure) -> Result {
+    static func applying<Result, Failure: Error>(
+        _ mask: mode_t, _ body: () throws(Failure) -> Result
+    ) throws(Failure) -> Result {
         state.withValue { state in
             if !state.isOwn {
                 // Threads share one context until they make their own; one that cannot keeps

@@ -33,13 +33,21 @@ public struct OwnershipView: Sendable, Equatable {
             let value = parts[1]
             switch parts[0] {
             case "uid":
-                if let number = uid_t(value) { view.owner = number }
-                else if let entry = getpwnam(value) { view.owner = entry.pointee.pw_uid }
-                else { throw OwnershipViewError("uid=\(value): no such user") }
+                if let number = uid_t(value) {
+                    view.owner = number
+                } else if let entry = getpwnam(value) {
+                    view.owner = entry.pointee.pw_uid
+                } else {
+                    throw OwnershipViewError("uid=\(value): no such user")
+                }
             case "gid":
-                if let number = gid_t(value) { view.group = number }
-                else if let entry = getgrnam(value) { view.group = entry.pointee.gr_gid }
-                else { throw OwnershipViewError("gid=\(value): no such group") }
+                if let number = gid_t(value) {
+                    view.group = number
+                } else if let entry = getgrnam(value) {
+                    view.group = entry.pointee.gr_gid
+                } else {
+                    throw OwnershipViewError("gid=\(value): no such group")
+                }
             default:
                 guard let bits = mode_t(value, radix: 8), bits <= 0o7777 else {
                     throw OwnershipViewError("umask=\(value): not an octal mask from 0 to 7777")

@@ -38,7 +38,8 @@ struct WatchedDirectories {
             parent = above.parent
         }
         if entry.parent != nil { names.insert(entry.name, at: 0) }
-        return BackingWatch.Directory(relative: names.reversed().joined(separator: "/"), device: entry.device, number: entry.number)
+        return BackingWatch.Directory(
+            relative: names.reversed().joined(separator: "/"), device: entry.device, number: entry.number)
     }
 
     mutating func add(_ handle: Handle, name: String, in parent: Handle, device: UInt64, number: UInt64) {

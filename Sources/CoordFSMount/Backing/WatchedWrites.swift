@@ -82,7 +82,8 @@ final class WatchedWrites: Sendable {
     func covers(_ inode: Inode, readSince point: UInt64) -> Bool {
         // Acquiring: the generation seen brings the `markedAt` stored before it.
         let marked = inode.markGeneration.load(ordering: .acquiring)
-        return marked != 0 && marked == generation.load(ordering: .acquiring) && inode.markedAt.load(ordering: .acquiring) <= point
+        return marked != 0 && marked == generation.load(ordering: .acquiring)
+            && inode.markedAt.load(ordering: .acquiring) <= point
     }
 
     /// The node marked for the file of `handle` (as fanotify reports it), if any.

@@ -33,7 +33,7 @@ final class BrokenOpens: Sendable {
             guard let index = table.byProcess[process]?.firstIndex(where: { $0.token == token }) else { return }
             table.byProcess[process]!.remove(at: index)
             if table.byProcess[process]!.isEmpty { table.byProcess[process] = nil }
-            if table.byProcess.isEmpty { table.byProcess = [:] }     // its storage goes too
+            if table.byProcess.isEmpty { table.byProcess = [:] }  // its storage goes too
             count.subtract(1, ordering: .releasing)
         }
     }

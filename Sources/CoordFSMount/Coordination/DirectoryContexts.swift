@@ -44,8 +44,10 @@ final class DirectoryContexts: @unchecked Sendable {
 
     /// The context of `directory`, remembered or made with `make`; `now` is the request's
     /// `coarseMilliseconds()`.
-    func context(of directory: UInt64, names: Int, markers: Int, lifetime: Int64, now: Int64,
-                 make: () -> DirectoryContext) -> DirectoryContext {
+    func context(
+        of directory: UInt64, names: Int, markers: Int, lifetime: Int64, now: Int64,
+        make: () -> DirectoryContext
+    ) -> DirectoryContext {
         let known = recent.withValue { mine -> (index: Int?, context: DirectoryContext?) in
             guard let index = mine.entries.firstIndex(where: { $0.directory == directory }) else { return (nil, nil) }
             let entry = mine.entries[index]

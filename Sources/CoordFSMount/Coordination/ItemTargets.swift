@@ -46,7 +46,10 @@ final class ItemTargets: Sendable {
             for (offset, byte) in relative.enumerated() where byte == UInt8(ascii: "/") {
                 let directory = String(decoding: UnsafeBufferPointer(rebasing: relative[..<offset]), as: UTF8.self)
                 if isPackage(directory) {
-                    packages.append(ItemPath(canonical: String(decoding: UnsafeBufferPointer(rebasing: bytes[..<(start + offset)]), as: UTF8.self)))
+                    packages.append(
+                        ItemPath(
+                            canonical: String(
+                                decoding: UnsafeBufferPointer(rebasing: bytes[..<(start + offset)]), as: UTF8.self)))
                 }
             }
             return isDirectory && isPackage(String(decoding: relative, as: UTF8.self))
@@ -58,16 +61,22 @@ final class ItemTargets: Sendable {
     func isPackage(directoryAt path: ItemPath) -> Bool {
         guard path != root else { return false }
         let start = relativeStart
-        return isPackage(path.string.withBorrowedUTF8 { String(decoding: UnsafeBufferPointer(rebasing: $0[start...]), as: UTF8.self) })
+        return isPackage(
+            path.string.withBorrowedUTF8 {
+                String(decoding: UnsafeBufferPointer(rebasing: $0[start...]), as: UTF8.self)
+            })
     }
 
     private func isPackage(_ relative: String) -> Bool {
         if !packageExtensions.isEmpty, let dot = relative.utf8.lastIndex(of: UInt8(ascii: ".")),
-           packageExtensions.contains(String(relative[relative.index(after: dot)...])) {
+            packageExtensions.contains(String(relative[relative.index(after: dot)...]))
+        {
             return true
         }
         return packageMarkers.isMarked(relative) {
-            FileSystemName.withCString(relative + "/" + ItemLocatorMarker.name) { faccessat(inodes.rootDescriptor, $0, F_OK, AT_SYMLINK_NOFOLLOW) } == 0
+            FileSystemName.withCString(relative + "/" + ItemLocatorMarker.name) {
+                faccessat(inodes.rootDescriptor, $0, F_OK, AT_SYMLINK_NOFOLLOW)
+            } == 0
         }
     }
 
@@ -87,9 +96,12 @@ final class ItemTargets: Sendable {
         // Read before the context is made: a change during the making leaves it stale at once.
         let names = inodes.directoryNamesGeneration.value
         let markers = packageMarkers.currentGeneration
-        return directoryContexts.context(of: directory, names: names, markers: markers, lifetime: packageMarkers.lifetime, now: now) {
+        return directoryContexts.context(
+            of: directory, names: names, markers: markers, lifetime: packageMarkers.lifetime, now: now
+        ) {
             // Canonical by construction: the kernel's names are single components, never . or ..
-            DirectoryContext(target(ItemPath(canonical: inodes.path(of: directory, under: root.string)), isDirectory: true))
+            DirectoryContext(
+                target(ItemPath(canonical: inodes.path(of: directory, under: root.string)), isDirectory: true))
         }
     }
 
@@ -99,7 +111,8 @@ final class ItemTargets: Sendable {
     /// `target(of:now:)`, with the directory node and the name its path was spelled from
     /// (`NameGates`): the node `wanted` names an item in, or the file's parent. Nil for a
     /// directory or the root (its path is its own context's).
-    func targetAndPlace(of wanted: ItemIntent, now: Int64) -> (AccessTarget, place: (directory: UInt64, name: String)?) {
+    func targetAndPlace(of wanted: ItemIntent, now: Int64) -> (AccessTarget, place: (directory: UInt64, name: String)?)
+    {
         let directory: UInt64, name: String
         if !wanted.name.isEmpty {
             (directory, name) = (wanted.node.id, wanted.name)
@@ -115,7 +128,10 @@ final class ItemTargets: Sendable {
         // Whether a directory is itself a package is looked at per request: only directories
         // made, removed or renamed ask, and a marker's answer is remembered anyway.
         let isPackage = wanted.isDirectory && isPackage(directoryAt: path)
-        return (AccessTarget(path: path, isDirectory: wanted.isDirectory, isPackage: isPackage,
-                             enclosingPackages: context.packagesOfItems), (directory, name))
+        return (
+            AccessTarget(
+                path: path, isDirectory: wanted.isDirectory, isPackage: isPackage,
+                enclosingPackages: context.packagesOfItems), (directory, name)
+        )
     }
 }

@@ -22,14 +22,20 @@ extension MountCoordinator {
     /// delegations it needs are asked for; a host alone, whose delegation covers the item, goes
     /// on at once. One whose delegation is missing (or was recalled while it took its claim)
     /// gives the claim back unused and waits for it, then is coordinated again.
-    func coordinateInCluster(_ reply: consuming Reply, _ request: MountRequest, _ delegations: any HostDelegations,
-                             until deadline: ContinuousClock.Instant? = nil) {
-        let asked = MountRequest(wanted: request.wanted, other: request.other, nonBlocking: request.nonBlocking,
-                                 forTheCall: request.forTheCall, caller: request.caller) { [self] reply, claim in
+    func coordinateInCluster(
+        _ reply: consuming Reply, _ request: MountRequest, _ delegations: any HostDelegations,
+        until deadline: ContinuousClock.Instant? = nil
+    ) {
+        let asked = MountRequest(
+            wanted: request.wanted, other: request.other, nonBlocking: request.nonBlocking,
+            forTheCall: request.forTheCall, caller: request.caller
+        ) { [self] reply, claim in
             // Without a claim, what is not coordinated needs nothing: the kernel's own threads,
             // paths the mode leaves alone, an O_TMPFILE file not linked yet. (A request that
             // passed a quiet gate holds nothing either, and needs its delegation.)
-            if !claim.holds && !isCoordinated(request.wanted, request.other, request.caller) { return request.body(reply, claim) }
+            if !claim.holds && !isCoordinated(request.wanted, request.other, request.caller) {
+                return request.body(reply, claim)
+            }
             // Asked once held: a recall that came meanwhile waited for this claim (or passage)
             // only if it began after this answer.
             let needs = delegationNeeds(request.wanted, request.other)
@@ -39,7 +45,8 @@ extension MountCoordinator {
             claim.end(request.other == nil ? [unchanged] : [unchanged, unchanged])
             let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
             // Never into the engine from here: this may run inside a quiet passage.
-            waitForDelegations(needs, delegations, reply, waits: !request.nonBlocking, until: deadline) { [self] reply in
+            waitForDelegations(needs, delegations, reply, waits: !request.nonBlocking, until: deadline) {
+                [self] reply in
                 coordinateInCluster(reply, request, delegations, until: deadline)
             }
         }
@@ -51,7 +58,9 @@ extension MountCoordinator {
     private func delegationNeeds(_ wanted: ItemIntent, _ other: ItemIntent?) -> [DelegationNeed] {
         let now = coarseMilliseconds()
         func need(_ intent: ItemIntent) -> DelegationNeed? {
-            store.delegationNeed(intent.kind, of: targets.target(of: intent, now: now)).map { DelegationNeed(path: $0.path, access: $0.access) }
+            store.delegationNeed(intent.kind, of: targets.target(of: intent, now: now)).map {
+                DelegationNeed(path: $0.path, access: $0.access)
+            }
         }
         return [need(wanted), other.flatMap(need)].compactMap { $0 }
     }
@@ -62,7 +71,9 @@ extension MountCoordinator {
     /// recalled or not, until its host gives it back: the recall waits for the hold, so waiting
     /// for the recall would be waiting for itself (until the break time). The identity rule of
     /// one host (C20), across hosts.
-    private func covered(_ needs: [DelegationNeed], by delegations: any HostDelegations, for claim: borrowing MountClaim) -> Bool {
+    private func covered(
+        _ needs: [DelegationNeed], by delegations: any HostDelegations, for claim: borrowing MountClaim
+    ) -> Bool {
         if needs.allSatisfy({ delegations.covers($0.path, writing: $0.access.writes) }) { return true }
         guard case .accessor(let held, _)? = claim.held else { return false }
         let holds = held.intents.compactMap { store.delegationNeed($0.kind, of: $0.target) }
@@ -81,9 +92,11 @@ extension MountCoordinator {
     /// answers EINTR (interrupted), EBUSY (past the deadline), EAGAIN (another host holds it and
     /// the request would not wait), ENOLCK (the host may grant nothing: its lease is lost, or
     /// the cluster cannot be reached).
-    private func waitForDelegations(_ needs: [DelegationNeed], _ delegations: any HostDelegations, _ reply: consuming Reply,
-                                    waits: Bool, until deadline: ContinuousClock.Instant?,
-                                    then: @escaping @Sendable (consuming Reply) -> Void) {
+    private func waitForDelegations(
+        _ needs: [DelegationNeed], _ delegations: any HostDelegations, _ reply: consuming Reply,
+        waits: Bool, until deadline: ContinuousClock.Instant?,
+        then: @escaping @Sendable (consuming Reply) -> Void
+    ) {
         let number = waitingRequests.number()
         reply.onInterrupt(number)
         let wait = DelegationWait(PendingReply(reply)) { [self] outcome, reply in
@@ -105,13 +118,17 @@ extension MountCoordinator {
         if let deadline {
             let left = max(deadline - ContinuousClock.now, .zero)
             let (seconds, attoseconds) = left.components
-            DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) { wait.finish(.timedOut) }
+            DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) {
+                wait.finish(.timedOut)
+            }
         }
         acquire(needs[...], delegations, waits: waits, for: wait)
     }
 
     /// Acquires `needs` one after the other, then finishes `wait`.
-    private func acquire(_ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, waits: Bool, for wait: DelegationWait) {
+    private func acquire(
+        _ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, waits: Bool, for wait: DelegationWait
+    ) {
         guard let need = needs.first else { return wait.finish(.granted) }
         let stop = delegations.acquire(need.path, need.access, waits: waits) { [self] outcome in
             switch outcome {

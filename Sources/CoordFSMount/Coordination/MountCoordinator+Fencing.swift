@@ -26,12 +26,16 @@ extension MountCoordinator {
     /// path and, if it `writes`, its cover; nil on a mount with no cluster. An open nothing
     /// coordinates (the mode is off there, a kernel thread's) has no cover: nothing asked for
     /// its item, and nothing takes it away.
-    func sharedOpen(_ wanted: ItemIntent, writes: Bool, claim: borrowing MountClaim, _ caller: RequestCaller) -> SharedOpen? {
+    func sharedOpen(
+        _ wanted: ItemIntent, writes: Bool, claim: borrowing MountClaim, _ caller: RequestCaller
+    ) -> SharedOpen? {
         guard let delegations, let path = storePath(of: wanted) else { return nil }
         guard writes, claim.holds || isCoordinated(wanted, nil, caller) else { return SharedOpen(path: path) }
         let stamp = delegations.stampWrites(path)
         if stamp == nil {
-            logger.error("cluster: '\(path.isEmpty ? "/" : path)' was opened for writing as this host lost it: writes through the open are refused (EIO)")
+            logger.error(
+                "cluster: '\(path.isEmpty ? "/" : path)' was opened for writing as this host lost it: writes through the open are refused (EIO)"
+            )
         }
         return SharedOpen(path: path, cover: WriteCover(stamp: stamp))
     }
@@ -69,7 +73,9 @@ extension MountCoordinator {
             return refused()
         case .fenced:
             if !cover.fenced.exchange(true, ordering: .relaxed) {
-                logger.error("cluster: writes through an open file of '\(path.isEmpty ? "/" : path)' are refused (EIO) until it is closed: another host may have written it since it was opened")
+                logger.error(
+                    "cluster: writes through an open file of '\(path.isEmpty ? "/" : path)' are refused (EIO) until it is closed: another host may have written it since it was opened"
+                )
             }
             return refused()
         }

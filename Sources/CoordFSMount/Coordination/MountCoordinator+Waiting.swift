@@ -38,15 +38,19 @@ extension MountCoordinator {
         let locksOthersOut = underKernelLock || waiting.wanted.inodeLocked
         var changesNames = false
         if request.forTheCall, case .writing(let options) = waiting.wanted.kind,
-           !options.isDisjoint(with: [.forDeleting, .forMoving, .forReplacing]) {
+            !options.isDisjoint(with: [.forDeleting, .forMoving, .forReplacing])
+        {
             changesNames = true
         }
-        let settling = request.nonBlocking && waiting.mode != .strict && !waiting.wanted.kind.isWrite && waitWatch.settleTime != nil
+        let settling =
+            request.nonBlocking && waiting.mode != .strict && !waiting.wanted.kind.isWrite
+            && waitWatch.settleTime != nil
         let covered = brokenOpens.covers(waiting.intents, of: waiting.process)
         let watched = !settling && waitWatch.watches(underKernelLock: underKernelLock, locksOthersOut: locksOthersOut)
         let passesOtherUsers = watched && (waitWatch.breakTime != nil || (locksOthersOut && waitWatch.lockTime != nil))
-        return WaitPlan(underKernelLock: underKernelLock, locksOthersOut: locksOthersOut, changesNames: changesNames,
-                        settling: settling, covered: covered, watched: watched, passesOtherUsers: passesOtherUsers)
+        return WaitPlan(
+            underKernelLock: underKernelLock, locksOthersOut: locksOthersOut, changesNames: changesNames,
+            settling: settling, covered: covered, watched: watched, passesOtherUsers: passesOtherUsers)
     }
 
     /// Leaves the request waiting for its claim; its body runs on the thread that ends the wait.
@@ -60,10 +64,12 @@ extension MountCoordinator {
         // the holder's RELEASE, which the kernel sends without waiting for its answer (close(2)
         // has returned), so the waiter is served there at once instead of after a hand-off to
         // another thread; a timeout's or an interrupt's, on the thread that noticed it.
-        let access = Claim.beginWaiting(in: domain, identity: .process(waiting.process), intents: waiting.intents,
-                                        waits: !request.nonBlocking || plan.settling || plan.covered, holds: waiting.mode.holds,
-                                        timeout: configuration.waitTimeout, user: request.caller.uid,
-                                        passesOtherUsers: plan.passesOtherUsers) { [self] result in
+        let access = Claim.beginWaiting(
+            in: domain, identity: .process(waiting.process), intents: waiting.intents,
+            waits: !request.nonBlocking || plan.settling || plan.covered, holds: waiting.mode.holds,
+            timeout: configuration.waitTimeout, user: request.caller.uid,
+            passesOtherUsers: plan.passesOtherUsers
+        ) { [self] result in
             waitingRequests.ended(number)
             if plan.watched { waitWatch.forget(number) }
             switch result {
@@ -72,21 +78,27 @@ extension MountCoordinator {
             }
         }
         var interrupted = false
-        guard access.ifUnsettled({
-            interrupted = waitingRequests.waits(number, in: access)
-            if plan.watched {
-                waitWatch.watch(number, access, underKernelLock: plan.underKernelLock, locksOthersOut: plan.locksOthersOut,
-                                changesNames: plan.changesNames, passesLeases: true, uid: request.caller.uid,
-                                item: waiting.mode == .strict ? nil : (waiting.wanted.node, waiting.wanted.name))   // strict: no settling
-            }
-        }) else { return }
+        guard
+            access.ifUnsettled({
+                interrupted = waitingRequests.waits(number, in: access)
+                if plan.watched {
+                    // A strict request names no item: it never settles.
+                    waitWatch.watch(
+                        number, access, underKernelLock: plan.underKernelLock, locksOthersOut: plan.locksOthersOut,
+                        changesNames: plan.changesNames, passesLeases: true, uid: request.caller.uid,
+                        item: waiting.mode == .strict ? nil : (waiting.wanted.node, waiting.wanted.name))
+                }
+            })
+        else { return }
         // Its holders were told of the break once, at the open's.
         if plan.covered && access.breakThroughWhileWaiting() {
             statistics.coveredByBrokenOpen.add(1, ordering: .relaxed)
             return
         }
         if plan.settling {
-            if !waitWatch.goesAheadNow(access, item: (waiting.wanted.node, waiting.wanted.name)) { access.stopWaiting(because: .wouldBlock) }
+            if !waitWatch.goesAheadNow(access, item: (waiting.wanted.node, waiting.wanted.name)) {
+                access.stopWaiting(because: .wouldBlock)
+            }
             return
         }
         statistics.waited.add(1, ordering: .relaxed)
@@ -97,8 +109,10 @@ extension MountCoordinator {
     /// waited in a way it could not follow, when it is taken again.
     private func granted(_ claim: Claim, _ reply: consuming Reply, _ request: MountRequest, _ waiting: Waiting) {
         // The paths as granted: moves reported while it waited are followed (C11).
-        if movedBeforeHeld(claim.intents.lazy.map(\.path), waiting.wanted, waiting.other, since: waiting.movesSeen,
-                           attempt: request.attempt, now: coarseMilliseconds()) {
+        if movedBeforeHeld(
+            claim.intents.lazy.map(\.path), waiting.wanted, waiting.other, since: waiting.movesSeen,
+            attempt: request.attempt, now: coarseMilliseconds())
+        {
             endUnused(claim, request)
             var again = request
             again.attempt += 1
@@ -127,11 +141,14 @@ extension MountCoordinator {
         guard waitingRequests.mayLogGivingUp() else { return }
         let paths = Set(intents.map(\.path))
         let holders = engine.snapshot().holders.flatMap { holder in
-            holder.intents.filter { intent in paths.contains { $0 == intent.path || $0.isAncestor(of: intent.path) || intent.path.isAncestor(of: $0) } }
-                .map { "\($0.path) held for \($0.kind.isWrite ? "write" : "read") by \(holder.identity.logName)" }
+            holder.intents.filter { intent in
+                paths.contains { $0 == intent.path || $0.isAncestor(of: intent.path) || intent.path.isAncestor(of: $0) }
+            }
+            .map { "\($0.path) held for \($0.kind.isWrite ? "write" : "read") by \(holder.identity.logName)" }
         }
         let wanted = intents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(separator: ", ")
-        let line = "\(CoordinatorIdentity.process(process).logName) gave up (EBUSY) after \(waited.logText) on \(wanted): "
+        let line =
+            "\(CoordinatorIdentity.process(process).logName) gave up (EBUSY) after \(waited.logText) on \(wanted): "
             + (holders.isEmpty ? "nobody holds it any more" : holders.joined(separator: "; "))
         logger.notice("\(line)")
     }

@@ -47,8 +47,11 @@ final class MountCoordinator: @unchecked Sendable {
     /// The mount's items as a host of a store shared with other hosts sees them.
     let store: SharedStore
 
-    init(domain: CoordinationDomain, configuration: MountConfiguration, targets: ItemTargets, statistics: MountStatistics,
-         filesystems: BackingFilesystems, waitWatch: WaitWatch, store: SharedStore) {
+    init(
+        domain: CoordinationDomain, configuration: MountConfiguration, targets: ItemTargets,
+        statistics: MountStatistics,
+        filesystems: BackingFilesystems, waitWatch: WaitWatch, store: SharedStore
+    ) {
         self.domain = domain
         engine = domain.engine
         self.configuration = configuration
@@ -71,10 +74,13 @@ final class MountCoordinator: @unchecked Sendable {
     /// namespace change, a setattr), not for an open file's life. While the engine holds
     /// nothing, or only files held open by other names, such a request passes a quiet gate
     /// instead: nobody to wait for or to tell (`QuietGate`, `passQuietly`).
-    func coordinate(_ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent? = nil, nonBlocking: Bool = false,
-                    forTheCall: Bool = false, _ body: @escaping @Sendable (consuming Reply, consuming MountClaim) -> Void) {
-        let request = MountRequest(wanted: wanted, other: other, nonBlocking: nonBlocking, forTheCall: forTheCall,
-                                   caller: reply.caller, body: body)
+    func coordinate(
+        _ reply: consuming Reply, _ wanted: ItemIntent, and other: ItemIntent? = nil, nonBlocking: Bool = false,
+        forTheCall: Bool = false, _ body: @escaping @Sendable (consuming Reply, consuming MountClaim) -> Void
+    ) {
+        let request = MountRequest(
+            wanted: wanted, other: other, nonBlocking: nonBlocking, forTheCall: forTheCall,
+            caller: reply.caller, body: body)
         if let delegations { return coordinateInCluster(reply, request, delegations) }
         take(reply, request)
     }
@@ -159,33 +165,44 @@ final class MountCoordinator: @unchecked Sendable {
             // array unless the request has to wait. (Only a rename, of two items, reports a move.)
             let (target, place) = targets.targetAndPlace(of: wanted, now: now)
             configuration.afterNamingTargets?()
-            if let claim = grantAtOnce(Intent(wanted.kind, target), place: place, gated: !request.forTheCall, for: identity) {
-                if movedBeforeHeld(CollectionOfOne(target.path), wanted, other, since: movesSeen, attempt: request.attempt, now: now) {
+            if let claim = grantAtOnce(
+                Intent(wanted.kind, target), place: place, gated: !request.forTheCall, for: identity)
+            {
+                if movedBeforeHeld(
+                    CollectionOfOne(target.path), wanted, other, since: movesSeen, attempt: request.attempt, now: now)
+                {
                     return .movedBeforeHeld(claim)
                 }
                 return .held(claim, tellsAfterAnswer: !claim.isOnShortList)
             }
             intents = [Intent(wanted.kind, target)]
         } else {
-            intents = [Intent(wanted.kind, targets.target(of: wanted, now: now))]
+            intents =
+                [Intent(wanted.kind, targets.target(of: wanted, now: now))]
                 + (other.map { [Intent($0.kind, targets.target(of: $0, now: now))] } ?? [])
             configuration.afterNamingTargets?()
             if let claim = Claim.grantedAtOnce(in: domain, identity: identity, intents: intents, holds: mode.holds) {
-                if movedBeforeHeld(intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: request.attempt, now: now) {
+                if movedBeforeHeld(
+                    intents.lazy.map(\.path), wanted, other, since: movesSeen, attempt: request.attempt, now: now)
+                {
                     return .movedBeforeHeld(claim)
                 }
                 return .held(claim, tellsAfterAnswer: true)
             }
         }
-        return .waits(Waiting(process: process, intents: intents, mode: mode, wanted: wanted, other: other,
-                              movesSeen: movesSeen, began: now))
+        return .waits(
+            Waiting(
+                process: process, intents: intents, mode: mode, wanted: wanted, other: other,
+                movesSeen: movesSeen, began: now))
     }
 
     /// The engine's grant of one item at once, if nothing is in its way. An open, a create, a
     /// truncation (`gated`) outside packages shuts its name's gate first: the engine's second
     /// quiet gate stays open for requests about other names (`NameGates`).
-    private func grantAtOnce(_ intent: Intent, place: (directory: UInt64, name: String)?, gated: Bool,
-                             for identity: CoordinatorIdentity) -> Claim? {
+    private func grantAtOnce(
+        _ intent: Intent, place: (directory: UInt64, name: String)?, gated: Bool,
+        for identity: CoordinatorIdentity
+    ) -> Claim? {
         guard gated, let place, intent.target.enclosingPackages.isEmpty else {
             return engine.acquireAtOnce(intent, for: identity).map { .single($0) }
         }
@@ -256,8 +273,10 @@ final class MountCoordinator: @unchecked Sendable {
     /// again, and a claim whose targets differ is ended unused and taken again. Once held,
     /// nothing moves its items without waiting for it. (After many attempts, unlikely but not
     /// impossible while others keep moving the same item, the claim is kept as granted.)
-    func movedBeforeHeld<Paths: Collection<ItemPath>>(_ granted: Paths, _ wanted: ItemIntent, _ other: ItemIntent?,
-                                                     since seen: Int, attempt: Int, now: Int64) -> Bool {
+    func movedBeforeHeld<Paths: Collection<ItemPath>>(
+        _ granted: Paths, _ wanted: ItemIntent, _ other: ItemIntent?,
+        since seen: Int, attempt: Int, now: Int64
+    ) -> Bool {
         guard attempt < 64, inodes.placesGeneration.value != seen else { return false }
         var paths = granted.makeIterator()
         if paths.next() != targets.target(of: wanted, now: now).path { return true }

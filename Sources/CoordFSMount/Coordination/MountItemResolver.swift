@@ -15,15 +15,22 @@ struct MountItemResolver: ItemResolver {
     var permissionBase: String { filesystem.configuration.backing }
 
     func resolve(_ path: String) throws(ResolveError) -> (target: AccessTarget, realPath: String) {
-        guard path.hasPrefix("/"), let item = ItemPath(path) else { throw ResolveError("EINVAL", "'\(path)' is not an absolute path") }
+        guard path.hasPrefix("/"), let item = ItemPath(path) else {
+            throw ResolveError("EINVAL", "'\(path)' is not an absolute path")
+        }
         let root = filesystem.mountRoot
         guard item == root || root.isAncestor(of: item) else {
             throw ResolveError("EXDEV", "'\(path)' is not inside the mount \(root)")
         }
-        let relative = item == root ? "" : String(decoding: item.string.utf8.dropFirst(root.isRoot ? 1 : root.string.utf8.count + 1), as: UTF8.self)
-        let real = relative.isEmpty ? filesystem.configuration.backing : filesystem.configuration.backing + "/" + relative
+        let relative =
+            item == root
+            ? ""
+            : String(decoding: item.string.utf8.dropFirst(root.isRoot ? 1 : root.string.utf8.count + 1), as: UTF8.self)
+        let real =
+            relative.isEmpty ? filesystem.configuration.backing : filesystem.configuration.backing + "/" + relative
         var info = stat()
-        let isDirectory = FileSystemName.withCString(real) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        let isDirectory =
+            FileSystemName.withCString(real) { lstat($0, &info) } == 0 && (info.st_mode & S_IFMT) == S_IFDIR
         return (filesystem.targets.target(item, isDirectory: isDirectory), real)
     }
 }

@@ -42,7 +42,8 @@ final class PackageMarkers: Sendable {
         let now = coarseMilliseconds()
         let current = generation.load(ordering: .acquiring)
         let lastKnown = lastAnswer.withValue { last -> Bool? in
-            guard let known = last.known, now < known.until, last.generation == current, last.relative == relative else { return nil }
+            guard let known = last.known, now < known.until, last.generation == current, last.relative == relative
+            else { return nil }
             return known.marked
         }
         if let lastKnown { return lastKnown }

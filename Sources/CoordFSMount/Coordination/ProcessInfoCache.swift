@@ -42,7 +42,8 @@ enum ProcessInfoCache {
         }
         if let remembered { return remembered }
         // A thread gone already: its own id stands for its process.
-        let entry = cachedEntry(of: tid, now: now, wantsParent: false)
+        let entry =
+            cachedEntry(of: tid, now: now, wantsParent: false)
             ?? Entry(caller: ProcFile.Caller(process: tid, isKernelThread: false), read: now, knowsParent: false)
         lastAnswer.withValue { $0 = LastAnswer(tid: tid, entry: entry) }
         return entry.caller
@@ -53,7 +54,9 @@ enum ProcessInfoCache {
     /// caller's ancestors, and reading /proc for each of them on every call would cost far more
     /// than the call. Leaves each worker's last answer alone.
     static func parent(of process: pid_t, now: Int64) -> pid_t? {
-        guard let parent = cachedEntry(of: process, now: now, wantsParent: true)?.caller.parent, parent > 0 else { return nil }
+        guard let parent = cachedEntry(of: process, now: now, wantsParent: true)?.caller.parent, parent > 0 else {
+            return nil
+        }
         return parent
     }
 

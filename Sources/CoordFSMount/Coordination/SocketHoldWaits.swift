@@ -15,8 +15,9 @@ struct SocketHoldWaits: HoldWaitWatch {
     func watch(_ access: CoordinatedAccess, user: UInt32) -> @Sendable () -> Void {
         guard passesOtherUsers else { return {} }
         let number = numbers.number()
-        waitWatch.watch(number, access, underKernelLock: false, locksOthersOut: false, changesNames: false,
-                        passesLeases: false, uid: user, item: nil)
+        waitWatch.watch(
+            number, access, underKernelLock: false, locksOthersOut: false, changesNames: false,
+            passesLeases: false, uid: user, item: nil)
         return { [waitWatch] in waitWatch.forget(number) }
     }
 }

@@ -97,7 +97,8 @@ final class WaitWatch: @unchecked Sendable {
     }
 
     enum Reason: String {
-        case kernelLock = "a kernel lock", settled = "a settled file", lockTime = "the lock time", breakTime = "the break time"
+        case kernelLock = "a kernel lock", settled = "a settled file", lockTime = "the lock time", breakTime =
+            "the break time"
     }
 
     /// A process's wait for another user's holders, spent (the lock time or the break time):
@@ -141,8 +142,11 @@ final class WaitWatch: @unchecked Sendable {
     let holdsRevoked = Atomic<Int>(0)
     static let interval: useconds_t = 20_000
 
-    init(logger: Logger = Logger(label: "org.coordfs.mount"), settleTime: Duration?, breakTime: Duration?, lockTime: Duration?,
-         look: @escaping @Sendable (Inode, String) -> FileState?) {
+    init(
+        logger: Logger = Logger(label: "org.coordfs.mount"), settleTime: Duration?, breakTime: Duration?,
+        lockTime: Duration?,
+        look: @escaping @Sendable (Inode, String) -> FileState?
+    ) {
         self.logger = logger
         self.settleTime = settleTime
         self.breakTime = breakTime
@@ -156,13 +160,16 @@ final class WaitWatch: @unchecked Sendable {
     }
 
     /// Watches `claim` until `forget(number)`.
-    func watch(_ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, locksOthersOut: Bool, changesNames: Bool,
-               passesLeases: Bool, uid: uid_t, item: (node: Inode, name: String)?) {
+    func watch(
+        _ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, locksOthersOut: Bool, changesNames: Bool,
+        passesLeases: Bool, uid: uid_t, item: (node: Inode, name: String)?
+    ) {
         let now = ContinuousClock.now
         condition.lock()
-        watched[number] = Watched(claim: claim, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
-                                  changesNames: changesNames, passesLeases: passesLeases,
-                                  since: now, uid: uid, item: item)
+        watched[number] = Watched(
+            claim: claim, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
+            changesNames: changesNames, passesLeases: passesLeases,
+            since: now, uid: uid, item: item)
         if !running {
             running = true
             let thread = Thread { [self] in loop() }
@@ -199,8 +206,9 @@ final class WaitWatch: @unchecked Sendable {
             condition.unlock()
             for entry in round.broken {
                 if let claim = requests[entry.number]?.claim {
-                    wentAhead(claim, for: entry.reason, past: entry.awaited, passing: entry.passed, revoked: entry.revoked,
-                              waived: entry.waived)
+                    wentAhead(
+                        claim, for: entry.reason, past: entry.awaited, passing: entry.passed, revoked: entry.revoked,
+                        waived: entry.waived)
                 }
             }
         }
@@ -209,8 +217,11 @@ final class WaitWatch: @unchecked Sendable {
     /// What a look works on: the requests watched, the processes stuck on a kernel lock at the
     /// look before, the waits spent on other users; nil (and the loop ends) once nothing is
     /// watched.
-    private func snapshot(at now: ContinuousClock.Instant)
-        -> (requests: [UInt: Watched], previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant])? {
+    private func snapshot(
+        at now: ContinuousClock.Instant
+    )
+        -> (requests: [UInt: Watched], previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant])?
+    {
         condition.lock()
         defer { condition.unlock() }
         spentWaits = spentWaits.filter { now - $0.value < Self.spentWaitWindow }
@@ -258,7 +269,9 @@ final class WaitWatch: @unchecked Sendable {
             guard let caller, let holder = round.user(of: identity), holder != request.uid else { return nil }
             return SpentWait(process: caller, user: request.uid, holder: holder)
         }
-        func waitSpent(_ identity: CoordinatorIdentity) -> Bool { spentWait(identity).flatMap { round.spent[$0] } != nil }
+        func waitSpent(_ identity: CoordinatorIdentity) -> Bool {
+            spentWait(identity).flatMap { round.spent[$0] } != nil
+        }
         let waitsForHolders = request.claim.waitsForHolders
         // Granted, presenters answered, waiting for what their own work took: holders again.
         let settling = !waitsForHolders && request.claim.isSettling
@@ -282,8 +295,9 @@ final class WaitWatch: @unchecked Sendable {
             }
         }
         if reason == nil, let breakTime, round.now - request.since >= breakTime,
-           (waitsForHolders && awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }))
-            || (settling && awaited.allSatisfy(anotherUsers)) {
+            (waitsForHolders && awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }))
+                || (settling && awaited.allSatisfy(anotherUsers))
+        {
             reason = .breakTime
         }
         guard let ended = reason else { return nil }
@@ -295,12 +309,14 @@ final class WaitWatch: @unchecked Sendable {
             revoking = awaited.filter(anotherUsers)
         }
         // A name change remembers what it passes on its own items, revoked once it is made.
-        let noting: Set<CoordinatorIdentity> = request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
+        let noting: Set<CoordinatorIdentity> =
+            request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
         // Looked up while it still waits: what it goes past, to be told.
         let passed = request.claim.grantsInItsWay(of: awaited)
         let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
-        return Broken(number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
-                      settling: settling)
+        return Broken(
+            number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
+            settling: settling)
     }
 
     /// A request let go ahead at a look: by which rule, past whom (the holders it waited for and
@@ -321,9 +337,12 @@ final class WaitWatch: @unchecked Sendable {
     /// readers until they close: they change nothing, so "unchanged" says nothing of them), its
     /// item unchanged for the settle time, by its own times: a writer that went quiet before
     /// this request came holds it up no longer than one that goes quiet after.
-    private func settles(_ claim: CoordinatedAccess, _ awaited: Set<CoordinatorIdentity>, _ item: (node: Inode, name: String)?) -> Bool {
+    private func settles(
+        _ claim: CoordinatedAccess, _ awaited: Set<CoordinatorIdentity>, _ item: (node: Inode, name: String)?
+    ) -> Bool {
         guard let settleTime, let item, claim.waitsForHolders, awaited.allSatisfy(Self.isLease),
-              claim.grantedIntents.allSatisfy({ !$0.kind.isWrite }), let state = look(item.node, item.name) else { return false }
+            claim.grantedIntents.allSatisfy({ !$0.kind.isWrite }), let state = look(item.node, item.name)
+        else { return false }
         return state.secondsUnchanged >= settleTime.timeInterval
     }
 
@@ -341,8 +360,10 @@ final class WaitWatch: @unchecked Sendable {
 
     /// Tells who held the items `claim` went ahead on (the holds of the grants `passed`, each
     /// once, whichever item they held, and the presenters of every item); counts it and logs it.
-    private func wentAhead(_ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>,
-                           passing passed: Set<GrantID>, revoked: Int = 0, waived: Bool = false) {
+    private func wentAhead(
+        _ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>,
+        passing passed: Set<GrantID>, revoked: Int = 0, waived: Bool = false
+    ) {
         let paths = claim.grantedIntents.map(\.path)
         if !paths.isEmpty { tellBroken?(paths, passed, claim.request.identity) }
         switch reason {
@@ -354,8 +375,10 @@ final class WaitWatch: @unchecked Sendable {
         if revoked > 0 { holdsRevoked.add(revoked, ordering: .relaxed) }
         let revoking = revoked > 0 ? "; \(revoked) of their holds revoked" : ""
         let spent = waived ? ", waited for their user already" : ""
-        let wanted = claim.grantedIntents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(separator: ", ")
-        let line = "\(claim.request.identity.logName) went ahead on \(wanted.isEmpty ? "its request" : wanted) (\(reason.rawValue)\(spent)), "
+        let wanted = claim.grantedIntents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(
+            separator: ", ")
+        let line =
+            "\(claim.request.identity.logName) went ahead on \(wanted.isEmpty ? "its request" : wanted) (\(reason.rawValue)\(spent)), "
             + "past \(awaited.map(\.logName).sorted().joined(separator: ", "))\(revoking)"
         logger.notice("\(line)")
     }
@@ -376,16 +399,21 @@ final class WaitWatch: @unchecked Sendable {
 
     /// Kernel functions a task sleeps in, uninterruptibly, while it waits for a directory's or
     /// an inode's lock on its way through a path or into a file (as /proc/TID/wchan names them).
-    static let lockWaits = ["path_openat", "filename_create", "lookup_slow", "open_last_lookups", "do_unlinkat",
-                            "do_rmdir", "lock_rename", "do_renameat2", "vfs_", "fuse_", "do_truncate", "chmod_common",
-                            "chown_common", "utimes_common", "rwsem_", "down_"]
+    static let lockWaits = [
+        "path_openat", "filename_create", "lookup_slow", "open_last_lookups", "do_unlinkat",
+        "do_rmdir", "lock_rename", "do_renameat2", "vfs_", "fuse_", "do_truncate", "chmod_common",
+        "chown_common", "utimes_common", "rwsem_", "down_"
+    ]
 
     /// Whether a thread of `process` sleeps uninterruptibly where lock waits sleep.
     static func isStuckOnKernelLock(_ process: Int32) -> Bool {
-        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/task") else { return false }
+        guard let tasks = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/task") else {
+            return false
+        }
         for task in tasks {
             guard let stat = ProcFile.read("/proc/\(process)/task/\(task)/stat"),
-                  let close = stat.lastIndex(of: ")") else { continue }
+                let close = stat.lastIndex(of: ")")
+            else { continue }
             // "PID (comm) S ...": the state follows the command, which may hold anything.
             let state = stat[stat.index(after: close)...].dropFirst().first
             guard state == "D", let wchan = ProcFile.read("/proc/\(process)/task/\(task)/wchan") else { continue }

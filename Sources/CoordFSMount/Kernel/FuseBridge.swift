@@ -47,12 +47,14 @@ enum FuseBridge {
     private static func session(_ ops: inout fuse_lowlevel_ops) {
         ops.`init` = { userdata, conn in
             let fs = Unmanaged<Filesystem>.fromOpaque(userdata!).takeUnretainedValue()
-            cfs_configure_connection(conn, fs.configuration.writebackCache ? 1 : 0, fs.configuration.kernelChecksPermissions ? 1 : 0,
-                                     fs.fileLocks != nil ? 1 : 0)
+            cfs_configure_connection(
+                conn, fs.configuration.writebackCache ? 1 : 0, fs.configuration.kernelChecksPermissions ? 1 : 0,
+                fs.fileLocks != nil ? 1 : 0)
             if let maxRead = fs.configuration.maxRead { conn!.pointee.max_read = maxRead }
             cfs_want_passthrough(fs.passthrough != nil ? 1 : 0)
-            cfs_want_ring(conn, fs.configuration.ioUring ? fs.session.load(ordering: .relaxed) : nil, fs.lanesAll ? 1 : 0,
-                          fs.configuration.serveNice)
+            cfs_want_ring(
+                conn, fs.configuration.ioUring ? fs.session.load(ordering: .relaxed) : nil, fs.lanesAll ? 1 : 0,
+                fs.configuration.serveNice)
         }
     }
 
@@ -83,10 +85,16 @@ enum FuseBridge {
             if toSet & FUSE_SET_ATTR_UID != 0 { change.uid = attr.st_uid }
             if toSet & FUSE_SET_ATTR_GID != 0 { change.gid = attr.st_gid }
             if toSet & FUSE_SET_ATTR_SIZE != 0 { change.size = attr.st_size }
-            if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 { change.atime = timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_NOW)) }
-            else if toSet & FUSE_SET_ATTR_ATIME != 0 { change.atime = attr.st_atim }
-            if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 { change.mtime = timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_NOW)) }
-            else if toSet & FUSE_SET_ATTR_MTIME != 0 { change.mtime = attr.st_mtim }
+            if toSet & FUSE_SET_ATTR_ATIME_NOW != 0 {
+                change.atime = timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_NOW))
+            } else if toSet & FUSE_SET_ATTR_ATIME != 0 {
+                change.atime = attr.st_atim
+            }
+            if toSet & FUSE_SET_ATTR_MTIME_NOW != 0 {
+                change.mtime = timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_NOW))
+            } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
+                change.mtime = attr.st_mtim
+            }
             filesystem(req).setattr(reply(req), NodeID(ino), change, fi.map { cfs_file_info_handle($0) })
         }
         ops.readlink = { req, ino in filesystem(req).readlink(reply(req), NodeID(ino)) }
@@ -109,11 +117,14 @@ enum FuseBridge {
             filesystem(req).unlink(reply(req), NodeID(parent), FileSystemName.string(cString: name!), directory: true)
         }
         ops.symlink = { req, target, parent, name in
-            filesystem(req).symlink(reply(req), FileSystemName.string(cString: target!), NodeID(parent), FileSystemName.string(cString: name!))
+            filesystem(req).symlink(
+                reply(req), FileSystemName.string(cString: target!), NodeID(parent),
+                FileSystemName.string(cString: name!))
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
-            filesystem(req).rename(reply(req), NodeID(parent), FileSystemName.string(cString: name!), NodeID(newParent),
-                                   FileSystemName.string(cString: newName!), UInt32(flags))
+            filesystem(req).rename(
+                reply(req), NodeID(parent), FileSystemName.string(cString: name!), NodeID(newParent),
+                FileSystemName.string(cString: newName!), UInt32(flags))
         }
         ops.link = { req, ino, parent, name in
             filesystem(req).link(reply(req), NodeID(ino), NodeID(parent), FileSystemName.string(cString: name!))
@@ -124,13 +135,16 @@ enum FuseBridge {
     private static func files(_ ops: inout fuse_lowlevel_ops) {
         ops.open = { req, ino, fi in filesystem(req).open(reply(req), NodeID(ino), OpenRequest(fi!)) }
         ops.create = { req, parent, name, mode, fi in
-            filesystem(req).create(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
+            filesystem(req).create(
+                reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
         }
         ops.read = { req, _, size, offset, fi in
             filesystem(req).read(reply(req), cfs_file_info_handle(fi!), size, offset)
         }
         ops.write_buf = { req, _, buffers, offset, fi in
-            filesystem(req).write(reply(req), cfs_file_info_handle(fi!), WriteData(buffers: buffers!), offset, flags: cfs_file_info_flags(fi!))
+            filesystem(req).write(
+                reply(req), cfs_file_info_handle(fi!), WriteData(buffers: buffers!), offset,
+                flags: cfs_file_info_flags(fi!))
         }
         ops.flush = { req, _, fi in
             filesystem(req).flush(reply(req), cfs_file_info_handle(fi!), lockOwner: cfs_file_info_lock_owner(fi!))
@@ -146,8 +160,9 @@ enum FuseBridge {
             filesystem(req).fallocate(reply(req), cfs_file_info_handle(fi!), mode, offset, length)
         }
         ops.copy_file_range = { req, _, inOffset, inFile, _, outOffset, outFile, length, flags in
-            filesystem(req).copyFileRange(reply(req), cfs_file_info_handle(inFile!), inOffset,
-                                          cfs_file_info_handle(outFile!), outOffset, length, UInt32(flags))
+            filesystem(req).copyFileRange(
+                reply(req), cfs_file_info_handle(inFile!), inOffset,
+                cfs_file_info_handle(outFile!), outOffset, length, UInt32(flags))
         }
         ops.lseek = { req, _, offset, whence, fi in
             filesystem(req).lseek(reply(req), cfs_file_info_handle(fi!), offset, whence)
@@ -173,7 +188,8 @@ enum FuseBridge {
     private static func extendedAttributes(_ ops: inout fuse_lowlevel_ops) {
         ops.setxattr = { req, ino, name, value, size, flags in
             let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            filesystem(req).setxattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
+            filesystem(req).setxattr(
+                reply(req), NodeID(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
         }
         ops.getxattr = { req, ino, name, size in
             filesystem(req).getxattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!), size)
@@ -188,16 +204,19 @@ enum FuseBridge {
     /// (`Filesystem+Locks.swift`).
     private static func locks(_ ops: inout fuse_lowlevel_ops) {
         ops.getlk = { req, ino, fi, lock in
-            filesystem(req).getlk(reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
-                                  KernelLock(cfs_lock_of(lock!)))
+            filesystem(req).getlk(
+                reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                KernelLock(cfs_lock_of(lock!)))
         }
         ops.setlk = { req, ino, fi, lock, sleep in
-            filesystem(req).setlk(reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
-                                  KernelLock(cfs_lock_of(lock!)), waits: sleep != 0)
+            filesystem(req).setlk(
+                reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                KernelLock(cfs_lock_of(lock!)), waits: sleep != 0)
         }
         ops.flock = { req, ino, fi, operation in
-            filesystem(req).flock(reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
-                                  operation: operation)
+            filesystem(req).flock(
+                reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                operation: operation)
         }
     }
 }

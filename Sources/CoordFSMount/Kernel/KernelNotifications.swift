@@ -45,7 +45,9 @@ extension Filesystem {
         for node in inodes.knownNodes {
             invalidate(node, pages: true)
             let place = inodes.placement(of: node)
-            if node.id != InodeTable.rootID, let parent = inodes[NodeID(place.parent)] { invalidateEntry(named: place.name, in: parent) }
+            if node.id != InodeTable.rootID, let parent = inodes[NodeID(place.parent)] {
+                invalidateEntry(named: place.name, in: parent)
+            }
         }
     }
 }

@@ -38,8 +38,10 @@ final class KernelPassthrough: Sendable {
     /// file anew (for the kernel to keep); nil when it cannot be opened so. `readWrite`: a
     /// read-write descriptor of it the caller keeps, registered as the backing file if one is
     /// needed. `prefersCached`: the first open of an inode is then served through the mount.
-    func beginOpen(of inode: UInt64, writes: Bool, prefersCached: Bool = false, readWrite: Int32? = nil,
-                   openBacking: (_ readWrite: Bool) -> Int32?) throws(Errno) -> Mode {
+    func beginOpen(
+        of inode: UInt64, writes: Bool, prefersCached: Bool = false, readWrite: Int32? = nil,
+        openBacking: (_ readWrite: Bool) -> Int32?
+    ) throws(Errno) -> Mode {
         let device = device.load(ordering: .relaxed)
         let mode = try inodes.withLock { inodes throws(Errno) -> Mode in
             if let current = inodes[inode] {
@@ -70,7 +72,12 @@ final class KernelPassthrough: Sendable {
 
     private func register(_ kept: Int32?, _ openBacking: (Bool) -> Int32?, device: Int32) -> Mode {
         var writable = true
-        guard let fd = kept ?? openBacking(true) ?? { writable = false; return openBacking(false) }() else { return .cached }
+        guard
+            let fd = kept ?? openBacking(true)
+                ?? {
+                    writable = false; return openBacking(false)
+                }()
+        else { return .cached }
         // The kernel keeps its own reference: a descriptor opened here is not needed afterwards.
         defer { if fd != kept { close(fd) } }
         let id = cfs_backing_open(device, fd)

@@ -29,7 +29,8 @@ struct RequestCaller {
 extension Reply {
     var caller: RequestCaller {
         let context = fuse_req_ctx(req).pointee
-        return RequestCaller(uid: context.uid, gid: context.gid, thread: context.pid, umask: mode_t(context.umask) & 0o777)
+        return RequestCaller(
+            uid: context.uid, gid: context.gid, thread: context.pid, umask: mode_t(context.umask) & 0o777)
     }
 
     /// Has `interrupted(token)` called when the kernel interrupts this request (a signal to its
@@ -101,8 +102,10 @@ struct DirectoryListing {
     /// Adds an entry with its node and attributes (READDIRPLUS; `node` 0 for "." and "..",
     /// which the kernel does not look up): false when it does not fit, and then the kernel
     /// has not looked the node up.
-    mutating func add(_ name: UnsafePointer<CChar>, node: UInt64, attributes: stat, timeout: Double, attributeTimeout: Double,
-                      next: off_t) -> Bool {
+    mutating func add(
+        _ name: UnsafePointer<CChar>, node: UInt64, attributes: stat, timeout: Double, attributeTimeout: Double,
+        next: off_t
+    ) -> Bool {
         var parameters = fuse_entry_param()
         parameters.ino = fuse_ino_t(node)
         parameters.attr = attributes

@@ -18,7 +18,9 @@ public struct KernelRequestTimeout: Sendable, Equatable {
     /// its check interval. Nil when neither is set (0) or the kernel has neither.
     public static func inForce(directory: String = sysctlDirectory) -> KernelRequestTimeout? {
         func read(_ name: String) -> Int {
-            Int((try? String(contentsOfFile: directory + "/" + name, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 0
+            Int(
+                (try? String(contentsOfFile: directory + "/" + name, encoding: .utf8))?.trimmingCharacters(
+                    in: .whitespacesAndNewlines) ?? "") ?? 0
         }
         let (fallback, maximum) = (read("default_request_timeout"), read("max_request_timeout"))
         guard let timeout = [fallback, maximum].filter({ $0 > 0 }).min() else { return nil }
@@ -48,7 +50,8 @@ extension MountConfiguration {
         lockTime = lockTime.map { min($0, forHolders * 4 / 5) }
         // A lock request asks no presenter: it may wait the whole budget.
         lockWaitLimit = min(lockWaitLimit ?? budget, budget)
-        return "the kernel aborts FUSE requests that take longer than \(timeout.seconds) s (fs.fuse.default_request_timeout, "
+        return
+            "the kernel aborts FUSE requests that take longer than \(timeout.seconds) s (fs.fuse.default_request_timeout, "
             + "max_request_timeout): a request waits at most \(waitTimeout!) for others and \(presenterTimeout) for presenters, "
             + "then fails with EBUSY"
     }

@@ -36,14 +36,17 @@ public final class MountSession: @unchecked Sendable {
     /// What the mount did to fit the kernel's FUSE request timeout, if one is in force.
     public let requestTimeoutNote: String?
 
-    public init(configuration given: MountConfiguration, domain: CoordinationDomain = .shared,
-                requestTimeout: KernelRequestTimeout? = .inForce()) throws {
+    public init(
+        configuration given: MountConfiguration, domain: CoordinationDomain = .shared,
+        requestTimeout: KernelRequestTimeout? = .inForce()
+    ) throws {
         var configuration = given
         requestTimeoutNote = configuration.fitWaits(within: requestTimeout)
         domain.presenterTimeout = configuration.presenterTimeout
         // A presenter still working may make an access wait up to the break time (as a lease
         // holder may), and no longer: the break time is fitted to the kernel's request timeout.
-        domain.presenterWorkLimit = max(configuration.presenterTimeout, configuration.breakTime ?? configuration.presenterTimeout)
+        domain.presenterWorkLimit = max(
+            configuration.presenterTimeout, configuration.breakTime ?? configuration.presenterTimeout)
         domain.vetoScope = configuration.vetoScope
         // The program a presenter refused knows only its errno: the log names who refused it.
         domain.logsRefusals = true
@@ -62,14 +65,16 @@ public final class MountSession: @unchecked Sendable {
     /// replaces it: coordfs commands ask a mount what it is, through its control socket.)
     static func source(of backing: String) -> String {
         let path = URL(fileURLWithPath: backing).resolvingSymlinksInPath().path
-        return path.hasPrefix("/") && !path.contains(where: { $0 == "," || $0 == "\\" || $0 == "=" || $0.isNewline }) ? path : "coordfs"
+        return path.hasPrefix("/") && !path.contains(where: { $0 == "," || $0 == "\\" || $0 == "=" || $0.isNewline })
+            ? path : "coordfs"
     }
 
     /// Mounts at the configuration's mount point. With `handlingSignals`, SIGINT, SIGTERM and
     /// SIGHUP end `run()` and unmount.
     public func mount(handlingSignals: Bool = true) throws {
         let configuration = filesystem.configuration
-        var options = ["fsname=" + Self.source(of: configuration.backing), "subtype=coordfs"] + configuration.fuseOptions
+        var options =
+            ["fsname=" + Self.source(of: configuration.backing), "subtype=coordfs"] + configuration.fuseOptions
         if configuration.kernelChecksPermissions && !options.contains("default_permissions") {
             options.append("default_permissions")
         }
@@ -85,14 +90,18 @@ public final class MountSession: @unchecked Sendable {
         }
         guard let session else { throw MountError.fuse("could not create the FUSE session (bad -o option?)") }
         if handlingSignals {
-            guard fuse_set_signal_handlers(session) == 0 else { throw MountError.fuse("could not install signal handlers") }
+            guard fuse_set_signal_handlers(session) == 0 else {
+                throw MountError.fuse("could not install signal handlers")
+            }
             handlesSignals = true
         }
         // The control socket first: a mount without it would coordinate with no presenter or
         // Swift program, and they would not know (they find the socket through the mount).
         if configuration.servesControlSocket {
             do {
-                guard let startControlSocket else { throw MountError.invalid("no control server was given to serve it") }
+                guard let startControlSocket else {
+                    throw MountError.invalid("no control server was given to serve it")
+                }
                 let socket = try startControlSocket(filesystem)
                 controlSocket = socket
                 filesystem.socketPath = socket.path
@@ -115,7 +124,8 @@ public final class MountSession: @unchecked Sendable {
         if hooked == 0 {
             filesystem.passthrough?.enable(device: fuse_session_fd(session))
         } else {
-            filesystem.logger.warning("device hooks not installed (no kernel passthrough): \(String(cString: strerror(-hooked)))")
+            filesystem.logger.warning(
+                "device hooks not installed (no kernel passthrough): \(String(cString: strerror(-hooked)))")
         }
     }
 

@@ -90,8 +90,11 @@ struct Reply: ~Copyable, @unchecked Sendable {
     }
 
     /// `backingID`: served by kernel passthrough from that backing file.
-    consuming func create(_ inode: Inode, _ info: stat, timeout: Double, attributeTimeout: Double? = nil, _ fi: fuse_file_info, handle: UInt64,
-                directIO: Bool = false, backingID: Int32? = nil, noFlush: Bool) {
+    consuming func create(
+        _ inode: Inode, _ info: stat, timeout: Double, attributeTimeout: Double? = nil, _ fi: fuse_file_info,
+        handle: UInt64,
+        directIO: Bool = false, backingID: Int32? = nil, noFlush: Bool
+    ) {
         var fi = fi
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id)
@@ -99,7 +102,11 @@ struct Reply: ~Copyable, @unchecked Sendable {
         entry.attr_timeout = attributeTimeout ?? timeout
         entry.entry_timeout = timeout
         cfs_file_info_set(&fi, handle, 0, directIO ? 1 : 0, noFlush ? 1 : 0)
-        if let backingID { cfs_reply_create_backed(UnsafeMutableRawPointer(req), &entry, &fi, backingID) } else { fuse_reply_create(req, &entry, &fi) }
+        if let backingID {
+            cfs_reply_create_backed(UnsafeMutableRawPointer(req), &entry, &fi, backingID)
+        } else {
+            fuse_reply_create(req, &entry, &fi)
+        }
         discard self
     }
 
@@ -109,7 +116,8 @@ struct Reply: ~Copyable, @unchecked Sendable {
         let req = self.req
         discard self
         _ = array.withUnsafeBytes { bytes in
-            fuse_reply_buf(req, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), count * MemoryLayout<Element>.stride)
+            fuse_reply_buf(
+                req, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), count * MemoryLayout<Element>.stride)
         }
     }
     /// The target as its bytes: a link may point at a name that is not UTF-8.

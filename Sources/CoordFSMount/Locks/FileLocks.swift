@@ -25,8 +25,10 @@ public protocol HostLocks: AnyObject, Sendable {
     /// Asks for the delegation locks of `path` need; `completion` runs once, on any thread.
     /// Without `waits`, a delegation another host's programs use is not waited for
     /// (`.wouldWait`). The closure returned stops asking: `completion` is not called then.
-    func acquire(_ path: String, exclusive: Bool, waits: Bool,
-                 completion: @escaping @Sendable (HostLockOutcome) -> Void) -> @Sendable () -> Void
+    func acquire(
+        _ path: String, exclusive: Bool, waits: Bool,
+        completion: @escaping @Sendable (HostLockOutcome) -> Void
+    ) -> @Sendable () -> Void
     /// Whether another host has a delegation in the way of `path`'s locks (exclusive ones with
     /// `exclusive`), and whether one of those is exclusive; nil when none is.
     func otherHostHolds(_ path: String, exclusive: Bool) -> Bool?
@@ -158,8 +160,10 @@ final class FileLocks: Sendable {
     /// interrupt, `cancel`); `whenWaiting` runs (inside the lock) when it begins to. Without
     /// `waits`, a lock in the way is not waited for (EAGAIN); the cluster's delegation is asked
     /// for all the same, from a host that holds it idle.
-    func set(_ request: LockRequest, number: UInt, waits: Bool, whenWaiting: (@Sendable () -> Bool)? = nil,
-             answer: @escaping @Sendable (LockAnswer) -> Void) {
+    func set(
+        _ request: LockRequest, number: UInt, waits: Bool, whenWaiting: (@Sendable () -> Bool)? = nil,
+        answer: @escaping @Sendable (LockAnswer) -> Void
+    ) {
         let effects = state.withLock { state -> Effects in
             var effects = Effects()
             state.waiting[number] = Waiter(request: request, waits: waits, answer: answer, whenWaiting: whenWaiting)
@@ -183,17 +187,20 @@ final class FileLocks: Sendable {
             guard let host, request.type != .unlock else { return .free }
             if host.covers(request.path, exclusive: exclusive) { return .free }
             if state.table.holding(request.owner, request.kind, on: request.node) != nil
-                && host.coversHolder(request.path, exclusive: exclusive) {
+                && host.coversHolder(request.path, exclusive: exclusive)
+            {
                 return .free
             }
-            return asked < Self.askingAtOnce ? nil : .otherHost(exclusive: host.otherHostHolds(request.path, exclusive: exclusive) ?? true)
+            return asked < Self.askingAtOnce
+                ? nil : .otherHost(exclusive: host.otherHostHolds(request.path, exclusive: exclusive) ?? true)
         }
         if let found { return answer(found) }
         guard let host else { return answer(.free) }
         _ = host.acquire(request.path, exclusive: exclusive, waits: false) { [self] outcome in
             switch outcome {
             case .granted: test(request, asked: asked + 1, answer: answer)
-            case .wouldWait: answer(.otherHost(exclusive: host.otherHostHolds(request.path, exclusive: exclusive) ?? true))
+            case .wouldWait:
+                answer(.otherHost(exclusive: host.otherHostHolds(request.path, exclusive: exclusive) ?? true))
             case .refused(let why): answer(.refused(why))
             }
         }
@@ -286,7 +293,9 @@ final class FileLocks: Sendable {
             if host.coversHolder(request.path, exclusive: exclusive) { return .grant }
             // The recall waits for this owner's locks, and a new delegation would be asked for
             // behind the host that recalls: it would wait for itself.
-            if host.recallWaits(for: request.path, holding: holding) { return .answer(waiter.waits ? .deadlock : .wouldBlock) }
+            if host.recallWaits(for: request.path, holding: holding) {
+                return .answer(waiter.waits ? .deadlock : .wouldBlock)
+            }
         }
         if !waiter.waits && waiter.asked >= Self.askingAtOnce { return .answer(.wouldBlock) }
         return .ask(exclusive: exclusive)
@@ -386,7 +395,8 @@ final class FileLocks: Sendable {
                     self?.acquired(ask.number, generation: ask.generation, outcome)
                 }
                 let kept = state.withLock { state -> Bool in
-                    guard let waiter = state.waiting[ask.number], waiter.asked == ask.generation, waiter.acquiring else { return false }
+                    guard let waiter = state.waiting[ask.number], waiter.asked == ask.generation, waiter.acquiring
+                    else { return false }
                     state.waiting[ask.number]?.stop = stop
                     return true
                 }
@@ -397,7 +407,8 @@ final class FileLocks: Sendable {
         if let waitLimit {
             let (seconds, attoseconds) = waitLimit.components
             for number in effects.timers {
-                DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) { [weak self] in
+                DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) {
+                    [weak self] in
                     self?.end(number, .timedOut)
                 }
             }
@@ -409,7 +420,9 @@ final class FileLocks: Sendable {
     private func acquired(_ number: UInt, generation: Int, _ outcome: HostLockOutcome) {
         let effects = state.withLock { state -> Effects in
             var effects = Effects()
-            guard let waiter = state.waiting[number], waiter.asked == generation, waiter.acquiring else { return effects }
+            guard let waiter = state.waiting[number], waiter.asked == generation, waiter.acquiring else {
+                return effects
+            }
             state.waiting[number]?.acquiring = false
             state.waiting[number]?.stop = nil
             switch outcome {

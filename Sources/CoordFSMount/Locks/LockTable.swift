@@ -150,7 +150,9 @@ struct LockTable: Sendable {
         guard request.kind == .posix else { return false }
         var blocker = lock
         for _ in 0..<Self.deadlockSteps {
-            guard let waiting = posixRequest(waitingBy: blocker.owner), let next = conflict(with: waiting) else { return false }
+            guard let waiting = posixRequest(waitingBy: blocker.owner), let next = conflict(with: waiting) else {
+                return false
+            }
             if next.owner == request.owner { return true }
             blocker = next
         }
@@ -160,7 +162,9 @@ struct LockTable: Sendable {
     /// A POSIX request of `owner` that waits for a lock, if one does.
     private func posixRequest(waitingBy owner: LockOwner) -> LockRequest? {
         for file in files.values {
-            if let found = file.queue.first(where: { $0.request.kind == .posix && $0.request.owner == owner }) { return found.request }
+            if let found = file.queue.first(where: { $0.request.kind == .posix && $0.request.owner == owner }) {
+                return found.request
+            }
         }
         return nil
     }
@@ -185,8 +189,10 @@ struct LockTable: Sendable {
         case .flock:
             file.locks.removeAll { $0.kind == .flock && $0.owner == request.owner }
             if request.type != .unlock {
-                file.locks.append(FileLock(kind: .flock, owner: request.owner, exclusive: request.type == .exclusive,
-                                           range: .wholeFile, pid: request.pid))
+                file.locks.append(
+                    FileLock(
+                        kind: .flock, owner: request.owner, exclusive: request.type == .exclusive,
+                        range: .wholeFile, pid: request.pid))
             }
         }
         store(file, at: request.node)
@@ -206,7 +212,8 @@ struct LockTable: Sendable {
                 continue
             }
             if request.type != .unlock && lock.exclusive == exclusive
-                && (lock.range.overlaps(request.range) || lock.range.adjoins(request.range)) {
+                && (lock.range.overlaps(request.range) || lock.range.adjoins(request.range))
+            {
                 merged = LockRange(min(merged.start, lock.range.start), max(merged.end, lock.range.end))
                 continue
             }
@@ -227,7 +234,8 @@ struct LockTable: Sendable {
             }
         }
         if request.type != .unlock {
-            kept.append(FileLock(kind: .posix, owner: request.owner, exclusive: exclusive, range: merged, pid: request.pid))
+            kept.append(
+                FileLock(kind: .posix, owner: request.owner, exclusive: exclusive, range: merged, pid: request.pid))
             file.posixOwners[request.handle, default: []].insert(request.owner)
         }
         file.locks = kept
@@ -241,7 +249,9 @@ struct LockTable: Sendable {
     mutating func dropConverted(_ request: LockRequest) -> Bool {
         guard request.kind == .flock, request.type != .unlock, var file = files[request.node] else { return false }
         let before = file.locks.count
-        file.locks.removeAll { $0.kind == .flock && $0.owner == request.owner && $0.exclusive != (request.type == .exclusive) }
+        file.locks.removeAll {
+            $0.kind == .flock && $0.owner == request.owner && $0.exclusive != (request.type == .exclusive)
+        }
         guard file.locks.count != before else { return false }
         store(file, at: request.node)
         return true
@@ -286,7 +296,9 @@ struct LockTable: Sendable {
     /// Request `number` no longer waits in `node`'s queue. Whether it did.
     @discardableResult
     mutating func dequeue(_ number: UInt, on node: UInt64) -> Bool {
-        guard var file = files[node], let index = file.queue.firstIndex(where: { $0.number == number }) else { return false }
+        guard var file = files[node], let index = file.queue.firstIndex(where: { $0.number == number }) else {
+            return false
+        }
         file.queue.remove(at: index)
         store(file, at: node)
         return true

@@ -78,7 +78,8 @@ struct DepartedNodes: Sendable {
     /// another item (as `InodeTable.revive` takes it, a place and the number together).
     mutating func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: UInt64, name: String) -> UInt64? {
         guard let id = ids[Item(device: device, number: number)], let record = records[id],
-              record.isDirectory == isDirectory else { return nil }
+            record.isDirectory == isDirectory
+        else { return nil }
         let place = Inode.Place(parent: parent, name: name)
         guard record.parent == parent && record.name == name || record.others.contains(place) else { return nil }
         remove(id)
@@ -87,4 +88,3 @@ struct DepartedNodes: Sendable {
 
     var count: Int { records.count }
 }
-

@@ -17,7 +17,8 @@ struct DirectoryEntry {
     let next: off_t
 
     init(_ entry: UnsafePointer<dirent>) {
-        name = FileSystemName.string(cString: UnsafeRawPointer(entry.pointer(to: \.d_name)!).assumingMemoryBound(to: CChar.self))
+        name = FileSystemName.string(
+            cString: UnsafeRawPointer(entry.pointer(to: \.d_name)!).assumingMemoryBound(to: CChar.self))
         number = UInt64(entry.pointer(to: \.d_ino)!.pointee)
         type = mode_t(entry.pointer(to: \.d_type)!.pointee) << 12
         next = entry.pointer(to: \.d_off)!.pointee

@@ -101,8 +101,10 @@ final class Inode: @unchecked Sendable {
 
     static let mostOtherPlaces = 8
 
-    init(id: UInt64, device: UInt64, number: UInt64, handle: cfs_file_handle?,
-         isDirectory: Bool, parent: UInt64, name: String) {
+    init(
+        id: UInt64, device: UInt64, number: UInt64, handle: cfs_file_handle?,
+        isDirectory: Bool, parent: UInt64, name: String
+    ) {
         self.id = id
         self.device = device
         self.number = number
@@ -173,8 +175,9 @@ final class InodeTable: Sendable {
 
     init(rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true) {
         handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        root = Inode(id: Self.rootID, device: UInt64(rootStat.st_dev), number: UInt64(rootStat.st_ino),
-                     handle: nil, isDirectory: true, parent: Self.rootID, name: "")
+        root = Inode(
+            id: Self.rootID, device: UInt64(rootStat.st_dev), number: UInt64(rootStat.st_ino),
+            handle: nil, isDirectory: true, parent: Self.rootID, name: "")
         rootDescriptor = rootFD
         root.lookups = 1
         self.descriptorBudget = max(16, descriptorBudget)
@@ -220,9 +223,11 @@ final class InodeTable: Sendable {
 
     /// `withFD` for a body that takes over `context` (a request's reply, which cannot be
     /// copied): `failure` gets it instead when the node cannot be opened.
-    func withFD<Context: ~Copyable>(_ inode: Inode, passing context: consuming Context,
-                                    orElse failure: (consuming Context, Errno) -> Void,
-                                    _ body: (consuming Context, Int32) -> Void) {
+    func withFD<Context: ~Copyable>(
+        _ inode: Inode, passing context: consuming Context,
+        orElse failure: (consuming Context, Errno) -> Void,
+        _ body: (consuming Context, Int32) -> Void
+    ) {
         let fd: Int32
         do { fd = try pin(inode) } catch { return failure(context, error) }
         defer { unpin(inode) }
@@ -246,7 +251,7 @@ final class InodeTable: Sendable {
             fd = try reopenByName(inode)
         }
         let (chosen, extra, evicted) = state.withLock { state -> (Int32, Int32?, [Int32]) in
-            if let slot = state.slots.slot(of: inode) {     // opened meanwhile by another request
+            if let slot = state.slots.slot(of: inode) {  // opened meanwhile by another request
                 state.slots.pins[slot] += 1
                 return (state.slots.descriptors[slot], fd, [])
             }
@@ -338,7 +343,7 @@ final class InodeTable: Sendable {
             state.slots.clock += 1
             if let id = state.byKey[key], let known = state.byID[id] {
                 noteLookup(of: known, info: info, parent: parent, name: name, &state)
-                if state.slots.slot(of: known) == nil {     // reopened for free: keep this one
+                if state.slots.slot(of: known) == nil {  // reopened for free: keep this one
                     state.slots.attach(fd, to: known, evictable: evictable(known))
                     return (known, nil, state.slots.evict(budget: descriptorBudget))
                 }
@@ -347,13 +352,17 @@ final class InodeTable: Sendable {
                 return (known, fd, [])
             }
             let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
-            let departedID = justMade ? nil
-                : state.departed.reclaim(device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
+            let departedID =
+                justMade
+                ? nil
+                : state.departed.reclaim(
+                    device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
             let id = departedID ?? state.nextID
             if departedID == nil { state.nextID += 1 }
-            let inode = Inode(id: id, device: key.device, number: key.number,
-                              handle: hasHandle ? handle : nil, isDirectory: isDirectory,
-                              parent: parent, name: name)
+            let inode = Inode(
+                id: id, device: key.device, number: key.number,
+                handle: hasHandle ? handle : nil, isDirectory: isDirectory,
+                parent: parent, name: name)
             inode.lookups = 1
             if !isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
             return (inode, nil, insert(inode, key, fd: fd, &state))
@@ -380,8 +389,9 @@ final class InodeTable: Sendable {
             state.slots.clock += 1
             let id = state.nextID
             state.nextID += 1
-            let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: false,
-                              parent: parent.id, name: "")
+            let inode = Inode(
+                id: id, device: key.device, number: key.number, handle: nil, isDirectory: false,
+                parent: parent.id, name: "")
             inode.isUnnamed.store(true, ordering: .relaxed)
             inode.lookups = 1
             state.byID[id] = inode
@@ -406,7 +416,9 @@ final class InodeTable: Sendable {
         }
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let known = state.withLock { state -> Inode? in
-            guard let id = state.byKey[key], let known = state.byID[id], state.slots.slot(of: known) != nil else { return nil }
+            guard let id = state.byKey[key], let known = state.byID[id], state.slots.slot(of: known) != nil else {
+                return nil
+            }
             noteLookup(of: known, info: info, parent: parent.id, name: name, &state)
             return known
         }
@@ -461,9 +473,12 @@ final class InodeTable: Sendable {
             // With its removal: a lookup by name in between would find the item neither known
             // nor departed, and give it a new id.
             if !inode.isUnnamed.load(ordering: .relaxed) {
-                state.departed.add(id, DepartedNodes.Record(parent: inode.parent, name: inode.name, device: inode.device,
-                                                      number: inode.number, isDirectory: inode.isDirectory,
-                                                      hadOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed), others: others))
+                state.departed.add(
+                    id,
+                    DepartedNodes.Record(
+                        parent: inode.parent, name: inode.name, device: inode.device,
+                        number: inode.number, isDirectory: inode.isDirectory,
+                        hadOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed), others: others))
             }
             guard let slot = state.slots.slot(of: inode), state.slots.pins[slot] == 0 else { return nil }
             return state.slots.detach(slot)
@@ -479,11 +494,14 @@ final class InodeTable: Sendable {
     func revive(_ id: UInt64, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
         // Known: counted under the lock that a FORGET takes, which might otherwise drop it between.
         // Else where it was last known, looked up with it: a node is one or the other.
-        let (known, departedAt): (Inode?, DepartedNodes.Record?) = id == Self.rootID ? (root, nil) : state.withLock { state in
-            guard let known = state.byID[id] else { return (nil, state.departed.record(of: id)) }
-            if countingLookup { known.lookups += 1 }
-            return (known, nil)
-        }
+        let (known, departedAt): (Inode?, DepartedNodes.Record?) =
+            id == Self.rootID
+            ? (root, nil)
+            : state.withLock { state in
+                guard let known = state.byID[id] else { return (nil, state.departed.record(of: id)) }
+                if countingLookup { known.lookups += 1 }
+                return (known, nil)
+            }
         if let known { return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) }) }
         guard let gone = departedAt, let (fd, info, place, others) = findAgain(gone) else { throw Errno(code: ESTALE) }
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
@@ -494,8 +512,9 @@ final class InodeTable: Sendable {
                 if countingLookup { known.lookups += 1 }
                 return (known, fd, [])
             }
-            let inode = Inode(id: id, device: key.device, number: key.number, handle: nil, isDirectory: gone.isDirectory,
-                              parent: place.parent, name: place.name)
+            let inode = Inode(
+                id: id, device: key.device, number: key.number, handle: nil, isDirectory: gone.isDirectory,
+                parent: place.parent, name: place.name)
             inode.lookups = countingLookup ? 1 : 0
             if !gone.isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
             // With its insertion, as `forget` adds it: a forget right after adds it anew.
@@ -555,7 +574,9 @@ final class InodeTable: Sendable {
             guard UInt64(entry.pointer(to: \.d_ino)!.pointee) == gone.number else { continue }
             let name = DirectoryEntry(entry).name
             guard let (fd, info) = try? openChild(named: name, in: directory) else { continue }
-            if UInt64(info.st_dev) == gone.device && UInt64(info.st_ino) == gone.number && info.st_mode & S_IFMT != S_IFDIR {
+            if UInt64(info.st_dev) == gone.device && UInt64(info.st_ino) == gone.number
+                && info.st_mode & S_IFMT != S_IFDIR
+            {
                 return (fd, info, name)
             }
             close(fd)
@@ -589,7 +610,8 @@ final class InodeTable: Sendable {
                     func put(_ component: String) {
                         component.withBorrowedUTF8 { bytes in
                             end -= bytes.count
-                            _ = UnsafeMutableBufferPointer(rebasing: buffer[end..<end + bytes.count]).initialize(fromContentsOf: bytes)
+                            _ = UnsafeMutableBufferPointer(rebasing: buffer[end..<end + bytes.count]).initialize(
+                                fromContentsOf: bytes)
                         }
                         if end > 0 { end -= 1; buffer[end] = UInt8(ascii: "/") }
                     }
@@ -603,7 +625,10 @@ final class InodeTable: Sendable {
                             current = inode.parent
                         }
                     }
-                    prefix.withBorrowedUTF8 { bytes in _ = UnsafeMutableBufferPointer(rebasing: buffer[..<bytes.count]).initialize(fromContentsOf: bytes) }
+                    prefix.withBorrowedUTF8 { bytes in
+                        _ = UnsafeMutableBufferPointer(rebasing: buffer[..<bytes.count]).initialize(
+                            fromContentsOf: bytes)
+                    }
                     return total
                 }
             }
@@ -617,7 +642,8 @@ final class InodeTable: Sendable {
         state.withLock { state in
             guard let inode = state.byID[id] else { return }
             if inode.isDirectory { directoryNamesGeneration.increment() }
-            let from = Inode.Place(parent: source.parent, name: source.name), to = Inode.Place(parent: parent, name: name)
+            let from = Inode.Place(parent: source.parent, name: source.name),
+                to = Inode.Place(parent: parent, name: name)
             changingPlaces(of: inode) { inode in
                 inode.otherPlaces.removeAll { $0 == from }
                 if inode.isDirectory || inode.knownPlace == from {
@@ -636,7 +662,9 @@ final class InodeTable: Sendable {
     func nameGoing(_ name: String, in parent: Inode, parentFD: Int32) {
         guard nodesWithOtherPlaces.load(ordering: .relaxed) > 0 else { return }
         var info = stat()
-        guard FileSystemName.withCString(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else { return }
+        guard FileSystemName.withCString(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+            return
+        }
         nameRemoved(name, in: parent.id, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
     }
 
@@ -646,7 +674,8 @@ final class InodeTable: Sendable {
         guard nodesWithOtherPlaces.load(ordering: .relaxed) > 0 else { return }
         state.withLock { state in
             guard let id = state.byKey[Key(device: device, number: number)], let inode = state.byID[id],
-                  !inode.otherPlaces.isEmpty else { return }
+                !inode.otherPlaces.isEmpty
+            else { return }
             let gone = Inode.Place(parent: parent, name: name)
             changingPlaces(of: inode) { inode in
                 if inode.knownPlace == gone {

@@ -55,9 +55,11 @@ final class OpenFile: @unchecked Sendable {
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
     /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open;
     /// `appends`: a coordinated appending open, counted in `Inode.appenders`.
-    init(fd: Int32, inode: Inode, created: Bool, passthrough: Bool = false, writes: Bool = false,
-         writer: Int32 = 0, opener: Int32 = 0, directIO: Bool = false, flags: Int32 = 0, appends: Bool = false,
-         claim: OpenClaim = OpenClaim(held: nil)) {
+    init(
+        fd: Int32, inode: Inode, created: Bool, passthrough: Bool = false, writes: Bool = false,
+        writer: Int32 = 0, opener: Int32 = 0, directIO: Bool = false, flags: Int32 = 0, appends: Bool = false,
+        claim: OpenClaim = OpenClaim(held: nil)
+    ) {
         self.fd = fd
         self.inode = inode
         self.claim = claim
@@ -149,7 +151,7 @@ extension Inode {
             let late = writer.opens == 0 && now - writer.ended >= Self.lateClose
             if late || (writer.opens == 0 && writer.closesToCome == 0 && closing) {
                 processes[process] = nil
-                if processes.isEmpty { processes = [:] }     // its storage goes too
+                if processes.isEmpty { processes = [:] }  // its storage goes too
             } else {
                 processes[process] = writer
             }
@@ -164,7 +166,8 @@ extension Inode {
         // The first, or one more of the sole writer's own: the count and the owner in one step.
         while current == 0 || (current >> 32 != 0 && UInt32(truncatingIfNeeded: current) == mine) {
             let next = ((current >> 32) + 1) << 32 | UInt64(mine)
-            let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+            let (exchanged, original) = writers.compareExchange(
+                expected: current, desired: next, ordering: .acquiringAndReleasing)
             if exchanged { return }
             current = original
         }
@@ -176,7 +179,8 @@ extension Inode {
                 let count = current >> 32, owner = UInt32(truncatingIfNeeded: current)
                 let alone = count == 0 || owner == mine
                 let next = (count + 1) << 32 | UInt64(alone ? mine : 0)
-                let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+                let (exchanged, original) = writers.compareExchange(
+                    expected: current, desired: next, ordering: .acquiringAndReleasing)
                 if !exchanged { current = original; continue }
                 if alone { return }
                 if owner != 0 { table[Int32(bitPattern: owner), default: 0] += Int(count) }
@@ -193,7 +197,8 @@ extension Inode {
         while current >> 32 != 0 && UInt32(truncatingIfNeeded: current) == mine {
             let count = current >> 32
             let next = count <= 1 ? 0 : (count - 1) << 32 | UInt64(mine)
-            let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+            let (exchanged, original) = writers.compareExchange(
+                expected: current, desired: next, ordering: .acquiringAndReleasing)
             if exchanged { return }
             current = original
         }
@@ -202,10 +207,11 @@ extension Inode {
             while true {
                 let count = current >> 32
                 let next = count <= 1 ? 0 : (count - 1) << 32 | (current & 0xFFFF_FFFF)
-                let (exchanged, original) = writers.compareExchange(expected: current, desired: next, ordering: .acquiringAndReleasing)
+                let (exchanged, original) = writers.compareExchange(
+                    expected: current, desired: next, ordering: .acquiringAndReleasing)
                 if !exchanged { current = original; continue }
                 if next == 0 {
-                    table = [:]     // its storage goes too
+                    table = [:]  // its storage goes too
                 } else if let opens = table[process] {
                     table[process] = opens > 1 ? opens - 1 : nil
                 }

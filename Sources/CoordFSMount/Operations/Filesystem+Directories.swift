@@ -30,7 +30,8 @@ extension Filesystem {
         file.directory = stream
         // Its listing may be kept where the kernel is told of every change to it: through the
         // mount, or behind it on the watched filesystem (`BackingWatch` makes it forget).
-        reply.openDirectory(request.info, handle: files.insert(file, in: place), cacheListing: inode.device == watchedDevice)
+        reply.openDirectory(
+            request.info, handle: files.insert(file, in: place), cacheListing: inode.device == watchedDevice)
     }
 
     /// readdir, and readdirplus when `plus`: each entry then carries its attributes and counts
@@ -52,18 +53,22 @@ extension Filesystem {
             let added: Bool
             if plus {
                 if record.name != "." && record.name != ".." {
-                    guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }   // gone meanwhile
+                    // gone meanwhile
+                    guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }
                     added = FileSystemName.withCString(record.name) {
-                        listing.add($0, node: inode.id, attributes: shown(info), timeout: timeout(onDevice: inode.device),
-                                    attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint), next: record.next)
+                        listing.add(
+                            $0, node: inode.id, attributes: shown(info), timeout: timeout(onDevice: inode.device),
+                            attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint),
+                            next: record.next)
                     }
-                    if !added { inodes.forget(NodeID(inode.id), 1) }   // not sent: not looked up
+                    if !added { inodes.forget(NodeID(inode.id), 1) }  // not sent: not looked up
                 } else {
                     var attributes = stat()
                     attributes.st_ino = ino_t(record.number)
                     attributes.st_mode = record.type
                     added = FileSystemName.withCString(record.name) {
-                        listing.add($0, node: 0, attributes: attributes, timeout: 0, attributeTimeout: 0, next: record.next)
+                        listing.add(
+                            $0, node: 0, attributes: attributes, timeout: 0, attributeTimeout: 0, next: record.next)
                     }
                 }
             } else {

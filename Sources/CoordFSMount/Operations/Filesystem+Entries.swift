@@ -17,9 +17,10 @@ extension Filesystem {
         let readPoint = watchedWrites.readPoint
         do {
             let (inode, info) = try lookupNode(parent, name)
-            reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
-                        attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
-        } catch where error.code == ENOENT {
+            reply.entry(
+                inode, shown(info), timeout: timeout(onDevice: inode.device),
+                attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
+        } catch  where error.code == ENOENT {
             // A negative entry the kernel may cache: creations through the mount update it, and
             // those behind it are forgotten as they come (`BackingWatch`), so a create need not
             // be preceded by a LOOKUP each time.
@@ -37,15 +38,17 @@ extension Filesystem {
         do throws(Errno) {
             if name == "." {
                 let (inode, info) = try inodes.revive(id.value, countingLookup: true)
-                return reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
-                                   attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
+                return reply.entry(
+                    inode, shown(info), timeout: timeout(onDevice: inode.device),
+                    attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
             }
             let (node, _) = try inodes.revive(id.value, countingLookup: false)
             guard node.isDirectory else { return reply.error(ENOTDIR) }
             let parentID = id.value == InodeTable.rootID ? id.value : inodes.placement(of: node).parent
             let (parent, info) = try inodes.revive(parentID, countingLookup: true)
-            reply.entry(parent, shown(info), timeout: timeout(onDevice: parent.device),
-                        attributeTimeout: attributeTimeout(for: info, of: parent, readSince: readPoint))
+            reply.entry(
+                parent, shown(info), timeout: timeout(onDevice: parent.device),
+                attributeTimeout: attributeTimeout(for: info, of: parent, readSince: readPoint))
         } catch {
             reply.error(error)
         }
@@ -119,7 +122,9 @@ extension Filesystem {
         // metadata (O9). A log's truncation (a file with appending opens: logrotate's
         // copytruncate, `truncate -s 0`) leaves its appenders appending at the new end and its
         // readers reading a prefix, as they share it already (U1): it does not wait for them.
-        var options: WritingOptions = change.size == nil ? .contentIndependentMetadataOnly
+        var options: WritingOptions =
+            change.size == nil
+            ? .contentIndependentMetadataOnly
             : open?.writesInPlace == true ? .sharingWriters : []
         if change.size != nil && inode.appenders.load(ordering: .relaxed) > 0 { options.formUnion(Self.logRotation) }
         // A process that holds the file open for writing (tar's fchown, fchmod and futimens; the
@@ -131,7 +136,9 @@ extension Filesystem {
         // otherwise it would wait for the others' opens (root's SQLite fchowns the `-wal` and
         // `-shm` another connection keeps open), up to the break time.
         if change.size == nil, inode.writers.load(ordering: .relaxed) != 0,
-           let process = coordinator.callingProcess(reply.caller, now: coarseMilliseconds()), inode.isWritten(by: process) {
+            let process = coordinator.callingProcess(reply.caller, now: coarseMilliseconds()),
+            inode.isWritten(by: process)
+        {
             statistics.coordinated.add()
             statistics.coveredByOwnOpen.add(1, ordering: .relaxed)
             return apply(change, inode, open, reply, claim: MountClaim(nil, coordinator))
@@ -139,14 +146,19 @@ extension Filesystem {
         // A truncation may free a big file's blocks, for as long as the disk takes: it does not
         // pass the quiet gate, whose next closer would wait for it. The kernel keeps the inode
         // locked meanwhile, as for every setattr: every write of the file waits behind it.
-        coordinator.coordinate(reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory, inodeLocked: true),
-                   forTheCall: change.size == nil) { [self] reply, claim in
+        coordinator.coordinate(
+            reply, ItemIntent(kind: .writing(options), node: inode, isDirectory: inode.isDirectory, inodeLocked: true),
+            forTheCall: change.size == nil
+        ) { [self] reply, claim in
             apply(change, inode, open, reply, claim: claim)
         }
     }
 
     /// Makes `change` (of the file's `open`, if it came through one) and answers the request.
-    private func apply(_ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: consuming Reply, claim: consuming MountClaim) {
+    private func apply(
+        _ change: AttributeChange, _ inode: Inode, _ open: OpenFile?, _ reply: consuming Reply,
+        claim: consuming MountClaim
+    ) {
         let readPoint = watchedWrites.readPoint
         let caller = reply.caller
         do {
@@ -154,7 +166,9 @@ extension Filesystem {
                 // A truncation by path of a file renamed over an instant before is refused as an
                 // open for writing of it is (`refusingReplaced`), and kept first as a rewrite is.
                 if change.size != nil, open == nil, let refusal = refusingReplaced(fd) { throw refusal }
-                if let size = change.size, let refusal = keepBeforeTruncating(inode, fd, to: size, by: caller) { throw refusal }
+                if let size = change.size, let refusal = keepBeforeTruncating(inode, fd, to: size, by: caller) {
+                    throw refusal
+                }
                 try apply(change, to: fd, open: open)
                 if change.size != nil {
                     open?.written.store(true, ordering: .relaxed)
@@ -182,16 +196,24 @@ extension Filesystem {
             if let open { _ = try check(fchmod(open.fd, mode)) } else { _ = try check(chmod(path, mode)) }
         }
         if change.uid != nil || change.gid != nil {
-            _ = try check(fchownat(inodeFD, "", change.uid ?? uid_t.max, change.gid ?? gid_t.max,
-                                   CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+            _ = try check(
+                fchownat(
+                    inodeFD, "", change.uid ?? uid_t.max, change.gid ?? gid_t.max,
+                    CFS_AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
         }
         if let size = change.size {
             if let open { _ = try check(ftruncate(open.fd, size)) } else { _ = try check(truncate(path, size)) }
         }
         if change.atime != nil || change.mtime != nil {
-            var times = [change.atime ?? timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_OMIT)),
-                         change.mtime ?? timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_OMIT))]
-            if let open { _ = try check(futimens(open.fd, &times)) } else { _ = try check(utimensat(AT_FDCWD, path, &times, 0)) }
+            var times = [
+                change.atime ?? timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_OMIT)),
+                change.mtime ?? timespec(tv_sec: 0, tv_nsec: Int(CFS_UTIME_OMIT))
+            ]
+            if let open {
+                _ = try check(futimens(open.fd, &times))
+            } else {
+                _ = try check(utimensat(AT_FDCWD, path, &times, 0))
+            }
         }
     }
 
@@ -201,7 +223,7 @@ extension Filesystem {
             var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
             let count = readlinkat(fd, "", &buffer, buffer.count - 1)
             if let failure = count.failure { return reply.error(failure) }
-            reply.readlink(buffer)     // NUL-terminated: the buffer was zeroed, and count < its size
+            reply.readlink(buffer)  // NUL-terminated: the buffer was zeroed, and count < its size
         }
     }
 

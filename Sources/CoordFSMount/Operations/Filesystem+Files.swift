@@ -13,9 +13,11 @@ extension Filesystem {
     func open(_ reply: consuming Reply, _ id: NodeID, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let flags = backingFlags(request.flags)
-        let wanted = ItemIntent(kind: Self.openKind(flags, ofALog: inode.appenders.load(ordering: .relaxed) > 0,
-                                                    withOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed)),
-                                node: inode, isDirectory: false)
+        let wanted = ItemIntent(
+            kind: Self.openKind(
+                flags, ofALog: inode.appenders.load(ordering: .relaxed) > 0,
+                withOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed)),
+            node: inode, isDirectory: false)
         let caller = reply.caller
         guard files.budget.hasRoom(for: caller.uid) else { return reply.error(EMFILE) }
         coordinator.coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
@@ -35,15 +37,19 @@ extension Filesystem {
                 }
                 // Its writes are the mount's now, each reported if it stayed marked; the kernel
                 // keeps its attributes a short time again.
-                if file.writesThroughTheKernel && watchedWrites.unwatch(inode, fd: backing.fd) { invalidateAttributes(of: inode) }
+                if file.writesThroughTheKernel && watchedWrites.unwatch(inode, fd: backing.fd) {
+                    invalidateAttributes(of: inode)
+                }
                 let handle = files.insert(file, in: backing.place)
                 if case .backed(let id, _) = backing.mode {
                     // Already served from a backing file: the bits go now instead of at the first write.
                     if backing.keepsBits { dropPrivilegeBits(backing.fd, of: inode, clearedFor: caller) }
                     return reply.open(request.info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
                 }
-                reply.open(request.info, handle: handle, keepCache: !backing.direct && unchangedSinceLastOpen(inode, backing.fd),
-                           directIO: backing.direct, noFlush: sendsNoFlush(inode))
+                reply.open(
+                    request.info, handle: handle,
+                    keepCache: !backing.direct && unchangedSinceLastOpen(inode, backing.fd),
+                    directIO: backing.direct, noFlush: sendsNoFlush(inode))
             }
         }
     }
@@ -74,14 +80,22 @@ extension Filesystem {
     /// the file, kept as a version first if the open truncates it (or refused as a stale write).
     /// Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT becomes
     /// the kernel's direct_io: the mount's buffers are not aligned for an O_DIRECT backing file.
-    private func openBacking(_ inode: Inode, _ flags: Int32, writes: Bool, shared: MountCoordinator.SharedOpen?,
-                             _ caller: RequestCaller) -> Result<OpenedBacking, OpenFailure> {
-        guard let place = files.budget.take(for: caller.uid) else { return .failure(OpenFailure(errno: Errno(code: EMFILE))) }
+    private func openBacking(
+        _ inode: Inode, _ flags: Int32, writes: Bool, shared: MountCoordinator.SharedOpen?,
+        _ caller: RequestCaller
+    ) -> Result<OpenedBacking, OpenFailure> {
+        guard let place = files.budget.take(for: caller.uid) else {
+            return .failure(OpenFailure(errno: Errno(code: EMFILE)))
+        }
         // errno is read inside: releasing the pin may touch it.
         let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
             if writes, let refusal = refusingReplaced(inodeFD) { return (-1, refusal) }
-            if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) { return (-1, refusal) }
-            let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
+            if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) {
+                return (-1, refusal)
+            }
+            let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) {
+                Glibc.open(procPath(inodeFD), $0)
+            }
             return (fd, fd.failure)
         }
         if let openFailure {
@@ -100,9 +114,12 @@ extension Filesystem {
         // the daemon's rights (CAP_FSETID), which keep them (`privilegeBits`).
         let keepsBits = writes && unprivileged && hasPrivilegeBits(fd, clearedFor: caller)
         do throws(Errno) {
-            let mode = try beginPassthrough(inode, writes: writes, prefersCached: keepsBits || !coordinator.mayPassThrough(shared))
-            return .success(OpenedBacking(fd: fd, place: place, mode: mode, direct: mode == .cached && flags & CFS_O_DIRECT != 0,
-                                          keepsBits: keepsBits))
+            let mode = try beginPassthrough(
+                inode, writes: writes, prefersCached: keepsBits || !coordinator.mayPassThrough(shared))
+            return .success(
+                OpenedBacking(
+                    fd: fd, place: place, mode: mode, direct: mode == .cached && flags & CFS_O_DIRECT != 0,
+                    keepsBits: keepsBits))
         } catch {
             return giveUp(error)
         }
@@ -113,14 +130,17 @@ extension Filesystem {
     /// process's next calls on the item (`BrokenOpens`), which would otherwise wait the break
     /// time again for the holders it already went past (root's SQLite opens a file, then
     /// fchowns it).
-    private func openFile(_ backing: OpenedBacking, _ inode: Inode, _ kind: AccessKind, _ flags: Int32, created: Bool,
-                          _ claim: consuming MountClaim, _ caller: RequestCaller) -> OpenFile {
+    private func openFile(
+        _ backing: OpenedBacking, _ inode: Inode, _ kind: AccessKind, _ flags: Int32, created: Bool,
+        _ claim: consuming MountClaim, _ caller: RequestCaller
+    ) -> OpenFile {
         let writes = kind.isWrite
         let wentAhead = claim.wentAheadByBreak
-        let file = OpenFile(fd: backing.fd, inode: inode, created: created, passthrough: backing.mode != .cached, writes: writes,
-                            writer: writes ? writer(of: claim, caller) : 0, opener: writes ? openingProcess(caller) : 0,
-                            directIO: backing.direct, flags: flags, appends: kind == .writing(.appendingOnly) && claim.holds,
-                            claim: claim.keptOpen())
+        let file = OpenFile(
+            fd: backing.fd, inode: inode, created: created, passthrough: backing.mode != .cached, writes: writes,
+            writer: writes ? writer(of: claim, caller) : 0, opener: writes ? openingProcess(caller) : 0,
+            directIO: backing.direct, flags: flags, appends: kind == .writing(.appendingOnly) && claim.holds,
+            claim: claim.keptOpen())
         if let intent = wentAhead, let process = coordinator.callingProcess(caller, now: coarseMilliseconds()) {
             file.brokenOpen = (process, coordinator.brokenOpens.add(process, intent.path, writes: intent.kind.isWrite))
         }
@@ -133,11 +153,15 @@ extension Filesystem {
     /// The kernel-passthrough mode of a new open of `inode` (cached without passthrough).
     /// `openedReadWrite`: a read-write descriptor of it the caller has already, without
     /// `flagsOfTheBackingFile`, that can serve as the backing file.
-    private func beginPassthrough(_ inode: Inode, writes: Bool, prefersCached: Bool = false,
-                                  openedReadWrite: Int32? = nil) throws(Errno) -> KernelPassthrough.Mode {
+    private func beginPassthrough(
+        _ inode: Inode, writes: Bool, prefersCached: Bool = false,
+        openedReadWrite: Int32? = nil
+    ) throws(Errno) -> KernelPassthrough.Mode {
         guard let passthrough else { return .cached }
-        return try passthrough.beginOpen(of: inode.id, writes: writes, prefersCached: prefersCached,
-                                         readWrite: openedReadWrite) { readWrite in
+        return try passthrough.beginOpen(
+            of: inode.id, writes: writes, prefersCached: prefersCached,
+            readWrite: openedReadWrite
+        ) { readWrite in
             inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
                 let fd = Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
                 return fd >= 0 ? fd : nil
@@ -223,8 +247,11 @@ extension Filesystem {
                 if file.writesThroughTheKernel { _ = watchedWrites.unwatch(inode, fd: backing.fd) }
                 let handle = files.insert(file, in: backing.place)
                 let backingID: Int32? = if case .backed(let id, _) = backing.mode { id } else { nil }
-                reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout,
-                             request.info, handle: handle, directIO: backing.direct, backingID: backingID, noFlush: sendsNoFlush(inode))
+                reply.create(
+                    inode, shown(attributes), timeout: timeout(onDevice: inode.device),
+                    attributeTimeout: unwatchedTimeout,
+                    request.info, handle: handle, directIO: backing.direct, backingID: backingID,
+                    noFlush: sendsNoFlush(inode))
             }
         }
     }
@@ -236,21 +263,28 @@ extension Filesystem {
     /// shared backing file: it then is the backing file, with no second open. Made exclusively,
     /// so that a failure after it can take back a file this create made (and only such a
     /// file): one made behind the mount meanwhile is opened as it is.
-    private func createBacking(_ name: String, in parent: Inode, _ flags: Int32, _ mode: mode_t,
-                               shared: MountCoordinator.SharedOpen?,
-                               _ caller: RequestCaller) -> Result<(OpenedBacking, Inode, stat), OpenFailure> {
-        guard let place = files.budget.take(for: caller.uid) else { return .failure(OpenFailure(errno: Errno(code: EMFILE))) }
+    private func createBacking(
+        _ name: String, in parent: Inode, _ flags: Int32, _ mode: mode_t,
+        shared: MountCoordinator.SharedOpen?,
+        _ caller: RequestCaller
+    ) -> Result<(OpenedBacking, Inode, stat), OpenFailure> {
+        guard let place = files.budget.take(for: caller.uid) else {
+            return .failure(OpenFailure(errno: Errno(code: EMFILE)))
+        }
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
-        let (fd, createFailure, readWrite, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) { parentFD -> (Int32, Errno?, Bool, Bool) in
+        let (fd, createFailure, readWrite, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) {
+            parentFD -> (Int32, Errno?, Bool, Bool) in
             let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
             if sharesBacking {
-                let (fd, made, refusal) = openNew(name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0,
-                                                  for: caller, item: versions == nil ? "" : targets.relativePath(parent, name))
+                let (fd, made, refusal) = openNew(
+                    name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0,
+                    for: caller, item: versions == nil ? "" : targets.relativePath(parent, name))
                 if let refusal { return (-1, refusal, false, false) }
                 if fd >= 0 { return (fd, nil, true, made) }
             }
-            let (fd, made, refusal) = openNew(name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller,
-                                              item: versions == nil ? "" : targets.relativePath(parent, name))
+            let (fd, made, refusal) = openNew(
+                name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller,
+                item: versions == nil ? "" : targets.relativePath(parent, name))
             if let refusal { return (-1, refusal, false, false) }
             return (fd, fd.failure, false, made)
         }
@@ -263,10 +297,12 @@ extension Filesystem {
         do throws(Errno) {
             if let failure = syncNames(in: parent) { throw failure }
             let (inode, attributes) = try lookupNode(parent, name, justMade: made)
-            let mode = try beginPassthrough(inode, writes: true, prefersCached: !coordinator.mayPassThrough(shared),
-                                            openedReadWrite: readWrite ? fd : nil)
+            let mode = try beginPassthrough(
+                inode, writes: true, prefersCached: !coordinator.mayPassThrough(shared),
+                openedReadWrite: readWrite ? fd : nil)
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
-            return .success((OpenedBacking(fd: fd, place: place, mode: mode, direct: direct, made: made), inode, attributes))
+            return .success(
+                (OpenedBacking(fd: fd, place: place, mode: mode, direct: direct, made: made), inode, attributes))
         } catch {
             files.budget.giveBack(place)
             close(fd)
@@ -281,19 +317,31 @@ extension Filesystem {
     /// An existing file opened with O_TRUNC is kept as a version first (`item`, its path, spelled
     /// only then: a create of a new file takes no lock of the inode table for it), or the open
     /// refused as a stale write (the third value).
-    private func openNew(_ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for caller: RequestCaller,
-                         item: @autoclosure () -> String) -> (Int32, Bool, Errno?) {
-        let fd = CallerUmask.applying(caller.umask) { accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } } }
+    private func openNew(
+        _ name: String, in parentFD: Int32, _ flags: Int32, _ mode: mode_t, exclusive: Bool, for caller: RequestCaller,
+        item: @autoclosure () -> String
+    ) -> (Int32, Bool, Errno?) {
+        let fd = CallerUmask.applying(caller.umask) {
+            accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }
+        }
         if fd >= 0 || fd.failure != .fileExists || exclusive { return (fd, fd >= 0, nil) }
-        if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(name, in: parentFD, item: item(), by: caller) { return (-1, false, refusal) }
-        return (accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }, false, nil)
+        if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(name, in: parentFD, item: item(), by: caller) {
+            return (-1, false, refusal)
+        }
+        return (
+            accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in
+                FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) }
+            }, false, nil
+        )
     }
 
     /// A create that fails after making its file takes it back (`made`): one user out of
     /// descriptors left files behind that `rm -rf` then could not see. True when it is gone.
     private func takeBack(_ made: Bool, _ name: String, in parent: Inode) -> Bool {
         guard made else { return false }
-        return inodes.withFD(parent, orElse: { _ in false }) { parentFD in FileSystemName.withCString(name) { unlinkat(parentFD, $0, 0) } == 0 }
+        return inodes.withFD(parent, orElse: { _ in false }) { parentFD in
+            FileSystemName.withCString(name) { unlinkat(parentFD, $0, 0) } == 0
+        }
     }
 
     /// open(2) with O_TMPFILE: FUSE_TMPFILE, handed over as a create of "/" (`cfs_served_opcode`).
@@ -308,15 +356,20 @@ extension Filesystem {
         // O_EXCL file from being linked itself, and the mount links through the backing file.
         let kept = flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | CFS_O_TMPFILE | CFS_O_DIRECT)
         let fd = inodes.withFD(parent, orElse: { _ in Int32(-1) }) { parentFD in
-            CallerUmask.applying(reply.caller.umask) { accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in openat(parentFD, ".", flags, mode) } }
+            CallerUmask.applying(reply.caller.umask) {
+                accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in
+                    openat(parentFD, ".", flags, mode)
+                }
+            }
         }
         if let failure = fd.failure {
             files.budget.giveBack(place)
             return reply.error(failure)
         }
         giveToCaller(reply.caller, parent: parent) { _, uid, gid, group in
-            let kept = Self.keptPrivilegeBits(asked: mode, made: { try? statOf(fd) }, group: group,
-                                              callerGroup: reply.caller.gid)
+            let kept = Self.keptPrivilegeBits(
+                asked: mode, made: { try? statOf(fd) }, group: group,
+                callerGroup: reply.caller.gid)
             _ = fchown(fd, uid, gid)
             if let kept { _ = fchmod(fd, kept) }
         }
@@ -331,14 +384,18 @@ extension Filesystem {
         }
         let inode = inodes.rememberUnnamed(fd: pathFD, info: attributes, in: parent)
         do {
-            let mode = try beginPassthrough(inode, writes: true, openedReadWrite: flags & Self.flagsOfTheBackingFile == 0 ? fd : nil)
+            let mode = try beginPassthrough(
+                inode, writes: true, openedReadWrite: flags & Self.flagsOfTheBackingFile == 0 ? fd : nil)
             let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
             let direct = backingID == nil && flags & CFS_O_DIRECT != 0
-            let file = OpenFile(fd: fd, inode: inode, created: true, passthrough: mode != .cached, writes: true,
-                                opener: openingProcess(reply.caller), directIO: direct, flags: flags)
+            let file = OpenFile(
+                fd: fd, inode: inode, created: true, passthrough: mode != .cached, writes: true,
+                opener: openingProcess(reply.caller), directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
-            reply.create(inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout, info,
-                         handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
+            reply.create(
+                inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout,
+                info,
+                handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
         } catch {
             files.budget.giveBack(place)
             close(fd)
@@ -353,8 +410,10 @@ extension Filesystem {
 
     /// `flags`: the write's own (its open's, with O_DSYNC or O_SYNC where RWF_DSYNC, RWF_SYNC or
     /// a `sync` mount asks for them).
-    func write(_ reply: consuming Reply, _ handle: UInt64, _ data: WriteData, _ offset: off_t,
-               flags: Int32) {
+    func write(
+        _ reply: consuming Reply, _ handle: UInt64, _ data: WriteData, _ offset: off_t,
+        flags: Int32
+    ) {
         guard let file = files[handle] else { return reply.error(EBADF) }
         guard coordinator.admitsWrite(through: file) else { return reply.error(EIO) }
         dropPrivilegeBits(file.fd, of: file.inode, unlessRootCalls: reply)
@@ -428,8 +487,10 @@ extension Filesystem {
         reply.ok()
     }
 
-    func copyFileRange(_ reply: consuming Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
-                       _ length: Int, _ flags: UInt32) {
+    func copyFileRange(
+        _ reply: consuming Reply, _ input: UInt64, _ inputOffset: off_t, _ output: UInt64, _ outputOffset: off_t,
+        _ length: Int, _ flags: UInt32
+    ) {
         guard let source = files[input], let target = files[output] else { return reply.error(EBADF) }
         guard coordinator.admitsWrite(through: target) else { return reply.error(EIO) }
         dropPrivilegeBits(target.fd, of: target.inode, unlessRootCalls: reply)

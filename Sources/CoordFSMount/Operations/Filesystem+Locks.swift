@@ -35,8 +35,9 @@ extension Filesystem {
     func getlk(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, owner: UInt64, _ asked: KernelLock) {
         guard let fileLocks else { return unserved(reply, "getlk") }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let request = LockRequest(node: id.value, handle: handle, kind: .posix, owner: LockOwner(owner), type: asked.type, range: asked.range,
-                                  pid: asked.pid, path: targets.relativePath(inode))
+        let request = LockRequest(
+            node: id.value, handle: handle, kind: .posix, owner: LockOwner(owner), type: asked.type, range: asked.range,
+            pid: asked.pid, path: targets.relativePath(inode))
         let pending = PendingReply(reply)
         fileLocks.test(request) { [self] found in
             let reply = pending.take()
@@ -53,7 +54,9 @@ extension Filesystem {
 
     /// F_SETLK, F_SETLKW (`waits`), F_OFD_SETLK and F_OFD_SETLKW: a POSIX lock taken, changed or
     /// dropped. (Its drop at close comes as FLUSH, `flush`.)
-    func setlk(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, owner: UInt64, _ asked: KernelLock, waits: Bool) {
+    func setlk(
+        _ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, owner: UInt64, _ asked: KernelLock, waits: Bool
+    ) {
         lock(reply, id, handle, .posix, LockOwner(owner), asked.type, asked.range, pid: asked.pid, waits: waits)
     }
 
@@ -70,12 +73,16 @@ extension Filesystem {
         lock(reply, id, handle, .flock, LockOwner(owner), type, .wholeFile, pid: 0, waits: operation & LOCK_NB == 0)
     }
 
-    private func lock(_ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, _ kind: LockKind, _ owner: LockOwner, _ type: LockType,
-                      _ range: LockRange, pid: Int32, waits: Bool) {
+    private func lock(
+        _ reply: consuming Reply, _ id: NodeID, _ handle: UInt64, _ kind: LockKind, _ owner: LockOwner,
+        _ type: LockType,
+        _ range: LockRange, pid: Int32, waits: Bool
+    ) {
         guard let fileLocks else { return unserved(reply, kind == .flock ? "flock" : "setlk") }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        let request = LockRequest(node: id.value, handle: handle, kind: kind, owner: owner, type: type, range: range, pid: pid,
-                                  path: type == .unlock ? "" : targets.relativePath(inode))
+        let request = LockRequest(
+            node: id.value, handle: handle, kind: kind, owner: owner, type: type, range: range, pid: pid,
+            path: type == .unlock ? "" : targets.relativePath(inode))
         let number = fileLocks.nextNumber()
         // Registered before the request may wait (an unlock never does): an interrupt that
         // comes first is kept by `FileLocks` until the request begins to wait, and ends it then.
@@ -85,7 +92,9 @@ extension Filesystem {
             if case .refused(let why) = answer, fileLocks.mayLog() {
                 logger.error("cluster locks: \(why); answering ENOLCK")
             } else if answer == .timedOut, fileLocks.mayLog() {
-                logger.notice("a lock of '\(request.path)' was waited for as long as the kernel's request timeout allows; answering ENOLCK")
+                logger.notice(
+                    "a lock of '\(request.path)' was waited for as long as the kernel's request timeout allows; answering ENOLCK"
+                )
             }
             let reply = pending.take()
             if answer == .granted { reply.ok() } else { reply.error(answer.errno) }

@@ -14,14 +14,20 @@ extension Filesystem {
     /// Creates `name` in `parent` with `make`, under a write on the new item, and answers with
     /// its entry.
     /// `mode`: a regular file's, whose setuid and setgid bits the caller keeps.
-    private func makeItem(_ reply: consuming Reply, _ parentID: NodeID, _ name: String, isDirectory: Bool, mode: mode_t = 0,
-                          _ make: @escaping @Sendable (Int32) throws(Errno) -> Void) {
+    private func makeItem(
+        _ reply: consuming Reply, _ parentID: NodeID, _ name: String, isDirectory: Bool, mode: mode_t = 0,
+        _ make: @escaping @Sendable (Int32) throws(Errno) -> Void
+    ) {
         guard let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
-        coordinator.coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
-                   forTheCall: true) { [self] reply, claim in
+        coordinator.coordinate(
+            reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: isDirectory),
+            forTheCall: true
+        ) { [self] reply, claim in
             do {
-                try CallerUmask.applying(reply.caller.umask) { () throws(Errno) in try inodes.withFD(parent) { fd throws(Errno) in try make(fd) } }
+                try CallerUmask.applying(reply.caller.umask) { () throws(Errno) in
+                    try inodes.withFD(parent) { fd throws(Errno) in try make(fd) }
+                }
                 targets.namespaceChanged(name: name, directory: false)
                 giveToCaller(reply.caller, parent: parent, name: name, mode: mode)
                 if let failure = syncNames(in: parent) {
@@ -31,8 +37,9 @@ extension Filesystem {
                 let readPoint = watchedWrites.readPoint
                 let (inode, info) = try lookupNode(parent, name, justMade: true)
                 claim.end(IntentOutcome(existedBefore: false, existsAfter: true))
-                reply.entry(inode, shown(info), timeout: timeout(onDevice: inode.device),
-                            attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
+                reply.entry(
+                    inode, shown(info), timeout: timeout(onDevice: inode.device),
+                    attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
             } catch {
                 claim.end(IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
@@ -54,19 +61,27 @@ extension Filesystem {
 
     func symlink(_ reply: consuming Reply, _ target: String, _ parent: NodeID, _ name: String) {
         makeItem(reply, parent, name, isDirectory: false) { parent throws(Errno) in
-            _ = try check(FileSystemName.withCString(name) { name in FileSystemName.withCString(target) { symlinkat($0, parent, name) } })
+            _ = try check(
+                FileSystemName.withCString(name) { name in
+                    FileSystemName.withCString(target) { symlinkat($0, parent, name) }
+                })
         }
     }
 
     func link(_ reply: consuming Reply, _ id: NodeID, _ parentID: NodeID, _ name: String) {
         guard let inode = inodes[id], let parent = inodes[parentID] else { return reply.error(ENOENT) }
         if isVersionStore(parentID, name) { return reply.error(EPERM) }
-        coordinator.coordinate(reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
-                   forTheCall: true) { [self] reply, claim in
+        coordinator.coordinate(
+            reply, ItemIntent(kind: .writing([]), node: parent, name: name, isDirectory: false),
+            forTheCall: true
+        ) { [self] reply, claim in
             do {
                 try inodes.withFD(inode) { inodeFD throws(Errno) in
                     try inodes.withFD(parent) { parentFD throws(Errno) in
-                        _ = try check(FileSystemName.withCString(name) { linkat(AT_FDCWD, procPath(inodeFD), parentFD, $0, AT_SYMLINK_FOLLOW) })
+                        _ = try check(
+                            FileSystemName.withCString(name) {
+                                linkat(AT_FDCWD, procPath(inodeFD), parentFD, $0, AT_SYMLINK_FOLLOW)
+                            })
                     }
                 }
                 targets.namespaceChanged(name: name, directory: false)
@@ -78,7 +93,8 @@ extension Filesystem {
                 claim.end(IntentOutcome(existedBefore: false, existsAfter: true))
                 // Kept a short time: the kernel takes a link's reply whatever it was told to
                 // forget meanwhile (a write behind the mount just then would be lost for long).
-                reply.entry(linked, shown(info), timeout: timeout(onDevice: linked.device), attributeTimeout: unwatchedTimeout)
+                reply.entry(
+                    linked, shown(info), timeout: timeout(onDevice: linked.device), attributeTimeout: unwatchedTimeout)
             } catch {
                 claim.end(IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
@@ -92,8 +108,12 @@ extension Filesystem {
         // Programs reading the item through open files read on what they opened, as on any
         // Linux filesystem: they do not keep its directory locked (docs/mount.md, the kernel's
         // locks). A writer's work would be lost: it is waited for.
-        coordinator.coordinate(reply, ItemIntent(kind: .writing([.forDeleting, .passesOpenReads]), node: parent, name: name, isDirectory: directory),
-                   forTheCall: true) { reply, claim in
+        coordinator.coordinate(
+            reply,
+            ItemIntent(
+                kind: .writing([.forDeleting, .passesOpenReads]), node: parent, name: name, isDirectory: directory),
+            forTheCall: true
+        ) { reply, claim in
             let failure: Errno? = self.inodes.withFD(parent, orElse: { $0 }) { fd in
                 // A file's last name: its inode goes to the store first, as a version.
                 var version: VersionRecord?
@@ -101,15 +121,19 @@ extension Filesystem {
                 // (Empty files, most of what an rm -r of build output removes, keep nothing,
                 // unless another process still writes them.)
                 if !directory, self.versions != nil,
-                   FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
-                   info.st_size > 0 || self.inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
-                       .map({ $0.writers.load(ordering: .relaxed) != 0 }) == true,
-                   case .success(let kept) = self.keepBeforeReplacing(name, in: fd, item: self.targets.relativePath(parent, name), info,
-                                                                      deleting: true, by: caller) {
+                    FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
+                    info.st_size > 0
+                        || self.inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+                            .map({ $0.writers.load(ordering: .relaxed) != 0 }) == true,
+                    case .success(let kept) = self.keepBeforeReplacing(
+                        name, in: fd, item: self.targets.relativePath(parent, name), info,
+                        deleting: true, by: caller)
+                {
                     version = kept
                 }
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
-                let failure = FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) }.failure
+                let failure = FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) }
+                    .failure
                 if failure != nil { self.takeBack(version) }
                 if failure == nil, let version, version.conflict { self.tellConflict(version, by: caller) }
                 if failure == nil, !directory { self.versions?.changed(self.targets.relativePath(parent, name)) }
@@ -124,7 +148,10 @@ extension Filesystem {
         }
     }
 
-    func rename(_ reply: consuming Reply, _ parentID: NodeID, _ name: String, _ newParentID: NodeID, _ newName: String, _ flags: UInt32) {
+    func rename(
+        _ reply: consuming Reply, _ parentID: NodeID, _ name: String, _ newParentID: NodeID, _ newName: String,
+        _ flags: UInt32
+    ) {
         guard let parent = inodes[parentID], let newParent = inodes[newParentID], !isVersionStore(parentID, name) else {
             return reply.error(ENOENT)
         }
@@ -136,36 +163,35 @@ extension Filesystem {
             return reply.error(error)
         }
         let caller = reply.caller
-        // Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
-        // Open descriptors keep their inodes: readers read on, and appenders of a moved item
-        // append on under its new name (logrotate's mv, before it asks for a reopen); their
-        // holds follow it (`State.relocateOpenFileHolds`). An appender of a replaced file would
-        // lose its work: it is waited for. An exchange, which reports no move for holds to
-        // follow, waits for them all.
-        let source = ItemIntent(kind: .writing(rename.exchange ? .forMoving : [.forMoving, .passesOpenReads, .passesAppends]),
-                                node: parent, name: name, isDirectory: rename.sourceIsDirectory)
-        let destination = ItemIntent(kind: .writing(rename.exchange ? .forMoving : [.forReplacing, .passesOpenReads]), node: newParent,
-                                     name: newName, isDirectory: rename.destinationIsDirectory)
-        coordinator.coordinate(reply, source, and: destination, forTheCall: true) { [self] reply, claim in
+        coordinator.coordinate(reply, rename.source, and: rename.destination, forTheCall: true) { [self] reply, claim in
             let (renameFailure, replaced) = renameBacking(rename, caller)
             if let failure = renameFailure {
-                claim.end([IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
-                           IntentOutcome(existedBefore: rename.destinationExisted, existsAfter: rename.destinationExisted, changed: false)])
+                claim.end([
+                    IntentOutcome(existedBefore: true, existsAfter: true, changed: false),
+                    IntentOutcome(
+                        existedBefore: rename.destinationExisted, existsAfter: rename.destinationExisted, changed: false
+                    )
+                ])
                 return reply.error(failure)
             }
-            targets.namespaceChanged(name: name, newName, directory: rename.sourceIsDirectory || rename.destinationIsDirectory)
+            targets.namespaceChanged(
+                name: name, newName, directory: rename.sourceIsDirectory || rename.destinationIsDirectory)
             claim.revokePassed()
             if let replaced { afterReplacing(rename, replaced, caller) }
             renamedNodes(rename)
             if rename.exchange {
                 // Both items changed place; told as changes of both paths.
-                claim.end([IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
-                           IntentOutcome(existedBefore: true, existsAfter: true, changed: true)])
+                claim.end([
+                    IntentOutcome(existedBefore: true, existsAfter: true, changed: true),
+                    IntentOutcome(existedBefore: true, existsAfter: true, changed: true)
+                ])
             } else {
                 // The destination is now what the source was.
                 claim.reportRename(sourceIsDirectory: rename.sourceIsDirectory)
-                claim.end([IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
-                           IntentOutcome(existedBefore: rename.destinationExisted, existsAfter: true, changed: true)])
+                claim.end([
+                    IntentOutcome(existedBefore: true, existsAfter: false, changed: true),
+                    IntentOutcome(existedBefore: rename.destinationExisted, existsAfter: true, changed: true)
+                ])
             }
             if let failure = syncNames(in: parent, and: newParent) { return reply.error(failure) }
             reply.ok()
@@ -204,6 +230,24 @@ extension Filesystem {
             mayReplace = !exchange && flags & CFS_RENAME_NOREPLACE == 0 && filesystem.versions != nil
         }
 
+        /// Both or none (C6): forMoving on the source, forReplacing on the destination (C40).
+        /// Open descriptors keep their inodes: readers read on, and appenders of a moved item
+        /// append on under its new name (logrotate's mv, before it asks for a reopen); their
+        /// holds follow it (`State.relocateOpenFileHolds`). An appender of a replaced file would
+        /// lose its work: it is waited for. An exchange, which reports no move for holds to
+        /// follow, waits for them all.
+        var source: ItemIntent {
+            ItemIntent(
+                kind: .writing(exchange ? .forMoving : [.forMoving, .passesOpenReads, .passesAppends]), node: parent,
+                name: name, isDirectory: sourceIsDirectory)
+        }
+
+        var destination: ItemIntent {
+            ItemIntent(
+                kind: .writing(exchange ? .forMoving : [.forReplacing, .passesOpenReads]), node: newParent,
+                name: newName, isDirectory: destinationIsDirectory)
+        }
+
         /// Whether the destination was the source itself (a rename of a name onto another of its own).
         var replacedItself: Bool {
             destinationInfo.st_dev == sourceInfo.st_dev && destinationInfo.st_ino == sourceInfo.st_ino
@@ -227,17 +271,24 @@ extension Filesystem {
         let failure: Errno? = inodes.withFD(rename.parent, orElse: { $0 }) { fromFD in
             inodes.withFD(rename.newParent, orElse: { $0 }) { toFD in
                 var now = stat()
-                if rename.mayReplace, FileSystemName.withCString(rename.newName, { fstatat(toFD, $0, &now, AT_SYMLINK_NOFOLLOW) }) == 0,
-                   now.st_mode & S_IFMT == S_IFREG, now.st_dev != rename.sourceInfo.st_dev || now.st_ino != rename.sourceInfo.st_ino {
+                if rename.mayReplace,
+                    FileSystemName.withCString(rename.newName, { fstatat(toFD, $0, &now, AT_SYMLINK_NOFOLLOW) }) == 0,
+                    now.st_mode & S_IFMT == S_IFREG,
+                    now.st_dev != rename.sourceInfo.st_dev || now.st_ino != rename.sourceInfo.st_ino
+                {
                     let item = targets.relativePath(rename.newParent, rename.newName)
                     let writer = versionWriter(caller)
-                    switch keepBeforeReplacing(rename.newName, in: toFD, item: item, now, deleting: false, by: caller, as: writer) {
+                    switch keepBeforeReplacing(
+                        rename.newName, in: toFD, item: item, now, deleting: false, by: caller, as: writer)
+                    {
                     case .success(let kept): replaced = Replaced(item: item, writer: writer, version: kept)
                     case .failure(let refusal): return refusal
                     }
                 }
                 let failure = FileSystemName.withCString(rename.name) { from in
-                    FileSystemName.withCString(rename.newName) { to in cfs_renameat2(fromFD, from, toFD, to, rename.flags) }
+                    FileSystemName.withCString(rename.newName) { to in
+                        cfs_renameat2(fromFD, from, toFD, to, rename.flags)
+                    }
                 }.failure
                 if failure != nil { takeBack(replaced?.version) }
                 return failure
@@ -255,9 +306,13 @@ extension Filesystem {
         let item = replaced.item
         if replaced.version == nil { versions.changed(item) }
         var after = stat()
-        if let reader = replaced.writer?.reader, inodes.withFD(rename.newParent, orElse: { _ in false }, { fd in
-            FileSystemName.withCString(rename.newName) { fstatat(fd, $0, &after, AT_SYMLINK_NOFOLLOW) } == 0
-        }) {
+        if let reader = replaced.writer?.reader,
+            inodes.withFD(
+                rename.newParent, orElse: { _ in false },
+                { fd in
+                    FileSystemName.withCString(rename.newName) { fstatat(fd, $0, &after, AT_SYMLINK_NOFOLLOW) } == 0
+                })
+        {
             versions.saw(item, after, by: reader)
         }
         if let version = replaced.version, version.conflict { tellConflict(version, by: caller) }
@@ -268,12 +323,16 @@ extension Filesystem {
     private func renamedNodes(_ rename: Rename) {
         let (source, destination) = (rename.sourceInfo, rename.destinationInfo)
         if rename.destinationExisted && !rename.exchange && !rename.destinationIsDirectory && !rename.replacedItself {
-            inodes.nameRemoved(rename.newName, in: rename.newParent.id, device: UInt64(destination.st_dev), number: UInt64(destination.st_ino))
+            inodes.nameRemoved(
+                rename.newName, in: rename.newParent.id, device: UInt64(destination.st_dev),
+                number: UInt64(destination.st_ino))
         }
         if let moved = inodes.node(device: UInt64(source.st_dev), number: UInt64(source.st_ino)) {
             inodes.moved(moved.id, from: (rename.parent.id, rename.name), to: rename.newParent.id, name: rename.newName)
         }
-        if rename.exchange, let other = inodes.node(device: UInt64(destination.st_dev), number: UInt64(destination.st_ino)) {
+        if rename.exchange,
+            let other = inodes.node(device: UInt64(destination.st_dev), number: UInt64(destination.st_ino))
+        {
             inodes.moved(other.id, from: (rename.newParent.id, rename.newName), to: rename.parent.id, name: rename.name)
         }
     }

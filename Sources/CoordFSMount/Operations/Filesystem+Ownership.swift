@@ -15,10 +15,13 @@ extension Filesystem {
     /// the file was made with (the umask or a default ACL applied).
     func giveToCaller(_ caller: RequestCaller, parent: Inode, name: String, mode: mode_t = 0) {
         giveToCaller(caller, parent: parent) { parentFD, uid, gid, group in
-            let kept = Self.keptPrivilegeBits(asked: mode, made: {
-                var info = stat()
-                return FileSystemName.withCString(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 ? info : nil
-            }, group: group, callerGroup: caller.gid)
+            let kept = Self.keptPrivilegeBits(
+                asked: mode,
+                made: {
+                    var info = stat()
+                    return FileSystemName.withCString(name, { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0
+                        ? info : nil
+                }, group: group, callerGroup: caller.gid)
             _ = FileSystemName.withCString(name) { fchownat(parentFD, $0, uid, gid, AT_SYMLINK_NOFOLLOW) }
             if let kept { _ = FileSystemName.withCString(name) { fchmodat(parentFD, $0, kept, 0) } }
         }
@@ -33,7 +36,8 @@ extension Filesystem {
         if ctx.uid == 0 && ctx.gid == 0 { return }
         inodes.withFD(parent, orElse: { _ in }) { fd in
             var parentInfo = stat()
-            let inheritsGroup = fstatat(fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
+            let inheritsGroup =
+                fstatat(fd, "", &parentInfo, CFS_AT_EMPTY_PATH) == 0 && (parentInfo.st_mode & S_ISGID) != 0
             chown(fd, ctx.uid, inheritsGroup ? gid_t.max : ctx.gid, inheritsGroup ? parentInfo.st_gid : ctx.gid)
         }
     }

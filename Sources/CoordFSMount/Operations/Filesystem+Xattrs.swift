@@ -55,7 +55,9 @@ extension Filesystem {
 
     func setxattr(_ reply: consuming Reply, _ id: NodeID, _ name: String, _ value: [UInt8], _ flags: Int32) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
-        changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_setxattr(procPath(fd), $0, value, value.count, flags) } }
+        changeAttribute(reply, id) { fd in
+            FileSystemName.withCString(name) { cfs_setxattr(procPath(fd), $0, value, value.count, flags) }
+        }
     }
 
     func removexattr(_ reply: consuming Reply, _ id: NodeID, _ name: String) {
@@ -63,10 +65,15 @@ extension Filesystem {
         changeAttribute(reply, id) { fd in FileSystemName.withCString(name) { cfs_removexattr(procPath(fd), $0) } }
     }
 
-    private func changeAttribute(_ reply: consuming Reply, _ id: NodeID, _ change: @escaping @Sendable (Int32) -> Int32) {
+    private func changeAttribute(_ reply: consuming Reply, _ id: NodeID, _ change: @escaping @Sendable (Int32) -> Int32)
+    {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        coordinator.coordinate(reply, ItemIntent(kind: .writing(.contentIndependentMetadataOnly), node: inode,
-                                  isDirectory: inode.isDirectory), forTheCall: true) { reply, claim in
+        coordinator.coordinate(
+            reply,
+            ItemIntent(
+                kind: .writing(.contentIndependentMetadataOnly), node: inode,
+                isDirectory: inode.isDirectory), forTheCall: true
+        ) { reply, claim in
             let failure: Errno? = self.inodes.withFD(inode, orElse: { $0 }) { fd in change(fd).failure }
             claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: failure == nil))
             if let failure = failure ?? self.syncAttributes(of: inode) { reply.error(failure) } else { reply.ok() }
@@ -91,10 +98,12 @@ extension Filesystem {
         case "user.coordfs.state": return domain.stateDump()
         case "user.coordfs.pid": return String(getpid())
         // Read by another mount of the same backing directory: whether the two coordinate.
-        case "user.coordfs.cluster": return configuration.cluster.map { "\($0.endpoints.joined(separator: ","))\n\($0.host)\n\($0.store)" }
+        case "user.coordfs.cluster":
+            return configuration.cluster.map { "\($0.endpoints.joined(separator: ","))\n\($0.host)\n\($0.store)" }
         case "user.coordfs.stats":
             let ring = cfs_ring_facts(device)
-            return String(statistics.json.dropLast()) + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
+            return String(statistics.json.dropLast())
+                + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
                 + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(backing.openFileLimit),\"open_files\":\(files.count),"
                 + "\"open_files_per_user\":\(files.budget.perUser),\"socket_holds\":\(domain.accessorHolds.holds),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"

@@ -9,8 +9,9 @@ final class StripedCounter: Sendable {
     /// A slot filling two cache lines, so that no two slots (and nothing else) share one.
     private struct Slot: ~Copyable, Sendable {
         let count = Atomic<Int>(0)
-        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int)
-            = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        private let padding: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int) = (
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+        )
     }
 
     /// Inline in the object (no array to retain on each add), after a line of padding that

@@ -41,7 +41,9 @@ extension Filesystem {
         guard let versions else { return }
         var info = stat()
         guard fstat(fd, &info) == 0 else { return }
-        let item = info.st_nlink == 1 ? versions.store.item(holding: info) ?? targets.relativePath(inode) : targets.relativePath(inode)
+        let item =
+            info.st_nlink == 1
+            ? versions.store.item(holding: info) ?? targets.relativePath(inode) : targets.relativePath(inode)
         guard versions.policy(of: item) != .off, let reader = versionReader(caller) else { return }
         versions.saw(item, info, by: reader)
     }
@@ -58,7 +60,8 @@ extension Filesystem {
     /// Before `inode`'s content is truncated by `caller` (an O_TRUNC open, a truncation to
     /// `size`): a copy kept as a version, or ESTALE for a stale write under `refuse`. `inodeFD`
     /// is the inode's descriptor.
-    func keepBeforeTruncating(_ inode: Inode, _ inodeFD: Int32, to size: off_t = 0, by caller: RequestCaller) -> Errno? {
+    func keepBeforeTruncating(_ inode: Inode, _ inodeFD: Int32, to size: off_t = 0, by caller: RequestCaller) -> Errno?
+    {
         guard versions != nil else { return nil }
         return keepBeforeTruncating(item: targets.relativePath(inode), inodeFD, to: size, by: caller)
     }
@@ -72,7 +75,9 @@ extension Filesystem {
         return keepBeforeTruncating(item: item, fd, to: 0, by: caller)
     }
 
-    private func keepBeforeTruncating(item: String, _ inodeFD: Int32, to size: off_t, by caller: RequestCaller) -> Errno? {
+    private func keepBeforeTruncating(
+        item: String, _ inodeFD: Int32, to size: off_t, by caller: RequestCaller
+    ) -> Errno? {
         guard let versions, let writer = versionWriter(caller) else { return nil }
         var info = stat()
         guard fstat(inodeFD, &info) == 0, info.st_size > size else { return nil }
@@ -83,8 +88,10 @@ extension Filesystem {
             // (`replacement` counts those it keeps).
             versions.changed(item)
         case .keep(let conflict):
-            if let record = versions.keep(.copy(inodeFD), item: item, info, cause: .truncated, conflict: conflict, by: writer),
-               record.conflict {
+            if let record = versions.keep(
+                .copy(inodeFD), item: item, info, cause: .truncated, conflict: conflict, by: writer),
+                record.conflict
+            {
                 tellConflict(record, by: caller)
             }
         }
@@ -97,29 +104,37 @@ extension Filesystem {
     /// is still a conflict). The version kept, if any, to take back should the rename or unlink
     /// fail; or ESTALE for a stale rename under `refuse` (a removal is never refused).
     /// `writer`: the caller as versions know it, where the handler has it already.
-    func keepBeforeReplacing(_ name: String, in parentFD: Int32, item: String, _ info: stat, deleting: Bool,
-                             by caller: RequestCaller, as writer: MountVersions.Writer? = nil) -> Result<VersionRecord?, Errno> {
+    func keepBeforeReplacing(
+        _ name: String, in parentFD: Int32, item: String, _ info: stat, deleting: Bool,
+        by caller: RequestCaller, as writer: MountVersions.Writer? = nil
+    ) -> Result<VersionRecord?, Errno> {
         guard let versions, let writer = writer ?? versionWriter(caller) else { return .success(nil) }
         let lastName = info.st_nlink == 1
         // A file another process still writes (past the break or settle time): its writes from
         // now on land in this inode, which only the version keeps.
         let node = inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
-        let beingWritten = lastName && node.map { node in
-            node.writers.load(ordering: .acquiring) >> 32 != 0 && !node.isWritten(onlyBy: writer.pid)
-        } ?? false
+        let beingWritten =
+            lastName
+            && node.map { node in
+                node.writers.load(ordering: .acquiring) >> 32 != 0 && !node.isWritten(onlyBy: writer.pid)
+            } ?? false
         switch versions.replacement(of: item, info, by: writer, beingWritten: beingWritten, deleting: deleting) {
         case .notVersioned: return .success(nil)
         case .refused: return .failure(.staleNFSFileHandle)
         case .keep(let conflict) where lastName:
-            return .success(versions.keep(.name(name, in: parentFD), item: item, info, cause: deleting ? .deleted : .replaced,
-                                          conflict: conflict, by: writer))
+            return .success(
+                versions.keep(
+                    .name(name, in: parentFD), item: item, info, cause: deleting ? .deleted : .replaced,
+                    conflict: conflict, by: writer))
         case .keep(let conflict):
             guard conflict else { return .success(nil) }
             let fd = FileSystemName.withCString(name) { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
             guard fd >= 0 else { return .success(nil) }
             defer { close(fd) }
-            return .success(versions.keep(.copy(fd), item: item, info, cause: deleting ? .deleted : .replaced,
-                                          conflict: true, by: writer))
+            return .success(
+                versions.keep(
+                    .copy(fd), item: item, info, cause: deleting ? .deleted : .replaced,
+                    conflict: true, by: writer))
         }
     }
 
@@ -132,7 +147,8 @@ extension Filesystem {
         guard let versions else { return nil }
         var info = stat()
         guard fstat(inodeFD, &info) == 0, info.st_nlink == 1, info.st_mode & S_IFMT == S_IFREG,
-              versions.store.holdsLink(to: info) else { return nil }
+            versions.store.holdsLink(to: info)
+        else { return nil }
         return .staleNFSFileHandle
     }
 
@@ -149,7 +165,9 @@ extension Filesystem {
     func tellConflict(_ record: VersionRecord, by caller: RequestCaller) {
         guard let versions else { return }
         let item = targets.target(mountRoot.appending(record.item), isDirectory: false)
-        let writer = coordinator.callingProcess(caller, now: coarseMilliseconds()).map { CoordinatorIdentity.process($0) }
+        let writer = coordinator.callingProcess(caller, now: coarseMilliseconds()).map {
+            CoordinatorIdentity.process($0)
+        }
         versions.telling.async { [domain, engine] in
             domain.deliver(engine.versionNews(.gainedConflict, version: record.id, of: item, by: writer))
         }

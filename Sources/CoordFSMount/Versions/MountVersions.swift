@@ -87,7 +87,9 @@ final class MountVersions: Sendable {
         changes.count += 1
         changes.of[item] = changes.count
         // Bounded as the reads are: an item forgotten here counts as changed by nobody.
-        if changes.of.count > capacity { changes.of = changes.of.filter { $0.value > changes.count - UInt64(capacity / 2) } }
+        if changes.of.count > capacity {
+            changes.of = changes.of.filter { $0.value > changes.count - UInt64(capacity / 2) }
+        }
     }
 
     func stamp(_ item: String, _ info: stat) -> ContentStamp {
@@ -114,9 +116,13 @@ final class MountVersions: Sendable {
     /// now on lands in the file that is replaced, not at the path: kept whatever it holds yet,
     /// as a conflict. `deleting`: a removal, no update from a read, which is never stale and
     /// never refused.
-    func replacement(of item: String, _ info: stat, by writer: Writer, beingWritten: Bool = false, deleting: Bool = false) -> Replacement {
+    func replacement(
+        of item: String, _ info: stat, by writer: Writer, beingWritten: Bool = false, deleting: Bool = false
+    ) -> Replacement {
         let policy = self.policy(of: item)
-        guard policy != .off, info.st_mode & S_IFMT == S_IFREG, beingWritten || Self.isVersioned(info) else { return .notVersioned }
+        guard policy != .off, info.st_mode & S_IFMT == S_IFREG, beingWritten || Self.isVersioned(info) else {
+            return .notVersioned
+        }
         if deleting { return .keep(conflict: beingWritten) }
         // Checked and counted as one step: two writers that read the same content and replace it
         // at the same instant (one let past the other by a broken lease) are told apart, the
@@ -127,12 +133,16 @@ final class MountVersions: Sendable {
         let stale = changes.withLock { changes -> Bool in
             let current = ContentStamp(info, change: changes.of[item] ?? 0)
             let stale = writer.reader.map { reads.isStale(item, by: $0, replacing: current) } ?? false
-            if !((stale || beingWritten) && policy == .refuse) { Self.count(item, in: &changes, capacity: reads.capacity) }
+            if !((stale || beingWritten) && policy == .refuse) {
+                Self.count(item, in: &changes, capacity: reads.capacity)
+            }
             return stale
         }
         if (stale || beingWritten) && policy == .refuse {
             refused.add(1, ordering: .relaxed)
-            logger.notice("refused a \(stale ? "stale write" : "replacement") of \(item) by pid \(writer.pid): \(stale ? "it replaces content its writer never read" : "another process is still writing it") (versions refuse)")
+            logger.notice(
+                "refused a \(stale ? "stale write" : "replacement") of \(item) by pid \(writer.pid): \(stale ? "it replaces content its writer never read" : "another process is still writing it") (versions refuse)"
+            )
             return .refused
         }
         return .keep(conflict: stale || beingWritten)
@@ -140,15 +150,19 @@ final class MountVersions: Sendable {
 
     /// Keeps `source` (the item `item`, as `info`) as a version; nil (logged and counted) where
     /// it could not be kept.
-    func keep(_ source: VersionStore.Source, item: String, _ info: stat, cause: VersionRecord.Cause, conflict: Bool,
-              by writer: Writer) -> VersionRecord? {
+    func keep(
+        _ source: VersionStore.Source, item: String, _ info: stat, cause: VersionRecord.Cause, conflict: Bool,
+        by writer: Writer
+    ) -> VersionRecord? {
         let origin = origin(of: writer)
         switch store.keep(source, item: item, info: info, cause: cause, replacedBy: origin, conflict: conflict) {
         case .success(let record):
             kept.add(1, ordering: .relaxed)
             if conflict {
                 conflicts.add(1, ordering: .relaxed)
-                logger.notice("lost update of \(item): pid \(origin.pid) (\(origin.command ?? "?")) replaced content it never read; kept as conflict version \(record.id)")
+                logger.notice(
+                    "lost update of \(item): pid \(origin.pid) (\(origin.command ?? "?")) replaced content it never read; kept as conflict version \(record.id)"
+                )
             }
             return record
         case .failure(let reason):
