@@ -73,7 +73,7 @@ struct Mount: ParsableCommand {
 
     @Option(
         help:
-            "Seconds an rm, mv, create, chmod or truncate waits at most for another user's hold, open file or presenter, while nobody can list or create in its directory (default 1; 0: wait the break time)."
+            "Seconds an rm, mv, create, chmod or truncate waits at most for another user's hold, open file or presenter, while nobody can list or create in its directory; and an rm, mv or create in a directory others may list or search for its own user's, before it fails with EBUSY (default 1; 0: wait the break time, and the own user's by their rules)."
     )
     var lockTime: Double?
 

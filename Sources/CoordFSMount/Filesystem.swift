@@ -77,7 +77,8 @@ public final class Filesystem: @unchecked Sendable {
         self.configuration = configuration
         statistics = MountStatistics()
         cacheTimes = KernelCacheTimes(cacheTimeout: configuration.cacheTimeout, statistics: statistics)
-        ownership = OwnershipSetting(configuration.ownershipView)
+        let ownership = OwnershipSetting(configuration.ownershipView)
+        self.ownership = ownership
         guard let root = ItemPath(configuration.mountPoint) else {
             throw MountError.invalid("mount point '\(configuration.mountPoint)' is not an absolute path")
         }
@@ -117,13 +118,14 @@ public final class Filesystem: @unchecked Sendable {
             openFileLimit: limit)
         versions = Self.openVersions(configuration, root: fd)
         coordinator = Self.coordinator(
-            of: configuration, in: domain, inodes: inodes, root: root, filesystems: filesystems, statistics: statistics)
+            of: configuration, in: domain, inodes: inodes, root: root, filesystems: filesystems, statistics: statistics,
+            ownership: ownership)
     }
 
     /// The mount's coordinator, naming items from `inodes` below `root` (the mount point).
     private static func coordinator(
         of configuration: MountConfiguration, in domain: CoordinationDomain, inodes: InodeTable, root: ItemPath,
-        filesystems: BackingFilesystems, statistics: MountStatistics
+        filesystems: BackingFilesystems, statistics: MountStatistics, ownership: OwnershipSetting
     ) -> MountCoordinator {
         let table = inodes
         let waitWatch = WaitWatch(
@@ -152,7 +154,7 @@ public final class Filesystem: @unchecked Sendable {
             }, target: { path, isDirectory in targets.target(path, isDirectory: isDirectory) })
         return MountCoordinator(
             domain: domain, configuration: configuration, targets: targets, statistics: statistics,
-            filesystems: filesystems, waitWatch: waitWatch, store: store)
+            filesystems: filesystems, waitWatch: waitWatch, store: store, ownership: ownership)
     }
 
     /// The versions the configuration asks for; none through a read-only mount, which replaces

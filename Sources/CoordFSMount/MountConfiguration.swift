@@ -48,7 +48,9 @@ public struct MountConfiguration: Sendable {
     /// How long a request the kernel keeps a lock for while it waits (a name change, a create,
     /// a setattr, a truncation: meanwhile nobody can list, look up or create names in its
     /// directory, or write its file) waits at most for other users' holds, open files and
-    /// presenters; then it goes ahead. nil: the break time.
+    /// presenters; then it goes ahead. A request about a name in a directory other users may
+    /// list or search (with `allow_other`) waits that long at most for its own user's too; then
+    /// it fails with EBUSY. nil: the break time, and its own user's by their rules.
     public var lockTime: Duration? = .seconds(1)
     /// How long a flock or fcntl lock request the mount serves (a host of a shared store) waits
     /// at most before it fails with ENOLCK: set only where the kernel's request timeout would

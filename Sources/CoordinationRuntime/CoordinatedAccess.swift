@@ -189,18 +189,23 @@ package final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
-    /// Ends its wait for holders with `reason`, as its timeout would: waiting in the engine, or
-    /// for what its presenters' own work took (`isSettling`); not while it asks presenters.
-    /// Whether it ended it (false when it went on meanwhile).
+    /// Ends its wait with `reason`, as its timeout would: waiting in the engine, asking
+    /// presenters (whose answers still missing are not waited for; those that relinquished are
+    /// given their items back), or waiting for what their own work took (`isSettling`). It
+    /// fails, holding nothing. Whether it ended it (false when it went on meanwhile).
     @discardableResult
     package func giveUp(because reason: CoordinationError) -> Bool {
         switch lock.withLock({ phase }) {
         case .waiting(let ticket):
             return domain.engine.abandon(ticket, because: reason)
-        case .messaging(let grant, _):
-            guard domain.engine.abandonSettling(grant.id) else { return false }
-            abandonGrant(grant, FileCoordinationError.from(reason, item: item))
-            return true
+        case .messaging(let grant, let messenger):
+            let error = FileCoordinationError.from(reason, item: item)
+            if domain.engine.abandonSettling(grant.id) {
+                abandonGrant(grant, error)
+                return true
+            }
+            // Its completion ends the grant with the error (`granted`).
+            return messenger?.fail(with: error) ?? false
         case .idle, .granted, .ended:
             return false
         }
@@ -221,6 +226,14 @@ package final class CoordinatedAccess: @unchecked Sendable {
         case .messaging(let grant, _): domain.engine.awaited(by: grant.id)
         case .idle, .granted, .ended: []
         }
+    }
+
+    /// While it asks presenters, the owners of those that have not answered yet (a presenter
+    /// that said it is still working among them); nil in any other phase.
+    package var unansweredOwners: Set<CoordinatorIdentity>? {
+        guard case .messaging(let grant, let messenger?) = lock.withLock({ phase }), !domain.engine.isSettling(grant.id)
+        else { return nil }
+        return Set(messenger.unanswered.compactMap { domain.engine.presenter($0)?.owner })
     }
 
     /// The grants of `holders` in its way now (`awaited`'s holders' grants): waiting in the

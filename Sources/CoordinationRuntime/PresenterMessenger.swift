@@ -66,6 +66,13 @@ final class PresenterMessenger: @unchecked Sendable {
     /// Stops waiting for answers; the access fails with cancellation (C13).
     func cancel() { finish(CocoaError(.userCancelled)) }
 
+    /// Stops waiting for answers; the access fails with `error` (its caller may wait no
+    /// longer). Whether it did: false once it had finished.
+    func fail(with error: Error) -> Bool { finish(error) }
+
+    /// The presenters yet to answer; none once it has finished.
+    var unanswered: Set<PresenterID> { lock.withLock { completion == nil ? [] : pending } }
+
     /// The access has ended: run reacquirers now and any that arrive late at once.
     func endAccess() {
         let toRun: [(any Presenter, @Sendable () -> Void)] = lock.withLock {
@@ -222,13 +229,17 @@ final class PresenterMessenger: @unchecked Sendable {
         }
     }
 
-    private func finish(_ error: Error?) {
+    /// Calls the completion, once: whether this call did.
+    @discardableResult
+    private func finish(_ error: Error?) -> Bool {
         let (completion, deadline): (Completion?, AnswerDeadlines.Token?) = lock.withLock {
             defer { self.completion = nil; self.deadline = nil }
             return (self.completion, self.deadline)
         }
         if let deadline { domain.answerDeadlines.answered(deadline) }
-        completion?(error)
+        guard let completion else { return false }
+        completion(error)
+        return true
     }
 }
 

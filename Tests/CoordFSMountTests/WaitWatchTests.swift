@@ -239,4 +239,172 @@ import Glibc
         domain.unregister(key: ObjectIdentifier(presenter))
         #expect(domain.engine.snapshot().isIdle)
     }
+
+    /// A request of process `caller` (of this test's user) for `intents`, watched as a mount's
+    /// name change under a directory lock: one other users may need (`othersNeedLock`), or not.
+    /// Why it failed (nil: granted, and ended here), and how long it took.
+    func nameChange(
+        of caller: Int32, _ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch, number: UInt,
+        othersNeedLock: Bool = true, timeout: Duration = .seconds(10)
+    ) throws -> (failure: (any Error)?, took: Duration) {
+        let outcome = Outcome()
+        let started = ContinuousClock.now
+        let waiting = try #require(
+            Claim.begin(
+                in: domain, identity: .process(caller), intents: intents, timeout: timeout,
+                user: geteuid(), passesOtherUsers: true
+            ) { outcome.set($0) },
+            "the request was granted at once: nothing held it")
+        _ = waiting.ifUnsettled {
+            watch.watch(
+                number, waiting, underKernelLock: true, locksOthersOut: true, othersNeedLock: othersNeedLock,
+                changesNames: true, passesLeases: true, uid: geteuid(), item: nil)
+        }
+        #expect(eventually(timeout + .seconds(5)) { outcome.value != nil }, "the request never ended")
+        let took = ContinuousClock.now - started
+        watch.forget(number)
+        switch outcome.value {
+        case .success(let claim)?:
+            claim.end(outcomes: intents.map { _ in unchanged }, in: domain)
+            return (nil, took)
+        case .failure(let error)?:
+            return (error, took)
+        case nil:
+            return (nil, took)
+        }
+    }
+
+    /// Whether a request failed as at its wait timeout: EBUSY through the mount.
+    static func isTimedOut(_ error: (any Error)?) -> Bool {
+        if case .timedOut? = error as? FileCoordinationError { return true }
+        return false
+    }
+
+    /// A name change that waits for its own user's hold under a directory lock other users may
+    /// need is refused (EBUSY) at the lock time, and the hold holds on, untold: the change may
+    /// not go past its own user's hold, nor keep everyone else out of the directory for longer.
+    /// Its process's next such request for the same holder is refused at once; another process
+    /// waits the lock time again. Where nobody else needs the lock it waits as ever. (It waited
+    /// until its wait timeout whoever else needed the lock.)
+    @Test func aWaitForItsOwnUserUnderALockOthersNeedIsRefusedAtTheLockTime() throws {
+        let holder = try Sleeper(asNobody: false)
+        let anotherOfOurs = try Sleeper(asNobody: false)
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(300)) { _, _ in nil }
+        let told = EventLog()
+        watch.tellBroken = { _, grants, _ in told.add(grants.map(\.description).sorted().joined(separator: ",")) }
+        let held = try #require(
+            Claim.grantedAtOnce(
+                in: domain, identity: .client(process: holder.pid, number: 1), intents: [.write(item)]))
+        let first = try nameChange(of: getpid(), [.write(item)], in: domain, watch: watch, number: 1)
+        #expect(Self.isTimedOut(first.failure), "refused as at the wait timeout: \(String(describing: first.failure))")
+        #expect(first.took >= .milliseconds(250) && first.took < .seconds(3), "at the lock time: \(first.took)")
+        let again = try nameChange(of: getpid(), [.write(item)], in: domain, watch: watch, number: 2)
+        #expect(
+            Self.isTimedOut(again.failure) && again.took < .milliseconds(200),
+            "at once, refused for the same holder a moment ago: \(again.took)")
+        let elsewhere = try nameChange(of: anotherOfOurs.pid, [.write(item)], in: domain, watch: watch, number: 3)
+        #expect(
+            Self.isTimedOut(elsewhere.failure) && elsewhere.took >= .milliseconds(250),
+            "another process waits the lock time: \(elsewhere.took)")
+        #expect(watch.lockTimeRefusals.load(ordering: .relaxed) == 3)
+        #expect(
+            watch.lockTimeBreaks.load(ordering: .relaxed) == 0 && watch.leaseBreaks.load(ordering: .relaxed) == 0
+                && told.events.isEmpty, "nobody was passed or told")
+        #expect(held.grantID != nil && !domain.engine.snapshot().isIdle, "the hold holds on")
+        // Nobody else needs the lock: it waits for its own user as ever, until its timeout.
+        let alone = try nameChange(
+            of: getpid(), [.write(item)], in: domain, watch: watch, number: 4, othersNeedLock: false,
+            timeout: .seconds(1))
+        #expect(Self.isTimedOut(alone.failure) && alone.took >= .milliseconds(900), "its wait timeout: \(alone.took)")
+        #expect(watch.lockTimeRefusals.load(ordering: .relaxed) == 3)
+        held.end(outcomes: [unchanged], in: domain)
+        #expect(domain.engine.snapshot().isIdle, "the refused requests left nothing behind")
+    }
+
+    // @unchecked Sendable: `pending` is behind `lock`.
+    /// A presenter of `path` for `owner` that answers nothing until `answerAll` (one still
+    /// working, or gone quiet).
+    final class SilentPresenter: Presenter, @unchecked Sendable {
+        let owner: CoordinatorIdentity
+        let path: ItemPath
+        private let lock = NSLock()
+        private var pending: [@Sendable (Error?, (@Sendable () -> Void)?) -> Void] = []
+        private var count = 0
+
+        init(owner: CoordinatorIdentity, path: ItemPath) {
+            self.owner = owner
+            self.path = path
+        }
+
+        func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) { (path, nil) }
+        var answeredRequests: PresenterRequest.Kinds { .all }
+
+        func asked(
+            _ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
+            completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void
+        ) {
+            lock.withLock {
+                count += 1
+                pending.append(completion)
+            }
+        }
+
+        func told(
+            _ notifications: [PresenterNotification], origin: AccessOrigin, presentsPackage: Bool,
+            moved: @escaping @Sendable () -> Void
+        ) {}
+
+        func reacquire(_ reacquirer: @escaping @Sendable () -> Void) { reacquirer() }
+
+        var requests: Int { lock.withLock { count } }
+
+        func answerAll() {
+            let answers = lock.withLock { () -> [@Sendable (Error?, (@Sendable () -> Void)?) -> Void] in
+                defer { pending = [] }; return pending
+            }
+            for answer in answers { answer(nil, nil) }
+        }
+    }
+
+    /// A presenter of its own user that has not answered keeps such a name change waiting the
+    /// lock time at most: the change is refused (EBUSY), its answer no longer waited for, and a
+    /// late answer changes nothing. (It waited the presenter timeout, 10 s here; a presenter
+    /// saying it is still working, up to the break time.)
+    @Test func anUnansweredPresenterOfItsOwnUserUnderALockOthersNeedIsRefusedAtTheLockTime() throws {
+        let ours = try Sleeper(asNobody: false)
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(300)) { _, _ in nil }
+        let presenter = SilentPresenter(owner: .client(process: ours.pid, number: 1), path: item)
+        domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
+        let refused = try nameChange(of: getpid(), [.write(item)], in: domain, watch: watch, number: 1)
+        #expect(presenter.requests >= 1, "the presenter was asked")
+        #expect(Self.isTimedOut(refused.failure), "refused: \(String(describing: refused.failure))")
+        #expect(refused.took >= .milliseconds(250) && refused.took < .seconds(3), "at the lock time: \(refused.took)")
+        #expect(watch.lockTimeRefusals.load(ordering: .relaxed) == 1)
+        presenter.answerAll()
+        domain.unregister(key: ObjectIdentifier(presenter))
+        #expect(domain.engine.snapshot().isIdle)
+    }
+
+    /// Who else may need a directory's lock: anyone its mode lets list or search it, its group
+    /// or others, and its owner when that is not the caller. Root, who may enter any, aside.
+    @Test func othersMayListOrSearchADirectoryByItsModeAndOwner() {
+        func directory(_ mode: mode_t, owner: uid_t) -> stat {
+            var info = stat()
+            info.st_mode = S_IFDIR | mode
+            info.st_uid = owner
+            return info
+        }
+        let cases: [(mode: mode_t, owner: uid_t, caller: uid_t, others: Bool)] = [
+            (0o700, 1000, 1000, false), (0o755, 1000, 1000, true), (0o711, 1000, 1000, true),
+            (0o704, 1000, 1000, true), (0o750, 1000, 1000, true), (0o770, 1000, 1000, true),
+            (0o700, 1000, 1001, true), (0o1777, 0, 1000, true), (0o700, 0, 0, false), (0o2700, 0, 0, false)
+        ]
+        for (mode, owner, caller, others) in cases {
+            #expect(
+                WaitWatch.othersMayListOrSearch(directory(mode, owner: owner), besides: caller) == others,
+                "mode \(String(mode, radix: 8)), owner \(owner), caller \(caller)")
+        }
+    }
 }

@@ -6,12 +6,17 @@ A 3-member etcd cluster and two hosts, A and B, each in a network namespace of i
 backing directory (the "store") on a mount point of its own; the programs that use the mounts
 run here. Tests: a read on B waits for a write held on A and sees what it wrote; readers on both
 share; a rename on A waits for a reader on B; other files of a directory held on A are not
-held up; the keys of files created where both hosts work are given back once idle; a member
+held up; the keys of files created where both hosts work are given back once idle; a counter
+that each host increments 40 times at once, each a `coordfs coordinate --write` hold whose own
+cat and write go through its mount, ends exact with no iteration failed or stalled; a member
 killed changes nothing visible; a host cut off loses its grants after its
 TTL (its programs get ENOLCK, the other host goes ahead); a daemon killed with -9 likewise.
 Fencing (both hosts with --no-kernel-passthrough): writes through a file open across a lost
 lease are refused with EIO, and status says the lease is lost; a file held open across a
-partition is held again once it heals.
+partition is held again once it heals. A nemesis: while a hold on A appends through a file it
+keeps open and B's read waits for it, A is cut off from etcd, paused past its TTL (SIGSTOP) or
+killed (-9); B goes ahead only once A's lease could have ended, reads exactly the writes that
+landed, none lands after, and A's later writes fail (EIO; ENOTCONN once its daemon is dead).
 File locks (ClusterLockTests): flock on B waits for A's flock, and flock -n and -w fail as they
 would on one host; fcntl locks through Python's fcntl.lockf likewise, F_GETLK on B shows A's; a
 host killed while it holds a lock lets the other have it after its TTL; a host cut off past its
@@ -90,6 +95,27 @@ class Opening:
     def finish(self, seconds=15):
         self.assert_ended = self.ended.wait(seconds)
         return self.assert_ended
+
+
+class Reading(Opening):
+    """A program's read of a whole file under way in a thread, as `cat` reads it, which notes when
+    its open was granted (`granted`, by time.monotonic(): CLOCK_MONOTONIC, as other processes' clocks)."""
+
+    def __init__(self, path):
+        self.granted = None
+        super().__init__(path, os.O_RDONLY)
+
+    def _run(self, path, flags):
+        try:
+            fd = os.open(path, flags)
+            self.granted = time.monotonic()
+            try:
+                self.result = os.read(fd, 1 << 16)
+            finally:
+                os.close(fd)
+        except OSError as error:
+            self.error = error
+        self.ended.set()
 
 
 def stop(process, seconds):
@@ -336,6 +362,56 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
         script = (f"exec 9>>{target}; {shlex.quote(COORDFS)} coordinate -x 9 || exit 10; echo held; "
                   f"sleep 1; echo new > {target}; exec 9>&-")
         self.own_write_while_B_reads("own-fd", ["sh", "-c", script])
+
+    def test_2_a_coordinated_counter_on_both_hosts_loses_no_update(self):
+        # The pattern the product exists for, across hosts: each host increments one counter
+        # `rounds` times at once, each time in a hold whose own cat and write go through its own
+        # mount. When a recall stopped covering the holder's own accessor, that inner cat or
+        # write waited for the other host, which waited for the hold, until the break time (45 s);
+        # then both went ahead, and updates were lost (issue 59: 30 + 30 ended at 56; 2 x 200 had
+        # done 45 in 661 s).
+        rounds, bound = 40, 60
+        self.write("A", "counter", b"0\n")
+        runs = {"A": [], "B": []}
+        start = threading.Barrier(2)
+        deadline = time.monotonic() + bound
+
+        def count(host):
+            target = shlex.quote(self.path(host, "counter"))
+            # An empty read would count from 0 again unseen (sh's $((v + 1)) takes it for 0).
+            script = f'v=$(cat {target}) || exit 3; [ -n "$v" ] || exit 4; echo $((v + 1)) > {target}'
+            start.wait()
+            for _ in range(rounds):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                began = time.monotonic()
+                run = subprocess.Popen([COORDFS, "coordinate", "--write", self.path(host, "counter"), "--", "sh", "-c", script],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                try:
+                    _, error = run.communicate(timeout=left)
+                except subprocess.TimeoutExpired:
+                    os.killpg(run.pid, signal.SIGKILL)      # the hold, its sh and cat: one group
+                    _, error = run.communicate()
+                runs[host].append((run.returncode, began, time.monotonic(), error.strip()))
+
+        threads = [threading.Thread(target=count, args=(host,), daemon=True) for host in ("A", "B")]
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(max(1.0, deadline + 10 - time.monotonic()))
+        took = time.monotonic() - started
+        self.assertFalse(any(thread.is_alive() for thread in threads), f"the counters still run after {took:.0f} s")
+        for host, done in runs.items():
+            failed = [(status, error) for status, _, _, error in done if status != 0]
+            self.assertEqual(failed, [], f"{host}'s failed iterations\n" + self.log_tail(host))
+            self.assertEqual(len(done), rounds, f"{host} did {len(done)} of {rounds} iterations in {bound} s\n" + self.log_tail(host))
+        # They ran at once: each host began an iteration before the other's last ended.
+        self.assertLess(max(done[0][1] for done in runs.values()), min(done[-1][2] for done in runs.values()))
+        slowest = max(ended - began for done in runs.values() for _, began, ended, _ in done)
+        self.assertLess(slowest, 5, f"an iteration took {slowest:.1f} s (a stall; all {rounds * 2} took {took:.1f} s)")
+        self.assertEqual(self.read(os.path.join(self.store, "counter")), b"%d\n" % (2 * rounds), "updates lost")
 
     def test_3_O_NONBLOCK_opens_on_B_wait_for_what_A_holds_idle(self):
         # A made a tree and nobody holds it: tar on B opens each file with O_NONBLOCK, which
@@ -1138,13 +1214,70 @@ class ClusterDaemonTests(ClusterHosts, unittest.TestCase):
             presenter.stop()
 
 
+# A hold's own writer (the command of `coordfs coordinate --write PATH`): opens PATH to append
+# once, then appends its number as a line every 0.1 s through that open, for argv[2] seconds at
+# most and while its hold runs, saying each write's outcome as a line of JSON: number, began and
+# ended (time.monotonic(), the test's clock), outcome ("ok" or the errno's name).
+WRITER = r'''
+import errno, json, os, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+hold, until, number = os.getppid(), time.monotonic() + seconds, 0
+print(json.dumps({"held": True}), flush=True)
+while time.monotonic() < until and os.getppid() == hold:
+    number += 1
+    began = time.monotonic()
+    try:
+        os.write(fd, b"%d\n" % number)
+        outcome = "ok"
+    except OSError as error:
+        outcome = errno.errorcode.get(error.errno, str(error.errno))
+    print(json.dumps({"number": number, "began": began, "ended": time.monotonic(), "outcome": outcome}), flush=True)
+    time.sleep(0.1)
+'''
+
+
+class HeldWriter(JsonLines):
+    """WRITER running in a `coordfs coordinate --write PATH` hold: its writes as they are reported."""
+
+    def __init__(self, path, seconds=90):
+        super().__init__([COORDFS, "coordinate", "--write", path, "--", sys.executable, "-c", WRITER, path, str(seconds)])
+
+    def writes(self):
+        return [item for item in self.seen() if "number" in item]
+
+    def landed(self):
+        return [write for write in self.writes() if write["outcome"] == "ok"]
+
+    def next_write(self, seconds=5.0):
+        """The next write reported (None if none is within `seconds`), as soon as it is: a fault
+        struck then finds the writer between two writes, not in one."""
+        count = len(self.writes())
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            writes = self.writes()
+            if len(writes) > count:
+                return writes[count]
+            time.sleep(0.002)
+        return None
+
+    def write_begun_after(self, moment, seconds=5.0):
+        """The first write reported that began after `moment` (None if none within `seconds`)."""
+        def found():
+            return next((write for write in self.writes() if write["began"] > moment), None)
+        self.wait_until(lambda: found() is not None, seconds)
+        return found()
+
+
 @unittest.skipIf(skip_reason(), skip_reason() or "")
 class ClusterFencingTests(ClusterHosts, unittest.TestCase):
     """Fencing on the data path. Both hosts mount with --no-kernel-passthrough, so every write
     through an open file reaches the mount: A refuses it (EIO) once its lease may have ended, and
     for good once the file's item may have been another host's since it was opened. A host that
     joins again asks again for the items its programs hold before it grants anything new, so the
-    other hosts wait for those programs as before. `coordfs status` says when the lease is lost."""
+    other hosts wait for those programs as before. `coordfs status` says when the lease is lost.
+    The nemesis (test_3 to test_5) strikes A while its hold writes and B's read waits, and checks
+    that no write of A's landed once B's read was granted, and that B read exactly those that had."""
 
     CUT = TTL + 7  # seconds: past the TTL and its margin, so etcd expires the cut-off host's lease
 
@@ -1220,6 +1353,153 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
         self.assertEqual(self.read(os.path.join(self.store, "wf")), b"B's\n")
         with open(os.path.join(self.work, "A.log")) as log:
             self.assertIn("this host's lease is lost", log.read())
+
+    # ------------------------------------------------------------------ the nemesis
+
+    def wait_for_rejoin(self, host, before, seconds=30):
+        """Waits until host has lost a lease more than its status `before` counted, and holds one
+        again; its status then."""
+        deadline = time.monotonic() + seconds
+        while True:
+            status = self.cluster_status(host)
+            if status.get("lease") == "held" and status.get("leases_lost", 0) > before.get("leases_lost", 0):
+                return status
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{host} has not joined again after {seconds} s: {status}\n" + self.log_tail(host))
+            time.sleep(0.3)
+
+    def hold_writing_on_A_while_B_reads(self, name):
+        """A's hold of `name` appending to it through a file it keeps open (a HeldWriter, a few
+        writes landed), B's Reading of it waiting for that hold, and A's status before: what each
+        fault strikes. The caller stops the writer."""
+        before = self.wait_for_lease("A", "held", 30)
+        self.write("A", name, b"start\n")
+        writer = HeldWriter(self.path("A", name))
+        try:
+            self.assertTrue(writer.wait_until(lambda: len(writer.landed()) >= 3, 10),
+                            f"A's hold did not write: {writer.seen()}\n" + self.log_tail("A"))
+            reading = Reading(self.path("B", name))
+            self.assertTrue(reading.waits(1.0), "B's read went ahead while A's hold wrote\n" + self.log_tail("B"))
+        except BaseException:
+            writer.stop()
+            raise
+        return writer, reading, before
+
+    def assert_B_read_what_landed_and_nothing_after(self, name, writer, reading, struck):
+        """The nemesis's checker, once the writer has stopped. B's read was granted once A's lease
+        could have ended in etcd (A renews it every TTL/5 s: its last renewal came at most that
+        long before the fault) and within the TTL and a few seconds; every write of A's hold that
+        landed ended before B's read was granted (no two writers' turns overlap), and B read
+        exactly those (none older, none torn); once a write was refused none landed; and the store
+        holds what B read (nothing landed after it)."""
+        self.assertIsNone(reading.error)
+        waited = reading.granted - struck
+        self.assertGreater(waited, TTL - TTL / 5 - 1, f"B went ahead {waited:.1f} s after the fault: A's lease could not have ended")
+        self.assertLess(waited, TTL + 5, f"B waited {waited:.1f} s for A's lease")
+        writes, landed = writer.writes(), writer.landed()
+        last = max(write["ended"] for write in landed)
+        self.assertLess(last, reading.granted,
+                        f"A's write landed {last - reading.granted:.3f} s after B's read was granted: {writes}")
+        self.assertEqual(reading.result, b"start\n" + b"".join(b"%d\n" % write["number"] for write in landed),
+                         f"B did not read exactly the writes that had landed: {writes}")
+        refused = next((index for index, write in enumerate(writes) if write["outcome"] != "ok"), None)
+        self.assertIsNotNone(refused, f"no write of A's was refused: {writes}")
+        self.assertEqual([write for write in writes[refused:] if write["outcome"] == "ok"], [],
+                         f"a write landed after one was refused: {writes}")
+        self.assertEqual(self.read(os.path.join(self.store, name)), reading.result, "a write landed after B's read")
+
+    def test_3_a_host_cut_off_while_its_hold_writes_lands_nothing_once_B_reads(self):
+        # A partition: A's hold appends through its open file while B's read waits for it, and A
+        # is cut off from etcd. A's writes go on landing while its lease may still be valid, and
+        # fail (EIO) from a margin before etcd can end it; B reads once etcd has: what landed, no
+        # more. Without fencing, A's writes went on landing after B's read, and after A rejoined.
+        writer, reading, before = self.hold_writing_on_A_while_B_reads("nemesis-cut")
+        try:
+            cluster.cut(self.state, "h1")
+            struck = time.monotonic()
+            try:
+                self.assertTrue(reading.finish(TTL + 10), "B still waits after A was cut off\n" + self.log_tail("B"))
+                # A's program wrote on once its lease could have ended, and once B had read.
+                late = writer.write_begun_after(max(struck + TTL, reading.granted or struck))
+                self.assertIsNotNone(late, f"A's writer stopped: {writer.seen()}")
+            finally:
+                cluster.heal(self.state, "h1")
+            self.wait_for_rejoin("A", before)
+            rejoined = writer.write_begun_after(time.monotonic())
+        finally:
+            writer.stop()
+        self.assert_B_read_what_landed_and_nothing_after("nemesis-cut", writer, reading, struck)
+        writes = writer.writes()
+        self.assertTrue([write for write in writer.landed() if write["began"] > struck],
+                        f"no write landed after the cut, while A's lease was still valid: {writes}")
+        self.assertEqual([write for write in writer.landed() if write["began"] >= struck + TTL], [],
+                         f"a write landed once A's lease could have ended in etcd: {writes}")
+        self.assertEqual({write["outcome"] for write in writes if write["outcome"] != "ok"}, {"EIO"}, writes)
+        # Fenced for good: etcd ended the lease A's open was granted under, and B may have written.
+        self.assertIsNotNone(rejoined, f"A's writer stopped: {writes}")
+        self.assertEqual(rejoined["outcome"], "EIO", "a write through the open landed once A had joined again")
+        self.assertGreater(self.cluster_status("A").get("fenced_opens", 0), before.get("fenced_opens", 0))
+
+    def test_4_a_daemon_paused_past_its_ttl_refuses_the_write_that_waited_for_it(self):
+        # A pause (a process stopped, a virtual machine frozen): A's daemon is stopped between two
+        # writes of its hold, past its TTL. B reads once etcd has ended A's lease; A's program's
+        # next write waits in the kernel for the daemon meanwhile, and the daemon, woken, must
+        # refuse it (EIO) by its clock, before it has noticed anything: landed, it would land after
+        # B's read.
+        writer, reading, before = self.hold_writing_on_A_while_B_reads("nemesis-pause")
+        daemon = daemon_of(self.mounts["A"])
+        try:
+            self.assertIsNotNone(daemon, "A's daemon not found")
+            writer.next_write()
+            os.kill(daemon, signal.SIGSTOP)
+            struck = time.monotonic()
+            try:
+                finished = reading.finish(TTL + 10)
+            finally:
+                resumed = time.monotonic()
+                os.kill(daemon, signal.SIGCONT)
+            self.assertTrue(finished, "B still waited for A's paused daemon\n" + self.log_tail("B"))
+            pending = writer.write_begun_after(struck)
+            self.wait_for_rejoin("A", before)
+            rejoined = writer.write_begun_after(time.monotonic())
+        finally:
+            writer.stop()
+        self.assert_B_read_what_landed_and_nothing_after("nemesis-pause", writer, reading, struck)
+        writes = writer.writes()
+        self.assertIsNotNone(pending, f"A's writer stopped: {writes}")
+        self.assertLess(pending["began"], resumed, pending)
+        self.assertGreater(pending["ended"], resumed, f"a write was answered while A's daemon was stopped: {pending}")
+        self.assertEqual(pending["outcome"], "EIO", f"the write that waited for A's paused daemon: {pending}")
+        self.assertEqual({write["outcome"] for write in writes if write["outcome"] != "ok"}, {"EIO"}, writes)
+        self.assertIsNotNone(rejoined, f"A's writer stopped: {writes}")
+        self.assertEqual(rejoined["outcome"], "EIO", "a write through the open landed once A had joined again")
+        self.assertGreater(self.cluster_status("A").get("fenced_opens", 0), before.get("fenced_opens", 0))
+
+    def test_5_a_daemon_killed_while_its_hold_writes_lands_nothing_once_B_reads(self):
+        # A crash: A's daemon is killed (-9) between two writes of its hold. B reads once etcd has
+        # ended A's lease: what landed. A's program's writes through its open fail from the kill
+        # on (the mount is gone; with no kernel passthrough, none reaches the store uncoordinated).
+        writer, reading, _ = self.hold_writing_on_A_while_B_reads("nemesis-crash")
+        try:
+            daemon = daemon_of(self.mounts["A"])
+            self.assertIsNotNone(daemon, "A's daemon not found")
+            writer.next_write()
+            os.kill(daemon, signal.SIGKILL)
+            struck = time.monotonic()
+            self.assertTrue(reading.finish(TTL + 10), "B still waits after A's daemon died\n" + self.log_tail("B"))
+            late = writer.write_begun_after(reading.granted or struck)
+        finally:
+            writer.stop()
+            self.unmount("A")
+        self.mount("A")
+        self.assert_B_read_what_landed_and_nothing_after("nemesis-crash", writer, reading, struck)
+        writes = writer.writes()
+        self.assertEqual([write for write in writer.landed() if write["began"] > struck], [],
+                         f"a write landed after A's daemon was killed: {writes}")
+        self.assertIsNotNone(late, f"A's writer stopped: {writes}")
+        self.assertLessEqual({write["outcome"] for write in writes if write["outcome"] != "ok"},
+                             {"ENOTCONN", "ECONNABORTED", "EIO"}, writes)
+        self.assertEqual(self.read(self.path("A", "nemesis-crash")), reading.result)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ For each cell `run` makes a directory of its own under MOUNT/contract, starts th
 (a program with the item open, a hold or a presenter through the control socket, as another user
 for the cross-user columns), then the row's call in another process, and judges what happened
 by the cell's words: the errno, how long the call took (each verdict's time, with generous
-bounds), whether a hold it went past heard BROKEN ("told") and still holds afterwards
-("revoked" or not), and what a presenter of the item was asked. Cells run side by side, each in
+bounds), whether a call that failed left its items as they were, whether a hold it went past
+heard BROKEN ("told") and still holds afterwards ("revoked" or not), and what a presenter of the
+item was asked. Cells run side by side, each in
 its own directory; one that fails is run once more alone, so that a slow moment of a small
 machine is not taken for a broken rule. It prints a JSON object a line for each cell and a last
 one with the totals; the exit status is 0 when every cell held. Run as root.
@@ -79,7 +80,9 @@ OPENS = {
     "append": os.O_WRONLY | os.O_APPEND, "append-nonblocking": os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK,
 }
 VERDICTS = ["at once", "settled", "EAGAIN", "until released", "until saved", "presenter timeout",
-            "2 × presenter timeout", "lock time", "break time", "once stuck", "—"]
+            "2 × presenter timeout", "lock time", "EBUSY", "break time", "once stuck", "—"]
+# Verdicts that are a failure with that errno, not a call that goes ahead.
+FAILURES = ["EAGAIN", "EBUSY"]
 FLAGS = ["told", "revoked"]
 REQUESTS = ["RELINQUISH_READER", "RELINQUISH_WRITER", "SAVE", "ACCOMMODATE_DELETION", "ACCOMMODATE_SUBITEM_DELETION",
             "ACCOMMODATE_EVICTION"]
@@ -118,12 +121,14 @@ class Times:
 
     def centre(self, verdict):
         return {"until released": self.release, "until saved": self.save, "presenter timeout": self.presenter,
-                "2 × presenter timeout": 2 * self.presenter, "lock time": self.lock, "break time": self.breaking}.get(verdict)
+                "2 × presenter timeout": 2 * self.presenter, "lock time": self.lock, "EBUSY": self.lock,
+                "break time": self.breaking}.get(verdict)
 
     def overlaps(self):
-        """Verdicts whose bounds overlap, which no cell could then tell apart."""
+        """Verdicts whose bounds overlap, which no cell could then tell apart (a failure is told
+        apart by its errno)."""
         spans = sorted((self.centre(verdict) - 0.05, self.centre(verdict) + MARGIN, verdict)
-                       for verdict in VERDICTS if self.centre(verdict) is not None)
+                       for verdict in VERDICTS if self.centre(verdict) is not None and verdict not in FAILURES)
         found = [f"{a[2]} and {b[2]}" for a, b in zip(spans, spans[1:]) if a[1] > b[0]]
         if self.lock - 0.1 <= AT_ONCE or self.settle <= AT_ONCE:
             found.append("the lock time or the settle time and at once")
@@ -530,6 +535,20 @@ def write(path, content):
     os.chmod(path, 0o666)
 
 
+def unchanged(cell):
+    """Whether a call that failed left its items as they were: a new name not made, a name
+    neither removed nor moved."""
+    item, other = cell["item"], os.path.join(cell["directory"], "g")
+    row = cell["row"]
+    if row == "create":
+        return not os.path.lexists(item)
+    if row == "rename-away":
+        return os.path.lexists(item) and not os.path.lexists(other)
+    if row == "rename-over":
+        return os.path.lexists(item) and os.path.lexists(other)
+    return os.path.lexists(item)
+
+
 def probe(cell):
     """Whether the runner, another process of root's, gets past the hold now without waiting:
     what a later access of the item finds once the call is done."""
@@ -618,6 +637,8 @@ def try_cell(cell, times, coordfs, asked):
             result["told"] = bool(held) and f"broken {held[0]}" in heard
             if "told" in cell["flags"] and not result["told"]:
                 problems.append("the hold it went past was not told (no BROKEN)")
+        if verdict == "EBUSY" and any(line.startswith("broken ") for line in heard):
+            problems.append("it failed with EBUSY, and told a hold it waited for all the same")
         if column == "saving-presenter":
             names = sorted({name for line in heard if line.startswith("asked ") for name in line[6:].split(",")})
             result["asked"] = names
@@ -625,9 +646,11 @@ def try_cell(cell, times, coordfs, asked):
                 problems.append(f"the presenter was asked {names or 'nothing'}, not {asked[row] or 'nothing'}")
         if not released:
             other_party.send("release")
-    if verdict == "EAGAIN":
-        if outcome != "EAGAIN":
-            problems.append(f"expected EAGAIN, got {outcome}")
+    if verdict in FAILURES:
+        if outcome != verdict:
+            problems.append(f"expected {verdict}, got {outcome}")
+        elif not unchanged(cell):
+            problems.append(f"it failed with {verdict}, and changed its items all the same")
     elif outcome != "0":
         problems.append(f"failed with {outcome}")
     low, high = bounds(verdict, column, times, row)

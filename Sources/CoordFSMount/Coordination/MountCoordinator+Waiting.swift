@@ -17,6 +17,10 @@ extension MountCoordinator {
         /// A truncation locks the inode too: it is not looked at for holders stuck on it (its
         /// own rule's), but others are kept out meanwhile (the lock time).
         var locksOthersOut: Bool
+        /// A request about a name in a directory other users may list or search, on a mount
+        /// they may use: they may need the lock it waits under, so its wait for its own user
+        /// ends at the lock time too, refused (`WaitWatch`, the own-user rule).
+        var othersNeedLock: Bool
         /// An unlink, rmdir or rename: what it passes on the names it takes away is revoked once
         /// it is made (`MountClaim.revokePassed`).
         var changesNames: Bool
@@ -48,9 +52,29 @@ extension MountCoordinator {
         let covered = brokenOpens.covers(waiting.intents, of: waiting.process)
         let watched = !settling && waitWatch.watches(underKernelLock: underKernelLock, locksOthersOut: locksOthersOut)
         let passesOtherUsers = watched && (waitWatch.breakTime != nil || (locksOthersOut && waitWatch.lockTime != nil))
+        let othersNeedLock = watched && othersMayNeedTheLock(of: waiting, besides: request.caller.uid)
         return WaitPlan(
-            underKernelLock: underKernelLock, locksOthersOut: locksOthersOut, changesNames: changesNames,
-            settling: settling, covered: covered, watched: watched, passesOtherUsers: passesOtherUsers)
+            underKernelLock: underKernelLock, locksOthersOut: locksOthersOut, othersNeedLock: othersNeedLock,
+            changesNames: changesNames, settling: settling, covered: covered, watched: watched,
+            passesOtherUsers: passesOtherUsers)
+    }
+
+    /// Whether users other than `caller` may need a directory lock the kernel keeps while
+    /// `waiting` waits: it is about a name (a rename, about two), the mount lets others in, and
+    /// they may list or search the directory (either, for a rename), by its mode and owner as
+    /// the mount shows them (`WaitWatch.othersMayListOrSearch`). Off with `--lock-time 0`. A
+    /// directory that cannot be looked at counts as one they may.
+    private func othersMayNeedTheLock(of waiting: Waiting, besides caller: uid_t) -> Bool {
+        guard configuration.allowsOthers, waitWatch.lockTime != nil, !waiting.wanted.name.isEmpty else { return false }
+        let directories = [waiting.wanted] + (waiting.other.map { [$0] } ?? [])
+        return directories.contains { item in
+            !item.name.isEmpty
+                && targets.inodes.withFD(item.node, orElse: { _ in true }) { fd in
+                    var info = stat()
+                    guard fstat(fd, &info) == 0 else { return true }
+                    return WaitWatch.othersMayListOrSearch(ownership.shown(info), besides: caller)
+                }
+        }
     }
 
     /// Leaves the request waiting for its claim; its body runs on the thread that ends the wait.
@@ -85,7 +109,8 @@ extension MountCoordinator {
                     // A strict request names no item: it never settles.
                     waitWatch.watch(
                         number, access, underKernelLock: plan.underKernelLock, locksOthersOut: plan.locksOthersOut,
-                        changesNames: plan.changesNames, passesLeases: true, uid: request.caller.uid,
+                        othersNeedLock: plan.othersNeedLock, changesNames: plan.changesNames, passesLeases: true,
+                        uid: request.caller.uid,
                         item: waiting.mode == .strict ? nil : (waiting.wanted.node, waiting.wanted.name))
                 }
             })

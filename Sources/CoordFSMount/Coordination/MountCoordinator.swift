@@ -46,11 +46,14 @@ final class MountCoordinator: @unchecked Sendable {
     var delegations: (any HostDelegations)?
     /// The mount's items as a host of a store shared with other hosts sees them.
     let store: SharedStore
+    /// The owner, group and mask items show (`-o uid=,gid=,umask=`), as the kernel checks them:
+    /// who else may list or search a directory a request waits under the lock of.
+    let ownership: OwnershipSetting
 
     init(
         domain: CoordinationDomain, configuration: MountConfiguration, targets: ItemTargets,
         statistics: MountStatistics,
-        filesystems: BackingFilesystems, waitWatch: WaitWatch, store: SharedStore
+        filesystems: BackingFilesystems, waitWatch: WaitWatch, store: SharedStore, ownership: OwnershipSetting
     ) {
         self.domain = domain
         engine = domain.engine
@@ -60,6 +63,7 @@ final class MountCoordinator: @unchecked Sendable {
         self.filesystems = filesystems
         self.waitWatch = waitWatch
         self.store = store
+        self.ownership = ownership
         waitWatch.tellBroken = { [domain] paths, grants, accessor in
             domain.tellCoordinationBroken(at: paths, grants: grants, by: accessor)
         }

@@ -10,8 +10,9 @@ import Glibc
 
 // @unchecked Sendable: its table is behind `condition`.
 /// Watches the requests that wait in the mount, and lets go ahead the ones whose wait must end
-/// before the wait timeout. A request that goes ahead holds nothing, and presenters are still
-/// told what it did (`CoordinatedAccess.breakThrough`). Four rules, looked at every 20 ms:
+/// before the wait timeout (or refuses them, where they may not go ahead: the own-user rule
+/// below). A request that goes ahead holds nothing, and presenters are still told what it did
+/// (`CoordinatedAccess.breakThrough`). Four rules, looked at every 20 ms:
 ///
 /// - **A kernel lock.** The kernel locks a directory before it sends a request that changes a
 ///   name in it (and the victim's inode for unlink and rename), and an inode before a setattr,
@@ -60,6 +61,20 @@ import Glibc
 /// for `spentWaitWindow` (`rm -rf` of a tree where another user holds many files waits the lock
 /// time once in all, not once a file). Only another user's: its own user's holders are waited
 /// for by their own rules, whoever passed whom before.
+///
+/// **Its own user, under a lock others need.** A request about a name in a directory other
+/// users may list or search, on a mount they may use (`Watched.othersNeedLock`), keeps them out
+/// of that directory while it waits: their listings, lookups of new names and creates there
+/// sleep in the kernel before the mount hears of them, so nothing the mount sees tells it that
+/// they wait, and no answer can give the lock back and let the request wait on. It may not go
+/// past its own user's holders, open files and presenters either (one user's programs never
+/// pass each other). So its wait for them is refused: at the lock time it fails with EBUSY
+/// (`.timedOut`, as at the wait timeout), having changed nothing, and the program may try
+/// again. It does not compound: the same process's next requests that wait for holders of the
+/// same processes are refused at once, until it has gone `spentWaitWindow` without such a
+/// refusal (`RefusedWait`). Only a wait for holders is refused at once: presenters answer by
+/// themselves, and each request gives them the lock time. A holder seen stuck on a kernel lock
+/// is left to the kernel-lock rule, which lets the request go ahead.
 final class WaitWatch: @unchecked Sendable {
     /// A waiting request.
     struct Watched {
@@ -70,6 +85,10 @@ final class WaitWatch: @unchecked Sendable {
         /// The kernel keeps others out of its directory or file while it waits (those, and a
         /// truncation): the lock time bounds its wait for other users.
         let locksOthersOut: Bool
+        /// Other users may need the directory lock it waits under (a request about a name, in
+        /// a directory they may list or search, on a mount they may use): the lock time bounds
+        /// its wait for its own user too, which then fails (the own-user rule).
+        let othersNeedLock: Bool
         /// It removes, replaces or moves a name (unlink, rmdir, rename): the holds it passes on
         /// its items are revoked once it is made (`CoordinatedAccess.revokePassed`).
         let changesNames: Bool
@@ -110,14 +129,26 @@ final class WaitWatch: @unchecked Sendable {
         let holder: uid_t
     }
 
+    /// A process's request refused by the own-user rule: by `process`, of `user`, waiting for
+    /// its own user's holders in process `holder`.
+    struct RefusedWait: Hashable {
+        let process: Int32
+        let user: uid_t
+        let holder: Int32
+    }
+
     /// How long after a process last went past another user's holders, by a rule or by a wait
-    /// spent, its requests under a kernel lock go past that user's at once.
+    /// spent, its requests under a kernel lock go past that user's at once; and after it was
+    /// last refused for waiting on its own user's holders under a lock others need, its
+    /// requests that wait for those holders so are refused at once.
     static let spentWaitWindow: Duration = .seconds(5)
 
     private let condition = NSCondition()
     private var watched: [UInt: Watched] = [:]
     /// When each process last went past another user's holders (`SpentWait`).
     private var spentWaits: [SpentWait: ContinuousClock.Instant] = [:]
+    /// When each process was last refused for waiting on its own user's holders (`RefusedWait`).
+    private var refusedWaits: [RefusedWait: ContinuousClock.Instant] = [:]
     /// Processes seen stuck at the last look: a second look confirms.
     private var suspects: Set<Int32> = []
     private var running = false
@@ -139,6 +170,8 @@ final class WaitWatch: @unchecked Sendable {
     let lockTimeBreaks = Atomic<Int>(0)
     /// Of `lockTimeBreaks`, those that went ahead at once on a wait spent (`SpentWait`).
     let lockTimeWaived = Atomic<Int>(0)
+    /// Requests refused (EBUSY) by the own-user rule, at the lock time or at once.
+    let lockTimeRefusals = Atomic<Int>(0)
     let holdsRevoked = Atomic<Int>(0)
     static let interval: useconds_t = 20_000
 
@@ -161,14 +194,15 @@ final class WaitWatch: @unchecked Sendable {
 
     /// Watches `claim` until `forget(number)`.
     func watch(
-        _ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, locksOthersOut: Bool, changesNames: Bool,
-        passesLeases: Bool, uid: uid_t, item: (node: Inode, name: String)?
+        _ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, locksOthersOut: Bool,
+        othersNeedLock: Bool = false, changesNames: Bool, passesLeases: Bool, uid: uid_t,
+        item: (node: Inode, name: String)?
     ) {
         let now = ContinuousClock.now
         condition.lock()
         watched[number] = Watched(
             claim: claim, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
-            changesNames: changesNames, passesLeases: passesLeases,
+            othersNeedLock: othersNeedLock, changesNames: changesNames, passesLeases: passesLeases,
             since: now, uid: uid, item: item)
         if !running {
             running = true
@@ -190,19 +224,21 @@ final class WaitWatch: @unchecked Sendable {
         while true {
             usleep(Self.interval)
             let now = ContinuousClock.now
-            guard let (requests, previous, spent) = snapshot(at: now) else { return }
-            var round = Round(now: now, previous: previous, spent: spent)
+            guard let (requests, started) = snapshot(at: now) else { return }
+            var round = started
             for (number, request) in requests {
                 if let entry = judge(number, request, in: &round) { round.broken.append(entry) }
             }
             condition.lock()
             suspects = round.stuckNow
             for wait in round.spending { spentWaits[wait] = now }
+            for wait in round.refusing { refusedWaits[wait] = now }
             // Granted after its holders were revoked, a request may still ask presenters: it
             // stays watched until its end (`forget`), and the lock time bounds them too. So does
             // one let past while settling, which may wait on for holders not passed. Any other
             // is not looked at again.
             for entry in round.broken where entry.revoked == 0 && !entry.settling { watched[entry.number] = nil }
+            for entry in round.refusals { watched[entry.number] = nil }
             condition.unlock()
             for entry in round.broken {
                 if let claim = requests[entry.number]?.claim {
@@ -211,26 +247,24 @@ final class WaitWatch: @unchecked Sendable {
                         waived: entry.waived)
                 }
             }
+            for entry in round.refusals { refused(entry) }
         }
     }
 
-    /// What a look works on: the requests watched, the processes stuck on a kernel lock at the
-    /// look before, the waits spent on other users; nil (and the loop ends) once nothing is
-    /// watched.
-    private func snapshot(
-        at now: ContinuousClock.Instant
-    )
-        -> (requests: [UInt: Watched], previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant])?
-    {
+    /// What a look works on: the requests watched, and a round that knows the processes stuck
+    /// on a kernel lock at the look before, the waits spent on other users and those refused
+    /// on its own; nil (and the loop ends) once nothing is watched.
+    private func snapshot(at now: ContinuousClock.Instant) -> (requests: [UInt: Watched], round: Round)? {
         condition.lock()
         defer { condition.unlock() }
         spentWaits = spentWaits.filter { now - $0.value < Self.spentWaitWindow }
+        refusedWaits = refusedWaits.filter { now - $0.value < Self.spentWaitWindow }
         if watched.isEmpty {
             running = false
             suspects = []
             return nil
         }
-        return (watched, suspects, spentWaits)
+        return (watched, Round(now: now, previous: suspects, spent: spentWaits, refused: refusedWaits))
     }
 
     /// One look at every watched request.
@@ -238,15 +272,21 @@ final class WaitWatch: @unchecked Sendable {
         let now: ContinuousClock.Instant
         let previous: Set<Int32>
         let spent: [SpentWait: ContinuousClock.Instant]
+        let refused: [RefusedWait: ContinuousClock.Instant]
         var stuckNow: Set<Int32> = []
         var looked: [Int32: Bool] = [:]
         /// Each identity's user, read from /proc at most once a look (nil: gone, as another's).
         var users: [CoordinatorIdentity: uid_t?] = [:]
         var broken: [Broken] = []
         var spending: [SpentWait] = []
+        var refusals: [Refusal] = []
+        var refusing: [RefusedWait] = []
 
-        init(now: ContinuousClock.Instant, previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant]) {
-            (self.now, self.previous, self.spent) = (now, previous, spent)
+        init(
+            now: ContinuousClock.Instant, previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant],
+            refused: [RefusedWait: ContinuousClock.Instant]
+        ) {
+            (self.now, self.previous, self.spent, self.refused) = (now, previous, spent, refused)
         }
 
         mutating func user(of identity: CoordinatorIdentity) -> uid_t? {
@@ -276,14 +316,7 @@ final class WaitWatch: @unchecked Sendable {
         // Granted, presenters answered, waiting for what their own work took: holders again.
         let settling = !waitsForHolders && request.claim.isSettling
         var reason: Reason?
-        if request.underKernelLock {
-            for process in Set(awaited.compactMap(\.process)) {
-                let stuck = round.looked[process] ?? Self.isStuckOnKernelLock(process)
-                round.looked[process] = stuck
-                if stuck { round.stuckNow.insert(process) }
-                if stuck && round.previous.contains(process) { reason = .kernelLock; break }
-            }
-        }
+        if request.underKernelLock, holderStuck(awaited, in: &round) { reason = .kernelLock }
         if reason == nil, settles(request.claim, awaited, request.item) { reason = .settled }
         var waived = false
         if reason == nil, let lockTime, request.locksOthersOut, awaited.allSatisfy(anotherUsers) {
@@ -293,6 +326,9 @@ final class WaitWatch: @unchecked Sendable {
                 reason = .lockTime
                 waived = true
             }
+        }
+        if reason == nil, refuses(number, request, awaited, forHolders: waitsForHolders || settling, in: &round) {
+            return nil
         }
         if reason == nil, let breakTime, round.now - request.since >= breakTime,
             (waitsForHolders && awaited.allSatisfy({ (request.passesLeases && Self.isLease($0)) || anotherUsers($0) }))
@@ -317,6 +353,82 @@ final class WaitWatch: @unchecked Sendable {
         return Broken(
             number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
             settling: settling)
+    }
+
+    /// The kernel-lock rule's look: whether a process of `awaited` is seen stuck on a kernel
+    /// lock, at this look and the one before (each process looked at once a look).
+    private func holderStuck(_ awaited: Set<CoordinatorIdentity>, in round: inout Round) -> Bool {
+        for process in Set(awaited.compactMap(\.process)) {
+            let stuck = round.looked[process] ?? Self.isStuckOnKernelLock(process)
+            round.looked[process] = stuck
+            if stuck { round.stuckNow.insert(process) }
+            if stuck && round.previous.contains(process) { return true }
+        }
+        return false
+    }
+
+    /// The own-user rule: refuses `request` (EBUSY, as at its wait timeout) if others may need
+    /// the lock it waits under and it waits for its own user (`awaited`'s holders; presenters
+    /// yet to answer, while it asks them), once it has waited the lock time; at once if it
+    /// waits for holders only, all of whose processes its process was refused for within
+    /// `spentWaitWindow`. Not while one of them is seen stuck on a kernel lock: the next look
+    /// may let it go ahead instead. Whether it was refused (its completion has run).
+    private func refuses(
+        _ number: UInt, _ request: Watched, _ awaited: Set<CoordinatorIdentity>, forHolders: Bool,
+        in round: inout Round
+    ) -> Bool {
+        guard request.othersNeedLock, let lockTime else { return false }
+        let waitedFor = forHolders ? awaited : (request.claim.unansweredOwners ?? awaited)
+        let own = waitedFor.filter { round.user(of: $0) == request.uid }
+        let stuck = round.stuckNow, refusedBefore = round.refused
+        guard !own.isEmpty, !own.contains(where: { $0.process.map { stuck.contains($0) } == true }) else {
+            return false
+        }
+        let holders = Set(own.compactMap(\.process))
+        let refusing =
+            request.claim.request.identity.process.map { caller in
+                holders.map { RefusedWait(process: caller, user: request.uid, holder: $0) }
+            } ?? []
+        let waited = round.now - request.since >= lockTime
+        let waived =
+            !waited && forHolders && !refusing.isEmpty && own.allSatisfy({ $0.process != nil })
+            && refusing.allSatisfy({ refusedBefore[$0] != nil })
+        guard waited || waived, request.claim.giveUp(because: .timedOut) else { return false }
+        round.refusing += refusing
+        round.refusals.append(Refusal(number: number, claim: request.claim, own: own, waived: waived))
+        return true
+    }
+
+    /// A request refused at a look by the own-user rule: whom of its own user it waited for, and
+    /// whether at once, its process refused for them a moment before.
+    private struct Refusal {
+        let number: UInt
+        let claim: CoordinatedAccess
+        let own: Set<CoordinatorIdentity>
+        let waived: Bool
+    }
+
+    /// Counts a refusal, and logs one made at the lock time (those at once follow one logged).
+    private func refused(_ refusal: Refusal) {
+        lockTimeRefusals.add(1, ordering: .relaxed)
+        guard !refusal.waived else { return }
+        let claim = refusal.claim
+        let wanted = claim.grantedIntents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(
+            separator: ", ")
+        let line =
+            "\(claim.request.identity.logName) refused (EBUSY) on \(wanted.isEmpty ? "its request" : wanted) at the lock time, "
+            + "waiting for its own user's \(refusal.own.map(\.logName).sorted().joined(separator: ", ")): "
+            + "other users may need the directory the kernel keeps locked meanwhile"
+        logger.notice("\(line)")
+    }
+
+    /// Whether a user other than `caller` may list or search a directory with these attributes
+    /// (as the mount shows them, and the kernel checks them with `allow_other`), and so wait on
+    /// its lock (a listing and a lookup of a name the kernel does not know yet take it shared,
+    /// a create takes it whole): its mode lets its group or others read or search it, or it is
+    /// another user's. Root, who may enter any, is not counted.
+    static func othersMayListOrSearch(_ directory: stat, besides caller: uid_t) -> Bool {
+        directory.st_uid != caller || directory.st_mode & (S_IRGRP | S_IXGRP | S_IROTH | S_IXOTH) != 0
     }
 
     /// A request let go ahead at a look: by which rule, past whom (the holders it waited for and

@@ -109,7 +109,7 @@ extension Filesystem {
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
                 + "\"kernel_lock_breaks\":\(coordinator.waitWatch.kernelLockBreaks.load(ordering: .relaxed)),"
-                + "\"lock_time_breaks\":\(coordinator.waitWatch.lockTimeBreaks.load(ordering: .relaxed)),\"lock_time_waived\":\(coordinator.waitWatch.lockTimeWaived.load(ordering: .relaxed)),\"holds_revoked\":\(coordinator.waitWatch.holdsRevoked.load(ordering: .relaxed)),"
+                + "\"lock_time_breaks\":\(coordinator.waitWatch.lockTimeBreaks.load(ordering: .relaxed)),\"lock_time_waived\":\(coordinator.waitWatch.lockTimeWaived.load(ordering: .relaxed)),\"lock_time_refusals\":\(coordinator.waitWatch.lockTimeRefusals.load(ordering: .relaxed)),\"holds_revoked\":\(coordinator.waitWatch.holdsRevoked.load(ordering: .relaxed)),"
                 + "\"versions_kept\":\(versions?.kept.load(ordering: .relaxed) ?? 0),\"versions_not_kept\":\(versions?.notKept.load(ordering: .relaxed) ?? 0),"
                 + "\"lost_updates\":\(versions?.conflicts.load(ordering: .relaxed) ?? 0),\"stale_writes_refused\":\(versions?.refused.load(ordering: .relaxed) ?? 0),"
                 + "\"version_bytes\":\(versions?.store.totalBytes ?? 0),"
