@@ -376,21 +376,7 @@ private final class MemberDelegations: HostDelegations {
         _ path: String, _ access: DelegatedAccess, waits: Bool,
         completion: @escaping @Sendable (HostDelegationOutcome) -> Void
     ) -> @Sendable () -> Void {
-        let mode = Delegations.Mode(access)
-        let task = Task { [member] in
-            do throws(Delegations.Failure) {
-                if waits {
-                    try await member.acquire(path, mode)
-                    completion(.granted)
-                } else {
-                    completion(try await member.acquireAtOnce(path, mode) ? .granted : .wouldWait)
-                }
-            } catch {
-                // A wait stopped (cancelled) tells nobody: its request has been answered.
-                if !Task.isCancelled { completion(.refused(error.description)) }
-            }
-        }
-        return { task.cancel() }
+        member.ask(path, Delegations.Mode(access), waits: waits, completion: completion)
     }
 }
 
@@ -412,22 +398,9 @@ private final class MemberLocks: HostLocks {
 
     func acquire(
         _ path: String, exclusive: Bool, waits: Bool,
-        completion: @escaping @Sendable (HostLockOutcome) -> Void
+        completion: @escaping @Sendable (HostDelegationOutcome) -> Void
     ) -> @Sendable () -> Void {
-        let mode: Delegations.Mode = exclusive ? .write : .read
-        let task = Task { [member] in
-            do throws(Delegations.Failure) {
-                if waits {
-                    try await member.acquire(path, mode)
-                    completion(.granted)
-                } else {
-                    completion(try await member.acquireAtOnce(path, mode) ? .granted : .wouldWait)
-                }
-            } catch {
-                if !Task.isCancelled { completion(.refused(error.description)) }
-            }
-        }
-        return { task.cancel() }
+        member.ask(path, exclusive ? .write : .read, waits: waits, completion: completion)
     }
 
     func otherHostHolds(_ path: String, exclusive: Bool) -> Bool? {
@@ -496,5 +469,29 @@ extension DelegatedAccess {
         case .moving: self = .moving
         case .replacing: self = .replacing
         }
+    }
+}
+
+extension ClusterMember {
+    /// Asks for a delegation (of accesses or of locks, as this member stands for) of `path` for
+    /// a mount; `completion` runs once, unless the closure returned stops asking first: a wait
+    /// stopped (cancelled) tells nobody, its request has been answered.
+    fileprivate func ask(
+        _ path: String, _ mode: Delegations.Mode, waits: Bool,
+        completion: @escaping @Sendable (HostDelegationOutcome) -> Void
+    ) -> @Sendable () -> Void {
+        let task = Task { [self] in
+            do throws(Delegations.Failure) {
+                if waits {
+                    try await acquire(path, mode)
+                    completion(.granted)
+                } else {
+                    completion(try await acquireAtOnce(path, mode) ? .granted : .wouldWait)
+                }
+            } catch {
+                if !Task.isCancelled { completion(.refused(error.description)) }
+            }
+        }
+        return { task.cancel() }
     }
 }

@@ -44,8 +44,8 @@ public final class CoordinationDomain: @unchecked Sendable {
     private var _packageExtensions: Set<String> = []
     private var _vetoScope = VetoScope.ownUser
     private var _logsRefusals = false
-    /// The second (of the uptime clock) refusals were last logged in, and how many.
-    private var refusalsLogged: (second: UInt64, count: Int) = (0, 0)
+    /// Refusals logged (`mayLogRefusal`).
+    private let refusalsLogged = LogAllowance()
     private var _reportHandler: (@Sendable (CoordinationReport) -> Void)?
     private var presenters: [PresenterID: any Presenter] = [:]
     /// Registered presenters by the key their registrar gave (`register(_:key:linked:)`).
@@ -138,15 +138,7 @@ public final class CoordinationDomain: @unchecked Sendable {
 
     /// Whether one more refusal may be logged (`logsRefusals`): at most ten a second, so that
     /// a presenter refusing everything does not flood the log.
-    package func mayLogRefusal() -> Bool {
-        let second = DispatchTime.now().uptimeNanoseconds / 1_000_000_000
-        return withLock {
-            guard _logsRefusals else { return false }
-            if refusalsLogged.second != second { refusalsLogged = (second, 0) }
-            refusalsLogged.count += 1
-            return refusalsLogged.count <= 10
-        }
-    }
+    package func mayLogRefusal() -> Bool { logsRefusals && refusalsLogged.allows() }
 
     /// Whose refusals fail whose accesses (`VetoScope`; own user by default).
     public var vetoScope: VetoScope {

@@ -82,8 +82,9 @@ package enum DelegatedAccess: Sendable, Equatable {
     }
 }
 
-/// How asking for a delegation ended.
-package enum HostDelegationOutcome: Sendable {
+/// How asking for a delegation ended: of accesses (`HostDelegations.acquire`) or of file locks
+/// (a mount's `HostLocks.acquire`).
+package enum HostDelegationOutcome: Sendable, Equatable {
     case granted
     /// Another host holds it, and the request would not wait.
     case wouldWait

@@ -233,8 +233,9 @@ public final class VersionStore: @unchecked Sendable {
                 let count = buffer.withUnsafeMutableBytes { Glibc.read(input, $0.baseAddress, $0.count) }
                 if count == 0 { return nil }
                 if count < 0 {
-                    if Errno.ofFailedCall() == .interrupted { continue }
-                    return .failed(Errno.ofFailedCall())
+                    let failure = Errno.ofFailedCall()
+                    if failure == .interrupted { continue }
+                    return .failed(failure)
                 }
                 var offset = 0
                 while offset < count {
@@ -242,8 +243,9 @@ public final class VersionStore: @unchecked Sendable {
                         Glibc.write(output, $0.baseAddress! + offset, count - offset)
                     }
                     if written < 0 {
-                        if Errno.ofFailedCall() == .interrupted { continue }
-                        return .failed(Errno.ofFailedCall())
+                        let failure = Errno.ofFailedCall()
+                        if failure == .interrupted { continue }
+                        return .failed(failure)
                     }
                     offset += written
                 }

@@ -1,4 +1,5 @@
 @testable import CoordFSMount
+import CoordinationRuntime
 import Foundation
 import Synchronization
 import Testing
@@ -47,7 +48,7 @@ import Glibc
             let path: String
             let exclusive: Bool
             let waits: Bool
-            let completion: @Sendable (HostLockOutcome) -> Void
+            let completion: @Sendable (HostDelegationOutcome) -> Void
         }
 
         private struct State {
@@ -84,7 +85,7 @@ import Glibc
 
         func acquire(
             _ path: String, exclusive: Bool, waits: Bool,
-            completion: @escaping @Sendable (HostLockOutcome) -> Void
+            completion: @escaping @Sendable (HostDelegationOutcome) -> Void
         ) -> @Sendable () -> Void {
             state.withLock {
                 $0.asks.append(Ask(path: path, exclusive: exclusive, waits: waits, completion: completion))

@@ -30,7 +30,7 @@ struct MountClaim: ~Copyable, Sendable {
 
     /// Ends the claim; `outcome` says what happened to its one item.
     consuming func end(_ outcome: IntentOutcome) {
-        coordinator.end(held, outcomes: CollectionOfOne(outcome))
+        coordinator.end(held, outcome: outcome)
         obligation.fulfil()
     }
 
@@ -91,14 +91,22 @@ private struct EndObligation: ~Copyable, Sendable {
 /// Ending claims: a gated claim's name gate is opened after its grant ends.
 extension MountCoordinator {
     /// Ends `claim`; `outcomes` (one per intent) say what happened to each item.
-    func end<Outcomes: Collection<IntentOutcome>>(_ claim: Claim?, outcomes: Outcomes) {
+    func end(_ claim: Claim?, outcomes: [IntentOutcome]) {
         guard let claim else { return }
-        if outcomes.count == 1, let outcome = outcomes.first {
-            claim.end(outcome: outcome, in: domain)
-        } else {
-            claim.end(outcomes: Array(outcomes), in: domain)
-        }
-        // Opened after the release: until then a request passing it could overlap the grant.
+        claim.end(outcomes: outcomes, in: domain)
+        openGate(of: claim)
+    }
+
+    /// Ends `claim`; `outcome` says what happened to its one item.
+    func end(_ claim: Claim?, outcome: IntentOutcome) {
+        guard let claim else { return }
+        claim.end(outcome: outcome, in: domain)
+        openGate(of: claim)
+    }
+
+    /// Opens a gated claim's name gate, after its release: before, a request passing the gate
+    /// could overlap the grant.
+    private func openGate(of claim: Claim) {
         if case .gated(_, let gate) = claim { nameGates.open(gate) }
     }
 
@@ -114,11 +122,11 @@ extension MountCoordinator {
         var tellsNobody = claim.isOnShortList
         if case .accessor = claim { tellsNobody = true }
         if tellsNobody {
-            end(claim, outcomes: CollectionOfOne(outcome))
+            end(claim, outcome: outcome)
             return reply.ok()
         }
         domain.holdNotifications()
-        end(claim, outcomes: CollectionOfOne(outcome))
+        end(claim, outcome: outcome)
         reply.ok()
         domain.deliverHeldNotifications()
     }

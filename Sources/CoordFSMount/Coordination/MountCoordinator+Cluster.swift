@@ -41,8 +41,7 @@ extension MountCoordinator {
             let needs = delegationNeeds(request.wanted, request.other)
             if covered(needs, by: delegations, for: claim) { return request.body(reply, claim) }
             if claim.holds { statistics.takenAgain.add(1, ordering: .relaxed) }
-            let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
-            claim.end(request.other == nil ? [unchanged] : [unchanged, unchanged])
+            claim.end(request.unchanged)
             let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
             // Never into the engine from here: this may run inside a quiet passage.
             waitForDelegations(needs, delegations, reply, waits: !request.nonBlocking, until: deadline) {

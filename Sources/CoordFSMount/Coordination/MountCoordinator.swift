@@ -220,8 +220,7 @@ final class MountCoordinator: @unchecked Sendable {
     /// Ends `stale` unused: its items had moved before it held them.
     func endUnused(_ stale: Claim?, _ request: MountRequest) {
         statistics.takenAgain.add(1, ordering: .relaxed)
-        let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
-        end(stale, outcomes: request.other == nil ? [unchanged] : [unchanged, unchanged])
+        end(stale, outcomes: request.unchanged)
     }
 
     private var inodes: InodeTable { targets.inodes }
@@ -321,4 +320,10 @@ struct MountRequest: Sendable {
     let body: @Sendable (consuming Reply, consuming MountClaim) -> Void
     /// How many times its items turned out to have moved before they were held.
     var attempt = 0
+
+    /// The outcomes of a claim of its items given back unused: nothing changed.
+    var unchanged: [IntentOutcome] {
+        let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
+        return other == nil ? [unchanged] : [unchanged, unchanged]
+    }
 }

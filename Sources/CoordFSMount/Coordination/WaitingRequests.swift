@@ -16,7 +16,7 @@ extension CoordinatedAccess: CancellableWait {
 final class WaitingRequests: Sendable {
     private let waiting = Mutex<(accesses: [UInt: any CancellableWait], interruptedEarly: Set<UInt>)>(([:], []))
     private let nextNumber = Atomic<UInt>(1)
-    private let givingUpLogged = Mutex<(second: Int64, count: Int)>((0, 0))
+    private let givingUpLogged = LogAllowance()
 
     /// A number for a request about to wait.
     func number() -> UInt { nextNumber.wrappingAdd(1, ordering: .relaxed).oldValue }
@@ -48,12 +48,5 @@ final class WaitingRequests: Sendable {
 
     /// Whether one more request that gave up may be logged: at most ten a second, so waiters
     /// giving up together, or a user who makes them, do not flood the log.
-    func mayLogGivingUp() -> Bool {
-        let second = coarseMilliseconds() / 1000
-        return givingUpLogged.withLock { state -> Bool in
-            if state.second != second { state = (second, 0) }
-            state.count += 1
-            return state.count <= 10
-        }
-    }
+    func mayLogGivingUp() -> Bool { givingUpLogged.allows() }
 }

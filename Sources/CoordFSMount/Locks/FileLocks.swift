@@ -1,3 +1,4 @@
+import CoordinationRuntime
 import Dispatch
 import LinuxSystem
 import Synchronization
@@ -11,7 +12,7 @@ import Glibc
 /// exclusive for exclusive ones. Another host that wants a conflicting one recalls it; the host
 /// gives it back once none of its programs' locks of the file are in the way. Paths are below the
 /// store's root, as every host spells them.
-public protocol HostLocks: AnyObject, Sendable {
+package protocol HostLocks: AnyObject, Sendable {
     /// Whether this host may grant locks of `path` (exclusive ones with `exclusive`) now.
     func covers(_ path: String, exclusive: Bool) -> Bool
     /// `covers`, for an owner that holds locks of `path` already: also under a delegation
@@ -27,22 +28,11 @@ public protocol HostLocks: AnyObject, Sendable {
     /// (`.wouldWait`). The closure returned stops asking: `completion` is not called then.
     func acquire(
         _ path: String, exclusive: Bool, waits: Bool,
-        completion: @escaping @Sendable (HostLockOutcome) -> Void
+        completion: @escaping @Sendable (HostDelegationOutcome) -> Void
     ) -> @Sendable () -> Void
     /// Whether another host has a delegation in the way of `path`'s locks (exclusive ones with
     /// `exclusive`), and whether one of those is exclusive; nil when none is.
     func otherHostHolds(_ path: String, exclusive: Bool) -> Bool?
-}
-
-/// How asking for a lock delegation ended (`HostLocks.acquire`). (The locks' own, apart from the
-/// accesses' `HostDelegationOutcome`: the two sides of the mount share no type.)
-public enum HostLockOutcome: Sendable, Equatable {
-    case granted
-    /// Another host's programs hold it, and the request would not wait.
-    case wouldWait
-    /// This host may take no lock across hosts: its lock lease is lost, or the cluster cannot be
-    /// reached (ENOLCK); why.
-    case refused(String)
 }
 
 /// What a lock request comes to.
@@ -106,7 +96,7 @@ final class FileLocks: Sendable {
     let waitLimit: Duration?
     private let state = Mutex(State())
     private let numbers = Atomic<UInt>(1)
-    private let logged = Mutex<(second: Int64, count: Int)>((0, 0))
+    private let logged = LogAllowance()
 
     /// How many times a request that does not wait asks for the delegation: one granted may be
     /// recalled again at once by a host in line for it.
@@ -225,14 +215,7 @@ final class FileLocks: Sendable {
 
     /// Whether one more refusal or timeout may be logged: at most ten a second, so requests
     /// failing together (a lost lease) do not flood the log.
-    func mayLog() -> Bool {
-        let second = coarseMilliseconds() / 1000
-        return logged.withLock { state -> Bool in
-            if state.second != second { state = (second, 0) }
-            state.count += 1
-            return state.count <= 10
-        }
-    }
+    func mayLog() -> Bool { logged.allows() }
 
     /// Its process closed a descriptor of `node`: its POSIX locks of the file go (FLUSH's
     /// `lock_owner`), as close(2) drops them on any filesystem.
@@ -417,7 +400,7 @@ final class FileLocks: Sendable {
     }
 
     /// The cluster answered ask `generation` of request `number`.
-    private func acquired(_ number: UInt, generation: Int, _ outcome: HostLockOutcome) {
+    private func acquired(_ number: UInt, generation: Int, _ outcome: HostDelegationOutcome) {
         let effects = state.withLock { state -> Effects in
             var effects = Effects()
             guard let waiter = state.waiting[number], waiter.asked == generation, waiter.acquiring else {

@@ -20,13 +20,13 @@ import Glibc
 extension Filesystem {
     /// Serves flock and fcntl locks from now on, each under `host`'s delegations: set before
     /// the session runs (the capabilities are asked for at INIT).
-    public func serveLocks(across host: any HostLocks) {
+    package func serveLocks(across host: any HostLocks) {
         fileLocks = FileLocks(host: host, waitLimit: configuration.lockWaitLimit)
     }
 
     /// The files this host's programs hold locks of (paths below the store's root), and whether
     /// any lock of each is exclusive: what another host's recall of a lock delegation waits for.
-    public func lockHolders() -> [(path: String, exclusive: Bool)] {
+    package func lockHolders() -> [(path: String, exclusive: Bool)] {
         fileLocks?.holders() ?? []
     }
 
