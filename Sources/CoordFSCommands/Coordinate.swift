@@ -210,7 +210,7 @@ struct Coordinate: ParsableCommand {
     /// when it waits no longer.
     static func whom(waiterOf pid: Int32, at socketPath: String) -> String? {
         guard let client = try? ControlClient(socketPath: socketPath),
-            let fields = try? client.request({ .status(id: $0) })
+            let fields = try? client.wholeStatus()
         else { return nil }
         defer { client.close() }
         func entries(_ key: String) -> [[String: WireValue]] {
@@ -251,7 +251,7 @@ struct Coordinate: ParsableCommand {
     /// what a user asks next after a refusal.
     static func holders(of paths: [String], at socketPath: String) -> String {
         guard let client = try? ControlClient(socketPath: socketPath),
-            let fields = try? client.request({ .status(id: $0) }),
+            let fields = try? client.wholeStatus(),
             case .array(let holders)? = fields["holders"]
         else { return "" }
         defer { client.close() }

@@ -26,14 +26,11 @@ extension Status {
                 defer { client.close() }
                 fields["socket"] = .string(socket)
                 if case .int(let pid)? = client.server["pid"] { fields["pid"] = .int(pid) }
-                if let status = try? client.request({ .status(id: $0) }) {
-                    let omitted: [String: WireValue] =
-                        if case .object(let counts)? = status["omitted"] { counts } else { [:] }
-                    for key in ["holders", "waiters", "presenters", "services"] {
-                        guard case .array(let entries)? = status[key] else { continue }
-                        let left: Int = if case .int(let count)? = omitted[key] { count } else { 0 }
-                        fields[key] = .int(entries.count + left)
-                    }
+                // Counted by the server: a page of one entry a list says how many there are.
+                if let status = try? client.request({ .status(id: $0, page: StatusPage(limit: 1)) }),
+                    case .object(let totals)? = status["totals"]
+                {
+                    for key in StatusPage.List.allCases.map(\.rawValue) { fields[key] = totals[key] }
                 }
                 if let open = Self.statistics(ofMountAt: mount.mountPoint)?["open_files"] as? Int {
                     fields["open_files"] = .int(open)

@@ -173,7 +173,7 @@ struct Status: ParsableCommand {
         do {
             let client = try ControlClient(socketPath: socketPath)
             defer { client.close() }
-            return try client.request { .status(id: $0) }
+            return try client.wholeStatus()
         } catch {
             throw CommandFailure("\(error)")
         }

@@ -76,7 +76,8 @@ package final class SharedStore: Sendable {
     /// What this host's programs and coordinators hold now, below the store's root (other
     /// hosts' accesses left out).
     package func heldItems() -> [(path: String, writing: Bool)] {
-        domain.engine.snapshot().holders.flatMap { holder -> [(path: String, writing: Bool)] in
+        domain.engine.snapshot(SnapshotWindow(lists: [.holders])).holders.flatMap {
+            holder -> [(path: String, writing: Bool)] in
             if case .host = holder.identity { return [] }
             return holder.intents.compactMap { intent in
                 lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) }
@@ -108,7 +109,7 @@ package final class SharedStore: Sendable {
     /// stand-ins left out).
     package func presentedStorePaths() -> Set<String> {
         Set(
-            domain.engine.snapshot().presenters.compactMap { _, record -> String? in
+            domain.engine.snapshot(SnapshotWindow(lists: [.presenters])).presenters.compactMap { _, record -> String? in
                 if case .host = record.owner { return nil }
                 return record.path.flatMap(storePath(of:))
             })

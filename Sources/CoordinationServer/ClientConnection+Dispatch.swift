@@ -49,8 +49,10 @@ extension ClientConnection {
         case .moved(let id, let number, let from, let to): moved(id, number, from, to)
         case .remount(let id, let options): changeMountOptions(id, options)
         case .cancel(let id, let request): cancelPendingHold(id, request)
-        case .status(let id):
-            outbox.send(StatusReply.line(id: id, fields: server.status(mayLearn: mayLearn(of:))))
+        case .status(let id, let page):
+            // Another page of one list: the other hosts were told on the first.
+            let fields = server.status(page: page, othersToo: page.list == nil, mayLearn: mayLearn(of:))
+            outbox.send(StatusReply.line(id: id, fields: fields))
         case .vend(let id, let name, let path): vend(id, name, path)
         case .withdraw(let id, let number): withdraw(id, number)
         case .services(let id, let path): services(id, path)

@@ -258,15 +258,45 @@ public final class ControlServer: @unchecked Sendable {
         return names.joined(separator: ",")
     }
 
+    /// The most entries of each list one status reply carries: what a client asks for, at most.
+    public static let statusPageLimit = 1000
+    /// The most a client may ask for in one page.
+    public static let statusPageMaximum = 10_000
+
+    /// The part of the engine a status page describes.
+    static func window(_ page: StatusPage) -> SnapshotWindow {
+        let lists: Set<SnapshotWindow.List> =
+            page.list.map { [SnapshotWindow.List(rawValue: $0.rawValue)!] } ?? Set(SnapshotWindow.List.allCases)
+        var after: [SnapshotWindow.List: UInt64] = [:]
+        for list in lists { if let cursor = page.after { after[list] = UInt64(cursor) } }
+        return SnapshotWindow(
+            lists: lists, limit: min(page.limit ?? statusPageLimit, statusPageMaximum), after: after)
+    }
+
     /// The engine's state as a status reply: like lslocks, with each holder's command.
     /// `mayLearn` says whether the asking client may learn of a path (it could read the
     /// directory that lists it); the paths it may not are left out, and their entries say
     /// `"hidden": true`, so that it still sees that somebody holds or waits.
     /// `othersToo`: with the other hosts' of a shared store (`otherHosts`); their answers are
     /// this host's alone.
-    public func status(othersToo: Bool = true, mayLearn: (String) -> Bool = { _ in true }) -> [String: WireValue] {
-        let snapshot = domain.engine.snapshot()
+    ///
+    /// A reply describes one page (`page`): at most `statusPageLimit` entries of each list, or
+    /// fewer if the client asks, with `totals` counting every entry and `next` the cursor of
+    /// each list that goes on. However much a mount holds, a request costs the server its
+    /// page, and the engine's lock for a moment.
+    public func status(
+        page: StatusPage = StatusPage(), othersToo: Bool = true, mayLearn: (String) -> Bool = { _ in true }
+    ) -> [String: WireValue] {
+        let snapshot = domain.engine.snapshot(Self.window(page))
         let now = ContinuousClock.now
+        // One process's watches read its command line once, not once a watch.
+        var commands: [Int32: String?] = [:]
+        func command(of pid: Int32) -> String? {
+            if let known = commands[pid] { return known }
+            let read = ProcFile.command(of: pid)
+            commands[pid] = read
+            return read
+        }
         func waited(since: ContinuousClock.Instant) -> WireValue {
             let (seconds, attoseconds) = (now - since).components
             return .int(Int(seconds) * 1000 + Int(attoseconds / 1_000_000_000_000_000))
@@ -275,7 +305,7 @@ public final class ControlServer: @unchecked Sendable {
             var fields: [String: WireValue] = ["identity": .string(identity.description)]
             if let pid = identity.process {
                 fields["pid"] = .int(Int(pid))
-                if let command = ProcFile.command(of: pid) { fields["command"] = .string(command) }
+                if let command = command(of: pid) { fields["command"] = .string(command) }
             }
             return fields
         }
@@ -339,8 +369,14 @@ public final class ControlServer: @unchecked Sendable {
         }
         var fields: [String: WireValue] = [
             "root": .string(root), "socket": .string(socketPath), "holders": .array(holders),
-            "waiters": .array(waiters), "presenters": .array(presenters), "services": .array(services)
+            "waiters": .array(waiters), "presenters": .array(presenters), "services": .array(services),
+            "totals": .object(
+                Dictionary(uniqueKeysWithValues: snapshot.totals.map { ($0.key.rawValue, .int($0.value)) }))
         ]
+        if !snapshot.next.isEmpty {
+            fields["next"] = .object(
+                Dictionary(uniqueKeysWithValues: snapshot.next.map { ($0.key.rawValue, .int(Int($0.value))) }))
+        }
         if let thisHost = lock.withLock({ thisHostHandler }) { fields["cluster"] = .object(thisHost()) }
         if othersToo, let otherHosts = lock.withLock({ otherHostsHandler }) {
             fields["hosts"] = .array(

@@ -153,7 +153,7 @@ public enum WireCodec {
         case "cancel":
             return .cancel(id: try int(object, "id"), request: try int(object, "request"))
         case "status":
-            return .status(id: try int(object, "id"))
+            return .status(id: try int(object, "id"), page: try StatusPage(object))
         case "vend":
             return .vend(id: try int(object, "id"), name: try string(object, "name"), path: try string(object, "path"))
         case "withdraw":
@@ -223,7 +223,11 @@ public enum WireCodec {
         case .moved(let id, let hold, let from, let to):
             object = ["op": "moved", "id": .int(id), "hold": .int(hold), "from": .string(from), "to": .string(to)]
         case .cancel(let id, let request): object = ["op": "cancel", "id": .int(id), "request": .int(request)]
-        case .status(let id): object = ["op": "status", "id": .int(id)]
+        case .status(let id, let page):
+            object = ["op": "status", "id": .int(id)]
+            if let list = page.list { object["list"] = .string(list.rawValue) }
+            if let after = page.after { object["after"] = .int(after) }
+            if let limit = page.limit { object["limit"] = .int(limit) }
         case .vend(let id, let name, let path):
             object = ["op": "vend", "id": .int(id), "name": .string(name), "path": .string(path)]
         case .withdraw(let id, let service): object = ["op": "withdraw", "id": .int(id), "service": .int(service)]

@@ -63,8 +63,8 @@ public enum ClientMessage: Hashable, Sendable {
     case moved(id: Int, hold: Int, from: String, to: String)
     /// Stops waiting for a `hold` still pending.
     case cancel(id: Int, request: Int)
-    /// Who holds, waits and presents.
-    case status(id: Int)
+    /// Who holds, waits and presents: a page of each list, or of one (`StatusPage`).
+    case status(id: Int, page: StatusPage = StatusPage())
     /// Vend the service `name` for the item at `path` and everything inside it. Each client that
     /// connects arrives as a `SERVICE_CONNECTION` event carrying a connected socket.
     case vend(id: Int, name: String, path: String)

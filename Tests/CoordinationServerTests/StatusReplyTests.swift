@@ -40,6 +40,62 @@ import Testing
         }
     }
 
+    /// However much a server holds, a reply is one page (C27): the first carries at most
+    /// `statusPageLimit` entries of each list, counts them all, and says where each list goes
+    /// on; the client reads the rest a list at a time and sees every entry once.
+    @Test func aStatusIsAPageAndTheClientReadsTheRestAfterIt() throws {
+        let servers = ClientLimitsTests()
+        let count = ControlServer.statusPageLimit * 2 + 300
+        try servers.withServer(servers.limits(holds: count + 10)) { server, directory in
+            let holder = try RawClient(server.socketPath)
+            #expect(try holder.greet())
+            for n in 0..<count {
+                let reply = try holder.ask(
+                    .hold(
+                        id: 10 + n, intents: [WireIntent(path: directory + "/item-\(n)", access: .read)], wait: false,
+                        timeout: nil, inherit: false))
+                guard case .ok? = reply else { Issue.record("hold \(n): \(String(describing: reply))"); return }
+            }
+            let client = try ControlClient(socketPath: server.socketPath)
+            defer { client.close() }
+            let first = try client.request { .status(id: $0) }
+            guard case .array(let holders)? = first["holders"], case .object(let totals)? = first["totals"],
+                case .object(let next)? = first["next"]
+            else { Issue.record("no page: \(first)"); return }
+            #expect(holders.count == ControlServer.statusPageLimit)
+            #expect(totals["holders"] == .int(count) && totals["presenters"] == .int(0))
+            #expect(next["holders"] != nil && next["presenters"] == nil)
+
+            // A page of one list carries that list alone, as many as asked.
+            guard case .int(let cursor)? = next["holders"] else { Issue.record("no cursor"); return }
+            let second = try client.request {
+                .status(id: $0, page: StatusPage(list: .holders, after: cursor, limit: 7))
+            }
+            guard case .array(let seven)? = second["holders"] else { Issue.record("\(second)"); return }
+            #expect(seven.count == 7 && second["hosts"] == nil)
+
+            let whole = try client.wholeStatus()
+            guard case .array(let all)? = whole["holders"] else { Issue.record("\(whole)"); return }
+            let paths = all.compactMap { entry -> String? in
+                guard case .object(let fields) = entry, case .array(let intents)? = fields["intents"],
+                    case .object(let intent)? = intents.first, case .string(let path)? = intent["path"]
+                else { return nil }
+                return path
+            }
+            #expect(paths.count == count && Set(paths).count == count, "every hold once")
+            #expect(whole["next"] == nil)
+        }
+    }
+
+    @Test func aPageRequestThatCannotBeTakenIsRefused() throws {
+        for line in [
+            #"{"id":1,"op":"status","list":"locks"}"#, #"{"id":1,"op":"status","after":3}"#,
+            #"{"id":1,"op":"status","list":"holders","after":-1}"#, #"{"id":1,"op":"status","limit":0}"#
+        ] {
+            #expect(throws: WireError.self, "\(line)") { try WireCodec.decodeClient(Array(line.utf8)) }
+        }
+    }
+
     @Test func pastTheLimitEntriesAreLeftOutAndCounted() throws {
         let entry = WireValue.object([
             "identity": .string("pid:1234#5"), "pid": .int(1234),

@@ -26,6 +26,10 @@ import Testing
         (#"{"changed":false,"hold":6,"id":7,"op":"release"}"#, .release(id: 7, hold: 6, changed: false)),
         (#"{"id":8,"op":"cancel","request":5}"#, .cancel(id: 8, request: 5)),
         (#"{"id":9,"op":"status"}"#, .status(id: 9)),
+        (
+            #"{"after":41,"id":9,"limit":500,"list":"presenters","op":"status"}"#,
+            .status(id: 9, page: StatusPage(list: .presenters, after: 41, limit: 500))
+        ),
         (#"{"cookie":9,"op":"working"}"#, .working(cookie: 9))
     ]
 

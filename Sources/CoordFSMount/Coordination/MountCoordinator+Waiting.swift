@@ -165,7 +165,7 @@ extension MountCoordinator {
     private func logGivingUp(_ process: Int32, _ intents: [Intent], after waited: Duration) {
         guard waitingRequests.mayLogGivingUp() else { return }
         let paths = Set(intents.map(\.path))
-        let holders = engine.snapshot().holders.flatMap { holder in
+        let holders = engine.snapshot(SnapshotWindow(lists: [.holders])).holders.flatMap { holder in
             holder.intents.filter { intent in
                 paths.contains { $0 == intent.path || $0.isAncestor(of: intent.path) || intent.path.isAncestor(of: $0) }
             }

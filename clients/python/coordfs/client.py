@@ -389,8 +389,25 @@ class Connection:
         self.request({"op": "version", "path": _real(path), "version": version, "action": action})
 
     def status(self) -> Dict[str, Any]:
-        """Who holds, waits, presents and vends services (`holders`, `waiters`, `presenters`, `services`)."""
-        return self.request({"op": "status"})
+        """Who holds, waits, presents and vends services (`holders`, `waiters`, `presenters`, `services`).
+
+        The server answers a page at a time; the lists that go on (its `next`) are read to the
+        end here, so the result is the whole status."""
+        lists = ("holders", "waiters", "presenters", "services")
+        whole = self.request({"op": "status"})
+        cursors = dict(whole.pop("next", None) or {})
+        for name in lists:
+            cursor = cursors.get(name)
+            while cursor is not None:
+                page = self.request({"op": "status", "list": name, "after": cursor, "limit": 10000})
+                for key in lists:
+                    whole.setdefault(key, []).extend(page.get(key) or [])
+                for key, count in (page.get("omitted") or {}).items():
+                    whole.setdefault("omitted", {})[key] = whole.get("omitted", {}).get(key, 0) + count
+                following = (page.get("next") or {}).get(name)
+                # A cursor only goes forward: a server that answered the same again would loop.
+                cursor = following if following is not None and following > cursor else None
+        return whole
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         """Waits until the server closes the connection (True) or `timeout` passes (False)."""
