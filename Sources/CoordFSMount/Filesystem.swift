@@ -342,8 +342,8 @@ public final class Filesystem: @unchecked Sendable {
     private func laneRequests(about inode: Inode, in parent: Inode, firstOnItsFilesystem: Bool) {
         let device = device
         guard device >= 0 else { return }
-        cfs_ring_lane_node(device, inode.id)
-        if parent.device != inode.device { cfs_ring_lane_node(device, parent.id) }
+        cfs_ring_lane_node(device, inode.id.value)
+        if parent.device != inode.device { cfs_ring_lane_node(device, parent.id.value) }
         if firstOnItsFilesystem && cfs_ring_facts(device).queues > 0 {
             logger.notice(
                 "a filesystem that is not local is mounted at '\(targets.relativePath(inode))': lane threads serve its requests"

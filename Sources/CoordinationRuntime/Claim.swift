@@ -40,17 +40,17 @@ package enum Claim: Sendable {
 
     /// Starts claiming `intents` for `identity`: at once where it can, else waiting. `completion`
     /// runs once — possibly before this returns, on the calling thread — with the claim, granted
-    /// and presenters answered, or the error that stopped it (`FileCoordinationError`,
-    /// `CocoaError(.userCancelled)`, or a presenter's own error). Returns the waiting access, nil
-    /// when granted at once. `waits` false is refused at once instead of waiting. `user`: whose
-    /// claim it is; `passesOtherUsers`: its caller lets it past other users' holds at the break
-    /// time, so its wait for them closes no deadlock (`AccessRequest`).
+    /// and presenters answered, or the failure that stopped it (the engine's refusal, or a
+    /// presenter's own error: `AccessFailure`). Returns the waiting access, nil when granted at
+    /// once. `waits` false is refused at once instead of waiting. `user`: whose claim it is;
+    /// `passesOtherUsers`: its caller lets it past other users' holds at the break time, so its
+    /// wait for them closes no deadlock (`AccessRequest`).
     @discardableResult
     package static func begin(
         in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
         waits: Bool = true, holds: Bool = true, timeout: Duration?,
         user: UInt32? = nil, passesOtherUsers: Bool = false,
-        completion: @escaping @Sendable (Result<Claim, Error>) -> Void
+        completion: @escaping @Sendable (Result<Claim, AccessFailure>) -> Void
     ) -> CoordinatedAccess? {
         if let claim = grantedAtOnce(in: domain, identity: identity, intents: intents, holds: holds) {
             completion(.success(claim))
@@ -68,13 +68,13 @@ package enum Claim: Sendable {
         in domain: CoordinationDomain, identity: CoordinatorIdentity, intents: [Intent],
         waits: Bool = true, holds: Bool = true, timeout: Duration?,
         user: UInt32? = nil, passesOtherUsers: Bool = false,
-        completion: @escaping @Sendable (Result<Claim, Error>) -> Void
+        completion: @escaping @Sendable (Result<Claim, AccessFailure>) -> Void
     ) -> CoordinatedAccess {
         var asked = request(identity, intents, waits: waits, holds: holds)
         asked.user = user
         asked.passesOtherUsers = passesOtherUsers && user != nil
         let access = CoordinatedAccess(domain: domain, request: asked)
-        access.start(waitTimeout: timeout) { result in completion(result.map { .waited($0) }) }
+        access.begin(waitTimeout: timeout) { result in completion(result.map { .waited($0) }) }
         return access
     }
 

@@ -35,7 +35,7 @@ package final class CoordinatedAccess: @unchecked Sendable {
     package let request: AccessRequest
     private let lock = NSLock()
     private var phase: Phase = .idle
-    private var completion: (@Sendable (Result<CoordinatedAccess, Error>) -> Void)?
+    private var completion: (@Sendable (Result<CoordinatedAccess, AccessFailure>) -> Void)?
     private var timer: DispatchWorkItem?
     /// Set by a cancel that came before the request reached the engine.
     private var cancelRequested: CoordinationError?
@@ -114,17 +114,26 @@ package final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
-    /// Starts; `completion` runs once, with this access granted or the error that stopped it.
-    /// It may run before `start` returns, on the calling thread.
+    /// Starts; `completion` runs once, with this access granted or the error that stopped it, as
+    /// the API reports it (`AccessFailure.error`). It may run before `start` returns, on the
+    /// calling thread.
     package func start(
         waitTimeout: Duration?, completion: @escaping @Sendable (Result<CoordinatedAccess, Error>) -> Void
+    ) {
+        begin(waitTimeout: waitTimeout) { result in completion(result.mapError { $0.error }) }
+    }
+
+    /// `start`, for the runtime's own callers: `completion` gets the failure as an
+    /// `AccessFailure`, the engine's refusal as the engine gave it.
+    package func begin(
+        waitTimeout: Duration?, completion: @escaping @Sendable (Result<CoordinatedAccess, AccessFailure>) -> Void
     ) {
         let early = lock.withLock { () -> CoordinationError? in
             self.completion = completion
             return cancelRequested
         }
         if coordinator?.isCancelled == true || early != nil {
-            return fail(FileCoordinationError.from(early ?? .cancelled, item: item))
+            return refuse(early ?? .cancelled)
         }
         coordinator?.track(self)
         switch domain.engine.acquire(
@@ -133,14 +142,14 @@ package final class CoordinatedAccess: @unchecked Sendable {
                 switch result {
                 case .success(let grant): granted(grant)
                 case .failure(.brokenThrough): goAheadHoldingNothing()
-                case .failure(let error): fail(FileCoordinationError.from(error, item: item))
+                case .failure(let error): refuse(error)
                 }
             })
         {
         case .granted(let grant):
             granted(grant)
         case .refused(let error):
-            fail(FileCoordinationError.from(error, item: item))
+            refuse(error)
         case .waiting(let ticket):
             let (armed, cancelled) = lock.withLock { () -> (Bool, CoordinationError?) in
                 guard case .idle = phase else { return (false, nil) }  // resumed already
@@ -178,11 +187,12 @@ package final class CoordinatedAccess: @unchecked Sendable {
             // The engine resumes the waiter with `reason` unless it was granted meanwhile.
             _ = domain.engine.abandon(ticket, because: reason)
         case .messaging(let grant, let messenger):
-            messenger?.cancel()
+            // Asking presenters, it fails cancelled, whatever the reason (C13).
+            messenger?.fail(with: .refused(.cancelled, item: item))
             if let remote = lock.withLock({ remoteRequest }) { remote.link.cancel(remote.id) }
             // Waiting for what its presenters' own work took: still a wait (C13).
             if domain.engine.abandonSettling(grant.id) {
-                abandonGrant(grant, FileCoordinationError.from(reason, item: item))
+                abandonGrant(grant, .refused(reason, item: item))
             }
         case .idle, .granted, .ended:
             break
@@ -199,13 +209,13 @@ package final class CoordinatedAccess: @unchecked Sendable {
         case .waiting(let ticket):
             return domain.engine.abandon(ticket, because: reason)
         case .messaging(let grant, let messenger):
-            let error = FileCoordinationError.from(reason, item: item)
+            let failure = AccessFailure.refused(reason, item: item)
             if domain.engine.abandonSettling(grant.id) {
-                abandonGrant(grant, error)
+                abandonGrant(grant, failure)
                 return true
             }
-            // Its completion ends the grant with the error (`granted`).
-            return messenger?.fail(with: error) ?? false
+            // Its completion ends the grant with the failure (`granted`).
+            return messenger?.fail(with: failure) ?? false
         case .idle, .granted, .ended:
             return false
         }
@@ -339,9 +349,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
             completeGrant(grant)
         case .waiting(let ticket):
             domain.engine.abandon(ticket, because: .cancelled)  // holding nothing, it cannot wait
-            fail(FileCoordinationError.timedOut(item: item))
+            refuse(.timedOut)
         case .refused(let error):
-            fail(FileCoordinationError.from(error, item: item))
+            refuse(error)
         }
     }
 
@@ -356,11 +366,12 @@ package final class CoordinatedAccess: @unchecked Sendable {
             lock.withLock { phase = .messaging(grant, nil) }
             return completeGrant(grant)
         }
-        let messenger = PresenterMessenger(grant.requests, domain: domain, accessor: request.identity) { [self] error in
-            if let error { return abandonGrant(grant, error) }
+        let messenger = PresenterMessenger(grant.requests, domain: domain, accessor: request.identity) {
+            [self] failure in
+            if let failure { return abandonGrant(grant, failure) }
             domain.engine.finishMessaging(grant.id, overlapping: lock.withLock { brokeThrough }) { [self] in
                 takeRemote(remoteGroups(grant)[...]) { [self] error in
-                    if let error { return abandonGrant(grant, error) }
+                    if let error { return abandonGrant(grant, .failed(error)) }
                     completeGrant(grant)
                 }
             }
@@ -433,7 +444,7 @@ package final class CoordinatedAccess: @unchecked Sendable {
     package var broken: String? { lock.withLock { brokenItem } }
 
     /// The wait failed after the local grant: give everything back and fail.
-    private func abandonGrant(_ grant: Grant, _ error: Error) {
+    private func abandonGrant(_ grant: Grant, _ failure: AccessFailure) {
         releaseRemote(changed: false)
         domain.engine.release(grant.id)
         let messenger = lock.withLock { () -> PresenterMessenger? in
@@ -441,7 +452,7 @@ package final class CoordinatedAccess: @unchecked Sendable {
             return nil
         }
         messenger?.endAccess()
-        fail(error)
+        fail(failure)
     }
 
     private func completeGrant(_ grant: Grant) {
@@ -453,7 +464,7 @@ package final class CoordinatedAccess: @unchecked Sendable {
                 $0.kind.isWrite ? ItemLocator.fingerprint(Self.path(of: $0, after: moves)) : nil
             }
         }
-        let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
+        let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, AccessFailure>) -> Void)? in
             guard case .messaging(_, let messenger) = phase else { return nil }
             before = fingerprints
             phase = .granted(grant, messenger)
@@ -463,8 +474,11 @@ package final class CoordinatedAccess: @unchecked Sendable {
         completion?(.success(self))
     }
 
-    private func fail(_ error: Error) {
-        let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, Error>) -> Void)? in
+    /// The engine refused it, or it gave up waiting, for `reason`.
+    private func refuse(_ reason: CoordinationError) { fail(.refused(reason, item: item)) }
+
+    private func fail(_ failure: AccessFailure) {
+        let completion = lock.withLock { () -> (@Sendable (Result<CoordinatedAccess, AccessFailure>) -> Void)? in
             timer?.cancel()
             timer = nil
             phase = .ended
@@ -472,7 +486,7 @@ package final class CoordinatedAccess: @unchecked Sendable {
             return self.completion
         }
         coordinator?.untrack(self)
-        completion?(.failure(error))
+        completion?(.failure(failure))
     }
 
     /// Where the accessor found the item of `intent`: where the grant names it, unless a hold in

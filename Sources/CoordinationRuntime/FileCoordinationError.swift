@@ -145,20 +145,28 @@ extension FileCoordinationError {
     /// `cancellation` is the errno for a cancelled wait (EINTR for an interrupted system call,
     /// ECANCELED for a cancelled request).
     public static func errno(for error: Error, cancellation: Int32) -> Int32 {
+        // What the engine's refusals become (`from`) answers as those refusals do: one table.
+        func refusal(_ reason: CoordinationError) -> Int32 { reason.errno(cancellation: cancellation) }
         switch error {
         case let error as FileCoordinationError:
             switch error {
-            case .timedOut: return EBUSY
-            case .deadlock: return EDEADLK
-            case .wouldBlock: return EAGAIN
-            case .invalidURL, .emptyIntentList, .invalidOptions, .moveReportedOutsideWrite, .invalidServiceName:
-                return EINVAL
-            case .noSuchService, .noSuchItem: return ENOENT
+            case .timedOut: return refusal(.timedOut)
+            case .deadlock: return refusal(.deadlock(cycle: []))
+            case .wouldBlock: return refusal(.wouldBlock)
+            case .moveReportedOutsideWrite: return refusal(.notInsideWrite)
+            case .invalidOptions(let why): return refusal(.invalidRequest(why))
+            case .noSuchService: return refusal(.unknownRegistration)
+            case .invalidURL, .emptyIntentList, .invalidServiceName: return EINVAL
+            case .noSuchItem: return ENOENT
             case .systemError(_, let code): return code
             case .coordinationBroken: return EIO  // as Linux reports a lost NFS lock
             }
         case let error as CocoaError where error.code == .userCancelled:
-            return cancellation
+            return refusal(.cancelled)
+        case let error as CoordinationError:
+            return refusal(error)
+        case let failure as AccessFailure:
+            return failure.errno(cancellation: cancellation)
         case let error as POSIXError:
             return error.code.rawValue  // a presenter's refusal, as it gave it
         default:

@@ -8,7 +8,7 @@ import Foundation
 /// answers within the presenter timeout (P2, P14, X2). Reacquirers handed back are kept until
 /// the access ends (P4, P5).
 final class PresenterMessenger: @unchecked Sendable {
-    typealias Completion = @Sendable (Error?) -> Void
+    typealias Completion = @Sendable (AccessFailure?) -> Void
 
     private let lock = NSLock()
     private let domain: CoordinationDomain
@@ -31,8 +31,8 @@ final class PresenterMessenger: @unchecked Sendable {
     private var extended: [PresenterID: DispatchTime] = [:]
 
     /// A messenger for `deliveries`; nothing is sent before `start()`. `completion` is called
-    /// once: nil when everyone consented (or timed out), else the first error (a presenter's, or
-    /// cancellation).
+    /// once: nil when everyone consented (or timed out), else the first failure (a presenter's
+    /// error, or the access's own: `fail(with:)`).
     init(
         _ deliveries: [PresenterDelivery<PresenterRequest>], domain: CoordinationDomain,
         accessor: CoordinatorIdentity? = nil,
@@ -63,12 +63,10 @@ final class PresenterMessenger: @unchecked Sendable {
         }
     }
 
-    /// Stops waiting for answers; the access fails with cancellation (C13).
-    func cancel() { finish(CocoaError(.userCancelled)) }
-
-    /// Stops waiting for answers; the access fails with `error` (its caller may wait no
-    /// longer). Whether it did: false once it had finished.
-    func fail(with error: Error) -> Bool { finish(error) }
+    /// Stops waiting for answers; the access fails with `failure` (its caller may wait no
+    /// longer, or was cancelled: C13). Whether it did: false once it had finished.
+    @discardableResult
+    func fail(with failure: AccessFailure) -> Bool { finish(failure) }
 
     /// The presenters yet to answer; none once it has finished.
     var unanswered: Set<PresenterID> { lock.withLock { completion == nil ? [] : pending } }
@@ -158,7 +156,7 @@ final class PresenterMessenger: @unchecked Sendable {
                 + "\(accessor.map { " for \($0.logName)" } ?? ""): the access fails with \(code)"
             domain.logger.notice("\(line)")
         }
-        if let error { finish(error) } else if done { finish(nil) }
+        if let error { finish(.failed(error)) } else if done { finish(nil) }
     }
 
     /// The origin of the access, the same for every message: made when the first is sent.
@@ -231,14 +229,14 @@ final class PresenterMessenger: @unchecked Sendable {
 
     /// Calls the completion, once: whether this call did.
     @discardableResult
-    private func finish(_ error: Error?) -> Bool {
+    private func finish(_ failure: AccessFailure?) -> Bool {
         let (completion, deadline): (Completion?, AnswerDeadlines.Token?) = lock.withLock {
             defer { self.completion = nil; self.deadline = nil }
             return (self.completion, self.deadline)
         }
         if let deadline { domain.answerDeadlines.answered(deadline) }
         guard let completion else { return false }
-        completion(error)
+        completion(failure)
         return true
     }
 }

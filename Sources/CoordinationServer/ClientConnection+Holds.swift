@@ -171,10 +171,10 @@ extension ClientConnection {
             }
             unwatch?()
             switch result {
-            case .failure(let error):
+            case .failure(let failure):
                 self.server.counts.returnMemory(bytes, of: self.peer.uid)
                 self.dropNamedCoordinator(name)
-                self.send(.error(id: id, errno: Self.errnoName(error), message: "\(error)"))
+                self.send(.error(id: id, errno: Self.errnoName(failure), message: "\(failure.error)"))
             case .success(let claim) where self.server.claimGate.map({ !$0.admits(claim.intents) }) ?? false:
                 // Its host's delegation was recalled while it was claimed: given back, asked again.
                 claim.end(
@@ -449,7 +449,8 @@ extension ClientConnection {
         }
     }
 
-    static func errnoName(_ error: Error) -> String {
-        ErrnoNames.name(of: FileCoordinationError.errno(for: error, cancellation: ECANCELED))
+    /// The errno name a hold's failure is answered with: the engine's for its refusals.
+    static func errnoName(_ failure: AccessFailure) -> String {
+        ErrnoNames.name(of: failure.errno(cancellation: ECANCELED))
     }
 }

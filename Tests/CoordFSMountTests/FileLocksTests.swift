@@ -12,7 +12,7 @@ import Glibc
 /// kernel's request timeout), each exactly once; and the cluster's part, through a stand-in for
 /// the host's lock delegations.
 @Suite struct FileLocksTests {
-    static let file: UInt64 = 42
+    static let file = NodeID(42)
     static let a = LockOwner(0xA), b = LockOwner(0xB)
 
     /// The answers given, by request number.

@@ -6,26 +6,26 @@ import Testing
 /// merges, dropped at any close by the process), flock locks per open file description (shared,
 /// exclusive, converted, dropped with the open), the two kinds apart, and the deadlock check.
 @Suite struct LockTableTests {
-    static let file: UInt64 = 42
+    static let file = NodeID(42)
     static let a = LockOwner(0xA), b = LockOwner(0xB), c = LockOwner(0xC)
 
     static func posix(
         _ owner: LockOwner, _ type: LockType, _ start: Int64, _ end: Int64, handle: UInt64 = 1,
-        node: UInt64 = file
+        node: NodeID = file
     ) -> LockRequest {
         LockRequest(
             node: node, handle: handle, kind: .posix, owner: owner, type: type, range: LockRange(start, end),
             pid: Int32(truncatingIfNeeded: owner.rawValue), path: type == .unlock ? "" : "dir/file")
     }
 
-    static func flock(_ owner: LockOwner, _ type: LockType, node: UInt64 = file) -> LockRequest {
+    static func flock(_ owner: LockOwner, _ type: LockType, node: NodeID = file) -> LockRequest {
         LockRequest(
             node: node, handle: owner.rawValue, kind: .flock, owner: owner, type: type, range: .wholeFile, pid: 0,
             path: type == .unlock ? "" : "dir/file")
     }
 
     /// `owner`'s POSIX locks of the file, as "start-end r|w", in order of their start.
-    static func ranges(_ table: LockTable, _ owner: LockOwner, node: UInt64 = file) -> [String] {
+    static func ranges(_ table: LockTable, _ owner: LockOwner, node: NodeID = file) -> [String] {
         table.locks(on: node).filter { $0.kind == .posix && $0.owner == owner }.sorted {
             $0.range.start < $1.range.start
         }
@@ -106,7 +106,7 @@ import Testing
         Self.set(&table, Self.posix(Self.a, .shared, 100, 109, handle: 2))
         Self.set(&table, Self.posix(Self.b, .shared, 200, 209, handle: 3))
         Self.set(&table, Self.flock(Self.a, .exclusive))
-        Self.set(&table, Self.posix(Self.a, .exclusive, 0, 9, node: 7))
+        Self.set(&table, Self.posix(Self.a, .exclusive, 0, 9, node: NodeID(7)))
         // POSIX: a close of any descriptor of the file, whichever it locked through.
         let dropped = table.removePOSIX(of: Self.a, on: Self.file)
         #expect(dropped)
@@ -115,7 +115,7 @@ import Testing
         #expect(
             table.locks(on: Self.file).contains { $0.kind == .flock && $0.owner == Self.a },
             "a flock lock is the open's, not the process's")
-        #expect(Self.ranges(table, Self.a, node: 7) == ["0-9 w"], "its locks of other files stay")
+        #expect(Self.ranges(table, Self.a, node: NodeID(7)) == ["0-9 w"], "its locks of other files stay")
         let droppedAgain = table.removePOSIX(of: Self.a, on: Self.file)
         #expect(!droppedAgain, "nothing left to drop")
     }
@@ -183,9 +183,9 @@ import Testing
         let blocker = try #require(table.conflict(with: aAsks))
         #expect(table.wouldDeadlock(aAsks, blockedBy: blocker))
         // Through a third owner, and another file.
-        Self.set(&table, Self.posix(Self.c, .exclusive, 0, 0, node: 7))
+        Self.set(&table, Self.posix(Self.c, .exclusive, 0, 0, node: NodeID(7)))
         table.dequeue(1, on: Self.file)
-        table.enqueue(2, Self.posix(Self.b, .exclusive, 0, 0, node: 7))
+        table.enqueue(2, Self.posix(Self.b, .exclusive, 0, 0, node: NodeID(7)))
         table.enqueue(3, Self.posix(Self.c, .exclusive, 0, 0))
         #expect(table.wouldDeadlock(aAsks, blockedBy: blocker))
         // Nobody waits for A: no cycle.
@@ -193,7 +193,7 @@ import Testing
         #expect(!table.wouldDeadlock(aAsks, blockedBy: blocker))
         // flock waits are never checked (Linux neither).
         #expect(!table.wouldDeadlock(Self.flock(Self.a, .exclusive), blockedBy: blocker))
-        #expect(table.queue(of: 7).map { $0.number } == [2])
+        #expect(table.queue(of: NodeID(7)).map { $0.number } == [2])
     }
 
     @Test func heldFilesAreExclusiveWhereAnyLockIs() {

@@ -45,14 +45,14 @@ import Glibc
         let node = try lookUp("file", in: table)
         try #require(link(backing + "/file", backing + "/link") == 0)
         #expect(try lookUp("link", in: table) === node, "the link's reply names the same node")
-        table.forget(NodeID(node.id), 2)
+        table.forget(node.id, 2)
         let (revived, _) = try table.revive(node.id, countingLookup: true)
         #expect(revived.id == node.id && table.placement(of: revived).name == "file")
         // Unlinked through the mount (which tells the table first), then dropped again: the
         // link it was reached by before the first drop still leads to it.
         table.nameGoing("file", in: table.root, parentFD: table.rootDescriptor)
         try #require(unlink(backing + "/file") == 0)
-        table.forget(NodeID(node.id), 1)
+        table.forget(node.id, 1)
         let (again, info) = try table.revive(node.id, countingLookup: true)
         #expect(again.id == node.id && table.placement(of: again).name == "link" && info.st_nlink == 1)
     }
@@ -65,7 +65,7 @@ import Glibc
         try make(backing + "/file")
         try #require(link(backing + "/file", backing + "/elsewhere") == 0)
         let node = try lookUp("file", in: table)
-        table.forget(NodeID(node.id), 1)
+        table.forget(node.id, 1)
         try #require(unlink(backing + "/file") == 0)
         let (again, _) = try table.revive(node.id, countingLookup: true)
         #expect(again.id == node.id && table.placement(of: again).name == "elsewhere")
@@ -78,7 +78,7 @@ import Glibc
         defer { cleanup() }
         try make(backing + "/lone")
         let node = try lookUp("lone", in: table)
-        table.forget(NodeID(node.id), 1)
+        table.forget(node.id, 1)
         try #require(rename(backing + "/lone", backing + "/moved") == 0)
         do throws(Errno) {
             _ = try table.revive(node.id, countingLookup: true)

@@ -48,9 +48,9 @@ import Glibc
     /// What a claim came to, set once by its completion.
     final class Outcome: @unchecked Sendable {
         private let lock = NSLock()
-        private var result: Result<Claim, any Error>?
-        func set(_ result: Result<Claim, any Error>) { lock.withLock { self.result = result } }
-        var value: Result<Claim, any Error>? { lock.withLock { result } }
+        private var result: Result<Claim, AccessFailure>?
+        func set(_ result: Result<Claim, AccessFailure>) { lock.withLock { self.result = result } }
+        var value: Result<Claim, AccessFailure>? { lock.withLock { result } }
     }
 
     /// A mount's wait watch with a short break time, what the control socket's holds wait with,
@@ -67,7 +67,7 @@ import Glibc
     func ownHold(
         in domain: CoordinationDomain, through waits: SocketHoldWaits,
         timeout: Duration
-    ) throws -> (outcome: Result<Claim, any Error>?, took: Duration) {
+    ) throws -> (outcome: Result<Claim, AccessFailure>?, took: Duration) {
         let outcome = Outcome()
         let started = ContinuousClock.now
         let waiting = try #require(
@@ -120,7 +120,7 @@ import Glibc
         for holder in [CoordinatorIdentity.client(process: getpid(), number: 1), .process(program.pid)] {
             let held = try #require(Claim.grantedAtOnce(in: domain, identity: holder, intents: [.read(item)]))
             let (outcome, took) = try ownHold(in: domain, through: waits, timeout: .seconds(1))
-            guard case .failure(let error)? = outcome, case .timedOut? = error as? FileCoordinationError else {
+            guard case .failure(.refused(.timedOut, _))? = outcome else {
                 Issue.record("the hold past \(holder): \(String(describing: outcome))"); return
             }
             #expect(took >= .milliseconds(900), "it waited its timeout: \(took)")

@@ -246,7 +246,7 @@ import Glibc
     func nameChange(
         of caller: Int32, _ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch, number: UInt,
         othersNeedLock: Bool = true, timeout: Duration = .seconds(10)
-    ) throws -> (failure: (any Error)?, took: Duration) {
+    ) throws -> (failure: AccessFailure?, took: Duration) {
         let outcome = Outcome()
         let started = ContinuousClock.now
         let waiting = try #require(
@@ -267,16 +267,16 @@ import Glibc
         case .success(let claim)?:
             claim.end(outcomes: intents.map { _ in unchanged }, in: domain)
             return (nil, took)
-        case .failure(let error)?:
-            return (error, took)
+        case .failure(let failure)?:
+            return (failure, took)
         case nil:
             return (nil, took)
         }
     }
 
     /// Whether a request failed as at its wait timeout: EBUSY through the mount.
-    static func isTimedOut(_ error: (any Error)?) -> Bool {
-        if case .timedOut? = error as? FileCoordinationError { return true }
+    static func isTimedOut(_ failure: AccessFailure?) -> Bool {
+        if case .refused(.timedOut, _)? = failure { return true }
         return false
     }
 

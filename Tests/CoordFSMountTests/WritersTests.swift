@@ -10,7 +10,7 @@ import Glibc
 /// what a create holds (`Filesystem.createKind`).
 @Suite struct WritersTests {
     private func inode() -> Inode {
-        Inode(id: 2, device: 1, number: 2, handle: nil, isDirectory: false, parent: 1, name: "f")
+        Inode(id: NodeID(2), device: 1, number: 2, handle: nil, isDirectory: false, parent: NodeID(1), name: "f")
     }
 
     @Test func eachOfSeveralWritingProcessesIsKnownUntilItsLastRelease() {

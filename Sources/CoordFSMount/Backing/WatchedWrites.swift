@@ -44,7 +44,7 @@ final class WatchedWrites: Sendable {
         /// The nodes marked in this generation by their files' handles as fanotify reports
         /// them: a write is known by its file, whatever name it has by then (or none).
         var byHandle: [[UInt8]: Inode] = [:]
-        var handles: [UInt64: [UInt8]] = [:]
+        var handles: [NodeID: [UInt8]] = [:]
     }
 
     init(statistics: MountStatistics) { self.statistics = statistics }

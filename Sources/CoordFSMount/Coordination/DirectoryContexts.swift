@@ -26,7 +26,7 @@ final class DirectoryContext: Sendable {
 /// made behind the mount's back count within that time).
 final class DirectoryContexts: @unchecked Sendable {
     private struct Entry {
-        var directory: UInt64
+        var directory: NodeID
         var names: Int
         var markers: Int
         var until: Int64
@@ -45,7 +45,7 @@ final class DirectoryContexts: @unchecked Sendable {
     /// The context of `directory`, remembered or made with `make`; `now` is the request's
     /// `coarseMilliseconds()`.
     func context(
-        of directory: UInt64, names: Int, markers: Int, lifetime: Int64, now: Int64,
+        of directory: NodeID, names: Int, markers: Int, lifetime: Int64, now: Int64,
         make: () -> DirectoryContext
     ) -> DirectoryContext {
         let known = recent.withValue { mine -> (index: Int?, context: DirectoryContext?) in

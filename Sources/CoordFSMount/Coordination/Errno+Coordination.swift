@@ -5,8 +5,10 @@ import Glibc
 #endif
 
 extension Errno {
-    /// The errno for a refused or failed coordination; an interrupted wait is EINTR.
-    static func from(coordination error: Error) -> Errno {
-        Errno(code: FileCoordinationError.errno(for: error, cancellation: Glibc.EINTR))
+    /// The errno for a refused or failed coordination: the engine's own for its refusals
+    /// (`CoordinationError.errno(cancellation:)`), a presenter's for its refusal; an interrupted
+    /// wait is EINTR.
+    static func from(coordination failure: AccessFailure) -> Errno {
+        Errno(code: failure.errno(cancellation: Glibc.EINTR))
     }
 }

@@ -92,7 +92,7 @@ final class ItemTargets: Sendable {
     }
 
     /// The context of directory node `directory` (the mount root included).
-    func directoryContext(_ directory: UInt64, now: Int64) -> DirectoryContext {
+    func directoryContext(_ directory: NodeID, now: Int64) -> DirectoryContext {
         // Read before the context is made: a change during the making leaves it stale at once.
         let names = inodes.directoryNamesGeneration.value
         let markers = packageMarkers.currentGeneration
@@ -111,9 +111,9 @@ final class ItemTargets: Sendable {
     /// `target(of:now:)`, with the directory node and the name its path was spelled from
     /// (`NameGates`): the node `wanted` names an item in, or the file's parent. Nil for a
     /// directory or the root (its path is its own context's).
-    func targetAndPlace(of wanted: ItemIntent, now: Int64) -> (AccessTarget, place: (directory: UInt64, name: String)?)
+    func targetAndPlace(of wanted: ItemIntent, now: Int64) -> (AccessTarget, place: (directory: NodeID, name: String)?)
     {
-        let directory: UInt64, name: String
+        let directory: NodeID, name: String
         if !wanted.name.isEmpty {
             (directory, name) = (wanted.node.id, wanted.name)
         } else if wanted.node.isDirectory || wanted.node.id == InodeTable.rootID {

@@ -98,7 +98,7 @@ extension MountCoordinator {
             if plan.watched { waitWatch.forget(number) }
             switch result {
             case .success(let claim): granted(claim, pending.take(), request, waiting)
-            case .failure(let error): refused(error, pending.take(), waiting, settling: plan.settling)
+            case .failure(let failure): refused(failure, pending.take(), waiting, settling: plan.settling)
             }
         }
         var interrupted = false
@@ -147,13 +147,13 @@ extension MountCoordinator {
         domain.deliveringAfter { request.body(pending.take(), MountClaim(claim, self)) }
     }
 
-    private func refused(_ error: Error, _ reply: consuming Reply, _ waiting: Waiting, settling: Bool) {
-        var failure = Errno.from(coordination: error)
+    private func refused(_ failure: AccessFailure, _ reply: consuming Reply, _ waiting: Waiting, settling: Bool) {
+        var answer = Errno.from(coordination: failure)
         // Waiting for nobody, it closes no cycle: it would block.
-        if settling && failure == Errno(code: EDEADLK) { failure = Errno(code: EAGAIN) }
-        statistics.count(failure)
-        reply.error(failure)
-        if case .timedOut? = error as? FileCoordinationError {
+        if settling && answer == Errno(code: EDEADLK) { answer = Errno(code: EAGAIN) }
+        statistics.count(answer)
+        reply.error(answer)
+        if case .refused(.timedOut, _) = failure {
             logGivingUp(waiting.process, waiting.intents, after: .milliseconds(coarseMilliseconds() - waiting.began))
         }
     }

@@ -204,7 +204,7 @@ final class MountCoordinator: @unchecked Sendable {
     /// truncation (`gated`) outside packages shuts its name's gate first: the engine's second
     /// quiet gate stays open for requests about other names (`NameGates`).
     private func grantAtOnce(
-        _ intent: Intent, place: (directory: UInt64, name: String)?, gated: Bool,
+        _ intent: Intent, place: (directory: NodeID, name: String)?, gated: Bool,
         for identity: CoordinatorIdentity
     ) -> Claim? {
         guard gated, let place, intent.target.enclosingPackages.isEmpty else {

@@ -43,11 +43,11 @@ final class NameGates: @unchecked Sendable {
     }
 
     /// The gate of `name` in directory node `directory`.
-    func index(of name: String, in directory: UInt64) -> Int {
+    func index(of name: String, in directory: NodeID) -> Int {
         // FNV-1a over the name, seeded with the directory's id, then a finalizer so that every
         // bit reaches the index. (Names chosen to collide only cost their requests a full
         // coordination.)
-        var hash = 0xcbf2_9ce4_8422_2325 ^ (directory &* 0x9E37_79B9_7F4A_7C15)
+        var hash = 0xcbf2_9ce4_8422_2325 ^ (directory.value &* 0x9E37_79B9_7F4A_7C15)
         for byte in name.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
         hash ^= hash >> 33
         hash &*= 0xff51_afd7_ed55_8ccd

@@ -14,7 +14,7 @@ extension Filesystem {
     /// page is touched, and no lock of the inode is taken, so a handler may send it).
     func invalidateAttributes(of inode: Inode) {
         guard let session = session.load(ordering: .relaxed) else { return }
-        _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id), -1, 0)
+        _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id.value), -1, 0)
     }
 
     /// `invalidateAttributes(of:)` for every known node `which` names.
@@ -26,7 +26,7 @@ extension Filesystem {
     /// its cached pages too (its content changed behind the mount).
     func invalidate(_ inode: Inode, pages: Bool) {
         guard let session = session.load(ordering: .relaxed) else { return }
-        _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id), pages ? 0 : -1, 0)
+        _ = fuse_lowlevel_notify_inval_inode(OpaquePointer(session), fuse_ino_t(inode.id.value), pages ? 0 : -1, 0)
     }
 
     /// Tells the kernel to forget the entry `name` of `directory`, or that it has none: the
@@ -35,7 +35,8 @@ extension Filesystem {
     func invalidateEntry(named name: String, in directory: Inode) {
         guard let session = session.load(ordering: .relaxed) else { return }
         _ = FileSystemName.withCString(name) { bytes in
-            fuse_lowlevel_notify_inval_entry(OpaquePointer(session), fuse_ino_t(directory.id), bytes, strlen(bytes))
+            fuse_lowlevel_notify_inval_entry(
+                OpaquePointer(session), fuse_ino_t(directory.id.value), bytes, strlen(bytes))
         }
     }
 
@@ -45,7 +46,7 @@ extension Filesystem {
         for node in inodes.knownNodes {
             invalidate(node, pages: true)
             let place = inodes.placement(of: node)
-            if node.id != InodeTable.rootID, let parent = inodes[NodeID(place.parent)] {
+            if node.id != InodeTable.rootID, let parent = inodes[place.parent] {
                 invalidateEntry(named: place.name, in: parent)
             }
         }

@@ -25,7 +25,7 @@ final class KernelPassthrough: Sendable {
 
     /// The session's /dev/fuse descriptor once mounted; -1 while passthrough is unavailable.
     private let device = Atomic<Int32>(-1)
-    private let inodes = Mutex<[UInt64: (mode: Mode, opens: Int)]>([:])
+    private let inodes = Mutex<[NodeID: (mode: Mode, opens: Int)]>([:])
     /// Opens the kernel served from a backing file, for the mount's statistics.
     let backedOpens = Atomic<Int>(0)
 
@@ -39,7 +39,7 @@ final class KernelPassthrough: Sendable {
     /// read-write descriptor of it the caller keeps, registered as the backing file if one is
     /// needed. `prefersCached`: the first open of an inode is then served through the mount.
     func beginOpen(
-        of inode: UInt64, writes: Bool, prefersCached: Bool = false, readWrite: Int32? = nil,
+        of inode: NodeID, writes: Bool, prefersCached: Bool = false, readWrite: Int32? = nil,
         openBacking: (_ readWrite: Bool) -> Int32?
     ) throws(Errno) -> Mode {
         let device = device.load(ordering: .relaxed)
@@ -60,7 +60,7 @@ final class KernelPassthrough: Sendable {
     }
 
     /// Ends an open begun with `beginOpen`; the last one unregisters the backing file.
-    func endOpen(of inode: UInt64) {
+    func endOpen(of inode: NodeID) {
         let device = device.load(ordering: .relaxed)
         inodes.withLock { inodes in
             guard let current = inodes[inode] else { return }

@@ -99,17 +99,17 @@ struct DirectoryListing {
         return true
     }
 
-    /// Adds an entry with its node and attributes (READDIRPLUS; `node` 0 for "." and "..",
+    /// Adds an entry with its node and attributes (READDIRPLUS; `node` nil for "." and "..",
     /// which the kernel does not look up): false when it does not fit, and then the kernel
     /// has not looked the node up.
     mutating func add(
-        _ name: UnsafePointer<CChar>, node: UInt64, attributes: stat, timeout: Double, attributeTimeout: Double,
+        _ name: UnsafePointer<CChar>, node: NodeID?, attributes: stat, timeout: Double, attributeTimeout: Double,
         next: off_t
     ) -> Bool {
         var parameters = fuse_entry_param()
-        parameters.ino = fuse_ino_t(node)
+        parameters.ino = fuse_ino_t(node?.value ?? 0)
         parameters.attr = attributes
-        if node != 0 {
+        if node != nil {
             parameters.attr_timeout = attributeTimeout
             parameters.entry_timeout = timeout
         }

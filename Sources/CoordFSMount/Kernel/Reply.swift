@@ -30,7 +30,7 @@ struct Reply: ~Copyable, @unchecked Sendable {
     /// `attributeTimeout`: how long the kernel keeps `info` (`timeout`, the name's, if nil).
     consuming func entry(_ inode: Inode, _ info: stat, timeout: Double, attributeTimeout: Double? = nil) {
         var entry = fuse_entry_param()
-        entry.ino = fuse_ino_t(inode.id)
+        entry.ino = fuse_ino_t(inode.id.value)
         entry.attr = info
         entry.attr_timeout = attributeTimeout ?? timeout
         entry.entry_timeout = timeout
@@ -97,7 +97,7 @@ struct Reply: ~Copyable, @unchecked Sendable {
     ) {
         var fi = fi
         var entry = fuse_entry_param()
-        entry.ino = fuse_ino_t(inode.id)
+        entry.ino = fuse_ino_t(inode.id.value)
         entry.attr = info
         entry.attr_timeout = attributeTimeout ?? timeout
         entry.entry_timeout = timeout

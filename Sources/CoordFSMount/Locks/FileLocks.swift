@@ -219,7 +219,7 @@ final class FileLocks: Sendable {
 
     /// Its process closed a descriptor of `node`: its POSIX locks of the file go (FLUSH's
     /// `lock_owner`), as close(2) drops them on any filesystem.
-    func flush(_ node: UInt64, owner: LockOwner) {
+    func flush(_ node: NodeID, owner: LockOwner) {
         let effects = state.withLock { state -> Effects in
             var effects = Effects()
             if state.table.removePOSIX(of: owner, on: node) { wake(node, &state, &effects) }
@@ -230,7 +230,7 @@ final class FileLocks: Sendable {
 
     /// The open `handle` of `node` is released: its flock lock goes (`flockOwner`, which the
     /// kernel names when the open took one), and its OFD locks.
-    func release(_ handle: UInt64, of node: UInt64, flockOwner: LockOwner?) {
+    func release(_ handle: UInt64, of node: NodeID, flockOwner: LockOwner?) {
         let effects = state.withLock { state -> Effects in
             var effects = Effects()
             if state.table.release(handle, on: node, flockOwner: flockOwner) { wake(node, &state, &effects) }
@@ -245,7 +245,7 @@ final class FileLocks: Sendable {
     }
 
     /// The locks held of `node` (tests, status).
-    func locks(on node: UInt64) -> [FileLock] {
+    func locks(on node: NodeID) -> [FileLock] {
         state.withLock { $0.table.locks(on: node) }
     }
 
@@ -320,7 +320,7 @@ final class FileLocks: Sendable {
 
     /// Tries the requests queued for `node`, first come first, as long as one is granted: a lock
     /// gone (or narrowed, or made shared) may let several in.
-    private func wake(_ node: UInt64, _ state: inout State, _ effects: inout Effects) {
+    private func wake(_ node: NodeID, _ state: inout State, _ effects: inout Effects) {
         var changed = true
         while changed {
             changed = false

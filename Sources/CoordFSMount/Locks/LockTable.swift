@@ -61,7 +61,7 @@ struct FileLock: Equatable, Sendable {
 /// A lock request of the kernel's, in the table's terms.
 struct LockRequest: Sendable, Equatable {
     /// The file's node.
-    var node: UInt64
+    var node: NodeID
     /// The open file it came through (the open's handle).
     var handle: UInt64
     var kind: LockKind
@@ -104,7 +104,7 @@ struct LockTable: Sendable {
         var isUnused: Bool { locks.isEmpty && queue.isEmpty && posixOwners.isEmpty }
     }
 
-    private var files: [UInt64: File] = [:]
+    private var files: [NodeID: File] = [:]
 
     /// How many owners a deadlock check follows (fs/locks.c's MAX_DEADLK_ITERATIONS).
     static let deadlockSteps = 10
@@ -112,7 +112,7 @@ struct LockTable: Sendable {
     // MARK: Questions
 
     /// The locks held of `node`.
-    func locks(on node: UInt64) -> [FileLock] { files[node]?.locks ?? [] }
+    func locks(on node: NodeID) -> [FileLock] { files[node]?.locks ?? [] }
 
     /// The first lock in the way of `request`, if any.
     func conflict(with request: LockRequest) -> FileLock? {
@@ -121,7 +121,7 @@ struct LockTable: Sendable {
 
     /// The strongest lock of `kind` that `owner` holds of `node`: nil when none, false when only
     /// shared ones, true when an exclusive one.
-    func holding(_ owner: LockOwner, _ kind: LockKind, on node: UInt64) -> Bool? {
+    func holding(_ owner: LockOwner, _ kind: LockKind, on node: NodeID) -> Bool? {
         var found: Bool?
         for lock in files[node]?.locks ?? [] where lock.kind == kind && lock.owner == owner {
             if lock.exclusive { return true }
@@ -140,7 +140,7 @@ struct LockTable: Sendable {
     }
 
     /// The requests waiting for `node`, first come first.
-    func queue(of node: UInt64) -> [(number: UInt, request: LockRequest)] { files[node]?.queue ?? [] }
+    func queue(of node: NodeID) -> [(number: UInt, request: LockRequest)] { files[node]?.queue ?? [] }
 
     /// Whether `request`, in the way of `lock`, would wait for itself: `lock`'s owner waits for
     /// a lock whose owner waits ... for a lock of the request's owner (fs/locks.c's
@@ -259,7 +259,7 @@ struct LockTable: Sendable {
 
     /// Drops every POSIX lock of `owner` on `node`: the process closed a descriptor of the file
     /// (FLUSH). Whether it held any.
-    mutating func removePOSIX(of owner: LockOwner, on node: UInt64) -> Bool {
+    mutating func removePOSIX(of owner: LockOwner, on node: NodeID) -> Bool {
         guard var file = files[node] else { return false }
         let before = file.locks.count
         file.locks.removeAll { $0.kind == .posix && $0.owner == owner }
@@ -272,7 +272,7 @@ struct LockTable: Sendable {
     /// The open `handle` of `node` is released (its last descriptor closed): the flock lock of
     /// `flockOwner` goes (the kernel names it when the open took one), and the OFD locks set
     /// through it. Whether any went.
-    mutating func release(_ handle: UInt64, on node: UInt64, flockOwner: LockOwner?) -> Bool {
+    mutating func release(_ handle: UInt64, on node: NodeID, flockOwner: LockOwner?) -> Bool {
         guard var file = files[node] else { return false }
         let before = file.locks.count
         if let flockOwner { file.locks.removeAll { $0.kind == .flock && $0.owner == flockOwner } }
@@ -295,7 +295,7 @@ struct LockTable: Sendable {
 
     /// Request `number` no longer waits in `node`'s queue. Whether it did.
     @discardableResult
-    mutating func dequeue(_ number: UInt, on node: UInt64) -> Bool {
+    mutating func dequeue(_ number: UInt, on node: NodeID) -> Bool {
         guard var file = files[node], let index = file.queue.firstIndex(where: { $0.number == number }) else {
             return false
         }
@@ -313,7 +313,7 @@ struct LockTable: Sendable {
         }
     }
 
-    private mutating func store(_ file: File, at node: UInt64) {
+    private mutating func store(_ file: File, at node: NodeID) {
         files[node] = file.isUnused ? nil : file
     }
 }

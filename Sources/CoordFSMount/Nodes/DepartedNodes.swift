@@ -16,7 +16,7 @@ import LinuxSystem
 /// a node either known or departed, never neither.
 struct DepartedNodes: Sendable {
     struct Record {
-        let parent: UInt64
+        let parent: NodeID
         let name: String
         let device: UInt64
         let number: UInt64
@@ -33,17 +33,17 @@ struct DepartedNodes: Sendable {
 
     private struct Item: Hashable { let device: UInt64, number: UInt64 }
 
-    private var records: [UInt64: Record] = [:]
+    private var records: [NodeID: Record] = [:]
     /// The id each remembered item departed under last.
-    private var ids: [Item: UInt64] = [:]
+    private var ids: [Item: NodeID] = [:]
     /// Ids in the order they departed; `next` is the oldest once the ring is full.
-    private var order: [UInt64] = []
+    private var order: [NodeID] = []
     private var next = 0
     let capacity: Int
 
     init(capacity: Int = 131_072) { self.capacity = capacity }
 
-    mutating func add(_ id: UInt64, _ record: Record) {
+    mutating func add(_ id: NodeID, _ record: Record) {
         var record = record
         if order.count < capacity {
             record.slot = order.count
@@ -61,11 +61,11 @@ struct DepartedNodes: Sendable {
     }
 
     /// The place `id` was last known by, if it is remembered.
-    func record(of id: UInt64) -> Record? { records[id] }
+    func record(of id: NodeID) -> Record? { records[id] }
 
     /// Forgets `id`'s record (it is known again), and its item's id unless the item departed
     /// again under another. Its slot in the order stays until reused.
-    mutating func remove(_ id: UInt64) {
+    mutating func remove(_ id: NodeID) {
         guard let record = records.removeValue(forKey: id) else { return }
         let item = Item(device: record.device, number: record.number)
         if ids[item] == id { ids[item] = nil }
@@ -76,7 +76,7 @@ struct DepartedNodes: Sendable {
     /// remembered, or was known by none of the places it departed from (its own, or another
     /// of a file with hard links), or as another type: its inode number may have gone to
     /// another item (as `InodeTable.revive` takes it, a place and the number together).
-    mutating func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: UInt64, name: String) -> UInt64? {
+    mutating func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: NodeID, name: String) -> NodeID? {
         guard let id = ids[Item(device: device, number: number)], let record = records[id],
             record.isDirectory == isDirectory
         else { return nil }

@@ -7,11 +7,14 @@ struct DescriptorSlots {
     var uses: [UInt64] = []
     /// Requests using the descriptor right now: it is not closed under them.
     var pins: [Int32] = []
-    /// The node id holding the slot; 0 when it is free.
-    var owners: [UInt64] = []
+    /// The node holding the slot; `nobody` when it is free.
+    var owners: [NodeID] = []
     var free: [Int] = []
     /// Counts uses, for `uses`.
     var clock: UInt64 = 0
+
+    /// The owner of a free slot: no node is numbered 0.
+    static let nobody = NodeID(0)
 
     /// Descriptors held: the slots in use.
     var open: Int { descriptors.count - free.count }
@@ -51,7 +54,7 @@ struct DescriptorSlots {
         let fd = descriptors[slot]
         descriptors[slot] = -1
         uses[slot] = .max
-        owners[slot] = 0
+        owners[slot] = Self.nobody
         free.append(slot)
         return fd
     }

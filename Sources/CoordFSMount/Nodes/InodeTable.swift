@@ -16,7 +16,7 @@ import Glibc
 /// Its descriptor, kept in a slot of the table, is reached only through `InodeTable.withFD`,
 /// which pins it for the call.
 final class Inode: @unchecked Sendable {
-    let id: UInt64
+    let id: NodeID
     let device: UInt64
     let number: UInt64
     let isDirectory: Bool
@@ -25,7 +25,7 @@ final class Inode: @unchecked Sendable {
     let handle: cfs_file_handle?
     // Guarded by the table's lock.
     var lookups: UInt64 = 0
-    var parent: UInt64
+    var parent: NodeID
     var name: String
     /// Other (parent, name) places of a file with several links, most recent last: one takes
     /// over when the name it is known by goes (`nameRemoved`, `reopenByName`), and without file
@@ -76,7 +76,7 @@ final class Inode: @unchecked Sendable {
     let isUnnamed = Atomic<Bool>(false)
 
     struct Place: Equatable {
-        let parent: UInt64
+        let parent: NodeID
         let name: String
     }
 
@@ -102,8 +102,8 @@ final class Inode: @unchecked Sendable {
     static let mostOtherPlaces = 8
 
     init(
-        id: UInt64, device: UInt64, number: UInt64, handle: cfs_file_handle?,
-        isDirectory: Bool, parent: UInt64, name: String
+        id: NodeID, device: UInt64, number: UInt64, handle: cfs_file_handle?,
+        isDirectory: Bool, parent: NodeID, name: String
     ) {
         self.id = id
         self.device = device
@@ -122,15 +122,16 @@ final class Inode: @unchecked Sendable {
 /// more inodes: at most `descriptorBudget` descriptors stay open; the least recently used
 /// unpinned ones are closed and opened again from their file handle when next needed.
 final class InodeTable: Sendable {
-    static let rootID: UInt64 = 1
+    static let rootID = NodeID(1)
 
     private struct Key: ShardedKey {
         let device: UInt64, number: UInt64
         var shard: Int { Self.shard(of: number ^ device) }
     }
     private struct State {
-        var byID = ShardedDictionary<UInt64, Inode>()
-        var byKey = ShardedDictionary<Key, UInt64>()
+        var byID = ShardedDictionary<NodeID, Inode>()
+        var byKey = ShardedDictionary<Key, NodeID>()
+        /// The number of the next new node.
         var nextID: UInt64 = 2
         /// The descriptors held for inodes (the root's aside).
         var slots = DescriptorSlots()
@@ -205,8 +206,8 @@ final class InodeTable: Sendable {
     }
 
     subscript(node: NodeID) -> Inode? {
-        if node.value == Self.rootID { return root }
-        return state.withLock { $0.byID[node.value] }
+        if node == Self.rootID { return root }
+        return state.withLock { $0.byID[node] }
     }
 
     /// Runs `body` with the node's descriptor, pinned: it is not closed until `body` returns.
@@ -275,7 +276,7 @@ final class InodeTable: Sendable {
         var wrong: [Inode.Place] = []
         var found: (fd: Int32, place: Inode.Place)?
         for place in [first] + others.reversed() where found == nil {
-            guard let parent = self[NodeID(place.parent)], parent !== inode else { wrong.append(place); continue }
+            guard let parent = self[place.parent], parent !== inode else { wrong.append(place); continue }
             do throws(Errno) {
                 let (fd, info) = try openChild(named: place.name, in: parent)
                 if UInt64(info.st_dev) == inode.device, UInt64(info.st_ino) == inode.number {
@@ -357,7 +358,7 @@ final class InodeTable: Sendable {
                 ? nil
                 : state.departed.reclaim(
                     device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
-            let id = departedID ?? state.nextID
+            let id = departedID ?? NodeID(state.nextID)
             if departedID == nil { state.nextID += 1 }
             let inode = Inode(
                 id: id, device: key.device, number: key.number,
@@ -387,7 +388,7 @@ final class InodeTable: Sendable {
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let (inode, evicted) = state.withLock { state -> (Inode, [Int32]) in
             state.slots.clock += 1
-            let id = state.nextID
+            let id = NodeID(state.nextID)
             state.nextID += 1
             let inode = Inode(
                 id: id, device: key.device, number: key.number, handle: nil, isDirectory: false,
@@ -430,7 +431,7 @@ final class InodeTable: Sendable {
     }
 
     /// A lookup found `known` by `name` in `parent` (the table's lock is held).
-    private func noteLookup(of known: Inode, info: stat, parent: UInt64, name: String, _ state: inout State) {
+    private func noteLookup(of known: Inode, info: stat, parent: NodeID, name: String, _ state: inout State) {
         state.slots.touch(known)
         known.lookups += 1
         if known.isDirectory && (known.parent != parent || known.name != name) {
@@ -458,8 +459,7 @@ final class InodeTable: Sendable {
 
     /// The kernel forgets `count` lookups; at zero the node goes, and its descriptor once no
     /// request holds it.
-    func forget(_ node: NodeID, _ count: UInt64) {
-        let id = node.value
+    func forget(_ id: NodeID, _ count: UInt64) {
         if id == Self.rootID { return }
         let closing = state.withLock { state -> Int32? in
             guard let inode = state.byID[id] else { return nil }
@@ -491,7 +491,7 @@ final class InodeTable: Sendable {
     /// the same way) and checked to be the same item (`findAgain`). `countingLookup`: the
     /// kernel will hold it (the node it asked for); an ancestor found again on the way is held
     /// by no one. ESTALE when it is not remembered, or no place of it leads to it any more.
-    func revive(_ id: UInt64, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
+    func revive(_ id: NodeID, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
         // Known: counted under the lock that a FORGET takes, which might otherwise drop it between.
         // Else where it was last known, looked up with it: a node is one or the other.
         let (known, departedAt): (Inode?, DepartedNodes.Record?) =
@@ -587,7 +587,7 @@ final class InodeTable: Sendable {
     /// The path of a node below `base` — `base`, a slash, then the names from the root down
     /// (just `base` for the root) — with `name` appended. A `base` of "" gives the path relative
     /// to the root ("" for the root itself); "/" gives "/" and the names.
-    func path(of id: UInt64, appending name: String? = nil, under base: String = "") -> String {
+    func path(of id: NodeID, appending name: String? = nil, under base: String = "") -> String {
         state.withLock { state in
             // One walk up the parents into a buffer on the stack, then the names written into
             // one allocation. Deeper than the buffer, a second walk fetches the rest.
@@ -638,7 +638,7 @@ final class InodeTable: Sendable {
     /// The node now at `name` in `parent` moved there from `source` by a rename through the
     /// mount. A file with hard links renamed by another name than the one it is known by keeps
     /// that one, and the new name is one of its others.
-    func moved(_ id: UInt64, from source: (parent: UInt64, name: String), to parent: UInt64, name: String) {
+    func moved(_ id: NodeID, from source: (parent: NodeID, name: String), to parent: NodeID, name: String) {
         state.withLock { state in
             guard let inode = state.byID[id] else { return }
             if inode.isDirectory { directoryNamesGeneration.increment() }
@@ -670,7 +670,7 @@ final class InodeTable: Sendable {
 
     /// `name` in `parent`, which named the item (`device`, `number`), was removed or replaced
     /// through the mount: see `nameGoing`.
-    func nameRemoved(_ name: String, in parent: UInt64, device: UInt64, number: UInt64) {
+    func nameRemoved(_ name: String, in parent: NodeID, device: UInt64, number: UInt64) {
         guard nodesWithOtherPlaces.load(ordering: .relaxed) > 0 else { return }
         state.withLock { state in
             guard let id = state.byKey[Key(device: device, number: number)], let inode = state.byID[id],
@@ -688,7 +688,7 @@ final class InodeTable: Sendable {
     }
 
     /// The parent and name a node was last reached by.
-    func placement(of inode: Inode) -> (parent: UInt64, name: String) {
+    func placement(of inode: Inode) -> (parent: NodeID, name: String) {
         state.withLock { _ in (inode.parent, inode.name) }
     }
 

@@ -49,7 +49,7 @@ extension Filesystem {
             }
             guard let entry = found else { break }
             let record = DirectoryEntry(entry)
-            if isVersionStore(NodeID(file.inode.id), record.name) { continue }
+            if isVersionStore(file.inode.id, record.name) { continue }
             let added: Bool
             if plus {
                 if record.name != "." && record.name != ".." {
@@ -61,14 +61,14 @@ extension Filesystem {
                             attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint),
                             next: record.next)
                     }
-                    if !added { inodes.forget(NodeID(inode.id), 1) }  // not sent: not looked up
+                    if !added { inodes.forget(inode.id, 1) }  // not sent: not looked up
                 } else {
                     var attributes = stat()
                     attributes.st_ino = ino_t(record.number)
                     attributes.st_mode = record.type
                     added = FileSystemName.withCString(record.name) {
                         listing.add(
-                            $0, node: 0, attributes: attributes, timeout: 0, attributeTimeout: 0, next: record.next)
+                            $0, node: nil, attributes: attributes, timeout: 0, attributeTimeout: 0, next: record.next)
                     }
                 }
             } else {

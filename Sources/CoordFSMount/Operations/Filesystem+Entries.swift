@@ -37,14 +37,14 @@ extension Filesystem {
         let readPoint = watchedWrites.readPoint
         do throws(Errno) {
             if name == "." {
-                let (inode, info) = try inodes.revive(id.value, countingLookup: true)
+                let (inode, info) = try inodes.revive(id, countingLookup: true)
                 return reply.entry(
                     inode, shown(info), timeout: timeout(onDevice: inode.device),
                     attributeTimeout: attributeTimeout(for: info, of: inode, readSince: readPoint))
             }
-            let (node, _) = try inodes.revive(id.value, countingLookup: false)
+            let (node, _) = try inodes.revive(id, countingLookup: false)
             guard node.isDirectory else { return reply.error(ENOTDIR) }
-            let parentID = id.value == InodeTable.rootID ? id.value : inodes.placement(of: node).parent
+            let parentID = id == InodeTable.rootID ? id : inodes.placement(of: node).parent
             let (parent, info) = try inodes.revive(parentID, countingLookup: true)
             reply.entry(
                 parent, shown(info), timeout: timeout(onDevice: parent.device),

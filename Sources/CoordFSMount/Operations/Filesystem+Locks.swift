@@ -36,7 +36,7 @@ extension Filesystem {
         guard let fileLocks else { return unserved(reply, "getlk") }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let request = LockRequest(
-            node: id.value, handle: handle, kind: .posix, owner: LockOwner(owner), type: asked.type, range: asked.range,
+            node: id, handle: handle, kind: .posix, owner: LockOwner(owner), type: asked.type, range: asked.range,
             pid: asked.pid, path: targets.relativePath(inode))
         let pending = PendingReply(reply)
         fileLocks.test(request) { [self] found in
@@ -81,7 +81,7 @@ extension Filesystem {
         guard let fileLocks else { return unserved(reply, kind == .flock ? "flock" : "setlk") }
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         let request = LockRequest(
-            node: id.value, handle: handle, kind: kind, owner: owner, type: type, range: range, pid: pid,
+            node: id, handle: handle, kind: kind, owner: owner, type: type, range: range, pid: pid,
             path: type == .unlock ? "" : targets.relativePath(inode))
         let number = fileLocks.nextNumber()
         // Registered before the request may wait (an unlock never does): an interrupt that

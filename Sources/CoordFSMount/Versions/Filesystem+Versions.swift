@@ -19,7 +19,7 @@ extension Filesystem {
     /// the mount neither shows nor lets anyone make, whatever the mount's versions are.
     @inline(__always)
     func isVersionStore(_ parentID: NodeID, _ name: String) -> Bool {
-        parentID.value == InodeTable.rootID && name == VersionStore.directoryName
+        parentID == InodeTable.rootID && name == VersionStore.directoryName
     }
 
     /// The process `caller` is, as versions know writers: by its process, not its thread.
