@@ -68,7 +68,7 @@ public struct SnapshotWindow: Sendable {
 
     /// The lists taken; the others come empty, and are still counted in `totals`.
     public var lists: Set<List>
-    /// The most entries taken of each list.
+    /// The most entries taken of each list; a holder or a waiter counts once per intent.
     public var limit: Int
     /// Per list, the cursor of the entry before the window (the `next` of the window before).
     public var after: [List: UInt64]
@@ -86,14 +86,29 @@ public struct SnapshotWindow: Sendable {
     /// The keys after the cursor of `list`, and the last key the window takes of them: nil
     /// when it takes every one. Only the keys are sorted, and only when there are more than fit.
     func end(of list: List, _ keys: [UInt64]) -> (takes: (UInt64) -> Bool, last: UInt64?) {
+        end(of: list, keys.map { (key: $0, weight: 1) })
+    }
+
+    /// As `end(of:_:)` for entries that count as more than one (a hold of many items counts
+    /// once per item, so that a window of holders describes at most `limit` intents). The
+    /// window takes at least one entry, however heavy.
+    func end(of list: List, _ keys: [(key: UInt64, weight: Int)]) -> (takes: (UInt64) -> Bool, last: UInt64?) {
         let after = self.after[list]
         func isAfter(_ key: UInt64) -> Bool { after.map { key > $0 } ?? true }
         guard lists.contains(list) else { return ({ _ in false }, nil) }
-        var candidates = keys.filter(isAfter)
-        guard candidates.count > limit else { return (isAfter, nil) }
-        candidates.sort()
-        let last = candidates[limit - 1]
-        return ({ isAfter($0) && $0 <= last }, last)
+        var candidates = keys.filter { isAfter($0.key) }
+        guard candidates.reduce(0, { $0 + $1.weight }) > limit else { return (isAfter, nil) }
+        candidates.sort { $0.key < $1.key }
+        var taken = 0
+        for (index, candidate) in candidates.enumerated() {
+            if taken > 0 && taken + candidate.weight > limit {
+                let last = candidates[index - 1].key
+                return ({ isAfter($0) && $0 <= last }, last)
+            }
+            taken += candidate.weight
+        }
+        // One entry heavier than the limit, alone: the window takes it, and it was the last.
+        return (isAfter, nil)
     }
 }
 
@@ -102,56 +117,73 @@ extension CoordinationEngine {
     public func snapshot() -> EngineSnapshot { snapshot(.whole) }
 
     /// A consistent picture of part of the engine (C27): `window` says which.
+    ///
+    /// The lock is held for two scans of the tables, never for a sort or a copy of them: a
+    /// status of a mount with a few hundred thousand watches must not stall its opens. Between
+    /// the scans an entry may end (it is left out) or begin (with a key past the window's end,
+    /// since keys only grow: it comes in a later window).
     public func snapshot(_ window: SnapshotWindow) -> EngineSnapshot {
-        // Copies on write: the lock is held for four reference counts, however large the tables.
-        let (grants, listed, waiting, presenters, services) = state.withLock { state in
-            (state.grants, state.shortList.entries, state.waiting, state.presenters, state.services)
+        typealias Keys = [(key: UInt64, weight: Int)]
+        let (keys, totals) = state.withLock { state -> ([SnapshotWindow.List: Keys], [SnapshotWindow.List: Int]) in
+            var keys: [SnapshotWindow.List: Keys] = [:]
+            if window.lists.contains(.holders) {
+                keys[.holders] =
+                    state.grants.map { (key: $0.record.number, weight: $0.record.intents.count) }
+                    + state.shortList.entries.map { (key: $0.number, weight: 1) }
+            }
+            if window.lists.contains(.waiters) {
+                keys[.waiters] = state.waiting.map { (key: $0.ticket.rawValue, weight: $0.request.intents.count) }
+            }
+            if window.lists.contains(.presenters) {
+                keys[.presenters] = state.presenters.keys.map { (key: $0.rawValue, weight: 1) }
+            }
+            if window.lists.contains(.services) {
+                keys[.services] = state.services.keys.map { (key: $0.rawValue, weight: 1) }
+            }
+            let totals: [SnapshotWindow.List: Int] = [
+                .holders: state.grants.count + state.shortList.entries.count, .waiters: state.waiting.count,
+                .presenters: state.presenters.count, .services: state.services.count
+            ]
+            return (keys, totals)
         }
         var next: [SnapshotWindow.List: UInt64] = [:]
-
-        let holding = window.end(of: .holders, grants.map { $0.record.number } + listed.map(\.number))
-        next[.holders] = holding.last
-        var numbered: [(number: UInt64, holder: EngineSnapshot.Holder)] = []
-        for (id, record) in grants where holding.takes(record.number) {
-            let holder = EngineSnapshot.Holder(
-                grant: id, identity: record.identity, intents: record.intents, messaging: record.messaging,
-                messagingSince: record.messagingSince)
-            numbered.append((record.number, holder))
+        func end(_ list: SnapshotWindow.List) -> (UInt64) -> Bool {
+            let end = window.end(of: list, keys[list] ?? [])
+            next[list] = end.last
+            return end.takes
         }
-        for entry in listed where holding.takes(entry.number) {
-            let holder = EngineSnapshot.Holder(
-                grant: GrantID(shortListNumber: entry.number), identity: entry.identity, intents: [entry.intent],
-                messaging: [], messagingSince: nil)
-            numbered.append((entry.number, holder))
-        }
-        let holders = numbered.sorted { $0.number < $1.number }.map(\.holder)
+        let (holding, waits, presenting, serving) = (end(.holders), end(.waiters), end(.presenters), end(.services))
 
-        let waits = window.end(of: .waiters, waiting.map(\.ticket.rawValue))
-        next[.waiters] = waits.last
-        let waiters = waiting.filter { waits.takes($0.ticket.rawValue) }.sorted {
-            $0.ticket.rawValue < $1.ticket.rawValue
+        var (holders, waiters, presenters, services) = state.withLock { state in
+            var holders: [(number: UInt64, holder: EngineSnapshot.Holder)] = []
+            for (id, record) in state.grants where holding(record.number) {
+                let holder = EngineSnapshot.Holder(
+                    grant: id, identity: record.identity, intents: record.intents, messaging: record.messaging,
+                    messagingSince: record.messagingSince)
+                holders.append((record.number, holder))
+            }
+            for entry in state.shortList.entries where holding(entry.number) {
+                let holder = EngineSnapshot.Holder(
+                    grant: GrantID(shortListNumber: entry.number), identity: entry.identity, intents: [entry.intent],
+                    messaging: [], messagingSince: nil)
+                holders.append((entry.number, holder))
+            }
+            let waiters = state.waiting.filter { waits($0.ticket.rawValue) }.map {
+                EngineSnapshot.Waiter(
+                    ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents,
+                    waitsFor: $0.blockers, since: $0.since)
+            }
+            return (
+                holders, waiters, state.presenters.filter { presenting($0.key.rawValue) }.map { ($0.key, $0.value) },
+                state.services.filter { serving($0.key.rawValue) }.map { ($0.key, $0.value) }
+            )
         }
-        .map {
-            EngineSnapshot.Waiter(
-                ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents,
-                waitsFor: $0.blockers, since: $0.since)
-        }
-
-        let presenting = window.end(of: .presenters, presenters.keys.map(\.rawValue))
-        next[.presenters] = presenting.last
-        let serving = window.end(of: .services, services.keys.map(\.rawValue))
-        next[.services] = serving.last
-
+        holders.sort { $0.number < $1.number }
+        waiters.sort { $0.ticket.rawValue < $1.ticket.rawValue }
+        presenters.sort { $0.0.rawValue < $1.0.rawValue }
+        services.sort { $0.0.rawValue < $1.0.rawValue }
         return EngineSnapshot(
-            holders: holders, waiters: waiters,
-            presenters: presenters.filter { presenting.takes($0.key.rawValue) }.sorted {
-                $0.key.rawValue < $1.key.rawValue
-            },
-            services: services.filter { serving.takes($0.key.rawValue) }.sorted { $0.key.rawValue < $1.key.rawValue },
-            totals: [
-                .holders: grants.count + listed.count, .waiters: waiting.count, .presenters: presenters.count,
-                .services: services.count
-            ],
-            next: next)
+            holders: holders.map(\.holder), waiters: waiters, presenters: presenters, services: services,
+            totals: totals, next: next)
     }
 }

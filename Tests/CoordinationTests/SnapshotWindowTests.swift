@@ -59,14 +59,29 @@ import Testing
             numbers.append(UInt64(n))
         }
         let whole = engine.snapshot()
-        let pages = windows(engine, .holders, limit: 5) { snapshot in
+        let pages = windows(engine, .holders, limit: 4) { snapshot in
             snapshot.holders.map { holder in
                 whole.holders.firstIndex { $0.grant == holder.grant }.map(UInt64.init) ?? 999
             }
         }
-        #expect(pages.map(\.count) == [5, 5, 2])
+        // Each three grants weigh four intents (two through the tables, one each listed).
+        #expect(pages.map(\.count) == [3, 3, 3, 3])
         #expect(pages.flatMap { $0 } == numbers, "the windows, one after another, are the whole snapshot's order")
-        #expect(engine.snapshot(SnapshotWindow(limit: 5)).totals[.holders] == 12)
+        #expect(engine.snapshot(SnapshotWindow(limit: 4)).totals[.holders] == 12)
+    }
+
+    /// A hold of many items counts once per item: a window of holders describes at most
+    /// `limit` intents, and still takes one hold heavier than that alone.
+    @Test func aHolderCountsOncePerIntent() throws {
+        let engine = CoordinationEngine()
+        for n in 0..<5 {
+            let intents = (0..<4).map { Intent.read(ItemPath("/w\(n)/\($0)")!) }
+            _ = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(Int32(n + 1)), intents: intents)))
+        }
+        let heavy = (0..<30).map { Intent.read(ItemPath("/heavy/\($0)")!) }
+        _ = try #require(engine.acquireAtOnce(AccessRequest(identity: .process(99), intents: heavy)))
+        let pages = windows(engine, .holders, limit: 10) { $0.holders.map { UInt64($0.intents.count) } }
+        #expect(pages == [[4, 4], [4, 4], [4], [30]])
     }
 
     @Test func aListLeftOutComesEmptyAndCounted() {

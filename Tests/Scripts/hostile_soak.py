@@ -37,7 +37,7 @@ an agent of several threads, each doing at random, until the time is up:
                  moves done right
   vend           services on its own files, and root's service's name on root's directories
                  (root must still find its own)
-  status         the whole status (must always be answered)
+  status         the whole status, page after page (must always be answered)
   open           root's files open for reading, kept a while (as `tail -f`)
   write-shared   shared/common written in place, appended to, rewritten and truncated
   rename         its own names renamed, saved over atomically, and root's tried
@@ -105,6 +105,42 @@ def socket_path(mount):
     if mount not in SOCKETS:
         SOCKETS[mount] = os.getxattr(mount, "user.coordfs.socket").decode()
     return SOCKETS[mount]
+
+
+def task_state(pid, tid):
+    """A task's command, state and the top of its kernel stack, on one line."""
+    base = "/proc/%d/task/%d/" % (pid, tid)
+    try:
+        with open(base + "stat") as f:
+            stat = f.read()
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        state = stat[stat.rindex(")") + 2]
+        with open(base + "stack") as f:
+            frames = [line.split()[1].split("+")[0] for line in f if len(line.split()) > 1]
+    except (OSError, ValueError, IndexError):
+        return "%d/%d gone" % (pid, tid)
+    return "%d/%d %s %s %s" % (pid, tid, comm, state, " < ".join(frames[:5]))
+
+
+def blocked_tasks():
+    """Every task of the system in uninterruptible sleep (state D)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            tids = os.listdir("/proc/%s/task" % pid)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%s/task/%s/stat" % (pid, tid)) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if stat[stat.rindex(")") + 2:stat.rindex(")") + 3] == "D":
+                found.append((int(pid), int(tid)))
+    return found
 
 
 class Channel:
@@ -423,14 +459,28 @@ class Agent:
                 channel.request({"op": "withdraw", "service": answer["service"]}, timeout=10)
 
     def act_status(self, rng, state):
+        """The whole status, a page at a time and as large pages as the server gives (each of
+        a list that goes on, up to 50 pages an action)."""
         started = time.monotonic()
+        pages = 0
         try:
             reply = state.channel().request({"op": "status"}, timeout=20)
+            cursors = dict(reply.get("next") or {})
+            while cursors and pages < 50 and "error" not in reply:
+                name, cursor = cursors.popitem()
+                page = state.channel().request({"op": "status", "list": name, "after": cursor, "limit": 10000},
+                                               timeout=20)
+                pages += 1
+                if "error" in page:
+                    reply = page
+                elif (page.get("next") or {}).get(name) is not None:
+                    cursors[name] = page["next"][name]
         except TimeoutError:
             self.find("uid %d: status unanswered after 20 s" % self.uid)
             state.drop()
             return self.note("status", "unanswered")
-        self.note("status", reply.get("error", "ok") + (" slow" if time.monotonic() - started > 5 else ""))
+        self.note("status", reply.get("error", "ok") + (" paged" if pages else "")
+                  + (" slow" if time.monotonic() - started > 5 else ""))
 
     def act_open(self, rng, state):
         """One of root's files open for reading, read now and then, kept up to 4 s."""
@@ -748,6 +798,10 @@ class Soak:
         self.mounted = False
         self.agents = []
         self.rss = []
+        # The listings under way (native thread id -> directory, start), and what the kernel
+        # showed of the slow ones.
+        self.listing_now = {}
+        self.freeze_samples = []
         self.daemon = None
         self.fio = {"rounds": 0, "ios": 0, "verified": 0, "errors": []}
         self.counter = {"runs": 0, "failed": [], "expected": 0}
@@ -942,9 +996,11 @@ class Soak:
         everyone else's `ls` and create would wait for."""
         directory = self.path(relative)
         missing = 0
+        thread = threading.get_native_id()
         while not self.stop.is_set():
             missing += 1
             started = time.monotonic()
+            self.listing_now[thread] = (relative, started)
             try:
                 os.listdir(directory)
                 os.lstat(os.path.join(directory, ".not-there-%d" % missing))
@@ -952,8 +1008,45 @@ class Soak:
                 pass
             except OSError as error:
                 self.figures.error("listing %s: %r" % (relative, error))
+            self.listing_now.pop(thread, None)
             self.figures.listing(relative, time.monotonic() - started, self.options.frozen)
             self.stop.wait(0.05)
+
+    def freeze_loop(self):
+        """What a listing that takes long waits on, seen by the kernel: the listing thread's
+        state and kernel stack, and every task then blocked (state D) with the top of its own.
+        Tells a directory lock held by a waiting call from a mount slow to answer from a CPU
+        too busy to run the caller (state R)."""
+        sampled = set()
+        while not self.stop.wait(0.1):
+            now = time.monotonic()
+            for thread, (relative, started) in list(self.listing_now.items()):
+                if now - started < 0.7 * self.options.frozen or (thread, started) in sampled:
+                    continue
+                sampled.add((thread, started))
+                if len(self.freeze_samples) >= 12:
+                    return
+                lines = ["%s after %.2f s: listing thread %s" % (relative, now - started, task_state(os.getpid(), thread))]
+                for pid, tid in blocked_tasks():
+                    if tid != thread and pid != self.daemon:
+                        lines.append("  blocked: " + task_state(pid, tid))
+                lines = lines[:8]
+                # The mount's own threads, alike ones counted together: busy ones (R), ones
+                # stuck in the kernel (D), and what the others sleep in.
+                kinds = {}
+                try:
+                    tids = [int(tid) for tid in os.listdir("/proc/%d/task" % self.daemon)]
+                except OSError:
+                    tids = []
+                for tid in tids:
+                    state = task_state(self.daemon, tid).split(" ", 2)
+                    kind = state[2] if len(state) > 2 else "gone"
+                    kinds[kind] = kinds.get(kind, 0) + 1
+                for kind, count in sorted(kinds.items(), key=lambda item: -item[1])[:8]:
+                    lines.append("  mount x%d: %s" % (count, kind))
+                with open("/proc/loadavg") as f:
+                    lines.append("  load: " + f.read().strip())
+                self.freeze_samples.append("\n".join(lines))
 
     def rss_loop(self):
         while not self.stop.is_set():
@@ -1064,7 +1157,8 @@ class Soak:
         self.lay_out()
         warm = time.monotonic() + o.warm_up
         until = warm + o.seconds
-        threads = [threading.Thread(target=self.rss_loop, daemon=True)]
+        threads = [threading.Thread(target=self.rss_loop, daemon=True),
+                   threading.Thread(target=self.freeze_loop, daemon=True)]
         threads += [threading.Thread(target=self.list_loop, args=(relative,), daemon=True) for relative in self.directories()]
         threads += [threading.Thread(target=self.fio_loop, args=(until,), daemon=True),
                     threading.Thread(target=self.counter_loop, args=(until,), daemon=True)]
@@ -1203,6 +1297,8 @@ class Soak:
             count, most = figures.calls[kind]
             print("    %-32s %6d  longest %.2f s" % (kind, count, most))
         print("  listings and lookups: %d, the longest %.2f s" % (sum(count for count, _ in figures.listings.values()), frozen))
+        for sample in self.freeze_samples:
+            print("    " + sample.replace("\n", "\n    "))
         print("  fio: %d rounds, %d I/Os, %.2f GiB verified (crc32c), %d errors" %
               (self.fio["rounds"], self.fio["ios"], self.fio["verified"] / 2**30, len(self.fio["errors"])))
         print("  CoordinatedCounter: %d runs, %d failed; coordfs coordinate: %d runs (%.2f s to start)" %
