@@ -343,6 +343,19 @@ public final class CoordinationEngine: Sendable {
         withState { state in state.removePresenter(id) }
     }
 
+    /// Removes many presenters (a connection's watches, when it closes), a few hundred for
+    /// each time the lock is taken: one at a time, a client that ends with tens of thousands
+    /// of watches queued every other request behind it, a lock hand-over each; all at once,
+    /// it would hold the lock for the whole.
+    public func removePresenters(_ ids: [PresenterID]) {
+        var start = ids.startIndex
+        while start < ids.endIndex {
+            let end = min(start + 256, ids.endIndex)
+            withState { state in for id in ids[start..<end] { state.removePresenter(id) } }
+            start = end
+        }
+    }
+
     /// Re-indexes a presenter under the URL it now reports (C22, P8).
     public func updatePresenter(_ id: PresenterID, path: ItemPath?, primaryPath: ItemPath?) {
         withState { state in

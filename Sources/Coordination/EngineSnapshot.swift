@@ -118,18 +118,23 @@ extension CoordinationEngine {
 
     /// A consistent picture of part of the engine (C27): `window` says which.
     ///
-    /// The lock is held for two scans of the tables, never for a sort or a copy of them: a
+    /// The lock is held for a scan of the tables' keys, then for a look-up of the entries the
+    /// window takes: never for a sort, a copy of a table, or a second pass over all of it. A
     /// status of a mount with a few hundred thousand watches must not stall its opens. Between
-    /// the scans an entry may end (it is left out) or begin (with a key past the window's end,
+    /// the two an entry may end (it is left out) or begin (with a key past the window's end,
     /// since keys only grow: it comes in a later window).
     public func snapshot(_ window: SnapshotWindow) -> EngineSnapshot {
         typealias Keys = [(key: UInt64, weight: Int)]
-        let (keys, totals) = state.withLock { state -> ([SnapshotWindow.List: Keys], [SnapshotWindow.List: Int]) in
+        let (keys, grantIDs, totals) = state.withLock { state in
             var keys: [SnapshotWindow.List: Keys] = [:]
+            var grantIDs: [GrantID] = []
             if window.lists.contains(.holders) {
-                keys[.holders] =
-                    state.grants.map { (key: $0.record.number, weight: $0.record.intents.count) }
-                    + state.shortList.entries.map { (key: $0.number, weight: 1) }
+                var holders: Keys = []
+                for (id, record) in state.grants {
+                    holders.append((record.number, record.intents.count))
+                    grantIDs.append(id)
+                }
+                keys[.holders] = holders + state.shortList.entries.map { (key: $0.number, weight: 1) }
             }
             if window.lists.contains(.waiters) {
                 keys[.waiters] = state.waiting.map { (key: $0.ticket.rawValue, weight: $0.request.intents.count) }
@@ -144,46 +149,58 @@ extension CoordinationEngine {
                 .holders: state.grants.count + state.shortList.entries.count, .waiters: state.waiting.count,
                 .presenters: state.presenters.count, .services: state.services.count
             ]
-            return (keys, totals)
+            return (keys, grantIDs, totals)
         }
         var next: [SnapshotWindow.List: UInt64] = [:]
-        func end(_ list: SnapshotWindow.List) -> (UInt64) -> Bool {
-            let end = window.end(of: list, keys[list] ?? [])
+        /// The keys of `list` the window takes, in order, and the positions they had in the scan.
+        func taken(_ list: SnapshotWindow.List) -> [(key: UInt64, position: Int)] {
+            let scanned = keys[list] ?? []
+            let end = window.end(of: list, scanned)
             next[list] = end.last
-            return end.takes
+            return scanned.enumerated().filter { end.takes($0.element.key) }.map { ($0.element.key, $0.offset) }
+                .sorted { $0.key < $1.key }
         }
-        let (holding, waits, presenting, serving) = (end(.holders), end(.waiters), end(.presenters), end(.services))
+        let (holding, waits, presenting, serving) = (
+            taken(.holders), taken(.waiters), taken(.presenters), taken(.services)
+        )
 
-        var (holders, waiters, presenters, services) = state.withLock { state in
-            var holders: [(number: UInt64, holder: EngineSnapshot.Holder)] = []
-            for (id, record) in state.grants where holding(record.number) {
-                let holder = EngineSnapshot.Holder(
-                    grant: id, identity: record.identity, intents: record.intents, messaging: record.messaging,
-                    messagingSince: record.messagingSince)
-                holders.append((record.number, holder))
+        let (holders, waiters, presenters, services) = state.withLock { state in
+            var holders: [EngineSnapshot.Holder] = []
+            for (number, position) in holding {
+                if position < grantIDs.count {
+                    let id = grantIDs[position]
+                    let holder = state.grants.readRecord(id) { record in
+                        EngineSnapshot.Holder(
+                            grant: id, identity: record.identity, intents: record.intents,
+                            messaging: record.messaging, messagingSince: record.messagingSince)
+                    }
+                    if let holder { holders.append(holder) }
+                } else if let entry = state.shortList.entries.first(where: { $0.number == number }) {
+                    // The short list is short: a scan of it is its look-up.
+                    holders.append(
+                        EngineSnapshot.Holder(
+                            grant: GrantID(shortListNumber: entry.number), identity: entry.identity,
+                            intents: [entry.intent], messaging: [], messagingSince: nil))
+                }
             }
-            for entry in state.shortList.entries where holding(entry.number) {
-                let holder = EngineSnapshot.Holder(
-                    grant: GrantID(shortListNumber: entry.number), identity: entry.identity, intents: [entry.intent],
-                    messaging: [], messagingSince: nil)
-                holders.append((entry.number, holder))
-            }
-            let waiters = state.waiting.filter { waits($0.ticket.rawValue) }.map {
+            let tickets = Set(waits.map(\.key))
+            let waiters = state.waiting.filter { tickets.contains($0.ticket.rawValue) }.map {
                 EngineSnapshot.Waiter(
                     ticket: $0.ticket, identity: $0.request.identity, intents: $0.request.intents,
                     waitsFor: $0.blockers, since: $0.since)
             }
-            return (
-                holders, waiters, state.presenters.filter { presenting($0.key.rawValue) }.map { ($0.key, $0.value) },
-                state.services.filter { serving($0.key.rawValue) }.map { ($0.key, $0.value) }
-            )
+            let presenters = presenting.compactMap { key, _ -> (PresenterID, PresenterRecord)? in
+                let id = PresenterID(rawValue: key)
+                return state.presenters[id].map { (id, $0) }
+            }
+            let services = serving.compactMap { key, _ -> (ServiceRegistrationID, ServiceRecord)? in
+                let id = ServiceRegistrationID(rawValue: key)
+                return state.services[id].map { (id, $0) }
+            }
+            return (holders, waiters, presenters, services)
         }
-        holders.sort { $0.number < $1.number }
-        waiters.sort { $0.ticket.rawValue < $1.ticket.rawValue }
-        presenters.sort { $0.0.rawValue < $1.0.rawValue }
-        services.sort { $0.0.rawValue < $1.0.rawValue }
         return EngineSnapshot(
-            holders: holders.map(\.holder), waiters: waiters, presenters: presenters, services: services,
-            totals: totals, next: next)
+            holders: holders, waiters: waiters.sorted { $0.ticket.rawValue < $1.ticket.rawValue },
+            presenters: presenters, services: services, totals: totals, next: next)
     }
 }

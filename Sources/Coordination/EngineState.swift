@@ -168,8 +168,9 @@ struct State: ~Copyable {
         var found = Set<CoordinatorIdentity>()
         for mode in modes {
             if let sameItem = holds[mode.path] {
+                // The kinds first: a read among a thousand reads looks up no grant.
                 for hold in sameItem
-                where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: mode.kind) {
+                where hold.kind.conflicts(onTheSameItemWith: mode.kind) && isBlocking(hold, for: identity) {
                     found.insert(hold.identity)
                 }
             }
@@ -212,8 +213,9 @@ struct State: ~Copyable {
 
     func isBlocking(_ hold: Hold, for identity: CoordinatorIdentity) -> Bool {
         if hold.identity.isSameCoordinator(as: identity) { return false }
-        guard let messaging = grants[hold.grant]?.messaging, !messaging.isEmpty else { return true }
-        return !messaging.contains { $0.isSameCoordinator(as: identity) }
+        return grants.readRecord(hold.grant) { record in
+            record.messaging.isEmpty || !record.messaging.contains { $0.isSameCoordinator(as: identity) }
+        } ?? true
     }
 
     // MARK: Wait-for graph
@@ -342,7 +344,7 @@ struct State: ~Copyable {
         let path = LockMode.lockedPath(intent)
         // An empty hold table (the usual case on a mount) is not probed.
         if holds.count > 0, let sameItem = holds[path] {
-            for hold in sameItem where isBlocking(hold, for: identity) && hold.kind.conflicts(onTheSameItemWith: kind) {
+            for hold in sameItem where hold.kind.conflicts(onTheSameItemWith: kind) && isBlocking(hold, for: identity) {
                 return nil
             }
         }

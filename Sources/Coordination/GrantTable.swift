@@ -8,6 +8,8 @@ struct GrantTable: Sequence {
     fileprivate struct Slot {
         var generation: UInt32
         var record: State.GrantRecord?
+        /// Whether `record` is there: asked without loading the record (which would copy it).
+        var isLive: Bool
         /// While empty: the next empty slot.
         var nextVacant: UInt32 = GrantTable.none
     }
@@ -29,9 +31,10 @@ struct GrantTable: Sequence {
             // 31 bits: a generation never reads as the short list's flag.
             slots[index].generation = (slots[index].generation &+ 1) & 0x7fff_ffff
             slots[index].record = record
+            slots[index].isLive = true
             return GrantID(index: UInt32(index), generation: slots[index].generation)
         }
-        slots.append(Slot(generation: 0, record: record))
+        slots.append(Slot(generation: 0, record: record, isLive: true))
         return GrantID(index: UInt32(slots.count - 1), generation: 0)
     }
 
@@ -57,6 +60,7 @@ struct GrantTable: Sequence {
     mutating func remove(_ id: GrantID) -> State.GrantRecord? {
         guard let index = liveIndex(id) else { return nil }
         let record = slots[index].record.take()
+        slots[index].isLive = false
         count -= 1
         slots[index].nextVacant = firstVacant
         firstVacant = UInt32(index)
@@ -81,11 +85,26 @@ struct GrantTable: Sequence {
     /// Every live grant, in no particular order (a snapshot sorts by `GrantRecord.number`).
     func makeIterator() -> Iterator { Iterator(slots: slots) }
 
-    private func liveIndex(_ id: GrantID) -> Int? {
-        let index = Int(id.index)
-        guard index < slots.count, slots[index].generation == id.generation, slots[index].record != nil else {
-            return nil
+    /// Reads a live grant's record where it lies; nil for an id that is not live. The
+    /// subscript's getter copies the record, which is several references (as many retains and
+    /// releases), and the engine looks at every conflicting hold's grant under its lock.
+    func readRecord<Result>(_ id: GrantID, _ body: (borrowing State.GrantRecord) -> Result) -> Result? {
+        slots.withUnsafeBufferPointer { slots in
+            let index = Int(id.index)
+            guard index < slots.count, slots[index].generation == id.generation, slots[index].isLive else {
+                return nil
+            }
+            return body(slots[index].record.unsafelyUnwrapped)
         }
-        return index
+    }
+
+    private func liveIndex(_ id: GrantID) -> Int? {
+        slots.withUnsafeBufferPointer { slots in
+            let index = Int(id.index)
+            guard index < slots.count, slots[index].generation == id.generation, slots[index].isLive else {
+                return nil
+            }
+            return index
+        }
     }
 }

@@ -232,19 +232,25 @@ public final class CoordinationDomain: @unchecked Sendable {
     }
 
     /// Unregisters the presenter of `key`; an unknown key is ignored.
-    package func unregister(key: ObjectIdentifier) {
-        let id: PresenterID? = withLock {
-            guard let id = presenterIDs.removeValue(forKey: key) else { return nil }
-            presenters[id] = nil
-            if missedDeadlines.removeValue(forKey: id) != nil {
-                missingCount.store(missedDeadlines.count, ordering: .releasing)
+    package func unregister(key: ObjectIdentifier) { unregister(keys: [key]) }
+
+    /// Unregisters many presenters at once (a connection's watches, as it closes): the engine
+    /// and the observers are told once for all of them.
+    package func unregister(keys: [ObjectIdentifier]) {
+        let ids: [PresenterID] = withLock {
+            let ids = keys.compactMap { key -> PresenterID? in
+                guard let id = presenterIDs.removeValue(forKey: key) else { return nil }
+                presenters[id] = nil
+                missedDeadlines[id] = nil
+                return id
             }
-            return id
+            missingCount.store(missedDeadlines.count, ordering: .releasing)
+            return ids
         }
-        if let id { engine.removePresenter(id) }
+        engine.removePresenters(ids)
         let open = withLock { Array(links.values) }
-        for link in open { link.unwatch(key: key) }
-        if id != nil { presentersChanged() }
+        for link in open { for key in keys { link.unwatch(key: key) } }
+        if !ids.isEmpty { presentersChanged() }
     }
 
     /// Runs `handler` after each presenter is registered, unregistered or moved (a mount of a

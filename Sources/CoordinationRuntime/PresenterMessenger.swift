@@ -19,7 +19,11 @@ final class PresenterMessenger: @unchecked Sendable {
     private var reacquirers: [(any Presenter, @Sendable () -> Void)] = []
     private var accessEnded = false
     /// The request each presenter has yet to answer, for the report of one that does not.
-    private var current: [PresenterID: (request: PresenterRequest, presentedPath: ItemPath)] = [:]
+    /// Its owner as it was when asked: a refusal is weighed by whose it is, and a presenter may
+    /// be gone from the engine by the time its answer is (it refused and disconnected).
+    private var current:
+        [PresenterID: (request: PresenterRequest, presentedPath: ItemPath, owner: CoordinatorIdentity?)] =
+            [:]
     private let started = DispatchTime.now()
     private var deadline: AnswerDeadlines.Token?
 
@@ -89,8 +93,9 @@ final class PresenterMessenger: @unchecked Sendable {
         }
         let id = delivery.presenter
         // A new message: time it was given for the last one (still working) does not carry over.
+        let owner = domain.engine.presenter(id)?.owner
         lock.withLock {
-            current[id] = (message, delivery.presentedPath)
+            current[id] = (message, delivery.presentedPath, owner)
             extended[id] = nil
         }
         let rest = messages.dropFirst()
@@ -123,21 +128,25 @@ final class PresenterMessenger: @unchecked Sendable {
 
     private func answered(_ presenter: PresenterID, error given: Error?) {
         var error = given
-        let (waited, path, request) = lock.withLock {
-            (pending.contains(presenter), current[presenter]?.presentedPath.string, current[presenter]?.request.logName)
+        let (waited, path, request, asked) = lock.withLock {
+            (
+                pending.contains(presenter), current[presenter]?.presentedPath.string,
+                current[presenter]?.request.logName, current[presenter]?.owner
+            )
         }
         // An answer that came after its presenter's time ran out changes nothing.
         guard waited else { return }
         // Across users a presenter's refusal is no veto (docs/sharing.md): the access goes on, and
-        // the refusal is reported.
+        // the refusal is reported. One whose owner cannot be told (gone before it was asked) is
+        // nobody's veto either.
+        let owner = asked ?? domain.engine.presenter(presenter)?.owner
         if let refusal = given, domain.vetoScope == .ownUser, let accessor,
-            let owner = domain.engine.presenter(presenter)?.owner,
-            !owner.isSameProcess(as: accessor), !CoordinatorUsers.mayVeto(owner, accessor)
+            owner.map({ !$0.isSameProcess(as: accessor) && !CoordinatorUsers.mayVeto($0, accessor) }) ?? true
         {
             domain.report(
                 .vetoIgnored(
                     presentedItem: path ?? "\(presenter)",
-                    presenterUser: CoordinatorUsers.user(of: owner).map(Int.init) ?? -1, error: "\(refusal)"))
+                    presenterUser: owner.flatMap(CoordinatorUsers.user(of:)).map(Int.init) ?? -1, error: "\(refusal)"))
             error = nil
         }
         let (removed, done) = lock.withLock { () -> (Bool, Bool) in

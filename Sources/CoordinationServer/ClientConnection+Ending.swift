@@ -45,7 +45,7 @@ extension ClientConnection {
             server.setProvider(nil, for: service)
         }
         updateInheritance()
-        for presenter in presenters { server.domain.unregister(key: ObjectIdentifier(presenter)) }
+        server.domain.unregister(keys: presenters.map(ObjectIdentifier.init))
         server.counts.returnWatches(presenters.count, of: peer.uid)
         for claim in pending { claim.cancel() }
         for held in claims { end(held, changed: false) }

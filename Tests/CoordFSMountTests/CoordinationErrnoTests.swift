@@ -17,15 +17,22 @@ import Glibc
 
     let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
 
-    /// A presenter of `path` that stands for no process, and refuses whatever it is asked.
+    /// A presenter of `path` that stands for `owner` (no process by default), and refuses
+    /// whatever it is asked, having run `beforeAnswering` first.
     final class RefusingPresenter: Presenter, Sendable {
-        let owner = CoordinatorIdentity.object(1)
+        let owner: CoordinatorIdentity
         let path: ItemPath
         let refusal: any Error
+        let beforeAnswering: @Sendable (RefusingPresenter) -> Void
 
-        init(_ path: ItemPath, refusal: any Error) {
+        init(
+            _ path: ItemPath, refusal: any Error, owner: CoordinatorIdentity = .object(1),
+            beforeAnswering: @escaping @Sendable (RefusingPresenter) -> Void = { _ in }
+        ) {
             self.path = path
             self.refusal = refusal
+            self.owner = owner
+            self.beforeAnswering = beforeAnswering
         }
 
         func presentedPaths(_ locator: ItemLocator) -> (item: ItemPath?, primary: ItemPath?) { (path, nil) }
@@ -35,6 +42,7 @@ import Glibc
             _ request: PresenterRequest, origin: AccessOrigin, progress: PresenterProgress,
             completion: @escaping @Sendable (Error?, (@Sendable () -> Void)?) -> Void
         ) {
+            beforeAnswering(self)
             completion(refusal, nil)
         }
 
@@ -119,5 +127,31 @@ import Glibc
             domain.unregister(key: ObjectIdentifier(presenter))
         }
         #expect(domain.engine.snapshot().isIdle)
+    }
+
+    /// A presenter that refuses and is gone at once (its client disconnected) is weighed by
+    /// whose it was when asked: another user's refusal is no veto even then. (It was: with the
+    /// presenter gone from the engine its owner could not be found, and the refusal failed
+    /// root's create with EACCES.)
+    @Test("C12 another user's presenter that refuses and goes away at once vetoes nothing")
+    func anotherUsersRefusalIsNoVetoEvenWhenItsPresenterIsGone() throws {
+        guard geteuid() == 0 else {
+            Issue.record("needs root, to run a process as another user")
+            return
+        }
+        let nobody = try SocketHoldWaitsTests.Sleeper(asNobody: true)
+        let domain = CoordinationDomain()
+        #expect(domain.vetoScope == .ownUser)
+        let item = ItemPath("/d/secret")!
+        let presenter = RefusingPresenter(
+            item, refusal: POSIXError(.EACCES), owner: .client(process: nobody.pid, number: 1)
+        ) { [domain] presenter in
+            domain.unregister(key: ObjectIdentifier(presenter))
+        }
+        domain.register(presenter, key: ObjectIdentifier(presenter), linked: false)
+        let refused = failure(of: [.write(item)], in: domain)
+        #expect(refused == nil, "another user's refusal failed the access: \(String(describing: refused))")
+        #expect(domain.engine.snapshot().isIdle)
+        withExtendedLifetime(nobody) {}
     }
 }

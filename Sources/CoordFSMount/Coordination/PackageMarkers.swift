@@ -11,16 +11,19 @@ final class PackageMarkers: Sendable {
     private struct Known {
         let marked: Bool
         let until: Int64
+        /// The generation it was learnt in: void once `forgetAll` has moved on.
+        let generation: Int
     }
 
-    private struct Memory {
-        var marked: [String: Known] = [:]
-        /// Bumped by `forgetAll`, so that a look begun before it is not remembered after it.
-        var generation = 0
-    }
+    /// The answers remembered, in shards of their own lock: every coordinated request asks
+    /// about each directory around its items (a socket hold of 64 items, 64 times), from many
+    /// threads at once, and one lock for all of them was where those threads queued.
+    private let shards: [Shard] = (0..<16).map { _ in Shard() }
 
-    private let memory = Mutex(Memory())
-    /// `memory.generation`, readable without the lock.
+    private final class Shard: Sendable {
+        let marked = Mutex<[String: Known]>([:])
+    }
+    /// Bumped by `forgetAll`; an answer learnt in an earlier generation is not believed.
     private let generation = Atomic<Int>(0)
     /// How long an answer is remembered, in milliseconds.
     let lifetime: Int64
@@ -30,7 +33,6 @@ final class PackageMarkers: Sendable {
     private struct LastAnswer {
         var relative = ""
         var known: Known?
-        var generation = -1
     }
 
     private let lastAnswer = ThreadLocal { LastAnswer() }
@@ -41,25 +43,27 @@ final class PackageMarkers: Sendable {
     func isMarked(_ relative: String, look: () -> Bool) -> Bool {
         let now = coarseMilliseconds()
         let current = generation.load(ordering: .acquiring)
-        let lastKnown = lastAnswer.withValue { last -> Bool? in
-            guard let known = last.known, now < known.until, last.generation == current, last.relative == relative
-            else { return nil }
+        func believed(_ known: Known?) -> Known? {
+            guard let known, now < known.until, known.generation == current else { return nil }
+            return known
+        }
+        if let known = lastAnswer.withValue({ $0.relative == relative ? believed($0.known) : nil }) {
             return known.marked
         }
-        if let lastKnown { return lastKnown }
-        let (remembered, generation) = memory.withLock { ($0.marked[relative], $0.generation) }
+        let shard = shards[Int(UInt(bitPattern: relative.hashValue) % UInt(shards.count))]
         let known: Known
-        if let remembered, now < remembered.until {
+        if let remembered = believed(shard.marked.withLock { $0[relative] }) {
             known = remembered
         } else {
-            known = Known(marked: look(), until: now + lifetime)
-            memory.withLock { memory in
-                guard memory.generation == generation else { return }
-                if memory.marked.count >= 4096 { memory.marked.removeAll(keepingCapacity: true) }
-                memory.marked[relative] = known
+            known = Known(marked: look(), until: now + lifetime, generation: current)
+            shard.marked.withLock { marked in
+                // A forgetAll since the look began: the answer may be of before it.
+                guard generation.load(ordering: .acquiring) == current else { return }
+                if marked.count >= 256 { marked.removeAll(keepingCapacity: true) }
+                marked[relative] = known
             }
         }
-        lastAnswer.withValue { $0 = LastAnswer(relative: relative, known: known, generation: generation) }
+        lastAnswer.withValue { $0 = LastAnswer(relative: relative, known: known) }
         return known.marked
     }
 
@@ -67,10 +71,7 @@ final class PackageMarkers: Sendable {
     var currentGeneration: Int { generation.load(ordering: .acquiring) }
 
     func forgetAll() {
-        memory.withLock { memory in
-            memory.generation += 1
-            memory.marked.removeAll(keepingCapacity: true)
-            generation.store(memory.generation, ordering: .releasing)
-        }
+        generation.wrappingAdd(1, ordering: .releasing)
+        for shard in shards { shard.marked.withLock { $0.removeAll(keepingCapacity: true) } }
     }
 }
