@@ -52,7 +52,15 @@ extension ClientConnection {
         case .status(let id, let page):
             // Another page of one list: the other hosts were told on the first.
             let fields = server.status(page: page, othersToo: page.list == nil, mayLearn: mayLearn(of:))
-            outbox.send(StatusReply.line(id: id, fields: fields))
+            let line = StatusReply.line(id: id, fields: fields)
+            guard outbox.hasRoom(for: line.count) else {
+                return send(
+                    .error(
+                        id: id, errno: "ENOMEM",
+                        message:
+                            "a status page of \(line.count) bytes would pass your memory here; ask for a smaller one"))
+            }
+            outbox.send(line)
         case .vend(let id, let name, let path): vend(id, name, path)
         case .withdraw(let id, let number): withdraw(id, number)
         case .services(let id, let path): services(id, path)

@@ -78,6 +78,17 @@ final class Outbox: @unchecked Sendable {
         return true
     }
 
+    /// Whether a line of `count` bytes could wait here now without passing the queue's
+    /// capacity or its user's memory: a reply that would not is refused rather than sent, so
+    /// that asking for it does not end the connection.
+    func hasRoom(for count: Int) -> Bool {
+        guard condition.withLock({ pending.count - head + count <= capacity }) else { return false }
+        guard let memory else { return true }
+        guard memory.take(count) == nil else { return false }
+        memory.give(count)
+        return true
+    }
+
     /// How many bytes wait to be written.
     var queuedBytes: Int { condition.withLock { pending.count - head } }
 

@@ -192,6 +192,32 @@ import Glibc
         }
     }
 
+    /// A status page its user's memory has no room for is refused with ENOMEM, and the
+    /// connection goes on: a smaller page is answered. (Sent, a page larger than the socket
+    /// takes at once passed the user's memory as it waited, and the connection was given up:
+    /// the hostile soak's users saw their status requests end their connections.)
+    @Test func aStatusPagePastTheUsersMemoryIsRefusedAndTheConnectionLives() throws {
+        let memory = Self.oneItemHold * 40
+        try withServer(limits(holds: 200, memory: memory)) { server, directory in
+            let holder = try RawClient(server.socketPath)
+            #expect(try holder.greet())
+            // Holds until the memory is nearly taken: the status of them is larger than what is left.
+            var held = 0
+            for n in 0..<200 {
+                guard case .ok? = try hold(holder, 10 + n, in: directory) else { break }
+                held += 1
+            }
+            #expect(held > 20, "holds granted: \(held)")
+            let asker = try RawClient(server.socketPath)
+            #expect(try asker.greet())
+            let reply = try asker.ask(.status(id: 5, page: StatusPage(limit: 10_000)))
+            #expect(isError(reply, "ENOMEM", saying: "status page"), "\(String(describing: reply))")
+            guard case .ok? = try asker.ask(.status(id: 6, page: StatusPage(list: .services, limit: 1))) else {
+                Issue.record("the connection was not served after the refusal"); return
+            }
+        }
+    }
+
     /// A hold waited for counts as a granted one does, until it is given up.
     @Test func aHoldWaitedForCountsUntilItIsCancelled() throws {
         let memory = Self.oneItemHold * 5 / 2
