@@ -1,8 +1,8 @@
 # coordfs — `make run` and `make test` set up everything a fresh machine needs.
 SWIFT      ?= swift
-PACKAGES   := libfuse3-dev liburing-dev fuse3 fio pkg-config rsync sqlite3 git man-db inotify-tools nfs-ganesha nfs-ganesha-vfs libnfs-utils etcd-server etcd-client curl
+PACKAGES   := libfuse3-dev liburing-dev fuse3 fio pkg-config rsync sqlite3 git man-db inotify-tools nfs-ganesha nfs-ganesha-vfs libnfs-utils etcd-server etcd-client curl openssl
 # Named after what it installs: a new package list installs again.
-STAMP      := .build/.setup-done-etcd
+STAMP      := .build/.setup-done-openssl
 
 DEMO_MNT   := Mounts/run/demo
 COORDFS    := .build/debug/coordfs

@@ -17,6 +17,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         // The etcd client's request bodies and methods are NIO's (async-http-client's own NIO).
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        // https members: the CA, client certificate and key async-http-client's TLS is given.
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         // `make docs`: the DocC archive of the Swift API.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
     ],
@@ -77,6 +79,7 @@ let package = Package(
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log")
             ]
         ),
@@ -155,7 +158,8 @@ let package = Package(
         // Against etcd servers the tests start on loopback.
         .testTarget(name: "CoordinationClusterTests", dependencies: ["CoordinationCluster", "TestSupport"]),
         .testTarget(name: "FileVersionsTests", dependencies: ["FileVersions"]),
-        .testTarget(name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire"]),
+        .testTarget(
+            name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "CoordFSMount"]),
         .testTarget(
             name: "FileCoordinationTests",
             dependencies: ["FileCoordination", "CoordinationRuntime", "Coordination", "TestSupport"]

@@ -55,8 +55,9 @@ final class ClusterJoin: Sendable {
         self.storeName = storeName
     }
 
-    /// The members' URLs of `etcd://HOST:PORT[,HOST:PORT...]` (http:// URLs are taken as they are).
-    static func endpoints(_ text: String) throws -> [String] {
+    /// The members' URLs of `etcd://HOST:PORT[,HOST:PORT...]`: https:// where they are `secure`
+    /// (the TLS options), else http:// (URLs are taken as they are).
+    static func endpoints(_ text: String, secure: Bool = false) throws -> [String] {
         var rest = Substring(text)
         if rest.hasPrefix("etcd://") { rest = rest.dropFirst("etcd://".count) }
         let members = rest.split(separator: ",", omittingEmptySubsequences: false).map {
@@ -66,29 +67,37 @@ final class ClusterJoin: Sendable {
             throw CommandFailure("--cluster wants etcd://HOST:PORT[,HOST:PORT...], not '\(text)'")
         }
         return try members.map { member in
-            if member.hasPrefix("http://") || member.hasPrefix("https://") { return member }
+            if member.hasPrefix("https://") { return member }
+            if member.hasPrefix("http://") {
+                guard !secure else {
+                    throw CommandFailure(
+                        "--cluster: '\(member)' is an http:// member, and --etcd-cacert, --etcd-cert and --etcd-key "
+                            + "are for https:// members")
+                }
+                return member
+            }
             guard let colon = member.lastIndex(of: ":"), let port = Int(member[member.index(after: colon)...]),
                 (1...65535).contains(port),
                 colon != member.startIndex
             else {
                 throw CommandFailure("--cluster: '\(member)' is not HOST:PORT")
             }
-            return "http://" + member
+            return (secure ? "https://" : "http://") + member
         }
     }
 
     /// Joins: a lease, the store's delegations read and followed, recalls answered by
     /// `local`'s coordination. Waits at most `timeout` for etcd.
     static func join(
-        endpoints: [String], store: String, host: String, ttl: Int64, whenUnreachable: ClusterMember.WhenUnreachable,
-        breakTime: Duration?,
+        endpoints: [String], credentials: EtcdCredentials = EtcdCredentials(), store: String, host: String, ttl: Int64,
+        whenUnreachable: ClusterMember.WhenUnreachable, breakTime: Duration?,
         as local: ClusterHost, timeout: Duration = .seconds(15)
     ) throws -> ClusterJoin {
         let outcome = Mutex<Result<ClusterJoin, Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         let task = Task {
             do {
-                let client = EtcdClient(endpoints: endpoints)
+                let client = try EtcdClient(endpoints: endpoints, credentials: credentials)
                 let member = ClusterMember(
                     join: {
                         let lease = try await HostLease.grant(on: client, ttl: ttl)

@@ -33,8 +33,42 @@ struct ClusterOptions: ParsableArguments {
             valueName: "refuse|local"))
     var clusterUnreachable: ClusterMember.WhenUnreachable?
 
+    @Option(
+        help: ArgumentHelp(
+            "The CA certificate (PEM) the etcd members' certificates are signed by: --cluster's HOST:PORT members are then reached over https.",
+            valueName: "file"))
+    var etcdCacert: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "This host's certificate (PEM), for etcd members run with --client-cert-auth; with --etcd-key. Where etcd has authentication enabled, its subject must have no Common Name (CN).",
+            valueName: "file"))
+    var etcdCert: String?
+
+    @Option(help: ArgumentHelp("The private key (PEM, unencrypted) of --etcd-cert.", valueName: "file"))
+    var etcdKey: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "The etcd user this host authenticates as, where etcd has authentication enabled; its password comes from --etcd-password-file, else from $COORDFS_ETCD_PASSWORD.",
+            valueName: "name"))
+    var etcdUser: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "A file whose first line is --etcd-user's password (readable by this host's coordfs user alone).",
+            valueName: "file"))
+    var etcdPasswordFile: String?
+
+    /// Where --etcd-user's password is taken from without --etcd-password-file.
+    static let passwordVariable = "COORDFS_ETCD_PASSWORD"
+
     /// The cluster these options (over a profile's, where given) name; nil without --cluster.
-    func setting(over profile: Profile? = nil) throws -> ClusterSetting? {
+    /// A TLS file that cannot be used is named here, and the password read (from
+    /// `environment` without a password file).
+    func setting(
+        over profile: Profile? = nil, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> ClusterSetting? {
         guard let url = cluster ?? profile?.cluster else { return nil }
         let ttl = clusterTTL ?? profile?.clusterTTL ?? 10
         guard (2...3600).contains(ttl) else { throw CommandFailure("--cluster-ttl must be from 2 to 3600 seconds") }
@@ -49,10 +83,72 @@ struct ClusterOptions: ParsableArguments {
             throw CommandFailure("\(name) must be a name of one line without '/', not '\(value)'")
         }
         let unreachable = clusterUnreachable ?? profile?.clusterUnreachable ?? .refuse
-        return ClusterSetting(
-            endpoints: try ClusterJoin.endpoints(url), store: store, host: host, ttl: Int64(ttl),
-            aloneWhenUnreachable: unreachable == .local)
+        let credentials = try self.credentials(over: profile, environment: environment)
+        var setting = ClusterSetting(
+            endpoints: try ClusterJoin.endpoints(url, secure: credentials.usesTLS), store: store, host: host,
+            ttl: Int64(ttl), aloneWhenUnreachable: unreachable == .local)
+        setting.etcdCA = credentials.certificateAuthority
+        setting.etcdCertificate = credentials.certificate
+        setting.etcdKey = credentials.privateKey
+        setting.etcdUser = credentials.user
+        setting.etcdPassword = credentials.password
+        return setting
+    }
+
+    /// What this host shows etcd, these options over the profile's: the TLS files checked (a
+    /// mount says what is wrong with one before it detaches), the password read.
+    private func credentials(over profile: Profile?, environment: [String: String]) throws -> EtcdCredentials {
+        var credentials = EtcdCredentials(
+            certificateAuthority: etcdCacert.map(Mount.absolute) ?? profile?.etcdCA,
+            certificate: etcdCert.map(Mount.absolute) ?? profile?.etcdCertificate,
+            privateKey: etcdKey.map(Mount.absolute) ?? profile?.etcdKey)
+        if (credentials.certificate == nil) != (credentials.privateKey == nil) {
+            throw CommandFailure("--etcd-cert and --etcd-key go together: this host's certificate and its private key")
+        }
+        do throws(EtcdError) { try credentials.check() } catch { throw CommandFailure(error.description) }
+        let passwordFile = etcdPasswordFile.map(Mount.absolute) ?? profile?.etcdPasswordFile
+        guard let user = etcdUser ?? profile?.etcdUser else {
+            if passwordFile != nil {
+                throw CommandFailure("--etcd-password-file is the password of --etcd-user: give --etcd-user NAME too")
+            }
+            return credentials
+        }
+        guard !user.isEmpty else { throw CommandFailure("--etcd-user must name a user") }
+        credentials.user = user
+        if let passwordFile {
+            credentials.password = try Self.password(in: passwordFile)
+        } else if let password = environment[Self.passwordVariable], !password.isEmpty {
+            credentials.password = password
+        } else {
+            throw CommandFailure(
+                "--etcd-user \(user) needs its password: --etcd-password-file FILE, or \(Self.passwordVariable) in the "
+                    + "environment (never the command line)")
+        }
+        return credentials
+    }
+
+    /// The first line of a password file (a newline after it, as `echo` leaves, is no part of it).
+    static func password(in path: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            let why = FileManager.default.fileExists(atPath: path) ? "this user may not read it" : "it does not exist"
+            throw CommandFailure("cannot read the etcd password file '\(path)': \(why)")
+        }
+        var line = Array(data).prefix(while: { $0 != UInt8(ascii: "\n") })
+        if line.last == UInt8(ascii: "\r") { line.removeLast() }
+        guard !line.isEmpty else {
+            throw CommandFailure("the etcd password file '\(path)' is empty: its first line is the password")
+        }
+        return String(decoding: line, as: UTF8.self)
     }
 }
 
 extension ClusterMember.WhenUnreachable: ExpressibleByArgument {}
+
+extension ClusterSetting {
+    /// What the host shows etcd, as its etcd client takes it.
+    var credentials: EtcdCredentials {
+        EtcdCredentials(
+            certificateAuthority: etcdCA, certificate: etcdCertificate, privateKey: etcdKey, user: etcdUser,
+            password: etcdPassword)
+    }
+}

@@ -69,6 +69,9 @@ struct Daemon: ParsableCommand {
                 ("--host-name", clusterOptions.hostName != nil),
                 ("--cluster-ttl", clusterOptions.clusterTTL != nil),
                 ("--cluster-unreachable", clusterOptions.clusterUnreachable != nil),
+                ("--etcd-cacert", clusterOptions.etcdCacert != nil), ("--etcd-cert", clusterOptions.etcdCert != nil),
+                ("--etcd-key", clusterOptions.etcdKey != nil), ("--etcd-user", clusterOptions.etcdUser != nil),
+                ("--etcd-password-file", clusterOptions.etcdPasswordFile != nil),
                 ("--cluster-directory", clusterDirectory != nil), ("--break-time", breakTime != nil)
             ]
             if let (option, _) = given.first(where: \.1) {
@@ -232,7 +235,8 @@ struct Daemon: ParsableCommand {
             store: store, seesChangesBehind: { false },
             grantsUnder: { server.claimGate = DelegationGate(store: store, delegations: $0) })
         let membership = try ClusterJoin.join(
-            endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
+            endpoints: cluster.endpoints, credentials: cluster.credentials, store: cluster.store, host: cluster.host,
+            ttl: cluster.ttl,
             whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
             breakTime: try Seconds.duration(breakTime ?? 45, option: "--break-time"), as: host)
         membership.serveStatus(through: server)

@@ -442,7 +442,8 @@ struct Mount: ParsableCommand {
         session.startControlSocket = { try MountControlServer.start(for: $0) }
         let membership = try configuration.cluster.map { cluster in
             try ClusterJoin.join(
-                endpoints: cluster.endpoints, store: cluster.store, host: cluster.host, ttl: cluster.ttl,
+                endpoints: cluster.endpoints, credentials: cluster.credentials, store: cluster.store,
+                host: cluster.host, ttl: cluster.ttl,
                 whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
                 breakTime: configuration.breakTime ?? configuration.waitTimeout, as: .mount(session.filesystem))
         }

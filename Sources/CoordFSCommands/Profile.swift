@@ -25,6 +25,11 @@ import Foundation
 ///     host-name = render-3           # this host's name in it
 ///     cluster-ttl = 10               # seconds others wait for a host that died
 ///     cluster-unreachable = refuse   # refuse | local, once etcd cannot be reached
+///     etcd-cacert = /etc/coordfs/etcd-ca.crt      # https members: the CA of their certificates
+///     etcd-cert = /etc/coordfs/etcd-host.crt      # this host's certificate and key, for
+///     etcd-key = /etc/coordfs/etcd-host.key       # members run with --client-cert-auth
+///     etcd-user = coordfs                         # etcd's user, where authentication is on
+///     etcd-password-file = /etc/coordfs/etcd-password   # its password, on the first line
 ///     mode *.log = notify            # per path glob, first match wins
 ///     mode *.db = strict             # every writer excludes every other open
 ///     versions = keep                # keep | refuse | off: what is kept of replaced content
@@ -65,6 +70,11 @@ struct Profile {
     var hostName: String?
     var clusterTTL: Int?
     var clusterUnreachable: ClusterMember.WhenUnreachable?
+    var etcdCA: String?
+    var etcdCertificate: String?
+    var etcdKey: String?
+    var etcdUser: String?
+    var etcdPasswordFile: String?
     var versionPolicy: VersionPolicy?
     var versionRules: [(pattern: String, policy: VersionPolicy)] = []
     var versionReaders: ReaderIdentity?
@@ -196,6 +206,15 @@ struct Profile {
                         "\(url.path):\(number + 1): cluster-unreachable must be refuse or local, not '\(value)'")
                 }
                 clusterUnreachable = choice
+            case "etcd-cacert": etcdCA = resolve(value)
+            case "etcd-cert": etcdCertificate = resolve(value)
+            case "etcd-key": etcdKey = resolve(value)
+            case "etcd-user": etcdUser = value
+            case "etcd-password-file": etcdPasswordFile = resolve(value)
+            case "etcd-password":
+                throw ProfileError(
+                    "\(url.path):\(number + 1): a profile names the password's file (etcd-password-file), not the password"
+                )
             case "log": log = resolve(value)
             case "options":
                 options = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter {

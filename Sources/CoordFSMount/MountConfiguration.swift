@@ -195,6 +195,15 @@ public struct ClusterSetting: Sendable, Equatable {
     /// Once its lease is lost and etcd cannot be reached, the host coordinates its own programs
     /// alone (with a loud warning) instead of refusing.
     public var aloneWhenUnreachable = false
+    /// https members: the PEM file of the CA their certificates are signed by (nil: the
+    /// system's), and this host's certificate and key for members that ask for one.
+    public var etcdCA: String?
+    public var etcdCertificate: String?
+    public var etcdKey: String?
+    /// The etcd user this host authenticates as, and its password (from a file or the
+    /// environment, never the command line).
+    public var etcdUser: String?
+    public var etcdPassword: String?
 
     public init(endpoints: [String], store: String, host: String, ttl: Int64, aloneWhenUnreachable: Bool = false) {
         self.endpoints = endpoints

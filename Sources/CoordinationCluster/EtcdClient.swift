@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import Synchronization
 
 /// One key's value in etcd, with the revisions that order it.
@@ -32,6 +33,9 @@ public enum EtcdError: Error, CustomStringConvertible, Equatable {
     case malformed(String)
     /// A watch ended because the revision it started from was compacted.
     case compacted(revision: Int64)
+    /// etcd would not take this client's credentials (its user and password, or none where it
+    /// wants them), or a file of them cannot be used: what is wrong, naming the user or file.
+    case credentials(String)
 
     public var description: String {
         switch self {
@@ -39,6 +43,7 @@ public enum EtcdError: Error, CustomStringConvertible, Equatable {
         case .refused(let code, let message): "etcd refused (\(code)): \(message)"
         case .malformed(let what): "etcd answered something unexpected: \(what)"
         case .compacted(let revision): "etcd compacted its history up to revision \(revision)"
+        case .credentials(let why): why
         }
     }
 }
@@ -100,7 +105,9 @@ public struct EtcdEvent: Sendable, Equatable {
 /// A client of an etcd cluster through its JSON gateway (etcd 3.4's `/v3/...`), over
 /// AsyncHTTPClient. Each request goes to the member that answered last, and to the next on a
 /// connection failure or when a member has no leader (asked to say so at once rather than wait
-/// for one, with the gateway's `hasleader` header).
+/// for one, with the gateway's `hasleader` header). Members may be reached over https (a CA, and
+/// a client certificate for members that ask for one), and a user authenticated
+/// (`EtcdCredentials`).
 public final class EtcdClient: Sendable {
     public let endpoints: [String]
     private let http: HTTPClient
@@ -108,31 +115,76 @@ public final class EtcdClient: Sendable {
     private let preferred = Mutex(0)
     /// How long one member may take to answer a request.
     let requestTimeout: TimeAmount
+    /// The user requests are made as, where one is given.
+    private let authentication: EtcdAuthentication?
 
     /// `endpoints`: `http://HOST:PORT` of the cluster's members.
-    public init(endpoints: [String], requestTimeout: Duration = .seconds(3)) {
+    public convenience init(endpoints: [String], requestTimeout: Duration = .seconds(3)) {
+        self.init(
+            endpoints: endpoints, http: EtcdClient.sharedHTTP, authentication: nil, requestTimeout: requestTimeout)
+    }
+
+    /// `endpoints`: `http://HOST:PORT` or `https://HOST:PORT` of the cluster's members, reached
+    /// with `credentials`, whose files are read and checked here.
+    public convenience init(
+        endpoints: [String], credentials: EtcdCredentials, requestTimeout: Duration = .seconds(3)
+    ) throws(EtcdError) {
+        let http = try credentials.usesTLS ? EtcdClient.http(for: credentials) : EtcdClient.sharedHTTP
+        let authentication = credentials.user.map { EtcdAuthentication(user: $0, password: credentials.password ?? "") }
+        self.init(endpoints: endpoints, http: http, authentication: authentication, requestTimeout: requestTimeout)
+    }
+
+    private init(
+        endpoints: [String], http: HTTPClient, authentication: EtcdAuthentication?, requestTimeout: Duration
+    ) {
         precondition(!endpoints.isEmpty, "an etcd client needs at least one endpoint")
         self.endpoints = endpoints.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 }
-        http = Self.sharedHTTP
+        self.http = http
+        self.authentication = authentication
         self.requestTimeout = .nanoseconds(
             Int64(requestTimeout.components.seconds) * 1_000_000_000
                 + requestTimeout.components.attoseconds / 1_000_000_000)
     }
+
+    /// How many tokens this client has asked etcd for.
+    var authentications: Int { authentication?.authentications ?? 0 }
 
     /// The HTTP client of every etcd client in the process, never shut down (as
     /// `HTTPClient.shared`), but made for a cluster: a member that refuses or does not answer a
     /// connection within a second is given up at once and the next one tried, where
     /// `HTTPClient.shared` tries the same member again until the request's deadline (a watch
     /// has none: it stayed with a dead member for good).
-    private static let sharedHTTP: HTTPClient = {
+    private static let sharedHTTP = HTTPClient(
+        eventLoopGroupProvider: .singleton, configuration: clusterConfiguration(tls: nil))
+
+    /// The HTTP clients of https members, one for each set of files, made once and never shut
+    /// down either (a process joins one cluster; a test makes a few).
+    private static let tlsHTTP = Mutex<[[String?]: HTTPClient]>([:])
+
+    private static func http(for credentials: EtcdCredentials) throws(EtcdError) -> HTTPClient {
+        let files = [credentials.certificateAuthority, credentials.certificate, credentials.privateKey]
+        if let made = tlsHTTP.withLock({ $0[files] }) { return made }
+        let tls = try credentials.tlsConfiguration()
+        return tlsHTTP.withLock { clients in
+            if let made = clients[files] { return made }
+            let made = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clusterConfiguration(tls: tls))
+            clients[files] = made
+            return made
+        }
+    }
+
+    private static func clusterConfiguration(tls: TLSConfiguration?) -> HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration.singletonConfiguration
         configuration.timeout.connect = .seconds(1)
         configuration.connectionPool.retryConnectionEstablishment = false
         // Each host follows several prefixes with a watch apiece, each holding a connection for
         // good (HTTP/1.1): the default of 8 per member left requests waiting for a connection.
         configuration.connectionPool.concurrentHTTP1ConnectionsPerHostSoftLimit = 64
-        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
-    }()
+        // https as http (notes/etcd-gateway.md): ALPN would otherwise choose HTTP/2.
+        configuration.httpVersion = .http1Only
+        if let tls { configuration.tlsConfiguration = tls }
+        return configuration
+    }
 
     // MARK: Keys
 
@@ -257,23 +309,23 @@ public final class EtcdClient: Sendable {
                 start_revision: revision.map(EtcdInteger.init),
                 progress_notify: true))
         let encoded = try JSONEncoder().encode(body)
+        let token = try await currentToken()
         var lastError = "no member answered"
         for endpoint in orderedEndpoints() {
-            var request = HTTPClientRequest(url: endpoint + "/v3/watch")
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.headers.add(name: "Grpc-Metadata-hasleader", value: "true")
-            request.body = .bytes(ByteBuffer(bytes: encoded))
+            let request = Self.request(endpoint + "/v3/watch", encoded, token: token)
             let response: HTTPClientResponse
             do {
                 // No deadline: the stream lasts (the client's connect and read timeouts apply).
                 response = try await http.execute(request, deadline: .distantFuture)
             } catch {
-                lastError = "\(endpoint): \(error)"
+                lastError = "\(endpoint): \(Self.describe(error))"
                 continue
             }
             guard response.status == .ok else {
                 let text = String(buffer: (try? await response.body.collect(upTo: 1 << 20)) ?? ByteBuffer())
+                if let token, Self.refusesToken(code: Int(response.status.code), text) {
+                    authentication?.refused(token)
+                }
                 lastError = "\(endpoint): \(response.status.code) \(text)"
                 continue
             }
@@ -296,7 +348,13 @@ public final class EtcdClient: Sendable {
                         if let compacted = result.compact_revision?.value {
                             throw EtcdError.compacted(revision: compacted)
                         }
-                        throw EtcdError.unavailable("the watch was canceled")
+                        // A token is checked as a watch is made: one that expired is asked for
+                        // anew by the caller's next watch, which resumes where this one was.
+                        let reason = result.cancel_reason ?? ""
+                        if let token, Self.refusesToken(code: 0, reason) {
+                            authentication?.refused(token)
+                        }
+                        throw EtcdError.unavailable("the watch was canceled" + (reason.isEmpty ? "" : ": \(reason)"))
                     }
                     guard let events = result.events, !events.isEmpty else { continue }  // created, progress
                     let revision =
@@ -319,20 +377,34 @@ public final class EtcdClient: Sendable {
 
     private struct EtcdHeaderOnly: Decodable { var header: EtcdHeader? }
 
-    /// Sends `body` to `path` on the preferred member, then the others in turn.
+    /// Sends `body` to `path` on the preferred member, then the others in turn, with the user's
+    /// token where there is one; a token refused (expired) is asked for again, once.
     private func call<Request: Encodable, Response: Decodable>(
         _ path: String, _ body: Request
     ) async throws(EtcdError) -> Response {
         let encoded: Data
         do { encoded = try JSONEncoder().encode(body) } catch { throw .malformed("\(error)") }
+        let token = try await currentToken()
+        do throws(EtcdError) {
+            return try await send(path, encoded, token: token)
+        } catch .refused(let code, let message) {
+            // The token expired (or the users changed): once more, with a new one.
+            guard let token, Self.refusesToken(code: code, message) else {
+                throw .refused(code: code, message: message)
+            }
+            authentication?.refused(token)
+            let renewed = try await currentToken()
+            return try await send(path, encoded, token: renewed)
+        }
+    }
+
+    private func send<Response: Decodable>(
+        _ path: String, _ encoded: Data, token: String?
+    ) async throws(EtcdError) -> Response {
         var lastError = "no member answered"
         let first = preferred.withLock { $0 }
         for (index, endpoint) in orderedEndpoints(from: first).enumerated() {
-            var request = HTTPClientRequest(url: endpoint + path)
-            request.method = .POST
-            request.headers.add(name: "Content-Type", value: "application/json")
-            request.headers.add(name: "Grpc-Metadata-hasleader", value: "true")
-            request.body = .bytes(ByteBuffer(bytes: encoded))
+            let request = Self.request(endpoint + path, encoded, token: token)
             let bytes: ByteBuffer
             let status: HTTPResponseStatus
             do {
@@ -340,7 +412,7 @@ public final class EtcdClient: Sendable {
                 status = response.status
                 bytes = try await response.body.collect(upTo: 8 << 20)
             } catch {
-                lastError = "\(endpoint): \(error)"
+                lastError = "\(endpoint): \(Self.describe(error))"
                 continue
             }
             let data = Data(bytes.readableBytesView)
@@ -353,14 +425,104 @@ public final class EtcdClient: Sendable {
             }
             let failure = try? JSONDecoder().decode(EtcdErrorBody.self, from: data)
             let message = failure?.error ?? failure?.message ?? String(decoding: data, as: UTF8.self)
+            let code = failure?.code ?? Int(status.code)
+            // Refused by every member alike: the caller asks for another token.
+            if token != nil, Self.refusesToken(code: code, message) {
+                throw .refused(code: code, message: message)
+            }
+            if let refusal = Self.refusal(of: message) { throw refusal }
+            // Authentication on, and this client names no user: etcd answers that it may not.
+            if authentication == nil, message.contains("permission denied") {
+                throw .credentials(
+                    "etcd has authentication enabled: this host needs a user and its password (\(message))")
+            }
             // Unavailable (no leader, timed out) or unknown: another member may serve it.
             if status == .serviceUnavailable || failure?.code == 14 || failure?.code == 2 {
                 lastError = "\(endpoint): \(message)"
                 continue
             }
-            throw .refused(code: failure?.code ?? Int(status.code), message: message)
+            throw .refused(code: code, message: message)
         }
         throw .unavailable(lastError)
+    }
+
+    private static func request(_ url: String, _ encoded: Data, token: String?) -> HTTPClientRequest {
+        var request = HTTPClientRequest(url: url)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "Grpc-Metadata-hasleader", value: "true")
+        if let token, !token.isEmpty { request.headers.add(name: "Authorization", value: token) }
+        request.body = .bytes(ByteBuffer(bytes: encoded))
+        return request
+    }
+
+    // MARK: Authentication
+
+    /// The token requests carry: nil without a user, "" where etcd has authentication off.
+    private func currentToken() async throws(EtcdError) -> String? {
+        guard let authentication else { return nil }
+        return try await authentication.token { [self] user, password in try await self.authenticate(user, password) }
+    }
+
+    private struct EtcdAuthenticateRequest: Encodable { var name: String, password: String }
+    private struct EtcdAuthenticateResponse: Decodable { var token: String? }
+
+    /// A new token for `user`.
+    private func authenticate(_ user: String, _ password: String) async throws(EtcdError) -> String {
+        let encoded: Data
+        do { encoded = try JSONEncoder().encode(EtcdAuthenticateRequest(name: user, password: password)) } catch {
+            throw .malformed("\(error)")
+        }
+        do throws(EtcdError) {
+            let response: EtcdAuthenticateResponse = try await send("/v3/auth/authenticate", encoded, token: nil)
+            guard let token = response.token, !token.isEmpty else {
+                throw EtcdError.malformed("an authentication without a token")
+            }
+            return token
+        } catch .refused(_, let message) where message.contains("authentication is not enabled") {
+            return ""  // as etcd's own client: requests go without a token
+        } catch .refused(_, let message) where message.contains("authentication failed") {
+            throw .credentials("etcd refused the user '\(user)': a wrong password, or no such user (\(message))")
+        } catch .refused(_, let message) {
+            throw .credentials("etcd refused to authenticate the user '\(user)' (\(message))")
+        }
+    }
+
+    /// Whether a member refused the token a request of a client with a user carried (expired,
+    /// or issued before a change of the users), not the request: etcd 3.4 says `invalid auth
+    /// token` (gRPC code 16, HTTP 401) or, for a request met by a change of the users, `auth:
+    /// revision in header is old` (code 2); later releases, `revision of auth store is old`; and
+    /// `user name is empty` to no token at all, where authentication was enabled after this
+    /// client found it off.
+    static func refusesToken(code: Int, _ message: String) -> Bool {
+        code == 16 || code == 401 || message.contains("invalid auth token")
+            || message.contains("revision in header is old") || message.contains("revision of auth store is old")
+            || message.contains("user name is empty")
+    }
+
+    /// A refusal of this client's credentials, said as such.
+    static func refusal(of message: String) -> EtcdError? {
+        if message.contains("user name is empty") {
+            return .credentials("etcd has authentication enabled: this host needs a user and its password (\(message))")
+        }
+        // etcd 3.4 and later, with --client-cert-auth and authentication enabled, refuse through
+        // the gateway any client certificate that names a Common Name (it would not be the user).
+        if message.contains("CommonName of client") {
+            return .credentials(
+                "etcd refuses a client certificate that has a Common Name (CN) while authentication is enabled: "
+                    + "give this host a certificate whose subject has no CN, such as /O=coordfs (\(message))")
+        }
+        return nil
+    }
+
+    /// A failure to reach a member, said plainly where it is TLS's.
+    static func describe(_ error: Error) -> String {
+        if case .handshakeFailed(let why)? = error as? NIOSSLError {
+            return "the TLS handshake failed (\(why)): is the member's certificate signed by the CA trusted here, "
+                + "for the name or address in its URL, and does the member take this host's certificate?"
+        }
+        if error is NIOSSLError || error is NIOSSLExtraError { return "TLS failed: \(error)" }
+        return "\(error)"
     }
 
     private func orderedEndpoints(from first: Int? = nil) -> [String] {

@@ -194,6 +194,8 @@ struct EtcdWatchLine: Decodable, Sendable {
         var header: EtcdHeader?
         var created: Bool?
         var canceled: Bool?
+        /// Why a watch was canceled (a token refused as it was made, say).
+        var cancel_reason: String?
         var compact_revision: EtcdInteger?
         var events: [Event]?
     }
