@@ -70,7 +70,7 @@ final class BenchHolders: LocalAccesses, Sendable {
     private let held = Mutex<[(path: String, mode: Delegations.Mode)]>([])
     func hold(_ path: String, _ mode: Delegations.Mode) { held.withLock { $0.append((path, mode)) } }
     func holders() -> [(path: String, mode: Delegations.Mode)] { held.withLock { $0 } }
-    func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess { NoAccess() }
+    func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess { NoAccess() }
     struct NoAccess: LocalAccess { func end() {} }
 }
 

@@ -1,3 +1,4 @@
+import Coordination
 import CoordinationCluster
 import CoordFSMount
 import CoordinationRuntime
@@ -301,7 +302,9 @@ final class HostPresenters: Sendable {
             return state.presences.subtracting(presented)
         }
         for path in gone { await member.releasePresence(path) }
-        for path in presented where !member.covers(path, .presence) {
+        // A presence of each presented item itself, whatever else covers it: another host's
+        // read of it asks it (`ClusterMember.askPresenters`).
+        for path in presented where !member.holdsPresence(path) {
             // One request per item at a time: another host may hold it for long (a log).
             guard state.withLock({ !$0.stopped && $0.asking.insert(path).inserted }) else { continue }
             Task { [self] in
@@ -361,9 +364,15 @@ private final class MemberDelegations: HostDelegations {
 
     init(member: ClusterMember) { self.member = member }
 
-    func covers(_ path: String, writing: Bool) -> Bool { member.covers(path, writing ? .write : .read) }
+    func covers(_ path: String, _ access: DelegatedAccess) -> Bool { member.covers(path, Delegations.Mode(access)) }
 
-    func coversAccessor(_ path: String, writing: Bool) -> Bool { member.coversAccessor(path, writing ? .write : .read) }
+    func coversAccessor(_ path: String, _ access: DelegatedAccess) -> Bool {
+        member.coversAccessor(path, Delegations.Mode(access))
+    }
+
+    var othersPresentAnything: Bool { member.othersPresentAnything }
+
+    func othersPresent(at path: String) -> Bool { member.othersPresent(at: path) }
 
     func stampWrites(_ path: String) -> UInt64? { member.stampWrites(path) }
 
@@ -382,10 +391,24 @@ private final class MemberDelegations: HostDelegations {
     func othersInterested(in path: String) -> Bool { member.othersInterested(in: path) }
 
     func acquire(
-        _ path: String, _ access: DelegatedAccess, waits: Bool,
-        completion: @escaping @Sendable (HostDelegationOutcome) -> Void
+        _ need: DelegationNeed, waits: Bool, completion: @escaping @Sendable (HostDelegationOutcome) -> Void
     ) -> @Sendable () -> Void {
-        member.ask(path, Delegations.Mode(access), waits: waits, completion: completion)
+        member.ask(
+            need.path, Delegations.Mode(need.access), request: need.request.text, waits: waits, completion: completion)
+    }
+
+    func askPresenters(
+        _ need: DelegationNeed, completion: @escaping @Sendable (HostDelegationOutcome) -> Void
+    ) -> @Sendable () -> Void {
+        let task = Task { [member] in
+            do throws(Delegations.Failure) {
+                try await member.askPresenters(of: need.path, request: need.request.text)
+                if !Task.isCancelled { completion(.granted) }
+            } catch {
+                if !Task.isCancelled { completion(HostDelegationOutcome(error)) }
+            }
+        }
+        return { task.cancel() }
     }
 }
 
@@ -427,7 +450,7 @@ private struct LockHolders: LocalAccesses {
         held().map { ($0.path, $0.exclusive ? .write : .read) }
     }
 
-    func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess { NoAccess() }
+    func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess { NoAccess() }
 
     private struct NoAccess: LocalAccess {
         func end() {}
@@ -439,21 +462,49 @@ private struct StoreAccesses: LocalAccesses {
     let store: SharedStore
 
     func holders() -> [(path: String, mode: Delegations.Mode)] {
-        store.heldItems().map { ($0.path, $0.writing ? .write : .read) }
+        store.heldItems().map { ($0.path, Delegations.Mode($0.access)) }
     }
 
-    func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess {
-        // Another host's presence is no access: nobody here is asked for it.
-        if mode == .presence { return NoAccess() }
-        return store.beginAccess(forHost: host, path, DelegatedAccess(mode))
+    /// Another host's request, as its program asked it (its kind and options), met here as a
+    /// program's here would be; a read has asked the presenters here already (its question),
+    /// and a presence is no access: nobody here is asked for it.
+    func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess {
+        let request =
+            HostRequest(text: wanted.request) ?? HostRequest(kind: DelegatedAccess(wanted.mode).kind, byProgram: false)
+        let (host, path, kind) = (wanted.host, wanted.path, request.kind)
+        switch wanted.mode {
+        case .presence: return NoAccess()
+        case .asking: return StoreAccess(store.askPresenters(forHost: host, path, kind))
+        case .read:
+            return StoreAccess(
+                store.beginAccess(forHost: host, path, kind, byProgram: request.byProgram, asksPresenters: false))
+        case .write, .appending, .inPlace, .deleting, .moving, .replacing:
+            return StoreAccess(store.beginAccess(forHost: host, path, kind, byProgram: request.byProgram))
+        }
     }
 
     private struct NoAccess: LocalAccess {
         func end() {}
     }
-}
 
-extension HostAccess: LocalAccess {}
+    /// The access begun, and its answer in the cluster's words.
+    private struct StoreAccess: LocalAccess {
+        let access: HostAccess
+
+        init(_ access: HostAccess) { self.access = access }
+
+        var answer: LocalAnswer {
+            switch access.answer {
+            case .waiting: .waiting
+            case .granted: .granted
+            case .passed: .passed
+            case .refused(let errno): .refused(ErrnoNames.name(of: errno))
+            }
+        }
+
+        func end() { access.end() }
+    }
+}
 
 extension Delegations.Mode {
     /// The key a request's access of an item needs.
@@ -461,6 +512,8 @@ extension Delegations.Mode {
         switch access {
         case .reading: self = .read
         case .writing: self = .write
+        case .appending: self = .appending
+        case .writingInPlace: self = .inPlace
         case .deleting: self = .deleting
         case .moving: self = .moving
         case .replacing: self = .replacing
@@ -472,11 +525,27 @@ extension DelegatedAccess {
     /// The access another host's key (not a presence) stands for.
     init(_ mode: Delegations.Mode) {
         switch mode {
-        case .read, .presence: self = .reading
+        case .read, .presence, .asking: self = .reading
         case .write: self = .writing
+        case .appending: self = .appending
+        case .inPlace: self = .writingInPlace
         case .deleting: self = .deleting
         case .moving: self = .moving
         case .replacing: self = .replacing
+        }
+    }
+}
+
+extension HostDelegationOutcome {
+    /// How a request for a delegation (or a question) that failed ends: refused by the host in
+    /// the way (its errno, by name across hosts), let past its programs, or refused here
+    /// (ENOLCK: the lease is lost, the cluster cannot be reached).
+    init(_ failure: Delegations.Failure) {
+        switch failure {
+        case .answered(.passed): self = .passed
+        case .answered(.refused(let name)): self = .refusedThere(errno: ErrnoNames.code(of: name) ?? EACCES)
+        case .answered(.granted): self = .granted
+        default: self = .refused(failure.description)
         }
     }
 }
@@ -486,19 +555,19 @@ extension ClusterMember {
     /// a mount; `completion` runs once, unless the closure returned stops asking first: a wait
     /// stopped (cancelled) tells nobody, its request has been answered.
     fileprivate func ask(
-        _ path: String, _ mode: Delegations.Mode, waits: Bool,
+        _ path: String, _ mode: Delegations.Mode, request: String = "", waits: Bool,
         completion: @escaping @Sendable (HostDelegationOutcome) -> Void
     ) -> @Sendable () -> Void {
         let task = Task { [self] in
             do throws(Delegations.Failure) {
                 if waits {
-                    try await acquire(path, mode)
+                    try await acquire(path, mode, request: request)
                     completion(.granted)
                 } else {
-                    completion(try await acquireAtOnce(path, mode) ? .granted : .wouldWait)
+                    completion(try await acquireAtOnce(path, mode, request: request) ? .granted : .wouldWait)
                 }
             } catch {
-                if !Task.isCancelled { completion(.refused(error.description)) }
+                if !Task.isCancelled { completion(HostDelegationOutcome(error)) }
             }
         }
         return { task.cancel() }

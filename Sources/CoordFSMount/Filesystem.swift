@@ -145,13 +145,19 @@ public final class Filesystem: @unchecked Sendable {
             inodes: inodes, root: root, packageExtensions: configuration.packageExtensions,
             packageMarkers: PackageMarkers(lifetimeMilliseconds: Int64((configuration.cacheTimeout ?? 1) * 1000)))
         let rootFD = inodes.rootDescriptor
+        let rootNode = inodes.root
         let store = SharedStore(
             domain: domain, root: root,
             isDirectory: { path in
                 var info = stat()
                 return FileSystemName.withCString(path) { fstatat(rootFD, $0, &info, AT_SYMLINK_NOFOLLOW) } == 0
                     && (info.st_mode & S_IFMT) == S_IFDIR
-            }, target: { path, isDirectory in targets.target(path, isDirectory: isDirectory) })
+            }, target: { path, isDirectory in targets.target(path, isDirectory: isDirectory) },
+            // Another host's read meets this host's writers as a read here does: the settle rule.
+            watchesWaits: { access, path in
+                let number = waitWatch.watchAnotherHost(access, item: (rootNode, path))
+                return { waitWatch.forget(number) }
+            })
         return MountCoordinator(
             domain: domain, configuration: configuration, targets: targets, statistics: statistics,
             filesystems: filesystems, waitWatch: waitWatch, store: store, ownership: ownership)

@@ -4,16 +4,41 @@ import Synchronization
 /// What a host's side of the cluster needs of the host's own coordination.
 public protocol LocalAccesses: Sendable {
     /// What this host's programs and coordinators hold now: store paths ("" the root) and
-    /// modes; other hosts' accesses (`beginAccess`) left out.
+    /// modes (a writer that shares the item as `appending` or `inPlace`); other hosts'
+    /// accesses (`beginAccess`) left out.
     func holders() -> [(path: String, mode: Delegations.Mode)]
-    /// Begins `host`'s access of `path` on this host: its presenters save or relinquish as for
-    /// a local reader or writer. Ended by `LocalAccess.end`.
-    func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess
+    /// Begins on this host the access another host's key `wanted` asks for (its request, of
+    /// its path), as this host's own program's would begin: its presenters save or relinquish
+    /// as for a local reader or writer, and this host's coordination answers it
+    /// (`LocalAccess.answer`). Ended by `LocalAccess.end`.
+    func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess
 }
 
 /// Another host's access begun on this host (`LocalAccesses.beginAccess`).
 public protocol LocalAccess: Sendable {
+    /// What this host's coordination answers it so far.
+    var answer: LocalAnswer { get }
     func end()
+}
+
+extension LocalAccess {
+    /// An access that asks nothing of this host's coordination is granted at once.
+    public var answer: LocalAnswer { .granted }
+}
+
+/// What a host's own coordination answers another host's access begun there
+/// (`LocalAccesses.beginAccess`), as it would answer the same access of its own program.
+public enum LocalAnswer: Sendable, Equatable {
+    /// Not yet: it waits for this host's holders, or for its presenters' answers.
+    case waiting
+    /// Granted here: the holders and presenters here let it in.
+    case granted
+    /// Let past this host's holders without their giving anything up (a writer whose file has
+    /// stayed unchanged for the settle time): it goes ahead holding nothing, and this host
+    /// keeps its delegation.
+    case passed
+    /// Refused as this host refuses its own program's (a presenter's refusal): the errno's name.
+    case refused(String)
 }
 
 /// One host of a shared store: the delegations it holds, so that it grants its own programs in
@@ -23,9 +48,13 @@ public protocol LocalAccess: Sendable {
 /// directory below the store's root that no other host has a conflicting key in or above, so a
 /// host alone in a subtree asks etcd once. A recall narrows it: the host stops granting under
 /// the recalled delegation (but to its holders' own accessors: the recall waits for those
-/// holders, `coversAccessor`), asks its presenters for the other host's access, waits until none
-/// of its own holders conflicts with the other host's key (or the break time passes), takes
-/// finer delegations for the holders that go on, and gives the recalled one back.
+/// holders, `coversAccessor`), begins the other host's access as its own program's
+/// (`LocalAccesses.beginAccess`), waits until its own coordination grants it and none of its
+/// holders conflicts with the other host's key (or the break time passes), takes finer
+/// delegations for the holders that go on (those that share the item keep keys that share it),
+/// and gives the recalled one back. Where its coordination lets the request past its holders
+/// or refuses it, it answers on the request's key instead and keeps the delegation; so too for a
+/// read's question to its presenters (`askPresenters`), which its presence alone is in the way of.
 ///
 /// A delegation nothing here has used for an idle time (no request granted from it, no holder
 /// inside it) is given back unasked (`sweepIdle`): the fine ones a host takes where hosts meet
@@ -128,6 +157,10 @@ public final class ClusterMember: Sendable {
         var leasesLost = 0
         /// Write opens told they are fenced (`admitsWrites`, `stampWrites`).
         var fencedOpens = 0
+        /// Other hosts' accesses begun here, by the key that asks for them: one access however
+        /// many of this host's delegations that key recalls (a presence and a directory's
+        /// write), ended once the last of their recalls is done with it.
+        var begun: [Begun.Key: Begun] = [:]
 
         /// Grants from `key`, made at `revision` by `run`: unless the run has ended, or the key
         /// was recalled as soon as granted, or given back already.
@@ -176,17 +209,31 @@ public final class ClusterMember: Sendable {
         static let presence = Modes(rawValue: 4)
         /// Not a mode: granted from since the last sweep of idle delegations (`sweepIdle`).
         static let granted = Modes(rawValue: 8)
+        static let appending = Modes(rawValue: 16)
+        static let inPlace = Modes(rawValue: 32)
         init(rawValue: UInt8) { self.rawValue = rawValue }
         init(_ mode: Delegations.Mode) {
             switch mode {
             case .read: self = .read
             case .write, .deleting, .moving, .replacing: self = .write
             case .presence: self = .presence
+            case .appending: self = .appending
+            case .inPlace: self = .inPlace
+            case .asking: self = []  // a question is never held
             }
         }
-        /// Holding `mode`: a write delegation serves reads too, and any serves a presence.
+        /// Holding `mode`: a write delegation serves everything; a read or a presence serves
+        /// reads and presences; a writer in place serves appends too (both share with the
+        /// others' writers in place and appenders, U2). Sharing writers serve no read: another
+        /// host may hold the item for writing beside them.
         func serves(_ mode: Delegations.Mode) -> Bool {
-            mode.writes ? contains(.write) : !subtracting(.granted).isEmpty
+            switch mode {
+            case .read, .presence: !isDisjoint(with: [.read, .write, .presence])
+            case .appending: !isDisjoint(with: [.write, .inPlace, .appending])
+            case .inPlace: !isDisjoint(with: [.write, .inPlace])
+            case .write, .deleting, .moving, .replacing: contains(.write)
+            case .asking: false
+            }
         }
     }
 
@@ -203,6 +250,16 @@ public final class ClusterMember: Sendable {
     private struct GivenBack: Hashable {
         var key: Key
         var revision: Int64
+    }
+
+    /// Another host's access begun here, and how many recalls use it.
+    private struct Begun {
+        struct Key: Hashable {
+            var host: String
+            var revision: Int64
+        }
+        let access: any LocalAccess
+        var users: Int
     }
 
     /// How an acquire ended, for the requests that wait for it: one that is cancelled stops
@@ -692,8 +749,9 @@ public final class ClusterMember: Sendable {
                 state.fencedOpens += 1
                 return nil
             }
+            // Any delegation that serves a write: of the item, or one that shares it.
             let covered =
-                state.holding(path, .write) != nil
+                state.holding(path, .appending) != nil
                 || state.kept.contains { $0.mode.writes && Delegations.contains($0.path, path, orIs: true) }
             if !covered { state.fencedOpens += 1 }
             return covered ? state.losses.last : nil
@@ -806,16 +864,63 @@ public final class ClusterMember: Sendable {
     /// may end it again at once: the caller asks `covers` after it has taken what it needs).
     /// Cancelled, it stops waiting; the last waiter of a key not granted yet takes the key back,
     /// so that no host is recalled for a request nobody waits for any more.
-    public func acquire(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) {
-        try await acquire(path, mode, exactly: false)
+    /// `request`: the access asked for, in the words of the hosts' coordination
+    /// (`Delegations.Entry.request`): a host the key recalls begins it as its own program's,
+    /// and may answer it itself (`Delegations.Failure.answered`: let past its holders, or
+    /// refused there).
+    public func acquire(
+        _ path: String, _ mode: Delegations.Mode, request: String = ""
+    ) async throws(Delegations.Failure) {
+        try await acquire(path, mode, exactly: false, request: request)
     }
 
-    /// Holds a presence of `path` (exactly that item): a read interest of this host's
-    /// presenters, which another host's write recalls, so that they are asked first. A recall
-    /// of it waits for this host's conflicting programs however long they hold (it breaks
-    /// nobody: a presenter only wants to be asked).
+    /// Holds a presence of `path` (exactly that item, whatever else covers it): a read interest
+    /// of this host's presenters, which another host's write recalls, and another host's read
+    /// asks (`askPresenters`), so that they are asked first. A recall of it waits for this
+    /// host's conflicting programs however long they hold (it breaks nobody: a presenter only
+    /// wants to be asked).
     public func acquirePresence(_ path: String) async throws(Delegations.Failure) {
-        try await acquire(path, .presence, exactly: true)
+        try await acquire(path, .presence, exactly: true, request: "")
+    }
+
+    /// Whether this host holds a presence of exactly `path` (a host alone needs none).
+    public func holdsPresence(_ path: String) -> Bool {
+        state.withLock { state in state.alone || state.held[path]?.contains(.presence) == true }
+    }
+
+    /// Whether another host's presenters present `path` itself: a read of it asks them first
+    /// (`askPresenters`). Cheap while no other host presents anything.
+    public func othersPresent(at path: String) -> Bool {
+        currentDelegations?.othersPresent(at: path) ?? false
+    }
+
+    /// Whether another host presents anything in the store (no lock of the replica's).
+    public var othersPresentAnything: Bool { currentDelegations?.othersPresentAnything ?? false }
+
+    /// Asks the other hosts whose presenters present `path` to ask them as for a read of this
+    /// host's (`request`, as `acquire`), before this host takes what the read needs: a question
+    /// (`Delegations.Mode.asking`) that only their presences are in the way of, and which each
+    /// answers once its presenters have (a presenter's save lands meanwhile, under whatever its
+    /// host holds). Returns once they have, or at once when nobody else presents it; throws
+    /// `.answered(.refused)` when one refused it there.
+    public func askPresenters(of path: String, request: String) async throws(Delegations.Failure) {
+        await afterRejoining()
+        for _ in 0..<4 {
+            let step = state.withLock { state -> Delegations? in state.alone ? nil : state.delegations }
+            guard let delegations = step else {
+                if isAlone { return }
+                throw .leaseLost
+            }
+            if delegations.lease.isLost { throw .leaseLost }
+            if !delegations.othersPresent(at: path) { return }
+            do throws(Delegations.Failure) {
+                _ = try await delegations.acquire(path, .asking, request: request)
+                try? await delegations.release(path, .asking)
+                return
+            } catch .withdrawn {
+                continue  // another request of this host asked the same and was answered first
+            }
+        }
     }
 
     /// Gives back the presence of `path`: its presenters are gone.
@@ -841,11 +946,15 @@ public final class ClusterMember: Sendable {
     }
 
     /// `exactly`: of the item itself, not of a directory above it.
-    private func acquire(_ path: String, _ mode: Delegations.Mode, exactly: Bool) async throws(Delegations.Failure) {
+    private func acquire(
+        _ path: String, _ mode: Delegations.Mode, exactly: Bool, request: String
+    ) async throws(Delegations.Failure) {
         await afterRejoining()
+        // A presence is held of its item whatever else covers it: another host's read asks it.
+        func done() -> Bool { mode == .presence ? holdsPresence(path) : covers(path, mode) }
         // A key withdrawn under its waiters (taken back, or deleted as it was read) is asked for again.
         for _ in 0..<16 {
-            if covers(path, mode) { return }
+            if done() { return }
             if Task.isCancelled { throw .withdrawn }
             let step = state.withLock { current -> Step in
                 guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
@@ -856,7 +965,7 @@ public final class ClusterMember: Sendable {
                 if current.acquiring[key] == nil {
                     current.acquires += 1
                     current.acquiring[key] = makeAcquiring(
-                        key, number: current.acquires, for: path, mode, in: delegations)
+                        key, number: current.acquires, for: path, mode, request: request, in: delegations)
                 }
                 current.acquiring[key]!.waiters += 1
                 return .waiting(key, current.acquiring[key]!.number, current.acquiring[key]!.ending, delegations)
@@ -887,7 +996,7 @@ public final class ClusterMember: Sendable {
     /// The acquire of `key` for `path` (its own path, or a directory above it); made under the
     /// state's lock, its task waits for it.
     private func makeAcquiring(
-        _ key: Key, number: UInt64, for path: String, _ mode: Delegations.Mode,
+        _ key: Key, number: UInt64, for path: String, _ mode: Delegations.Mode, request: String,
         in delegations: Delegations
     ) -> Acquiring {
         let ending = Ending()
@@ -896,13 +1005,14 @@ public final class ClusterMember: Sendable {
             var result: Result<Void, Delegations.Failure> = .success(())
             do throws(Delegations.Failure) {
                 if key.path == path {
-                    token = try await delegations.acquire(key.path, key.mode)
+                    // Of the item itself: a host it recalls begins the request as its own.
+                    token = try await delegations.acquire(key.path, key.mode, request: key.mode == mode ? request : "")
                 } else if let granted = try await delegations.acquireUnlessBlocked(key.path, key.mode) {
                     token = granted
                 } else {
                     // A directory asked for on what the replica knew, with another host's key
                     // in its way after all: the item alone is asked for instead.
-                    try await acquire(path, mode, exactly: true)
+                    try await acquire(path, mode, exactly: true, request: request)
                 }
             } catch {
                 result = .failure(error)
@@ -952,7 +1062,9 @@ public final class ClusterMember: Sendable {
     /// give it back; false, having taken nothing, when another host's programs hold what `path`
     /// needs (that host refuses it), another request waits for it already (here or on another
     /// host), or a host in its way did not answer within `idlePatience`.
-    public func acquireAtOnce(_ path: String, _ mode: Delegations.Mode) async throws(Delegations.Failure) -> Bool {
+    public func acquireAtOnce(
+        _ path: String, _ mode: Delegations.Mode, request: String = ""
+    ) async throws(Delegations.Failure) -> Bool {
         await afterRejoining()
         var waitedForIdle = 0
         while true {
@@ -980,7 +1092,7 @@ public final class ClusterMember: Sendable {
                 if waitedForIdle > 4 { return false }
                 await idle.value
             case .asking(let key, let delegations):
-                return try await acquireAtOnce(path, mode, as: key, in: delegations)
+                return try await acquireAtOnce(path, mode, as: key, request: request, in: delegations)
             }
         }
     }
@@ -994,7 +1106,7 @@ public final class ClusterMember: Sendable {
     }
 
     private func acquireAtOnce(
-        _ path: String, _ mode: Delegations.Mode, as key: Key,
+        _ path: String, _ mode: Delegations.Mode, as key: Key, request: String,
         in delegations: Delegations
     ) async throws(Delegations.Failure) -> Bool {
         // A directory asked for on the replica's word recalls nobody; the item itself recalls
@@ -1004,7 +1116,10 @@ public final class ClusterMember: Sendable {
             state.withLock { $0.hold(key, made: token, by: delegations) }
             return covers(path, mode)
         }
-        guard let token = try await delegations.acquireIfIdle(path, mode, patience: Self.idlePatience) else {
+        guard
+            let token = try await delegations.acquireIfIdle(
+                path, mode, patience: Self.idlePatience, request: request)
+        else {
             return false
         }
         state.withLock { $0.hold(exact, made: token, by: delegations) }
@@ -1012,14 +1127,16 @@ public final class ClusterMember: Sendable {
     }
 
     /// The key to ask for `mode` of `path`: of its outermost directory nobody else wants
-    /// (`delegationPath`). A deletion, move or replacement is asked for as a write of such a
-    /// directory when there is one (nobody else has anything in it to be asked about), else of
-    /// the item itself in its own mode, so that the hosts it recalls know what is being done.
+    /// (`delegationPath`). A deletion, move or replacement, or a write that shares the item
+    /// (appending, in place), is asked for as a write of such a directory when there is one
+    /// (nobody else has anything in it to be asked about), else of the item itself in its own
+    /// mode, so that the hosts it recalls know what is being done, and writers that share the
+    /// item keep it beside each other.
     private func key(
         for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
         avoiding recalled: [Key: [Delegations.Entry]]
     ) -> Key {
-        guard mode.isDestructive else {
+        guard mode.isOfTheItem else {
             return Key(path: delegationPath(for: path, mode, in: delegations, avoiding: recalled), mode: mode)
         }
         let directory = delegationPath(for: path, .write, in: delegations, avoiding: recalled)
@@ -1046,8 +1163,11 @@ public final class ClusterMember: Sendable {
             guard state.delegations === delegations else { return }
             let first = state.recalled[key] == nil
             state.recalled[key, default: []].append(recall.wanted)
-            state.stopHolding(Modes(key.mode), at: key.path)
-            state.kept.insert(key)
+            // A question takes nothing: what it asks of is granted from meanwhile, as before.
+            if recall.wanted.mode != .asking {
+                state.stopHolding(Modes(key.mode), at: key.path)
+                state.kept.insert(key)
+            }
             if first {
                 let revision = recall.held.revision
                 state.givingBack[key] = Task { [self] in await giveBack(key, made: revision, of: delegations) }
@@ -1055,32 +1175,44 @@ public final class ClusterMember: Sendable {
         }
     }
 
-    /// Serves the recalls of `key` (as made at `revision`) and gives it back.
+    /// Serves the recalls of `key` (as made at `revision`) and gives it back, or keeps it where
+    /// this host answered the requests that wanted it itself.
+    ///
+    /// Each other host's request meets this host's programs and presenters as the same access
+    /// of a program here would (`LocalAccesses.beginAccess`, its kind and options as asked):
+    /// the delegation goes back once that access is granted here (presenters answered, no
+    /// holder here in its way; those that share the item with it, an appender beside a
+    /// reader, keep narrower delegations that share it too), or at the break time. One let
+    /// past the holders here (a settled writer), or refused here (a presenter's refusal), or a
+    /// question once its presenters have answered, is answered on its own key
+    /// (`Delegations.answer`), and the delegation stays this host's.
     private func giveBack(_ key: Key, made revision: Int64, of delegations: Delegations) async {
         let deadline = ContinuousClock.now + breakTime
-        var begun: [LocalAccess] = []
-        var told: Set<Int64> = []
+        var begun: [Int64: any LocalAccess] = [:]
+        var began: [Delegations.Entry] = []
+        var answered: Set<Int64> = []
         var asked: Set<Key> = []
         var refused: Set<Int64> = []
         var broken = false
         while true {
             // The other hosts' keys that still want it: one taken back (a host that asked for
-            // a whole directory and narrowed its request), or whose host's lease ended, does not.
+            // a whole directory and narrowed its request), answered, or whose host's lease
+            // ended, does not.
             let present = state.withLock { state -> [Delegations.Entry]? in
                 guard state.delegations === delegations else { return [] }
-                let wanted = (state.recalled[key] ?? []).filter { delegations.isPresent($0) }
+                let wanted = (state.recalled[key] ?? []).filter { delegations.stillWants($0) }
                 if wanted.isEmpty {
                     state.recalled[key] = nil
                     state.givingBack[key] = nil
-                    state.kept.remove(key)
-                    state.held[key.path, default: []].insert(Modes(key.mode))
+                    // Granted from again; a question alone never stopped it (`recalled`).
+                    if state.kept.remove(key) != nil { state.held[key.path, default: []].insert(Modes(key.mode)) }
                     return nil
                 }
                 state.recalled[key] = wanted
                 return wanted
             }
             guard let all = present else {
-                for access in begun { access.end() }
+                endAccesses(began)
                 return  // kept
             }
             if delegations.lease.isLost { break }
@@ -1089,7 +1221,7 @@ public final class ClusterMember: Sendable {
             }
             // A request that does not wait (O_NONBLOCK) with a program of this host in its way
             // is refused: it fails at once, as it would on one host, and nobody here is asked.
-            // The key is kept once the replica has seen the refusals (`isPresent` above).
+            // The key is kept once the replica has seen the refusals (`stillWants` above).
             let refusing = all.filter { other in other.asksIdle && holders.contains { Delegations.conflict($0, other) }
             }
             for other in refusing where refused.insert(other.revision).inserted { try? await delegations.refuse(other) }
@@ -1098,13 +1230,30 @@ public final class ClusterMember: Sendable {
                 try? await Task.sleep(for: .milliseconds(10))
                 continue
             }
-            for other in wanted where told.insert(other.revision).inserted {
-                begun.append(local.beginAccess(for: other.host, other.path, other.mode))
+            for other in wanted where begun[other.revision] == nil {
+                begun[other.revision] = beginAccess(for: other)
+                began.append(other)
+            }
+            // What this host answers each, as it would its own program's: not yet; granted
+            // (the delegation may go); or on the request's own key.
+            var waiting = false
+            for other in wanted {
+                let answer = begun[other.revision]?.answer ?? .granted
+                if let onKey = Self.answerOnKey(answer, to: other) {
+                    waiting = true  // until the replica has the answer (`stillWants`)
+                    if !answered.contains(other.revision), (try? await delegations.answer(other, onKey)) != nil {
+                        answered.insert(other.revision)
+                    }
+                } else if answer == .waiting {
+                    waiting = true
+                }
             }
             let conflicting = holders.filter { holder in wanted.contains { Delegations.conflict(holder, $0) } }
-            // Another host's presence breaks nobody here: its presenters only want to be asked.
-            let pastDeadline = ContinuousClock.now >= deadline && wanted.contains { $0.mode != .presence }
-            if conflicting.isEmpty || pastDeadline {
+            // Another host's presence breaks nobody here: its presenters only want to be asked;
+            // nor does a question, which waits for presenters only.
+            let pastDeadline =
+                ContinuousClock.now >= deadline && wanted.contains { $0.mode != .presence && $0.mode != .asking }
+            if (conflicting.isEmpty && !waiting) || pastDeadline {
                 if !conflicting.isEmpty && !broken {
                     broken = true
                     // The conflicting holders' write opens lose their cover: refused from now.
@@ -1149,7 +1298,58 @@ public final class ClusterMember: Sendable {
                 state.givenBack.insert(GivenBack(key: key, revision: revision))
             }
         }
-        for access in begun { access.end() }
+        endAccesses(began)
+    }
+
+    /// The answer written on another host's key (`wanted`) rather than given by handing this
+    /// host's delegation over: a request let past or refused here, and a question once its
+    /// presenters here have answered. Nil: not yet, or given by the delegation going back.
+    static func answerOnKey(_ answer: LocalAnswer, to wanted: Delegations.Entry) -> Delegations.Answer? {
+        switch answer {
+        case .waiting: nil
+        case .granted: wanted.mode == .asking ? .granted : nil
+        case .passed: .passed
+        case .refused(let errno): .refused(errno)
+        }
+    }
+
+    /// Begins here the access `wanted` asks for, or shares the one another recall began for it.
+    private func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess {
+        let key = Begun.Key(host: wanted.host, revision: wanted.revision)
+        func joined(_ state: inout State) -> (any LocalAccess)? {
+            guard var found = state.begun[key] else { return nil }
+            found.users += 1
+            state.begun[key] = found
+            return found.access
+        }
+        if let shared = state.withLock({ joined(&$0) }) { return shared }
+        // Begun outside the lock: it reaches the host's own coordination.
+        let access = local.beginAccess(for: wanted)
+        let (kept, spare) = state.withLock { state -> (any LocalAccess, (any LocalAccess)?) in
+            if let shared = joined(&state) { return (shared, access) }
+            state.begun[key] = Begun(access: access, users: 1)
+            return (access, nil)
+        }
+        spare?.end()
+        return kept
+    }
+
+    /// One recall is done with the accesses begun for `wanted`: the last ends each.
+    private func endAccesses(_ wanted: [Delegations.Entry]) {
+        let ending = state.withLock { state -> [any LocalAccess] in
+            wanted.compactMap { entry -> (any LocalAccess)? in
+                let key = Begun.Key(host: entry.host, revision: entry.revision)
+                guard var found = state.begun[key] else { return nil }
+                found.users -= 1
+                if found.users > 0 {
+                    state.begun[key] = found
+                    return nil
+                }
+                state.begun[key] = nil
+                return found.access
+            }
+        }
+        for access in ending { access.end() }
     }
 
     // MARK: Idle delegations
@@ -1173,7 +1373,7 @@ public final class ClusterMember: Sendable {
                         used.append(path)
                         continue
                     }
-                    let giving = modes.intersection([.read, .write])
+                    let giving = modes.intersection([.read, .write, .appending, .inPlace])
                     guard !giving.isEmpty, !busy.contains(path) else { continue }
                     let keys = Self.keys(giving, at: path)
                     guard
@@ -1235,6 +1435,8 @@ public final class ClusterMember: Sendable {
     private static func keys(_ modes: Modes, at path: String) -> [Key] {
         var keys: [Key] = []
         if modes.contains(.read) { keys.append(Key(path: path, mode: .read)) }
+        if modes.contains(.appending) { keys.append(Key(path: path, mode: .appending)) }
+        if modes.contains(.inPlace) { keys.append(Key(path: path, mode: .inPlace)) }
         if modes.contains(.write) {
             keys += [Delegations.Mode.write, .deleting, .moving, .replacing].map { Key(path: path, mode: $0) }
         }

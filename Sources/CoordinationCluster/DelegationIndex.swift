@@ -72,6 +72,8 @@ struct DelegationIndex: Sendable {
     private var unused: [Int] = []
     private var byKey: [[UInt8]: (entry: Entry, node: Int)] = [:]
     private var changes: [Change] = []
+    /// The other holders' presences: none, the common case, and nobody is asked anything.
+    private(set) var othersPresences = 0
 
     init(host: String, lease: Int64) {
         self.host = host
@@ -119,11 +121,25 @@ struct DelegationIndex: Sendable {
 
     // MARK: Questions
 
-    /// The other holders' keys made before `entry` that conflict with it: what it waits for.
+    /// Whether `other`, another holder's key made before `entry` and not answered, is in its
+    /// way (`Delegations.inTheWay`).
+    private func blocks(_ other: Entry, _ entry: Entry) -> Bool {
+        !other.isSameHolder(as: entry) && other.revision < entry.revision && other.answer == nil
+            && Delegations.inTheWay(other, of: entry)
+    }
+
+    /// Whether only writes can be in the way of a key of `mode`, or wait for one: a read's and
+    /// a presence's are, and a read waits for nothing else. (A presence is in a question's way.)
+    private static func meetsWritesOnly(inTheWayOf mode: Delegations.Mode) -> Bool {
+        mode == .read || mode == .presence
+    }
+
+    /// The other holders' keys made before `entry` that are in its way: what it waits for.
     func blockers(of entry: Entry) -> [Entry] {
         var found: [Entry] = []
-        forEachRelated(to: entry.path, isMine(entry) ? .others : .anyone, writesOnly: !entry.mode.writes) { _, other in
-            if !other.isSameHolder(as: entry) && other.revision < entry.revision { found.append(other) }
+        let writesOnly = Self.meetsWritesOnly(inTheWayOf: entry.mode)
+        forEachRelated(to: entry.path, isMine(entry) ? .others : .anyone, writesOnly: writesOnly) { _, other in
+            if blocks(other, entry) { found.append(other) }
             return true
         }
         return found
@@ -132,23 +148,36 @@ struct DelegationIndex: Sendable {
     /// Whether `entry` has blockers: it is not held (yet).
     func isBlocked(_ entry: Entry) -> Bool {
         var blocked = false
-        forEachRelated(to: entry.path, isMine(entry) ? .others : .anyone, writesOnly: !entry.mode.writes) { _, other in
-            blocked = !other.isSameHolder(as: entry) && other.revision < entry.revision
+        let writesOnly = Self.meetsWritesOnly(inTheWayOf: entry.mode)
+        forEachRelated(to: entry.path, isMine(entry) ? .others : .anyone, writesOnly: writesOnly) { _, other in
+            blocked = blocks(other, entry)
             return !blocked
         }
         return blocked
     }
 
-    /// The other holders' keys made after `held` that conflict with it and recall (not tentative).
+    /// The other holders' keys made after `held` that it is in the way of and that recall (not
+    /// tentative, not answered).
     func wanting(_ held: Entry) -> [(key: [UInt8], entry: Entry)] {
         var found: [(key: [UInt8], entry: Entry)] = []
-        forEachRelated(to: held.path, isMine(held) ? .others : .anyone, writesOnly: !held.mode.writes) { key, other in
-            if !other.isSameHolder(as: held) && other.revision > held.revision && !other.isTentative {
+        forEachRelated(to: held.path, isMine(held) ? .others : .anyone, writesOnly: held.mode == .read) { key, other in
+            if !other.isSameHolder(as: held) && other.revision > held.revision && !other.isTentative
+                && other.answer == nil && Delegations.inTheWay(held, of: other)
+            {
                 found.append((key, other))
             }
             return true
         }
         return found
+    }
+
+    /// Whether another holder has a presence of exactly `path` (one walk down it).
+    func othersPresent(at path: String) -> Bool {
+        guard let found = node(of: path) else { return false }
+        return nodes[found].keys.contains { key in
+            guard let entry = byKey[key]?.entry else { return false }
+            return entry.mode == .presence && !isMine(entry)
+        }
     }
 
     /// The recalls `changes` may have made: pairs of this run's key held (nothing before it
@@ -157,8 +186,9 @@ struct DelegationIndex: Sendable {
     /// Together with the pairs of the changes before, every such pair of the index.
     func recalls(after changes: [Change]) -> [Pair] {
         var pairs: [Pair] = []
+        // A question, or a key answered, is nobody's to give back.
         func tellAll(_ key: [UInt8], _ held: Entry) {
-            guard !isBlocked(held) else { return }
+            guard held.mode != .asking, held.answer == nil, !isBlocked(held) else { return }
             for (wantedKey, wanted) in wanting(held) {
                 pairs.append(Pair(heldKey: key, held: held, wantedKey: wantedKey, wanted: wanted))
             }
@@ -168,9 +198,12 @@ struct DelegationIndex: Sendable {
             if let new = change.new, byKey[change.key]?.entry == new {
                 if isMine(new) {
                     tellAll(change.key, new)
-                } else if !new.isTentative {
-                    forEachRelated(to: new.path, .mine, writesOnly: !new.mode.writes) { key, held in
-                        if held.revision < new.revision && !isBlocked(held) {
+                } else if !new.isTentative && new.answer == nil {
+                    let writesOnly = Self.meetsWritesOnly(inTheWayOf: new.mode)
+                    forEachRelated(to: new.path, .mine, writesOnly: writesOnly) { key, held in
+                        if held.revision < new.revision && held.mode != .asking && held.answer == nil
+                            && Delegations.inTheWay(held, of: new) && !isBlocked(held)
+                        {
                             pairs.append(Pair(heldKey: key, held: held, wantedKey: change.key, wanted: new))
                         }
                         return true
@@ -179,7 +212,7 @@ struct DelegationIndex: Sendable {
             }
             if let old = change.old, !isMine(old) {
                 // This run's keys it was in the way of may be held now.
-                forEachRelated(to: old.path, .mine, writesOnly: !old.mode.writes) { key, held in
+                forEachRelated(to: old.path, .mine, writesOnly: old.mode == .read) { key, held in
                     if held.revision > old.revision { tellAll(key, held) }
                     return true
                 }
@@ -268,6 +301,17 @@ struct DelegationIndex: Sendable {
         !visit(node, whose, writesOnly) { _, _ in false }
     }
 
+    /// The node of `path`, where the index has one.
+    private func node(of path: String) -> Int? {
+        var node = 0
+        if path.isEmpty { return node }
+        for component in path.split(separator: "/", omittingEmptySubsequences: false) {
+            guard let child = nodes[node].children[String(component)] else { return nil }
+            node = child
+        }
+        return node
+    }
+
     /// The node of `path`, made with the nodes above it where missing.
     private mutating func node(creating path: String) -> Int {
         var node = 0
@@ -295,6 +339,7 @@ struct DelegationIndex: Sendable {
     /// Counts `entry`, of `node`, in (`step` 1) or out (-1) at it and above it.
     private mutating func tally(_ entry: Entry, at node: Int, _ step: Int) {
         let writes = entry.mode.writes, mine = isMine(entry)
+        if entry.mode == .presence && !mine { othersPresences += step }
         var current = node
         while current >= 0 {
             nodes[current].counts.add(writes, mine: mine, step)

@@ -3,18 +3,19 @@ import Synchronization
 /// Grants that hosts sharing a store hold of its items, through etcd: a host holds a
 /// delegation of an item (read or write) while no other host holds a conflicting one, and
 /// grants its own programs' accesses inside it in memory. Another host that wants a
-/// conflicting delegation makes a key of its own and waits; the holder hears a recall, ends
-/// its local accesses (its presenters relinquish as for a local writer), and gives the
-/// delegation back.
+/// conflicting delegation makes a key of its own and waits; the holder hears a recall, meets
+/// the request as its own program's (`Entry.request`), and gives the delegation back, or
+/// answers the request on its key (`answer`: let past, refused) and keeps it.
 ///
 /// Each delegation, wanted or held, is one key `<prefix><path>\0<host>\0<lease>\0<mode>` whose
-/// value is its mode, attached to the host's lease: a host that dies or is cut off loses them all with its
-/// lease. Hosts are served first come, first served by the keys' create revisions (the
-/// etcd lock recipe, over read and write modes): a key is held once every conflicting key made
-/// before it is gone, and its create revision is the grant's fencing token. Each host keeps a
-/// replica of all keys, read once and then followed by one watch, so waiting and recalls cost
-/// no request of their own; the replica is indexed by path (`DelegationIndex`), and a change
-/// looks again only at the keys around it, so neither costs more as the store's keys grow.
+/// value is its mode, its request and any answer (`Entry.value`), attached to the host's lease:
+/// a host that dies or is cut off loses them all with its lease. Hosts are served first come,
+/// first served by the keys' create revisions (the etcd lock recipe, over read and write
+/// modes): a key is held once every conflicting key made before it is gone, and its create
+/// revision is the grant's fencing token. Each host keeps a replica of all keys, read once and
+/// then followed by one watch, so waiting and recalls cost no request of their own; the replica
+/// is indexed by path (`DelegationIndex`), and a change looks again only at the keys around it,
+/// so neither costs more as the store's keys grow.
 public final class Delegations: Sendable {
     public enum Mode: String, Sendable, CaseIterable {
         case read = "r", write = "w"
@@ -25,11 +26,66 @@ public final class Delegations: Sendable {
         /// hosts they recall ask their presenters of the item and of everything inside it as
         /// for such a write of their own (to accommodate a deletion, to relinquish).
         case deleting = "d", moving = "m", replacing = "x"
+        /// Writes that share the item as they would on one host: one that only appends shares
+        /// it with readers and with other such writers (U1), one in place among writers that
+        /// share with each other (U2). Readers still wait for a writer in place.
+        case appending = "a", inPlace = "s"
+        /// A read's question to the other hosts' presenters of the item: only their presences
+        /// are in its way, and their hosts answer it (`Answer.granted`) once those presenters
+        /// have answered as for a read of their own. It holds nothing and is never recalled.
+        case asking = "q"
 
-        public var writes: Bool { self != .read && self != .presence }
-        /// Asked for of the item itself, never of a directory above it: the host it recalls
-        /// asks its presenters about this item.
-        public var isDestructive: Bool { writes && self != .write }
+        public var writes: Bool { !(self == .read || self == .presence || self == .asking) }
+        public var isDestructive: Bool { self == .deleting || self == .moving || self == .replacing }
+        /// Asked for of the item itself, never of a directory above it, where another host has
+        /// anything around it: the host it recalls asks its presenters about this item, and a
+        /// writer that shares the item keeps it beside the others'.
+        public var isOfTheItem: Bool { isDestructive || self == .appending || self == .inPlace }
+
+        /// Whether keys of these modes exclude each other where their items are one, or one
+        /// holds the other (questions aside: `Delegations.inTheWay`): readers share (C3), and
+        /// so do the writers that share an item on one host (U1, U2).
+        func excludes(_ other: Mode) -> Bool {
+            guard writes || other.writes else { return false }
+            switch (self, other) {
+            case (.appending, .read), (.read, .appending): return false
+            case (.appending, .appending), (.appending, .inPlace), (.inPlace, .appending), (.inPlace, .inPlace):
+                return false
+            default: return true
+            }
+        }
+    }
+
+    /// How a host answered another's request itself, on that request's key, instead of giving
+    /// its own delegation back: as its own coordination answered the same access of one of its
+    /// programs. The requesting host deletes the key once it has read the answer.
+    public enum Answer: Sendable, Equatable {
+        /// A question (`Mode.asking`): the presenters there have answered.
+        case granted
+        /// Let past the holders there without their giving anything up (a writer whose file
+        /// has stayed unchanged for the settle time): the request goes ahead holding nothing.
+        case passed
+        /// Refused as that host refuses its own program's (a presenter's refusal): an errno's
+        /// name (`EACCES`).
+        case refused(String)
+
+        var text: String {
+            switch self {
+            case .granted: "granted"
+            case .passed: "passed"
+            case .refused(let errno): "refused:" + errno
+            }
+        }
+
+        init?(text: Substring) {
+            switch text {
+            case "granted": self = .granted
+            case "passed": self = .passed
+            default:
+                guard text.hasPrefix("refused:") else { return nil }
+                self = .refused(String(text.dropFirst("refused:".count)))
+            }
+        }
     }
 
     /// A delegation as the replica has it.
@@ -53,8 +109,39 @@ public final class Delegations: Sendable {
         /// delegation back as for any recall, one whose programs hold what it wants refuses it
         /// (`refuse`): the request fails at once, as on one host.
         public var asksIdle = false
+        /// The access the key was first asked for, in the words of the hosts' coordination
+        /// (opaque here): the host it recalls begins that access as its own program's would.
+        /// Empty for a key of a directory, asked for on nobody's account.
+        public var request = ""
+        /// The holder's answer, once one host has answered the request itself (`answer`): the
+        /// key is in nobody's way from then on, and wants nothing.
+        public var answer: Answer?
+
+        public init(
+            path: String, host: String, mode: Mode, revision: Int64, lease: Int64, isTentative: Bool = false,
+            asksIdle: Bool = false, request: String = "", answer: Answer? = nil
+        ) {
+            self.path = path
+            self.host = host
+            self.mode = mode
+            self.revision = revision
+            self.lease = lease
+            self.isTentative = isTentative
+            self.asksIdle = asksIdle
+            self.request = request
+            self.answer = answer
+        }
 
         func isSameHolder(as other: Entry) -> Bool { host == other.host && lease == other.lease }
+
+        /// The key's value: its mode, how it was asked for, its request and its answer
+        /// (`w`, `r?`, `s|w20000`, `r!|r10000=refused:EACCES`).
+        var value: [UInt8] {
+            var text = mode.rawValue + (isTentative ? "?" : asksIdle ? "!" : "")
+            if !request.isEmpty { text += "|" + request }
+            if let answer { text += "=" + answer.text }
+            return Array(text.utf8)
+        }
     }
 
     /// Another host wants what this host holds.
@@ -75,6 +162,8 @@ public final class Delegations: Sendable {
         /// The store's other hosts cannot coordinate with this one (`HostRecord`): why.
         case cannotJoin(String)
         case etcd(EtcdError)
+        /// The host in the way answered the request itself (`Answer`), and the key is gone.
+        case answered(Answer)
 
         public var description: String {
             switch self {
@@ -83,6 +172,8 @@ public final class Delegations: Sendable {
             case .stopped: "this host has left the cluster"
             case .cannotJoin(let why): why
             case .etcd(let error): "etcd cannot be reached (\(error))"
+            case .answered(.refused(let errno)): "another host refused it (\(errno))"
+            case .answered(let answer): "another host answered it: \(answer.text)"
             }
         }
     }
@@ -107,6 +198,9 @@ public final class Delegations: Sendable {
     public let recalls: AsyncStream<Recall>
     private let recallSink: AsyncStream<Recall>.Continuation
     private let follower = Mutex<Task<Void, Never>?>(nil)
+    /// The other holders' presences in the replica (`DelegationIndex.othersPresences`), read
+    /// without a lock by every request that may have to ask them first.
+    private let presencesElsewhere = Atomic<Int>(0)
 
     private struct State {
         /// Every delegation key under the prefix, by key and by path.
@@ -187,8 +281,11 @@ public final class Delegations: Sendable {
     /// Waits until this host holds `mode` on `path` ("" is the store's root, "a/b" an item
     /// below it), and returns the grant's fencing token. A read and a write of one path are two
     /// delegations (a host that reads an item and comes to write it keeps the read meanwhile).
-    public func acquire(_ path: String, _ mode: Mode) async throws(Failure) -> Int64 {
-        try await acquire(path, mode, asking: .waiting)!
+    /// `request`: the access asked for (`Entry.request`), for the hosts it recalls. A holder
+    /// that answers the request itself ends the wait with `Failure.answered` (a question
+    /// granted returns), its key deleted.
+    public func acquire(_ path: String, _ mode: Mode, request: String = "") async throws(Failure) -> Int64 {
+        try await acquire(path, mode, request: request, asking: .waiting)!
     }
 
     /// `acquire`, telling `placed` as soon as the key is in line which other holders' keys
@@ -197,7 +294,7 @@ public final class Delegations: Sendable {
     func acquire(
         _ path: String, _ mode: Mode, placed: @escaping @Sendable ([Entry]) -> Void
     ) async throws(Failure) -> Int64 {
-        try await acquire(path, mode, asking: .waiting, placed: placed)!
+        try await acquire(path, mode, request: "", asking: .waiting, placed: placed)!
     }
 
     /// `acquire`, unless another host's key is in the way: then the key made is withdrawn and
@@ -205,7 +302,7 @@ public final class Delegations: Sendable {
     /// request that would wait for holders of items it does not need.) The key is tentative:
     /// it recalls nobody.
     public func acquireUnlessBlocked(_ path: String, _ mode: Mode) async throws(Failure) -> Int64? {
-        try await acquire(path, mode, asking: .tentatively)
+        try await acquire(path, mode, request: "", asking: .tentatively)
     }
 
     /// `acquire` for a request that does not wait for another host's programs (`O_NONBLOCK`):
@@ -213,8 +310,10 @@ public final class Delegations: Sendable {
     /// this waits for. Nil, the key taken away, when a host whose programs hold it refuses it
     /// (`refuse`), when a key in the way is itself still waiting (another host's program wants
     /// the item first), or when no answer came within `patience` (a host cut off, or gone).
-    public func acquireIfIdle(_ path: String, _ mode: Mode, patience: Duration) async throws(Failure) -> Int64? {
-        try await acquire(path, mode, asking: .ifIdle(patience))
+    public func acquireIfIdle(
+        _ path: String, _ mode: Mode, patience: Duration, request: String = ""
+    ) async throws(Failure) -> Int64? {
+        try await acquire(path, mode, request: request, asking: .ifIdle(patience))
     }
 
     /// Refuses another host's request that does not wait (`Entry.asksIdle`), for this host's
@@ -224,6 +323,22 @@ public final class Delegations: Sendable {
         let key = self.key(of: entry)
         do { _ = try await client.transaction([.created(key, at: entry.revision)], success: [.delete(key: key)]) } catch
         {
+            throw .etcd(error)
+        }
+    }
+
+    /// Answers another host's request that waits for this host's delegation (`entry`, as made)
+    /// without giving the delegation back: its key is written again with the answer, under its
+    /// own host's lease, which reads it there and deletes the key (`Failure.answered`).
+    public func answer(_ entry: Entry, _ answer: Answer) async throws(Failure) {
+        var answered = entry
+        answered.answer = answer
+        let key = self.key(of: entry)
+        do {
+            _ = try await client.transaction(
+                [.created(key, at: entry.revision)],
+                success: [.put(key: key, value: answered.value, lease: entry.lease)])
+        } catch {
             throw .etcd(error)
         }
     }
@@ -239,41 +354,45 @@ public final class Delegations: Sendable {
     }
 
     private func acquire(
-        _ path: String, _ mode: Mode, asking: Asking,
+        _ path: String, _ mode: Mode, request: String, asking: Asking,
         placed: (@Sendable ([Entry]) -> Void)? = nil
     ) async throws(Failure) -> Int64? {
         let key = self.key(path, mode)
-        let marker =
-            switch asking {
-            case .waiting: ""
-            case .tentatively: "?"
-            case .ifIdle: "!"
-            }
+        var made = Entry(
+            path: path, host: host, mode: mode, revision: 0, lease: lease.id, request: request)
+        switch asking {
+        case .waiting: break
+        case .tentatively: made.isTentative = true
+        case .ifIdle: made.asksIdle = true
+        }
         // With the key, the keys that could be in its way, read at its revision: the replica
         // may not have followed that far yet, and must not grant on what it has not seen.
         let around = neighbourhood(of: path)
-        var made: (revision: Int64, snapshot: [EtcdKeyValue], at: Int64)?
+        var placing: (mine: Entry, snapshot: [EtcdKeyValue], at: Int64)?
         do throws(EtcdError) {
-            // A key of this run already there (acquired before) keeps its place in line.
-            while made == nil {
+            // A key of this run already there (acquired before) keeps its place in line, and
+            // the answer another host gave it stands for this request too.
+            while placing == nil {
                 let answer = try await client.transaction(
                     [.absent(key)],
-                    success: [.put(key: key, value: Array((mode.rawValue + marker).utf8), lease: lease.id)] + around,
+                    success: [.put(key: key, value: made.value, lease: lease.id)] + around,
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
-                    made = (answer.revision, answer.ranges.flatMap { $0 }, answer.revision)
+                    made.revision = answer.revision
+                    placing = (made, answer.ranges.flatMap { $0 }, answer.revision)
                 } else if let existing = answer.ranges.first?.first {
-                    made = (existing.createRevision, answer.ranges.dropFirst().flatMap { $0 }, answer.revision)
+                    var found = entry(existing) ?? made
+                    found.revision = existing.createRevision
+                    placing = (found, answer.ranges.dropFirst().flatMap { $0 }, answer.revision)
                 }
                 // (Else it was deleted between the two: made again.)
             }
         } catch {
             throw .etcd(error)
         }
-        let (revision, snapshot, readAt) = made!
-        let mine = Entry(
-            path: path, host: host, mode: mode, revision: revision, lease: lease.id,
-            isTentative: marker == "?", asksIdle: marker == "!")
+        let (mine, snapshot, readAt) = placing!
+        let revision = mine.revision
+        if let answered = mine.answer { return try await ended(key, made: revision, answered: answered) }
         // A request that does not wait takes its key back once its patience has run out; a
         // grant that comes after that is not held (the key is going).
         var patience: (timer: Task<Void, Never>, first: FirstOfTwo)?
@@ -307,7 +426,11 @@ public final class Delegations: Sendable {
                     // The replica past the read without the key: deleted since (given back, or
                     // taken back by a waiter that gave up); to be made again, not put back.
                     if state.revision >= readAt && state.index[key] == nil { return (.failure(.withdrawn), nil) }
-                    if mine.revision >= (state.index[key]?.revision ?? 0) { state.index.put(key, mine) }
+                    // (As made, unless the replica has it answered already.)
+                    if revision > (state.index[key]?.revision ?? 0) { state.index.put(key, mine) }
+                    if let known = state.index[key], known.revision == revision, let answered = known.answer {
+                        return (Self.outcome(of: answered, revision), nil)
+                    }
                     let blockers = state.index.blockers(of: mine)
                     if blockers.isEmpty { return (.success(revision), []) }
                     switch asking {
@@ -326,6 +449,9 @@ public final class Delegations: Sendable {
                 settle { _ in }  // recalls this key makes
             }
         } catch let failure as Failure {
+            if case .answered(let answered) = failure {
+                return try await ended(key, made: revision, answered: answered)
+            }
             // Taken away by the holder that refused it, or by its own patience: refused.
             if case .ifIdle = asking, failure == .withdrawn { return nil }
             throw failure
@@ -337,6 +463,20 @@ public final class Delegations: Sendable {
             throw .etcd(error)
         }
         return nil
+    }
+
+    /// How a waiter of a key ends once another host has answered it: a question granted holds
+    /// its key (its asker deletes it); any other answer ends the request, its key deleted here.
+    private static func outcome(of answer: Answer, _ revision: Int64) -> Result<Int64, Failure> {
+        answer == .granted ? .success(revision) : .failure(.answered(answer))
+    }
+
+    /// A request whose key (made at `revision`) another host answered: a question granted
+    /// returns its token; otherwise the key is deleted and the answer thrown.
+    private func ended(_ key: [UInt8], made revision: Int64, answered: Answer) async throws(Failure) -> Int64 {
+        if answered == .granted { return revision }
+        _ = try? await client.transaction([.created(key, at: revision)], success: [.delete(key: key)])
+        throw .answered(answered)
     }
 
     /// Reads of the keys that can conflict with one of `path`: its own, those of the items it
@@ -398,11 +538,25 @@ public final class Delegations: Sendable {
         }
     }
 
-    /// Whether the replica still has `entry`'s key as it was made.
-    public func isPresent(_ entry: Entry) -> Bool {
+    /// Whether the replica still has `entry`'s key as it was made, and nobody has answered it:
+    /// its request still waits for what it wants.
+    public func stillWants(_ entry: Entry) -> Bool {
         let key = self.key(of: entry)
-        return state.withLock { $0.index[key]?.revision == entry.revision }
+        return state.withLock { state in
+            guard let known = state.index[key] else { return false }
+            return known.revision == entry.revision && known.answer == nil
+        }
     }
+
+    /// Whether another holder's presenters present `path` itself (a presence of it): a read of
+    /// it asks them first (`Mode.asking`). Without a lock while nobody else presents anything.
+    public func othersPresent(at path: String) -> Bool {
+        if presencesElsewhere.load(ordering: .relaxed) == 0 { return false }
+        return state.withLock { $0.index.othersPresent(at: path) }
+    }
+
+    /// Whether another holder presents anything in the store, without a lock.
+    public var othersPresentAnything: Bool { presencesElsewhere.load(ordering: .relaxed) > 0 }
 
     /// Whether another holder (another host, or an earlier run of this one) has a key of any
     /// mode at `path`, in a directory above it, or inside it. (One walk down the path.)
@@ -451,17 +605,27 @@ public final class Delegations: Sendable {
     private func entry(_ value: EtcdKeyValue) -> Entry? {
         guard value.key.starts(with: prefix) else { return nil }
         let rest = value.key[prefix.count...]
-        let tentative = value.value.last == UInt8(ascii: "?"), idle = value.value.last == UInt8(ascii: "!")
-        guard let zero = rest.firstIndex(of: 0),
-            let mode = Mode(
-                rawValue: String(decoding: tentative || idle ? value.value.dropLast() : value.value[...], as: UTF8.self)
-            )
-        else { return nil }
+        guard let zero = rest.firstIndex(of: 0) else { return nil }
+        // `<mode><marker>[|<request>][=<answer>]` (`Entry.value`).
+        let text = String(decoding: value.value, as: UTF8.self)
+        let answered = text.firstIndex(of: "=")
+        let head = text[..<(answered ?? text.endIndex)]
+        let bar = head.firstIndex(of: "|")
+        var asked = head[..<(bar ?? head.endIndex)]
+        let tentative = asked.last == "?", idle = asked.last == "!"
+        if tentative || idle { asked = asked.dropLast() }
+        guard let mode = Mode(rawValue: String(asked)) else { return nil }
+        var answer: Answer?
+        if let answered {
+            guard let known = Answer(text: text[text.index(after: answered)...]) else { return nil }
+            answer = known
+        }
         let holder = rest[(zero + 1)...]
         let host = holder.firstIndex(of: 0).map { holder[..<$0] } ?? holder
         return Entry(
             path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: host, as: UTF8.self),
-            mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative, asksIdle: idle)
+            mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative, asksIdle: idle,
+            request: bar.map { String(head[head.index(after: $0)...]) } ?? "", answer: answer)
     }
 
     /// Reads every key anew: the revision read at.
@@ -524,14 +688,21 @@ public final class Delegations: Sendable {
     /// Changes the replica, then wakes the waiters whose keys are now held and tells recalls:
     /// those the change made (the index looks only around the keys that changed).
     private func settle(_ change: (inout State) -> Void) {
-        let (granted, withdrawn, recalls) = state.withLock { state in
+        let (granted, withdrawn, answered, recalls) = state.withLock { state in
             change(&state)
             let changes = state.index.takeChanges()
+            presencesElsewhere.store(state.index.othersPresences, ordering: .relaxed)
             var granted: [(CheckedContinuation<Int64, Error>, Int64)] = []
             var withdrawn: [CheckedContinuation<Int64, Error>] = []
+            var answered: [(CheckedContinuation<Int64, Error>, Result<Int64, Failure>)] = []
             for (key, waiters) in state.waiters {
                 guard let mine = state.index[key] else {
                     withdrawn += waiters
+                    state.waiters[key] = nil
+                    continue
+                }
+                if let answer = mine.answer {
+                    answered += waiters.map { ($0, Self.outcome(of: answer, mine.revision)) }
                     state.waiters[key] = nil
                     continue
                 }
@@ -556,9 +727,10 @@ public final class Delegations: Sendable {
                         && state.index[pair.wanted]?.revision == pair.wantedRevision
                 }
             }
-            return (granted, withdrawn, recalls)
+            return (granted, withdrawn, answered, recalls)
         }
         for (waiter, revision) in granted { waiter.resume(returning: revision) }
+        for (waiter, outcome) in answered { waiter.resume(with: outcome.mapError { $0 as Error }) }
         // A lease revoked is lost before etcd deletes its keys.
         for waiter in withdrawn { waiter.resume(throwing: lease.isLost ? Failure.leaseLost : Failure.withdrawn) }
         for recall in recalls { recallSink.yield(recall) }
@@ -581,11 +753,21 @@ public final class Delegations: Sendable {
 
     // MARK: Conflicts
 
-    /// Two delegations conflict when either writes and their items are one, or one holds the other.
-    static func conflict(_ a: Entry, _ b: Entry) -> Bool {
-        guard a.mode.writes || b.mode.writes else { return false }
-        return a.path == b.path || contains(a.path, b.path) || contains(b.path, a.path)
+    /// Whether `earlier`, made before `later`, is in its way: where their items are one, or one
+    /// holds the other, and their modes exclude each other (`Mode.excludes`). A question is in
+    /// nobody's way, and only the presences of its own item are in its way.
+    static func inTheWay(_ earlier: Entry, of later: Entry) -> Bool {
+        if later.mode == .asking { return earlier.mode == .presence && earlier.path == later.path }
+        if earlier.mode == .asking { return false }
+        return related(earlier.path, later.path) && earlier.mode.excludes(later.mode)
     }
+
+    /// Two delegations conflict when either is in the other's way (`inTheWay`): one of them
+    /// writes, their items are one or one holds the other, and they do not share it.
+    static func conflict(_ a: Entry, _ b: Entry) -> Bool { inTheWay(a, of: b) || inTheWay(b, of: a) }
+
+    /// Whether the items are one, or one holds the other.
+    static func related(_ a: String, _ b: String) -> Bool { a == b || contains(a, b) || contains(b, a) }
 
     /// Whether the item `outer` holds `inner` ("" holds everything).
     static func contains(_ outer: String, _ inner: String) -> Bool {

@@ -19,8 +19,11 @@ struct HostRecord: Codable, Equatable, Sendable {
     /// directory asked for on a replica's word is marked tentative, and recalls nobody; 4: a
     /// request that does not wait is marked, and a holder whose programs are in its way refuses it;
     /// 5: files' flock and fcntl locks are delegated too, under `locks/`, which an older host
-    /// would not look at).
-    static let currentFormat = 5
+    /// would not look at; 6: a key carries the access asked for, and the holder's answer
+    /// (let past, refused with an errno, a question granted); writers that share an item
+    /// (`a`, `s`) and a read's question to presenters (`q`) are modes of their own, which an
+    /// older host would drop).
+    static let currentFormat = 6
 
     var format: Int
     /// `/etc/machine-id`, the boot's id and the pid namespace: which machine, since when, and

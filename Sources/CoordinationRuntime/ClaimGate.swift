@@ -2,8 +2,15 @@ import Coordination
 
 /// What a hold through the control socket must pass before it is claimed, beyond this
 /// server's domain: a host of a shared store (`coordfs mount --cluster`, `coordfs daemon
-/// --cluster`) grants a hold only inside its delegations, as a mount grants its programs' opens.
+/// --cluster`) grants a hold only inside its delegations, as a mount grants its programs' opens,
+/// and a read asks the other hosts' presenters of its item first, as a mount's reads do.
 package protocol ClaimGate: Sendable {
+    /// Whether `intents` ask other hosts' presenters first (`ask`, once, before anything else).
+    func asksFirst(_ intents: [Intent]) -> Bool
+    /// Asks them; `completion` and the closure returned as `admit`'s.
+    func ask(
+        _ intents: [Intent], completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+    ) -> @Sendable () -> Void
     /// Whether `intents` may be claimed here now.
     func admits(_ intents: [Intent]) -> Bool
     /// Waits until they may (`waits` false: not for another host). `completion` runs once, on

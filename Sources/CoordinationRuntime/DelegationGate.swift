@@ -1,8 +1,10 @@
 import Coordination
+import CoordinationWire
 import Synchronization
 
 /// Holds taken through a control socket pass their host's delegations, as a mount's programs'
-/// opens do (`ClaimGate`): those of items of `store`.
+/// opens do (`ClaimGate`): those of items of `store`. A read whose item another host's
+/// presenters present asks them first, as the mount's reads do.
 package struct DelegationGate: ClaimGate {
     let store: SharedStore
     let delegations: any HostDelegations
@@ -12,37 +14,68 @@ package struct DelegationGate: ClaimGate {
         self.delegations = delegations
     }
 
-    private func needs(_ intents: [Intent]) -> [(path: String, access: DelegatedAccess)] {
+    private func needs(_ intents: [Intent]) -> [DelegationNeed] {
         intents.compactMap { intent in store.delegationNeed(intent.kind, of: intent.target) }
     }
 
+    /// The reads among `intents` whose items other hosts' presenters present.
+    private func questions(_ intents: [Intent]) -> [DelegationNeed] {
+        guard delegations.othersPresentAnything else { return [] }
+        return needs(intents).filter { $0.asksPresenters && delegations.othersPresent(at: $0.path) }
+    }
+
+    package func asksFirst(_ intents: [Intent]) -> Bool { !questions(intents).isEmpty }
+
+    package func ask(
+        _ intents: [Intent], completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+    ) -> @Sendable () -> Void {
+        pass(questions(intents)[...], asking: true, waits: true, completion: completion)
+    }
+
     package func admits(_ intents: [Intent]) -> Bool {
-        needs(intents).allSatisfy { delegations.covers($0.path, writing: $0.access.writes) }
+        needs(intents).allSatisfy { delegations.covers($0.path, $0.access) }
     }
 
     package func admit(
         _ intents: [Intent], waits: Bool,
         completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
     ) -> @Sendable () -> Void {
+        pass(needs(intents)[...], asking: false, waits: waits, completion: completion)
+    }
+
+    /// Asks the other hosts' presenters (`asking`), or for the delegations, of `needs` one after
+    /// the other; `completion` once, as `admit`'s.
+    private func pass(
+        _ needs: ArraySlice<DelegationNeed>, asking: Bool, waits: Bool,
+        completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+    ) -> @Sendable () -> Void {
         let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
         let delegations = self.delegations
-        @Sendable func next(_ rest: ArraySlice<(path: String, access: DelegatedAccess)>) {
+        @Sendable func next(_ rest: ArraySlice<DelegationNeed>) {
             guard let need = rest.first else { return completion(nil) }
-            let stop = delegations.acquire(need.path, need.access, waits: waits) { outcome in
+            let answered: @Sendable (HostDelegationOutcome) -> Void = { outcome in
                 if state.withLock({ $0.stopped }) { return }
                 switch outcome {
-                case .granted: next(rest.dropFirst())
+                // Let past another host's programs, it holds nothing there: as on one host.
+                case .granted, .passed: next(rest.dropFirst())
                 case .wouldWait: completion((errno: "EAGAIN", message: "another host of the shared store holds it"))
                 case .refused(let why): completion((errno: "ENOLCK", message: why))
+                case .refusedThere(let errno):
+                    completion(
+                        (errno: ErrnoNames.name(of: errno), message: "another host of the shared store refused it"))
                 }
             }
+            let stop =
+                asking
+                ? delegations.askPresenters(need, completion: answered)
+                : delegations.acquire(need, waits: waits, completion: answered)
             let stopNow = state.withLock { current -> Bool in
                 current.stop = stop
                 return current.stopped
             }
             if stopNow { stop() }
         }
-        next(needs(intents)[...])
+        next(needs)
         return {
             let stop = state.withLock { current -> (@Sendable () -> Void)? in
                 current.stopped = true

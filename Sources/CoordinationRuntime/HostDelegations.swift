@@ -4,19 +4,35 @@ import Coordination
 /// its own programs anything (`coordfs mount --cluster`, `coordfs daemon --cluster`). Paths are
 /// below the store's root ("" is the root itself), as every host spells them.
 package protocol HostDelegations: AnyObject, Sendable {
-    /// Whether this host may grant `writing` (or reading) of `path` now.
-    func covers(_ path: String, writing: Bool) -> Bool
+    /// Whether this host may grant `access` of `path` now.
+    func covers(_ path: String, _ access: DelegatedAccess) -> Bool
     /// `covers`, for an accessor's own request (a process of a hold through the control socket,
     /// or its descendant) of what its hold stands for: also under a delegation recalled but not
     /// given back yet, which the recall keeps for that hold until it ends.
-    func coversAccessor(_ path: String, writing: Bool) -> Bool
-    /// Asks for what `access` of `path` needs; `completion` runs once, on any thread. Without
-    /// `waits`, a delegation another host holds is not waited for (`.wouldWait`). The closure
-    /// returned stops waiting (a request interrupted or past its wait timeout): `completion` is
-    /// not called then.
+    func coversAccessor(_ path: String, _ access: DelegatedAccess) -> Bool
+    /// Asks for what `need` needs; `completion` runs once, on any thread. Without `waits`, a
+    /// delegation another host holds is not waited for (`.wouldWait`). A host in the way takes
+    /// the request as its own program's (`need.kind`), and may answer it itself: `.passed`,
+    /// `.refusedThere`. The closure returned stops waiting (a request interrupted or past its
+    /// wait timeout): `completion` is not called then.
     func acquire(
-        _ path: String, _ access: DelegatedAccess, waits: Bool,
-        completion: @escaping @Sendable (HostDelegationOutcome) -> Void
+        _ need: DelegationNeed, waits: Bool, completion: @escaping @Sendable (HostDelegationOutcome) -> Void
+    ) -> @Sendable () -> Void
+
+    // Presenters on other hosts: a read asks them first, as a read asks a host's own (a write
+    // recalls their presences instead).
+
+    /// Whether another host presents anything at all: cheap, every request asks it.
+    var othersPresentAnything: Bool { get }
+    /// Whether another host's presenters present `path` itself.
+    func othersPresent(at path: String) -> Bool
+    /// Asks the other hosts whose presenters present `need.path` to ask them as for `need`'s
+    /// access of their own host (a read: relinquish to a reader, save), and waits for their
+    /// answers: `.granted`, or `.refusedThere` (a presenter there refused it), or `.refused`
+    /// (ENOLCK). Made before the request takes anything: a presenter's save lands under what
+    /// its own host holds. The closure returned stops waiting, as `acquire`'s.
+    func askPresenters(
+        _ need: DelegationNeed, completion: @escaping @Sendable (HostDelegationOutcome) -> Void
     ) -> @Sendable () -> Void
 
     // Fencing writes through open files: a write open is stamped at its grant, and each write
@@ -54,30 +70,108 @@ package enum WriteAdmission: Sendable, Equatable {
 /// What a request does to the item it needs a delegation of. The hosts its delegation recalls
 /// ask their presenters as for such an access of their own: a deletion or replacement asks the
 /// presenters of the item and of everything inside it to accommodate the deletion, a move asks
-/// them to relinquish.
+/// them to relinquish. An appending write, and a write in place among writers that share the
+/// item, share it with the other hosts' accesses that share it on one host (U1, U2).
 package enum DelegatedAccess: Sendable, Equatable {
-    case reading, writing, deleting, moving, replacing
+    case reading, writing, appending, writingInPlace, deleting, moving, replacing
 
     package var writes: Bool { self != .reading }
 
     package init(_ kind: AccessKind) {
         guard case .writing(let options) = kind else { self = .reading; return }
-        self =
-            options.contains(.forDeleting)
-            ? .deleting
-            : options.contains(.forReplacing)
-                ? .replacing
-                : options.contains(.forMoving) ? .moving : .writing
+        if options.contains(.forDeleting) {
+            self = .deleting
+        } else if options.contains(.forReplacing) {
+            self = .replacing
+        } else if options.contains(.forMoving) {
+            self = .moving
+        } else if options.contains(.appendingOnly) {
+            self = .appending
+        } else if options.contains(.sharingWriters) {
+            self = .writingInPlace
+        } else {
+            self = .writing
+        }
     }
 
-    /// The engine's kind of such an access.
+    /// The engine's kind of such an access, where the request's own is not known.
     package var kind: AccessKind {
         switch self {
         case .reading: .reading([])
         case .writing: .writing([])
+        case .appending: .writing(.appendingOnly)
+        case .writingInPlace: .writing(.sharingWriters)
         case .deleting: .writing(.forDeleting)
         case .moving: .writing(.forMoving)
         case .replacing: .writing(.forReplacing)
+        }
+    }
+}
+
+/// What a request needs of the other hosts for one item: a delegation of the item it locks
+/// (below the store's root; `SharedStore.delegationNeed`), and the access itself as the engine
+/// knows it, which a host it recalls begins as its own program's.
+package struct DelegationNeed: Sendable, Equatable {
+    package var path: String
+    package var access: DelegatedAccess
+    package var kind: AccessKind
+    /// An unmodified program's open through a mount, not a coordinated hold: another host's
+    /// writers whose file has settled let it past, as they let their own host's programs.
+    package var byProgram = false
+
+    package init(path: String, access: DelegatedAccess, kind: AccessKind, byProgram: Bool = false) {
+        self.path = path
+        self.access = access
+        self.kind = kind
+        self.byProgram = byProgram
+    }
+
+    /// Whether it asks the other hosts' presenters of its item first: a read that asks
+    /// presenters anything (not a metadata-only one, O3).
+    package var asksPresenters: Bool {
+        guard case .reading(let options) = kind else { return false }
+        return !options.contains(.immediatelyAvailableMetadataOnly)
+    }
+
+    /// The request as the hosts it reaches take it.
+    package var request: HostRequest { HostRequest(kind: kind, byProgram: byProgram) }
+}
+
+/// A request as the other hosts' coordination reads it (`Delegations.Entry.request`): the
+/// engine's kind of the access (its options too), and whether it is an unmodified program's
+/// open through a mount (`DelegationNeed.byProgram`) rather than a coordinated hold.
+package struct HostRequest: Sendable, Equatable {
+    package var kind: AccessKind
+    package var byProgram: Bool
+
+    package init(kind: AccessKind, byProgram: Bool) {
+        self.kind = kind
+        self.byProgram = byProgram
+    }
+
+    /// `r` or `w`, the options' raw value in hexadecimal, and `/p` for a program's open
+    /// (`w10000/p`: a program appending).
+    package var text: String {
+        let program = byProgram ? "/p" : ""
+        switch kind {
+        case .reading(let options): return "r" + String(options.rawValue, radix: 16) + program
+        case .writing(let options): return "w" + String(options.rawValue, radix: 16) + program
+        }
+    }
+
+    /// The request `text` names; nil for one no host makes.
+    package init?(text: String) {
+        var rest = Substring(text)
+        byProgram = rest.hasSuffix("/p")
+        if byProgram { rest = rest.dropLast(2) }
+        guard let first = rest.first, let raw = UInt(rest.dropFirst(), radix: 16) else { return nil }
+        switch first {
+        case "r": kind = .reading(ReadingOptions(rawValue: raw))
+        case "w":
+            let options = WritingOptions(rawValue: raw)
+            guard options.isValid else { return nil }
+            kind = .writing(options)
+        default: return nil
         }
     }
 }
@@ -90,4 +184,11 @@ package enum HostDelegationOutcome: Sendable, Equatable {
     case wouldWait
     /// This host may grant nothing: its lease is lost, or the cluster cannot be reached (ENOLCK).
     case refused(String)
+    /// Another host let the request past its programs without their giving anything up (a
+    /// writer whose file has stayed unchanged for the settle time), as it lets its own: the
+    /// request goes ahead holding nothing there. (Never for locks.)
+    case passed
+    /// Another host refused it as it refuses its own program's (a presenter's refusal): the
+    /// errno to answer. (Never for locks.)
+    case refusedThere(errno: Int32)
 }

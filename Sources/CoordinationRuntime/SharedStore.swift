@@ -19,15 +19,22 @@ package final class SharedStore: Sendable {
     let isDirectory: @Sendable (String) -> Bool
     /// The engine's facts for an item (directory, packages around it).
     let target: @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget
+    /// Watches another host's access that waits here for holders, at a store path, with the
+    /// rules a program's wait here is watched by that fit it (a mount's settle rule: a reader
+    /// goes past writers whose file has stayed unchanged for the settle time); what it returns
+    /// ends the watch. Nil where nothing watches waits (the daemon does not see files open).
+    let watchesWaits: (@Sendable (CoordinatedAccess, _ storePath: String) -> @Sendable () -> Void)?
 
     package init(
         domain: CoordinationDomain, root: ItemPath, isDirectory: @escaping @Sendable (String) -> Bool,
-        target: @escaping @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget
+        target: @escaping @Sendable (ItemPath, _ isDirectory: Bool) -> AccessTarget,
+        watchesWaits: (@Sendable (CoordinatedAccess, _ storePath: String) -> @Sendable () -> Void)? = nil
     ) {
         self.domain = domain
         self.root = root
         self.isDirectory = isDirectory
         self.target = target
+        self.watchesWaits = watchesWaits
     }
 
     // MARK: Paths
@@ -53,17 +60,17 @@ package final class SharedStore: Sendable {
         return storePath(of: package ?? target.path)
     }
 
-    /// What an access of `kind` to `target` needs a delegation of: the item it locks, and how.
-    /// Deleting, moving or replacing an item inside a package is a write of the package (P22),
-    /// not its deletion.
-    package func delegationNeed(_ kind: AccessKind, of target: AccessTarget) -> (path: String, access: DelegatedAccess)?
-    {
+    /// What an access of `kind` to `target` needs a delegation of: the item it locks, how, and
+    /// the access as the hosts it recalls take it. Any write of an item inside a package is a
+    /// write of the package (P22): not its deletion, nor a write that shares it.
+    package func delegationNeed(_ kind: AccessKind, of target: AccessTarget) -> DelegationNeed? {
         guard let locked = lockedStorePath(target) else { return nil }
         let access = DelegatedAccess(kind)
         let itself =
             locked == ""
             ? target.path == root || target.path.isAncestor(of: root) : storePath(of: target.path) == locked
-        return (locked, itself || !access.writes ? access : .writing)
+        if itself || !access.writes { return DelegationNeed(path: locked, access: access, kind: kind) }
+        return DelegationNeed(path: locked, access: .writing, kind: .writing([]))
     }
 
     /// The engine's target for a store path, as the item is here now (a directory or not).
@@ -73,33 +80,66 @@ package final class SharedStore: Sendable {
 
     // MARK: Holders and other hosts' accesses
 
-    /// What this host's programs and coordinators hold now, below the store's root (other
-    /// hosts' accesses left out).
-    package func heldItems() -> [(path: String, writing: Bool)] {
+    /// What this host's programs and coordinators hold now, below the store's root, and how
+    /// (other hosts' accesses left out): a delegation of that kind covers each.
+    package func heldItems() -> [(path: String, access: DelegatedAccess)] {
         domain.engine.snapshot(SnapshotWindow(lists: [.holders])).holders.flatMap {
-            holder -> [(path: String, writing: Bool)] in
+            holder -> [(path: String, access: DelegatedAccess)] in
             if case .host = holder.identity { return [] }
             return holder.intents.compactMap { intent in
-                lockedStorePath(intent.target).map { ($0, intent.kind.isWrite) }
+                delegationNeed(intent.kind, of: intent.target).map { ($0.path, $0.access) }
             }
         }
     }
 
     /// Begins another host's access of `path` here, as a recall of this host's delegation
-    /// asks: this host's presenters save, relinquish or accommodate a deletion as for such an
-    /// access of a local program, and it holds the item (for as long as the host's conflicting
-    /// programs let it) until ended. Ended unchanged: what the other host's programs then do is
-    /// told as it is done (its news, or a mount's watch of its backing directory), not guessed.
-    package func beginAccess(forHost host: String, _ path: String, _ kind: DelegatedAccess) -> HostAccess {
+    /// asks: its request as the engine's `kind` (appending, in place, its options), met as the
+    /// same access of a local program: it waits for the holders here in its way, and shares
+    /// the item with those that share it; a program's read (`byProgram`) goes past a writer
+    /// whose file has stayed unchanged for the settle time (`watchesWaits`), holding nothing,
+    /// where a coordinated hold's waits; this host's presenters save, relinquish or
+    /// accommodate a deletion, and a refusal of theirs refuses it (unless `asksPresenters` is
+    /// false: a read has asked them already, `askPresenters`). It holds the item until ended.
+    /// Ended unchanged: what the other host's programs then do is told as it is done (its
+    /// news, or a mount's watch of its backing directory), not guessed.
+    package func beginAccess(
+        forHost host: String, _ path: String, _ kind: AccessKind, byProgram: Bool = false,
+        asksPresenters: Bool = true
+    ) -> HostAccess {
+        begin(forHost: host, path, kind, holds: true, watched: byProgram, asksPresenters: asksPresenters)
+    }
+
+    /// Asks this host's presenters of `path` as for another host's access (a read: relinquish
+    /// to a reader, save), holding nothing and waiting for nobody here: its answer is theirs.
+    /// Their own work passes meanwhile, under what this host holds (C21).
+    package func askPresenters(forHost host: String, _ path: String, _ kind: AccessKind) -> HostAccess {
+        begin(forHost: host, path, kind, holds: false, watched: false, asksPresenters: true)
+    }
+
+    private func begin(
+        forHost host: String, _ path: String, _ kind: AccessKind, holds: Bool, watched: Bool, asksPresenters: Bool
+    ) -> HostAccess {
         let access = HostAccess()
         let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)
-        let waiting = Claim.beginWaiting(
-            in: domain, identity: .host(host), intents: [Intent(kind.kind, storeTarget(path))],
-            timeout: nil
-        ) { [domain] result in
-            if case .success(let claim) = result, !access.granted(claim) { claim.end(outcome: unchanged, in: domain) }
+        var request = AccessRequest(identity: .host(host), intents: [Intent(kind, storeTarget(path))], waits: true)
+        request.holdsIntents = holds
+        request.messagesPresenters = asksPresenters
+        let waiting = CoordinatedAccess(domain: domain, request: request)
+        waiting.start(waitTimeout: nil) { [domain] result in
+            switch result {
+            case .success(let granted):
+                let claim = Claim.waited(granted)
+                if !access.granted(claim, passed: granted.wentAheadHoldingNothing) {
+                    claim.end(outcome: unchanged, in: domain)
+                }
+            case .failure(let error):
+                access.refused(errno: FileCoordinationError.errno(for: error, cancellation: ECANCELED))
+            }
         }
         access.waiting(waiting) { [domain] claim in claim.end(outcome: unchanged, in: domain) }
+        if watched, let watchesWaits {
+            _ = waiting.ifUnsettled { access.watched(until: watchesWaits(waiting, path)) }
+        }
         return access
     }
 

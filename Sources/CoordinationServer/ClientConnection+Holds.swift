@@ -42,9 +42,10 @@ extension ClientConnection {
         if let ended { server.domain.setPurpose(nil, for: ended) }
     }
 
+    /// `asked`: the other hosts' presenters of its items have been asked already (`ClaimGate.ask`).
     func hold(
         _ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
-        _ coordinatorName: String?, _ holderID: Int? = nil
+        _ coordinatorName: String?, _ holderID: Int? = nil, asked: Bool = false
     ) {
         let limit = server.counts.limits.holdsPerConnection
         if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
@@ -140,10 +141,18 @@ extension ClientConnection {
         // The decoder has bounded it (`Seconds`): the conversion cannot trap.
         let claimTimeout: Duration? = timeout.flatMap { try? Seconds.duration($0).get() } ?? server.waitTimeout
         // Past the server's gate first (another host's delegation, on a mount of a shared
-        // store), then claimed here; asked again once granted, as a mount's opens are.
+        // store), then claimed here; asked again once granted, as a mount's opens are. A read
+        // of an item another host's presenters present asks them before anything, once.
+        if !asked, let gate = server.claimGate, gate.asksFirst(intents) {
+            return admit(id, intents, through: gate, asking: true, wait: wait, timeout: claimTimeout) { [self] in
+                hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID, asked: true)
+            } refused: { [self] in
+                dropNamedCoordinator(name)
+            }
+        }
         if let gate = server.claimGate, !gate.admits(intents) {
             return admit(id, intents, through: gate, wait: wait, timeout: claimTimeout) { [self] in
-                hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
+                hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID, asked: asked)
             } refused: { [self] in
                 dropNamedCoordinator(name)
             }
@@ -184,7 +193,7 @@ extension ClientConnection {
                     in: self.server.domain)
                 self.server.counts.returnMemory(bytes, of: self.peer.uid)
                 self.dropNamedCoordinator(name)
-                self.hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID)
+                self.hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID, asked: asked)
             case .success(let claim):
                 // What the process does through a mount on these items is now its accessor's.
                 let token = self.server.domain.accessorHolds.add(claim, of: holder)
@@ -257,10 +266,11 @@ extension ClientConnection {
     }
 
     /// Waits at `gate` for `intents` (at most `timeout`), then runs `then`; or answers request
-    /// `id` with the refusal (EBUSY past the timeout) and runs `refused`.
+    /// `id` with the refusal (EBUSY past the timeout) and runs `refused`. `asking`: for the other
+    /// hosts' presenters' answers (`ClaimGate.ask`), not for the delegations.
     private func admit(
-        _ id: Int, _ intents: [Intent], through gate: any ClaimGate, wait: Bool, timeout: Duration?,
-        then: @escaping @Sendable () -> Void, refused: @escaping @Sendable () -> Void
+        _ id: Int, _ intents: [Intent], through gate: any ClaimGate, asking: Bool = false, wait: Bool,
+        timeout: Duration?, then: @escaping @Sendable () -> Void, refused: @escaping @Sendable () -> Void
     ) {
         let finished = Mutex(false)
         let finish: @Sendable (((errno: String, message: String)?)) -> Void = { [self] refusal in
@@ -277,7 +287,10 @@ extension ClientConnection {
                 then()
             }
         }
-        let stop = gate.admit(intents, waits: wait) { finish($0) }
+        let stop =
+            asking
+            ? gate.ask(intents, completion: { finish($0) })
+            : gate.admit(intents, waits: wait, completion: { finish($0) })
         let stopping: @Sendable () -> Void = {
             finished.withLock { $0 = true }
             stop()

@@ -2,6 +2,7 @@ import Coordination
 import CoordinationRuntime
 @testable import CoordFSMount
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 #if canImport(Glibc)
@@ -406,5 +407,54 @@ import Glibc
                 WaitWatch.othersMayListOrSearch(directory(mode, owner: owner), besides: caller) == others,
                 "mode \(String(mode, radix: 8)), owner \(owner), caller \(caller)")
         }
+    }
+
+    /// A file whose times a test sets: changed just now, until it has settled.
+    final class File: Sendable {
+        let settled = Atomic<Bool>(false)
+
+        var state: WaitWatch.FileState {
+            var now = timespec()
+            clock_gettime(CLOCK_REALTIME, &now)
+            let changed = settled.load(ordering: .relaxed) ? timespec(tv_sec: 0, tv_nsec: 0) : now
+            return WaitWatch.FileState(modified: changed, changed: changed)
+        }
+    }
+
+    /// Another host's read waiting here (a recall's, `watchAnotherHost`) goes past a program's
+    /// open whose file has settled, as a program's read here does, holding nothing; and by no
+    /// other rule: this host's break time and lock time are not its own (the recall has the
+    /// cluster's).
+    @Test func anotherHostsReadGoesPastASettledFileAndByNoOtherRule() throws {
+        let file = File()
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(
+            settleTime: .milliseconds(300), breakTime: .milliseconds(200), lockTime: .milliseconds(200)
+        ) { _, _ in file.state }
+        let node = Inode(
+            id: NodeID(2), device: 1, number: 2, handle: nil, isDirectory: false, parent: NodeID(1), name: "f")
+        let writer = try #require(
+            Claim.grantedAtOnce(in: domain, identity: .process(getpid()), intents: [.write(item, .sharingWriters)]))
+        let outcome = Outcome()
+        let waiting = try #require(
+            Claim.begin(in: domain, identity: .host("B"), intents: [.read(item, .throughOpenFile)], timeout: nil) {
+                outcome.set($0)
+            }, "a reader waits for a writer in place")
+        var number: UInt = 0
+        _ = waiting.ifUnsettled { number = watch.watchAnotherHost(waiting, item: (node, "")) }
+        #expect(!eventually(.milliseconds(800)) { outcome.value != nil }, "past the break and lock times, it waits")
+        file.settled.store(true, ordering: .relaxed)
+        #expect(eventually(.seconds(3)) { outcome.value != nil }, "it goes past the settled file")
+        watch.forget(number)
+        guard case .success(let claim)? = outcome.value else {
+            Issue.record("refused: \(String(describing: outcome.value))")
+            return
+        }
+        #expect(waiting.wentAheadHoldingNothing && watch.leaseBreaks.load(ordering: .relaxed) == 1)
+        #expect(
+            domain.engine.snapshot().holders.contains { $0.identity == .process(getpid()) }, "the writer still holds")
+        claim.end(outcome: unchanged, in: domain)
+        writer.end(outcome: unchanged, in: domain)
+        #expect(domain.engine.snapshot().isIdle)
     }
 }

@@ -9,29 +9,46 @@ import Testing
 /// against one etcd on loopback.
 @Suite(.serialized, .enabled(if: EtcdServers.installed, "etcd is not installed (make setup installs etcd-server)"))
 struct ClusterMemberTests {
-    /// A host's own coordination as the member sees it: holders set by the test, and the other
-    /// hosts' accesses it was asked to begin and end.
+    /// A host's own coordination as the member sees it: holders set by the test, the other
+    /// hosts' accesses it was asked to begin and end (and the requests they carried), and what
+    /// it answers them (granted, unless the test says otherwise for a path).
     final class Local: LocalAccesses {
-        private let state = Mutex<(holders: [(String, Delegations.Mode)], begun: [String], ended: [String])>(
-            ([], [], []))
+        private struct State {
+            var holders: [(String, Delegations.Mode)] = []
+            var begun: [String] = []
+            var ended: [String] = []
+            var requests: [String] = []
+            var answers: [String: LocalAnswer] = [:]
+        }
+        private let state = Mutex(State())
 
         func hold(_ path: String, _ mode: Delegations.Mode) { state.withLock { $0.holders.append((path, mode)) } }
         func end(_ path: String) { state.withLock { $0.holders.removeAll { $0.0 == path } } }
+        /// What the accesses of `path` begun here are answered from now on.
+        func answer(_ path: String, _ answer: LocalAnswer) { state.withLock { $0.answers[path] = answer } }
         var begun: [String] { state.withLock { $0.begun } }
         var ended: [String] { state.withLock { $0.ended } }
+        var requests: [String] { state.withLock { $0.requests } }
 
         func holders() -> [(path: String, mode: Delegations.Mode)] {
             state.withLock { $0.holders.map { ($0.0, $0.1) } }
         }
 
-        func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess {
-            let name = "\(host) \(mode.rawValue) \(path)"
-            state.withLock { $0.begun.append(name) }
-            return Access { [self] in state.withLock { $0.ended.append(name) } }
+        func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess {
+            let name = "\(wanted.host) \(wanted.mode.rawValue) \(wanted.path)"
+            state.withLock { state in
+                state.begun.append(name)
+                state.requests.append(wanted.request)
+            }
+            return Access(answering: { [self] in state.withLock { $0.answers[wanted.path] ?? .granted } }) { [self] in
+                state.withLock { $0.ended.append(name) }
+            }
         }
 
         struct Access: LocalAccess {
+            let answering: @Sendable () -> LocalAnswer
             let ending: @Sendable () -> Void
+            var answer: LocalAnswer { answering() }
             func end() { ending() }
         }
     }
@@ -486,6 +503,106 @@ struct ClusterMemberTests {
             #expect(a.othersInterested(in: "docs"), "a directory around it")
             #expect(a.othersInterested(in: "docs/report/inside"), "inside it")
             #expect(!a.othersInterested(in: "docs/other"), "beside it")
+        }
+    }
+
+    // MARK: The same sharing policy on every host
+
+    /// An appender here shares its item with another host's reader, as on one host: the
+    /// reader is granted at once; the appender keeps a delegation of its own that shares the
+    /// item (`a`), beside the reader's (`r`), and its request reached this host as it was asked.
+    @Test func anAppenderHereSharesItsItemWithAnotherHostsReader() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("log", .write)
+            localA.hold("log", .appending)
+            let started = ContinuousClock.now
+            try await b.acquire("log", .read, request: "r10000")
+            let waited = ContinuousClock.now - started
+            #expect(waited < .seconds(2), "B's reader waited \(waited) for A's appender")
+            #expect(b.covers("log", .read))
+            #expect(a.covers("log", .appending) && !a.covers("log", .read), "A keeps what its appender needs, no more")
+            #expect(await Self.eventually { Set(Self.keys(a)) == ["A a log", "B r log"] }, "\(Self.keys(a))")
+            #expect(localA.requests == ["r10000"], "\(localA.requests)")
+        }
+    }
+
+    /// Writers in place share an item across hosts, and a reader still waits for them.
+    @Test func writersInPlaceShareAcrossHostsAndAReaderWaitsForThem() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("db", .write)
+            localA.hold("db", .inPlace)
+            try await b.acquire("db", .inPlace)
+            #expect(b.covers("db", .inPlace) && b.covers("db", .appending) && !b.covers("db", .read))
+            #expect(await Self.eventually { Set(Self.keys(a)) == ["A s db", "B s db"] }, "\(Self.keys(a))")
+            // Beside a writer in place here, another host's reader waits (until it settles,
+            // which this host's coordination tells: `aRequestLetPastHereLeavesThisHostItsDelegation`).
+            try await a.acquire("wal", .write)
+            localA.hold("wal", .inPlace)
+            let reader = Task { try await b.acquire("wal", .read) }
+            try await Task.sleep(for: .milliseconds(500))
+            #expect(!b.covers("wal", .read), "B's reader went ahead beside A's writer in place")
+            localA.end("wal")
+            try await reader.value
+            #expect(b.covers("wal", .read))
+        }
+    }
+
+    /// A request this host lets past its holders (a settled writer) is answered on its own key:
+    /// the other host's request ends, holding nothing there, and this host keeps its delegation
+    /// and its holder is not broken.
+    @Test func aRequestLetPastHereLeavesThisHostItsDelegation() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .inPlace)
+            localA.answer("doc", .passed)
+            await #expect(throws: Delegations.Failure.answered(.passed)) { try await b.acquire("doc", .read) }
+            #expect(!b.covers("doc", .read), "passed, B holds nothing")
+            #expect(await Self.eventually { Self.keys(a) == ["A w doc"] }, "B's key is gone: \(Self.keys(a))")
+            #expect(await Self.eventually { a.covers("doc", .write) }, "A keeps its delegation")
+            #expect(await Self.eventually { localA.ended == ["B r doc"] })
+        }
+    }
+
+    /// A request this host refuses (a presenter's refusal here) fails there with the errno,
+    /// and this host keeps its delegation.
+    @Test func aRequestRefusedHereFailsThereWithItsErrno() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.answer("doc", .refused("EACCES"))
+            let started = ContinuousClock.now
+            await #expect(throws: Delegations.Failure.answered(.refused("EACCES"))) {
+                try await b.acquire("doc", .inPlace, request: "w20000")
+            }
+            #expect(ContinuousClock.now - started < .seconds(2), "refused at once, not at the break time")
+            #expect(await Self.eventually { Self.keys(a) == ["A w doc"] && a.covers("doc", .write) }, "\(Self.keys(a))")
+            #expect(localA.requests == ["w20000"])
+        }
+    }
+
+    /// A read asks the other host's presenters of its item whatever that host holds: through
+    /// its presence, which stays its own, and without waiting for its holders (the read's own
+    /// delegation does that). A refusal there refuses the read.
+    @Test func aReadAsksAnotherHostsPresentersWhateverThatHostHolds() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("doc", .write)
+            localA.hold("doc", .write)
+            try await a.acquirePresence("doc")
+            #expect(a.holdsPresence("doc"), "a presence of its own, under a write of the item")
+            #expect(await Self.eventually { b.othersPresent(at: "doc") && !b.othersPresent(at: "other") })
+            let started = ContinuousClock.now
+            try await b.askPresenters(of: "doc", request: "r10000")
+            #expect(ContinuousClock.now - started < .seconds(2), "the question waited for A's writer")
+            #expect(localA.begun == ["B q doc"] && localA.requests == ["r10000"], "\(localA.begun)")
+            #expect(a.holdsPresence("doc") && a.covers("doc", .write), "A gave nothing back")
+            #expect(
+                await Self.eventually { Set(Self.keys(a)) == ["A w doc", "A p doc"] },
+                "the question is gone: \(Self.keys(a))")
+            localA.answer("doc", .refused("EACCES"))
+            await #expect(throws: Delegations.Failure.answered(.refused("EACCES"))) {
+                try await b.askPresenters(of: "doc", request: "r10000")
+            }
+            try await b.askPresenters(of: "other", request: "r10000")  // nobody presents it: at once
+            #expect(localA.begun == ["B q doc", "B q doc"])
         }
     }
 }

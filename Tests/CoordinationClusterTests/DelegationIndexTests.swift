@@ -25,26 +25,31 @@ struct DelegationIndexTests {
             entry.host == DelegationIndexTests.host && entry.lease == DelegationIndexTests.lease
         }
 
+        /// Another holder's earlier keys in its way, but those answered.
         func blockers(of entry: Entry) -> [Entry] {
             entries.values.filter {
-                !$0.isSameHolder(as: entry) && $0.revision < entry.revision && Delegations.conflict(entry, $0)
+                !$0.isSameHolder(as: entry) && $0.revision < entry.revision && $0.answer == nil
+                    && Delegations.inTheWay($0, of: entry)
             }
         }
 
+        /// Another holder's later keys it is in the way of, but those tentative or answered.
         func wanting(_ held: Entry) -> [Entry] {
             entries.values.filter {
-                !$0.isSameHolder(as: held) && $0.revision > held.revision && !$0.isTentative
-                    && Delegations.conflict(held, $0)
+                !$0.isSameHolder(as: held) && $0.revision > held.revision && !$0.isTentative && $0.answer == nil
+                    && Delegations.inTheWay(held, of: $0)
             }
         }
 
-        /// Every recall the replica owes: this run's key held, another's later key that wants it.
+        /// Every recall the replica owes: this run's key held (not a question, nor answered),
+        /// another's later key that wants it.
         func recalls() -> Set<Told> {
             var pairs: Set<Told> = []
-            for (heldKey, held) in entries where isMine(held) && blockers(of: held).isEmpty {
+            for (heldKey, held) in entries
+            where isMine(held) && held.mode != .asking && held.answer == nil && blockers(of: held).isEmpty {
                 for (wantedKey, wanted) in entries
                 where !wanted.isSameHolder(as: held) && wanted.revision > held.revision
-                    && !wanted.isTentative && Delegations.conflict(held, wanted)
+                    && !wanted.isTentative && wanted.answer == nil && Delegations.inTheWay(held, of: wanted)
                 {
                     pairs.insert(
                         Told(
@@ -55,18 +60,18 @@ struct DelegationIndexTests {
             return pairs
         }
 
-        /// `ClusterMember.delegationPath` as it was.
+        /// `ClusterMember.delegationPath` as it was: a directory nobody else has a key in or above
+        /// that a read or a write there would meet, of any mode (coarser than `inTheWay`: a key
+        /// that shares an item, or a question, still keeps a host from taking the directory).
         func outermostFree(for path: String, _ mode: Delegations.Mode, unless excluded: (String) -> Bool) -> String {
             if path.isEmpty { return path }
             let others = entries.values.filter { !isMine($0) }
             let directories = path.indices.filter { path[$0] == "/" }.map { String(path[..<$0]) }
             for candidate in directories {
-                let wanted = Entry(
-                    path: candidate, host: DelegationIndexTests.host, mode: mode, revision: .max,
-                    lease: DelegationIndexTests.lease)
-                if !excluded(candidate) && !others.contains(where: { Delegations.conflict($0, wanted) }) {
-                    return candidate
+                let inTheWay = others.contains { other in
+                    Delegations.related(other.path, candidate) && (mode.writes || other.mode.writes)
                 }
+                if !excluded(candidate) && !inTheWay { return candidate }
             }
             return path
         }
@@ -83,10 +88,11 @@ struct DelegationIndexTests {
 
     static func entry(_ generator: inout SeededGenerator, revision: Int64) -> Entry {
         let (host, lease) = [("A", Int64(1)), ("A", 2), ("B", 3), ("C", 4)].randomElement(using: &generator)!
+        let answers: [Delegations.Answer?] = [nil, nil, nil, nil, nil, nil, nil, nil, .passed, .refused("EACCES")]
         return Entry(
             path: path(&generator), host: host, mode: Delegations.Mode.allCases.randomElement(using: &generator)!,
             revision: revision, lease: lease, isTentative: Int.random(in: 0..<5, using: &generator) == 0,
-            asksIdle: Int.random(in: 0..<8, using: &generator) == 0)
+            asksIdle: Int.random(in: 0..<8, using: &generator) == 0, answer: answers.randomElement(using: &generator)!)
     }
 
     /// The key `Delegations` makes of an entry (less the store's prefix).
@@ -157,7 +163,9 @@ struct DelegationIndexTests {
                     Self.described(index.wanting(asked).map { $0.entry }) == Self.described(scan.wanting(asked)),
                     "step \(step): wanting \(asked)")
                 let refused: Set<String> = [Self.path(&generator), Self.path(&generator)]
-                let path = Self.path(&generator), mode = Delegations.Mode.allCases.randomElement(using: &generator)!
+                // (Asked for reads and writes: the other modes are of the item itself.)
+                let path = Self.path(&generator),
+                    mode = [Delegations.Mode.read, .write].randomElement(using: &generator)!
                 #expect(
                     index.outermostFree(for: path, mode) { refused.contains($0) }
                         == scan.outermostFree(for: path, mode) { refused.contains($0) },

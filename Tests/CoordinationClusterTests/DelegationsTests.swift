@@ -247,4 +247,80 @@ struct DelegationsTests {
         try await leaving.lease.revoke()
         await #expect(throws: Delegations.Failure.leaseLost) { try await held.value }
     }
+
+    /// Writers that share an item on one host share it across hosts: an appender with readers
+    /// and other appenders, writers in place with each other and with appenders. A
+    /// reader waits for a writer in place, and a plain write for all of them.
+    @Test func writersThatShareAnItemShareItAcrossHosts() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client),
+            c = try await Self.host("C", client)
+        _ = try await a.acquire("log", .appending)
+        _ = try await b.acquire("log", .read)  // at once: a reader sees a prefix
+        _ = try await c.acquire("log", .appending)  // at once: appenders share
+        let writer = Pending { try await c.acquire("log", .write) }
+        #expect(await writer.waits(), "a write that truncates waits for them all")
+        _ = try await a.acquire("db", .inPlace)
+        _ = try await b.acquire("db", .inPlace)  // at once: writers in place share
+        _ = try await c.acquire("db", .appending)  // and so does an appender
+        let reader = Pending { try await c.acquire("db", .read) }
+        #expect(await reader.waits(), "a reader waits for writers in place")
+        try await a.release("db")
+        try await b.release("db")
+        _ = try await reader.value  // its own host's appender is not in its way
+        await a.leave()
+        await b.leave()
+        await c.leave()
+    }
+
+    /// A holder answers a request that waits for it on the request's own key, keeping its
+    /// delegation: the request ends with the answer (let past, or refused with an errno), its
+    /// key deleted; the access asked for came with the recall.
+    @Test func aHolderAnswersARequestOnItsKey() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client)
+        let held = try await a.acquire("doc", .write)
+        var recallsOfA = a.recalls.makeAsyncIterator()
+        let passed = Pending { try await b.acquire("doc", .read, request: "r10000") }
+        let next = await recallsOfA.next()
+        let first = try #require(next)
+        #expect(first.wanted.request == "r10000" && first.wanted.mode == .read, "\(first)")
+        try await a.answer(first.wanted, .passed)
+        await #expect(throws: Delegations.Failure.answered(.passed)) { try await passed.value }
+        #expect(await ClusterMemberTests.eventually { a.entries().map(\.host) == ["A"] }, "B's key is deleted")
+        let refused = Pending { try await b.acquire("doc", .inPlace, request: "w20000") }
+        let following = await recallsOfA.next()
+        let second = try #require(following)
+        try await a.answer(second.wanted, .refused("EACCES"))
+        await #expect(throws: Delegations.Failure.answered(.refused("EACCES"))) { try await refused.value }
+        #expect(await ClusterMemberTests.eventually { a.entries().map(\.revision) == [held] }, "A's own stays")
+        await a.leave()
+        await b.leave()
+    }
+
+    /// A read's question waits for the presences of its item alone (not for a write there),
+    /// recalls their host, and holds once that host has answered it; it is in nobody's way.
+    @Test func aQuestionWaitsForPresencesOnly() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let a = try await Self.host("A", client), b = try await Self.host("B", client)
+        _ = try await a.acquire("doc", .write)
+        _ = try await a.acquire("doc", .presence)
+        var recallsOfA = a.recalls.makeAsyncIterator()
+        let question = Pending { try await b.acquire("doc", .asking, request: "r0") }
+        let next = await recallsOfA.next()
+        let recall = try #require(next)
+        #expect(recall.held.mode == .presence && recall.wanted.mode == .asking, "\(recall)")
+        #expect(await question.waits(), "until A answers")
+        try await a.answer(recall.wanted, .granted)
+        #expect(try await question.value > 0)
+        try await b.release("doc", .asking)
+        await a.leave()
+        await b.leave()
+    }
 }

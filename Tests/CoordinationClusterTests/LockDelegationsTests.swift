@@ -17,7 +17,7 @@ struct LockDelegationsTests {
 
         func holders() -> [(path: String, mode: Delegations.Mode)] { held.withLock { $0.map { ($0.0, $0.1) } } }
 
-        func beginAccess(for host: String, _ path: String, _ mode: Delegations.Mode) -> any LocalAccess { Nothing() }
+        func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess { Nothing() }
 
         struct Nothing: LocalAccess {
             func end() {}

@@ -21,11 +21,17 @@ File locks (ClusterLockTests): flock on B waits for A's flock, and flock -n and 
 would on one host; fcntl locks through Python's fcntl.lockf likewise, F_GETLK on B shows A's; a
 host killed while it holds a lock lets the other have it after its TTL; a host cut off past its
 TTL takes no lock (ENOLCK), and once healed asks again for the locks its programs still hold.
+The same sharing policy on every host (ClusterSharingTests): a `cat` on B reads a log A appends to
+at once; it goes past a writer in place on A whose file has stayed unchanged for the settle time,
+well before the break time; a presenter on A that refuses makes B's write fail with its errno; and
+a presenter on A with unsaved changes is asked to save before B reads, whether A holds a
+delegation of the file or only its presenter's presence.
 
 Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
     python3 Tests/Scripts/cluster_mount_test.py [-v]
 """
 
+import base64
 import errno
 import fcntl
 import json
@@ -49,6 +55,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 COORDFS = os.environ.get("COORDFS", os.path.join(ROOT, ".build/debug/coordfs"))
 # An Apple-style FilePresenter that prints its messages (Sources/PresenterLog), built beside coordfs.
 PRESENTER_LOG = os.path.join(os.path.dirname(COORDFS), "PresenterLog")
+# A presenter on the event channel that answers as told (refuses, saves): Tests/Scripts/presenter.py.
+PRESENTER = os.path.join(HERE, "presenter.py")
 TTL = 5
 
 
@@ -232,6 +240,13 @@ class ClusterHosts:
 
 @unittest.skipIf(skip_reason(), skip_reason() or "")
 class ClusterMountTests(ClusterHosts, unittest.TestCase):
+    @classmethod
+    def mount(cls, host, extra=()):
+        # B's reads here wait for A's writers that keep a file open without writing: the settle
+        # rule, which lets a reader past such a writer once its file has stayed unchanged a
+        # second (ClusterSharingTests), is off.
+        super().mount(host, ["--settle-time", "0", *extra])
+
     # ------------------------------------------------------------------ waits and sharing
 
     def test_0_a_mount_of_the_store_outside_its_cluster_is_refused(self):
@@ -1214,6 +1229,159 @@ class ClusterDaemonTests(ClusterHosts, unittest.TestCase):
             presenter.stop()
 
 
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterSharingTests(ClusterHosts, unittest.TestCase):
+    """A request from B meets A's programs and presenters as one made on A would (docs/cluster.md,
+    the same sharing policy on every host): it shares a file with an appender, goes past a writer
+    in place whose file has settled, is refused where A's presenter refuses, and asks A's
+    presenters to save before a read whatever A holds. The mounts keep the default break time
+    (45 s): what goes ahead here does so long before it."""
+
+    def delegations_at(self, name):
+        """The delegation keys etcd has of exactly `name` (a file at the store's root), as
+        "HOST MODE" (`w` a write, `p` a presence, ...)."""
+        prefix = f"/coordfs/shared/delegations/{name}\0".encode()
+        end = prefix[:-1] + b"\x01"
+        answer = cluster.run_in_netns(self.info["hosts"][0]["namespace"], cluster.http_json,
+                                      self.info["members"][0]["client_url"] + "/v3/kv/range",
+                                      {"key": cluster._b64(prefix), "range_end": cluster._b64(end)})
+        found = set()
+        for item in answer.get("kvs", []):
+            host, _, mode = base64.b64decode(item["key"])[len(prefix):].split(b"\0")
+            found.add(f"{host.decode()} {mode.decode()}")
+        return found
+
+    def wait_for_delegations(self, name, wanted, seconds=10):
+        """Waits until `wanted` (a predicate of `delegations_at(name)`) holds; the keys then."""
+        deadline = time.monotonic() + seconds
+        while True:
+            keys = self.delegations_at(name)
+            if wanted(keys):
+                return keys
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the keys of {name} are {keys} after {seconds} s\n" + self.log_tail("A"))
+            time.sleep(0.1)
+
+    def presenter_on_A(self, name, *arguments):
+        """presenter.py presenting `name` on A, once it watches and A holds its presence."""
+        presenter = JsonLines([sys.executable, PRESENTER, self.path("A", name), *arguments])
+        try:
+            if not presenter.wait_until(lambda: len(presenter.seen()) >= 2, 10):
+                raise AssertionError(f"presenter.py did not start: {presenter.seen()}")
+            self.wait_for_delegations(name, lambda keys: "A p" in keys)
+        except BaseException:
+            presenter.stop()
+            raise
+        return presenter
+
+    @staticmethod
+    def asked(presenter, request):
+        """The requests `presenter` was asked that name `request` (SAVE, RELINQUISH_WRITER)."""
+        return [record for record in presenter.seen()
+                if "REQUEST" in record.get("events", []) and request in record.get("events", [])]
+
+    def test_a_reader_on_B_reads_a_log_A_appends_to_at_once(self):
+        # tail -f's writer: A appends a line every 0.2 s through a file it keeps open. On one
+        # host cat reads it at once (a reader sees a prefix); from B too, and A's appender goes
+        # on undisturbed. (Before, B's cat waited for the appender up to the break time.)
+        self.write("A", "tail-log", b"")
+        fd = os.open(self.path("A", "tail-log"), os.O_WRONLY | os.O_APPEND)
+        stop, written, failed = threading.Event(), [], []
+
+        def append():
+            while not stop.is_set():
+                try:
+                    os.write(fd, b"line %d\n" % (len(written) + 1))
+                    written.append(time.monotonic())
+                except OSError as error:
+                    failed.append(error)
+                    return
+                stop.wait(0.2)
+
+        appender = threading.Thread(target=append, daemon=True)
+        appender.start()
+        try:
+            time.sleep(0.7)
+            started = time.monotonic()
+            cat = subprocess.run(["cat", self.path("B", "tail-log")], capture_output=True, timeout=60)
+            took = time.monotonic() - started
+            time.sleep(0.7)
+        finally:
+            stop.set()
+            appender.join(5)
+            os.close(fd)
+        self.assertEqual(cat.returncode, 0, cat.stderr)
+        self.assertLess(took, 2, f"cat on B took {took:.1f} s beside A's appender\n" + self.log_tail("A"))
+        self.assertTrue(cat.stdout.startswith(b"line 1\nline 2\n"), cat.stdout[:200])
+        self.assertEqual(failed, [], "A's appender failed")
+        gaps = [later - earlier for earlier, later in zip(written, written[1:])]
+        self.assertLess(max(gaps), 1.0, f"A's appender was held up ({max(gaps):.1f} s between two lines)")
+        self.assertTrue([moment for moment in written if moment > started + took], "A's appender stopped")
+
+    def test_a_reader_on_B_goes_past_a_writer_in_place_on_A_once_its_file_has_settled(self):
+        # A keeps the file open read-write (in place, as a database or a server's port file) and
+        # writes nothing: on one host a reader goes ahead once the file has stayed unchanged for
+        # the settle time (1 s); from B too, long before the break time (45 s), and A's writer
+        # keeps its file (it writes on).
+        self.write("A", "settled", b"settled\n")
+        fd = os.open(self.path("A", "settled"), os.O_RDWR)
+        try:
+            started = time.monotonic()
+            reader = Reading(self.path("B", "settled"))
+            self.assertTrue(reader.finish(30), "B's read did not go past A's idle writer\n" + self.log_tail("A"))
+            self.assertIsNone(reader.error)
+            took = reader.granted - started
+            self.assertEqual(reader.result, b"settled\n")
+            self.assertGreater(took, 0.5, f"B's read went ahead {took:.2f} s after A's write: before it settled")
+            self.assertLess(took, 5, f"B's read waited {took:.1f} s for a settled writer\n" + self.log_tail("A"))
+            os.pwrite(fd, b"S", 0)  # A's writer still holds its file
+        finally:
+            os.close(fd)
+        self.assertEqual(self.read(os.path.join(self.store, "settled")), b"Settled\n")
+
+    def test_a_presenter_on_A_that_refuses_makes_B_s_write_fail_with_its_errno(self):
+        # On one host a presenter that refuses to relinquish fails the write with its errno.
+        self.write("A", "refusing", b"kept\n")
+        presenter = self.presenter_on_A("refusing", "--answer", "EACCES")
+        try:
+            started = time.monotonic()
+            with self.assertRaises(OSError) as raised:
+                os.close(os.open(self.path("B", "refusing"), os.O_WRONLY))
+            self.assertEqual(raised.exception.errno, errno.EACCES, self.log_tail("B"))
+            self.assertLess(time.monotonic() - started, 5, "refused by A's presenter, not at the break time")
+            self.assertTrue(self.asked(presenter, "RELINQUISH_WRITER"), f"A's presenter was not asked: {presenter.seen()}")
+        finally:
+            presenter.stop()
+        self.assertEqual(self.read(os.path.join(self.store, "refusing")), b"kept\n")
+
+    def test_a_presenter_on_A_saves_before_B_reads_whatever_A_holds(self):
+        # presenter.py on A writes "saved" into the file when asked to save (its unsaved
+        # changes), before it answers. B's read gets what it saved, whether A holds a delegation
+        # of the file (A's program wrote it just now) or only its presenter's presence (B's
+        # program wrote it since).
+        self.write("A", "unsaved", b"on disk\n")
+        presenter = self.presenter_on_A("unsaved", "--on-save", "saved\n")
+        try:
+            self.write("A", "unsaved", b"on disk\n")
+            held = self.wait_for_delegations("unsaved", lambda keys: {"A w", "A p"} <= keys)
+            reader = Reading(self.path("B", "unsaved"))
+            self.assertTrue(reader.finish(15), f"B's read did not end (keys: {held})\n" + self.log_tail("A"))
+            self.assertIsNone(reader.error)
+            self.assertEqual(reader.result, b"saved\n", f"A's presenter did not save first (keys: {held})")
+            self.assertEqual(len(self.asked(presenter, "SAVE")), 1, presenter.seen())
+
+            self.write("B", "unsaved", b"changed on B\n")
+            # (B's own keys of it may stay a few seconds, idle.)
+            held = self.wait_for_delegations("unsaved", lambda keys: {key for key in keys if key[0] == "A"} == {"A p"}, 15)
+            reader = Reading(self.path("B", "unsaved"))
+            self.assertTrue(reader.finish(15), f"B's read did not end (keys: {held})\n" + self.log_tail("A"))
+            self.assertIsNone(reader.error)
+            self.assertEqual(reader.result, b"saved\n", f"A's presenter did not save first (keys: {held})")
+            self.assertEqual(len(self.asked(presenter, "SAVE")), 2, presenter.seen())
+        finally:
+            presenter.stop()
+
+
 # A hold's own writer (the command of `coordfs coordinate --write PATH`): opens PATH to append
 # once, then appends its number as a line every 0.1 s through that open, for argv[2] seconds at
 # most and while its hold runs, saying each write's outcome as a line of JSON: number, began and
@@ -1283,7 +1451,8 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
 
     @classmethod
     def mount(cls, host, extra=()):
-        super().mount(host, ["--no-kernel-passthrough", *extra])
+        # (No settle rule: B's reads wait for A's programs that keep their file open.)
+        super().mount(host, ["--no-kernel-passthrough", "--settle-time", "0", *extra])
 
     def test_1_a_file_held_open_across_a_partition_is_held_again_once_it_heals(self):
         # A keeps rj open for writing while it is cut off past its TTL, then rejoins. B's `cat

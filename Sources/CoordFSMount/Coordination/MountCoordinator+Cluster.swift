@@ -10,23 +10,34 @@ import Glibc
 /// A host of a shared store grants its programs only what its delegations cover
 /// (`HostDelegations`): a request outside them waits for the delegation first, and one whose
 /// delegation was recalled while it took its claim gives the claim back unused and waits again.
-/// Recalls the other way come in as accesses of another host (`SharedStore.beginAccess(forHost:)`).
+/// Recalls the other way come in as accesses of another host (`SharedStore.beginAccess(forHost:)`),
+/// met as this host's own programs' would be; the host in the way may answer a request itself:
+/// let past its programs (it goes ahead holding nothing there), or refused with an errno. A
+/// read of an item another host's presenters present asks them first, as a read here asks
+/// this host's own.
 extension MountCoordinator {
-    /// A delegation a request needs: of the item it locks, below the store's root.
-    struct DelegationNeed: Sendable {
-        var path: String
-        var access: DelegatedAccess
-    }
-
     /// `coordinate`, on a mount with delegations: the claim is taken as on any mount, then the
     /// delegations it needs are asked for; a host alone, whose delegation covers the item, goes
     /// on at once. One whose delegation is missing (or was recalled while it took its claim)
-    /// gives the claim back unused and waits for it, then is coordinated again.
+    /// gives the claim back unused and waits for it, then is coordinated again. `asked`: the
+    /// other hosts' presenters have been asked already; `passed`: the needs another host let
+    /// past its programs, which need no delegation any more.
     func coordinateInCluster(
         _ reply: consuming Reply, _ request: MountRequest, _ delegations: any HostDelegations,
-        until deadline: ContinuousClock.Instant? = nil
+        until deadline: ContinuousClock.Instant? = nil, asked: Bool = false, passed: [DelegationNeed] = []
     ) {
-        let asked = MountRequest(
+        // Before anything is taken here: a presenter's save there may need what this host holds.
+        if !asked && delegations.othersPresentAnything {
+            let questions = presenterQuestions(request, delegations)
+            if !questions.isEmpty {
+                let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
+                return waitForDelegations(questions, delegations, reply, asking: true, waits: true, until: deadline) {
+                    [self] reply, _ in
+                    coordinateInCluster(reply, request, delegations, until: deadline, asked: true)
+                }
+            }
+        }
+        let taken = MountRequest(
             wanted: request.wanted, other: request.other, nonBlocking: request.nonBlocking,
             forTheCall: request.forTheCall, caller: request.caller
         ) { [self] reply, claim in
@@ -38,30 +49,52 @@ extension MountCoordinator {
             }
             // Asked once held: a recall that came meanwhile waited for this claim (or passage)
             // only if it began after this answer.
-            let needs = delegationNeeds(request.wanted, request.other)
+            let needs = delegationNeeds(request.wanted, request.other).filter { !passed.contains($0) }
             if covered(needs, by: delegations, for: claim) { return request.body(reply, claim) }
             if claim.holds { statistics.takenAgain.add(1, ordering: .relaxed) }
             claim.end(request.unchanged)
             let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
             // Never into the engine from here: this may run inside a quiet passage.
             waitForDelegations(needs, delegations, reply, waits: !request.nonBlocking, until: deadline) {
-                [self] reply in
-                coordinateInCluster(reply, request, delegations, until: deadline)
+                [self] reply, passedNow in
+                coordinateInCluster(
+                    reply, request, delegations, until: deadline, asked: true, passed: passed + passedNow)
             }
         }
-        take(reply, asked)
+        take(reply, taken)
     }
 
     /// The delegations `wanted` (and `other`) need: of the item each locks (its outermost
-    /// package, or itself).
+    /// package, or itself), for a program's request.
     private func delegationNeeds(_ wanted: ItemIntent, _ other: ItemIntent?) -> [DelegationNeed] {
         let now = coarseMilliseconds()
         func need(_ intent: ItemIntent) -> DelegationNeed? {
-            store.delegationNeed(intent.kind, of: targets.target(of: intent, now: now)).map {
-                DelegationNeed(path: $0.path, access: $0.access)
+            guard var need = store.delegationNeed(intent.kind, of: targets.target(of: intent, now: now)) else {
+                return nil
             }
+            need.byProgram = true
+            return need
         }
         return [need(wanted), other.flatMap(need)].compactMap { $0 }
+    }
+
+    /// The reads of a request whose items other hosts' presenters present: asked first, as a
+    /// read here asks this host's presenters. None for a request nothing coordinates, nor for
+    /// one that holds nothing (the notify mode tells, and asks nobody), nor inside an accessor
+    /// whose hold covers its items (its hold asked them, and its own work messages nobody, C20).
+    private func presenterQuestions(_ request: MountRequest, _ delegations: any HostDelegations) -> [DelegationNeed] {
+        guard isCoordinated(request.wanted, request.other, request.caller),
+            coordinationMode(request.wanted, request.other).holds
+        else { return [] }
+        let questions = delegationNeeds(request.wanted, request.other).filter {
+            $0.asksPresenters && delegations.othersPresent(at: $0.path)
+        }
+        if questions.isEmpty || domain.accessorHolds.isEmpty { return questions }
+        let now = coarseMilliseconds()
+        guard let process = callingProcess(request.caller, now: now) else { return questions }
+        let named = [request.wanted] + (request.other.map { [$0] } ?? [])
+        let covering = domain.accessorHolds.covering(named.map { targets.target(of: $0, now: now) }, of: process)
+        return covering == nil ? questions : []
     }
 
     /// Whether `delegations` cover `needs` now. An accessor's own request (`Claim.accessor`: a
@@ -73,35 +106,37 @@ extension MountCoordinator {
     private func covered(
         _ needs: [DelegationNeed], by delegations: any HostDelegations, for claim: borrowing MountClaim
     ) -> Bool {
-        if needs.allSatisfy({ delegations.covers($0.path, writing: $0.access.writes) }) { return true }
+        if needs.allSatisfy({ delegations.covers($0.path, $0.access) }) { return true }
         guard case .accessor(let held, _)? = claim.held else { return false }
         let holds = held.intents.compactMap { store.delegationNeed($0.kind, of: $0.target) }
         return needs.allSatisfy { need in
-            if delegations.covers(need.path, writing: need.access.writes) { return true }
+            if delegations.covers(need.path, need.access) { return true }
             // Only inside an item the hold needed as much of: a read hold's writer asks as anyone.
             let standsFor = holds.contains { hold in
                 (hold.access.writes || !need.access.writes)
                     && (hold.path.isEmpty || hold.path == need.path || need.path.hasPrefix(hold.path + "/"))
             }
-            return standsFor && delegations.coversAccessor(need.path, writing: need.access.writes)
+            return standsFor && delegations.coversAccessor(need.path, need.access)
         }
     }
 
-    /// Waits for the delegations `needs`, then hands the reply to `then` on another thread; or
-    /// answers EINTR (interrupted), EBUSY (past the deadline), EAGAIN (another host holds it and
-    /// the request would not wait), ENOLCK (the host may grant nothing: its lease is lost, or
-    /// the cluster cannot be reached).
+    /// Waits for the delegations `needs` (or, `asking`, for the answers of the other hosts'
+    /// presenters of their items), then hands the reply to `then` on another thread, with the
+    /// needs another host let past its programs; or answers EINTR (interrupted), EBUSY (past
+    /// the deadline), EAGAIN (another host holds it and the request would not wait), ENOLCK
+    /// (the host may grant nothing: its lease is lost, or the cluster cannot be reached), or
+    /// the errno another host refused it with (a presenter's refusal there).
     private func waitForDelegations(
         _ needs: [DelegationNeed], _ delegations: any HostDelegations, _ reply: consuming Reply,
-        waits: Bool, until deadline: ContinuousClock.Instant?,
-        then: @escaping @Sendable (consuming Reply) -> Void
+        asking: Bool = false, waits: Bool, until deadline: ContinuousClock.Instant?,
+        then: @escaping @Sendable (consuming Reply, [DelegationNeed]) -> Void
     ) {
         let number = waitingRequests.number()
         reply.onInterrupt(number)
         let wait = DelegationWait(PendingReply(reply)) { [self] outcome, reply in
             waitingRequests.ended(number)
             switch outcome {
-            case .granted: DispatchQueue.global().async { then(reply.take()) }
+            case .granted(let passed): DispatchQueue.global().async { then(reply.take(), passed) }
             case .interrupted: reply.take().error(Errno(code: EINTR))
             case .wouldWait: reply.take().error(Errno(code: EAGAIN))
             case .timedOut:
@@ -110,6 +145,9 @@ extension MountCoordinator {
             case .refused(let why):
                 if waitingRequests.mayLogGivingUp() { logger.error("cluster: \(why); answering ENOLCK") }
                 reply.take().error(Errno(code: ENOLCK))
+            case .refusedThere(let code):
+                statistics.count(Errno(code: code))
+                reply.take().error(Errno(code: code))
             }
         }
         statistics.waited.add(1, ordering: .relaxed)
@@ -121,21 +159,32 @@ extension MountCoordinator {
                 wait.finish(.timedOut)
             }
         }
-        acquire(needs[...], delegations, waits: waits, for: wait)
+        acquire(needs[...], delegations, asking: asking, waits: waits, passed: [], for: wait)
     }
 
-    /// Acquires `needs` one after the other, then finishes `wait`.
+    /// Acquires `needs` (or asks about them) one after the other, then finishes `wait` with
+    /// those another host let past its programs.
     private func acquire(
-        _ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, waits: Bool, for wait: DelegationWait
+        _ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, asking: Bool, waits: Bool,
+        passed: [DelegationNeed], for wait: DelegationWait
     ) {
-        guard let need = needs.first else { return wait.finish(.granted) }
-        let stop = delegations.acquire(need.path, need.access, waits: waits) { [self] outcome in
+        guard let need = needs.first else { return wait.finish(.granted(passed)) }
+        let answered: @Sendable (HostDelegationOutcome) -> Void = { [self] outcome in
             switch outcome {
-            case .granted: acquire(needs.dropFirst(), delegations, waits: waits, for: wait)
+            case .granted:
+                acquire(needs.dropFirst(), delegations, asking: asking, waits: waits, passed: passed, for: wait)
+            case .passed:
+                acquire(
+                    needs.dropFirst(), delegations, asking: asking, waits: waits, passed: passed + [need], for: wait)
             case .wouldWait: wait.finish(.wouldWait)
             case .refused(let why): wait.finish(.refused(why))
+            case .refusedThere(let errno): wait.finish(.refusedThere(errno))
             }
         }
+        let stop =
+            asking
+            ? delegations.askPresenters(need, completion: answered)
+            : delegations.acquire(need, waits: waits, completion: answered)
         wait.stopsWith(stop)
     }
 }
@@ -145,8 +194,11 @@ extension MountCoordinator {
 /// delegation too.
 final class DelegationWait: Sendable, CancellableWait {
     enum Outcome: Sendable {
-        case granted, interrupted, timedOut, wouldWait
+        /// With the needs another host let past its programs.
+        case granted([DelegationNeed])
+        case interrupted, timedOut, wouldWait
         case refused(String)
+        case refusedThere(Int32)
     }
 
     private let reply: PendingReply
@@ -175,7 +227,7 @@ final class DelegationWait: Sendable, CancellableWait {
         guard let completion else { return }
         switch outcome {
         case .interrupted, .timedOut: stop?()
-        case .granted, .wouldWait, .refused: break
+        case .granted, .wouldWait, .refused, .refusedThere: break
         }
         completion(outcome, reply)
     }

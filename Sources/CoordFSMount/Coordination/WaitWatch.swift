@@ -55,6 +55,12 @@ import Glibc
 /// Every hold a request went past, on any of its items (or above or inside them), is told once
 /// (`BROKEN`), and the presenters of each of its items.
 ///
+/// Another host's access that waits here for this host's holders (a recall's,
+/// `SharedStore.beginAccess(forHost:)`) is watched for the settle rule alone
+/// (`watchAnotherHost`): a read from another host goes past writers whose file has stayed
+/// unchanged for the settle time, as a read here does. Its break time is the cluster's (the
+/// recall gives the delegation back), and no kernel lock of this host's is held for it.
+///
 /// **A wait spent.** The lock time does not compound: a process that went past another user's
 /// holds, open files or presenters by the lock time or the break time goes past that user's at
 /// once in its next requests the kernel holds a lock for, until it has gone past them for none
@@ -100,6 +106,8 @@ final class WaitWatch: @unchecked Sendable {
         let uid: uid_t
         /// The item it waits for, for the settle rule: a node, or a name in a directory node.
         let item: (node: Inode, name: String)?
+        /// Another host's access: looked at for the settle rule alone (`watchAnotherHost`).
+        var settlesOnly = false
     }
 
     /// What the settle rule looks at: when a file last changed (its later time of the two).
@@ -173,6 +181,9 @@ final class WaitWatch: @unchecked Sendable {
     /// Requests refused (EBUSY) by the own-user rule, at the lock time or at once.
     let lockTimeRefusals = Atomic<Int>(0)
     let holdsRevoked = Atomic<Int>(0)
+    /// Numbers of other hosts' accesses watched (`watchAnotherHost`), apart from the mount's
+    /// requests' (`WaitingRequests`): their high bit set.
+    private let anotherHostsAccesses = Atomic<UInt>(0)
     static let interval: useconds_t = 20_000
 
     init(
@@ -196,14 +207,14 @@ final class WaitWatch: @unchecked Sendable {
     func watch(
         _ number: UInt, _ claim: CoordinatedAccess, underKernelLock: Bool, locksOthersOut: Bool,
         othersNeedLock: Bool = false, changesNames: Bool, passesLeases: Bool, uid: uid_t,
-        item: (node: Inode, name: String)?
+        item: (node: Inode, name: String)?, settlesOnly: Bool = false
     ) {
         let now = ContinuousClock.now
         condition.lock()
         watched[number] = Watched(
             claim: claim, underKernelLock: underKernelLock, locksOthersOut: locksOthersOut,
             othersNeedLock: othersNeedLock, changesNames: changesNames, passesLeases: passesLeases,
-            since: now, uid: uid, item: item)
+            since: now, uid: uid, item: item, settlesOnly: settlesOnly)
         if !running {
             running = true
             let thread = Thread { [self] in loop() }
@@ -211,6 +222,17 @@ final class WaitWatch: @unchecked Sendable {
             thread.start()
         }
         condition.unlock()
+    }
+
+    /// Watches another host's access, waiting here for `item` (a recall's,
+    /// `SharedStore.beginAccess(forHost:)`), for the settle rule alone, until `forget` of the
+    /// number returned.
+    func watchAnotherHost(_ claim: CoordinatedAccess, item: (node: Inode, name: String)) -> UInt {
+        let number = anotherHostsAccesses.wrappingAdd(1, ordering: .relaxed).newValue | (1 << (UInt.bitWidth - 1))
+        watch(
+            number, claim, underKernelLock: false, locksOthersOut: false, changesNames: false, passesLeases: false,
+            uid: uid_t.max, item: item, settlesOnly: true)
+        return number
     }
 
     func forget(_ number: UInt) {
@@ -318,6 +340,7 @@ final class WaitWatch: @unchecked Sendable {
         var reason: Reason?
         if request.underKernelLock, holderStuck(awaited, in: &round) { reason = .kernelLock }
         if reason == nil, settles(request.claim, awaited, request.item) { reason = .settled }
+        if reason == nil && request.settlesOnly { return nil }
         var waived = false
         if reason == nil, let lockTime, request.locksOthersOut, awaited.allSatisfy(anotherUsers) {
             if round.now - request.since >= lockTime {

@@ -189,7 +189,8 @@ final class FileLocks: Sendable {
         _ = host.acquire(request.path, exclusive: exclusive, waits: false) { [self] outcome in
             switch outcome {
             case .granted: test(request, asked: asked + 1, answer: answer)
-            case .wouldWait:
+            // (A lock's holder never answers a request itself: it is waited for, or refuses at once.)
+            case .wouldWait, .passed, .refusedThere:
                 answer(.otherHost(exclusive: host.otherHostHolds(request.path, exclusive: exclusive) ?? true))
             case .refused(let why): answer(.refused(why))
             }
@@ -410,7 +411,8 @@ final class FileLocks: Sendable {
             state.waiting[number]?.stop = nil
             switch outcome {
             case .granted: retry(number, &state, &effects)
-            case .wouldWait: finish(number, .wouldBlock, &state, &effects)
+            // (A lock's holder never answers a request itself: it is waited for, or refuses at once.)
+            case .wouldWait, .passed, .refusedThere: finish(number, .wouldBlock, &state, &effects)
             case .refused(let why): finish(number, .refused(why), &state, &effects)
             }
             return effects
