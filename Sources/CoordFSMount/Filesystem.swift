@@ -130,7 +130,8 @@ public final class Filesystem: @unchecked Sendable {
         let table = inodes
         let waitWatch = WaitWatch(
             logger: Logger(label: "org.coordfs.mount"), settleTime: configuration.settleTime,
-            breakTime: configuration.breakTime, lockTime: configuration.lockTime
+            breakTime: configuration.breakTime, lockTime: configuration.lockTime,
+            waitTimeout: configuration.waitTimeout
         ) { node, name in
             table.withFD(node, orElse: { _ in nil }) { fd -> WaitWatch.FileState? in
                 var info = stat()
@@ -244,6 +245,10 @@ public final class Filesystem: @unchecked Sendable {
     func attributeTimeout(for info: stat, of inode: Inode, readSince: UInt64) -> Double {
         cacheTimes.attributeTimeout(for: info, of: inode, readSince: readSince)
     }
+
+    /// `KernelCacheTimes.shortAttributeTimeout(of:)`.
+    @inline(__always)
+    func shortAttributeTimeout(of inode: Inode) -> Double { cacheTimes.shortAttributeTimeout(of: inode) }
 
     /// Marks `inode`'s file for its writes behind the mount, if it is a regular file on the
     /// watched filesystem and is not being written through kernel passthrough: the kernel has

@@ -388,8 +388,8 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     /// A file the kernel asks about again is marked for its writes behind the mount: the kernel
     /// keeps its attributes as long as names, and a program that writes it behind the mount and
     /// keeps it open (a log) is seen at each write, not at its close. An open for writing
-    /// through the mount takes the mark away (those writes are the mount's): kept a short time
-    /// again until asked about again.
+    /// through the mount takes the mark away (those writes are the mount's): not kept at all
+    /// while it is open, and a short time after until asked about again.
     @Test func aFileAskedAboutAgainIsKeptLongAndEachWriteBehindIsSeen() throws {
         let fx = try MountFixture()
         try fx.seed("log.txt", "one\n")
@@ -447,8 +447,8 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         try behind("chmod 600 '\(outside)'")
         #expect(eventually(.milliseconds(500)) { (try? behind("stat -c %a '\(mounted)'")) == "600\n" }, "a stale mode")
 
-        // Open for writing through the mount: the mark goes, and the kernel keeps it a short
-        // time while that writer has it.
+        // Open for writing through the mount: the mark goes, and the kernel keeps nothing of
+        // it while that writer has it (its writes through a mapping would go unseen).
         let mountWriter = try appender(mounted)
         mountWriter.send("four")
         #expect(mountWriter.next() == "wrote")

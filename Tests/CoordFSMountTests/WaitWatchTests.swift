@@ -170,17 +170,18 @@ import Glibc
         }
     }
 
-    /// A program's open (no kernel lock) of `intents` by this process, begun and watched as
-    /// `number`: what it comes to (set by its completion), and when it began.
+    /// A program's open (no kernel lock) of `intents` by process `caller` (this one, unless
+    /// told), begun and watched as `number`: what it comes to (set by its completion), and when
+    /// it began.
     func openRequest(
-        _ intents: [Intent], in domain: CoordinationDomain, watch: WaitWatch, number: UInt,
-        timeout: Duration = .seconds(10)
+        _ intents: [Intent], by caller: Int32 = getpid(), in domain: CoordinationDomain, watch: WaitWatch,
+        number: UInt, timeout: Duration = .seconds(10)
     ) throws -> (Outcome, ContinuousClock.Instant) {
         let outcome = Outcome()
         let started = ContinuousClock.now
         let waiting = try #require(
             Claim.begin(
-                in: domain, identity: .process(getpid()), intents: intents, timeout: timeout,
+                in: domain, identity: .process(caller), intents: intents, timeout: timeout,
                 user: geteuid(), passesOtherUsers: true
             ) { outcome.set($0) },
             "the request was granted at once: it asked nobody")
@@ -190,6 +191,75 @@ import Glibc
                 uid: geteuid(), item: nil)
         }
         return (outcome, started)
+    }
+
+    /// A program's open whose holder, another program, sleeps reading what only the opener's
+    /// process can send it (fstests' generic/571: a client between two commands of its server,
+    /// the server opening the file the client keeps open): neither can go on until the break
+    /// time lets the open in, so it goes ahead at once, as it would then, passing the holder
+    /// without revoking it. (It waited the break time.)
+    @Test(
+        "X1 a holder asleep reading what only its waiter can send is gone past at once, as at the break time",
+        .enabled(if: geteuid() == 0, "looks at every process's descriptors"))
+    func aHolderWaitingForItsWaiterIsGonePastAtOnce() throws {
+        let talk = try InputWaitTests.Conversation()
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(300)) { _, _ in nil }
+        let held = try #require(
+            Claim.grantedAtOnce(in: domain, identity: .process(talk.reader), intents: [.read(item)]))
+        #expect(eventually(.seconds(5)) { InputWait.sources(of: talk.reader) != nil }, "the reader sleeps reading")
+        let (outcome, started) = try openRequest([.write(item)], by: talk.process, in: domain, watch: watch, number: 1)
+        _ = eventually(.seconds(5)) { outcome.value != nil }
+        let took = ContinuousClock.now - started
+        watch.forget(1)
+        let claim = try #require(try outcome.value?.get(), "granted")
+        #expect(took >= WaitWatch.inputWaitLook && took < .seconds(2), "at once, not at the break time: \(took)")
+        #expect(watch.leaseBreaks.load(ordering: .relaxed) == 1 && watch.holdsRevoked.load(ordering: .relaxed) == 0)
+        claim.end(outcomes: [unchanged], in: domain)
+        held.end(outcomes: [unchanged], in: domain)
+        #expect(domain.engine.snapshot().isIdle)
+    }
+
+    /// The same, with a bystander holding the server's end of the connection too: the holder
+    /// might hear from it and close its file first, so the open waits the break time. Nor is a
+    /// wait that would end at the wait timeout, before any break, cut short.
+    @Test(
+        "X1 a holder that another process could wake is waited for until the break time",
+        .enabled(if: geteuid() == 0, "looks at every process's descriptors"))
+    func aHolderAnotherProcessCouldWakeIsWaitedForUntilTheBreakTime() throws {
+        let domain = CoordinationDomain()
+        let overheard = try InputWaitTests.Conversation(bystander: true)
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(1), lockTime: .milliseconds(300)) { _, _ in nil }
+        let held = try #require(
+            Claim.grantedAtOnce(in: domain, identity: .process(overheard.reader), intents: [.read(item)]))
+        #expect(eventually(.seconds(5)) { InputWait.sources(of: overheard.reader) != nil }, "the reader sleeps reading")
+        let (outcome, started) = try openRequest(
+            [.write(item)], by: overheard.process, in: domain, watch: watch, number: 1)
+        _ = eventually(.seconds(5)) { outcome.value != nil }
+        let took = ContinuousClock.now - started
+        watch.forget(1)
+        let claim = try #require(try outcome.value?.get(), "granted at the break time")
+        #expect(took >= .milliseconds(900) && took < .seconds(3), "the break time: \(took)")
+        claim.end(outcomes: [unchanged], in: domain)
+        held.end(outcomes: [unchanged], in: domain)
+
+        let talk = try InputWaitTests.Conversation()
+        let timedOut = WaitWatch(
+            settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(300), waitTimeout: .seconds(1)
+        ) { _, _ in nil }
+        let holding = try #require(
+            Claim.grantedAtOnce(in: domain, identity: .process(talk.reader), intents: [.read(item)]))
+        #expect(eventually(.seconds(5)) { InputWait.sources(of: talk.reader) != nil }, "the reader sleeps reading")
+        let (failed, _) = try openRequest(
+            [.write(item)], by: talk.process, in: domain, watch: timedOut, number: 2, timeout: .seconds(1))
+        _ = eventually(.seconds(5)) { failed.value != nil }
+        timedOut.forget(2)
+        var failure: AccessFailure?
+        if case .failure(let error)? = failed.value { failure = error }
+        #expect(Self.isTimedOut(failure), "its wait timeout, which comes before the break time")
+        #expect(timedOut.leaseBreaks.load(ordering: .relaxed) == 0)
+        holding.end(outcomes: [unchanged], in: domain)
+        #expect(domain.engine.snapshot().isIdle)
     }
 
     /// Another user's presenter that opens the item as its own work before it answers keeps the

@@ -119,6 +119,20 @@ static inline int cfs_thread_leads_its_process(pid_t tid) {
     return syscall(SYS_tgkill, tid, tid, 0) == 0 || errno == EPERM;
 }
 
+// Whether system call `number` (as /proc/PID/task/TID/syscall names the one a thread sleeps in)
+// reads one descriptor, its first argument: read, readv, recvfrom (recv), recvmsg. The numbers
+// are the machine's own.
+static inline int cfs_reads_one_descriptor(long number) {
+    if (number == SYS_read || number == SYS_readv) return 1;
+#ifdef SYS_recvfrom
+    if (number == SYS_recvfrom) return 1;
+#endif
+#ifdef SYS_recvmsg
+    if (number == SYS_recvmsg) return 1;
+#endif
+    return 0;
+}
+
 // The CPU the calling thread runs on: glibc reads it from rseq or the vDSO, no system call.
 // (Declared here: <sched.h> declares it only under _GNU_SOURCE.)
 extern int sched_getcpu(void);

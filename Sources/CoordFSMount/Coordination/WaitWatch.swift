@@ -12,7 +12,7 @@ import Glibc
 /// Watches the requests that wait in the mount, and lets go ahead the ones whose wait must end
 /// before the wait timeout (or refuses them, where they may not go ahead: the own-user rule
 /// below). A request that goes ahead holds nothing, and presenters are still told what it did
-/// (`CoordinatedAccess.breakThrough`). Four rules, looked at every 20 ms:
+/// (`CoordinatedAccess.breakThrough`). Five rules, looked at every 20 ms:
 ///
 /// - **A kernel lock.** The kernel locks a directory before it sends a request that changes a
 ///   name in it (and the victim's inode for unlink and rename), and an inode before a setattr,
@@ -33,6 +33,20 @@ import Glibc
 ///   The holds of other users it passes are revoked: they hold nothing from then on, and the
 ///   request is granted as usual when nothing else stands in its way (not a change of metadata:
 ///   a chmod that passed a writer leaves readers waiting for it).
+/// - **A holder waiting for it.** Programs that talk to each other may each wait for the other:
+///   a client keeps a file open while it sleeps reading its server's next command, and the
+///   server opens the file for writing before it sends one (fstests' generic/571). The mount
+///   sees only the server's wait; the client's, on a pipe or a TCP connection, it reads from
+///   /proc (`InputWait`). When every process a program's request waits for sleeps reading
+///   input that only the request's own process can send, and that process runs one thread
+///   (the one waiting here), neither can do anything until the break time lets the request
+///   in: it goes ahead at once instead, as at the break time (the same holds passed, the same
+///   revoked), some 140 ms after it began. It costs nothing the break would not: what was
+///   waited for could not have ended sooner. Only where the break time would end the wait (it
+///   is shorter than the wait timeout, and the own-user rule refuses none of it); seen twice in
+///   a row, and proven once by a walk over every process that no other holds that input's
+///   other end (not again for `spentWaitWindow` where one does). A holder that would wake by
+///   itself (a read timeout, a timer's signal) cannot be told from one that would not.
 ///
 /// The break time and the lock time bound the whole wait, from the request's start: also its
 /// wait after its presenters answered for what their own work took meanwhile (C21: a presenter
@@ -126,7 +140,22 @@ final class WaitWatch: @unchecked Sendable {
     enum Reason: String {
         case kernelLock = "a kernel lock", settled = "a settled file", lockTime = "the lock time", breakTime =
             "the break time"
+        case waitedOn = "a holder waiting for it"
+
+        /// Whether it lets the request in as the break time does, past the same holds.
+        var breaks: Bool { self == .breakTime || self == .waitedOn }
     }
+
+    /// A holder seen asleep outside the mount waiting for input that only its waiter's process
+    /// can send it (`InputWait`).
+    struct InputWaitEdge: Hashable {
+        let holder: Int32
+        let waiter: Int32
+    }
+
+    /// How long a request waits before the processes it waits for are looked at for a wait on
+    /// it: most waits end by themselves sooner, and cost no look at /proc.
+    static let inputWaitLook: Duration = .milliseconds(100)
 
     /// A process's wait for another user's holders, spent (the lock time or the break time):
     /// by `process`, of `user`, for those of `holder`.
@@ -159,6 +188,11 @@ final class WaitWatch: @unchecked Sendable {
     private var refusedWaits: [RefusedWait: ContinuousClock.Instant] = [:]
     /// Processes seen stuck at the last look: a second look confirms.
     private var suspects: Set<Int32> = []
+    /// Holders seen waiting for their waiters at the last look: a second look confirms.
+    private var inputWaits: Set<InputWaitEdge> = []
+    /// When each wait was last found not to be its waiter's alone (another process holds what
+    /// its holder reads): not walked over again for `spentWaitWindow`.
+    private var unprovenWaits: [InputWaitEdge: ContinuousClock.Instant] = [:]
     private var running = false
     private let logger: Logger
     let settleTime: Duration?
@@ -166,6 +200,10 @@ final class WaitWatch: @unchecked Sendable {
     /// How long a request that locks others out waits at most for other users
     /// (`MountConfiguration.lockTime`); nil: the break time.
     let lockTime: Duration?
+    /// Whether a program's request that waits for open files reaches the break time before its
+    /// wait timeout (`MountConfiguration.waitTimeout`): only then may a holder waiting for it
+    /// let it in sooner.
+    let breaksBeforeTimeout: Bool
     /// How the item of a watched request is looked at (`Filesystem` gives its inode table).
     private let look: @Sendable (Inode, String) -> FileState?
     /// Tells who held the items of a request (of the identity given) that went ahead of them:
@@ -186,15 +224,17 @@ final class WaitWatch: @unchecked Sendable {
     private let anotherHostsAccesses = Atomic<UInt>(0)
     static let interval: useconds_t = 20_000
 
+    /// `waitTimeout`: how long a program's request waits at most (nil: for ever).
     init(
         logger: Logger = Logger(label: "org.coordfs.mount"), settleTime: Duration?, breakTime: Duration?,
-        lockTime: Duration?,
+        lockTime: Duration?, waitTimeout: Duration? = nil,
         look: @escaping @Sendable (Inode, String) -> FileState?
     ) {
         self.logger = logger
         self.settleTime = settleTime
         self.breakTime = breakTime
         self.lockTime = lockTime
+        breaksBeforeTimeout = breakTime.map { breakTime in waitTimeout.map { breakTime < $0 } ?? true } ?? false
         self.look = look
     }
 
@@ -253,6 +293,8 @@ final class WaitWatch: @unchecked Sendable {
             }
             condition.lock()
             suspects = round.stuckNow
+            inputWaits = round.inputWaitsNow
+            for edge in round.unprovenNow { unprovenWaits[edge] = now }
             for wait in round.spending { spentWaits[wait] = now }
             for wait in round.refusing { refusedWaits[wait] = now }
             // Granted after its holders were revoked, a request may still ask presenters: it
@@ -274,19 +316,25 @@ final class WaitWatch: @unchecked Sendable {
     }
 
     /// What a look works on: the requests watched, and a round that knows the processes stuck
-    /// on a kernel lock at the look before, the waits spent on other users and those refused
-    /// on its own; nil (and the loop ends) once nothing is watched.
+    /// on a kernel lock at the look before, the holders seen waiting for their waiters then,
+    /// the waits spent on other users and those refused on its own; nil (and the loop ends)
+    /// once nothing is watched.
     private func snapshot(at now: ContinuousClock.Instant) -> (requests: [UInt: Watched], round: Round)? {
         condition.lock()
         defer { condition.unlock() }
         spentWaits = spentWaits.filter { now - $0.value < Self.spentWaitWindow }
         refusedWaits = refusedWaits.filter { now - $0.value < Self.spentWaitWindow }
+        unprovenWaits = unprovenWaits.filter { now - $0.value < Self.spentWaitWindow }
         if watched.isEmpty {
             running = false
             suspects = []
+            inputWaits = []
             return nil
         }
-        return (watched, Round(now: now, previous: suspects, spent: spentWaits, refused: refusedWaits))
+        var round = Round(now: now, previous: suspects, spent: spentWaits, refused: refusedWaits)
+        round.inputWaitsBefore = inputWaits
+        round.unproven = unprovenWaits
+        return (watched, round)
     }
 
     /// One look at every watched request.
@@ -303,6 +351,15 @@ final class WaitWatch: @unchecked Sendable {
         var spending: [SpentWait] = []
         var refusals: [Refusal] = []
         var refusing: [RefusedWait] = []
+        /// Holders seen waiting for their waiters at the look before, and at this one; the
+        /// waits found not to be their waiters' alone lately, and at this look.
+        var inputWaitsBefore: Set<InputWaitEdge> = []
+        var inputWaitsNow: Set<InputWaitEdge> = []
+        var unproven: [InputWaitEdge: ContinuousClock.Instant] = [:]
+        var unprovenNow: [InputWaitEdge] = []
+        /// What each process waits for outside the mount (`InputWait.sources`), read from
+        /// /proc at most once a look.
+        var inputs: [Int32: Set<InputWait.Source>?] = [:]
 
         init(
             now: ContinuousClock.Instant, previous: Set<Int32>, spent: [SpentWait: ContinuousClock.Instant],
@@ -315,6 +372,13 @@ final class WaitWatch: @unchecked Sendable {
             if let known = users[identity] { return known }
             let found = CoordinatorUsers.user(of: identity)
             users[identity] = .some(found)
+            return found
+        }
+
+        mutating func input(of process: Int32) -> Set<InputWait.Source>? {
+            if let known = inputs[process] { return known }
+            let found = InputWait.sources(of: process)
+            inputs[process] = .some(found)
             return found
         }
     }
@@ -359,12 +423,21 @@ final class WaitWatch: @unchecked Sendable {
         {
             reason = .breakTime
         }
+        // What the break time would pass, passed sooner: its holders wait for it. (Not a wait
+        // the own-user rule ends, refused, before any break.)
+        if reason == nil, breaksBeforeTimeout, request.passesLeases, !request.othersNeedLock, waitsForHolders,
+            let caller, round.now - request.since >= Self.inputWaitLook,
+            awaited.allSatisfy({ Self.isLease($0) || anotherUsers($0) }),
+            holdersWait(for: caller, awaited, in: &round)
+        {
+            reason = .waitedOn
+        }
         guard let ended = reason else { return nil }
-        if ended == .lockTime || ended == .breakTime { round.spending += awaited.compactMap(spentWait) }
+        if ended == .lockTime || ended.breaks { round.spending += awaited.compactMap(spentWait) }
         // Another user's holds passed at the break time: a lease broken (docs/sharing.md).
         // The caller's own user's open files keep their rule: passed, not revoked.
         var revoking: Set<CoordinatorIdentity> = []
-        if ended == .breakTime && (waitsForHolders || settling) && !Self.changesMetadataOnly(request.claim.request) {
+        if ended.breaks && (waitsForHolders || settling) && !Self.changesMetadataOnly(request.claim.request) {
             revoking = awaited.filter(anotherUsers)
         }
         // A name change remembers what it passes on its own items, revoked once it is made.
@@ -376,6 +449,38 @@ final class WaitWatch: @unchecked Sendable {
         return Broken(
             number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
             settling: settling)
+    }
+
+    /// The rule of a holder waiting for it: whether every process in `awaited` is seen, at this
+    /// look and the one before, asleep outside the mount reading input that only `caller` can
+    /// send it, while `caller` runs one thread (the one waiting here) and so sends nothing
+    /// (`InputWait`). Each holder is looked at once a look; the proof that no other process
+    /// holds the other end of what it reads, a walk over every process, is made once both looks
+    /// agree, and not again for `spentWaitWindow` where it failed.
+    private func holdersWait(for caller: Int32, _ awaited: Set<CoordinatorIdentity>, in round: inout Round) -> Bool {
+        var edges: [(edge: InputWaitEdge, sources: Set<InputWait.Source>)] = []
+        for identity in awaited {
+            guard let holder = identity.process, holder != caller else { return false }
+            let edge = InputWaitEdge(holder: holder, waiter: caller)
+            guard round.unproven[edge] == nil, let sources = round.input(of: holder), !sources.isEmpty,
+                sources.allSatisfy({ InputWait.isHeld($0, by: caller) })
+            else { return false }
+            round.inputWaitsNow.insert(edge)
+            edges.append((edge, sources))
+        }
+        let seenBefore = round.inputWaitsBefore
+        guard edges.allSatisfy({ seenBefore.contains($0.edge) }), InputWait.hasOneThread(caller) else { return false }
+        for (edge, sources) in edges {
+            // The holder itself may hold an end too: asleep, it sends nothing either.
+            let alone = sources.allSatisfy { source in
+                InputWait.holders(of: source).map { $0.subtracting([edge.holder]) == [caller] } ?? false
+            }
+            if !alone {
+                round.unprovenNow.append(edge)
+                return false
+            }
+        }
+        return true
     }
 
     /// The kernel-lock rule's look: whether a process of `awaited` is seen stuck on a kernel
@@ -504,7 +609,7 @@ final class WaitWatch: @unchecked Sendable {
         switch reason {
         case .kernelLock: kernelLockBreaks.add(1, ordering: .relaxed)
         case .lockTime: lockTimeBreaks.add(1, ordering: .relaxed)
-        case .settled, .breakTime: leaseBreaks.add(1, ordering: .relaxed)
+        case .settled, .breakTime, .waitedOn: leaseBreaks.add(1, ordering: .relaxed)
         }
         if waived { lockTimeWaived.add(1, ordering: .relaxed) }
         if revoked > 0 { holdsRevoked.add(revoked, ordering: .relaxed) }

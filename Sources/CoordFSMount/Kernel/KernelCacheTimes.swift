@@ -43,12 +43,26 @@ final class KernelCacheTimes: Sendable {
     /// (they change only as names do, which the watch sees), and a file's whose writes behind
     /// the mount are seen as they are made (`WatchedWrites`); another file's for
     /// `--cache-timeout` or a second, since a program writing it in place behind the mount is
-    /// seen only at its close.
+    /// seen only at its close; and not at all while it is open for writing through kernel
+    /// passthrough (`Inode.kernelWriters`). Writes through such an open's shared mapping change
+    /// the backing file's pages and times, and the kernel's FUSE inode hears nothing of them:
+    /// the kernel makes itself forget size and times after a write(2), but a mapping's writes,
+    /// and its msync, reach only the backing file. So `stat` asks each time, and shows them.
     /// `readSince`: `watchedWrites.readPoint` taken before `info` was read (a file marked
     /// after that may have been written just before its mark, and `info` not show it).
     @inline(__always)
     func attributeTimeout(for info: stat, of inode: Inode, readSince: UInt64) -> Double {
-        info.st_mode & S_IFMT == S_IFDIR || watchedWrites.covers(inode, readSince: readSince)
+        if inode.kernelWriters.load(ordering: .relaxed) > 0 { return 0 }
+        return info.st_mode & S_IFMT == S_IFDIR || watchedWrites.covers(inode, readSince: readSince)
             ? timeout(onDevice: UInt64(info.st_dev)) : unwatchedTimeout
+    }
+
+    /// How long the kernel may keep the attributes a create or a link answers with, which it
+    /// takes whatever it was told to forget meanwhile: a short time (`--cache-timeout` or a
+    /// second), and not at all while the file is open for writing through kernel passthrough
+    /// (`attributeTimeout(for:of:readSince:)`).
+    @inline(__always)
+    func shortAttributeTimeout(of inode: Inode) -> Double {
+        inode.kernelWriters.load(ordering: .relaxed) > 0 ? 0 : unwatchedTimeout
     }
 }

@@ -35,9 +35,13 @@ extension Filesystem {
                     if flags & O_ACCMODE != O_WRONLY { noteRead(inode, backing.fd, by: caller) }
                     if wanted.kind.isWrite { file.versionReader = versionReader(caller) }
                 }
-                // Its writes are the mount's now, each reported if it stayed marked; the kernel
-                // keeps its attributes a short time again.
-                if file.writesThroughTheKernel && watchedWrites.unwatch(inode, fd: backing.fd) {
+                // Its writes are the mount's now, each reported if it stayed marked. The kernel
+                // forgets the attributes it kept (long if marked, else a short time), and keeps
+                // none until the last such open ends: a write through a shared mapping changes
+                // the file's times unseen (`KernelCacheTimes.attributeTimeout`). Told before the
+                // reply: a GETATTR answered meanwhile with the times before is not kept.
+                if file.writesThroughTheKernel {
+                    _ = watchedWrites.unwatch(inode, fd: backing.fd)
                     invalidateAttributes(of: inode)
                 }
                 let handle = files.insert(file, in: backing.place)
@@ -243,13 +247,14 @@ extension Filesystem {
                 file.writeCover = shared?.cover
                 // A file that was there already, marked: as an open's. (A create's reply, which
                 // the kernel takes whatever it was told to forget meanwhile, is kept a short
-                // time: open for writing, the file is not marked anyway.)
+                // time, and not at all while written through kernel passthrough, as an open's
+                // attributes: open for writing, the file is not marked anyway.)
                 if file.writesThroughTheKernel { _ = watchedWrites.unwatch(inode, fd: backing.fd) }
                 let handle = files.insert(file, in: backing.place)
                 let backingID: Int32? = if case .backed(let id, _) = backing.mode { id } else { nil }
                 reply.create(
                     inode, shown(attributes), timeout: timeout(onDevice: inode.device),
-                    attributeTimeout: unwatchedTimeout,
+                    attributeTimeout: shortAttributeTimeout(of: inode),
                     request.info, handle: handle, directIO: backing.direct, backingID: backingID,
                     noFlush: sendsNoFlush(inode))
             }
@@ -393,8 +398,8 @@ extension Filesystem {
                 opener: openingProcess(reply.caller), directIO: direct, flags: flags)
             let handle = files.insert(file, in: place)
             reply.create(
-                inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout,
-                info,
+                inode, shown(attributes), timeout: timeout(onDevice: inode.device),
+                attributeTimeout: shortAttributeTimeout(of: inode), info,
                 handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
         } catch {
             files.budget.giveBack(place)

@@ -93,8 +93,11 @@ extension Filesystem {
                 claim.end(IntentOutcome(existedBefore: false, existsAfter: true))
                 // Kept a short time: the kernel takes a link's reply whatever it was told to
                 // forget meanwhile (a write behind the mount just then would be lost for long).
+                // Not at all while it is written through kernel passthrough (an O_TMPFILE file
+                // linked while still open): as an open's attributes.
                 reply.entry(
-                    linked, shown(info), timeout: timeout(onDevice: linked.device), attributeTimeout: unwatchedTimeout)
+                    linked, shown(info), timeout: timeout(onDevice: linked.device),
+                    attributeTimeout: shortAttributeTimeout(of: linked))
             } catch {
                 claim.end(IntentOutcome(existedBefore: false, existsAfter: false))
                 reply.error(error)
