@@ -90,6 +90,7 @@ struct Daemon: ParsableCommand {
         // Block the signals before any thread starts, so only sigwait below receives them (and
         // ignored ones, left so by whatever spawned us, are not discarded).
         Signals.resetInherited()
+        IdleTrim.limitArenas()
         var signals = sigset_t()
         sigemptyset(&signals)
         sigaddset(&signals, SIGINT)

@@ -72,6 +72,7 @@ public final class MountSession: @unchecked Sendable {
     /// Mounts at the configuration's mount point. With `handlingSignals`, SIGINT, SIGTERM and
     /// SIGHUP end `run()` and unmount.
     public func mount(handlingSignals: Bool = true) throws {
+        IdleTrim.limitArenas()
         let configuration = filesystem.configuration
         var options =
             ["fsname=" + Self.source(of: configuration.backing), "subtype=coordfs"] + configuration.fuseOptions
