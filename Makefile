@@ -10,7 +10,7 @@ PREFIX     ?= /usr/local
 
 SOAK_SECONDS ?= 300
 
-.PHONY: all setup io-uring build test lint test-python test-cluster-harness test-cluster-mounts man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak soak-versions soak-hostile stress-cross run stop install clean
+.PHONY: all setup io-uring build test lint test-python test-cluster-harness test-cluster-mounts test-hostile man docs install-files fuzz fuzz-run memory-campaign bench bench-walk bench-programs bench-cluster soak soak-versions soak-hostile stress-cross run stop install clean
 
 all: build
 
@@ -57,6 +57,7 @@ test: setup io-uring
 	@$(MAKE) --no-print-directory test-python
 	@$(MAKE) --no-print-directory test-cluster-harness
 	@$(MAKE) --no-print-directory test-cluster-mounts
+	@$(MAKE) --no-print-directory test-hostile
 
 # The code as .swift-format lays it out (120 columns; the toolchain's swift-format). Reformat
 # with `swift format -i --configuration .swift-format -r Sources Tests Package.swift`.
@@ -197,12 +198,22 @@ soak: build
 # coordinate` and every kind of call, each timed. It fails when root waits past the break time,
 # fio verifies an error, the daemon's memory passes its share a user, or a directory freezes past
 # 1 s (Tests/Scripts/hostile_soak.py says what else). HOSTILE_OPTIONS go to the script
-# (--without ATTACKS, --break-time S, --users UIDS, ...). Its short form (25 s) still finds directories held past 1 s under load.
+# (--without ATTACKS, --break-time S, --users UIDS, ...). It runs a release build, what users
+# run: the debug build's own slowness under this load, not any hold, passes the 1 s a listing
+# may take. `make test` runs it for HOSTILE_TEST_SECONDS (test-hostile).
 HOSTILE_SECONDS ?= 600
+HOSTILE_TEST_SECONDS ?= 45
 HOSTILE_OPTIONS ?=
 soak-hostile: build
-	python3 Tests/Scripts/hostile_soak.py --coordfs $(COORDFS) --counter .build/debug/CoordinatedCounter \
+	$(SWIFT) build -c release --product coordfs
+	python3 Tests/Scripts/hostile_soak.py --coordfs .build/release/coordfs --counter .build/debug/CoordinatedCounter \
 		--seconds $(HOSTILE_SECONDS) $(HOSTILE_OPTIONS)
+
+test-hostile: build
+	@$(SWIFT) build -c release --product coordfs >.build/hostile-build.log 2>&1 || { tail -20 .build/hostile-build.log; exit 1; }
+	@python3 Tests/Scripts/hostile_soak.py --coordfs .build/release/coordfs --counter .build/debug/CoordinatedCounter \
+		--seconds $(HOSTILE_TEST_SECONDS) >.build/hostile-soak.log 2>&1 || { tail -80 .build/hostile-soak.log; exit 1; }
+	@echo "hostile soak: $$(grep -E 'listings and lookups|daemon memory' .build/hostile-soak.log | sed 's/^ *//' | paste -sd ';')"
 
 # Lost updates, long: unmodified writers doing read-think-write cycles on shared JSON files, on
 # a plain directory of the same filesystem, then through a mount (every update in the files or

@@ -50,8 +50,18 @@ extension ClientConnection {
         case .remount(let id, let options): changeMountOptions(id, options)
         case .cancel(let id, let request): cancelPendingHold(id, request)
         case .status(let id, let page):
+            // Whether the client may learn of a path is asked once a directory: a page of one
+            // user's thousands of watches names a few directories over and over.
+            var learnable: [String: Bool] = [:]
+            func mayLearnOnce(_ path: String) -> Bool {
+                let directory = (path as NSString).deletingLastPathComponent
+                if let known = learnable[directory] { return known }
+                let answer = mayLearn(of: path)
+                learnable[directory] = answer
+                return answer
+            }
             // Another page of one list: the other hosts were told on the first.
-            let fields = server.status(page: page, othersToo: page.list == nil, mayLearn: mayLearn(of:))
+            let fields = server.status(page: page, othersToo: page.list == nil, mayLearn: mayLearnOnce)
             let line = StatusReply.line(id: id, fields: fields)
             guard outbox.hasRoom(for: line.count) else {
                 return send(

@@ -72,6 +72,7 @@ does not withstand yet can be left out (--without presenter-work,self-freeze).
 """
 import argparse
 import errno
+import faulthandler
 import json
 import os
 import random
@@ -460,13 +461,13 @@ class Agent:
 
     def act_status(self, rng, state):
         """The whole status, a page at a time and as large pages as the server gives (each of
-        a list that goes on, up to 50 pages an action)."""
+        a list that goes on, up to 20 pages an action, while its time lasts)."""
         started = time.monotonic()
         pages = 0
         try:
             reply = state.channel().request({"op": "status"}, timeout=20)
             cursors = dict(reply.get("next") or {})
-            while cursors and pages < 50 and "error" not in reply:
+            while cursors and pages < 20 and self.left() > 0 and "error" not in reply:
                 name, cursor = cursors.popitem()
                 page = state.channel().request({"op": "status", "list": name, "after": cursor, "limit": 10000},
                                                timeout=20)
@@ -733,6 +734,8 @@ class ThreadState:
 
 
 def agent_main(config_text):
+    # SIGUSR1 prints where every thread is: what the soak asks of an agent that does not end.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     # What its holds, presenters and calls do to root is the question, not the CPU it takes.
     os.nice(5)
     agent = Agent(json.loads(config_text))
@@ -1190,9 +1193,19 @@ class Soak:
             try:
                 output, errors = agent.communicate(timeout=max(0.0, until - time.monotonic()) + 60)
             except subprocess.TimeoutExpired:
+                # Where its threads are, as the kernel sees them, before it goes.
+                try:
+                    stuck = [task_state(agent.pid, int(tid)) for tid in os.listdir("/proc/%d/task" % agent.pid)]
+                except OSError:
+                    stuck = []
+                # And where its Python threads are: the agent's traceback of each, on its stderr.
+                agent.send_signal(signal.SIGUSR1)
+                time.sleep(1)
                 agent.kill()
                 output, errors = agent.communicate()
-                self.fail("a hostile agent did not end within 60 s of its time (a call of it stuck in the mount?)")
+                self.fail("a hostile agent did not end within 60 s of its time (a call of it stuck in the mount?): "
+                          + "; ".join(state for state in stuck if " S do_epoll_wait" not in state)
+                          + "\n" + "\n".join((errors or "").splitlines()[-80:]))
             try:
                 reports.append(json.loads(output.strip().splitlines()[-1]))
             except (ValueError, IndexError):
