@@ -60,6 +60,16 @@ struct ClusterOptions: ParsableArguments {
             valueName: "file"))
     var etcdPasswordFile: String?
 
+    /// The first of the options that only a cluster takes that is given, if any.
+    var firstGiven: String? {
+        [
+            ("--cluster-store", clusterStore != nil), ("--host-name", hostName != nil),
+            ("--cluster-ttl", clusterTTL != nil), ("--cluster-unreachable", clusterUnreachable != nil),
+            ("--etcd-cacert", etcdCacert != nil), ("--etcd-cert", etcdCert != nil), ("--etcd-key", etcdKey != nil),
+            ("--etcd-user", etcdUser != nil), ("--etcd-password-file", etcdPasswordFile != nil)
+        ].first(where: \.1)?.0
+    }
+
     /// Where --etcd-user's password is taken from without --etcd-password-file.
     static let passwordVariable = "COORDFS_ETCD_PASSWORD"
 
@@ -69,7 +79,13 @@ struct ClusterOptions: ParsableArguments {
     func setting(
         over profile: Profile? = nil, environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws -> ClusterSetting? {
-        guard let url = cluster ?? profile?.cluster else { return nil }
+        guard let url = cluster ?? profile?.cluster else {
+            // Said, not dropped: a host meant to share a store would otherwise coordinate alone.
+            if let option = firstGiven {
+                throw CommandFailure("\(option) is for a host of a shared store: give --cluster too")
+            }
+            return nil
+        }
         let ttl = clusterTTL ?? profile?.clusterTTL ?? 10
         guard (2...3600).contains(ttl) else { throw CommandFailure("--cluster-ttl must be from 2 to 3600 seconds") }
         // Named, not guessed: two unrelated stores that share a directory name must not

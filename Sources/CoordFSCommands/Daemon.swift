@@ -64,19 +64,11 @@ struct Daemon: ParsableCommand {
             throw ValidationError("--exit-when-idle must be between 1 second and a year")
         }
         guard clusterOptions.cluster != nil else {
-            let given = [
-                ("--cluster-store", clusterOptions.clusterStore != nil),
-                ("--host-name", clusterOptions.hostName != nil),
-                ("--cluster-ttl", clusterOptions.clusterTTL != nil),
-                ("--cluster-unreachable", clusterOptions.clusterUnreachable != nil),
-                ("--etcd-cacert", clusterOptions.etcdCacert != nil), ("--etcd-cert", clusterOptions.etcdCert != nil),
-                ("--etcd-key", clusterOptions.etcdKey != nil), ("--etcd-user", clusterOptions.etcdUser != nil),
-                ("--etcd-password-file", clusterOptions.etcdPasswordFile != nil),
-                ("--cluster-directory", clusterDirectory != nil), ("--break-time", breakTime != nil)
-            ]
-            if let (option, _) = given.first(where: \.1) {
-                throw ValidationError("\(option) is for a daemon with --cluster")
-            }
+            let given =
+                clusterOptions.firstGiven
+                ?? [("--cluster-directory", clusterDirectory != nil), ("--break-time", breakTime != nil)]
+                .first(where: \.1)?.0
+            if let given { throw ValidationError("\(given) is for a daemon with --cluster") }
             return
         }
         guard clusterDirectory != nil else {

@@ -119,4 +119,22 @@ import Testing
             #expect(throws: ProfileError.self) { _ = try Profile(contentsOf: url) }
         }
     }
+
+    /// A cluster's option without --cluster is refused, naming it: `coordfs mount` took them
+    /// silently, and the host coordinated alone.
+    @Test func aClustersOptionWithoutAClusterIsRefused() throws {
+        for (arguments, named) in [
+            (["--etcd-user", "coordfs"], "--etcd-user"), (["--cluster-store", "projects"], "--cluster-store"),
+            (["--etcd-cacert", "/etc/ca.crt"], "--etcd-cacert")
+        ] {
+            let options = try ClusterOptions.parse(arguments)
+            #expect(throws: CommandFailure.self, "\(arguments)") { _ = try options.setting(environment: [:]) }
+            do {
+                _ = try options.setting(environment: [:])
+            } catch {
+                #expect("\(error)".hasPrefix("\(named) is for a host of a shared store"), "\(error)")
+            }
+        }
+        #expect(try ClusterOptions.parse([]).setting(environment: [:]) == nil, "no cluster, no option: alone")
+    }
 }
