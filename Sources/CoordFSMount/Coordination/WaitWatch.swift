@@ -423,15 +423,7 @@ final class WaitWatch: @unchecked Sendable {
         {
             reason = .breakTime
         }
-        // What the break time would pass, passed sooner: its holders wait for it. (Not a wait
-        // the own-user rule ends, refused, before any break.)
-        if reason == nil, breaksBeforeTimeout, request.passesLeases, !request.othersNeedLock, waitsForHolders,
-            let caller, round.now - request.since >= Self.inputWaitLook,
-            awaited.allSatisfy({ Self.isLease($0) || anotherUsers($0) }),
-            holdersWait(for: caller, awaited, in: &round)
-        {
-            reason = .waitedOn
-        }
+        if reason == nil, holdersWaitForIt(request, awaited, waitsForHolders, in: &round) { reason = .waitedOn }
         guard let ended = reason else { return nil }
         if ended == .lockTime || ended.breaks { round.spending += awaited.compactMap(spentWait) }
         // Another user's holds passed at the break time: a lease broken (docs/sharing.md).
@@ -449,6 +441,18 @@ final class WaitWatch: @unchecked Sendable {
         return Broken(
             number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
             settling: settling)
+    }
+
+    /// What the break time would pass, passed sooner: its holders wait for it (`holdersWait`).
+    /// Not a wait the own-user rule ends, refused, before any break.
+    private func holdersWaitForIt(
+        _ request: Watched, _ awaited: Set<CoordinatorIdentity>, _ waitsForHolders: Bool, in round: inout Round
+    ) -> Bool {
+        guard breaksBeforeTimeout, request.passesLeases, !request.othersNeedLock, waitsForHolders,
+            let caller = request.claim.request.identity.process, round.now - request.since >= Self.inputWaitLook,
+            awaited.allSatisfy({ Self.isLease($0) || round.user(of: $0) != request.uid })
+        else { return false }
+        return holdersWait(for: caller, awaited, in: &round)
     }
 
     /// The rule of a holder waiting for it: whether every process in `awaited` is seen, at this
