@@ -84,14 +84,10 @@ public struct SnapshotWindow: Sendable {
     public static let whole = SnapshotWindow()
 
     /// The keys after the cursor of `list`, and the last key the window takes of them: nil
-    /// when it takes every one. Only the keys are sorted, and only when there are more than fit.
-    func end(of list: List, _ keys: [UInt64]) -> (takes: (UInt64) -> Bool, last: UInt64?) {
-        end(of: list, keys.map { (key: $0, weight: 1) })
-    }
-
-    /// As `end(of:_:)` for entries that count as more than one (a hold of many items counts
-    /// once per item, so that a window of holders describes at most `limit` intents). The
-    /// window takes at least one entry, however heavy.
+    /// when it takes every one. Only the keys are sorted, and only when more than fit. An entry
+    /// may count as more than one (a hold of many items counts once per item, so that a window
+    /// of holders describes at most `limit` intents); the window takes at least one, however
+    /// heavy.
     func end(of list: List, _ keys: [(key: UInt64, weight: Int)]) -> (takes: (UInt64) -> Bool, last: UInt64?) {
         let after = self.after[list]
         func isAfter(_ key: UInt64) -> Bool { after.map { key > $0 } ?? true }
