@@ -106,11 +106,12 @@ public final class Filesystem: @unchecked Sendable {
         }
         // Room for the budget and the files open through the mount, within the limit.
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
+        let pool = DescriptorPool(size: DescriptorLimit.largestBudget(under: limit), inodeCeiling: budget)
         inodes = InodeTable(
-            rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles)
+            rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles, pool: pool)
         let perUser =
             configuration.openFilesPerUser ?? DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget)
-        files = OpenFileTable(budget: OpenFileBudget(perUser: perUser, owner: getuid()))
+        files = OpenFileTable(budget: OpenFileBudget(perUser: perUser, owner: getuid(), pool: pool))
         let filesystems = BackingFilesystems(rootFD: fd, rootDevice: UInt64(info.st_dev))
         backing = BackingDirectory(
             filesystems: filesystems, accessTimes: accessTimes, pin: pin,

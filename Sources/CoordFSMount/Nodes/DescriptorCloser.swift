@@ -40,6 +40,16 @@ final class DescriptorCloser: Sendable {
         wake.signal()
     }
 
+    /// Closes what is waiting to be closed here and now, on the calling thread: for a call that
+    /// failed for want of descriptors, before it tries again.
+    func closePending() {
+        let batches = pending.withLock { batches -> [Batch] in
+            defer { batches = [] }
+            return batches
+        }
+        for batch in batches { for fd in batch.descriptors { Glibc.close(fd) } }
+    }
+
     private func run() {
         // It took the CPUs of the thread that started it (which may be pinned): they are set
         // per batch, before the first.

@@ -59,6 +59,11 @@ struct DescriptorSlots {
         return fd
     }
 
+    /// The unpinned slots of nodes that keep their descriptor for life (`attach`, not evictable).
+    func keptForLife() -> [Int] {
+        uses.indices.filter { uses[$0] == .max && owners[$0] != Self.nobody && pins[$0] == 0 }
+    }
+
     /// Over `budget`: the least recently used unpinned descriptors that can be reopened, down
     /// to about nine tenths of it. Returns them to close outside the lock.
     ///

@@ -20,9 +20,10 @@ final class Inode: @unchecked Sendable {
     let device: UInt64
     let number: UInt64
     let isDirectory: Bool
-    /// The kernel's file handle; nil when the filesystem or our privileges give none (then the
-    /// descriptor is kept for the node's life).
-    let handle: cfs_file_handle?
+    /// The kernel's file handle; nil when the filesystem or our privileges give none, or when
+    /// it was not needed yet (then the descriptor is kept, until open files press the table's
+    /// budget: `InodeTable.evictOverBudget` takes one then). Guarded by the table's lock.
+    var handle: cfs_file_handle?
     // Guarded by the table's lock.
     var lookups: UInt64 = 0
     var parent: NodeID
@@ -119,8 +120,9 @@ final class Inode: @unchecked Sendable {
 /// life: an item the kernel forgot and that is found again gets its old id back.
 ///
 /// The open-file limit here is 20 000 and cannot be raised, while the kernel may remember far
-/// more inodes: at most `descriptorBudget` descriptors stay open; the least recently used
-/// unpinned ones are closed and opened again from their file handle when next needed.
+/// more inodes: at most the pool's `inodeBudget` descriptors stay open (fewer as files open
+/// through the mount take more of the pool); the least recently used unpinned ones are closed
+/// and opened again from their file handle when next needed.
 final class InodeTable: Sendable {
     static let rootID = NodeID(1)
 
@@ -148,7 +150,10 @@ final class InodeTable: Sendable {
 
     /// A regular (not O_PATH) descriptor of the backing root: open_by_handle_at wants one.
     private let handleBase: Int32
-    let descriptorBudget: Int
+    /// The descriptors this table shares with the files open through the mount.
+    let pool: DescriptorPool
+    /// The most descriptors kept, while few files are open.
+    var descriptorBudget: Int { pool.inodeCeiling }
     /// Whether evicted descriptors are opened again from file handles (needs
     /// CAP_DAC_READ_SEARCH and a backing filesystem that has them); otherwise by name, from the
     /// parent's descriptor, and only if the name still leads to the same inode.
@@ -174,14 +179,18 @@ final class InodeTable: Sendable {
         if inode.parent != parent || inode.name != name { placesGeneration.increment() }
     }
 
-    init(rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true) {
+    /// A table keeping at most `descriptorBudget` descriptors, within `pool` when it shares one
+    /// with open files.
+    init(
+        rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true, pool: DescriptorPool? = nil
+    ) {
         handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         root = Inode(
             id: Self.rootID, device: UInt64(rootStat.st_dev), number: UInt64(rootStat.st_ino),
             handle: nil, isDirectory: true, parent: Self.rootID, name: "")
         rootDescriptor = rootFD
         root.lookups = 1
-        self.descriptorBudget = max(16, descriptorBudget)
+        self.pool = pool ?? DescriptorPool(size: max(32, descriptorBudget), inodeCeiling: descriptorBudget)
         var probe = cfs_file_handle()
         var usesHandles = false
         if fileHandles, handleBase >= 0, cfs_name_to_handle(rootFD, &probe) == 0 {
@@ -237,16 +246,16 @@ final class InodeTable: Sendable {
 
     private func pin(_ inode: Inode) throws(Errno) -> Int32 {
         if inode.id == Self.rootID { return rootDescriptor }
-        let ready = state.withLock { state -> Int32? in
+        let (ready, handle) = state.withLock { state -> (Int32?, cfs_file_handle?) in
             state.slots.touch(inode)
-            guard let slot = state.slots.slot(of: inode) else { return nil }
+            guard let slot = state.slots.slot(of: inode) else { return (nil, inode.handle) }
             state.slots.pins[slot] += 1
-            return state.slots.descriptors[slot]
+            return (state.slots.descriptors[slot], nil)
         }
         if let ready { return ready }
         let fd: Int32
-        if var handle = inode.handle {
-            fd = cfs_open_by_handle(handleBase, &handle)
+        if var handle {
+            fd = withDescriptorRoom { cfs_open_by_handle(handleBase, &handle) }
             if let failure = fd.failure { throw failure }
         } else {
             fd = try reopenByName(inode)
@@ -258,7 +267,7 @@ final class InodeTable: Sendable {
             }
             state.slots.attach(fd, to: inode, evictable: evictable(inode))
             state.slots.pins[inode.slot] += 1
-            return (fd, nil, state.slots.evict(budget: descriptorBudget))
+            return (fd, nil, evictOverBudget(&state))
         }
         if let extra { close(extra) }
         closeLater(evicted)
@@ -306,7 +315,10 @@ final class InodeTable: Sendable {
     func openChild(named name: String, in parent: Inode) throws(Errno) -> (fd: Int32, info: stat) {
         let fd = try withFD(parent) { parentFD throws(Errno) in
             // A short name is no contiguous C string: passed as a String it would be copied to the heap.
-            try check(FileSystemName.withCString(name) { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) })
+            try check(
+                withDescriptorRoom {
+                    FileSystemName.withCString(name) { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+                })
         }
         do throws(Errno) { return (fd, try statOf(fd)) } catch { close(fd); throw error }
     }
@@ -329,6 +341,52 @@ final class InodeTable: Sendable {
 
     private func closeLater(_ evicted: [Int32]) { DescriptorCloser.shared.close(evicted) }
 
+    /// Evicts down to the pool's budget for inodes now. Where the descriptors that can be
+    /// reopened are too few (open files pressed the budget below the items that kept theirs
+    /// for life, remembered without a handle while the table was far from full), those items
+    /// are given a file handle now and evicted too: a few syscalls under the lock, only while
+    /// open files press on the table.
+    private func evictOverBudget(_ state: inout State) -> [Int32] {
+        let budget = pool.inodeBudget
+        var evicted = state.slots.evict(budget: budget)
+        guard usesHandles, state.slots.open > budget else { return evicted }
+        var excess = state.slots.open - budget * 9 / 10
+        for slot in state.slots.keptForLife() where excess > 0 {
+            guard let inode = state.byID[state.slots.owners[slot]], inode.handle == nil,
+                !inode.isUnnamed.load(ordering: .relaxed)
+            else { continue }
+            var handle = cfs_file_handle()
+            guard cfs_name_to_handle(state.slots.descriptors[slot], &handle) == 0 else { continue }
+            inode.handle = handle
+            evicted.append(state.slots.detach(slot))
+            excess -= 1
+        }
+        return evicted
+    }
+
+    /// Gives up descriptors down to the pool's budget for inodes, which files just opened
+    /// through the mount lowered. Costs nothing while open files leave the table its ceiling.
+    func keepWithinBudget() {
+        guard pool.pressesOnInodes else { return }
+        closeLater(state.withLock { state in state.slots.open > pool.inodeBudget ? evictOverBudget(&state) : [] })
+    }
+
+    /// Runs `open` (a call returning a new descriptor), and once more when it failed for want
+    /// of descriptors (EMFILE, ENFILE), after closing what the closer still had to close and a
+    /// tenth of the table's least recently used descriptors, here and now. The budgets keep the
+    /// daemon within its limit; this is for what they do not count (a burst of evictions not
+    /// closed yet, the daemon's own descriptors).
+    func withDescriptorRoom(_ open: () -> Int32) -> Int32 {
+        let fd = open()
+        guard fd < 0, let failure = fd.failure, failure.code == EMFILE || failure.code == ENFILE else { return fd }
+        DescriptorCloser.shared.closePending()
+        let evicted = state.withLock { state in
+            state.slots.evict(budget: max(16, min(state.slots.open, pool.inodeBudget) - 16))
+        }
+        for descriptor in evicted { close(descriptor) }
+        return open()
+    }
+
     /// Records a lookup of `name` in `parent` that found the item open at `fd` with `info`.
     /// Takes ownership of `fd` (closes it when the item was known already). An item the kernel
     /// forgot gets its old id back, so that its handles still open it; one `justMade` is new.
@@ -338,7 +396,7 @@ final class InodeTable: Sendable {
         // A handle costs a syscall and matters only once the budget can be reached: items
         // remembered while under half of it keep their descriptor for life.
         var handle = cfs_file_handle()
-        let wantsHandle = usesHandles && state.withLock { $0.slots.open } >= descriptorBudget / 2
+        let wantsHandle = usesHandles && state.withLock { $0.slots.open } >= pool.inodeBudget / 2
         let hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.slots.clock += 1
@@ -346,7 +404,7 @@ final class InodeTable: Sendable {
                 noteLookup(of: known, info: info, parent: parent, name: name, &state)
                 if state.slots.slot(of: known) == nil {  // reopened for free: keep this one
                     state.slots.attach(fd, to: known, evictable: evictable(known))
-                    return (known, nil, state.slots.evict(budget: descriptorBudget))
+                    return (known, nil, evictOverBudget(&state))
                 }
                 // `knownChild` would have found it with one call.
                 parentNode.childrenAreKnown.store(true, ordering: .relaxed)
@@ -378,7 +436,7 @@ final class InodeTable: Sendable {
         state.byID[inode.id] = inode
         state.byKey[key] = inode.id
         state.slots.attach(fd, to: inode, evictable: evictable(inode))
-        return state.slots.evict(budget: descriptorBudget)
+        return evictOverBudget(&state)
     }
 
     /// Records a file made with O_TMPFILE in `parent`, open at `fd` (an O_PATH descriptor the
@@ -398,7 +456,7 @@ final class InodeTable: Sendable {
             state.byID[id] = inode
             state.byKey[key] = id
             state.slots.attach(fd, to: inode, evictable: false)
-            return (inode, state.slots.evict(budget: descriptorBudget))
+            return (inode, evictOverBudget(&state))
         }
         closeLater(evicted)
         return inode

@@ -11,9 +11,11 @@ import Glibc
 extension Filesystem {
     func opendir(_ reply: consuming Reply, _ id: NodeID, _ request: OpenRequest) {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
-        guard let place = files.budget.take(for: reply.caller.uid) else { return reply.error(EMFILE) }
+        guard let place = placeForOpen(of: reply.caller.uid) else { return reply.error(EMFILE) }
         let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
-            let fd = accessTimes.open(O_RDONLY | O_DIRECTORY | O_CLOEXEC) { Glibc.open(procPath(inodeFD), $0) }
+            let fd = accessTimes.open(O_RDONLY | O_DIRECTORY | O_CLOEXEC) { flags in
+                inodes.withDescriptorRoom { Glibc.open(procPath(inodeFD), flags) }
+            }
             return (fd, fd.failure)
         }
         if let failure {

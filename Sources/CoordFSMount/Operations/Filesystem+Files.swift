@@ -58,6 +58,14 @@ extension Filesystem {
         }
     }
 
+    /// A place for one more open of `user` in the budget (`OpenFileBudget.take`), and the inode
+    /// table's descriptors the open files now need given up.
+    func placeForOpen(of user: UInt32) -> OpenFileBudget.Place? {
+        guard let place = files.budget.take(for: user) else { return nil }
+        inodes.keepWithinBudget()
+        return place
+    }
+
     /// A backing file opened for an open or a create, with its place in its user's share.
     private struct OpenedBacking {
         var fd: Int32
@@ -88,7 +96,7 @@ extension Filesystem {
         _ inode: Inode, _ flags: Int32, writes: Bool, shared: MountCoordinator.SharedOpen?,
         _ caller: RequestCaller
     ) -> Result<OpenedBacking, OpenFailure> {
-        guard let place = files.budget.take(for: caller.uid) else {
+        guard let place = placeForOpen(of: caller.uid) else {
             return .failure(OpenFailure(errno: Errno(code: EMFILE)))
         }
         // errno is read inside: releasing the pin may touch it.
@@ -97,8 +105,8 @@ extension Filesystem {
             if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) {
                 return (-1, refusal)
             }
-            let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) {
-                Glibc.open(procPath(inodeFD), $0)
+            let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) { flags in
+                inodes.withDescriptorRoom { Glibc.open(procPath(inodeFD), flags) }
             }
             return (fd, fd.failure)
         }
@@ -167,7 +175,9 @@ extension Filesystem {
             readWrite: openedReadWrite
         ) { readWrite in
             inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
-                let fd = Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
+                let fd = inodes.withDescriptorRoom {
+                    Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
+                }
                 return fd >= 0 ? fd : nil
             }
         }
@@ -276,7 +286,7 @@ extension Filesystem {
         shared: MountCoordinator.SharedOpen?,
         _ caller: RequestCaller
     ) -> Result<(OpenedBacking, Inode, stat), OpenFailure> {
-        guard let place = files.budget.take(for: caller.uid) else {
+        guard let place = placeForOpen(of: caller.uid) else {
             return .failure(OpenFailure(errno: Errno(code: EMFILE)))
         }
         let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
@@ -330,7 +340,9 @@ extension Filesystem {
         item: @autoclosure () -> String
     ) -> (Int32, Bool, Errno?) {
         let fd = CallerUmask.applying(caller.umask) {
-            accessTimes.open(flags) { flags in FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }
+            accessTimes.open(flags) { flags in
+                inodes.withDescriptorRoom { FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }
+            }
         }
         if fd >= 0 || fd.failure != .fileExists || exclusive { return (fd, fd >= 0, nil) }
         if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(name, in: parentFD, item: item(), by: caller) {
@@ -338,7 +350,7 @@ extension Filesystem {
         }
         return (
             accessTimes.open(flags & ~(O_CREAT | O_EXCL)) { flags in
-                FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) }
+                inodes.withDescriptorRoom { FileSystemName.withCString(name) { openat(parentFD, $0, flags, mode) } }
             }, false, nil
         )
     }
@@ -359,14 +371,14 @@ extension Filesystem {
     private func tmpfile(_ reply: consuming Reply, _ parent: Inode, _ mode: mode_t, _ request: OpenRequest) {
         let flags = backingFlags(request.flags)
         let info = request.info
-        guard let place = files.budget.take(for: reply.caller.uid) else { return reply.error(EMFILE) }
+        guard let place = placeForOpen(of: reply.caller.uid) else { return reply.error(EMFILE) }
         // Read-write, to serve as the backing file too, and linkable: the kernel keeps an
         // O_EXCL file from being linked itself, and the mount links through the backing file.
         let kept = flags & ~(O_ACCMODE | O_CREAT | O_EXCL | O_TRUNC | O_NOFOLLOW | CFS_O_TMPFILE | CFS_O_DIRECT)
         let fd = inodes.withFD(parent, orElse: { _ in Int32(-1) }) { parentFD in
             CallerUmask.applying(reply.caller.umask) {
                 accessTimes.open(kept | O_RDWR | CFS_O_TMPFILE | O_CLOEXEC) { flags in
-                    openat(parentFD, ".", flags, mode)
+                    inodes.withDescriptorRoom { openat(parentFD, ".", flags, mode) }
                 }
             }
         }

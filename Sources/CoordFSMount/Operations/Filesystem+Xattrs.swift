@@ -105,6 +105,7 @@ extension Filesystem {
             return String(statistics.json.dropLast())
                 + ",\"inodes\":\(inodes.count),\"inode_descriptors\":\(inodes.openDescriptors),"
                 + "\"descriptor_budget\":\(inodes.descriptorBudget),\"open_file_limit\":\(backing.openFileLimit),\"open_files\":\(files.count),"
+                + "\"inode_budget\":\(inodes.pool.inodeBudget),\"open_files_each_side\":\(files.budget.sideLimit),"
                 + "\"open_files_per_user\":\(files.budget.perUser),\"socket_holds\":\(domain.accessorHolds.holds),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
