@@ -128,4 +128,51 @@ import Glibc
         Thread.sleep(forTimeInterval: 0.2)
         #expect(InputWait.sources(of: sleeper.processIdentifier) == nil, "asleep in nanosleep, reading nothing")
     }
+
+    /// A process waiting for a record lock waits for the process holding it, however deep the
+    /// kernel queued it; flock and open-file-description locks name no one process.
+    @Test func recordLockWaitersWaitForTheHolderAtTheHeadOfTheirGroup() {
+        let text = """
+            1: FLOCK  ADVISORY  WRITE 8656 fe:00:16228234 0 EOF
+            1: -> FLOCK  ADVISORY  WRITE 9000 fe:00:16228234 0 EOF
+            2: POSIX  ADVISORY  WRITE 23656 fe:00:16277502 0 EOF
+            2: -> POSIX  ADVISORY  WRITE 23816 fe:00:16277502 0 EOF
+            2:  -> POSIX  ADVISORY  WRITE 23817 fe:00:16277502 0 EOF
+            3: OFDLCK ADVISORY  WRITE -1 fe:00:16351266 0 EOF
+            3: -> OFDLCK ADVISORY  WRITE -1 fe:00:16351266 0 EOF
+            4: POSIX  ADVISORY  WRITE 8656 fe:00:16351266 1073741824 1073742335
+            """
+        #expect(RecordLocks.owners(awaitedIn: text) == [23816: [23656], 23817: [23656]])
+    }
+
+    /// A python3 process asleep in fcntl(F_SETLKW) for a lock this process holds waits for
+    /// this process, and for no input.
+    @Test(.enabled(if: geteuid() == 0, "looks at another process's system call"))
+    func aWaiterForARecordLockWaitsForItsHolder() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("coordfs-lock-\(UUID())").path
+        let fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o644)
+        try #require(fd >= 0)
+        defer {
+            close(fd)
+            unlink(path)
+        }
+        var lock = flock()
+        lock.l_type = Int16(F_WRLCK)
+        lock.l_whence = Int16(SEEK_SET)
+        try #require(fcntl(fd, F_SETLK, &lock) == 0)
+        let waiter = Process()
+        waiter.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        waiter.arguments = [
+            "-c", "import fcntl, os, sys; fcntl.lockf(os.open(sys.argv[1], os.O_RDWR), fcntl.LOCK_EX)", path
+        ]
+        try waiter.run()
+        defer {
+            // SIGKILL: a test runner's children may inherit its blocked signals, SIGTERM's too.
+            kill(waiter.processIdentifier, SIGKILL)
+            waiter.waitUntilExit()
+        }
+        let me = getpid()
+        #expect(eventually(.seconds(5)) { InputWait.sources(of: waiter.processIdentifier) == [.lock(owner: me)] })
+        #expect(InputWait.isHeld(.lock(owner: me), by: me) && InputWait.holders(of: .lock(owner: me)) == [me])
+    }
 }

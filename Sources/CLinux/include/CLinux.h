@@ -133,6 +133,17 @@ static inline int cfs_reads_one_descriptor(long number) {
     return 0;
 }
 
+// Whether system call `number` with `command` as its second argument (as /proc/PID/task/TID/
+// syscall shows them) waits for a process-owned record lock: fcntl's F_SETLKW. (Not the
+// open-file-description locks of F_OFD_SETLKW: any process sharing the description may let
+// those go.)
+static inline int cfs_waits_for_record_lock(long number, unsigned long command) {
+#ifdef SYS_fcntl64
+    if (number == SYS_fcntl64 && command == F_SETLKW) return 1;
+#endif
+    return number == SYS_fcntl && command == F_SETLKW;
+}
+
 // The CPU the calling thread runs on: glibc reads it from rseq or the vDSO, no system call.
 // (Declared here: <sched.h> declares it only under _GNU_SOURCE.)
 extern int sched_getcpu(void);

@@ -8,48 +8,64 @@ import Glibc
 /// What a program asleep outside the mount waits for, as /proc shows it: input on a pipe, or on
 /// a TCP connection to a socket of this host (the client of fstests' locktest between two
 /// commands of its server, a worker reading its next job). Only the processes that hold the
-/// other end can send it. When one process alone does, and that process is itself waiting in
-/// the mount for the sleeper's open file, each waits for the other, and nothing but the break
-/// time would end it (`WaitWatch`, a holder waiting for its waiter).
+/// other end can send it. Or a record lock (fcntl's F_SETLKW) another process holds: only that
+/// process can let it go. When one process alone can wake it, and that process is itself
+/// waiting in the mount for the sleeper's open file, each waits for the other, and nothing but
+/// the break time would end it (`WaitWatch`, a holder waiting for its waiter).
 ///
 /// Looked at with the rights /proc asks for another process's system call and descriptors
 /// (ptrace's): a daemon that lacks them (run by a user, under Yama's ptrace scope) sees no
 /// such wait, nor can it show that no other process holds an end.
 enum InputWait {
-    /// The other end of what a thread reads: a pipe (its write ends), or the peer socket of a
-    /// TCP connection, each by its inode.
+    /// What would wake a thread: the other end of what it reads, a pipe (its write ends) or
+    /// the peer socket of a TCP connection, each by its inode; or the process holding the record
+    /// lock it waits for.
     enum Source: Hashable {
         case pipe(UInt64)
         case socket(UInt64)
+        case lock(owner: Int32)
 
-        /// How /proc/PID/fd names a descriptor of it.
-        var link: String {
+        /// How /proc/PID/fd names a descriptor of it (a lock is no descriptor's).
+        var link: String? {
             switch self {
             case .pipe(let inode): "pipe:[\(inode)]"
             case .socket(let inode): "socket:[\(inode)]"
+            case .lock: nil
             }
         }
     }
 
     /// What `process` waits for, when every one of its threads sleeps in a read (read, readv,
     /// recv, recvmsg) of a pipe, or of a TCP connection to a socket of this host with nothing
-    /// left to read: the other ends. Nil when a thread does anything else, or cannot be looked at.
+    /// left to read, or for a record lock: the other ends, and the locks' holders. Nil when a
+    /// thread does anything else, or cannot be looked at.
     static func sources(of process: Int32) -> Set<Source>? {
         guard let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/task"),
             !threads.isEmpty
         else { return nil }
         var sources: Set<Source> = []
+        var locks: [Int32: Set<Int32>]?
         for thread in threads {
-            guard let descriptor = descriptorRead(by: "/proc/\(process)/task/\(thread)"),
-                let found = source(of: descriptor, in: process)
-            else { return nil }
-            sources.insert(found)
+            switch sleep(of: "/proc/\(process)/task/\(thread)") {
+            case .reading(let descriptor):
+                guard let found = source(of: descriptor, in: process) else { return nil }
+                sources.insert(found)
+            case .lockWait:
+                if locks == nil { locks = RecordLocks.awaitedOwners() }
+                // Every lock its threads wait for, when one process holds them all (which of its
+                // threads waits for which /proc/locks does not say).
+                guard let owners = locks?[process], owners.count == 1, let owner = owners.first else { return nil }
+                sources.insert(.lock(owner: owner))
+            case nil:
+                return nil
+            }
         }
         return sources
     }
 
-    /// Whether `process` holds `source` (of a pipe, a write end).
+    /// Whether `process` holds `source` (of a pipe, a write end; a lock).
     static func isHeld(_ source: Source, by process: Int32) -> Bool {
+        if case .lock(let owner) = source { return owner == process }
         guard let descriptors = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(process)/fd") else {
             return false
         }
@@ -59,6 +75,8 @@ enum InputWait {
     /// The processes that hold `source`, every process looked at (a walk over all of /proc);
     /// nil when one cannot be (another user's, to a daemon without privileges).
     static func holders(of source: Source) -> Set<Int32>? {
+        // A process's record lock is let go by that process alone (or its end).
+        if case .lock(let owner) = source { return [owner] }
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return nil }
         var holders: Set<Int32> = []
         for entry in entries {
@@ -79,8 +97,15 @@ enum InputWait {
         ProcFile.statusFields(["Threads"], of: process)?["Threads"] == "1"
     }
 
-    /// The descriptor the thread whose /proc directory is `task` sleeps reading, if it does.
-    private static func descriptorRead(by task: String) -> Int32? {
+    /// What a sleeping thread waits in.
+    private enum Sleep {
+        case reading(Int32)
+        case lockWait
+    }
+
+    /// What the thread whose /proc directory is `task` sleeps in: a read of a descriptor, or a
+    /// wait for a record lock; nil for anything else.
+    private static func sleep(of task: String) -> Sleep? {
         guard let stat = ProcFile.read(task + "/stat"), let close = stat.lastIndex(of: ")"),
             stat[stat.index(after: close)...].dropFirst().first == "S",
             let call = ProcFile.read(task + "/syscall")
@@ -88,10 +113,11 @@ enum InputWait {
         // "NUMBER 0xARGUMENT ... 0xSTACK 0xPC" while it sleeps in a system call ("running", or
         // -1, otherwise).
         let fields = call.split(separator: " ")
-        guard fields.count > 1, let number = Int(fields[0]), cfs_reads_one_descriptor(number) != 0,
-            fields[1].hasPrefix("0x")
+        guard fields.count > 2, let number = Int(fields[0]), fields[1].hasPrefix("0x"), fields[2].hasPrefix("0x"),
+            let first = UInt(fields[1].dropFirst(2), radix: 16), let second = UInt(fields[2].dropFirst(2), radix: 16)
         else { return nil }
-        return Int32(fields[1].dropFirst(2), radix: 16)
+        if cfs_reads_one_descriptor(number) != 0 { return Int32(exactly: first).map(Sleep.reading) }
+        return cfs_waits_for_record_lock(number, second) != 0 ? .lockWait : nil
     }
 
     /// The other end of `process`'s descriptor `descriptor`: its pipe's, or the peer's of the
@@ -125,7 +151,7 @@ enum InputWait {
 
     /// Whether `process`'s descriptor `descriptor` (its name in /proc/PID/fd) is one of `source`.
     private static func holds(_ source: Source, descriptor: String, in process: Int32) -> Bool {
-        guard link(of: descriptor, in: process) == source.link else { return false }
+        guard let wanted = source.link, link(of: descriptor, in: process) == wanted else { return false }
         guard case .pipe = source else { return true }
         return writes(descriptor, in: process)
     }
