@@ -19,6 +19,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         // https members: the CA, client certificate and key async-http-client's TLS is given.
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
+        // --cluster-key-file: item names hidden from etcd (HMAC, HKDF, AES-GCM).
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         // `make docs`: the DocC archive of the Swift API.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0")
     ],
@@ -80,6 +82,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log")
             ]
         ),

@@ -66,12 +66,33 @@ await a.leave()
 await b.leave()
 
 /// A host's own coordination, as a member sees it: holders set by the bench, and nobody to ask.
+/// `tells`: whether it tells the member of its holders' changes (`LocalChanges.holders`), or
+/// leaves the member's recalls to look again every few milliseconds.
 final class BenchHolders: LocalAccesses, Sendable {
     private let held = Mutex<[(path: String, mode: Delegations.Mode)]>([])
-    func hold(_ path: String, _ mode: Delegations.Mode) { held.withLock { $0.append((path, mode)) } }
+    private let changed = Mutex<(@Sendable () -> Void)?>(nil)
+    private let tells: Bool
+    init(tells: Bool = false) { self.tells = tells }
+    func hold(_ path: String, _ mode: Delegations.Mode) {
+        held.withLock { $0.append((path, mode)) }
+        tell()
+    }
+    func end(_ path: String) {
+        held.withLock { $0.removeAll { $0.path == path } }
+        tell()
+    }
+    private func tell() {
+        let changed = self.changed.withLock { $0 }
+        changed?()
+    }
     func holders() -> [(path: String, mode: Delegations.Mode)] { held.withLock { $0 } }
     func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess { NoAccess() }
     struct NoAccess: LocalAccess { func end() {} }
+    func observeChanges(_ changed: @escaping @Sendable () -> Void) -> LocalChanges {
+        guard tells else { return [] }
+        self.changed.withLock { $0 = changed }
+        return .holders
+    }
 }
 
 func member(
@@ -87,6 +108,40 @@ func member(
         }, local: local, breakTime: nil, idleTime: idleTime)
     try await member.start()
     return member
+}
+
+// A program's write handed over between two hosts' members: A's program holds the item, B asks
+// for it and waits (A's recall waits for the program); from the end of A's program to B's
+// grant. Told of the end (`LocalChanges`), A's recall gives the item back at once; untold, at
+// its next look, every few milliseconds (as every recall did before the news).
+do {
+    print("a program's item handed over to another host as the program ends, \(rounds) rounds each:")
+    for tells in [false, true] {
+        let handStore = "\(store)-hand-\(tells ? "told" : "untold")"
+        let holdersA = BenchHolders(tells: tells)
+        let hostA = try await member("A", of: handStore, on: client, holdersA, idleTime: nil)
+        let hostB = try await member("B", of: handStore, on: client, idleTime: nil)
+        var samples: [Double] = []
+        for round in 0..<rounds {
+            let path = "hand/\(round)"
+            holdersA.hold(path, .write)
+            try await hostA.acquire(path, .write)
+            let asked = Task {
+                try await hostB.acquire(path, .write)
+                return ContinuousClock.now
+            }
+            // A's recall waits for its program (and has looked once: the end comes later).
+            while !hostA.recallWaits(for: path, .write) { try await Task.sleep(for: .milliseconds(1)) }
+            try await Task.sleep(for: .milliseconds(20))
+            let ended = ContinuousClock.now
+            holdersA.end(path)
+            let granted = try await asked.value
+            samples.append(milliseconds(granted - ended))
+        }
+        print("  the end \(tells ? "told:  " : "untold:")                 \(summary(samples))")
+        await hostA.leave()
+        await hostB.leave()
+    }
 }
 
 // An item asked for in a directory where another host has made thousands of keys (one per

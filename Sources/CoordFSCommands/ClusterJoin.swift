@@ -88,42 +88,31 @@ final class ClusterJoin: Sendable {
     }
 
     /// Joins: a lease, the store's delegations read and followed, recalls answered by
-    /// `local`'s coordination. Waits at most `timeout` for etcd.
+    /// `local`'s coordination. Waits at most `timeout` for etcd. `clusterKey`: the secret the
+    /// store's item names are hidden from etcd with (`HiddenNames`; nil: in clear).
     static func join(
         endpoints: [String], credentials: EtcdCredentials = EtcdCredentials(), store: String, host: String, ttl: Int64,
-        whenUnreachable: ClusterMember.WhenUnreachable, breakTime: Duration?,
+        whenUnreachable: ClusterMember.WhenUnreachable, breakTime: Duration?, clusterKey: [UInt8]? = nil,
         as local: ClusterHost, timeout: Duration = .seconds(15)
     ) throws -> ClusterJoin {
         let outcome = Mutex<Result<ClusterJoin, Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
+        let names = clusterKey.map { HiddenNames(secret: $0, store: store) }
         let task = Task {
             do {
                 let client = try EtcdClient(endpoints: endpoints, credentials: credentials)
                 let member = ClusterMember(
-                    join: {
-                        let lease = try await HostLease.grant(on: client, ttl: ttl)
-                        let delegations = Delegations(client: client, store: store, host: host, lease: lease)
-                        do { try await delegations.start(release: CoordFS.release) } catch {
-                            _ = try? await lease.revoke()
-                            throw error
-                        }
-                        return delegations
-                    }, local: StoreAccesses(store: local.store), breakTime: breakTime, whenUnreachable: whenUnreachable)
+                    join: ClusterJoin.joining(
+                        client, store: store, host: host, ttl: ttl, names: names, space: .delegations),
+                    local: StoreAccesses(store: local.store), breakTime: breakTime, whenUnreachable: whenUnreachable)
                 try await member.start()
                 // Locks are never broken: a recall waits for as long as this host's programs
                 // hold what it wants, as a lock on one host is waited for.
                 let locks = local.locks.map { side in
                     ClusterMember(
-                        join: {
-                            let lease = try await HostLease.grant(on: client, ttl: ttl)
-                            let delegations = Delegations(
-                                client: client, store: store, host: host, lease: lease, space: .locks)
-                            do { try await delegations.start(recording: false) } catch {
-                                _ = try? await lease.revoke()
-                                throw error
-                            }
-                            return delegations
-                        }, local: LockHolders(held: side.holders), breakTime: nil, whenUnreachable: whenUnreachable,
+                        join: ClusterJoin.joining(
+                            client, store: store, host: host, ttl: ttl, names: names, space: .locks),
+                        local: LockHolders(held: side.holders), breakTime: nil, whenUnreachable: whenUnreachable,
                         role: .locks)
                 }
                 do { try await locks?.start() } catch {
@@ -154,6 +143,25 @@ final class ClusterJoin: Sendable {
             return join
         case .failure(let error):
             throw CommandFailure("cannot join the cluster at \(endpoints.joined(separator: ",")): \(error)")
+        }
+    }
+
+    /// A member's join: a lease of its own, and this host's delegations of `space` under it,
+    /// started. The accesses' run records the host in the store (`HostRecord`); the locks' run
+    /// only reads and follows.
+    private static func joining(
+        _ client: EtcdClient, store: String, host: String, ttl: Int64, names: HiddenNames?,
+        space: Delegations.KeySpace
+    ) -> @Sendable () async throws -> Delegations {
+        return {
+            let lease = try await HostLease.grant(on: client, ttl: ttl)
+            let delegations = Delegations(
+                client: client, store: store, host: host, lease: lease, space: space, names: names)
+            do { try await delegations.start(release: CoordFS.release, recording: space == .delegations) } catch {
+                _ = try? await lease.revoke()
+                throw error
+            }
+            return delegations
         }
     }
 
@@ -458,8 +466,12 @@ private struct LockHolders: LocalAccesses {
 }
 
 /// What the cluster asks of the host's own coordination.
-private struct StoreAccesses: LocalAccesses {
+private final class StoreAccesses: LocalAccesses {
     let store: SharedStore
+    /// Told when an access begun here is answered (`observeChanges`).
+    private let answerChanged = Mutex<(@Sendable () -> Void)?>(nil)
+
+    init(store: SharedStore) { self.store = store }
 
     func holders() -> [(path: String, mode: Delegations.Mode)] {
         store.heldItems().map { ($0.path, Delegations.Mode($0.access)) }
@@ -472,15 +484,26 @@ private struct StoreAccesses: LocalAccesses {
         let request =
             HostRequest(text: wanted.request) ?? HostRequest(kind: DelegatedAccess(wanted.mode).kind, byProgram: false)
         let (host, path, kind) = (wanted.host, wanted.path, request.kind)
+        let access: HostAccess
         switch wanted.mode {
         case .presence: return NoAccess()
-        case .asking: return StoreAccess(store.askPresenters(forHost: host, path, kind))
+        case .asking: access = store.askPresenters(forHost: host, path, kind)
         case .read:
-            return StoreAccess(
-                store.beginAccess(forHost: host, path, kind, byProgram: request.byProgram, asksPresenters: false))
+            access = store.beginAccess(forHost: host, path, kind, byProgram: request.byProgram, asksPresenters: false)
         case .write, .appending, .inPlace, .deleting, .moving, .replacing:
-            return StoreAccess(store.beginAccess(forHost: host, path, kind, byProgram: request.byProgram))
+            access = store.beginAccess(forHost: host, path, kind, byProgram: request.byProgram)
         }
+        if let changed = answerChanged.withLock({ $0 }) { access.observeAnswer(changed) }
+        return StoreAccess(access)
+    }
+
+    /// The answers of the accesses begun here, which wait in this host's engine for the holders
+    /// in their way: a recall goes on as soon as one is granted. Holders are not told of (the
+    /// engine's releases, the mount's commonest path, tell nobody): a recall that waits for a
+    /// holder without an access of its own waiting here looks again every few milliseconds.
+    func observeChanges(_ changed: @escaping @Sendable () -> Void) -> LocalChanges {
+        answerChanged.withLock { $0 = changed }
+        return .answers
     }
 
     private struct NoAccess: LocalAccess {

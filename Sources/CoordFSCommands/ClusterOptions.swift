@@ -60,13 +60,20 @@ struct ClusterOptions: ParsableArguments {
             valueName: "file"))
     var etcdPasswordFile: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "A file of at least 32 secret bytes (readable by its owner alone) that hides the store's file names from whoever reads etcd: keys name items by keyed hashes, and their paths go encrypted. Every host of the store needs the same file (see docs/cluster.md).",
+            valueName: "file"))
+    var clusterKeyFile: String?
+
     /// The first of the options that only a cluster takes that is given, if any.
     var firstGiven: String? {
         [
             ("--cluster-store", clusterStore != nil), ("--host-name", hostName != nil),
             ("--cluster-ttl", clusterTTL != nil), ("--cluster-unreachable", clusterUnreachable != nil),
             ("--etcd-cacert", etcdCacert != nil), ("--etcd-cert", etcdCert != nil), ("--etcd-key", etcdKey != nil),
-            ("--etcd-user", etcdUser != nil), ("--etcd-password-file", etcdPasswordFile != nil)
+            ("--etcd-user", etcdUser != nil), ("--etcd-password-file", etcdPasswordFile != nil),
+            ("--cluster-key-file", clusterKeyFile != nil)
         ].first(where: \.1)?.0
     }
 
@@ -74,8 +81,8 @@ struct ClusterOptions: ParsableArguments {
     static let passwordVariable = "COORDFS_ETCD_PASSWORD"
 
     /// The cluster these options (over a profile's, where given) name; nil without --cluster.
-    /// A TLS file that cannot be used is named here, and the password read (from
-    /// `environment` without a password file).
+    /// A TLS file or a key file that cannot be used is named here, and the password and the
+    /// key read (the password from `environment` without a password file).
     func setting(
         over profile: Profile? = nil, environment: [String: String] = ProcessInfo.processInfo.environment
     ) throws -> ClusterSetting? {
@@ -108,6 +115,11 @@ struct ClusterOptions: ParsableArguments {
         setting.etcdKey = credentials.privateKey
         setting.etcdUser = credentials.user
         setting.etcdPassword = credentials.password
+        if let keyFile = clusterKeyFile.map(Mount.absolute) ?? profile?.clusterKeyFile {
+            do throws(HiddenNames.KeyFileError) { setting.clusterKey = try HiddenNames.secret(inFile: keyFile) } catch {
+                throw CommandFailure(error.description)
+            }
+        }
         return setting
     }
 

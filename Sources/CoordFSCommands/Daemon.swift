@@ -231,7 +231,8 @@ struct Daemon: ParsableCommand {
             endpoints: cluster.endpoints, credentials: cluster.credentials, store: cluster.store, host: cluster.host,
             ttl: cluster.ttl,
             whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
-            breakTime: try Seconds.duration(breakTime ?? 45, option: "--break-time"), as: host)
+            breakTime: try Seconds.duration(breakTime ?? 45, option: "--break-time"), clusterKey: cluster.clusterKey,
+            as: host)
         membership.serveStatus(through: server)
         return membership
     }

@@ -445,7 +445,8 @@ struct Mount: ParsableCommand {
                 endpoints: cluster.endpoints, credentials: cluster.credentials, store: cluster.store,
                 host: cluster.host, ttl: cluster.ttl,
                 whenUnreachable: cluster.aloneWhenUnreachable ? .local : .refuse,
-                breakTime: configuration.breakTime ?? configuration.waitTimeout, as: .mount(session.filesystem))
+                breakTime: configuration.breakTime ?? configuration.waitTimeout, clusterKey: cluster.clusterKey,
+                as: .mount(session.filesystem))
         }
         do {
             try session.mount()

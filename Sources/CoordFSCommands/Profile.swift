@@ -30,6 +30,7 @@ import Foundation
 ///     etcd-key = /etc/coordfs/etcd-host.key       # members run with --client-cert-auth
 ///     etcd-user = coordfs                         # etcd's user, where authentication is on
 ///     etcd-password-file = /etc/coordfs/etcd-password   # its password, on the first line
+///     cluster-key-file = /etc/coordfs/cluster.key       # file names hidden from etcd
 ///     mode *.log = notify            # per path glob, first match wins
 ///     mode *.db = strict             # every writer excludes every other open
 ///     versions = keep                # keep | refuse | off: what is kept of replaced content
@@ -75,6 +76,7 @@ struct Profile {
     var etcdKey: String?
     var etcdUser: String?
     var etcdPasswordFile: String?
+    var clusterKeyFile: String?
     var versionPolicy: VersionPolicy?
     var versionRules: [(pattern: String, policy: VersionPolicy)] = []
     var versionReaders: ReaderIdentity?
@@ -211,6 +213,7 @@ struct Profile {
             case "etcd-key": etcdKey = resolve(value)
             case "etcd-user": etcdUser = value
             case "etcd-password-file": etcdPasswordFile = resolve(value)
+            case "cluster-key-file": clusterKeyFile = resolve(value)
             case "etcd-password":
                 throw ProfileError(
                     "\(url.path):\(number + 1): a profile names the password's file (etcd-password-file), not the password"

@@ -204,6 +204,9 @@ public struct ClusterSetting: Sendable, Equatable {
     /// environment, never the command line).
     public var etcdUser: String?
     public var etcdPassword: String?
+    /// The secret of `--cluster-key-file` (the file's bytes): the store's item names are hidden
+    /// from etcd under it, as on every other host of the store (nil: in clear).
+    public var clusterKey: [UInt8]?
 
     public init(endpoints: [String], store: String, host: String, ttl: Int64, aloneWhenUnreachable: Bool = false) {
         self.endpoints = endpoints

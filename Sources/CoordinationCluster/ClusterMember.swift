@@ -12,6 +12,27 @@ public protocol LocalAccesses: Sendable {
     /// as for a local reader or writer, and this host's coordination answers it
     /// (`LocalAccess.answer`). Ended by `LocalAccess.end`.
     func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess
+    /// Calls `changed` from now on whenever what it returns says may have changed: a recall
+    /// that waits for it looks again at once, and otherwise only now and then. What it does
+    /// not tell of, a recall looks at again every few milliseconds. One observer: a later one
+    /// replaces it.
+    func observeChanges(_ changed: @escaping @Sendable () -> Void) -> LocalChanges
+}
+
+extension LocalAccesses {
+    /// Tells of nothing: a recall looks again every few milliseconds.
+    public func observeChanges(_ changed: @escaping @Sendable () -> Void) -> LocalChanges { [] }
+}
+
+/// What a host's own coordination tells its member of as it changes
+/// (`LocalAccesses.observeChanges`).
+public struct LocalChanges: OptionSet, Sendable {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    /// What `holders()` returns: a holder ended, or came.
+    public static let holders = LocalChanges(rawValue: 1)
+    /// What an access begun here (`beginAccess`) answers.
+    public static let answers = LocalChanges(rawValue: 2)
 }
 
 /// Another host's access begun on this host (`LocalAccesses.beginAccess`).
@@ -83,6 +104,13 @@ public final class ClusterMember: Sendable {
     private let logger = Logger(label: "org.coordfs.cluster")
     private let state: Mutex<State>
     private let tasks = Mutex<[Task<Void, Never>]>([])
+    /// Signalled whenever what a recall waits for may have changed (`giveBack`): this host's
+    /// holders and the answers of the accesses begun here (as far as `local` tells of them,
+    /// `localTells`), the other hosts' keys in the replica, the keys recalled, and the grants
+    /// held here.
+    private let recallNews: ChangeSignal
+    /// What `local` tells of as it changes: a recall looks again every few milliseconds for the rest.
+    private let localTells: LocalChanges
     /// Whether writes through open files may land, read without a lock (`mayAdmitWrites`):
     /// `WriteStanding`'s raw value.
     private let writeStanding = Atomic<UInt8>(WriteStanding.suspended.rawValue)
@@ -351,6 +379,9 @@ public final class ClusterMember: Sendable {
         self.idleTime = idleTime
         self.breakTime = breakTime ?? .seconds(Int64.max / 4)
         state = Mutex(State())
+        let news = ChangeSignal()
+        recallNews = news
+        localTells = local.observeChanges { news.signal() }
         (presences, presencesSink) = AsyncStream.makeStream(bufferingPolicy: .bufferingNewest(1))
         (changesElsewhere, changesSink) = AsyncStream.makeStream()
     }
@@ -413,6 +444,8 @@ public final class ClusterMember: Sendable {
                     for await batch in news.received { changesSink.yield(batch) }
                 })
         }
+        // A key that wants what is recalled, given back, taken back or answered ends a wait.
+        delegations.observeChanges { [recallNews] in recallNews.signal() }
         let recalls = Task { [self] in
             for await recall in delegations.recalls { recalled(recall, in: delegations) }
         }
@@ -437,6 +470,7 @@ public final class ClusterMember: Sendable {
             }
             delegations.stop()
             news?.stop()
+            recallNews.signal()  // the recalls of this run end
             if leaving { return }
             switch role {
             case .accesses:
@@ -648,6 +682,7 @@ public final class ClusterMember: Sendable {
         presencesSink.finish()
         changesSink.finish()
         await delegations?.leave()
+        recallNews.signal()  // the recalls under way end, their lease revoked
     }
 
     // MARK: Presenters on other hosts
@@ -1031,6 +1066,8 @@ public final class ClusterMember: Sendable {
                 try? await delegations.release(key.path, key.mode)
                 result = .failure(.withdrawn)
             }
+            // A recall may wait for this grant to cover the holders that go on (`giveBack`).
+            recallNews.signal()
             ending.finish(result)
         }
         return Acquiring(number: number, task: task, ending: ending)
@@ -1173,6 +1210,7 @@ public final class ClusterMember: Sendable {
                 state.givingBack[key] = Task { [self] in await giveBack(key, made: revision, of: delegations) }
             }
         }
+        recallNews.signal()  // a recall under way of the key looks at the new key at once
     }
 
     /// Serves the recalls of `key` (as made at `revision`) and gives it back, or keeps it where
@@ -1186,100 +1224,170 @@ public final class ClusterMember: Sendable {
     /// past the holders here (a settled writer), or refused here (a presenter's refusal), or a
     /// question once its presenters have answered, is answered on its own key
     /// (`Delegations.answer`), and the delegation stays this host's.
+    ///
+    /// Between looks it waits for news (`recallNews`): the other host's program waits for this,
+    /// and a look every few milliseconds would add half that to every handover on average.
     private func giveBack(_ key: Key, made revision: Int64, of delegations: Delegations) async {
-        let deadline = ContinuousClock.now + breakTime
-        var begun: [Int64: any LocalAccess] = [:]
-        var began: [Delegations.Entry] = []
-        var answered: Set<Int64> = []
-        var asked: Set<Key> = []
-        var refused: Set<Int64> = []
-        var broken = false
+        var serving = Serving(deadline: ContinuousClock.now + breakTime)
         while true {
-            // The other hosts' keys that still want it: one taken back (a host that asked for
-            // a whole directory and narrowed its request), answered, or whose host's lease
-            // ended, does not.
-            let present = state.withLock { state -> [Delegations.Entry]? in
-                guard state.delegations === delegations else { return [] }
-                let wanted = (state.recalled[key] ?? []).filter { delegations.stillWants($0) }
-                if wanted.isEmpty {
-                    state.recalled[key] = nil
-                    state.givingBack[key] = nil
-                    // Granted from again; a question alone never stopped it (`recalled`).
-                    if state.kept.remove(key) != nil { state.held[key.path, default: []].insert(Modes(key.mode)) }
-                    return nil
-                }
-                state.recalled[key] = wanted
-                return wanted
-            }
-            guard let all = present else {
-                endAccesses(began)
+            // Read before looking: news from here on cuts the wait short.
+            let seen = recallNews.changes
+            guard let all = stillWanted(key, of: delegations) else {
+                endAccesses(serving.began)
                 return  // kept
             }
             if delegations.lease.isLost { break }
-            let holders = local.holders().map {
-                Delegations.Entry(path: $0.path, host: "", mode: $0.mode, revision: 0, lease: 0)
-            }
-            // A request that does not wait (O_NONBLOCK) with a program of this host in its way
-            // is refused: it fails at once, as it would on one host, and nobody here is asked.
-            // The key is kept once the replica has seen the refusals (`stillWants` above).
-            let refusing = all.filter { other in other.asksIdle && holders.contains { Delegations.conflict($0, other) }
-            }
-            for other in refusing where refused.insert(other.revision).inserted { try? await delegations.refuse(other) }
-            let wanted = all.filter { !refusing.contains($0) }
-            if wanted.isEmpty {
-                try? await Task.sleep(for: .milliseconds(10))
-                continue
-            }
-            for other in wanted where begun[other.revision] == nil {
-                begun[other.revision] = beginAccess(for: other)
-                began.append(other)
-            }
-            // What this host answers each, as it would its own program's: not yet; granted
-            // (the delegation may go); or on the request's own key.
-            var waiting = false
-            for other in wanted {
-                let answer = begun[other.revision]?.answer ?? .granted
-                if let onKey = Self.answerOnKey(answer, to: other) {
-                    waiting = true  // until the replica has the answer (`stillWants`)
-                    if !answered.contains(other.revision), (try? await delegations.answer(other, onKey)) != nil {
-                        answered.insert(other.revision)
-                    }
-                } else if answer == .waiting {
-                    waiting = true
-                }
-            }
-            let conflicting = holders.filter { holder in wanted.contains { Delegations.conflict(holder, $0) } }
-            // Another host's presence breaks nobody here: its presenters only want to be asked;
-            // nor does a question, which waits for presenters only.
-            let pastDeadline =
-                ContinuousClock.now >= deadline && wanted.contains { $0.mode != .presence && $0.mode != .asking }
-            if (conflicting.isEmpty && !waiting) || pastDeadline {
-                if !conflicting.isEmpty && !broken {
-                    broken = true
-                    // The conflicting holders' write opens lose their cover: refused from now.
-                    let given = wanted.filter { $0.mode != .presence }.map(\.path)
-                    state.withLock { state in
-                        guard state.delegations === delegations else { return }
-                        _ = state.losses.record(.around(given))
-                        lastLoss.store(state.losses.last, ordering: .releasing)
-                    }
-                    logger.warning(
-                        "\(role.subject): recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(conflicting.count) holder(s) here still hold; writes through their open files are refused (EIO) from now"
-                    )
-                }
-                // Holders that go on need delegations of their own before this one goes.
-                let recalledEntry = Delegations.Entry(path: key.path, host: "", mode: key.mode, revision: 0, lease: 0)
-                let uncovered = holders.filter { holder in
-                    !conflicting.contains(holder) && Delegations.contains(recalledEntry.path, holder.path, orIs: true)
-                        && !covers(holder.path, holder.mode)
-                }
-                if uncovered.isEmpty { break }
-                for holder in uncovered where asked.insert(Key(path: holder.path, mode: holder.mode)).inserted {
-                    Task { [self] in try? await acquire(holder.path, holder.mode) }
-                }
-            }
-            try? await Task.sleep(for: .milliseconds(10))
+            guard let patience = await serve(key, all, &serving, of: delegations) else { break }
+            await recallNews.wait(after: seen, atMost: patience)
         }
+        await handOver(key, made: revision, of: delegations)
+        endAccesses(serving.began)
+    }
+
+    /// What a recall's service of a delegation has done so far (`giveBack`).
+    private struct Serving {
+        /// When the holders here that conflict with the recall are broken (`breakTime`).
+        let deadline: ContinuousClock.Instant
+        /// The other hosts' accesses begun here, by their keys' revisions; and in order.
+        var begun: [Int64: any LocalAccess] = [:]
+        var began: [Delegations.Entry] = []
+        /// Requests answered on their keys, and requests that do not wait refused.
+        var answered: Set<Int64> = []
+        var refused: Set<Int64> = []
+        /// Delegations asked for the holders here that go on.
+        var asked: Set<Key> = []
+        var broken = false
+        /// A write to etcd failed: the next look comes soon, told or not.
+        var retrying = false
+    }
+
+    /// How long a recall waits at most before it looks again, unless news comes first.
+    static let recallPatience: Duration = .milliseconds(100)
+    /// How often a recall looks again while it waits for what `local` does not tell of.
+    static let recallLooks: Duration = .milliseconds(10)
+
+    /// The other hosts' keys that still want `key`: one taken back (a host that asked for a
+    /// whole directory and narrowed its request), answered, or whose host's lease ended, does
+    /// not. Nil when none does: the delegation is kept, and granted from again.
+    private func stillWanted(_ key: Key, of delegations: Delegations) -> [Delegations.Entry]? {
+        state.withLock { state -> [Delegations.Entry]? in
+            guard state.delegations === delegations else { return [] }
+            let wanted = (state.recalled[key] ?? []).filter { delegations.stillWants($0) }
+            if wanted.isEmpty {
+                state.recalled[key] = nil
+                state.givingBack[key] = nil
+                // Granted from again; a question alone never stopped it (`recalled`).
+                if state.kept.remove(key) != nil { state.held[key.path, default: []].insert(Modes(key.mode)) }
+                return nil
+            }
+            state.recalled[key] = wanted
+            return wanted
+        }
+    }
+
+    /// One look at the recall of `key` by `all`, the other hosts' keys that still want it:
+    /// refuses those that do not wait where a program here is in their way, begins the others
+    /// here and answers them as this host's coordination does, breaks the holders here in
+    /// their way at the deadline, and asks for delegations of their own for those that go on.
+    /// Nil once the delegation may go; else how long to wait before looking again.
+    private func serve(
+        _ key: Key, _ all: [Delegations.Entry], _ serving: inout Serving, of delegations: Delegations
+    ) async -> Duration? {
+        let holders = local.holders().map {
+            Delegations.Entry(path: $0.path, host: "", mode: $0.mode, revision: 0, lease: 0)
+        }
+        // A request that does not wait (O_NONBLOCK) with a program of this host in its way
+        // is refused: it fails at once, as it would on one host, and nobody here is asked.
+        // The key is kept once the replica has seen the refusals (`stillWanted`).
+        let refusing = all.filter { other in other.asksIdle && holders.contains { Delegations.conflict($0, other) } }
+        for other in refusing where serving.refused.insert(other.revision).inserted {
+            try? await delegations.refuse(other)
+        }
+        let wanted = all.filter { !refusing.contains($0) }
+        if wanted.isEmpty { return patience(awaiting: holders.isEmpty ? [] : .holders, &serving) }
+        for other in wanted where serving.begun[other.revision] == nil {
+            serving.begun[other.revision] = beginAccess(for: other)
+            serving.began.append(other)
+        }
+        let (waiting, unanswered) = await answers(to: wanted, &serving, of: delegations)
+        let conflicting = holders.filter { holder in wanted.contains { Delegations.conflict(holder, $0) } }
+        // Another host's presence breaks nobody here: its presenters only want to be asked;
+        // nor does a question, which waits for presenters only.
+        let pastDeadline =
+            ContinuousClock.now >= serving.deadline && wanted.contains { $0.mode != .presence && $0.mode != .asking }
+        if (conflicting.isEmpty && !waiting) || pastDeadline {
+            if !conflicting.isEmpty && !serving.broken {
+                serving.broken = true
+                broke(key, for: wanted, past: conflicting.count, of: delegations)
+            }
+            // Holders that go on need delegations of their own before this one goes.
+            let uncovered = holders.filter { holder in
+                !conflicting.contains(holder) && Delegations.contains(key.path, holder.path, orIs: true)
+                    && !covers(holder.path, holder.mode)
+            }
+            if uncovered.isEmpty { return nil }
+            for holder in uncovered where serving.asked.insert(Key(path: holder.path, mode: holder.mode)).inserted {
+                Task { [self] in try? await acquire(holder.path, holder.mode) }
+            }
+        }
+        // While an access begun here waits, it waits for the holders here in its way itself.
+        return patience(awaiting: unanswered ? .answers : holders.isEmpty ? [] : .holders, &serving)
+    }
+
+    /// What this host answers each of `wanted`, as it would its own program's: not yet; granted
+    /// (the delegation may go); or on the request's own key. Whether any is still to go
+    /// (`waiting`: not yet answered here, or answered on its key and not yet seen so in the
+    /// replica), and whether any is not yet answered here (`unanswered`).
+    private func answers(
+        to wanted: [Delegations.Entry], _ serving: inout Serving, of delegations: Delegations
+    ) async -> (waiting: Bool, unanswered: Bool) {
+        var waiting = false, unanswered = false
+        for other in wanted {
+            let answer = serving.begun[other.revision]?.answer ?? .granted
+            if let onKey = Self.answerOnKey(answer, to: other) {
+                waiting = true  // until the replica has the answer (`stillWants`)
+                guard !serving.answered.contains(other.revision) else { continue }
+                if (try? await delegations.answer(other, onKey)) != nil {
+                    serving.answered.insert(other.revision)
+                } else {
+                    serving.retrying = true
+                }
+            } else if answer == .waiting {
+                waiting = true
+                unanswered = true
+            }
+        }
+        return (waiting, unanswered)
+    }
+
+    /// How long a recall waits before it looks again, unless news comes first: a moment where
+    /// it waits for what `local` does not tell of (`awaiting`), or retries a write etcd did not
+    /// take; else `recallPatience`, for what no news reaches (a lease that ran out by the
+    /// clock). Never past the deadline, while it is ahead.
+    private func patience(awaiting: LocalChanges, _ serving: inout Serving) -> Duration {
+        let told = localTells.isSuperset(of: awaiting) && !serving.retrying
+        serving.retrying = false
+        let pause = told ? Self.recallPatience : Self.recallLooks
+        let left = serving.deadline - ContinuousClock.now
+        return left > .zero ? min(pause, left) : pause
+    }
+
+    /// A recall of `key` broken at the break time, past `holders` holders here that conflict
+    /// with `wanted`: their write opens lose their cover, refused from now.
+    private func broke(_ key: Key, for wanted: [Delegations.Entry], past holders: Int, of delegations: Delegations) {
+        let given = wanted.filter { $0.mode != .presence }.map(\.path)
+        state.withLock { state in
+            guard state.delegations === delegations else { return }
+            _ = state.losses.record(.around(given))
+            lastLoss.store(state.losses.last, ordering: .releasing)
+        }
+        logger.warning(
+            "\(role.subject): recall of \(key.mode.writes ? "write" : "read") \(key.path.isEmpty ? "/" : key.path) by \(Set(wanted.map(\.host)).sorted().joined(separator: ", ")) broken after the break time: \(holders) holder(s) here still hold; writes through their open files are refused (EIO) from now"
+        )
+    }
+
+    /// Gives `key` (as made at `revision`) back, its recall served.
+    private func handOver(_ key: Key, made revision: Int64, of delegations: Delegations) async {
         // Going: from here the holders' accessors wait for a delegation as anyone does.
         state.withLock { state in
             guard state.delegations === delegations else { return }
@@ -1298,7 +1406,6 @@ public final class ClusterMember: Sendable {
                 state.givenBack.insert(GivenBack(key: key, revision: revision))
             }
         }
-        endAccesses(began)
     }
 
     /// The answer written on another host's key (`wanted`) rather than given by handing this

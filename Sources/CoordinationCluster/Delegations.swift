@@ -16,6 +16,9 @@ import Synchronization
 /// then followed by one watch, so waiting and recalls cost no request of their own; the replica
 /// is indexed by path (`DelegationIndex`), and a change looks again only at the keys around it,
 /// so neither costs more as the store's keys grow.
+///
+/// With the store's names hidden (`HiddenNames`), a key has the path's hidden name in the
+/// path's place, and its value the path sealed (`DelegationKeys`); the replica has the paths.
 public final class Delegations: Sendable {
     public enum Mode: String, Sendable, CaseIterable {
         case read = "r", write = "w"
@@ -193,7 +196,8 @@ public final class Delegations: Sendable {
     let store: String
     let lease: HostLease
     public let space: KeySpace
-    private let prefix: [UInt8]
+    /// How this space's keys are named and read.
+    let keys: DelegationKeys
     private let state: Mutex<State>
     public let recalls: AsyncStream<Recall>
     private let recallSink: AsyncStream<Recall>.Continuation
@@ -213,6 +217,8 @@ public final class Delegations: Sendable {
         var lost = false
         var started = false
         var stopped = false
+        /// Told after a change to a key the replica had (`observeChanges`).
+        var observer: (@Sendable () -> Void)?
 
         init(index: DelegationIndex) { self.index = index }
     }
@@ -222,15 +228,19 @@ public final class Delegations: Sendable {
     }
 
     /// `store`: the name hosts that share one store give it (their mounts of it coordinate).
-    /// `space`: which of its keys (`/coordfs/<store>/<space>/`).
-    public init(client: EtcdClient, store: String, host: String, lease: HostLease, space: KeySpace = .delegations) {
+    /// `space`: which of its keys (`/coordfs/<store>/<space>/`). `names`: the store's item names
+    /// hidden from etcd, as every host of the store hides them (nil: in clear).
+    public init(
+        client: EtcdClient, store: String, host: String, lease: HostLease, space: KeySpace = .delegations,
+        names: HiddenNames? = nil
+    ) {
         precondition(!host.contains("\0") && !host.isEmpty)
         self.client = client
         self.host = host
         self.lease = lease
         self.store = store
         self.space = space
-        prefix = Array("/coordfs/\(store)/\(space.rawValue)/".utf8)
+        keys = DelegationKeys(store: store, space: space, names: names)
         state = Mutex(State(index: DelegationIndex(host: host, lease: lease.id)))
         (recalls, recallSink) = AsyncStream.makeStream()
     }
@@ -320,7 +330,7 @@ public final class Delegations: Sendable {
     /// programs hold what it wants: its key is taken away as made, and its request fails.
     public func refuse(_ entry: Entry) async throws(Failure) {
         guard entry.asksIdle else { return }
-        let key = self.key(of: entry)
+        let key = keys.key(of: entry)
         do { _ = try await client.transaction([.created(key, at: entry.revision)], success: [.delete(key: key)]) } catch
         {
             throw .etcd(error)
@@ -333,11 +343,11 @@ public final class Delegations: Sendable {
     public func answer(_ entry: Entry, _ answer: Answer) async throws(Failure) {
         var answered = entry
         answered.answer = answer
-        let key = self.key(of: entry)
+        let key = keys.key(of: entry)
         do {
             _ = try await client.transaction(
                 [.created(key, at: entry.revision)],
-                success: [.put(key: key, value: answered.value, lease: entry.lease)])
+                success: [.put(key: key, value: keys.value(of: answered, at: key), lease: entry.lease)])
         } catch {
             throw .etcd(error)
         }
@@ -367,7 +377,7 @@ public final class Delegations: Sendable {
         }
         // With the key, the keys that could be in its way, read at its revision: the replica
         // may not have followed that far yet, and must not grant on what it has not seen.
-        let around = neighbourhood(of: path)
+        let around = keys.neighbourhood(of: path)
         var placing: (mine: Entry, snapshot: [EtcdKeyValue], at: Int64)?
         do throws(EtcdError) {
             // A key of this run already there (acquired before) keeps its place in line, and
@@ -375,13 +385,13 @@ public final class Delegations: Sendable {
             while placing == nil {
                 let answer = try await client.transaction(
                     [.absent(key)],
-                    success: [.put(key: key, value: made.value, lease: lease.id)] + around,
+                    success: [.put(key: key, value: keys.value(of: made, at: key), lease: lease.id)] + around,
                     failure: [.range(key: key, prefix: false)] + around)
                 if answer.succeeded {
                     made.revision = answer.revision
                     placing = (made, answer.ranges.flatMap { $0 }, answer.revision)
                 } else if let existing = answer.ranges.first?.first {
-                    var found = entry(existing) ?? made
+                    var found = keys.entry(existing) ?? made
                     found.revision = existing.createRevision
                     placing = (found, answer.ranges.dropFirst().flatMap { $0 }, answer.revision)
                 }
@@ -418,7 +428,7 @@ public final class Delegations: Sendable {
                     // key it has in a later making is not put back to an earlier one.)
                     if state.revision < readAt {
                         for value in snapshot {
-                            if let found = entry(value), found.revision >= (state.index[value.key]?.revision ?? 0) {
+                            if let found = keys.entry(value), found.revision >= state.index[value.key]?.revision ?? 0 {
                                 state.index.put(value.key, found)
                             }
                         }
@@ -479,23 +489,6 @@ public final class Delegations: Sendable {
         throw .answered(answered)
     }
 
-    /// Reads of the keys that can conflict with one of `path`: its own, those of the items it
-    /// holds, and those of the directories that hold it.
-    private func neighbourhood(of path: String) -> [EtcdOperation] {
-        if path.isEmpty { return [.range(key: prefix, prefix: true)] }
-        var reads: [EtcdOperation] = [
-            .range(key: prefix + Array(path.utf8) + [0], prefix: true),
-            .range(key: prefix + Array((path + "/").utf8), prefix: true)
-        ]
-        var directory = Substring(path)
-        while true {
-            if let slash = directory.lastIndex(of: "/") { directory = directory[..<slash] } else { directory = "" }
-            reads.append(.range(key: prefix + Array(directory.utf8) + [0], prefix: true))
-            if directory.isEmpty { break }
-        }
-        return reads
-    }
-
     /// Gives back this host's delegation of `path` in `mode`, or in every mode it has (as this
     /// run made it: the watch tells the replica). A key still waiting is withdrawn.
     public func release(_ path: String, _ mode: Mode? = nil) async throws(Failure) {
@@ -538,10 +531,18 @@ public final class Delegations: Sendable {
         }
     }
 
+    /// Calls `changed` from now on after each change of the replica to a key it had: given
+    /// back, taken back, refused, answered, or gone with its lease. A recall waiting for the
+    /// keys that want what it recalls (`stillWants`) looks again at once. One observer: a
+    /// later one replaces it.
+    public func observeChanges(_ changed: @escaping @Sendable () -> Void) {
+        state.withLock { $0.observer = changed }
+    }
+
     /// Whether the replica still has `entry`'s key as it was made, and nobody has answered it:
     /// its request still waits for what it wants.
     public func stillWants(_ entry: Entry) -> Bool {
-        let key = self.key(of: entry)
+        let key = keys.key(of: entry)
         return state.withLock { state in
             guard let known = state.index[key] else { return false }
             return known.revision == entry.revision && known.answer == nil
@@ -592,52 +593,19 @@ public final class Delegations: Sendable {
     /// This run's key for `path`: another run of the same host (one that died and came back
     /// within its lease's TTL) has keys of its own, under its own lease.
     private func key(_ path: String, _ mode: Mode) -> [UInt8] {
-        key(of: Entry(path: path, host: host, mode: mode, revision: 0, lease: lease.id))
-    }
-
-    /// The key of `entry`, of whichever host.
-    private func key(of entry: Entry) -> [UInt8] {
-        prefix + Array(entry.path.utf8) + [0] + Array(entry.host.utf8) + [0]
-            + Array(String(entry.lease, radix: 16).utf8) + [0]
-            + Array(entry.mode.rawValue.utf8)
-    }
-
-    private func entry(_ value: EtcdKeyValue) -> Entry? {
-        guard value.key.starts(with: prefix) else { return nil }
-        let rest = value.key[prefix.count...]
-        guard let zero = rest.firstIndex(of: 0) else { return nil }
-        // `<mode><marker>[|<request>][=<answer>]` (`Entry.value`).
-        let text = String(decoding: value.value, as: UTF8.self)
-        let answered = text.firstIndex(of: "=")
-        let head = text[..<(answered ?? text.endIndex)]
-        let bar = head.firstIndex(of: "|")
-        var asked = head[..<(bar ?? head.endIndex)]
-        let tentative = asked.last == "?", idle = asked.last == "!"
-        if tentative || idle { asked = asked.dropLast() }
-        guard let mode = Mode(rawValue: String(asked)) else { return nil }
-        var answer: Answer?
-        if let answered {
-            guard let known = Answer(text: text[text.index(after: answered)...]) else { return nil }
-            answer = known
-        }
-        let holder = rest[(zero + 1)...]
-        let host = holder.firstIndex(of: 0).map { holder[..<$0] } ?? holder
-        return Entry(
-            path: String(decoding: rest[..<zero], as: UTF8.self), host: String(decoding: host, as: UTF8.self),
-            mode: mode, revision: value.createRevision, lease: value.lease, isTentative: tentative, asksIdle: idle,
-            request: bar.map { String(head[head.index(after: $0)...]) } ?? "", answer: answer)
+        keys.key(of: Entry(path: path, host: host, mode: mode, revision: 0, lease: lease.id))
     }
 
     /// Reads every key anew: the revision read at.
     private func reload() async throws(Failure) -> Int64 {
         let (revision, values): (Int64, [EtcdKeyValue])
-        do { (revision, values) = try await client.get(prefix, prefix: true) } catch { throw .etcd(error) }
+        do { (revision, values) = try await client.get(keys.prefix, prefix: true) } catch { throw .etcd(error) }
         settle { state in
             // Keys made after the read (an acquire's own, merged meanwhile) are kept; the
             // replica changes by the difference, so that recalls look only at what changed.
             let later = state.index.all.filter { $0.entry.revision > revision }
             let read = Dictionary(
-                values.compactMap { value in entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 }
+                values.compactMap { value in keys.entry(value).map { (value.key, $0) } }, uniquingKeysWith: { $1 }
             )
             .merging(later.map { ($0.key, $0.entry) }, uniquingKeysWith: { $1 })
             for (key, _) in state.index.all where read[key] == nil { state.index.remove(key) }
@@ -653,7 +621,7 @@ public final class Delegations: Sendable {
         var next = revision
         while !Task.isCancelled {
             do {
-                for try await batch in client.watch(prefix: prefix, from: next) {
+                for try await batch in client.watch(prefix: keys.prefix, from: next) {
                     settle { state in
                         for event in batch.events {
                             let key = event.keyValue.key
@@ -662,7 +630,7 @@ public final class Delegations: Sendable {
                             let current = state.index[key]?.revision ?? 0
                             switch event.kind {
                             case .put:
-                                if let made = entry(event.keyValue), made.revision >= current {
+                                if let made = keys.entry(event.keyValue), made.revision >= current {
                                     state.index.put(key, made)
                                 }
                             case .delete:
@@ -688,9 +656,11 @@ public final class Delegations: Sendable {
     /// Changes the replica, then wakes the waiters whose keys are now held and tells recalls:
     /// those the change made (the index looks only around the keys that changed).
     private func settle(_ change: (inout State) -> Void) {
-        let (granted, withdrawn, answered, recalls) = state.withLock { state in
+        let (granted, withdrawn, answered, recalls, observer) = state.withLock { state in
             change(&state)
             let changes = state.index.takeChanges()
+            // (A key made anew is told as a recall, if it recalls anything.)
+            let observer = changes.contains(where: { $0.old != nil }) ? state.observer : nil
             presencesElsewhere.store(state.index.othersPresences, ordering: .relaxed)
             var granted: [(CheckedContinuation<Int64, Error>, Int64)] = []
             var withdrawn: [CheckedContinuation<Int64, Error>] = []
@@ -727,13 +697,14 @@ public final class Delegations: Sendable {
                         && state.index[pair.wanted]?.revision == pair.wantedRevision
                 }
             }
-            return (granted, withdrawn, answered, recalls)
+            return (granted, withdrawn, answered, recalls, observer)
         }
         for (waiter, revision) in granted { waiter.resume(returning: revision) }
         for (waiter, outcome) in answered { waiter.resume(with: outcome.mapError { $0 as Error }) }
         // A lease revoked is lost before etcd deletes its keys.
         for waiter in withdrawn { waiter.resume(throwing: lease.isLost ? Failure.leaseLost : Failure.withdrawn) }
         for recall in recalls { recallSink.yield(recall) }
+        observer?()
     }
 
     /// Decides once between a grant and the end of a request's patience: the first to take it.

@@ -21,6 +21,15 @@ public struct EtcdKeyValue: Sendable, Equatable {
         modRevision = message.mod_revision?.value ?? 0
         lease = message.lease?.value ?? 0
     }
+
+    /// A key as etcd would give it (tests read keys of their own making).
+    init(key: [UInt8], value: [UInt8], createRevision: Int64, modRevision: Int64? = nil, lease: Int64) {
+        self.key = key
+        self.value = value
+        self.createRevision = createRevision
+        self.modRevision = modRevision ?? createRevision
+        self.lease = lease
+    }
 }
 
 /// What etcd answered, or could not: errors carry etcd's own message.

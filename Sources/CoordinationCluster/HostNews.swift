@@ -10,6 +10,9 @@ import Synchronization
 /// each change once, as one key under the receiver's news prefix
 /// (`<store>/news/<receiver>/<sender>\0<lease>\0<number>`, of the sender's lease); the receiver
 /// follows its prefix, and deletes each key once read.
+///
+/// With the store's names hidden (`HiddenNames`), a presence key has the path's hidden name, and
+/// its value the path sealed; the news and the status answers, which name paths, are sealed.
 public final class HostNews: Sendable {
     /// A change another host's programs made.
     public struct Change: Codable, Sendable, Hashable {
@@ -36,6 +39,7 @@ public final class HostNews: Sendable {
     private let client: EtcdClient
     private let host: String
     private let lease: HostLease
+    private let names: HiddenNames?
     private let presencePrefix: [UInt8]
     private let newsPrefix: String
     private let statusPrefix: String
@@ -66,6 +70,7 @@ public final class HostNews: Sendable {
         client = delegations.client
         host = delegations.host
         lease = delegations.lease
+        names = delegations.keys.names
         presencePrefix = Array("/coordfs/\(delegations.store)/presence/".utf8)
         newsPrefix = "/coordfs/\(delegations.store)/news/"
         statusPrefix = "/coordfs/\(delegations.store)/status/"
@@ -112,7 +117,7 @@ public final class HostNews: Sendable {
         let (revision, values) = try await client.get(presencePrefix, prefix: true)
         state.withLock { state in
             state.presence = [:]
-            for value in values { if let found = presence(value.key) { state.presence[value.key] = found } }
+            for value in values { if let found = presence(value) { state.presence[value.key] = found } }
         }
         announce()
         return revision
@@ -156,13 +161,11 @@ public final class HostNews: Sendable {
             do throws(EtcdError) {
                 var operations: [EtcdOperation]
                 if let published = step.published {
-                    operations = step.wanted.subtracting(published).map {
-                        .put(key: presenceKey($0), value: [], lease: lease.id)
-                    }
+                    operations = step.wanted.subtracting(published).map { presencePut($0) }
                     operations += published.subtracting(step.wanted).map { .delete(key: presenceKey($0)) }
                 } else {
                     try await client.delete(ownPresencePrefix, prefix: true)
-                    operations = step.wanted.map { .put(key: presenceKey($0), value: [], lease: lease.id) }
+                    operations = step.wanted.map { presencePut($0) }
                 }
                 var rest = operations[...]
                 while !rest.isEmpty {
@@ -182,20 +185,43 @@ public final class HostNews: Sendable {
         presencePrefix + Array(host.utf8) + [0] + Array(String(lease.id, radix: 16).utf8) + [0]
     }
 
-    private func presenceKey(_ path: String) -> [UInt8] { ownPresencePrefix + Array(path.utf8) }
+    private func presenceKey(_ path: String) -> [UInt8] {
+        ownPresencePrefix + Array((names?.name(of: path) ?? path).utf8)
+    }
 
-    private func presence(_ key: [UInt8]) -> (host: String, path: String)? {
-        guard key.starts(with: presencePrefix) else { return nil }
-        let parts = key[presencePrefix.count...].split(separator: 0, maxSplits: 2, omittingEmptySubsequences: false)
+    /// The put of this host's presence of `path`: with hidden names, the path sealed as its value.
+    private func presencePut(_ path: String) -> EtcdOperation {
+        let key = presenceKey(path)
+        return .put(key: key, value: names?.seal(Array(path.utf8), for: key) ?? [], lease: lease.id)
+    }
+
+    /// The host and the path of a presence key: the path the key's, or, with hidden names, the
+    /// value's.
+    private func presence(_ found: EtcdKeyValue) -> (host: String, path: String)? {
+        guard found.key.starts(with: presencePrefix) else { return nil }
+        let parts = found.key[presencePrefix.count...].split(
+            separator: 0, maxSplits: 2, omittingEmptySubsequences: false)
         guard parts.count == 3 else { return nil }
-        return (String(decoding: parts[0], as: UTF8.self), String(decoding: parts[2], as: UTF8.self))
+        let path: [UInt8]?
+        if let names { path = names.unseal(found.value, for: found.key) } else { path = Array(parts[2]) }
+        guard let path else { return nil }
+        return (String(decoding: parts[0], as: UTF8.self), String(decoding: path, as: UTF8.self))
+    }
+
+    /// `bytes` as the value of `key`: sealed, with hidden names.
+    private func sealed(_ bytes: [UInt8], for key: [UInt8]) -> [UInt8] { names?.seal(bytes, for: key) ?? bytes }
+
+    /// A value `sealed` wrote; nil, with hidden names, when this host's secret does not open it.
+    private func opened(_ found: EtcdKeyValue) -> [UInt8]? {
+        guard let names else { return found.value }
+        return names.unseal(found.value, for: found.key)
     }
 
     private func presenceChanged(_ events: [EtcdEvent]) {
         state.withLock { state in
             for event in events {
                 switch event.kind {
-                case .put: if let found = presence(event.keyValue.key) { state.presence[event.keyValue.key] = found }
+                case .put: if let found = presence(event.keyValue) { state.presence[event.keyValue.key] = found }
                 case .delete: state.presence[event.keyValue.key] = nil
                 }
             }
@@ -233,7 +259,7 @@ public final class HostNews: Sendable {
         _ = try? await client.delete(ask)
         _ = try? await client.delete(answers, prefix: true)
         var byHost: [String: [UInt8]] = [:]
-        for value in values { byHost[String(decoding: value.key[answers.count...], as: UTF8.self)] = value.value }
+        for value in values { byHost[String(decoding: value.key[answers.count...], as: UTF8.self)] = opened(value) }
         return byHost
     }
 
@@ -245,7 +271,11 @@ public final class HostNews: Sendable {
                 let answer = statusAnswer.withLock({ $0 })
             else { continue }
             let key = Array((statusPrefix + "answer/").utf8) + asked + Array(("/" + host).utf8)
-            Task { [client, lease] in _ = try? await client.put(key, answer(), lease: lease.id) }
+            // (A host's status names the paths its programs hold.)
+            Task { [client, lease, names] in
+                let status = answer()
+                _ = try? await client.put(key, names?.seal(status, for: key) ?? status, lease: lease.id)
+            }
         }
     }
 
@@ -277,7 +307,7 @@ public final class HostNews: Sendable {
                         0
                     ]
                     + Array(String(number).utf8)
-                _ = try? await client.put(key, Array(encoded), lease: lease.id)
+                _ = try? await client.put(key, sealed(Array(encoded), for: key), lease: lease.id)
             }
         }
     }
@@ -286,7 +316,8 @@ public final class HostNews: Sendable {
         for event in events where event.kind == .put {
             let key = event.keyValue.key
             let name = key.split(separator: UInt8(ascii: "/")).last.flatMap { $0.split(separator: 0).first }
-            guard let name, let changes = try? JSONDecoder().decode([Change].self, from: Data(event.keyValue.value))
+            guard let name, let content = opened(event.keyValue),
+                let changes = try? JSONDecoder().decode([Change].self, from: Data(content))
             else { continue }
             receivedSink.yield(Batch(host: String(decoding: name, as: UTF8.self), changes: changes))
             Task { [client] in _ = try? await client.delete(key) }

@@ -6,7 +6,8 @@ import Foundation
 ///
 /// - hosts of one store must read each other's keys alike: a host whose coordfs speaks another
 ///   `format` would drop keys of modes it does not know, neither waiting for them nor being
-///   recalled by them;
+///   recalled by them, and one that names the store's items otherwise (`names`: in clear, or
+///   hidden with another secret) would not read the others' keys at all;
 /// - news and status requests are addressed by host name: two live runs under one name would
 ///   take each other's. A run of the same name here whose process is gone (a daemon killed and
 ///   started again within its TTL), or of this process (a run that lost its lease), is an
@@ -22,8 +23,9 @@ struct HostRecord: Codable, Equatable, Sendable {
     /// would not look at; 6: a key carries the access asked for, and the holder's answer
     /// (let past, refused with an errno, a question granted); writers that share an item
     /// (`a`, `s`) and a read's question to presenters (`q`) are modes of their own, which an
-    /// older host would drop).
-    static let currentFormat = 6
+    /// older host would drop); 7: a record says whether the store's item names are hidden
+    /// (`names`), which a host that names them otherwise must not overlook).
+    static let currentFormat = 7
 
     var format: Int
     /// `/etc/machine-id`, the boot's id and the pid namespace: which machine, since when, and
@@ -39,12 +41,15 @@ struct HostRecord: Codable, Equatable, Sendable {
     var ttl: Int64
     /// The coordfs release that wrote it, for the messages.
     var release: String
+    /// With the store's item names hidden from etcd, the secret's verifier
+    /// (`HiddenNames.verifier`); nil: the names are in clear.
+    var names: String? = nil
 
-    /// This process's record.
-    static func this(release: String, ttl: Int64) -> HostRecord {
+    /// This process's record; `names`, the verifier of the secret it hides names with.
+    static func this(release: String, ttl: Int64, names: String? = nil) -> HostRecord {
         HostRecord(
             format: currentFormat, machine: here.machine, boot: here.boot, pidNamespace: here.pidNamespace,
-            pid: getpid(), started: start(of: getpid()) ?? 0, ttl: ttl, release: release)
+            pid: getpid(), started: start(of: getpid()) ?? 0, ttl: ttl, release: release, names: names)
     }
 
     private static let here = (
@@ -87,6 +92,9 @@ struct HostRecord: Codable, Equatable, Sendable {
     enum Conflict: Error, Equatable, CustomStringConvertible {
         /// A host writing keys of another form.
         case format(host: String, format: Int, release: String)
+        /// A host that names the store's items otherwise: `theirs` and `ours` the verifiers of
+        /// the secrets that hide them (nil: in clear).
+        case names(host: String, theirs: String?, ours: String?)
         /// A live run of another process with this host's name, seen running here (`pid`).
         case nameHere(String, pid: Int32)
         /// A run with this host's name elsewhere (another machine, or another pid namespace),
@@ -99,6 +107,12 @@ struct HostRecord: Codable, Equatable, Sendable {
             switch self {
             case .format(let host, let format, let release):
                 "host '\(host)' of this store runs coordfs \(release.isEmpty ? "of another release" : release) (cluster format \(format), this coordfs's is \(HostRecord.currentFormat)): every host of a store must run the same coordfs"
+            case .names(let host, nil, _):
+                "host '\(host)' of this store keeps its file names in clear in etcd, and this host hides them (--cluster-key-file): every host of a store must be given the same key file, or none"
+            case .names(let host, _, nil):
+                "host '\(host)' of this store hides its file names in etcd (--cluster-key-file), and this host was given no key file: every host of a store must be given the same key file"
+            case .names(let host, _, _):
+                "host '\(host)' of this store hides its file names with another key (--cluster-key-file): every host of a store must be given the same key file"
             case .nameHere(let host, let pid):
                 "another host of this store is named '\(host)' (a coordfs running here, pid \(pid)): give each host its own --host-name"
             case .nameElsewhere(let host, let machine, _, true, _, _):
@@ -111,16 +125,21 @@ struct HostRecord: Codable, Equatable, Sendable {
         }
     }
 
-    /// The first conflict of a run of `host` with `others` (host name, record and the lease it
-    /// lives by, its own record left out): a format conflict first, as waiting does not mend it.
+    /// The first conflict of a run of `host` that hides names with the secret of verifier
+    /// `names` (nil: in clear) with `others` (host name, record and the lease it lives by, its
+    /// own record left out): a conflict of format or of names first, as waiting does not mend it.
     static func conflict(
-        of host: String, with others: [(host: String, record: HostRecord?, lease: Int64)]
+        of host: String, names: String? = nil, with others: [(host: String, record: HostRecord?, lease: Int64)]
     ) -> (Conflict, lease: Int64)? {
         for other in others where other.record?.format != currentFormat {
             return (
                 .format(host: other.host, format: other.record?.format ?? 0, release: other.record?.release ?? ""),
                 other.lease
             )
+        }
+        // (An earlier run of this host too: its keys, under a lease etcd still has, must be read.)
+        for other in others where other.record!.names != names {
+            return (.names(host: other.host, theirs: other.record!.names, ours: names), other.lease)
         }
         for other in others where other.host == host && other.record!.mayBeLive {
             let record = other.record!
@@ -138,6 +157,7 @@ struct HostRecord: Codable, Equatable, Sendable {
 extension Delegations {
     /// Records this run of the host in the store (with its lease) and checks that it may join:
     /// throws `.cannotJoin` (its record taken back) when another host runs another format, or
+    /// names the store's items otherwise (`HiddenNames`: in clear, or with another secret), or
     /// when another run with this host's name is live here, or elsewhere keeps its lease longer
     /// than this host's TTL (saying whether it renews it, or how long etcd keeps it still).
     func record(release: String) async throws(Failure) {
@@ -148,8 +168,9 @@ extension Delegations {
         // one that grows was renewed.
         var lastLook: (lease: Int64, left: Int64)?
         var renewing = false
+        let names = keys.names?.verifier
         do {
-            let encoded = try JSONEncoder().encode(HostRecord.this(release: release, ttl: lease.ttl))
+            let encoded = try JSONEncoder().encode(HostRecord.this(release: release, ttl: lease.ttl, names: names))
             _ = try await client.put(mine, Array(encoded), lease: lease.id)
         } catch let error as EtcdError {
             throw .etcd(error)
@@ -169,7 +190,7 @@ extension Delegations {
                     lease: value.lease
                 )
             }
-            guard let found = HostRecord.conflict(of: host, with: others) else { return }
+            guard let found = HostRecord.conflict(of: host, names: names, with: others) else { return }
             var conflict = found.0
             // A run here seen running may be one being killed (a mount again right after its
             // daemon's kill -9): given half a second to end.

@@ -25,6 +25,8 @@ package final class HostAccess: Sendable {
         var answer = Answer.waiting
         /// Stops the watch of its wait (`SharedStore`'s settle rule), while it waits.
         var unwatch: (@Sendable () -> Void)?
+        /// Told when its answer changes (`observeAnswer`), until it ends.
+        var answerChanged: (@Sendable () -> Void)?
     }
 
     private let state = Mutex(State())
@@ -33,28 +35,41 @@ package final class HostAccess: Sendable {
 
     package var answer: Answer { state.withLock { $0.answer } }
 
+    /// Calls `changed` (outside the lock) when its answer changes from now on, until it ends:
+    /// the recall that began it goes on at once once it is granted here, instead of finding
+    /// out at its next look. One observer: a later one replaces it.
+    package func observeAnswer(_ changed: @escaping @Sendable () -> Void) {
+        state.withLock { state in
+            if !state.ended { state.answerChanged = changed }
+        }
+    }
+
     /// Keeps the claim granted (`passed`: it went ahead holding nothing); false when the
     /// access has ended meanwhile.
     func granted(_ claim: Claim, passed: Bool) -> Bool {
-        let (kept, unwatch) = state.withLock { state -> (Bool, (@Sendable () -> Void)?) in
+        let (kept, unwatch, changed) = state.withLock {
+            state -> (Bool, (@Sendable () -> Void)?, (@Sendable () -> Void)?) in
             defer { state.unwatch = nil }
-            if state.ended { return (false, state.unwatch) }
+            if state.ended { return (false, state.unwatch, nil) }
             state.claim = claim
             state.answer = passed ? .passed : .granted
-            return (true, state.unwatch)
+            return (true, state.unwatch, state.answerChanged)
         }
         unwatch?()
+        changed?()
         return kept
     }
 
     /// Its wait failed: refused here with `errno` (or cancelled, once ended).
     func refused(errno: Int32) {
-        let unwatch = state.withLock { state -> (@Sendable () -> Void)? in
+        let (unwatch, changed) = state.withLock { state -> ((@Sendable () -> Void)?, (@Sendable () -> Void)?) in
             defer { state.unwatch = nil }
-            if !state.ended { state.answer = .refused(errno: errno) }
-            return state.unwatch
+            if state.ended { return (state.unwatch, nil) }
+            state.answer = .refused(errno: errno)
+            return (state.unwatch, state.answerChanged)
         }
         unwatch?()
+        changed?()
     }
 
     func waiting(_ access: CoordinatedAccess, ender: @escaping @Sendable (Claim) -> Void) {
@@ -77,6 +92,7 @@ package final class HostAccess: Sendable {
             defer {
                 state.claim = nil
                 state.unwatch = nil
+                state.answerChanged = nil
             }
             return (state.claim, state.waiting, state.ender, state.unwatch)
         }

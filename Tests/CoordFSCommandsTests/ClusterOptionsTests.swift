@@ -2,6 +2,9 @@
 import CoordFSMount
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The options of a host of a shared store as `coordfs mount` and `coordfs daemon` take them,
 /// and a profile's keys: https members with the TLS options, the etcd user, and where its
@@ -120,12 +123,39 @@ import Testing
         }
     }
 
+    /// The key file that hides the store's names from etcd, from the command line or the profile:
+    /// read once its checks pass (`HiddenNames.secret`), refused naming it otherwise.
+    @Test func theClusterKeyFileIsReadAndAFileThatCannotServeIsRefused() throws {
+        try Self.inDirectory { directory in
+            let file = directory.appendingPathComponent("cluster.key").standardizedFileURL.path
+            #expect(Self.refusal(["--cluster-key-file", file]) == "the cluster key file '\(file)' does not exist")
+            let secret = Array(repeating: UInt8(3), count: 32)
+            try Data(secret).write(to: URL(fileURLWithPath: file))
+            chmod(file, 0o644)
+            #expect(Self.refusal(["--cluster-key-file", file]).hasPrefix("the cluster key file '\(file)' may be read"))
+            chmod(file, 0o600)
+            let setting = try #require(try Self.setting(["--cluster-key-file", file]).get())
+            #expect(setting.clusterKey == secret)
+            let none = try #require(try Self.setting([]).get())
+            #expect(none.clusterKey == nil, "names in clear without it")
+
+            let url = directory.appendingPathComponent("shared.profile")
+            try Data("cluster = etcd://10.0.0.1:2379\ncluster-store = projects\ncluster-key-file = cluster.key\n".utf8)
+                .write(to: url)
+            let profile = try Profile(contentsOf: url)
+            #expect(profile.clusterKeyFile == file)
+            let fromProfile = try #require(try ClusterOptions.parse([]).setting(over: profile, environment: [:]))
+            #expect(fromProfile.clusterKey == secret)
+        }
+    }
+
     /// A cluster's option without --cluster is refused, naming it: `coordfs mount` took them
     /// silently, and the host coordinated alone.
     @Test func aClustersOptionWithoutAClusterIsRefused() throws {
         for (arguments, named) in [
             (["--etcd-user", "coordfs"], "--etcd-user"), (["--cluster-store", "projects"], "--cluster-store"),
-            (["--etcd-cacert", "/etc/ca.crt"], "--etcd-cacert")
+            (["--etcd-cacert", "/etc/ca.crt"], "--etcd-cacert"),
+            (["--cluster-key-file", "/etc/coordfs/cluster.key"], "--cluster-key-file")
         ] {
             let options = try ClusterOptions.parse(arguments)
             #expect(throws: CommandFailure.self, "\(arguments)") { _ = try options.setting(environment: [:]) }

@@ -11,7 +11,8 @@ import Testing
 struct ClusterMemberTests {
     /// A host's own coordination as the member sees it: holders set by the test, the other
     /// hosts' accesses it was asked to begin and end (and the requests they carried), and what
-    /// it answers them (granted, unless the test says otherwise for a path).
+    /// it answers them (granted, unless the test says otherwise for a path). It tells the
+    /// member of each change, as a host's coordination may (`LocalChanges`).
     final class Local: LocalAccesses {
         private struct State {
             var holders: [(String, Delegations.Mode)] = []
@@ -19,13 +20,27 @@ struct ClusterMemberTests {
             var ended: [String] = []
             var requests: [String] = []
             var answers: [String: LocalAnswer] = [:]
+            var changed: (@Sendable () -> Void)?
         }
         private let state = Mutex(State())
 
-        func hold(_ path: String, _ mode: Delegations.Mode) { state.withLock { $0.holders.append((path, mode)) } }
-        func end(_ path: String) { state.withLock { $0.holders.removeAll { $0.0 == path } } }
+        func hold(_ path: String, _ mode: Delegations.Mode) { change { $0.holders.append((path, mode)) } }
+        func end(_ path: String) { change { $0.holders.removeAll { $0.0 == path } } }
         /// What the accesses of `path` begun here are answered from now on.
-        func answer(_ path: String, _ answer: LocalAnswer) { state.withLock { $0.answers[path] = answer } }
+        func answer(_ path: String, _ answer: LocalAnswer) { change { $0.answers[path] = answer } }
+
+        private func change(_ body: (inout State) -> Void) {
+            let changed = state.withLock { state in
+                body(&state)
+                return state.changed
+            }
+            changed?()
+        }
+
+        func observeChanges(_ changed: @escaping @Sendable () -> Void) -> LocalChanges {
+            state.withLock { $0.changed = changed }
+            return [.holders, .answers]
+        }
         var begun: [String] { state.withLock { $0.begun } }
         var ended: [String] { state.withLock { $0.ended } }
         var requests: [String] { state.withLock { $0.requests } }

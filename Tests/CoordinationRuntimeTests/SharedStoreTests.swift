@@ -198,6 +198,30 @@ import Testing
         #expect(store.heldItems().isEmpty, "other hosts' accesses are not this host's holders")
     }
 
+    /// How many times an observer was told.
+    final class Told: Sendable {
+        let count = Atomic<Int>(0)
+    }
+
+    /// Another host's access waiting here for a program's write tells its observer once it is
+    /// granted: the recall that began it gives the delegation back then, without looking
+    /// again every few milliseconds (`HostAccess.observeAnswer`).
+    @Test func anotherHostsAccessTellsWhenItIsGranted() async throws {
+        let store = Self.store()
+        let doc = Self.target("/srv/shared/doc")
+        let writer = try #require(
+            Claim.grantedAtOnce(in: store.domain, identity: .process(100), intents: [Intent(.writing([]), doc)]))
+        let access = store.beginAccess(forHost: "B", "doc", .writing([]))
+        #expect(access.answer == .waiting, "it waits for the program's write")
+        let told = Told()
+        access.observeAnswer { _ = told.count.add(1, ordering: .relaxed) }
+        writer.end(outcome: Self.unchanged, in: store.domain)
+        #expect(await Self.eventually { told.count.load(ordering: .relaxed) == 1 })
+        #expect(access.answer == .granted)
+        access.end()
+        #expect(told.count.load(ordering: .relaxed) == 1, "its end is not an answer")
+    }
+
     /// A program's read from another host waits for a writer in place here, watched as a
     /// program's read here is (the settle rule); let through by the watch, it has gone past
     /// holding nothing, and the writer still holds.

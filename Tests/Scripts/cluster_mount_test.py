@@ -26,6 +26,9 @@ at once; it goes past a writer in place on A whose file has stayed unchanged for
 well before the break time; a presenter on A that refuses makes B's write fail with its errno; and
 a presenter on A with unsaved changes is asked to save before B reads, whether A holds a
 delegation of the file or only its presenter's presence.
+File names hidden from etcd (ClusterHiddenNamesTests, both hosts with --cluster-key-file): B's
+read waits for A's write as in clear, B's status shows A's holder at its path, and no key or value
+of the store in etcd names the file or its directory; a host without the key file is refused.
 
 Needs root, etcd and a built coordfs (COORDFS, default .build/debug/coordfs):
     python3 Tests/Scripts/cluster_mount_test.py [-v]
@@ -1669,6 +1672,70 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
         self.assertLessEqual({write["outcome"] for write in writes if write["outcome"] != "ok"},
                              {"ENOTCONN", "ECONNABORTED", "EIO"}, writes)
         self.assertEqual(self.read(self.path("A", "nemesis-crash")), reading.result)
+
+
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterHiddenNamesTests(ClusterHosts, unittest.TestCase):
+    """Both hosts hide the store's file names from etcd with one key file (docs/cluster.md)."""
+
+    @classmethod
+    def mount(cls, host, extra=()):
+        key = os.path.join(cls.work, "cluster.key")
+        if not os.path.exists(key):
+            with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as file:
+                file.write(os.urandom(32))
+        super().mount(host, ["--cluster-key-file", key, "--settle-time", "0", *extra])
+
+    def stored(self):
+        """Every key of the store in etcd, with its value."""
+        prefix = b"/coordfs/shared/"
+        end = prefix[:-1] + bytes([prefix[-1] + 1])
+        answer = cluster.run_in_netns(self.info["hosts"][0]["namespace"], cluster.http_json,
+                                      self.info["members"][0]["client_url"] + "/v3/kv/range",
+                                      {"key": cluster._b64(prefix), "range_end": cluster._b64(end)})
+        return [(base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")))
+                for kv in answer.get("kvs") or []]
+
+    def test_a_read_on_B_waits_for_A_and_no_key_names_the_file(self):
+        os.makedirs(self.path("A", "confidential"), exist_ok=True)
+        self.write("A", "confidential/secret-plans", b"first\n")
+        fd = os.open(self.path("A", "confidential/secret-plans"), os.O_WRONLY | os.O_TRUNC)
+        try:
+            reader = Opening(self.path("B", "confidential/secret-plans"), os.O_RDONLY)
+            self.assertTrue(reader.waits(), "B's read went ahead while A held the file for writing")
+            # B learns A's paths from the sealed status answer.
+            result = subprocess.run([COORDFS, "status", self.mounts["B"], "--json"], capture_output=True, text=True,
+                                    timeout=30)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            hosts = {host["host"]: host for host in json.loads(result.stdout).get("hosts", [])}
+            paths = [intent.get("path") for holder in hosts.get("A", {}).get("holders", [])
+                     for intent in holder.get("intents", [])]
+            self.assertIn(self.path("B", "confidential/secret-plans"), paths, result.stdout)
+            stored = self.stored()
+            os.write(fd, b"second\n")
+        finally:
+            os.close(fd)
+        self.assertTrue(reader.finish(), "B's read did not go ahead after A closed\n" + self.log_tail("B"))
+        self.assertIsNone(reader.error)
+        self.assertEqual(reader.result, b"second\n")
+        delegations = [key for key, _ in stored if key.startswith(b"/coordfs/shared/delegations/")]
+        self.assertGreaterEqual(len(delegations), 2, f"A's key and B's waiting one: {stored}")
+        for key, value in stored:
+            for word in (b"confidential", b"secret-plans"):
+                self.assertNotIn(word, key, f"a key names the file: {key!r}")
+                self.assertNotIn(word, value, f"the value of {key!r} names the file")
+
+    def test_a_host_without_the_key_file_is_refused(self):
+        elsewhere = os.path.join(self.work, "elsewhere-hidden")
+        os.makedirs(elsewhere, exist_ok=True)
+        urls = ",".join(url.removeprefix("http://") for url in self.info["client_urls"])
+        daemon = subprocess.run(cluster._nsenter(self.info["hosts"][0]["namespace"]) + [
+            COORDFS, "daemon", "--socket", os.path.join(self.work, "plain.sock"), "--cluster", "etcd://" + urls,
+            "--cluster-store", "shared", "--host-name", "C", "--cluster-directory", elsewhere],
+            capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(daemon.returncode, 0, daemon.stderr)
+        self.assertIn("hides its file names in etcd (--cluster-key-file), and this host was given no key file",
+                      daemon.stderr)
 
 
 if __name__ == "__main__":
