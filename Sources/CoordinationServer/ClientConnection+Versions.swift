@@ -131,6 +131,11 @@ extension ClientConnection {
                 .error(
                     id: id, errno: "EFBIG",
                     message: "\(size) bytes, more than the copy limit of \(limit) on a filesystem without reflinks"))
+        case .failure(.largerThanTheStore(let size, let limit)):
+            send(
+                .error(
+                    id: id, errno: "EFBIG",
+                    message: "\(size) bytes, more than all versions together may take (\(limit))"))
         case .failure(.failed(let errno)):
             send(.error(id: id, errno: ErrnoNames.name(of: errno.code), message: "cannot keep the version: \(errno)"))
         }

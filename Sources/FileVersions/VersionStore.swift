@@ -43,11 +43,16 @@ public final class VersionStore: @unchecked Sendable {
     public enum NotKept: Error, Equatable, CustomStringConvertible {
         /// A copy was needed and the file is larger than `VersionLimits.copyLimit`.
         case tooLarge(size: Int64, limit: Int64)
+        /// The file is larger than all versions together may be (`VersionLimits.totalBytes`):
+        /// kept, it would be removed again once its grace ended, its space held until then.
+        case largerThanTheStore(size: Int64, limit: Int64)
         case failed(Errno)
 
         public var description: String {
             switch self {
             case .tooLarge(let size, let limit): return "\(size) bytes, larger than the copy limit of \(limit)"
+            case .largerThanTheStore(let size, let limit):
+                return "\(size) bytes, more than all versions together may take (\(limit))"
             case .failed(let errno): return "\(errno)"
             }
         }
@@ -83,6 +88,8 @@ public final class VersionStore: @unchecked Sendable {
         var totalBytes: Int64 = 0
         var lastID: UInt64 = 0
         var lastAgeCheck: Double = 0
+        /// A look at the bounds is due once the versions kept last are past their grace.
+        var lookAfterGrace = false
         /// The inodes of versions kept by a link.
         var linkedInodes: Set<UInt64> = []
         /// `.coordfs-versions/content` and the journal, once opened (-1 before).
@@ -157,6 +164,10 @@ public final class VersionStore: @unchecked Sendable {
         _ source: Source, item: String, info: stat, cause: VersionRecord.Cause,
         replacedBy: VersionOrigin? = nil, conflict: Bool = false, now: Double = VersionStore.now()
     ) -> Result<VersionRecord, NotKept> {
+        // An unlinked file of 4 GB kept so would hold its blocks, which its rm was to free.
+        guard Int64(info.st_size) <= limits.totalBytes else {
+            return .failure(.largerThanTheStore(size: Int64(info.st_size), limit: limits.totalBytes))
+        }
         let content: Int32
         do { content = try directories(making: true).content } catch { return .failure(.failed(error)) }
         let id = nextID(now: now)
@@ -377,6 +388,23 @@ public final class VersionStore: @unchecked Sendable {
             return limits.excess(of: candidates, now: now)
         }
         forget(excess)
+        lookAgainAfterGrace()
+    }
+
+    /// Still past the bytes with versions too young to remove (`VersionLimits.grace`): the
+    /// bounds are looked at again once those are old enough, so that the space comes back
+    /// without waiting for the next version kept.
+    private func lookAgainAfterGrace() {
+        let due = state.withLock { state -> Bool in
+            guard state.totalBytes > limits.totalBytes, !state.lookAfterGrace else { return false }
+            state.lookAfterGrace = true
+            return true
+        }
+        guard due else { return }
+        writer.asyncAfter(deadline: .now() + .milliseconds(Int(limits.grace * 1000) + 50)) { [self] in
+            state.withLock { $0.lookAfterGrace = false }
+            prune(items: [], now: Self.now())
+        }
     }
 
     /// `now`: the content is removed before this returns; else by the store's queue, after the

@@ -148,6 +148,37 @@ import Glibc
         }
     }
 
+    /// Versions past the total while younger than their grace stay; once the grace is over the
+    /// bounds are looked at again by themselves, with no other version kept.
+    @Test func pastTheTotalTheBoundsAreLookedAtAgainOnceTheGraceEnds() throws {
+        try withRoot { root, fd in
+            let store = try VersionStore(in: fd, limits: VersionLimits(totalBytes: 15, grace: 0.3))
+            for item in ["a", "b"] {
+                try write("0123456789", root + "/" + item)
+                _ = try store.keep(
+                    .name(item, in: fd), item: item, info: status(root + "/" + item), cause: .deleted
+                ).get()
+            }
+            store.flush()
+            #expect(store.totalBytes == 20, "both in their grace")
+            let deadline = Date().addingTimeInterval(10)
+            while store.totalBytes > 15 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+            #expect(store.totalBytes == 10 && store.versions(of: "a").isEmpty && store.versions(of: "b").count == 1)
+        }
+    }
+
+    /// A file larger than all versions together may take is not kept: its removal frees its space.
+    @Test func aFileLargerThanTheTotalIsNotKept() throws {
+        try withRoot { root, fd in
+            let store = try VersionStore(in: fd, limits: VersionLimits(totalBytes: 5))
+            try write("0123456789", root + "/big")
+            let result = store.keep(.name("big", in: fd), item: "big", info: status(root + "/big"), cause: .deleted)
+            #expect(throws: VersionStore.NotKept.largerThanTheStore(size: 10, limit: 5)) { try result.get() }
+            store.flush()
+            #expect(store.versions(of: "big").isEmpty && store.totalBytes == 0)
+        }
+    }
+
     /// A version's line is written after its save has been answered: content whose line was
     /// lost with its process is removed at the next open, once old enough that no other store
     /// of the directory may still be about to write it; named content stays.
