@@ -57,6 +57,37 @@ import Glibc
         #expect(outputs[1] == outputs[0], "through the mount: \(outputs[1])")
     }
 
+    /// Another user, not in an item's group, setting its access ACL (setfacl) clears setgid
+    /// as the kernel does natively (fstests generic/375); the mount kept it.
+    @Test func anAccessACLSetByANonMemberOfTheGroupClearsSetgid() throws {
+        let fx = try MountFixture(["-o", "allow_other"])
+        let script = """
+            import os, struct, sys
+            # Version 2; the owner, the group and others, rwx each (a minimal ACL: a mode).
+            acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 7, 0xFFFFFFFF) for tag in (1, 4, 32))
+            for name in ("file", "dir"):
+                path = os.path.join(sys.argv[1], name)
+                os.setxattr(path, "system.posix_acl_access", acl)
+                print(name, oct(os.stat(path).st_mode & 0o7777))
+            """
+        var outputs: [String] = []
+        for directory in [fx.base.appendingPathComponent("native").path, fx.path("acl")] {
+            try FileManager.default.createDirectory(atPath: directory + "/dir", withIntermediateDirectories: true)
+            try Data("data".utf8).write(to: URL(fileURLWithPath: directory + "/file"))
+            chmod(directory, 0o777)
+            for name in ["file", "dir"] {
+                // Nobody's, in root's group, which nobody is not in.
+                chown(directory + "/" + name, 65534, 0)
+                chmod(directory + "/" + name, 0o2755)
+            }
+            let result = try run(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", script, directory]))
+            #expect(result.status == 0, "\(result)")
+            outputs.append(result.output)
+        }
+        #expect(outputs[0] == "file 0o777\ndir 0o777\n", "natively: \(outputs[0])")
+        #expect(outputs[1] == outputs[0], "through the mount: \(outputs[1])")
+    }
+
     @Test func asAnotherUserWithAllowOther() throws { try compare(["--as", "65534"]) }
 
     /// Writes then reach the mount, which must clear setuid as the kernel would.

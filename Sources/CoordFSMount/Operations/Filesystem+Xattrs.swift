@@ -55,9 +55,27 @@ extension Filesystem {
 
     func setxattr(_ reply: consuming Reply, _ id: NodeID, _ name: String, _ value: [UInt8], _ flags: Int32) {
         inodes[id]?.hasNoCapability.store(false, ordering: .relaxed)
+        let caller = reply.caller
+        let setsAccessACL = name == Self.accessACL && !caller.mayKeepPrivilegeBits
         changeAttribute(reply, id) { fd in
-            FileSystemName.withCString(name) { cfs_setxattr(procPath(fd), $0, value, value.count, flags) }
+            let result = FileSystemName.withCString(name) { cfs_setxattr(procPath(fd), $0, value, value.count, flags) }
+            if result == 0 && setsAccessACL { Self.dropSetGroup(of: fd, unlessIn: caller) }
+            return result
         }
+    }
+
+    static let accessACL = "system.posix_acl_access"
+
+    /// An access ACL sets the mode's group bits, and the kernel then clears setgid for a caller
+    /// neither in the item's group nor privileged (posix_acl_update_mode); the backing
+    /// filesystem, asked by the daemon, keeps it (fstests generic/375). Cleared here so.
+    private static func dropSetGroup(of fd: Int32, unlessIn caller: RequestCaller) {
+        var info = stat()
+        guard fstatat(fd, "", &info, CFS_AT_EMPTY_PATH) == 0, info.st_mode & S_ISGID != 0,
+            !caller.isInGroup(info.st_gid)
+        else { return }
+        // By path: `fd` is an O_PATH descriptor, which fchmod refuses.
+        _ = chmod(procPath(fd), info.st_mode & 0o7777 & ~S_ISGID)
     }
 
     func removexattr(_ reply: consuming Reply, _ id: NodeID, _ name: String) {
