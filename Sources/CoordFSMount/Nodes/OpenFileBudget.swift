@@ -92,6 +92,9 @@ final class OpenFileBudget: Sendable {
         }
     }
 
+    /// Every user's opens now, the owner's and root's included.
+    var openNow: Int { pool.openFiles.load(ordering: .relaxed) }
+
     /// The opens each counted user has now (for `coordfs status`).
     var openByUser: [UInt32: Int] { open.withLock { $0.byUser } }
 }

@@ -240,7 +240,6 @@ extension Inode {
 /// a read or a write finds its file with no lock and no lookup. The kernel keeps a handle valid
 /// from the open's reply until its release.
 final class OpenFileTable: Sendable {
-    private let open = Atomic<Int>(0)
     /// Each user's share of open files.
     let budget: OpenFileBudget
 
@@ -249,7 +248,6 @@ final class OpenFileTable: Sendable {
     /// Enters `file`, open in `place` of its user's share (`budget.take`).
     func insert(_ file: OpenFile, in place: OpenFileBudget.Place) -> UInt64 {
         file.place = place
-        open.add(1, ordering: .relaxed)
         return UInt64(UInt(bitPattern: Unmanaged.passRetained(file).toOpaque()))
     }
 
@@ -261,11 +259,11 @@ final class OpenFileTable: Sendable {
     /// Ends the handle (at release): the file is the caller's from now on.
     func remove(_ handle: UInt64) -> OpenFile? {
         guard let pointer = UnsafeRawPointer(bitPattern: UInt(handle)) else { return nil }
-        open.subtract(1, ordering: .relaxed)
         let file = Unmanaged<OpenFile>.fromOpaque(pointer).takeRetainedValue()
         budget.giveBack(file.place)
         return file
     }
 
-    var count: Int { open.load(ordering: .relaxed) }
+    /// Files open now: the places taken in the budget (an open being made counts from its place).
+    var count: Int { budget.openNow }
 }
