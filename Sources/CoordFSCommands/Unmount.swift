@@ -32,6 +32,18 @@ struct Unmount: ParsableCommand {
     var lazy = false
 
     func run() throws {
+        // Before anything asks the mount, or even resolves its path: a mount whose killed daemon
+        // could not finish dying would keep this command waiting with every program in it.
+        if let dead = DeadConnection.mount(at: DeadConnection.absolute(mountPoint)) {
+            do throws(Errno) { try DeadConnection.abort(dead) } catch {
+                throw CommandFailure("cannot unmount '\(mountPoint)': \(error.description)")
+            }
+            FileHandle.standardError.write(
+                Data(
+                    ("coordfs: the daemon of '\(mountPoint)' had gone; its connection is ended (programs still "
+                        + "waiting in it got 'transport endpoint is not connected') and the mount removed\n").utf8))
+            return
+        }
         let path = URL(fileURLWithPath: Mount.absolute(mountPoint)).resolvingSymlinksInPath().path
         guard let type = MountTable.type(of: path) else { throw CommandFailure("'\(mountPoint)' is not a mount point") }
         // Asked, not read from mountinfo, where -o subtype= and fsname= rename it.

@@ -4,6 +4,7 @@ import Coordination
 import CoordinationClient
 import FileCoordination
 import Foundation
+import LinuxSystem
 import TestSupport
 import Testing
 #if canImport(Glibc)
@@ -276,6 +277,77 @@ import Glibc
         let next = try MountFixture()
         #expect(!FileManager.default.fileExists(atPath: socket))
         #expect(attribute("user.coordfs.socket", of: next.mountPoint.path) != socket)
+    }
+
+    /// A daemon killed while its notice of an outside change waits for a directory's lock, which
+    /// a rename it was still to answer holds, cannot finish dying: /dev/fuse stays open, the
+    /// kernel never ends the connection, and the rename, the daemon's last thread and anything
+    /// that touches the mount (`coordfs unmount` included) waited for ever, past SIGKILL.
+    /// `coordfs unmount` now sees from /proc alone that nobody living serves the mount, and
+    /// ends its connection.
+    @Test func aDaemonKilledWhileTheKernelWaitsForItIsUnmountedAndItsProgramsFreed() throws {
+        let fx = try MountFixture(["--lock-time", "60", "--wait-timeout", "60"])
+        let mnt = fx.mountPoint.path
+        try fx.seed("d/a", "a\n")
+        try fx.seed("d/c", "c\n")
+        var info = stat()
+        try #require(stat(fx.path("d/c"), &info) == 0, "the kernel knows d/c: its removal outside is told to it")
+        let daemon = try #require(daemonPID(for: mnt))
+        let hold = Process()
+        hold.executableURL = Paths.binary
+        hold.arguments = ["coordinate", "--read", fx.path("d/a"), "--", "sh", "-c", "echo held; exec sleep 60"]
+        let said = Pipe()
+        hold.standardOutput = said
+        try hold.run()
+        defer { if hold.isRunning { kill(hold.processIdentifier, SIGKILL) } }
+        try #require(said.fileHandleForReading.availableData.starts(with: Data("held".utf8)))
+        // The rename waits for the hold, with d locked by the kernel; the notice of d/c's
+        // removal then waits for that lock.
+        let rename = Process()
+        rename.executableURL = URL(fileURLWithPath: "/bin/mv")
+        rename.arguments = [fx.path("d/a"), fx.path("d/b")]
+        try rename.run()
+        defer { if rename.isRunning { kill(rename.processIdentifier, SIGKILL) } }
+        let renameWaits = eventually(.seconds(10)) {
+            ProcFile.read("/proc/\(rename.processIdentifier)/wchan") == "request_wait_answer"
+        }
+        try #require(renameWaits, "the rename waits for the hold")
+        try FileManager.default.removeItem(atPath: fx.backingPath("d/c"))
+        let noticeWaits = eventually(.seconds(10)) {
+            let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(daemon)/task")) ?? []
+            return threads.contains { ProcFile.read("/proc/\(daemon)/task/\($0)/wchan") == "fuse_reverse_inval_entry" }
+        }
+        try #require(noticeWaits, "the daemon's notice of the outside removal waits for d's lock")
+        fx.daemonWillEnd()
+        kill(daemon, SIGKILL)
+        usleep(500_000)
+        #expect(kill(daemon, 0) == 0 && rename.isRunning, "killed, the daemon cannot finish dying and the rename waits")
+
+        let unmount = Process()
+        unmount.executableURL = Paths.binary
+        unmount.arguments = ["unmount", mnt]
+        let errors = Pipe()
+        unmount.standardError = errors
+        try unmount.run()
+        let ended = eventually(.seconds(20)) { !unmount.isRunning }
+        if !ended {
+            // Free what this test wedged, so that the run goes on: the mount's connection ended.
+            let abort = """
+                mountpoint -q /sys/fs/fuse/connections || mount -t fusectl none /sys/fs/fuse/connections
+                c=$(awk -v m="$1" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
+                echo 1 > /sys/fs/fuse/connections/$c/abort
+                """
+            _ = try? run("/bin/sh", ["-c", abort, "sh", mnt])
+        }
+        #expect(ended, "coordfs unmount waited with the mount's programs")
+        unmount.waitUntilExit()
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(unmount.terminationStatus == 0 && message.contains("had gone; its connection is ended"), "\(message)")
+        #expect(eventually(.seconds(5)) { !rename.isRunning }, "the rename still waits")
+        #expect(rename.terminationStatus != 0)
+        #expect(eventually(.seconds(5)) { kill(daemon, 0) != 0 }, "the daemon finished dying")
+        #expect(!MountFixture.isMounted(fx.mountPoint.path))
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("d/a")), "the rename never happened")
     }
 
     @Test func unmountOfABusyMountSaysWhyAndLazyDetachesItAtOnce() throws {
