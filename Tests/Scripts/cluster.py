@@ -695,6 +695,21 @@ def _member_of(info: dict, spec: str | int) -> dict:
     return node
 
 
+def daemon_of(mount_point: str) -> int | None:
+    """The pid of the coordfs daemon serving mount_point (its `daemon-start` process), or None."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as file:
+                arguments = file.read().split(b"\0")
+        except OSError:
+            continue
+        if b"daemon-start" in arguments and mount_point.encode() in arguments:
+            return int(entry)
+    return None
+
+
 def kill_member(state_dir: str, number: str | int, sig: int = signal.SIGKILL) -> bool:
     """Stops member number (SIGKILL by default: a crash) and waits until it is gone. False if it
     was not running."""

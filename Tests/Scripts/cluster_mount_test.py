@@ -8,8 +8,9 @@ run here. Tests: a read on B waits for a write held on A and sees what it wrote;
 share; a rename on A waits for a reader on B; other files of a directory held on A are not
 held up; the keys of files created where both hosts work are given back once idle; a counter
 that each host increments 40 times at once, each a `coordfs coordinate --write` hold whose own
-cat and write go through its mount, ends exact with no iteration failed or stalled; a member
-killed changes nothing visible; a host cut off loses its grants after its
+cat and write go through its mount, ends exact with no iteration failed or stalled, and so does
+CoordinatedCounter (FileCoordinator, atomic saves) on both hosts at once, well within the break
+time; a member killed changes nothing visible; a host cut off loses its grants after its
 TTL (its programs get ENOLCK, the other host goes ahead); a daemon killed with -9 likewise.
 Fencing (both hosts with --no-kernel-passthrough): writes through a file open across a lost
 lease are refused with EIO, and status says the lease is lost; a file held open across a
@@ -58,6 +59,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 COORDFS = os.environ.get("COORDFS", os.path.join(ROOT, ".build/debug/coordfs"))
 # An Apple-style FilePresenter that prints its messages (Sources/PresenterLog), built beside coordfs.
 PRESENTER_LOG = os.path.join(os.path.dirname(COORDFS), "PresenterLog")
+# An Apple-style program: a JSON counter updated in coordinated writes with atomic saves
+# (Sources/CoordinatedCounter), built beside coordfs.
+COUNTER = os.path.join(os.path.dirname(COORDFS), "CoordinatedCounter")
 # A presenter on the event channel that answers as told (refuses, saves): Tests/Scripts/presenter.py.
 PRESENTER = os.path.join(HERE, "presenter.py")
 TTL = 5
@@ -73,6 +77,8 @@ def skip_reason():
         return f"needs a built coordfs at {COORDFS}"
     if not os.access(PRESENTER_LOG, os.X_OK):
         return f"needs a built PresenterLog at {PRESENTER_LOG}"
+    if not os.access(COUNTER, os.X_OK):
+        return f"needs a built CoordinatedCounter at {COUNTER}"
     return None
 
 
@@ -139,19 +145,7 @@ def stop(process, seconds):
         process.wait()
 
 
-def daemon_of(mount_point):
-    """The pid of the coordfs daemon serving mount_point."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as file:
-                arguments = file.read().split(b"\0")
-        except OSError:
-            continue
-        if b"daemon-start" in arguments and mount_point.encode() in arguments:
-            return int(entry)
-    return None
+daemon_of = cluster.daemon_of
 
 
 class ClusterHosts:
@@ -430,6 +424,30 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
         slowest = max(ended - began for done in runs.values() for _, began, ended, _ in done)
         self.assertLess(slowest, 5, f"an iteration took {slowest:.1f} s (a stall; all {rounds * 2} took {took:.1f} s)")
         self.assertEqual(self.read(os.path.join(self.store, "counter")), b"%d\n" % (2 * rounds), "updates lost")
+
+    def test_2_apple_style_counters_on_both_hosts_lose_no_update(self):
+        # CoordinatedCounter on each host at once: each update a coordinated write (forMerging)
+        # whose atomic save renames a temporary file over the counter. The rename's temporary
+        # file needs a delegation of its own; its destination, the hold's item, was recalled by
+        # the other host's waiting update. Asked for again with the temporary file, it queued
+        # behind that update, which waited for the hold: each save waited the break time.
+        rounds = 25
+        runs = [subprocess.Popen([COUNTER, self.path(host, "apple.json"), str(rounds), host, other],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for host, other in (("A", "B"), ("B", "A"))]
+        began = time.monotonic()
+        try:
+            for run in runs:
+                output, error = run.communicate(timeout=90)
+                self.assertEqual(run.returncode, 0, output + error + self.log_tail("A") + self.log_tail("B"))
+        finally:
+            for run in runs:
+                if run.poll() is None:
+                    run.kill()
+                    run.wait()
+        took = time.monotonic() - began
+        self.assertEqual(json.loads(self.read(os.path.join(self.store, "apple.json")))["count"], 2 * rounds)
+        self.assertLess(took, 30, f"{2 * rounds} updates took {took:.0f} s: a save waited for the break time")
 
     def test_3_O_NONBLOCK_opens_on_B_wait_for_what_A_holds_idle(self):
         # A made a tree and nobody holds it: tar on B opens each file with O_NONBLOCK, which
@@ -1672,6 +1690,42 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
         self.assertLessEqual({write["outcome"] for write in writes if write["outcome"] != "ok"},
                              {"ENOTCONN", "ECONNABORTED", "EIO"}, writes)
         self.assertEqual(self.read(self.path("A", "nemesis-crash")), reading.result)
+
+
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterCoherenceTests(ClusterHosts, unittest.TestCase):
+    """What one host reads after another host's turn is what that host wrote (NFS's
+    close-to-open). Both hosts mount without a backing watch, as over a shared store whose
+    changes by other machines no watch sees: the kernel keeps names a second."""
+
+    @classmethod
+    def mount(cls, host, extra=()):
+        super().mount(host, ["--no-backing-watch", "--settle-time", "0", *extra])
+
+    def test_an_open_on_B_after_A_saved_atomically_reads_the_new_file(self):
+        # B read f a moment ago: its kernel still names f by the item it read. A's hold then
+        # saves f atomically (a new file renamed over f) while B's `cat f` waits for it. B's cat
+        # went on to the old item, which B's mount still had open: "v0", an update lost by
+        # whoever writes back what it read.
+        for round in range(3):
+            self.write("A", "saved", b"v0\n")
+            self.assertEqual(self.read(self.path("B", "saved")), b"v0\n")
+            target = shlex.quote(self.path("A", "saved"))
+            hold = subprocess.Popen([COORDFS, "coordinate", "--write", self.path("A", "saved"), "--", "sh", "-c",
+                                     f"echo held; sleep 0.4; echo v1 > {target}.tmp && mv {target}.tmp {target}"],
+                                    stdout=subprocess.PIPE, text=True)
+            try:
+                self.assertEqual(hold.stdout.readline(), "held\n")
+                reading = Reading(self.path("B", "saved"))
+                self.assertTrue(reading.waits(0.2), "B's read went ahead while A's hold wrote")
+                self.assertEqual(hold.wait(timeout=15), 0)
+            finally:
+                if hold.poll() is None:
+                    hold.kill()
+                    hold.wait()
+            self.assertTrue(reading.finish(), self.log_tail("B"))
+            self.assertIsNone(reading.error)
+            self.assertEqual(reading.result, b"v1\n", f"round {round}: B read the item A's save replaced")
 
 
 @unittest.skipIf(skip_reason(), skip_reason() or "")

@@ -31,6 +31,19 @@ final class ItemTargets: Sendable {
         inodes.path(of: parent.id, appending: name)
     }
 
+    /// Whether the name the table knows `node` by now names another item in the backing
+    /// directory, or nothing: another host replaced or removed it, and this mount has not heard
+    /// of it yet (the kernel may keep names it was told for a second without a backing watch;
+    /// a watch of a shared store sees only this machine's changes). The root is never so.
+    func nameNamesAnother(_ node: Inode) -> Bool {
+        let path = inodes.path(of: node.id)
+        guard !path.isEmpty else { return false }
+        var info = stat()
+        guard FileSystemName.withCString(path, { fstatat(inodes.rootDescriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0
+        else { return Errno.ofFailedCall() == .noSuchFileOrDirectory }
+        return UInt64(info.st_ino) != node.number || UInt64(info.st_dev) != node.device
+    }
+
     /// Where a path of the mount's items, spelled from `/`, goes on below the mount root.
     private var relativeStart: Int { root.isRoot ? 1 : root.string.utf8.count + 1 }
 

@@ -24,7 +24,8 @@ extension MountCoordinator {
     /// past its programs, which need no delegation any more.
     func coordinateInCluster(
         _ reply: consuming Reply, _ request: MountRequest, _ delegations: any HostDelegations,
-        until deadline: ContinuousClock.Instant? = nil, asked: Bool = false, passed: [DelegationNeed] = []
+        until deadline: ContinuousClock.Instant? = nil, asked: Bool = false, passed: [DelegationNeed] = [],
+        waited: Bool = false
     ) {
         // Before anything is taken here: a presenter's save there may need what this host holds.
         if !asked && delegations.othersPresentAnything {
@@ -50,18 +51,43 @@ extension MountCoordinator {
             // Asked once held: a recall that came meanwhile waited for this claim (or passage)
             // only if it began after this answer.
             let needs = delegationNeeds(request.wanted, request.other).filter { !passed.contains($0) }
-            if covered(needs, by: delegations, for: claim) { return request.body(reply, claim) }
+            if covered(needs, by: delegations, for: claim) {
+                // Granted after another host's turn: what the kernel named may be gone since.
+                if waited && request.wanted.name.isEmpty && targets.nameNamesAnother(request.wanted.node) {
+                    return staleName(reply, claim, request)
+                }
+                return request.body(reply, claim)
+            }
+            // Only what is not covered is waited for: an accessor's item, covered by the
+            // delegation its hold was granted under though recalled, asked for again would
+            // queue behind the other host's request that recalled it, which waits for the hold
+            // (an atomic save in a coordinated write: its rename's temporary file is not
+            // covered, its destination is).
+            var missing: [DelegationNeed] = []
+            for need in needs where !covered([need], by: delegations, for: claim) { missing.append(need) }
             if claim.holds { statistics.takenAgain.add(1, ordering: .relaxed) }
             claim.end(request.unchanged)
             let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
             // Never into the engine from here: this may run inside a quiet passage.
-            waitForDelegations(needs, delegations, reply, waits: !request.nonBlocking, until: deadline) {
+            waitForDelegations(missing, delegations, reply, waits: !request.nonBlocking, until: deadline) {
                 [self] reply, passedNow in
                 coordinateInCluster(
-                    reply, request, delegations, until: deadline, asked: true, passed: passed + passedNow)
+                    reply, request, delegations, until: deadline, asked: true, passed: passed + passedNow,
+                    waited: true)
             }
         }
         take(reply, taken)
+    }
+
+    /// A request about an item whose name another host has given to another item (an atomic
+    /// save there renamed a new file over it) while this one waited for that host: answered
+    /// ESTALE, its claim ended unused. The kernel then looks the name up again, past what it
+    /// kept, and asks once more about the item the name is now, as NFS's close-to-open has it:
+    /// an open after another host's close sees what that host wrote.
+    private func staleName(_ reply: consuming Reply, _ claim: consuming MountClaim, _ request: MountRequest) {
+        statistics.takenAgain.add(1, ordering: .relaxed)
+        claim.end(request.unchanged)
+        reply.error(Errno(code: ESTALE))
     }
 
     /// The delegations `wanted` (and `other`) need: of the item each locks (its outermost
