@@ -1,13 +1,17 @@
 import CoordinationCluster
 import Foundation
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 
 // How long a host waits for a delegation through etcd: taken when no other host holds the item,
 // and handed over by another host that holds it (its recall heard, the item given back, the
 // grant seen); an item asked for beside thousands of other hosts' keys in its directory; and
-// items asked for by three hosts at once in one directory (what a create there costs in
-// delegations). Figures, not assertions: `make bench-cluster` prints them against a 3-member
-// cluster in network namespaces of its own. Endpoints: CLUSTER_ENDPOINTS (comma-separated).
+// files created by three hosts at once in one directory, each create as a mount makes it (its
+// claim, the delegation it needs, the file). Figures, not assertions: `make bench-cluster`
+// prints them against a 3-member cluster in network namespaces of its own. Endpoints:
+// CLUSTER_ENDPOINTS (comma-separated).
 
 guard let endpoints = ProcessInfo.processInfo.environment["CLUSTER_ENDPOINTS"]?.split(separator: ",").map(String.init),
     !endpoints.isEmpty
@@ -178,39 +182,132 @@ do {
     await hostB.leave()
 }
 
-// Three hosts creating in one directory at once (each item a write delegation of its own, as a
-// create there asks), several requests at a time on each host; delegations given back idle.
+/// What creators made: each create's time (ms) from its claim to its close, how many of them
+/// waited for a delegation, and how many creators stopped on a failure.
+struct Creates: Sendable {
+    var samples: [Double] = []
+    var waited = 0
+    var failed = 0
+
+    mutating func add(_ other: Creates) {
+        samples += other.samples
+        waited += other.waited
+        failed += other.failed
+    }
+
+    /// Runs `body` on a thread of its own, outside the tasks' pool, and returns what it returns.
+    static func onThread(_ body: @escaping @Sendable () -> Creates) async -> Creates {
+        await withCheckedContinuation { continuation in
+            Thread { continuation.resume(returning: body()) }.start()
+        }
+    }
+
+    /// One creator's files, one after another until `end`: `many/<prefix>-<n>` in the store,
+    /// made as `<backing>/<prefix>-<n>` (one directory for the three hosts, as a shared backing
+    /// has). It stops at the first create that fails.
+    static func made(
+        until end: ContinuousClock.Instant, prefix: String, in backing: String, on host: ClusterMember,
+        _ local: BenchHolders
+    ) -> Creates {
+        var made = Creates()
+        while ContinuousClock.now < end {
+            let name = "\(prefix)-\(made.samples.count)"
+            let started = ContinuousClock.now
+            guard let waited = create("many/\(name)", file: "\(backing)/\(name)", on: host, local) else {
+                made.failed += 1
+                break
+            }
+            let (seconds, attoseconds) = (ContinuousClock.now - started).components
+            made.samples.append(Double(seconds) * 1e3 + Double(attoseconds) / 1e15)
+            if waited { made.waited += 1 }
+        }
+        return made
+    }
+
+    /// A mount's create of `path` on `host` (`coordinateInCluster`): the claim, a write in place
+    /// of the new item, taken in the host's coordination (`local`) and kept if the host's
+    /// delegations cover it, else given back while the delegation is waited for (on this
+    /// thread, as a request waits) and taken again; the file made and closed; the claim ended
+    /// with the open. Whether it waited for a delegation; nil when it could not have one, or
+    /// the file was not made.
+    static func create(_ path: String, file: String, on host: ClusterMember, _ local: BenchHolders) -> Bool? {
+        var waited = false
+        while true {
+            local.hold(path, .inPlace)
+            if host.covers(path, .inPlace) { break }
+            local.end(path)
+            waited = true
+            guard waitForDelegation(path, .inPlace, on: host) else { return nil }
+        }
+        defer { local.end(path) }
+        let fd = open(file, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return nil }
+        close(fd)
+        return waited
+    }
+
+    /// Waits on this thread for `host` to acquire `mode` of `path`, its acquire a task of its
+    /// own (as a mount's request waits for its delegation): whether it did.
+    static func waitForDelegation(_ path: String, _ mode: Delegations.Mode, on host: ClusterMember) -> Bool {
+        let acquired = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            do {
+                try await host.acquire(path, mode)
+                acquired.store(true, ordering: .relaxed)
+            } catch {}
+            done.signal()
+        }
+        done.wait()
+        return acquired.load(ordering: .relaxed)
+    }
+}
+
+// Three hosts creating files in one directory at once, as a mount's creates there do (its
+// `create` through `coordinateInCluster`): each takes its claim in its host's own coordination
+// (a write in place of the new file, what an O_CREAT open without O_TRUNC holds), goes on if the
+// host's delegations cover it, else gives the claim back unused, waits for the delegation and
+// takes the claim again; then the file is made and closed, and the claim ends with the open.
+// The creators are threads, as the kernel's request threads are in a mount, not tasks: a task
+// whose request its host's directory delegation covered never suspended, so a host's four such
+// loops kept the tasks' threads (one per core: two here) to themselves for the whole run, and
+// the recall of that delegation, heard and answered by tasks, waited for them to end, and so
+// did the other two hosts. Delegations given back idle, as a mount's.
 do {
     let seconds = 5, perHost = 4
     let manyStore = "\(store)-many"
-    var hosts: [(String, ClusterMember)] = []
+    let backing = NSTemporaryDirectory() + "coordfs-clusterbench-\(getpid())-many"
+    try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: backing) }
+    var hosts: [(name: String, member: ClusterMember, local: BenchHolders)] = []
     for name in ["A", "B", "C"] {
-        hosts.append((name, try await member(name, of: manyStore, on: client, idleTime: ClusterMember.defaultIdleTime)))
+        let local = BenchHolders()
+        let host = try await member(name, of: manyStore, on: client, local, idleTime: ClusterMember.defaultIdleTime)
+        hosts.append((name, host, local))
     }
-    let results = try await withThrowingTaskGroup(of: (String, [Double]).self, returning: [String: [Double]].self) {
-        group in
-        for (name, host) in hosts {
+    let end = ContinuousClock.now + .seconds(seconds)
+    let results = await withTaskGroup(of: (String, Creates).self, returning: [String: Creates].self) { group in
+        for (name, host, local) in hosts {
             for creator in 0..<perHost {
                 group.addTask {
-                    var samples: [Double] = []
-                    let end = ContinuousClock.now + .seconds(seconds)
-                    while ContinuousClock.now < end {
-                        let started = ContinuousClock.now
-                        try await host.acquire("many/\(name)\(creator)-\(samples.count)", .write)
-                        samples.append(milliseconds(ContinuousClock.now - started))
+                    let made = await Creates.onThread {
+                        Creates.made(until: end, prefix: "\(name)\(creator)", in: backing, on: host, local)
                     }
-                    return (name, samples)
+                    return (name, made)
                 }
             }
         }
-        var byHost: [String: [Double]] = [:]
-        for try await (name, samples) in group { byHost[name, default: []] += samples }
+        var byHost: [String: Creates] = [:]
+        for await (name, made) in group { byHost[name, default: Creates()].add(made) }
         return byHost
     }
-    print("items asked for by 3 hosts in one directory, \(perHost) at a time on each, for \(seconds) s:")
-    for (name, samples) in results.sorted(by: { $0.key < $1.key }) {
-        let rate = String(format: "%6.0f", Double(samples.count) / Double(seconds))
-        print("  host \(name): \(rate) a second         \(summary(samples))")
+    print("files created by 3 hosts in one directory, \(perHost) at a time on each, for \(seconds) s:")
+    for (name, made) in results.sorted(by: { $0.key < $1.key }) {
+        let rate = String(format: "%6.0f", Double(made.samples.count) / Double(seconds))
+        let waited = String(format: "%3.0f", 100 * Double(made.waited) / Double(max(made.samples.count, 1)))
+        let times = made.samples.isEmpty ? "none made" : summary(made.samples)
+        print("  host \(name): \(rate) a second, \(waited) % waited for a delegation   \(times)")
+        if made.failed > 0 { print("    \(made.failed) creator(s) stopped: no delegation, or the file not made") }
     }
-    for (_, host) in hosts { await host.leave() }
+    for (_, host, _) in hosts { await host.leave() }
 }

@@ -348,6 +348,46 @@ struct ClusterMemberTests {
         await b.leave()
     }
 
+    /// A recall of a directory's delegation is honoured while this host's own requests inside it
+    /// keep coming (creates of new files, granted in memory until then): from the recall on,
+    /// nothing more is granted from it, the other host's request is granted within a few of
+    /// etcd's round trips, not once the requests here stop, and the creates here go on, each
+    /// with a delegation of its own item.
+    @Test func aRecallIsHonouredWhileThisHostsOwnRequestsKeepComing() async throws {
+        try await Self.withTwoHosts { a, localA, b in
+            try await a.acquire("shared/a0", .inPlace)
+            #expect(Self.keys(a) == ["A w shared"])
+            let made = Atomic<Int>(0)
+            // A's creates, as a mount makes them: the claim, then the delegation when not covered.
+            let creating = Task {
+                while !Task.isCancelled {
+                    let path = "shared/a\(made.load(ordering: .relaxed) + 1)"
+                    localA.hold(path, .inPlace)
+                    let covered = a.covers(path, .inPlace)
+                    localA.end(path)
+                    if covered {
+                        made.add(1, ordering: .relaxed)
+                        await Task.yield()
+                    } else {
+                        try await a.acquire(path, .inPlace)
+                    }
+                }
+            }
+            let asked = ContinuousClock.now
+            try await b.acquire("shared/b0", .inPlace)
+            let waited = ContinuousClock.now - asked
+            let madeThen = made.load(ordering: .relaxed)
+            #expect(b.covers("shared/b0", .inPlace))
+            #expect(waited < .seconds(2), "B waited \(waited) while A's creates went on")
+            #expect(
+                await Self.eventually { made.load(ordering: .relaxed) > madeThen + 2 },
+                "A's creates went on under delegations of their own items")
+            creating.cancel()
+            _ = await creating.result
+            #expect(await Self.eventually { !Self.keys(a).contains("A w shared") }, "\(Self.keys(a))")
+        }
+    }
+
     /// A host told to coordinate alone when etcd is gone does so, loudly, once its lease is
     /// lost, and stops once it has joined again.
     @Test func aHostMayCoordinateAloneWhileEtcdIsGone() async throws {
