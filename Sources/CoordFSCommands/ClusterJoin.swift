@@ -369,6 +369,9 @@ final class HostPresenters: Sendable {
 /// The host's side of the delegations: what a mount's requests and a socket's holds ask.
 private final class MemberDelegations: HostDelegations {
     let member: ClusterMember
+    private let granted = Atomic<UInt64>(0)
+
+    var acquisitions: UInt64 { granted.load(ordering: .acquiring) }
 
     init(member: ClusterMember) { self.member = member }
 
@@ -401,8 +404,11 @@ private final class MemberDelegations: HostDelegations {
     func acquire(
         _ need: DelegationNeed, waits: Bool, completion: @escaping @Sendable (HostDelegationOutcome) -> Void
     ) -> @Sendable () -> Void {
-        member.ask(
-            need.path, Delegations.Mode(need.access), request: need.request.text, waits: waits, completion: completion)
+        member.ask(need.path, Delegations.Mode(need.access), request: need.request.text, waits: waits) {
+            [self] outcome in
+            if outcome == .granted || outcome == .passed { granted.add(1, ordering: .releasing) }
+            completion(outcome)
+        }
     }
 
     func askPresenters(

@@ -6,6 +6,9 @@ import Coordination
 package protocol HostDelegations: AnyObject, Sendable {
     /// Whether this host may grant `access` of `path` now.
     func covers(_ path: String, _ access: DelegatedAccess) -> Bool
+    /// How many delegations this host has been granted (or let past another host's programs)
+    /// so far: before each, another host may have changed its items, names included.
+    var acquisitions: UInt64 { get }
     /// `covers`, for an accessor's own request (a process of a hold through the control socket,
     /// or its descendant) of what its hold stands for: also under a delegation recalled but not
     /// given back yet, which the recall keeps for that hold until it ends.

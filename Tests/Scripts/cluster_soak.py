@@ -334,6 +334,8 @@ class Workloads:
         self.blob_reads: list[dict] = []
         self.fio: list[dict] = []
         self.trees: list[dict] = []
+        self.errors: list[str] = []  # the soak's own faults: each fails the run
+        self.children: set[subprocess.Popen] = set()  # killed (their groups) once the time is up
         self.source_tree = os.path.join(soak.work, "tree")
         os.makedirs(self.source_tree)
         for index in range(20):
@@ -361,8 +363,35 @@ class Workloads:
         try:
             work(host)
         except Exception as error:  # a fault of the soak itself: reported, not hidden
-            self.note(self.counter, {"host": host.name, "status": f"soak error in {work.__name__}: {error!r}",
-                                     "began": time.time(), "ended": time.time(), "error": ""})
+            self.note(self.errors, f"{work.__name__} on {host.name}: {error!r}")
+
+    def run(self, command: list[str], timeout: float) -> tuple[int | str, str, str]:
+        """Runs a workload's program in a process group of its own, killed with it when the time
+        is up (fio forks its jobs): its status ("stuck" past `timeout`), output and errors."""
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        with self.lock:
+            self.children.add(child)
+        try:
+            output, error = child.communicate(timeout=timeout)
+            return child.returncode, output, error
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            output, error = child.communicate()
+            return "stuck", output, error
+        finally:
+            with self.lock:
+                self.children.discard(child)
+
+    def end(self) -> None:
+        """Stops the workloads: what still runs is killed, with its process group."""
+        self.stop.set()
+        with self.lock:
+            running = list(self.children)
+        for child in running:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def pause(self, seconds: float) -> None:
         self.stop.wait(seconds)
@@ -390,13 +419,9 @@ class Workloads:
             if self.waits(host):
                 continue
             began = time.time()
+            status, output, _ = self.run([self.soak.counter, host.path("swift.json"), str(updates), host.name, "-"], 300)
             try:
-                result = subprocess.run([self.soak.counter, host.path("swift.json"), str(updates), host.name, "-"],
-                                        capture_output=True, text=True, timeout=300)
-                report = json.loads(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else {}
-                status = result.returncode
-            except subprocess.TimeoutExpired:
-                report, status = {}, "stuck"
+                report = json.loads(output.strip().splitlines()[-1]) if output.strip() else {}
             except ValueError:
                 report, status = {}, "no report"
             failed = [error for error in report.get("errors", []) if error.startswith("update")]
@@ -420,7 +445,8 @@ class Workloads:
                                  stdout=subprocess.PIPE, text=True)
         for line in child.stdout:
             self.note(into, json.loads(line))
-        child.wait()
+        if child.wait() != 0 or not self.stop.is_set():
+            self.note(self.errors, f"{role} on {host.name} ended early, status {child.returncode}")
 
     def fio_loop(self, host: Host) -> None:
         while not self.stop.is_set():
@@ -430,22 +456,20 @@ class Workloads:
             command = ["fio", "--name=soak", f"--filename={host.path('fio-' + host.name)}", "--size=4M", "--bs=4k",
                        "--rw=randwrite", "--ioengine=psync", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
                        "--output-format=json"]
+            status, output, error = self.run(command, 300)
             try:
-                result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-                output = result.stdout
                 report = json.loads(output[output.index("{"):]) if "{" in output else None
-            except (subprocess.TimeoutExpired, ValueError):
-                report, result = None, None
+            except ValueError:
+                report = None
             record = {"host": host.name, "began": began, "ended": time.time()}
             if report is None:
-                text = (result.stderr if result else "timed out")
-                record["outcome"] = "no report"
-                record["verify"] = "verify" in text and ("crc32c" in text or "bad" in text)
-                record["error"] = text.strip()[-200:]
+                record["outcome"] = "no report" if status != "stuck" else "stuck"
+                record["verify"] = "verify" in error and ("crc32c" in error or "bad" in error)
+                record["error"] = error.strip()[-200:]
             else:
                 job = report["jobs"][0]
                 record["outcome"] = "ok" if job["error"] == 0 else errno.errorcode.get(job["error"], str(job["error"]))
-                record["verify"] = job["error"] == errno.EILSEQ or "verify" in (result.stderr or "")
+                record["verify"] = job["error"] == errno.EILSEQ or "verify" in error
                 record["verified"] = job["read"]["io_bytes"]
             self.note(self.fio, record)
             self.pause(0.5 if record["outcome"] != "ok" else 0)
@@ -551,7 +575,8 @@ class Nemesis:
             if number is None:
                 number = random.randrange(1, len(soak.info["members"]) + 1)
             fault["target"] = f"e{number}"
-            cluster.kill_member(soak.state, number)
+            if not cluster.kill_member(soak.state, number):
+                raise RuntimeError(f"etcd member {number} was not running")
             try:
                 time.sleep(random.uniform(1, 8) if self.drawn else 4)
             finally:
@@ -646,9 +671,12 @@ def check(soak: Cluster, work: Workloads, faults: list[dict]) -> tuple[list[str]
         elif names:
             if outcome.get(names[0], {}).get("outcome") == "ok" or names[0] == "init:0":
                 torn.append(record)             # part of a write that ended well
-        elif record["length"] or not any(write["outcome"].startswith(("write", "close")) and write["opened"] is not None
-                                         and write["opened"] < record["opened"] for write in work.blob_writes):
-            torn.append(record)                 # empty, and no writer failed after truncating it
+        else:
+            # Empty: the last writer that truncated it before this read must have failed.
+            before = [write for write in work.blob_writes if write["opened"] is not None and write["opened"] < record["opened"]]
+            last = max(before, key=lambda write: write["opened"], default=None)
+            if record["length"] or last is None or not last["outcome"].startswith(("write", "close")):
+                torn.append(record)
     for record in torn[:5]:
         violations.append(f"torn: {record['host']} read {record['length']} bytes of {record['writers']}")
     if len(torn) > 5:
@@ -712,14 +740,23 @@ def nemesis(options) -> int:
             work.stop.wait(max(0.0, until - time.monotonic()))
         finally:
             faults.stop.set()
-            work.stop.set()
             open(os.path.join(soak.work, "stop"), "w").close()
+            work.stop.set()
+            # What runs on is given the time of one iteration, then killed with its group.
+            deadline = time.monotonic() + 30
+            while any(thread.is_alive() for thread in threads) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            work.end()
             for thread in threads:
                 thread.join(ITERATION_LIMIT + 30)
         alive = [thread.name for thread in threads if thread.is_alive()]
         violations, summary = check(soak, work, faults.faults)
         if alive:
             violations.append(f"workloads did not end: {alive}")
+        violations.extend("soak: " + error for error in work.errors)
+        struck = {fault["kind"] for fault in faults.faults}
+        if not options.random and options.seconds >= 75 and struck != set(Nemesis.KINDS):
+            violations.append(f"not every kind of fault struck: {sorted(struck)}")
         if not faults.faults and options.seconds > 0:
             violations.append("no fault struck")
         violations.extend("nemesis: " + error for error in faults.errors)

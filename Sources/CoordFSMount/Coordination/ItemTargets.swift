@@ -40,7 +40,10 @@ final class ItemTargets: Sendable {
         guard !path.isEmpty else { return false }
         var info = stat()
         guard FileSystemName.withCString(path, { fstatat(inodes.rootDescriptor, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0
-        else { return Errno.ofFailedCall() == .noSuchFileOrDirectory }
+        else {
+            let error = Errno.ofFailedCall()
+            return error == .noSuchFileOrDirectory || error == .notDirectory
+        }
         return UInt64(info.st_ino) != node.number || UInt64(info.st_dev) != node.device
     }
 

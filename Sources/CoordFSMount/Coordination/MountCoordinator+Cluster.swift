@@ -24,8 +24,7 @@ extension MountCoordinator {
     /// past its programs, which need no delegation any more.
     func coordinateInCluster(
         _ reply: consuming Reply, _ request: MountRequest, _ delegations: any HostDelegations,
-        until deadline: ContinuousClock.Instant? = nil, asked: Bool = false, passed: [DelegationNeed] = [],
-        waited: Bool = false
+        until deadline: ContinuousClock.Instant? = nil, asked: Bool = false, passed: [DelegationNeed] = []
     ) {
         // Before anything is taken here: a presenter's save there may need what this host holds.
         if !asked && delegations.othersPresentAnything {
@@ -52,10 +51,7 @@ extension MountCoordinator {
             // only if it began after this answer.
             let needs = delegationNeeds(request.wanted, request.other).filter { !passed.contains($0) }
             if covered(needs, by: delegations, for: claim) {
-                // Granted after another host's turn: what the kernel named may be gone since.
-                if waited && request.wanted.name.isEmpty && targets.nameNamesAnother(request.wanted.node) {
-                    return staleName(reply, claim, request)
-                }
+                if nameNamesAnother(request, delegations) { return staleName(reply, claim, request) }
                 return request.body(reply, claim)
             }
             // Only what is not covered is waited for: an accessor's item, covered by the
@@ -72,18 +68,32 @@ extension MountCoordinator {
             waitForDelegations(missing, delegations, reply, waits: !request.nonBlocking, until: deadline) {
                 [self] reply, passedNow in
                 coordinateInCluster(
-                    reply, request, delegations, until: deadline, asked: true, passed: passed + passedNow,
-                    waited: true)
+                    reply, request, delegations, until: deadline, asked: true, passed: passed + passedNow)
             }
         }
         take(reply, taken)
     }
 
-    /// A request about an item whose name another host has given to another item (an atomic
-    /// save there renamed a new file over it) while this one waited for that host: answered
-    /// ESTALE, its claim ended unused. The kernel then looks the name up again, past what it
-    /// kept, and asks once more about the item the name is now, as NFS's close-to-open has it:
-    /// an open after another host's close sees what that host wrote.
+    /// Whether an open's item is no longer what its name names in the store: another host
+    /// renamed a new file over it (an atomic save) or removed it, and the kernel, which keeps
+    /// names a while, named the item it knew. Looked at (one fstatat) once after each
+    /// delegation this host took, since only while it held none could another host change it;
+    /// not for a file with other links, whose name the table knows may not be the one opened.
+    private func nameNamesAnother(_ request: MountRequest, _ delegations: any HostDelegations) -> Bool {
+        guard request.isOpen else { return false }
+        let node = request.wanted.node, taken = delegations.acquisitions
+        if node.nameCheckedAt.load(ordering: .relaxed) == taken || node.hasOtherLinks.load(ordering: .relaxed) {
+            return false
+        }
+        if targets.nameNamesAnother(node) { return true }
+        node.nameCheckedAt.store(taken, ordering: .relaxed)
+        return false
+    }
+
+    /// An open of an item another host replaced (`nameNamesAnother`): answered ESTALE, its
+    /// claim ended unused. The kernel then looks the name up again, past what it kept, and
+    /// opens the item the name is now, as NFS's close-to-open has it: an open after another
+    /// host's close sees what that host wrote.
     private func staleName(_ reply: consuming Reply, _ claim: consuming MountClaim, _ request: MountRequest) {
         statistics.takenAgain.add(1, ordering: .relaxed)
         claim.end(request.unchanged)

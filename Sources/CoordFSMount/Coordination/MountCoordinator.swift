@@ -321,6 +321,10 @@ struct MountRequest: Sendable {
     /// How many times its items turned out to have moved before they were held.
     var attempt = 0
 
+    /// An open of an item the kernel names by its node (not a create, nor a truncation, which
+    /// the kernel holds the inode locked for, nor a call on a file open already).
+    var isOpen: Bool { !forTheCall && wanted.name.isEmpty && !wanted.inodeLocked }
+
     /// The outcomes of a claim of its items given back unused: nothing changed.
     var unchanged: [IntentOutcome] {
         let unchanged = IntentOutcome(existedBefore: true, existsAfter: true, changed: false)

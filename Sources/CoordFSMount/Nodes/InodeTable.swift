@@ -71,6 +71,10 @@ final class Inode: @unchecked Sendable {
     let markGeneration = Atomic<UInt32>(0)
     /// `WatchedWrites`' count of marks when it was marked.
     let markedAt = Atomic<UInt64>(0)
+    /// On a host of a shared store: the host's count of delegations taken
+    /// (`HostDelegations.acquisitions`) when its name was last found to name it still
+    /// (`MountCoordinator.nameNamesAnother`).
+    let nameCheckedAt = Atomic<UInt64>(0)
     /// A file made with O_TMPFILE and not linked yet: it has no name, nobody else can reach it,
     /// and requests about it are not coordinated (`Filesystem.tmpfile`). Its first link, looked
     /// up, gives it a place.
