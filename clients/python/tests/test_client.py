@@ -4,6 +4,7 @@ unmodified `cat` wait, refusals as exceptions, and a mount that goes away under 
     COORDFS=/path/to/coordfs python -m unittest discover -s clients/python/tests
 """
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -38,8 +39,28 @@ class Mount:
         return os.path.join(self.point, name)
 
     def seed(self, name, text):
+        """Writes a file in the backing directory directly, and returns once the mount has told
+        presenters of it as a change from outside (its count of such changes has grown and
+        stays): a presenter registered after hears nothing of it."""
+        before = self.changes_told()
         with open(os.path.join(self.backing, name), "w") as f:
             f.write(text)
+        if before is None:
+            return
+        last, steady, deadline = before, 0, time.monotonic() + 5
+        while steady < 5 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = self.changes_told()
+            steady = steady + 1 if now is not None and now > before and now == last else 0
+            last = now
+
+    def changes_told(self):
+        """How many changes from outside the mount has told; None when it does not watch."""
+        try:
+            stats = json.loads(os.getxattr(self.point, "user.coordfs.stats"))
+        except (OSError, ValueError):
+            return None
+        return stats.get("changes_behind") if stats.get("watches_backing") == 1 else None
 
     def unmount(self):
         if os.path.ismount(self.point):
@@ -316,19 +337,20 @@ class HandlerFailureTests(MountedTestCase):
                 return 0
             raise RuntimeError(f"broken handler for {','.join(event.events)}")
 
-        def wait_for(records, count):
+        def wait_for(records, word):
             deadline = time.monotonic() + 10
-            while len(records) < count and time.monotonic() < deadline:
+            while not any(word in record.getMessage() for record in records) and time.monotonic() < deadline:
                 time.sleep(0.02)
 
         with coordfs.connect(self.doc) as connection, self.assertLogs("coordfs", level="ERROR") as logged:
             connection.watch(self.doc, on_event)
             cat = subprocess.run(["cat", self.doc], capture_output=True, text=True, timeout=30)
-            wait_for(logged.records, 1)
+            wait_for(logged.records, "RELINQUISH_READER")
             consenting.set()
-            with open(self.doc, "a") as f:        # asked, consented; then told CHANGED
-                f.write("more\n")
-            wait_for(logged.records, 2)
+            # Another process's append: asked, consented; then told CHANGED. (This process's
+            # own write would be its presenter's own work, told to nobody.)
+            subprocess.run(["sh", "-c", 'echo more >> "$1"', "sh", self.doc], check=True, timeout=30)
+            wait_for(logged.records, "CHANGED")
         self.assertNotEqual(cat.returncode, 0)
         self.assertIn("Input/output error", cat.stderr)
         messages = [record.getMessage() for record in logged.records]
