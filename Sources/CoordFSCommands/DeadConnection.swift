@@ -67,8 +67,12 @@ enum DeadConnection {
         for name in processes {
             guard let pid = Int32(name) else { continue }
             // A process whose first thread has ended shows its files under its other threads.
-            let task = names(in: "/proc/\(pid)/task")?.first { $0 != name && isLive(pid, task: $0) } ?? name
-            let directory = task == name ? "/proc/\(pid)" : "/proc/\(pid)/task/\(task)"
+            var directory = "/proc/\(pid)"
+            if !isLive(pid, task: name),
+                let other = names(in: "\(directory)/task")?.first(where: { $0 != name && isLive(pid, task: $0) })
+            {
+                directory += "/task/\(other)"
+            }
             guard let descriptors = names(in: "\(directory)/fd") else {
                 if Errno.ofFailedCall() == .noSuchFileOrDirectory { continue }  // ended meanwhile
                 return nil

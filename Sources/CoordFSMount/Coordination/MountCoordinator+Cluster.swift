@@ -50,10 +50,6 @@ extension MountCoordinator {
             // Asked once held: a recall that came meanwhile waited for this claim (or passage)
             // only if it began after this answer.
             let needs = delegationNeeds(request.wanted, request.other).filter { !passed.contains($0) }
-            if covered(needs, by: delegations, for: claim) {
-                if nameNamesAnother(request, delegations) { return staleName(reply, claim, request) }
-                return request.body(reply, claim)
-            }
             // Only what is not covered is waited for: an accessor's item, covered by the
             // delegation its hold was granted under though recalled, asked for again would
             // queue behind the other host's request that recalled it, which waits for the hold
@@ -61,6 +57,10 @@ extension MountCoordinator {
             // covered, its destination is).
             var missing: [DelegationNeed] = []
             for need in needs where !covered([need], by: delegations, for: claim) { missing.append(need) }
+            if missing.isEmpty {
+                if nameNamesAnother(request, delegations) { return staleName(reply, claim, request) }
+                return request.body(reply, claim)
+            }
             if claim.holds { statistics.takenAgain.add(1, ordering: .relaxed) }
             claim.end(request.unchanged)
             let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
