@@ -1732,13 +1732,6 @@ class ClusterCoherenceTests(ClusterHosts, unittest.TestCase):
             self.assertEqual(reading.result, b"v1\n", f"round {round}: B read the item A's save replaced")
 
 
-    def test_apple_style_counters_read_each_others_saves(self):
-        # Inside their holds: each update's open of the counter comes right after the other
-        # host's atomic save, by a name the kernel still keeps for the file its own last save
-        # made. Without the look at the name, the count went back (a lost update).
-        self.apple_style_counters("apple.json", 25)
-
-
 @unittest.skipIf(skip_reason(), skip_reason() or "")
 class ClusterHiddenNamesTests(ClusterHosts, unittest.TestCase):
     """Both hosts hide the store's file names from etcd with one key file (docs/cluster.md)."""
