@@ -114,7 +114,8 @@ public struct EtcdEvent: Sendable, Equatable {
 /// A client of an etcd cluster through its JSON gateway (etcd 3.4's `/v3/...`), over
 /// AsyncHTTPClient. Each request goes to the member that answered last, and to the next on a
 /// connection failure or when a member has no leader (asked to say so at once rather than wait
-/// for one, with the gateway's `hasleader` header). Members may be reached over https (a CA, and
+/// for one, with the gateway's `hasleader` header); when no member has one, again until they
+/// have elected one or the request timeout has passed. Members may be reached over https (a CA, and
 /// a client certificate for members that ask for one), and a user authenticated
 /// (`EtcdCredentials`).
 public final class EtcdClient: Sendable {
@@ -407,10 +408,40 @@ public final class EtcdClient: Sendable {
         }
     }
 
+    /// One pass over the members (`attempt`), again while a member answered that it has no
+    /// leader: its cluster is electing one, which takes about an election timeout, and a
+    /// request refused so was not proposed, so it may be sent again. Up to the request timeout
+    /// in all, as a member's own wait for an answer would be.
     private func send<Response: Decodable>(
         _ path: String, _ encoded: Data, token: String?
     ) async throws(EtcdError) -> Response {
+        let patience = ContinuousClock.now + .nanoseconds(requestTimeout.nanoseconds)
+        var pause = Duration.milliseconds(50)
+        while true {
+            let pass: Pass<Response> = try await attempt(path, encoded, token: token)
+            switch pass {
+            case .answered(let response): return response
+            case .failed(let lastError, let electing):
+                guard electing, ContinuousClock.now + pause < patience, !Task.isCancelled else {
+                    throw .unavailable(lastError)
+                }
+                try? await Task.sleep(for: pause)
+                pause = min(pause * 2, .milliseconds(400))
+            }
+        }
+    }
+
+    private enum Pass<Response> {
+        case answered(Response)
+        /// No member answered: the last failure, and whether one said it has no leader.
+        case failed(String, electing: Bool)
+    }
+
+    private func attempt<Response: Decodable>(
+        _ path: String, _ encoded: Data, token: String?
+    ) async throws(EtcdError) -> Pass<Response> {
         var lastError = "no member answered"
+        var electing = false
         let first = preferred.withLock { $0 }
         for (index, endpoint) in orderedEndpoints(from: first).enumerated() {
             let request = Self.request(endpoint + path, encoded, token: token)
@@ -428,7 +459,7 @@ public final class EtcdClient: Sendable {
             if status == .ok {
                 let answered = (first + index) % endpoints.count
                 preferred.withLock { $0 = answered }
-                do { return try JSONDecoder().decode(Response.self, from: data) } catch {
+                do { return .answered(try JSONDecoder().decode(Response.self, from: data)) } catch {
                     throw .malformed("\(path): \(String(decoding: data, as: UTF8.self))")
                 }
             }
@@ -447,12 +478,19 @@ public final class EtcdClient: Sendable {
             }
             // Unavailable (no leader, timed out) or unknown: another member may serve it.
             if status == .serviceUnavailable || failure?.code == 14 || failure?.code == 2 {
+                if Self.saysNoLeader(message) { electing = true }
                 lastError = "\(endpoint): \(message)"
                 continue
             }
             throw .refused(code: code, message: message)
         }
-        throw .unavailable(lastError)
+        return .failed(lastError, electing: electing)
+    }
+
+    /// A member's answer that it has no leader now (the gateway's `hasleader` header asked it
+    /// to say so rather than wait): the request was not proposed.
+    static func saysNoLeader(_ message: String) -> Bool {
+        message.contains("no leader")
     }
 
     private static func request(_ url: String, _ encoded: Data, token: String?) -> HTTPClientRequest {

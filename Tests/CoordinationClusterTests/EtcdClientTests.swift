@@ -140,4 +140,35 @@ struct EtcdClientTests {
         servers.kill(2)
         await #expect(throws: EtcdError.self) { try await client.put(Array("k".utf8), [3]) }
     }
+
+    /// A request that every live member refuses for want of a leader waits for the election
+    /// (a leader killed: the others elect one within about an election timeout) instead of
+    /// failing at once, which a mount would answer ENOLCK.
+    @Test func aRequestWaitsOutAnElection() async throws {
+        let servers = try EtcdServers(count: 3)
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs, requestTimeout: .seconds(6))
+        try await client.put(Array("k".utf8), [1])
+        servers.kill(1)
+        servers.kill(2)
+        // The survivor, without a quorum, soon says it has no leader.
+        let quick = EtcdClient(endpoints: [servers.clientURLs[0]], requestTimeout: .milliseconds(500))
+        var leaderless = false
+        for _ in 0..<50 where !leaderless {
+            do { _ = try await quick.get(Array("k".utf8)) } catch {
+                leaderless = "\(error)".contains("no leader")
+            }
+            if !leaderless { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        try #require(leaderless, "the lone member never said it has no leader")
+        let restart = Task.detached {
+            try await Task.sleep(for: .milliseconds(300))
+            try servers.start(1)
+        }
+        let asked = ContinuousClock.now
+        try await client.put(Array("k".utf8), [2])
+        try await restart.value
+        #expect(try await client.get(Array("k".utf8)).values.first?.value == [2])
+        #expect(ContinuousClock.now - asked > .milliseconds(300), "answered before a quorum was back")
+    }
 }

@@ -710,6 +710,16 @@ def daemon_of(mount_point: str) -> int | None:
     return None
 
 
+def leader(state_dir: str) -> int | None:
+    """The number (1-based) of the etcd member that leads now, as the live members say; None
+    while they have none."""
+    report = status(state_dir)
+    for number, (name, member) in enumerate(report["members"].items(), 1):
+        if any(other.get("leader_name") == name for other in report["members"].values()):
+            return number
+    return None
+
+
 def kill_member(state_dir: str, number: str | int, sig: int = signal.SIGKILL) -> bool:
     """Stops member number (SIGKILL by default: a crash) and waits until it is gone. False if it
     was not running."""

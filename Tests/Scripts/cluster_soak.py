@@ -187,17 +187,8 @@ class Cluster:
             shutil.rmtree(self.work, ignore_errors=True)
 
     def leader(self) -> int | None:
-        """The number (1-based) of the etcd member that leads now, asked of a live member."""
-        for member in self.info["members"]:
-            if not cluster._alive(member.get("pid"), member.get("pid_start")):
-                continue
-            health = cluster.run_in_netns(member["namespace"], cluster.member_health, member["client_url"])
-            if health.get("leader"):
-                for number, candidate in enumerate(self.info["members"], 1):
-                    mine = cluster.run_in_netns(candidate["namespace"], cluster.member_health, candidate["client_url"])
-                    if mine.get("member_id") == health["leader"]:
-                        return number
-        return None
+        """The number (1-based) of the etcd member that leads now."""
+        return cluster.leader(self.state)
 
     def reload(self) -> None:
         self.info = cluster.load(self.state)
