@@ -40,4 +40,26 @@ import Testing
             onTmpfs.output.split(separator: "\n").count == 24 && !onTmpfs.output.contains("error"), "\(onTmpfs.output)")
         #expect(onMount.output == onTmpfs.output, "through the mount:\n\(onMount.output)\non tmpfs:\n\(onTmpfs.output)")
     }
+
+    /// A handle kept across an unmount names a node id that the next daemon, counting from the
+    /// start again, may have given to another item: opening it must never open that item (the
+    /// kernel checks the generation beside the id). Where ids do not last across a daemon's
+    /// lives, it is stale.
+    @Test func aHandleFromAnEarlierMountNeverOpensAnotherItem() throws {
+        let fx = try MountFixture()
+        let script = Paths.scripts.appendingPathComponent("file_handles.py").path
+        let saved = fx.base.appendingPathComponent("handle").path
+        try "kept\n".write(toFile: fx.path("kept"), atomically: false, encoding: .utf8)
+        let took = try run("/usr/bin/python3", [script, "save", saved, fx.path("kept")])
+        try #require(took.status == 0, "\(took.errors)")
+        try fx.mountAgain()
+        // The new daemon gives its first ids to the first items it looks up: these.
+        for number in 0..<20 {
+            try "other \(number)\n".write(toFile: fx.path("other-\(number)"), atomically: false, encoding: .utf8)
+        }
+        let opened = try run("/usr/bin/python3", [script, "open", saved, fx.mountPoint.path])
+        #expect(opened.status == 0, "\(opened.errors)")
+        #expect(!opened.output.hasPrefix("other"), "the old handle opened another file: \(opened.output)")
+        #expect(["ESTALE\n", "kept\n"].contains(opened.output), "\(opened.output)")
+    }
 }

@@ -177,6 +177,16 @@ final class MountFixture: @unchecked Sendable {
     /// The test itself ends the daemon (a signal, `coordfs unmount`).
     func daemonWillEnd() { daemonMayEnd = true }
 
+    /// Unmounts and mounts the same backing directory again with `arguments`: a new daemon,
+    /// the mount's next life. For mounts made by the `coordfs` command only.
+    func mountAgain(_ arguments: [String] = []) throws {
+        precondition(session == nil, "mountAgain is for mounts made by the coordfs command")
+        unmount()
+        let result = try run(Paths.binary.path, ["mount", backing.path, mountPoint.path] + arguments)
+        guard result.status == 0 else { throw FixtureError("coordfs mount failed again: \(result.errors)") }
+        mounted = true
+    }
+
     func unmount() {
         guard mounted else { return }
         mounted = false

@@ -10,7 +10,14 @@ line a step, the same on any filesystem that keeps handles good for as long as t
     file_handles.py DIR [REMOUNT]
         DIR is made fresh (or is an empty directory); REMOUNT is a command with {} for the
         options (run as "ro", then "rw"), e.g. 'mount -o remount,{} /mnt'
+
+Or one handle kept across a whole unmount and mount (the file system's life):
+
+    file_handles.py save HANDLE PATH     writes PATH's handle to the file HANDLE
+    file_handles.py open HANDLE DIR      opens it on DIR's file system: prints what it reads
+                                         (its first line) or the error's name (e.g. ESTALE)
 """
+import errno
 import ctypes, os, shlex, subprocess, sys
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -39,6 +46,35 @@ def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as caches:
         caches.write("3\n")
+
+
+def save(handle_file, path):
+    found = handle(path)
+    with open(handle_file, "w") as kept:
+        kept.write(f"{found.handle_type} {bytes(found.f_handle[:found.handle_bytes]).hex()}\n")
+
+
+def open_saved(handle_file, directory):
+    with open(handle_file) as kept:
+        kind, data = kept.read().split()
+    found = FileHandle()
+    found.handle_type, found.handle_bytes = int(kind), len(bytes.fromhex(data))
+    ctypes.memmove(found.f_handle, bytes.fromhex(data), found.handle_bytes)
+    mount_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fd = reopen(mount_fd, found)
+        print(os.read(fd, 100).decode().split("\n")[0])
+        os.close(fd)
+    except OSError as error:
+        print(errno.errorcode.get(error.errno, str(error.errno)))
+
+
+if sys.argv[1:2] == ["save"]:
+    save(sys.argv[2], sys.argv[3])
+    sys.exit(0)
+if sys.argv[1:2] == ["open"]:
+    open_saved(sys.argv[2], sys.argv[3])
+    sys.exit(0)
 
 
 def remount(options):

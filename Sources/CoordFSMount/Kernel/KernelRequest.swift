@@ -108,6 +108,7 @@ struct DirectoryListing {
     ) -> Bool {
         var parameters = fuse_entry_param()
         parameters.ino = fuse_ino_t(node?.value ?? 0)
+        parameters.generation = node?.generation ?? 0
         parameters.attr = attributes
         if node != nil {
             parameters.attr_timeout = attributeTimeout

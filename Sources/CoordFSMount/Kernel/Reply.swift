@@ -31,6 +31,7 @@ struct Reply: ~Copyable, @unchecked Sendable {
     consuming func entry(_ inode: Inode, _ info: stat, timeout: Double, attributeTimeout: Double? = nil) {
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id.value)
+        entry.generation = inode.id.generation
         entry.attr = info
         entry.attr_timeout = attributeTimeout ?? timeout
         entry.entry_timeout = timeout
@@ -98,6 +99,7 @@ struct Reply: ~Copyable, @unchecked Sendable {
         var fi = fi
         var entry = fuse_entry_param()
         entry.ino = fuse_ino_t(inode.id.value)
+        entry.generation = inode.id.generation
         entry.attr = info
         entry.attr_timeout = attributeTimeout ?? timeout
         entry.entry_timeout = timeout
