@@ -1305,7 +1305,7 @@ public final class ClusterMember: Sendable {
         }
         let wanted = all.filter { !refusing.contains($0) }
         if wanted.isEmpty { return patience(awaiting: holders.isEmpty ? [] : .holders, &serving) }
-        for other in wanted where serving.begun[other.revision] == nil {
+        for other in wanted where serving.begun[other.revision] == nil && !Self.queuedBehind(other, in: wanted) {
             serving.begun[other.revision] = beginAccess(for: other)
             serving.began.append(other)
         }
@@ -1332,6 +1332,18 @@ public final class ClusterMember: Sendable {
         }
         // While an access begun here waits, it waits for the holders here in its way itself.
         return patience(awaiting: unanswered ? .answers : holders.isEmpty ? [] : .holders, &serving)
+    }
+
+    /// Whether `other` conflicts with an earlier request in `wanted` that is met here holding
+    /// the item (a read or a write: a presence or a question holds nothing). It is not met
+    /// here: begun, it would wait for the earlier one's access begun here, which lasts until
+    /// the delegation goes, and the delegation would wait for it: a deadlock until the break
+    /// time. Once the delegation has gone, it waits for the earlier request's host instead, in
+    /// the store's order, and that host meets it.
+    private static func queuedBehind(_ other: Delegations.Entry, in wanted: [Delegations.Entry]) -> Bool {
+        func holds(_ entry: Delegations.Entry) -> Bool { entry.mode != .presence && entry.mode != .asking }
+        return holds(other)
+            && wanted.contains { $0.revision < other.revision && holds($0) && Delegations.conflict($0, other) }
     }
 
     /// What this host answers each of `wanted`, as it would its own program's: not yet; granted

@@ -21,8 +21,16 @@ struct ClusterMemberTests {
             var requests: [String] = []
             var answers: [String: LocalAnswer] = [:]
             var changed: (@Sendable () -> Void)?
+            /// The accesses begun and not yet ended, in order, for `queuesBegunAccesses`.
+            var open: [(number: Int, path: String, writes: Bool)] = []
+            var opened = 0
         }
         private let state = Mutex(State())
+        /// Whether an access begun here waits, as a host's engine makes it, while an earlier
+        /// one of the same item that it conflicts with is begun and not ended.
+        let queuesBegunAccesses: Bool
+
+        init(queuesBegunAccesses: Bool = false) { self.queuesBegunAccesses = queuesBegunAccesses }
 
         func hold(_ path: String, _ mode: Delegations.Mode) { change { $0.holders.append((path, mode)) } }
         func end(_ path: String) { change { $0.holders.removeAll { $0.0 == path } } }
@@ -51,12 +59,27 @@ struct ClusterMemberTests {
 
         func beginAccess(for wanted: Delegations.Entry) -> any LocalAccess {
             let name = "\(wanted.host) \(wanted.mode.rawValue) \(wanted.path)"
-            state.withLock { state in
+            let writes = wanted.mode.writes
+            let number = state.withLock { state in
                 state.begun.append(name)
                 state.requests.append(wanted.request)
+                state.opened += 1
+                state.open.append((state.opened, wanted.path, writes))
+                return state.opened
             }
-            return Access(answering: { [self] in state.withLock { $0.answers[wanted.path] ?? .granted } }) { [self] in
-                state.withLock { $0.ended.append(name) }
+            let queues = queuesBegunAccesses
+            return Access(answering: { [self] in
+                state.withLock { state in
+                    let behind = state.open.contains {
+                        $0.number < number && $0.path == wanted.path && ($0.writes || writes)
+                    }
+                    return queues && behind ? .waiting : state.answers[wanted.path] ?? .granted
+                }
+            }) { [self] in
+                change { state in
+                    state.ended.append(name)
+                    state.open.removeAll { $0.number == number }
+                }
             }
         }
 
@@ -386,6 +409,36 @@ struct ClusterMemberTests {
             _ = await creating.result
             #expect(await Self.eventually { !Self.keys(a).contains("A w shared") }, "\(Self.keys(a))")
         }
+    }
+
+    /// Two other hosts' writes recall one delegation at once: the holder meets the earlier
+    /// here and gives the delegation back once it is granted; the later waits for the earlier's
+    /// host, in the store's order. (Met here both, the later waited for the earlier's access
+    /// begun here, which lasts until the delegation goes: every host stood still until the
+    /// break time.)
+    @Test func twoHostsRecallingOneDelegationAtOnceAreServedInTurn() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let localA = Local(queuesBegunAccesses: true)
+        let a = try await Self.member("A", client, localA, breakTime: .seconds(20))
+        let b = try await Self.member("B", client, Local(queuesBegunAccesses: true), breakTime: .seconds(20))
+        let c = try await Self.member("C", client, Local(queuesBegunAccesses: true), breakTime: .seconds(20))
+        try await a.acquire("doc", .write)
+        // A's presenters take their time: both requests reach A before it may let either go.
+        localA.answer("doc", .waiting)
+        async let byB: Void = b.acquire("doc", .write)
+        async let byC: Void = c.acquire("doc", .write)
+        #expect(await Self.eventually(seconds: 5) { Set(Self.keys(a)).isSuperset(of: ["B w doc", "C w doc"]) })
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(localA.begun.count == 1, "A met both at once: \(localA.begun)")
+        let answered = ContinuousClock.now
+        localA.answer("doc", .granted)
+        _ = try await (byB, byC)
+        let waited = ContinuousClock.now - answered
+        #expect(waited < .seconds(5), "two writers from other hosts waited \(waited) (break time 20 s)")
+        #expect(!a.covers("doc", .read))
+        for member in [a, b, c] { await member.leave() }
     }
 
     /// A host told to coordinate alone when etcd is gone does so, loudly, once its lease is

@@ -509,8 +509,8 @@ class Nemesis:
 
     KINDS = ("cut", "pause", "kill-daemon", "kill-member", "kill-leader")
 
-    def __init__(self, soak: Cluster, drawn: bool, quiet: float):
-        self.soak, self.drawn, self.quiet = soak, drawn, quiet
+    def __init__(self, soak: Cluster, drawn: bool, quiet: float, kinds: tuple[str, ...] = KINDS):
+        self.soak, self.drawn, self.quiet, self.kinds = soak, drawn, quiet, kinds
         self.faults: list[dict] = []
         self.errors: list[str] = []
         self.stop = threading.Event()
@@ -518,9 +518,10 @@ class Nemesis:
     def run(self, until: float) -> None:
         turn = 0
         while time.monotonic() < until and not self.stop.is_set():
-            if self.stop.wait(random.uniform(self.quiet, 2 * self.quiet) if self.drawn else self.quiet):
+            quiet = random.uniform(self.quiet, 2 * self.quiet) if self.drawn else self.quiet
+            if self.stop.wait(min(quiet, until - time.monotonic())) or time.monotonic() >= until:
                 return
-            kind = random.choice(self.KINDS) if self.drawn else self.KINDS[turn % len(self.KINDS)]
+            kind = random.choice(self.kinds) if self.drawn else self.kinds[turn % len(self.kinds)]
             turn += 1
             host = random.choice(self.soak.hosts)
             fault = {"kind": kind, "began": time.time()}
@@ -713,14 +714,29 @@ def check(soak: Cluster, work: Workloads, faults: list[dict]) -> tuple[list[str]
         calm.sort()
         summary.append(f"counter iterations away from faults: {len(calm)}, p50 {calm[len(calm) // 2] * 1000:.0f} ms, "
                        f"longest {calm[-1]:.2f} s")
+    # And near each kind of fault: those begun during one or within the TTL and 5 s after it.
+    for kind in sorted(kinds):
+        near = [record for record in work.counter
+                if any(fault["kind"] == kind and fault["began"] - 1 <= record["began"] <= fault["ended"] + TTL + 5
+                       for fault in faults)]
+        if not near:
+            continue
+        times = sorted(record["ended"] - record["began"] for record in near)
+        slow = sum(1 for taken in times if taken > 5)
+        summary.append(f"counter iterations near {kind}: {len(near)}, p50 {times[len(times) // 2]:.2f} s, "
+                       f"longest {times[-1]:.2f} s, {slow} over 5 s")
     return violations, summary
 
 
 def nemesis(options) -> int:
+    unknown = sorted(set(options.faults.split(",")) - set(Nemesis.KINDS))
+    if unknown:
+        print(f"cluster_soak.py: no such fault: {', '.join(unknown)} (kinds: {', '.join(Nemesis.KINDS)})", file=sys.stderr)
+        return 2
     with Cluster(options, options.hosts) as soak:
         work = Workloads(soak)
         threads = work.threads()
-        faults = Nemesis(soak, options.random, options.quiet)
+        faults = Nemesis(soak, options.random, options.quiet, tuple(options.faults.split(",")))
         started = time.monotonic()
         until = started + options.seconds
         log(f"{options.hosts} hosts, {options.seconds} s; store {soak.store}")
@@ -746,7 +762,7 @@ def nemesis(options) -> int:
             violations.append(f"workloads did not end: {alive}")
         violations.extend("soak: " + error for error in work.errors)
         struck = {fault["kind"] for fault in faults.faults}
-        if not options.random and options.seconds >= 75 and struck != set(Nemesis.KINDS):
+        if not options.random and options.seconds >= 75 and struck != set(faults.kinds):
             violations.append(f"not every kind of fault struck: {sorted(struck)}")
         if not faults.faults and options.seconds > 0:
             violations.append("no fault struck")
@@ -864,6 +880,8 @@ def main() -> int:
     commands.choices["nemesis"].add_argument("--seconds", type=float, default=90)
     commands.choices["nemesis"].add_argument("--quiet", type=float, default=6, help="seconds between faults (doubled at most with --random)")
     commands.choices["nemesis"].add_argument("--random", action="store_true", help="faults, targets and lengths drawn at random")
+    commands.choices["nemesis"].add_argument("--faults", default=",".join(Nemesis.KINDS),
+                                             help="the kinds of fault to strike, comma-separated (default: all: %(default)s)")
     commands.choices["counters"].add_argument("--runs", type=int, default=20)
     commands.choices["counters"].add_argument("--rounds", type=int, default=200)
     commands.choices["counters"].add_argument("--stop-on-failure", action="store_true")
