@@ -1198,12 +1198,18 @@ public final class ClusterMember: Sendable {
         let key = Key(path: recall.held.path, mode: recall.held.mode)
         state.withLock { state in
             guard state.delegations === delegations else { return }
+            // The replica's recall of a key given back already, made before it saw the key go:
+            // nothing to give, and nothing to keep.
+            if state.givenBack.contains(GivenBack(key: key, revision: recall.held.revision)) { return }
             let first = state.recalled[key] == nil
             state.recalled[key, default: []].append(recall.wanted)
             // A question takes nothing: what it asks of is granted from meanwhile, as before.
             if recall.wanted.mode != .asking {
+                // Kept (and granted from again should nobody want it after all, `stillWanted`)
+                // only if granted from now: a key given back idle, or one whose grant was not
+                // held, kept so would be granted from with no key in the store.
+                if state.held[key.path]?.contains(Modes(key.mode)) == true { state.kept.insert(key) }
                 state.stopHolding(Modes(key.mode), at: key.path)
-                state.kept.insert(key)
             }
             if first {
                 let revision = recall.held.revision

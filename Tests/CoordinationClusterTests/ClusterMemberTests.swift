@@ -441,6 +441,55 @@ struct ClusterMemberTests {
         for member in [a, b, c] { await member.leave() }
     }
 
+    /// Three hosts' writers take turns at one item as a mount's do (the claim here first, then
+    /// the delegation if not covered): never two at once. (A recall the replica made of a key
+    /// just given back, before it saw the key go, once made the host grant from it again with
+    /// no key in the store, and two hosts wrote at once.)
+    @Test func threeHostsWritersTakeTurnsAtOneItem() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let names = ["A", "B", "C"]
+        var hosts: [(member: ClusterMember, local: Local)] = []
+        for name in names {
+            let local = Local(queuesBegunAccesses: true)
+            hosts.append((try await Self.member(name, client, local, breakTime: .seconds(20)), local))
+        }
+        final class Tally: Sendable {
+            let inside = Atomic<Int>(0), overlaps = Atomic<Int>(0), turns = Atomic<Int>(0)
+        }
+        let tally = Tally()
+        let ends = ContinuousClock.now + .seconds(6)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (member, local) in hosts {
+                group.addTask {
+                    while ContinuousClock.now < ends {
+                        local.hold("doc", .write)
+                        guard member.covers("doc", .write) else {
+                            local.end("doc")
+                            // Withdrawn under its waiters again and again: asked for once more.
+                            do { try await member.acquire("doc", .write) } catch Delegations.Failure.withdrawn {}
+                            continue
+                        }
+                        if tally.inside.add(1, ordering: .sequentiallyConsistent).newValue > 1 {
+                            tally.overlaps.add(1, ordering: .relaxed)
+                        }
+                        try await Task.sleep(for: .milliseconds(2))
+                        tally.inside.subtract(1, ordering: .sequentiallyConsistent)
+                        tally.turns.add(1, ordering: .relaxed)
+                        local.end("doc")
+                        try await Task.sleep(for: .milliseconds(Int.random(in: 0...5)))
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let overlaps = tally.overlaps.load(ordering: .relaxed), turns = tally.turns.load(ordering: .relaxed)
+        #expect(overlaps == 0, "\(overlaps) overlapping turns of \(turns)")
+        #expect(turns > 30, "\(turns) turns in 6 s")
+        for (member, _) in hosts { await member.leave() }
+    }
+
     /// A host told to coordinate alone when etcd is gone does so, loudly, once its lease is
     /// lost, and stops once it has joined again.
     @Test func aHostMayCoordinateAloneWhileEtcdIsGone() async throws {
