@@ -32,8 +32,12 @@ extension Filesystem {
     /// Tells the kernel to forget the entry `name` of `directory`, or that it has none: the
     /// next lookup of the name comes to the mount. The kernel takes the directory's lock for
     /// it: never sent from a request's handler.
+    ///
+    /// A node that is no directory has no entries: the backing watch finds a changed
+    /// directory's node by its inode number, which a file may have taken once the directory
+    /// was removed (the kernel would answer ENOTDIR, and libfuse log it).
     func invalidateEntry(named name: String, in directory: Inode) {
-        guard let session = session.load(ordering: .relaxed) else { return }
+        guard directory.isDirectory, let session = session.load(ordering: .relaxed) else { return }
         _ = FileSystemName.withCString(name) { bytes in
             fuse_lowlevel_notify_inval_entry(
                 OpaquePointer(session), fuse_ino_t(directory.id.value), bytes, strlen(bytes))
