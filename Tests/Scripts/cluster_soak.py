@@ -603,6 +603,14 @@ def reads_during_writes(reads: list[dict], writes: list[dict]) -> list[str]:
     return found
 
 
+def reasons(failures) -> list[str]:
+    """The commonest reasons among `failures`, a summary line each."""
+    counted: dict[str, int] = {}
+    for failure in failures:
+        counted[failure] = counted.get(failure, 0) + 1
+    return [f"  failed {count}x: {reason}" for reason, count in sorted(counted.items(), key=lambda item: -item[1])[:5]]
+
+
 def check(soak: Cluster, work: Workloads, faults: list[dict]) -> tuple[list[str], list[str]]:
     """The violations, and the summary lines."""
     violations, summary = [], []
@@ -648,6 +656,7 @@ def check(soak: Cluster, work: Workloads, faults: list[dict]) -> tuple[list[str]
         violations.append(f"lost: CoordinatedCounter ends at {count}, below its {successes} successful updates")
     runs_ok = sum(1 for record in work.swift if record["status"] == 0)
     summary.append(f"CoordinatedCounter: {runs_ok} of {len(work.swift)} runs clean, {successes} updates succeeded; ends at {count}")
+    summary.extend(reasons(str(error)[:100] for record in work.swift for error in record["errors"]))
 
     # Blob: a read shows one whole write, or what a writer that failed left, and no read's turn
     # overlaps a successful writer's.
@@ -681,6 +690,7 @@ def check(soak: Cluster, work: Workloads, faults: list[dict]) -> tuple[list[str]
     left = sum(1 for record in reads if not record["whole"]) - len(torn)
     summary.append(f"blob: {len(writes_ok)} of {len(work.blob_writes)} writes succeeded; {len(reads)} of "
                    f"{len(work.blob_reads)} reads, {left} of them what a failed writer left")
+    summary.extend(reasons(record["outcome"] for record in work.blob_writes + work.blob_reads if record["outcome"] != "ok"))
 
     # fio and trees.
     bad = [record for record in work.fio if record["verify"]]
