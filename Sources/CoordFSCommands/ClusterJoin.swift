@@ -406,7 +406,7 @@ private final class MemberDelegations: HostDelegations {
     ) -> @Sendable () -> Void {
         member.ask(need.path, Delegations.Mode(need.access), request: need.request.text, waits: waits) {
             [self] outcome in
-            if outcome == .granted || outcome == .passed { granted.add(1, ordering: .releasing) }
+            if outcome == .granted() || outcome == .passed { granted.add(1, ordering: .releasing) }
             completion(outcome)
         }
     }
@@ -417,7 +417,7 @@ private final class MemberDelegations: HostDelegations {
         let task = Task { [member] in
             do throws(Delegations.Failure) {
                 try await member.askPresenters(of: need.path, request: need.request.text)
-                if !Task.isCancelled { completion(.granted) }
+                if !Task.isCancelled { completion(.granted()) }
             } catch {
                 if !Task.isCancelled { completion(HostDelegationOutcome(error)) }
             }
@@ -565,6 +565,8 @@ extension DelegatedAccess {
     }
 }
 
+extension GrantPromise: DelegationPromise {}
+
 extension HostDelegationOutcome {
     /// How a request for a delegation (or a question) that failed ends: refused by the host in
     /// the way (its errno, by name across hosts), let past its programs, or refused here
@@ -573,7 +575,7 @@ extension HostDelegationOutcome {
         switch failure {
         case .answered(.passed): self = .passed
         case .answered(.refused(let name)): self = .refusedThere(errno: ErrnoNames.code(of: name) ?? EACCES)
-        case .answered(.granted): self = .granted
+        case .answered(.granted): self = .granted()
         default: self = .refused(failure.description)
         }
     }
@@ -590,10 +592,9 @@ extension ClusterMember {
         let task = Task { [self] in
             do throws(Delegations.Failure) {
                 if waits {
-                    try await acquire(path, mode, request: request)
-                    completion(.granted)
+                    completion(.granted(try await acquire(path, mode, request: request)))
                 } else {
-                    completion(try await acquireAtOnce(path, mode, request: request) ? .granted : .wouldWait)
+                    completion(try await acquireAtOnce(path, mode, request: request) ? .granted() : .wouldWait)
                 }
             } catch {
                 if !Task.isCancelled { completion(HostDelegationOutcome(error)) }

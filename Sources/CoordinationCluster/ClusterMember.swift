@@ -158,6 +158,9 @@ public final class ClusterMember: Sendable {
         var kept: Set<Key> = []
         /// Acquires under way, shared by the requests that need them.
         var acquiring: [Key: Acquiring] = [:]
+        /// Keys granted to requests that waited for them and have yet to use them (`GrantPromise`):
+        /// a recall stops granting from one only once they have, or the promise has run out.
+        var promised: [Key: Promise] = [:]
         var acquires: UInt64 = 0
         /// Recalled keys (and idle ones, `sweepIdle`) being given back: asked for again only
         /// once they are.
@@ -191,13 +194,37 @@ public final class ClusterMember: Sendable {
         var begun: [Begun.Key: Begun] = [:]
 
         /// Grants from `key`, made at `revision` by `run`: unless the run has ended, or the key
-        /// was recalled as soon as granted, or given back already.
-        mutating func hold(_ key: Key, made revision: Int64, by run: Delegations) {
-            guard delegations === run, recalled[key] == nil,
+        /// was recalled as soon as granted (and is not promised to acquire `number`'s requests,
+        /// `GrantPromise`), or given back already.
+        mutating func hold(_ key: Key, made revision: Int64, by run: Delegations, for number: UInt64? = nil) {
+            let promisedHere = number != nil && promised[key]?.number == number
+            guard delegations === run, recalled[key] == nil || promisedHere,
                 !givenBack.contains(GivenBack(key: key, revision: revision))
-            else { return }
+            else {
+                if promisedHere { promised[key] = nil }
+                return
+            }
             // Granted for a request that has yet to use it: not idle before the next sweep.
             held[key.path, default: []].formUnion([Modes(key.mode), .granted])
+        }
+
+        /// Grants from `key`, recalled, no more: only its holders' accessors' requests, while
+        /// they go on (`kept`).
+        mutating func stopGranting(from key: Key) {
+            // Kept (and granted from again should nobody want it after all, `stillWanted`)
+            // only if granted from now: a key given back idle, or one whose grant was not
+            // held, kept so would be granted from with no key in the store.
+            if held[key.path]?.contains(Modes(key.mode)) == true { kept.insert(key) }
+            stopHolding(Modes(key.mode), at: key.path)
+        }
+
+        /// Whether `key` is promised to requests that waited for it (`GrantPromise`): made so
+        /// here when its grant, recalled as it came, is still on its way to them.
+        mutating func isPromised(_ key: Key) -> Bool {
+            if promised[key] != nil { return true }
+            guard let entry = acquiring[key], entry.waiters > 0, !entry.abandoned else { return false }
+            promised[key] = Promise(number: entry.number, waiting: entry.waiters, until: .now + promiseLimit)
+            return true
         }
 
         /// Grants no more from `mode` at `path`.
@@ -264,6 +291,18 @@ public final class ClusterMember: Sendable {
             }
         }
     }
+
+    /// A key granted to the requests that waited for it (`GrantPromise`): by its acquire's
+    /// number, how many have yet to use it, and until when a recall waits for them.
+    struct Promise {
+        let number: UInt64
+        var waiting: Int
+        let until: ContinuousClock.Instant
+    }
+
+    /// How long a recall that comes with a grant waits at most for the requests it was granted
+    /// to: one that never comes back (its program gone) delays another host's request this long.
+    public static let promiseLimit: Duration = .seconds(1)
 
     /// One acquire of a key, shared by the requests that wait for it.
     private struct Acquiring {
@@ -420,6 +459,7 @@ public final class ClusterMember: Sendable {
             state.kept = []
             // What an earlier run was doing ended with it (its tasks find themselves gone).
             state.acquiring = [:]
+            state.promised = [:]
             state.givingBack = [:]
             state.givenBack = []
             if let lost {
@@ -903,9 +943,10 @@ public final class ClusterMember: Sendable {
     /// (`Delegations.Entry.request`): a host the key recalls begins it as its own program's,
     /// and may answer it itself (`Delegations.Failure.answered`: let past its holders, or
     /// refused there).
+    @discardableResult
     public func acquire(
         _ path: String, _ mode: Delegations.Mode, request: String = ""
-    ) async throws(Delegations.Failure) {
+    ) async throws(Delegations.Failure) -> GrantPromise? {
         try await acquire(path, mode, exactly: false, request: request)
     }
 
@@ -915,7 +956,7 @@ public final class ClusterMember: Sendable {
     /// host's conflicting programs however long they hold (it breaks nobody: a presenter only
     /// wants to be asked).
     public func acquirePresence(_ path: String) async throws(Delegations.Failure) {
-        try await acquire(path, .presence, exactly: true, request: "")
+        try await acquire(path, .presence, exactly: true, request: "")?.redeem()
     }
 
     /// Whether this host holds a presence of exactly `path` (a host alone needs none).
@@ -980,16 +1021,18 @@ public final class ClusterMember: Sendable {
         case waiting(Key, UInt64, Ending, Delegations)
     }
 
-    /// `exactly`: of the item itself, not of a directory above it.
+    /// `exactly`: of the item itself, not of a directory above it. Returns the request's share
+    /// of the grant's promise when it waited for a grant (`GrantPromise`).
+    @discardableResult
     private func acquire(
         _ path: String, _ mode: Delegations.Mode, exactly: Bool, request: String
-    ) async throws(Delegations.Failure) {
+    ) async throws(Delegations.Failure) -> GrantPromise? {
         await afterRejoining()
         // A presence is held of its item whatever else covers it: another host's read asks it.
         func done() -> Bool { mode == .presence ? holdsPresence(path) : covers(path, mode) }
         // A key withdrawn under its waiters (taken back, or deleted as it was read) is asked for again.
         for _ in 0..<16 {
-            if done() { return }
+            if done() { return nil }
             if Task.isCancelled { throw .withdrawn }
             let step = state.withLock { current -> Step in
                 guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
@@ -1014,6 +1057,9 @@ public final class ClusterMember: Sendable {
                 do {
                     try await ending.wait()
                     leaveWaiting(key, number, delegations, abandoned: false)
+                    let promise = share(of: key, number)
+                    if done() { return promise }
+                    promise?.redeem()
                 } catch is CancellationError {
                     leaveWaiting(key, number, delegations, abandoned: true)
                     throw .withdrawn
@@ -1056,10 +1102,22 @@ public final class ClusterMember: Sendable {
                 let entry = state.acquiring[key]
                 let mine = entry?.number == number
                 if mine { state.acquiring[key] = nil }
-                guard let token, case .success = result else { return false }
+                guard let token, case .success = result else {
+                    if state.promised[key]?.number == number { state.promised[key] = nil }
+                    return false
+                }
                 // Given up by its requests, or ended with its run: taken back, not held.
-                if !mine || entry?.abandoned == true || state.delegations !== delegations { return true }
-                state.hold(key, made: token, by: delegations)
+                if !mine || entry?.abandoned == true || state.delegations !== delegations {
+                    if state.promised[key]?.number == number { state.promised[key] = nil }
+                    return true
+                }
+                // Promised to its waiters; if a recall came first, it made the promise (or
+                // the promise has run out already, and the grant is not held).
+                if let entry, entry.waiters > 0, state.recalled[key] == nil {
+                    state.promised[key] = Promise(
+                        number: number, waiting: entry.waiters, until: .now + Self.promiseLimit)
+                }
+                state.hold(key, made: token, by: delegations, for: number)
                 return false
             }
             if takeBack {
@@ -1204,13 +1262,8 @@ public final class ClusterMember: Sendable {
             let first = state.recalled[key] == nil
             state.recalled[key, default: []].append(recall.wanted)
             // A question takes nothing: what it asks of is granted from meanwhile, as before.
-            if recall.wanted.mode != .asking {
-                // Kept (and granted from again should nobody want it after all, `stillWanted`)
-                // only if granted from now: a key given back idle, or one whose grant was not
-                // held, kept so would be granted from with no key in the store.
-                if state.held[key.path]?.contains(Modes(key.mode)) == true { state.kept.insert(key) }
-                state.stopHolding(Modes(key.mode), at: key.path)
-            }
+            // Granted to requests that have yet to use it: they do first (`giveBack`).
+            if recall.wanted.mode != .asking && !state.isPromised(key) { state.stopGranting(from: key) }
             if first {
                 let revision = recall.held.revision
                 state.givingBack[key] = Task { [self] in await giveBack(key, made: revision, of: delegations) }
@@ -1234,6 +1287,7 @@ public final class ClusterMember: Sendable {
     /// Between looks it waits for news (`recallNews`): the other host's program waits for this,
     /// and a look every few milliseconds would add half that to every handover on average.
     private func giveBack(_ key: Key, made revision: Int64, of delegations: Delegations) async {
+        await keepPromise(key, of: delegations)
         var serving = Serving(deadline: ContinuousClock.now + breakTime)
         while true {
             // Read before looking: news from here on cuts the wait short.
@@ -1248,6 +1302,48 @@ public final class ClusterMember: Sendable {
         }
         await handOver(key, made: revision, of: delegations)
         endAccesses(serving.began)
+    }
+
+    /// Waits until the requests `key` was granted to have used it, or the promise has run out
+    /// (`GrantPromise`); then grants from it no more, as the recalls ask.
+    private func keepPromise(_ key: Key, of delegations: Delegations) async {
+        while true {
+            let seen = recallNews.changes
+            let left = state.withLock { state -> Duration? in
+                guard let promise = state.promised[key] else { return nil }
+                let left = promise.until - .now
+                if left <= .zero || delegations.lease.isLost {
+                    state.promised[key] = nil
+                    return nil
+                }
+                return left
+            }
+            guard let left else { break }
+            await recallNews.wait(after: seen, atMost: left)
+        }
+        state.withLock { state in
+            guard state.delegations === delegations,
+                state.recalled[key]?.contains(where: { $0.mode != .asking }) == true
+            else { return }
+            state.stopGranting(from: key)
+        }
+    }
+
+    /// A waiting request's share of the promise of `key`, granted by its acquire `number`: nil
+    /// when there is none (the grant was not held, or the promise ran out).
+    private func share(of key: Key, _ number: UInt64) -> GrantPromise? {
+        guard state.withLock({ $0.promised[key]?.number == number }) else { return nil }
+        return GrantPromise { [weak self] in self?.redeem(key, number) }
+    }
+
+    private func redeem(_ key: Key, _ number: UInt64) {
+        let kept = state.withLock { state -> Bool in
+            guard var promise = state.promised[key], promise.number == number else { return false }
+            promise.waiting -= 1
+            state.promised[key] = promise.waiting > 0 ? promise : nil
+            return promise.waiting <= 0
+        }
+        if kept { recallNews.signal() }
     }
 
     /// What a recall's service of a delegation has done so far (`giveBack`).

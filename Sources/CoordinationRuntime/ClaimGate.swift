@@ -9,15 +9,18 @@ package protocol ClaimGate: Sendable {
     func asksFirst(_ intents: [Intent]) -> Bool
     /// Asks them; `completion` and the closure returned as `admit`'s.
     func ask(
-        _ intents: [Intent], completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+        _ intents: [Intent],
+        completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void
     ) -> @Sendable () -> Void
     /// Whether `intents` may be claimed here now.
     func admits(_ intents: [Intent]) -> Bool
     /// Waits until they may (`waits` false: not for another host). `completion` runs once, on
-    /// any thread: nil, or the errno name and message that refuse the hold. The closure returned
-    /// stops the wait; `completion` is not called then.
+    /// any thread: nil and the promises of the grants it waited for (each redeemed once the
+    /// hold is claimed and has looked again, `DelegationPromise`), or the errno name and
+    /// message that refuse the hold. The closure returned stops the wait; `completion` is not
+    /// called then.
     func admit(
         _ intents: [Intent], waits: Bool,
-        completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+        completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void
     ) -> @Sendable () -> Void
 }

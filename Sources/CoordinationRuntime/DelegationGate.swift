@@ -27,7 +27,8 @@ package struct DelegationGate: ClaimGate {
     package func asksFirst(_ intents: [Intent]) -> Bool { !questions(intents).isEmpty }
 
     package func ask(
-        _ intents: [Intent], completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+        _ intents: [Intent],
+        completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void
     ) -> @Sendable () -> Void {
         pass(questions(intents)[...], asking: true, waits: true, completion: completion)
     }
@@ -38,7 +39,7 @@ package struct DelegationGate: ClaimGate {
 
     package func admit(
         _ intents: [Intent], waits: Bool,
-        completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+        completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void
     ) -> @Sendable () -> Void {
         pass(needs(intents)[...], asking: false, waits: waits, completion: completion)
     }
@@ -47,22 +48,30 @@ package struct DelegationGate: ClaimGate {
     /// the other; `completion` once, as `admit`'s.
     private func pass(
         _ needs: ArraySlice<DelegationNeed>, asking: Bool, waits: Bool,
-        completion: @escaping @Sendable ((errno: String, message: String)?) -> Void
+        completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void
     ) -> @Sendable () -> Void {
         let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
+        // A refusal after some grants redeems their promises as it drops them.
+        let promised = Mutex<[any DelegationPromise]>([])
         let delegations = self.delegations
+        @Sendable func refuse(_ errno: String, _ message: String) {
+            promised.withLock { $0 = [] }
+            completion((errno: errno, message: message), [])
+        }
         @Sendable func next(_ rest: ArraySlice<DelegationNeed>) {
-            guard let need = rest.first else { return completion(nil) }
+            guard let need = rest.first else { return completion(nil, promised.withLock { $0 }) }
             let answered: @Sendable (HostDelegationOutcome) -> Void = { outcome in
                 if state.withLock({ $0.stopped }) { return }
                 switch outcome {
+                case .granted(let promise):
+                    if let promise { promised.withLock { $0.append(promise) } }
+                    next(rest.dropFirst())
                 // Let past another host's programs, it holds nothing there: as on one host.
-                case .granted, .passed: next(rest.dropFirst())
-                case .wouldWait: completion((errno: "EAGAIN", message: "another host of the shared store holds it"))
-                case .refused(let why): completion((errno: "ENOLCK", message: why))
+                case .passed: next(rest.dropFirst())
+                case .wouldWait: refuse("EAGAIN", "another host of the shared store holds it")
+                case .refused(let why): refuse("ENOLCK", why)
                 case .refusedThere(let errno):
-                    completion(
-                        (errno: ErrnoNames.name(of: errno), message: "another host of the shared store refused it"))
+                    refuse(ErrnoNames.name(of: errno), "another host of the shared store refused it")
                 }
             }
             let stop =
@@ -82,6 +91,7 @@ package struct DelegationGate: ClaimGate {
                 return current.stop
             }
             stop?()
+            promised.withLock { $0 = [] }
         }
     }
 }

@@ -182,7 +182,10 @@ package struct HostRequest: Sendable, Equatable {
 /// How asking for a delegation ended: of accesses (`HostDelegations.acquire`) or of file locks
 /// (a mount's `HostLocks.acquire`).
 package enum HostDelegationOutcome: Sendable, Equatable {
-    case granted
+    /// Granted; to a request that waited for it, with its share of the grant's promise: no
+    /// recall takes the delegation from it before it has taken its claim here and looked
+    /// (`DelegationPromise.redeem`), or a moment has passed.
+    case granted(_ promise: (any DelegationPromise)? = nil)
     /// Another host holds it, and the request would not wait.
     case wouldWait
     /// This host may grant nothing: its lease is lost, or the cluster cannot be reached (ENOLCK).
@@ -194,4 +197,21 @@ package enum HostDelegationOutcome: Sendable, Equatable {
     /// Another host refused it as it refuses its own program's (a presenter's refusal): the
     /// errno to answer. (Never for locks.)
     case refusedThere(errno: Int32)
+
+    package static func == (lhs: Self, rhs: Self) -> Bool {
+        switch (lhs, rhs) {
+        case (.granted, .granted), (.wouldWait, .wouldWait), (.passed, .passed): true
+        case (.refused(let a), .refused(let b)): a == b
+        case (.refusedThere(let a), .refusedThere(let b)): a == b
+        default: false
+        }
+    }
+}
+
+/// A delegation granted to a request that waited for it is that request's first: a recall
+/// that came with the grant waits until the request has taken its claim here and looked
+/// whether the delegation covers it (`redeem`), then serves the other host. Dropped
+/// unredeemed, a promise redeems itself.
+package protocol DelegationPromise: AnyObject, Sendable {
+    func redeem()
 }

@@ -43,9 +43,12 @@ extension ClientConnection {
     }
 
     /// `asked`: the other hosts' presenters of its items have been asked already (`ClaimGate.ask`).
+    /// `promised`: the promises of the grants its host waited for (`DelegationPromise`),
+    /// redeemed once it is claimed and has looked again.
     func hold(
         _ id: Int, _ wanted: [WireIntent], _ wait: Bool, _ timeout: Double?, _ inherit: Bool, _ presenter: Int?,
-        _ coordinatorName: String?, _ holderID: Int? = nil, asked: Bool = false
+        _ coordinatorName: String?, _ holderID: Int? = nil, asked: Bool = false,
+        promised: [any DelegationPromise] = []
     ) {
         let limit = server.counts.limits.holdsPerConnection
         if lock.withLock({ holds.count + pendingHolds.count }) >= limit {
@@ -144,15 +147,17 @@ extension ClientConnection {
         // store), then claimed here; asked again once granted, as a mount's opens are. A read
         // of an item another host's presenters present asks them before anything, once.
         if !asked, let gate = server.claimGate, gate.asksFirst(intents) {
-            return admit(id, intents, through: gate, asking: true, wait: wait, timeout: claimTimeout) { [self] in
+            return admit(id, intents, through: gate, asking: true, wait: wait, timeout: claimTimeout) { [self] _ in
                 hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID, asked: true)
             } refused: { [self] in
                 dropNamedCoordinator(name)
             }
         }
         if let gate = server.claimGate, !gate.admits(intents) {
-            return admit(id, intents, through: gate, wait: wait, timeout: claimTimeout) { [self] in
-                hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID, asked: asked)
+            return admit(id, intents, through: gate, wait: wait, timeout: claimTimeout) { [self] promised in
+                hold(
+                    id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID, asked: asked,
+                    promised: promised)
             } refused: { [self] in
                 dropNamedCoordinator(name)
             }
@@ -174,6 +179,8 @@ extension ClientConnection {
             in: server.domain, identity: coordinator, intents: intents, waits: wait, timeout: claimTimeout,
             user: user, passesOtherUsers: holdWaits?.passesOtherUsers ?? false
         ) { [self] result in
+            // Claimed (or refused) and looked again: a recall that came with the grants may go on.
+            defer { for promise in promised { promise.redeem() } }
             let unwatch = self.lock.withLock { () -> (@Sendable () -> Void)? in
                 _ = self.pendingHolds.removeValue(forKey: id)
                 return self.watchedHolds.removeValue(forKey: id)
@@ -270,10 +277,12 @@ extension ClientConnection {
     /// hosts' presenters' answers (`ClaimGate.ask`), not for the delegations.
     private func admit(
         _ id: Int, _ intents: [Intent], through gate: any ClaimGate, asking: Bool = false, wait: Bool,
-        timeout: Duration?, then: @escaping @Sendable () -> Void, refused: @escaping @Sendable () -> Void
+        timeout: Duration?, then: @escaping @Sendable ([any DelegationPromise]) -> Void,
+        refused: @escaping @Sendable () -> Void
     ) {
         let finished = Mutex(false)
-        let finish: @Sendable (((errno: String, message: String)?)) -> Void = { [self] refusal in
+        let finish: @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void = {
+            [self] refusal, promised in
             guard
                 finished.withLock({ done in
                     defer { done = true }; return !done
@@ -284,13 +293,13 @@ extension ClientConnection {
                 refused()
                 send(.error(id: id, errno: refusal.errno, message: refusal.message))
             } else {
-                then()
+                then(promised)
             }
         }
         let stop =
             asking
-            ? gate.ask(intents, completion: { finish($0) })
-            : gate.admit(intents, waits: wait, completion: { finish($0) })
+            ? gate.ask(intents, completion: { finish($0, $1) })
+            : gate.admit(intents, waits: wait, completion: { finish($0, $1) })
         let stopping: @Sendable () -> Void = {
             finished.withLock { $0 = true }
             stop()
@@ -307,7 +316,7 @@ extension ClientConnection {
             DispatchQueue.global().asyncAfter(deadline: .now() + Double(seconds) + Double(attoseconds) / 1e18) {
                 guard !finished.withLock({ $0 }) else { return }
                 stop()
-                finish((errno: "EBUSY", message: "timed out waiting for another host of the shared store"))
+                finish((errno: "EBUSY", message: "timed out waiting for another host of the shared store"), [])
             }
         }
     }

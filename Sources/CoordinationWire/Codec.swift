@@ -572,15 +572,30 @@ enum JSONOutput: Encodable, ExpressibleByStringLiteral {
     }
 }
 
-/// errno names on the wire ("EACCES") and their numbers on Linux.
+/// errno names on the wire ("EACCES") and their numbers on Linux: every errno a refusal or
+/// a system call may answer a client with. One not named here travels as "E" and its number.
 public enum ErrnoNames {
     public static let table: [(String, Int32)] = [
-        ("EPERM", 1), ("ENOENT", 2), ("EINTR", 4), ("EIO", 5), ("EBADF", 9), ("EAGAIN", 11), ("ENOMEM", 12),
-        ("EACCES", 13), ("EBUSY", 16), ("EEXIST", 17), ("ENOTDIR", 20), ("EISDIR", 21), ("EINVAL", 22),
-        ("ENOSPC", 28), ("EROFS", 30), ("ENAMETOOLONG", 36), ("EDEADLK", 35), ("ENOSYS", 38), ("ENOTEMPTY", 39),
-        ("EPROTO", 71), ("EPROTONOSUPPORT", 93), ("ETIMEDOUT", 110), ("ECANCELED", 125)
+        ("EPERM", 1), ("ENOENT", 2), ("ESRCH", 3), ("EINTR", 4), ("EIO", 5), ("ENXIO", 6), ("E2BIG", 7),
+        ("ENOEXEC", 8), ("EBADF", 9), ("ECHILD", 10), ("EAGAIN", 11), ("ENOMEM", 12), ("EACCES", 13),
+        ("EFAULT", 14), ("EBUSY", 16), ("EEXIST", 17), ("EXDEV", 18), ("ENODEV", 19), ("ENOTDIR", 20),
+        ("EISDIR", 21), ("EINVAL", 22), ("ENFILE", 23), ("EMFILE", 24), ("ETXTBSY", 26), ("EFBIG", 27),
+        ("ENOSPC", 28), ("ESPIPE", 29), ("EROFS", 30), ("EMLINK", 31), ("EPIPE", 32), ("ERANGE", 34),
+        ("EDEADLK", 35), ("ENAMETOOLONG", 36), ("ENOLCK", 37), ("ENOSYS", 38), ("ENOTEMPTY", 39),
+        ("ELOOP", 40), ("ENODATA", 61), ("EPROTO", 71), ("EOVERFLOW", 75), ("EPROTONOSUPPORT", 93),
+        ("EOPNOTSUPP", 95), ("ENOTCONN", 107), ("ETIMEDOUT", 110), ("ECONNREFUSED", 111), ("ESTALE", 116),
+        ("EDQUOT", 122), ("ECANCELED", 125)
     ]
 
-    public static func code(of name: String) -> Int32? { table.first { $0.0 == name }?.1 }
+    public static func code(of name: String) -> Int32? {
+        if let named = table.first(where: { $0.0 == name }) { return named.1 }
+        // As `name(of:)` spells an errno the table lacks: "E" and its number, digits only.
+        let digits = name.utf8.dropFirst()
+        guard name.hasPrefix("E"), (1...4).contains(digits.count), digits.allSatisfy({ (0x30...0x39).contains($0) }),
+            let number = Int32(String(decoding: digits, as: UTF8.self)), (1..<4096).contains(number)
+        else { return nil }
+        return number
+    }
+
     public static func name(of code: Int32) -> String { table.first { $0.1 == code }?.0 ?? "E\(code)" }
 }

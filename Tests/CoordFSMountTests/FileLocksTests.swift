@@ -236,7 +236,7 @@ import Glibc
             answers[1] == nil && ask.path == "dir/file" && ask.exclusive && ask.waits && answers.waitsRegistered == [1])
         #expect(locks.holders().isEmpty, "nothing granted before the delegation")
         host.hold("dir/file", exclusive: true)
-        ask.completion(.granted)
+        ask.completion(.granted())
         #expect(answers[1] == .granted)
         #expect(locks.holders().map { $0.path } == ["dir/file"] && locks.holders().map { $0.exclusive } == [true])
         // Covered now: the next lock is granted in memory.
@@ -252,12 +252,12 @@ import Glibc
         let host = Host(), locks = FileLocks(host: host), answers = Answers()
         Self.set(locks, answers, 1, Self.flock(Self.a, .shared))
         try #require(host.asks.count == 1)
-        host.asks[0].completion(.granted)  // granted, but recalled before the request took it
+        host.asks[0].completion(.granted())  // granted, but recalled before the request took it
         #expect(answers[1] == nil && host.asks.count == 2 && !host.asks[1].exclusive)
         host.hold("dir/file", exclusive: false)
-        host.asks[1].completion(.granted)
+        host.asks[1].completion(.granted())
         #expect(answers[1] == .granted)
-        host.asks[0].completion(.granted)  // a late answer of an ask that was over
+        host.asks[0].completion(.granted())  // a late answer of an ask that was over
         #expect(answers[1] == .granted && host.asks.count == 2)
     }
 
@@ -270,7 +270,7 @@ import Glibc
         #expect(answers[1] == .wouldBlock)
         // Granted and recalled again each time: it gives up after a few asks.
         Self.set(locks, answers, 2, Self.posix(Self.a, .shared, 0, 0), waits: false)
-        for _ in 0..<FileLocks.askingAtOnce { host.asks.last!.completion(.granted) }
+        for _ in 0..<FileLocks.askingAtOnce { host.asks.last!.completion(.granted()) }
         #expect(answers[2] == .wouldBlock && host.asks.count == 1 + FileLocks.askingAtOnce)
     }
 
@@ -289,7 +289,7 @@ import Glibc
         locks.cancel(1)
         #expect(answers[1] == .interrupted && host.stopped == 1)
         host.hold("dir/file", exclusive: true)
-        host.asks[0].completion(.granted)
+        host.asks[0].completion(.granted())
         #expect(answers[1] == .interrupted && locks.holders().isEmpty, "a grant after the interrupt takes nothing")
     }
 

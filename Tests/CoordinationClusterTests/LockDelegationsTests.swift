@@ -100,7 +100,7 @@ struct LockDelegationsTests {
         let a = try await Self.lockMember("A", client, holdersA), b = try await Self.lockMember("B", client)
         try await a.acquire("dir/file", .write)
         holdersA.set([("dir/file", .write)])
-        let reader = Task { try await b.acquire("dir/file", .read) }
+        let reader = Task { _ = try await b.acquire("dir/file", .read) }
         #expect(await ClusterMemberTests.eventually { !a.covers("dir/file", .read) }, "A is recalled")
         #expect(a.coversAccessor("dir/file", .write), "its holder's locks go on under it")
         #expect(a.recallWaits(for: "dir/file", .write), "the recall waits for a writer of the file")
@@ -136,7 +136,7 @@ struct LockDelegationsTests {
             b = try await Self.lockMember("B", client)
         try await a.acquire("db", .write)
         holdersA.set([("db", .write)])
-        let waiting = Task { try await b.acquire("db", .write) }
+        let waiting = Task { _ = try await b.acquire("db", .write) }
         try await Task.sleep(for: .milliseconds(500))
         #expect(!b.covers("db", .write))
         lifeA.die()
@@ -178,7 +178,7 @@ struct LockDelegationsTests {
             "asked for again, exactly the file, and the lost lease revoked: \(Self.keys(a))")
         try await a.acquire("dir/other", .write)
         #expect(a.covers("dir/other", .write), "new locks once it has")
-        let locker = Task { try await b.acquire("dir/db", .read) }
+        let locker = Task { _ = try await b.acquire("dir/db", .read) }
         try await Task.sleep(for: .milliseconds(500))
         #expect(!b.covers("dir/db", .read), "B locked while A's program held its lock across A's lost lease")
         holdersA.set([])

@@ -104,6 +104,20 @@ import Testing
                 == .watch(id: 1, path: "/x", mask: .all))
     }
 
+    /// Every errno a refusal travels with comes back as itself: ENOLCK (a host of a shared store
+    /// that may grant nothing) once came back to a Swift program as EIO, its name unknown. One
+    /// the table lacks travels as "E" and its number.
+    @Test func errnoNamesComeBackAsTheirNumbers() {
+        for code in [ENOLCK, ESTALE, EDQUOT, ENOTCONN, EXDEV, EMFILE] {
+            #expect(ErrnoNames.code(of: ErrnoNames.name(of: code)) == code, "\(ErrnoNames.name(of: code))")
+        }
+        #expect(ErrnoNames.name(of: ENOLCK) == "ENOLCK")
+        #expect(ErrnoNames.name(of: 131) == "E131" && ErrnoNames.code(of: "E131") == 131)
+        for name in ["E", "E0", "E-5", "E+5", "E4096", "E12345", "E1x", "e5", "EWHAT"] {
+            #expect(ErrnoNames.code(of: name) == nil, "\(name)")
+        }
+    }
+
     @Test(arguments: [
         "", "not json", "[1,2]", "42", #"{"id":1}"#, #"{"op":"launch","id":1}"#,
         #"{"op":"hello","id":"one","version":1}"#,

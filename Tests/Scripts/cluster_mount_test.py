@@ -149,7 +149,10 @@ daemon_of = cluster.daemon_of
 
 
 class ClusterHosts:
-    """Two hosts, A and B, each a coordfs mount of one store in its own network namespace."""
+    """Two hosts, A and B (or as many as HOSTS names), each a coordfs mount of one store in its
+    own network namespace."""
+
+    HOSTS = ("A", "B")
 
     @classmethod
     def setUpClass(cls):
@@ -157,10 +160,10 @@ class ClusterHosts:
         cls.state = os.path.join(cls.work, "state")
         cls.store = os.path.join(cls.work, "store")
         os.makedirs(cls.store)
-        cls.info = cluster.up(cls.state, members=3, hosts=2)
+        cls.info = cluster.up(cls.state, members=3, hosts=len(cls.HOSTS))
         cls.mounts = {}
         try:
-            for host in ("A", "B"):
+            for host in cls.HOSTS:
                 cls.mount(host)
         except BaseException:
             cls.tearDownClass()
@@ -168,7 +171,7 @@ class ClusterHosts:
 
     @classmethod
     def mount(cls, host, extra=()):
-        node = {"A": cls.info["hosts"][0], "B": cls.info["hosts"][1]}[host]
+        node = cls.info["hosts"][cls.HOSTS.index(host)]
         point = os.path.join(cls.work, "mount" + host)
         os.makedirs(point, exist_ok=True)
         urls = ",".join(url.removeprefix("http://") for url in cls.info["client_urls"])
@@ -1445,6 +1448,52 @@ while time.monotonic() < until and os.getppid() == hold:
     print(json.dumps({"number": number, "began": began, "ended": time.monotonic(), "outcome": outcome}), flush=True)
     time.sleep(0.1)
 '''
+
+
+@unittest.skipIf(skip_reason(), skip_reason() or "")
+class ClusterThreeHostTests(ClusterHosts, unittest.TestCase):
+    """Three hosts at one file all the time: each grant of a host is recalled as it comes (the
+    other two hosts' requests wait behind it), and still serves the request that waited for it."""
+
+    HOSTS = ("A", "B", "C")
+
+    def test_every_request_of_three_hosts_at_one_file_is_served(self):
+        # CoordinatedCounter (through each mount's socket) and a plain writer (through each
+        # mount's opens) on every host at once. A host once handed each grant on before the
+        # request that waited for it could use it; the request asked again behind the others
+        # and, after sixteen rounds, failed ENOLCK (CoordinatedCounter saw EIO).
+        rounds, writes = 30, 60
+        errors = []
+
+        def writer(host):
+            for number in range(writes):
+                try:
+                    with open(self.path(host, "blob"), "wb") as file:
+                        file.write(b"%s %d\n" % (host.encode(), number))
+                except OSError as error:
+                    errors.append(f"{host} write {number}: {error}")
+
+        threads = [threading.Thread(target=writer, args=(host,), daemon=True) for host in self.HOSTS]
+        runs = [subprocess.Popen([COUNTER, self.path(host, "three.json"), str(rounds), host, "-"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for host in self.HOSTS]
+        for thread in threads:
+            thread.start()
+        try:
+            for host, run in zip(self.HOSTS, runs):
+                output, error = run.communicate(timeout=120)
+                if run.returncode != 0:
+                    errors.append(f"CoordinatedCounter on {host}: {output}{error}")
+        finally:
+            for run in runs:
+                if run.poll() is None:
+                    run.kill()
+                    run.wait()
+        for thread in threads:
+            thread.join(120)
+        logs = "".join(self.log_tail(host) for host in self.HOSTS)
+        self.assertFalse(any(thread.is_alive() for thread in threads), "the writers still run after 120 s")
+        self.assertEqual(errors, [], logs)
+        self.assertEqual(json.loads(self.read(os.path.join(self.store, "three.json")))["count"], 3 * rounds)
 
 
 class HeldWriter(JsonLines):

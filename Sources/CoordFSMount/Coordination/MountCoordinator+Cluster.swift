@@ -24,7 +24,8 @@ extension MountCoordinator {
     /// past its programs, which need no delegation any more.
     func coordinateInCluster(
         _ reply: consuming Reply, _ request: MountRequest, _ delegations: any HostDelegations,
-        until deadline: ContinuousClock.Instant? = nil, asked: Bool = false, passed: [DelegationNeed] = []
+        until deadline: ContinuousClock.Instant? = nil, asked: Bool = false, passed: [DelegationNeed] = [],
+        promised: [any DelegationPromise] = []
     ) {
         // Before anything is taken here: a presenter's save there may need what this host holds.
         if !asked && delegations.othersPresentAnything {
@@ -32,7 +33,7 @@ extension MountCoordinator {
             if !questions.isEmpty {
                 let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
                 return waitForDelegations(questions, delegations, reply, asking: true, waits: true, until: deadline) {
-                    [self] reply, _ in
+                    [self] reply, _, _ in
                     coordinateInCluster(reply, request, delegations, until: deadline, asked: true)
                 }
             }
@@ -57,6 +58,8 @@ extension MountCoordinator {
             // covered, its destination is).
             var missing: [DelegationNeed] = []
             for need in needs where !covered([need], by: delegations, for: claim) { missing.append(need) }
+            // Claimed and looked: a recall that came with the grants may go on (it waits for the claim).
+            for promise in promised { promise.redeem() }
             if missing.isEmpty {
                 if nameNamesAnother(request, delegations) { return staleName(reply, claim, request) }
                 return request.body(reply, claim)
@@ -66,9 +69,10 @@ extension MountCoordinator {
             let deadline = deadline ?? configuration.waitTimeout.map { ContinuousClock.now + $0 }
             // Never into the engine from here: this may run inside a quiet passage.
             waitForDelegations(missing, delegations, reply, waits: !request.nonBlocking, until: deadline) {
-                [self] reply, passedNow in
+                [self] reply, passedNow, promised in
                 coordinateInCluster(
-                    reply, request, delegations, until: deadline, asked: true, passed: passed + passedNow)
+                    reply, request, delegations, until: deadline, asked: true, passed: passed + passedNow,
+                    promised: promised)
             }
         }
         take(reply, taken)
@@ -158,21 +162,23 @@ extension MountCoordinator {
 
     /// Waits for the delegations `needs` (or, `asking`, for the answers of the other hosts'
     /// presenters of their items), then hands the reply to `then` on another thread, with the
-    /// needs another host let past its programs; or answers EINTR (interrupted), EBUSY (past
+    /// needs another host let past its programs and the promises of the grants it waited for
+    /// (`DelegationPromise`: redeemed once the request has claimed and looked); or answers EINTR (interrupted), EBUSY (past
     /// the deadline), EAGAIN (another host holds it and the request would not wait), ENOLCK
     /// (the host may grant nothing: its lease is lost, or the cluster cannot be reached), or
     /// the errno another host refused it with (a presenter's refusal there).
     private func waitForDelegations(
         _ needs: [DelegationNeed], _ delegations: any HostDelegations, _ reply: consuming Reply,
         asking: Bool = false, waits: Bool, until deadline: ContinuousClock.Instant?,
-        then: @escaping @Sendable (consuming Reply, [DelegationNeed]) -> Void
+        then: @escaping @Sendable (consuming Reply, [DelegationNeed], [any DelegationPromise]) -> Void
     ) {
         let number = waitingRequests.number()
         reply.onInterrupt(number)
         let wait = DelegationWait(PendingReply(reply)) { [self] outcome, reply in
             waitingRequests.ended(number)
             switch outcome {
-            case .granted(let passed): DispatchQueue.global().async { then(reply.take(), passed) }
+            case .granted(let passed, let promised):
+                DispatchQueue.global().async { then(reply.take(), passed, promised) }
             case .interrupted: reply.take().error(Errno(code: EINTR))
             case .wouldWait: reply.take().error(Errno(code: EAGAIN))
             case .timedOut:
@@ -204,10 +210,11 @@ extension MountCoordinator {
         _ needs: ArraySlice<DelegationNeed>, _ delegations: any HostDelegations, asking: Bool, waits: Bool,
         passed: [DelegationNeed], for wait: DelegationWait
     ) {
-        guard let need = needs.first else { return wait.finish(.granted(passed)) }
+        guard let need = needs.first else { return wait.finish(.granted(passed, wait.promised)) }
         let answered: @Sendable (HostDelegationOutcome) -> Void = { [self] outcome in
             switch outcome {
-            case .granted:
+            case .granted(let promise):
+                if let promise { wait.keep(promise) }
                 acquire(needs.dropFirst(), delegations, asking: asking, waits: waits, passed: passed, for: wait)
             case .passed:
                 acquire(
@@ -230,8 +237,9 @@ extension MountCoordinator {
 /// delegation too.
 final class DelegationWait: Sendable, CancellableWait {
     enum Outcome: Sendable {
-        /// With the needs another host let past its programs.
-        case granted([DelegationNeed])
+        /// With the needs another host let past its programs, and the promises of the grants
+        /// waited for.
+        case granted([DelegationNeed], [any DelegationPromise])
         case interrupted, timedOut, wouldWait
         case refused(String)
         case refusedThere(Int32)
@@ -239,6 +247,13 @@ final class DelegationWait: Sendable, CancellableWait {
 
     private let reply: PendingReply
     private let state: Mutex<(completion: (@Sendable (Outcome, PendingReply) -> Void)?, stop: (@Sendable () -> Void)?)>
+    /// The promises of the grants waited for so far: handed on with the request, or redeemed
+    /// at once if it ends otherwise.
+    private let promises = Mutex<[any DelegationPromise]>([])
+
+    func keep(_ promise: any DelegationPromise) { promises.withLock { $0.append(promise) } }
+
+    var promised: [any DelegationPromise] { promises.withLock { $0 } }
 
     init(_ reply: PendingReply, _ completion: @escaping @Sendable (Outcome, PendingReply) -> Void) {
         self.reply = reply
@@ -260,11 +275,16 @@ final class DelegationWait: Sendable, CancellableWait {
             defer { state = (nil, nil) }
             return (state.completion, state.stop)
         }
+        let kept = promises.withLock { promises in
+            defer { promises = [] }
+            return promises
+        }
         guard let completion else { return }
         switch outcome {
         case .interrupted, .timedOut: stop?()
         case .granted, .wouldWait, .refused, .refusedThere: break
         }
+        if case .granted = outcome {} else { for promise in kept { promise.redeem() } }
         completion(outcome, reply)
     }
 
