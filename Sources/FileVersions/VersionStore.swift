@@ -170,13 +170,26 @@ public final class VersionStore: @unchecked Sendable {
         }
         let content: Int32
         do { content = try directories(making: true).content } catch { return .failure(.failed(error)) }
-        let id = nextID(now: now)
+        var id = nextID(now: now)
         var linked = false
-        if case .name(let name, let parent) = source {
-            linked = FileSystemName.withCString(name) { linkat(parent, $0, content, id, 0) } == 0
-        }
-        if !linked {
-            if let failure = copy(source, to: id, in: content, info: info) { return .failure(failure) }
+        // An id another mount of the store took (hosts that share it keep versions in one
+        // place, each counting its own microseconds) is passed over for the next.
+        for attempt in 1...8 {
+            if case .name(let name, let parent) = source {
+                linked = FileSystemName.withCString(name) { linkat(parent, $0, content, id, 0) } == 0
+                if !linked && errno == EEXIST && attempt < 8 {
+                    id = nextID(now: now)
+                    continue
+                }
+            }
+            if !linked, let failure = copy(source, to: id, in: content, info: info) {
+                if failure == .failed(Errno(code: EEXIST)) && attempt < 8 {
+                    id = nextID(now: now)
+                    continue
+                }
+                return .failure(failure)
+            }
+            break
         }
         var record = VersionRecord(
             id: id, item: item, cause: cause, time: now,

@@ -57,6 +57,34 @@ import Glibc
         }
     }
 
+    /// Two stores of one directory (hosts that share a store keep versions in one place) that
+    /// keep versions in the same microsecond, by link and by copy: each takes an id of its own.
+    @Test func twoStoresOfOneDirectoryNeverTakeOneID() throws {
+        try withRoot { root, fd in
+            let first = try VersionStore(in: fd), second = try VersionStore(in: fd)
+            let now = VersionStore.now()
+            var kept: [VersionRecord] = []
+            for (index, store) in [first, second, first, second].enumerated() {
+                try write("version \(index)\n", root + "/f\(index)")
+                let info = status(root + "/f\(index)")
+                if index < 2 {
+                    kept.append(
+                        try store.keep(.name("f\(index)", in: fd), item: "f", info: info, cause: .replaced, now: now)
+                            .get())
+                } else {
+                    let file = open(root + "/f\(index)", O_RDONLY)
+                    defer { close(file) }
+                    kept.append(try store.keep(.copy(file), item: "f", info: info, cause: .truncated, now: now).get())
+                }
+            }
+            #expect(Set(kept.map(\.id)).count == 4, "\(kept.map(\.id))")
+            for (index, record) in kept.enumerated() {
+                let store = index % 2 == 0 ? first : second
+                #expect(try content(store, record) == "version \(index)\n")
+            }
+        }
+    }
+
     @Test func aFileAboutToBeTruncatedIsCopiedWithItsOwnerModeAndTime() throws {
         try withRoot { root, fd in
             try write("0123456789", root + "/data")
