@@ -387,6 +387,8 @@ private final class MemberDelegations: HostDelegations {
 
     func stampWrites(_ path: String) -> UInt64? { member.stampWrites(path) }
 
+    func stampReads(_ path: String) -> UInt64? { member.stampReads(path) }
+
     var mayAdmitWrites: Bool { member.mayAdmitWrites }
 
     var lastCoverLoss: UInt64 { member.lastCoverLoss }

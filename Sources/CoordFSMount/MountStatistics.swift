@@ -66,6 +66,8 @@ final class MountStatistics: Sendable {
     /// ended, or the file's item may have been another host's since it was opened
     /// (`MountCoordinator.admitsWrite`).
     let fencedWrites = Atomic<Int>(0)
+    /// Reads through open files refused (EIO) so (`MountCoordinator.admitsRead`).
+    let fencedReads = Atomic<Int>(0)
 
     /// A number that moves with every request of the kernel's counted here, and every change
     /// behind the mount: the mount's work, for a trim once it stops (`IdleTrim.whenQuiet`).
@@ -110,7 +112,8 @@ final class MountStatistics: Sendable {
             ("attribute_requests", attributeRequests.value),
             ("files_watched_for_writes", filesWatchedForWrites.load(ordering: .relaxed)),
             ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),
-            ("fenced_writes", fencedWrites.load(ordering: .relaxed))
+            ("fenced_writes", fencedWrites.load(ordering: .relaxed)),
+            ("fenced_reads", fencedReads.load(ordering: .relaxed))
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

@@ -833,6 +833,25 @@ public final class ClusterMember: Sendable {
         }
     }
 
+    /// The stamp of a read open of `path` granted now, judged as a write open's (`admitsWrites`);
+    /// nil when this host holds nothing that serves reads of `path` (a read another host let
+    /// past its programs), whose reads nothing takes away: they are not fenced. A host alone
+    /// stamps every read.
+    public func stampReads(_ path: String) -> UInt64? {
+        state.withLock { state in
+            if state.alone { return state.losses.last }
+            guard state.rejoining == nil, let delegations = state.delegations, !delegations.lease.isLost else {
+                return nil
+            }
+            let covered =
+                state.holding(path, .read) != nil
+                || state.kept.contains {
+                    Modes($0.mode).serves(.read) && Delegations.contains($0.path, path, orIs: true)
+                }
+            return covered ? state.losses.last : nil
+        }
+    }
+
     /// What becomes of writes through a file open for writing.
     public enum WriteAdmission: Sendable, Equatable {
         /// They land; no loss of cover since `through` reaches it (the open's new stamp).
@@ -1226,7 +1245,8 @@ public final class ClusterMember: Sendable {
     /// (appending, in place), is asked for as a write of such a directory when there is one
     /// (nobody else has anything in it to be asked about), else of the item itself in its own
     /// mode, so that the hosts it recalls know what is being done, and writers that share the
-    /// item keep it beside each other.
+    /// item keep it beside each other; writers that share, of the outermost directory where
+    /// only such writers of other hosts are (`DelegationIndex.outermostFree`).
     private func key(
         for path: String, _ mode: Delegations.Mode, in delegations: Delegations,
         avoiding recalled: [Key: [Delegations.Entry]]
@@ -1235,7 +1255,12 @@ public final class ClusterMember: Sendable {
             return Key(path: delegationPath(for: path, mode, in: delegations, avoiding: recalled), mode: mode)
         }
         let directory = delegationPath(for: path, .write, in: delegations, avoiding: recalled)
-        return directory == path ? Key(path: path, mode: mode) : Key(path: directory, mode: .write)
+        if directory != path { return Key(path: directory, mode: .write) }
+        // Where other hosts' writers that share are all there is (hosts making files side by
+        // side in one directory), one key of the directory in that mode serves every file this
+        // host makes and writes there: no round trip to etcd for each.
+        guard mode.sharesWriters else { return Key(path: path, mode: mode) }
+        return Key(path: delegationPath(for: path, mode, in: delegations, avoiding: recalled), mode: mode)
     }
 
     /// The delegation to ask for `path`: its outermost directory (or itself) in which and

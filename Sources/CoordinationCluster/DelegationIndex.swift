@@ -33,13 +33,20 @@ struct DelegationIndex: Sendable {
 
     private struct Counts: Sendable {
         var all = 0, writes = 0, mine = 0, mineWrites = 0
+        /// Writers that share (`Mode.sharesWriters`), everyone's and this run's.
+        var sharing = 0, mineSharing = 0
 
-        mutating func add(_ writes: Bool, mine: Bool, _ step: Int) {
+        mutating func add(_ mode: Delegations.Mode, mine: Bool, _ step: Int) {
             all += step
-            if writes { self.writes += step }
+            if mode.writes { writes += step }
             if mine { self.mine += step }
-            if writes && mine { mineWrites += step }
+            if mode.writes && mine { mineWrites += step }
+            if mode.sharesWriters { sharing += step }
+            if mode.sharesWriters && mine { mineSharing += step }
         }
+
+        /// Whether another holder has a key that is not a writer that shares.
+        var othersBesideSharingWriters: Bool { all - mine > sharing - mineSharing }
 
         func holds(_ whose: Whose, writesOnly: Bool) -> Bool {
             switch (whose, writesOnly) {
@@ -223,25 +230,36 @@ struct DelegationIndex: Sendable {
 
     /// The outermost directory above `path` (the store's root aside) in which and above which
     /// no other holder has a key that conflicts with `mode` there, and that `excluded` does not
-    /// refuse; `path` itself when there is none. One walk down the path.
+    /// refuse; `path` itself when there is none. One walk down the path. Writers that share
+    /// (`Mode.sharesWriters`) share directories too: only other keys than such writers' are in
+    /// their way (a reader's too, which an appender would share: one rule for both).
     func outermostFree(for path: String, _ mode: Delegations.Mode, unless excluded: (String) -> Bool) -> String {
         guard !path.isEmpty else { return path }
-        let writesOnly = !mode.writes
+        let writesOnly = !mode.writes, sharing = mode.sharesWriters
+        func inTheWay(atOrBelow node: Int) -> Bool {
+            sharing
+                ? nodes[node].counts.othersBesideSharingWriters
+                : nodes[node].counts.holds(.others, writesOnly: writesOnly)
+        }
+        func inTheWay(at node: Int) -> Bool {
+            if !sharing { return hasKeys(at: node, .others, writesOnly: writesOnly) }
+            return !visit(node, .others, false) { _, other in other.mode.sharesWriters }
+        }
         let components = path.split(separator: "/", omittingEmptySubsequences: false)
         var node: Int? = 0
         // Whether another holder's key in a directory above the candidate is in the way: then
         // it is in the way of every candidate below too.
-        var above = hasKeys(at: 0, .others, writesOnly: writesOnly)
+        var above = inTheWay(at: 0)
         for component in components.dropLast() {
             if above { return path }
             node = node.flatMap { nodes[$0].children[String(component)] }
             let candidate = String(path[..<component.endIndex])
             // (A path that begins with "/" has "", the store's root, for its first directory.)
             let subtree = candidate.isEmpty ? 0 : node
-            let atOrBelow = subtree.map { nodes[$0].counts.holds(.others, writesOnly: writesOnly) } ?? false
+            let atOrBelow = subtree.map(inTheWay(atOrBelow:)) ?? false
             if !atOrBelow && !excluded(candidate) { return candidate }
             // (Nothing above it was in the way, or this would not be asked.)
-            if let node { above = hasKeys(at: node, .others, writesOnly: writesOnly) }
+            if let node { above = inTheWay(at: node) }
         }
         return path
     }
@@ -338,11 +356,11 @@ struct DelegationIndex: Sendable {
 
     /// Counts `entry`, of `node`, in (`step` 1) or out (-1) at it and above it.
     private mutating func tally(_ entry: Entry, at node: Int, _ step: Int) {
-        let writes = entry.mode.writes, mine = isMine(entry)
+        let mine = isMine(entry)
         if entry.mode == .presence && !mine { othersPresences += step }
         var current = node
         while current >= 0 {
-            nodes[current].counts.add(writes, mine: mine, step)
+            nodes[current].counts.add(entry.mode, mine: mine, step)
             current = nodes[current].parent
         }
     }

@@ -40,6 +40,9 @@ public final class Delegations: Sendable {
 
         public var writes: Bool { !(self == .read || self == .presence || self == .asking) }
         public var isDestructive: Bool { self == .deleting || self == .moving || self == .replacing }
+        /// Writers that share their item with each other's kind across hosts (U1, U2): appenders
+        /// and writers in place.
+        public var sharesWriters: Bool { self == .appending || self == .inPlace }
         /// Asked for of the item itself, never of a directory above it, where another host has
         /// anything around it: the host it recalls asks its presenters about this item, and a
         /// writer that shares the item keeps it beside the others'.

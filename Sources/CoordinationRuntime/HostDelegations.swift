@@ -45,6 +45,9 @@ package protocol HostDelegations: AnyObject, Sendable {
     /// The stamp of a write open of `path` granted now; nil when this host does not cover
     /// writes of `path` now (the open is fenced from the start).
     func stampWrites(_ path: String) -> UInt64?
+    /// The stamp of a read open of `path` granted now; nil when this host holds no delegation
+    /// that serves reads of `path` (a read another host let past its programs): not fenced.
+    func stampReads(_ path: String) -> UInt64?
     /// Whether writes may land at all now, without a lock: false once the host's lease may have
     /// ended (its last renewal's answer, plus the TTL, less the margin), until it has joined
     /// again and asked again for what its programs hold.

@@ -170,6 +170,46 @@ struct ClusterMemberTests {
         }
     }
 
+    /// Hosts making files side by side in one directory (writes in place of new files, as a
+    /// mount's creates without O_TRUNC are) share the directory: once each has met the others
+    /// there, each holds one key of the directory in that mode and makes the rest of its files
+    /// without asking etcd. Another host's read inside recalls those keys, and a host keeps what
+    /// its programs still hold under keys of the items.
+    @Test func hostsMakingFilesSideBySideShareTheirDirectory() async throws {
+        let servers = try EtcdServers()
+        defer { servers.stop() }
+        let client = EtcdClient(endpoints: servers.clientURLs)
+        let localA = Local()
+        var hosts: [(name: String, member: ClusterMember)] = []
+        for (name, local) in [("A", localA), ("B", Local()), ("C", Local())] {
+            hosts.append((name, try await Self.member(name, client, local)))
+        }
+        for round in 0..<4 {
+            for (name, member) in hosts {
+                try await member.acquire("made/\(name)-\(round)", .inPlace)
+                #expect(member.covers("made/\(name)-\(round)", .inPlace))
+            }
+        }
+        let a = hosts[0].member
+        #expect(
+            await Self.eventually(seconds: 5) {
+                Set(Self.keys(a).filter { !$0.hasSuffix("-0") && !$0.hasSuffix("-1") })
+                    == ["A s made", "B s made", "C s made"]
+            }, "\(Self.keys(a))")
+        for (name, member) in hosts {
+            #expect(member.covers("made/\(name)-next", .inPlace), "\(name) makes its next file in memory")
+            #expect(!member.covers("made/\(name)-next", .write), "a writer in place only")
+        }
+        // C reads one of A's files while A's program still writes another.
+        localA.hold("made/A-3", .inPlace)
+        try await hosts[2].member.acquire("made/A-2", .read)
+        #expect(hosts[2].member.covers("made/A-2", .read))
+        #expect(!a.covers("made/A-next", .inPlace), "A gave the directory back")
+        #expect(a.covers("made/A-3", .inPlace), "what A's program holds stays A's")
+        localA.end("made/A-3")
+        for (_, member) in hosts { await member.leave() }
+    }
+
     /// A deletion (or move, or replacement) of an item another host has anything in or around
     /// asks for the item itself, and the host it recalls begins the access as that deletion: its
     /// presenters of the item and of everything inside it are asked as for a deletion of its
@@ -628,6 +668,9 @@ struct ClusterMemberTests {
             #expect(a.admitsWrites("doc", since: stamp) == .admitted(through: stamp))
             #expect(a.standing.lease == .held && a.standing.validFor.map { $0 > .seconds(3) } == true, "\(a.standing)")
             #expect(a.stampWrites("elsewhere") == nil, "a write nothing here covers is fenced from the start")
+            // Reads are stamped where a delegation here serves them; elsewhere (a read another
+            // host let past its programs) they hold nothing to lose.
+            #expect(a.stampReads("doc") == stamp && a.stampReads("elsewhere") == nil)
             let first = try #require(a.currentDelegations)
             first.lease.loseLocally()
             #expect(!a.mayAdmitWrites, "the lease counted lost: no write lands, before its loss is handled")

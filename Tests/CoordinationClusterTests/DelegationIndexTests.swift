@@ -62,14 +62,16 @@ struct DelegationIndexTests {
 
         /// `ClusterMember.delegationPath` as it was: a directory nobody else has a key in or above
         /// that a read or a write there would meet, of any mode (coarser than `inTheWay`: a key
-        /// that shares an item, or a question, still keeps a host from taking the directory).
+        /// that shares an item, or a question, still keeps a host from taking the directory);
+        /// for writers that share, any key but such writers'.
         func outermostFree(for path: String, _ mode: Delegations.Mode, unless excluded: (String) -> Bool) -> String {
             if path.isEmpty { return path }
             let others = entries.values.filter { !isMine($0) }
             let directories = path.indices.filter { path[$0] == "/" }.map { String(path[..<$0]) }
             for candidate in directories {
                 let inTheWay = others.contains { other in
-                    Delegations.related(other.path, candidate) && (mode.writes || other.mode.writes)
+                    Delegations.related(other.path, candidate)
+                        && (mode.sharesWriters ? !other.mode.sharesWriters : mode.writes || other.mode.writes)
                 }
                 if !excluded(candidate) && !inTheWay { return candidate }
             }
@@ -163,9 +165,10 @@ struct DelegationIndexTests {
                     Self.described(index.wanting(asked).map { $0.entry }) == Self.described(scan.wanting(asked)),
                     "step \(step): wanting \(asked)")
                 let refused: Set<String> = [Self.path(&generator), Self.path(&generator)]
-                // (Asked for reads and writes: the other modes are of the item itself.)
+                // (Asked for reads, writes and writers that share: the other modes are of the
+                // item itself.)
                 let path = Self.path(&generator),
-                    mode = [Delegations.Mode.read, .write].randomElement(using: &generator)!
+                    mode = [Delegations.Mode.read, .write, .inPlace, .appending].randomElement(using: &generator)!
                 #expect(
                     index.outermostFree(for: path, mode) { refused.contains($0) }
                         == scan.outermostFree(for: path, mode) { refused.contains($0) },
@@ -213,6 +216,14 @@ struct DelegationIndexTests {
         #expect(
             index.outermostFree(for: "alone/x/y", .write) { _ in false } == "alone",
             "where nobody else is: the directory")
+        // Hosts making files side by side: writers in place share the directory.
+        let makers = [make("made/b-0", "B", 5, .inPlace), make("made/c-0", "C", 6, .appending)]
+        #expect(index.outermostFree(for: "made/a-0", .inPlace) { _ in false } == "made", "beside other makers")
+        #expect(index.outermostFree(for: "made/a-0", .write) { _ in false } == "made/a-0", "a writer: the item")
+        let reader = make("made/b-0", "C", 7, .read)
+        #expect(
+            index.outermostFree(for: "made/a-0", .inPlace) { _ in false } == "made/a-0", "beside a reader: the item")
+        for entry in makers + [reader] { index.remove(Self.key(entry)) }
         // A key made beside them looks at its own path; given back, at its own path again.
         let created = make("shared/c-new", "C", 4, .write)
         #expect(index.recalls(after: index.takeChanges()).isEmpty)

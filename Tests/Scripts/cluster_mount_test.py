@@ -1532,7 +1532,8 @@ class HeldWriter(JsonLines):
 class ClusterFencingTests(ClusterHosts, unittest.TestCase):
     """Fencing on the data path. Both hosts mount with --no-kernel-passthrough, so every write
     through an open file reaches the mount: A refuses it (EIO) once its lease may have ended, and
-    for good once the file's item may have been another host's since it was opened. A host that
+    for good once the file's item may have been another host's since it was opened; a read that
+    reaches the mount likewise. A host that
     joins again asks again for the items its programs hold before it grants anything new, so the
     other hosts wait for those programs as before. `coordfs status` says when the lease is lost.
     The nemesis (test_3 to test_5) strikes A while its hold writes and B's read waits, and checks
@@ -1582,8 +1583,11 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
             self.assertIn("1 fenced", log.read())
 
     def test_2_writes_through_an_open_file_are_refused_once_the_lease_is_lost_and_status_says_so(self):
+        # Reads too: a reader on a host whose lease may have ended could read a file another
+        # host is writing (read here at an offset never read, so that the kernel asks the mount).
         self.write("A", "wf", b"")
         fd = os.open(self.path("A", "wf"), os.O_WRONLY | os.O_APPEND)
+        reader = os.open(self.path("A", "wf"), os.O_RDONLY)
         try:
             os.write(fd, b"one\n")
             held = self.wait_for_lease("A", "held", 5)
@@ -1595,6 +1599,9 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
                 with self.assertRaises(OSError) as raised:
                     os.write(fd, b"two\n")
                 self.assertEqual(raised.exception.errno, errno.EIO, "a write landed after A's lease was lost")
+                with self.assertRaises(OSError) as raised:
+                    os.pread(reader, 100, 0)
+                self.assertEqual(raised.exception.errno, errno.EIO, "a read was served after A's lease was lost")
                 table = subprocess.run([COORDFS, "status", self.mounts["A"]], capture_output=True, text=True, timeout=30)
                 self.assertIn("LEASE LOST", table.stdout, table.stdout + table.stderr)
                 # B goes ahead once etcd has expired A's lease.
@@ -1605,11 +1612,15 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
             with self.assertRaises(OSError) as raised:
                 os.write(fd, b"three\n")
             self.assertEqual(raised.exception.errno, errno.EIO, "fenced for good: B wrote the file meanwhile")
+            with self.assertRaises(OSError) as raised:
+                os.pread(reader, 100, 0)
+            self.assertEqual(raised.exception.errno, errno.EIO, "a read fenced for good too")
             status = self.cluster_status("A")
             counted = (status.get("leases_lost", 0) - held.get("leases_lost", 0), status.get("fenced_opens", 0) - held.get("fenced_opens", 0))
-            self.assertEqual(counted, (1, 1), f"{held} then {status}")
+            self.assertEqual(counted, (1, 2), f"{held} then {status}: the write open and the read open fenced")
         finally:
             os.close(fd)
+            os.close(reader)
         self.assertEqual(self.read(os.path.join(self.store, "wf")), b"B's\n")
         with open(os.path.join(self.work, "A.log")) as log:
             self.assertIn("this host's lease is lost", log.read())

@@ -3,18 +3,20 @@ import CoordinationRuntime
 import LinuxSystem
 import Synchronization
 
-/// Fencing writes through open files on a host of a shared store (docs/cluster.md, fencing): a
-/// write open is stamped at its grant, and each write through it lands only while the host's
-/// lease may be valid and nothing since the grant took its item away (a recall broken at the
-/// break time, a lease lost and not carried over at the rejoin). The kernel does not serve the
-/// writes of a file another host has any interest in (no passthrough): the mount must see them
-/// to refuse them.
+/// Fencing open files on a host of a shared store (docs/cluster.md, fencing): an open is
+/// stamped at its grant, and each write through it lands, and each read through it is served,
+/// only while the host's lease may be valid and nothing since the grant took its item away (a
+/// recall broken at the break time, a lease lost and not carried over at the rejoin): after
+/// that, another host may be writing the file. The kernel does not serve the reads and writes
+/// of a file another host has any interest in (no passthrough): the mount must see them to
+/// refuse them.
 extension MountCoordinator {
-    /// An open on a host of a shared store: its item's store path, and for a write open its
-    /// cover, stamped as it was granted.
+    /// An open on a host of a shared store: its item's store path, and its cover, stamped as
+    /// it was granted (none for a read this host held no delegation for: one another host let
+    /// past its programs holds nothing to lose).
     struct SharedOpen {
         var path: String
-        var cover: WriteCover?
+        var cover: OpenCover?
     }
 
     /// The store path of the item `intent` is about: what its delegation is of.
@@ -23,21 +25,22 @@ extension MountCoordinator {
     }
 
     /// For an open just granted (`claim`, to `caller`) on a host of a shared store: its item's
-    /// path and, if it `writes`, its cover; nil on a mount with no cluster. An open nothing
-    /// coordinates (the mode is off there, a kernel thread's) has no cover: nothing asked for
-    /// its item, and nothing takes it away.
+    /// path and its cover; nil on a mount with no cluster. An open nothing coordinates (the
+    /// mode is off there, a kernel thread's) has no cover: nothing asked for its item, and
+    /// nothing takes it away.
     func sharedOpen(
         _ wanted: ItemIntent, writes: Bool, claim: borrowing MountClaim, _ caller: RequestCaller
     ) -> SharedOpen? {
         guard let delegations, let path = storePath(of: wanted) else { return nil }
-        guard writes, claim.holds || isCoordinated(wanted, nil, caller) else { return SharedOpen(path: path) }
+        guard claim.holds || isCoordinated(wanted, nil, caller) else { return SharedOpen(path: path) }
+        guard writes else { return SharedOpen(path: path, cover: delegations.stampReads(path).map(OpenCover.init)) }
         let stamp = delegations.stampWrites(path)
         if stamp == nil {
             logger.error(
                 "cluster: '\(path.isEmpty ? "/" : path)' was opened for writing as this host lost it: writes through the open are refused (EIO)"
             )
         }
-        return SharedOpen(path: path, cover: WriteCover(stamp: stamp))
+        return SharedOpen(path: path, cover: OpenCover(stamp: stamp))
     }
 
     /// Whether the kernel may serve an open from its backing file (kernel passthrough): not
@@ -55,9 +58,22 @@ extension MountCoordinator {
     /// writes under a lock lost with its lease. An open fenced so stays fenced until it is
     /// closed: its program may not know what another host wrote meanwhile.
     func admitsWrite(through file: OpenFile) -> Bool {
-        guard let cover = file.writeCover, let delegations else { return true }
+        guard file.cover != nil else { return true }
+        return admits(through: file, refusing: statistics.fencedWrites, "writes")
+    }
+
+    /// Whether a read through `file` may be served: as its writes (`admitsWrite`), for an open
+    /// stamped as covered. Refused: EIO, as NFS answers I/O under state lost with its lease; what
+    /// the kernel has cached is still read (a mapping, the page cache), as it was when it came.
+    func admitsRead(through file: OpenFile) -> Bool {
+        guard file.cover != nil else { return true }
+        return admits(through: file, refusing: statistics.fencedReads, "reads")
+    }
+
+    private func admits(through file: OpenFile, refusing counted: borrowing Atomic<Int>, _ what: String) -> Bool {
+        guard let cover = file.cover, let delegations else { return true }
         func refused() -> Bool {
-            statistics.fencedWrites.add(1, ordering: .relaxed)
+            counted.add(1, ordering: .relaxed)
             return false
         }
         if cover.fenced.load(ordering: .relaxed) || !delegations.mayAdmitWrites { return refused() }
@@ -74,7 +90,7 @@ extension MountCoordinator {
         case .fenced:
             if !cover.fenced.exchange(true, ordering: .relaxed) {
                 logger.error(
-                    "cluster: writes through an open file of '\(path.isEmpty ? "/" : path)' are refused (EIO) until it is closed: another host may have written it since it was opened"
+                    "cluster: \(what) through an open file of '\(path.isEmpty ? "/" : path)' are refused (EIO) until it is closed: another host may have written it since it was opened"
                 )
             }
             return refused()

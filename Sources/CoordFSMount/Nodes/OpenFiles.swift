@@ -48,9 +48,10 @@ final class OpenFile: @unchecked Sendable {
     /// A coordinated appending open (U1), counted in its inode's `appenders` from the open to
     /// the release.
     let appends: Bool
-    /// For a write open on a host of a shared store: its cover, which each write through it
-    /// asks (`MountCoordinator.admitsWrite`). Set before the open is inserted in the table.
-    var writeCover: WriteCover?
+    /// For an open on a host of a shared store: its cover, which each write and read through
+    /// it asks (`MountCoordinator.admitsWrite`, `admitsRead`). Set before the open is inserted
+    /// in the table.
+    var cover: OpenCover?
 
     /// `directIO`: served as the kernel's direct_io; `flags`: those `fd` was opened with;
     /// `opener`: the opening process (`Filesystem.openingProcess`), for a writable open;
@@ -89,10 +90,11 @@ final class OpenFile: @unchecked Sendable {
     }
 }
 
-/// A write open's cover on a host of a shared store (`MountCoordinator.admitsWrite`): the stamp of its
-/// grant (`HostDelegations.stampWrites`), moved on as the losses of cover since are judged not
-/// to reach its item, and whether one did: fenced, its writes are refused until it is closed.
-final class WriteCover: Sendable {
+/// An open's cover on a host of a shared store (`MountCoordinator.admitsWrite`, `admitsRead`):
+/// the stamp of its grant (`HostDelegations.stampWrites`, `stampReads`), moved on as the losses
+/// of cover since are judged not to reach its item, and whether one did: fenced, its writes and
+/// reads are refused until it is closed.
+final class OpenCover: Sendable {
     let stamp: Atomic<UInt64>
     let fenced: Atomic<Bool>
 

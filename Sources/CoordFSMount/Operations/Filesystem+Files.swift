@@ -30,7 +30,7 @@ extension Filesystem {
             case .success(let backing):
                 let file = openFile(backing, inode, wanted.kind, flags, created: false, claim, caller)
                 if flags & O_TRUNC != 0 { file.written.store(true, ordering: .relaxed) }
-                file.writeCover = shared?.cover
+                file.cover = shared?.cover
                 if versions != nil {
                     if flags & O_ACCMODE != O_WRONLY { noteRead(inode, backing.fd, by: caller) }
                     if wanted.kind.isWrite { file.versionReader = versionReader(caller) }
@@ -254,7 +254,7 @@ extension Filesystem {
             case .success(let (backing, inode, attributes)):
                 let file = openFile(backing, inode, kind, flags, created: true, claim, caller)
                 file.versionReader = versionReader(caller)
-                file.writeCover = shared?.cover
+                file.cover = shared?.cover
                 // A file that was there already, marked: as an open's. (A create's reply, which
                 // the kernel takes whatever it was told to forget meanwhile, is kept a short
                 // time: open for writing, the file is not marked anyway.) Kept even while written
@@ -425,6 +425,7 @@ extension Filesystem {
 
     func read(_ reply: consuming Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
         guard let file = files[handle] else { return reply.error(EBADF) }
+        guard coordinator.admitsRead(through: file) else { return reply.error(EIO) }
         reply.data(from: file.fd, offset: offset, size: size)
     }
 
