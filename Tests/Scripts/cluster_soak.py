@@ -767,6 +767,12 @@ def nemesis(options) -> int:
             for thread in threads:
                 thread.join(ITERATION_LIMIT + 30)
         alive = [thread.name for thread in threads if thread.is_alive()]
+        if options.keep:
+            # Every record and fault, for whoever looks into a violation afterwards.
+            with open(os.path.join(soak.work, "records.json"), "w") as file:
+                json.dump({"faults": faults.faults, "counter": work.counter, "swift": work.swift,
+                           "blob_writes": work.blob_writes, "blob_reads": work.blob_reads,
+                           "fio": work.fio, "trees": work.trees}, file, default=str)
         violations, summary = check(soak, work, faults.faults)
         if alive:
             violations.append(f"workloads did not end: {alive}")
@@ -885,7 +891,7 @@ def main() -> int:
         command = commands.add_parser(name)
         command.add_argument("--coordfs", required=True)
         command.add_argument("--counter", required=True, help="CoordinatedCounter")
-        command.add_argument("--keep", action="store_true", help="keep the work directory (logs, store)")
+        command.add_argument("--keep", action="store_true", help="keep the work directory (logs, store, and every record in records.json)")
     commands.choices["nemesis"].add_argument("--hosts", type=int, default=3)
     commands.choices["nemesis"].add_argument("--seconds", type=float, default=90)
     commands.choices["nemesis"].add_argument("--quiet", type=float, default=6, help="seconds between faults (doubled at most with --random)")
