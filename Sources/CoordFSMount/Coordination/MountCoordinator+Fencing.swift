@@ -58,20 +58,22 @@ extension MountCoordinator {
     /// writes under a lock lost with its lease. An open fenced so stays fenced until it is
     /// closed: its program may not know what another host wrote meanwhile.
     func admitsWrite(through file: OpenFile) -> Bool {
-        guard file.cover != nil else { return true }
-        return admits(through: file, refusing: statistics.fencedWrites, "writes")
+        guard let cover = file.cover else { return true }
+        return admits(through: file, cover, refusing: statistics.fencedWrites, "writes")
     }
 
     /// Whether a read through `file` may be served: as its writes (`admitsWrite`), for an open
     /// stamped as covered. Refused: EIO, as NFS answers I/O under state lost with its lease; what
     /// the kernel has cached is still read (a mapping, the page cache), as it was when it came.
     func admitsRead(through file: OpenFile) -> Bool {
-        guard file.cover != nil else { return true }
-        return admits(through: file, refusing: statistics.fencedReads, "reads")
+        guard let cover = file.cover else { return true }
+        return admits(through: file, cover, refusing: statistics.fencedReads, "reads")
     }
 
-    private func admits(through file: OpenFile, refusing counted: borrowing Atomic<Int>, _ what: String) -> Bool {
-        guard let cover = file.cover, let delegations else { return true }
+    private func admits(
+        through file: OpenFile, _ cover: OpenCover, refusing counted: borrowing Atomic<Int>, _ what: String
+    ) -> Bool {
+        guard let delegations else { return true }
         func refused() -> Bool {
             counted.add(1, ordering: .relaxed)
             return false
