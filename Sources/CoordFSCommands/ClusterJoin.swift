@@ -371,7 +371,10 @@ private final class MemberDelegations: HostDelegations {
     let member: ClusterMember
     private let granted = Atomic<UInt64>(0)
 
-    var acquisitions: UInt64 { granted.load(ordering: .acquiring) }
+    /// The grants, and the losses of cover: after a lost lease the rejoin asks again for what
+    /// this host's programs hold without a grant here, and another host may have replaced those
+    /// items meanwhile.
+    var acquisitions: UInt64 { granted.load(ordering: .acquiring) &+ member.lastCoverLoss }
 
     init(member: ClusterMember) { self.member = member }
 

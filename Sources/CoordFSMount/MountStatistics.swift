@@ -68,6 +68,9 @@ final class MountStatistics: Sendable {
     let fencedWrites = Atomic<Int>(0)
     /// Reads through open files refused (EIO) so (`MountCoordinator.admitsRead`).
     let fencedReads = Atomic<Int>(0)
+    /// Requests of an accessor refused (EIO) so: its hold's item may have been another host's
+    /// since the hold was granted (`MountCoordinator.holdLostItsCover`).
+    let fencedAccessorRequests = Atomic<Int>(0)
 
     /// A number that moves with every request of the kernel's counted here, and every change
     /// behind the mount: the mount's work, for a trim once it stops (`IdleTrim.whenQuiet`).
@@ -113,7 +116,8 @@ final class MountStatistics: Sendable {
             ("files_watched_for_writes", filesWatchedForWrites.load(ordering: .relaxed)),
             ("known_lookup_misses", knownLookupMisses.load(ordering: .relaxed)),
             ("fenced_writes", fencedWrites.load(ordering: .relaxed)),
-            ("fenced_reads", fencedReads.load(ordering: .relaxed))
+            ("fenced_reads", fencedReads.load(ordering: .relaxed)),
+            ("fenced_accessor_requests", fencedAccessorRequests.load(ordering: .relaxed))
         ]
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

@@ -769,7 +769,9 @@ public final class ClusterMember: Sendable {
             // The lease counted lost is lost here at once, before its loss is handled; joining
             // again, nothing new is granted before the items held here are asked for again.
             if state.held.isEmpty || state.rejoining != nil || state.delegations?.lease.isLost != false { return false }
-            guard let found = state.holding(path, mode) else { return false }
+            // Nor once the lease may have ended by the clock: a daemon woken from a pause past its
+            // TTL serves the requests that waited for it before its renewal has noticed anything.
+            guard leaseMayBeValid, let found = state.holding(path, mode) else { return false }
             // Not idle: marked once a sweep. (Presences too: presenters inside a delegation
             // rely on it, and ask for a presence of their own only once it has gone.)
             if !found.modes.contains(.granted) { state.held[found.path]?.insert(.granted) }
@@ -786,7 +788,9 @@ public final class ClusterMember: Sendable {
     public func coversAccessor(_ path: String, _ mode: Delegations.Mode) -> Bool {
         if covers(path, mode) { return true }
         return state.withLock { state in
-            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else {
+            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false,
+                leaseMayBeValid
+            else {
                 return false
             }
             return state.kept.contains { key in
@@ -801,10 +805,15 @@ public final class ClusterMember: Sendable {
     /// write through a mount asks): the host coordinates alone, or is a member whose lease may
     /// still be valid (its last renewal's answer, plus the TTL, less the margin: by the clock,
     /// before the renewal's task has noticed). False while it is lost and while it joins again.
+    /// Whether the present run's lease may still be valid by the clock (`mayAdmitWrites`'s
+    /// test for a member): past it, nothing is granted from what the host holds, since etcd may
+    /// have ended the lease and another host gone ahead before the renewal has noticed.
+    private var leaseMayBeValid: Bool { leaseUntil.load(ordering: .acquiring) > LeaseClock.now }
+
     public var mayAdmitWrites: Bool {
         switch writeStanding.load(ordering: .acquiring) {
         case WriteStanding.alone.rawValue: true
-        case WriteStanding.member.rawValue: leaseUntil.load(ordering: .acquiring) > LeaseClock.now
+        case WriteStanding.member.rawValue: leaseMayBeValid
         default: false
         }
     }
@@ -937,7 +946,9 @@ public final class ClusterMember: Sendable {
     /// for what the kept delegation does not serve would queue behind the host that waits for it.
     public func recallWaits(for path: String, _ mode: Delegations.Mode) -> Bool {
         state.withLock { state in
-            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false else {
+            guard !state.kept.isEmpty, state.rejoining == nil, state.delegations?.lease.isLost == false,
+                leaseMayBeValid
+            else {
                 return false
             }
             let holder = Delegations.Entry(path: path, host: "", mode: mode, revision: 0, lease: 0)
@@ -1054,7 +1065,9 @@ public final class ClusterMember: Sendable {
             if done() { return nil }
             if Task.isCancelled { throw .withdrawn }
             let step = state.withLock { current -> Step in
-                guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
+                guard let delegations = current.delegations, !delegations.lease.isLost, leaseMayBeValid else {
+                    return .lost
+                }
                 let key =
                     exactly
                     ? Key(path: path, mode: mode) : key(for: path, mode, in: delegations, avoiding: current.recalled)
@@ -1184,7 +1197,9 @@ public final class ClusterMember: Sendable {
         while true {
             if covers(path, mode) { return true }
             let step = state.withLock { current -> AtOnce in
-                guard let delegations = current.delegations, !delegations.lease.isLost else { return .lost }
+                guard let delegations = current.delegations, !delegations.lease.isLost, leaseMayBeValid else {
+                    return .lost
+                }
                 let key = key(for: path, mode, in: delegations, avoiding: current.recalled)
                 let exact = Key(path: path, mode: mode)
                 // Being given back idle (nobody else wants it): asked for again once it is.

@@ -13,6 +13,10 @@ package final class AccessorHolds: Sendable {
         package let token: UInt64
         package let claim: Claim
         package let intents: [Intent]
+        /// On a host of a shared store, the hold's stamp against its host's losses of cover
+        /// (`ClaimGate.coverStamp`): its accessor's requests after a loss that reaches their
+        /// items are fenced, as writes through an open file are. Nil elsewhere.
+        package let cover: UInt64?
     }
 
     /// The number of entries, read without the lock: a mount asks on every request.
@@ -28,11 +32,12 @@ package final class AccessorHolds: Sendable {
     /// How many holds are granted now.
     package var holds: Int { count.load(ordering: .acquiring) }
 
-    /// Records `claim`, granted to `process`; the token takes it out again.
-    package func add(_ claim: Claim, of process: Int32) -> UInt64 {
+    /// Records `claim`, granted to `process` (stamped `cover`); the token takes it out again.
+    package func add(_ claim: Claim, of process: Int32, cover: UInt64? = nil) -> UInt64 {
         table.withLock { table in
             table.next += 1
-            table.byProcess[process, default: []].append(Entry(token: table.next, claim: claim, intents: claim.intents))
+            table.byProcess[process, default: []].append(
+                Entry(token: table.next, claim: claim, intents: claim.intents, cover: cover))
             count.add(1, ordering: .releasing)
             return table.next
         }

@@ -14,6 +14,9 @@ package protocol ClaimGate: Sendable {
     ) -> @Sendable () -> Void
     /// Whether `intents` may be claimed here now.
     func admits(_ intents: [Intent]) -> Bool
+    /// The stamp of a hold granted now (`HostDelegations.lastCoverLoss`), read before `admits`
+    /// says it may be: its accessor's requests are judged against the losses of cover after it.
+    var coverStamp: UInt64 { get }
     /// Waits until they may (`waits` false: not for another host). `completion` runs once, on
     /// any thread: nil and the promises of the grants it waited for (each redeemed once the
     /// hold is claimed and has looked again, `DelegationPromise`), or the errno name and

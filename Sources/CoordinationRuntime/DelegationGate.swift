@@ -37,6 +37,8 @@ package struct DelegationGate: ClaimGate {
         needs(intents).allSatisfy { delegations.covers($0.path, $0.access) }
     }
 
+    package var coverStamp: UInt64 { delegations.lastCoverLoss }
+
     package func admit(
         _ intents: [Intent], waits: Bool,
         completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void

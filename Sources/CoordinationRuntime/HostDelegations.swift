@@ -7,7 +7,8 @@ package protocol HostDelegations: AnyObject, Sendable {
     /// Whether this host may grant `access` of `path` now.
     func covers(_ path: String, _ access: DelegatedAccess) -> Bool
     /// How many delegations this host has been granted (or let past another host's programs)
-    /// so far: before each, another host may have changed its items, names included.
+    /// so far, and losses of cover: before each, another host may have changed its items,
+    /// names included.
     var acquisitions: UInt64 { get }
     /// `covers`, for an accessor's own request (a process of a hold through the control socket,
     /// or its descendant) of what its hold stands for: also under a delegation recalled but not

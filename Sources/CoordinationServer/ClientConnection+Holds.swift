@@ -186,6 +186,8 @@ extension ClientConnection {
                 return self.watchedHolds.removeValue(forKey: id)
             }
             unwatch?()
+            // Stamped before its cover is looked at: a loss after the look is one it is judged by.
+            let cover = self.server.claimGate?.coverStamp
             switch result {
             case .failure(let failure):
                 self.server.counts.returnMemory(bytes, of: self.peer.uid)
@@ -203,7 +205,7 @@ extension ClientConnection {
                 self.hold(id, wanted, wait, timeout, inherit, presenter, coordinatorName, holderID, asked: asked)
             case .success(let claim):
                 // What the process does through a mount on these items is now its accessor's.
-                let token = self.server.domain.accessorHolds.add(claim, of: holder)
+                let token = self.server.domain.accessorHolds.add(claim, of: holder, cover: cover)
                 // Where the items are as granted: one moved while the hold waited is where it went.
                 let granted = claim.intents.map { (try? self.server.resolver.resolve($0.path.string).realPath) ?? "" }
                 var held = Held(

@@ -1772,6 +1772,77 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
                              {"ENOTCONN", "ECONNABORTED", "EIO"}, writes)
         self.assertEqual(self.read(self.path("A", "nemesis-crash")), reading.result)
 
+    # ------------------------------------------------------------------ a hold's own save
+
+    def hold_updating_on_A(self, name):
+        """An Apple-style update of counter `name` held on A: `coordfs coordinate --write` whose
+        accessor reads the number, writes the next into a temporary file, says "ready", and once
+        the file `go` (outside the mount) exists, renames the temporary file over the counter.
+        The process and `go`'s path."""
+        self.write("A", name, b"1\n")
+        go = os.path.join(self.work, name + ".go")
+        target, temporary = shlex.quote(self.path("A", name)), shlex.quote(self.path("A", name + ".tmp"))
+        script = (f'v=$(cat {target}) || exit 3; echo $((v + 1)) > {temporary} || exit 4; echo ready; '
+                  f'while [ ! -e {shlex.quote(go)} ]; do sleep 0.05; done; mv {temporary} {target}')
+        holder = subprocess.Popen([COORDFS, "coordinate", "--write", self.path("A", name), "--", "sh", "-c", script],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "ready", self.log_tail("A"))
+        except BaseException:
+            holder.kill()
+            holder.communicate()
+            raise
+        return holder, go
+
+    def assert_the_save_was_refused(self, name, holder, go):
+        """Lets A's hold save, and checks its rename was refused (EIO), B's write kept."""
+        with open(go, "w"):
+            pass
+        try:
+            _, error = holder.communicate(timeout=30)
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.communicate()
+        self.assertNotEqual(holder.returncode, 0, "A's hold renamed its save over B's write")
+        self.assertIn("Input/output error", error, error + self.log_tail("A"))
+        self.assertEqual(self.read(os.path.join(self.store, name)), b"100\n", "B's write was undone: an update lost")
+        self.assertGreater(json.loads(os.getxattr(self.mounts["A"], "user.coordfs.stats")).get("fenced_accessor_requests", 0), 0)
+
+    def test_6_a_hold_cut_off_past_its_ttl_saves_nothing_over_what_B_wrote_meanwhile(self):
+        # A's hold read the counter, A is cut off past its TTL, B writes it once etcd has ended
+        # A's lease, and A joins again. The hold's own rename then found its item covered again
+        # (the rejoin asks again for what A's programs hold) and landed: B's write was undone.
+        holder, go = self.hold_updating_on_A("cut-counter")
+        before = self.wait_for_lease("A", "held", 5)
+        cluster.cut(self.state, "h1")
+        try:
+            self.write("B", "cut-counter", b"100\n")
+        finally:
+            cluster.heal(self.state, "h1")
+        self.wait_for_rejoin("A", before)
+        self.assert_the_save_was_refused("cut-counter", holder, go)
+
+    def test_7_a_hold_whose_daemon_was_paused_past_its_ttl_saves_nothing_over_what_B_wrote(self):
+        # A's daemon is stopped as the hold's rename reaches it; B writes once etcd has ended A's
+        # lease; woken, the daemon must refuse the rename that waited for it by its clock, before
+        # its renewal has noticed anything (the hold's item still counts as held then).
+        holder, go = self.hold_updating_on_A("paused-counter")
+        daemon = daemon_of(self.mounts["A"])
+        self.assertIsNotNone(daemon, "A's daemon not found")
+        before = self.wait_for_lease("A", "held", 5)
+        os.kill(daemon, signal.SIGSTOP)
+        try:
+            with open(go, "w"):
+                pass
+            time.sleep(0.5)  # the rename waits in the kernel for the daemon
+            self.assertIsNone(holder.poll(), "A's hold ended while its daemon was stopped")
+            self.write("B", "paused-counter", b"100\n")
+        finally:
+            os.kill(daemon, signal.SIGCONT)
+        self.assert_the_save_was_refused("paused-counter", holder, go)
+        self.wait_for_rejoin("A", before)
+
 
 @unittest.skipIf(skip_reason(), skip_reason() or "")
 class ClusterCoherenceTests(ClusterHosts, unittest.TestCase):

@@ -51,6 +51,10 @@ extension MountCoordinator {
             // Asked once held: a recall that came meanwhile waited for this claim (or passage)
             // only if it began after this answer.
             let needs = delegationNeeds(request.wanted, request.other).filter { !passed.contains($0) }
+            if case .accessor? = claim.held, holdLostItsCover(request, needs, delegations) {
+                for promise in promised { promise.redeem() }
+                return fencedAccessorRequest(reply, claim, request)
+            }
             // Only what is not covered is waited for: an accessor's item, covered by the
             // delegation its hold was granted under though recalled, asked for again would
             // queue behind the other host's request that recalled it, which waits for the hold
@@ -92,6 +96,41 @@ extension MountCoordinator {
         if targets.nameNamesAnother(node) { return true }
         node.nameCheckedAt.store(taken, ordering: .relaxed)
         return false
+    }
+
+    /// Whether a request of an accessor (`Claim.accessor`) comes after its hold lost its
+    /// cover: its host's lease may have ended, or a loss of cover since the hold was granted
+    /// reaches an item the request needs (a recall broken at the break time, a lease lost and
+    /// the item not carried over at the rejoin). Another host may have written the hold's item
+    /// since the accessor read it: what the accessor writes now would undo that (a lost
+    /// update), and what it reads is not what its hold stands for. As writes through an open
+    /// file, then, it is refused (EIO), and so is everything the accessor does there after.
+    private func holdLostItsCover(
+        _ request: MountRequest, _ needs: [DelegationNeed], _ delegations: any HostDelegations
+    ) -> Bool {
+        let now = coarseMilliseconds()
+        guard let process = callingProcess(request.caller, now: now) else { return false }
+        let named = [request.wanted] + (request.other.map { [$0] } ?? [])
+        let hold = domain.accessorHolds.covering(named.map { targets.target(of: $0, now: now) }, of: process)
+        guard let cover = hold?.cover else { return false }
+        if delegations.mayAdmitWrites && delegations.lastCoverLoss <= cover { return false }
+        return needs.contains { need in
+            if case .admitted = delegations.admitsWrites(need.path, since: cover) { return false }
+            return true
+        }
+    }
+
+    /// A request of an accessor whose hold lost its cover (`holdLostItsCover`): EIO, its
+    /// claim ended unused.
+    private func fencedAccessorRequest(
+        _ reply: consuming Reply, _ claim: consuming MountClaim, _ request: MountRequest
+    ) {
+        statistics.fencedAccessorRequests.add(1, ordering: .relaxed)
+        logger.error(
+            "cluster: a request inside a coordinated access is refused (EIO): the item its hold was granted on may have been another host's since"
+        )
+        claim.end(request.unchanged)
+        reply.error(Errno(code: EIO))
     }
 
     /// An open of an item another host replaced (`nameNamesAnother`): answered ESTALE, its
