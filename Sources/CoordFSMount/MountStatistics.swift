@@ -64,7 +64,7 @@ final class MountStatistics: Sendable {
     let knownLookupMisses = Atomic<Int>(0)
     /// Writes through open files refused (EIO) on a host of a shared store: its lease may have
     /// ended, or the file's item may have been another host's since it was opened
-    /// (`MountCoordinator.admitsWrite`).
+    /// (`MountCoordinator.admitsWrite`); and write opens refused so at their grant.
     let fencedWrites = Atomic<Int>(0)
     /// Reads through open files refused (EIO) so (`MountCoordinator.admitsRead`).
     let fencedReads = Atomic<Int>(0)

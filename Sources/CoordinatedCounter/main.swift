@@ -68,6 +68,9 @@ let presenter = CounterPresenter(url: file)
 FileCoordinator.addFilePresenter(presenter)
 let coordinator = FileCoordinator(filePresenter: presenter)
 var errors: [String] = []
+/// Each successful update's count and when it ended (seconds since 1970): two that wrote one
+/// count are an update lost, and a soak's checker tells when.
+var wrote: [[Double]] = []
 
 // Both are ready before either writes: each presenter hears all of the other's accesses.
 func marker(_ who: String, _ what: String) -> URL { directory.appendingPathComponent(".\(who).\(what)") }
@@ -88,11 +91,14 @@ for _ in 0..<updates {
         // moment: a hold there that came after the move would write a new file beside the
         // counter, and one that came during it was granted at FILE only because it followed the
         // move back.
+        var written = 0
         try coordinator.coordinate(writingItemAt: file, options: .forMerging) { url in
             let old = (try? Data(contentsOf: url)).flatMap { try? JSONDecoder().decode(Count.self, from: $0) }
             let new = Count(count: (old?.count ?? 0) + 1, by: name)
             try JSONEncoder().encode(new).write(to: url, options: .atomic)
+            written = new.count
         }
+        wrote.append([Double(written), Date().timeIntervalSince1970])
     } catch {
         errors.append("update: \(error)")
     }
@@ -129,7 +135,7 @@ let log = presenter.log
 func count(_ letter: Character) -> Int { log.filter { $0 == letter }.count }
 let report: [String: Any] = [
     "name": name, "log": log, "relinquish": count("R") + count("r"), "save": count("S"), "change": count("C"),
-    "move": count("M"), "reacquire": count("A"), "errors": errors
+    "move": count("M"), "reacquire": count("A"), "errors": errors, "wrote": wrote
 ]
 let line = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys])
 FileHandle.standardOutput.write(line + Data("\n".utf8))

@@ -198,12 +198,17 @@ class Cluster:
 
 COUNTER_SCRIPT = ('s=$(date +%s.%N); v=$(cat {0}) || exit 3; [ -n "$v" ] || exit 4; '
                   'echo $((v + 1)) > {0} || exit 5; e=$(date +%s.%N); echo "$s $e $((v + 1))"')
+# Under the nemesis the write goes in place without truncating first (`1<>`: the number only
+# grows, so it covers what was there). A truncating write struck between its truncation and its
+# write (its daemon killed, its lease ending) leaves the file empty, as on any filesystem; the
+# counter could not go on from there. The calm runs keep the truncating form above.
+NEMESIS_COUNTER_SCRIPT = COUNTER_SCRIPT.replace("> {0} || exit 5", "1<> {0} || exit 5")
 
 
-def counter_iteration(coordfs: str, path: str) -> dict:
+def counter_iteration(coordfs: str, path: str, script: str = COUNTER_SCRIPT) -> dict:
     """One `coordinate --write` iteration of the shell counter: its outcome and what it printed."""
     began = time.time()
-    run = subprocess.Popen([coordfs, "coordinate", "--write", path, "--", "sh", "-c", COUNTER_SCRIPT.format(shlex.quote(path))],
+    run = subprocess.Popen([coordfs, "coordinate", "--write", path, "--", "sh", "-c", script.format(shlex.quote(path))],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         output, error = run.communicate(timeout=ITERATION_LIMIT)
@@ -398,7 +403,7 @@ class Workloads:
         while not self.stop.is_set():
             if self.waits(host):
                 continue
-            record = counter_iteration(self.soak.coordfs, host.path("counter"))
+            record = counter_iteration(self.soak.coordfs, host.path("counter"), NEMESIS_COUNTER_SCRIPT)
             record["host"] = host.name
             self.note(self.counter, record)
             if record["status"] != 0:
@@ -418,7 +423,7 @@ class Workloads:
             failed = [error for error in report.get("errors", []) if error.startswith("update")]
             self.note(self.swift, {"host": host.name, "status": status, "began": began, "ended": time.time(),
                                    "updates": updates, "succeeded": updates - len(failed) if report else 0,
-                                   "errors": report.get("errors", [])[:3]})
+                                   "errors": report.get("errors", [])[:3], "wrote": report.get("wrote", [])})
             if status != 0:
                 self.pause(0.5)
 
@@ -654,6 +659,16 @@ def check(soak: Cluster, work: Workloads, faults: list[dict]) -> tuple[list[str]
             violations.append(f"torn: CoordinatedCounter's file: {error}")
     if count is not None and count < successes:
         violations.append(f"lost: CoordinatedCounter ends at {count}, below its {successes} successful updates")
+    # Which: two successful updates that wrote one count (one read what the other had replaced).
+    written: dict[int, list[str]] = {}
+    for record in work.swift:
+        for value, when in record.get("wrote", []):
+            stamp = time.strftime("%H:%M:%S", time.gmtime(when)) + f".{int(when % 1 * 1000):03d}"
+            written.setdefault(int(value), []).append(f"{record['host']} at {stamp}")
+    twice = sorted((value, hosts) for value, hosts in written.items() if len(hosts) > 1)
+    if twice:
+        violations.append("lost: CoordinatedCounter counts written by two successful updates: "
+                          + "; ".join(f"{value} by {', '.join(hosts)}" for value, hosts in twice[:10]))
     runs_ok = sum(1 for record in work.swift if record["status"] == 0)
     summary.append(f"CoordinatedCounter: {runs_ok} of {len(work.swift)} runs clean, {successes} updates succeeded; ends at {count}")
     summary.extend(reasons(str(error)[:100] for record in work.swift for error in record["errors"]))

@@ -17,6 +17,10 @@ extension MountCoordinator {
     struct SharedOpen {
         var path: String
         var cover: OpenCover?
+
+        /// A write open fenced from its grant (`sharedOpen`): refused (EIO) before the backing
+        /// file is touched. Opened, a truncating open would empty a file whose writes then fail.
+        var isRefused: Bool { cover?.fenced.load(ordering: .relaxed) == true }
     }
 
     /// The store path of the item `intent` is about: what its delegation is of.
@@ -36,8 +40,9 @@ extension MountCoordinator {
         guard writes else { return SharedOpen(path: path, cover: delegations.stampReads(path).map(OpenCover.init)) }
         let stamp = delegations.stampWrites(path)
         if stamp == nil {
+            statistics.fencedWrites.add(1, ordering: .relaxed)
             logger.error(
-                "cluster: '\(path.isEmpty ? "/" : path)' was opened for writing as this host lost it: writes through the open are refused (EIO)"
+                "cluster: '\(path.isEmpty ? "/" : path)' was to be opened for writing as this host lost it: the open is refused (EIO)"
             )
         }
         return SharedOpen(path: path, cover: OpenCover(stamp: stamp))

@@ -23,6 +23,10 @@ extension Filesystem {
         coordinator.coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
             // On a host of a shared store, stamped first: as it was granted.
             let shared = coordinator.sharedOpen(wanted, writes: wanted.kind.isWrite, claim: claim, caller)
+            if shared?.isRefused == true {
+                claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: false))
+                return reply.error(EIO)
+            }
             switch openBacking(inode, flags, writes: wanted.kind.isWrite, shared: shared, caller) {
             case .failure(let failure):
                 claim.end(IntentOutcome(existedBefore: true, existsAfter: true, changed: failure.truncated))
@@ -247,6 +251,10 @@ extension Filesystem {
         coordinator.coordinate(reply, wanted, nonBlocking: flags & O_NONBLOCK != 0) { [self] reply, claim in
             // On a host of a shared store, stamped first: as it was granted.
             let shared = coordinator.sharedOpen(wanted, writes: true, claim: claim, caller)
+            if shared?.isRefused == true {
+                claim.end(IntentOutcome(existedBefore: false, existsAfter: false))
+                return reply.error(EIO)
+            }
             switch createBacking(name, in: parent, flags, mode, shared: shared, caller) {
             case .failure(let failure):
                 claim.end(IntentOutcome(existedBefore: false, existsAfter: failure.leftFile))
