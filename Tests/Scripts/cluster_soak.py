@@ -254,7 +254,9 @@ def blob_writer_loop(name: str, path: str, stop: str) -> None:
     sequence = 0
     while not os.path.exists(stop):
         sequence += 1
-        record = {"host": name, "writer": f"{name}:{sequence}", "outcome": "ok", "opened": None}
+        # `opening`: an open that fails may have truncated the file first (its daemon killed
+        # before it answered).
+        record = {"host": name, "writer": f"{name}:{sequence}", "outcome": "ok", "opened": None, "opening": time.monotonic()}
         try:
             fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
         except OSError as error:
@@ -608,6 +610,28 @@ def reads_during_writes(reads: list[dict], writes: list[dict]) -> list[str]:
     return found
 
 
+# Open failures that may come after the mount truncated the file: its daemon killed before it
+# answered (the connection aborted, the request cancelled), or a write refused as fenced.
+TRUNCATED_MAYBE = {"ENOTCONN", "ECONNABORTED", "ECANCELED", "EIO", "EINTR"}
+
+
+def emptied_by_a_failed_write(writes: list[dict], before: float) -> bool:
+    """Whether the blob may be empty at `before` (monotonic) for a writer's own failure: since the
+    last write that ended well, a writer opened it (truncating it) and failed to write it whole,
+    or its open failed in a way that may have followed the truncation."""
+    def began(write: dict) -> float | None:
+        return write["opened"] if write["opened"] is not None else write.get("opening")
+    earlier = sorted((write for write in writes if (began(write) or before) < before), key=began)
+    for write in reversed(earlier):
+        if write["outcome"] == "ok":
+            return False
+        if write["outcome"].startswith(("write", "close")):
+            return True
+        if write["outcome"].startswith("open") and write["outcome"].split()[-1] in TRUNCATED_MAYBE:
+            return True
+    return False
+
+
 def reasons(failures) -> list[str]:
     """The commonest reasons among `failures`, a summary line each."""
     counted: dict[str, int] = {}
@@ -687,12 +711,8 @@ def check(soak: Cluster, work: Workloads, faults: list[dict]) -> tuple[list[str]
         elif names:
             if outcome.get(names[0], {}).get("outcome") == "ok" or names[0] == "init:0":
                 torn.append(record)             # part of a write that ended well
-        else:
-            # Empty: the last writer that truncated it before this read must have failed.
-            before = [write for write in work.blob_writes if write["opened"] is not None and write["opened"] < record["opened"]]
-            last = max(before, key=lambda write: write["opened"], default=None)
-            if record["length"] or last is None or not last["outcome"].startswith(("write", "close")):
-                torn.append(record)
+        elif record["length"] or not emptied_by_a_failed_write(work.blob_writes, record["opened"]):
+            torn.append(record)                 # empty, though every truncation before it was written
     for record in torn[:5]:
         violations.append(f"torn: {record['host']} read {record['length']} bytes of {record['writers']}")
     if len(torn) > 5:
