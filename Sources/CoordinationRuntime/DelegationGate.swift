@@ -52,22 +52,26 @@ package struct DelegationGate: ClaimGate {
         _ needs: ArraySlice<DelegationNeed>, asking: Bool, waits: Bool,
         completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void
     ) -> @Sendable () -> Void {
-        let state = Mutex<(stopped: Bool, stop: (@Sendable () -> Void)?)>((false, nil))
-        // A refusal after some grants redeems their promises as it drops them.
-        let promised = Mutex<[any DelegationPromise]>([])
+        let state = Mutex(PassState())
         let delegations = self.delegations
         @Sendable func refuse(_ errno: String, _ message: String) {
-            promised.withLock { $0 = [] }
+            redeem(state.withLock { $0.takePromises() })
             completion((errno: errno, message: message), [])
         }
         @Sendable func next(_ rest: ArraySlice<DelegationNeed>) {
-            guard let need = rest.first else { return completion(nil, promised.withLock { $0 }) }
+            guard let need = rest.first else { return completion(nil, state.withLock { $0.takePromises() }) }
             let answered: @Sendable (HostDelegationOutcome) -> Void = { outcome in
+                if case .granted(let promise?) = outcome {
+                    // Kept unless the pass was stopped meanwhile: then nobody will redeem it.
+                    let kept = state.withLock { current -> Bool in
+                        if !current.stopped { current.promises.append(promise) }
+                        return !current.stopped
+                    }
+                    if !kept { promise.redeem() }
+                }
                 if state.withLock({ $0.stopped }) { return }
                 switch outcome {
-                case .granted(let promise):
-                    if let promise { promised.withLock { $0.append(promise) } }
-                    next(rest.dropFirst())
+                case .granted: next(rest.dropFirst())
                 // Let past another host's programs, it holds nothing there: as on one host.
                 case .passed: next(rest.dropFirst())
                 case .wouldWait: refuse("EAGAIN", "another host of the shared store holds it")
@@ -88,12 +92,29 @@ package struct DelegationGate: ClaimGate {
         }
         next(needs)
         return {
-            let stop = state.withLock { current -> (@Sendable () -> Void)? in
+            let (stop, promises) = state.withLock { current in
                 current.stopped = true
-                return current.stop
+                return (current.stop, current.takePromises())
             }
             stop?()
-            promised.withLock { $0 = [] }
+            redeem(promises)
         }
     }
+}
+
+/// A pass's state (`DelegationGate.pass`): stopped or not, what stops the wait under way, and
+/// the promises of the grants so far, handed on with the pass or redeemed if it ends otherwise.
+private struct PassState {
+    var stopped = false
+    var stop: (@Sendable () -> Void)?
+    var promises: [any DelegationPromise] = []
+
+    mutating func takePromises() -> [any DelegationPromise] {
+        defer { promises = [] }
+        return promises
+    }
+}
+
+private func redeem(_ promises: [any DelegationPromise]) {
+    for promise in promises { promise.redeem() }
 }

@@ -284,19 +284,33 @@ final class DelegationWait: Sendable, CancellableWait {
         case refusedThere(Int32)
     }
 
+    private struct State {
+        var completion: (@Sendable (Outcome, PendingReply) -> Void)?
+        var stop: (@Sendable () -> Void)?
+        /// The promises of the grants waited for so far: handed on with the request, or
+        /// redeemed at once if it ends otherwise.
+        var promises: [any DelegationPromise] = []
+    }
+
     private let reply: PendingReply
-    private let state: Mutex<(completion: (@Sendable (Outcome, PendingReply) -> Void)?, stop: (@Sendable () -> Void)?)>
-    /// The promises of the grants waited for so far: handed on with the request, or redeemed
-    /// at once if it ends otherwise.
-    private let promises = Mutex<[any DelegationPromise]>([])
+    private let state: Mutex<State>
 
-    func keep(_ promise: any DelegationPromise) { promises.withLock { $0.append(promise) } }
+    /// Keeps the promise of a grant waited for; one that comes once the wait has ended is
+    /// redeemed at once.
+    func keep(_ promise: any DelegationPromise) {
+        let kept = state.withLock { state -> Bool in
+            guard state.completion != nil else { return false }
+            state.promises.append(promise)
+            return true
+        }
+        if !kept { promise.redeem() }
+    }
 
-    var promised: [any DelegationPromise] { promises.withLock { $0 } }
+    var promised: [any DelegationPromise] { state.withLock { $0.promises } }
 
     init(_ reply: PendingReply, _ completion: @escaping @Sendable (Outcome, PendingReply) -> Void) {
         self.reply = reply
-        state = Mutex((completion, nil))
+        state = Mutex(State(completion: completion))
     }
 
     /// What stops the wait for the delegation asked for now.
@@ -310,20 +324,16 @@ final class DelegationWait: Sendable, CancellableWait {
     }
 
     func finish(_ outcome: Outcome) {
-        let (completion, stop) = state.withLock { state in
-            defer { state = (nil, nil) }
-            return (state.completion, state.stop)
+        let ended = state.withLock { state in
+            defer { state = State() }
+            return state
         }
-        let kept = promises.withLock { promises in
-            defer { promises = [] }
-            return promises
-        }
-        guard let completion else { return }
+        guard let completion = ended.completion else { return }
         switch outcome {
-        case .interrupted, .timedOut: stop?()
+        case .interrupted, .timedOut: ended.stop?()
         case .granted, .wouldWait, .refused, .refusedThere: break
         }
-        if case .granted = outcome {} else { for promise in kept { promise.redeem() } }
+        if case .granted = outcome {} else { for promise in ended.promises { promise.redeem() } }
         completion(outcome, reply)
     }
 
