@@ -1879,6 +1879,27 @@ class ClusterCoherenceTests(ClusterHosts, unittest.TestCase):
             self.assertIsNone(reading.error)
             self.assertEqual(reading.result, b"v1\n", f"round {round}: B read the item A's save replaced")
 
+    def test_a_read_on_B_that_waited_for_A_s_write_in_place_reads_all_of_it(self):
+        # B asks f's size while A writes it in place (one chunk of four written): B's kernel
+        # keeps that size a while. B's read waits for A's write, and once A has closed f, reads
+        # it: the kernel stopped the read at the size it kept, one chunk of A's four, a torn
+        # read (the nemesis soak saw it with a backing watch too, when its notice of A's writes
+        # came after B's read).
+        chunk = 16384
+        for round in range(3):
+            name = f"inplace-{round}"
+            self.write("A", name, b"")
+            with open(self.path("A", name), "r+b") as file:
+                file.write(bytes([65 + round]) * chunk)
+                file.flush()
+                self.assertEqual(os.stat(self.path("B", name)).st_size, chunk)
+                reading = Reading(self.path("B", name))
+                self.assertTrue(reading.waits(0.1), "B's read went ahead while A wrote")
+                file.write(bytes([65 + round]) * (3 * chunk))
+            self.assertTrue(reading.finish(), self.log_tail("B"))
+            self.assertIsNone(reading.error)
+            self.assertEqual(len(reading.result), 4 * chunk, f"round {round}: B read {len(reading.result)} bytes of A's write")
+
 
 @unittest.skipIf(skip_reason(), skip_reason() or "")
 class ClusterHiddenNamesTests(ClusterHosts, unittest.TestCase):

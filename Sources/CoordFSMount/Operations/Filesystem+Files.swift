@@ -54,10 +54,14 @@ extension Filesystem {
                     if backing.keepsBits { dropPrivilegeBits(backing.fd, of: inode, clearedFor: caller) }
                     return reply.open(request.info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
                 }
+                let keepCache = !backing.direct && unchangedSinceLastOpen(inode, backing.fd)
+                // On a host of a shared store, a file changed since it was last open here may
+                // have been written by another host while this one's kernel kept its size: a
+                // read stops there. What the backing watch tells of it may come after the read.
+                if !keepCache && shared != nil { invalidateAttributes(of: inode) }
                 reply.open(
-                    request.info, handle: handle,
-                    keepCache: !backing.direct && unchangedSinceLastOpen(inode, backing.fd),
-                    directIO: backing.direct, noFlush: sendsNoFlush(inode))
+                    request.info, handle: handle, keepCache: keepCache, directIO: backing.direct,
+                    noFlush: sendsNoFlush(inode))
             }
         }
     }
