@@ -78,10 +78,13 @@ class Host:
         self.log_path = os.path.join(soak.work, f"{self.name}.log")
         self.mounted = False
         # Between a daemon killed and its mount made again: the workloads wait, and a read-only
-        # tmpfs on the bare mount point keeps what they had under way from landing there.
+        # tmpfs on the bare mount point keeps what they had under way from landing there. The
+        # bare directory is immutable besides (where its filesystem can say so): between the
+        # unmount and the guard, an Apple-style update once saved there, and counted a success.
         self.down = False
         self.guarded = False
         os.makedirs(self.point, exist_ok=True)
+        subprocess.run(["chattr", "+i", self.point], capture_output=True, timeout=30)
 
     def path(self, *names: str) -> str:
         return os.path.join(self.point, *names)
@@ -181,6 +184,8 @@ class Cluster:
             except Exception as error:
                 log(f"unmounting {host.name}: {error}")
         cluster.down(self.state, quiet=True)
+        for host in self.hosts:
+            subprocess.run(["chattr", "-i", host.point], capture_output=True, timeout=30)
         if self.keep:
             log(f"kept {self.work}")
         else:
