@@ -266,6 +266,7 @@ def blob_writer_loop(name: str, path: str, stop: str) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
         except OSError as error:
             record["outcome"] = "open " + errno.errorcode.get(error.errno, str(error.errno))
+            record["failed"] = time.monotonic()
             print(json.dumps(record), flush=True)
             time.sleep(0.3)
             continue
@@ -621,18 +622,22 @@ TRUNCATED_MAYBE = {"ENOTCONN", "ECONNABORTED", "ECANCELED", "EIO", "EINTR"}
 
 
 def emptied_by_a_failed_write(writes: list[dict], before: float) -> bool:
-    """Whether the blob may be empty at `before` (monotonic) for a writer's own failure: since the
-    last write that ended well, a writer opened it (truncating it) and failed to write it whole,
-    or its open failed in a way that may have followed the truncation."""
-    def began(write: dict) -> float | None:
-        return write["opened"] if write["opened"] is not None else write.get("opening")
-    earlier = sorted((write for write in writes if (began(write) or before) < before), key=began)
-    for write in reversed(earlier):
-        if write["outcome"] == "ok":
-            return False
-        if write["outcome"].startswith(("write", "close")):
-            return True
-        if write["outcome"].startswith("open") and write["outcome"].split()[-1] in TRUNCATED_MAYBE:
+    """Whether the blob may be empty at `before` (monotonic) for a writer's own failure: a
+    writer that truncates it as its open is granted, somewhere between `opening` and `opened`
+    (a daemon stopped right after the truncation answers only when it runs again), and then
+    failed to write it whole (or whose open failed as one that may follow the truncation),
+    with no write that ended well begun after that truncation and ended before `before`."""
+    for write in writes:
+        outcome = write["outcome"]
+        truncates = outcome.startswith(("write", "close")) or (
+            outcome.startswith("open") and outcome.split()[-1] in TRUNCATED_MAYBE)
+        began = write.get("opening", write["opened"])
+        if not truncates or began is None or began >= before:
+            continue
+        # A failed open truncated, if at all, before it failed (`failed`: when it was told).
+        truncated_by = write["opened"] if write["opened"] is not None else write.get("failed", began)
+        if not any(other["outcome"] == "ok" and other.get("opening", other["opened"]) >= truncated_by
+                   and other["closing"] < before for other in writes):
             return True
     return False
 
