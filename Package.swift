@@ -152,7 +152,10 @@ let package = Package(
         // The mount's parts on their own, and the commands' (no mount made).
         .testTarget(
             name: "CoordFSMountTests",
-            dependencies: ["CoordFSMount", "Coordination", "LinuxSystem", "CoordinationRuntime", "TestSupport"]),
+            dependencies: [
+                "CoordFSMount", "Coordination", "LinuxSystem", "CoordinationRuntime", "CLinux", "FileVersions",
+                "TestSupport"
+            ]),
         .testTarget(
             name: "CoordinationClientTests",
             dependencies: [

@@ -21,7 +21,7 @@ enum {
     CQ_SIZE = 4096,             // > MOST_ENTRIES + the eventfd's
     LANE_MOST = 8,              // per queue: requests that may block, served at once
     LANE_PAGE_BITS = 16,        // node ids per page of the lane map: 2^16 (8 KiB of bits)
-    LANE_PAGES = 1 << 16,       // pages: node ids below 2^32 are mapped, larger ones all lane
+    LANE_PAGES = 1 << 16,       // pages: 2^32 ids, larger ones folded in (`cfs_lane_key`)
 };
 
 #define EVENTFD_TAG ((uint64_t)1)

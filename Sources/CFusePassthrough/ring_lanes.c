@@ -18,12 +18,14 @@
 // The word of its page that holds `nodeid`'s bit in the lane map.
 static size_t cfs_lane_word(uint64_t nodeid) { return (size_t)((nodeid & ((1 << LANE_PAGE_BITS) - 1)) >> 6); }
 
+// Where `nodeid` is in the lane map, which covers 2^32 ids: a stable id (the backing's file
+// handle, 2^32 and above) is folded into it. Two ids may share a bit: a request of the other
+// then goes to a lane thread too, which costs it a hand-over and nothing else.
+static uint64_t cfs_lane_key(uint64_t nodeid) { return nodeid >> 32 ? (uint32_t)(nodeid ^ (nodeid >> 32)) : nodeid; }
+
 // Marks `nodeid` in the lane map, making its pages on first use. 1 when it was not marked.
 int cfs_mark_lane_node(struct cfs_ring *ring, uint64_t nodeid) {
-    if (nodeid >> LANE_PAGE_BITS >= LANE_PAGES) {             // beyond the map: lane everything
-        atomic_store(&ring->lanes_all, 1);
-        return 0;
-    }
+    nodeid = cfs_lane_key(nodeid);
     _Atomic(uint64_t) *_Atomic *pages = atomic_load(&ring->lane_pages);
     if (pages == NULL) {
         _Atomic(uint64_t) *_Atomic *made = calloc(LANE_PAGES, sizeof(*made));
@@ -57,11 +59,11 @@ int cfs_lanes_node(struct cfs_ring *ring, const struct cfs_ring_entry *entry) {
     if (pages == NULL) return 0;                              // nothing marked: most mounts
     struct cfs_in_header in;
     memcpy(&in, entry->header->in_out, sizeof(in));
-    if (in.nodeid >> LANE_PAGE_BITS >= LANE_PAGES) return 0;  // (lanes_all covers those)
-    _Atomic(uint64_t) *page = atomic_load_explicit(&pages[in.nodeid >> LANE_PAGE_BITS], memory_order_acquire);
+    uint64_t key = cfs_lane_key(in.nodeid);
+    _Atomic(uint64_t) *page = atomic_load_explicit(&pages[key >> LANE_PAGE_BITS], memory_order_acquire);
     if (page == NULL) return 0;
-    uint64_t word = atomic_load_explicit(&page[cfs_lane_word(in.nodeid)], memory_order_relaxed);
-    return (word >> (in.nodeid & 63)) & 1;
+    uint64_t word = atomic_load_explicit(&page[cfs_lane_word(key)], memory_order_relaxed);
+    return (word >> (key & 63)) & 1;
 }
 
 // Whether the request may wait long on the disk or the network (see the top of this file).

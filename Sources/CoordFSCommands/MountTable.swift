@@ -8,26 +8,9 @@ import Glibc
 
 /// Reads /proc/self/mountinfo, and asks FUSE mounts whether they are coordfs mounts.
 enum MountTable {
-    /// A mount: where, its type, its source (a coordfs mount's is its backing directory, unless
-    /// `-o fsname=` says otherwise), its filesystem's device, the directory of that filesystem
-    /// it shows (not "/" for a bind mount of a directory), and its filesystem's own options
-    /// (a FUSE mount's `user_id=` and `allow_other`).
-    typealias Entry = (
-        mountPoint: String, type: String, source: String, device: String, root: String, options: [String]
-    )
+    typealias Entry = MountInfo.Entry
 
-    static func entries() -> [Entry] {
-        guard let text = try? String(contentsOfFile: "/proc/self/mountinfo", encoding: .utf8) else { return [] }
-        return text.split(separator: "\n").compactMap { line in
-            let fields = line.split(separator: " ")
-            guard let dash = fields.firstIndex(of: "-"), fields.count > dash + 2, fields.count > 4 else { return nil }
-            let options = fields.count > dash + 3 ? fields[dash + 3].split(separator: ",").map(String.init) : []
-            return (
-                unescape(String(fields[4])), String(fields[dash + 1]), unescape(String(fields[dash + 2])),
-                String(fields[2]), unescape(String(fields[3])), options
-            )
-        }
-    }
+    static func entries() -> [Entry] { MountInfo.entries() }
 
     /// Whether `entry` is a FUSE filesystem's mount.
     static func isFuse(_ entry: Entry) -> Bool { entry.type == "fuse" || entry.type.hasPrefix("fuse.") }
@@ -258,22 +241,5 @@ enum MountTable {
             : "'\(name ?? path)' is on the \(kind) mount at '\(mount.mountPoint)', whose daemon has gone"
         let clear = isCoordfs ? "coordfs unmount \(mount.mountPoint)" : "fusermount3 -u \(mount.mountPoint)"
         throw CommandFailure("\(place) (transport endpoint is not connected): `\(clear)` clears it")
-    }
-
-    /// mountinfo escapes space, tab, newline and backslash as octal.
-    private static func unescape(_ text: String) -> String {
-        var iterator = Array(text.utf8)[...]
-        var bytes: [UInt8] = []
-        while let byte = iterator.popFirst() {
-            if byte == UInt8(ascii: "\\"), iterator.count >= 3,
-                let value = UInt8(String(decoding: iterator.prefix(3), as: UTF8.self), radix: 8)
-            {
-                bytes.append(value)
-                iterator = iterator.dropFirst(3)
-            } else {
-                bytes.append(byte)
-            }
-        }
-        return String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -107,8 +107,11 @@ public final class Filesystem: @unchecked Sendable {
         // Room for the budget and the files open through the mount, within the limit.
         DescriptorLimit.reserveTable(for: min(limit, budget + budget / 4 + 256), duplicating: fd)
         let pool = DescriptorPool(size: DescriptorLimit.largestBudget(under: limit), inodeCeiling: budget)
+        let versions = Self.openVersions(configuration, root: fd)
+        self.versions = versions
         inodes = InodeTable(
-            rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles, pool: pool)
+            rootFD: fd, rootStat: info, descriptorBudget: budget, fileHandles: configuration.fileHandles, pool: pool,
+            storeLinks: versions.map { versions -> @Sendable (stat) -> Bool in { versions.store.holdsLink(to: $0) } })
         let perUser =
             configuration.openFilesPerUser ?? DescriptorLimit.openFilesPerUser(under: limit, inodeBudget: budget)
         files = OpenFileTable(budget: OpenFileBudget(perUser: perUser, owner: getuid(), pool: pool))
@@ -117,7 +120,6 @@ public final class Filesystem: @unchecked Sendable {
             filesystems: filesystems, accessTimes: accessTimes, pin: pin,
             lanesByItem: configuration.ioUring && configuration.ringLanes == .auto && filesystems.rootIsLocal,
             openFileLimit: limit)
-        versions = Self.openVersions(configuration, root: fd)
         coordinator = Self.coordinator(
             of: configuration, in: domain, inodes: inodes, root: root, filesystems: filesystems, statistics: statistics,
             ownership: ownership)

@@ -15,6 +15,19 @@ package func statOf(_ fd: Int32) throws(Errno) -> stat {
 @inlinable
 package func procPath(_ fd: Int32) -> String { "/proc/self/fd/\(fd)" }
 
+/// The path the system gives the item `fd` refers to, as bytes (what /proc shows: a removed
+/// item's ends in " (deleted)", a file whose name the system has forgotten is "/"); nil if none.
+package func pathBytes(of fd: Int32) -> [UInt8]? {
+    var bytes = [UInt8](repeating: 0, count: Int(PATH_MAX) + 1)
+    let count = bytes.withUnsafeMutableBufferPointer { buffer in
+        buffer.baseAddress!.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
+            readlink(procPath(fd), $0, buffer.count - 1)
+        }
+    }
+    guard count > 0 else { return nil }
+    return Array(bytes[..<count])
+}
+
 /// Monotonic milliseconds from the kernel's tick-resolution clock: a vDSO read with no
 /// arithmetic on `Duration`, for per-request caches whose lifetimes are seconds.
 @inlinable @inline(__always)

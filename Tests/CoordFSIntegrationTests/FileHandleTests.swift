@@ -41,6 +41,80 @@ import Testing
         #expect(onMount.output == onTmpfs.output, "through the mount:\n\(onMount.output)\non tmpfs:\n\(onTmpfs.output)")
     }
 
+    /// On a backing filesystem whose handles are 8 bytes (ext4, where the tests run), items keep
+    /// their node ids across the daemon's lives (`StableNodeIDs`): a handle taken before an
+    /// unmount opens the same file and directory after the mount is mounted again, also after
+    /// the directory was renamed through the mount, as on a kernel filesystem (fstests
+    /// generic/477); a removed file's handle is stale.
+    @Test func handlesOpenTheSameItemsAfterTheMountIsMountedAgain() throws {
+        let fx = try MountFixture()
+        let kind = try run("/usr/bin/stat", ["-f", "-c", "%T", fx.backing.path])
+        try #require(kind.output == "ext2/ext3\n", "the backing is not ext4: \(kind.output)")
+        let script = Paths.scripts.appendingPathComponent("file_handles.py").path
+        try FileManager.default.createDirectory(atPath: fx.path("dir"), withIntermediateDirectories: false)
+        try "file\n".write(toFile: fx.path("dir/file"), atomically: false, encoding: .utf8)
+        try "gone\n".write(toFile: fx.path("gone"), atomically: false, encoding: .utf8)
+        func saved(_ name: String) -> String { fx.base.appendingPathComponent("\(name).handle").path }
+        for (name, path) in [("file", "dir/file"), ("dir", "dir"), ("gone", "gone")] {
+            let took = try run("/usr/bin/python3", [script, "save", saved(name), fx.path(path)])
+            try #require(took.status == 0, "\(took.errors)")
+        }
+        try FileManager.default.removeItem(atPath: fx.path("gone"))
+        func opened(_ name: String) throws -> String {
+            let result = try run("/usr/bin/python3", [script, "open", saved(name), fx.mountPoint.path])
+            return result.status == 0 ? result.output : "failed: \(result.errors)"
+        }
+        try fx.mountAgain()
+        #expect(try opened("file") == "file\n")
+        #expect(try opened("dir") == "directory of file\n")
+        #expect(try opened("gone") == "ESTALE\n")
+        try FileManager.default.moveItem(atPath: fx.path("dir"), toPath: fx.path("renamed"))
+        try fx.mountAgain()
+        #expect(try opened("dir") == "directory of file\n", "after a rename of the directory")
+        #expect(try opened("file") == "file\n", "after a rename of its directory")
+        // Not known to the new daemon until its handle was opened: now found by name too.
+        #expect(try String(contentsOfFile: fx.path("renamed/file"), encoding: .utf8) == "file\n")
+    }
+
+    /// After the mount is mounted again and the system's caches are dropped, the system knows a
+    /// file by its handle only, not by its name: where BACKING is its filesystem's root the
+    /// file is surely in the mount, and opens; where BACKING is a directory below that root it
+    /// might not be, and its handle is stale. A directory's name the system always knows.
+    @Test func aFileWhoseNameTheSystemForgotOpensWhereBackingIsItsFilesystemsRoot() throws {
+        let scratch = "/tmp/coordfs-it-fsroot-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: scratch + "/fs", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let made = try run("/bin/sh", ["-c", "truncate -s 32M \(scratch)/image && mkfs.ext4 -q -F \(scratch)/image"])
+        try #require(made.status == 0, "\(made.errors)")
+        let mounted = try run("/bin/mount", ["-o", "loop", scratch + "/image", scratch + "/fs"])
+        try #require(mounted.status == 0, "\(mounted.errors)")
+        defer { _ = try? run("/bin/umount", [scratch + "/fs"]) }
+        try FileManager.default.createDirectory(atPath: scratch + "/fs/below", withIntermediateDirectories: false)
+        let script = Paths.scripts.appendingPathComponent("file_handles.py").path
+
+        /// What the handles of dir/file and dir, taken through a mount of `backing`, open after
+        /// the mount was mounted again and the caches dropped.
+        func reopened(backing: String) throws -> [String] {
+            let fx = try MountFixture(backing: URL(fileURLWithPath: backing))
+            try FileManager.default.createDirectory(atPath: fx.path("dir"), withIntermediateDirectories: false)
+            try "file\n".write(toFile: fx.path("dir/file"), atomically: false, encoding: .utf8)
+            let saved = { (name: String) in "\(scratch)/\(name)-\(backing.hasSuffix("below") ? "below" : "root")" }
+            for (name, path) in [("file", "dir/file"), ("dir", "dir")] {
+                let took = try run("/usr/bin/python3", [script, "save", saved(name), fx.path(path)])
+                try #require(took.status == 0, "\(took.errors)")
+            }
+            try fx.mountAgain()
+            let dropped = try run("/bin/sh", ["-c", "sync; echo 3 > /proc/sys/vm/drop_caches"])
+            try #require(dropped.status == 0, "\(dropped.errors)")
+            return try ["file", "dir"].map { name in
+                let result = try run("/usr/bin/python3", [script, "open", saved(name), fx.mountPoint.path])
+                return result.status == 0 ? result.output : "failed: \(result.errors)"
+            }
+        }
+        #expect(try reopened(backing: scratch + "/fs") == ["file\n", "directory of file\n"])
+        #expect(try reopened(backing: scratch + "/fs/below") == ["ESTALE\n", "directory of file\n"])
+    }
+
     /// A handle kept across an unmount names a node id that the next daemon, counting from the
     /// start again, may have given to another item: opening it must never open that item (the
     /// kernel checks the generation beside the id). Where ids do not last across a daemon's

@@ -15,10 +15,11 @@ Or one handle kept across a whole unmount and mount (the file system's life):
 
     file_handles.py save HANDLE PATH     writes PATH's handle to the file HANDLE
     file_handles.py open HANDLE DIR      opens it on DIR's file system: prints what it reads
-                                         (its first line) or the error's name (e.g. ESTALE)
+                                         (its first line; a directory's names) or the error's
+                                         name (e.g. ESTALE)
 """
 import errno
-import ctypes, os, shlex, subprocess, sys
+import ctypes, os, shlex, stat, subprocess, sys
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -63,7 +64,10 @@ def open_saved(handle_file, directory):
     mount_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fd = reopen(mount_fd, found)
-        print(os.read(fd, 100).decode().split("\n")[0])
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            print("directory of " + " ".join(sorted(os.listdir(fd))))
+        else:
+            print(os.read(fd, 100).decode().split("\n")[0])
         os.close(fd)
     except OSError as error:
         print(errno.errorcode.get(error.errno, str(error.errno)))

@@ -607,7 +607,7 @@ final class BackingWatch: @unchecked Sendable {
         var info = stat()
         var found: Directory?
         // A directory removed since reads as "PATH (deleted)": it is below BACKING no more.
-        if fstat(fd, &info) == 0, info.st_nlink > 0, let path = Self.path(of: fd) {
+        if fstat(fd, &info) == 0, info.st_nlink > 0, let path = pathBytes(of: fd).map(FileSystemName.string) {
             if path == backingPath {
                 found = Directory(relative: "", device: UInt64(info.st_dev), number: UInt64(info.st_ino))
             } else if path.hasPrefix(backingPath == "/" ? "/" : backingPath + "/") {
@@ -622,13 +622,6 @@ final class BackingWatch: @unchecked Sendable {
         if directories.count >= 16_384 { directories.removeAll() }
         directories[key] = .some(found)
         return found
-    }
-
-    private static func path(of fd: Int32) -> String? {
-        var bytes = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink(procPath(fd), &bytes, bytes.count - 1)
-        guard count > 0 else { return nil }
-        return FileSystemName.string(cString: bytes)
     }
 
     private func path(_ directory: Directory) -> ItemPath {

@@ -1,6 +1,7 @@
 import LinuxSystem
 import CLinux
 import CoordinationRuntime
+import FileVersions
 import Foundation
 import Synchronization
 #if canImport(Glibc)
@@ -162,6 +163,11 @@ final class InodeTable: Sendable {
     /// CAP_DAC_READ_SEARCH and a backing filesystem that has them); otherwise by name, from the
     /// parent's descriptor, and only if the name still leads to the same inode.
     let usesHandles: Bool
+    /// Ids made from backing handles, the same in every life of the mount (nil: all counted).
+    let stableIDs: StableNodeIDs?
+    /// Whether the version store holds a link to a file (`VersionStore.holdsLink`): a file
+    /// removed through the mount whose content it keeps lives on there, not in the mount.
+    private let storeLinks: (@Sendable (stat) -> Bool)?
     /// Bumped whenever a directory is known by another parent or name: every path at or below
     /// it changed, and paths remembered from before (`DirectoryContexts`) are stale.
     let directoryNamesGeneration = LoneCounter()
@@ -186,8 +192,10 @@ final class InodeTable: Sendable {
     /// A table keeping at most `descriptorBudget` descriptors, within `pool` when it shares one
     /// with open files.
     init(
-        rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true, pool: DescriptorPool? = nil
+        rootFD: Int32, rootStat: stat, descriptorBudget: Int, fileHandles: Bool = true, pool: DescriptorPool? = nil,
+        storeLinks: (@Sendable (stat) -> Bool)? = nil
     ) {
+        self.storeLinks = storeLinks
         handleBase = open(procPath(rootFD), O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         root = Inode(
             id: Self.rootID, device: UInt64(rootStat.st_dev), number: UInt64(rootStat.st_ino),
@@ -202,6 +210,7 @@ final class InodeTable: Sendable {
             if again >= 0 { close(again); usesHandles = true }
         }
         self.usesHandles = usesHandles
+        stableIDs = StableNodeIDs(rootFD: rootFD, device: UInt64(rootStat.st_dev), handlesWork: usesHandles)
         // Its thread is started now, not by the first eviction's request.
         _ = DescriptorCloser.shared
         let root = self.root
@@ -394,18 +403,33 @@ final class InodeTable: Sendable {
     /// Records a lookup of `name` in `parent` that found the item open at `fd` with `info`.
     /// Takes ownership of `fd` (closes it when the item was known already). An item the kernel
     /// forgot gets its old id back, so that its handles still open it; one `justMade` is new.
-    func remember(fd: Int32, info: stat, in parentNode: Inode, name: String, justMade: Bool = false) -> Inode {
+    /// `counting`: the kernel is told of it (not so for a directory found on the way to a node
+    /// revived by its handle).
+    func remember(
+        fd: Int32, info: stat, in parentNode: Inode, name: String, justMade: Bool = false, counting: Bool = true
+    ) -> Inode {
         let parent = parentNode.id
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
-        // A handle costs a syscall and matters only once the budget can be reached: items
-        // remembered while under half of it keep their descriptor for life.
         var handle = cfs_file_handle()
-        let wantsHandle = usesHandles && state.withLock { $0.slots.open } >= pool.inodeBudget / 2
-        let hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
+        let hasHandle: Bool
+        var stableID: NodeID?
+        if let stableIDs, key.device == stableIDs.device {
+            // Its id is its handle: a syscall for each item looked up or made.
+            hasHandle = cfs_name_to_handle(fd, &handle) == 0
+            stableID = hasHandle ? stableIDs.id(for: handle) : nil
+        } else {
+            // A handle costs a syscall and matters only once the budget can be reached: items
+            // remembered while under half of it keep their descriptor for life.
+            let wantsHandle = usesHandles && state.withLock { $0.slots.open } >= pool.inodeBudget / 2
+            hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
+        }
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.slots.clock += 1
-            if let id = state.byKey[key], let known = state.byID[id] {
-                noteLookup(of: known, info: info, parent: parent, name: name, &state)
+            // A known node with another stable id had the inode number before: its descriptor
+            // was evicted, nothing held its inode, and the number went to this item.
+            if let id = state.byKey[key], let known = state.byID[id], stableID == nil || !id.isStable || stableID == id
+            {
+                noteLookup(of: known, info: info, parent: parent, name: name, counting: counting, &state)
                 if state.slots.slot(of: known) == nil {  // reopened for free: keep this one
                     state.slots.attach(fd, to: known, evictable: evictable(known))
                     return (known, nil, evictOverBudget(&state))
@@ -420,13 +444,14 @@ final class InodeTable: Sendable {
                 ? nil
                 : state.departed.reclaim(
                     device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
-            let id = departedID ?? NodeID(state.nextID)
-            if departedID == nil { state.nextID += 1 }
+            let id = stableID ?? departedID ?? NodeID(state.nextID)
+            if stableID == nil && departedID == nil { state.nextID += 1 }
+            if let stableID { state.departed.remove(stableID) }
             let inode = Inode(
                 id: id, device: key.device, number: key.number,
                 handle: hasHandle ? handle : nil, isDirectory: isDirectory,
                 parent: parent, name: name)
-            inode.lookups = 1
+            inode.lookups = counting ? 1 : 0
             if !isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
             return (inode, nil, insert(inode, key, fd: fd, &state))
         }
@@ -447,21 +472,36 @@ final class InodeTable: Sendable {
     /// table takes), as a node with no name (`Inode.isUnnamed`). Its descriptor is never
     /// evicted: an unlinked file can be reopened neither by name nor, surely, by handle.
     func rememberUnnamed(fd: Int32, info: stat, in parent: Inode) -> Inode {
+        rememberWithoutName(fd: fd, info: info, parent: parent.id, id: nil, handle: nil, counting: true)
+    }
+
+    /// A node with no name (`Inode.isUnnamed`), its requests not coordinated until a lookup
+    /// names it: made with O_TMPFILE (`id` nil: counted, and its descriptor kept), or revived
+    /// by `handle` where the system has forgotten its name. A node known for the item
+    /// meanwhile is the one returned.
+    private func rememberWithoutName(
+        fd: Int32, info: stat, parent: NodeID, id given: NodeID?, handle: cfs_file_handle?, counting: Bool
+    ) -> Inode {
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
-        let (inode, evicted) = state.withLock { state -> (Inode, [Int32]) in
+        let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.slots.clock += 1
-            let id = NodeID(state.nextID)
-            state.nextID += 1
+            if given != nil, let id = state.byKey[key], let known = state.byID[id] {
+                if counting { known.lookups += 1 }
+                return (known, fd, [])
+            }
+            let id = given ?? NodeID(state.nextID)
+            if given == nil { state.nextID += 1 }
             let inode = Inode(
-                id: id, device: key.device, number: key.number, handle: nil, isDirectory: false,
-                parent: parent.id, name: "")
+                id: id, device: key.device, number: key.number, handle: handle, isDirectory: false,
+                parent: parent, name: "")
             inode.isUnnamed.store(true, ordering: .relaxed)
-            inode.lookups = 1
+            inode.lookups = counting ? 1 : 0
             state.byID[id] = inode
             state.byKey[key] = id
-            state.slots.attach(fd, to: inode, evictable: false)
-            return (inode, evictOverBudget(&state))
+            state.slots.attach(fd, to: inode, evictable: handle != nil)
+            return (inode, nil, evictOverBudget(&state))
         }
+        if let unused { close(unused) }
         closeLater(evicted)
         return inode
     }
@@ -482,7 +522,7 @@ final class InodeTable: Sendable {
             guard let id = state.byKey[key], let known = state.byID[id], state.slots.slot(of: known) != nil else {
                 return nil
             }
-            noteLookup(of: known, info: info, parent: parent.id, name: name, &state)
+            noteLookup(of: known, info: info, parent: parent.id, name: name, counting: true, &state)
             return known
         }
         guard let known else {
@@ -493,9 +533,11 @@ final class InodeTable: Sendable {
     }
 
     /// A lookup found `known` by `name` in `parent` (the table's lock is held).
-    private func noteLookup(of known: Inode, info: stat, parent: NodeID, name: String, _ state: inout State) {
+    private func noteLookup(
+        of known: Inode, info: stat, parent: NodeID, name: String, counting: Bool, _ state: inout State
+    ) {
         state.slots.touch(known)
-        known.lookups += 1
+        if counting { known.lookups += 1 }
         if known.isDirectory && (known.parent != parent || known.name != name) {
             directoryNamesGeneration.increment()
         }
@@ -528,7 +570,8 @@ final class InodeTable: Sendable {
             inode.lookups -= min(count, inode.lookups)
             guard inode.lookups == 0 else { return nil }
             state.byID[id] = nil
-            state.byKey[Key(device: inode.device, number: inode.number)] = nil
+            let key = Key(device: inode.device, number: inode.number)
+            if state.byKey[key] == id { state.byKey[key] = nil }  // else its number went to another item
             inode.forgotten = true
             let others = inode.otherPlaces
             changingPlaces(of: inode) { $0.otherPlaces = [] }
@@ -550,9 +593,10 @@ final class InodeTable: Sendable {
 
     /// The node `id`, known, or one the kernel forgot and asks for again (a file handle: a
     /// LOOKUP of "." in it), found by the places it was last known by (its parent found again
-    /// the same way) and checked to be the same item (`findAgain`). `countingLookup`: the
-    /// kernel will hold it (the node it asked for); an ancestor found again on the way is held
-    /// by no one. ESTALE when it is not remembered, or no place of it leads to it any more.
+    /// the same way) and checked to be the same item (`findAgain`); a stable id, also by its
+    /// backing handle (`reviveByHandle`), after the mount was mounted again too. `countingLookup`:
+    /// the kernel will hold it (the node it asked for); an ancestor found again on the way is
+    /// held by no one. ESTALE when it is not remembered, or no place of it leads to it any more.
     func revive(_ id: NodeID, countingLookup: Bool) throws(Errno) -> (Inode, stat) {
         // Known: counted under the lock that a FORGET takes, which might otherwise drop it between.
         // Else where it was last known, looked up with it: a node is one or the other.
@@ -565,8 +609,20 @@ final class InodeTable: Sendable {
                 return (known, nil)
             }
         if let known { return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) }) }
-        guard let gone = departedAt, let (fd, info, place, others) = findAgain(gone) else { throw Errno(code: ESTALE) }
+        if id.isStable { return try reviveByHandle(id, departed: departedAt, countingLookup: countingLookup) }
+        guard let gone = departedAt, let found = findAgain(gone) else { throw Errno(code: ESTALE) }
+        return try insertRevived(id, found, isDirectory: gone.isDirectory, countingLookup: countingLookup)
+    }
+
+    /// Records `id` for the item found again (`findAgain`), which the table takes.
+    private func insertRevived(
+        _ id: NodeID, _ found: (fd: Int32, info: stat, place: Inode.Place, others: [Inode.Place]),
+        isDirectory: Bool, countingLookup: Bool
+    ) throws(Errno) -> (Inode, stat) {
+        let (fd, info, place, others) = found
         let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        var handle = cfs_file_handle()
+        let hasHandle = id.isStable && cfs_name_to_handle(fd, &handle) == 0
         let (inode, unused, evicted) = state.withLock { state -> (Inode?, Int32?, [Int32]) in
             if let other = state.byKey[key] {
                 // Looked up by name again meanwhile, under another id: this handle is stale.
@@ -575,10 +631,10 @@ final class InodeTable: Sendable {
                 return (known, fd, [])
             }
             let inode = Inode(
-                id: id, device: key.device, number: key.number, handle: nil, isDirectory: gone.isDirectory,
-                parent: place.parent, name: place.name)
+                id: id, device: key.device, number: key.number, handle: hasHandle ? handle : nil,
+                isDirectory: isDirectory, parent: place.parent, name: place.name)
             inode.lookups = countingLookup ? 1 : 0
-            if !gone.isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
+            if !isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
             // With its insertion, as `forget` adds it: a forget right after adds it anew.
             state.departed.remove(id)
             let evicted = insert(inode, key, fd: fd, &state)
@@ -590,6 +646,70 @@ final class InodeTable: Sendable {
         closeLater(evicted)
         guard let inode else { throw Errno(code: ESTALE) }
         return (inode, info)
+    }
+
+    /// A node with a stable id the table does not know: its backing handle opened (the backing
+    /// checks its generation, so a removed item's is stale), then placed where the mount last
+    /// knew it, or else where the backing's own path for it leads, each directory on the way
+    /// looked up from the root. A file whose name the system has forgotten (its dentry dropped,
+    /// as after drop_caches: /proc names it "/") has no place the mount could coordinate it by:
+    /// a node with no name where the backing root is its filesystem's root (the file is below
+    /// it, then), stale elsewhere (it might not be).
+    private func reviveByHandle(
+        _ id: NodeID, departed: DepartedNodes.Record?, countingLookup: Bool
+    ) throws(Errno) -> (Inode, stat) {
+        guard var handle = stableIDs?.handle(of: id) else { throw Errno(code: ESTALE) }
+        let fd = withDescriptorRoom { cfs_open_by_handle(handleBase, &handle) }
+        guard fd >= 0 else { throw Errno(code: ESTALE) }
+        defer { close(fd) }
+        let info = try statOf(fd)
+        func isIt(_ other: stat) -> Bool { other.st_dev == info.st_dev && other.st_ino == info.st_ino }
+        if let departed, let found = findAgain(departed) {
+            if isIt(found.1) {
+                return try insertRevived(id, found, isDirectory: departed.isDirectory, countingLookup: countingLookup)
+            }
+            close(found.0)
+        }
+        guard let names = backingNames(of: fd), let name = names.last else {
+            // Where the backing root is its filesystem's, every file of it is below the root
+            // (unless its one link left is the version store's: removed through the mount).
+            let links = Int(info.st_nlink) - (storeLinks?(info) == true ? 1 : 0)
+            guard stableIDs?.rootIsFilesystemRoot == true, info.st_mode & S_IFMT != S_IFDIR, links > 0,
+                case let again = withDescriptorRoom({ dup(fd) }), again >= 0
+            else { throw Errno(code: ESTALE) }
+            let inode = rememberWithoutName(
+                fd: again, info: info, parent: Self.rootID, id: id, handle: handle, counting: countingLookup)
+            return (inode, info)
+        }
+        var directory = root
+        for step in names.dropLast() {
+            let (stepFD, stepInfo) = try openChild(named: step, in: directory)
+            guard stepInfo.st_mode & S_IFMT == S_IFDIR else { close(stepFD); throw Errno(code: ESTALE) }
+            directory = remember(fd: stepFD, info: stepInfo, in: directory, name: step, counting: false)
+        }
+        let (childFD, childInfo) = try openChild(named: name, in: directory)
+        guard isIt(childInfo) else { close(childFD); throw Errno(code: ESTALE) }
+        let inode = remember(fd: childFD, info: childInfo, in: directory, name: name, counting: countingLookup)
+        guard inode.id == id else {
+            // Known under another id (a file made with O_TMPFILE, counted): not this handle's.
+            if countingLookup { forget(inode.id, 1) }
+            throw Errno(code: ESTALE)
+        }
+        return (inode, childInfo)
+    }
+
+    /// The names from the backing root down to the item open at `fd`, as the system names it
+    /// now; nil when that is not below the root (or is in the version store, which the mount
+    /// does not show), the item was removed, or its name was forgotten.
+    private func backingNames(of fd: Int32) -> [String]? {
+        guard let path = pathBytes(of: fd).map(FileSystemName.string),
+            let rootPath = pathBytes(of: rootDescriptor).map(FileSystemName.string)
+        else { return nil }
+        let prefix = rootPath == "/" ? "/" : rootPath + "/"
+        guard path.hasPrefix(prefix), !path.hasSuffix(" (deleted)") else { return nil }
+        let names = path.dropFirst(prefix.count).split(separator: "/").map(String.init)
+        guard let first = names.first, first != VersionStore.directoryName else { return nil }
+        return names
     }
 
     /// The item a departed node was, opened O_PATH: at the place it was known by, or else at
