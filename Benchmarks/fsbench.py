@@ -859,8 +859,8 @@ for name, _ in baselines:
     print_paired("coordfs", name, target=False)
     print_paired(name, "coordfs-off")
 
-# The targets coordfs is held to (issue 7: ratios to native with coordination on; issue 58: the
-# metadata jobs at least the best other passthrough's, the many-clients jobs 0.9 of it), each read
+# The targets coordfs is held to (ratios to native with coordination on; the metadata jobs at
+# least the best other passthrough's, the many-clients jobs 0.9 of it), each read
 # two ways: from the table's medians, and from the median of the round-by-round ratios, which the
 # drift between rounds does not move; and, where the job was paired chunk by chunk, a third way.
 # (The paired estimate above is the last target, within 5 % of --coordination off.)

@@ -83,12 +83,21 @@ import Testing
     @Test func aFileWhoseNameTheSystemForgotOpensWhereBackingIsItsFilesystemsRoot() throws {
         let scratch = "/tmp/coordfs-it-fsroot-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: scratch + "/fs", withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
         let made = try run("/bin/sh", ["-c", "truncate -s 32M \(scratch)/image && mkfs.ext4 -q -F \(scratch)/image"])
         try #require(made.status == 0, "\(made.errors)")
         let mounted = try run("/bin/mount", ["-o", "loop", scratch + "/image", scratch + "/fs"])
         try #require(mounted.status == 0, "\(mounted.errors)")
-        defer { _ = try? run("/bin/umount", [scratch + "/fs"]) }
+        defer {
+            // A daemon just unmounted may hold its backing a moment longer while it exits.
+            var unmounted = false
+            for _ in 0..<100 where !unmounted {
+                unmounted = (try? run("/bin/umount", [scratch + "/fs"]))?.status == 0
+                if !unmounted { usleep(100_000) }
+            }
+            if !unmounted { Issue.record("the image stayed busy: \(scratch)/fs") }
+            if !unmounted { _ = try? run("/bin/umount", ["-l", scratch + "/fs"]) }
+            try? FileManager.default.removeItem(atPath: scratch)
+        }
         try FileManager.default.createDirectory(atPath: scratch + "/fs/below", withIntermediateDirectories: false)
         let script = Paths.scripts.appendingPathComponent("file_handles.py").path
 

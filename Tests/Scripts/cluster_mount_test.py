@@ -403,8 +403,8 @@ class ClusterMountTests(ClusterHosts, unittest.TestCase):
         # `rounds` times at once, each time in a hold whose own cat and write go through its own
         # mount. When a recall stopped covering the holder's own accessor, that inner cat or
         # write waited for the other host, which waited for the hold, until the break time (45 s);
-        # then both went ahead, and updates were lost (issue 59: 30 + 30 ended at 56; 2 x 200 had
-        # done 45 in 661 s).
+        # then both went ahead, and updates were lost (30 + 30 ended at 56; 2 x 200 had done 45
+        # in 661 s).
         rounds, bound = 40, 60
         self.write("A", "counter", b"0\n")
         runs = {"A": [], "B": []}
