@@ -145,10 +145,7 @@ extension Coordinate {
 
     /// The path `fd` is open on; nil for a pipe, a socket or a deleted file.
     static func openPath(_ fd: Int32) -> String? {
-        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let count = readlink("/proc/self/fd/\(fd)", &buffer, buffer.count - 1)
-        guard count > 0 else { return nil }
-        let path = FileSystemName.string(buffer[..<count].map { UInt8(bitPattern: $0) })
+        guard let path = pathBytes(of: fd).map(FileSystemName.string) else { return nil }
         var info = stat()
         guard path.hasPrefix("/"), FileSystemName.withCString(path, { stat($0, &info) }) == 0 else { return nil }
         return path
