@@ -71,6 +71,10 @@ var errors: [String] = []
 /// Each successful update's count and when it ended (seconds since 1970): two that wrote one
 /// count are an update lost, and a soak's checker tells when.
 var wrote: [[Double]] = []
+/// Accesses another user's access went past (a shared mount's break time): what the accessor
+/// did stands (an update's count, 0 for the move) and how long it ran, in seconds, so that a
+/// soak can tell a break the mount owed from one it did not.
+var broken: [[Double]] = []
 
 // Both are ready before either writes: each presenter hears all of the other's accesses.
 func marker(_ who: String, _ what: String) -> URL { directory.appendingPathComponent(".\(who).\(what)") }
@@ -92,11 +96,18 @@ for _ in 0..<updates {
         // counter, and one that came during it was granted at FILE only because it followed the
         // move back.
         var written = 0
-        try coordinator.coordinate(writingItemAt: file, options: .forMerging) { url in
-            let old = (try? Data(contentsOf: url)).flatMap { try? JSONDecoder().decode(Count.self, from: $0) }
-            let new = Count(count: (old?.count ?? 0) + 1, by: name)
-            try JSONEncoder().encode(new).write(to: url, options: .atomic)
-            written = new.count
+        var began = Date()
+        do {
+            try coordinator.coordinate(writingItemAt: file, options: .forMerging) { url in
+                began = Date()
+                let old = (try? Data(contentsOf: url)).flatMap { try? JSONDecoder().decode(Count.self, from: $0) }
+                let new = Count(count: (old?.count ?? 0) + 1, by: name)
+                try JSONEncoder().encode(new).write(to: url, options: .atomic)
+                written = new.count
+            }
+        } catch FileCoordinationError.coordinationBroken {
+            broken.append([Double(written), Date().timeIntervalSince(began)])
+            continue
         }
         wrote.append([Double(written), Date().timeIntervalSince1970])
     } catch {
@@ -108,14 +119,18 @@ for _ in 0..<updates {
 // accesses, a peer whose presenter has not heard of the first yet would write a new item at
 // the old place between them, as it would on Apple's systems.)
 let away = directory.appendingPathComponent(file.lastPathComponent + ".\(name).moved")
+var moveBegan = Date()
 do {
     try coordinator.coordinate(writingItemAt: file, options: .forMoving, writingItemAt: away, options: .forReplacing) {
         source, destination in
+        moveBegan = Date()
         try FileManager.default.moveItem(at: source, to: destination)
         coordinator.item(at: source, didMoveTo: destination)
         try FileManager.default.moveItem(at: destination, to: source)
         coordinator.item(at: destination, didMoveTo: source)
     }
+} catch FileCoordinationError.coordinationBroken {
+    broken.append([0, Date().timeIntervalSince(moveBegan)])
 } catch {
     errors.append("move: \(error)")
 }
@@ -135,7 +150,8 @@ let log = presenter.log
 func count(_ letter: Character) -> Int { log.filter { $0 == letter }.count }
 let report: [String: Any] = [
     "name": name, "log": log, "relinquish": count("R") + count("r"), "save": count("S"), "change": count("C"),
-    "move": count("M"), "reacquire": count("A"), "errors": errors, "wrote": wrote
+    "move": count("M"), "reacquire": count("A"), "errors": errors, "wrote": wrote,
+    "broken": broken
 ]
 let line = try JSONSerialization.data(withJSONObject: report, options: [.sortedKeys])
 FileHandle.standardOutput.write(line + Data("\n".utf8))
