@@ -343,8 +343,9 @@ def metadata(ts, phase):
     entry and attribute cache first, and make the kernel drop its dentries and inodes (a mount
     may let it keep them longer): each call then costs a LOOKUP as well, the per-request cost
     of the mount rather than the timing of the kernel's cache (and an old tree's `rm -r` looks
-    up every name too); "stat just created" stats files just made, which the kernel may still
-    know (a build's `make` checking what it wrote): there a mount's cache timeouts count.
+    up every name too); "stat just created" stats files made just before, chunk by chunk,
+    which the kernel may still know (a build's `make` checking what it wrote): there a mount's
+    cache timeouts count.
     "stat, asked again" stats files that were stat'ed twice before, 1.5 s apart, the last
     1.5 s before (a build checking its tree once more): what a mount lets the kernel keep past
     a short timeout. "cycle" creates, closes and unlinks each file in turn (a build's temporary
@@ -354,7 +355,7 @@ def metadata(ts, phase):
         directory = os.path.join(t.directory, META)
         os.makedirs(directory, exist_ok=True)
         names[t.name] = [os.path.join(directory, "f%05d" % i) for i in range(files)]
-        if phase not in ("create", "cycle"):
+        if phase not in ("create", "cycle", "stat just created"):
             for name in names[t.name]:
                 fd = os.open(name, os.O_CREAT | os.O_WRONLY, 0o644)
                 # A document to save over: content a version of it keeps.
@@ -381,6 +382,12 @@ def metadata(ts, phase):
         shuffler.shuffle(order)
         for t in order:
             batch = names[t.name][start:start + chunk]
+            if phase == "stat just created":
+                # Made right before they are stat'ed, chunk by chunk: made all at first, the
+                # files of the targets made first had outlived a mount's short cache time by
+                # the time their stats came, those made last had not.
+                for name in batch:
+                    os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
             began = time.perf_counter()
             for name in batch:
                 if phase == "create":
