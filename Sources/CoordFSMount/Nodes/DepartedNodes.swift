@@ -71,6 +71,13 @@ struct DepartedNodes: Sendable {
         if ids[item] == id { ids[item] = nil }
     }
 
+    /// Forgets the record of the item `device`:`number`, whatever id it departed under: it is
+    /// known again under an id of its own (`InodeTable`'s stable ids).
+    mutating func remove(device: UInt64, number: UInt64) {
+        guard let id = ids.removeValue(forKey: Item(device: device, number: number)) else { return }
+        records[id] = nil
+    }
+
     /// The id the item `device`:`number` departed under, now that a lookup of `name` in
     /// `parent` found it again: no longer remembered as departed. Nil when it is not
     /// remembered, or was known by none of the places it departed from (its own, or another

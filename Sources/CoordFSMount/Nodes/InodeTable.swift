@@ -439,14 +439,20 @@ final class InodeTable: Sendable {
                 return (known, fd, [])
             }
             let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
-            let departedID =
-                justMade
-                ? nil
-                : state.departed.reclaim(
+            let id: NodeID
+            if let stableID {
+                // Its id is its own: whatever departed record its inode has is done with.
+                state.departed.remove(device: key.device, number: key.number)
+                id = stableID
+            } else if !justMade,
+                let departedID = state.departed.reclaim(
                     device: key.device, number: key.number, isDirectory: isDirectory, parent: parent, name: name)
-            let id = stableID ?? departedID ?? NodeID(state.nextID)
-            if stableID == nil && departedID == nil { state.nextID += 1 }
-            if let stableID { state.departed.remove(stableID) }
+            {
+                id = departedID
+            } else {
+                id = NodeID(state.nextID)
+                state.nextID += 1
+            }
             let inode = Inode(
                 id: id, device: key.device, number: key.number,
                 handle: hasHandle ? handle : nil, isDirectory: isDirectory,
