@@ -1,5 +1,5 @@
 // The kernel's FUSE protocol as this module speaks it past libfuse 3.14: the wire layouts,
-// opcodes, flags and ioctls of linux/fuse.h (protocol 7.42) that passthrough.c and ring.c use,
+// opcodes, flags and ioctls of linux/fuse.h (protocol 7.44) that passthrough.c and ring.c use,
 // declared once. Only the parts used; the names say which kernel name each stands for.
 #ifndef CFS_FUSE_ABI_H
 #define CFS_FUSE_ABI_H
@@ -29,6 +29,10 @@ enum {
 };
 #define CFS_FUSE_DEV_IOC_BACKING_OPEN _IOW(229, 1, struct cfs_backing_map)
 #define CFS_FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+
+// Notifications the mount sends unasked, past libfuse 3.14: a reply header with no request
+// (unique 0) whose error field is the code. INC_EPOCH from Linux 6.16.
+enum { CFS_FUSE_NOTIFY_INC_EPOCH = 8 };
 
 // FUSE over io_uring.
 struct cfs_ring_ent_in_out { uint64_t flags, commit_id; uint32_t payload_sz, padding; uint64_t reserved; };

@@ -51,6 +51,8 @@ final class MountStatistics: Sendable {
     /// many items to a request (`Filesystem.forgetRequestServed`).
     let forgetRequests = Atomic<Int>(0)
     let forgotten = Atomic<Int>(0)
+    /// Times the kernel was made to forget every name at once (`Filesystem.invalidateEverything`).
+    let allNamesForgotten = Atomic<Int>(0)
     /// GETATTR requests: the kernel asked for attributes it did not keep (their time ran out, or
     /// it was told to forget them).
     let attributeRequests = StripedCounter()
@@ -111,6 +113,7 @@ final class MountStatistics: Sendable {
             ("synced_attributes", syncedAttributes.load(ordering: .relaxed)),
             ("forget_requests", forgetRequests.load(ordering: .relaxed)),
             ("forgotten", forgotten.load(ordering: .relaxed)),
+            ("all_names_forgotten", allNamesForgotten.load(ordering: .relaxed)),
             ("known_lookups", knownLookups.load(ordering: .relaxed)),
             ("attribute_requests", attributeRequests.value),
             ("files_watched_for_writes", filesWatchedForWrites.load(ordering: .relaxed)),

@@ -178,6 +178,29 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
         #expect(shown, "a stale mode: \(last)")
     }
 
+    /// Changes behind the mount that were lost (the watch's queue overflowed, or its marks ran
+    /// out): the kernel forgets every name it keeps, those it keeps as missing too, so a file
+    /// made meanwhile shows where a lookup had found nothing. (Needs Linux 6.16; before it, a
+    /// missing name is kept until its time runs out.)
+    @Test func namesKeptAsMissingAreForgottenOnceChangesWereLost() throws {
+        // No watch and a day's cache time: only the mount's own notice can make the kernel forget.
+        let fx = try MountFixture(inProcess: {
+            $0.watchesBacking = false
+            $0.cacheTimeout = 86_400
+        })
+        try fx.seed("dir/doc.txt", "v1\n")
+        // At the top: a name kept as missing in a directory below goes with its directory's
+        // name, which the mount forgets as any known node's; the root has no name to forget.
+        let missing = fx.path("late.txt")
+        #expect(try run("/usr/bin/stat", [missing]).status != 0)
+        try behind("echo late > '\(fx.backingPath("late.txt"))'")
+        #expect(try run("/usr/bin/stat", [missing]).status != 0, "the kernel did not keep the missing name")
+        fx.filesystem!.invalidateEverything()
+        #expect(try behind("cat '\(missing)'") == "late\n", "still kept as missing")
+        #expect(try behind("cat '\(fx.path("dir/doc.txt"))'") == "v1\n")
+        #expect(try fx.statistics()["all_names_forgotten"] == 1)
+    }
+
     /// The mount's own changes reach the backing directory too, and are told once, as the
     /// mount's: none comes back as a change from outside.
     @Test(arguments: scopes)

@@ -41,6 +41,8 @@ final class MountFixture: @unchecked Sendable {
     /// Set by tests that stop the daemon themselves; otherwise a daemon gone before the end fails the test.
     private var daemonMayEnd = false
     let domain: CoordinationDomain?
+    /// The filesystem of a mount made in this process.
+    var filesystem: Filesystem? { session?.filesystem }
 
     /// Mounts with `coordfs mount` and `arguments`; `backing` replaces the fresh backing directory;
     /// `softFileLimit` starts the command with that soft open-file limit (as many systems do);

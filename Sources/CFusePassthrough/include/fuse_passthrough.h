@@ -57,4 +57,9 @@ int cfs_backing_close(int device, int32_t id);
 int cfs_reply_open_backed(void *req, const void *fi, int32_t backing_id);
 int cfs_reply_create_backed(void *req, const void *entry, const void *fi, int32_t backing_id);
 
+/// Makes every name the kernel keeps of the session on `device` stale at once, positive and
+/// negative alike (FUSE_NOTIFY_INC_EPOCH): each is looked up again at its next use. 0, or
+/// -errno (-EINVAL where the kernel does not know the notification).
+int cfs_notify_increment_epoch(int device);
+
 #endif

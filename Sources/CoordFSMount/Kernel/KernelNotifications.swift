@@ -1,4 +1,5 @@
 import CFuse3
+import CFusePassthrough
 import CoordinationRuntime
 import Synchronization
 #if canImport(Glibc)
@@ -44,11 +45,18 @@ extension Filesystem {
         }
     }
 
-    /// Tells the kernel to forget what it keeps of every node the mount knows, and their
-    /// names: after changes behind the mount that were lost.
+    /// Tells the kernel to forget what it keeps of every node the mount knows, and every name:
+    /// after changes behind the mount that were lost. Names go at once, where the kernel knows
+    /// how (Linux 6.16), those it keeps as missing too, so that a file made behind the mount
+    /// meanwhile shows where a lookup had found nothing. Elsewhere each known node's name is
+    /// forgotten, and with a directory's the names below it; a missing name in the root, which
+    /// has no name, is kept until its time runs out.
     func invalidateEverything() {
+        let namesForgotten = device >= 0 && cfs_notify_increment_epoch(device) == 0
+        if namesForgotten { statistics.allNamesForgotten.add(1, ordering: .relaxed) }
         for node in inodes.knownNodes {
             invalidate(node, pages: true)
+            if namesForgotten { continue }
             let place = inodes.placement(of: node)
             if node.id != InodeTable.rootID, let parent = inodes[place.parent] {
                 invalidateEntry(named: place.name, in: parent)
