@@ -163,7 +163,7 @@ let package = Package(
             ]),
         // Against etcd servers the tests start on loopback.
         .testTarget(name: "CoordinationClusterTests", dependencies: ["CoordinationCluster", "TestSupport"]),
-        .testTarget(name: "FileVersionsTests", dependencies: ["FileVersions"]),
+        .testTarget(name: "FileVersionsTests", dependencies: ["FileVersions", "CLinux"]),
         .testTarget(
             name: "CoordFSCommandsTests", dependencies: ["CoordFSCommands", "CoordinationWire", "CoordFSMount"]),
         .testTarget(

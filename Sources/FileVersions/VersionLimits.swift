@@ -47,10 +47,10 @@ public struct VersionLimits: Sendable, Equatable {
                 over -= 1
             }
         }
-        var total = all.filter { !removed.contains($0.id) }.reduce(Int64(0)) { $0 + $1.size }
+        var total = all.filter { !removed.contains($0.id) }.reduce(Int64(0)) { $0 + $1.held }
         for version in removable where total > totalBytes && !removed.contains(version.id) {
             removed.insert(version.id)
-            total -= version.size
+            total -= version.held
         }
         return all.filter { removed.contains($0.id) }
     }

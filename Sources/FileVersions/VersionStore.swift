@@ -165,8 +165,9 @@ public final class VersionStore: @unchecked Sendable {
         replacedBy: VersionOrigin? = nil, conflict: Bool = false, now: Double = VersionStore.now()
     ) -> Result<VersionRecord, NotKept> {
         // An unlinked file of 4 GB kept so would hold its blocks, which its rm was to free.
-        guard Int64(info.st_size) <= limits.totalBytes else {
-            return .failure(.largerThanTheStore(size: Int64(info.st_size), limit: limits.totalBytes))
+        let held = VersionRecord.heldBytes(of: info)
+        guard held <= limits.totalBytes else {
+            return .failure(.largerThanTheStore(size: held, limit: limits.totalBytes))
         }
         let content: Int32
         do { content = try directories(making: true).content } catch { return .failure(.failed(error)) }
@@ -195,10 +196,14 @@ public final class VersionStore: @unchecked Sendable {
             id: id, item: item, cause: cause, time: now,
             modified: Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9,
             size: Int64(info.st_size), replacedBy: replacedBy, conflict: conflict)
-        if linked { record.linkedInode = UInt64(info.st_ino) }
+        // A copy holds what was written to it; a link, the inode's blocks.
+        if linked {
+            record.linkedInode = UInt64(info.st_ino)
+            record.allocatedPastSize = held - record.size
+        }
         let wake = state.withLock { state -> Bool in
             state.versions[item, default: []].append(record)
-            state.totalBytes += record.size
+            state.totalBytes += record.held
             if let inode = record.linkedInode { state.linkedInodes.insert(inode) }
             return Self.add(.kept(record), to: &state)
         }
@@ -358,6 +363,8 @@ public final class VersionStore: @unchecked Sendable {
             for (item, versions) in state.versions {
                 guard let index = versions.firstIndex(where: { $0.linkedInode == inode }) else { continue }
                 state.versions[item]![index].size = Int64(info.st_size)
+                state.versions[item]![index].allocatedPastSize = VersionRecord.heldBytes(of: info) - Int64(info.st_size)
+                state.totalBytes += state.versions[item]![index].held - versions[index].held
                 if versions[index].isUnresolvedConflict { return (nil, false) }
                 state.versions[item]![index].conflict = true
                 state.versions[item]![index].resolved = false
@@ -430,7 +437,7 @@ public final class VersionStore: @unchecked Sendable {
                 state.versions[item]?.removeAll { ids.contains($0.id) }
                 if state.versions[item]?.isEmpty == true { state.versions[item] = nil }
             }
-            state.totalBytes -= records.reduce(0) { $0 + $1.size }
+            state.totalBytes -= records.reduce(0) { $0 + $1.held }
             for inode in records.compactMap(\.linkedInode) { state.linkedInodes.remove(inode) }
             var wake = false
             for record in records { wake = Self.add(.removed(record.id, unlink: !now), to: &state) || wake }
@@ -595,10 +602,11 @@ public final class VersionStore: @unchecked Sendable {
             var info = stat()
             guard fstatat(content, id, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
             record.size = Int64(info.st_size)
+            record.allocatedPastSize = VersionRecord.heldBytes(of: info) - record.size
             if record.linkedInode != nil { record.linkedInode = UInt64(info.st_ino) }
             if let inode = record.linkedInode { found.linkedInodes.insert(inode) }
             found.versions[record.item, default: []].append(record)
-            found.totalBytes += record.size
+            found.totalBytes += record.held
             found.lastID = max(found.lastID, UInt64(id) ?? 0)
             compacted += Self.json(record)
         }

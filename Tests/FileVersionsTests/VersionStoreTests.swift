@@ -1,3 +1,4 @@
+import CLinux
 @testable import FileVersions
 import Foundation
 import Testing
@@ -192,6 +193,43 @@ import Glibc
             let deadline = Date().addingTimeInterval(10)
             while store.totalBytes > 15 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
             #expect(store.totalBytes == 10 && store.versions(of: "a").isEmpty && store.versions(of: "b").count == 1)
+        }
+    }
+
+    /// A file whose blocks reach past its size (preallocated with fallocate's KEEP_SIZE, as
+    /// databases and fstests do) counts by what it holds: kept by a link, its version holds
+    /// those blocks, which its size does not show.
+    @Test func aPreallocatedFileCountsTheBlocksItHolds() throws {
+        try withRoot { root, fd in
+            let limits = VersionLimits(totalBytes: 1 << 20, grace: 0)
+            let store = try VersionStore(in: fd, limits: limits)
+            // Three files of 10 bytes, each with 768 KiB allocated past its end (mode 1: keep
+            // the size), the last with 2 MiB.
+            for (item, allocated) in [("a", 768 << 10), ("b", 768 << 10), ("c", 2 << 20)] {
+                try write("0123456789", root + "/" + item)
+                let file = open(root + "/" + item, O_RDWR)
+                defer { close(file) }
+                #expect(cfs_fallocate(file, 1, 0, off_t(allocated)) == 0)
+                #expect(status(root + "/" + item).st_size == 10)
+            }
+            let base = VersionStore.now()
+            for (n, item) in ["a", "b"].enumerated() {
+                _ = try store.keep(
+                    .name(item, in: fd), item: item, info: status(root + "/" + item), cause: .deleted,
+                    now: base + Double(n)
+                ).get()
+            }
+            store.flush()
+            // Together past the total: the older goes.
+            #expect(store.versions(of: "a").isEmpty && store.versions(of: "b").count == 1)
+            #expect(store.totalBytes > 512 << 10 && store.totalBytes <= 1 << 20, "\(store.totalBytes)")
+            #expect(store.versions(of: "b").first?.size == 10)
+            // More than the store may hold: not kept.
+            let result = store.keep(.name("c", in: fd), item: "c", info: status(root + "/c"), cause: .deleted)
+            #expect(throws: VersionStore.NotKept.self) { try result.get() }
+            // Read back, counted the same.
+            let again = try VersionStore(in: fd, limits: limits)
+            #expect(again.totalBytes == store.totalBytes)
         }
     }
 
