@@ -210,7 +210,15 @@ def make_c_tree(root, units, compiler):
 
 
 def run(command, **places):
-    subprocess.run(command.format(**places), shell=True, check=True, env=ENVIRONMENT)
+    """Runs `command` in a shell; what it says on stderr is passed on, and kept in the error
+    when it fails."""
+    result = subprocess.run(command.format(**places), shell=True, env=ENVIRONMENT, stderr=subprocess.PIPE)
+    sys.stderr.buffer.write(result.stderr)
+    result.check_returncode()
+
+
+# The anchors that failed a program: what failed, and how.
+failed = {}
 
 
 base = tempfile.mkdtemp(prefix="coordfs-programs-", dir="/tmp")
@@ -266,16 +274,27 @@ try:
         for program, command, before, dropped, _ in PROGRAMS:
             shuffler.shuffle(order)
             for name in order:
+                if name in failed:
+                    continue
                 places = {"d": directories[name], "scratch": scratch, "sources": os.path.join(scratch, "Sources")}
-                if before:
-                    run(before, **places)
-                if dropped:
-                    drop_caches(2)
-                else:
-                    subprocess.run(["sync"])
-                    time.sleep(1.1)
-                began = time.perf_counter()
-                run(command, **places)
+                try:
+                    if before:
+                        run(before, **places)
+                    if dropped:
+                        drop_caches(2)
+                    else:
+                        subprocess.run(["sync"])
+                        time.sleep(1.1)
+                    began = time.perf_counter()
+                    run(command, **places)
+                except subprocess.CalledProcessError as error:
+                    # Another passthrough that fails a program is left out from then on, and the
+                    # tables say where and how; coordfs and native failing ends the run.
+                    if name not in anchor_names:
+                        raise
+                    failed[name] = "%s: %s" % (program, (error.stderr or b"").decode(errors="replace").strip()[-300:]
+                                               or "exit %d" % error.returncode)
+                    continue
                 times[(program, name)].append(time.perf_counter() - began)
 finally:
     for unmount in unmounts:
@@ -302,9 +321,24 @@ def speed_cell(ratios):
     return "%.2f× [%.2f–%.2f]" % (statistics.median(ratios), min(ratios), max(ratios))
 
 
+def target_cell(program, name):
+    """`name`'s speed in `program` against native; the rounds it ran where it failed one."""
+    ran = len(times[(program, name)])
+    if ran == 0:
+        return "failed"
+    return speed_cell(speeds(name, "native", program)) + ("" if ran == rounds else " (%d of %d rounds)" % (ran, rounds))
+
+
 def best_other(program):
-    """The anchor with the shortest median time in `program`."""
-    return min(anchor_names, key=lambda name: statistics.median(times[(program, name)]))
+    """The anchor with the shortest median time in `program`, of those that ran it every round
+    (None: none did)."""
+    ran = [name for name in anchor_names if len(times[(program, name)]) == rounds]
+    return min(ran, key=lambda name: statistics.median(times[(program, name)])) if ran else None
+
+
+def median_seconds(program, name):
+    seconds = times[(program, name)]
+    return "%.3f" % statistics.median(seconds) if len(seconds) == rounds else "–"
 
 
 print("real programs, each a fresh process: %d rounds, shuffled; %s; make -j%d%s"
@@ -317,6 +351,8 @@ if os.geteuid() != 0 and any(program[3] for program in PROGRAMS):
     print("not root: the kernel's caches could not be dropped; the rows that say \"names dropped\" are not")
 if left_out:
     print("left out, for want of %s: %s" % (", ".join(sorted(missing)), "; ".join(left_out)))
+for name, why in failed.items():
+    print("%s failed %s; left out from then on" % (name, why))
 print()
 print("speed against native, paired round by round (native's seconds over the target's): "
       "median [smallest–largest]; native's median seconds")
@@ -327,12 +363,12 @@ print("| program | native | %s |" % " | ".join(columns))
 print("|" + " --- |" * (2 + len(columns)))
 for program, *_ in PROGRAMS:
     cells = [program, "%.3f s" % statistics.median(times[(program, "native")])]
-    cells += [speed_cell(speeds(name, "native", program)) for name in others]
+    cells += [target_cell(program, name) for name in others]
     if "coordination off" in names:
         cells.append(speed_cell(speeds("coordfs", "coordination off", program)))
     if anchor_names:
         best = best_other(program)
-        cells.append("%s of %s" % (speed_cell(speeds("coordfs", best, program)), best))
+        cells.append("%s of %s" % (speed_cell(speeds("coordfs", best, program)), best) if best else "–")
     print("| " + " | ".join(cells) + " |")
 print()
 print("median seconds")
@@ -340,4 +376,4 @@ print()
 print("| program | %s |" % " | ".join(names))
 print("|" + " --- |" * (1 + len(names)))
 for program, *_ in PROGRAMS:
-    print("| " + " | ".join([program] + ["%.3f" % statistics.median(times[(program, name)]) for name in names]) + " |")
+    print("| " + " | ".join([program] + [median_seconds(program, name) for name in names]) + " |")
