@@ -55,8 +55,8 @@ public struct VersionRecord: Codable, Hashable, Sendable {
     /// The item's own inode, linked into the store (nil for a copy): to the kernel's eyes a
     /// name of that inode, which whoever still has the file open must not count.
     public var linkedInode: UInt64?
-    /// Bytes its content has allocated past its size (`heldBytes(of:)`). Not in the journal:
-    /// read from the content again at each open.
+    /// Bytes its content has allocated past its size (`allocatedPastSize(of:)`). Not in the
+    /// journal: read from the content again at each open.
     public var allocatedPastSize: Int64 = 0
     /// The bytes its content holds on the store's filesystem, as the bounds count them.
     public var held: Int64 { size + allocatedPastSize }
@@ -81,14 +81,13 @@ public struct VersionRecord: Codable, Hashable, Sendable {
         self.pinned = pinned
     }
 
-    /// What a file of status `info` holds on its filesystem: its size, and the blocks it has
-    /// allocated past it (preallocated with `fallocate -k`, as databases and fstests do), which
-    /// its size does not show and a version kept by a link holds on to. A sparse file counts
-    /// its size.
-    public static func heldBytes(of info: stat) -> Int64 {
-        let size = Int64(info.st_size), block = max(Int64(info.st_blksize), 512)
-        let rounded = (size + block - 1) / block * block
-        return size + max(0, Int64(info.st_blocks) * 512 - rounded)
+    /// The bytes a file of status `info` has allocated past its size (preallocated with
+    /// `fallocate -k`, as databases and fstests do), which its size does not show and a version
+    /// kept by a link holds on to. None for a sparse file: it counts its size.
+    public static func allocatedPastSize(of info: stat) -> Int64 {
+        let block = max(Int64(info.st_blksize), 512)
+        let rounded = (Int64(info.st_size) + block - 1) / block * block
+        return max(0, Int64(info.st_blocks) * 512 - rounded)
     }
 
     /// An unresolved conflict: bounds never take it before it is resolved.

@@ -165,7 +165,8 @@ public final class VersionStore: @unchecked Sendable {
         replacedBy: VersionOrigin? = nil, conflict: Bool = false, now: Double = VersionStore.now()
     ) -> Result<VersionRecord, NotKept> {
         // An unlinked file of 4 GB kept so would hold its blocks, which its rm was to free.
-        let held = VersionRecord.heldBytes(of: info)
+        let allocatedPastSize = VersionRecord.allocatedPastSize(of: info)
+        let held = Int64(info.st_size) + allocatedPastSize
         guard held <= limits.totalBytes else {
             return .failure(.largerThanTheStore(size: held, limit: limits.totalBytes))
         }
@@ -199,7 +200,7 @@ public final class VersionStore: @unchecked Sendable {
         // A copy holds what was written to it; a link, the inode's blocks.
         if linked {
             record.linkedInode = UInt64(info.st_ino)
-            record.allocatedPastSize = held - record.size
+            record.allocatedPastSize = allocatedPastSize
         }
         let wake = state.withLock { state -> Bool in
             state.versions[item, default: []].append(record)
@@ -363,7 +364,7 @@ public final class VersionStore: @unchecked Sendable {
             for (item, versions) in state.versions {
                 guard let index = versions.firstIndex(where: { $0.linkedInode == inode }) else { continue }
                 state.versions[item]![index].size = Int64(info.st_size)
-                state.versions[item]![index].allocatedPastSize = VersionRecord.heldBytes(of: info) - Int64(info.st_size)
+                state.versions[item]![index].allocatedPastSize = VersionRecord.allocatedPastSize(of: info)
                 state.totalBytes += state.versions[item]![index].held - versions[index].held
                 if versions[index].isUnresolvedConflict { return (nil, false) }
                 state.versions[item]![index].conflict = true
@@ -602,7 +603,7 @@ public final class VersionStore: @unchecked Sendable {
             var info = stat()
             guard fstatat(content, id, &info, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
             record.size = Int64(info.st_size)
-            record.allocatedPastSize = VersionRecord.heldBytes(of: info) - record.size
+            record.allocatedPastSize = VersionRecord.allocatedPastSize(of: info)
             if record.linkedInode != nil { record.linkedInode = UInt64(info.st_ino) }
             if let inode = record.linkedInode { found.linkedInodes.insert(inode) }
             found.versions[record.item, default: []].append(record)

@@ -18,9 +18,10 @@ At the end every applied token is looked for in the final files and, on a coordf
 `--coordfs`, in the conflict versions the mount kept (`coordfs versions`); a watcher of the
 directory counts the CONFLICT events each version got. On a plain directory a file left torn
 by two writers at once is started over by whoever finds it so (`torn_files_started_over`).
-Prints one line per figure (or JSON with --json); exits 0. The judge is the caller: on ext4 tokens go missing; on coordfs, none
-may be missing from the files and the conflicts together, each conflict must be told exactly
-once, and with --refuse no token may be missing from the files alone.
+Prints one line per figure (or JSON with --json); exits 0. The judge is the caller: on ext4
+tokens go missing; on coordfs, none may be missing from the files and the conflicts together,
+each conflict must be told exactly once, and with --refuse no token may be missing from the
+files alone.
 """
 import argparse
 import errno
