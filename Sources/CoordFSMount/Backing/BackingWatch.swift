@@ -328,6 +328,9 @@ final class BackingWatch: @unchecked Sendable {
             }
             return
         }
+        // Read after the item left that name (renamed over by another save before its close):
+        // the change is not about what the name leads to now.
+        if !isItself, let object = change.object, !leads(entry, in: directory, to: object) { return }
         if let known {
             if attributes { known.hasNoCapability.store(false, ordering: .relaxed) }
             if known !== forgotten { filesystem.invalidate(known, pages: writes) }
@@ -641,6 +644,15 @@ final class BackingWatch: @unchecked Sendable {
             return nil
         }
         return (UInt64(info.st_dev), UInt64(info.st_ino))
+    }
+
+    /// Whether `name` in `directory` still leads to the item of the reported handle `object`;
+    /// true when its handle cannot be had.
+    private func leads(_ name: String, in directory: Directory, to object: UnsafeRawPointer) -> Bool {
+        let relative = directory.relative.isEmpty ? name : directory.relative + "/" + name
+        var bytes = [UInt8](repeating: 0, count: 256)
+        let count = FileSystemName.withCString(relative) { cfs_handle_bytes_at(backing, $0, &bytes, bytes.count) }
+        return count <= 0 || bytes.prefix(Int(count)).elementsEqual(Self.key(object))
     }
 
     /// The node of `name` in `parent`, if the mount knows it.
