@@ -35,6 +35,24 @@ import Glibc
         #expect(file.writers.load(ordering: .relaxed) == 0)
     }
 
+    /// What fanotify reports of a file written through kernel passthrough carries the writer's
+    /// process: its writes and closes are the mount's while it has the file open and for a
+    /// while after its last release, however many closes come and whenever they are read (P9:
+    /// the mount's own write is told once, as the mount's). Another process's are not.
+    @Test("P9 a writer's closes read after its release count as the mount's, each of them")
+    func aWritersClosesAfterItsReleaseCountAsTheMountsEachOfThem() {
+        let file = inode()
+        file.beganWritingThroughTheKernel(by: 20)
+        #expect(file.isWrittenThroughTheKernel(by: 20) && !file.isWrittenThroughTheKernel(by: 21))
+        file.endedWritingThroughTheKernel(by: 20)
+        #expect(file.kernelWriters.load(ordering: .relaxed) == 0)
+        // The kernel's close of the backing file, then another close of the same open (or two
+        // merged into one and read late): each is still the writer's.
+        #expect(file.isWrittenThroughTheKernel(by: 20))
+        #expect(file.isWrittenThroughTheKernel(by: 20), "a second close was taken for a change from outside")
+        #expect(!file.isWrittenThroughTheKernel(by: 21))
+    }
+
     @Test func aCreateHoldsWhatAnOpenWithItsFlagsHolds() {
         // SQLite's -wal and -shm: made read-write and kept open, writers in place (U2).
         #expect(Filesystem.createKind(O_RDWR | O_CREAT) == .writing(.sharingWriters))

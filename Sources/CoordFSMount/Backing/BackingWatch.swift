@@ -173,7 +173,10 @@ final class BackingWatch: @unchecked Sendable {
             while batch.news.count < Self.changesPerWindow {
                 let window = batch.news.count >= Self.burst ? Self.burstMilliseconds : Self.windowMilliseconds
                 let left = opened + window - coarseMilliseconds()
-                guard left > 0, wait(milliseconds: Int32(left)) else { break }
+                // While the window holds only the mount's own changes (a build or an unpack
+                // through it), the rest of it is slept, not polled: woken for each of them, this
+                // thread took a CPU from the callers for every create.
+                guard left > 0, wait(milliseconds: Int32(left), forChanges: batch.fromOutside) else { break }
                 readAll(into: &batch, buffer: &buffer)
             }
             deliver(batch)
@@ -182,16 +185,16 @@ final class BackingWatch: @unchecked Sendable {
     }
 
     /// Waits until changes can be read (true) or `timeout` has passed (true, nothing to read);
-    /// false once `stop` was called.
-    private func wait(milliseconds timeout: Int32) -> Bool {
+    /// false once `stop` was called. Not `forChanges`: only `stop` ends the wait early.
+    private func wait(milliseconds timeout: Int32, forChanges: Bool = true) -> Bool {
         var descriptors = [
-            pollfd(fd: changes, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)
+            pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: changes, events: Int16(POLLIN), revents: 0)
         ]
-        while poll(&descriptors, 2, timeout) < 0 {
+        while poll(&descriptors, forChanges ? 2 : 1, timeout) < 0 {
             if Errno.ofFailedCall() != .interrupted { return false }
         }
-        if descriptors[1].revents != 0 { stopping = true }
+        if descriptors[0].revents != 0 { stopping = true }
         return !stopping
     }
 
@@ -228,6 +231,9 @@ final class BackingWatch: @unchecked Sendable {
         var last: [ItemPath: Kind] = [:]
         /// The queue overflowed: changes were lost.
         var overflowed = false
+        /// A change of anyone's but the mount's own came (or changes were lost): the window
+        /// is not slept through.
+        var fromOutside = false
 
         mutating func add(_ path: ItemPath, isDirectory: Bool, _ kind: Kind) {
             if last[path] == kind || (kind == .changed && last[path] == .appeared) { return }
@@ -259,7 +265,7 @@ final class BackingWatch: @unchecked Sendable {
             let node = filesystem.watchedWrites.node(handle: Self.key(object))
         else { return nil }
         if attributes { node.hasNoCapability.store(false, ordering: .relaxed) }
-        filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel(by: change.pid, closing: false))
+        filesystem.invalidate(node, pages: writes && !node.isWrittenThroughTheKernel(by: change.pid))
         return node
     }
 
@@ -280,12 +286,18 @@ final class BackingWatch: @unchecked Sendable {
     }
 
     private func take(_ change: cfs_backing_change, into batch: inout Batch) {
-        if change.mask & CFS_CHANGE_OVERFLOW != 0 { batch.overflowed = true; return }
+        if change.mask & CFS_CHANGE_OVERFLOW != 0 {
+            batch.overflowed = true
+            batch.fromOutside = true
+            return
+        }
         let isDirectory = change.mask & CFS_CHANGE_ON_DIRECTORY != 0
         if isDirectory { directoryChanged(change, into: &batch) }
         guard change.pid != ownProcess else { return }
         let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
         let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
+        // A write may still be the mount's own, served by the kernel: found out below.
+        if !writes || attributes { batch.fromOutside = true }
         let forgotten = forgetMarkedFile(change, isDirectory: isDirectory, writes: writes, attributes: attributes)
         if change.mask & CFS_CHANGE_RENAME != 0 { return takeRename(change, isDirectory: isDirectory, into: &batch) }
         guard let handle = change.directory, let name = change.name else { return }
@@ -321,7 +333,7 @@ final class BackingWatch: @unchecked Sendable {
         // long, are forgotten.) Known by their process: another's, beside such an open or
         // just after it, is a change from outside.
         if writes && !attributes, let known,
-            known.isWrittenThroughTheKernel(by: change.pid, closing: change.mask & CFS_CHANGE_CLOSE_WRITE != 0)
+            known.isWrittenThroughTheKernel(by: change.pid)
         {
             if filesystem.watchedWrites.covers(known) && known !== forgotten {
                 filesystem.invalidateAttributes(of: known)
@@ -331,6 +343,7 @@ final class BackingWatch: @unchecked Sendable {
         // Read after the item left that name (renamed over by another save before its close):
         // the change is not about what the name leads to now.
         if !isItself, let object = change.object, !leads(entry, in: directory, to: object) { return }
+        batch.fromOutside = true
         if let known {
             if attributes { known.hasNoCapability.store(false, ordering: .relaxed) }
             if known !== forgotten { filesystem.invalidate(known, pages: writes) }

@@ -105,18 +105,18 @@ final class OpenCover: Sendable {
     }
 }
 
-/// A process writing an inode through kernel passthrough: its opens, the closes the backing
-/// watch has yet to read, and when its last open ended (coarse milliseconds).
+/// A process writing an inode through kernel passthrough: its opens, and when its last open
+/// ended (coarse milliseconds).
 struct KernelWriterProcess {
     var opens = 0
-    var closesToCome = 0
     var ended: Int64 = 0
 }
 
 extension Inode {
-    /// How long after a process's last release its close may still come to be read: the kernel
-    /// reports it after the release, and closes of one process not read yet come as one event
-    /// (so a count of closes to come can stay above what is read).
+    /// How long after a process's last release what fanotify reports of its writing (its
+    /// closes) still counts as the mount's: the kernel reports a close after the release, not
+    /// always once in the writer's process (a save's file was seen closed by it again after its
+    /// close had been read), and the watch may read them late, or merged into one.
     static let lateClose: Int64 = 2000
 
     /// A writable open served by kernel passthrough begins, made by `process`.
@@ -125,13 +125,11 @@ extension Inode {
         kernelWriters.add(1, ordering: .relaxed)
     }
 
-    /// One ends: its close is to come. Its process stays known until its closes are read, or
-    /// for `lateClose`; those known longer are forgotten.
+    /// One ends. Its process stays known for `lateClose`; those known longer are forgotten.
     func endedWritingThroughTheKernel(by process: Int32) {
         let now = coarseMilliseconds()
         kernelWriterProcesses.withLock { processes in
             processes[process]?.opens -= 1
-            processes[process]?.closesToCome += 1
             processes[process]?.ended = now
             for (other, writer) in processes where writer.opens == 0 && now - writer.ended >= Self.lateClose {
                 processes[other] = nil
@@ -142,20 +140,16 @@ extension Inode {
 
     /// Whether a write or a close that fanotify reports on the backing file, made by `process`,
     /// is one the kernel served for an open through the mount: `process` has such an open, or
-    /// a close of one is still to be read. `closing`: it is a close, one of those to come; read
-    /// once none is open and no other is to come, the process is forgotten. Another process's
-    /// change is from outside, whenever it comes.
-    func isWrittenThroughTheKernel(by process: Int32, closing: Bool) -> Bool {
+    /// ended its last one less than `lateClose` ago; one known longer is forgotten. Another
+    /// process's change is from outside, whenever it comes.
+    func isWrittenThroughTheKernel(by process: Int32) -> Bool {
         let now = coarseMilliseconds()
         return kernelWriterProcesses.withLock { processes in
-            guard var writer = processes[process] else { return false }
-            if closing && writer.closesToCome > 0 { writer.closesToCome -= 1 }
+            guard let writer = processes[process] else { return false }
             let late = writer.opens == 0 && now - writer.ended >= Self.lateClose
-            if late || (writer.opens == 0 && writer.closesToCome == 0 && closing) {
+            if late {
                 processes[process] = nil
                 if processes.isEmpty { processes = [:] }  // its storage goes too
-            } else {
-                processes[process] = writer
             }
             return !late
         }
