@@ -15,6 +15,7 @@
 #include <sys/sysinfo.h>
 #include <sys/types.h>
 #include <unistd.h>
+#include <pthread.h>
 #include <string.h>
 #include <stdio.h>
 
@@ -162,6 +163,11 @@ static inline int cfs_run_away_from_cpu(int cpu) {
     if (cpu >= 0 && cpu < cpus) mask[cpu / 64] |= 1UL << (cpu % 64);
     return (int)syscall(SYS_sched_setaffinity, 0, sizeof(mask), mask);
 }
+
+// Names the calling thread (15 bytes at most are kept), as /proc/self/task/*/comm and tools
+// show it: 0 or an error number. (pthread_setname_np needs _GNU_SOURCE too.)
+extern int pthread_setname_np(pthread_t thread, const char *name);
+static inline int cfs_name_this_thread(const char *name) { return pthread_setname_np(pthread_self(), name); }
 
 // fanotify, for changes made to a backing directory behind the mount: a mark on the whole
 // filesystem, reporting each change by its directory's file handle and the entry's name

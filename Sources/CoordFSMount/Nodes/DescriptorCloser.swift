@@ -26,7 +26,9 @@ final class DescriptorCloser: Sendable {
 
     private init() {
         let thread = Thread { [self] in
-            Thread.current.name = "coordfs-closer"
+            // Named through the system: Foundation's setter names the thread only once it knows
+            // its pthread, which a thread that runs at once may not yet be known by.
+            _ = cfs_name_this_thread("coordfs-closer")
             run()
         }
         thread.start()
