@@ -241,30 +241,25 @@ static inline int cfs_fanotify_ignore_directory(int group, int directory, int di
     return fanotify_mark(group, FAN_MARK_ADD | FAN_MARK_IGNORE | FAN_MARK_IGNORED_SURV_MODIFY, mask, directory, NULL) == 0 ? 0 : -errno;
 }
 
-// The bytes of the handle of `name` in the directory `directory` (not following a symbolic link;
-// "" for `directory` itself), laid out as fanotify reports handles, into `bytes` (room for
-// `size`): their count, or -errno. Needs no privilege, unlike opening one.
-static inline int cfs_handle_bytes_at(int directory, const char *name, void *bytes, size_t size) {
+// The bytes of the handle of the item (a directory, a file) `fd` refers to, or with `name` not
+// "" of the item it names below the directory `fd` (not following a symbolic link), laid out as
+// fanotify reports handles, into `bytes` (room for `size`): their count, or -errno. Needs no
+// privilege, unlike opening one.
+static inline int cfs_handle_bytes(int fd, const char *name, void *bytes, size_t size) {
     struct cfs_file_handle handle;
     int mount_id = 0;
     int flags = name[0] == 0 ? 0x1000 /* AT_EMPTY_PATH */ : 0;
     handle.handle_bytes = CFS_MAX_HANDLE;
     // AT_HANDLE_FID (Linux 6.5): the handle as fanotify encodes it, even where handles cannot open.
-    if (syscall(SYS_name_to_handle_at, directory, name, &handle, &mount_id, flags | 0x200 /* AT_HANDLE_FID */) != 0) {
+    if (syscall(SYS_name_to_handle_at, fd, name, &handle, &mount_id, flags | 0x200 /* AT_HANDLE_FID */) != 0) {
         if (errno != EINVAL) return -errno;
         handle.handle_bytes = CFS_MAX_HANDLE;
-        if (syscall(SYS_name_to_handle_at, directory, name, &handle, &mount_id, flags) != 0) return -errno;
+        if (syscall(SYS_name_to_handle_at, fd, name, &handle, &mount_id, flags) != 0) return -errno;
     }
     size_t count = 2 * sizeof(unsigned int) + handle.handle_bytes;
     if (count > size) return -ENAMETOOLONG;
     memcpy(bytes, &handle, count);
     return (int)count;
-}
-
-// The bytes of the handle of the item (a directory, a file) `fd` refers to, laid out as fanotify reports handles,
-// into `bytes` (room for `size`): their count, or -errno. Needs no privilege, unlike opening one.
-static inline int cfs_handle_bytes(int fd, void *bytes, size_t size) {
-    return cfs_handle_bytes_at(fd, "", bytes, size);
 }
 
 // What changed, as one fanotify event reports it.

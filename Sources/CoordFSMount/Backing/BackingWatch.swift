@@ -82,6 +82,9 @@ final class BackingWatch: @unchecked Sendable {
         let relative: String
         let device: UInt64
         let number: UInt64
+
+        /// The path of `name` in it, below the backing root.
+        func relative(_ name: String) -> String { relative.isEmpty ? name : relative + "/" + name }
     }
 
     /// `byDirectory`: a mark per directory even where the filesystem could be marked (a small
@@ -599,10 +602,11 @@ final class BackingWatch: @unchecked Sendable {
         return WatchedDirectories(root: root, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
     }
 
-    /// The handle of the item (a directory, a file) `fd` as fanotify reports it, as a key.
-    static func handle(of fd: Int32) -> WatchedDirectories.Handle? {
+    /// The handle of the item (a directory, a file) `fd` refers to as fanotify reports it, as a
+    /// key; or of the item `path` names below the directory `fd` (not following a symbolic link).
+    static func handle(of fd: Int32, path: String = "") -> WatchedDirectories.Handle? {
         var bytes = [UInt8](repeating: 0, count: 256)
-        let count = cfs_handle_bytes(fd, &bytes, bytes.count)
+        let count = FileSystemName.withCString(path) { cfs_handle_bytes(fd, $0, &bytes, bytes.count) }
         return count > 0 ? Array(bytes.prefix(Int(count))) : nil
     }
 
@@ -645,15 +649,16 @@ final class BackingWatch: @unchecked Sendable {
     }
 
     private func path(_ directory: Directory, _ name: String) -> ItemPath {
-        let relative = directory.relative.isEmpty ? name : directory.relative + "/" + name
-        return filesystem.mountRoot.appending(relative)
+        filesystem.mountRoot.appending(directory.relative(name))
     }
 
     /// The device and inode number of `name` in `directory`, if it is there.
     private func existing(_ name: String, in directory: Directory) -> (device: UInt64, number: UInt64)? {
-        let relative = directory.relative.isEmpty ? name : directory.relative + "/" + name
         var info = stat()
-        guard FileSystemName.withCString(relative, { fstatat(backing, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0 else {
+        guard
+            FileSystemName.withCString(directory.relative(name), { fstatat(backing, $0, &info, AT_SYMLINK_NOFOLLOW) })
+                == 0
+        else {
             return nil
         }
         return (UInt64(info.st_dev), UInt64(info.st_ino))
@@ -662,10 +667,7 @@ final class BackingWatch: @unchecked Sendable {
     /// Whether `name` in `directory` still leads to the item of the reported handle `object`;
     /// true when its handle cannot be had.
     private func leads(_ name: String, in directory: Directory, to object: UnsafeRawPointer) -> Bool {
-        let relative = directory.relative.isEmpty ? name : directory.relative + "/" + name
-        var bytes = [UInt8](repeating: 0, count: 256)
-        let count = FileSystemName.withCString(relative) { cfs_handle_bytes_at(backing, $0, &bytes, bytes.count) }
-        return count <= 0 || bytes.prefix(Int(count)).elementsEqual(Self.key(object))
+        Self.handle(of: backing, path: directory.relative(name)).map { $0 == Self.key(object) } ?? true
     }
 
     /// The node of `name` in `parent`, if the mount knows it.
