@@ -126,10 +126,7 @@ public final class ControlServer: @unchecked Sendable {
                 connection.tellBroken(grants, along: paths)
             }
         }
-        let thread = Thread { [self] in acceptLoop(fd) }
-        thread.name = "coordfs control socket"
-        lock.withLock { acceptThread = thread }
-        thread.start()
+        lock.withLock { acceptThread = Thread.start(named: "coordfs-control") { [self] in acceptLoop(fd) } }
     }
 
     /// Accepts until `stop()` shuts the listening socket down, then closes it. Closed by
@@ -193,9 +190,7 @@ public final class ControlServer: @unchecked Sendable {
                 return true
             }
             guard accepted else { counts.returnConnection(of: peer.uid); Glibc.close(fd); return }
-            let thread = Thread { connection.run() }
-            thread.name = "coordfs client \(peer.pid)"
-            thread.start()
+            Thread.start(named: "coordfs-client \(peer.pid)") { connection.run() }
         }
     }
 

@@ -109,9 +109,7 @@ final class Outbox: @unchecked Sendable {
     private func wakeWriter() {
         if !writerRunning {
             writerRunning = true
-            let thread = Thread { [self] in writeLoop() }
-            thread.name = "coordfs outbox \(fd)"
-            thread.start()
+            Thread.start(named: "coordfs-outbox \(fd)") { [self] in writeLoop() }
         }
         condition.broadcast()
     }

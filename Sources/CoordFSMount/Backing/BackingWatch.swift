@@ -141,10 +141,7 @@ final class BackingWatch: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in run() }
-        thread.name = "coordfs-backing-watch"
-        self.thread = thread
-        thread.start()
+        thread = Thread.start(named: "coordfs-backing") { [self] in run() }
     }
 
     /// Asks the thread to end. A notification it is sending may wait for a directory's lock

@@ -257,9 +257,7 @@ final class WaitWatch: @unchecked Sendable {
             since: now, uid: uid, item: item, settlesOnly: settlesOnly)
         if !running {
             running = true
-            let thread = Thread { [self] in loop() }
-            thread.name = "coordfs wait watch"
-            thread.start()
+            Thread.start(named: "coordfs-waits") { [self] in loop() }
         }
         condition.unlock()
     }

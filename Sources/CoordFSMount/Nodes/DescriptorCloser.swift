@@ -25,13 +25,7 @@ final class DescriptorCloser: Sendable {
     private let wake = DispatchSemaphore(value: 0)
 
     private init() {
-        let thread = Thread { [self] in
-            // Named through the system: Foundation's setter names the thread only once it knows
-            // its pthread, which a thread that runs at once may not yet be known by.
-            _ = cfs_name_this_thread("coordfs-closer")
-            run()
-        }
-        thread.start()
+        Thread.start(named: "coordfs-closer") { [self] in run() }
     }
 
     /// Closes `descriptors` soon, away from `cpu` (the calling thread's).
