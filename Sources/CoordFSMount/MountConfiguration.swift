@@ -113,6 +113,9 @@ public struct MountConfiguration: Sendable {
     /// For tests: called by a coordinated request once it has named its targets, before it asks
     /// the engine (a test can move them meanwhile).
     public var afterNamingTargets: (@Sendable () -> Void)?
+    /// For tests: called by a request that passed a quiet gate, before its body runs (a test
+    /// can keep it passing meanwhile).
+    public var whilePassingQuietly: (@Sendable () -> Void)?
 
     /// `-o uid=,gid=,umask=`: the owner, group and permissions every item shows.
     public var ownershipView = OwnershipView()

@@ -240,9 +240,44 @@ import Glibc
         #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
     }
 
-    /// Stops the first coordinated request after it is armed, once it has named its targets,
-    /// until told to go on.
-    final class NamingPause: Sendable {
+    /// An unlink passing the gate while the engine holds nothing keeps an open of another name
+    /// from nobody: the open's grant waits only for requests passing its own name's gate. An
+    /// rmdir passing it (it covers a subtree) is waited for by every open, as it conflicts with
+    /// files held anywhere below it.
+    @Test(arguments: [false, true]) func anOpenWaitsOnlyForRequestsPassingItsOwnName(passerIsRmdir: Bool) throws {
+        let pause = RequestPause()
+        // Served through /dev/fuse by several threads: the paused request holds one of them.
+        let fx = try MountFixture(inProcess: {
+            $0.ioUring = false
+            $0.whilePassingQuietly = { pause.pauseIfArmed() }
+        })
+        try fx.seed("one/x.txt")
+        try fx.seed("two/kept.txt")
+        try FileManager.default.createDirectory(
+            at: fx.backing.appendingPathComponent("one/empty"), withIntermediateDirectories: true)
+        pause.arm()
+        let passed = Atomic<Int32>(-2)
+        let passerPath = passerIsRmdir ? fx.path("one/empty") : fx.path("one/x.txt")
+        Thread {
+            passed.store(passerIsRmdir ? rmdir(passerPath) : unlink(passerPath), ordering: .sequentiallyConsistent)
+        }.start()
+        #expect(pause.reached.wait(timeout: .now() + 10) == .success, "the request passes the gate")
+        let opened = Atomic<Int32>(-2)
+        let path = fx.path("two/new.txt")
+        Thread { opened.store(open(path, O_CREAT | O_WRONLY, 0o644), ordering: .sequentiallyConsistent) }.start()
+        let openedWhilePassing = eventually(.seconds(3)) { opened.load(ordering: .sequentiallyConsistent) != -2 }
+        pause.proceed.signal()
+        #expect(openedWhilePassing != passerIsRmdir, "the open went ahead while the request passed, or waited for it")
+        #expect(eventually { opened.load(ordering: .sequentiallyConsistent) >= 0 })
+        #expect(eventually { passed.load(ordering: .sequentiallyConsistent) == 0 })
+        let fd = opened.load(ordering: .sequentiallyConsistent)
+        if fd >= 0 { close(fd) }
+        #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
+    }
+
+    /// Stops the first request that reaches its hook after it is armed (once it has named its
+    /// targets, or as it passes a quiet gate), until told to go on.
+    final class RequestPause: Sendable {
         private let armed = Atomic<Bool>(false)
         let reached = DispatchSemaphore(value: 0)
         let proceed = DispatchSemaphore(value: 0)
@@ -260,7 +295,7 @@ import Glibc
     /// So too when the rename holds a grant (a presenter is registered elsewhere), begun and
     /// ended in that moment, as when the open's thread is preempted there.
     @Test(arguments: [false, true]) func anOpenHoldsTheNameItsFileHasOnceHeld(renameHoldsAGrant: Bool) throws {
-        let pause = NamingPause()
+        let pause = RequestPause()
         // Served through /dev/fuse by several threads: the paused open holds one of them.
         let fx = try MountFixture(inProcess: {
             $0.ioUring = false

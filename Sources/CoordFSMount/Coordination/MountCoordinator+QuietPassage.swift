@@ -6,7 +6,7 @@ extension MountCoordinator {
     enum QuietPassage {
         /// Through the engine's first gate: it held nothing.
         case nothingHeld
-        /// Through its second gate, beside gated grants, and the gates of the names the
+        /// Through its second gate, beside gated grants if any, and the gates of the names the
         /// request locks (`second` only when it locks two names on different gates).
         case besideOpenFiles(first: Int, second: Int?)
     }
@@ -14,13 +14,29 @@ extension MountCoordinator {
     /// Lets a request held for its call pass while the engine holds nothing, or nothing but
     /// gated grants while no file is held open by a name it locks (`NameGates`); nil,
     /// having counted nothing, when it must be coordinated. Counted in the statistics.
+    ///
+    /// A request that names its item in a directory takes the second way even while the engine
+    /// holds nothing: whoever passed the first gate is waited for by the next open anywhere on
+    /// the mount (its grant closes that gate), whoever passed the second only by an open of one
+    /// of its names. Clients unlinking and creating in directories of their own then do not
+    /// wait for each other.
     func passQuietly(_ wanted: ItemIntent, _ other: ItemIntent?) -> QuietPassage? {
+        // An rmdir or a directory's rename conflicts with files open anywhere below it.
+        let coversSubtree = wanted.coversSubtree || other?.coversSubtree == true
+        // An item named by its node alone costs a look at its place to find its gate.
+        let byName = !wanted.name.isEmpty
+        if !coversSubtree && byName, let passage = passBesideOpenFiles(wanted, other) { return passage }
         if engine.passQuietly() {
             statistics.passedQuietly.add()
             return .nothingHeld
         }
-        // An rmdir or a directory's rename conflicts with files open anywhere below it.
-        if wanted.coversSubtree || other?.coversSubtree == true { return nil }
+        if coversSubtree || byName { return nil }
+        return passBesideOpenFiles(wanted, other)
+    }
+
+    /// Passes the engine's second gate and the gates of the names the request locks, or counts
+    /// nothing and returns nil.
+    private func passBesideOpenFiles(_ wanted: ItemIntent, _ other: ItemIntent?) -> QuietPassage? {
         guard engine.passQuietly(.onlyGatedGrants) else { return nil }
         if let first = gate(of: wanted), nameGates.enter(first) {
             // nil: no second item; .some(nil): one whose gate is not known.
@@ -35,7 +51,8 @@ extension MountCoordinator {
             }
             if let passage {
                 statistics.passedQuietly.add()
-                statistics.passedBesideOpenFiles.add()
+                // Beside open files only if there are some: the first gate is closed.
+                if !engine.quietPassage().isOpen { statistics.passedBesideOpenFiles.add() }
                 return passage
             }
         }

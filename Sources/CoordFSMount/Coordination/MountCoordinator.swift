@@ -98,6 +98,7 @@ final class MountCoordinator: @unchecked Sendable {
             case .notCoordinated:
                 return request.body(reply, MountClaim(nil, self))
             case .passedQuietly(let passage):
+                configuration.whilePassingQuietly?()
                 request.body(reply, MountClaim(nil, self))
                 return endPassing(passage)
             case .held(let claim, let tellsAfterAnswer):
