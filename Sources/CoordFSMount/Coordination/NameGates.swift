@@ -16,8 +16,10 @@ import Coordination
 /// each first shuts the gate of the name its path was spelled from, waiting for whoever is
 /// passing it, and opens it again after its release. A request held for its call that covers no
 /// subtree may then pass beside them while the engine holds nothing else and the gate of every
-/// name it locks is open (`MountCoordinator.passQuietly`). rmdir and a directory's rename
-/// conflict with whatever is held below them and still need the engine to hold nothing.
+/// name it locks is open (`MountCoordinator.passQuietly`); one that names its item in a
+/// directory passes that way even while nothing is held, so that an open waits only for those
+/// passing its own name. rmdir and a directory's rename conflict with whatever is held below
+/// them and still need the engine to hold nothing.
 ///
 /// The names share a fixed table of gates by hash: two names on one gate only make a request
 /// about one of them coordinate in full while the other is held. A name is the one the grant's
