@@ -3,7 +3,7 @@ import Foundation
 
 extension Thread {
     /// The longest name the system keeps for a thread, in bytes (TASK_COMM_LEN less its NUL).
-    public static let longestSystemName = 15
+    static let longestSystemName = 15
 
     /// Starts `body` on a thread of its own, named `name` for the system: `top -H`, `perf`,
     /// /proc/PID/task/TID/comm and Foundation's `Thread.current.name` show it. The thread names
@@ -23,9 +23,10 @@ extension Thread {
 
     /// `name` cut to what the system keeps, on a character's boundary.
     static func systemName(_ name: String) -> String {
-        var kept = ""
+        var kept = "", bytes = 0
         for character in name {
-            guard kept.utf8.count + character.utf8.count <= longestSystemName else { break }
+            bytes += character.utf8.count
+            guard bytes <= longestSystemName else { break }
             kept.append(character)
         }
         return kept

@@ -1,3 +1,4 @@
+@testable import CoordFSCommands
 import CoordFSMount
 import FileCoordination
 import Foundation
@@ -300,10 +301,7 @@ import Glibc
             let everywhere = try run("/bin/sh", ["-c", "cd / && exec \"$0\" status", Paths.binary.path])
             // The only mount there is: status 1. (Beside mounts of the machine's own, which are
             // listed, its warning line.)
-            let onlyMount =
-                (try String(contentsOfFile: "/proc/self/mounts", encoding: .utf8))
-                .split(separator: "\n").filter { $0.split(separator: " ").dropFirst(2).first == "fuse.coordfs" }.count
-                == 1
+            let onlyMount = MountTable.coordfsMounts(in: MountTable.entries()).count == 1
             #expect(
                 everywhere.status == (onlyMount ? 1 : 0)
                     && everywhere.errors.contains("the coordfs mount at '\(mnt)' is one \(theirs)"),
