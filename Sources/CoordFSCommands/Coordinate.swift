@@ -23,7 +23,9 @@ struct Coordinate: ParsableCommand {
             Exit status, as flock's: the command's (128+N when signal N ended it); 1 when the intents \
             could not be taken, with the reason; 127 when the command is not found; the \
             --conflict-exit-code (default 1) when another holds an item and -n or --timeout gives up; \
-            64 for a command line it cannot take.
+            64 for a command line it cannot take; 75 when the command succeeded but its turn was not \
+            its alone: another user's access went past the hold at the mount's break time, or on a \
+            host of a shared store the hold lost its cover while it ran.
             """
     )
 
@@ -153,12 +155,14 @@ struct Coordinate: ParsableCommand {
             throw CommandFailure("the items belong to different coordfs mounts")
         }
         let client: ControlClient
+        let breaks: BreakWatch
         let hold: Int
         let started = ContinuousClock.now
         let report = verbose && !nonblock ? Self.sayWhomItWaitsFor(getpid(), at: socketPath) : nil
         defer { report?.cancel() }
         do {
             client = try ControlClient(socketPath: socketPath)
+            breaks = BreakWatch(client)
             let fields = try client.request {
                 .hold(id: $0, intents: intents, wait: !nonblock, timeout: timeout, inherit: !close)
             }
@@ -188,9 +192,9 @@ struct Coordinate: ParsableCommand {
             FileHandle.standardError.write(Data("Error: \(error)\n".utf8))
             throw ExitCode(error.exitStatus)
         }
-        _ = try? client.request { .release(id: $0, hold: hold, changed: !write.isEmpty) }
+        let released = try? client.request { .release(id: $0, hold: hold, changed: !write.isEmpty) }
         client.close()
-        throw ExitCode(status)
+        throw ExitCode(Self.status(status, afterRelease: released, breaks))
     }
 
     /// -v: once the hold of `pid` has waited a second, a line on standard error naming whom it

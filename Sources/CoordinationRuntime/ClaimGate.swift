@@ -17,6 +17,10 @@ package protocol ClaimGate: Sendable {
     /// The stamp of a hold granted now (`HostDelegations.lastCoverLoss`), read before `admits`
     /// says it may be: its accessor's requests are judged against the losses of cover after it.
     var coverStamp: UInt64 { get }
+    /// The first of a hold's `intents`, stamped `stamp`, whose cover was lost since
+    /// (`HostDelegations.lostCover`); nil when none was. Asked as the hold ends, so its holder
+    /// learns that another host may have had its items meanwhile.
+    func itemWhoseCoverWasLost(_ intents: [Intent], since stamp: UInt64) -> ItemPath?
     /// Waits until they may (`waits` false: not for another host). `completion` runs once, on
     /// any thread: nil and the promises of the grants it waited for (each redeemed once the
     /// hold is claimed and has looked again, `DelegationPromise`), or the errno name and

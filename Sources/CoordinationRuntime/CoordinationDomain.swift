@@ -439,8 +439,9 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
     /// A presenter of another user refused an access; across users that is no veto, and the
     /// access went on (docs/sharing.md).
     case vetoIgnored(presentedItem: String, presenterUser: Int, error: String)
-    /// Another user's access to `item` went ahead while a coordinator of this process held it:
-    /// the mount's break time had passed (docs/sharing.md).
+    /// Another's access to `item` may have gone ahead while a coordinator of this process held
+    /// it: another user's, once the mount's break time had passed (docs/sharing.md), or on a
+    /// host of a shared store another host's, once this host's cover was lost (docs/cluster.md).
     case coordinationBroken(item: String)
     /// A presenter asks for a callback that coordfs never makes on Linux (ubiquity attributes).
     case neverCalled(presentedItem: String, callback: String, why: String)
@@ -456,7 +457,7 @@ public enum CoordinationReport: Sendable, CustomStringConvertible, Equatable {
                 "a presenter of \(item) of another user (uid \(user)) refused an access (\(error)); across users that is no veto, and the access proceeded"
         case .coordinationBroken(let item):
             return
-                "another user's access to \(item) went ahead while this process held it (the mount's break time had passed)"
+                "another's access to \(item) may have gone ahead while this process held it (another user's, the mount's break time having passed, or another host's, this host's cover having been lost)"
         case .neverCalled(let item, let callback, let why):
             return "the presenter of \(item) asks for \(callback), which is never called: \(why)"
         }

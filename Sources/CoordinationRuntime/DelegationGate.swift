@@ -39,6 +39,13 @@ package struct DelegationGate: ClaimGate {
 
     package var coverStamp: UInt64 { delegations.lastCoverLoss }
 
+    package func itemWhoseCoverWasLost(_ intents: [Intent], since stamp: UInt64) -> ItemPath? {
+        intents.first { intent in
+            guard let need = store.delegationNeed(intent.kind, of: intent.target) else { return false }
+            return delegations.lostCover(of: [need], since: stamp)
+        }?.path
+    }
+
     package func admit(
         _ intents: [Intent], waits: Bool,
         completion: @escaping @Sendable ((errno: String, message: String)?, [any DelegationPromise]) -> Void

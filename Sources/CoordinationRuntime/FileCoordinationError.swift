@@ -30,9 +30,11 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
     case noSuchItem(String)
     /// The operating system refused something (creating a snapshot, a socket); errno.
     case systemError(String, Int32)
-    /// The accessor ran, but another user's access to the item went ahead while it did: on a
-    /// shared mount a hold delays other users only for the mount's break time (docs/sharing.md).
-    /// What the accessor read or wrote may have been changed or read meanwhile.
+    /// The accessor ran, but another's access to the item may have gone ahead while it did: on
+    /// a shared mount a hold delays other users only for the mount's break time
+    /// (docs/sharing.md); on a host of a shared store a hold lasts only while the host's lease
+    /// does (docs/cluster.md). What the accessor read or wrote may have been changed or read
+    /// meanwhile.
     case coordinationBroken(String)
 
     /// What happened, naming the item where there is one.
@@ -51,7 +53,8 @@ public enum FileCoordinationError: Error, Equatable, CustomStringConvertible {
         case .noSuchItem(let path): return "no such file or directory: \(path)"
         case .systemError(let what, let code): return "\(what): \(String(cString: strerror(code)))"
         case .coordinationBroken(let path):
-            return "another user's access to \(path) went ahead while the accessor ran (break time reached)"
+            return
+                "another's access to \(path) may have gone ahead while the accessor ran (another user's at the break time, or another host's once this host's cover was lost)"
         }
     }
 

@@ -63,6 +63,20 @@ package protocol HostDelegations: AnyObject, Sendable {
     func othersInterested(in path: String) -> Bool
 }
 
+extension HostDelegations {
+    /// Whether a hold stamped `stamp` (`lastCoverLoss` at its grant) lost its cover of `needs`
+    /// since: the host's lease may have ended, or a loss since (a recall broken at the break
+    /// time, a lease lost and the item not carried over at the rejoin) reaches one of them.
+    /// Another host may have had the item since, so the hold was not its holder's alone.
+    package func lostCover(of needs: [DelegationNeed], since stamp: UInt64) -> Bool {
+        if mayAdmitWrites && lastCoverLoss <= stamp { return false }
+        return needs.contains { need in
+            if case .admitted = admitsWrites(need.path, since: stamp) { return false }
+            return true
+        }
+    }
+}
+
 /// What becomes of writes through a file open for writing on a host of a shared store.
 package enum WriteAdmission: Sendable, Equatable {
     /// They land: nothing since `through` (the open's stamp from now on) took the item away.

@@ -164,12 +164,16 @@ package final class MountLink: @unchecked Sendable {
     }
 
     /// Ends a hold and waits until the mount has: once an accessor returns, others may proceed.
-    /// Returns the item whose coordination the server broke while the hold was held, if any.
+    /// Returns the item whose coordination was broken while the hold was held, if any: by
+    /// another user's access at the break time, or on a host of a shared store by the loss of
+    /// its cover (another host may have had the item).
     @discardableResult
     func release(_ hold: Int, changed: Bool) -> String? {
-        _ = try? client.request { .release(id: $0, hold: hold, changed: changed) }
+        let fields = try? client.request { .release(id: $0, hold: hold, changed: changed) }
         // Events come before the reply that follows them: a break of this hold is known here.
-        return lock.withLock { brokenHolds.removeValue(forKey: hold) }
+        let broken = lock.withLock { brokenHolds.removeValue(forKey: hold) }
+        guard case .string(let item)? = fields?["cover_lost"] else { return broken }
+        return broken ?? item
     }
 
     /// The API's error for a mount's refusal of a hold of `item`.

@@ -214,6 +214,7 @@ extension ClientConnection {
                 held.coordinator = coordinator
                 held.holder = holder
                 held.bytes = bytes
+                held.cover = cover
                 let number = self.lock.withLock { () -> Int? in
                     guard !self.closed else { return nil }
                     self.lastNumber += 1
@@ -248,6 +249,8 @@ extension ClientConnection {
     }
 
     /// Ends hold `number`; `changed` says the holder changed its items (presenters are told).
+    /// On a host of a shared store the reply names (`cover_lost`) an item another host may
+    /// have had while it was held (a lease lost, a recall broken at the break time).
     func release(_ id: Int, _ number: Int, _ changed: Bool) {
         guard
             let held = lock.withLock({ () -> Held? in
@@ -256,8 +259,10 @@ extension ClientConnection {
             })
         else { return send(.error(id: id, errno: "EINVAL", message: "no hold \(number)")) }
         updateInheritance()
+        // Asked before the claim ends: the answer is the hold's, not what came after it.
+        let lost = held.cover.flatMap { server.claimGate?.itemWhoseCoverWasLost(held.claim.intents, since: $0) }
         end(held, changed: changed)
-        send(.ok(id: id, fields: [:]))
+        send(.ok(id: id, fields: lost.map { ["cover_lost": .string($0.string)] } ?? [:]))
     }
 
     /// Stops waiting for the hold that request `request` asked for.

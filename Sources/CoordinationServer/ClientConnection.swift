@@ -86,6 +86,9 @@ final class ClientConnection: @unchecked Sendable {
         /// What it is counted as against its user's memory (`ClientLimits.bytes(ofHoldOn:)`),
         /// given back at its end.
         var bytes = 0
+        /// On a host of a shared store, its stamp against the host's losses of cover
+        /// (`ClaimGate.coverStamp`): its release says whether it lost its cover since.
+        var cover: UInt64? = nil
     }
 
     /// A coordinator of this client: a hold, or a watch and the holds taken for it.

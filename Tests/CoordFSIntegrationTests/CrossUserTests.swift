@@ -181,6 +181,30 @@ import Glibc
         // A coordination that holds throws nothing.
         try FileCoordinator().coordinate(writingItemAt: url) { url in try Data("mine\n".utf8).write(to: url) }
     }
+
+    /// `coordfs coordinate` whose hold another user's write went past: the command succeeded,
+    /// but its turn was not its alone, so it exits 75 and says why; a command that failed keeps
+    /// its own status; a turn that held exits 0 and says nothing. (It exited 0 either way.)
+    @Test func coordinateSaysItsTurnWasBrokenInItsExitStatus() throws {
+        let fx = try MountFixture(
+            ["-o", "allow_other", "--break-time", "1", "--wait-timeout", "infinity"], backingMode: 0o755)
+        try fx.seed("shared.txt", "before\n")
+        chmod(fx.backingPath("shared.txt"), 0o666)
+        let path = fx.path("shared.txt")
+        // -o: the command's children are not the holder, so nobody's write is another user's.
+        let theirWrite = [Nobody.program] + Nobody.arguments(["/bin/sh", "-c", "echo theirs > \"$1\"", "sh", path])
+        let broken = try run(Paths.binary.path, ["coordinate", "-o", "-x", path, "--"] + theirWrite)
+        #expect(broken.status == 75, "\(broken)")
+        #expect(broken.errors.contains("went past the hold at the mount's break time"), "\(broken.errors)")
+        #expect(try String(contentsOfFile: fx.backingPath("shared.txt"), encoding: .utf8) == "theirs\n")
+        let failed = try run(
+            Paths.binary.path,
+            ["coordinate", "-o", "-x", path, "--", "/bin/sh", "-c", "\"$@\"; exit 3", "sh"] + theirWrite)
+        #expect(failed.status == 3, "the command's own failure is its status: \(failed)")
+        #expect(failed.errors.contains("went past the hold"), "\(failed.errors)")
+        let whole = try run(Paths.binary.path, ["coordinate", "-x", path, "--", "/bin/true"])
+        #expect(whole.status == 0 && whole.errors.isEmpty, "\(whole)")
+    }
 }
 
 /// Numbers from another user, on the socket and on the command line, are refused with

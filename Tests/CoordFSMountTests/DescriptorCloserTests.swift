@@ -28,19 +28,33 @@ import Glibc
         return nil
     }
 
-    static func isOpen(_ fd: Int32) -> Bool { fcntl(fd, F_GETFD) != -1 }
+    /// Whether `fd` is still open on the file whose inode is `inode`: tests running beside
+    /// this one open files too, and may be given a number the closer has closed.
+    static func isOpen(_ fd: Int32, on inode: ino_t) -> Bool {
+        var info = stat()
+        return fstat(fd, &info) == 0 && info.st_ino == inode
+    }
 
     @Test(
         .enabled(if: sysconf(Int32(_SC_NPROCESSORS_ONLN)) >= 2, "one CPU: there is nowhere else to close them"),
         arguments: [Int32(0), 1])
     func descriptorsAreClosedAwayFromTheEvictingCPU(cpu: Int32) throws {
         let cpus = Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))
-        let descriptors = (0..<50).map { _ in open("/dev/null", O_RDONLY | O_CLOEXEC) }
+        // A file of this test's own, so that a number reused by another test is told apart.
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("closer-\(getpid())-\(cpu)").path
+        let made = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        try #require(made >= 0)
+        defer { unlink(path) }
+        var info = stat()
+        try #require(fstat(made, &info) == 0)
+        let inode = info.st_ino
+        let descriptors = [made] + (1..<50).map { _ in open(path, O_RDONLY | O_CLOEXEC) }
         try #require(descriptors.allSatisfy { $0 >= 0 })
         DescriptorCloser.shared.close(descriptors, awayFrom: cpu)
+        let stillOpen = { descriptors.contains { Self.isOpen($0, on: inode) } }
         let deadline = Date().addingTimeInterval(10)
-        while descriptors.contains(where: Self.isOpen) && Date() < deadline { usleep(1000) }
-        #expect(!descriptors.contains(where: Self.isOpen), "all closed")
+        while stillOpen() && Date() < deadline { usleep(1000) }
+        #expect(!stillOpen(), "all closed")
         let allowed = try #require(Self.closerCPUs(), "the closer thread exists")
         #expect(!allowed.contains(Int(cpu)), "runs away from CPU \(cpu): \(allowed)")
         // Anywhere else: not pinned where the thread that started it was.

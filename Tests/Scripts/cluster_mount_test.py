@@ -1843,6 +1843,43 @@ class ClusterFencingTests(ClusterHosts, unittest.TestCase):
         self.assert_the_save_was_refused("paused-counter", holder, go)
         self.wait_for_rejoin("A", before)
 
+    def test_8_a_turn_whose_hold_lost_its_cover_does_not_end_as_a_success(self):
+        # The shell counter's turn under a pause: A's command writes, then A's daemon is stopped
+        # past its TTL and B writes once etcd has ended A's lease. The command itself succeeds
+        # (its write came before the pause), but its turn was not A's alone: exiting 0, the
+        # hold let a script count it as a whole turn that overlapped B's.
+        self.write("A", "turn", b"1\n")
+        go = os.path.join(self.work, "turn.go")
+        target = shlex.quote(self.path("A", "turn"))
+        script = f'echo 2 > {target} || exit 3; echo ready; while [ ! -e {shlex.quote(go)} ]; do sleep 0.05; done'
+        holder = subprocess.Popen([COORDFS, "coordinate", "--write", self.path("A", "turn"), "--", "sh", "-c", script],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertEqual(holder.stdout.readline().strip(), "ready", self.log_tail("A"))
+            daemon = daemon_of(self.mounts["A"])
+            self.assertIsNotNone(daemon, "A's daemon not found")
+            before = self.wait_for_lease("A", "held", 5)
+            os.kill(daemon, signal.SIGSTOP)
+            try:
+                self.write("B", "turn", b"100\n")  # goes ahead once etcd has ended A's lease
+            finally:
+                os.kill(daemon, signal.SIGCONT)
+            with open(go, "w"):
+                pass
+            _, error = holder.communicate(timeout=30)
+        finally:
+            if holder.poll() is None:
+                holder.kill()
+                holder.communicate()
+        self.assertEqual(holder.returncode, 75, error + self.log_tail("A"))
+        self.assertIn("lost its cover while the command ran", error)
+        self.assertEqual(self.read(os.path.join(self.store, "turn")), b"100\n")
+        # A turn that keeps its cover ends with its command's status, and says nothing.
+        self.wait_for_rejoin("A", before)
+        whole = subprocess.run([COORDFS, "coordinate", "--write", self.path("A", "turn"), "--", "true"],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual((whole.returncode, whole.stderr), (0, ""))
+
 
 @unittest.skipIf(skip_reason(), skip_reason() or "")
 class ClusterCoherenceTests(ClusterHosts, unittest.TestCase):

@@ -113,11 +113,7 @@ extension MountCoordinator {
         let named = [request.wanted] + (request.other.map { [$0] } ?? [])
         let hold = domain.accessorHolds.covering(named.map { targets.target(of: $0, now: now) }, of: process)
         guard let cover = hold?.cover else { return false }
-        if delegations.mayAdmitWrites && delegations.lastCoverLoss <= cover { return false }
-        return needs.contains { need in
-            if case .admitted = delegations.admitsWrites(need.path, since: cover) { return false }
-            return true
-        }
+        return delegations.lostCover(of: needs, since: cover)
     }
 
     /// A request of an accessor whose hold lost its cover (`holdLostItsCover`): EIO, its
