@@ -23,9 +23,16 @@ final class KernelPassthrough: Sendable {
         case cached
     }
 
+    /// The opens of the inodes whose ids fall in one shard: a lock held across the kernel's
+    /// registration of a backing file (a system call), so one of its own per shard, and creates
+    /// and releases of files on other CPUs do not wait for it.
+    private final class Shard: Sendable {
+        let inodes = Mutex<[NodeID: (mode: Mode, opens: Int)]>([:])
+    }
+
     /// The session's /dev/fuse descriptor once mounted; -1 while passthrough is unavailable.
     private let device = Atomic<Int32>(-1)
-    private let inodes = Mutex<[NodeID: (mode: Mode, opens: Int)]>([:])
+    private let shards = (0..<64).map { _ in Shard() }
     /// Opens the kernel served from a backing file, for the mount's statistics.
     let backedOpens = Atomic<Int>(0)
 
@@ -43,7 +50,7 @@ final class KernelPassthrough: Sendable {
         openBacking: (_ readWrite: Bool) -> Int32?
     ) throws(Errno) -> Mode {
         let device = device.load(ordering: .relaxed)
-        let mode = try inodes.withLock { inodes throws(Errno) -> Mode in
+        let mode = try shards[inode.shard].inodes.withLock { inodes throws(Errno) -> Mode in
             if let current = inodes[inode] {
                 // A read-only backing (a file even root cannot open for writing, such as a
                 // running program) cannot serve a writer, and the inode cannot switch modes.
@@ -62,7 +69,7 @@ final class KernelPassthrough: Sendable {
     /// Ends an open begun with `beginOpen`; the last one unregisters the backing file.
     func endOpen(of inode: NodeID) {
         let device = device.load(ordering: .relaxed)
-        inodes.withLock { inodes in
+        shards[inode.shard].inodes.withLock { inodes in
             guard let current = inodes[inode] else { return }
             if current.opens > 1 { inodes[inode] = (current.mode, current.opens - 1); return }
             inodes[inode] = nil
