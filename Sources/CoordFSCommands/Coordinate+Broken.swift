@@ -3,9 +3,10 @@ import CoordinationWire
 import Foundation
 import Synchronization
 
-/// A turn that was not the command's alone: another user's access went past the hold at the
-/// mount's break time (a BROKEN event), or on a host of a shared store the hold lost its cover
-/// (the release's `cover_lost`). What the command did stands, but another may have read or
+/// A turn that was not the command's alone: an access went ahead past the hold (a BROKEN event:
+/// another user's after the mount's lock or break time, or one stuck in the kernel behind the
+/// command's own call), or on a host of a shared store the hold lost its cover (the release's
+/// `cover_lost`). What the command did stands, but another may have read or
 /// changed the items meanwhile; a script counting turns must not count this one as whole.
 extension Coordinate {
     /// The exit status of a command that succeeded in such a turn: sysexits' EX_TEMPFAIL, a
@@ -31,10 +32,10 @@ extension Coordinate {
         let why: String
         if let item = breaks.item.withLock({ $0 }) {
             why =
-                "another user's access to '\(item)' went past the hold at the mount's break time while the command ran: the items may have been read or changed meanwhile"
+                "an access to '\(item)' went ahead past the hold while the command ran (another user's, after the mount's lock or break time, or a call the command's own had left stuck in the kernel): the items may have been read or changed meanwhile"
         } else if case .string(let item)? = released?["cover_lost"] {
             why =
-                "the hold of '\(item)' lost its cover while the command ran (this host's lease of the shared store may have ended, or another host took the item at the break time): another host may have had it meanwhile, and what the command did there since was refused (EIO)"
+                "the hold of '\(item)' lost its cover while the command ran (this host's lease of the shared store may have ended, or another host took the item at the break time): another host may have had it meanwhile"
         } else {
             return status
         }

@@ -24,8 +24,8 @@ struct Coordinate: ParsableCommand {
             could not be taken, with the reason; 127 when the command is not found; the \
             --conflict-exit-code (default 1) when another holds an item and -n or --timeout gives up; \
             64 for a command line it cannot take; 75 when the command succeeded but its turn was not \
-            its alone: another user's access went past the hold at the mount's break time, or on a \
-            host of a shared store the hold lost its cover while it ran.
+            its alone: an access went ahead past the hold (another user's, after the mount's lock or \
+            break time), or on a host of a shared store the hold lost its cover while it ran.
             """
     )
 

@@ -439,8 +439,9 @@ package final class CoordinatedAccess: @unchecked Sendable {
         }
     }
 
-    /// The item another user's access went ahead on while this access held it (docs/sharing.md),
-    /// once the access has ended; nil when its coordination held throughout.
+    /// The item another's access went ahead on while this access held it (another user's,
+    /// docs/sharing.md; another host's, once this host lost its cover, docs/cluster.md), once
+    /// the access has ended; nil when its coordination held throughout.
     package var broken: String? { lock.withLock { brokenItem } }
 
     /// The wait failed after the local grant: give everything back and fail.

@@ -7,8 +7,9 @@ import Foundation
 ///
 /// As on Apple platforms, when coordination fails the accessor is not called and `outError`
 /// says why (`FileCoordinationError` bridges to `NSError` in `NSCocoaErrorDomain`). One
-/// difference: coordination that another user broke while the accessor ran (on a shared mount)
-/// is reported in `outError` after the accessor has run, as `coordinationBroken`.
+/// difference: coordination that another user (on a shared mount) or another host (on a shared
+/// store) broke while the accessor ran is reported in `outError` after the accessor has run, as
+/// `coordinationBroken`.
 extension FileCoordinator {
     /// Foundation's form of `coordinate(readingItemAt:options:byAccessor:)`: an error goes to `outError` and the accessor does not run.
     public func coordinate(

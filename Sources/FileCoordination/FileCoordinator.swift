@@ -158,8 +158,8 @@ public final class FileCoordinator: AccessCoordinator, @unchecked Sendable {
     }
 
     /// Runs `body` with `access` granted and ends the access when it returns or throws (C5).
-    /// An accessor that returns normally while another user broke the access's coordination
-    /// throws `coordinationBroken` instead (docs/sharing.md).
+    /// An accessor that returns normally while another user or host broke the access's
+    /// coordination throws `coordinationBroken` instead (docs/sharing.md, docs/cluster.md).
     func withGranted<T>(_ access: CoordinatedAccess, _ body: () throws -> T) throws -> T {
         try waitForGrant(access)
         pushRunning(access)

@@ -28,11 +28,11 @@ import Glibc
         return nil
     }
 
-    /// Whether `fd` is still open on the file whose inode is `inode`: tests running beside
-    /// this one open files too, and may be given a number the closer has closed.
-    static func isOpen(_ fd: Int32, on inode: ino_t) -> Bool {
+    /// Whether `fd` is still open on the file `file` (its device and inode): tests running
+    /// beside this one open files too, and may be given a number the closer has closed.
+    static func isOpen(_ fd: Int32, on file: stat) -> Bool {
         var info = stat()
-        return fstat(fd, &info) == 0 && info.st_ino == inode
+        return fstat(fd, &info) == 0 && info.st_dev == file.st_dev && info.st_ino == file.st_ino
     }
 
     @Test(
@@ -45,13 +45,12 @@ import Glibc
         let made = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
         try #require(made >= 0)
         defer { unlink(path) }
-        var info = stat()
-        try #require(fstat(made, &info) == 0)
-        let inode = info.st_ino
+        var file = stat()
+        try #require(fstat(made, &file) == 0)
         let descriptors = [made] + (1..<50).map { _ in open(path, O_RDONLY | O_CLOEXEC) }
         try #require(descriptors.allSatisfy { $0 >= 0 })
         DescriptorCloser.shared.close(descriptors, awayFrom: cpu)
-        let stillOpen = { descriptors.contains { Self.isOpen($0, on: inode) } }
+        let stillOpen = { descriptors.contains { Self.isOpen($0, on: file) } }
         let deadline = Date().addingTimeInterval(10)
         while stillOpen() && Date() < deadline { usleep(1000) }
         #expect(!stillOpen(), "all closed")
