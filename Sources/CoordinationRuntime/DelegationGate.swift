@@ -14,9 +14,9 @@ package struct DelegationGate: ClaimGate {
         self.delegations = delegations
     }
 
-    private func needs(_ intents: [Intent]) -> [DelegationNeed] {
-        intents.compactMap { intent in store.delegationNeed(intent.kind, of: intent.target) }
-    }
+    private func need(_ intent: Intent) -> DelegationNeed? { store.delegationNeed(intent.kind, of: intent.target) }
+
+    private func needs(_ intents: [Intent]) -> [DelegationNeed] { intents.compactMap(need) }
 
     /// The reads among `intents` whose items other hosts' presenters present.
     private func questions(_ intents: [Intent]) -> [DelegationNeed] {
@@ -40,10 +40,7 @@ package struct DelegationGate: ClaimGate {
     package var coverStamp: UInt64 { delegations.lastCoverLoss }
 
     package func itemWhoseCoverWasLost(_ intents: [Intent], since stamp: UInt64) -> ItemPath? {
-        intents.first { intent in
-            guard let need = store.delegationNeed(intent.kind, of: intent.target) else { return false }
-            return delegations.lostCover(of: [need], since: stamp)
-        }?.path
+        intents.first { intent in need(intent).map { delegations.lostCover(of: [$0], since: stamp) } ?? false }?.path
     }
 
     package func admit(

@@ -172,8 +172,8 @@ package final class MountLink: @unchecked Sendable {
         let fields = try? client.request { .release(id: $0, hold: hold, changed: changed) }
         // Events come before the reply that follows them: a break of this hold is known here.
         let broken = lock.withLock { brokenHolds.removeValue(forKey: hold) }
-        guard case .string(let item)? = fields?["cover_lost"] else { return broken }
-        return broken ?? item
+        if case .string(let item)? = fields?["cover_lost"] { return broken ?? item }
+        return broken
     }
 
     /// The API's error for a mount's refusal of a hold of `item`.
