@@ -396,8 +396,8 @@ private final class MemberDelegations: HostDelegations {
 
     var lastCoverLoss: UInt64 { member.lastCoverLoss }
 
-    func admitsWrites(_ path: String, since stamp: UInt64) -> WriteAdmission {
-        switch member.admitsWrites(path, since: stamp) {
+    func admitsWrites(_ path: String, since stamp: UInt64, ofAnOpenFile: Bool) -> WriteAdmission {
+        switch member.admitsWrites(path, since: stamp, countingAFencedOpen: ofAnOpenFile) {
         case .admitted(let through): .admitted(through: through)
         case .suspended: .suspended
         case .fenced: .fenced

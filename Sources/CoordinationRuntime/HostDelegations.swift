@@ -57,7 +57,9 @@ package protocol HostDelegations: AnyObject, Sendable {
     /// lost nothing.
     var lastCoverLoss: UInt64 { get }
     /// Judges writes through an open of `path` stamped `stamp`, after a loss of cover since.
-    func admitsWrites(_ path: String, since stamp: UInt64) -> WriteAdmission
+    /// `ofAnOpenFile`: a fenced answer counts as an open fenced for good (`coordfs status`);
+    /// a hold's cover judged (`lostCover`) is not one.
+    func admitsWrites(_ path: String, since stamp: UInt64, ofAnOpenFile: Bool) -> WriteAdmission
     /// Whether another host has a key of any kind at, inside or around `path`: its writes must
     /// reach the mount to be refused, so the kernel does not serve them (no passthrough).
     func othersInterested(in path: String) -> Bool
@@ -71,7 +73,7 @@ extension HostDelegations {
     package func lostCover(of needs: [DelegationNeed], since stamp: UInt64) -> Bool {
         if mayAdmitWrites && lastCoverLoss <= stamp { return false }
         return needs.contains { need in
-            if case .admitted = admitsWrites(need.path, since: stamp) { return false }
+            if case .admitted = admitsWrites(need.path, since: stamp, ofAnOpenFile: false) { return false }
             return true
         }
     }

@@ -84,6 +84,41 @@ import Glibc
         #expect(domain.engine.snapshot().isIdle)
     }
 
+    /// A holder is told before the request goes past it, not after: one that ends its hold in
+    /// between (a `coordfs coordinate` whose command just finished) must not take its turn for a
+    /// whole one. At the telling, the request is still waiting.
+    @Test(.enabled(if: geteuid() == 0, "runs a process as another user (nobody)"))
+    func holdersAreToldBeforeTheRequestGoesPastThem() throws {
+        let theirs = try Sleeper(asNobody: true)
+        let domain = CoordinationDomain()
+        let watch = WaitWatch(settleTime: nil, breakTime: .seconds(30), lockTime: .milliseconds(300)) { _, _ in nil }
+        let outcome = Outcome()
+        let told = EventLog()
+        watch.tellBroken = { _, grants, _ in
+            told.add("\(grants.count) passed, the request \(outcome.value == nil ? "waiting" : "gone")")
+        }
+        let held = try #require(
+            Claim.grantedAtOnce(
+                in: domain, identity: .client(process: theirs.pid, number: 1), intents: [.read(item)]))
+        let waiting = try #require(
+            Claim.begin(
+                in: domain, identity: .process(getpid()), intents: [.write(item)], timeout: .seconds(10),
+                user: geteuid(), passesOtherUsers: true
+            ) { outcome.set($0) },
+            "the request was granted at once: nothing held it")
+        _ = waiting.ifUnsettled {
+            watch.watch(
+                1, waiting, underKernelLock: true, locksOthersOut: true, changesNames: false, passesLeases: true,
+                uid: geteuid(), item: nil)
+        }
+        #expect(eventually(.seconds(5)) { outcome.value != nil }, "let through at the lock time")
+        watch.forget(1)
+        #expect(told.events == ["1 passed, the request waiting"])
+        if case .success(let claim)? = outcome.value { claim.end(outcomes: [unchanged], in: domain) }
+        held.end(outcomes: [unchanged], in: domain)
+        #expect(domain.engine.snapshot().isIdle)
+    }
+
     @Test(.enabled(if: geteuid() == 0, "runs a process as another user (nobody)"))
     func aWaitSpentOnAnotherUserLetsItsProcessAloneGoPastThatUserAtOnce() throws {
         let theirs = try Sleeper(asNobody: true)

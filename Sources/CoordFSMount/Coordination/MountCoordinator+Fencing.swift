@@ -87,7 +87,7 @@ extension MountCoordinator {
         let stamp = cover.stamp.load(ordering: .relaxed)
         if delegations.lastCoverLoss <= stamp { return true }
         let path = storePath(of: ItemIntent(kind: .writing([]), node: file.inode, isDirectory: false)) ?? ""
-        switch delegations.admitsWrites(path, since: stamp) {
+        switch delegations.admitsWrites(path, since: stamp, ofAnOpenFile: true) {
         case .admitted(let through):
             // Writes judged at once move it on only forward.
             _ = cover.stamp.max(through, ordering: .relaxed)

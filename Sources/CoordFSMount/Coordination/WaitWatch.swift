@@ -305,8 +305,7 @@ final class WaitWatch: @unchecked Sendable {
             for entry in round.broken {
                 if let claim = requests[entry.number]?.claim {
                     wentAhead(
-                        claim, for: entry.reason, past: entry.awaited, passing: entry.passed, revoked: entry.revoked,
-                        waived: entry.waived)
+                        claim, for: entry.reason, past: entry.awaited, revoked: entry.revoked, waived: entry.waived)
                 }
             }
             for entry in round.refusals { refused(entry) }
@@ -382,7 +381,7 @@ final class WaitWatch: @unchecked Sendable {
     }
 
     /// Whether request `number` goes ahead at this look, and by which rule; it is let through
-    /// here, and its entry returned for the loop to tell.
+    /// here (its holders told first), and its entry returned for the loop to count and log.
     private func judge(_ number: UInt, _ request: Watched, in round: inout Round) -> Broken? {
         let awaited = request.claim.awaited
         guard !awaited.isEmpty else { return nil }
@@ -433,11 +432,11 @@ final class WaitWatch: @unchecked Sendable {
         // A name change remembers what it passes on its own items, revoked once it is made.
         let noting: Set<CoordinatorIdentity> =
             request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
-        // Looked up while it still waits: what it goes past, to be told.
-        let passed = request.claim.grantsInItsWay(of: awaited)
+        // Looked up while it still waits: what it goes past, told before it goes.
+        tell(request.claim, passing: request.claim.grantsInItsWay(of: awaited))
         let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
         return Broken(
-            number: number, reason: ended, awaited: awaited, passed: passed, revoked: revoked, waived: waived,
+            number: number, reason: ended, awaited: awaited, revoked: revoked, waived: waived,
             settling: settling)
     }
 
@@ -561,14 +560,13 @@ final class WaitWatch: @unchecked Sendable {
         directory.st_uid != caller || directory.st_mode & (S_IRGRP | S_IXGRP | S_IROTH | S_IXOTH) != 0
     }
 
-    /// A request let go ahead at a look: by which rule, past whom (the holders it waited for and
-    /// their grants in its way), how many of those were revoked, and whether the lock time was
-    /// waived for a wait spent.
+    /// A request let go ahead at a look (its holders told already): by which rule, past whom,
+    /// how many of their holds were revoked, and whether the lock time was waived for a wait
+    /// spent.
     private struct Broken {
         let number: UInt
         let reason: Reason
         let awaited: Set<CoordinatorIdentity>
-        let passed: Set<GrantID>
         let revoked: Int
         let waived: Bool
         /// It was let past while settling after its presenters' own work.
@@ -594,20 +592,27 @@ final class WaitWatch: @unchecked Sendable {
     func goesAheadNow(_ claim: CoordinatedAccess, item: (node: Inode, name: String)) -> Bool {
         let awaited = claim.awaited
         guard !awaited.isEmpty, settles(claim, awaited, item) else { return false }
-        let passed = claim.grantsInItsWay(of: awaited)
+        tell(claim, passing: claim.grantsInItsWay(of: awaited))
         claim.breakThrough()
-        wentAhead(claim, for: .settled, past: awaited, passing: passed)
+        wentAhead(claim, for: .settled, past: awaited)
         return true
     }
 
-    /// Tells who held the items `claim` went ahead on (the holds of the grants `passed`, each
-    /// once, whichever item they held, and the presenters of every item); counts it and logs it.
-    private func wentAhead(
-        _ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>,
-        passing passed: Set<GrantID>, revoked: Int = 0, waived: Bool = false
-    ) {
+    /// Tells who held the items `claim` is about to go ahead on (the holds of the grants
+    /// `passed`, each once, whichever item they held, and the presenters of every item). Told
+    /// before it goes, not after the look: a holder whose hold ends meanwhile would otherwise
+    /// hear nothing, and take a turn that was passed for a whole one (its release's answer
+    /// follows the event on its connection).
+    private func tell(_ claim: CoordinatedAccess, passing passed: Set<GrantID>) {
         let paths = claim.grantedIntents.map(\.path)
         if !paths.isEmpty { tellBroken?(paths, passed, claim.request.identity) }
+    }
+
+    /// Counts and logs that `claim` went ahead (its holders were told, `tell`).
+    private func wentAhead(
+        _ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>,
+        revoked: Int = 0, waived: Bool = false
+    ) {
         switch reason {
         case .kernelLock: kernelLockBreaks.add(1, ordering: .relaxed)
         case .lockTime: lockTimeBreaks.add(1, ordering: .relaxed)
