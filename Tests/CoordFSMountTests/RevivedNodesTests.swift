@@ -105,6 +105,24 @@ import Glibc
         #expect(again.id == node.id && table.path(of: again.id) == "moved")
     }
 
+    /// A handle as fanotify reports it names the node whose id it is: how the backing watch
+    /// knows the mount's own writes (`BackingWatch.servedByTheKernel`).
+    @Test func aReportedHandleGivesItsNodesID() throws {
+        let (table, backing, cleanup) = try makeTable()
+        defer { cleanup() }
+        try make(backing + "/written")
+        let node = try lookUp("written", in: table)
+        try #require(node.id.isStable, "the backing gives no 8-byte handles")
+        let reported = try #require(
+            table.withFD(node, orElse: { _ in nil }) { BackingWatch.handle(of: $0) }, "no handle as fanotify's")
+        let id = reported.withUnsafeBytes { table.stableIDs?.id(reported: $0.baseAddress!) }
+        #expect(id == node.id)
+        // A handle of another kind (another size) is no node's id.
+        var other = reported
+        other[0] = 12
+        #expect(other.withUnsafeBytes { table.stableIDs?.id(reported: $0.baseAddress!) } == nil)
+    }
+
     /// A table made afresh over the same backing (the mount mounted again) gives items the ids
     /// the first gave them, and finds an item it never looked up by its id, with the
     /// directories above it; a removed item's id is stale, and so is one in the version store.

@@ -296,22 +296,23 @@ final class BackingWatch: @unchecked Sendable {
         guard change.pid != ownProcess else { return }
         let writes = change.mask & (CFS_CHANGE_MODIFY | CFS_CHANGE_CLOSE_WRITE) != 0
         let attributes = change.mask & CFS_CHANGE_ATTRIB != 0
+        if writes && !attributes && !isDirectory && servedByTheKernel(change) { return }
         // A write may still be the mount's own, served by the kernel: found out below.
         if !writes || attributes { batch.fromOutside = true }
         let forgotten = forgetMarkedFile(change, isDirectory: isDirectory, writes: writes, attributes: attributes)
         if change.mask & CFS_CHANGE_RENAME != 0 { return takeRename(change, isDirectory: isDirectory, into: &batch) }
         guard let handle = change.directory, let name = change.name else { return }
         let entry = FileSystemName.string(cString: name)
-        let directory = self.directory(handle)
-        let parent = directory.flatMap { filesystem.inodes.node(device: $0.device, number: $0.number) }
-        guard let directory else { return }
+        guard let directory = self.directory(handle) else { return }
+        // Looked up only where it is needed: most changes are writes, which do not touch it.
+        var parent: Inode? { filesystem.inodes.node(device: directory.device, number: directory.number) }
         // A change of a directory itself (its mode, times, attributes) comes as its entry ".".
         let isItself = entry == "."
         if directory.relative.isEmpty && entry == VersionStore.directoryName { return }
         let itemPath = isItself ? path(directory) : path(directory, entry)
         let creates = change.mask & CFS_CHANGE_CREATE != 0, deletes = change.mask & CFS_CHANGE_DELETE != 0
         if creates || deletes {
-            if let parent { forgetEntry(entry, in: parent) }
+            if let parent = parent { forgetEntry(entry, in: parent) }
             filesystem.targets.namespaceChanged(name: entry, directory: isDirectory)
             // Both, merged while unread (a lock file, a journal): what is there now.
             let exists = !(creates && deletes) ? creates : existing(entry, in: directory) != nil
@@ -348,8 +349,22 @@ final class BackingWatch: @unchecked Sendable {
             if attributes { known.hasNoCapability.store(false, ordering: .relaxed) }
             if known !== forgotten { filesystem.invalidate(known, pages: writes) }
         }
-        if let parent, !isItself { filesystem.invalidateAttributes(of: parent) }
+        if !isItself, let parent = parent { filesystem.invalidateAttributes(of: parent) }
         batch.add(itemPath, isDirectory: isDirectory || isItself, .changed)
+    }
+
+    /// Whether `change`, a write, is one the kernel served for an open through the mount (its
+    /// item's node written through kernel passthrough by the change's process): the common
+    /// change of a create or a write through the mount, known here by the item's handle, which
+    /// is its node's id (`StableNodeIDs`), without a look at its name. As below, the kernel
+    /// then forgets only the attributes it keeps long of a marked file. False where the handle
+    /// is no node's id (the long way finds out).
+    private func servedByTheKernel(_ change: cfs_backing_change) -> Bool {
+        guard let object = change.object, let id = filesystem.inodes.stableIDs?.id(reported: object),
+            let known = filesystem.inodes[id], known.isWrittenThroughTheKernel(by: change.pid)
+        else { return false }
+        if filesystem.watchedWrites.covers(known) { filesystem.invalidateAttributes(of: known) }
+        return true
     }
 
     /// A rename: a directory's mark reports a side only if it is marked (a move in or out of

@@ -38,6 +38,16 @@ struct StableNodeIDs: Sendable {
         return value >> 32 == 0 ? nil : NodeID(value)
     }
 
+    /// The id for the item of a handle fanotify reported (laid out as `cfs_file_handle`), nil
+    /// when it cannot have one.
+    func id(reported handle: UnsafeRawPointer) -> NodeID? {
+        let bytes = handle.loadUnaligned(as: UInt32.self)
+        let type = handle.loadUnaligned(fromByteOffset: 4, as: Int32.self)
+        guard bytes == 8, type == handleType else { return nil }
+        let value = UInt64(littleEndian: handle.loadUnaligned(fromByteOffset: 8, as: UInt64.self))
+        return value >> 32 == 0 ? nil : NodeID(value)
+    }
+
     /// The backing handle `id` was made from (nil for a counted id).
     func handle(of id: NodeID) -> cfs_file_handle? {
         guard id.isStable else { return nil }
