@@ -86,4 +86,24 @@ import Testing
         departed.add(NodeID(8), Self.record(43))  // and 6's: the oldest goes
         #expect(departed.record(of: NodeID(6)) == nil && departed.count == 3)
     }
+
+    /// A stable id is its item's own: its record is for its handles (`InodeTable.revive`), never
+    /// given back by name nor dropped by its item's inode number, which only counted ids are
+    /// looked up by; its next departure replaces it.
+    @Test func aStableIdIsNotLookedUpByItsItem() {
+        var departed = DepartedNodes(capacity: 3)
+        let stable = NodeID(40 | 9 << 32), counted = NodeID(5)
+        #expect(stable.isStable && !counted.isStable)
+        departed.add(stable, Self.record(40))
+        departed.remove(device: 7, number: 40)
+        #expect(departed.record(of: stable)?.name == "n40")
+        #expect(departed.reclaim(device: 7, number: 40, isDirectory: false, parent: NodeID(1), name: "n40") == nil)
+        // A counted id the same inode number departed under is still dropped by it.
+        departed.add(counted, Self.record(40))
+        departed.remove(device: 7, number: 40)
+        #expect(departed.record(of: counted) == nil && departed.record(of: stable) != nil)
+        departed.add(
+            stable, DepartedNodes.Record(parent: NodeID(2), name: "moved", device: 7, number: 40, isDirectory: false))
+        #expect(departed.record(of: stable)?.name == "moved" && departed.count == 1)
+    }
 }

@@ -34,7 +34,10 @@ struct DepartedNodes: Sendable {
     private struct Item: Hashable { let device: UInt64, number: UInt64 }
 
     private var records: [NodeID: Record] = [:]
-    /// The id each remembered item departed under last.
+    /// The counted id each remembered item departed under last. A stable id (`NodeID.isStable`)
+    /// is the item's own whoever finds it: never reclaimed by name, and not indexed here, so
+    /// that the table's every new node need not be looked for in it (`remove(device:number:)`).
+    /// Its record may outlive its node's return; the id's next departure replaces it.
     private var ids: [Item: NodeID] = [:]
     /// Ids in the order they departed; `next` is the oldest once the ring is full.
     private var order: [NodeID] = []
@@ -57,7 +60,7 @@ struct DepartedNodes: Sendable {
             next = (next + 1) % capacity
         }
         records[id] = record
-        ids[Item(device: record.device, number: record.number)] = id
+        if !id.isStable { ids[Item(device: record.device, number: record.number)] = id }
     }
 
     /// The place `id` was last known by, if it is remembered.
@@ -71,10 +74,10 @@ struct DepartedNodes: Sendable {
         if ids[item] == id { ids[item] = nil }
     }
 
-    /// Forgets the record of the item `device`:`number`, whatever id it departed under: it is
-    /// known again under an id of its own (`InodeTable`'s stable ids).
+    /// Forgets the record of the item `device`:`number` under a counted id: it is known again
+    /// under an id of its own (`InodeTable`'s stable ids).
     mutating func remove(device: UInt64, number: UInt64) {
-        guard let id = ids.removeValue(forKey: Item(device: device, number: number)) else { return }
+        guard !ids.isEmpty, let id = ids.removeValue(forKey: Item(device: device, number: number)) else { return }
         records[id] = nil
     }
 

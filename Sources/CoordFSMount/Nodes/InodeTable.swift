@@ -441,7 +441,7 @@ final class InodeTable: Sendable {
             let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
             let id: NodeID
             if let stableID {
-                // Its id is its own: whatever departed record its inode has is done with.
+                // Its id is its own: a counted id its inode departed under is done with.
                 state.departed.remove(device: key.device, number: key.number)
                 id = stableID
             } else if !justMade,
