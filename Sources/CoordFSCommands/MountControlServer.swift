@@ -13,7 +13,11 @@ package final class MountControlServer: MountControlSocket {
 
     package var linesRead: Int { server.linesRead }
 
-    package func stop() { server.stop() }
+    /// Stops serving, and lets go of the filesystem (`remount`).
+    package func stop() {
+        server.stop()
+        server.remount = nil
+    }
 
     /// Serves `filesystem`'s control socket: at the configuration's path, or one of the mount's
     /// own (`ControlServer.mountSocketPath`); open to every user where the mount is.
@@ -30,10 +34,9 @@ package final class MountControlServer: MountControlSocket {
         server.waitTimeout = configuration.waitTimeout
         server.holdWaits = filesystem.socketHoldWaits
         server.versions = filesystem.versionStore
-        server.remount = { [weak filesystem] options in
-            guard let filesystem else { return "the mount is gone" }
-            return filesystem.remount(options)
-        }
+        // Held until `stop()`, not weakly: a weak reference gives an object a side table, and
+        // every request thread's retain of the filesystem would go through it.
+        server.remount = { options in filesystem.remount(options) }
         try server.start()
         return MountControlServer(server)
     }

@@ -11,9 +11,12 @@ import Glibc
 // Every C entry point of the mount, installed in one table. Each trampoline finds the
 // `Filesystem` from the request, converts C arguments once, and calls its Swift handler.
 
+/// Runs `body` with the request's `Filesystem`, not retained: the session's user data, which
+/// the mount keeps alive while it serves. (Retained, it was two atomic operations a request on
+/// one counter shared by every request thread.)
 @inline(__always)
-private func filesystem(_ req: fuse_req_t?) -> Filesystem {
-    Unmanaged<Filesystem>.fromOpaque(fuse_req_userdata(req)!).takeUnretainedValue()
+private func withFilesystem<Result>(_ req: fuse_req_t?, _ body: (Filesystem) -> Result) -> Result {
+    Unmanaged<Filesystem>.fromOpaque(fuse_req_userdata(req)!)._withUnsafeGuaranteedRef(body)
 }
 
 @inline(__always)
@@ -21,13 +24,13 @@ private func reply(_ req: fuse_req_t?) -> Reply { Reply(req: req!) }
 
 /// The interrupt callback libfuse calls when the kernel interrupts a waiting request.
 let interruptTrampoline: fuse_interrupt_func_t = { req, data in
-    filesystem(req).coordinator.interrupt(UInt(bitPattern: data))
+    withFilesystem(req) { $0.coordinator.interrupt(UInt(bitPattern: data)) }
 }
 
 /// The same for a waiting lock request (`Filesystem+Locks.swift`), whose waits are the lock
 /// table's, not coordination's.
 let lockInterruptTrampoline: fuse_interrupt_func_t = { req, data in
-    filesystem(req).interruptLock(UInt(bitPattern: data))
+    withFilesystem(req) { $0.interruptLock(UInt(bitPattern: data)) }
 }
 
 enum FuseBridge {
@@ -61,22 +64,24 @@ enum FuseBridge {
     /// Names and nodes: lookups, forgets, attributes.
     private static func nodes(_ ops: inout fuse_lowlevel_ops) {
         ops.lookup = { req, parent, name in
-            filesystem(req).lookup(reply(req), NodeID(parent), FileSystemName.string(cString: name!))
+            withFilesystem(req) { $0.lookup(reply(req), NodeID(parent), FileSystemName.string(cString: name!)) }
         }
         ops.forget = { req, ino, count in
-            let fs = filesystem(req)
-            fs.forget(NodeID(ino), count)
-            fuse_reply_none(req)
-            fs.forgetRequestServed(items: 1)
+            withFilesystem(req) { fs in
+                fs.forget(NodeID(ino), count)
+                fuse_reply_none(req)
+                fs.forgetRequestServed(items: 1)
+            }
         }
         ops.forget_multi = { req, count, forgets in
-            let fs = filesystem(req)
-            for index in 0..<count { fs.forget(NodeID(forgets![index].ino), forgets![index].nlookup) }
-            fuse_reply_none(req)
-            fs.forgetRequestServed(items: count)
+            withFilesystem(req) { fs in
+                for index in 0..<count { fs.forget(NodeID(forgets![index].ino), forgets![index].nlookup) }
+                fuse_reply_none(req)
+                fs.forgetRequestServed(items: count)
+            }
         }
         ops.getattr = { req, ino, fi in
-            filesystem(req).getattr(reply(req), NodeID(ino), fi.map { cfs_file_info_handle($0) })
+            withFilesystem(req) { $0.getattr(reply(req), NodeID(ino), fi.map { cfs_file_info_handle($0) }) }
         }
         ops.setattr = { req, ino, attr, toSet, fi in
             let attr = attr!.pointee
@@ -95,92 +100,112 @@ enum FuseBridge {
             } else if toSet & FUSE_SET_ATTR_MTIME != 0 {
                 change.mtime = attr.st_mtim
             }
-            filesystem(req).setattr(reply(req), NodeID(ino), change, fi.map { cfs_file_info_handle($0) })
+            withFilesystem(req) { $0.setattr(reply(req), NodeID(ino), change, fi.map { cfs_file_info_handle($0) }) }
         }
-        ops.readlink = { req, ino in filesystem(req).readlink(reply(req), NodeID(ino)) }
-        ops.statfs = { req, ino in filesystem(req).statfs(reply(req), NodeID(ino)) }
-        ops.access = { req, ino, mask in filesystem(req).access(reply(req), NodeID(ino), mask) }
+        ops.readlink = { req, ino in withFilesystem(req) { $0.readlink(reply(req), NodeID(ino)) } }
+        ops.statfs = { req, ino in withFilesystem(req) { $0.statfs(reply(req), NodeID(ino)) } }
+        ops.access = { req, ino, mask in withFilesystem(req) { $0.access(reply(req), NodeID(ino), mask) } }
     }
 
     /// Changes of names.
     private static func namespace(_ ops: inout fuse_lowlevel_ops) {
         ops.mknod = { req, parent, name, mode, device in
-            filesystem(req).mknod(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, device)
+            withFilesystem(req) {
+                $0.mknod(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, device)
+            }
         }
         ops.mkdir = { req, parent, name, mode in
-            filesystem(req).mkdir(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode)
+            withFilesystem(req) { $0.mkdir(reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode) }
         }
         ops.unlink = { req, parent, name in
-            filesystem(req).unlink(reply(req), NodeID(parent), FileSystemName.string(cString: name!), directory: false)
+            withFilesystem(req) {
+                $0.unlink(reply(req), NodeID(parent), FileSystemName.string(cString: name!), directory: false)
+            }
         }
         ops.rmdir = { req, parent, name in
-            filesystem(req).unlink(reply(req), NodeID(parent), FileSystemName.string(cString: name!), directory: true)
+            withFilesystem(req) {
+                $0.unlink(reply(req), NodeID(parent), FileSystemName.string(cString: name!), directory: true)
+            }
         }
         ops.symlink = { req, target, parent, name in
-            filesystem(req).symlink(
-                reply(req), FileSystemName.string(cString: target!), NodeID(parent),
-                FileSystemName.string(cString: name!))
+            withFilesystem(req) {
+                $0.symlink(
+                    reply(req), FileSystemName.string(cString: target!), NodeID(parent),
+                    FileSystemName.string(cString: name!))
+            }
         }
         ops.rename = { req, parent, name, newParent, newName, flags in
-            filesystem(req).rename(
-                reply(req), NodeID(parent), FileSystemName.string(cString: name!), NodeID(newParent),
-                FileSystemName.string(cString: newName!), UInt32(flags))
+            withFilesystem(req) {
+                $0.rename(
+                    reply(req), NodeID(parent), FileSystemName.string(cString: name!), NodeID(newParent),
+                    FileSystemName.string(cString: newName!), UInt32(flags))
+            }
         }
         ops.link = { req, ino, parent, name in
-            filesystem(req).link(reply(req), NodeID(ino), NodeID(parent), FileSystemName.string(cString: name!))
+            withFilesystem(req) {
+                $0.link(reply(req), NodeID(ino), NodeID(parent), FileSystemName.string(cString: name!))
+            }
         }
     }
 
     /// Open files.
     private static func files(_ ops: inout fuse_lowlevel_ops) {
-        ops.open = { req, ino, fi in filesystem(req).open(reply(req), NodeID(ino), OpenRequest(fi!)) }
+        ops.open = { req, ino, fi in withFilesystem(req) { $0.open(reply(req), NodeID(ino), OpenRequest(fi!)) } }
         ops.create = { req, parent, name, mode, fi in
-            filesystem(req).create(
-                reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
+            withFilesystem(req) {
+                $0.create(
+                    reply(req), NodeID(parent), FileSystemName.string(cString: name!), mode, OpenRequest(fi!))
+            }
         }
         ops.read = { req, _, size, offset, fi in
-            filesystem(req).read(reply(req), cfs_file_info_handle(fi!), size, offset)
+            withFilesystem(req) { $0.read(reply(req), cfs_file_info_handle(fi!), size, offset) }
         }
         ops.write_buf = { req, _, buffers, offset, fi in
-            filesystem(req).write(
-                reply(req), cfs_file_info_handle(fi!), WriteData(buffers: buffers!), offset,
-                flags: cfs_file_info_flags(fi!))
+            withFilesystem(req) {
+                $0.write(
+                    reply(req), cfs_file_info_handle(fi!), WriteData(buffers: buffers!), offset,
+                    flags: cfs_file_info_flags(fi!))
+            }
         }
         ops.flush = { req, _, fi in
-            filesystem(req).flush(reply(req), cfs_file_info_handle(fi!), lockOwner: cfs_file_info_lock_owner(fi!))
+            withFilesystem(req) {
+                $0.flush(reply(req), cfs_file_info_handle(fi!), lockOwner: cfs_file_info_lock_owner(fi!))
+            }
         }
         ops.release = { req, _, fi in
             let flockOwner = cfs_file_info_flock_release(fi!) != 0 ? cfs_file_info_lock_owner(fi!) : nil
-            filesystem(req).release(reply(req), cfs_file_info_handle(fi!), flockOwner: flockOwner)
+            withFilesystem(req) { $0.release(reply(req), cfs_file_info_handle(fi!), flockOwner: flockOwner) }
         }
         ops.fsync = { req, _, dataOnly, fi in
-            filesystem(req).fsync(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
+            withFilesystem(req) { $0.fsync(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0) }
         }
         ops.fallocate = { req, _, mode, offset, length, fi in
-            filesystem(req).fallocate(reply(req), cfs_file_info_handle(fi!), mode, offset, length)
+            withFilesystem(req) { $0.fallocate(reply(req), cfs_file_info_handle(fi!), mode, offset, length) }
         }
         ops.copy_file_range = { req, _, inOffset, inFile, _, outOffset, outFile, length, flags in
-            filesystem(req).copyFileRange(
-                reply(req), cfs_file_info_handle(inFile!), inOffset,
-                cfs_file_info_handle(outFile!), outOffset, length, UInt32(flags))
+            withFilesystem(req) {
+                $0.copyFileRange(
+                    reply(req), cfs_file_info_handle(inFile!), inOffset,
+                    cfs_file_info_handle(outFile!), outOffset, length, UInt32(flags))
+            }
         }
         ops.lseek = { req, _, offset, whence, fi in
-            filesystem(req).lseek(reply(req), cfs_file_info_handle(fi!), offset, whence)
+            withFilesystem(req) { $0.lseek(reply(req), cfs_file_info_handle(fi!), offset, whence) }
         }
     }
 
     /// Open directories.
     private static func directories(_ ops: inout fuse_lowlevel_ops) {
-        ops.opendir = { req, ino, fi in filesystem(req).opendir(reply(req), NodeID(ino), OpenRequest(fi!)) }
+        ops.opendir = { req, ino, fi in withFilesystem(req) { $0.opendir(reply(req), NodeID(ino), OpenRequest(fi!)) } }
         ops.readdir = { req, _, size, offset, fi in
-            filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: false)
+            withFilesystem(req) { $0.readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: false) }
         }
         ops.readdirplus = { req, _, size, offset, fi in
-            filesystem(req).readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: true)
+            withFilesystem(req) { $0.readdir(reply(req), cfs_file_info_handle(fi!), size, offset, plus: true) }
         }
-        ops.releasedir = { req, _, fi in filesystem(req).releasedir(reply(req), cfs_file_info_handle(fi!)) }
+        ops.releasedir = { req, _, fi in withFilesystem(req) { $0.releasedir(reply(req), cfs_file_info_handle(fi!)) } }
         ops.fsyncdir = { req, _, dataOnly, fi in
-            filesystem(req).fsyncdir(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0)
+            withFilesystem(req) { $0.fsyncdir(reply(req), cfs_file_info_handle(fi!), dataOnly: dataOnly != 0) }
         }
     }
 
@@ -188,15 +213,17 @@ enum FuseBridge {
     private static func extendedAttributes(_ ops: inout fuse_lowlevel_ops) {
         ops.setxattr = { req, ino, name, value, size, flags in
             let bytes = value.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
-            filesystem(req).setxattr(
-                reply(req), NodeID(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
+            withFilesystem(req) {
+                $0.setxattr(
+                    reply(req), NodeID(ino), FileSystemName.string(cString: name!), bytes.map { UInt8($0) }, flags)
+            }
         }
         ops.getxattr = { req, ino, name, size in
-            filesystem(req).getxattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!), size)
+            withFilesystem(req) { $0.getxattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!), size) }
         }
-        ops.listxattr = { req, ino, size in filesystem(req).listxattr(reply(req), NodeID(ino), size) }
+        ops.listxattr = { req, ino, size in withFilesystem(req) { $0.listxattr(reply(req), NodeID(ino), size) } }
         ops.removexattr = { req, ino, name in
-            filesystem(req).removexattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!))
+            withFilesystem(req) { $0.removexattr(reply(req), NodeID(ino), FileSystemName.string(cString: name!)) }
         }
     }
 
@@ -204,19 +231,25 @@ enum FuseBridge {
     /// (`Filesystem+Locks.swift`).
     private static func locks(_ ops: inout fuse_lowlevel_ops) {
         ops.getlk = { req, ino, fi, lock in
-            filesystem(req).getlk(
-                reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
-                KernelLock(cfs_lock_of(lock!)))
+            withFilesystem(req) {
+                $0.getlk(
+                    reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                    KernelLock(cfs_lock_of(lock!)))
+            }
         }
         ops.setlk = { req, ino, fi, lock, sleep in
-            filesystem(req).setlk(
-                reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
-                KernelLock(cfs_lock_of(lock!)), waits: sleep != 0)
+            withFilesystem(req) {
+                $0.setlk(
+                    reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                    KernelLock(cfs_lock_of(lock!)), waits: sleep != 0)
+            }
         }
         ops.flock = { req, ino, fi, operation in
-            filesystem(req).flock(
-                reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
-                operation: operation)
+            withFilesystem(req) {
+                $0.flock(
+                    reply(req), NodeID(ino), cfs_file_info_handle(fi!), owner: cfs_file_info_lock_owner(fi!),
+                    operation: operation)
+            }
         }
     }
 }
