@@ -13,6 +13,35 @@ import Glibc
         Inode(id: NodeID(2), device: 1, number: 2, handle: nil, isDirectory: false, parent: NodeID(1), name: "f")
     }
 
+    /// The processes writing a file through kernel passthrough, known until `lateClose` after
+    /// their last open ended (fanotify reports their closes after the release): the first
+    /// inline, others beside it; none counted twice as they come and go.
+    @Test func processesWritingThroughTheKernelAreKnownUntilLateAfterTheirLastOpen() {
+        var writers = KernelWriterProcesses()
+        let late = Inode.lateClose
+        func knows(_ process: Int32, at now: Int64) -> Bool { writers.has(process, now: now) }
+        writers.began(10)
+        writers.began(10)
+        writers.began(11)
+        #expect(knows(10, at: 0) && knows(11, at: 0) && !knows(12, at: 0))
+        writers.ended(10, now: 100)
+        #expect(knows(10, at: 100 + late), "one of its two opens is left")
+        writers.ended(10, now: 200)
+        #expect(knows(10, at: 200 + late - 1), "ended lately")
+        #expect(!knows(10, at: 200 + late) && !knows(10, at: 0), "late, and forgotten")
+        // The first place free, a process known beside it is not counted a second time there.
+        writers.began(11)
+        writers.ended(11, now: 300)
+        #expect(knows(11, at: 300 + late), "one of its two opens is left")
+        writers.ended(11, now: 400)
+        #expect(!knows(11, at: 400 + late))
+        writers.began(12)
+        writers.ended(12, now: 500)
+        writers.began(13)
+        writers.ended(13, now: 500 + late)  // forgets 12, known longer
+        #expect(!knows(12, at: 500) && knows(13, at: 500 + late))
+    }
+
     @Test func eachOfSeveralWritingProcessesIsKnownUntilItsLastRelease() {
         let file = inode()
         file.beganWriting(by: 10)

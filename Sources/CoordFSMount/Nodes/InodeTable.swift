@@ -67,7 +67,7 @@ final class Inode: @unchecked Sendable {
     /// made them: how many each has open, and when its last one ended (coarse milliseconds).
     /// See `isWrittenThroughTheKernel`.
     let kernelWriters = Atomic<Int>(0)
-    let kernelWriterProcesses = Mutex<[Int32: KernelWriterProcess]>([:])
+    let kernelWriterProcesses = Mutex(KernelWriterProcesses())
     /// The generation of `WatchedWrites` in which its file was marked for its writes (0: not).
     let markGeneration = Atomic<UInt32>(0)
     /// `WatchedWrites`' count of marks when it was marked.

@@ -110,6 +110,62 @@ final class OpenCover: Sendable {
 struct KernelWriterProcess {
     var opens = 0
     var ended: Int64 = 0
+
+    /// Known for `lateClose` after its last open ended, not longer.
+    func isLate(now: Int64) -> Bool { opens == 0 && now - ended >= Inode.lateClose }
+}
+
+/// The processes writing an inode through kernel passthrough (`Inode.kernelWriterProcesses`):
+/// the first kept inline, a dictionary only for others beside it. Most files have one writer at
+/// a time, and a dictionary made at every create and freed again cost more than it was used.
+struct KernelWriterProcesses {
+    private var first: (process: Int32, writer: KernelWriterProcess)?
+    private var others: [Int32: KernelWriterProcess] = [:]
+
+    /// `process` began an open.
+    mutating func began(_ process: Int32) {
+        if var lone = first, lone.process == process {
+            lone.writer.opens += 1
+            first = lone
+        } else if first == nil && others[process] == nil {
+            first = (process, KernelWriterProcess(opens: 1))
+        } else {
+            others[process, default: KernelWriterProcess()].opens += 1
+        }
+    }
+
+    /// `process` ended an open `now`; the processes known longer than `lateClose` are forgotten.
+    mutating func ended(_ process: Int32, now: Int64) {
+        if var lone = first, lone.process == process {
+            lone.writer.opens -= 1
+            lone.writer.ended = now
+            first = lone
+        } else if var writer = others[process] {
+            writer.opens -= 1
+            writer.ended = now
+            others[process] = writer
+        }
+        if let lone = first, lone.writer.isLate(now: now) { first = nil }
+        if !others.isEmpty, others.values.contains(where: { $0.isLate(now: now) }) {
+            others = others.filter { !$0.value.isLate(now: now) }
+        }
+    }
+
+    /// Whether `process` has an open now, or ended its last one less than `lateClose` ago; one
+    /// known longer is forgotten.
+    mutating func has(_ process: Int32, now: Int64) -> Bool {
+        if let lone = first, lone.process == process {
+            if lone.writer.isLate(now: now) { first = nil }
+            return first != nil
+        }
+        guard let writer = others[process] else { return false }
+        if writer.isLate(now: now) {
+            others[process] = nil
+            if others.isEmpty { others = [:] }  // its storage goes too
+            return false
+        }
+        return true
+    }
 }
 
 extension Inode {
@@ -121,20 +177,14 @@ extension Inode {
 
     /// A writable open served by kernel passthrough begins, made by `process`.
     func beganWritingThroughTheKernel(by process: Int32) {
-        kernelWriterProcesses.withLock { $0[process, default: KernelWriterProcess()].opens += 1 }
+        kernelWriterProcesses.withLock { $0.began(process) }
         kernelWriters.add(1, ordering: .relaxed)
     }
 
     /// One ends. Its process stays known for `lateClose`; those known longer are forgotten.
     func endedWritingThroughTheKernel(by process: Int32) {
         let now = coarseMilliseconds()
-        kernelWriterProcesses.withLock { processes in
-            processes[process]?.opens -= 1
-            processes[process]?.ended = now
-            for (other, writer) in processes where writer.opens == 0 && now - writer.ended >= Self.lateClose {
-                processes[other] = nil
-            }
-        }
+        kernelWriterProcesses.withLock { $0.ended(process, now: now) }
         kernelWriters.subtract(1, ordering: .relaxed)
     }
 
@@ -144,15 +194,7 @@ extension Inode {
     /// process's change is from outside, whenever it comes.
     func isWrittenThroughTheKernel(by process: Int32) -> Bool {
         let now = coarseMilliseconds()
-        return kernelWriterProcesses.withLock { processes in
-            guard let writer = processes[process] else { return false }
-            let late = writer.opens == 0 && now - writer.ended >= Self.lateClose
-            if late {
-                processes[process] = nil
-                if processes.isEmpty { processes = [:] }  // its storage goes too
-            }
-            return !late
-        }
+        return kernelWriterProcesses.withLock { $0.has(process, now: now) }
     }
 
     /// A coordinated write open of it, granted to `process`, begins.
