@@ -1,20 +1,23 @@
 /// The descriptors the inode table holds, one slot a node, in arrays kept side by side:
-/// eviction reads and writes only these arrays, never an inode (a cache miss apiece).
+/// eviction reads and writes these arrays, and a node only where it would close its descriptor.
 /// Reached only under the table's lock.
+///
+/// A request pins a node's descriptor without the lock (`InodeTable.pin`): it counts itself in
+/// the node's `pins`, then reads its `descriptor`. A slot is given up (`detachIfUnpinned`) the
+/// other way round: the node's `descriptor` cleared, then its `pins` read, both sequentially
+/// consistent, so that one of the two sees the other. A pin that read no descriptor takes the
+/// lock; a slot found pinned is given its descriptor back.
 struct DescriptorSlots {
     var descriptors: [Int32] = []
-    /// Each slot's last use on `clock`; `UInt64.max` for one never evicted, or free.
+    /// Each slot's last use on `clock`; `UInt64.max` for one never evicted, or free. A pin
+    /// without the lock marks the node `usedLately` instead: the eviction gives such a slot a
+    /// second chance, its use moved to now.
     var uses: [UInt64] = []
-    /// Requests using the descriptor right now: it is not closed under them.
-    var pins: [Int32] = []
-    /// The node holding the slot; `nobody` when it is free.
-    var owners: [NodeID] = []
+    /// The node holding each slot; nil when it is free.
+    var owners: [Inode?] = []
     var free: [Int] = []
     /// Counts uses, for `uses`.
     var clock: UInt64 = 0
-
-    /// The owner of a free slot: no node is numbered 0.
-    static let nobody = NodeID(0)
 
     /// Descriptors held: the slots in use.
     var open: Int { descriptors.count - free.count }
@@ -22,7 +25,7 @@ struct DescriptorSlots {
     /// The slot holding `inode`'s descriptor, if it holds one.
     func slot(of inode: Inode) -> Int? {
         let slot = inode.slot
-        return slot >= 0 && owners[slot] == inode.id ? slot : nil
+        return slot >= 0 && owners[slot] === inode ? slot : nil
     }
 
     /// Gives `inode` the descriptor `fd`; one not `evictable` stays for the node's life.
@@ -31,16 +34,15 @@ struct DescriptorSlots {
         if let slot = free.popLast() {
             descriptors[slot] = fd
             uses[slot] = use
-            pins[slot] = 0
-            owners[slot] = inode.id
+            owners[slot] = inode
             inode.slot = slot
         } else {
             inode.slot = descriptors.count
             descriptors.append(fd)
             uses.append(use)
-            pins.append(0)
-            owners.append(inode.id)
+            owners.append(inode)
         }
+        inode.descriptor.store(fd, ordering: .sequentiallyConsistent)
     }
 
     /// Records a use of `inode` now.
@@ -49,19 +51,28 @@ struct DescriptorSlots {
         if let slot = slot(of: inode), uses[slot] != .max { uses[slot] = clock }
     }
 
-    /// Frees `slot`; returns its descriptor, to be closed.
-    mutating func detach(_ slot: Int) -> Int32 {
+    /// Frees `slot` unless a request has its descriptor pinned; returns the descriptor, to be
+    /// closed, or nil (pinned: the slot stays as it was).
+    mutating func detachIfUnpinned(_ slot: Int) -> Int32? {
+        guard let inode = owners[slot] else { return nil }
         let fd = descriptors[slot]
+        inode.descriptor.store(-1, ordering: .sequentiallyConsistent)
+        if inode.pins.load(ordering: .sequentiallyConsistent) > 0 {
+            inode.descriptor.store(fd, ordering: .sequentiallyConsistent)
+            return nil
+        }
         descriptors[slot] = -1
         uses[slot] = .max
-        owners[slot] = Self.nobody
+        owners[slot] = nil
         free.append(slot)
         return fd
     }
 
     /// The unpinned slots of nodes that keep their descriptor for life (`attach`, not evictable).
     func keptForLife() -> [Int] {
-        uses.indices.filter { uses[$0] == .max && owners[$0] != Self.nobody && pins[$0] == 0 }
+        uses.indices.filter {
+            uses[$0] == .max && owners[$0].map { $0.pins.load(ordering: .relaxed) == 0 } ?? false
+        }
     }
 
     /// Over `budget`: the least recently used unpinned descriptors that can be reopened, down
@@ -75,9 +86,14 @@ struct DescriptorSlots {
         let newestEvicted = Self.age(evicting: excess, of: uses)
         var evicted: [Int32] = []
         evicted.reserveCapacity(excess + excess / 4)
-        for slot in uses.indices where uses[slot] <= newestEvicted && pins[slot] == 0 {
-            // (A pinned one is in use right now, and was just used: it is seldom this old.)
-            evicted.append(detach(slot))
+        for slot in uses.indices where uses[slot] <= newestEvicted {
+            // Used since its use was written: a second chance. (A pinned one is in use right
+            // now: it is seldom this old.)
+            if owners[slot]?.usedLately.exchange(false, ordering: .relaxed) == true {
+                uses[slot] = clock
+            } else if let fd = detachIfUnpinned(slot) {
+                evicted.append(fd)
+            }
         }
         return evicted
     }

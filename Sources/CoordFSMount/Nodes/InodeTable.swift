@@ -34,10 +34,18 @@ final class Inode: @unchecked Sendable {
     /// handles an evicted file is reopened by one of them when its own name is gone.
     fileprivate(set) var otherPlaces: [Place] = []
     /// The table's descriptor slot it was last given (-1: none yet). It holds the slot while
-    /// the slot's owner is its id: an evicted slot is freed and may go to another node.
+    /// the slot's owner is itself: an evicted slot is freed and may go to another node.
     /// (Set by `DescriptorSlots` only.)
     var slot = -1
-    var forgotten = false
+    /// Its descriptor while it holds a slot, else -1: what a pin reads without the table's
+    /// lock (`InodeTable.pin`). Written by `DescriptorSlots` only.
+    let descriptor = Atomic<Int32>(-1)
+    /// Requests using its descriptor now: it is not closed under them (`DescriptorSlots`).
+    let pins = Atomic<Int32>(0)
+    /// Pinned without the lock since the eviction last passed it (`DescriptorSlots.evict`).
+    let usedLately = Atomic<Bool>(false)
+    /// The kernel forgot it: its descriptor is closed with its last pin.
+    let isForgotten = Atomic<Bool>(false)
     /// Size, mtime and ctime when the last open of it ended: if they are the same at the next
     /// open, nothing changed behind the mount's back and the kernel may keep its page cache.
     var lastSeen: (size: Int64, mtime: timespec, ctime: timespec)?
@@ -257,12 +265,29 @@ final class InodeTable: Sendable {
         body(context, fd)
     }
 
+    /// The node's descriptor, pinned: counted in its `pins` first, then read; without the
+    /// table's lock while the node holds a slot (`DescriptorSlots` gives one up the other way
+    /// round), else opened again under it.
     private func pin(_ inode: Inode) throws(Errno) -> Int32 {
         if inode.id == Self.rootID { return rootDescriptor }
+        inode.pins.add(1, ordering: .sequentiallyConsistent)
+        let fd = inode.descriptor.load(ordering: .sequentiallyConsistent)
+        if fd >= 0 {
+            if !inode.usedLately.load(ordering: .relaxed) { inode.usedLately.store(true, ordering: .relaxed) }
+            return fd
+        }
+        do throws(Errno) { return try pinAgain(inode) } catch {
+            unpin(inode)
+            throw error
+        }
+    }
+
+    /// `pin` for a node without a descriptor just now (its pin counted already): its slot's,
+    /// if it got one back meanwhile, else opened again from its handle or its name.
+    private func pinAgain(_ inode: Inode) throws(Errno) -> Int32 {
         let (ready, handle) = state.withLock { state -> (Int32?, cfs_file_handle?) in
             state.slots.touch(inode)
             guard let slot = state.slots.slot(of: inode) else { return (nil, inode.handle) }
-            state.slots.pins[slot] += 1
             return (state.slots.descriptors[slot], nil)
         }
         if let ready { return ready }
@@ -275,11 +300,9 @@ final class InodeTable: Sendable {
         }
         let (chosen, extra, evicted) = state.withLock { state -> (Int32, Int32?, [Int32]) in
             if let slot = state.slots.slot(of: inode) {  // opened meanwhile by another request
-                state.slots.pins[slot] += 1
                 return (state.slots.descriptors[slot], fd, [])
             }
             state.slots.attach(fd, to: inode, evictable: evictable(inode))
-            state.slots.pins[inode.slot] += 1
             return (fd, nil, evictOverBudget(&state))
         }
         if let extra { close(extra) }
@@ -336,14 +359,16 @@ final class InodeTable: Sendable {
         do throws(Errno) { return (fd, try statOf(fd)) } catch { close(fd); throw error }
     }
 
+    /// Counts a pin out. The last of a node the kernel forgot closes its descriptor (`forget`
+    /// marks the node, then looks for pins; this counts out, then looks at the mark: one of
+    /// the two sees the other).
     private func unpin(_ inode: Inode) {
         if inode.id == Self.rootID { return }
+        guard inode.pins.subtract(1, ordering: .sequentiallyConsistent).newValue == 0,
+            inode.isForgotten.load(ordering: .sequentiallyConsistent)
+        else { return }
         let closing = state.withLock { state -> Int32? in
-            // A pinned descriptor is never evicted: the node holds its slot.
-            guard let slot = state.slots.slot(of: inode) else { return nil }
-            state.slots.pins[slot] -= 1
-            guard state.slots.pins[slot] == 0, inode.forgotten else { return nil }
-            return state.slots.detach(slot)
+            state.slots.slot(of: inode).flatMap { state.slots.detachIfUnpinned($0) }
         }
         if let closing { close(closing) }
     }
@@ -365,13 +390,13 @@ final class InodeTable: Sendable {
         guard usesHandles, state.slots.open > budget else { return evicted }
         var excess = state.slots.open - budget * 9 / 10
         for slot in state.slots.keptForLife() where excess > 0 {
-            guard let inode = state.byID[state.slots.owners[slot]], inode.handle == nil,
-                !inode.isUnnamed.load(ordering: .relaxed)
+            guard let inode = state.slots.owners[slot], inode.handle == nil, !inode.isUnnamed.load(ordering: .relaxed)
             else { continue }
             var handle = cfs_file_handle()
             guard cfs_name_to_handle(state.slots.descriptors[slot], &handle) == 0 else { continue }
             inode.handle = handle
-            evicted.append(state.slots.detach(slot))
+            guard let fd = state.slots.detachIfUnpinned(slot) else { continue }
+            evicted.append(fd)
             excess -= 1
         }
         return evicted
@@ -578,7 +603,7 @@ final class InodeTable: Sendable {
             state.byID[id] = nil
             let key = Key(device: inode.device, number: inode.number)
             if state.byKey[key] == id { state.byKey[key] = nil }  // else its number went to another item
-            inode.forgotten = true
+            inode.isForgotten.store(true, ordering: .sequentiallyConsistent)
             let others = inode.otherPlaces
             changingPlaces(of: inode) { $0.otherPlaces = [] }
             // With its removal: a lookup by name in between would find the item neither known
@@ -591,8 +616,7 @@ final class InodeTable: Sendable {
                         number: inode.number, isDirectory: inode.isDirectory,
                         hadOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed), others: others))
             }
-            guard let slot = state.slots.slot(of: inode), state.slots.pins[slot] == 0 else { return nil }
-            return state.slots.detach(slot)
+            return state.slots.slot(of: inode).flatMap { state.slots.detachIfUnpinned($0) }
         }
         if let closing { close(closing) }
     }
