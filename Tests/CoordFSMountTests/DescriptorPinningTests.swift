@@ -13,21 +13,14 @@ import Glibc
 /// and open them again (`DescriptorSlots`).
 @Suite struct DescriptorPinningTests {
     @Test func aPinnedDescriptorStaysTheNodesWhileOthersAreEvicted() throws {
-        let backing = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "coordfs-pins-\(UUID().uuidString)"
-        ).path
-        try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: backing) }
-        let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        try #require(rootFD >= 0)
-        var rootInfo = stat()
-        try #require(fstat(rootFD, &rootInfo) == 0)
+        let backing = try FreshBacking("coordfs-pins")
+        defer { backing.remove() }
         // Far fewer descriptors than nodes: most pins find none and open one again.
-        let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 24)
+        let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 24)
         try #require(table.usesHandles, "needs file handles (root, and a filesystem that has them)")
         let nodes = try (0..<200).map { index throws(Errno) -> Inode in
             let name = "f\(index)"
-            close(open(backing + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
+            close(open(backing.path + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
             let (fd, info) = try table.openChild(named: name, in: table.root)
             return table.remember(fd: fd, info: info, in: table.root, name: name)
         }

@@ -58,22 +58,15 @@ import Glibc
     /// handle taken); once open files press the table, they are given handles and evicted,
     /// and open again by them.
     @Test func itemsKeptForLifeGiveUpTheirDescriptorsWhenFilesPress() throws {
-        let backing = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "coordfs-pool-\(UUID().uuidString)"
-        ).path
-        try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: backing) }
-        let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        try #require(rootFD >= 0)
-        var rootInfo = stat()
-        try #require(fstat(rootFD, &rootInfo) == 0)
+        let backing = try FreshBacking("coordfs-pool")
+        defer { backing.remove() }
         let pool = Self.pool()
-        let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 600, pool: pool)
+        let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 600, pool: pool)
         try #require(table.usesHandles, "file handles are not available here (CAP_DAC_READ_SEARCH)")
         var items: [Inode] = []
         for index in 0..<290 {
             let name = "f\(index)"
-            let made = open(backing + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o644)
+            let made = open(backing.path + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o644)
             try #require(made >= 0)
             close(made)
             let (fd, info) = try table.openChild(named: name, in: table.root)

@@ -16,16 +16,10 @@ import Glibc
 @Suite struct RevivedNodesTests {
     /// A table over a fresh directory, the directory's path, and what removes it.
     private func makeTable(fileHandles: Bool = true) throws -> (InodeTable, String, () -> Void) {
-        let backing = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "coordfs-revive-\(UUID().uuidString)"
-        ).path
-        try FileManager.default.createDirectory(atPath: backing, withIntermediateDirectories: true)
-        let rootFD = open(backing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        try #require(rootFD >= 0)
-        var rootInfo = stat()
-        try #require(fstat(rootFD, &rootInfo) == 0)
-        let table = InodeTable(rootFD: rootFD, rootStat: rootInfo, descriptorBudget: 1000, fileHandles: fileHandles)
-        return (table, backing, { try? FileManager.default.removeItem(atPath: backing) })
+        let backing = try FreshBacking("coordfs-revive")
+        let table = InodeTable(
+            rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 1000, fileHandles: fileHandles)
+        return (table, backing.path, backing.remove)
     }
 
     /// A LOOKUP of `name` in the root, as the mount records it.
