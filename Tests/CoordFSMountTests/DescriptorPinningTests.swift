@@ -33,10 +33,14 @@ import Glibc
                 let node = nodes[Int(seed >> 33) % nodes.count]
                 table.withFD(node, orElse: { _ in _ = wrong.add(1, ordering: .relaxed) }) { fd in
                     pinned.add(1, ordering: .relaxed)
-                    // Held a moment, while the other threads evict: still open, still this node's.
+                    // Held a moment, while the other threads evict: still the node's slot's
+                    // (an evicted descriptor is closed later, by another thread), still open,
+                    // still this node's.
                     for _ in 0..<3 {
                         var info = stat()
-                        if fstat(fd, &info) != 0 || UInt64(info.st_ino) != node.number {
+                        if !table.holdsDescriptor(node) || node.descriptor.load(ordering: .relaxed) != fd
+                            || fstat(fd, &info) != 0 || UInt64(info.st_ino) != node.number
+                        {
                             wrong.add(1, ordering: .relaxed)
                         }
                         sched_yield()
@@ -55,5 +59,17 @@ import Glibc
             #expect(table.holdsDescriptor(last), "pinned: kept")
         }
         #expect(!table.holdsDescriptor(last), "closed with its last pin")
+        // Forgotten while other threads pin and unpin it: closed once the last pin is out,
+        // whichever of the two came last.
+        for node in nodes[1..<40] {
+            DispatchQueue.concurrentPerform(iterations: 3) { thread in
+                if thread == 0 {
+                    table.forget(node.id, 1)
+                } else {
+                    for _ in 0..<50 { table.withFD(node, orElse: { _ in () }) { _ in sched_yield() } }
+                }
+            }
+            #expect(!table.holdsDescriptor(node), "a forgotten node's descriptor left open")
+        }
     }
 }

@@ -20,9 +20,9 @@ import Glibc
         var writers = KernelWriterProcesses()
         let late = Inode.lateClose
         func knows(_ process: Int32, at now: Int64) -> Bool { writers.has(process, now: now) }
-        writers.began(10)
-        writers.began(10)
-        writers.began(11)
+        writers.began(10, now: 0)
+        writers.began(10, now: 0)
+        writers.began(11, now: 0)
         #expect(knows(10, at: 0) && knows(11, at: 0) && !knows(12, at: 0))
         writers.ended(10, now: 100)
         #expect(knows(10, at: 100 + late), "one of its two opens is left")
@@ -30,16 +30,23 @@ import Glibc
         #expect(knows(10, at: 200 + late - 1), "ended lately")
         #expect(!knows(10, at: 200 + late) && !knows(10, at: 0), "late, and forgotten")
         // The first place free, a process known beside it is not counted a second time there.
-        writers.began(11)
+        writers.began(11, now: 0)
         writers.ended(11, now: 300)
         #expect(knows(11, at: 300 + late), "one of its two opens is left")
         writers.ended(11, now: 400)
         #expect(!knows(11, at: 400 + late))
-        writers.began(12)
+        writers.began(12, now: 0)
         writers.ended(12, now: 500)
-        writers.began(13)
+        writers.began(13, now: 0)
         writers.ended(13, now: 500 + late)  // forgets 12, known longer
         #expect(!knows(12, at: 500) && knows(13, at: 500 + late))
+        // A first writer known too long gives its place to the next one.
+        var again = KernelWriterProcesses()
+        again.began(20, now: 0)
+        again.ended(20, now: 0)
+        again.began(21, now: late)
+        let (first, next) = (again.has(20, now: late), again.has(21, now: late))
+        #expect(!first && next)
     }
 
     @Test func eachOfSeveralWritingProcessesIsKnownUntilItsLastRelease() {

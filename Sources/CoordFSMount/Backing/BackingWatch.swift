@@ -360,7 +360,10 @@ final class BackingWatch: @unchecked Sendable {
     /// then forgets only the attributes it keeps long of a marked file. False where the handle
     /// is no node's id (the long way finds out).
     private func servedByTheKernel(_ change: cfs_backing_change) -> Bool {
-        guard let object = change.object, let id = filesystem.inodes.stableIDs?.id(reported: object),
+        // A change of names merged into it (fanotify merges a process's events on one item)
+        // takes the long way.
+        guard change.mask & (CFS_CHANGE_CREATE | CFS_CHANGE_DELETE | CFS_CHANGE_RENAME) == 0,
+            let object = change.object, let id = filesystem.inodes.stableIDs?.id(reported: object),
             let known = filesystem.inodes[id], known.isWrittenThroughTheKernel(by: change.pid)
         else { return false }
         if filesystem.watchedWrites.covers(known) { filesystem.invalidateAttributes(of: known) }

@@ -80,16 +80,19 @@ struct DescriptorSlots {
     ///
     /// The lock is held, so only the arrays are read, side by side, and the age to evict up to
     /// is found from a sample of the uses (`age`), not by sorting candidates out of every inode.
-    mutating func evict(budget: Int) -> [Int32] {
+    /// `secondChances`: a node pinned since is passed over this time (not when descriptors ran
+    /// out, `InodeTable.withDescriptorRoom`).
+    mutating func evict(budget: Int, secondChances: Bool = true) -> [Int32] {
         guard open > budget else { return [] }
         let excess = open - budget * 9 / 10
         let newestEvicted = Self.age(evicting: excess, of: uses)
         var evicted: [Int32] = []
         evicted.reserveCapacity(excess + excess / 4)
         for slot in uses.indices where uses[slot] <= newestEvicted {
-            // Used since its use was written: a second chance. (A pinned one is in use right
-            // now: it is seldom this old.)
-            if owners[slot]?.usedLately.exchange(false, ordering: .relaxed) == true {
+            // Used since its use was written: a second chance, its use now (each its own, as
+            // `age` counts them). (A pinned one is in use right now: it is seldom this old.)
+            if secondChances, owners[slot]?.usedLately.exchange(false, ordering: .relaxed) == true {
+                clock += 1
                 uses[slot] = clock
             } else if let fd = detachIfUnpinned(slot) {
                 evicted.append(fd)

@@ -395,7 +395,11 @@ final class InodeTable: Sendable {
             var handle = cfs_file_handle()
             guard cfs_name_to_handle(state.slots.descriptors[slot], &handle) == 0 else { continue }
             inode.handle = handle
-            guard let fd = state.slots.detachIfUnpinned(slot) else { continue }
+            guard let fd = state.slots.detachIfUnpinned(slot) else {
+                // Pinned just now: evictable from here on, as any node with a handle.
+                state.slots.uses[slot] = state.slots.clock
+                continue
+            }
             evicted.append(fd)
             excess -= 1
         }
@@ -419,7 +423,7 @@ final class InodeTable: Sendable {
         guard fd < 0, let failure = fd.failure, failure.code == EMFILE || failure.code == ENFILE else { return fd }
         DescriptorCloser.shared.closePending()
         let evicted = state.withLock { state in
-            state.slots.evict(budget: max(16, min(state.slots.open, pool.inodeBudget) - 16))
+            state.slots.evict(budget: max(16, min(state.slots.open, pool.inodeBudget) - 16), secondChances: false)
         }
         for descriptor in evicted { close(descriptor) }
         return open()

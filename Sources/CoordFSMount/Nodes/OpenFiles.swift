@@ -122,8 +122,9 @@ struct KernelWriterProcesses {
     private var first: (process: Int32, writer: KernelWriterProcess)?
     private var others: [Int32: KernelWriterProcess] = [:]
 
-    /// `process` began an open.
-    mutating func began(_ process: Int32) {
+    /// `process` began an open `now`.
+    mutating func began(_ process: Int32, now: Int64) {
+        if let lone = first, lone.process != process, lone.writer.isLate(now: now) { first = nil }
         if var lone = first, lone.process == process {
             lone.writer.opens += 1
             first = lone
@@ -177,7 +178,8 @@ extension Inode {
 
     /// A writable open served by kernel passthrough begins, made by `process`.
     func beganWritingThroughTheKernel(by process: Int32) {
-        kernelWriterProcesses.withLock { $0.began(process) }
+        let now = coarseMilliseconds()
+        kernelWriterProcesses.withLock { $0.began(process, now: now) }
         kernelWriters.add(1, ordering: .relaxed)
     }
 
