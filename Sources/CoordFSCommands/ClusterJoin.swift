@@ -397,7 +397,7 @@ private final class MemberDelegations: HostDelegations {
     var lastCoverLoss: UInt64 { member.lastCoverLoss }
 
     func admitsWrites(_ path: String, since stamp: UInt64, ofAnOpenFile: Bool) -> WriteAdmission {
-        switch member.admitsWrites(path, since: stamp, countingAFencedOpen: ofAnOpenFile) {
+        switch member.admitsWrites(path, since: stamp, ofAnOpenFile: ofAnOpenFile) {
         case .admitted(let through): .admitted(through: through)
         case .suspended: .suspended
         case .fenced: .fenced

@@ -873,16 +873,16 @@ public final class ClusterMember: Sendable {
 
     /// Judges writes through a file open for writing of `path` ("" the store's root), stamped
     /// `stamp` (`stampWrites`, or the last `admitted(through:)`). While the host coordinates
-    /// alone they land, judged again once it has joined. `countingAFencedOpen`: a fenced
-    /// answer is an open file's, fenced for good (`Standing.fencedOpens`); not so for a hold
-    /// judged at its end.
-    public func admitsWrites(_ path: String, since stamp: UInt64, countingAFencedOpen: Bool = true) -> WriteAdmission {
+    /// alone they land, judged again once it has joined. `ofAnOpenFile`: a fenced answer is an
+    /// open file's, fenced for good (`Standing.fencedOpens`); not so for a hold's cover judged
+    /// (at its release, or at a request of its accessor).
+    public func admitsWrites(_ path: String, since stamp: UInt64, ofAnOpenFile: Bool = true) -> WriteAdmission {
         guard mayAdmitWrites else { return .suspended }
         return state.withLock { state in
             if state.alone { return .admitted(through: stamp) }
             guard state.rejoining == nil, state.delegations != nil else { return .suspended }
             guard let through = state.losses.judge(path, since: stamp) else {
-                if countingAFencedOpen { state.fencedOpens += 1 }
+                if ofAnOpenFile { state.fencedOpens += 1 }
                 return .fenced
             }
             return .admitted(through: through)

@@ -729,7 +729,7 @@ struct ClusterMemberTests {
             #expect(await Self.eventually(seconds: 10) { Self.rejoined(a, after: first) }, "\(a.standing)")
             #expect(a.mayAdmitWrites, "new opens' writes land")
             // A hold's cover judged at its end (a control client's release) is no open fenced.
-            #expect(a.admitsWrites("doc", since: stamp, countingAFencedOpen: false) == .fenced)
+            #expect(a.admitsWrites("doc", since: stamp, ofAnOpenFile: false) == .fenced)
             #expect(a.standing.fencedOpens == 0, "\(a.standing)")
             #expect(a.admitsWrites("doc", since: stamp) == .fenced, "another host may have written it meanwhile")
             #expect(a.standing.fencedOpens == 1 && a.standing.leasesLost == 1, "\(a.standing)")
