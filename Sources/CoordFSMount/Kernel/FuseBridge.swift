@@ -75,7 +75,7 @@ enum FuseBridge {
         }
         ops.forget_multi = { req, count, forgets in
             withFilesystem(req) { fs in
-                for index in 0..<count { fs.forget(NodeID(forgets![index].ino), forgets![index].nlookup) }
+                fs.forget(UnsafeBufferPointer(start: forgets, count: count).lazy.map { (NodeID($0.ino), $0.nlookup) })
                 fuse_reply_none(req)
                 fs.forgetRequestServed(items: count)
             }

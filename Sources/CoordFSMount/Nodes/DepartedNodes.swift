@@ -14,7 +14,7 @@ import LinuxSystem
 ///
 /// Kept in the inode table's state, under its lock: a forget, a lookup and a revival each see
 /// a node either known or departed, never neither.
-struct DepartedNodes: Sendable {
+struct DepartedNodes: ~Copyable {
     struct Record {
         let parent: NodeID
         let name: String
@@ -31,14 +31,12 @@ struct DepartedNodes: Sendable {
         fileprivate(set) var slot = 0
     }
 
-    private struct Item: Hashable { let device: UInt64, number: UInt64 }
-
-    private var records: [NodeID: Record] = [:]
+    private var records = ShardedDictionary<NodeID, Record>()
     /// The counted id each remembered item departed under last. A stable id (`NodeID.isStable`)
     /// is the item's own whoever finds it: never reclaimed by name, and not indexed here, so
     /// that the table's every new node need not be looked for in it (`remove(device:number:)`).
     /// Its record may outlive its node's return; the id's next departure replaces it.
-    private var ids: [Item: NodeID] = [:]
+    private var ids = ShardedDictionary<BackingInode, NodeID>()
     /// Ids in the order they departed; `next` is the oldest once the ring is full.
     private var order: [NodeID] = []
     private var next = 0
@@ -60,7 +58,7 @@ struct DepartedNodes: Sendable {
             next = (next + 1) % capacity
         }
         records[id] = record
-        if !id.isStable { ids[Item(device: record.device, number: record.number)] = id }
+        if !id.isStable { ids[BackingInode(device: record.device, number: record.number)] = id }
     }
 
     /// The place `id` was last known by, if it is remembered.
@@ -70,14 +68,16 @@ struct DepartedNodes: Sendable {
     /// again under another. Its slot in the order stays until reused.
     mutating func remove(_ id: NodeID) {
         guard let record = records.removeValue(forKey: id) else { return }
-        let item = Item(device: record.device, number: record.number)
+        let item = BackingInode(device: record.device, number: record.number)
         if ids[item] == id { ids[item] = nil }
     }
 
     /// Forgets the record of the item `device`:`number` under a counted id: it is known again
     /// under an id of its own (`InodeTable`'s stable ids).
     mutating func remove(device: UInt64, number: UInt64) {
-        guard !ids.isEmpty, let id = ids.removeValue(forKey: Item(device: device, number: number)) else { return }
+        guard !ids.isEmpty, let id = ids.removeValue(forKey: BackingInode(device: device, number: number)) else {
+            return
+        }
         records[id] = nil
     }
 
@@ -87,7 +87,7 @@ struct DepartedNodes: Sendable {
     /// of a file with hard links), or as another type: its inode number may have gone to
     /// another item (as `InodeTable.revive` takes it, a place and the number together).
     mutating func reclaim(device: UInt64, number: UInt64, isDirectory: Bool, parent: NodeID, name: String) -> NodeID? {
-        guard let id = ids[Item(device: device, number: number)], let record = records[id],
+        guard let id = ids[BackingInode(device: device, number: number)], let record = records[id],
             record.isDirectory == isDirectory
         else { return nil }
         let place = Inode.Place(parent: parent, name: name)

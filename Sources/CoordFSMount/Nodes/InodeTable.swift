@@ -139,13 +139,9 @@ final class Inode: @unchecked Sendable {
 final class InodeTable: Sendable {
     static let rootID = NodeID(1)
 
-    private struct Key: ShardedKey {
-        let device: UInt64, number: UInt64
-        var shard: Int { Self.shard(of: number ^ device) }
-    }
-    private struct State {
+    private struct State: ~Copyable {
         var byID = ShardedDictionary<NodeID, Inode>()
-        var byKey = ShardedDictionary<Key, NodeID>()
+        var byKey = ShardedDictionary<BackingInode, NodeID>()
         /// The number of the next new node.
         var nextID: UInt64 = 2
         /// The descriptors held for inodes (the root's aside).
@@ -224,7 +220,7 @@ final class InodeTable: Sendable {
         let root = self.root
         state.withLock { state in
             state.byID[Self.rootID] = root
-            state.byKey[Key(device: root.device, number: root.number)] = Self.rootID
+            state.byKey[BackingInode(device: root.device, number: root.number)] = Self.rootID
         }
     }
 
@@ -438,7 +434,7 @@ final class InodeTable: Sendable {
         fd: Int32, info: stat, in parentNode: Inode, name: String, justMade: Bool = false, counting: Bool = true
     ) -> Inode {
         let parent = parentNode.id
-        let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         var handle = cfs_file_handle()
         let hasHandle: Bool
         var stableID: NodeID?
@@ -496,7 +492,7 @@ final class InodeTable: Sendable {
     }
 
     /// Records a new node, open at `fd`; returns the descriptors its own evicted.
-    private func insert(_ inode: Inode, _ key: Key, fd: Int32, _ state: inout State) -> [Int32] {
+    private func insert(_ inode: Inode, _ key: BackingInode, fd: Int32, _ state: inout State) -> [Int32] {
         state.byID[inode.id] = inode
         state.byKey[key] = inode.id
         state.slots.attach(fd, to: inode, evictable: evictable(inode))
@@ -517,7 +513,7 @@ final class InodeTable: Sendable {
     private func rememberWithoutName(
         fd: Int32, info: stat, parent: NodeID, id given: NodeID?, handle: cfs_file_handle?, counting: Bool
     ) -> Inode {
-        let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
             state.slots.clock += 1
             if given != nil, let id = state.byKey[key], let known = state.byID[id] {
@@ -552,7 +548,7 @@ final class InodeTable: Sendable {
         try withFD(parent) { parentFD throws(Errno) in
             _ = try check(FileSystemName.withCString(name) { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) })
         }
-        let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let known = state.withLock { state -> Inode? in
             guard let id = state.byKey[key], let known = state.byID[id], state.slots.slot(of: known) != nil else {
                 return nil
@@ -598,31 +594,60 @@ final class InodeTable: Sendable {
 
     /// The kernel forgets `count` lookups; at zero the node goes, and its descriptor once no
     /// request holds it.
-    func forget(_ id: NodeID, _ count: UInt64) {
-        if id == Self.rootID { return }
-        let closing = state.withLock { state -> Int32? in
-            guard let inode = state.byID[id] else { return nil }
-            inode.lookups -= min(count, inode.lookups)
-            guard inode.lookups == 0 else { return nil }
-            state.byID[id] = nil
-            let key = Key(device: inode.device, number: inode.number)
-            if state.byKey[key] == id { state.byKey[key] = nil }  // else its number went to another item
-            inode.isForgotten.store(true, ordering: .sequentiallyConsistent)
-            let others = inode.otherPlaces
-            changingPlaces(of: inode) { $0.otherPlaces = [] }
-            // With its removal: a lookup by name in between would find the item neither known
-            // nor departed, and give it a new id.
-            if !inode.isUnnamed.load(ordering: .relaxed) {
-                state.departed.add(
-                    id,
-                    DepartedNodes.Record(
-                        parent: inode.parent, name: inode.name, device: inode.device,
-                        number: inode.number, isDirectory: inode.isDirectory,
-                        hadOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed), others: others))
+    func forget(_ id: NodeID, _ count: UInt64) { forget(CollectionOfOne((id, count))) }
+
+    /// `forget` for each of a BATCH_FORGET's nodes, the table locked once for up to
+    /// `forgetsPerLock` of them: taken for each, the lock passed back and forth between this
+    /// thread and the lookups that made the nodes, each side spinning for it in turn. Nodes
+    /// gone are freed, and their descriptors closed, once it is unlocked.
+    func forget<Forgets: Collection<(NodeID, UInt64)>>(_ forgets: Forgets) {
+        var rest = forgets[...]
+        while !rest.isEmpty {
+            let batch = rest.prefix(Self.forgetsPerLock)
+            rest = rest.dropFirst(Self.forgetsPerLock)
+            let (gone, closing) = state.withLock { state -> ([Inode], [Int32]) in
+                var gone: [Inode] = []
+                var closing: [Int32] = []
+                for (id, count) in batch where id != Self.rootID {
+                    guard let inode = forgetLocked(id, count, &state) else { continue }
+                    gone.append(inode)
+                    if let fd = state.slots.slot(of: inode).flatMap({ state.slots.detachIfUnpinned($0) }) {
+                        closing.append(fd)
+                    }
+                }
+                return (gone, closing)
             }
-            return state.slots.slot(of: inode).flatMap { state.slots.detachIfUnpinned($0) }
+            for fd in closing { close(fd) }
+            _ = gone  // released here, unlocked
         }
-        if let closing { close(closing) }
+    }
+
+    /// A lock held at most about this many forgets long (a few microseconds each), so that
+    /// lookups wait behind a long batch only a little.
+    static let forgetsPerLock = 32
+
+    /// Counts `count` lookups of `id` out; at zero, removes the node and returns it.
+    private func forgetLocked(_ id: NodeID, _ count: UInt64, _ state: inout State) -> Inode? {
+        guard let inode = state.byID[id] else { return nil }
+        inode.lookups -= min(count, inode.lookups)
+        guard inode.lookups == 0 else { return nil }
+        state.byID[id] = nil
+        let key = BackingInode(device: inode.device, number: inode.number)
+        if state.byKey[key] == id { state.byKey[key] = nil }  // else its number went to another item
+        inode.isForgotten.store(true, ordering: .sequentiallyConsistent)
+        let others = inode.otherPlaces
+        changingPlaces(of: inode) { $0.otherPlaces = [] }
+        // With its removal: a lookup by name in between would find the item neither known
+        // nor departed, and give it a new id.
+        if !inode.isUnnamed.load(ordering: .relaxed) {
+            state.departed.add(
+                id,
+                DepartedNodes.Record(
+                    parent: inode.parent, name: inode.name, device: inode.device,
+                    number: inode.number, isDirectory: inode.isDirectory,
+                    hadOtherLinks: inode.hasOtherLinks.load(ordering: .relaxed), others: others))
+        }
+        return inode
     }
 
     /// The node `id`, known, or one the kernel forgot and asks for again (a file handle: a
@@ -654,7 +679,7 @@ final class InodeTable: Sendable {
         isDirectory: Bool, countingLookup: Bool
     ) throws(Errno) -> (Inode, stat) {
         let (fd, info, place, others) = found
-        let key = Key(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         var handle = cfs_file_handle()
         let hasHandle = id.isStable && cfs_name_to_handle(fd, &handle) == 0
         let (inode, unused, evicted) = state.withLock { state -> (Inode?, Int32?, [Int32]) in
@@ -889,7 +914,7 @@ final class InodeTable: Sendable {
     func nameRemoved(_ name: String, in parent: NodeID, device: UInt64, number: UInt64) {
         guard nodesWithOtherPlaces.load(ordering: .relaxed) > 0 else { return }
         state.withLock { state in
-            guard let id = state.byKey[Key(device: device, number: number)], let inode = state.byID[id],
+            guard let id = state.byKey[BackingInode(device: device, number: number)], let inode = state.byID[id],
                 !inode.otherPlaces.isEmpty
             else { return }
             let gone = Inode.Place(parent: parent, name: name)
@@ -910,7 +935,7 @@ final class InodeTable: Sendable {
 
     /// The node known for (device, inode number), if any.
     func node(device: UInt64, number: UInt64) -> Inode? {
-        state.withLock { state in state.byKey[Key(device: device, number: number)].flatMap { state.byID[$0] } }
+        state.withLock { state in state.byKey[BackingInode(device: device, number: number)].flatMap { state.byID[$0] } }
     }
 
     func updateLastSeen(_ inode: Inode, _ info: stat?) {

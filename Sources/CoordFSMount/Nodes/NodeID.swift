@@ -29,5 +29,5 @@ struct NodeID: Hashable, Sendable, CustomStringConvertible {
 }
 
 extension NodeID: ShardedKey {
-    var shard: Int { Self.shard(of: value) }
+    var spread: UInt64 { Self.spread(value) }
 }

@@ -56,6 +56,9 @@ extension Filesystem {
 
     func forget(_ id: NodeID, _ count: UInt64) { inodes.forget(id, count) }
 
+    /// A BATCH_FORGET's nodes and counts.
+    func forget<Forgets: Collection<(NodeID, UInt64)>>(_ forgets: Forgets) { inodes.forget(forgets) }
+
     /// After a FORGET or BATCH_FORGET of `items` items: counts it and, while the io_uring
     /// queues serve everything else, waits a moment before this thread reads `/dev/fuse` again.
     /// The kernel hands a reader all the forgets queued by then in one BATCH_FORGET; read as
