@@ -324,18 +324,22 @@ public final class Filesystem: @unchecked Sendable {
 
     /// Looks up `name` in `parent` on the backing directory and records the node.
     func lookupNode(_ parent: Inode, _ name: String, justMade: Bool = false) throws(Errno) -> (Inode, stat) {
-        if justMade {
-            // Not known yet: looking for it first would cost a call more. Its siblings' next
-            // lookups will find it known.
-            if !parent.childrenAreKnown.load(ordering: .relaxed) {
-                parent.childrenAreKnown.store(true, ordering: .relaxed)
-            }
-        } else if parent.childrenAreKnown.load(ordering: .relaxed) {
+        // Not known yet when just made: looking for it first would cost a call more.
+        if !justMade && parent.childrenAreKnown.load(ordering: .relaxed) {
             if let known = try inodes.knownChild(named: name, in: parent) {
                 statistics.knownLookups.add(1, ordering: .relaxed)
                 return known
             }
             statistics.knownLookupMisses.add(1, ordering: .relaxed)
+        }
+        // On the backing root's own filesystem (local wherever requests are laned by item).
+        if let (inode, info, known) = try inodes.rememberUnopened(named: name, in: parent) {
+            if known { statistics.knownLookups.add(1, ordering: .relaxed) }
+            return (inode, info)
+        }
+        // Opened, a node just made is found known by its siblings' next lookups.
+        if justMade && !parent.childrenAreKnown.load(ordering: .relaxed) {
+            parent.childrenAreKnown.store(true, ordering: .relaxed)
         }
         let (fd, info) = try inodes.openChild(named: name, in: parent)
         guard backing.lanesByItem else {

@@ -209,12 +209,13 @@ import Testing
             let fx = try MountFixture(inProcess: { _ in })
             let script = """
                 import os, sys
-                for i in range(2000): open(os.path.join(sys.argv[1], "f%d" % i), "w").close()
-                print(sum(1 for name in os.listdir(sys.argv[1]) if os.stat(os.path.join(sys.argv[1], name)).st_size == 0))
+                for i in range(2000): os.mkdir(os.path.join(sys.argv[1], "d%d" % i))
+                print(sum(1 for name in os.listdir(sys.argv[1]) if os.path.isdir(os.path.join(sys.argv[1], name))))
                 """
             let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path])
             #expect(result.output == "2000\n", "\(result.errors)")
-            #expect(Self.openDescriptors() >= before + 2000, "the mount keeps a descriptor per item")
+            // (A file only stat'ed is not opened: `InodeTable.rememberUnopened`.)
+            #expect(Self.openDescriptors() >= before + 2000, "the mount keeps a descriptor per directory")
             fx.unmount()
         }
         // The table goes once nothing holds the mount's filesystem any more.

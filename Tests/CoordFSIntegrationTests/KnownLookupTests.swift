@@ -6,9 +6,11 @@ import Glibc
 #endif
 
 /// A LOOKUP of a name whose item the mount knows (the kernel's entry timed out) is answered
-/// from the known node after one fstatat (`InodeTable.knownChild`); an item replaced behind
-/// the mount's back is still seen as the new item. Where the last lookup in a directory found
-/// an item not known (a first walk), the next one skips the fstatat.
+/// from the known node without opening the item: after one fstatat where the node holds a
+/// descriptor (`InodeTable.knownChild`), else by its attributes and handle (a file the mount
+/// never opened, `InodeTable.rememberUnopened`). An item replaced behind the mount's back is
+/// still seen as the new item. Where the last lookup in a directory found an item not known
+/// (a first walk), the next one skips the fstatat.
 @Suite(.serialized) struct KnownLookups {
     /// stat of each name, then its inode number, through the mount.
     static func inodeNumbers(_ fx: MountFixture, _ names: [String]) throws -> [UInt64] {
@@ -28,8 +30,8 @@ import Glibc
         let second = try Self.inodeNumbers(fx, names)
         let after = try fx.statistics()
         #expect(first.count == 20 && second == first)
-        // The first of the second lookups opens its item, finds it known, and so learns that
-        // the directory's items are known: the other 19 are answered from their nodes.
+        // Files the mount never opened: each found by its handle (or, where one of the first
+        // lookups opened its item, after an fstatat), none opened again.
         let found = (after["known_lookups"] ?? 0) - (before["known_lookups"] ?? 0)
         #expect(found >= 19, "second lookups answered from the known node: \(found)")
         #expect(after["known_lookup_misses"] == before["known_lookup_misses"])

@@ -1,3 +1,4 @@
+import CLinux
 import LinuxSystem
 @testable import CoordFSMount
 import Testing
@@ -47,5 +48,57 @@ import Glibc
             let (revived, info) = try table.revive(node.id, countingLookup: true)
             #expect(revived.id == node.id && UInt64(info.st_ino) == node.number)
         }
+    }
+}
+
+/// Lookups that open nothing (`InodeTable.rememberUnopened`): the node has its stable id and
+/// is opened from its handle when a request needs its descriptor.
+@Suite struct UnopenedLookupsTests {
+    @Test func aFileLookedUpIsOpenedOnlyWhenUsed() throws {
+        let backing = try FreshBacking("coordfs-unopened")
+        defer { backing.remove() }
+        let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 1_000)
+        try #require(table.stableIDs?.handlesSayTheInode == true, "needs ext4's or XFS's handles, and root")
+        close(open(backing.path + "/file", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
+        try #require(symlink("file", backing.path + "/link") == 0)
+        try #require(mkdir(backing.path + "/directory", 0o755) == 0)
+        let descriptors = table.openDescriptors
+
+        let (file, info, wasKnown) = try #require(try table.rememberUnopened(named: "file", in: table.root))
+        #expect(!wasKnown)
+        #expect(file.id.isStable && UInt64(info.st_ino) == file.number && (info.st_mode & S_IFMT) == S_IFREG)
+        #expect(!table.holdsDescriptor(file) && table.openDescriptors == descriptors, "nothing opened")
+        // The id an opened lookup gives the same item.
+        var handle = cfs_file_handle()
+        try #require(cfs_name_to_handle_at(backing.rootFD, "file", &handle) == 0)
+        #expect(table.stableIDs?.id(for: handle) == file.id)
+        // Looked up again: the same node, counted twice.
+        let again = try #require(try table.rememberUnopened(named: "file", in: table.root))
+        #expect(again.0 === file && again.known && file.lookups == 2)
+        // Used: opened from its handle, the item itself, and kept.
+        let used = table.withFD(file, orElse: { _ in stat() }) { fd in
+            var used = stat()
+            _ = fstat(fd, &used)
+            return used
+        }
+        #expect(used.st_ino == info.st_ino && table.holdsDescriptor(file))
+
+        let (link, linkInfo, _) = try #require(try table.rememberUnopened(named: "link", in: table.root))
+        #expect((linkInfo.st_mode & S_IFMT) == S_IFLNK && !table.holdsDescriptor(link))
+        let target = table.withFD(link, orElse: { _ in "" }) { fd in
+            var bytes = [CChar](repeating: 0, count: 64)
+            let count = readlinkat(fd, "", &bytes, bytes.count)
+            return String(decoding: bytes.prefix(max(0, count)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        }
+        #expect(target == "file", "the link itself, not followed")
+
+        // A directory is opened by its lookup (`openChild`): nil here. A name not there: ENOENT.
+        #expect(try table.rememberUnopened(named: "directory", in: table.root) == nil)
+        #expect(throws: Errno(code: ENOENT)) { try table.rememberUnopened(named: "absent", in: table.root) }
+        // Forgotten: departed, and found again by its id.
+        table.forget(file.id, 2)
+        #expect(table[file.id] == nil)
+        let (revived, _) = try table.revive(file.id, countingLookup: true)
+        #expect(revived.number == file.number)
     }
 }

@@ -104,6 +104,14 @@ static inline int cfs_name_to_handle(int fd, struct cfs_file_handle *handle) {
     return (int)syscall(SYS_name_to_handle_at, fd, "", handle, &mount_id, 0x1000 /* AT_EMPTY_PATH */);
 }
 
+/// The handle of the item `name` names in the directory `dirfd`, not following a symbolic
+/// link; 0 or -1 (errno).
+static inline int cfs_name_to_handle_at(int dirfd, const char *name, struct cfs_file_handle *handle) {
+    int mount_id = 0;
+    handle->handle_bytes = CFS_MAX_HANDLE;
+    return (int)syscall(SYS_name_to_handle_at, dirfd, name, handle, &mount_id, 0);
+}
+
 /// An O_PATH descriptor for `handle`, on the filesystem of `mount_fd`; or -1 (errno).
 static inline int cfs_open_by_handle(int mount_fd, struct cfs_file_handle *handle) {
     return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);

@@ -433,12 +433,11 @@ final class InodeTable: Sendable {
     func remember(
         fd: Int32, info: stat, in parentNode: Inode, name: String, justMade: Bool = false, counting: Bool = true
     ) -> Inode {
-        let parent = parentNode.id
-        let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let device = UInt64(info.st_dev)
         var handle = cfs_file_handle()
         let hasHandle: Bool
         var stableID: NodeID?
-        if let stableIDs, key.device == stableIDs.device {
+        if let stableIDs, device == stableIDs.device {
             // Its id is its handle: a syscall for each item looked up or made.
             hasHandle = cfs_name_to_handle(fd, &handle) == 0
             stableID = hasHandle ? stableIDs.id(for: handle) : nil
@@ -448,20 +447,41 @@ final class InodeTable: Sendable {
             let wantsHandle = usesHandles && state.withLock { $0.slots.open } >= pool.inodeBudget / 2
             hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
         }
-        let (inode, unused, evicted) = state.withLock { state -> (Inode, Int32?, [Int32]) in
+        return remember(
+            Found(fd: fd, info: info, handle: hasHandle ? handle : nil, stableID: stableID), in: parentNode,
+            name: name, justMade: justMade, counting: counting
+        ).node
+    }
+
+    /// An item a lookup found: open at `fd` (the table takes it), or not opened (`rememberUnopened`).
+    private struct Found {
+        let fd: Int32?
+        let info: stat
+        let handle: cfs_file_handle?
+        let stableID: NodeID?
+    }
+
+    /// The node for `found`, and whether it was known.
+    private func remember(
+        _ found: Found, in parentNode: Inode, name: String, justMade: Bool, counting: Bool
+    ) -> (node: Inode, known: Bool) {
+        let (info, stableID, parent) = (found.info, found.stableID, parentNode.id)
+        let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let (inode, unused, evicted, known) = state.withLock { state -> (Inode, Int32?, [Int32], Bool) in
             state.slots.clock += 1
             // A known node with another stable id had the inode number before: its descriptor
             // was evicted, nothing held its inode, and the number went to this item.
             if let id = state.byKey[key], let known = state.byID[id], stableID == nil || !id.isStable || stableID == id
             {
                 noteLookup(of: known, info: info, parent: parent, name: name, counting: counting, &state)
+                guard let fd = found.fd else { return (known, nil, [], true) }
                 if state.slots.slot(of: known) == nil {  // reopened for free: keep this one
                     state.slots.attach(fd, to: known, evictable: evictable(known))
-                    return (known, nil, evictOverBudget(&state))
+                    return (known, nil, evictOverBudget(&state), true)
                 }
                 // `knownChild` would have found it with one call.
                 parentNode.childrenAreKnown.store(true, ordering: .relaxed)
-                return (known, fd, [])
+                return (known, fd, [], true)
             }
             let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
             let id: NodeID
@@ -479,22 +499,48 @@ final class InodeTable: Sendable {
                 state.nextID += 1
             }
             let inode = Inode(
-                id: id, device: key.device, number: key.number,
-                handle: hasHandle ? handle : nil, isDirectory: isDirectory,
+                id: id, device: key.device, number: key.number, handle: found.handle, isDirectory: isDirectory,
                 parent: parent, name: name)
             inode.lookups = counting ? 1 : 0
             if !isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
-            return (inode, nil, insert(inode, key, fd: fd, &state))
+            return (inode, nil, insert(inode, key, fd: found.fd, &state), false)
         }
         if let unused { close(unused) }
         closeLater(evicted)
-        return inode
+        return (inode, known)
     }
 
-    /// Records a new node, open at `fd`; returns the descriptors its own evicted.
-    private func insert(_ inode: Inode, _ key: BackingInode, fd: Int32, _ state: inout State) -> [Int32] {
+    /// A lookup of `name` in `parent` that opens nothing: the item's attributes and its handle,
+    /// both by name, where the handle is its stable id and says its inode number. Most items
+    /// looked up are stat'ed and never opened (`ls -l`, `find`, `git status`, a build checking
+    /// its tree): their node is opened from its handle only when a request needs its
+    /// descriptor (`pin`), and the lookup saves the open and, when the kernel forgets the
+    /// node, the close.
+    ///
+    /// Nil where it cannot be: a directory (the lookups below it need its descriptor), an item
+    /// on another filesystem, a handle that names another inode than the stat found (the name
+    /// changed between the two calls): the caller opens it (`openChild`, `remember`).
+    /// `known`: the item was known (a lookup again, the kernel's entry timed out).
+    func rememberUnopened(named name: String, in parent: Inode) throws(Errno) -> (Inode, stat, known: Bool)? {
+        guard let stableIDs, stableIDs.handlesSayTheInode else { return nil }
+        var info = stat()
+        var handle = cfs_file_handle()
+        let handled = try withFD(parent) { parentFD throws(Errno) -> Bool in
+            _ = try check(FileSystemName.withCString(name) { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) })
+            guard (info.st_mode & S_IFMT) != S_IFDIR, UInt64(info.st_dev) == stableIDs.device else { return false }
+            return FileSystemName.withCString(name) { cfs_name_to_handle_at(parentFD, $0, &handle) } == 0
+        }
+        guard handled, let id = stableIDs.id(for: handle, ofInode: UInt64(info.st_ino)) else { return nil }
+        let found = Found(fd: nil, info: info, handle: handle, stableID: id)
+        let (node, known) = remember(found, in: parent, name: name, justMade: false, counting: true)
+        return (node, info, known)
+    }
+
+    /// Records a new node, open at `fd` (or not opened yet); returns the descriptors its own evicted.
+    private func insert(_ inode: Inode, _ key: BackingInode, fd: Int32?, _ state: inout State) -> [Int32] {
         state.byID[inode.id] = inode
         state.byKey[key] = inode.id
+        guard let fd else { return [] }
         state.slots.attach(fd, to: inode, evictable: evictable(inode))
         return evictOverBudget(&state)
     }

@@ -28,6 +28,21 @@ struct StableNodeIDs: Sendable {
             pathBytes(of: rootFD).map { MountInfo.isFilesystemRoot(FileSystemName.string($0), device: device) } ?? false
     }
 
+    /// Whether the root's handles are the kind that say the inode number (FILEID_INO32_GEN:
+    /// the number's low 32 bits, then the generation), so that a handle can be checked against
+    /// a stat of the same name (`InodeTable.rememberUnopened`).
+    var handlesSayTheInode: Bool { handleType == 1 }
+
+    /// The id for `handle`, taken by name, when it names the inode a stat by the same name
+    /// found (`number`); nil when it cannot have one, or names another (the name changed
+    /// between the two calls).
+    func id(for handle: cfs_file_handle, ofInode number: UInt64) -> NodeID? {
+        guard handlesSayTheInode, let id = id(for: handle), id.value & 0xFFFF_FFFF == number & 0xFFFF_FFFF else {
+            return nil
+        }
+        return id
+    }
+
     /// The id for an item with `handle`, nil when it cannot have one.
     func id(for handle: cfs_file_handle) -> NodeID? {
         guard handle.handle_bytes == 8, handle.handle_type == handleType else { return nil }
