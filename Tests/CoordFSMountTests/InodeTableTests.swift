@@ -58,7 +58,8 @@ import Glibc
         let backing = try FreshBacking("coordfs-unopened")
         defer { backing.remove() }
         let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 1_000)
-        try #require(table.stableIDs?.handlesSayTheInode == true, "needs ext4's or XFS's handles, and root")
+        try #require(
+            table.stableIDs?.handlesSayTheInode == true, "needs handles that say the inode number (ext4's), and root")
         close(open(backing.path + "/file", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
         try #require(symlink("file", backing.path + "/link") == 0)
         try #require(mkdir(backing.path + "/directory", 0o755) == 0)
@@ -68,9 +69,11 @@ import Glibc
         #expect(!wasKnown)
         #expect(file.id.isStable && UInt64(info.st_ino) == file.number && (info.st_mode & S_IFMT) == S_IFREG)
         #expect(!table.holdsDescriptor(file) && table.openDescriptors == descriptors, "nothing opened")
-        // The id an opened lookup gives the same item.
+        // The id a lookup that opens the item gives it.
+        let opened = openat(backing.rootFD, "file", CFS_O_PATH | O_CLOEXEC)
         var handle = cfs_file_handle()
-        try #require(cfs_name_to_handle_at(backing.rootFD, "file", &handle) == 0)
+        try #require(opened >= 0 && cfs_name_to_handle(opened, &handle) == 0)
+        close(opened)
         #expect(table.stableIDs?.id(for: handle) == file.id)
         // Looked up again: the same node, counted twice.
         let again = try #require(try table.rememberUnopened(named: "file", in: table.root))
@@ -95,10 +98,24 @@ import Glibc
         // A directory is opened by its lookup (`openChild`): nil here. A name not there: ENOENT.
         #expect(try table.rememberUnopened(named: "directory", in: table.root) == nil)
         #expect(throws: Errno(code: ENOENT)) { try table.rememberUnopened(named: "absent", in: table.root) }
+        // Replaced behind the table's back by a file that may take the same inode number (no
+        // descriptor holds the old one, never opened): a node of its own, the new item's.
+        close(open(backing.path + "/other", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
+        let (other, _, _) = try #require(try table.rememberUnopened(named: "other", in: table.root))
+        try #require(unlink(backing.path + "/other") == 0)
+        close(open(backing.path + "/other", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600))
+        let (replaced, replacedInfo, replacedWasKnown) = try #require(
+            try table.rememberUnopened(named: "other", in: table.root))
+        #expect(replaced !== other && replaced.id != other.id && !replacedWasKnown)
+        #expect((replacedInfo.st_mode & 0o777) == 0o600 && replaced.number == UInt64(replacedInfo.st_ino))
+        #expect(table[other.id] === other, "the old node stays until the kernel forgets it")
+        // The old node's item is gone: no revival, and its lookup is not left counted.
+        #expect(throws: Errno(code: ESTALE)) { try table.revive(other.id, countingLookup: true) }
+        #expect(other.lookups == 1, "the failed revival's lookup counted out")
         // Forgotten: departed, and found again by its id.
-        table.forget(file.id, 2)
-        #expect(table[file.id] == nil)
-        let (revived, _) = try table.revive(file.id, countingLookup: true)
-        #expect(revived.number == file.number)
+        table.forget(link.id, 1)
+        #expect(table[link.id] == nil)
+        let (revived, revivedInfo) = try table.revive(link.id, countingLookup: true)
+        #expect(revived.number == link.number && (revivedInfo.st_mode & S_IFMT) == S_IFLNK)
     }
 }

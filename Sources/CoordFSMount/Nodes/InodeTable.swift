@@ -469,10 +469,7 @@ final class InodeTable: Sendable {
         let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
         let (inode, unused, evicted, known) = state.withLock { state -> (Inode, Int32?, [Int32], Bool) in
             state.slots.clock += 1
-            // A known node with another stable id had the inode number before: its descriptor
-            // was evicted, nothing held its inode, and the number went to this item.
-            if let id = state.byKey[key], let known = state.byID[id], stableID == nil || !id.isStable || stableID == id
-            {
+            if let known = matching(found, key, &state) {
                 noteLookup(of: known, info: info, parent: parent, name: name, counting: counting, &state)
                 guard let fd = found.fd else { return (known, nil, [], true) }
                 if state.slots.slot(of: known) == nil {  // reopened for free: keep this one
@@ -510,8 +507,22 @@ final class InodeTable: Sendable {
         return (inode, known)
     }
 
+    /// The known node `found` is, if any. A known node with another stable id had the inode
+    /// number before: nothing held its inode (its descriptor evicted, or never opened), and the
+    /// number went to this item. One with a counted id is the item only if its descriptor
+    /// holds the inode, or `found` is open. `byKey` follows the node found by its stable id.
+    private func matching(_ found: Found, _ key: BackingInode, _ state: inout State) -> Inode? {
+        if let stableID = found.stableID, let known = state.byID[stableID] {
+            if state.byKey[key] != stableID { state.byKey[key] = stableID }
+            return known
+        }
+        guard let id = state.byKey[key], let known = state.byID[id] else { return nil }
+        if found.stableID == nil { return known }
+        return !id.isStable && (found.fd != nil || state.slots.slot(of: known) != nil) ? known : nil
+    }
+
     /// A lookup of `name` in `parent` that opens nothing: the item's attributes and its handle,
-    /// both by name, where the handle is its stable id and says its inode number. Most items
+    /// both by name, where the handle is its stable id and says its inode number (ext4). Most items
     /// looked up are stat'ed and never opened (`ls -l`, `find`, `git status`, a build checking
     /// its tree): their node is opened from its handle only when a request needs its
     /// descriptor (`pin`), and the lookup saves the open and, when the kernel forgets the
@@ -519,16 +530,20 @@ final class InodeTable: Sendable {
     ///
     /// Nil where it cannot be: a directory (the lookups below it need its descriptor), an item
     /// on another filesystem, a handle that names another inode than the stat found (the name
-    /// changed between the two calls): the caller opens it (`openChild`, `remember`).
+    /// changed between the two calls): the caller opens it (`openChild`, `remember`). The
+    /// handle is taken first: where the name went to a new file with the same inode number
+    /// between the two calls, the handle's file is gone, and the node's id opens nothing
+    /// (ESTALE, and the kernel looks the name up again), rather than the new file's id
+    /// answering with the old file's attributes.
     /// `known`: the item was known (a lookup again, the kernel's entry timed out).
     func rememberUnopened(named name: String, in parent: Inode) throws(Errno) -> (Inode, stat, known: Bool)? {
         guard let stableIDs, stableIDs.handlesSayTheInode else { return nil }
         var info = stat()
         var handle = cfs_file_handle()
         let handled = try withFD(parent) { parentFD throws(Errno) -> Bool in
+            let hasHandle = FileSystemName.withCString(name) { cfs_name_to_handle_at(parentFD, $0, &handle) } == 0
             _ = try check(FileSystemName.withCString(name) { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) })
-            guard (info.st_mode & S_IFMT) != S_IFDIR, UInt64(info.st_dev) == stableIDs.device else { return false }
-            return FileSystemName.withCString(name) { cfs_name_to_handle_at(parentFD, $0, &handle) } == 0
+            return hasHandle && (info.st_mode & S_IFMT) != S_IFDIR && UInt64(info.st_dev) == stableIDs.device
         }
         guard handled, let id = stableIDs.id(for: handle, ofInode: UInt64(info.st_ino)) else { return nil }
         let found = Found(fd: nil, info: info, handle: handle, stableID: id)
@@ -713,7 +728,15 @@ final class InodeTable: Sendable {
                 if countingLookup { known.lookups += 1 }
                 return (known, nil)
             }
-        if let known { return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) }) }
+        if let known {
+            do throws(Errno) {
+                return (known, try withFD(known) { fd throws(Errno) in try statOf(fd) })
+            } catch {
+                // Not answered: the kernel does not count it (a node never opened whose file is gone).
+                if countingLookup { forget(id, 1) }
+                throw error
+            }
+        }
         if id.isStable { return try reviveByHandle(id, departed: departedAt, countingLookup: countingLookup) }
         guard let gone = departedAt, let found = findAgain(gone) else { throw Errno(code: ESTALE) }
         return try insertRevived(id, found, isDirectory: gone.isDirectory, countingLookup: countingLookup)

@@ -3,8 +3,8 @@ import CoordinationRuntime
 import LinuxSystem
 
 /// Node ids that outlive the daemon: an item on the backing root's filesystem whose file handle
-/// is 8 bytes of the root's own kind (ext4's and XFS's inode number and generation) has those 8
-/// bytes for its id. Every daemon of the mount gives the item the same id, so a handle the
+/// is 8 bytes of the root's own kind (ext4's inode number and generation; XFS's where mounted
+/// `inode32`, its default handles being longer) has those 8 bytes for its id. Every daemon of the mount gives the item the same id, so a handle the
 /// kernel gave out before the mount was mounted again (an NFS client's across a restart of the
 /// daemon, a backup tool's, fstests generic/477) opens it again: the id is turned back into the
 /// backing handle (`InodeTable.revive`). An item whose handle is another size, on another
