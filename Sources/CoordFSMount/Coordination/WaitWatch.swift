@@ -305,7 +305,8 @@ final class WaitWatch: @unchecked Sendable {
             for entry in round.broken {
                 if let claim = requests[entry.number]?.claim {
                     wentAhead(
-                        claim, for: entry.reason, past: entry.awaited, revoked: entry.revoked, waived: entry.waived)
+                        claim, entry.callerName, for: entry.reason, past: entry.awaited, revoked: entry.revoked,
+                        waived: entry.waived)
                 }
             }
             for entry in round.refusals { refused(entry) }
@@ -434,10 +435,11 @@ final class WaitWatch: @unchecked Sendable {
             request.changesNames && waitsForHolders ? awaited.subtracting(revoking) : []
         // Looked up while it still waits: what it goes past, told before it goes.
         tell(request.claim, passing: request.claim.grantsInItsWay(of: awaited))
+        let callerName = request.claim.request.identity.logName
         let revoked = request.claim.breakThrough(revoking: revoking, noting: noting)
         return Broken(
             number: number, reason: ended, awaited: awaited, revoked: revoked, waived: waived,
-            settling: settling)
+            settling: settling, callerName: callerName)
     }
 
     /// What the break time would pass, passed sooner: its holders wait for it (`holdersWait`).
@@ -571,6 +573,9 @@ final class WaitWatch: @unchecked Sendable {
         let waived: Bool
         /// It was let past while settling after its presenters' own work.
         let settling: Bool
+        /// The caller as the log names it, read before it went ahead: once past, it may finish
+        /// and exit before the line is written, its command gone from /proc.
+        let callerName: String
     }
 
     /// The settle rule: a reader waiting for writers' open files only (a writer waits for
@@ -593,8 +598,9 @@ final class WaitWatch: @unchecked Sendable {
         let awaited = claim.awaited
         guard !awaited.isEmpty, settles(claim, awaited, item) else { return false }
         tell(claim, passing: claim.grantsInItsWay(of: awaited))
+        let callerName = claim.request.identity.logName
         claim.breakThrough()
-        wentAhead(claim, for: .settled, past: awaited)
+        wentAhead(claim, callerName, for: .settled, past: awaited)
         return true
     }
 
@@ -608,9 +614,10 @@ final class WaitWatch: @unchecked Sendable {
         if !paths.isEmpty { tellBroken?(paths, passed, claim.request.identity) }
     }
 
-    /// Counts and logs that `claim` went ahead (its holders were told, `tell`).
+    /// Counts and logs that `claim`, of `callerName` (as the log names it), went ahead (its
+    /// holders were told, `tell`).
     private func wentAhead(
-        _ claim: CoordinatedAccess, for reason: Reason, past awaited: Set<CoordinatorIdentity>,
+        _ claim: CoordinatedAccess, _ callerName: String, for reason: Reason, past awaited: Set<CoordinatorIdentity>,
         revoked: Int = 0, waived: Bool = false
     ) {
         switch reason {
@@ -625,7 +632,7 @@ final class WaitWatch: @unchecked Sendable {
         let wanted = claim.grantedIntents.map { "\($0.kind.isWrite ? "write" : "read") of \($0.path)" }.joined(
             separator: ", ")
         let line =
-            "\(claim.request.identity.logName) went ahead on \(wanted.isEmpty ? "its request" : wanted) (\(reason.rawValue)\(spent)), "
+            "\(callerName) went ahead on \(wanted.isEmpty ? "its request" : wanted) (\(reason.rawValue)\(spent)), "
             + "past \(awaited.map(\.logName).sorted().joined(separator: ", "))\(revoking)"
         logger.notice("\(line)")
     }
