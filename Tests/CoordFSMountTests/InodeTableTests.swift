@@ -119,3 +119,85 @@ import Glibc
         #expect(revived.number == link.number && (revivedInfo.st_mode & S_IFMT) == S_IFLNK)
     }
 }
+
+/// A request's own opens of a node's item (`InodeTable.openItem`), and the descriptor an unlink
+/// holds across the call where it would free the file (`InodeTable.holdForUnlink`).
+@Suite struct ItemOpensTests {
+    /// A node never opened: its item straight from its handle, with the open's own flags, and
+    /// still no descriptor of the table's. One with a descriptor: through it, which reaches its
+    /// file after the file's last name is gone. A node whose file is gone: ESTALE.
+    @Test func aNodeWithoutADescriptorIsOpenedFromItsHandle() throws {
+        let backing = try FreshBacking("coordfs-item-opens")
+        defer { backing.remove() }
+        let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 1_000)
+        try #require(
+            table.stableIDs?.handlesSayTheInode == true, "needs handles that say the inode number (ext4's), and root")
+        let writer = open(backing.path + "/file", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644)
+        #expect(write(writer, "content", 7) == 7)
+        close(writer)
+        let (file, _, _) = try #require(try table.rememberUnopened(named: "file", in: table.root))
+        let descriptors = table.openDescriptors
+
+        let appending = try table.openItem(of: file, flags: O_WRONLY | O_APPEND | O_CLOEXEC).get()
+        #expect(write(appending, "+more", 5) == 5, "opened for writing, as asked")
+        #expect(fcntl(appending, F_GETFL) & O_APPEND != 0)
+        close(appending)
+        let reading = try table.openItem(of: file, flags: O_RDONLY | O_CLOEXEC).get()
+        var bytes = [UInt8](repeating: 0, count: 32)
+        let count = read(reading, &bytes, bytes.count)
+        close(reading)
+        #expect(String(decoding: bytes.prefix(max(0, count)), as: UTF8.self) == "content+more")
+        #expect(!table.holdsDescriptor(file) && table.openDescriptors == descriptors, "the node still holds none")
+
+        // Held by its node: opened through the node's descriptor, even with its name gone.
+        table.withFD(file, orElse: { _ in }) { _ in }
+        #expect(table.holdsDescriptor(file))
+        try #require(unlink(backing.path + "/file") == 0)
+        let unlinked = try table.openItem(of: file, flags: O_RDONLY | O_CLOEXEC).get()
+        #expect(read(unlinked, &bytes, bytes.count) == 12, "the unlinked file, through the node's descriptor")
+        close(unlinked)
+
+        close(open(backing.path + "/gone", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
+        let (gone, _, _) = try #require(try table.rememberUnopened(named: "gone", in: table.root))
+        try #require(unlink(backing.path + "/gone") == 0)
+        #expect(throws: Errno(code: ESTALE)) { try table.openItem(of: gone, flags: O_RDONLY | O_CLOEXEC).get() }
+    }
+
+    /// The unlink of a file's last name frees it, unless something holds it: a file no
+    /// descriptor of the table holds gets one for the call; one its node holds, one with other
+    /// links, and a directory get none.
+    @Test func anUnlinkHoldsAFileNothingElseHolds() throws {
+        let backing = try FreshBacking("coordfs-unlink-holds")
+        defer { backing.remove() }
+        let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 1_000)
+        func info(_ name: String) -> stat {
+            var info = stat()
+            _ = fstatat(backing.rootFD, name, &info, AT_SYMLINK_NOFOLLOW)
+            return info
+        }
+        for name in ["alone", "known", "opened", "linked"] {
+            let fd = open(backing.path + "/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o644)
+            #expect(write(fd, "12345", 5) == 5)
+            close(fd)
+        }
+        try #require(link(backing.path + "/linked", backing.path + "/other") == 0)
+        try #require(mkdir(backing.path + "/directory", 0o755) == 0)
+        let (opened, openedInfo) = try table.openChild(named: "opened", in: table.root)
+        _ = table.remember(fd: opened, info: openedInfo, in: table.root, name: "opened")
+
+        let held = try #require(table.holdForUnlink("alone", info("alone"), parentFD: backing.rootFD))
+        try #require(unlink(backing.path + "/alone") == 0)
+        var after = stat()
+        #expect(fstat(held, &after) == 0 && after.st_nlink == 0 && after.st_size == 5, "alive until closed")
+        close(held)
+        if table.stableIDs?.handlesSayTheInode == true {
+            _ = try #require(try table.rememberUnopened(named: "known", in: table.root))
+            let known = table.holdForUnlink("known", info("known"), parentFD: backing.rootFD)
+            #expect(known != nil, "a node without a descriptor holds nothing")
+            if let known { close(known) }
+        }
+        #expect(table.holdForUnlink("opened", info("opened"), parentFD: backing.rootFD) == nil)
+        #expect(table.holdForUnlink("linked", info("linked"), parentFD: backing.rootFD) == nil)
+        #expect(table.holdForUnlink("directory", info("directory"), parentFD: backing.rootFD) == nil)
+    }
+}

@@ -117,6 +117,11 @@ static inline int cfs_open_by_handle(int mount_fd, struct cfs_file_handle *handl
     return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
 }
 
+/// The item of `handle`, on the filesystem of `mount_fd`, opened with `flags`; or -1 (errno).
+static inline int cfs_open_by_handle_with(int mount_fd, struct cfs_file_handle *handle, int flags) {
+    return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, flags);
+}
+
 // Renames with flags (RENAME_NOREPLACE, RENAME_EXCHANGE).
 static inline int cfs_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned flags) {
     return (int)syscall(SYS_renameat2, olddirfd, oldpath, newdirfd, newpath, flags);

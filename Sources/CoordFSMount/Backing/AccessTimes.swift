@@ -51,4 +51,13 @@ struct AccessTimes: Sendable {
         if fd.failure == .notPermitted { return open(flags) }
         return fd
     }
+
+    /// `open(flags)` as above, for an open that answers with its failure.
+    @inline(__always)
+    func open(_ flags: Int32, _ open: (Int32) -> Result<Int32, Errno>) -> Result<Int32, Errno> {
+        if flag == 0 { return open(flags) }
+        let opened = open(flags | flag)
+        if case .failure(.notPermitted) = opened { return open(flags) }
+        return opened
+    }
 }

@@ -355,6 +355,30 @@ final class InodeTable: Sendable {
         do throws(Errno) { return (fd, try statOf(fd)) } catch { close(fd); throw error }
     }
 
+    /// The node's item opened with `flags` for a request's own use (an open file, the backing
+    /// file of kernel passthrough); the caller closes it. A node without a descriptor (a file
+    /// looked up and not opened yet, or evicted) is opened straight from its handle and stays
+    /// without one: one call, where its O_PATH descriptor from the handle and then that
+    /// descriptor's /proc path took two, the table's lock twice, and a slot of the budget.
+    /// Otherwise through its descriptor's /proc path, which reaches a file unlinked while the
+    /// node held it.
+    func openItem(of inode: Inode, flags: Int32) -> Result<Int32, Errno> {
+        if inode.id != Self.rootID, inode.descriptor.load(ordering: .relaxed) < 0 {
+            let handle = state.withLock { state in state.slots.slot(of: inode) == nil ? inode.handle : nil }
+            if var handle {
+                let fd = withDescriptorRoom { cfs_open_by_handle_with(handleBase, &handle, flags) }
+                if let failure = fd.failure { return .failure(failure) }
+                return .success(fd)
+            }
+        }
+        // errno is read inside: releasing the pin may touch it.
+        return withFD(inode, orElse: { .failure($0) }) { inodeFD in
+            let fd = withDescriptorRoom { Glibc.open(procPath(inodeFD), flags) }
+            if let failure = fd.failure { return .failure(failure) }
+            return .success(fd)
+        }
+    }
+
     /// Counts a pin out. The last of a node the kernel forgot closes its descriptor (`forget`
     /// marks the node, then looks for pins; this counts out, then looks at the mark: one of
     /// the two sees the other).
@@ -977,6 +1001,26 @@ final class InodeTable: Sendable {
         }
         nameRemoved(name, in: parent.id, device: UInt64(info.st_dev), number: UInt64(info.st_ino))
     }
+
+    /// An O_PATH descriptor of `name` in `parentFD` (found as `info`), which is about to be
+    /// unlinked, when the unlink itself would free its inode: its last name, and no descriptor
+    /// of the mount's holds it (a file looked up or made and never opened). Closed after the
+    /// unlink on the closer thread (`closeLater`), it takes the freeing (a big file's blocks,
+    /// the journal's work) off the request, as a node's own descriptor does, closed when the
+    /// kernel forgets the node.
+    func holdForUnlink(_ name: String, _ info: stat, parentFD: Int32) -> Int32? {
+        guard info.st_nlink == 1, info.st_mode & S_IFMT != S_IFDIR else { return nil }
+        let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
+        let heldByItsNode = state.withLock { state in
+            state.byKey[key].flatMap { state.byID[$0] }.map { state.slots.slot(of: $0) != nil } ?? false
+        }
+        guard !heldByItsNode else { return nil }
+        let fd = FileSystemName.withCString(name) { openat(parentFD, $0, CFS_O_PATH | O_NOFOLLOW | O_CLOEXEC) }
+        return fd >= 0 ? fd : nil
+    }
+
+    /// Closes `fd` soon, on the closer thread.
+    func closeLater(_ fd: Int32) { closeLater([fd]) }
 
     /// `name` in `parent`, which named the item (`device`, `number`), was removed or replaced
     /// through the mount: see `nameGoing`.

@@ -98,7 +98,7 @@ extension Filesystem {
     /// Opens the backing file for an open of `inode` with `flags`: its place first (refused
     /// after the backing open, an O_TRUNC open would have emptied the file for nothing), then
     /// the file, kept as a version first if the open truncates it (or refused as a stale write).
-    /// Opened by /proc path: the O_PATH descriptor gives no access of its own. O_DIRECT becomes
+    /// Opened from its handle or its descriptor's /proc path (`InodeTable.openItem`). O_DIRECT becomes
     /// the kernel's direct_io: the mount's buffers are not aligned for an O_DIRECT backing file.
     private func openBacking(
         _ inode: Inode, _ flags: Int32, writes: Bool, shared: MountCoordinator.SharedOpen?,
@@ -107,20 +107,26 @@ extension Filesystem {
         guard let place = placeForOpen(of: caller.uid) else {
             return .failure(OpenFailure(errno: Errno(code: EMFILE)))
         }
-        // errno is read inside: releasing the pin may touch it.
-        let (fd, openFailure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
-            if writes, let refusal = refusingReplaced(inodeFD) { return (-1, refusal) }
-            if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) {
-                return (-1, refusal)
+        let backingFlags = (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC
+        let opened: Result<Int32, Errno>
+        if versions != nil && (writes || flags & O_TRUNC != 0) {
+            // Looked at before it is opened: a stale write is refused, a truncated file kept first.
+            opened = inodes.withFD(inode, orElse: { .failure($0) }) { inodeFD in
+                if writes, let refusal = refusingReplaced(inodeFD) { return .failure(refusal) }
+                if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) {
+                    return .failure(refusal)
+                }
+                return accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
             }
-            let fd = accessTimes.open((flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC) { flags in
-                inodes.withDescriptorRoom { Glibc.open(procPath(inodeFD), flags) }
-            }
-            return (fd, fd.failure)
+        } else {
+            opened = accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
         }
-        if let openFailure {
+        let fd: Int32
+        switch opened {
+        case .success(let opened): fd = opened
+        case .failure(let failure):
             files.budget.giveBack(place)
-            return .failure(OpenFailure(errno: openFailure))
+            return .failure(OpenFailure(errno: failure))
         }
         func giveUp(_ failure: Errno) -> Result<OpenedBacking, OpenFailure> {
             files.budget.giveBack(place)
@@ -182,12 +188,7 @@ extension Filesystem {
             of: inode.id, writes: writes, prefersCached: prefersCached,
             readWrite: openedReadWrite
         ) { readWrite in
-            inodes.withFD(inode, orElse: { _ in nil }) { inodeFD -> Int32? in
-                let fd = inodes.withDescriptorRoom {
-                    Glibc.open(procPath(inodeFD), (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC)
-                }
-                return fd >= 0 ? fd : nil
-            }
+            try? inodes.openItem(of: inode, flags: (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC).get()
         }
     }
 

@@ -121,10 +121,11 @@ extension Filesystem {
                 // A file's last name: its inode goes to the store first, as a version.
                 var version: VersionRecord?
                 var info = stat()
+                let found =
+                    !directory && FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0
                 // (Empty files, most of what an rm -r of build output removes, keep nothing,
                 // unless another process still writes them.)
-                if !directory, self.versions != nil,
-                    FileSystemName.withCString(name, { fstatat(fd, $0, &info, AT_SYMLINK_NOFOLLOW) }) == 0,
+                if found, self.versions != nil,
                     info.st_size > 0
                         || self.inodes.node(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
                             .map({ $0.writers.load(ordering: .relaxed) != 0 }) == true,
@@ -135,8 +136,10 @@ extension Filesystem {
                     version = kept
                 }
                 if !directory { self.inodes.nameGoing(name, in: parent, parentFD: fd) }
+                let held = found && version == nil ? self.inodes.holdForUnlink(name, info, parentFD: fd) : nil
                 let failure = FileSystemName.withCString(name) { unlinkat(fd, $0, directory ? AT_REMOVEDIR : 0) }
                     .failure
+                if let held { self.inodes.closeLater(held) }
                 if failure != nil { self.takeBack(version) }
                 if failure == nil, let version, version.conflict { self.tellConflict(version, by: caller) }
                 if failure == nil, !directory { self.versions?.changed(self.targets.relativePath(parent, name)) }
