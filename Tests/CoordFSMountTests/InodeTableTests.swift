@@ -201,3 +201,42 @@ import Glibc
         #expect(table.holdForUnlink("directory", info("directory"), parentFD: backing.rootFD) == nil)
     }
 }
+
+/// Items on another filesystem mounted inside the backing directory: the table opens handles
+/// on the root's filesystem alone, so theirs are never taken, and an evicted one is opened again
+/// by its name.
+@Suite struct OtherFilesystemNodesTests {
+    @Test func anItemOnAnotherFilesystemIsReopenedByName() throws {
+        let backing = try FreshBacking("coordfs-other-filesystem")
+        defer { backing.remove() }
+        try #require(getuid() == 0, "mounts a tmpfs inside the backing directory: needs root")
+        try #require(mkdir(backing.path + "/inside", 0o755) == 0)
+        try #require(mount("tmpfs", backing.path + "/inside", "tmpfs", 0, "size=1m") == 0)
+        defer { _ = umount2(backing.path + "/inside", Int32(MNT_DETACH)) }
+        let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 8)
+        try #require(table.usesHandles, "needs file handles on the backing (root, ext4)")
+        let (insideFD, insideInfo) = try table.openChild(named: "inside", in: table.root)
+        let inside = table.remember(fd: insideFD, info: insideInfo, in: table.root, name: "inside")
+        #expect(inside.device != table.root.device)
+        let files = try (0..<24).map { index throws(Errno) -> Inode in
+            let name = "f\(index)"
+            close(open(backing.path + "/inside/" + name, O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
+            let (fd, info) = try table.openChild(named: name, in: inside)
+            return table.remember(fd: fd, info: info, in: inside, name: name)
+        }
+        #expect(files.allSatisfy { $0.handle == nil }, "no handle taken on another filesystem")
+        let evicted = files.filter { !table.holdsDescriptor($0) }
+        #expect(!evicted.isEmpty && table.openDescriptors <= table.descriptorBudget, "evicted past the budget")
+        for file in evicted {
+            let number = table.withFD(file, orElse: { _ in UInt64(0) }) { fd in
+                var info = stat()
+                return fstat(fd, &info) == 0 ? UInt64(info.st_ino) : 0
+            }
+            #expect(number == file.number, "opened again by its name, the item itself")
+        }
+        let reading = try table.openItem(of: files[0], flags: O_RDONLY | O_CLOEXEC).get()
+        var info = stat()
+        #expect(fstat(reading, &info) == 0 && UInt64(info.st_ino) == files[0].number)
+        close(reading)
+    }
+}
