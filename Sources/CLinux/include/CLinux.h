@@ -112,14 +112,14 @@ static inline int cfs_name_to_handle_at(int dirfd, const char *name, struct cfs_
     return (int)syscall(SYS_name_to_handle_at, dirfd, name, handle, &mount_id, 0);
 }
 
-/// An O_PATH descriptor for `handle`, on the filesystem of `mount_fd`; or -1 (errno).
-static inline int cfs_open_by_handle(int mount_fd, struct cfs_file_handle *handle) {
-    return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
-}
-
 /// The item of `handle`, on the filesystem of `mount_fd`, opened with `flags`; or -1 (errno).
 static inline int cfs_open_by_handle_with(int mount_fd, struct cfs_file_handle *handle, int flags) {
     return (int)syscall(SYS_open_by_handle_at, mount_fd, handle, flags);
+}
+
+/// An O_PATH descriptor for `handle`, on the filesystem of `mount_fd`; or -1 (errno).
+static inline int cfs_open_by_handle(int mount_fd, struct cfs_file_handle *handle) {
+    return cfs_open_by_handle_with(mount_fd, handle, 010000000 /* O_PATH */ | 02000000 /* O_CLOEXEC */);
 }
 
 // Renames with flags (RENAME_NOREPLACE, RENAME_EXCHANGE).

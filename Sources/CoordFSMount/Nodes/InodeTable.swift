@@ -397,8 +397,13 @@ final class InodeTable: Sendable {
     /// name can be changed behind the mount's back; without handles, names it is, as for items
     /// on another filesystem than the root's, whose handles the table cannot open.
     private func evictable(_ inode: Inode) -> Bool {
-        inode.handle != nil || !usesHandles || inode.device != root.device
+        inode.handle != nil || !usesHandles || !handlesOpen(onDevice: inode.device)
     }
+
+    /// Whether a handle of an item on `device` opens it: `handleBase` opens handles on the
+    /// root's filesystem alone (another filesystem's handle opens nothing there, ESTALE, or at
+    /// worst another file).
+    private func handlesOpen(onDevice device: UInt64) -> Bool { device == root.device }
 
     private func closeLater(_ evicted: [Int32]) { DescriptorCloser.shared.close(evicted) }
 
@@ -413,7 +418,7 @@ final class InodeTable: Sendable {
         guard usesHandles, state.slots.open > budget else { return evicted }
         var excess = state.slots.open - budget * 9 / 10
         for slot in state.slots.keptForLife() where excess > 0 {
-            guard let inode = state.slots.owners[slot], inode.handle == nil, inode.device == root.device,
+            guard let inode = state.slots.owners[slot], inode.handle == nil, handlesOpen(onDevice: inode.device),
                 !inode.isUnnamed.load(ordering: .relaxed)
             else { continue }
             var handle = cfs_file_handle()
@@ -471,11 +476,10 @@ final class InodeTable: Sendable {
             stableID = hasHandle ? stableIDs.id(for: handle) : nil
         } else {
             // A handle costs a syscall and matters only once the budget can be reached: items
-            // remembered while under half of it keep their descriptor for life. Only on the
-            // root's filesystem: `handleBase` opens handles there alone (another filesystem's
-            // handle opens nothing there, ESTALE, or at worst another file).
+            // remembered while under half of it keep their descriptor for life.
             let wantsHandle =
-                usesHandles && device == root.device && state.withLock { $0.slots.open } >= pool.inodeBudget / 2
+                usesHandles && handlesOpen(onDevice: device)
+                && state.withLock { $0.slots.open } >= pool.inodeBudget / 2
             hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
         }
         return remember(

@@ -108,6 +108,9 @@ extension Filesystem {
             return .failure(OpenFailure(errno: Errno(code: EMFILE)))
         }
         let backingFlags = (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC
+        func openTheFile() -> Result<Int32, Errno> {
+            accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
+        }
         let opened: Result<Int32, Errno>
         if versions != nil && (writes || flags & O_TRUNC != 0) {
             // Looked at before it is opened: a stale write is refused, a truncated file kept first.
@@ -116,10 +119,10 @@ extension Filesystem {
                 if flags & O_TRUNC != 0, let refusal = keepBeforeTruncating(inode, inodeFD, by: caller) {
                     return .failure(refusal)
                 }
-                return accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
+                return openTheFile()
             }
         } else {
-            opened = accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
+            opened = openTheFile()
         }
         let fd: Int32
         switch opened {
