@@ -334,11 +334,7 @@ private final class OriginPresenter: ExtendedFilePresenter, @unchecked Sendable 
     /// it. (uid 65534, mounting through fusermount3 as any user does.)
     @Test func aMountWithoutThePrivilegeMarksEachDirectoryByItself() throws {
         let nobody: uid_t = 65534
-        try withFuseOpenToUsers {
-            let sockets = "/tmp/coordfs-\(nobody)"
-            try? FileManager.default.removeItem(atPath: sockets)
-            defer { try? FileManager.default.removeItem(atPath: sockets) }
-            let fx = try MountFixture(user: nobody)
+        try withNobodysMount { fx in
             /// As the user: without `allow_other`, nobody else may use the mount, root neither.
             @discardableResult
             func asNobody(_ command: String) throws -> String {
@@ -760,4 +756,16 @@ func withFuseOpenToUsers(_ body: () throws -> Void) throws {
     try #require(chmod("/dev/fuse", 0o666) == 0, "cannot open /dev/fuse to users: \(String(cString: strerror(errno)))")
     defer { chmod("/dev/fuse", mode) }
     try body()
+}
+
+/// Runs `body` with a mount made by nobody (uid 65534, through fusermount3, as any user
+/// mounts: `withFuseOpenToUsers`); its control sockets' directory is removed before and after.
+func withNobodysMount(_ body: (MountFixture) throws -> Void) throws {
+    let nobody: uid_t = 65534
+    try withFuseOpenToUsers {
+        let sockets = "/tmp/coordfs-\(nobody)"
+        try? FileManager.default.removeItem(atPath: sockets)
+        defer { try? FileManager.default.removeItem(atPath: sockets) }
+        try body(try MountFixture(user: nobody))
+    }
 }

@@ -300,16 +300,33 @@ import Glibc
         #expect(MountFixture.isMounted(fx.mountPoint.path))
     }
 
+    /// A directory its owner may read but not search (0644) lists through a mount that owner
+    /// made: the daemon, with the owner's rights alone, opens it as the owner's own opendir
+    /// does (a lookup of "." in it would need the search permission).
+    @Test func aDirectoryReadableButNotSearchableListsThroughItsOwnersMount() throws {
+        let nobody: uid_t = 65534
+        try withNobodysMount { fx in
+            let directory = fx.backingPath("unsearchable")
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+            for name in ["a", "b"] {
+                #expect(FileManager.default.createFile(atPath: directory + "/" + name, contents: Data()))
+            }
+            #expect(chown(directory, nobody, gid_t(nobody)) == 0 && chmod(directory, 0o644) == 0)
+            let list = "import os, sys; print(' '.join(sorted(os.listdir(sys.argv[1]))))"
+            let direct = try run(Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", list, directory]))
+            #expect(direct.output == "a b\n", "as the owner lists it directly: \(direct.errors)")
+            let mounted = try run(
+                Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", list, fx.path("unsearchable")]))
+            #expect(mounted.output == "a b\n", "\(mounted.errors)")
+        }
+    }
+
     /// Another user's mount made without allow_other lets root in no more than anyone: `status`
     /// of it says whose it is and why, rather than "not inside a coordfs mount", and `status`
     /// listing every mount names it on a warning line rather than leave it out unsaid.
     @Test func anotherUsersPrivateMountIsSaidToBeTheirs() throws {
         let nobody: uid_t = 65534
-        try withFuseOpenToUsers {
-            let sockets = "/tmp/coordfs-\(nobody)"
-            try? FileManager.default.removeItem(atPath: sockets)
-            defer { try? FileManager.default.removeItem(atPath: sockets) }
-            let fx = try MountFixture(user: nobody)
+        try withNobodysMount { fx in
             let mnt = fx.mountPoint.path
             let theirs =
                 "that uid 65534 (nobody) made without -o allow_other: the kernel lets nobody else into it, root included"

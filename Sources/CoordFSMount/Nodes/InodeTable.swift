@@ -356,19 +356,24 @@ final class InodeTable: Sendable {
     }
 
     /// The node's item opened with `flags` for a request's own use (an open file, the backing
-    /// file of kernel passthrough); the caller closes it. A node without a descriptor (a file
-    /// looked up and not opened yet, or evicted) is opened straight from its handle and stays
-    /// without one: one call, where its O_PATH descriptor from the handle and then that
-    /// descriptor's /proc path took two, the table's lock twice, and a slot of the budget.
-    /// Otherwise through its descriptor's /proc path, which reaches a file unlinked while the
-    /// node held it.
+    /// file of kernel passthrough); the caller closes it. Opened straight from its handle where
+    /// it has one: one call, where a path through /proc walks four names and reads a link
+    /// (about twice the time), and a node without a descriptor (a file looked up and not
+    /// opened yet, or evicted) stays without one, needing no O_PATH descriptor first, nor the
+    /// table's lock, nor a slot of the budget. Otherwise, or where the handle opens nothing
+    /// (a file unlinked while the node held it), through its descriptor's /proc path.
     func openItem(of inode: Inode, flags: Int32) -> Result<Int32, Errno> {
-        if inode.id != Self.rootID, inode.descriptor.load(ordering: .relaxed) < 0 {
-            let handle = state.withLock { state in state.slots.slot(of: inode) == nil ? inode.handle : nil }
+        if inode.id != Self.rootID {
+            let held = inode.descriptor.load(ordering: .relaxed) >= 0
+            // A stable id is the handle (read without the lock); else the node's own, kept
+            // under the lock, taken only where the node holds no descriptor.
+            let handle =
+                stableIDs?.handle(of: inode.id)
+                ?? (held ? nil : state.withLock { state in state.slots.slot(of: inode) == nil ? inode.handle : nil })
             if var handle {
                 let fd = withDescriptorRoom { cfs_open_by_handle_with(handleBase, &handle, flags) }
-                if let failure = fd.failure { return .failure(failure) }
-                return .success(fd)
+                guard let failure = fd.failure else { return .success(fd) }
+                if !held { return .failure(failure) }
             }
         }
         // errno is read inside: releasing the pin may touch it.

@@ -13,8 +13,13 @@ extension Filesystem {
         guard let inode = inodes[id] else { return reply.error(ENOENT) }
         guard let place = placeForOpen(of: reply.caller.uid) else { return reply.error(EMFILE) }
         let (fd, failure) = inodes.withFD(inode, orElse: { (Int32(-1), $0) }) { inodeFD -> (Int32, Errno?) in
+            // "." of its O_PATH descriptor: one name, where its /proc path walks four and reads a
+            // link; that path where "." cannot be opened (no search permission for the daemon).
             let fd = accessTimes.open(O_RDONLY | O_DIRECTORY | O_CLOEXEC) { flags in
-                inodes.withDescriptorRoom { Glibc.open(procPath(inodeFD), flags) }
+                inodes.withDescriptorRoom {
+                    let fd = openat(inodeFD, ".", flags)
+                    return fd >= 0 ? fd : Glibc.open(procPath(inodeFD), flags)
+                }
             }
             return (fd, fd.failure)
         }
@@ -54,9 +59,14 @@ extension Filesystem {
             if isVersionStore(file.inode.id, record.name) { continue }
             let added: Bool
             if plus {
+                var found: Result<(Inode, stat), Errno>?
                 if record.name != "." && record.name != ".." {
-                    // gone meanwhile
-                    guard let (inode, info) = try? lookupNode(file.inode, record.name) else { continue }
+                    do throws(Errno) { found = .success(try lookupNode(file.inode, record.name)) } catch {
+                        found = .failure(error)
+                    }
+                }
+                switch found {
+                case .success(let (inode, info)):
                     added = FileSystemName.withCString(record.name) {
                         listing.add(
                             $0, node: inode.id, attributes: shown(info), timeout: timeout(onDevice: inode.device),
@@ -64,7 +74,12 @@ extension Filesystem {
                             next: record.next)
                     }
                     if !added { inodes.forget(inode.id, 1) }  // not sent: not looked up
-                } else {
+                case .failure(let failure) where failure.code == ENOENT:
+                    continue  // gone meanwhile
+                default:
+                    // The dots, and a name the daemon may not look up (a directory its user may
+                    // read but not search, as the caller may not either): listed as readdir
+                    // lists it, by number and type, with no node (the kernel looks it up if asked).
                     var attributes = stat()
                     attributes.st_ino = ino_t(record.number)
                     attributes.st_mode = record.type
