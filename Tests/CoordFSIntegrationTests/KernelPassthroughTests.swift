@@ -132,6 +132,50 @@ import Glibc
         #expect(try run("/usr/bin/cmp", ["/bin/sleep", fx.path("sleeper")]).status == 0)
     }
 
+    /// The first open of a file served by kernel passthrough is opened read-write and is the
+    /// backing file too, as a create's is, where a second open made one for the kernel. An open
+    /// while it lasts shares that backing file and is opened with its own flags. Seen in the
+    /// daemon's descriptors of the file while both are open: before, both read-only.
+    @Test func theFirstOpenOfAFileIsItsBackingFileToo() throws {
+        let fx = try MountFixture()
+        try fx.seed("once.txt", "once\n")
+        let holder = try Child.holder()
+        #expect(holder.ask("open r \(fx.path("once.txt"))") == "ok 1")
+        #expect(holder.ask("open r \(fx.path("once.txt"))") == "ok 2")
+        #expect(holder.ask("read 2") == "data once|")
+        let counters = try fx.statistics()
+        try #require(counters["kernel_passthrough"] == 1, "root on Linux 6.9+ gets passthrough: \(counters)")
+        let pid = try run(
+            "/usr/bin/python3",
+            ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())", fx.mountPoint.path]
+        ).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        try #require(!pid.isEmpty, "the daemon's pid")
+        // The access mode of each of the daemon's descriptors of the backing file (an O_PATH
+        // one, a node's, opens nothing).
+        let modes = try run(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import os, sys
+                fds = "/proc/%s/fd" % sys.argv[1]
+                for fd in os.listdir(fds):
+                    try:
+                        if os.readlink(os.path.join(fds, fd)) != sys.argv[2]: continue
+                        line = next(l for l in open("/proc/%s/fdinfo/%s" % (sys.argv[1], fd)) if l.startswith("flags:"))
+                        flags = int(line.split()[1], 8)
+                        if not flags & os.O_PATH: print(flags & 3)
+                    except OSError:
+                        pass
+                """,
+                pid, fx.backingPath("once.txt")
+            ]
+        ).output.split(separator: "\n").sorted()
+        #expect(modes == ["\(O_RDONLY)", "\(O_RDWR)"], "one read-write, the backing file; one read-only: \(modes)")
+        #expect(holder.ask("close all") == "ok")
+        #expect(try run("/bin/cat", [fx.path("once.txt")]).output == "once\n")
+    }
+
     @Test func withoutPassthroughTheMountServesTheData() throws {
         for options in [["--no-kernel-passthrough"], ["--writeback-cache"]] {
             let fx = try MountFixture(options)

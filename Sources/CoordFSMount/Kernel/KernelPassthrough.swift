@@ -66,6 +66,12 @@ final class KernelPassthrough: Sendable {
         return mode
     }
 
+    /// Whether an open of `inode` now would register a backing file: passthrough is on and no
+    /// open of it is served yet.
+    func needsBacking(_ inode: NodeID) -> Bool {
+        isEnabled && shards[inode.shard].inodes.withLock { $0[inode] == nil }
+    }
+
     /// Ends an open begun with `beginOpen`; the last one unregisters the backing file.
     func endOpen(of inode: NodeID) {
         let device = device.load(ordering: .relaxed)

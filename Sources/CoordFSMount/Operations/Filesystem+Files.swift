@@ -108,8 +108,26 @@ extension Filesystem {
             return .failure(OpenFailure(errno: Errno(code: EMFILE)))
         }
         let backingFlags = (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC
+        // The first open served by kernel passthrough is made read-write where its flags would
+        // not reach the other opens through the backing file they share: it then is that
+        // backing file too, as a create's is, where a second open made it. With its own flags
+        // where it may not be opened so (a running program, a file made immutable), and on
+        // any but the backing's own local filesystem: elsewhere a write open means more (an NFS
+        // server recalls other clients' delegations; another coordfs mount coordinates it as
+        // a write, which a reader's open would have waited for).
+        let asBacking =
+            accessTimes.flag == 0 && flags & Self.flagsOfTheBackingFile == 0
+            && filesystems.rootIsLocal && inode.device == filesystems.rootDevice
+            && passthrough?.needsBacking(inode.id) == true
+        var readWrite = false
         func openTheFile() -> Result<Int32, Errno> {
-            accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
+            if asBacking,
+                case .success(let fd) = inodes.openItem(of: inode, flags: (backingFlags & ~O_ACCMODE) | O_RDWR)
+            {
+                readWrite = true
+                return .success(fd)
+            }
+            return accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
         }
         let opened: Result<Int32, Errno>
         if versions != nil && (writes || flags & O_TRUNC != 0) {
@@ -144,7 +162,8 @@ extension Filesystem {
         let keepsBits = writes && unprivileged && hasPrivilegeBits(fd, clearedFor: caller)
         do throws(Errno) {
             let mode = try beginPassthrough(
-                inode, writes: writes, prefersCached: keepsBits || !coordinator.mayPassThrough(shared))
+                inode, writes: writes, prefersCached: keepsBits || !coordinator.mayPassThrough(shared),
+                openedReadWrite: readWrite ? fd : nil)
             return .success(
                 OpenedBacking(
                     fd: fd, place: place, mode: mode, direct: mode == .cached && flags & CFS_O_DIRECT != 0,
