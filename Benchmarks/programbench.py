@@ -358,6 +358,7 @@ print("speed against native, paired round by round (native's seconds over the ta
       "median [smallest–largest]; native's median seconds")
 print()
 columns = others + (["coordfs against off"] if "coordination off" in names else []) + \
+    (["coordfs against baseline"] if baseline else []) + \
     (["coordfs against the best other"] if anchor_names else [])
 print("| program | native | %s |" % " | ".join(columns))
 print("|" + " --- |" * (2 + len(columns)))
@@ -366,6 +367,8 @@ for program, *_ in PROGRAMS:
     cells += [target_cell(program, name) for name in others]
     if "coordination off" in names:
         cells.append(speed_cell(speeds("coordfs", "coordination off", program)))
+    if baseline:
+        cells.append(speed_cell(speeds("coordfs", "baseline", program)))
     if anchor_names:
         best = best_other(program)
         cells.append("%s of %s" % (speed_cell(speeds("coordfs", best, program)), best) if best else "–")
