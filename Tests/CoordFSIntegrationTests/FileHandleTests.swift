@@ -1,5 +1,8 @@
 import Foundation
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// A file handle of an item in the mount opens it again as long as the item lives, even after
 /// the kernel has dropped its inodes (drop_caches) and whoever names the item first after that,
@@ -144,5 +147,35 @@ import Testing
         #expect(opened.status == 0, "\(opened.errors)")
         #expect(!opened.output.hasPrefix("other"), "the old handle opened another file: \(opened.output)")
         #expect(["ESTALE\n", "kept\n"].contains(opened.output), "\(opened.output)")
+    }
+}
+
+/// A read-only bind mount inside the backing directory stays read-only through the mount: its
+/// files are opened through it by name (a file handle would open them through the backing's own
+/// mount, writable).
+@Suite struct BindMountsInsideTheBacking {
+    @Test func aReadOnlyBindMountInsideTheBackingStaysReadOnly() throws {
+        try #require(getuid() == 0, "bind-mounts a directory inside the backing: needs root")
+        let outside = URL(fileURLWithPath: "/tmp/coordfs-bind-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: outside, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(at: outside) }
+        try Data("original\n".utf8).write(to: outside.appendingPathComponent("kept.txt"))
+        let fx = try MountFixture()
+        try withExtendedLifetime(fx) {
+            let inside = fx.backingPath("shared")
+            try FileManager.default.createDirectory(atPath: inside, withIntermediateDirectories: false)
+            try #require(mount(outside.path, inside, nil, UInt(MS_BIND), nil) == 0)
+            // Gone before the fixture removes the backing directory.
+            defer { _ = umount2(inside, Int32(MNT_DETACH)) }
+            try #require(mount(nil, inside, nil, UInt(MS_BIND | MS_REMOUNT | MS_RDONLY), nil) == 0)
+            let write = "echo changed > \"$0\""
+            let direct = try run("/bin/sh", ["-c", write, inside + "/kept.txt"])
+            #expect(direct.status != 0, "read-only directly")
+            #expect(try run("/bin/cat", [fx.path("shared/kept.txt")]).output == "original\n")
+            let through = try run("/bin/sh", ["-c", write, fx.path("shared/kept.txt")])
+            #expect(through.status != 0 && through.errors.contains("Read-only file system"), "\(through)")
+            let kept = try String(contentsOf: outside.appendingPathComponent("kept.txt"), encoding: .utf8)
+            #expect(kept == "original\n")
+        }
     }
 }

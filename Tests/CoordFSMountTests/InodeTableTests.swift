@@ -72,7 +72,8 @@ import Glibc
         // The id a lookup that opens the item gives it.
         let opened = openat(backing.rootFD, "file", CFS_O_PATH | O_CLOEXEC)
         var handle = cfs_file_handle()
-        try #require(opened >= 0 && cfs_name_to_handle(opened, &handle) == 0)
+        var mount: Int32 = 0
+        try #require(opened >= 0 && cfs_name_to_handle(opened, &handle, &mount) == 0)
         close(opened)
         #expect(table.stableIDs?.id(for: handle) == file.id)
         // Looked up again: the same node, counted twice.
@@ -238,5 +239,47 @@ import Glibc
         var info = stat()
         #expect(fstat(reading, &info) == 0 && UInt64(info.st_ino) == files[0].number)
         close(reading)
+    }
+}
+
+/// A mount of the root's own filesystem inside the backing directory (here a read-only bind
+/// mount of a directory outside it): its items get no handle, as a handle would open them
+/// through the root's mount, writable; they are opened by name, through their own mount.
+@Suite struct OtherMountNodesTests {
+    @Test func anItemOnAReadOnlyBindMountIsOpenedThroughItsMount() throws {
+        let backing = try FreshBacking("coordfs-bind-mount")
+        defer { backing.remove() }
+        let outside = try FreshBacking("coordfs-bind-source")
+        defer { outside.remove() }
+        try #require(getuid() == 0, "bind-mounts a directory inside the backing directory: needs root")
+        try #require(mkdir(backing.path + "/inside", 0o755) == 0)
+        close(open(outside.path + "/kept", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
+        try #require(mount(outside.path, backing.path + "/inside", nil, UInt(MS_BIND), nil) == 0)
+        defer { _ = umount2(backing.path + "/inside", Int32(MNT_DETACH)) }
+        let readOnly = UInt(MS_BIND | MS_REMOUNT | MS_RDONLY)
+        try #require(mount(nil, backing.path + "/inside", nil, readOnly, nil) == 0)
+        close(open(backing.path + "/writable", O_CREAT | O_WRONLY | O_CLOEXEC, 0o644))
+        let table = InodeTable(rootFD: backing.rootFD, rootStat: backing.rootInfo, descriptorBudget: 8)
+        try #require(table.stableIDs != nil, "needs stable ids (root, ext4)")
+        let (insideFD, insideInfo) = try table.openChild(named: "inside", in: table.root)
+        let inside = table.remember(fd: insideFD, info: insideInfo, in: table.root, name: "inside")
+        #expect(inside.device == table.root.device && inside.onAnotherMount && !inside.id.isStable)
+        #expect(try table.rememberUnopened(named: "kept", in: inside) == nil, "not looked up by handle")
+        let (keptFD, keptInfo) = try table.openChild(named: "kept", in: inside)
+        let kept = table.remember(fd: keptFD, info: keptInfo, in: inside, name: "kept")
+        #expect(kept.onAnotherMount && kept.handle == nil && !kept.id.isStable)
+        switch table.openItem(of: kept, flags: O_WRONLY | O_CLOEXEC) {
+        case .failure(let failure): #expect(failure.code == EROFS, "its mount's flags: \(failure)")
+        case .success(let fd):
+            close(fd)
+            Issue.record("opened for writing on a read-only mount")
+        }
+        let reading = try table.openItem(of: kept, flags: O_RDONLY | O_CLOEXEC).get()
+        close(reading)
+        // On the root's own mount: opened from its handle, writable.
+        let writable = try #require(try table.rememberUnopened(named: "writable", in: table.root)).0
+        #expect(writable.id.isStable && !writable.onAnotherMount)
+        let writing = try table.openItem(of: writable, flags: O_WRONLY | O_CLOEXEC).get()
+        close(writing)
     }
 }

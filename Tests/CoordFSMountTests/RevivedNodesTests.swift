@@ -160,7 +160,8 @@ import Glibc
         let keptFD = open(backing + "/" + VersionStore.directoryName + "/kept", CFS_O_PATH | O_CLOEXEC)
         try #require(keptFD >= 0)
         var handle = cfs_file_handle()
-        try #require(cfs_name_to_handle(keptFD, &handle) == 0)
+        var mount: Int32 = 0
+        try #require(cfs_name_to_handle(keptFD, &handle, &mount) == 0)
         close(keptFD)
         let keptID = try #require(second.stableIDs?.id(for: handle))
         do throws(Errno) {

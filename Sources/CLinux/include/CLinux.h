@@ -97,19 +97,18 @@ struct cfs_file_handle {
     unsigned char f_handle[CFS_MAX_HANDLE];
 };
 
-/// The handle of the item `fd` refers to; 0 or -1 (errno).
-static inline int cfs_name_to_handle(int fd, struct cfs_file_handle *handle) {
-    int mount_id = 0;
+/// The handle of the item `fd` refers to, and the id of the mount it was reached through
+/// (`mount_id`); 0 or -1 (errno).
+static inline int cfs_name_to_handle(int fd, struct cfs_file_handle *handle, int *mount_id) {
     handle->handle_bytes = CFS_MAX_HANDLE;
-    return (int)syscall(SYS_name_to_handle_at, fd, "", handle, &mount_id, 0x1000 /* AT_EMPTY_PATH */);
+    return (int)syscall(SYS_name_to_handle_at, fd, "", handle, mount_id, 0x1000 /* AT_EMPTY_PATH */);
 }
 
 /// The handle of the item `name` names in the directory `dirfd`, not following a symbolic
-/// link; 0 or -1 (errno).
-static inline int cfs_name_to_handle_at(int dirfd, const char *name, struct cfs_file_handle *handle) {
-    int mount_id = 0;
+/// link, and the id of the mount it lies on (`mount_id`); 0 or -1 (errno).
+static inline int cfs_name_to_handle_at(int dirfd, const char *name, struct cfs_file_handle *handle, int *mount_id) {
     handle->handle_bytes = CFS_MAX_HANDLE;
-    return (int)syscall(SYS_name_to_handle_at, dirfd, name, handle, &mount_id, 0);
+    return (int)syscall(SYS_name_to_handle_at, dirfd, name, handle, mount_id, 0);
 }
 
 /// The item of `handle`, on the filesystem of `mount_fd`, opened with `flags`; or -1 (errno).

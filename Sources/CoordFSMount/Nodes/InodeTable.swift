@@ -84,6 +84,10 @@ final class Inode: @unchecked Sendable {
     /// (`HostDelegations.acquisitions`) when its name was last found to name it still
     /// (`MountCoordinator.nameNamesAnother`).
     let nameCheckedAt = Atomic<UInt64>(0)
+    /// On a mount of the root's own filesystem inside the backing directory (a bind mount,
+    /// perhaps read-only): a handle would open it through the root's mount, without that
+    /// mount's flags, so it has none and is opened again by name (`InodeTable.handleOpening`).
+    let onAnotherMount: Bool
     /// A file made with O_TMPFILE and not linked yet: it has no name, nobody else can reach it,
     /// and requests about it are not coordinated (`Filesystem.tmpfile`). Its first link, looked
     /// up, gives it a place.
@@ -117,12 +121,13 @@ final class Inode: @unchecked Sendable {
 
     init(
         id: NodeID, device: UInt64, number: UInt64, handle: cfs_file_handle?,
-        isDirectory: Bool, parent: NodeID, name: String
+        isDirectory: Bool, parent: NodeID, name: String, onAnotherMount: Bool = false
     ) {
         self.id = id
         self.device = device
         self.number = number
         self.handle = handle
+        self.onAnotherMount = onAnotherMount
         self.isDirectory = isDirectory
         self.parent = parent
         self.name = name
@@ -159,6 +164,9 @@ final class InodeTable: Sendable {
 
     /// A regular (not O_PATH) descriptor of the backing root: open_by_handle_at wants one.
     private let handleBase: Int32
+    /// The mount the backing root lies on (name_to_handle_at's mount id; -1 without handles):
+    /// `handleBase` opens handles through it.
+    private let rootMount: Int32
     /// The descriptors this table shares with the files open through the mount.
     let pool: DescriptorPool
     /// The most descriptors kept, while few files are open.
@@ -209,11 +217,13 @@ final class InodeTable: Sendable {
         self.pool = pool ?? DescriptorPool(size: max(32, descriptorBudget), inodeCeiling: descriptorBudget)
         var probe = cfs_file_handle()
         var usesHandles = false
-        if fileHandles, handleBase >= 0, cfs_name_to_handle(rootFD, &probe) == 0 {
+        var mount: Int32 = -1
+        if fileHandles, handleBase >= 0, cfs_name_to_handle(rootFD, &probe, &mount) == 0 {
             let again = cfs_open_by_handle(handleBase, &probe)
             if again >= 0 { close(again); usesHandles = true }
         }
         self.usesHandles = usesHandles
+        rootMount = mount
         stableIDs = StableNodeIDs(rootFD: rootFD, device: UInt64(rootStat.st_dev), handlesWork: usesHandles)
         // Its thread is started now, not by the first eviction's request.
         _ = DescriptorCloser.shared
@@ -402,13 +412,22 @@ final class InodeTable: Sendable {
     /// name can be changed behind the mount's back; without handles, names it is, as for items
     /// on another filesystem than the root's, whose handles the table cannot open.
     private func evictable(_ inode: Inode) -> Bool {
-        inode.handle != nil || !usesHandles || !handlesOpen(onDevice: inode.device)
+        inode.handle != nil || !usesHandles || !handlesOpen(inode)
     }
 
-    /// Whether a handle of an item on `device` opens it: `handleBase` opens handles on the
+    /// Whether a handle of `inode` opens it as its name does: `handleBase` opens handles on the
     /// root's filesystem alone (another filesystem's handle opens nothing there, ESTALE, or at
-    /// worst another file).
-    private func handlesOpen(onDevice device: UInt64) -> Bool { device == root.device }
+    /// worst another file), and through the root's mount (`Inode.onAnotherMount`).
+    private func handlesOpen(_ inode: Inode) -> Bool { inode.device == root.device && !inode.onAnotherMount }
+
+    /// The handle of the item open at `fd`, and whether it lies on another mount than the
+    /// root's (then the handle is not to be used: `handlesOpen`).
+    private func handleOpening(_ fd: Int32) -> (handle: cfs_file_handle?, onAnotherMount: Bool) {
+        var handle = cfs_file_handle()
+        var mount: Int32 = -1
+        guard cfs_name_to_handle(fd, &handle, &mount) == 0 else { return (nil, false) }
+        return mount == rootMount ? (handle, false) : (nil, true)
+    }
 
     private func closeLater(_ evicted: [Int32]) { DescriptorCloser.shared.close(evicted) }
 
@@ -423,11 +442,10 @@ final class InodeTable: Sendable {
         guard usesHandles, state.slots.open > budget else { return evicted }
         var excess = state.slots.open - budget * 9 / 10
         for slot in state.slots.keptForLife() where excess > 0 {
-            guard let inode = state.slots.owners[slot], inode.handle == nil, handlesOpen(onDevice: inode.device),
-                !inode.isUnnamed.load(ordering: .relaxed)
+            guard let inode = state.slots.owners[slot], inode.handle == nil, handlesOpen(inode),
+                !inode.isUnnamed.load(ordering: .relaxed),
+                let handle = handleOpening(state.slots.descriptors[slot]).handle
             else { continue }
-            var handle = cfs_file_handle()
-            guard cfs_name_to_handle(state.slots.descriptors[slot], &handle) == 0 else { continue }
             inode.handle = handle
             guard let fd = state.slots.detachIfUnpinned(slot) else {
                 // Pinned just now: evictable from here on, as any node with a handle.
@@ -472,24 +490,22 @@ final class InodeTable: Sendable {
         fd: Int32, info: stat, in parentNode: Inode, name: String, justMade: Bool = false, counting: Bool = true
     ) -> Inode {
         let device = UInt64(info.st_dev)
-        var handle = cfs_file_handle()
-        let hasHandle: Bool
+        var found = (handle: cfs_file_handle?.none, onAnotherMount: false)
         var stableID: NodeID?
         if let stableIDs, device == stableIDs.device {
             // Its id is its handle: a syscall for each item looked up or made.
-            hasHandle = cfs_name_to_handle(fd, &handle) == 0
-            stableID = hasHandle ? stableIDs.id(for: handle) : nil
-        } else {
+            found = handleOpening(fd)
+            stableID = found.handle.flatMap { stableIDs.id(for: $0) }
+        } else if usesHandles && device == root.device
+            && state.withLock({ $0.slots.open }) >= pool.inodeBudget / 2
+        {
             // A handle costs a syscall and matters only once the budget can be reached: items
             // remembered while under half of it keep their descriptor for life.
-            let wantsHandle =
-                usesHandles && handlesOpen(onDevice: device)
-                && state.withLock { $0.slots.open } >= pool.inodeBudget / 2
-            hasHandle = wantsHandle && cfs_name_to_handle(fd, &handle) == 0
+            found = handleOpening(fd)
         }
         return remember(
-            Found(fd: fd, info: info, handle: hasHandle ? handle : nil, stableID: stableID), in: parentNode,
-            name: name, justMade: justMade, counting: counting
+            Found(fd: fd, info: info, handle: found.handle, stableID: stableID, onAnotherMount: found.onAnotherMount),
+            in: parentNode, name: name, justMade: justMade, counting: counting
         ).node
     }
 
@@ -499,6 +515,7 @@ final class InodeTable: Sendable {
         let info: stat
         let handle: cfs_file_handle?
         let stableID: NodeID?
+        var onAnotherMount = false
     }
 
     /// The node for `found`, and whether it was known.
@@ -537,7 +554,7 @@ final class InodeTable: Sendable {
             }
             let inode = Inode(
                 id: id, device: key.device, number: key.number, handle: found.handle, isDirectory: isDirectory,
-                parent: parent, name: name)
+                parent: parent, name: name, onAnotherMount: found.onAnotherMount)
             inode.lookups = counting ? 1 : 0
             if !isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }
             return (inode, nil, insert(inode, key, fd: found.fd, &state), false)
@@ -569,7 +586,7 @@ final class InodeTable: Sendable {
     /// node, the close.
     ///
     /// Nil where it cannot be: a directory (the lookups below it need its descriptor), an item
-    /// on another filesystem, a handle that names another inode than the stat found (the name
+    /// on another filesystem or mount (`Inode.onAnotherMount`), a handle that names another inode than the stat found (the name
     /// changed between the two calls): the caller opens it (`openChild`, `remember`). The
     /// handle is taken first: where the name went to a new file with the same inode number
     /// between the two calls, the handle's file is gone, and the node's id opens nothing
@@ -580,10 +597,13 @@ final class InodeTable: Sendable {
         guard let stableIDs, stableIDs.handlesSayTheInode else { return nil }
         var info = stat()
         var handle = cfs_file_handle()
+        var mount: Int32 = -1
         let handled = try withFD(parent) { parentFD throws(Errno) -> Bool in
-            let hasHandle = FileSystemName.withCString(name) { cfs_name_to_handle_at(parentFD, $0, &handle) } == 0
+            let hasHandle =
+                FileSystemName.withCString(name) { cfs_name_to_handle_at(parentFD, $0, &handle, &mount) } == 0
             _ = try check(FileSystemName.withCString(name) { fstatat(parentFD, $0, &info, AT_SYMLINK_NOFOLLOW) })
-            return hasHandle && (info.st_mode & S_IFMT) != S_IFDIR && UInt64(info.st_dev) == stableIDs.device
+            return hasHandle && mount == rootMount && (info.st_mode & S_IFMT) != S_IFDIR
+                && UInt64(info.st_dev) == stableIDs.device
         }
         guard handled, let id = stableIDs.id(for: handle, ofInode: UInt64(info.st_ino)) else { return nil }
         let found = Found(fd: nil, info: info, handle: handle, stableID: id)
@@ -789,8 +809,7 @@ final class InodeTable: Sendable {
     ) throws(Errno) -> (Inode, stat) {
         let (fd, info, place, others) = found
         let key = BackingInode(device: UInt64(info.st_dev), number: UInt64(info.st_ino))
-        var handle = cfs_file_handle()
-        let hasHandle = id.isStable && cfs_name_to_handle(fd, &handle) == 0
+        let handle = id.isStable ? handleOpening(fd).handle : nil
         let (inode, unused, evicted) = state.withLock { state -> (Inode?, Int32?, [Int32]) in
             if let other = state.byKey[key] {
                 // Looked up by name again meanwhile, under another id: this handle is stale.
@@ -799,7 +818,7 @@ final class InodeTable: Sendable {
                 return (known, fd, [])
             }
             let inode = Inode(
-                id: id, device: key.device, number: key.number, handle: hasHandle ? handle : nil,
+                id: id, device: key.device, number: key.number, handle: handle,
                 isDirectory: isDirectory, parent: place.parent, name: place.name)
             inode.lookups = countingLookup ? 1 : 0
             if !isDirectory && info.st_nlink > 1 { inode.hasOtherLinks.store(true, ordering: .relaxed) }

@@ -21,7 +21,8 @@ struct StableNodeIDs: Sendable {
     /// Nil where the root's own handle is not 8 bytes, or handles cannot be used at all.
     init?(rootFD: Int32, device: UInt64, handlesWork: Bool) {
         var probe = cfs_file_handle()
-        guard handlesWork, cfs_name_to_handle(rootFD, &probe) == 0, probe.handle_bytes == 8 else { return nil }
+        var mount: Int32 = 0
+        guard handlesWork, cfs_name_to_handle(rootFD, &probe, &mount) == 0, probe.handle_bytes == 8 else { return nil }
         self.device = device
         handleType = probe.handle_type
         rootIsFilesystemRoot =
