@@ -367,11 +367,12 @@ final class InodeTable: Sendable {
 
     /// The node's item opened with `flags` for a request's own use (an open file, the backing
     /// file of kernel passthrough); the caller closes it. Opened straight from its handle where
-    /// it has one: one call, where a path through /proc walks four names and reads a link
-    /// (about twice the time), and a node without a descriptor (a file looked up and not
-    /// opened yet, or evicted) stays without one, needing no O_PATH descriptor first, nor the
-    /// table's lock, nor a slot of the budget. Otherwise, or where the handle opens nothing
-    /// (a file unlinked while the node held it), through its descriptor's /proc path.
+    /// it has a stable id, or a handle and no descriptor: one call, where a path through /proc
+    /// walks four names and reads a link (about twice the time), and a node without a
+    /// descriptor (a file looked up and not opened yet, or evicted) stays without one, needing
+    /// no O_PATH descriptor first, nor the table's lock, nor a slot of the budget. Otherwise,
+    /// or where the handle is stale for a node holding a descriptor, through that descriptor's
+    /// /proc path.
     func openItem(of inode: Inode, flags: Int32) -> Result<Int32, Errno> {
         if inode.id != Self.rootID {
             let held = inode.descriptor.load(ordering: .relaxed) >= 0
@@ -383,7 +384,8 @@ final class InodeTable: Sendable {
             if var handle {
                 let fd = withDescriptorRoom { cfs_open_by_handle_with(handleBase, &handle, flags) }
                 guard let failure = fd.failure else { return .success(fd) }
-                if !held { return .failure(failure) }
+                // Any other failure the path would meet too.
+                if !held || failure.code != ESTALE { return .failure(failure) }
             }
         }
         // errno is read inside: releasing the pin may touch it.

@@ -118,7 +118,7 @@ extension Filesystem {
         let asBacking =
             accessTimes.flag == 0 && flags & Self.flagsOfTheBackingFile == 0
             && filesystems.rootIsLocal && inode.device == filesystems.rootDevice
-            && passthrough?.needsBacking(inode.id) == true
+            && coordinator.mayPassThrough(shared) && passthrough?.needsBacking(inode.id) == true
         var readWrite = false
         func openTheFile() -> Result<Int32, Errno> {
             if asBacking,
