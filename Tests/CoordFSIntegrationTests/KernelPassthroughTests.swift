@@ -107,7 +107,7 @@ import Glibc
         #expect(try run("/bin/cat", [fx.path("frozen.txt")]).output == "frozen\n")
     }
 
-    @Test func aRunningProgramIsServedReadOnlyAndWritersGetETXTBSY() throws {
+    @Test func aRunningProgramsWritersGetETXTBSYUntilItEnds() throws {
         let fx = try MountFixture()
         try FileManager.default.copyItem(atPath: "/bin/sleep", toPath: fx.backingPath("sleeper"))
         // Running from the backing directory: nobody may open it for writing, root included.
@@ -124,56 +124,31 @@ import Glibc
         kill(running.processIdentifier, SIGKILL)
         running.waitUntilExit()
         stopped = true
-        // Writable again, but its opens share the read-only backing file until the last closes.
-        #expect(holder.ask("open w \(fx.path("sleeper"))") == "err ETXTBSY")
-        #expect(holder.ask("close 1") == "ok")
-        #expect(holder.ask("open w \(fx.path("sleeper"))") == "ok 2", "a new backing file, opened for writing")
+        // Writable again at once, as directly: served through the reader's registration.
+        #expect(holder.ask("open w \(fx.path("sleeper"))") == "ok 2")
         #expect(holder.ask("close all") == "ok")
         #expect(try run("/usr/bin/cmp", ["/bin/sleep", fx.path("sleeper")]).status == 0)
     }
 
-    /// The first open of a file served by kernel passthrough is opened read-write and is the
-    /// backing file too, as a create's is, where a second open made one for the kernel. An open
-    /// while it lasts shares that backing file and is opened with its own flags. Seen in the
-    /// daemon's descriptors of the file while both are open: before, both read-only.
-    @Test func theFirstOpenOfAFileIsItsBackingFileToo() throws {
+    /// The first open's own descriptor is the file registered with the kernel, a reader's
+    /// read-only one too: the kernel serves each open from a file of its own, opened with that
+    /// open's flags where the registered one lies, so a writer beside the reader writes, and
+    /// an appender appends, through the same registration.
+    @Test func aReadersDescriptorServesTheWritersBesideIt() throws {
         let fx = try MountFixture()
-        try fx.seed("once.txt", "once\n")
+        try fx.seed("shared.txt", "first\n")
+        // One process, so that coordination lets its writers past its own reader (C4).
         let holder = try Child.holder()
-        #expect(holder.ask("open r \(fx.path("once.txt"))") == "ok 1")
-        #expect(holder.ask("open r \(fx.path("once.txt"))") == "ok 2")
-        #expect(holder.ask("read 2") == "data once|")
+        #expect(holder.ask("open r \(fx.path("shared.txt"))") == "ok 1")
+        #expect(holder.ask("open w \(fx.path("shared.txt"))") == "ok 2")
+        #expect(holder.ask("open a \(fx.path("shared.txt"))") == "ok 3")
+        #expect(holder.ask("write 3 second") == "ok")
+        #expect(holder.ask("read 1") == "data first|second|")
         let counters = try fx.statistics()
         try #require(counters["kernel_passthrough"] == 1, "root on Linux 6.9+ gets passthrough: \(counters)")
-        let pid = try run(
-            "/usr/bin/python3",
-            ["-c", "import os,sys; print(os.getxattr(sys.argv[1], 'user.coordfs.pid').decode())", fx.mountPoint.path]
-        ).output.trimmingCharacters(in: .whitespacesAndNewlines)
-        try #require(!pid.isEmpty, "the daemon's pid")
-        // The access mode of each of the daemon's descriptors of the backing file (an O_PATH
-        // one, a node's, opens nothing).
-        let modes = try run(
-            "/usr/bin/python3",
-            [
-                "-c",
-                """
-                import os, sys
-                fds = "/proc/%s/fd" % sys.argv[1]
-                for fd in os.listdir(fds):
-                    try:
-                        if os.readlink(os.path.join(fds, fd)) != sys.argv[2]: continue
-                        line = next(l for l in open("/proc/%s/fdinfo/%s" % (sys.argv[1], fd)) if l.startswith("flags:"))
-                        flags = int(line.split()[1], 8)
-                        if not flags & os.O_PATH: print(flags & 3)
-                    except OSError:
-                        pass
-                """,
-                pid, fx.backingPath("once.txt")
-            ]
-        ).output.split(separator: "\n").sorted()
-        #expect(modes == ["\(O_RDONLY)", "\(O_RDWR)"], "one read-write, the backing file; one read-only: \(modes)")
+        #expect((counters["passthrough_opens"] ?? 0) >= 3, "all three served by the kernel: \(counters)")
         #expect(holder.ask("close all") == "ok")
-        #expect(try run("/bin/cat", [fx.path("once.txt")]).output == "once\n")
+        #expect(try String(contentsOfFile: fx.backingPath("shared.txt"), encoding: .utf8) == "first\nsecond\n")
     }
 
     @Test func withoutPassthroughTheMountServesTheData() throws {

@@ -17,8 +17,8 @@ import Glibc
 /// unregistered at the last release.
 final class KernelPassthrough: Sendable {
     enum Mode: Equatable {
-        /// Served by the kernel from backing file `id`; `writable` when it was opened read-write.
-        case backed(id: Int32, writable: Bool)
+        /// Served by the kernel from backing file `id`.
+        case backed(id: Int32)
         /// Through the daemon and the page cache.
         case cached
     }
@@ -41,35 +41,26 @@ final class KernelPassthrough: Sendable {
 
     var isEnabled: Bool { device.load(ordering: .relaxed) >= 0 }
 
-    /// Starts an open of `inode`: the mode it must use. `openBacking(readWrite)` opens the backing
-    /// file anew (for the kernel to keep); nil when it cannot be opened so. `readWrite`: a
-    /// read-write descriptor of it the caller keeps, registered as the backing file if one is
-    /// needed. `prefersCached`: the first open of an inode is then served through the mount.
-    func beginOpen(
-        of inode: NodeID, writes: Bool, prefersCached: Bool = false, readWrite: Int32? = nil,
-        openBacking: (_ readWrite: Bool) -> Int32?
-    ) throws(Errno) -> Mode {
+    /// Starts an open of `inode`, open at `fd` (the caller keeps it): the mode it must use. The
+    /// first open's descriptor is registered as the inode's backing file. Only its place
+    /// matters: the kernel serves each open from a file of its own, opened there with that
+    /// open's flags and the daemon's rights, so a reader's descriptor serves a writer's open
+    /// too (a write the backing refuses, a running program's, fails at the daemon's own open
+    /// first). `prefersCached`: the first open of an inode is then served through the mount.
+    func beginOpen(of inode: NodeID, fd: Int32, prefersCached: Bool = false) -> Mode {
         let device = device.load(ordering: .relaxed)
-        let mode = try shards[inode.shard].inodes.withLock { inodes throws(Errno) -> Mode in
+        let mode = shards[inode.shard].inodes.withLock { inodes -> Mode in
             if let current = inodes[inode] {
-                // A read-only backing (a file even root cannot open for writing, such as a
-                // running program) cannot serve a writer, and the inode cannot switch modes.
-                if case .backed(_, writable: false) = current.mode, writes { throw Errno(code: ETXTBSY) }
+                // The inode cannot switch modes while any open uses it.
                 inodes[inode] = (current.mode, current.opens + 1)
                 return current.mode
             }
-            let mode = device >= 0 && !prefersCached ? register(readWrite, openBacking, device: device) : .cached
+            let mode = device >= 0 && !prefersCached ? register(fd, device: device) : .cached
             inodes[inode] = (mode, 1)
             return mode
         }
         if mode != .cached { backedOpens.add(1, ordering: .relaxed) }
         return mode
-    }
-
-    /// Whether an open of `inode` now would register a backing file: passthrough is on and no
-    /// open of it is served yet.
-    func needsBacking(_ inode: NodeID) -> Bool {
-        isEnabled && shards[inode.shard].inodes.withLock { $0[inode] == nil }
     }
 
     /// Ends an open begun with `beginOpen`; the last one unregisters the backing file.
@@ -79,25 +70,17 @@ final class KernelPassthrough: Sendable {
             guard let current = inodes[inode] else { return }
             if current.opens > 1 { inodes[inode] = (current.mode, current.opens - 1); return }
             inodes[inode] = nil
-            if case .backed(let id, _) = current.mode, device >= 0 { _ = cfs_backing_close(device, id) }
+            if case .backed(let id) = current.mode, device >= 0 { _ = cfs_backing_close(device, id) }
         }
     }
 
-    private func register(_ kept: Int32?, _ openBacking: (Bool) -> Int32?, device: Int32) -> Mode {
-        var writable = true
-        guard
-            let fd = kept ?? openBacking(true)
-                ?? {
-                    writable = false; return openBacking(false)
-                }()
-        else { return .cached }
-        // The kernel keeps its own reference: a descriptor opened here is not needed afterwards.
-        defer { if fd != kept { close(fd) } }
+    private func register(_ fd: Int32, device: Int32) -> Mode {
+        // The kernel keeps its own reference: the descriptor stays the caller's.
         let id = cfs_backing_open(device, fd)
         if id == -EPERM || id == -ENOTTY || id == -EINVAL {
             // Not negotiated (or not allowed for this user): no passthrough for this session.
             self.device.store(-1, ordering: .relaxed)
         }
-        return id > 0 ? .backed(id: id, writable: writable) : .cached
+        return id > 0 ? .backed(id: id) : .cached
     }
 }

@@ -49,7 +49,7 @@ extension Filesystem {
                     invalidateAttributes(of: inode)
                 }
                 let handle = files.insert(file, in: backing.place)
-                if case .backed(let id, _) = backing.mode {
+                if case .backed(let id) = backing.mode {
                     // Already served from a backing file: the bits go now instead of at the first write.
                     if backing.keepsBits { dropPrivilegeBits(backing.fd, of: inode, clearedFor: caller) }
                     return reply.open(request.info, handle: handle, backingID: id, noFlush: sendsNoFlush(inode))
@@ -108,26 +108,8 @@ extension Filesystem {
             return .failure(OpenFailure(errno: Errno(code: EMFILE)))
         }
         let backingFlags = (flags & ~O_NOFOLLOW & ~O_CREAT & ~CFS_O_DIRECT) | O_CLOEXEC
-        // The first open served by kernel passthrough is made read-write where its flags would
-        // not reach the other opens through the backing file they share: it then is that
-        // backing file too, as a create's is, where a second open made it. With its own flags
-        // where it may not be opened so (a running program, a file made immutable), and on
-        // any but the backing's own local filesystem: elsewhere a write open means more (an NFS
-        // server recalls other clients' delegations; another coordfs mount coordinates it as
-        // a write, which a reader's open would have waited for).
-        let asBacking =
-            accessTimes.flag == 0 && flags & Self.flagsOfTheBackingFile == 0
-            && filesystems.rootIsLocal && inode.device == filesystems.rootDevice
-            && coordinator.mayPassThrough(shared) && passthrough?.needsBacking(inode.id) == true
-        var readWrite = false
         func openTheFile() -> Result<Int32, Errno> {
-            if asBacking,
-                case .success(let fd) = inodes.openItem(of: inode, flags: (backingFlags & ~O_ACCMODE) | O_RDWR)
-            {
-                readWrite = true
-                return .success(fd)
-            }
-            return accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
+            accessTimes.open(backingFlags) { flags in inodes.openItem(of: inode, flags: flags) }
         }
         let opened: Result<Int32, Errno>
         if versions != nil && (writes || flags & O_TRUNC != 0) {
@@ -160,17 +142,12 @@ extension Filesystem {
         // Writes that clear bits must reach the mount: the kernel writes a backing file with
         // the daemon's rights (CAP_FSETID), which keep them (`privilegeBits`).
         let keepsBits = writes && unprivileged && hasPrivilegeBits(fd, clearedFor: caller)
-        do throws(Errno) {
-            let mode = try beginPassthrough(
-                inode, writes: writes, prefersCached: keepsBits || !coordinator.mayPassThrough(shared),
-                openedReadWrite: readWrite ? fd : nil)
-            return .success(
-                OpenedBacking(
-                    fd: fd, place: place, mode: mode, direct: mode == .cached && flags & CFS_O_DIRECT != 0,
-                    keepsBits: keepsBits))
-        } catch {
-            return giveUp(error)
-        }
+        let mode = beginPassthrough(
+            inode, fd, prefersCached: keepsBits || !coordinator.mayPassThrough(shared))
+        return .success(
+            OpenedBacking(
+                fd: fd, place: place, mode: mode, direct: mode == .cached && flags & CFS_O_DIRECT != 0,
+                keepsBits: keepsBits))
     }
 
     /// The open file of an open or a create, keeping `claim` until its release. An open that
@@ -195,23 +172,11 @@ extension Filesystem {
         return file
     }
 
-    /// Flags a backing file keeps and every open served from it would feel.
-    static let flagsOfTheBackingFile = O_APPEND | CFS_O_DIRECT | O_SYNC | O_DSYNC | O_NONBLOCK | CFS_O_NOATIME
-
-    /// The kernel-passthrough mode of a new open of `inode` (cached without passthrough).
-    /// `openedReadWrite`: a read-write descriptor of it the caller has already, without
-    /// `flagsOfTheBackingFile`, that can serve as the backing file.
-    private func beginPassthrough(
-        _ inode: Inode, writes: Bool, prefersCached: Bool = false,
-        openedReadWrite: Int32? = nil
-    ) throws(Errno) -> KernelPassthrough.Mode {
-        guard let passthrough else { return .cached }
-        return try passthrough.beginOpen(
-            of: inode.id, writes: writes, prefersCached: prefersCached,
-            readWrite: openedReadWrite
-        ) { readWrite in
-            try? inodes.openItem(of: inode, flags: (readWrite ? O_RDWR : O_RDONLY) | O_CLOEXEC).get()
-        }
+    /// The kernel-passthrough mode of a new open of `inode`, open at `fd` (cached without
+    /// passthrough): the first open's descriptor is registered as the backing file
+    /// (`KernelPassthrough.beginOpen`).
+    private func beginPassthrough(_ inode: Inode, _ fd: Int32, prefersCached: Bool = false) -> KernelPassthrough.Mode {
+        passthrough?.beginOpen(of: inode.id, fd: fd, prefersCached: prefersCached) ?? .cached
     }
 
     /// With the writeback cache the kernel reads pages it writes partly and appends by itself:
@@ -299,7 +264,7 @@ extension Filesystem {
                 // that short time at the latest.
                 if file.writesThroughTheKernel { _ = watchedWrites.unwatch(inode, fd: backing.fd) }
                 let handle = files.insert(file, in: backing.place)
-                let backingID: Int32? = if case .backed(let id, _) = backing.mode { id } else { nil }
+                let backingID: Int32? = if case .backed(let id) = backing.mode { id } else { nil }
                 reply.create(
                     inode, shown(attributes), timeout: timeout(onDevice: inode.device),
                     attributeTimeout: unwatchedTimeout,
@@ -312,8 +277,7 @@ extension Filesystem {
     /// Creates (or opens, when it is there already) `name` in `parent` for a create: its place
     /// first (refused after the open, a file made behind the mount and opened with O_TRUNC
     /// would have been emptied for nothing), then the file, then its node. With passthrough
-    /// the new file is opened read-write when its flags would not reach other opens through a
-    /// shared backing file: it then is the backing file, with no second open. Made exclusively,
+    /// its descriptor is the backing file registered for it (`beginPassthrough`). Made exclusively,
     /// so that a failure after it can take back a file this create made (and only such a
     /// file): one made behind the mount meanwhile is opened as it is.
     private func createBacking(
@@ -324,22 +288,14 @@ extension Filesystem {
         guard let place = placeForOpen(of: caller.uid) else {
             return .failure(OpenFailure(errno: Errno(code: EMFILE)))
         }
-        let sharesBacking = passthrough?.isEnabled == true && flags & Self.flagsOfTheBackingFile == 0
-        let (fd, createFailure, readWrite, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false, false) }) {
-            parentFD -> (Int32, Errno?, Bool, Bool) in
+        let (fd, createFailure, made) = inodes.withFD(parent, orElse: { (Int32(-1), $0, false) }) {
+            parentFD -> (Int32, Errno?, Bool) in
             let creating = (flags | O_CREAT | O_EXCL) & ~O_NOFOLLOW & ~CFS_O_DIRECT | O_CLOEXEC
-            if sharesBacking {
-                let (fd, made, refusal) = openNew(
-                    name, in: parentFD, (creating & ~O_ACCMODE) | O_RDWR, mode, exclusive: flags & O_EXCL != 0,
-                    for: caller, item: versions == nil ? "" : targets.relativePath(parent, name))
-                if let refusal { return (-1, refusal, false, false) }
-                if fd >= 0 { return (fd, nil, true, made) }
-            }
             let (fd, made, refusal) = openNew(
                 name, in: parentFD, creating, mode, exclusive: flags & O_EXCL != 0, for: caller,
                 item: versions == nil ? "" : targets.relativePath(parent, name))
-            if let refusal { return (-1, refusal, false, false) }
-            return (fd, fd.failure, false, made)
+            if let refusal { return (-1, refusal, false) }
+            return (fd, fd.failure, made)
         }
         if let createFailure {
             files.budget.giveBack(place)
@@ -350,9 +306,7 @@ extension Filesystem {
         do throws(Errno) {
             if let failure = syncNames(in: parent) { throw failure }
             let (inode, attributes) = try lookupNode(parent, name, justMade: made)
-            let mode = try beginPassthrough(
-                inode, writes: true, prefersCached: !coordinator.mayPassThrough(shared),
-                openedReadWrite: readWrite ? fd : nil)
+            let mode = beginPassthrough(inode, fd, prefersCached: !coordinator.mayPassThrough(shared))
             let direct = mode == .cached && flags & CFS_O_DIRECT != 0
             return .success(
                 (OpenedBacking(fd: fd, place: place, mode: mode, direct: direct, made: made), inode, attributes))
@@ -438,24 +392,17 @@ extension Filesystem {
             return reply.error(failure)
         }
         let inode = inodes.rememberUnnamed(fd: pathFD, info: attributes, in: parent)
-        do {
-            let mode = try beginPassthrough(
-                inode, writes: true, openedReadWrite: flags & Self.flagsOfTheBackingFile == 0 ? fd : nil)
-            let backingID: Int32? = if case .backed(let id, _) = mode { id } else { nil }
-            let direct = backingID == nil && flags & CFS_O_DIRECT != 0
-            let file = OpenFile(
-                fd: fd, inode: inode, created: true, passthrough: mode != .cached, writes: true,
-                opener: openingProcess(reply.caller), directIO: direct, flags: flags)
-            let handle = files.insert(file, in: place)
-            reply.create(
-                inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout,
-                info,
-                handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
-        } catch {
-            files.budget.giveBack(place)
-            close(fd)
-            reply.error(error)
-        }
+        let mode = beginPassthrough(inode, fd)
+        let backingID: Int32? = if case .backed(let id) = mode { id } else { nil }
+        let direct = backingID == nil && flags & CFS_O_DIRECT != 0
+        let file = OpenFile(
+            fd: fd, inode: inode, created: true, passthrough: mode != .cached, writes: true,
+            opener: openingProcess(reply.caller), directIO: direct, flags: flags)
+        let handle = files.insert(file, in: place)
+        reply.create(
+            inode, shown(attributes), timeout: timeout(onDevice: inode.device), attributeTimeout: unwatchedTimeout,
+            info,
+            handle: handle, directIO: direct, backingID: backingID, noFlush: sendsNoFlush(inode))
     }
 
     func read(_ reply: consuming Reply, _ handle: UInt64, _ size: Int, _ offset: off_t) {
