@@ -5,7 +5,7 @@
 // and never reaches the daemon. Opens, creations and releases still do, so coordination is
 // untouched. The session's device I/O goes through these hooks, which
 //   - note whether the kernel's INIT offers FUSE_PASSTHROUGH and, if the mount wants it, add it
-//     (and a stacking depth of 1) to libfuse's INIT reply;
+//     (and a stacking depth: 1, or 2 over a stacked backing) to libfuse's INIT reply;
 //   - add FOPEN_PASSTHROUGH and a backing id to an open or create reply the mount marked;
 //   - ask for FUSE_HANDLE_KILLPRIV_V2, also past libfuse 3.14: the kernel then trusts the mount
 //     to clear setuid/setgid on writes, truncation and O_TRUNC opens (it does, see
@@ -29,7 +29,7 @@
 static _Thread_local uint64_t cfs_init_unique;     // the INIT being answered on this thread
 static _Thread_local int cfs_init_offers_passthrough;
 static _Thread_local int cfs_init_offers_killpriv_v2;
-static _Thread_local int cfs_init_wants_passthrough; // set by the mount's init callback
+static _Thread_local int cfs_init_wants_passthrough; // the stack depth the mount declares, 0: none
 static _Thread_local int cfs_init_offers_ring;
 static _Thread_local void *cfs_init_ring_session;   // set by the mount's init callback when it wants the ring
 static _Thread_local int cfs_init_ring_lanes_all;   // every request to lane threads (see ring.h)
@@ -76,7 +76,7 @@ static ssize_t cfs_io_writev(int fd, struct iovec *iov, int count, void *userdat
                 && iov[1].iov_len >= CFS_INIT_OUT_MAX_STACK_DEPTH + 4) {
                 *(uint32_t *)(out + CFS_INIT_OUT_FLAGS) |= CFS_FUSE_INIT_EXT;
                 *(uint32_t *)(out + CFS_INIT_OUT_FLAGS2) |= CFS_FUSE_PASSTHROUGH_FLAGS2;
-                *(uint32_t *)(out + CFS_INIT_OUT_MAX_STACK_DEPTH) = 1;
+                *(uint32_t *)(out + CFS_INIT_OUT_MAX_STACK_DEPTH) = (uint32_t)cfs_init_wants_passthrough;
             }
             if (header->error == 0 && cfs_init_offers_ring && cfs_init_ring_session != NULL
                 && iov[1].iov_len >= CFS_INIT_OUT_FLAGS2 + 4) {
@@ -138,7 +138,7 @@ void cfs_want_ring(void *connection, void *session, int lanes_all, int queue_nic
 }
 
 // Called from the mount's init callback (on the thread answering INIT).
-void cfs_want_passthrough(int wanted) { cfs_init_wants_passthrough = wanted; }
+void cfs_want_passthrough(int stack_depth) { cfs_init_wants_passthrough = stack_depth; }
 
 // Registers `fd` as a backing file: its id (> 0), or -errno (EPERM: passthrough not negotiated).
 int32_t cfs_backing_open(int device, int fd) {

@@ -151,6 +151,63 @@ import Glibc
         #expect(try String(contentsOfFile: fx.backingPath("shared.txt"), encoding: .utf8) == "first\nsecond\n")
     }
 
+    /// An overlay's files are one deep in the kernel's stacking: as the backing directory's own
+    /// filesystem the mount declares a depth of 2 and they are served by the kernel; mounted
+    /// inside a backing directory of ext4, the kernel refuses them (ELOOP), and the mount
+    /// remembers their device and serves them itself without asking again.
+    @Test func overlayFilesAreServedByTheKernelWhereTheMountIsDeepEnough() throws {
+        try #require(getuid() == 0, "mounts an overlay: needs root")
+        let base = URL(fileURLWithPath: "/tmp/coordfs-overlay-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: base) }
+        func overlay(at merged: String) throws {
+            for layer in ["lower", "upper", "work"] {
+                try FileManager.default.createDirectory(
+                    at: base.appendingPathComponent(layer), withIntermediateDirectories: true)
+            }
+            try Data("lower\n".utf8).write(to: base.appendingPathComponent("lower/one.txt"))
+            try Data("lower\n".utf8).write(to: base.appendingPathComponent("lower/two.txt"))
+            try FileManager.default.createDirectory(atPath: merged, withIntermediateDirectories: true)
+            let layers = "lowerdir=\(base.path)/lower,upperdir=\(base.path)/upper,workdir=\(base.path)/work"
+            try #require(mount("overlay", merged, "overlay", 0, layers) == 0, "overlay: errno \(errno)")
+        }
+        func readThrice(_ paths: [String]) throws {
+            for _ in 0..<3 {
+                for path in paths { #expect(try String(contentsOfFile: path, encoding: .utf8) == "lower\n") }
+            }
+        }
+
+        // The overlay as the backing directory.
+        let merged = base.appendingPathComponent("merged").path
+        try overlay(at: merged)
+        defer { _ = umount2(merged, Int32(MNT_DETACH)) }
+        do {
+            let fx = try MountFixture(backing: URL(fileURLWithPath: merged))
+            try readThrice([fx.path("one.txt"), fx.path("two.txt")])
+            let result = try run("/bin/sh", ["-c", "echo upper >> \"$0\"", fx.path("one.txt")])
+            #expect(result.status == 0, "\(result.errors)")
+            #expect(try String(contentsOfFile: merged + "/one.txt", encoding: .utf8) == "lower\nupper\n")
+            let counters = try fx.statistics()
+            try #require(counters["kernel_passthrough"] == 1, "root on Linux 6.9+ gets passthrough: \(counters)")
+            #expect((counters["passthrough_opens"] ?? 0) >= 7, "\(counters)")
+            #expect(counters["passthrough_refused"] == 0, "\(counters)")
+        }
+
+        // The same overlay inside a backing directory of the root's filesystem.
+        let fx = try MountFixture()
+        try withExtendedLifetime(fx) {
+            let inside = fx.backingPath("overlay")
+            try FileManager.default.createDirectory(atPath: inside, withIntermediateDirectories: false)
+            try #require(mount(merged, inside, nil, UInt(MS_BIND), nil) == 0)
+            defer { _ = umount2(inside, Int32(MNT_DETACH)) }
+            try fx.seed("plain.txt", "lower\n")
+            try readThrice([fx.path("overlay/two.txt"), fx.path("plain.txt")])
+            let counters = try fx.statistics()
+            try #require(counters["kernel_passthrough"] == 1, "root on Linux 6.9+ gets passthrough: \(counters)")
+            #expect(counters["passthrough_refused"] == 1, "the overlay's device, once: \(counters)")
+            #expect(counters["passthrough_opens"] == 3, "the plain file's three: \(counters)")
+        }
+    }
+
     @Test func withoutPassthroughTheMountServesTheData() throws {
         for options in [["--no-kernel-passthrough"], ["--writeback-cache"]] {
             let fx = try MountFixture(options)

@@ -9,8 +9,10 @@
 
 /// Puts the passthrough hooks on a mounted session's device. 0 or -errno.
 int cfs_session_hook_device(void *session);
-/// From the mount's init callback: whether to ask the kernel for passthrough.
-void cfs_want_passthrough(int wanted);
+/// From the mount's init callback: the stack depth to declare when asking the kernel for
+/// passthrough (1, or 2 over a backing that is itself stacked on another filesystem), 0 for no
+/// passthrough. The kernel refuses (ELOOP) backing files of a filesystem as deep as the mount.
+void cfs_want_passthrough(int stack_depth);
 /// From the mount's init callback (`connection`: its struct fuse_conn_info): the session to serve
 /// through io_uring when the kernel offers it, or NULL for none; `lanes_all` nonzero when any
 /// request may block for long (a backing directory on the network): then every request is

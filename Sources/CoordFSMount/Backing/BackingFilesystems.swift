@@ -12,6 +12,9 @@ final class BackingFilesystems: Sendable {
     let rootIsLocal: Bool
     /// The backing directory's filesystem reports nothing at close (see `withoutFlush`).
     let rootReportsNothingAtClose: Bool
+    /// The backing directory's filesystem is stacked on another (overlayfs, ecryptfs): the mount
+    /// declares a passthrough stack depth of 2, or the kernel refuses its files as backing files.
+    let rootIsStacked: Bool
     /// Devices met other than the root's, and whether each is local.
     private let others = Mutex<[UInt64: Bool]>([:])
 
@@ -21,6 +24,7 @@ final class BackingFilesystems: Sendable {
         self.rootDevice = rootDevice
         rootIsLocal = Self.localFilesystems.contains(type)
         rootReportsNothingAtClose = Self.withoutFlush.contains(type)
+        rootIsStacked = Self.stacked.contains(type)
     }
 
     /// Whether the filesystem of an item just looked up (`fd`, on `device`) is local, and
@@ -33,6 +37,12 @@ final class BackingFilesystems: Sendable {
         let isNew = others.withLock { $0.updateValue(isLocal, forKey: device) == nil }
         return (isLocal, isNew)
     }
+
+    /// Filesystems stacked on another: the kernel counts them one deep.
+    static let stacked: Set<Int64> = [
+        0x794C7630,  // overlayfs
+        0xF15F  // ecryptfs
+    ]
 
     /// Local filesystems whose files have no flush method: close(2) reports nothing, and
     /// writes are reported by write(2) and fsync(2). Network filesystems (NFS, SMB, FUSE) do

@@ -54,7 +54,7 @@ enum FuseBridge {
                 conn, fs.configuration.writebackCache ? 1 : 0, fs.configuration.kernelChecksPermissions ? 1 : 0,
                 fs.fileLocks != nil ? 1 : 0)
             if let maxRead = fs.configuration.maxRead { conn!.pointee.max_read = maxRead }
-            cfs_want_passthrough(fs.passthrough != nil ? 1 : 0)
+            cfs_want_passthrough(fs.passthrough == nil ? 0 : fs.backing.filesystems.rootIsStacked ? 2 : 1)
             cfs_want_ring(
                 conn, fs.configuration.ioUring ? fs.session.load(ordering: .relaxed) : nil, fs.lanesAll ? 1 : 0,
                 fs.configuration.serveNice)

@@ -33,8 +33,16 @@ final class KernelPassthrough: Sendable {
     /// The session's /dev/fuse descriptor once mounted; -1 while passthrough is unavailable.
     private let device = Atomic<Int32>(-1)
     private let shards = (0..<64).map { _ in Shard() }
+    /// Backing devices whose files the kernel refused as backing files: a filesystem stacked
+    /// as deep as the mount (an overlay mounted inside the backing, ELOOP) or whose files it
+    /// cannot serve (EOPNOTSUPP). Their opens go through the mount without asking again.
+    /// `refusing` is set once any is: most mounts never look at the set.
+    private let refusingDevices = Mutex<Set<UInt64>>([])
+    private let refusing = Atomic<Bool>(false)
     /// Opens the kernel served from a backing file, for the mount's statistics.
     let backedOpens = Atomic<Int>(0)
+    /// Backing files the kernel refused, for the mount's statistics: one a device, once.
+    let refusedRegistrations = Atomic<Int>(0)
 
     /// Turns passthrough on for a mounted session's device.
     func enable(device fd: Int32) { device.store(fd, ordering: .relaxed) }
@@ -46,16 +54,17 @@ final class KernelPassthrough: Sendable {
     /// matters: the kernel serves each open from a file of its own, opened there with that
     /// open's flags and the daemon's rights, so a reader's descriptor serves a writer's open
     /// too (a write the backing refuses, a running program's, fails at the daemon's own open
-    /// first). `prefersCached`: the first open of an inode is then served through the mount.
-    func beginOpen(of inode: NodeID, fd: Int32, prefersCached: Bool = false) -> Mode {
-        let device = device.load(ordering: .relaxed)
+    /// first). `device`: the backing device the file lies on. `prefersCached`: the first open of
+    /// an inode is then served through the mount.
+    func beginOpen(of inode: NodeID, on device: UInt64, fd: Int32, prefersCached: Bool = false) -> Mode {
+        let session = self.device.load(ordering: .relaxed)
         let mode = shards[inode.shard].inodes.withLock { inodes -> Mode in
             if let current = inodes[inode] {
                 // The inode cannot switch modes while any open uses it.
                 inodes[inode] = (current.mode, current.opens + 1)
                 return current.mode
             }
-            let mode = device >= 0 && !prefersCached ? register(fd, device: device) : .cached
+            let mode = session >= 0 && !prefersCached && !refuses(device) ? register(fd, on: device, session) : .cached
             inodes[inode] = (mode, 1)
             return mode
         }
@@ -74,12 +83,22 @@ final class KernelPassthrough: Sendable {
         }
     }
 
-    private func register(_ fd: Int32, device: Int32) -> Mode {
+    private func refuses(_ device: UInt64) -> Bool {
+        refusing.load(ordering: .relaxed) && refusingDevices.withLock { $0.contains(device) }
+    }
+
+    private func register(_ fd: Int32, on device: UInt64, _ session: Int32) -> Mode {
         // The kernel keeps its own reference: the descriptor stays the caller's.
-        let id = cfs_backing_open(device, fd)
+        let id = cfs_backing_open(session, fd)
         if id == -EPERM || id == -ENOTTY || id == -EINVAL {
             // Not negotiated (or not allowed for this user): no passthrough for this session.
             self.device.store(-1, ordering: .relaxed)
+        } else if id == -ELOOP || id == -EOPNOTSUPP {
+            // Every file of that filesystem would be refused alike: a call spent at each first open.
+            if refusingDevices.withLock({ $0.insert(device).inserted }) {
+                refusedRegistrations.add(1, ordering: .relaxed)
+            }
+            refusing.store(true, ordering: .relaxed)
         }
         return id > 0 ? .backed(id: id) : .cached
     }

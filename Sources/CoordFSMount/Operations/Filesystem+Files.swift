@@ -176,7 +176,7 @@ extension Filesystem {
     /// passthrough): the first open's descriptor is registered as the backing file
     /// (`KernelPassthrough.beginOpen`).
     private func beginPassthrough(_ inode: Inode, _ fd: Int32, prefersCached: Bool = false) -> KernelPassthrough.Mode {
-        passthrough?.beginOpen(of: inode.id, fd: fd, prefersCached: prefersCached) ?? .cached
+        passthrough?.beginOpen(of: inode.id, on: inode.device, fd: fd, prefersCached: prefersCached) ?? .cached
     }
 
     /// With the writeback cache the kernel reads pages it writes partly and appends by itself:

@@ -126,6 +126,7 @@ extension Filesystem {
                 + "\"inode_budget\":\(inodes.pool.inodeBudget),\"open_files_each_side\":\(files.budget.sideLimit),"
                 + "\"open_files_per_user\":\(files.budget.perUser),\"socket_holds\":\(domain.accessorHolds.holds),"
                 + "\"kernel_passthrough\":\(passthrough?.isEnabled == true ? 1 : 0),\"passthrough_opens\":\(passthrough?.backedOpens.load(ordering: .relaxed) ?? 0),"
+                + "\"passthrough_refused\":\(passthrough?.refusedRegistrations.load(ordering: .relaxed) ?? 0),"
                 + "\"max_threads\":\(configuration.maxThreads),\"ring_queues\":\(ring.queues),"
                 + "\"kernel_lock_breaks\":\(coordinator.waitWatch.kernelLockBreaks.load(ordering: .relaxed)),"
                 + "\"lock_time_breaks\":\(coordinator.waitWatch.lockTimeBreaks.load(ordering: .relaxed)),\"lock_time_waived\":\(coordinator.waitWatch.lockTimeWaived.load(ordering: .relaxed)),\"lock_time_refusals\":\(coordinator.waitWatch.lockTimeRefusals.load(ordering: .relaxed)),\"holds_revoked\":\(coordinator.waitWatch.holdsRevoked.load(ordering: .relaxed)),"
