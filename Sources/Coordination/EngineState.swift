@@ -473,6 +473,7 @@ struct State: ~Copyable {
 
     mutating func removePresenter(_ id: PresenterID) {
         guard let record = presenters.removeValue(forKey: id) else { return }
+        presenters.releaseSpareCapacity()
         if let path = record.path { presenterTree.remove(id, at: path) }
         if let primary = record.primaryPath, primary != record.path { presenterTree.remove(id, at: primary) }
     }

@@ -84,6 +84,7 @@ struct PresenterTree {
                     unlink(below)
                     stack.append(contentsOf: below.children)
                 }
+                nodes.releaseSpareCapacity()
                 return
             }
             parent = child

@@ -245,6 +245,9 @@ public final class CoordinationDomain: @unchecked Sendable {
                 return id
             }
             missingCount.store(missedDeadlines.count, ordering: .releasing)
+            presenterIDs.releaseSpareCapacity()
+            presenters.releaseSpareCapacity()
+            missedDeadlines.releaseSpareCapacity()
             return ids
         }
         engine.removePresenters(ids)

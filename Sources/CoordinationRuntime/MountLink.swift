@@ -221,6 +221,8 @@ package final class MountLink: @unchecked Sendable {
             let wd = lock.withLock({ () -> Int? in
                 guard let wd = watches.removeValue(forKey: key) else { return nil }
                 presenters[wd] = nil
+                watches.releaseSpareCapacity()
+                presenters.releaseSpareCapacity()
                 return wd
             })
         else { return }

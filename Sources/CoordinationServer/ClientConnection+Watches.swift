@@ -39,7 +39,11 @@ extension ClientConnection {
 
     @discardableResult
     func removeWatch(_ wd: Int) -> Bool {
-        guard let presenter = lock.withLock({ watches.removeValue(forKey: wd) }) else { return false }
+        let removed = lock.withLock { () -> RemotePresenter? in
+            defer { watches.releaseSpareCapacity() }
+            return watches.removeValue(forKey: wd)
+        }
+        guard let presenter = removed else { return false }
         server.counts.returnWatches(1, of: peer.uid)
         server.domain.unregister(key: ObjectIdentifier(presenter))
         return true

@@ -806,6 +806,8 @@ class Soak:
         # The listings under way (native thread id -> directory, start), and what the kernel
         # showed of the slow ones.
         self.listing_now = {}
+        # Root's calls under way, by thread: (kind, path, started), for the freeze samples.
+        self.calls_now = {}
         self.freeze_samples = []
         self.daemon = None
         self.fio = {"rounds": 0, "ios": 0, "verified": 0, "errors": []}
@@ -899,10 +901,14 @@ class Soak:
 
     def timed(self, kind, what, call, bound=None):
         started = time.monotonic()
+        thread = threading.get_native_id()
+        self.calls_now[thread] = (kind, what, started)
         try:
             call()
         except Exception as error:
             self.figures.error("root's %s of %s failed after %.2f s: %r" % (kind, what, time.monotonic() - started, error))
+        finally:
+            self.calls_now.pop(thread, None)
         self.figures.call(kind, time.monotonic() - started, bound or self.bound, what, self.one_break)
 
     def probe(self, number):
@@ -1032,6 +1038,10 @@ class Soak:
                 if len(self.freeze_samples) >= 12:
                     return
                 lines = ["%s after %.2f s: listing thread %s" % (relative, now - started, task_state(os.getpid(), thread))]
+                # Root's own calls in that directory then, the likely holder of its lock.
+                for tid, (kind, what, since) in list(self.calls_now.items()):
+                    if os.path.dirname(os.path.relpath(what, self.mount)) == relative:
+                        lines.append("  root's %s of %s for %.2f s: %s" % (kind, os.path.basename(what), now - since, task_state(os.getpid(), tid)))
                 for pid, tid in blocked_tasks():
                     if tid != thread and pid != self.daemon:
                         lines.append("  blocked: " + task_state(pid, tid))
@@ -1300,7 +1310,9 @@ class Soak:
                 os.listdir(self.mount)
             except OSError as error:
                 self.fail("the mount no longer serves: %r" % error)
-        time.sleep(2.5)
+        # The mount gives free memory back to the system after two seconds without requests
+        # (docs/sharing.md, memory): what it keeps past that is what it holds on to.
+        time.sleep(6)
         idle = self.rss_now()
         self.report(reports, baseline, peak, idle, hammered, ended)
 
