@@ -202,13 +202,18 @@ import Glibc
     /// Past the engine's short list (`ShortList.capacity` grants), open files' grants come from
     /// the tables, gated all the same: with 40 files held open, requests about other names
     /// still pass beside them, and those about a held file still wait for it, wherever its
-    /// grant was filed.
+    /// grant was filed. Names share a table of gates by hash (`NameGates`), so a name may
+    /// share one with a held file's (about 40 times in 4096, node ids varying with inode
+    /// numbers): a request about it is then coordinated in full, and the step tries the next
+    /// of three names.
     @Test func requestsPassBesideMoreOpenFilesThanTheShortListHolds() throws {
         let fx = try MountFixture(["--wait-timeout", "1", "--settle-time", "0"])
         let held = 40
         for index in 0..<held { try fx.seed("many/f\(index).txt") }
-        try fx.seed("many/other.txt")
-        try fx.seed("work/f.txt")
+        for index in 1...3 {
+            try fx.seed("many/other\(index).txt")
+            try fx.seed("work/f\(index).txt")
+        }
         let holder = try Child.holder()
         // Open for writing: an unlink or a rename does not wait for a reader's open.
         for index in 0..<held {
@@ -218,19 +223,24 @@ import Glibc
             \(Self.pythonPrelude)
             last = int(sys.argv[2]) - 1
             path = lambda name: os.path.join(root, name)
-            full = []
+            full, retried = [], []
             before = stats()
-            def each(name, call, *arguments):             # which requests did not pass, if any
-                was = stats()["passed_quietly"]
-                call(*arguments)
-                if stats()["passed_quietly"] == was: full.append(name)
-            each("mkdir", os.mkdir, path("work/d"))                            # passes
-            each("chmod", os.chmod, path("work/f.txt"), 0o600)                 # passes
-            each("unlink", os.unlink, path("many/other.txt"))                  # beside 40 held names: passes
-            each("rename", os.rename, path("work/f.txt"), path("many/g.txt"))  # passes
-            each("rmdir", os.rmdir, path("work/d"))                            # covers a subtree: coordinated
+            def each(step, *tries):          # the first try that passes quietly ends the step
+                for call, *arguments in tries:
+                    was = stats()["passed_quietly"]
+                    call(*arguments)
+                    if stats()["passed_quietly"] > was: return arguments[0]
+                    retried.append(step)
+                full.append(step)
+            made = each("mkdir", *[(os.mkdir, path("work/d%d" % n)) for n in (1, 2, 3)])       # passes
+            each("chmod", *[(os.chmod, path("work/f%d.txt" % n), 0o600) for n in (1, 2, 3)])   # passes
+            each("unlink", *[(os.unlink, path("many/other%d.txt" % n)) for n in (1, 2, 3)])    # beside 40 held names: passes
+            each("rename", *[(os.rename, path("work/f%d.txt" % n), path("many/g%d.txt" % n)) for n in (1, 2, 3)])
+            each("rmdir", (os.rmdir, made or path("work/d1")))                                  # covers a subtree: coordinated
+            retried = [step for step in retried if step != "rmdir"]
             report = delta(before)
             report["coordinated in full"] = full
+            report["tries again"] = len(retried)
             report["first"] = attempt(os.unlink, path("many/f0.txt"))            # its grant is listed
             report["last"] = attempt(os.unlink, path("many/f%d.txt" % last))     # from the tables
             report["last rename"] = attempt(os.rename, path("many/f%d.txt" % last), path("many/moved.txt"))
@@ -239,7 +249,8 @@ import Glibc
         let result = try run("/usr/bin/python3", ["-c", script, fx.mountPoint.path, "\(held)"])
         #expect(result.status == 0, "\(result.errors)")
         let report = try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [String: Any])
-        #expect(report["coordinated"] as? Int == 5, "\(report)")
+        let triesAgain = try #require(report["tries again"] as? Int)
+        #expect(report["coordinated"] as? Int == 5 + triesAgain, "\(report)")
         #expect(report["passed_beside_open_files"] as? Int == 4 && report["passed_quietly"] as? Int == 4, "\(report)")
         #expect(report["coordinated in full"] as? [String] == ["rmdir"], "\(report)")
         for conflicting in ["first", "last", "last rename"] {
@@ -247,8 +258,8 @@ import Glibc
         }
         #expect(holder.ask("close all") == "ok")
         for index in 0..<held { #expect(FileManager.default.fileExists(atPath: fx.backingPath("many/f\(index).txt"))) }
-        #expect(FileManager.default.fileExists(atPath: fx.backingPath("many/g.txt")))
-        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("many/other.txt")))
+        #expect(FileManager.default.fileExists(atPath: fx.backingPath("many/g1.txt")))
+        #expect(!FileManager.default.fileExists(atPath: fx.backingPath("many/other1.txt")))
         #expect(eventually { (try? fx.state())?.contains("(idle)") == true })
     }
 
