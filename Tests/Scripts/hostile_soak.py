@@ -64,7 +64,9 @@ and asserts:
     update stands)
   - the daemon's resident memory stays under what root's work alone took, plus
     --rss-slack-mib, plus --rss-per-user-mib for each hostile user
-  - no directory freezes: each listing and lookup ends within --frozen (1 s)
+  - no directory freezes: each listing and lookup ends within --frozen (1 s); a freeze is shown
+    with what the kernel showed of the tasks then, root's calls under way in the directory, and
+    the daemon's log lines about its items (which rule let each access go ahead)
   - no spoofed move is accepted, root's lookups find root's own service, every status is
     answered, and the daemon serves on and holds nothing once everyone has gone
 
@@ -73,6 +75,7 @@ failed. Run as root. `make soak-hostile` runs it for HOSTILE_SECONDS. Two attack
 does not withstand yet can be left out (--without presenter-work,self-freeze).
 """
 import argparse
+import calendar
 import errno
 import faulthandler
 import json
@@ -755,6 +758,8 @@ class Figures:
         self.slow = []
         self.errors = []
         self.frozen = []
+        # (directory, from, to) of each freeze, by the wall clock: the daemon's log lines then.
+        self.frozen_at = []
         self.listings = {}
         self.findings = []
         self.past_one_break = 0
@@ -784,6 +789,7 @@ class Figures:
             self.listings[directory] = (count + 1, max(longest, seconds))
             if seconds >= bound and len(self.frozen) < 40:
                 self.frozen.append("%s frozen %.2f s at %s" % (directory, seconds, time.strftime("%H:%M:%S")))
+                self.frozen_at.append((directory, time.time() - seconds, time.time()))
 
 
 class Soak:
@@ -799,6 +805,8 @@ class Soak:
         self.base = tempfile.mkdtemp(prefix="coordfs-it-hostile-", dir="/tmp")
         os.chmod(self.base, 0o755)
         self.backing = os.path.join(self.base, "backing")
+        # The daemon's log: which rule let each access go ahead, shown for a frozen directory.
+        self.daemon_log = os.path.join(self.base, "daemon.log")
         self.mount = os.path.join(self.base, "mnt")
         self.mounted = False
         self.agents = []
@@ -828,7 +836,8 @@ class Soak:
         os.makedirs(self.mount)
         os.chmod(self.backing, 0o755)
         o = self.options
-        result = subprocess.run([o.coordfs, "mount", self.backing, self.mount, "-o", "allow_other", "--break-time", str(o.break_time),
+        result = subprocess.run([o.coordfs, "mount", self.backing, self.mount, "-o", "allow_other", "--log", self.daemon_log,
+                                 "--break-time", str(o.break_time),
                                  "--lock-time", str(o.lock_time), "--presenter-timeout", str(o.presenter_timeout),
                                  "--settle-time", str(o.settle_time), "--wait-timeout", str(o.wait_timeout)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -1316,6 +1325,29 @@ class Soak:
         idle = self.rss_now()
         self.report(reports, baseline, peak, idle, hammered, ended)
 
+    def log_while_frozen(self):
+        """The daemon's log lines about a frozen directory's items from a second before it froze
+        to its end (the log's times are whole seconds), at most 20 a freeze."""
+        try:
+            with open(self.daemon_log, errors="replace") as log:
+                lines = log.read().splitlines()
+        except OSError:
+            return []
+        shown = []
+        for directory, began, ended in self.figures.frozen_at[:3]:
+            place = "/" + directory + "/"
+            found = 0
+            for line in lines:
+                try:  # 2026-01-02T03:04:05+0000
+                    offset = (int(line[20:22]) * 3600 + int(line[22:24]) * 60) * (-1 if line[19] == "-" else 1)
+                    when = calendar.timegm(time.strptime(line[:19], "%Y-%m-%dT%H:%M:%S")) - offset
+                except ValueError:
+                    continue
+                if began - 1 <= when <= ended + 1 and place in line and "lost update" not in line and found < 20:
+                    shown.append(line[:400])
+                    found += 1
+        return shown
+
     def report(self, reports, baseline, peak, idle, hammered, ended):
         o = self.options
         figures = self.figures
@@ -1333,6 +1365,8 @@ class Soak:
         print("  listings and lookups: %d, the longest %.2f s" % (sum(count for count, _ in figures.listings.values()), frozen))
         for sample in self.freeze_samples:
             print("    " + sample.replace("\n", "\n    "))
+        for line in self.log_while_frozen():
+            print("    log: " + line)
         print("  fio: %d rounds, %d I/Os, %.2f GiB verified (crc32c), %d errors" %
               (self.fio["rounds"], self.fio["ios"], self.fio["verified"] / 2**30, len(self.fio["errors"])))
         broken = self.counter["broken"]
