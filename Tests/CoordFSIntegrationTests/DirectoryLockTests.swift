@@ -410,8 +410,8 @@ import Glibc
 /// (as /tmp), on a mount shared with them, such a call that waits for its own user's holds,
 /// open files or presenters fails with EBUSY at the lock time, having changed nothing, and every
 /// other user's `ls` and create there meanwhile waits no longer. It never goes past its own
-/// user's holders; a process refused so is refused at once for the same holders for a while,
-/// so `rm -rf` does not compound. In a directory nobody else may enter it waits as before.
+/// user's holders; once refused so, the user's processes are refused at once for the same
+/// holders for a while, so neither `rm -rf` nor one `rm` after another compounds. In a directory nobody else may enter it waits as before.
 @Suite struct OwnUserWaitsUnderASharedLock {
     /// Unlinks (or renames, `--rename`: each PATH to PATH.1) each argument in turn; prints the
     /// errno's name, or "ok", and the seconds each took.
@@ -480,6 +480,12 @@ import Glibc
                 outcome.first == "EBUSY" && seconds(outcome) < 0.3,
                 "the next, refused at once for the same holder: \(outcome)")
         }
+        // A new process of nobody's (an `rm` each, as the next attempt would be) is refused at
+        // once as well: the lock time is not given again to each process a user starts.
+        let newProcess = try run(
+            Nobody.program, Nobody.arguments(["/usr/bin/python3", "-c", Self.changes, held[0]]))
+        let anew = words(newProcess.output)
+        #expect(anew.first == "EBUSY" && seconds(anew) < 0.3, "a new process, refused at once: \(newProcess)")
         for name in ["mine1", "mine2", "mine3"] {
             #expect(FileManager.default.fileExists(atPath: fx.backingPath("shared/\(name)")), "shared/\(name) stays")
         }
@@ -523,7 +529,7 @@ import Glibc
         #expect(holder.next(timeout: .milliseconds(300)) == nil, "no hold was broken")
         let statistics = try fx.statistics()
         #expect(
-            statistics["lock_time_refusals"] == 5 && statistics["lock_time_breaks"] == 0
+            statistics["lock_time_refusals"] == 6 && statistics["lock_time_breaks"] == 0
                 && statistics["lease_breaks"] == 0 && statistics["holds_revoked"] == 0, "\(statistics)")
 
         // The holds ended, the removal goes ahead at once.

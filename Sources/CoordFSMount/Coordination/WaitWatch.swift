@@ -90,9 +90,9 @@ import Glibc
 /// past its own user's holders, open files and presenters either (one user's programs never
 /// pass each other). So its wait for them is refused: at the lock time it fails with EBUSY
 /// (`.timedOut`, as at the wait timeout), having changed nothing, and the program may try
-/// again. It does not compound: the same process's next requests that wait for holders of the
-/// same processes are refused at once, until it has gone `spentWaitWindow` without such a
-/// refusal (`RefusedWait`). Only a wait for holders is refused at once: presenters answer by
+/// again. It does not compound: the user's next requests, from any of its processes, that wait
+/// for holders of the same processes are refused at once, until it has gone `spentWaitWindow`
+/// without such a refusal (`RefusedWait`). Only a wait for holders is refused at once: presenters answer by
 /// themselves, and each request gives them the lock time. A holder seen stuck on a kernel lock
 /// is left to the kernel-lock rule, which lets the request go ahead.
 final class WaitWatch: @unchecked Sendable {
@@ -166,10 +166,11 @@ final class WaitWatch: @unchecked Sendable {
         let holder: uid_t
     }
 
-    /// A process's request refused by the own-user rule: by `process`, of `user`, waiting for
-    /// its own user's holders in process `holder`.
+    /// A request refused by the own-user rule: of `user`, waiting for its own user's holders in
+    /// process `holder`. Kept by user, not by the refused process: a user that starts a new
+    /// process for each removal (an `rm` each) would otherwise get the lock time again each
+    /// time, and keep the directory locked as long as it liked.
     struct RefusedWait: Hashable {
-        let process: Int32
         let user: uid_t
         let holder: Int32
     }
@@ -184,7 +185,7 @@ final class WaitWatch: @unchecked Sendable {
     private var watched: [UInt: Watched] = [:]
     /// When each process last went past another user's holders (`SpentWait`).
     private var spentWaits: [SpentWait: ContinuousClock.Instant] = [:]
-    /// When each process was last refused for waiting on its own user's holders (`RefusedWait`).
+    /// When each user was last refused for waiting on its own holders (`RefusedWait`).
     private var refusedWaits: [RefusedWait: ContinuousClock.Instant] = [:]
     /// Processes seen stuck at the last look: a second look confirms.
     private var suspects: Set<Int32> = []
@@ -517,8 +518,8 @@ final class WaitWatch: @unchecked Sendable {
         }
         let holders = Set(own.compactMap(\.process))
         let refusing =
-            request.claim.request.identity.process.map { caller in
-                holders.map { RefusedWait(process: caller, user: request.uid, holder: $0) }
+            request.claim.request.identity.process.map { _ in
+                holders.map { RefusedWait(user: request.uid, holder: $0) }
             } ?? []
         let waited = round.now - request.since >= lockTime
         let waived =
