@@ -92,8 +92,8 @@ import Glibc
 /// (`.timedOut`, as at the wait timeout), having changed nothing, and the program may try
 /// again. It does not compound: the user's next requests, from any of its processes, that wait
 /// for holders of the same processes are refused at once, until it has gone `spentWaitWindow`
-/// without such a refusal (`RefusedWait`). Only a wait for holders is refused at once: presenters answer by
-/// themselves, and each request gives them the lock time. A holder seen stuck on a kernel lock
+/// without such a refusal (`RefusedWait`). Only a wait for holders is refused at once:
+/// presenters answer by themselves, and each request gives them the lock time. A holder seen stuck on a kernel lock
 /// is left to the kernel-lock rule, which lets the request go ahead.
 final class WaitWatch: @unchecked Sendable {
     /// A waiting request.
@@ -517,10 +517,10 @@ final class WaitWatch: @unchecked Sendable {
             return false
         }
         let holders = Set(own.compactMap(\.process))
+        // A caller without a process (a client's own coordinator) is never refused at once.
         let refusing =
-            request.claim.request.identity.process.map { _ in
-                holders.map { RefusedWait(user: request.uid, holder: $0) }
-            } ?? []
+            request.claim.request.identity.process == nil
+            ? [] : holders.map { RefusedWait(user: request.uid, holder: $0) }
         let waited = round.now - request.since >= lockTime
         let waived =
             !waited && forHolders && !refusing.isEmpty && own.allSatisfy({ $0.process != nil })
